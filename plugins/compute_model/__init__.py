@@ -1,0 +1,1 @@
+"""Layer 3: compute-model fusion plugins (engine parameters, compilation, scheduling)."""

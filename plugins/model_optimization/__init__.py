@@ -1,0 +1,1 @@
+"""Layer 2: model optimization plugins (speculative decoding, quantization, KV, MoE)."""

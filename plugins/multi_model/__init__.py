@@ -1,0 +1,1 @@
+"""Layer 1: multi-model fusion plugins (routing, cascade, ensemble, fallback)."""

@@ -1,0 +1,88 @@
+"""The ``tokenops`` command: a typer app with one module per command group."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from tokenops import __version__
+
+app = typer.Typer(
+    name="tokenops",
+    help="Token operations: serve, benchmark, tune and watch LLM inference.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module exposes ``register(app)``; a module not yet present is skipped.
+COMMAND_MODULES = ("plugins_cmd", "serve", "report", "bench", "tune", "dashboard", "models", "profile", "moe", "route")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tokenops {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    plugin: Annotated[Optional[list[str]], typer.Option("--plugin", help="Load a local plugin file (repeatable).")] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
+) -> None:
+    """Token operations: serve, benchmark, tune and watch LLM inference."""
+    from tokenops import plugins
+
+    for path in plugin or []:
+        plugins.add_plugin_file(path)
+
+
+def build_app() -> typer.Typer:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"tokenops.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"tokenops.cli.{name}":
+                continue
+            raise
+        module.register(app)
+    from tokenops.plugins import get_plugin_manager
+
+    get_plugin_manager().hook.tokenops_register_commands(app=app)
+    return app
+
+
+class UserError(Exception):
+    """An error the user caused; printed as one line."""
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from tokenops.config import ConfigError
+    from tokenops.plugins import PluginLoadError
+    from tokenops.slo import SLOError
+    from tokenops.tunables import TunableError
+
+    extra = []
+    try:
+        from tokenops.store import StoreError  # noqa: PLC0415
+
+        extra.append(StoreError)
+    except ImportError:
+        pass
+    return (UserError, ConfigError, PluginLoadError, SLOError, TunableError, FileNotFoundError, *extra)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: known errors become one line (``TOKENOPS_DEBUG=1`` shows tracebacks)."""
+    known = _known_errors()
+    try:
+        build_app()(args=argv, standalone_mode=True)
+    except known as e:
+        if os.environ.get("TOKENOPS_DEBUG"):
+            raise
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)

@@ -1,0 +1,201 @@
+"""Settings: ``tokenops.toml`` (stdlib ``tomllib``) with ``TOKENOPS_*`` environment
+overrides. Every value has a default, so no file is needed.
+
+Environment overrides use double underscores for nesting:
+``TOKENOPS_GATEWAY__PORT=9000``, ``TOKENOPS_ENGINE__MAX_NUM_SEQS=64``; the short
+forms ``TOKENOPS_STORE``, ``TOKENOPS_CONFIG`` and ``TOKENOPS_ADMIN_KEY`` are also read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenops.slo import SLO, parse_slos
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names the file/variable and the key."""
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    """One ``[[models]]`` entry. ``replicas`` > 1 or several ``urls`` make replicas."""
+
+    name: str
+    backend: str = "local"  # local | openai | a plugin-registered kind
+    path: str | None = None  # local HF folder or hub id (local backend)
+    url: str | None = None  # base URL (openai backend)
+    urls: list[str] = field(default_factory=list)
+    api_key: str | None = None
+    served_model: str | None = None  # model name to send upstream (defaults to name)
+    replicas: int = 1
+    cost_input_per_1m: float = 0.0
+    cost_output_per_1m: float = 0.0
+    tags: list[str] = field(default_factory=list)
+    engine: dict[str, Any] = field(default_factory=dict)  # per-model engine overrides
+    timeout_s: float = 600.0
+    max_retries: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("[[models]] entry without a name")
+        if self.backend == "openai" and not (self.url or self.urls):
+            raise ConfigError(f"model {self.name!r}: backend 'openai' needs url or urls")
+        if self.replicas < 1:
+            raise ConfigError(f"model {self.name!r}: replicas must be >= 1")
+
+
+@dataclass(slots=True)
+class GatewaySettings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    admin_key: str | None = None
+    admin_key_hash: str | None = None
+    api_keys: dict[str, str] = field(default_factory=dict)  # key or sha256:hash -> tenant
+    max_body_bytes: int = 4 * 1024 * 1024
+    request_timeout_s: float = 600.0
+    default_max_tokens: int = 256
+
+
+@dataclass(slots=True)
+class EngineSettings:
+    dtype: str = "float32"
+    device: str = "auto"
+    block_size: int = 16
+    kv_cache_tokens: int = 16384
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 32
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    schedule_policy: str = "fcfs"
+    torch_threads: int | None = None
+    seed: int = 0
+
+
+@dataclass(slots=True)
+class StoreSettings:
+    path: str = "store/tokenops.duckdb"
+    flush_interval_s: float = 0.5
+    batch_rows: int = 5000
+
+
+@dataclass(slots=True)
+class Settings:
+    models: list[ModelConfig] = field(default_factory=list)
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    plugins: dict[str, Any] = field(default_factory=dict)  # [plugins] enable/disable + per-plugin tables
+    slo: list[str] = field(default_factory=list)
+    source: str | None = None  # the file these came from
+
+    @property
+    def slos(self) -> list[SLO]:
+        return parse_slos(self.slo)
+
+    def plugin_settings(self, name: str) -> dict[str, Any]:
+        value = self.plugins.get(name, {})
+        return value if isinstance(value, dict) else {}
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(names))}")
+    kwargs = {}
+    for key, value in data.items():
+        default = getattr(cls(), key) if cls is not ModelConfig else None
+        if default is not None and not isinstance(default, (dict, list)) and value is not None:
+            kwargs[key] = _coerce(value, type(default), f"{where}.{key}")
+        else:
+            kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _coerce(value: Any, typ: type, where: str) -> Any:
+    if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
+        return value
+    if isinstance(value, str):
+        try:
+            if typ is bool:
+                low = value.lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return typ(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected {typ.__name__}, got {value!r}") from None
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    raise ConfigError(f"{where}: expected {typ.__name__}, got {value!r}")
+
+
+def _env_overrides(data: dict[str, Any], environ: dict[str, str]) -> None:
+    short = {"TOKENOPS_STORE": ("store", "path"), "TOKENOPS_ADMIN_KEY": ("gateway", "admin_key")}
+    for var, (section, key) in short.items():
+        if environ.get(var):
+            data.setdefault(section, {})[key] = environ[var]
+    for var, value in environ.items():
+        if not var.startswith("TOKENOPS_") or "__" not in var:
+            continue
+        section, _, key = var[len("TOKENOPS_") :].lower().partition("__")
+        if section not in ("gateway", "engine", "store"):
+            raise ConfigError(f"{var}: unknown section {section!r}; use GATEWAY, ENGINE or STORE")
+        data.setdefault(section, {})[key] = value
+
+
+def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Load settings from ``path`` (or ``TOKENOPS_CONFIG``, or ``./tokenops.toml``
+    when present), apply environment overrides and validate."""
+    environ = dict(os.environ if environ is None else environ)
+    if path is None:
+        path = environ.get("TOKENOPS_CONFIG") or ("tokenops.toml" if Path("tokenops.toml").is_file() else None)
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p}: invalid TOML: {e}") from None
+    where = str(path) if path else "settings"
+    _env_overrides(data, environ)
+    allowed = {"models", "gateway", "engine", "store", "plugins", "slo"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    models_raw = data.get("models", [])
+    if not isinstance(models_raw, list):
+        raise ConfigError(f"{where}: use [[models]] tables for models")
+    models = [_build(ModelConfig, dict(m), f"{where} [[models]] #{i + 1}") for i, m in enumerate(models_raw)]
+    names = [m.name for m in models]
+    if len(names) != len(set(names)):
+        raise ConfigError(f"{where}: model names must be unique, got {names}")
+    slo = data.get("slo", {})
+    slo_list = slo.get("targets", []) if isinstance(slo, dict) else list(slo)
+    settings = Settings(
+        models=models,
+        gateway=_build(GatewaySettings, data.get("gateway", {}), f"{where} [gateway]"),
+        engine=_build(EngineSettings, data.get("engine", {}), f"{where} [engine]"),
+        store=_build(StoreSettings, data.get("store", {}), f"{where} [store]"),
+        plugins=data.get("plugins", {}),
+        slo=list(slo_list),
+        source=str(path) if path else None,
+    )
+    try:
+        settings.slos
+    except ValueError as e:
+        raise ConfigError(f"{where} [slo]: {e}") from None
+    return settings

@@ -1,0 +1,250 @@
+"""The one plugin manager: built-ins and third-party plugins from the ``tokenops``
+entry-point group, plus local plugin files (``--plugin PATH`` / ``TOKENOPS_PLUGINS``).
+
+Environment:
+
+- ``TOKENOPS_LOAD_PLUGINS``: comma-separated allow-list of entry-point names to load
+  (empty string loads none); unset loads all.
+- ``TOKENOPS_PLUGINS``: comma- or ``os.pathsep``-separated ``.py`` files to load.
+- ``TOKENOPS_TRACE_PLUGINS``: print every hook call and result to stderr.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from tokenops import hookspecs
+from tokenops.tunables import Tunable, TunableRegistry
+
+ENTRY_POINT_GROUP = "tokenops"
+
+
+class PluginLoadError(RuntimeError):
+    """A plugin could not be loaded; the message names the plugin and the reason."""
+
+
+@dataclass(slots=True)
+class PluginInfo:
+    name: str
+    version: str | None
+    layer: str
+    hooks: list[str]
+    source: str  # "builtin", "entry-point", "file"
+    tunables: list[str] = field(default_factory=list)
+
+
+_lock = threading.RLock()
+_pm: pluggy.PluginManager | None = None
+_sources: dict[str, tuple[str, str | None, Any]] = {}  # name -> (source, version, plugin obj)
+_tunables: TunableRegistry | None = None
+_extra_files: list[str] = []
+
+
+def _new_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager("tokenops")
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def _check(pm: pluggy.PluginManager, name: str, plugin: Any) -> None:
+    """Reject hook implementations with unknown names or arguments, in one line."""
+    for attr in dir(plugin):
+        if not attr.startswith("tokenops_"):
+            continue
+        impl = getattr(plugin, attr)
+        if not callable(impl):
+            continue
+        spec_caller = getattr(pm.hook, attr, None)
+        if spec_caller is None or spec_caller.spec is None:
+            raise PluginLoadError(f"plugin {name!r} implements unknown hook {attr!r}; see docs/hooks.md")
+        allowed = set(spec_caller.spec.argnames)
+        params = [p for p in inspect.signature(impl).parameters if p != "self"]
+        extra = [p for p in params if p not in allowed]
+        if extra:
+            raise PluginLoadError(
+                f"plugin {name!r} hook {attr!r} takes unknown argument(s) {', '.join(extra)}; "
+                f"allowed: {', '.join(spec_caller.spec.argnames)}"
+            )
+
+
+def _register(pm: pluggy.PluginManager, plugin: Any, name: str, source: str, version: str | None) -> None:
+    _check(pm, name, plugin)
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as e:
+        raise PluginLoadError(f"plugin {name!r} failed to load: {e}") from None
+    _sources[name] = (source, version, plugin)
+
+
+def _load_file(pm: pluggy.PluginManager, path: str) -> None:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise PluginLoadError(f"plugin file {path} does not exist")
+    name = f"file:{p.stem}"
+    if pm.has_plugin(name):
+        return
+    spec = importlib.util.spec_from_file_location(f"tokenops_local_plugin_{p.stem}", p)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # a broken user file must name itself
+        raise PluginLoadError(f"plugin file {path} failed to import: {type(e).__name__}: {e}") from None
+    _register(pm, module, name, "file", None)
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    allow_env = os.environ.get("TOKENOPS_LOAD_PLUGINS")
+    allow = None if allow_env is None else {s.strip() for s in allow_env.split(",") if s.strip()}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if allow is not None and ep.name not in allow:
+            continue
+        if pm.has_plugin(ep.name):
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as e:
+            raise PluginLoadError(f"plugin {ep.name!r} ({ep.value}) failed to import: {type(e).__name__}: {e}") from None
+        dist = ep.dist
+        source = "builtin" if ep.value.startswith("tokenops_plugins.") else "entry-point"
+        _register(pm, plugin, ep.name, source, dist.version if dist else None)
+
+
+def _file_paths() -> list[str]:
+    env = os.environ.get("TOKENOPS_PLUGINS", "")
+    paths = [s for part in env.split(",") for s in part.split(os.pathsep) if s.strip()]
+    return paths + _extra_files
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, loaded lazily once."""
+    global _pm
+    with _lock:
+        if _pm is None:
+            pm = _new_manager()
+            _load_entry_points(pm)
+            for path in _file_paths():
+                _load_file(pm, path)
+            if os.environ.get("TOKENOPS_TRACE_PLUGINS"):
+                _enable_tracing(pm)
+            _pm = pm
+        return _pm
+
+
+def hook() -> Any:
+    """Shorthand for ``get_plugin_manager().hook``."""
+    return get_plugin_manager().hook
+
+
+def _enable_tracing(pm: pluggy.PluginManager) -> None:
+    def before(hook_name, impls, kwargs):
+        names = [i.plugin_name for i in impls]
+        print(f"[tokenops hook] {hook_name} -> {names} args={sorted(kwargs)}", file=sys.stderr)
+
+    def after(outcome, hook_name, impls, kwargs):
+        exc = outcome.exception
+        res = f"raised {exc!r}" if exc else f"= {outcome.get_result()!r}"[:200]
+        print(f"[tokenops hook] {hook_name} {res}", file=sys.stderr)
+
+    pm.add_hookcall_monitoring(before, after)
+
+
+def add_plugin_file(path: str) -> None:
+    """Load a local plugin file (the CLI's ``--plugin PATH``)."""
+    with _lock:
+        if path not in _extra_files:
+            _extra_files.append(path)
+        if _pm is not None:
+            _load_file(_pm, path)
+            _reset_tunables()
+
+
+def register_plugin(plugin: Any, name: str | None = None) -> str:
+    """Register an in-process plugin object (tests, embedding applications)."""
+    pm = get_plugin_manager()
+    name = name or getattr(plugin, "__name__", None) or f"plugin-{id(plugin)}"
+    with _lock:
+        _register(pm, plugin, name, "runtime", None)
+        _reset_tunables()
+    return name
+
+
+def unregister_plugin(name: str) -> None:
+    pm = get_plugin_manager()
+    with _lock:
+        if pm.has_plugin(name):
+            pm.unregister(name=name)
+        _sources.pop(name, None)
+        _reset_tunables()
+
+
+def reset() -> None:
+    """Forget the loaded plugin manager (tests that change the environment)."""
+    global _pm
+    with _lock:
+        _pm = None
+        _sources.clear()
+        _extra_files.clear()
+        _reset_tunables()
+
+
+def _reset_tunables() -> None:
+    global _tunables
+    _tunables = None
+
+
+def get_tunables() -> TunableRegistry:
+    """The tunables registry, filled once from ``tokenops_register_tunables``."""
+    global _tunables
+    pm = get_plugin_manager()
+    with _lock:
+        if _tunables is None:
+            registry = TunableRegistry()
+            for impl in pm.hook.tokenops_register_tunables.get_hookimpls():
+                owner = impl.plugin_name
+
+                def register(t: Tunable, _owner: str = owner) -> None:
+                    registry.register(t, plugin=_owner)
+
+                impl.function(register=register)
+            _tunables = registry
+        return _tunables
+
+
+def _layer_of(plugin: Any, hooks: list[str]) -> str:
+    declared = getattr(plugin, "TOKENOPS_LAYER", None)
+    if declared:
+        return declared
+    layers = [hookspecs.HOOK_LAYERS.get(h, "setup") for h in hooks]
+    for layer in hookspecs.LAYERS[1:5]:  # the four technique layers take precedence
+        if layer in layers:
+            return layer
+    return layers[0] if layers else "setup"
+
+
+def list_plugins() -> list[PluginInfo]:
+    """Every loaded plugin with its layer, version, hooks and tunables."""
+    pm = get_plugin_manager()
+    registry = get_tunables()
+    out = []
+    for name, plugin in pm.list_name_plugin():
+        source, version, _ = _sources.get(name, ("runtime", None, plugin))
+        hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
+        tunables = [t.name for t in registry if t.plugin == name]
+        out.append(PluginInfo(name, version, _layer_of(plugin, hooks), hooks, source, tunables))
+    return sorted(out, key=lambda p: (hookspecs.LAYERS.index(p.layer) if p.layer in hookspecs.LAYERS else 99, p.name))
+
+
+def module_of(plugin: Any) -> ModuleType | None:
+    return plugin if isinstance(plugin, ModuleType) else inspect.getmodule(plugin)

@@ -1,0 +1,112 @@
+"""Dataclasses shared by the gateway, plugins, engine adapters and telemetry."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def new_request_id(prefix: str = "req") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+@dataclass(slots=True)
+class GatewayRequest:
+    """A normalised chat or completion request as it moves through the pipeline."""
+
+    kind: str  # "chat" | "completion"
+    model: str  # as asked by the client
+    body: dict[str, Any]  # the validated OpenAI request body
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | list[int] | None = None
+    tenant: str = "default"
+    api_key_id: str | None = None
+    session_id: str | None = None
+    stream: bool = False
+    max_tokens: int = 256
+    priority: int = 0
+    id: str = field(default_factory=new_request_id)
+    arrival: float = field(default_factory=time.time)
+    headers: dict[str, str] = field(default_factory=dict)
+    attempts: list[str] = field(default_factory=list)  # models tried so far (fallback)
+    #: Decisions of each pipeline step, copied into the telemetry row.
+    decisions: dict[str, Any] = field(default_factory=dict)
+
+    def prompt_text(self) -> str:
+        """The request's text, for routers and caches that look at content."""
+        if self.messages is not None:
+            parts = []
+            for m in self.messages:
+                c = m.get("content")
+                if isinstance(c, list):
+                    c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+                parts.append(str(c or ""))
+            return "\n".join(parts)
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return ""
+
+
+@dataclass(slots=True)
+class GatewayResponse:
+    """A finished (non-streamed, or fully collected) answer."""
+
+    text: str
+    model: str
+    finish_reason: str | None = "stop"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    token_logprobs: list[float] | None = None
+    backend: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class RouteDecision:
+    model: str
+    reason: str
+    router: str | None = None
+    score: float | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Rejection:
+    """Returned by ``tokenops_admit`` to refuse a request."""
+
+    status: int  # 429, 403, 413, ...
+    message: str
+    code: str = "rate_limit_exceeded"
+    retry_after_s: float | None = None
+
+
+class BackendError(RuntimeError):
+    """A backend call failed. ``kind`` is one of: error, timeout, overload,
+    context_length, bad_request, unavailable."""
+
+    def __init__(self, message: str, kind: str = "error", status: int = 502, backend: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.backend = backend
+
+
+@dataclass(slots=True, frozen=True)
+class BackendOutcome:
+    ok: bool
+    latency_s: float
+    error_kind: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(slots=True)
+class TelemetryEvent:
+    """``kind`` names the table the DuckDB sink writes: ``requests``,
+    ``engine_stats``, ``expert_load``; ``data`` holds the row(s)."""
+
+    kind: str
+    data: dict[str, Any] | list[dict[str, Any]]
+    ts: float = field(default_factory=time.time)
