@@ -87,6 +87,18 @@ def tokenops_register_workloads(register: Callable[[str, Any], None]) -> None:
     """
 
 
+@hookspec
+@_layer("setup")
+def tokenops_apply_tunables(values: dict[str, Any]) -> None:
+    """Apply live tunable changes owned by plugins.
+
+    Called after ``PATCH /admin/tunables`` (or the tuner) validated a patch against
+    the registry; each plugin picks the names it owns and ignores the rest.
+
+    :param values: ``{tunable name: validated value}`` of the changed tunables.
+    """
+
+
 @hookspec(historic=True)
 @_layer("setup")
 def tokenops_configure(settings: Any) -> None:

@@ -1,0 +1,3 @@
+from tokenops.cli import main
+
+main()
