@@ -1,0 +1,50 @@
+"""The example third-party plugin of docs/plugins.md, pip-installed from its own folder,
+shows up under its layer in `tokenops plugins` and its hooks are called."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tokenops-blocklist"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    target = tmp_path_factory.mktemp("site")
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), str(EXAMPLE)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    env = dict(os.environ, PYTHONPATH=str(target))
+    env.pop("TOKENOPS_LOAD_PLUGINS", None)
+    return env
+
+
+def test_listed_under_its_layer(installed):
+    out = subprocess.run([sys.executable, "-m", "tokenops", "plugins", "--json"], env=installed, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    layers = json.loads(out.stdout)["layers"]
+    entry = next(p for p in layers["compute_network"] if p["name"] == "blocklist")
+    assert entry["version"] == "0.2.0" and entry["source"] == "entry-point"
+    assert "tokenops_admit" in entry["hooks"]
+    assert [t["name"] for t in entry["tunables"]] == ["blocklist.words"]
+
+
+def test_its_hooks_are_called(installed):
+    code = """
+from tokenops.plugins import hook
+from tokenops.types import GatewayRequest
+mk = lambda text: GatewayRequest(kind="chat", model="m", body={}, messages=[{"role": "user", "content": text}])
+h = hook()
+assert h.tokenops_admit(request=mk("hello")) is None
+r = h.tokenops_admit(request=mk("this is FORBIDDEN"))
+print(r.status, r.code)
+h.tokenops_apply_tunables(values={"blocklist.words": "hello"})
+print(h.tokenops_admit(request=mk("hello there")).code, h.tokenops_admit(request=mk("forbidden")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=installed, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["400 content_blocked", "content_blocked None"]

@@ -1,0 +1,22 @@
+"""The core never imports textual (and the light modules never import torch)."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("module", ["tokenops.store", "tokenops.config", "tokenops.plugins", "tokenops.engine", "tokenops.gateway"])
+def test_core_does_not_import_textual(module):
+    code = f"import importlib, sys; importlib.import_module({module!r}); print('textual' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("module", ["tokenops.config", "tokenops.plugins", "tokenops.cli"])
+def test_light_modules_do_not_import_torch(module):
+    code = f"import importlib, sys; importlib.import_module({module!r}); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

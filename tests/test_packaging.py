@@ -1,0 +1,34 @@
+"""pyproject.toml lists every package folder and every built-in plugin module."""
+
+import importlib
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _package_dirs():
+    for base, name in (("tokenops", "tokenops"), ("plugins", "tokenops_plugins")):
+        for init in (ROOT / base).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / base)
+            yield ".".join([name, *rel.parts]) if rel.parts else name
+
+
+def test_every_package_folder_is_listed():
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    missing = sorted(set(_package_dirs()) - listed)
+    assert not missing, f"add to [tool.setuptools] packages: {missing}"
+
+
+def test_every_builtin_plugin_module_is_an_entry_point():
+    targets = set(PYPROJECT["project"]["entry-points"]["tokenops"].values())
+    modules = set()
+    for path in (ROOT / "plugins").rglob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        rel = path.relative_to(ROOT / "plugins").with_suffix("")
+        modules.add(".".join(["tokenops_plugins", *rel.parts]))
+    assert modules - targets == set(), "register these plugin modules under [project.entry-points.tokenops]"
+    for target in targets:
+        importlib.import_module(target)

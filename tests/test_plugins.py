@@ -1,0 +1,123 @@
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tokenops import hookimpl, plugins
+from tokenops.hookspecs import LAYERS
+from tokenops.types import GatewayRequest
+
+
+@pytest.fixture
+def fresh_plugins(monkeypatch):
+    """A plugin manager rebuilt for this test, and rebuilt again afterwards."""
+    monkeypatch.delenv("TOKENOPS_PLUGINS", raising=False)
+    monkeypatch.delenv("TOKENOPS_LOAD_PLUGINS", raising=False)
+    monkeypatch.delenv("TOKENOPS_TRACE_PLUGINS", raising=False)
+    plugins.reset()
+    try:
+        yield plugins
+    finally:
+        plugins.reset()
+
+
+def write_plugin(tmp_path, name, body):
+    path = tmp_path / f"{name}.py"
+    path.write_text("from tokenops import hookimpl\n" + textwrap.dedent(body))
+    return path
+
+
+def test_builtins_load_through_entry_points(fresh_plugins):
+    infos = {p.name: p for p in fresh_plugins.list_plugins()}
+    assert infos["engine_params"].source == "builtin"
+    assert infos["engine_params"].layer == "compute_model"
+    assert "engine.max_num_seqs" in infos["engine_params"].tunables
+    assert all(p.layer in LAYERS for p in infos.values())
+
+
+def test_unknown_hook_fails_with_one_line_naming_plugin_and_hook(fresh_plugins, tmp_path, monkeypatch):
+    path = write_plugin(tmp_path, "typo", "@hookimpl\ndef tokenops_rout(request):\n    return None\n")
+    monkeypatch.setenv("TOKENOPS_PLUGINS", str(path))
+    with pytest.raises(plugins.PluginLoadError) as e:
+        fresh_plugins.get_plugin_manager()
+    msg = str(e.value)
+    assert "file:typo" in msg and "tokenops_rout" in msg and "\n" not in msg
+
+
+def test_wrong_arguments_fail(fresh_plugins, tmp_path):
+    path = write_plugin(tmp_path, "badargs", "@hookimpl\ndef tokenops_route(request, models):\n    return None\n")
+    fresh_plugins.get_plugin_manager()
+    with pytest.raises(plugins.PluginLoadError, match=r"tokenops_route.*models"):
+        fresh_plugins.add_plugin_file(str(path))
+
+
+def test_allow_list_limits_entry_points(fresh_plugins, monkeypatch):
+    monkeypatch.setenv("TOKENOPS_LOAD_PLUGINS", "schedule_fcfs")
+    names = {p.name for p in fresh_plugins.list_plugins()}
+    assert names == {"schedule_fcfs"}
+
+
+def test_file_plugin_hooks_are_called_and_tunables_registered(fresh_plugins, tmp_path, monkeypatch):
+    path = write_plugin(
+        tmp_path,
+        "shout",
+        """
+        from tokenops.tunables import Tunable
+        from tokenops.types import RouteDecision
+
+        @hookimpl
+        def tokenops_register_tunables(register):
+            register(Tunable("shout.level", "int", 3, "how loud", live=True, minimum=0, maximum=10))
+
+        @hookimpl
+        def tokenops_route(request, candidates, profiles):
+            return RouteDecision(model=candidates[-1], reason="shout: last candidate")
+        """,
+    )
+    monkeypatch.setenv("TOKENOPS_PLUGINS", str(path))
+    pm = fresh_plugins.get_plugin_manager()
+    req = GatewayRequest(kind="chat", model="a", body={}, messages=[{"role": "user", "content": "hi"}])
+    decision = pm.hook.tokenops_route(request=req, candidates=["a", "b"], profiles={})
+    assert decision.model == "b" and decision.reason.startswith("shout")
+    assert fresh_plugins.get_tunables()["shout.level"].plugin == "file:shout"
+    info = next(p for p in fresh_plugins.list_plugins() if p.name == "file:shout")
+    assert info.layer == "multi_model" and info.tunables == ["shout.level"]
+
+
+def test_register_and_unregister_runtime_plugin(fresh_plugins):
+    class Admit:
+        @hookimpl
+        def tokenops_admit(self, request):
+            return "no"
+
+    name = fresh_plugins.register_plugin(Admit(), name="admit-test")
+    try:
+        assert fresh_plugins.hook().tokenops_admit(request=None) == "no"
+    finally:
+        fresh_plugins.unregister_plugin(name)
+    assert fresh_plugins.hook().tokenops_admit(request=None) is None
+
+
+def test_trace_env_prints_hook_calls(tmp_path):
+    code = "from tokenops.plugins import hook; hook().tokenops_schedule_order(waiting=[], policy='fcfs')"
+    env = {"TOKENOPS_TRACE_PLUGINS": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "[tokenops hook] tokenops_schedule_order" in out.stderr
+    assert "= []" in out.stderr
+
+
+def test_plugins_json_groups_by_layer():
+    from typer.testing import CliRunner
+
+    from tokenops.cli import build_app
+
+    result = CliRunner().invoke(build_app(), ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert set(LAYERS) <= set(data["layers"])
+    compute = {p["name"]: p for p in data["layers"]["compute_model"]}
+    tunable = next(t for t in compute["engine_params"]["tunables"] if t["name"] == "engine.max_num_seqs")
+    assert tunable["live"] is True and tunable["minimum"] == 1
