@@ -213,14 +213,19 @@ def tokenops_kv_policy(config: Any) -> Any:
 
 @hookspec(firstresult=True)
 @_layer("model_optimization")
-def tokenops_expert_placement(load: Any, slots: int) -> Any:
+def tokenops_expert_placement(load: list[list[float]], num_devices: int, num_redundant: int, num_nodes: int) -> Any:
     """Plan MoE expert replication and placement (EPLB).
 
-    Called by ``tokenops moe plan`` and by the engine when rebalancing.
+    Called by ``tokenops moe plan`` and by the gateway when it shows a plan for a
+    MoE model's recorded load.
 
-    :param load: per-layer, per-expert token counts (``[layers][experts]``).
-    :param slots: physical expert slots available.
-    :returns: a placement plan, or None. First non-None result wins.
+    :param load: per-layer, per-expert token counts (``load[layer][expert]``).
+    :param num_devices: devices (GPUs) the experts are spread over.
+    :param num_redundant: extra expert replicas allowed per layer (slots = experts + redundant).
+    :param num_nodes: nodes the devices are grouped in (1 = one flat pool).
+    :returns: a :class:`tokenops_plugins.model_optimization.eplb.PlacementPlan`-like object
+        with ``layers`` (per-layer placement) and ``balancedness_before/after``, or None.
+        First non-None result wins.
     """
 
 
