@@ -1,0 +1,1 @@
+"""Benchmarking: workloads, arrival processes, the load generator, SLO-aware metrics."""
