@@ -1,0 +1,257 @@
+"""Paged KV-cache block accounting: reference counts, prefix caching, LRU eviction.
+
+Pure Python: the K/V tensors live in the model runner; this file only decides which
+physical block holds which sequence positions.
+
+Prefix caching: every *computed, full* block is registered under a chained hash of
+``(parent block hash, tenant salt, token ids of the block)``, so a block can only be
+reused by a sequence with the identical prefix from the same tenant. When a block's
+reference count drops to zero it stays registered on an LRU list of free cached
+blocks; a fresh allocation takes a never-cached free block first and otherwise
+evicts the least recently freed cached one.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from tokenops.engine.sequence import Sequence
+
+
+class Block:
+    """One physical KV block."""
+
+    __slots__ = ("block_id", "ref_count", "block_hash", "token_ids", "salt")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_count = 0
+        self.block_hash: int | None = None
+        self.token_ids: tuple[int, ...] | None = None
+        self.salt: str | None = None
+
+
+class BlockManager:
+    """Allocates KV blocks to sequences (``block_table``) with copy-on-write forks."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        assert num_blocks > 0 and block_size > 0
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self._free_uncached: deque[int] = deque(range(num_blocks))
+        #: Free blocks that still hold a registered prefix, least recently freed first.
+        self._free_cached: OrderedDict[int, None] = OrderedDict()
+        self._hash_to_block: dict[int, int] = {}
+        self.num_prefix_queries = 0  # prompt tokens looked up
+        self.num_prefix_hits = 0  # of which served from the cache
+        self.num_evictions = 0
+
+    # -- sizes --------------------------------------------------------------------------
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free_uncached) + len(self._free_cached)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self._hash_to_block)
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    # -- hashing -----------------------------------------------------------------------
+
+    def _block_tokens(self, seq: Sequence, index: int) -> tuple[int, ...]:
+        start = index * self.block_size
+        return tuple(seq.token_ids[start:start + self.block_size])
+
+    def _hash_of(self, seq: Sequence, index: int) -> int:
+        """Chained hash of the full block ``index`` of ``seq`` (memoised on the sequence)."""
+        hashes = seq.block_hashes
+        while len(hashes) <= index:
+            i = len(hashes)
+            parent = hashes[i - 1] if i else 0
+            hashes.append(hash((parent, seq.tenant, self._block_tokens(seq, i))))
+        return hashes[index]
+
+    def _lookup(self, seq: Sequence) -> list[int]:
+        """Cached blocks holding the longest prefix of ``seq``; the last token is never a
+        hit, because the step must compute it to get logits."""
+        if not self.enable_prefix_caching:
+            return []
+        hits = []
+        for i in range((len(seq.token_ids) - 1) // self.block_size):
+            block_id = self._hash_to_block.get(self._hash_of(seq, i))
+            if block_id is None:
+                break
+            block = self.blocks[block_id]
+            # guards against hash collisions: same tenant and same tokens
+            if block.salt != seq.tenant or block.token_ids != self._block_tokens(seq, i):
+                break
+            hits.append(block_id)
+        return hits
+
+    # -- allocation --------------------------------------------------------------------
+
+    def can_allocate(self, seq: Sequence) -> bool:
+        """Whether blocks for all of ``seq``'s tokens can be had now."""
+        hits = self._lookup(seq)
+        num_hits_free = sum(1 for b in hits if self.blocks[b].ref_count == 0)
+        num_fresh = self.num_blocks_for(len(seq.token_ids)) - len(hits)
+        return num_fresh <= self.num_free_blocks - num_hits_free
+
+    def allocate(self, seq: Sequence) -> None:
+        """Give ``seq`` blocks for all its tokens, reusing cached prefix blocks; sets
+        ``num_computed_tokens``/``num_cached_tokens`` to the tokens served from the cache."""
+        assert not seq.block_table, f"{seq} already holds blocks"
+        assert self.can_allocate(seq)
+        hits = self._lookup(seq)
+        for block_id in hits:
+            self._ref(block_id)
+        seq.block_table = hits + [self._take_fresh() for _ in range(self.num_blocks_for(len(seq.token_ids)) - len(hits))]
+        seq.num_computed_tokens = len(hits) * self.block_size
+        if seq.num_output_tokens == 0:  # a recompute after preemption is not a prompt-cache hit
+            seq.num_cached_tokens = seq.num_computed_tokens
+        if self.enable_prefix_caching:
+            self.num_prefix_queries += len(seq.token_ids)
+            self.num_prefix_hits += seq.num_cached_tokens
+
+    def _slot_needs(self, seq: Sequence) -> tuple[bool, bool]:
+        """(needs a new block, needs a copy of its shared last block) before computing
+        the position ``len(seq) - 1``."""
+        table = seq.block_table
+        if len(seq.token_ids) > len(table) * self.block_size:
+            return True, False
+        return False, self.blocks[table[-1]].ref_count > 1
+
+    def can_append(self, seq: Sequence) -> bool:
+        """Whether ``seq``'s next token has a writable slot (or a free block for one)."""
+        is_new, is_copy = self._slot_needs(seq)
+        return not (is_new or is_copy) or self.num_free_blocks > 0
+
+    def append_slot(self, seq: Sequence) -> list[tuple[int, int]]:
+        """Make the slot of the last token writable; returns ``(src, dst)`` block copies
+        the runner must make first (copy-on-write of a block shared by a fork)."""
+        assert len(seq.token_ids) <= (len(seq.block_table) + 1) * self.block_size
+        is_new, is_copy = self._slot_needs(seq)
+        if is_new:
+            seq.block_table.append(self._take_fresh())
+        elif is_copy:
+            src = seq.block_table[-1]
+            dst = self._take_fresh()
+            self._deref(src)
+            seq.block_table[-1] = dst
+            return [(src, dst)]
+        return []
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Let ``child`` share every block of ``parent``; a later write to the shared
+        partial block copies it (see :meth:`append_slot`)."""
+        assert not child.block_table
+        for block_id in parent.block_table:
+            self._ref(block_id)
+        child.block_table = list(parent.block_table)
+
+    def free(self, seq: Sequence) -> None:
+        """Release ``seq``'s blocks; registered ones stay reusable until evicted."""
+        # tail blocks are the least likely to be shared, so they are freed (and evicted) first
+        for block_id in reversed(seq.block_table):
+            self._deref(block_id)
+        seq.block_table = []
+
+    def cache_computed_blocks(self, seq: Sequence, num_computed_before: int) -> None:
+        """Register the blocks that became full and computed since ``num_computed_before``."""
+        if not self.enable_prefix_caching:
+            return
+        first = num_computed_before // self.block_size
+        for i in range(first, seq.num_computed_tokens // self.block_size):
+            block = self.blocks[seq.block_table[i]]
+            if block.block_hash is not None:
+                continue  # a prefix-cache hit, already registered
+            block_hash = self._hash_of(seq, i)
+            if block_hash in self._hash_to_block:
+                continue  # same content computed twice; keep the first copy registered
+            block.block_hash = block_hash
+            block.token_ids = self._block_tokens(seq, i)
+            block.salt = seq.tenant
+            self._hash_to_block[block_hash] = block.block_id
+
+    def reset_prefix_cache(self) -> int:
+        """Forget every free cached block (used ones keep working); returns how many."""
+        num = len(self._free_cached)
+        while self._free_cached:
+            block_id, _ = self._free_cached.popitem(last=False)
+            self._unregister(self.blocks[block_id])
+            self._free_uncached.append(block_id)
+        return num
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _take_fresh(self) -> int:
+        if self._free_uncached:
+            block_id = self._free_uncached.popleft()
+        else:
+            assert self._free_cached, "no free KV block: check can_allocate/can_append first"
+            block_id, _ = self._free_cached.popitem(last=False)
+            self._unregister(self.blocks[block_id])
+            self.num_evictions += 1
+        block = self.blocks[block_id]
+        assert block.ref_count == 0
+        block.ref_count = 1
+        return block_id
+
+    def _unregister(self, block: Block) -> None:
+        assert block.block_hash is not None
+        del self._hash_to_block[block.block_hash]
+        block.block_hash = block.token_ids = block.salt = None
+
+    def _ref(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        if block.ref_count == 0:
+            assert block.block_hash is not None, "only cached blocks are revived"
+            del self._free_cached[block_id]
+        block.ref_count += 1
+
+    def _deref(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        assert block.ref_count > 0, f"block {block_id} freed twice"
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            if block.block_hash is not None:
+                self._free_cached[block_id] = None
+            else:
+                self._free_uncached.append(block_id)
+
+    def check_invariants(self, block_tables: Iterable[list[int]]) -> None:
+        """Assert the accounting matches ``block_tables`` (every live sequence's table)."""
+        holders = [0] * self.num_blocks
+        for table in block_tables:
+            for block_id in table:
+                holders[block_id] += 1
+        free_uncached, free_cached = set(self._free_uncached), set(self._free_cached)
+        assert len(free_uncached) == len(self._free_uncached), "duplicate free block"
+        assert not free_uncached & free_cached
+        for block in self.blocks:
+            assert block.ref_count == holders[block.block_id], f"block {block.block_id} ref count"
+            is_free = block.block_id in free_uncached or block.block_id in free_cached
+            assert is_free == (block.ref_count == 0), f"block {block.block_id} free list"
+            if block.block_id in free_cached:
+                assert block.block_hash is not None
+            if block.block_id in free_uncached:
+                assert block.block_hash is None
+            if block.block_hash is not None:
+                assert self._hash_to_block[block.block_hash] == block.block_id
+                assert block.token_ids is not None and len(block.token_ids) == self.block_size
+        for block_hash, block_id in self._hash_to_block.items():
+            assert self.blocks[block_id].block_hash == block_hash

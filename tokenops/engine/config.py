@@ -1,0 +1,85 @@
+"""Engine configuration: one validated dataclass shared by the runner, scheduler and engine.
+
+Defaults match the tunables declared in ``plugins/compute_model/engine_params.py``
+and :class:`tokenops.config.EngineSettings`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+#: Tunables that take effect on the next engine step.
+LIVE_TUNABLES = ("max_num_batched_tokens", "max_num_seqs", "enable_prefix_caching", "schedule_policy")
+#: Tunables that need a new engine (the KV cache is preallocated from them).
+RESTART_TUNABLES = ("block_size", "kv_cache_tokens", "torch_threads")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Everything the bundled engine needs to start.
+
+    ``max_model_len`` of None means the model's ``max_position_embeddings``
+    capped by ``kv_cache_tokens``; the runner resolves it.
+    """
+
+    model: str | None = None
+    dtype: str = "float32"
+    device: str = "auto"
+    block_size: int = 16
+    kv_cache_tokens: int = 16384
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 32
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    schedule_policy: str = "fcfs"
+    torch_threads: int | None = None
+    seed: int = 0
+    model_name: str | None = None
+    allow_download: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"engine dtype must be one of {', '.join(_DTYPES)}, not {self.dtype!r}")
+        if not isinstance(self.device, str) or not self.device:
+            raise ValueError("engine device must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        _check_int("block_size", self.block_size, 1)
+        _check_int("kv_cache_tokens", self.kv_cache_tokens, self.block_size)
+        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        _check_int("max_num_seqs", self.max_num_seqs, 1)
+        if self.max_model_len is not None:
+            _check_int("max_model_len", self.max_model_len, 2)
+        if self.torch_threads is not None:
+            _check_int("torch_threads", self.torch_threads, 0)
+        if not isinstance(self.schedule_policy, str) or not self.schedule_policy:
+            raise ValueError("engine schedule_policy must be a policy name such as 'fcfs' or 'priority'")
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError("engine enable_prefix_caching must be true or false")
+        _check_int("seed", self.seed, None)
+
+    @property
+    def num_kv_blocks(self) -> int:
+        return self.kv_cache_tokens // self.block_size
+
+    @classmethod
+    def from_settings(cls, engine_settings: Any, **overrides: Any) -> "EngineConfig":
+        """Build from :class:`tokenops.config.EngineSettings` (any object with the same
+        attribute names), then apply ``overrides`` (e.g. ``model=...``)."""
+        names = {f.name for f in fields(cls)}
+        values = {n: getattr(engine_settings, n) for n in names if hasattr(engine_settings, n)}
+        unknown = set(overrides) - names
+        if unknown:
+            raise ValueError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
+        values.update(overrides)
+        if values.get("torch_threads") == 0:
+            values["torch_threads"] = None  # the tunable's 0 means "torch's default"
+        return cls(**values)
+
+
+def _check_int(name: str, value: Any, minimum: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"engine {name} must be an integer, not {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"engine {name} must be >= {minimum}, got {value}")

@@ -1,0 +1,164 @@
+"""Sampling parameters and the sampler that turns a step's logits into tokens.
+
+Every transform is row-wise, and seeded requests draw from their own
+``torch.Generator``, so a seeded request yields the same tokens whatever else is in
+the batch. Logprobs are ``log_softmax`` of the raw logits (before temperature,
+top-k and top-p), as the OpenAI API and vLLM report them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from tokenops.engine.sequence import Sequence
+
+#: Most top alternatives a request may ask for (OpenAI's limit).
+MAX_LOGPROBS = 20
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """How to pick tokens and when to stop. ``temperature == 0`` is greedy."""
+
+    n: int = 1
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None  # None = none; k = the chosen token plus k alternatives
+
+    def __post_init__(self) -> None:
+        _int("n", self.n, 1)
+        _int("max_tokens", self.max_tokens, 1)
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.top_k == -1:
+            self.top_k = 0  # vLLM's spelling of "off"
+        _int("top_k", self.top_k, 0)
+        if self.seed is not None:
+            _int("seed", self.seed, None)
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if self.stop is None:
+            self.stop = []
+        if not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError("stop must be a list of non-empty strings")
+        self.stop = list(self.stop)
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
+        for t in self.stop_token_ids:
+            _int("stop_token_ids item", t, 0)
+        self.stop_token_ids = list(self.stop_token_ids)
+        if self.logprobs is not None:
+            _int("logprobs", self.logprobs, 0)
+            if self.logprobs > MAX_LOGPROBS:
+                raise ValueError(f"logprobs must be at most {MAX_LOGPROBS}, got {self.logprobs}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+def _int(name: str, value: Any, minimum: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+@dataclass(slots=True)
+class SampledToken:
+    """One sampled token and, when asked for, its logprob and top alternatives."""
+
+    token_id: int
+    logprob: float | None = None
+    top: list[tuple[int, float]] | None = None
+
+
+class Sampler:
+    """Turns logits ``[num_seqs, vocab]`` into one token per sequence."""
+
+    def __init__(self, seed: int = 0) -> None:
+        import torch
+
+        self._torch = torch
+        #: Shared generator for unseeded sampling: engine runs are reproducible for a config seed.
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @staticmethod
+    def new_generator(seed: int, output_index: int) -> "torch.Generator":
+        import torch
+
+        return torch.Generator().manual_seed(seed + output_index)
+
+    def sample(self, logits: "torch.Tensor", seqs: list[Sequence]) -> list[SampledToken]:
+        torch = self._torch
+        assert logits.dim() == 2 and logits.shape[0] == len(seqs)
+        logits = logits.float()
+        token_ids = logits.argmax(dim=-1).tolist()  # greedy rows keep these
+        random_rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
+        if random_rows:
+            rows = torch.tensor(random_rows, device=logits.device)
+            probs = self._probs(logits.index_select(0, rows), [seqs[i].params for i in random_rows]).cpu()
+            shared = [j for j, i in enumerate(random_rows) if seqs[i].generator is None]
+            if shared:
+                picked = torch.multinomial(probs[shared], 1, generator=self.generator).view(-1).tolist()
+                for j, token_id in zip(shared, picked):
+                    token_ids[random_rows[j]] = token_id
+            for j, i in enumerate(random_rows):
+                if seqs[i].generator is not None:
+                    token_ids[i] = int(torch.multinomial(probs[j], 1, generator=seqs[i].generator))
+        out = [SampledToken(t) for t in token_ids]
+        lp_rows = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
+        if lp_rows:
+            self._fill_logprobs(logits, lp_rows, seqs, out)
+        return out
+
+    def _probs(self, logits: "torch.Tensor", params: list[SamplingParams]) -> "torch.Tensor":
+        torch = self._torch
+        temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype, device=logits.device)
+        logits = logits / temps.unsqueeze(1)
+        top_ks = [p.top_k for p in params]
+        if any(top_ks):
+            vocab = logits.shape[1]
+            k = torch.tensor([min(k, vocab) if k else vocab for k in top_ks], device=logits.device)
+            sorted_desc = logits.sort(dim=-1, descending=True).values
+            kth = sorted_desc.gather(1, (k - 1).unsqueeze(1))
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        top_ps = [p.top_p for p in params]
+        if any(p < 1.0 for p in top_ps):
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            sorted_probs = sorted_logits.softmax(dim=-1)
+            # drop a token when the mass before it already reaches top_p (the first token always stays)
+            mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+            top_p = torch.tensor(top_ps, dtype=logits.dtype, device=logits.device).unsqueeze(1)
+            drop_sorted = mass_before >= top_p
+            drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+            logits = logits.masked_fill(drop, float("-inf"))
+        return logits.softmax(dim=-1)
+
+    def _fill_logprobs(self, logits: "torch.Tensor", rows: list[int], seqs: list[Sequence],
+                       out: list[SampledToken]) -> None:
+        torch = self._torch
+        index = torch.tensor(rows, device=logits.device)
+        logprobs = logits.index_select(0, index).log_softmax(dim=-1)
+        chosen = torch.tensor([out[i].token_id for i in rows], device=logits.device)
+        chosen_lp = logprobs.gather(1, chosen.unsqueeze(1)).view(-1).tolist()
+        max_k = max(seqs[i].params.logprobs for i in rows)
+        if max_k:
+            top_vals, top_ids = logprobs.topk(max_k, dim=-1)
+            top_vals, top_ids = top_vals.tolist(), top_ids.tolist()
+        for j, i in enumerate(rows):
+            k = seqs[i].params.logprobs
+            out[i].logprob = chosen_lp[j]
+            out[i].top = list(zip(top_ids[j][:k], top_vals[j][:k])) if k else []
