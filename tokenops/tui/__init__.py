@@ -1,0 +1,1 @@
+"""The ``tokenops dashboard`` Textual app. Only the CLI imports this package, lazily."""

@@ -1,0 +1,1 @@
+"""Dashboard screens, one class per module."""

@@ -1,0 +1,79 @@
+"""Models & routing: traffic share and cost per model, route reasons, escalations, cache hits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable
+
+from tokenops.tui.bars import usage_bar
+from tokenops.tui.format import fmt_int, fmt_pct, fmt_usd, ratio
+from tokenops.tui.screens.base import DashboardScreen
+from tokenops.tui.tables import ensure_columns, sync_rows
+from tokenops.tui.widgets.metric_tile import MetricTile
+
+MODEL_COLUMNS = (
+    ("model", "model"),
+    ("share", "traffic share"),
+    ("requests", "requests"),
+    ("errors", "errors"),
+    ("input", "in tokens"),
+    ("output", "out tokens"),
+    ("cost", "cost"),
+    ("cost_h", "cost/hour"),
+)
+ROUTE_COLUMNS = (("reason", "route reason"), ("count", "requests"), ("share", "share"))
+
+
+def model_cells(name: str, model: dict[str, Any]) -> list[Any]:
+    return [
+        name,
+        usage_bar(model.get("share"), width=8, warn=2, danger=2),
+        fmt_int(model.get("requests")),
+        fmt_int(model.get("errors")),
+        fmt_int(model.get("input_tokens")),
+        fmt_int(model.get("output_tokens")),
+        fmt_usd(model.get("cost_usd")),
+        fmt_usd(model.get("cost_per_hour_usd")),
+    ]
+
+
+def route_rows(routes: dict[str, int]) -> dict[str, list[Any]]:
+    total = sum(routes.values())
+    ordered = sorted(routes.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {reason: [reason, fmt_int(count), fmt_pct(ratio(count, total))] for reason, count in ordered}
+
+
+class ModelsScreen(DashboardScreen):
+    SCREEN_TITLE = "Models & routing"
+
+    def compose_body(self) -> ComposeResult:
+        models = DataTable(id="models", cursor_type="row", zebra_stripes=True)
+        models.border_title = "models"
+        yield models
+        with Horizontal(id="routing"):
+            routes = DataTable(id="routes", cursor_type="row")
+            routes.border_title = "route reasons"
+            yield routes
+            with Vertical(id="routing-tiles"):
+                yield MetricTile("cache hits", id="cache")
+                yield MetricTile("cascade escalations", id="escalations")
+                yield MetricTile("total cost/hour", id="cost_h")
+
+    def on_mount(self) -> None:
+        ensure_columns(self.query_one("#models", DataTable), MODEL_COLUMNS)
+        ensure_columns(self.query_one("#routes", DataTable), ROUTE_COLUMNS)
+
+    def show_stats(self, stats: dict[str, Any]) -> None:
+        models = stats.get("models") or {}
+        cache = stats.get("cache") or {}
+        with self.app.batch_update():
+            sync_rows(self.query_one("#models", DataTable), {n: model_cells(n, m) for n, m in sorted(models.items())})
+            sync_rows(self.query_one("#routes", DataTable), route_rows(stats.get("routes") or {}))
+            hits, lookups = cache.get("hits", 0), cache.get("lookups", 0)
+            self.query_one("#cache", MetricTile).show(f"{fmt_int(hits)}/{fmt_int(lookups)} ({fmt_pct(ratio(hits, lookups))})")
+            self.query_one("#escalations", MetricTile).show(fmt_int(stats.get("escalations", 0)))
+            total = sum(m.get("cost_per_hour_usd") or 0.0 for m in models.values())
+            self.query_one("#cost_h", MetricTile).show(fmt_usd(total))
