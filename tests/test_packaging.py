@@ -25,7 +25,7 @@ def test_every_builtin_plugin_module_is_an_entry_point():
     targets = set(PYPROJECT["project"]["entry-points"]["tokenops"].values())
     modules = set()
     for path in (ROOT / "plugins").rglob("*.py"):
-        if path.name == "__init__.py":
+        if path.name.startswith("_"):  # __init__ and private helper modules are not plugins
             continue
         rel = path.relative_to(ROOT / "plugins").with_suffix("")
         modules.add(".".join(["tokenops_plugins", *rel.parts]))
