@@ -1,0 +1,198 @@
+"""Continuous batching with a per-step token budget (chunked prefill / Dynamic SplitFuse).
+
+Each step fills ``max_num_batched_tokens``: running decodes first (one token each),
+then the next chunk of running sequences whose prompt is partly computed, then new
+sequences from the waiting queue (ordered by the ``tokenops_schedule_order`` hook).
+When a decode finds no free KV block, the latest-arrived running sequence is
+preempted by recompute: its blocks are freed and it goes back to the waiting queue.
+The config object is read every step, so live tunable changes apply on the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from tokenops.engine.block_manager import BlockManager
+from tokenops.engine.sequence import Sequence, SequenceStatus
+
+if TYPE_CHECKING:
+    from tokenops.engine.config import EngineConfig
+
+
+def get_schedule_order(waiting: list[Sequence], policy: str) -> list[Sequence] | None:
+    """The waiting queue ordered by the plugin owning ``policy`` (None: no such policy)."""
+    from tokenops.plugins import hook
+
+    return hook().tokenops_schedule_order(waiting=waiting, policy=policy)
+
+
+@dataclass(slots=True)
+class ScheduledChunk:
+    """``num_tokens`` tokens of ``seq`` starting at position ``start_pos``."""
+
+    seq: Sequence
+    start_pos: int
+    num_tokens: int
+    row: int = 0  # index of this chunk's logits in the step's output
+
+    @property
+    def is_last(self) -> bool:
+        """The chunk reaches the sequence's last token, so its logits give a new token."""
+        return self.start_pos + self.num_tokens == len(self.seq.token_ids)
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    #: ``(src, dst)`` KV block copies to make before the forward (copy-on-write).
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+
+class Scheduler:
+    """Owns the waiting and running queues and the block manager."""
+
+    def __init__(self, config: EngineConfig, num_blocks: int,
+                 order_fn: Callable[[list[Sequence], str], list[Sequence] | None] = get_schedule_order) -> None:
+        self.config = config
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.order_fn = order_fn
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []  # in admission order
+        self.num_preemptions = 0
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        assert seq.status is SequenceStatus.WAITING and not seq.block_table
+        assert len(seq.token_ids) <= self.block_manager.num_blocks * self.config.block_size, \
+            "the engine must reject prompts that cannot fit the KV cache"
+        self.waiting.append(seq)
+
+    # -- one step ----------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        config, bm = self.config, self.block_manager
+        bm.enable_prefix_caching = config.enable_prefix_caching
+        out = SchedulerOutput()
+        budget = config.max_num_batched_tokens
+        decodes = [s for s in self.running if not s.is_prefill]
+        prefills = [s for s in self.running if s.is_prefill]
+        unscheduled = decodes + prefills  # victims come from here, latest arrival first
+
+        for seq in decodes:
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            if budget == 0:
+                break
+            while not bm.can_append(seq):
+                candidates = [s for s in unscheduled if s is not seq and s.status is SequenceStatus.RUNNING]
+                victim = max(candidates, key=lambda s: (s.arrival_time, s.seq_id)) if candidates else seq
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            out.block_copies += bm.append_slot(seq)
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, 1))
+            unscheduled.remove(seq)
+            budget -= 1
+
+        for seq in prefills:
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            num_tokens = min(seq.num_uncomputed_tokens, budget)
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, num_tokens))
+            budget -= num_tokens
+
+        if out.preempted or budget == 0 or not self.waiting:
+            return out
+        ordered = self.order_fn(list(self.waiting), config.schedule_policy)
+        if ordered is None:  # unknown policy: the engine validates names, so only tests get here
+            ordered = sorted(self.waiting, key=lambda s: s.arrival_time)
+        num_seqs = len(self.running)
+        for seq in ordered:
+            if budget == 0:
+                break
+            # an empty batch admits anything, so n > max_num_seqs cannot starve
+            if num_seqs and num_seqs + 1 + seq.num_pending_forks > config.max_num_seqs:
+                break
+            if not bm.can_allocate(seq):
+                break
+            bm.allocate(seq)
+            self.waiting.remove(seq)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            num_seqs += 1 + seq.num_pending_forks
+            num_tokens = min(seq.num_uncomputed_tokens, budget)
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, num_tokens))
+            budget -= num_tokens
+        return out
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free ``seq``'s blocks and queue it for recomputation at the front."""
+        self.block_manager.free(seq)
+        self.running.remove(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_computed_tokens = 0
+        self.waiting.insert(0, seq)
+        self.num_preemptions += 1
+
+    def update_computed(self, out: SchedulerOutput) -> None:
+        """Record that the step computed its chunks; registers newly full blocks."""
+        for chunk in out.chunks:
+            seq = chunk.seq
+            assert seq.num_computed_tokens == chunk.start_pos
+            seq.num_computed_tokens += chunk.num_tokens
+            self.block_manager.cache_computed_blocks(seq, chunk.start_pos)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def fork(self, parent: Sequence) -> list[Sequence]:
+        """Create ``parent``'s pending siblings (n > 1), sharing its blocks."""
+        children = []
+        for i in range(parent.num_pending_forks):
+            child = parent.fork(parent.output_index + 1 + i)
+            self.block_manager.fork(parent, child)
+            children.append(child)
+        parent.num_pending_forks = 0
+        at = self.running.index(parent) + 1
+        self.running[at:at] = children
+        return children
+
+    def finish(self, seq: Sequence) -> None:
+        """Retire a sequence: free its blocks and drop it from the queues."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.FINISHED
+
+    def abort(self, request_id: str) -> list[Sequence]:
+        """Retire every sequence of ``request_id``; returns them."""
+        seqs = [s for s in self.running + self.waiting if s.request_id == request_id]
+        for seq in seqs:
+            self.finish(seq)
+        return seqs
