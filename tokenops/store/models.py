@@ -1,0 +1,247 @@
+"""SQLModel classes of every store table.
+
+The classes describe the current schema for sessions and for the telemetry
+writer's column conversion; the DDL itself lives in :mod:`tokenops.store.migrations`
+(frozen per version) and ``tests/store/test_migrations.py`` checks the two agree.
+
+Conventions: timestamps are naive UTC ``TIMESTAMP``; JSON payloads are ``VARCHAR``
+holding JSON text (DuckDB's ``json_*`` functions read them); ``*_s`` are seconds.
+
+The three telemetry tables (``requests``, ``engine_stats``, ``expert_load``) are
+append-only and have no primary-key constraint in the database, so bulk inserts
+stay fast; the keys declared here only satisfy the ORM mapper.
+
+``engine_stats`` counters (``prefix_cache_*``, ``num_preemptions``, ``*_tokens_total``)
+are cumulative since the engine started, like Prometheus counters; queries take
+their increase per replica. ``expert_load.tokens`` counts tokens routed to one
+expert during the interval that ends at ``ts``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Optional
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+
+def _col(sa_type: Any, *, primary_key: bool = False, nullable: bool = True, is_json: bool = False) -> Any:
+    """A field with an explicit SQL type (SQLModel's defaults would pick REAL for float).
+
+    ``is_json`` marks VARCHAR columns holding JSON text: the writer serialises
+    non-string values put there."""
+    kwargs = {"info": {"json": True}} if is_json else {}
+    return Field(default=None, primary_key=primary_key, sa_type=sa_type, nullable=nullable, sa_column_kwargs=kwargs)
+
+
+STR, INT, BIGINT, DOUBLE, BOOL, TS = sa.String, sa.Integer, sa.BigInteger, sa.Double, sa.Boolean, sa.DateTime
+
+# ---------------------------------------------------------------------------
+# telemetry (batched writer)
+# ---------------------------------------------------------------------------
+
+
+class RequestRow(SQLModel, table=True):
+    """One row per request handled by the gateway, with every pipeline decision."""
+
+    __tablename__ = "requests"
+
+    id: str = _col(STR, primary_key=True, nullable=False)
+    ts: Optional[datetime] = _col(TS)  # arrival
+    tenant: Optional[str] = _col(STR)
+    api_key_id: Optional[str] = _col(STR)
+    model_requested: Optional[str] = _col(STR)
+    model_served: Optional[str] = _col(STR)
+    backend: Optional[str] = _col(STR)
+    route_reason: Optional[str] = _col(STR)
+    router: Optional[str] = _col(STR)
+    replica: Optional[str] = _col(STR)
+    cache_hit: Optional[bool] = _col(BOOL)
+    escalated: Optional[bool] = _col(BOOL)
+    ensemble_members: Optional[str] = _col(STR, is_json=True)  # JSON list of models
+    tokens_in: Optional[int] = _col(BIGINT)
+    tokens_out: Optional[int] = _col(BIGINT)
+    tokens_cached: Optional[int] = _col(BIGINT)
+    ttft_s: Optional[float] = _col(DOUBLE)
+    tpot_s: Optional[float] = _col(DOUBLE)
+    e2e_s: Optional[float] = _col(DOUBLE)
+    status: Optional[str] = _col(STR)  # ok | error | rejected
+    error_kind: Optional[str] = _col(STR)
+    http_status: Optional[int] = _col(INT)
+    stream: Optional[bool] = _col(BOOL)
+    cost_usd: Optional[float] = _col(DOUBLE)
+    decisions: Optional[str] = _col(STR, is_json=True)
+
+
+class EngineStatsRow(SQLModel, table=True):
+    """A snapshot of one engine replica, written about once a second."""
+
+    __tablename__ = "engine_stats"
+
+    ts: datetime = _col(TS, primary_key=True, nullable=False)
+    replica: str = _col(STR, primary_key=True, nullable=False)
+    model: Optional[str] = _col(STR)
+    num_running: Optional[int] = _col(INT)
+    num_waiting: Optional[int] = _col(INT)
+    kv_cache_usage: Optional[float] = _col(DOUBLE)  # 0..1
+    kv_blocks_used: Optional[int] = _col(INT)
+    kv_blocks_total: Optional[int] = _col(INT)
+    prefix_cache_queries: Optional[int] = _col(BIGINT)  # cumulative, in tokens
+    prefix_cache_hits: Optional[int] = _col(BIGINT)  # cumulative, in tokens
+    num_preemptions: Optional[int] = _col(BIGINT)  # cumulative
+    batch_tokens: Optional[int] = _col(INT)  # tokens in the last step
+    step_time_s: Optional[float] = _col(DOUBLE)
+    gen_tokens_total: Optional[int] = _col(BIGINT)
+    prompt_tokens_total: Optional[int] = _col(BIGINT)
+    spec_acceptance: Optional[float] = _col(DOUBLE)  # None without speculative decoding
+
+
+class ExpertLoadRow(SQLModel, table=True):
+    """Tokens routed to one MoE expert of one layer during the interval ending at ``ts``."""
+
+    __tablename__ = "expert_load"
+
+    ts: datetime = _col(TS, primary_key=True, nullable=False)
+    model: Optional[str] = _col(STR)
+    replica: str = _col(STR, primary_key=True, nullable=False)
+    layer: int = _col(INT, primary_key=True, nullable=False)
+    expert: int = _col(INT, primary_key=True, nullable=False)
+    tokens: Optional[int] = _col(BIGINT)
+
+
+# ---------------------------------------------------------------------------
+# low-rate entities (SQLModel sessions)
+# ---------------------------------------------------------------------------
+
+
+class CapabilityProfile(SQLModel, table=True):
+    """Quality of one model on one dimension (a task suite), with its confidence interval."""
+
+    __tablename__ = "capability_profiles"
+
+    model: str = _col(STR, primary_key=True, nullable=False)
+    dimension: str = _col(STR, primary_key=True, nullable=False)
+    score: Optional[float] = _col(DOUBLE)
+    ci_low: Optional[float] = _col(DOUBLE)
+    ci_high: Optional[float] = _col(DOUBLE)
+    n: Optional[int] = _col(INT)
+    updated_at: Optional[datetime] = _col(TS)
+    source: Optional[str] = _col(STR)
+
+
+config_change_id_seq = sa.Sequence("config_changes_id_seq")
+
+
+class ConfigChange(SQLModel, table=True):
+    """Audit of one live tunable change."""
+
+    __tablename__ = "config_changes"
+
+    # duckdb-engine cannot create SERIAL columns: the id comes from an explicit sequence.
+    id: Optional[int] = Field(
+        default=None,
+        sa_column=sa.Column(
+            sa.BigInteger, config_change_id_seq, server_default=config_change_id_seq.next_value(), primary_key=True
+        ),
+    )
+    ts: Optional[datetime] = _col(TS)
+    name: str = _col(STR, nullable=False)
+    old_value: Optional[str] = _col(STR, is_json=True)
+    new_value: Optional[str] = _col(STR, is_json=True)
+    actor: Optional[str] = _col(STR)
+    source: Optional[str] = _col(STR)  # admin-api | tui | tune | config
+
+
+class BenchRun(SQLModel, table=True):
+    """One ``tokenops bench`` invocation."""
+
+    __tablename__ = "bench_runs"
+
+    id: str = _col(STR, primary_key=True, nullable=False)
+    ts: Optional[datetime] = _col(TS)
+    target: Optional[str] = _col(STR)  # base URL
+    workload: Optional[str] = _col(STR)
+    options: Optional[str] = _col(STR, is_json=True)
+    notes: Optional[str] = _col(STR)
+
+
+class BenchResult(SQLModel, table=True):
+    """Aggregates of one step (one offered rate or concurrency) of a bench run."""
+
+    __tablename__ = "bench_results"
+
+    run_id: str = _col(STR, primary_key=True, nullable=False)
+    step: int = _col(INT, primary_key=True, nullable=False)
+    mode: Optional[str] = _col(STR)  # poisson | constant | concurrency | throughput
+    rate: Optional[float] = _col(DOUBLE)  # req/s offered, or the concurrency
+    num_requests: Optional[int] = _col(INT)
+    num_errors: Optional[int] = _col(INT)
+    duration_s: Optional[float] = _col(DOUBLE)
+    throughput_rps: Optional[float] = _col(DOUBLE)
+    input_tok_s: Optional[float] = _col(DOUBLE)
+    output_tok_s: Optional[float] = _col(DOUBLE)
+    ttft_p50: Optional[float] = _col(DOUBLE)
+    ttft_p90: Optional[float] = _col(DOUBLE)
+    ttft_p95: Optional[float] = _col(DOUBLE)
+    ttft_p99: Optional[float] = _col(DOUBLE)
+    tpot_p50: Optional[float] = _col(DOUBLE)
+    tpot_p90: Optional[float] = _col(DOUBLE)
+    tpot_p95: Optional[float] = _col(DOUBLE)
+    tpot_p99: Optional[float] = _col(DOUBLE)
+    itl_p50: Optional[float] = _col(DOUBLE)
+    itl_p90: Optional[float] = _col(DOUBLE)
+    itl_p95: Optional[float] = _col(DOUBLE)
+    itl_p99: Optional[float] = _col(DOUBLE)
+    e2e_p50: Optional[float] = _col(DOUBLE)
+    e2e_p90: Optional[float] = _col(DOUBLE)
+    e2e_p95: Optional[float] = _col(DOUBLE)
+    e2e_p99: Optional[float] = _col(DOUBLE)
+    goodput_rps: Optional[float] = _col(DOUBLE)  # requests/s that met every SLO
+    slo_attainment: Optional[float] = _col(DOUBLE)  # 0..1
+
+
+class TuneTrial(SQLModel, table=True):
+    """One trial of a ``tokenops tune`` study."""
+
+    __tablename__ = "tune_trials"
+
+    id: str = _col(STR, primary_key=True, nullable=False)
+    ts: Optional[datetime] = _col(TS)
+    study: str = _col(STR, nullable=False)
+    trial: int = _col(INT, nullable=False)
+    params: Optional[str] = _col(STR, is_json=True)
+    goodput: Optional[float] = _col(DOUBLE)
+    status: Optional[str] = _col(STR)  # complete | pruned | failed | infeasible
+    slo: Optional[str] = _col(STR, is_json=True)
+    metrics: Optional[str] = _col(STR, is_json=True)
+    is_best: Optional[bool] = _col(BOOL)
+
+
+#: Tables the batched writer accepts (the rest go through sessions).
+TELEMETRY_MODELS: dict[str, type[SQLModel]] = {m.__tablename__: m for m in (RequestRow, EngineStatsRow, ExpertLoadRow)}
+ALL_MODELS: dict[str, type[SQLModel]] = {
+    m.__tablename__: m
+    for m in (RequestRow, EngineStatsRow, ExpertLoadRow, CapabilityProfile, ConfigChange, BenchRun, BenchResult, TuneTrial)
+}
+
+
+def column_kinds(table: str) -> list[tuple[str, str]]:
+    """``(column, kind)`` pairs in table order; kind is str, json, int, float, bool or ts."""
+    out = []
+    for col in ALL_MODELS[table].__table__.columns:
+        t = col.type
+        if col.info.get("json"):
+            kind = "json"
+        elif isinstance(t, sa.DateTime):
+            kind = "ts"
+        elif isinstance(t, sa.Boolean):
+            kind = "bool"
+        elif isinstance(t, sa.Integer):  # BigInteger is a subclass
+            kind = "int"
+        elif isinstance(t, (sa.Double, sa.Float)):
+            kind = "float"
+        else:
+            kind = "str"
+        out.append((col.name, kind))
+    return out
