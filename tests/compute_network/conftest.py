@@ -1,0 +1,8 @@
+import pytest
+
+from .helpers import FakeClock
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
