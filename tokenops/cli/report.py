@@ -1,0 +1,124 @@
+"""``tokenops report``: usage, cost, latency and cache hit rates from the store.
+
+Opens the DuckDB file read-only. While a server holds the file DuckDB lets no
+other process open it, so the command says so in one line and points at the
+server's ``/admin/query`` endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tokenops.cli.options import ConfigOpt, JsonOpt, StoreOpt
+
+SinceOpt = Annotated[
+    str, typer.Option("--since", help="Start of the window: 7d, 24h, 30m, a date (2026-11-01), an ISO time, or all.")
+]
+
+
+def _store_path(store: str | None, config: str | None) -> str:
+    if store:
+        return store
+    from tokenops.config import load_settings
+
+    return load_settings(config).store.path
+
+
+def collect_report(path: str, since: str) -> dict[str, Any]:
+    """The report's data; ``requests`` is 0 when nothing was recorded in the window.
+
+    :raises StoreError: the file is in use by a server or has an old schema.
+    """
+    from tokenops.store import Store, parse_since
+
+    start = parse_since(since)
+    report: dict[str, Any] = {"store": path, "since": start.isoformat(), "requests": 0, "requests_all_time": 0}
+    if not Path(path).exists():
+        return report
+    with Store.open(path, read_only=True) as store:
+        report["requests_all_time"] = store.execute("SELECT count(*) FROM requests").fetchone()[0]
+        totals = store.execute(
+            "SELECT count(*), coalesce(sum(tokens_in), 0), coalesce(sum(tokens_out), 0), coalesce(sum(cost_usd), 0.0) "
+            "FROM requests WHERE ts >= ?",
+            [start],
+        ).fetchone()
+        report["requests"], report["tokens_in"], report["tokens_out"], report["cost_usd"] = totals
+        report["usage_by_model_day"] = store.run_query("usage_by_model_day", since=start)
+        report["cache_hit_rates"] = store.run_query("cache_hit_rates", since=start)
+    return report
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value * 1000:.0f}"
+
+
+def _print_tables(report: dict[str, Any]) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # pipes and files get whole tables, not a guessed 80 columns
+        console = Console(width=160)
+    console.print(
+        f"[bold]{report['requests']}[/] requests since {report['since']} UTC: "
+        f"{report['tokens_in']} tokens in, {report['tokens_out']} tokens out, ${report['cost_usd']:.4f}"
+    )
+    usage = report["usage_by_model_day"]
+    table = Table(title="Usage by model and day (latency of successful requests, ms)", box=box.SIMPLE_HEAD)
+    for col in ("day", "model", "req", "err", "tok in", "tok out", "cost $", "ttft50", "ttft95", "e2e50", "e2e95"):
+        table.add_column(col, justify="left" if col in ("day", "model") else "right", no_wrap=col != "model")
+    ix = {c: i for i, c in enumerate(usage["columns"])}
+    for row in usage["rows"]:
+        table.add_row(
+            row[ix["day"]], str(row[ix["model"]]), str(row[ix["requests"]]),
+            str(row[ix["errors"]] + row[ix["rejected"]]), str(row[ix["tokens_in"]]), str(row[ix["tokens_out"]]),
+            f"{row[ix['cost_usd']]:.4f}", _ms(row[ix["ttft_p50"]]), _ms(row[ix["ttft_p95"]]),
+            _ms(row[ix["e2e_p50"]]), _ms(row[ix["e2e_p95"]]),
+        )
+    console.print(table)
+    cache = report["cache_hit_rates"]
+    table = Table(title="Cache hit rates (gateway: per request; prefix: per prompt token)", box=box.SIMPLE_HEAD)
+    for col in ("cache", "model", "lookups", "hits", "hit rate"):
+        table.add_column(col, justify="left" if col in ("cache", "model") else "right")
+    for cache_name, model, lookups, hits, rate in cache["rows"]:
+        table.add_row(cache_name, str(model), str(lookups), str(hits), "-" if rate is None else f"{rate:.1%}")
+    console.print(table)
+
+
+def report_command(
+    since: SinceOpt = "7d",
+    as_json: JsonOpt = False,
+    store: StoreOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Tokens, cost, requests and TTFT/E2E percentiles by model and day; cache hit rates."""
+    from tokenops.store import StoreError
+
+    path = _store_path(store, config)
+    try:
+        report = collect_report(path, since)
+    except StoreError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    if report["requests"] == 0:
+        if report["requests_all_time"] == 0:
+            report["message"] = f"no requests recorded yet in {path}"
+        else:
+            report["message"] = (
+                f"no requests since {report['since']} UTC ({report['requests_all_time']} older); widen --since"
+            )
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+    elif "message" in report:
+        typer.echo(report["message"])
+    else:
+        _print_tables(report)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_command)
