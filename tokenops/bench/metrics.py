@@ -147,6 +147,9 @@ class BenchSummary:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "BenchSummary":
+        d = dict(d)
+        if isinstance(d.get("offered_rate"), str):  # "inf" in JSON
+            d["offered_rate"] = float(d["offered_rate"])
         return cls(**d)
 
     def worst_slo_ratio(self) -> float | None:

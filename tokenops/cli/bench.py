@@ -1,0 +1,170 @@
+"""``tokenops bench``: load-test an OpenAI-compatible server; ``tokenops bench compare A B``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from tokenops.cli.options import JsonOpt, StoreOpt
+
+bench_app = typer.Typer(help="Benchmark an OpenAI-compatible server (TTFT/TPOT/ITL/E2E, throughput, goodput).")
+
+_WORKLOAD_OPTS = ("input_len", "output_len", "length_dist", "length_spread", "prefix_len", "num_prefixes",
+                  "max_input_len", "max_output_len", "max_turns", "time_scale", "store")
+
+
+def _progress():
+    """A rich progress bar on stderr, or None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn(), console=Console(stderr=True))
+
+
+@bench_app.callback(invoke_without_command=True)
+def bench(
+    ctx: typer.Context,
+    url: Annotated[Optional[str], typer.Option("--url", help="Base URL of the server (…/v1 accepted).", envvar="TOKENOPS_URL")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Model name (default: the first in /v1/models).")] = None,
+    workload: Annotated[str, typer.Option("--workload", "-w", help="synthetic | shared-prefix | sharegpt | sharegpt-multiturn | replay | a plugin's.")] = "synthetic",
+    num_requests: Annotated[int, typer.Option("--num-requests", "-n", help="Requests (conversations for multi-turn) per load level.")] = 100,
+    rate: Annotated[Optional[str], typer.Option("--rate", help="Requests/s, 'inf', or a sweep like 1,2,4.")] = None,
+    arrival: Annotated[str, typer.Option("--arrival", help="poisson | constant | gamma.")] = "poisson",
+    burstiness: Annotated[float, typer.Option("--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier.")] = 1.0,
+    concurrency: Annotated[Optional[str], typer.Option("--concurrency", help="Fixed requests in flight, or a sweep like 1,4,16.")] = None,
+    slo: Annotated[Optional[list[str]], typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
+    input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens (mean).")] = 128,
+    output_len: Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens (mean).")] = 64,
+    length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
+    length_spread: Annotated[float, typer.Option("--length-spread", help="Relative std / half-width of lengths.")] = 0.25,
+    prefix_len: Annotated[int, typer.Option("--prefix-len", help="shared-prefix: system prompt tokens.")] = 256,
+    num_prefixes: Annotated[int, typer.Option("--num-prefixes", help="shared-prefix: distinct system prompts.")] = 4,
+    max_input_len: Annotated[int, typer.Option("--max-input-len", help="ShareGPT: skip longer prompts (tokens).")] = 1024,
+    max_output_len: Annotated[int, typer.Option("--max-output-len", help="ShareGPT: cap answer tokens.")] = 256,
+    max_turns: Annotated[int, typer.Option("--max-turns", help="sharegpt-multiturn: turns per conversation.")] = 4,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="replay: multiply recorded gaps (0.5 = twice as fast).")] = 1.0,
+    endpoint: Annotated[str, typer.Option("--endpoint", help="chat | completions.")] = "chat",
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Bearer key for the target.", envvar="OPENAI_API_KEY")] = None,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Ask the server to ignore EOS (fixed answer lengths).")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of workload and arrivals.")] = 0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Per-request timeout (s).")] = 300.0,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a latency–throughput plot (.html or .png).")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the full run (with every request) as JSON.")] = None,
+    store: StoreOpt = None,
+    no_store: Annotated[bool, typer.Option("--no-store", help="Do not save the run in the store.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Load-test a server and print latency percentiles, throughput and goodput."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich.console import Console
+
+    from tokenops.bench import plot as plots
+    from tokenops.bench.loadgen import BenchError
+    from tokenops.bench.report import levels_table
+    from tokenops.bench.runner import BenchPlan, parse_levels, run_plan_sync
+    from tokenops.bench.storage import save_run
+    from tokenops.bench.workloads import WorkloadError
+    from tokenops.cli import UserError
+    from tokenops.slo import parse_slos
+
+    if not url:
+        raise UserError("--url is required (the server's base URL, e.g. http://127.0.0.1:8000)")
+    values = locals()
+    wl_opts = {k: values[k] for k in _WORKLOAD_OPTS if k != "store"}
+    if workload == "replay":
+        from tokenops.store import default_path
+
+        wl_opts["store"] = store or default_path()
+    try:
+        plan = BenchPlan(url=url, workload=workload, model=model, num_requests=num_requests,
+                         rates=parse_levels(rate, "rate"),
+                         concurrencies=[int(c) for c in parse_levels(concurrency, "concurrency")],
+                         arrival=arrival, burstiness=burstiness, seed=seed, slos=parse_slos(slo or []),
+                         endpoint=endpoint, api_key=api_key, ignore_eos=ignore_eos, timeout_s=timeout,
+                         workload_options=wl_opts)
+        progress = _progress()
+
+        def on_level(label, num_expected):
+            if progress is None:
+                return None
+            task = progress.add_task(label, total=num_expected, errors=0)
+            counts = {"err": 0}
+
+            def on_result(r):
+                counts["err"] += 0 if r.is_ok else 1
+                progress.update(task, advance=1, errors=counts["err"])
+
+            return on_result
+
+        if progress is not None:
+            with progress:
+                run = run_plan_sync(plan, on_level)
+        else:
+            run = run_plan_sync(plan, on_level)
+    except (BenchError, WorkloadError, ValueError) as e:
+        raise UserError(str(e)) from None
+    where = None
+    if not no_store:
+        from tokenops.store import default_path
+
+        where = save_run(run, store or default_path())
+    if output:
+        run.save_json(output)
+    if plot:
+        try:
+            plots.write_plot(run, plot)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    if as_json:
+        from tokenops.bench.storage import _clean
+
+        typer.echo(json.dumps(_clean(run.to_dict(with_requests=False)), indent=1))
+        return
+    console = Console()
+    console.print(levels_table(run))
+    text = plots.text_plot(run)
+    if text:
+        console.print(text, markup=False, highlight=False)
+    for lv in run.levels:
+        if lv.summary.errors:
+            console.print(f"[red]{lv.label}: errors {lv.summary.errors}[/]")
+    if where:
+        console.print(where, markup=False, highlight=False)
+    if plot:
+        console.print(f"plot written to {plot}", markup=False, highlight=False)
+
+
+@bench_app.command("compare")
+def compare(
+    a: Annotated[str, typer.Argument(help="Run id or JSON file (from --json or --output).")],
+    b: Annotated[str, typer.Argument(help="Run id or JSON file.")],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare two runs level by level."""
+    from rich.console import Console
+
+    from tokenops.bench.report import compare_rows, compare_table
+    from tokenops.bench.storage import load_run
+    from tokenops.cli import UserError
+    from tokenops.store import default_path
+
+    try:
+        ra, rb = load_run(a, store or default_path()), load_run(b, store or default_path())
+    except (ValueError, KeyError) as e:
+        raise UserError(f"cannot read bench run: {e}") from None
+    if as_json:
+        typer.echo(json.dumps({"a": ra.id, "b": rb.id, "rows": compare_rows(ra, rb)}, indent=1))
+        return
+    Console().print(compare_table(ra, rb))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")
