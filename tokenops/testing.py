@@ -71,3 +71,34 @@ def register_plugin() -> Iterator[Callable[..., str]]:
     finally:
         for name in reversed(names):
             plugins.unregister_plugin(name)
+
+
+# ---------------------------------------------------------------------------
+# gateway fixtures (owned by the gateway; see tokenops/testing_gateway.py)
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_backend() -> Any:
+    """A fresh :class:`tokenops.testing_gateway.FakeBackend` serving ``fake-model``."""
+    from tokenops.testing_gateway import FakeBackend
+
+    return FakeBackend()
+
+
+@pytest.fixture
+async def gateway(fake_backend: Any) -> Any:
+    """An ``httpx.AsyncClient`` on a started gateway whose only backend is ``fake_backend``
+    (needs pytest-asyncio); ``gateway.gateway`` is the server state, admin key ``test-admin-key``."""
+    from tokenops.testing_gateway import gateway_client
+
+    async with gateway_client([fake_backend]) as client:
+        yield client
+
+
+def __getattr__(name: str) -> Any:  # FakeBackend / gateway_client without importing the gateway eagerly
+    if name in ("FakeBackend", "gateway_client"):
+        from tokenops import testing_gateway
+
+        return getattr(testing_gateway, name)
+    raise AttributeError(name)

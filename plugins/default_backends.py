@@ -1,0 +1,23 @@
+"""The built-in backend kinds: ``local`` (bundled engine) and ``openai`` (any OpenAI-compatible server)."""
+
+from tokenops import hookimpl
+
+TOKENOPS_LAYER = "setup"
+
+
+def _local(model, settings):
+    from tokenops.backends.local import LocalBackend
+
+    return LocalBackend(model, settings)
+
+
+def _openai(model, settings):
+    from tokenops.backends.openai_http import OpenAIBackend
+
+    return OpenAIBackend(model, settings)
+
+
+@hookimpl(trylast=True)
+def tokenops_register_backends(register):
+    register("local", _local)
+    register("openai", _openai)

@@ -1,0 +1,143 @@
+"""The ``Backend`` protocol every backend kind implements, and the objects it yields.
+
+A backend serves one model replica. The gateway calls ``chat``/``complete`` for
+non-streamed requests and ``stream`` for streamed ones; ``stream`` yields
+:class:`Delta` objects (text plus the number of tokens it holds) and a last
+delta carrying the usage. Failures are raised as :class:`tokenops.types.BackendError`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Protocol, runtime_checkable
+
+from tokenops.types import GatewayRequest, GatewayResponse
+
+
+@dataclass(slots=True)
+class Delta:
+    """A piece of a streamed answer for choice ``index``.
+
+    ``num_tokens`` counts the tokens in ``text``; ``logprobs`` holds those tokens'
+    logprobs in OpenAI's shape for the request kind (chat: ``{"content": [...]}``;
+    completions: ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``). The usage
+    fields are set on the final delta only (``is_usage``).
+    """
+
+    index: int = 0
+    text: str = ""
+    num_tokens: int = 0
+    finish_reason: str | None = None
+    logprobs: dict[str, Any] | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+
+    @property
+    def is_usage(self) -> bool:
+        return self.prompt_tokens is not None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One replica of one model. ``name`` is the replica name (``model#0``)."""
+
+    name: str
+    kind: str
+    model: str
+    #: Context window in tokens, when known (None: let the server decide).
+    max_model_len: int | None
+
+    @property
+    def ready(self) -> bool:
+        """True once the backend can serve (model loaded, upstream reachable)."""
+
+    async def start(self) -> None:
+        """Load or connect; called once before the gateway serves."""
+
+    async def chat(self, request: GatewayRequest) -> GatewayResponse:
+        """Answer a chat request in one piece."""
+
+    async def complete(self, request: GatewayRequest) -> GatewayResponse:
+        """Answer a completion request in one piece."""
+
+    def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
+        """Stream the answer to a chat or completion request as deltas; the last
+        delta carries the usage. Closing the iterator aborts the request."""
+
+    def stats(self) -> dict[str, Any] | None:
+        """Engine statistics (the bundled engine's ``stats()`` keys), or None."""
+
+    def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Apply live ``engine.*`` tunables; return what was applied."""
+
+    async def close(self) -> None:
+        """Release the engine or connection pool."""
+
+
+@dataclass(slots=True)
+class Replica:
+    """A backend as the replica-selection hook sees it."""
+
+    name: str
+    model: str
+    backend: Any
+    index: int = 0
+    in_flight: int = 0
+    labels: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.backend.ready)
+
+
+async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None = None) -> GatewayResponse:
+    """Drain a delta stream into one :class:`GatewayResponse` (used by backends whose
+    non-streamed path is their streamed one)."""
+    texts: dict[int, list[str]] = {}
+    finish: dict[int, str | None] = {}
+    logprobs: dict[int, dict[str, Any] | None] = {}
+    num_tokens = 0
+    usage: Delta | None = None
+    first_token_at: float | None = None
+    async for d in deltas:
+        if d.is_usage:
+            usage = d
+            continue
+        texts.setdefault(d.index, []).append(d.text)
+        num_tokens += d.num_tokens
+        if first_token_at is None and d.num_tokens:
+            first_token_at = time.perf_counter()
+        if d.finish_reason is not None:
+            finish[d.index] = d.finish_reason
+        if d.logprobs:
+            logprobs[d.index] = merge_logprobs(logprobs.get(d.index), d.logprobs)
+    indexes = sorted(texts) or [0]
+    choices = [
+        {"index": i, "text": "".join(texts.get(i, [])), "finish_reason": finish.get(i, "stop"), "logprobs": logprobs.get(i)}
+        for i in indexes
+    ]
+    first = choices[0]
+    return GatewayResponse(
+        text=first["text"],
+        model=model,
+        finish_reason=first["finish_reason"],
+        prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
+        completion_tokens=(usage.completion_tokens if usage and usage.completion_tokens is not None else num_tokens),
+        cached_tokens=(usage.cached_tokens or 0) if usage else 0,
+        backend=backend,
+        extra={"choices": choices, "first_token_at": first_token_at},
+    )
+
+
+def merge_logprobs(acc: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Append one delta's OpenAI-shaped logprobs to those collected so far."""
+    if not more:
+        return acc
+    if acc is None:
+        return {k: list(v) if isinstance(v, list) else v for k, v in more.items()}
+    for key, value in more.items():
+        if isinstance(value, list):
+            acc.setdefault(key, []).extend(value)
+    return acc

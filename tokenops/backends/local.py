@@ -1,0 +1,188 @@
+"""The ``local`` backend: the bundled engine in-process.
+
+The engine loop runs on one background thread (:class:`AsyncLLMEngine`); this
+adapter turns OpenAI request bodies into :class:`SamplingParams`, checks the
+context window, salts the prefix cache with the tenant, and converts engine
+outputs (and their logprobs) into deltas in OpenAI's shapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, AsyncIterator
+
+from tokenops.backends.base import Delta, collect
+from tokenops.backends.registry import replica_name
+from tokenops.config import ModelConfig, Settings
+from tokenops.types import BackendError, GatewayRequest, GatewayResponse
+
+
+def engine_config_for(model: ModelConfig, settings: Settings) -> Any:
+    """The :class:`EngineConfig` of one model: ``[engine]`` settings, then the model's overrides."""
+    from tokenops.engine.config import EngineConfig
+
+    overrides = dict(model.engine)
+    overrides.setdefault("model", model.path)
+    overrides.setdefault("model_name", model.name)
+    try:
+        return EngineConfig.from_settings(settings.engine, **overrides)
+    except (TypeError, ValueError) as e:
+        from tokenops.config import ConfigError
+
+        raise ConfigError(f"model {model.name!r}: {e}") from None
+
+
+class LocalBackend:
+    """One in-process engine serving one model."""
+
+    kind = "local"
+
+    def __init__(self, model: ModelConfig, settings: Settings, engine: Any = None) -> None:
+        self.model = model.name
+        self.name = replica_name(model)
+        self.config = engine_config_for(model, settings) if engine is None else None
+        self.engine = engine
+        self.max_model_len: int | None = getattr(engine, "max_model_len", None)
+        self.default_max_tokens = settings.gateway.default_max_tokens
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+    async def start(self) -> None:
+        if self.engine is None:
+            from tokenops.engine.async_engine import AsyncLLMEngine
+
+            # Loading weights blocks for a while: keep the event loop (and /health) free.
+            self.engine = await asyncio.to_thread(AsyncLLMEngine, self.config)
+        start = getattr(self.engine, "start", None)
+        if start is not None:
+            start()
+        self.max_model_len = self.engine.max_model_len
+
+    async def close(self) -> None:
+        if self.engine is not None and hasattr(self.engine, "shutdown"):
+            await asyncio.to_thread(self.engine.shutdown)
+
+    def stats(self) -> dict[str, Any] | None:
+        if self.engine is None:
+            return None
+        stats = dict(self.engine.stats())
+        stats.setdefault("model", self.model)
+        return stats
+
+    def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
+        if self.engine is None:
+            return {}
+        return self.engine.apply_tunables(values)
+
+    # -- requests ---------------------------------------------------------
+
+    async def chat(self, request: GatewayRequest) -> GatewayResponse:
+        return await collect(self.stream(request), self.model, self.name)
+
+    async def complete(self, request: GatewayRequest) -> GatewayResponse:
+        return await collect(self.stream(request), self.model, self.name)
+
+    def _prompt_ids(self, request: GatewayRequest) -> list[int]:
+        tok = self.engine.tokenizer
+        if request.kind == "chat":
+            text = tok.apply_chat_template(request.messages or [], add_generation_prompt=True)
+            return tok.encode(text, add_special_tokens=False)
+        if isinstance(request.prompt, list):
+            return list(request.prompt)
+        return tok.encode(request.prompt or "", add_special_tokens=True)
+
+    def _sampling(self, request: GatewayRequest, num_prompt: int) -> Any:
+        from tokenops.engine.sampling import SamplingParams
+
+        body = request.body
+        max_tokens = request.max_tokens
+        asked = body.get("max_completion_tokens") if body.get("max_tokens") is None else body.get("max_tokens")
+        limit = self.max_model_len
+        if limit is not None:
+            if num_prompt >= limit or (asked is not None and num_prompt + max_tokens > limit):
+                raise BackendError(
+                    f"This model's maximum context length is {limit} tokens. However, you requested "
+                    f"{num_prompt + max_tokens} tokens ({num_prompt} in the prompt, {max_tokens} in the completion). "
+                    "Please reduce the length of the prompt or completion.",
+                    kind="context_length", status=400, backend=self.name,
+                )
+            max_tokens = min(max_tokens, limit - num_prompt)
+        stop = body.get("stop")
+        if request.kind == "chat":
+            logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
+        else:
+            logprobs = body.get("logprobs")
+        try:
+            return SamplingParams(
+                n=body.get("n") or 1, max_tokens=max_tokens,
+                temperature=1.0 if body.get("temperature") is None else body["temperature"],
+                top_p=1.0 if body.get("top_p") is None else body["top_p"],
+                top_k=body.get("top_k") or 0, seed=body.get("seed"),
+                stop=[stop] if isinstance(stop, str) else list(stop or []),
+                ignore_eos=bool(body.get("ignore_eos")), logprobs=logprobs,
+            )
+        except ValueError as e:
+            raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
+
+    async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
+        if self.engine is None:
+            raise BackendError(f"{self.name} is still loading", kind="unavailable", status=503, backend=self.name)
+        prompt_ids = self._prompt_ids(request)
+        params = self._sampling(request, len(prompt_ids))
+        seen: dict[int, int] = {}  # choice index -> tokens already sent
+        sent_finish: set[int] = set()
+        last = None
+        gen = self.engine.generate(prompt_ids, params, request_id=request.id, tenant=request.tenant, priority=request.priority)
+        try:
+            async with contextlib.aclosing(gen):
+                async for out in gen:
+                    last = out
+                    for c in out.outputs:
+                        start = seen.get(c.index, 0)
+                        num_new = len(c.token_ids) - start
+                        new_finish = c.finish_reason is not None and c.index not in sent_finish
+                        if num_new <= 0 and not new_finish:
+                            continue
+                        seen[c.index] = len(c.token_ids)
+                        if new_finish:
+                            sent_finish.add(c.index)
+                        lp = openai_logprobs(request.kind, c.logprobs[start:] if c.logprobs else None)
+                        reason = "stop" if c.finish_reason == "abort" else c.finish_reason
+                        yield Delta(index=c.index, text=c.delta_text or "", num_tokens=max(num_new, 0),
+                                    finish_reason=reason if new_finish else None, logprobs=lp)
+        except BackendError:
+            raise
+        except ValueError as e:  # PromptTooLongError and sampling errors from the engine
+            kind = "context_length" if type(e).__name__ == "PromptTooLongError" else "bad_request"
+            raise BackendError(str(e), kind=kind, status=400, backend=self.name) from None
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception as e:
+            raise BackendError(f"{self.name}: engine error: {type(e).__name__}: {e}", "error", 500, self.name) from None
+        if last is None:
+            raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
+        yield Delta(prompt_tokens=len(last.prompt_token_ids), completion_tokens=sum(seen.values()),
+                    cached_tokens=last.num_cached_tokens or 0)
+
+
+def openai_logprobs(kind: str, entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """Engine logprob entries -> OpenAI's shape (chat ``content`` list, or the
+    completions ``tokens``/``token_logprobs``/``top_logprobs`` lists)."""
+    if not entries:
+        return None
+    if kind == "chat":
+        return {"content": [
+            {"token": e["token"], "logprob": e["logprob"], "bytes": list(e["token"].encode("utf-8")),
+             "top_logprobs": [{"token": t["token"], "logprob": t["logprob"], "bytes": list(t["token"].encode("utf-8"))}
+                              for t in e.get("top") or []]}
+            for e in entries
+        ]}
+    return {
+        "tokens": [e["token"] for e in entries],
+        "token_logprobs": [e["logprob"] for e in entries],
+        "top_logprobs": [{t["token"]: t["logprob"] for t in e.get("top") or []} for e in entries],
+        "text_offset": [],
+    }

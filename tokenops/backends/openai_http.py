@@ -1,0 +1,261 @@
+"""The ``openai`` backend: any OpenAI-compatible server (vLLM, SGLang, llama.cpp
+server, Ollama, TGI, another tokenops) through one pooled ``httpx.AsyncClient``.
+
+Connect errors and 5xx answers are retried (``max_retries``, short backoff) as long
+as nothing was sent to the client yet; streams are passed through token by token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncIterator
+
+import httpx
+
+from tokenops.backends.base import Delta
+from tokenops.backends.registry import replica_name
+from tokenops.config import ModelConfig, Settings
+from tokenops.types import BackendError, GatewayRequest, GatewayResponse
+
+_RETRY_STATUSES = {500, 502, 503, 504}
+_client: httpx.AsyncClient | None = None
+_client_users = 0
+
+
+def shared_client() -> httpx.AsyncClient:
+    """The process-wide pooled client (created on first use, closed with its last user)."""
+    global _client, _client_users
+    if _client is None or _client.is_closed:
+        _client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=60.0),
+            limits=httpx.Limits(max_connections=2048, max_keepalive_connections=512, keepalive_expiry=30.0),
+            follow_redirects=False,
+        )
+        _client_users = 0
+    _client_users += 1
+    return _client
+
+
+async def _release_client() -> None:
+    global _client, _client_users
+    _client_users -= 1
+    if _client_users <= 0 and _client is not None:
+        client, _client = _client, None
+        await client.aclose()
+
+
+def base_url(url: str) -> str:
+    """``http://host:8000`` and ``http://host:8000/v1/`` both mean ``http://host:8000/v1``."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+class OpenAIBackend:
+    """One upstream OpenAI-compatible server serving one model."""
+
+    kind = "openai"
+
+    def __init__(self, model: ModelConfig, settings: Settings) -> None:
+        assert model.url, "an openai replica needs a URL"
+        self.model = model.name
+        self.name = replica_name(model)
+        self.url = base_url(model.url)
+        self.upstream_model = model.served_model or model.name
+        self.max_model_len: int | None = None
+        self.num_retries = model.max_retries
+        self.read_timeout_s = model.timeout_s
+        self._headers = {"Authorization": f"Bearer {model.api_key}"} if model.api_key else {}
+        self._client: httpx.AsyncClient | None = None
+        self._is_ready = False
+
+    @property
+    def ready(self) -> bool:
+        return self._is_ready
+
+    async def start(self) -> None:
+        self._client = shared_client()
+        self._is_ready = True
+        try:  # learn the context window when the upstream says it (vLLM, tokenops do)
+            r = await self._client.get(self.url + "/models", headers=self._headers, timeout=2.0)
+            for m in r.json().get("data", []):
+                if m.get("id") == self.upstream_model and isinstance(m.get("max_model_len"), int):
+                    self.max_model_len = m["max_model_len"]
+        except Exception:  # an upstream still booting is fine: requests retry
+            pass
+
+    async def close(self) -> None:
+        if self._client is not None:
+            self._client = None
+            self._is_ready = False
+            await _release_client()
+
+    def stats(self) -> dict[str, Any] | None:
+        return None
+
+    def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    # -- requests ---------------------------------------------------------
+
+    def _payload(self, request: GatewayRequest, stream: bool) -> dict[str, Any]:
+        body = {k: v for k, v in request.body.items() if v is not None}
+        body["model"] = self.upstream_model
+        body["stream"] = stream
+        if request.kind == "chat":
+            body.pop("max_tokens", None)
+            body["max_tokens"] = request.max_tokens
+            body.pop("max_completion_tokens", None)
+        else:
+            body["max_tokens"] = request.max_tokens
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        else:
+            body.pop("stream_options", None)
+        return body
+
+    def _path(self, request: GatewayRequest) -> str:
+        return self.url + ("/chat/completions" if request.kind == "chat" else "/completions")
+
+    async def _send(self, request: GatewayRequest, stream: bool) -> httpx.Response:
+        """POST with retries on connect errors and 5xx; the caller closes the response."""
+        if self._client is None:
+            raise BackendError(f"backend {self.name} is not started", kind="unavailable", status=503, backend=self.name)
+        payload = self._payload(request, stream)
+        last: BackendError | None = None
+        for attempt in range(self.num_retries + 1):
+            if attempt:
+                await asyncio.sleep(min(0.05 * 2 ** (attempt - 1), 1.0))
+            try:
+                req = self._client.build_request(
+                    "POST", self._path(request), json=payload, headers=self._headers,
+                    timeout=httpx.Timeout(connect=5.0, read=self.read_timeout_s, write=30.0, pool=60.0),
+                )
+                response = await self._client.send(req, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as e:
+                last = BackendError(f"{self.name}: cannot reach {self.url}: {type(e).__name__}", "unavailable", 503, self.name)
+                continue
+            except httpx.TimeoutException:
+                raise BackendError(f"{self.name}: upstream timed out", "timeout", 504, self.name) from None
+            if response.status_code in _RETRY_STATUSES:
+                body = await response.aread()
+                await response.aclose()
+                last = _upstream_error(self.name, response.status_code, body)
+                continue
+            if response.status_code >= 400:
+                body = await response.aread()
+                await response.aclose()
+                raise _upstream_error(self.name, response.status_code, body)
+            return response
+        assert last is not None
+        raise last
+
+    async def chat(self, request: GatewayRequest) -> GatewayResponse:
+        return await self._one(request)
+
+    async def complete(self, request: GatewayRequest) -> GatewayResponse:
+        return await self._one(request)
+
+    async def _one(self, request: GatewayRequest) -> GatewayResponse:
+        response = await self._send(request, stream=False)
+        try:
+            data = json.loads(await response.aread())
+        except (json.JSONDecodeError, httpx.HTTPError) as e:
+            raise BackendError(f"{self.name}: bad upstream answer: {e}", "error", 502, self.name) from None
+        finally:
+            await response.aclose()
+        choices = []
+        for c in data.get("choices", []):
+            text = (c.get("message") or {}).get("content") if request.kind == "chat" else c.get("text")
+            choices.append({"index": c.get("index", 0), "text": text or "", "finish_reason": c.get("finish_reason"),
+                            "logprobs": c.get("logprobs")})
+        if not choices:
+            raise BackendError(f"{self.name}: upstream answer has no choices", "error", 502, self.name)
+        usage = data.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        return GatewayResponse(
+            text=choices[0]["text"], model=self.model, finish_reason=choices[0]["finish_reason"],
+            prompt_tokens=usage.get("prompt_tokens") or 0, completion_tokens=usage.get("completion_tokens") or 0,
+            cached_tokens=details.get("cached_tokens") or 0, backend=self.name, extra={"choices": choices},
+        )
+
+    async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
+        response = await self._send(request, stream=True)
+        num_tokens = 0
+        usage: dict[str, Any] | None = None
+        try:
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError:
+                    continue
+                if "error" in chunk and not chunk.get("choices"):
+                    err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
+                    raise BackendError(f"{self.name}: {err.get('message', 'upstream error')}", "error", 502, self.name)
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                for c in chunk.get("choices") or []:
+                    if request.kind == "chat":
+                        text = (c.get("delta") or {}).get("content") or ""
+                    else:
+                        text = c.get("text") or ""
+                    lp = c.get("logprobs")
+                    n = _count_tokens(request.kind, lp, text)
+                    num_tokens += n
+                    if text or c.get("finish_reason") or lp:
+                        yield Delta(index=c.get("index", 0), text=text, num_tokens=n,
+                                    finish_reason=c.get("finish_reason"), logprobs=lp)
+        except httpx.TimeoutException:
+            raise BackendError(f"{self.name}: upstream timed out mid-stream", "timeout", 504, self.name) from None
+        except httpx.HTTPError as e:
+            raise BackendError(f"{self.name}: stream broke: {type(e).__name__}", "error", 502, self.name) from None
+        finally:
+            await response.aclose()
+        usage = usage or {}
+        details = usage.get("prompt_tokens_details") or {}
+        yield Delta(prompt_tokens=usage.get("prompt_tokens") or 0,
+                    completion_tokens=usage.get("completion_tokens") or num_tokens,
+                    cached_tokens=details.get("cached_tokens") or 0)
+
+
+def _count_tokens(kind: str, logprobs: Any, text: str) -> int:
+    """Tokens in one upstream chunk: exact when logprobs are present, else one per
+    non-empty chunk (OpenAI-compatible servers send one token per chunk)."""
+    if isinstance(logprobs, dict):
+        if kind == "chat" and isinstance(logprobs.get("content"), list):
+            return len(logprobs["content"])
+        if isinstance(logprobs.get("tokens"), list):
+            return len(logprobs["tokens"])
+    return 1 if text else 0
+
+
+def _upstream_error(name: str, status: int, body: bytes) -> BackendError:
+    """Turn an upstream error answer into a BackendError that keeps its status and message."""
+    message, code = body.decode("utf-8", "replace")[:500], None
+    try:
+        err = json.loads(body).get("error")
+        if isinstance(err, dict):
+            message, code = err.get("message") or message, err.get("code")
+        elif isinstance(err, str):
+            message = err
+    except (json.JSONDecodeError, AttributeError):
+        pass
+    if status == 429:
+        kind = "overload"
+    elif code == "context_length_exceeded" or "context length" in message.lower():
+        kind = "context_length"
+    elif 400 <= status < 500:
+        kind = "bad_request"
+    else:
+        kind = "error"
+    err = BackendError(f"{name}: upstream {status}: {message}", kind, status if status < 500 else 502, name)
+    err.upstream_message = message  # type: ignore[attr-defined]
+    err.upstream_code = code  # type: ignore[attr-defined]
+    return err
+
+

@@ -1,0 +1,95 @@
+"""Backend kinds (from ``tokenops_register_backends``) and replicas built from settings."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tokenops.backends.base import Replica
+from tokenops.config import ConfigError, ModelConfig, Settings
+
+BackendFactory = Callable[[ModelConfig, Settings], Any]
+
+DEMO_MODEL_NAME = "tokenops-demo"
+RANDOM_MODEL_NAME = "tokenops-random-llama"
+DEMO_MOE_NAME = "tokenops-demo-moe"
+
+
+def get_backend_factories() -> dict[str, BackendFactory]:
+    """Backend kind -> factory, contributed by plugins (``local`` and ``openai`` are built in)."""
+    from tokenops.plugins import hook
+
+    factories: dict[str, BackendFactory] = {}
+
+    def register(kind: str, factory: BackendFactory) -> None:
+        factories.setdefault(kind, factory)
+
+    hook().tokenops_register_backends(register=register)
+    return factories
+
+
+def default_model_configs() -> list[ModelConfig]:
+    """The models served when no ``[[models]]`` are configured: the embedded demo
+    model and, when its weights are bundled, the demo MoE."""
+    from pathlib import Path
+
+    try:
+        from tokenops.engine.default_model import default_model_name
+
+        name = default_model_name()
+    except ImportError:  # engine extras missing: the name is still the demo's
+        name = DEMO_MODEL_NAME
+    models = [ModelConfig(name=name, backend="local", path=None)]
+    moe_dir = Path(__file__).resolve().parent.parent / "demo_models" / "moe"
+    if (moe_dir / "config.json").is_file():
+        models.append(ModelConfig(name=DEMO_MOE_NAME, backend="local", path=str(moe_dir)))
+    return models
+
+
+def model_configs(settings: Settings) -> list[ModelConfig]:
+    return list(settings.models) or default_model_configs()
+
+
+def replica_urls(model: ModelConfig) -> list[str | None]:
+    """One entry per replica: the URL for remote kinds, None for in-process ones."""
+    if model.urls:
+        return list(model.urls)
+    if model.url:
+        return [model.url] * model.replicas
+    return [None] * model.replicas
+
+
+def build_replicas(settings: Settings, factories: dict[str, BackendFactory] | None = None) -> dict[str, list[Replica]]:
+    """Model name -> its replicas, each with a backend built by its kind's factory."""
+    factories = factories if factories is not None else get_backend_factories()
+    out: dict[str, list[Replica]] = {}
+    for model in model_configs(settings):
+        factory = factories.get(model.backend)
+        if factory is None:
+            raise ConfigError(
+                f"model {model.name!r}: unknown backend kind {model.backend!r}; known: {', '.join(sorted(factories)) or 'none'}"
+            )
+        replicas = []
+        for i, url in enumerate(replica_urls(model)):
+            one = _replica_config(model, url, i)
+            backend = factory(one, settings)
+            replicas.append(Replica(name=backend.name, model=model.name, backend=backend, index=i))
+        out[model.name] = replicas
+    return out
+
+
+def _replica_config(model: ModelConfig, url: str | None, index: int) -> ModelConfig:
+    """A copy of ``model`` describing replica ``index`` (its own URL)."""
+    import dataclasses
+
+    return dataclasses.replace(model, url=url, urls=[], replicas=1, tags=[*model.tags, f"replica:{index}"])
+
+
+def replica_index(model: ModelConfig) -> int:
+    for tag in model.tags:
+        if tag.startswith("replica:"):
+            return int(tag.split(":", 1)[1])
+    return 0
+
+
+def replica_name(model: ModelConfig) -> str:
+    return f"{model.name}#{replica_index(model)}"

@@ -1,0 +1,50 @@
+"""``tokenops serve``: the OpenAI-compatible gateway (bundled engine by default)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from tokenops.cli.options import AdminKeyOpt, ConfigOpt, StoreOpt
+
+
+def serve_command(
+    config: ConfigOpt = None,
+    host: Annotated[Optional[str], typer.Option("--host", help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option("--port", "-p", help="Port (default 8000).")] = None,
+    model: Annotated[Optional[list[str]], typer.Option(
+        "--model", "-m", help="[NAME=]PATH of a local HF model folder, or [NAME=]URL of an OpenAI-compatible "
+        "server; repeatable; replaces \\[\\[models]].")] = None,
+    store: StoreOpt = None,
+    admin_key: AdminKeyOpt = None,
+    allow_open: Annotated[bool, typer.Option(
+        "--allow-open", help="Serve non-loopback clients without API keys (otherwise refused).")] = False,
+    no_store: Annotated[bool, typer.Option("--no-store", help="Run without the DuckDB store (no telemetry).")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "warning",
+) -> None:
+    """Serve /v1/chat/completions, /v1/completions, /v1/models, /metrics and /admin.
+
+    With no arguments: the bundled engine on the embedded demo model, store under store/.
+    Without \\[gateway] api_keys only loopback clients are served, and binding a
+    non-loopback --host is refused unless --allow-open.
+    """
+    from tokenops.config import load_settings
+    from tokenops.gateway.server import model_from_arg, run_server
+
+    settings = load_settings(config)
+    if host:
+        settings.gateway.host = host
+    if port is not None:
+        settings.gateway.port = port
+    if store:
+        settings.store.path = store
+    if admin_key:
+        settings.gateway.admin_key = admin_key
+    if model:
+        settings.models = [model_from_arg(m) for m in model]
+    run_server(settings, allow_open=allow_open, use_store=not no_store, log_level=log_level, echo=typer.echo)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_command)

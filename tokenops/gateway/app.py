@@ -1,0 +1,243 @@
+"""The FastAPI app: OpenAI-compatible ``/v1`` endpoints, health, ``/metrics`` and the admin API.
+
+``create_app(settings, backends=None)`` builds it; the lifespan starts the
+backends and engine telemetry and, on shutdown, drains in-flight requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, AsyncIterator, Iterable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response, StreamingResponse
+
+from tokenops import __version__
+from tokenops.backends.base import Replica
+from tokenops.config import Settings
+from tokenops.gateway.admin import router as admin_router
+from tokenops.gateway.errors import APIError, sse_error
+from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
+from tokenops.gateway.schemas import (ChatCompletionRequest, CompletionRequest, chat_request, completion_request,
+                                      parse_body)
+from tokenops.gateway.state import Gateway
+from tokenops.types import GatewayRequest
+
+_JSON = "application/json"
+
+
+def _group(backends: Any) -> dict[str, list[Replica]]:
+    """Accept ``{model: [backend, ...]}`` or a list of backends (grouped by ``.model``)."""
+    if isinstance(backends, dict):
+        items = [(model, b) for model, bs in backends.items() for b in (bs if isinstance(bs, (list, tuple)) else [bs])]
+    else:
+        items = [(b.model, b) for b in backends]
+    out: dict[str, list[Replica]] = {}
+    for model, b in items:
+        replicas = out.setdefault(model, [])
+        replicas.append(b if isinstance(b, Replica) else Replica(name=b.name, model=model, backend=b, index=len(replicas)))
+    return out
+
+
+def create_app(settings: Settings | None = None, backends: Any = None, *, store: Any = None,
+               admin_key_hash: str | None = None, allow_open: bool = False, drain_timeout_s: float = 30.0) -> FastAPI:
+    """Build the gateway app.
+
+    :param backends: None builds replicas from ``settings`` (``[[models]]`` or the demo
+        model); else ``{model: [Backend, ...]}`` or a list of backends.
+    :param store: an open :class:`tokenops.store.Store` for audits and named queries.
+    :param admin_key_hash: SHA-256 hex of the admin key (else from settings, or a random one).
+    :param allow_open: serve non-loopback clients even without API keys.
+    """
+    settings = settings or Settings()
+    replicas = None if backends is None else _group(backends)
+    gateway = Gateway(settings, replicas, store=store, admin_key_hash=admin_key_hash, allow_open=allow_open)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.drain(drain_timeout_s)
+            await gateway.stop()
+
+    app = FastAPI(title="tokenops", version=__version__, lifespan=lifespan,
+                  description="OpenAI-compatible gateway in front of the bundled engine and OpenAI-compatible servers.")
+    app.state.gateway = gateway
+    _install_error_handlers(app)
+    _install_openai_routes(app)
+    app.include_router(admin_router)
+    _install_openapi(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> Response:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        err = exc.errors()[0] if exc.errors() else {}
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path"))
+        return APIError(400, f"{loc}: {err.get('msg', 'invalid value')}" if loc else "invalid request",
+                        code="invalid_value", param=loc or None).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        if exc.status_code == 404:
+            message = f"Unknown path {request.url.path}"
+        return APIError(exc.status_code, message, code=None).response()
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> Response:
+        return APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error").response()
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 once it exceeds ``limit`` bytes (before any parsing)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"Request body of {declared} bytes exceeds the limit of {limit} bytes.",
+                       code="request_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"Request body exceeds the limit of {limit} bytes.", code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _handle(request: Request, build) -> Response:
+    gw: Gateway = request.app.state.gateway
+    if gw.is_draining:
+        raise APIError(503, "The server is shutting down.", code="shutting_down")
+    client = request.client.host if request.client else None
+    tenant, key_id = gw.api_keys.tenant_for(request.headers, client)
+    raw = await read_body(request, gw.settings.gateway.max_body_bytes)
+    data = parse_body(raw)
+    greq: GatewayRequest = build(data, gw.settings.gateway.default_max_tokens)
+    greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
+    greq.api_key_id = key_id
+    if greq.stream:
+        return await _stream(gw, greq)
+    response, rec = await gw.pipeline.respond(greq)
+    return Response(response_body(greq, response, rec.model_served or greq.model), media_type=_JSON)
+
+
+async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
+    deltas, rec = await gw.pipeline.open_stream(greq)
+    writer = ChunkWriter(greq, rec.model_served or greq.model)
+
+    async def body() -> AsyncIterator[bytes]:
+        started: set[int] = set()
+        usage = None
+        async with contextlib.aclosing(deltas):
+            try:
+                async for d in deltas:
+                    if d.is_usage:
+                        usage = d
+                        continue
+                    if writer.is_chat and d.index not in started:
+                        started.add(d.index)
+                        yield writer.role(d.index)
+                    if d.text or d.logprobs:
+                        yield writer.content(d.index, d.text, d.logprobs)
+                    if d.finish_reason:
+                        yield writer.finish(d.index, d.finish_reason)
+            except APIError as e:
+                yield sse_error(e)
+                yield DONE
+                return
+        if writer.include_usage:
+            prompt = usage.prompt_tokens if usage else rec.tokens_in
+            completion = usage.completion_tokens if usage and usage.completion_tokens is not None else rec.tokens_out
+            yield writer.usage(prompt or 0, completion or 0, (usage.cached_tokens if usage else rec.tokens_cached) or 0)
+        yield DONE
+
+    return StreamingResponse(body(), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def _install_openai_routes(app: FastAPI) -> None:
+    from tokenops.gateway.schemas import openapi_body
+
+    @app.post("/v1/chat/completions", tags=["openai"], openapi_extra=openapi_body(ChatCompletionRequest),
+              summary="Create a chat completion (SSE when stream is true)")
+    async def chat_completions(request: Request) -> Response:
+        return await _handle(request, chat_request)
+
+    @app.post("/v1/completions", tags=["openai"], openapi_extra=openapi_body(CompletionRequest),
+              summary="Create a text completion (SSE when stream is true)")
+    async def completions(request: Request) -> Response:
+        return await _handle(request, completion_request)
+
+    @app.get("/v1/models", tags=["openai"], summary="Models this server serves")
+    async def list_models(request: Request) -> Response:
+        gw: Gateway = request.app.state.gateway
+        client = request.client.host if request.client else None
+        gw.api_keys.tenant_for(request.headers, client)
+        return Response(json.dumps({"object": "list", "data": list(_model_cards(gw))}), media_type=_JSON)
+
+    @app.get("/health", tags=["ops"], summary="Liveness")
+    async def health() -> Response:
+        return Response(b'{"status":"ok"}', media_type=_JSON)
+
+    @app.get("/ready", tags=["ops"], summary="Readiness: every backend loaded")
+    async def ready(request: Request) -> Response:
+        gw: Gateway = request.app.state.gateway
+        states = {r.name: r.ready for rs in gw.replicas.values() for r in rs}
+        is_ready = bool(states) and all(states.values()) and not gw.is_draining
+        return Response(json.dumps({"ready": is_ready, "replicas": states}), status_code=200 if is_ready else 503,
+                        media_type=_JSON)
+
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (vLLM names under tokenops:)")
+    async def metrics(request: Request) -> Response:
+        gw: Gateway = request.app.state.gateway
+        per_model: dict[str, list[dict[str, Any]]] = {}
+        stats = gw.engine_stats()
+        for model, rs in gw.replicas.items():
+            per_model[model] = [stats[r.name] for r in rs if r.name in stats]
+        text = gw.prometheus.render({m: s for m, s in per_model.items() if s}, gw.replicas)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _model_cards(gw: Gateway) -> Iterable[dict[str, Any]]:
+    from tokenops.backends.registry import RANDOM_MODEL_NAME
+
+    for name, replicas in gw.replicas.items():
+        card: dict[str, Any] = {"id": name, "object": "model", "created": int(gw.started_at), "owned_by": "tokenops",
+                                "root": name, "parent": None}
+        lens = [r.backend.max_model_len for r in replicas if getattr(r.backend, "max_model_len", None)]
+        if lens:
+            card["max_model_len"] = min(lens)
+        card["backend"] = getattr(replicas[0].backend, "kind", None) if replicas else None
+        card["replicas"] = len(replicas)
+        if name == RANDOM_MODEL_NAME:
+            card["random_weights"] = True
+            card["description"] = "random weights (demo model): the stack works offline; the text is gibberish"
+        yield card
+
+
+def _install_openapi(app: FastAPI) -> None:
+    """Put the request models' nested definitions where their ``$ref``s point."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = original()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in (ChatCompletionRequest, CompletionRequest):
+                full = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(full.pop("$defs", {}))
+                components[model.__name__] = full
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

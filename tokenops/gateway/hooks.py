@@ -1,0 +1,52 @@
+"""The only place the gateway calls plugin hooks: one small accessor per step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenops.plugins import hook
+from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, Rejection, RouteDecision, TelemetryEvent
+
+
+def get_rejection(request: GatewayRequest) -> Rejection | None:
+    return hook().tokenops_admit(request=request)
+
+
+def get_cached_response(request: GatewayRequest) -> GatewayResponse | None:
+    return hook().tokenops_cache_lookup(request=request)
+
+
+def get_route(request: GatewayRequest, candidates: list[str], profiles: dict[str, Any]) -> RouteDecision | None:
+    return hook().tokenops_route(request=request, candidates=candidates, profiles=profiles)
+
+
+def get_replica(request: GatewayRequest, replicas: list[Any]) -> Any:
+    return hook().tokenops_select_replica(request=request, replicas=replicas)
+
+
+def get_validation_scores(request: GatewayRequest, response: GatewayResponse) -> list[float]:
+    return [s for s in hook().tokenops_validate(request=request, response=response) if s is not None]
+
+
+def report_outcome(backend: str, outcome: BackendOutcome) -> None:
+    hook().tokenops_backend_outcome(backend=backend, outcome=outcome)
+
+
+def offer_to_cache(request: GatewayRequest, response: GatewayResponse) -> None:
+    hook().tokenops_cache_store(request=request, response=response)
+
+
+def get_fallback_model(request: GatewayRequest, error: BackendError) -> str | None:
+    return hook().tokenops_fallback(request=request, error=error)
+
+
+def record(event: TelemetryEvent) -> None:
+    hook().tokenops_record(event=event)
+
+
+def apply_plugin_tunables(values: dict[str, Any]) -> None:
+    hook().tokenops_apply_tunables(values=values)
+
+
+def configure(settings: Any) -> None:
+    hook().tokenops_configure.call_historic(kwargs={"settings": settings})

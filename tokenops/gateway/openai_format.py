@@ -1,0 +1,104 @@
+"""Response bodies and SSE chunks in exactly the shapes OpenAI sends.
+
+Streams: chat sends a first chunk with ``delta.role = "assistant"``, then content
+deltas, a chunk with ``finish_reason`` (empty delta), a usage chunk with
+``choices: []`` when ``stream_options.include_usage``, then ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from typing import Any
+
+from tokenops.types import GatewayRequest, GatewayResponse
+
+DONE = b"data: [DONE]\n\n"
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def response_id(request: GatewayRequest) -> str:
+    suffix = request.id.split("-", 1)[-1]
+    return ("chatcmpl-" if request.kind == "chat" else "cmpl-") + suffix
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def response_body(request: GatewayRequest, response: GatewayResponse, model: str) -> bytes:
+    """The non-streamed JSON answer."""
+    choices_in = response.extra.get("choices") or [
+        {"index": 0, "text": response.text, "finish_reason": response.finish_reason, "logprobs": None}
+    ]
+    choices = []
+    for c in choices_in:
+        if request.kind == "chat":
+            choices.append({"index": c["index"], "message": {"role": "assistant", "content": c["text"], "refusal": None},
+                            "logprobs": c.get("logprobs"), "finish_reason": c.get("finish_reason") or "stop"})
+        else:
+            choices.append({"index": c["index"], "text": c["text"], "logprobs": c.get("logprobs"),
+                            "finish_reason": c.get("finish_reason") or "stop"})
+    body = {
+        "id": response_id(request),
+        "object": "chat.completion" if request.kind == "chat" else "text_completion",
+        "created": int(request.arrival),
+        "model": model,
+        "choices": choices,
+        "usage": usage(response.prompt_tokens, response.completion_tokens, response.cached_tokens),
+        "system_fingerprint": None,
+    }
+    return _dumps(body).encode("utf-8")
+
+
+class ChunkWriter:
+    """Formats one request's stream; keeps the id, created time and model fixed."""
+
+    def __init__(self, request: GatewayRequest, model: str) -> None:
+        self.is_chat = request.kind == "chat"
+        self.include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
+        self._head = {
+            "id": response_id(request),
+            "object": "chat.completion.chunk" if self.is_chat else "text_completion",
+            "created": int(request.arrival),
+            "model": model,
+            "system_fingerprint": None,
+        }
+
+    def _chunk(self, choices: list[dict[str, Any]], usage_value: Any = None) -> bytes:
+        body = dict(self._head)
+        body["choices"] = choices
+        if self.include_usage:
+            body["usage"] = usage_value
+        return b"data: " + _dumps(body).encode("utf-8") + b"\n\n"
+
+    def role(self, index: int) -> bytes:
+        """The first chunk of a chat choice (completions have none)."""
+        assert self.is_chat
+        return self._chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                             "finish_reason": None}])
+
+    def content(self, index: int, text: str, logprobs: Any = None) -> bytes:
+        if self.is_chat:
+            choice = {"index": index, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": None}
+        else:
+            choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": None}
+        return self._chunk([choice])
+
+    def finish(self, index: int, reason: str) -> bytes:
+        if self.is_chat:
+            choice = {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"index": index, "text": "", "logprobs": None, "finish_reason": reason}
+        return self._chunk([choice])
+
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
+        assert self.include_usage
+        return self._chunk([], usage(prompt_tokens, completion_tokens, cached_tokens))
+
+

@@ -1,0 +1,278 @@
+"""The request pipeline: every step is a hook call (through :mod:`tokenops.gateway.hooks`).
+
+admit -> cache lookup -> route -> select replica -> backend call (fallback on
+BackendError) -> validate -> backend outcome -> cache store -> record.
+
+Non-streamed requests go through :meth:`Pipeline.respond`; streamed ones through
+:meth:`Pipeline.open_stream`, which runs every step up to the backend's first
+delta before anything is sent, so errors up to that point keep their HTTP status.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from tokenops.backends.base import Delta, Replica
+from tokenops.config import ModelConfig
+from tokenops.gateway import hooks
+from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.gateway.records import RequestRecord
+from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse
+
+MAX_ITL_PER_REQUEST = 4096
+
+
+def api_error(e: BackendError) -> APIError:
+    """A backend failure as the client sees it."""
+    code = getattr(e, "upstream_code", None) or {"context_length": "context_length_exceeded"}.get(e.kind, e.kind)
+    message = str(e)
+    if e.kind in ("context_length", "bad_request"):
+        message = getattr(e, "upstream_message", None) or message
+    status = e.status if 400 <= e.status < 600 else 502
+    return APIError(status, message, code=code, param="messages" if e.kind == "context_length" else None)
+
+
+class Pipeline:
+    """Runs requests through the hooks against the configured replicas."""
+
+    def __init__(self, replicas: dict[str, list[Replica]], models: dict[str, ModelConfig],
+                 on_finish: Callable[[RequestRecord], None], profiles: dict[str, Any] | None = None) -> None:
+        self.replicas = replicas
+        self.models = models
+        self.on_finish = on_finish
+        self.profiles = profiles or {}
+        self.num_in_flight = 0
+
+    # -- records ----------------------------------------------------------
+
+    def new_record(self, request: GatewayRequest) -> RequestRecord:
+        return RequestRecord(id=request.id, kind=request.kind, tenant=request.tenant, api_key_id=request.api_key_id,
+                             model_requested=request.model,
+                             arrival=request.arrival, start=time.perf_counter(), is_stream=request.stream,
+                             decisions=request.decisions)
+
+    def finish(self, rec: RequestRecord, status: int | None = None, error: str | None = None,
+               error_kind: str | None = None) -> None:
+        rec.finish(status, error, error_kind)
+        model = self.models.get(rec.model_served or "")
+        if model is not None:
+            rec.cost_usd = (rec.tokens_in * model.cost_input_per_1m + rec.tokens_out * model.cost_output_per_1m) / 1e6
+        rec.is_escalated = bool(rec.decisions.get("escalated") or rec.decisions.get("fallbacks"))
+        self.on_finish(rec)
+
+    # -- steps ------------------------------------------------------------
+
+    def _admit_and_lookup(self, request: GatewayRequest, rec: RequestRecord) -> GatewayResponse | None:
+        rejection = hooks.get_rejection(request)
+        if rejection is not None:
+            request.decisions["admit"] = {"rejected": rejection.code}
+            headers = {"retry-after": str(max(1, round(rejection.retry_after_s)))} if rejection.retry_after_s else None
+            raise APIError(rejection.status, rejection.message, code=rejection.code, headers=headers)
+        cached = hooks.get_cached_response(request)
+        request.decisions["cache"] = "hit" if cached is not None else "miss"
+        if cached is not None:
+            rec.is_cache_hit = True
+            rec.model_served = cached.model
+            rec.backend = cached.backend or "cache"
+            rec.route_reason = "cache"
+        return cached
+
+    def _choose(self, request: GatewayRequest, rec: RequestRecord, model: str | None = None) -> Replica:
+        if model is None:
+            decision = hooks.get_route(request, list(self.replicas), self.profiles)
+            if decision is None:
+                raise ModelNotFound(request.model, list(self.replicas))
+            if decision.model not in self.replicas:
+                raise APIError(500, f"router {decision.router or '?'} chose unknown model {decision.model!r}",
+                               code="routing_error")
+            model = decision.model
+            rec.route_reason = decision.reason
+            request.decisions["route"] = {"model": model, "reason": decision.reason, "router": decision.router,
+                                          "score": decision.score}
+        ready = [r for r in self.replicas[model] if r.ready]
+        if not ready:
+            raise APIError(503, f"The model `{model}` is not ready yet (still loading); retry shortly.",
+                           code="model_not_ready")
+        replica = hooks.get_replica(request, ready) or ready[0]
+        request.decisions["replica"] = replica.name
+        rec.model_served, rec.backend = model, replica.name
+        rec.backend_kind = getattr(replica.backend, "kind", None)
+        return replica
+
+    async def _call(self, request: GatewayRequest, rec: RequestRecord,
+                    step: Callable[[Replica], Awaitable[Any]]) -> tuple[Replica, Any, float]:
+        """Run ``step`` on the chosen replica; on BackendError ask ``tokenops_fallback``."""
+        replica = self._choose(request, rec)
+        while True:
+            t0 = time.perf_counter()
+            replica.in_flight += 1
+            try:
+                result = await step(replica)
+            except BackendError as e:
+                replica.in_flight -= 1
+                hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, e.kind))
+                request.attempts.append(replica.model)
+                target = hooks.get_fallback_model(request, e)
+                if not target or target not in self.replicas or target in request.attempts:
+                    raise api_error(e) from None
+                request.decisions.setdefault("fallbacks", []).append({"from": replica.model, "to": target, "error": e.kind})
+                rec.route_reason = f"fallback:{e.kind}"
+                replica = self._choose(request, rec, model=target)
+                continue
+            except BaseException:
+                replica.in_flight -= 1
+                raise
+            replica.in_flight -= 1
+            return replica, result, t0
+
+    def _after(self, request: GatewayRequest, rec: RequestRecord, replica: Replica, response: GatewayResponse, t0: float) -> None:
+        scores = hooks.get_validation_scores(request, response)
+        if scores:
+            request.decisions["validate"] = min(scores)
+        hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None,
+                                                          response.prompt_tokens, response.completion_tokens))
+        hooks.offer_to_cache(request, response)
+
+    # -- non-streamed -----------------------------------------------------
+
+    async def respond(self, request: GatewayRequest) -> tuple[GatewayResponse, RequestRecord]:
+        rec = self.new_record(request)
+        self.num_in_flight += 1
+        try:
+            response = self._admit_and_lookup(request, rec)
+            if response is None:
+                def step(r: Replica) -> Awaitable[GatewayResponse]:
+                    return r.backend.chat(request) if request.kind == "chat" else r.backend.complete(request)
+
+                replica, response, t0 = await self._call(request, rec, step)
+                first = response.extra.pop("first_token_at", None)
+                rec.first_token_at = first
+                self._after(request, rec, replica, response, t0)
+            rec.tokens_in, rec.tokens_out = response.prompt_tokens, response.completion_tokens
+            rec.tokens_cached, rec.finish_reason = response.cached_tokens, response.finish_reason
+            if rec.first_token_at is None:
+                rec.first_token_at = time.perf_counter()
+            self.finish(rec, 200)
+            return response, rec
+        except APIError as e:
+            self.finish(rec, e.status, e.message, e.code or e.type)
+            raise
+        except BaseException as e:
+            self.finish(rec, 499 if _is_cancel(e) else 500, f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            self.num_in_flight -= 1
+
+    # -- streamed ---------------------------------------------------------
+
+    async def open_stream(self, request: GatewayRequest) -> tuple[AsyncIterator[Delta], RequestRecord]:
+        """Everything up to the first delta; the returned iterator yields all deltas
+        and finishes the record when it ends (or is closed)."""
+        rec = self.new_record(request)
+        self.num_in_flight += 1
+        try:
+            cached = self._admit_and_lookup(request, rec)
+            if cached is not None:
+                return self._cached_deltas(request, rec, cached), rec
+
+            async def step(r: Replica) -> tuple[AsyncIterator[Delta], Delta | None]:
+                it = r.backend.stream(request).__aiter__()
+                try:
+                    return it, await it.__anext__()
+                except StopAsyncIteration:
+                    return it, None
+                except BaseException:
+                    await _aclose(it)
+                    raise
+
+            replica, (it, first), t0 = await self._call(request, rec, step)
+        except APIError as e:
+            self.num_in_flight -= 1
+            self.finish(rec, e.status, e.message, e.code or e.type)
+            raise
+        except BaseException as e:
+            self.num_in_flight -= 1
+            self.finish(rec, 499 if _is_cancel(e) else 500, f"{type(e).__name__}: {e}")
+            raise
+        replica.in_flight += 1
+        return self._deltas(request, rec, replica, it, first, t0), rec
+
+    async def _deltas(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,
+                      it: AsyncIterator[Delta], first: Delta | None, t0: float) -> AsyncIterator[Delta]:
+        texts: dict[int, list[str]] = {}
+        finish: dict[int, str] = {}
+        last_at: float | None = None
+        status, error = 200, None
+        try:
+            delta = first
+            while delta is not None:
+                if delta.is_usage:
+                    rec.tokens_in = delta.prompt_tokens or 0
+                    rec.tokens_cached = delta.cached_tokens or 0
+                    if delta.completion_tokens is not None:
+                        rec.tokens_out = delta.completion_tokens
+                else:
+                    now = time.perf_counter()
+                    if delta.num_tokens:
+                        if rec.first_token_at is None:
+                            rec.first_token_at = now
+                        elif last_at is not None and len(rec.itl) < MAX_ITL_PER_REQUEST:
+                            rec.itl.extend([(now - last_at) / delta.num_tokens] * delta.num_tokens)
+                        last_at = now
+                        rec.tokens_out += delta.num_tokens
+                    texts.setdefault(delta.index, []).append(delta.text)
+                    if delta.finish_reason:
+                        finish[delta.index] = delta.finish_reason
+                yield delta
+                delta = await it.__anext__()
+        except StopAsyncIteration:
+            pass
+        except BackendError as e:
+            status, error = api_error(e).status, str(e)
+            raise api_error(e) from None
+        except BaseException as e:
+            status, error = (499, "client disconnected") if _is_cancel(e) else (500, f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            await _aclose(it)
+            replica.in_flight -= 1
+            self.num_in_flight -= 1
+            rec.finish_reason = finish.get(0)
+            if status == 200:
+                response = GatewayResponse(text="".join(texts.get(0, [])), model=rec.model_served or request.model,
+                                           finish_reason=rec.finish_reason, prompt_tokens=rec.tokens_in,
+                                           completion_tokens=rec.tokens_out, cached_tokens=rec.tokens_cached,
+                                           backend=replica.name)
+                self._after(request, rec, replica, response, t0)
+            else:
+                hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, "error"))
+            self.finish(rec, status, error)
+
+    async def _cached_deltas(self, request: GatewayRequest, rec: RequestRecord, response: GatewayResponse) -> AsyncIterator[Delta]:
+        try:
+            rec.first_token_at = time.perf_counter()
+            rec.tokens_in, rec.tokens_out = response.prompt_tokens, response.completion_tokens
+            rec.tokens_cached, rec.finish_reason = response.cached_tokens, response.finish_reason
+            yield Delta(text=response.text, num_tokens=response.completion_tokens)
+            yield Delta(finish_reason=response.finish_reason or "stop")
+            yield Delta(prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
+                        cached_tokens=response.cached_tokens)
+        finally:
+            self.num_in_flight -= 1
+            self.finish(rec, 200)
+
+
+def _is_cancel(e: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(e, (asyncio.CancelledError, GeneratorExit))
+
+
+async def _aclose(it: Any) -> None:
+    close = getattr(it, "aclose", None)
+    if close is not None:
+        try:
+            await close()
+        except Exception:
+            pass

@@ -1,0 +1,140 @@
+"""Prometheus ``/metrics`` in the text exposition format (0.0.4), with vLLM's metric
+names under the ``tokenops:`` prefix, labelled ``model_name``.
+
+Written by hand (it is small) so the gateway does not need ``prometheus_client``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from typing import Any, Iterable
+
+from tokenops.gateway.records import RequestRecord
+
+PREFIX = "tokenops:"
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+               10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class Histogram:
+    __slots__ = ("buckets", "counts", "sum", "count")
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> Iterable[str]:
+        cumulative = 0
+        for bound, n in zip(self.buckets, self.counts):
+            cumulative += n
+            yield f'{name}_bucket{{{labels},le="{bound}"}} {cumulative}'
+        yield f'{name}_bucket{{{labels},le="+Inf"}} {self.count}'
+        yield f"{name}_sum{{{labels}}} {self.sum}"
+        yield f"{name}_count{{{labels}}} {self.count}"
+
+
+_HISTOGRAMS = {
+    "time_to_first_token_seconds": ("Histogram of time to first token in seconds.", TTFT_BUCKETS),
+    "inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.", ITL_BUCKETS),
+    "e2e_request_latency_seconds": ("Histogram of end to end request latency in seconds.", E2E_BUCKETS),
+}
+_COUNTERS = {
+    "prompt_tokens_total": "Number of prefill tokens processed.",
+    "generation_tokens_total": "Number of generation tokens processed.",
+    "request_success_total": "Count of successfully processed requests.",
+    "request_failure_total": "Count of failed requests (any error status).",
+}
+_ENGINE_GAUGES = {
+    "num_requests_running": ("num_running", "Number of requests in model execution batches."),
+    "num_requests_waiting": ("num_waiting", "Number of requests waiting to be processed."),
+    "kv_cache_usage_perc": ("kv_cache_usage", "KV-cache usage. 1 means 100 percent usage."),
+}
+_ENGINE_COUNTERS = {
+    "prefix_cache_queries_total": ("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
+    "prefix_cache_hits_total": ("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
+    "num_preemptions_total": ("num_preemptions", "Cumulative number of preemptions from the engine."),
+}
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class PrometheusMetrics:
+    """Request histograms and counters per model; engine gauges read at scrape time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hist: dict[str, dict[str, Histogram]] = {name: {} for name in _HISTOGRAMS}
+        self._counters: dict[str, dict[str, float]] = {name: {} for name in _COUNTERS}
+
+    def observe(self, rec: RequestRecord) -> None:
+        model = rec.model_served or rec.model_requested
+        with self._lock:
+            if rec.is_ok:
+                self._count("request_success_total", model, 1)
+                self._count("prompt_tokens_total", model, rec.tokens_in)
+                self._count("generation_tokens_total", model, rec.tokens_out)
+                if rec.ttft_s is not None:
+                    self._histogram("time_to_first_token_seconds", model).observe(rec.ttft_s)
+                if rec.e2e_s is not None:
+                    self._histogram("e2e_request_latency_seconds", model).observe(rec.e2e_s)
+                itl = self._histogram("inter_token_latency_seconds", model)
+                for gap in rec.itl:
+                    itl.observe(gap)
+            else:
+                self._count("request_failure_total", model, 1)
+
+    def _count(self, name: str, model: str, value: float) -> None:
+        self._counters[name][model] = self._counters[name].get(model, 0) + value
+
+    def _histogram(self, name: str, model: str) -> Histogram:
+        h = self._hist[name].get(model)
+        if h is None:
+            h = self._hist[name][model] = Histogram(_HISTOGRAMS[name][1])
+        return h
+
+    def render(self, engine_stats: dict[str, list[dict[str, Any]]], models: Iterable[str]) -> str:
+        """The exposition text; ``engine_stats`` maps model -> stats of each replica."""
+        out: list[str] = []
+        models = list(models)
+        with self._lock:
+            for name, (doc, _) in _HISTOGRAMS.items():
+                full = PREFIX + name
+                out += [f"# HELP {full} {doc}", f"# TYPE {full} histogram"]
+                for model, h in sorted(self._hist[name].items()):
+                    out += h.lines(full, f'model_name="{_label(model)}"')
+            for name, doc in _COUNTERS.items():
+                full = PREFIX + name
+                out += [f"# HELP {full} {doc}", f"# TYPE {full} counter"]
+                values = self._counters[name]
+                for model in sorted(set(values) | set(models)):
+                    out.append(f'{full}{{model_name="{_label(model)}"}} {_num(values.get(model, 0))}')
+        for table, kind in ((_ENGINE_GAUGES, "gauge"), (_ENGINE_COUNTERS, "counter")):
+            for name, (key, doc) in table.items():
+                full = PREFIX + name
+                out += [f"# HELP {full} {doc}", f"# TYPE {full} {kind}"]
+                for model in sorted(engine_stats):
+                    values = [s.get(key) for s in engine_stats[model] if s and s.get(key) is not None]
+                    if not values:
+                        continue
+                    value = sum(values) / len(values) if key == "kv_cache_usage" else sum(values)
+                    out.append(f'{full}{{model_name="{_label(model)}"}} {_num(value)}')
+        return "\n".join(out) + "\n"
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

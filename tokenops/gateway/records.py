@@ -1,0 +1,113 @@
+"""The record of one finished request: the telemetry row, the admin API's recent
+list, the sliding-window metrics and the Prometheus histograms all read it."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    id: str
+    kind: str
+    tenant: str
+    model_requested: str
+    arrival: float  # wall clock (time.time) of arrival
+    start: float  # time.perf_counter at arrival
+    is_stream: bool = False
+    model_served: str | None = None
+    backend: str | None = None  # replica name
+    backend_kind: str | None = None  # local | openai | ...
+    api_key_id: str | None = None
+    route_reason: str | None = None
+    status: int = 200
+    error: str | None = None
+    error_kind: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+    first_token_at: float | None = None  # perf_counter of the first content token
+    end: float | None = None
+    is_cache_hit: bool = False
+    is_escalated: bool = False
+    cost_usd: float = 0.0
+    finish_reason: str | None = None
+    #: inter-token gaps (seconds per token) measured between streamed deltas
+    itl: list[float] = field(default_factory=list)
+    decisions: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_ok(self) -> bool:
+        return self.status < 400
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.end is None else self.end - self.start
+
+    @property
+    def ttft_s(self) -> float | None:
+        if self.first_token_at is None:
+            return None
+        return self.first_token_at - self.start
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.first_token_at is None or self.end is None or self.tokens_out < 2:
+            return None
+        return (self.end - self.first_token_at) / (self.tokens_out - 1)
+
+    def finish(self, status: int | None = None, error: str | None = None, error_kind: str | None = None) -> None:
+        self.end = time.perf_counter()
+        if status is not None:
+            self.status = status
+        if error is not None:
+            self.error = error
+        if error_kind is not None:
+            self.error_kind = error_kind
+
+    @property
+    def outcome(self) -> str:
+        """``ok``, ``rejected`` (admission, auth, validation: 4xx) or ``error``."""
+        if self.status < 400:
+            return "ok"
+        return "rejected" if self.status < 500 and self.status != 499 else "error"
+
+    def row(self) -> dict[str, Any]:
+        """The ``requests`` telemetry row (columns of the store's ``requests`` table)."""
+        route = self.decisions.get("route") or {}
+        return {
+            "id": self.id,
+            "ts": self.arrival,
+            "tenant": self.tenant,
+            "api_key_id": self.api_key_id,
+            "model_requested": self.model_requested,
+            "model_served": self.model_served,
+            "backend": self.backend_kind,
+            "replica": self.backend,
+            "route_reason": self.route_reason,
+            "router": route.get("router"),
+            "cache_hit": self.is_cache_hit,
+            "escalated": self.is_escalated,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "tokens_cached": self.tokens_cached,
+            "ttft_s": self.ttft_s,
+            "tpot_s": self.tpot_s,
+            "e2e_s": self.e2e_s,
+            "status": self.outcome,
+            "error_kind": self.error_kind,
+            "http_status": self.status,
+            "stream": self.is_stream,
+            "cost_usd": self.cost_usd,
+            "decisions": json.dumps(self.decisions, default=str, separators=(",", ":")),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The ``GET /admin/requests`` entry."""
+        row = self.row()
+        row.update(kind=self.kind, error=self.error, finish_reason=self.finish_reason, decisions=self.decisions)
+        return row

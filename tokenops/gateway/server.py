@@ -1,0 +1,100 @@
+"""Running the gateway under uvicorn: store and telemetry sink, admin key, the
+open-server rule, graceful shutdown (drain in-flight requests, flush telemetry)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from tokenops.config import ConfigError, ModelConfig, Settings
+from tokenops.gateway.auth import is_loopback, resolve_admin_key
+
+log = logging.getLogger("tokenops.gateway")
+
+
+def model_from_arg(value: str, name: str | None = None) -> ModelConfig:
+    """``--model``: ``[NAME=]PATH`` (a local HF folder) or ``[NAME=]URL`` (an OpenAI-compatible server)."""
+    if "=" in value.split("://", 1)[0]:
+        name, value = value.split("=", 1)
+    if value.startswith(("http://", "https://")):
+        served = name or _first_upstream_model(value)
+        return ModelConfig(name=served, backend="openai", url=value)
+    path = Path(value).expanduser()
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"--model {value}: not a model folder (no config.json) and not an http(s) URL")
+    return ModelConfig(name=name or path.resolve().name, backend="local", path=str(path))
+
+
+def _first_upstream_model(url: str) -> str:
+    import httpx
+
+    from tokenops.backends.openai_http import base_url
+
+    try:
+        data = httpx.get(base_url(url) + "/models", timeout=5.0).json()
+        return data["data"][0]["id"]
+    except Exception as e:
+        raise ConfigError(f"--model {url}: could not list its models ({type(e).__name__}); "
+                          "name it explicitly: --model NAME=URL") from None
+
+
+def check_exposure(settings: Settings, allow_open: bool) -> None:
+    """Refuse to serve a non-loopback address without API keys unless ``allow_open``."""
+    if settings.gateway.api_keys or allow_open or is_loopback(settings.gateway.host):
+        return
+    raise ConfigError(f"refusing to serve {settings.gateway.host} without API keys: add [gateway] api_keys "
+                      "to tokenops.toml, bind 127.0.0.1, or pass --allow-open")
+
+
+def open_store(settings: Settings) -> tuple[Any, Any]:
+    """Open the store and attach its writer to the DuckDB sink; returns (store, writer)."""
+    from tokenops.store import Store
+    from tokenops.store import sink
+
+    store = Store.open(settings.store.path)
+    writer = store.writer(flush_interval_s=min(settings.store.flush_interval_s, 1.0))
+    sink.attach(writer)
+    return store, writer
+
+
+def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool = True, log_level: str = "warning",
+               echo=print) -> None:
+    """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry."""
+    import uvicorn
+
+    from tokenops.gateway.app import create_app
+
+    check_exposure(settings, allow_open)
+    store = writer = None
+    if use_store:
+        store, writer = open_store(settings)
+    try:
+        store_dir = Path(settings.store.path).expanduser().parent if use_store else None
+        key_hash, new_key = resolve_admin_key(settings.gateway.admin_key, settings.gateway.admin_key_hash, store_dir)
+        app = create_app(settings, store=store, admin_key_hash=key_hash, allow_open=allow_open,
+                         drain_timeout_s=min(settings.gateway.request_timeout_s, 30.0))
+        gw = app.state.gateway
+        url = f"http://{settings.gateway.host}:{settings.gateway.port}"
+        echo(f"tokenops serving {', '.join(gw.replicas)} at {url}/v1  (metrics {url}/metrics, admin {url}/admin)")
+        if new_key:
+            echo(f"admin key (shown once, stored hashed in {store_dir}/admin_key.sha256): {new_key}")
+        elif not settings.gateway.admin_key:
+            echo(f"admin key: the one printed when {store_dir}/admin_key.sha256 was created "
+                 "(delete that file to get a new one)")
+        if settings.gateway.api_keys:
+            echo(f"API keys: {len(settings.gateway.api_keys)} configured")
+        else:
+            echo("API keys: none configured; serving loopback clients only" if not allow_open
+                 else "API keys: none configured; OPEN to every client (--allow-open)")
+        sys.stdout.flush()
+        config = uvicorn.Config(app, host=settings.gateway.host, port=settings.gateway.port, log_level=log_level,
+                                access_log=False, timeout_graceful_shutdown=30, lifespan="on")
+        uvicorn.Server(config).run()
+    finally:
+        if store is not None:
+            from tokenops.store import sink
+
+            sink.detach()
+            store.close()  # flushes and stops the writer

@@ -1,0 +1,162 @@
+"""``Gateway``: everything one running server holds — replicas, pipeline, auth,
+metrics, recent requests, current tunable values — and its start/stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from tokenops.backends.base import Replica
+from tokenops.backends.registry import build_replicas, model_configs
+from tokenops.config import Settings
+from tokenops.gateway import hooks
+from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
+from tokenops.gateway.metrics_window import MetricsWindow
+from tokenops.gateway.pipeline import Pipeline
+from tokenops.gateway.prometheus import PrometheusMetrics
+from tokenops.gateway.records import RequestRecord
+from tokenops.gateway.telemetry import EngineTelemetry
+from tokenops.types import TelemetryEvent
+
+log = logging.getLogger("tokenops.gateway")
+
+RECENT_REQUESTS = 1000
+
+
+class Gateway:
+    """The state behind one FastAPI app (``app.state.gateway``)."""
+
+    def __init__(self, settings: Settings, replicas: dict[str, list[Replica]] | None = None, *, store: Any = None,
+                 admin_key_hash: str | None = None, allow_open: bool = False, window_s: float = 60.0,
+                 telemetry_interval_s: float = 1.0) -> None:
+        self.settings = settings
+        self.models = {m.name: m for m in model_configs(settings)} if replicas is None else {
+            m.name: m for m in settings.models}
+        self.replicas = replicas if replicas is not None else build_replicas(settings)
+        self.store = store
+        self.api_keys = ApiKeys(settings.gateway.api_keys, allow_open=allow_open)
+        if admin_key_hash is None:
+            admin_key_hash, _ = resolve_admin_key(settings.gateway.admin_key, settings.gateway.admin_key_hash, None)
+        self.admin = AdminAuth(admin_key_hash)
+        self.window = MetricsWindow(window_s=window_s, slos=settings.slos)
+        self.prometheus = PrometheusMetrics()
+        self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
+        self.pipeline = Pipeline(self.replicas, self.models, self.on_finish)
+        self.engine_telemetry = EngineTelemetry(self.replicas, telemetry_interval_s)
+        self.started_at = time.time()
+        self.routes: dict[str, int] = {}
+        self.cache = {"lookups": 0, "hits": 0}
+        self.num_escalations = 0
+        self.per_model: dict[str, dict[str, float]] = {}
+        self._model_costs: deque[tuple[float, str, float]] = deque()
+        self.tunable_values: dict[str, Any] = {}
+        self.is_ready = False
+        self.is_draining = False
+
+    # -- lifecycle --------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start every backend (in parallel); the server answers /health meanwhile."""
+        hooks.configure(self.settings)
+        self.tunable_values = self._initial_tunables()
+        self.engine_telemetry.start()
+        backends = [r.backend for rs in self.replicas.values() for r in rs]
+        results = await asyncio.gather(*(b.start() for b in backends), return_exceptions=True)
+        for backend, result in zip(backends, results):
+            if isinstance(result, BaseException):
+                log.error("backend %s failed to start: %s", getattr(backend, "name", backend), result)
+        self.is_ready = all(b.ready for b in backends)
+
+    async def drain(self, timeout_s: float = 30.0) -> None:
+        """Wait for in-flight requests to finish (graceful shutdown)."""
+        self.is_draining = True
+        deadline = time.monotonic() + timeout_s
+        while self.pipeline.num_in_flight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        await self.engine_telemetry.stop()
+        for rs in self.replicas.values():
+            for r in rs:
+                try:
+                    await r.backend.close()
+                except Exception as e:
+                    log.warning("closing %s failed: %s", r.name, e)
+
+    # -- per request ------------------------------------------------------
+
+    def on_finish(self, rec: RequestRecord) -> None:
+        """Called by the pipeline once per request, whatever its outcome."""
+        self.window.add(rec)
+        self.prometheus.observe(rec)
+        self.recent.append(rec)
+        if rec.route_reason:
+            self.routes[rec.route_reason] = self.routes.get(rec.route_reason, 0) + 1
+        if "cache" in rec.decisions:
+            self.cache["lookups"] += 1
+            self.cache["hits"] += 1 if rec.is_cache_hit else 0
+        self.num_escalations += 1 if rec.is_escalated else 0
+        model = rec.model_served or rec.model_requested
+        m = self.per_model.setdefault(model, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0,
+                                              "cost_usd": 0.0})
+        m["requests"] += 1
+        m["errors"] += 0 if rec.is_ok else 1
+        m["input_tokens"] += rec.tokens_in
+        m["output_tokens"] += rec.tokens_out
+        m["cost_usd"] += rec.cost_usd
+        now = time.time()
+        self._model_costs.append((now, model, rec.cost_usd))
+        while self._model_costs and self._model_costs[0][0] < now - self.window.window_s:
+            self._model_costs.popleft()
+        hooks.record(TelemetryEvent("requests", rec.row(), ts=rec.arrival))
+
+    # -- views ------------------------------------------------------------
+
+    def engine_stats(self) -> dict[str, dict[str, Any]]:
+        """Replica name -> live ``stats()`` (the last sample when a call fails)."""
+        out = {}
+        for rs in self.replicas.values():
+            for r in rs:
+                try:
+                    stats = r.backend.stats()
+                except Exception:
+                    stats = self.engine_telemetry.latest.get(r.name)
+                if stats:
+                    out[r.name] = stats
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """The ``GET /admin/stats`` document."""
+        now = time.time()
+        snap = self.window.snapshot(in_flight=self.pipeline.num_in_flight, now=now)
+        total = sum(m["requests"] for m in self.per_model.values()) or 1
+        hourly: dict[str, float] = {}
+        for _, model, cost in self._model_costs:
+            hourly[model] = hourly.get(model, 0.0) + cost
+        models = {}
+        for name in sorted(set(self.replicas) | set(self.per_model)):
+            m = self.per_model.get(name, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
+            models[name] = {"requests": int(m["requests"]), "errors": int(m["errors"]),
+                            "input_tokens": int(m["input_tokens"]), "output_tokens": int(m["output_tokens"]),
+                            "cost_usd": m["cost_usd"], "share": m["requests"] / total,
+                            "cost_per_hour_usd": hourly.get(name, 0.0) * 3600.0 / self.window.window_s}
+        history = snap.pop("history")
+        return {"time": now, "uptime_s": now - self.started_at, **snap, "engines": self.engine_stats(),
+                "models": models, "routes": dict(self.routes), "cache": dict(self.cache),
+                "escalations": self.num_escalations, "history": history}
+
+    def _initial_tunables(self) -> dict[str, Any]:
+        from tokenops.plugins import get_tunables
+
+        values = {}
+        for t in get_tunables():
+            value = t.default
+            if t.name.startswith("engine.") and hasattr(self.settings.engine, t.name[len("engine."):]):
+                configured = getattr(self.settings.engine, t.name[len("engine."):])
+                if configured is not None:
+                    value = configured
+            values[t.name] = value
+        return values
