@@ -10,7 +10,7 @@ from tokenops.cli.options import AdminKeyOpt, ConfigOpt
 
 DashboardUrlOpt = Annotated[
     Optional[str],
-    typer.Option("--url", help="Base URL of a running tokenops server; defaults to host:port of [gateway] in the config.", envvar="TOKENOPS_URL"),
+    typer.Option("--url", help="Base URL of a running tokenops server; defaults to host:port of the gateway section of the config.", envvar="TOKENOPS_URL"),
 ]
 
 

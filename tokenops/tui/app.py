@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from rich.console import Console
 from textual import on, work
-from textual.app import App
+from textual.app import App, ScreenStackError
 from textual.binding import Binding
 from textual.timer import Timer
 
@@ -110,8 +110,8 @@ class DashboardApp(App[None]):
         state = self.connection
         state.status, state.error, state.num_failures, state.retry_in_s = "connected", None, 0, None
         state.uptime_s = stats.get("uptime_s")
-        screen = self.screen
-        if isinstance(screen, DashboardScreen):
+        screen = self._dashboard_screen()
+        if screen is not None:
             screen.show_connection(state)
             try:
                 screen.show_stats(stats)
@@ -128,9 +128,18 @@ class DashboardApp(App[None]):
         state.error = message.error
         delay = min(self.max_backoff_s, self.poll_interval_s * 2 ** (state.num_failures - 1))
         state.retry_in_s = delay
-        if isinstance(self.screen, DashboardScreen):
-            self.screen.show_connection(state)
+        screen = self._dashboard_screen()
+        if screen is not None:
+            screen.show_connection(state)
         self._rearm(delay)
+
+    def _dashboard_screen(self) -> DashboardScreen | None:
+        """The active screen, or None while the app starts or shuts down."""
+        try:
+            screen = self.screen
+        except ScreenStackError:
+            return None
+        return screen if isinstance(screen, DashboardScreen) and screen.is_mounted else None
 
     def _rearm(self, delay: float) -> None:
         if self._timer is not None:
@@ -152,5 +161,6 @@ class DashboardApp(App[None]):
             self._timer = None
         elif not self.connection.is_paused:
             self.poll_stats()
-        if isinstance(self.screen, DashboardScreen):
-            self.screen.show_connection(self.connection)
+        screen = self._dashboard_screen()
+        if screen is not None:
+            screen.show_connection(self.connection)

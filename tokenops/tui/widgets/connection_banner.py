@@ -38,9 +38,10 @@ class ConnectionBanner(Static):
             text.append(f"… connecting to {state.url}")
         else:
             word = "server unreachable" if state.status == "unreachable" else "server error"
-            text.append(f"✖ {word}: {state.error}")
+            text.append(f"✖ {word}")
             if state.retry_in_s is not None:
-                text.append(f"  · retry #{state.num_failures} in {state.retry_in_s:.0f}s")
+                text.append(f" · retry #{state.num_failures} in {state.retry_in_s:g}s")
+            text.append(f" · {state.error}")
         if state.is_paused:
             text.append("  [paused]", style="bold yellow")
         self.set_class(state.status == "connected", "-connected")
