@@ -1,0 +1,291 @@
+"""The synchronous engine: ``add_request`` / ``step`` / ``abort`` plus ``generate`` and stats.
+
+Context policy: a prompt must leave room for at least one generated token
+(``len(prompt) < max_model_len``) or :class:`PromptTooLongError` is raised. A
+``max_tokens`` that would run past ``max_model_len`` is *capped*, not rejected: the
+completion ends with ``finish_reason="length"`` at the context limit (vLLM rejects
+such requests instead; capping suits chat clients that send a large max_tokens).
+
+Failures are per request: if the batched forward raises, the chunks are retried one
+by one and only the requests whose chunk still fails are finished with ``error`` set.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from tokenops.engine.config import LIVE_TUNABLES, RESTART_TUNABLES, EngineConfig
+from tokenops.engine.output_processor import OutputProcessor, RequestState
+from tokenops.engine.outputs import RequestOutput
+from tokenops.engine.sampling import Sampler, SamplingParams
+from tokenops.engine.scheduler import Scheduler, SchedulerOutput, get_schedule_order
+from tokenops.engine.sequence import Sequence, SequenceStatus
+
+
+class PromptTooLongError(ValueError):
+    """The prompt does not fit the model's context."""
+
+
+class EngineRequestError(RuntimeError):
+    """The engine failed one request (the message says why); other requests go on."""
+
+
+def apply_engine_config_hooks(config: EngineConfig) -> None:
+    """Let plugins adjust the config before the runner is built."""
+    from tokenops.plugins import hook
+
+    hook().tokenops_engine_config(config=config)
+
+
+class LLMEngine:
+    """Continuous-batching engine over a :class:`ModelRunner`."""
+
+    def __init__(self, config: EngineConfig, runner: Any = None) -> None:
+        if runner is None:
+            apply_engine_config_hooks(config)
+            from tokenops.engine.model_runner import ModelRunner
+
+            runner = ModelRunner(config)
+        _check_policy(config.schedule_policy)
+        self.config = config
+        self.runner = runner
+        self.tokenizer = runner.tokenizer
+        self.model_name = config.model_name or runner.model_name
+        kv_tokens = runner.num_blocks * runner.block_size
+        self.max_model_len = min(x for x in (config.max_model_len, runner.max_model_len, kv_tokens) if x)
+        self.scheduler = Scheduler(config, runner.num_blocks)
+        self.sampler = Sampler(config.seed)
+        self.output_processor = OutputProcessor(self.tokenizer, self.max_model_len)
+        self._requests: dict[str, RequestState] = {}
+        self._pending: list[RequestOutput] = []  # aborts, reported by the next step
+        self._ids = itertools.count()
+        self.num_steps = 0
+        self.last_step_time_s = 0.0
+        self.last_batch_tokens = 0
+        self.total_prompt_tokens = 0
+        self.total_generation_tokens = 0
+
+    # -- requests ----------------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
+                    tenant: str = "default", priority: int = 0) -> None:
+        """Queue a request; raises ValueError (or PromptTooLongError) when it cannot run."""
+        if request_id in self._requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        if not isinstance(params, SamplingParams):
+            raise ValueError("params must be a SamplingParams")
+        if isinstance(prompt, str):
+            token_ids = self.tokenizer.encode(prompt)
+        else:
+            token_ids = list(prompt)
+            vocab = getattr(self.runner, "vocab_size", None)
+            if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 or (vocab and t >= vocab) for t in token_ids):
+                raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        if not token_ids:
+            raise ValueError("the prompt is empty")
+        if len(token_ids) >= self.max_model_len:
+            raise PromptTooLongError(
+                f"prompt has {len(token_ids)} tokens but the model's context is {self.max_model_len} tokens "
+                f"(at least one must be left to generate); shorten the prompt")
+        seq = Sequence(request_id, token_ids, params, tenant=tenant, priority=priority)
+        if params.seed is not None:
+            seq.generator = Sampler.new_generator(params.seed, 0)
+        state = RequestState(request_id, token_ids, params, seq.arrival_time, [seq])
+        self._requests[request_id] = state
+        self.scheduler.add(seq)
+        self.total_prompt_tokens += len(token_ids)
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request and free its blocks; the next ``step`` reports it finished."""
+        state = self._requests.pop(request_id, None)
+        if state is None:
+            return
+        for seq in self.scheduler.abort(request_id):
+            if seq.finish_reason is None:
+                seq.finish_reason = "abort"
+        for seq in state.seqs:
+            seq.num_pending_forks = 0
+        self._pending.append(self.output_processor.make_output(state))
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests) or bool(self._pending)
+
+    # -- one step ----------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one batch; returns outputs of the requests that advanced or finished."""
+        outputs, self._pending = self._pending, []
+        start = time.perf_counter()
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
+            return outputs
+        for src, dst in batch.block_copies:
+            self.runner.copy_block(src, dst)
+        logits, failed = self._execute(batch)
+        touched: dict[str, RequestState] = {}
+        for seq, error in failed:
+            self._fail(seq.request_id, error, outputs)
+        batch.chunks = [c for c in batch.chunks if c.seq.status is SequenceStatus.RUNNING]
+        self.scheduler.update_computed(batch)
+        rows, seqs = [], []
+        for chunk in batch.chunks:
+            if not chunk.is_last:
+                continue
+            seq = chunk.seq
+            family = [seq]
+            if seq.num_pending_forks:
+                family += self.scheduler.fork(seq)
+                self._requests[seq.request_id].seqs += family[1:]
+            for member in family:
+                if member is not seq and seq.params.seed is not None:
+                    member.generator = Sampler.new_generator(seq.params.seed, member.output_index)
+                rows.append(chunk.row)
+                seqs.append(member)
+        if seqs:
+            self._sample_and_append(logits, rows, seqs, touched)
+        self.num_steps += 1
+        self.last_batch_tokens = batch.num_batched_tokens
+        self.last_step_time_s = time.perf_counter() - start
+        for state in touched.values():
+            outputs.append(self.output_processor.make_output(state))
+            if state.is_finished:
+                self._requests.pop(state.request_id, None)
+        return outputs
+
+    def _execute(self, batch: SchedulerOutput) -> tuple[Any, list[tuple[Sequence, str]]]:
+        """Run the forward; returns logits (row ``chunk.row`` per chunk) and failed sequences."""
+        from tokenops.engine.batch import ChunkInput
+
+        chunks = batch.chunks
+        inputs = [ChunkInput(c.seq.token_ids[c.start_pos:c.start_pos + c.num_tokens], c.start_pos, c.seq.block_table)
+                  for c in chunks]
+        for i, chunk in enumerate(chunks):
+            chunk.row = i
+        try:
+            return self.runner.execute(inputs), []
+        except Exception:
+            pass  # retried chunk by chunk below to find the request that breaks it
+        import torch
+
+        failed, rows = [], []
+        for chunk, one in zip(chunks, inputs):
+            try:
+                rows.append(self.runner.execute([one])[0])
+            except Exception as e:
+                failed.append((chunk.seq, f"{type(e).__name__}: {e}"))
+                rows.append(None)
+        ok = next((r for r in rows if r is not None), torch.zeros(1))
+        logits = torch.stack([r if r is not None else torch.zeros_like(ok) for r in rows])
+        return logits, failed
+
+    def _sample_and_append(self, logits: Any, rows: list[int], seqs: list[Sequence],
+                           touched: dict[str, RequestState]) -> None:
+        import torch
+
+        index = torch.tensor(rows, device=logits.device)
+        try:
+            sampled = self.sampler.sample(logits.index_select(0, index), seqs)
+        except Exception as e:  # e.g. NaN logits: fail these requests, keep the engine up
+            for seq in seqs:
+                self._fail(seq.request_id, f"sampling failed: {type(e).__name__}: {e}", None)
+            return
+        now = time.time()
+        for seq, token in zip(seqs, sampled):
+            state = self._requests.get(seq.request_id)
+            if state is None or seq.is_finished:
+                continue
+            try:
+                self.output_processor.append_token(seq, token)
+            except Exception as e:
+                self._fail(seq.request_id, f"{type(e).__name__}: {e}", None)
+                continue
+            self.total_generation_tokens += 1
+            if state.first_token_time is None:
+                state.first_token_time = now
+            if seq.finish_reason is not None:
+                self.scheduler.finish(seq)
+            touched[seq.request_id] = state
+
+    def _fail(self, request_id: str, error: str, outputs: list[RequestOutput] | None) -> None:
+        state = self._requests.get(request_id)
+        if state is None:
+            return
+        state.error = error
+        self.abort(request_id)
+        if outputs is not None:
+            outputs.extend(self._pending)
+            self._pending = []
+
+    # -- scripts -----------------------------------------------------------------------
+
+    def generate(self, prompts: list[str | list[int]],
+                 params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        """Run ``prompts`` to completion; returns their final outputs in order."""
+        params = params or SamplingParams()
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(plist)} sampling params")
+        ids = [f"generate-{next(self._ids)}" for _ in prompts]
+        for request_id, prompt, p in zip(ids, prompts, plist):
+            self.add_request(request_id, prompt, p)
+        final: dict[str, RequestOutput] = {}
+        wanted = set(ids)
+        while wanted - final.keys():
+            for out in self.step():
+                if out.finished and out.request_id in wanted:
+                    final[out.request_id] = out
+        errors = [f"{i}: {final[i].error}" for i in ids if final[i].error]
+        if errors:
+            raise EngineRequestError("; ".join(errors))
+        return [final[i] for i in ids]
+
+    # -- introspection and tuning ------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        bm = self.scheduler.block_manager
+        expert_load = getattr(self.runner, "expert_load", None)
+        return {
+            "model": self.model_name,
+            "num_running": self.scheduler.num_running,
+            "num_waiting": self.scheduler.num_waiting,
+            "kv_blocks_used": bm.num_used_blocks,
+            "kv_blocks_total": bm.num_blocks,
+            "kv_cache_usage": bm.num_used_blocks / bm.num_blocks,
+            "prefix_cache_queries": bm.num_prefix_queries,
+            "prefix_cache_hits": bm.num_prefix_hits,
+            "num_preemptions": self.scheduler.num_preemptions,
+            "last_step_time_s": self.last_step_time_s,
+            "last_batch_tokens": self.last_batch_tokens,
+            "total_prompt_tokens": self.total_prompt_tokens,
+            "total_generation_tokens": self.total_generation_tokens,
+            "num_steps": self.num_steps,
+            "expert_load": expert_load() if callable(expert_load) else None,
+        }
+
+    def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Apply live engine tunables (names with or without ``engine.``); returns them
+        as ``{"engine.<name>": value}``. Nothing is applied if any name or value is bad."""
+        from tokenops.plugins import get_tunables
+        from tokenops.tunables import TunableError
+
+        registry = get_tunables()
+        applied: dict[str, Any] = {}
+        for name, value in values.items():
+            short = name.removeprefix("engine.")
+            if short in RESTART_TUNABLES:
+                raise TunableError(f"engine.{short} needs an engine restart; set it in tokenops.toml [engine]")
+            if short not in LIVE_TUNABLES:
+                raise TunableError(f"unknown engine tunable {name!r}; live ones: {', '.join(LIVE_TUNABLES)}")
+            applied[f"engine.{short}"] = registry[f"engine.{short}"].validate(value)
+        if "engine.schedule_policy" in applied:
+            _check_policy(applied["engine.schedule_policy"], TunableError)
+        for name, value in applied.items():
+            setattr(self.config, name.removeprefix("engine."), value)
+        return applied
+
+
+def _check_policy(policy: str, error: type[Exception] = ValueError) -> None:
+    if get_schedule_order([], policy) is None:
+        raise error(f"no plugin provides the schedule policy {policy!r} (built in: fcfs, priority)")
