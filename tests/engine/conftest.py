@@ -1,0 +1,53 @@
+"""Shared engine fixtures: tiny random HF checkpoints (built once per session per
+architecture) and a runner factory. See ``tiny_models.py``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests import tiny_models / engine_fakes directly
+
+from tiny_models import make_tiny_checkpoint  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """``tiny_checkpoint(arch) -> Path``: a tiny random checkpoint, built once per session."""
+    root = tmp_path_factory.mktemp("tiny_models")
+    built: dict[str, Path] = {}
+
+    def build(arch: str) -> Path:
+        if arch not in built:
+            built[arch] = make_tiny_checkpoint(arch, root)
+        return built[arch]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tiny_checkpoint) -> Path:
+    return tiny_checkpoint("llama")
+
+
+@pytest.fixture
+def make_runner():
+    """``make_runner(model_dir, **engine_config_overrides) -> ModelRunner`` (CPU, fp32)."""
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.model_runner import ModelRunner
+
+    def build(model_dir, **overrides):
+        values = dict(model=str(model_dir), device="cpu", block_size=4, kv_cache_tokens=256)
+        values.update(overrides)
+        return ModelRunner(EngineConfig(**values))
+
+    return build
+
+
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch) -> Path:
+    """Point ``TOKENOPS_CACHE`` at a fresh folder (the random default model goes there)."""
+    monkeypatch.setenv("TOKENOPS_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"

@@ -1,0 +1,186 @@
+"""Paged attention over a block-structured KV cache.
+
+The cache of one layer is a pair of tensors ``[num_blocks, block_size, num_kv_heads,
+head_dim]``; token ``pos`` of a sequence lives in slot
+``block_table[pos // block_size] * block_size + pos % block_size``.
+
+A step mixes two kinds of work, and :class:`AttentionMetadata` arranges them so
+each costs few kernel calls per layer:
+
+- *decodes* (one new token with cached context) are batched into ONE
+  ``scaled_dot_product_attention`` call: their contexts are gathered from the cache
+  into a padded ``[B, kv_heads, L, head_dim]`` tensor and a mask hides the padding.
+  Grouped-query heads are folded into the query-length axis so K/V are never repeated.
+- *prefill chunks* run one SDPA call each with a causal mask offset by the chunk's
+  start position; a chunk starting at position 0 attends to its own fresh K/V
+  without touching the cache.
+
+Everything that depends only on the step (gather indices, masks) is built once in
+:meth:`AttentionMetadata.build` and shared by all layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from tokenops.engine.batch import ChunkInput
+
+
+@dataclass(slots=True)
+class PrefillSpan:
+    """One prefill chunk: its token rows in the step and how to reach its context."""
+
+    token_start: int
+    token_end: int
+    start_pos: int
+    context_slots: torch.Tensor | None  # [start_pos + n] slots, None when start_pos == 0
+    masks: dict[int | None, torch.Tensor | None] = field(default_factory=dict)  # window -> [n, ctx] bool
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    """Per-step tensors shared by every attention layer.
+
+    Tokens are ordered decodes first (rows ``0 .. num_decodes-1``), then the prefill
+    chunks in :attr:`prefills` order.
+    """
+
+    slot_mapping: torch.Tensor  # [T] cache slot of each token of the step
+    num_decodes: int
+    decode_slots: torch.Tensor | None  # [B, L] context slots of each decode (padded)
+    decode_masks: dict[int | None, torch.Tensor]  # window -> [B, 1, 1, L] bool
+    prefills: list[PrefillSpan]
+
+    @classmethod
+    def build(
+        cls,
+        chunks: list[ChunkInput],
+        block_size: int,
+        device: torch.device,
+        windows: set[int | None],
+    ) -> AttentionMetadata:
+        """Build the metadata for ``chunks`` (already ordered decodes first).
+
+        :param windows: the distinct sliding-window sizes of the model's layers
+            (``None`` for full attention); one mask is built per value.
+        """
+        decodes = [c for c in chunks if c.is_decode]
+        num_decodes = len(decodes)
+        assert all(c.is_decode for c in chunks[:num_decodes]), "decodes must come first"
+        slots: list[int] = []
+        for c in chunks:
+            slots.extend(_slots(c.block_table, c.start_pos, c.end_pos, block_size))
+        slot_mapping = torch.tensor(slots, dtype=torch.long, device=device)
+
+        decode_slots = None
+        decode_masks: dict[int | None, torch.Tensor] = {}
+        if decodes:
+            max_len = max(c.end_pos for c in decodes)
+            max_blocks = (max_len + block_size - 1) // block_size
+            tables = [c.block_table[:max_blocks] + [0] * (max_blocks - min(len(c.block_table), max_blocks)) for c in decodes]
+            table = torch.tensor(tables, dtype=torch.long, device=device)
+            pos = torch.arange(max_len, device=device)
+            decode_slots = table[:, pos // block_size] * block_size + pos % block_size
+            ctx = torch.tensor([c.end_pos for c in decodes], dtype=torch.long, device=device)[:, None]
+            for window in windows:
+                keep = pos[None, :] < ctx
+                if window is not None:
+                    keep &= pos[None, :] > ctx - 1 - window
+                decode_masks[window] = keep[:, None, None, :]
+
+        prefills = []
+        row = num_decodes
+        for c in chunks[num_decodes:]:
+            n = c.num_tokens
+            context = None
+            if c.start_pos > 0:
+                context = torch.tensor(_slots(c.block_table, 0, c.end_pos, block_size), dtype=torch.long, device=device)
+            span = PrefillSpan(row, row + n, c.start_pos, context)
+            for window in windows:
+                span.masks[window] = _prefill_mask(c.start_pos, n, window, device)
+            prefills.append(span)
+            row += n
+        return cls(slot_mapping, num_decodes, decode_slots, decode_masks, prefills)
+
+
+def _slots(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
+    if end > len(block_table) * block_size:
+        raise ValueError(f"block table of {len(block_table)} blocks cannot hold {end} tokens (block_size {block_size})")
+    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+
+
+def _prefill_mask(start_pos: int, n: int, window: int | None, device: torch.device) -> torch.Tensor | None:
+    """``[n, start_pos + n]`` bool mask, or None where plain ``is_causal`` is exact."""
+    if start_pos == 0 and window is None:
+        return None
+    q_pos = torch.arange(start_pos, start_pos + n, device=device)[:, None]
+    k_pos = torch.arange(start_pos + n, device=device)[None, :]
+    keep = k_pos <= q_pos
+    if window is not None:
+        keep &= k_pos > q_pos - window
+    return keep
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    window: int | None = None,
+) -> torch.Tensor:
+    """Write ``k``/``v`` into the cache, then attend.
+
+    :param q: ``[T, num_heads, head_dim]`` queries of the step's tokens.
+    :param k: ``[T, num_kv_heads, head_dim]`` new keys (``v`` likewise).
+    :param k_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]`` (``v_cache`` likewise).
+    :returns: ``[T, num_heads, head_dim]``.
+    """
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    group = num_heads // num_kv_heads
+    k_flat = k_cache.view(-1, num_kv_heads, head_dim)
+    v_flat = v_cache.view(-1, num_kv_heads, head_dim)
+    k_flat.index_copy_(0, meta.slot_mapping, k)
+    v_flat.index_copy_(0, meta.slot_mapping, v)
+
+    if not meta.prefills:
+        return _decode(q, k_flat, v_flat, meta, scale, window, group)
+    out = torch.empty_like(q)
+    if meta.num_decodes:
+        out[: meta.num_decodes] = _decode(q[: meta.num_decodes], k_flat, v_flat, meta, scale, window, group)
+    for span in meta.prefills:
+        s, e = span.token_start, span.token_end
+        if span.context_slots is None:
+            ks, vs = k[s:e], v[s:e]
+        else:
+            ks, vs = k_flat[span.context_slots], v_flat[span.context_slots]
+        mask = span.masks[window]
+        o = F.scaled_dot_product_attention(
+            q[s:e].transpose(0, 1).unsqueeze(0),
+            ks.transpose(0, 1).unsqueeze(0),
+            vs.transpose(0, 1).unsqueeze(0),
+            attn_mask=mask,
+            is_causal=mask is None,
+            scale=scale,
+            enable_gqa=group > 1,
+        )
+        out[s:e] = o[0].transpose(0, 1)
+    return out
+
+
+def _decode(q, k_flat, v_flat, meta: AttentionMetadata, scale: float, window: int | None, group: int) -> torch.Tensor:
+    num_decodes, num_heads, head_dim = q.shape
+    num_kv_heads = num_heads // group
+    # [B, L, kv, d] -> [B, kv, L, d]; the query heads sharing a KV head become the
+    # query-length axis, so one KV head serves its whole group without a copy.
+    ks = k_flat[meta.decode_slots].transpose(1, 2)
+    vs = v_flat[meta.decode_slots].transpose(1, 2)
+    qs = q.view(num_decodes, num_kv_heads, group, head_dim)
+    o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=meta.decode_masks[window], scale=scale)
+    return o.reshape(num_decodes, num_heads, head_dim)

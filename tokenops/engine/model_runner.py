@@ -1,0 +1,151 @@
+"""Loads the model, owns the paged KV cache and runs one forward per engine step.
+
+This is the only engine module that knows about devices: everything above it
+(scheduler, block manager) deals in token ids and block ids.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from tokenops.engine.attention import AttentionMetadata
+from tokenops.engine.batch import ChunkInput
+from tokenops.engine.loader import load_model, parse_dtype, resolve_model_dir
+from tokenops.engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from tokenops.engine.config import EngineConfig
+
+
+def get_transformed_model(model: torch.nn.Module, config: Any) -> torch.nn.Module:
+    """Apply every ``tokenops_transform_model`` plugin (quantization, pruning...)."""
+    from tokenops.plugins import hook
+
+    for replacement in hook().tokenops_transform_model(model=model, config=config):
+        if replacement is not None:
+            model = replacement
+    return model
+
+
+def get_compiled_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The ``tokenops_compile_model`` result, or ``model`` when no plugin compiles it."""
+    from tokenops.plugins import hook
+
+    compiled = hook().tokenops_compile_model(model=model)
+    return model if compiled is None else compiled
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto`` is CUDA when available, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available; use device = 'cpu' or 'auto'")
+    return device
+
+
+class ModelRunner:
+    """Runs the model over a paged KV cache.
+
+    Attributes: ``tokenizer``, ``model_name``, ``max_model_len``, ``num_blocks``,
+    ``block_size``, ``vocab_size``, ``is_moe``, ``device``, ``hf_config``, ``model_dir``,
+    ``load_time_s``.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        start = time.perf_counter()
+        self.config = config
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        self.device = pick_device(config.device)
+        self.dtype = parse_dtype(config.dtype)
+        self.model_dir = resolve_model_dir(config.model, getattr(config, "allow_download", False))
+        self.model_name = config.model_name or _served_name(config.model)
+        model, self.args, self.hf_config = load_model(self.model_dir, self.dtype, self.device)
+        self.tokenizer = Tokenizer.from_dir(self.model_dir)
+        self.vocab_size = self.args.vocab_size
+        self.is_moe = self.args.is_moe
+        self.block_size = config.block_size
+        self.num_blocks = config.kv_cache_tokens // config.block_size
+        if self.num_blocks < 1:
+            raise ValueError(f"kv_cache_tokens {config.kv_cache_tokens} is smaller than one block ({config.block_size})")
+        max_pos = self.args.max_position_embeddings
+        if config.max_model_len is not None and config.max_model_len > max_pos:
+            raise ValueError(f"max_model_len {config.max_model_len} exceeds the model's max_position_embeddings {max_pos}")
+        self.max_model_len = min(config.max_model_len or max_pos, self.num_blocks * self.block_size)
+        self._raw_model = model  # the module whose layers hold the cache views and counters
+        self.windows = model.attention_windows
+        self._allocate_kv_cache()
+        model = get_transformed_model(model, config)
+        self.model = get_compiled_model(model)
+        self.load_time_s = time.perf_counter() - start
+
+    def _allocate_kv_cache(self) -> None:
+        args = self.args
+        # One tensor for all layers so copy_block is a single copy.
+        shape = (2, args.num_layers, self.num_blocks, self.block_size, args.num_kv_heads, args.head_dim)
+        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        for i, attn in enumerate(self._raw_model.attention_layers()):
+            attn.bind_cache(self.kv_cache[0, i], self.kv_cache[1, i])
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.kv_cache.numel() * self.kv_cache.element_size()
+
+    @torch.inference_mode()
+    def execute(self, chunks: list[ChunkInput]) -> torch.Tensor:
+        """One forward over all ``chunks``; float32 logits ``[len(chunks), vocab]`` of
+        each chunk's last token, in the order given (on the runner's device)."""
+        if not chunks:
+            return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
+        for c in chunks:
+            if c.end_pos > self.max_model_len:
+                raise ValueError(f"sequence of {c.end_pos} tokens exceeds max_model_len {self.max_model_len}")
+        # Decodes go first so the attention layer can batch them as one contiguous slice.
+        order = sorted(range(len(chunks)), key=lambda i: not chunks[i].is_decode)
+        ordered = [chunks[i] for i in order]
+        token_ids: list[int] = []
+        positions: list[int] = []
+        last_rows = [0] * len(chunks)
+        for i, c in zip(order, ordered):
+            token_ids.extend(c.token_ids)
+            positions.extend(range(c.start_pos, c.end_pos))
+            last_rows[i] = len(token_ids) - 1
+        device = self.device
+        meta = AttentionMetadata.build(ordered, self.block_size, device, self.windows)
+        input_ids = torch.tensor(token_ids, dtype=torch.long, device=device)
+        pos = torch.tensor(positions, dtype=torch.long, device=device)
+        logits_index = torch.tensor(last_rows, dtype=torch.long, device=device)
+        return self.model(input_ids, pos, meta, logits_index)
+
+    @torch.inference_mode()
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copy one KV block in every layer (copy-on-write when sequences fork)."""
+        assert 0 <= src < self.num_blocks and 0 <= dst < self.num_blocks, (src, dst)
+        self.kv_cache[:, :, dst].copy_(self.kv_cache[:, :, src])
+
+    def expert_load(self) -> list[list[int]] | None:
+        """Cumulative routed tokens per ``[layer][expert]`` (dense layers of a MoE model
+        are all zeros); None for dense models."""
+        if not self.is_moe:
+            return None
+        blocks = self._raw_model.moe_blocks()
+        num_experts = self.args.num_experts
+        return [b.expert_counts.tolist() if b is not None else [0] * num_experts for b in blocks]
+
+    def reset_expert_load(self) -> None:
+        for block in self._raw_model.moe_blocks():
+            if block is not None:
+                block.expert_counts.zero_()
+
+
+def _served_name(model: str | None) -> str:
+    if model is None:
+        from tokenops.engine.default_model import default_model_name
+
+        return default_model_name()
+    return model.rstrip("/").split("/")[-1] if "/" in model and model.startswith((".", "/", "~")) else model

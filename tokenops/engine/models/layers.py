@@ -1,0 +1,153 @@
+"""Building blocks shared by the model families: RMSNorm, rotary embeddings, the
+gated MLP and the paged self-attention layer.
+
+Projections that read the same input are fused (``qkv_proj``, ``gate_up_proj``) so a
+layer makes fewer, larger matmuls; the loader splits Hugging Face weights into them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tokenops.engine.attention import AttentionMetadata, paged_attention
+from tokenops.engine.models.args import ModelArgs
+
+_ACTIVATIONS = {
+    "silu": F.silu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def activation(name: str):
+    """The activation function called ``name`` in HF configs."""
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"unsupported hidden_act {name!r}; supported: {', '.join(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` without random initialisation: weights always come from a checkpoint,
+    and initialising billions of parameters only to overwrite them costs seconds."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` without random initialisation (see :class:`Linear`)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in float32, as the reference implementation does."""
+
+    def __init__(self, dim: int, eps: float, **factory) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, **factory))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
+    """Inverse frequencies for ``args.rope_scaling`` (default, linear or llama3)."""
+    dim = args.head_dim
+    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scaling = args.rope_scaling
+    rope_type = scaling.get("rope_type", "default")
+    if rope_type == "linear":
+        return inv_freq / scaling["factor"]
+    if rope_type == "llama3":
+        factor = scaling["factor"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_len = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        # Between the two wavelengths the frequency is interpolated smoothly.
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        is_medium = ~(wavelen < old_len / high) * ~(wavelen > old_len / low)
+        return torch.where(is_medium, smoothed, scaled)
+    assert rope_type == "default", rope_type
+    return inv_freq
+
+
+def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[T, 1, head_dim]`` cos and sin for the step's positions (computed once per step)."""
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class GatedMLP(nn.Module):
+    """``down(act(gate(x)) * up(x))`` with gate and up fused in one matmul."""
+
+    def __init__(self, hidden: int, intermediate: int, act: str, bias: bool = False, **factory) -> None:
+        super().__init__()
+        self.gate_up_proj = Linear(hidden, 2 * intermediate, bias=bias, **factory)
+        self.down_proj = Linear(intermediate, hidden, bias=bias, **factory)
+        self.act = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(self.act(gate) * up)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head attention with GQA, optional q/k RMSNorm (Qwen3) and a sliding window.
+
+    ``k_cache``/``v_cache`` are views into the runner's preallocated cache, bound by
+    :meth:`bind_cache`; the layer never allocates cache memory itself.
+    """
+
+    def __init__(self, args: ModelArgs, layer_idx: int, **factory) -> None:
+        super().__init__()
+        self.num_heads = args.num_heads
+        self.num_kv_heads = args.num_kv_heads
+        self.head_dim = args.head_dim
+        self.scale = args.head_dim**-0.5
+        self.window = args.layer_windows[layer_idx]
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.split_sizes = [q_size, kv_size, kv_size]
+        self.qkv_proj = Linear(args.hidden_size, q_size + 2 * kv_size, bias=args.qkv_bias, **factory)
+        self.o_proj = Linear(q_size, args.hidden_size, bias=args.o_bias, **factory)
+        self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps, **factory) if args.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps, **factory) if args.qk_norm else None
+        self.k_cache: torch.Tensor | None = None
+        self.v_cache: torch.Tensor | None = None
+
+    def bind_cache(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+        assert k_cache.shape[2:] == (self.num_kv_heads, self.head_dim), k_cache.shape
+        self.k_cache, self.v_cache = k_cache, v_cache
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        assert self.k_cache is not None, "bind_cache() before forward()"
+        num_tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.split_sizes, dim=-1)
+        q = q.view(num_tokens, self.num_heads, self.head_dim)
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window)
+        return self.o_proj(out.reshape(num_tokens, -1))
