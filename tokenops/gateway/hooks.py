@@ -50,3 +50,7 @@ def apply_plugin_tunables(values: dict[str, Any]) -> None:
 
 def configure(settings: Any) -> None:
     hook().tokenops_configure.call_historic(kwargs={"settings": settings})
+
+
+def get_ensemble(request: GatewayRequest, responses: list[GatewayResponse]) -> GatewayResponse | None:
+    return hook().tokenops_ensemble(request=request, responses=responses)

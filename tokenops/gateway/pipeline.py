@@ -18,7 +18,8 @@ from tokenops.config import ModelConfig
 from tokenops.gateway import hooks
 from tokenops.gateway.errors import APIError, ModelNotFound
 from tokenops.gateway.records import RequestRecord
-from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse
+from tokenops.gateway.multi_model import run_cascade, run_ensemble
+from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, RouteDecision
 
 MAX_ITL_PER_REQUEST = 4096
 
@@ -55,9 +56,6 @@ class Pipeline:
     def finish(self, rec: RequestRecord, status: int | None = None, error: str | None = None,
                error_kind: str | None = None) -> None:
         rec.finish(status, error, error_kind)
-        model = self.models.get(rec.model_served or "")
-        if model is not None:
-            rec.cost_usd = (rec.tokens_in * model.cost_input_per_1m + rec.tokens_out * model.cost_output_per_1m) / 1e6
         rec.is_escalated = bool(rec.decisions.get("escalated") or rec.decisions.get("fallbacks"))
         self.on_finish(rec)
 
@@ -78,18 +76,33 @@ class Pipeline:
             rec.route_reason = "cache"
         return cached
 
-    def _choose(self, request: GatewayRequest, rec: RequestRecord, model: str | None = None) -> Replica:
-        if model is None:
-            decision = hooks.get_route(request, list(self.replicas), self.profiles)
-            if decision is None:
-                raise ModelNotFound(request.model, list(self.replicas))
-            if decision.model not in self.replicas:
-                raise APIError(500, f"router {decision.router or '?'} chose unknown model {decision.model!r}",
-                               code="routing_error")
-            model = decision.model
-            rec.route_reason = decision.reason
-            request.decisions["route"] = {"model": model, "reason": decision.reason, "router": decision.router,
-                                          "score": decision.score}
+    def cost(self, model: str | None, tokens_in: int, tokens_out: int) -> float:
+        config = self.models.get(model or "")
+        if config is None:
+            return 0.0
+        return (tokens_in * config.cost_input_per_1m + tokens_out * config.cost_output_per_1m) / 1e6
+
+    def _account(self, rec: RequestRecord, model: str, response: GatewayResponse) -> None:
+        """Add one backend answer's tokens and cost to the request (cascades add several)."""
+        rec.tokens_in += response.prompt_tokens
+        rec.tokens_out += response.completion_tokens
+        rec.tokens_cached += response.cached_tokens
+        rec.cost_usd += self.cost(model, response.prompt_tokens, response.completion_tokens)
+
+    def _route(self, request: GatewayRequest, rec: RequestRecord) -> RouteDecision:
+        decision = hooks.get_route(request, list(self.replicas), self.profiles)
+        if decision is None:
+            raise ModelNotFound(request.model, list(self.replicas))
+        for name in (decision.model, *decision.escalate_to, *decision.members):
+            if name not in self.replicas and not (decision.members and name == decision.model):
+                raise APIError(500, f"router {decision.router or '?'} chose unknown model {name!r}", code="routing_error")
+        rec.route_reason = decision.reason
+        rec.model_served = decision.model
+        request.decisions["route"] = {"model": decision.model, "reason": decision.reason, "router": decision.router,
+                                      "score": decision.score}
+        return decision
+
+    def _choose(self, request: GatewayRequest, rec: RequestRecord, model: str) -> Replica:
         ready = [r for r in self.replicas[model] if r.ready]
         if not ready:
             raise APIError(503, f"The model `{model}` is not ready yet (still loading); retry shortly.",
@@ -100,10 +113,10 @@ class Pipeline:
         rec.backend_kind = getattr(replica.backend, "kind", None)
         return replica
 
-    async def _call(self, request: GatewayRequest, rec: RequestRecord,
+    async def _call(self, request: GatewayRequest, rec: RequestRecord, model: str,
                     step: Callable[[Replica], Awaitable[Any]]) -> tuple[Replica, Any, float]:
-        """Run ``step`` on the chosen replica; on BackendError ask ``tokenops_fallback``."""
-        replica = self._choose(request, rec)
+        """Run ``step`` on a replica of ``model``; on BackendError ask ``tokenops_fallback``."""
+        replica = self._choose(request, rec, model)
         while True:
             t0 = time.perf_counter()
             replica.in_flight += 1
@@ -118,7 +131,7 @@ class Pipeline:
                     raise api_error(e) from None
                 request.decisions.setdefault("fallbacks", []).append({"from": replica.model, "to": target, "error": e.kind})
                 rec.route_reason = f"fallback:{e.kind}"
-                replica = self._choose(request, rec, model=target)
+                replica = self._choose(request, rec, target)
                 continue
             except BaseException:
                 replica.in_flight -= 1
@@ -126,13 +139,37 @@ class Pipeline:
             replica.in_flight -= 1
             return replica, result, t0
 
-    def _after(self, request: GatewayRequest, rec: RequestRecord, replica: Replica, response: GatewayResponse, t0: float) -> None:
+    def _after(self, request: GatewayRequest, replica: Replica, response: GatewayResponse, t0: float) -> float | None:
+        """validate -> backend outcome -> cache store; returns the lowest validation score."""
         scores = hooks.get_validation_scores(request, response)
-        if scores:
-            request.decisions["validate"] = min(scores)
+        score = min(scores) if scores else None
+        if score is not None:
+            request.decisions["validate"] = score
         hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None,
                                                           response.prompt_tokens, response.completion_tokens))
         hooks.offer_to_cache(request, response)
+        return score
+
+    async def call_model(self, request: GatewayRequest, rec: RequestRecord, model: str) -> tuple[GatewayResponse, float | None]:
+        """One non-streamed answer from ``model`` (with fallback), accounted; returns it and its score."""
+        def step(r: Replica) -> Awaitable[GatewayResponse]:
+            return r.backend.chat(request) if request.kind == "chat" else r.backend.complete(request)
+
+        replica, response, t0 = await self._call(request, rec, model, step)
+        first = response.extra.pop("first_token_at", None)
+        if rec.first_token_at is None:
+            rec.first_token_at = first
+        self._account(rec, replica.model, response)
+        return response, self._after(request, replica, response, t0)
+
+    async def answer(self, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision) -> GatewayResponse:
+        """The routed answer: one model, a cascade (``escalate_to``) or an ensemble (``members``)."""
+        if decision.members:
+            return await run_ensemble(self, request, rec, decision)
+        response, score = await self.call_model(request, rec, decision.model)
+        if decision.escalate_to and decision.min_score is not None:
+            response = await run_cascade(self, request, rec, decision, response, score)
+        return response
 
     # -- non-streamed -----------------------------------------------------
 
@@ -142,15 +179,10 @@ class Pipeline:
         try:
             response = self._admit_and_lookup(request, rec)
             if response is None:
-                def step(r: Replica) -> Awaitable[GatewayResponse]:
-                    return r.backend.chat(request) if request.kind == "chat" else r.backend.complete(request)
-
-                replica, response, t0 = await self._call(request, rec, step)
-                first = response.extra.pop("first_token_at", None)
-                rec.first_token_at = first
-                self._after(request, rec, replica, response, t0)
-            rec.tokens_in, rec.tokens_out = response.prompt_tokens, response.completion_tokens
-            rec.tokens_cached, rec.finish_reason = response.cached_tokens, response.finish_reason
+                response = await self.answer(request, rec, self._route(request, rec))
+            else:
+                self._account(rec, "", response)
+            rec.finish_reason = response.finish_reason
             if rec.first_token_at is None:
                 rec.first_token_at = time.perf_counter()
             self.finish(rec, 200)
@@ -174,7 +206,12 @@ class Pipeline:
         try:
             cached = self._admit_and_lookup(request, rec)
             if cached is not None:
-                return self._cached_deltas(request, rec, cached), rec
+                self._account(rec, "", cached)
+                return self._replay(rec, cached), rec
+            decision = self._route(request, rec)
+            if decision.members or decision.escalate_to:  # needs whole answers: run, then replay
+                response = await self.answer(request, rec, decision)
+                return self._replay(rec, response), rec
 
             async def step(r: Replica) -> tuple[AsyncIterator[Delta], Delta | None]:
                 it = r.backend.stream(request).__aiter__()
@@ -186,7 +223,7 @@ class Pipeline:
                     await _aclose(it)
                     raise
 
-            replica, (it, first), t0 = await self._call(request, rec, step)
+            replica, (it, first), t0 = await self._call(request, rec, decision.model, step)
         except APIError as e:
             self.num_in_flight -= 1
             self.finish(rec, e.status, e.message, e.code or e.type)
@@ -244,18 +281,22 @@ class Pipeline:
                                            finish_reason=rec.finish_reason, prompt_tokens=rec.tokens_in,
                                            completion_tokens=rec.tokens_out, cached_tokens=rec.tokens_cached,
                                            backend=replica.name)
-                self._after(request, rec, replica, response, t0)
+                rec.cost_usd += self.cost(replica.model, rec.tokens_in, rec.tokens_out)
+                self._after(request, replica, response, t0)
             else:
                 hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, "error"))
             self.finish(rec, status, error)
 
-    async def _cached_deltas(self, request: GatewayRequest, rec: RequestRecord, response: GatewayResponse) -> AsyncIterator[Delta]:
+    async def _replay(self, rec: RequestRecord, response: GatewayResponse) -> AsyncIterator[Delta]:
+        """Stream an answer that is already complete (cache hit, cascade, ensemble)."""
         try:
-            rec.first_token_at = time.perf_counter()
-            rec.tokens_in, rec.tokens_out = response.prompt_tokens, response.completion_tokens
-            rec.tokens_cached, rec.finish_reason = response.cached_tokens, response.finish_reason
-            yield Delta(text=response.text, num_tokens=response.completion_tokens)
-            yield Delta(finish_reason=response.finish_reason or "stop")
+            rec.first_token_at = rec.first_token_at or time.perf_counter()
+            rec.finish_reason = response.finish_reason
+            choices = response.extra.get("choices") or [{"index": 0, "text": response.text,
+                                                         "finish_reason": response.finish_reason, "logprobs": None}]
+            for c in choices:
+                yield Delta(index=c["index"], text=c["text"], num_tokens=0, logprobs=c.get("logprobs"))
+                yield Delta(index=c["index"], finish_reason=c.get("finish_reason") or "stop")
             yield Delta(prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
                         cached_tokens=response.cached_tokens)
         finally:

@@ -92,6 +92,7 @@ class RequestRecord:
             "router": route.get("router"),
             "cache_hit": self.is_cache_hit,
             "escalated": self.is_escalated,
+            "ensemble_members": (self.decisions.get("ensemble") or {}).get("members"),
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "tokens_cached": self.tokens_cached,
