@@ -1,0 +1,17 @@
+"""Fixtures of the store tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenops.store import Store
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A fresh read-write store in a temporary folder."""
+    s = Store.open(tmp_path / "store" / "t.duckdb")
+    try:
+        yield s
+    finally:
+        s.close()
