@@ -4,6 +4,7 @@ the output (or trips an assert) exactly as corrupt K/V would."""
 
 from __future__ import annotations
 
+import time
 import zlib
 from typing import Callable
 
@@ -68,11 +69,14 @@ class FakeRunner:
         self.num_computed_tokens = 0
         self.fail_on_token: int | None = None
         self.chunk_sizes: list[list[int]] = []
+        self.step_delay_s = 0.0  # makes streams slow enough to cancel mid-way
 
     def _slot(self, block_table: list[int], pos: int) -> tuple[int, int]:
         return block_table[pos // self.block_size], pos % self.block_size
 
     def execute(self, chunks) -> torch.Tensor:
+        if self.step_delay_s:
+            time.sleep(self.step_delay_s)
         self.num_forward_calls += 1
         self.chunk_sizes.append([len(c.token_ids) for c in chunks])
         rows = []

@@ -1,0 +1,196 @@
+"""Asyncio streaming over :class:`LLMEngine` for the gateway.
+
+The engine loop runs on ONE background thread, the only thread that touches the
+engine apart from ``stats``/``apply_tunables`` (which take the same lock as a step).
+Requests go in through a thread-safe queue; outputs come back to each caller's
+event loop with ``loop.call_soon_threadsafe``. A failing request raises in its own
+iterator only; a consumer that stops iterating aborts its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+from typing import Any, AsyncIterator
+
+from tokenops.engine.config import EngineConfig
+from tokenops.engine.engine import EngineRequestError, LLMEngine
+from tokenops.engine.outputs import RequestOutput
+from tokenops.engine.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+
+_IDLE_WAIT_S = 0.5
+
+
+class AsyncLLMEngine:
+    """Runs an :class:`LLMEngine` on a background thread and streams its outputs."""
+
+    def __init__(self, config: EngineConfig | LLMEngine) -> None:
+        self.engine = config if isinstance(config, LLMEngine) else LLMEngine(config)
+        self.config = self.engine.config
+        self.tokenizer = self.engine.tokenizer
+        self.model_name = self.engine.model_name
+        self.max_model_len = self.engine.max_model_len
+        self._inbox: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._streams_lock = threading.Lock()
+        self._engine_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._is_stopping = threading.Event()
+        self._ids = itertools.count()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the engine thread (does nothing if it runs already)."""
+        with self._streams_lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._is_stopping.clear()
+            self._thread = threading.Thread(target=self._run, name="tokenops-engine", daemon=True)
+            self._thread.start()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop the thread; requests still running get an error."""
+        self._is_stopping.set()
+        self._inbox.put(("wake",))
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        with self._streams_lock:
+            streams, self._streams = self._streams, {}
+        for loop, q in streams.values():
+            _deliver(loop, q, EngineRequestError("the engine was shut down"))
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- thread-safe API ---------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        with self._engine_lock:
+            return self.engine.stats()
+
+    def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Validate and apply live tunables; they take effect on the next step."""
+        with self._engine_lock:
+            return self.engine.apply_tunables(values)
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request; its stream ends with ``finish_reason="abort"``."""
+        self._inbox.put(("abort", request_id))
+
+    async def generate(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
+                       tenant: str = "default", priority: int = 0) -> AsyncIterator[RequestOutput]:
+        """Stream a request: one output per step that produced tokens, the last one
+        with ``finished`` set. Raises the engine's error (e.g. PromptTooLongError)."""
+        self.start()
+        request_id = request_id or f"async-{next(self._ids)}"
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue = asyncio.Queue()
+        with self._streams_lock:
+            if request_id in self._streams:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            self._streams[request_id] = (loop, q)
+        self._inbox.put(("add", request_id, prompt, params, tenant, priority))
+        is_done = False
+        try:
+            while True:
+                item = await q.get()
+                if isinstance(item, BaseException):
+                    is_done = True
+                    raise item
+                if item.error is not None:
+                    is_done = True
+                    raise EngineRequestError(f"request {request_id} failed: {item.error}")
+                is_done = item.finished
+                yield item
+                if is_done:
+                    return
+        finally:
+            if not is_done:  # the consumer left (cancelled, disconnected, broke out)
+                with self._streams_lock:
+                    self._streams.pop(request_id, None)
+                self._inbox.put(("abort", request_id))
+
+    # -- the engine thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        engine = self.engine
+        while not self._is_stopping.is_set():
+            self._drain_inbox(block=not engine.has_unfinished())
+            if self._is_stopping.is_set() or not engine.has_unfinished():
+                continue
+            try:
+                with self._engine_lock:
+                    outputs = engine.step()
+            except Exception as e:  # a bug in a step: fail what is in flight, keep serving
+                log.exception("engine step failed")
+                self._fail_all(e)
+                continue
+            for out in outputs:
+                self._dispatch(out.request_id, out, out.finished)
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            command = self._inbox.get(timeout=_IDLE_WAIT_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(command)
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, command: tuple) -> None:
+        kind = command[0]
+        if kind == "add":
+            _, request_id, prompt, params, tenant, priority = command
+            with self._streams_lock:
+                if request_id not in self._streams:
+                    return  # the consumer already left
+            try:
+                with self._engine_lock:
+                    self.engine.add_request(request_id, prompt, params, tenant=tenant, priority=priority)
+            except Exception as e:
+                self._dispatch(request_id, e, True)
+        elif kind == "abort":
+            with self._engine_lock:
+                self.engine.abort(command[1])
+
+    def _dispatch(self, request_id: str, item: Any, is_last: bool) -> None:
+        with self._streams_lock:
+            stream = self._streams.pop(request_id, None) if is_last else self._streams.get(request_id)
+        if stream is None:
+            return
+        if not _deliver(*stream, item):  # the caller's loop is gone
+            with self._streams_lock:
+                self._streams.pop(request_id, None)
+            with self._engine_lock:
+                self.engine.abort(request_id)
+
+    def _fail_all(self, error: Exception) -> None:
+        with self._streams_lock:
+            request_ids = list(self._streams)
+        for request_id in request_ids:
+            with self._engine_lock:
+                try:
+                    self.engine.abort(request_id)
+                except Exception:
+                    log.exception("abort after a failed step failed")
+            self._dispatch(request_id, EngineRequestError(f"engine step failed: {type(error).__name__}: {error}"),
+                           True)
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, q: asyncio.Queue, item: Any) -> bool:
+    try:
+        loop.call_soon_threadsafe(q.put_nowait, item)
+        return True
+    except RuntimeError:  # loop closed
+        return False
