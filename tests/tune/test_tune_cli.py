@@ -1,0 +1,65 @@
+"""``tokenops tune`` end to end against the fake server's live tunables (small budget)."""
+
+import json
+import tomllib
+
+import duckdb
+from fake_server import FakeEngine, FakeServer
+from typer.testing import CliRunner
+
+from tokenops.cli import build_app
+
+FAST = ["--input-len", "16", "--output-len", "8", "--measure-seconds", "0.5", "--min-requests", "10",
+        "--max-measurements", "3", "--start-rate", "20"]
+
+
+def test_tune_against_live_tunables_writes_profile_and_trials(tmp_path):
+    engine = FakeEngine(base_s=0.004, per_token_s=0.0002, max_num_seqs=32)
+    store = str(tmp_path / "t.duckdb")
+    with FakeServer(engine) as s:
+        r = CliRunner().invoke(build_app(), [
+            "tune", "--url", s.url, "--admin-key", "test-admin", "--slo", "p95=250ms", "--slo", "tpot_p95=60ms",
+            "--budget", "3", "--only", "engine.max_num_seqs", "--param", "engine.max_num_seqs=1,32",
+            "--store", store, "--profile-dir", str(tmp_path / "profiles"), "--json", *FAST], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        # the server's values are restored after the study (no --apply)
+        assert engine.max_num_seqs == 32
+    out = json.loads(r.stdout)
+    assert out["space"] == {"engine.max_num_seqs": [1, 32]}
+    trials = out["trials"]
+    assert len(trials) == 2  # the space holds two configurations
+    assert trials[0]["params"] == {"engine.max_num_seqs": 32} and trials[0]["status"] == "complete"
+    assert trials[0]["goodput"] > 0 and trials[0]["points"]
+    # one slot at a time cannot sustain the default's goodput: measured once there, then stopped
+    assert trials[1]["params"] == {"engine.max_num_seqs": 1} and trials[1]["status"] == "pruned"
+    assert len(trials[1]["points"]) == 1 and trials[1]["points"][0]["rate"] == trials[0]["goodput"]
+    assert out["best"]["trial"] == 0 and out["ratio"] == 1.0
+    prof = tomllib.loads(open(out["profile"]).read())
+    assert prof["tunables"] == {"engine.max_num_seqs": 32}
+    assert prof["tune"]["goodput_rps"] == round(trials[0]["goodput"], 4) and prof["tune"]["model"] == "fake-model"
+    con = duckdb.connect(store, read_only=True)
+    rows = con.execute("select trial, status, is_best, goodput from tune_trials order by trial").fetchall()
+    con.close()
+    assert [(t, st, b) for t, st, b, _ in rows] == [(0, "complete", True), (1, "pruned", False)]
+
+
+def test_tune_apply_pushes_the_winner(tmp_path):
+    engine = FakeEngine(base_s=0.004, per_token_s=0.0002, max_num_seqs=1)
+    with FakeServer(engine) as s:
+        r = CliRunner().invoke(build_app(), [
+            "tune", "--url", s.url, "--admin-key", "test-admin", "--slo", "p95=250ms", "--budget", "2",
+            "--only", "engine.max_num_seqs", "--param", "engine.max_num_seqs=32,8", "--apply", "--no-store",
+            "--profile-dir", str(tmp_path), *FAST], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        assert "winner (trial" in r.stdout and "applied to" in r.stdout
+        # the registry default (32) is trial 0; whichever won is now live on the server
+        winner = int(r.stdout.split("applied to")[1].split("engine.max_num_seqs': ")[1].split("}")[0])
+        assert engine.max_num_seqs == winner in (32, 8)
+
+
+def test_tune_user_errors():
+    runner = CliRunner()
+    r = runner.invoke(build_app(), ["tune", "--slo", "p95=1s"])
+    assert r.exit_code != 0
+    r = runner.invoke(build_app(), ["tune", "--slo", "p95=1s", "--launch", "--apply"])
+    assert r.exit_code != 0

@@ -1,0 +1,74 @@
+"""Rate bracketing on a synthetic capacity model finds the knee with few measurements."""
+
+import math
+
+import pytest
+
+from tokenops.bench.metrics import BenchSummary
+from tokenops.slo import parse_slo
+from tokenops.tune.goodput import BracketConfig, find_goodput
+
+SLO = parse_slo("p95=200ms")
+
+
+def summary_for(value_s: float) -> BenchSummary:
+    """A run whose TTFT p95 is ``value_s`` (inf when the server fell over)."""
+    met = value_s <= SLO.threshold_s
+    row = {"label": SLO.label, "metric": "ttft", "percentile": 95.0, "threshold_s": SLO.threshold_s,
+           "value_s": None if math.isinf(value_s) else value_s, "met": met}
+    lat = {m: {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None} for m in ("ttft", "tpot", "itl", "e2e")}
+    return BenchSummary(10, 10, 0, {}, 1.0, 1.0, 0, 0, 0, 0, lat, [row], 1.0 if met else 0.0, 1.0, met)
+
+
+class Queue:
+    """M/M/1-like: p95 latency = base / (1 - rate / capacity); the SLO knee is exact."""
+
+    def __init__(self, capacity: float, base: float = 0.05):
+        self.capacity, self.base, self.calls = capacity, base, []
+
+    def __call__(self, rate: float) -> BenchSummary:
+        self.calls.append(rate)
+        if rate >= self.capacity:
+            return summary_for(math.inf)
+        return summary_for(self.base / (1 - rate / self.capacity))
+
+    @property
+    def knee(self) -> float:  # base / (1 - r/c) = 0.2  ->  r = c * (1 - base / 0.2)
+        return self.capacity * (1 - self.base / SLO.threshold_s)
+
+
+@pytest.mark.parametrize("capacity,start", [(10.0, 1.0), (10.0, 50.0), (3.3, 0.2), (250.0, 7.0)])
+def test_bracketing_finds_the_knee(capacity, start):
+    q = Queue(capacity)
+    res = find_goodput(q, start, BracketConfig(max_measurements=8, rel_tol=0.05))
+    assert res.status == "complete"
+    assert q.knee * 0.9 <= res.goodput <= q.knee + 1e-9  # a passing rate within 10% of the knee
+    assert res.estimate == pytest.approx(q.knee, rel=0.15)
+    assert len(q.calls) <= 8
+    assert all(p.is_met == (p.rate <= q.knee + 1e-9) for p in res.points)
+
+
+def test_interpolation_beats_bisection():
+    q = Queue(10.0)
+    res = find_goodput(q, 1.0, BracketConfig(max_measurements=6, rel_tol=0.01))
+    # doubling 1, 2, 4, 8 (fails) then regula falsi lands close to 7.5 within two more measurements
+    assert res.goodput >= 0.97 * q.knee
+
+
+def test_hopeless_trial_stops_at_the_incumbent():
+    q = Queue(5.0)  # knee 3.75
+    res = find_goodput(q, 1.0, incumbent=6.0)
+    assert res.status == "pruned" and len(q.calls) == 1 and q.calls[0] == 6.0
+    assert res.objective < 6.0
+
+
+def test_better_trial_climbs_from_the_incumbent():
+    q = Queue(20.0)  # knee 15
+    res = find_goodput(q, 1.0, BracketConfig(max_measurements=6), incumbent=5.0)
+    assert q.calls[0] == 5.0 and res.status == "complete" and res.goodput >= 13.5
+
+
+def test_infeasible_when_even_the_lowest_rate_misses():
+    q = Queue(10.0, base=0.5)  # unloaded latency already above the SLO
+    res = find_goodput(q, 1.0, BracketConfig(max_measurements=4))
+    assert res.status == "infeasible" and res.goodput == 0.0 and len(q.calls) == 4

@@ -1,0 +1,1 @@
+"""SLO-driven tuning: search the tunables registry for the configuration with the highest goodput."""

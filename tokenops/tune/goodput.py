@@ -1,0 +1,152 @@
+"""Goodput of one configuration: the highest request rate whose measured
+percentiles meet every SLO, found with few short measurements.
+
+The rate is first bracketed (doubling up from a passing rate, halving down from
+a failing one), then refined by safeguarded interpolation (regula falsi on the
+log of the worst SLO ratio value/threshold, kept inside the bracket's middle
+80% so the bracket always shrinks). A trial whose first measurement, taken at
+the incumbent's goodput, already misses the SLO cannot beat the incumbent and
+stops there (early stopping of hopeless trials).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tokenops.bench.metrics import BenchSummary
+
+MeasureFn = Callable[[float], BenchSummary]
+
+
+@dataclass(slots=True)
+class RatePoint:
+    """One measurement: the offered rate and what it gave."""
+
+    rate: float
+    is_met: bool
+    worst_ratio: float
+    summary: BenchSummary | None = None
+
+    def to_dict(self) -> dict:
+        s = self.summary
+        d = {"rate": self.rate, "met": self.is_met,
+             "worst_ratio": None if math.isinf(self.worst_ratio) else self.worst_ratio}
+        if s is not None:
+            d.update({"achieved_rps": s.request_rate, "errors": s.num_errors,
+                      "slo": {r["label"]: r["value_s"] for r in s.slo}})
+        return d
+
+
+@dataclass(slots=True)
+class GoodputResult:
+    """``goodput``: highest measured passing rate (0 when none passed).
+    ``status``: complete | pruned (cannot beat the incumbent) | infeasible (no rate passed)."""
+
+    goodput: float
+    status: str
+    points: list[RatePoint] = field(default_factory=list)
+    #: Rate where the worst SLO ratio crosses 1 by interpolation in the last bracket (an estimate).
+    estimate: float | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def objective(self) -> float:
+        """What the search maximises: the goodput, or for a pruned trial its best estimate
+        (always below the incumbent, so the search learns the region is worse)."""
+        if self.status == "pruned" and self.estimate is not None:
+            return min(self.estimate, self.points[0].rate * 0.999) if self.points else self.estimate
+        return self.goodput
+
+    def to_dict(self) -> dict:
+        return {"goodput": self.goodput, "status": self.status, "estimate": self.estimate,
+                "elapsed_s": self.elapsed_s, "points": [p.to_dict() for p in self.points]}
+
+
+@dataclass(slots=True)
+class BracketConfig:
+    """Knobs of the rate search."""
+
+    max_measurements: int = 6
+    #: Stop refining when hi/lo is within this factor.
+    rel_tol: float = 0.1
+    growth: float = 2.0
+    min_rate: float = 0.01
+    max_rate: float = 1e6
+
+    def __post_init__(self) -> None:
+        assert self.max_measurements >= 1
+        assert self.growth > 1 and self.rel_tol > 0 and 0 < self.min_rate < self.max_rate
+
+
+def _crossing(lo: RatePoint, hi: RatePoint) -> float:
+    """Rate where log(worst ratio) crosses 0 between a passing ``lo`` and failing ``hi``."""
+    a, b = lo.rate, hi.rate
+    ra, rb = max(lo.worst_ratio, 1e-9), hi.worst_ratio
+    if not math.isfinite(rb) or rb <= ra:
+        return math.sqrt(a * b)
+    la, lb = math.log(ra), math.log(rb)
+    x = a + (b - a) * (0 - la) / (lb - la)
+    return min(max(x, a + 0.1 * (b - a)), b - 0.1 * (b - a))
+
+
+def find_goodput(measure: MeasureFn, start_rate: float, cfg: BracketConfig | None = None,
+                 incumbent: float | None = None, deadline: float | None = None) -> GoodputResult:
+    """Search the goodput of the configuration that ``measure(rate)`` measures.
+
+    :param start_rate: first rate to try when there is no incumbent.
+    :param incumbent: the best goodput so far; measured first, and the trial stops if it fails there.
+    :param deadline: ``time.monotonic()`` after which no new measurement starts.
+    """
+    cfg = cfg or BracketConfig()
+    t0 = time.monotonic()
+    points: list[RatePoint] = []
+
+    def probe(rate: float) -> RatePoint:
+        s = measure(rate)
+        ratio = s.worst_slo_ratio()
+        assert ratio is not None, "goodput needs at least one SLO"
+        p = RatePoint(rate, bool(s.is_slo_met), ratio, s)
+        points.append(p)
+        return p
+
+    def budget_left() -> bool:
+        return len(points) < cfg.max_measurements and (deadline is None or time.monotonic() < deadline)
+
+    def done(status: str, lo: RatePoint | None, hi: RatePoint | None) -> GoodputResult:
+        est = _crossing(lo, hi) if lo is not None and hi is not None else None
+        return GoodputResult(lo.rate if lo else 0.0, status, points, est, time.monotonic() - t0)
+
+    first = probe(incumbent if incumbent else start_rate)
+    lo = first if first.is_met else None
+    hi = None if first.is_met else first
+    if incumbent and not first.is_met:
+        # cannot beat the incumbent: estimate where it would pass, for the search's benefit
+        est = first.rate / first.worst_ratio if math.isfinite(first.worst_ratio) else first.rate / cfg.growth
+        return GoodputResult(0.0, "pruned", points, est, time.monotonic() - t0)
+    while budget_left() and (lo is None or hi is None):
+        if lo is None:
+            rate = hi.rate / cfg.growth
+            if rate < cfg.min_rate:
+                return done("infeasible", None, hi)
+            p = probe(rate)
+        else:
+            rate = lo.rate * cfg.growth
+            if rate > cfg.max_rate:
+                break
+            p = probe(rate)
+        if p.is_met:
+            lo = p
+        else:
+            hi = p
+    if lo is None:
+        return done("infeasible", None, hi)
+    while budget_left() and hi is not None and hi.rate / lo.rate > 1 + cfg.rel_tol:
+        p = probe(_crossing(lo, hi))
+        if p.is_met:
+            lo = p
+        else:
+            hi = p
+    return done("complete", lo, hi)

@@ -1,0 +1,191 @@
+"""One ``tokenops tune`` session: build the space, drive the target (a running
+server's live tunables, or a launched bundled engine for restart ones), score
+each configuration by its goodput, and report the winner next to the default."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tokenops.bench.loadgen import fetch_model
+from tokenops.bench.runner import BenchPlan, run_level
+from tokenops.bench.workloads import build_workload
+from tokenops.slo import SLO
+from tokenops.tune.goodput import BracketConfig, GoodputResult, find_goodput
+from tokenops.tune.launcher import LaunchedServer, can_launch_with
+from tokenops.tune.search import Budget, Trial, TuneOutcome, Tuner
+from tokenops.tune.space import SearchSpace
+from tokenops.tune.target import AdminClient, TuneError, measure, tunables_from_server
+
+
+@dataclass(slots=True)
+class TunePlan:
+    slos: list[SLO]
+    budget: Budget
+    url: str | None = None
+    admin_key: str | None = None
+    launch: bool = False
+    model_path: str | None = None
+    model: str | None = None
+    workload: str = "synthetic"
+    workload_options: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    only: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    overrides: dict[str, list[Any]] = field(default_factory=dict)
+    span: float = 8.0
+    #: Each measurement lasts about ``measure_s`` seconds, with at least ``min_requests`` requests.
+    measure_s: float = 10.0
+    min_requests: int = 20
+    max_requests: int = 300
+    start_rate: float | None = None
+    arrival: str = "poisson"
+    endpoint: str = "chat"
+    ignore_eos: bool = True
+    bracket: BracketConfig = field(default_factory=BracketConfig)
+
+    def __post_init__(self) -> None:
+        if not self.slos:
+            raise TuneError("give at least one --slo, e.g. --slo p95=200ms")
+        if self.launch == bool(self.url):
+            raise TuneError("give --url URL of a running server, or --launch to start the bundled engine")
+        if self.min_requests < 5 or self.max_requests < self.min_requests:
+            raise TuneError("--min-requests must be >= 5 and <= --max-requests")
+
+
+@dataclass(slots=True)
+class TuneReport:
+    study: str
+    model: str
+    outcome: TuneOutcome
+    space: SearchSpace
+    plan: TunePlan
+    elapsed_s: float
+    applied: dict[str, Any] = field(default_factory=dict)
+
+
+class TuneSession:
+    """Owns the target for the length of a study."""
+
+    def __init__(self, plan: TunePlan, on_trial: Callable[[Trial, TuneOutcome], None] | None = None,
+                 on_status: Callable[[str], None] | None = None) -> None:
+        self.plan = plan
+        self.on_trial = on_trial
+        self.on_status = on_status or (lambda msg: None)
+        self.server: LaunchedServer | None = None
+        self.admin: AdminClient | None = None
+        self.original: dict[str, Any] = {}
+        self.restart_names: set[str] = set()
+        self.space: SearchSpace | None = None
+        self.bench = BenchPlan(url=plan.url or "http://127.0.0.1:1", workload=plan.workload, seed=plan.seed,
+                               slos=plan.slos, arrival=plan.arrival, endpoint=plan.endpoint,
+                               ignore_eos=plan.ignore_eos, rates=[1.0])
+
+    # -- target ---------------------------------------------------------------
+
+    def _launch(self, restart_params: dict[str, Any]) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.on_status(f"launching tokenops serve with {restart_params or 'defaults'}")
+        self.server = LaunchedServer(restart_params, model=self.plan.model_path).start()
+        if self.admin is not None:
+            self.admin.close()
+        self.admin = AdminClient(self.server.url, self.server.admin_key)
+        self.bench.url = self.server.url
+
+    def _build_space(self) -> SearchSpace:
+        p = self.plan
+        if p.launch:
+            from tokenops.plugins import get_tunables
+
+            tunables = [t for t in get_tunables() if t.live or can_launch_with(t.name)]
+            space = SearchSpace.build(tunables, True, p.only, p.exclude, p.overrides, p.span)
+            self.restart_names = {d.name for d in space.dims if not d.tunable.live}
+            return space
+        self.admin = AdminClient(p.url, p.admin_key)
+        tunables, self.original = tunables_from_server(self.admin.tunables())
+        return SearchSpace.build(tunables, False, p.only, p.exclude, p.overrides, p.span)
+
+    def _apply(self, params: dict[str, Any]) -> None:
+        restart = {k: v for k, v in params.items() if k in self.restart_names}
+        if self.plan.launch and (self.server is None or self.server.params != restart):
+            self._launch(restart)
+        assert self.admin is not None
+        self.admin.patch({k: v for k, v in params.items() if k not in self.restart_names})
+
+    # -- measuring ------------------------------------------------------------
+
+    def _measure_fn(self, model: str, requests: list) -> Callable[[float], Any]:
+        p = self.plan
+
+        def fn(rate: float):
+            n = int(min(p.max_requests, max(p.min_requests, math.ceil(rate * p.measure_s))))
+            s = measure(self.bench, model, requests[:n], rate)
+            self.on_status(f"  rate {rate:.3g}/s x {n}: {'met' if s.is_slo_met else 'missed'} "
+                           + ", ".join(f"{r['label'].split('=')[0]}={_fmt(r['value_s'])}" for r in s.slo))
+            return s
+
+        return fn
+
+    def _probe_start_rate(self, model: str, requests: list) -> float:
+        """1 / mean E2E of a few requests sent one at a time: the rate one slot sustains."""
+        res = asyncio.run(run_level(self.bench, model, requests[:3], None, 1))
+        e2es = [r.e2e_s for r in res.results if r.is_ok and r.e2e_s]
+        if not e2es:
+            raise TuneError(f"the target answered none of 3 probe requests: {res.summary.errors}")
+        return max(self.plan.bracket.min_rate, 1.0 / (sum(e2es) / len(e2es)))
+
+    def run(self) -> TuneReport:
+        p = self.plan
+        t0 = time.monotonic()
+        study = "tune-" + uuid.uuid4().hex[:10]
+        space = self.space = self._build_space()
+        try:
+            if p.launch:
+                self._apply(space.default())
+            assert self.admin is not None
+            model = p.model or asyncio.run(fetch_model(self.bench.url))
+            requests = build_workload(p.workload, p.max_requests, p.seed, **p.workload_options)
+            self._apply(space.default())
+            start = p.start_rate or self._probe_start_rate(model, requests)
+            self.on_status(f"space: {', '.join(f'{d.name} {d.values}' for d in space.dims) or 'empty'}; "
+                           f"start rate {start:.3g}/s")
+            fn = self._measure_fn(model, requests)
+
+            def evaluate(params: dict[str, Any], incumbent: float | None, deadline: float | None) -> GoodputResult:
+                try:
+                    self._apply(params)
+                except TuneError as e:
+                    self.on_status(f"  configuration failed: {e}")
+                    return GoodputResult(0.0, "failed", estimate=0.0)
+                return find_goodput(fn, start, p.bracket, incumbent, deadline)
+
+            outcome = Tuner(space, evaluate, p.budget, p.seed, on_trial=self.on_trial).run()
+            if p.url and self.original:
+                restore = {k: self.original[k] for k in space.names if k in self.original}
+                self.admin.patch(restore)
+        finally:
+            if self.server is not None:
+                self.server.stop()
+        return TuneReport(study, model, outcome, space, p, time.monotonic() - t0)
+
+    def close(self) -> None:
+        if self.admin is not None:
+            self.admin.close()
+
+
+def apply_winner(url: str, admin_key: str | None, params: dict[str, Any]) -> dict[str, Any]:
+    """Push the winner's values to a running server (``--apply``)."""
+    admin = AdminClient(url, admin_key)
+    try:
+        return admin.patch(params, actor="tune")
+    finally:
+        admin.close()
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.0f}ms"
