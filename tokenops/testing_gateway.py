@@ -123,7 +123,8 @@ class FakeBackend:
 async def gateway_client(backends: Any = None, settings: Any = None, **app_kwargs: Any) -> AsyncIterator[Any]:
     """An ``httpx.AsyncClient`` talking to a started gateway app (lifespan run).
 
-    ``backends`` defaults to one :class:`FakeBackend` named ``fake-model``; the
+    ``backends`` defaults to one :class:`FakeBackend` named ``fake-model``, unless
+    ``settings`` has ``[[models]]``: then they are built from it; the
     admin key is ``test-admin-key`` unless ``admin_key_hash`` is given. The client
     has ``.app`` (the FastAPI app) and ``.gateway`` (its state) attached.
     """
@@ -133,7 +134,9 @@ async def gateway_client(backends: Any = None, settings: Any = None, **app_kwarg
     from tokenops.gateway.auth import hash_key
 
     app_kwargs.setdefault("admin_key_hash", hash_key("test-admin-key"))
-    app = create_app(settings, backends if backends is not None else [FakeBackend()], **app_kwargs)
+    if backends is None and not (settings is not None and settings.models):
+        backends = [FakeBackend()]
+    app = create_app(settings, backends, **app_kwargs)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
         async with httpx.AsyncClient(transport=transport, base_url="http://tokenops.test", timeout=30) as client:

@@ -24,14 +24,14 @@ from tokenops.types import BackendError, BackendOutcome, GatewayRequest, Gateway
 MAX_ITL_PER_REQUEST = 4096
 
 
-def api_error(e: BackendError) -> APIError:
+def api_error(e: BackendError, kind: str = "chat") -> APIError:
     """A backend failure as the client sees it."""
     code = getattr(e, "upstream_code", None) or {"context_length": "context_length_exceeded"}.get(e.kind, e.kind)
     message = str(e)
     if e.kind in ("context_length", "bad_request"):
         message = getattr(e, "upstream_message", None) or message
     status = e.status if 400 <= e.status < 600 else 502
-    return APIError(status, message, code=code, param="messages" if e.kind == "context_length" else None)
+    return APIError(status, message, code=code, param=("messages" if kind == "chat" else "prompt") if e.kind == "context_length" else None)
 
 
 class Pipeline:
@@ -128,7 +128,7 @@ class Pipeline:
                 request.attempts.append(replica.model)
                 target = hooks.get_fallback_model(request, e)
                 if not target or target not in self.replicas or target in request.attempts:
-                    raise api_error(e) from None
+                    raise api_error(e, request.kind) from None
                 request.decisions.setdefault("fallbacks", []).append({"from": replica.model, "to": target, "error": e.kind})
                 rec.route_reason = f"fallback:{e.kind}"
                 replica = self._choose(request, rec, target)
