@@ -66,10 +66,19 @@ class GatewayResponse:
 
 @dataclass(slots=True, frozen=True)
 class RouteDecision:
+    """Which model answers. ``escalate_to`` makes it a cascade: when the validators'
+    lowest score for the answer is below ``min_score``, the pipeline asks the next model
+    of ``escalate_to``. ``members`` makes it an ensemble: the pipeline asks every member
+    and combines the answers with ``tokenops_ensemble`` (``method`` names how)."""
+
     model: str
     reason: str
     router: str | None = None
     score: float | None = None
+    escalate_to: tuple[str, ...] = ()
+    min_score: float | None = None
+    members: tuple[str, ...] = ()
+    method: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

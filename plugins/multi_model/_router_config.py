@@ -1,0 +1,56 @@
+"""Settings shared by the router plugins (``[plugins.router]`` in tokenops.toml).
+
+```toml
+[plugins.router]
+alias = "auto"        # the model name clients send to be routed (default "auto")
+use = "profile"       # rules | semantic | profile | threshold
+default = "small"     # when the active router has no opinion
+```
+
+Each router keeps its own table: ``[plugins.router.rules]``, ``[plugins.router.semantic]``,
+``[plugins.router.profile]``, ``[plugins.router.threshold]``. A router answers only
+requests for the alias and only when it is the one in ``use``; requests naming a
+concrete model go to that model (``route_by_name``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_state: dict[str, Any] = {"settings": None}
+
+
+def configure(settings: Any) -> None:
+    _state["settings"] = settings
+
+
+def section(name: str | None = None) -> dict[str, Any]:
+    settings = _state["settings"]
+    conf = settings.plugin_settings("router") if settings is not None else {}
+    if name is None:
+        return conf
+    value = conf.get(name, {})
+    return value if isinstance(value, dict) else {}
+
+
+def is_active(router: str, request: Any) -> bool:
+    conf = section()
+    return conf.get("use") == router and request.model == conf.get("alias", "auto")
+
+
+def default_model(candidates: list[str]) -> str | None:
+    model = section().get("default")
+    return model if model in candidates else None
+
+
+def model_cost(name: str) -> float:
+    """Blended price per 1M tokens (input + 3x output, a typical chat mix)."""
+    settings = _state["settings"]
+    for m in getattr(settings, "models", []) or []:
+        if m.name == name:
+            return m.cost_input_per_1m + 3 * m.cost_output_per_1m
+    return 0.0
+
+
+def by_cost(candidates: list[str]) -> list[str]:
+    return sorted(candidates, key=lambda m: (model_cost(m), m))

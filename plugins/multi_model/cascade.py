@@ -1,0 +1,59 @@
+"""Cascade: answer with the cheapest model, escalate to the next when the validators
+score its answer below a threshold.
+
+```toml
+[plugins.cascade]
+alias = "cascade"              # the model name clients send
+models = ["small", "big"]      # increasing cost
+threshold = 0.6                # minimum validator score to accept an answer
+```
+
+The pipeline does the escalation (``RouteDecision.escalate_to``) and records each tier
+tried in the request's decisions (``escalated``, ``cascade``). Streaming requests: the
+cheap tier's answer is generated and validated before the first byte is sent; an
+accepted answer is then streamed out at once, an escalated one streams live from the
+stronger model (so time to first token includes the cheap tier's full answer).
+"""
+
+from __future__ import annotations
+
+from tokenops import hookimpl
+from tokenops.tunables import Tunable
+from tokenops.types import RouteDecision
+
+TOKENOPS_LAYER = "multi_model"
+
+_conf: dict = {"alias": "cascade", "models": [], "threshold": 0.6}
+
+
+@hookimpl
+def tokenops_register_tunables(register):
+    register(Tunable("cascade.threshold", "float", 0.6, "Cascade: minimum validator score to accept a cheaper tier's answer.",
+                     live=True, minimum=0.0, maximum=1.0))
+
+
+@hookimpl
+def tokenops_apply_tunables(values):
+    if "cascade.threshold" in values:
+        _conf["threshold"] = float(values["cascade.threshold"])
+
+
+@hookimpl
+def tokenops_configure(settings):
+    conf = settings.plugin_settings("cascade")
+    for key in ("alias", "models", "threshold"):
+        if key in conf:
+            _conf[key] = conf[key]
+    if conf and len(_conf["models"]) < 2:
+        raise ValueError("[plugins.cascade] models needs at least two models, cheapest first")
+
+
+@hookimpl(tryfirst=True)
+def tokenops_route(request, candidates, profiles):
+    if request.model != _conf["alias"] or not _conf["models"]:
+        return None
+    tiers = [m for m in _conf["models"] if m in candidates]
+    if not tiers:
+        return None
+    return RouteDecision(tiers[0], f"cascade: tier 1 of {len(tiers)}", router="cascade",
+                         escalate_to=tuple(tiers[1:]), min_score=float(_conf["threshold"]))

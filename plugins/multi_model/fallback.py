@@ -1,0 +1,48 @@
+"""Fallback chains: when a model fails (error, timeout, overload, context length), try
+the next model of its chain that has not been tried for this request.
+
+```toml
+[plugins.fallback.chains]
+big = ["medium", "small"]
+small = ["big"]          # e.g. a context-length failure on the small model goes to the big one
+```
+
+The chain is the one of the model the request was routed to; each failure moves to its
+next untried entry.
+
+``[plugins.fallback] on = ["error", "timeout", "overload", "context_length", "unavailable"]``
+limits which failures fall back (default: all of these; ``bad_request`` never does).
+"""
+
+from __future__ import annotations
+
+from tokenops import hookimpl
+
+TOKENOPS_LAYER = "multi_model"
+DEFAULT_ON = ("error", "timeout", "overload", "context_length", "unavailable")
+
+_conf: dict = {"chains": {}, "on": DEFAULT_ON}
+
+
+@hookimpl
+def tokenops_configure(settings):
+    conf = settings.plugin_settings("fallback")
+    _conf["chains"] = dict(conf.get("chains", {}))
+    _conf["on"] = tuple(conf.get("on", DEFAULT_ON))
+
+
+def next_model(attempts: list[str], error_kind: str) -> str | None:
+    """The next untried model of the chain of the first model tried (the routed one)."""
+    if error_kind not in _conf["on"]:
+        return None
+    for model in _conf["chains"].get(attempts[0], []):
+        if model not in attempts:
+            return model
+    return None
+
+
+@hookimpl
+def tokenops_fallback(request, error):
+    if not request.attempts:
+        return None
+    return next_model(request.attempts, getattr(error, "kind", "error"))

@@ -1,0 +1,65 @@
+"""Profile router: classify which capability a request needs, then pick the cheapest
+model whose measured profile score for it clears a threshold.
+
+```toml
+[plugins.router]
+use = "profile"
+[plugins.router.profile]
+threshold = 0.9        # minimum score on the request's dimension
+lower_bound = false    # compare the Wilson lower bound instead of the point estimate
+```
+
+The dimension classifier is a naive-Bayes text model trained on the generated task
+suites (``_suites.py``), so it needs no data file. Profiles come from
+``tokenops profile MODEL`` (``profiles/models/*.toml``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from tokenops import hookimpl
+from tokenops.types import RouteDecision
+from tokenops_plugins.multi_model import _router_config as rc
+from tokenops_plugins.multi_model._profiles import dimension_score
+from tokenops_plugins.multi_model._suites import make_mixed
+from tokenops_plugins.multi_model._text_model import NaiveBayes
+
+TOKENOPS_LAYER = "multi_model"
+
+
+@lru_cache(maxsize=1)
+def dimension_classifier() -> NaiveBayes:
+    tasks = make_mixed(30, seed=20261121)
+    return NaiveBayes().fit([t.prompt for t in tasks], [t.dimension for t in tasks])
+
+
+def choose(text: str, candidates: list[str], profiles: dict, threshold: float, lower_bound: bool = False) -> RouteDecision | None:
+    dimension = dimension_classifier().predict(text)
+    scored = [(m, dimension_score(profiles.get(m), dimension, lower_bound)) for m in rc.by_cost(candidates)]
+    scored = [(m, s) for m, s in scored if s is not None]
+    if not scored:
+        return None
+    for model, score in scored:
+        if score >= threshold:
+            return RouteDecision(model, f"profile: {dimension} -> cheapest with score {score:.2f} >= {threshold:.2f}",
+                                 router="profile", score=score)
+    model, score = max(scored, key=lambda ms: ms[1])
+    return RouteDecision(model, f"profile: {dimension} -> none clears {threshold:.2f}, best {score:.2f}",
+                         router="profile", score=score)
+
+
+@hookimpl
+def tokenops_configure(settings):
+    rc.configure(settings)
+
+
+@hookimpl
+def tokenops_route(request, candidates, profiles):
+    if not rc.is_active("profile", request):
+        return None
+    conf = rc.section("profile")
+    decision = choose(request.prompt_text(), candidates, profiles, float(conf.get("threshold", 0.9)), bool(conf.get("lower_bound", False)))
+    if decision is None and (default := rc.default_model(candidates)):
+        return RouteDecision(default, "profile: no profiles loaded, default", router="profile")
+    return decision

@@ -1,0 +1,84 @@
+"""``tokenops route``: train and calibrate the threshold router."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tokenops.cli.options import JsonOpt, StoreOpt
+
+route_app = typer.Typer(help="Layer-1 routing tools.", no_args_is_help=True)
+
+
+@route_app.command("calibrate")
+def calibrate_command(
+    strong_share: Annotated[float, typer.Option("--strong-share", help="Share of traffic to send to the strong model.")],
+    store: StoreOpt = None,
+    out: Annotated[Path, typer.Option("--out", help="Where to write the threshold.")] = Path("profiles/routers/threshold.toml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Set the threshold router's threshold from its scores on recorded traffic."""
+    import duckdb
+
+    from tokenops.cli import UserError
+    from tokenops.config import load_settings
+    from tokenops_plugins.multi_model.threshold_router import calibrate
+
+    path = store or load_settings().store.path
+    if not Path(path).is_file():
+        raise UserError(f"store {path} does not exist; serve traffic through the threshold router first")
+    try:
+        con = duckdb.connect(path, read_only=True)
+    except duckdb.IOException:
+        raise UserError(f"{path} is held by a running server; stop it or copy the file and pass --store") from None
+    try:
+        rows = con.execute("SELECT decisions FROM requests WHERE decisions IS NOT NULL").fetchall()
+    finally:
+        con.close()
+    scores = []
+    for (text,) in rows:
+        route = (json.loads(text) if isinstance(text, str) else text or {}).get("route") or {}
+        if route.get("router") == "threshold" and route.get("score") is not None:
+            scores.append(float(route["score"]))
+    try:
+        threshold = calibrate(scores, strong_share)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"threshold = {threshold!r}\nstrong_share = {strong_share!r}\nsamples = {len(scores)}\n")
+    result = {"threshold": threshold, "strong_share": strong_share, "samples": len(scores), "file": str(out)}
+    typer.echo(json.dumps(result) if as_json else f"threshold {threshold:.4f} sends {strong_share:.0%} of {len(scores)} recorded requests to the strong model; wrote {out}")
+
+
+@route_app.command("train")
+def train_command(
+    weak: Annotated[str, typer.Option("--weak", help="The cheap model's name.")],
+    strong: Annotated[str, typer.Option("--strong", help="The strong model's name.")],
+    results_dir: Annotated[Path, typer.Option("--results", help="Folder with <model>.results.jsonl from `tokenops profile`.")] = Path("profiles/models"),
+    out: Annotated[Path, typer.Option("--out")] = Path("profiles/routers/win_predictor.json"),
+) -> None:
+    """Train the win predictor from two models' per-task profile results."""
+    from tokenops.cli import UserError
+    from tokenops_plugins.multi_model._text_model import Logistic
+
+    def load(model: str) -> dict[str, dict]:
+        path = results_dir / f"{model.replace('/', '_')}.results.jsonl"
+        if not path.is_file():
+            raise UserError(f"{path} not found; run `tokenops profile {model}` first")
+        return {r["task"]: r for r in map(json.loads, path.read_text().splitlines()) if r}
+
+    w, s = load(weak), load(strong)
+    common = sorted(set(w) & set(s))
+    if len(common) < 20:
+        raise UserError(f"only {len(common)} tasks profiled for both models; profile more (at least 20)")
+    texts = [w[t]["prompt"] for t in common]
+    targets = [float((not w[t]["correct"]) and s[t]["correct"]) for t in common]
+    Logistic().fit(texts, targets).save(out.parent.mkdir(parents=True, exist_ok=True) or out)
+    typer.echo(f"trained on {len(common)} tasks ({int(sum(targets))} need the strong model); wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(route_app, name="route")
