@@ -39,7 +39,8 @@ def make_runner():
     from tokenops.engine.model_runner import ModelRunner
 
     def build(model_dir, **overrides):
-        values = dict(model=str(model_dir), device="cpu", block_size=4, kv_cache_tokens=256)
+        model = None if model_dir is None else str(model_dir)
+        values = dict(model=model, device="cpu", block_size=4, kv_cache_tokens=256)
         values.update(overrides)
         return ModelRunner(EngineConfig(**values))
 

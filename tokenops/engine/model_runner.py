@@ -7,6 +7,7 @@ This is the only engine module that knows about devices: everything above it
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -148,4 +149,6 @@ def _served_name(model: str | None) -> str:
         from tokenops.engine.default_model import default_model_name
 
         return default_model_name()
-    return model.rstrip("/").split("/")[-1] if "/" in model and model.startswith((".", "/", "~")) else model
+    # A local folder is served under its name; a hub id as written (org/name).
+    path = Path(model).expanduser()
+    return path.resolve().name if path.is_dir() else model

@@ -121,20 +121,21 @@ class Tokenizer:
 class IncrementalDetokenizer:
     """Turns a stream of token ids into text deltas.
 
-    Each :meth:`push` decodes a short window of recent tokens and emits only text
-    that is complete: while the window ends in an unfinished UTF-8 sequence
-    (decoded as U+FFFD) nothing is emitted, so a multi-byte character split across
-    tokens arrives whole. After 4 tokens without completion (a UTF-8 character has
-    at most 4 bytes) the bytes are invalid for good and are emitted as U+FFFD.
+    Each :meth:`push` decodes a short window of recent tokens (the window keeps one
+    already-emitted stretch in front so decoders that treat the first token
+    specially, like SentencePiece's leading space, decode it in context). While
+    the window ends in U+FFFD, a multi-byte character is still arriving (or the
+    decoder re-grouped fallback bytes) and nothing is emitted, so a character split
+    across tokens arrives whole. Bytes that are invalid for good are emitted as
+    U+FFFD together with the next complete character, or by :meth:`flush`.
     """
-
-    _MAX_PENDING = 4
 
     def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.token_ids: list[int] = []
         self.text = ""
+        # Text of token_ids[prefix_offset:read_offset] was emitted already.
         self._prefix_offset = 0
         self._read_offset = 0
 
@@ -144,7 +145,7 @@ class IncrementalDetokenizer:
         return self._advance(final=False)
 
     def flush(self) -> str:
-        """Emit whatever is pending, incomplete characters as U+FFFD (end of stream)."""
+        """Emit whatever is held back, unfinished characters as U+FFFD (end of stream)."""
         return self._advance(final=True)
 
     def _advance(self, final: bool) -> str:
@@ -153,15 +154,12 @@ class IncrementalDetokenizer:
             return ""
         decode = self.tokenizer.decode
         prefix = decode(ids[self._prefix_offset : self._read_offset], self.skip_special_tokens)
-        full = decode(ids[self._prefix_offset :], self.skip_special_tokens)
-        if not final:
-            is_pending = full.endswith("\ufffd") and len(ids) - self._read_offset < self._MAX_PENDING
-            if is_pending or len(full) <= len(prefix):
-                return ""
-        delta = full[len(prefix) :]
+        new = decode(ids[self._prefix_offset :], self.skip_special_tokens)[len(prefix) :]
+        if not final and (not new or new.endswith("\ufffd")):
+            return ""
         self._prefix_offset, self._read_offset = self._read_offset, len(ids)
-        self.text += delta
-        return delta
+        self.text += new
+        return new
 
 
 def _compile(source: str):
