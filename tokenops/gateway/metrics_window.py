@@ -79,6 +79,7 @@ class MetricsWindow:
         self.num_errors = 0
         self.total_input = 0
         self.total_output = 0
+        self._first_second: int | None = None  # history starts at the first request
 
     def _slo_met(self, rec: RequestRecord) -> bool:
         values = {"ttft": rec.ttft_s, "tpot": rec.tpot_s, "itl": rec.tpot_s, "e2e": rec.e2e_s}
@@ -92,6 +93,8 @@ class MetricsWindow:
         sec = int(now)
         with self._lock:
             self.num_total += 1
+            if self._first_second is None:
+                self._first_second = sec
             self.num_errors += 0 if rec.is_ok else 1
             self.total_input += rec.tokens_in
             self.total_output += rec.tokens_out
@@ -172,5 +175,6 @@ class MetricsWindow:
     def _history(self, seconds: list[_Second], now_sec: int) -> list[dict[str, Any]]:
         """One point per second (empty seconds included) up to the last complete second."""
         by_t = {b.t: b for b in seconds}
-        start = max(now_sec - self.history_s, seconds[0].t if seconds else now_sec)
+        first = self._first_second if self._first_second is not None else now_sec
+        start = max(now_sec - self.history_s, first)
         return [(by_t.get(t) or _Second(t)).point() for t in range(start, now_sec)]
