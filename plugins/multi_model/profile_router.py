@@ -7,6 +7,7 @@ use = "profile"
 [plugins.router.profile]
 threshold = 0.9        # minimum score on the request's dimension
 lower_bound = false    # compare the Wilson lower bound instead of the point estimate
+max_error_rate = 0.2   # skip models whose running error rate (profile_telemetry) is higher
 ```
 
 The dimension classifier is a naive-Bayes text model trained on the generated task
@@ -34,9 +35,13 @@ def dimension_classifier() -> NaiveBayes:
     return NaiveBayes().fit([t.prompt for t in tasks], [t.dimension for t in tasks])
 
 
-def choose(text: str, candidates: list[str], profiles: dict, threshold: float, lower_bound: bool = False) -> RouteDecision | None:
+def choose(text: str, candidates: list[str], profiles: dict, threshold: float, lower_bound: bool = False,
+           max_error_rate: float = 1.0) -> RouteDecision | None:
+    from tokenops_plugins.multi_model.profile_telemetry import running_stats
+
     dimension = dimension_classifier().predict(text)
-    scored = [(m, dimension_score(profiles.get(m), dimension, lower_bound)) for m in rc.by_cost(candidates)]
+    healthy = [m for m in candidates if running_stats(m).get("error_rate", 0.0) <= max_error_rate] or candidates
+    scored = [(m, dimension_score(profiles.get(m), dimension, lower_bound)) for m in rc.by_cost(healthy)]
     scored = [(m, s) for m, s in scored if s is not None]
     if not scored:
         return None
@@ -59,7 +64,8 @@ def tokenops_route(request, candidates, profiles):
     if not rc.is_active("profile", request):
         return None
     conf = rc.section("profile")
-    decision = choose(request.prompt_text(), candidates, profiles, float(conf.get("threshold", 0.9)), bool(conf.get("lower_bound", False)))
+    decision = choose(request.prompt_text(), candidates, profiles, float(conf.get("threshold", 0.9)),
+                      bool(conf.get("lower_bound", False)), float(conf.get("max_error_rate", 0.2)))
     if decision is None and (default := rc.default_model(candidates)):
         return RouteDecision(default, "profile: no profiles loaded, default", router="profile")
     return decision

@@ -114,3 +114,23 @@ def test_suite_checkers_accept_reference_and_reject_wrong(dimension):
     for task in make_suite(dimension, 5, seed=3):
         assert task.check(task.reference), task
         assert not task.check("I am not sure, maybe 0"), task
+
+
+def test_running_error_rate_steers_profile_router_away():
+    from tokenops.types import TelemetryEvent
+    from tokenops_plugins.multi_model import profile_telemetry
+
+    configure({"use": "profile", "profile": {"threshold": 0.9, "max_error_rate": 0.2}})
+    profiles = {"small": profile({"classification": 0.95}), "big": profile({"classification": 0.97})}
+    prompt = make_suite("classification", 1, seed=5)[0].prompt
+    profile_telemetry.reset()
+    try:
+        assert profile_router.tokenops_route(request(prompt), ["small", "big"], profiles).model == "small"
+        for _ in range(10):
+            profile_telemetry.tokenops_record(TelemetryEvent("requests", {"model_served": "small", "status": "error", "e2e_s": 1.0,
+                                                                          "decisions": '{"validate": 0.1}'}))
+        stats = profile_telemetry.running_stats("small")
+        assert stats["error_rate"] > 0.8 and stats["validator_pass_rate"] < 0.2
+        assert profile_router.tokenops_route(request(prompt), ["small", "big"], profiles).model == "big"
+    finally:
+        profile_telemetry.reset()
