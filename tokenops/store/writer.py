@@ -91,7 +91,16 @@ class TelemetryWriter:
 
         :param ts: default for the row's ``ts`` (epoch seconds); now when None.
         """
-        return self._enqueue(table, row, 1, ts)
+        # the hot path of the gateway: kept inline rather than calling _enqueue
+        if table not in self._kinds:
+            raise ValueError(f"unknown telemetry table {table!r}; one of: {', '.join(self._kinds)}")
+        with self._lock:
+            if self._is_closing or self._num_pending >= self.max_pending_rows:
+                self._stats.num_dropped += 1
+                return False
+            self._pending.append((table, row, time.time() if ts is None else ts))
+            self._num_pending += 1
+        return True
 
     def write_many(self, table: str, rows: list[dict[str, Any]], ts: float | None = None) -> bool:
         """Queue a list of rows as one item (cheaper than calling ``write`` per row)."""
