@@ -51,6 +51,8 @@ def test_sigkill_loses_at_most_about_one_second(tmp_path):
     must_have = max((int(n) for t, n in marks if t <= killed_at - MAX_LOSS_S), default=0)
     assert must_have > 0, "the child enqueued nothing early enough to check"
 
+    with Store.open(db, read_only=True) as store:  # `tokenops report` right after the crash
+        committed = store.execute("SELECT count(*) FROM requests").fetchone()[0]
     with Store.open(db) as store:  # a clean reopen replays the write-ahead log
         count, distinct, highest = store.execute(
             "SELECT count(*), count(DISTINCT id), coalesce(max(tokens_in), -1) FROM requests"
@@ -58,6 +60,7 @@ def test_sigkill_loses_at_most_about_one_second(tmp_path):
         assert count == distinct == highest + 1  # committed flushes form a prefix, nothing duplicated or torn
         print(f"enqueued {total}, committed {count}, required {must_have}")
         assert must_have <= count <= total, (must_have, count, total)
+        assert count == committed
         store.writer().write("requests", {"id": "after-restart"})
     with Store.open(db, read_only=True) as store:
         assert store.execute("SELECT count(*) FROM requests").fetchone()[0] == count + 1
