@@ -119,3 +119,15 @@ class TelemetryEvent:
     kind: str
     data: dict[str, Any] | list[dict[str, Any]]
     ts: float = field(default_factory=time.time)
+
+
+@dataclass(slots=True)
+class EnsembleFollowUp:
+    """Returned by ``tokenops_ensemble`` when combining needs one more model call
+    (a judge or an aggregator): the pipeline asks ``model`` with ``messages`` and
+    ``finish`` turns that answer into the final response."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    finish: Any  # Callable[[GatewayResponse], GatewayResponse]
+    max_tokens: int = 256
