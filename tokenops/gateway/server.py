@@ -59,6 +59,16 @@ def open_store(settings: Settings) -> tuple[Any, Any]:
     return store, writer
 
 
+def _exit_cleanly_on_sigterm() -> None:
+    """uvicorn re-raises the signal that stopped it once it has drained; make that a
+    normal exit, so the store below is still flushed and closed (SIGINT stays 130)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+
 def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool = True, log_level: str = "warning",
                echo=print) -> None:
     """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry."""
@@ -91,6 +101,7 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
         sys.stdout.flush()
         config = uvicorn.Config(app, host=settings.gateway.host, port=settings.gateway.port, log_level=log_level,
                                 access_log=False, timeout_graceful_shutdown=30, lifespan="on")
+        _exit_cleanly_on_sigterm()
         uvicorn.Server(config).run()
     finally:
         if store is not None:
