@@ -1,0 +1,134 @@
+"""Semantic response cache: exact match, then embedding similarity above a
+threshold plus a verifier against look-alikes (negation, numbers, names,
+opposites); TTL, a byte budget, isolation per tenant and model. Off unless
+``[plugins.semantic_cache]`` is configured (``enabled = true``, ``threshold``,
+``ttl_s``, ``max_bytes``, ``embedder = "auto"|"minilm"|"lexical"``, ``semantic``)
+or the ``cache.enabled`` tunable is switched on.
+
+A request opts out with the header ``x-tokenops-cache: off`` or ``"cache": false``
+in its body (neither looked up nor stored). The outcome goes to
+``request.decisions["semantic_cache"]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from tokenops import hookimpl
+from tokenops.semcache.cache import CacheConfig, SemanticCache
+from tokenops.semcache.embedders import get_embedder
+from tokenops.tunables import Tunable, TunableError
+
+TOKENOPS_LAYER = "compute_network"
+
+cache: SemanticCache | None = None
+_embedder_name = "auto"
+_FIELDS = {"cache.semantic_threshold": "threshold", "cache.ttl_s": "ttl_s", "cache.max_bytes": "max_bytes",
+           "cache.semantic": "is_semantic"}
+_OFF = ("off", "false", "0", "no", "no-cache", "no-store", "bypass")
+
+
+def configure(config: CacheConfig | None = None, embedder=None, **kw) -> SemanticCache:
+    """Install a cache (tests pass an embedder and clock); returns it."""
+    global cache
+    cache = SemanticCache(embedder or get_embedder(_embedder_name), config or CacheConfig(), **kw)
+    return cache
+
+
+def disable() -> None:
+    global cache
+    cache = None
+
+
+@hookimpl
+def tokenops_configure(settings):
+    global _embedder_name
+    raw = dict(settings.plugin_settings("semantic_cache"))
+    if not raw or not raw.pop("enabled", True):
+        return
+    _embedder_name = str(raw.pop("embedder", "auto"))
+    if "semantic" in raw:
+        raw["is_semantic"] = bool(raw.pop("semantic"))
+    try:
+        installed = configure(CacheConfig(**raw))
+    except (TypeError, ValueError) as e:
+        from tokenops.config import ConfigError
+
+        raise ConfigError(f"[plugins.semantic_cache]: {e}") from None
+    load = getattr(installed.embedder, "load", None)
+    if load is not None:  # load the model off the request path
+        threading.Thread(target=load, name="semantic-cache-embedder", daemon=True).start()
+
+
+@hookimpl
+def tokenops_register_tunables(register):
+    register(Tunable("cache.enabled", "bool", False, "Answer repeated and paraphrased requests from the cache.",
+                     live=True, searchable=False))
+    register(Tunable("cache.semantic", "bool", True, "Match paraphrases by embedding, not only exact repeats.",
+                     live=True, searchable=False))
+    register(Tunable("cache.semantic_threshold", "float", 0.0,
+                     "Cosine similarity a semantic hit needs; 0 = the embedder's calibrated default.",
+                     live=True, minimum=0.0, maximum=1.0, searchable=False))
+    register(Tunable("cache.ttl_s", "float", 3600.0, "Seconds a cached answer lives.", live=True,
+                     minimum=1.0, maximum=30 * 86400.0, searchable=False))
+    register(Tunable("cache.max_bytes", "int", 64 * 1024 * 1024, "Size budget of the cache (LRU beyond it).",
+                     live=True, minimum=1024, maximum=1 << 40, log=True, searchable=False))
+
+
+@hookimpl
+def tokenops_apply_tunables(values):
+    mine = {k: v for k, v in values.items() if k.startswith("cache.")}
+    if not mine:
+        return
+    if mine.get("cache.enabled") is False:
+        disable()
+        return
+    current = cache.config if cache is not None else CacheConfig()
+    try:
+        changes = {_FIELDS[k]: v for k, v in mine.items() if k in _FIELDS}
+        if changes.get("threshold") == 0:
+            changes["threshold"] = None
+        config = dataclasses.replace(current, **changes)
+    except (TypeError, ValueError) as e:
+        raise TunableError(str(e)) from None
+    if cache is not None:
+        cache.config = config
+        cache._evict()
+    elif mine.get("cache.enabled"):
+        configure(config)
+
+
+def is_opted_out(request) -> bool:
+    for name, value in (request.headers or {}).items():
+        if name.lower() == "x-tokenops-cache" and str(value).strip().lower() in _OFF:
+            return True
+    flag = request.body.get("cache")
+    return flag is False or (isinstance(flag, str) and flag.lower() in _OFF)
+
+
+def _is_cacheable(request) -> bool:
+    return (request.body.get("n") or 1) == 1 and not is_opted_out(request)
+
+
+@hookimpl
+def tokenops_cache_lookup(request):
+    if cache is None:
+        return None
+    if not _is_cacheable(request):
+        request.decisions["semantic_cache"] = {"result": "off"}
+        return None
+    response, decision = cache.lookup(request)
+    request.decisions["semantic_cache"] = decision
+    if response is None:
+        return None
+    return dataclasses.replace(response, backend="cache", extra={**response.extra, "cache": decision})
+
+
+@hookimpl
+def tokenops_cache_store(request, response):
+    if cache is None or not _is_cacheable(request) or response.backend == "cache":
+        return
+    if response.finish_reason not in ("stop", "length") or not response.text:
+        return
+    cache.store(request, dataclasses.replace(response, extra=dict(response.extra)))

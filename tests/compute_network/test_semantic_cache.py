@@ -1,0 +1,149 @@
+"""Semantic cache: precision on the labelled pairs, verifier, TTL, byte budget,
+tenant isolation, opt-out, the vector index and the plugin hooks."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenops.semcache.cache import CacheConfig, SemanticCache
+from tokenops.semcache.embedders import LexicalEmbedder, MiniLMEmbedder, get_embedder
+from tokenops.semcache.evaluate import load_pairs, score_pairs
+from tokenops.semcache.index import VectorIndex
+from tokenops.semcache.verifier import mismatch
+from tokenops.types import GatewayResponse
+
+from .helpers import chat
+
+PAIRS = Path(__file__).resolve().parents[1] / "data" / "semantic_cache_pairs.jsonl"
+
+
+def answer(text="an answer", **kw):
+    return GatewayResponse(text=text, model="m", prompt_tokens=10, completion_tokens=5, **kw)
+
+
+@pytest.fixture
+def cache(clock):
+    return SemanticCache(LexicalEmbedder(), CacheConfig(), clock=clock)
+
+
+def test_labelled_set_is_balanced_and_large_enough():
+    pairs = load_pairs(PAIRS)
+    kinds = {p["kind"] for p in pairs}
+    assert {"paraphrase", "negation", "numbers", "entities", "opposites"} <= kinds
+    assert sum(p["should_hit"] for p in pairs) >= 50 and sum(not p["should_hit"] for p in pairs) >= 50
+
+
+def test_precision_on_labelled_pairs_lexical():
+    score = score_pairs(SemanticCache(LexicalEmbedder()), load_pairs(PAIRS))
+    assert score.precision >= 0.95, score.false_hits
+    assert score.recall >= 0.45, score.missed  # lexical features only catch reworded text
+
+
+def test_verifier_is_what_keeps_precision():
+    pairs = load_pairs(PAIRS)
+    unverified = score_pairs(SemanticCache(LexicalEmbedder(), CacheConfig(is_verified=False)), pairs)
+    assert unverified.precision < 0.9  # look-alikes really are close in embedding space
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MiniLMEmbedder.is_available(), reason="the semantic extra is not installed")
+def test_precision_on_labelled_pairs_minilm():
+    score = score_pairs(SemanticCache(MiniLMEmbedder()), load_pairs(PAIRS))
+    assert score.precision >= 0.95, score.false_hits
+    assert score.recall >= 0.7, score.missed
+
+
+@pytest.mark.parametrize("a,b,reason", [
+    ("How do I reset my password?", "How do I not reset my password?", "negation"),
+    ("Why does it work?", "Why doesn't it work?", "negation"),
+    ("What is 15% of 200?", "What is 15% of 300?", "numbers"),
+    ("Give me three tips", "Give me 3 tips", None),
+    ("What is the capital of France?", "What is the capital of Germany?", "entities"),
+    ("What's the capital of France?", "Which city is France's capital?", None),
+    ("What is the largest planet?", "What is the smallest planet?", "opposites"),
+    ("How do I cancel my subscription?", "How can I cancel my subscription?", None),
+])
+def test_verifier(a, b, reason):
+    assert mismatch(a, b) == reason
+
+
+def test_exact_hit_then_semantic_hit_then_rejection(cache):
+    cache.store(chat("How do I reset my password?"), answer("Click 'forgot password'."))
+    hit, decision = cache.lookup(chat("How do I reset my password?"))
+    assert hit.text == "Click 'forgot password'." and decision["match"] == "exact"
+    hit, decision = cache.lookup(chat("how do i reset my password"))
+    assert hit is not None and decision["match"] == "semantic" and decision["similarity"] >= 0.6
+    miss, decision = cache.lookup(chat("How do I not reset my password?"))
+    assert miss is None and decision["rejected"] == "negation"
+    assert cache.stats.exact_hits == 1 and cache.stats.semantic_hits == 1 and cache.stats.verifier_rejections == 1
+
+
+def test_context_and_parameters_must_match(cache):
+    cache.store(chat("Summarise it.", system="You are a pirate."), answer("Arr"))
+    assert cache.lookup(chat("Summarise it.", system="You are a pirate."))[0] is not None
+    assert cache.lookup(chat("Summarise it.", system="You are a lawyer."))[0] is None
+    assert cache.lookup(chat("Summarise it.", system="You are a pirate.", body={"temperature": 1.5}))[0] is None
+
+
+def test_ttl_expiry(cache, clock):
+    cache.config.ttl_s = 60
+    cache.store(chat("What is the boiling point of water?"), answer())
+    clock.advance(59)
+    assert cache.lookup(chat("What is the boiling point of water?"))[0] is not None
+    clock.advance(2)
+    assert cache.lookup(chat("What is the boiling point of water?"))[0] is None
+    assert cache.lookup(chat("what is the boiling point of water"))[0] is None
+    assert len(cache) == 0 and cache.num_bytes == 0 and cache.stats.expirations == 1
+
+
+def test_byte_budget_evicts_least_recently_used(clock):
+    cache = SemanticCache(LexicalEmbedder(), CacheConfig(max_bytes=30_000), clock=clock)
+    for i in range(20):
+        cache.store(chat(f"question number {i} about topic {i}"), answer("x" * 1000))
+        cache.lookup(chat("question number 0 about topic 0"))  # keep entry 0 hot
+    assert cache.num_bytes <= 30_000
+    assert cache.stats.evictions > 0
+    assert cache.lookup(chat("question number 0 about topic 0"))[0] is not None
+    assert cache.lookup(chat("question number 1 about topic 1"))[0] is None
+    assert sum(e.num_bytes for e in cache._entries.values()) == cache.num_bytes
+    # an answer larger than the whole budget is not stored
+    assert not cache.store(chat("huge"), answer("y" * 40_000))
+
+
+def test_tenants_are_isolated(cache):
+    cache.store(chat("What is our refund policy?", tenant="acme"), answer("ACME: 30 days"))
+    assert cache.lookup(chat("What is our refund policy?", tenant="acme"))[0].text == "ACME: 30 days"
+    assert cache.lookup(chat("What is our refund policy?", tenant="globex"))[0] is None
+    assert cache.lookup(chat("what is our refund policy", tenant="globex"))[0] is None
+
+
+def test_vector_index_flat_and_partitioned_agree():
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((5000, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = VectorIndex(32, nprobe=16, ivf_min_size=1024)
+    for i, v in enumerate(vectors):
+        index.add(i, v)
+    assert index.num_cells > 1
+    hits = 0
+    for i in rng.integers(0, 5000, 200):
+        q = vectors[i] + 0.05 * rng.standard_normal(32).astype(np.float32)
+        q /= np.linalg.norm(q)
+        top = index.search(q, 3)
+        assert top == sorted(top, key=lambda t: -t[1])
+        hits += top[0][0] == i
+    assert hits >= 190
+    for i in range(0, 5000, 2):
+        assert index.remove(i)
+    assert len(index) == 2500 and not index.remove(0)
+    assert all(k % 2 == 1 for k, _ in index.search(vectors[2], 5))
+    assert index.search(vectors[3], 1)[0][0] == 3
+
+
+def test_get_embedder():
+    assert isinstance(get_embedder("lexical"), LexicalEmbedder)
+    with pytest.raises(ValueError):
+        get_embedder("bogus")
+    v = LexicalEmbedder().embed(["hello world", ""])
+    assert v.dtype == np.float32 and abs(float(np.linalg.norm(v[0])) - 1) < 1e-5 and not v[1].any()

@@ -1,0 +1,70 @@
+"""Precision and recall of a cache on labelled prompt pairs (``tests/data/semantic_cache_pairs.jsonl``).
+
+Every distinct ``a`` prompt is stored in one cache (so the others act as
+distractors); every ``b`` prompt is looked up. A hit is correct only when the
+pair should hit and the answer served is ``a``'s. Precision = correct hits / hits,
+recall = correct hits / pairs that should hit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tokenops.types import GatewayRequest, GatewayResponse
+
+
+@dataclass(slots=True)
+class PairScore:
+    num_pairs: int = 0
+    num_should_hit: int = 0
+    num_hits: int = 0
+    num_correct: int = 0
+    false_hits: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, prompt served, b)
+    missed: list[tuple[str, str, float | None]] = field(default_factory=list)
+    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [pairs, hits]
+
+    @property
+    def precision(self) -> float:
+        return self.num_correct / self.num_hits if self.num_hits else 1.0
+
+    @property
+    def recall(self) -> float:
+        return self.num_correct / self.num_should_hit if self.num_should_hit else 0.0
+
+
+def load_pairs(path: str | Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def _request(text: str, tenant: str = "eval") -> GatewayRequest:
+    messages = [{"role": "user", "content": text}]
+    return GatewayRequest(kind="chat", model="eval-model", body={"messages": messages}, messages=messages, tenant=tenant)
+
+
+def score_pairs(cache: Any, pairs: list[dict[str, Any]], on_lookup: Callable[[], None] | None = None) -> PairScore:
+    """Fill ``cache`` (a :class:`SemanticCache`) with the pairs' ``a`` prompts and look up every ``b``."""
+    for a in dict.fromkeys(p["a"] for p in pairs):
+        cache.store(_request(a), GatewayResponse(text=f"answer to: {a}", model="eval-model"))
+    score = PairScore()
+    for p in pairs:
+        response, decision = cache.lookup(_request(p["b"]))
+        if on_lookup is not None:
+            on_lookup()
+        score.num_pairs += 1
+        score.num_should_hit += bool(p["should_hit"])
+        kind = score.by_kind.setdefault(p["kind"], [0, 0])
+        kind[0] += 1
+        if response is None:
+            if p["should_hit"]:
+                score.missed.append((p["a"], p["b"], decision.get("similarity")))
+            continue
+        kind[1] += 1
+        score.num_hits += 1
+        if p["should_hit"] and response.text == f"answer to: {p['a']}":
+            score.num_correct += 1
+        else:
+            score.false_hits.append((p["kind"], response.text.removeprefix("answer to: "), p["b"]))
+    return score
