@@ -65,7 +65,10 @@ class OpenAIBackend:
         self.max_model_len: int | None = None
         self.num_retries = model.max_retries
         self.read_timeout_s = model.timeout_s
-        self._headers = {"Authorization": f"Bearer {model.api_key}"} if model.api_key else {}
+        self._headers = {"content-type": "application/json"}
+        if model.api_key:
+            self._headers["authorization"] = f"Bearer {model.api_key}"
+        self._timeout = httpx.Timeout(connect=5.0, read=model.timeout_s, write=30.0, pool=60.0)
         self._client: httpx.AsyncClient | None = None
         self._is_ready = False
 
@@ -118,34 +121,31 @@ class OpenAIBackend:
         return self.url + ("/chat/completions" if request.kind == "chat" else "/completions")
 
     async def _send(self, request: GatewayRequest, stream: bool) -> httpx.Response:
-        """POST with retries on connect errors and 5xx; the caller closes the response."""
+        """POST with retries on connect errors and 5xx. A streamed response is open
+        (the caller closes it); a non-streamed one is already read."""
         if self._client is None:
             raise BackendError(f"backend {self.name} is not started", kind="unavailable", status=503, backend=self.name)
-        payload = self._payload(request, stream)
+        content = json.dumps(self._payload(request, stream), separators=(",", ":")).encode()
         last: BackendError | None = None
         for attempt in range(self.num_retries + 1):
             if attempt:
                 await asyncio.sleep(min(0.05 * 2 ** (attempt - 1), 1.0))
             try:
-                req = self._client.build_request(
-                    "POST", self._path(request), json=payload, headers=self._headers,
-                    timeout=httpx.Timeout(connect=5.0, read=self.read_timeout_s, write=30.0, pool=60.0),
-                )
-                response = await self._client.send(req, stream=True)
+                req = self._client.build_request("POST", self._path(request), content=content, headers=self._headers,
+                                                 timeout=self._timeout)
+                response = await self._client.send(req, stream=stream)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as e:
                 last = BackendError(f"{self.name}: cannot reach {self.url}: {type(e).__name__}", "unavailable", 503, self.name)
                 continue
             except httpx.TimeoutException:
                 raise BackendError(f"{self.name}: upstream timed out", "timeout", 504, self.name) from None
-            if response.status_code in _RETRY_STATUSES:
-                body = await response.aread()
-                await response.aclose()
-                last = _upstream_error(self.name, response.status_code, body)
-                continue
             if response.status_code >= 400:
                 body = await response.aread()
                 await response.aclose()
-                raise _upstream_error(self.name, response.status_code, body)
+                last = _upstream_error(self.name, response.status_code, body)
+                if response.status_code in _RETRY_STATUSES:
+                    continue
+                raise last
             return response
         assert last is not None
         raise last
@@ -159,11 +159,9 @@ class OpenAIBackend:
     async def _one(self, request: GatewayRequest) -> GatewayResponse:
         response = await self._send(request, stream=False)
         try:
-            data = json.loads(await response.aread())
-        except (json.JSONDecodeError, httpx.HTTPError) as e:
+            data = json.loads(response.content)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise BackendError(f"{self.name}: bad upstream answer: {e}", "error", 502, self.name) from None
-        finally:
-            await response.aclose()
         choices = []
         for c in data.get("choices", []):
             text = (c.get("message") or {}).get("content") if request.kind == "chat" else c.get("text")
