@@ -26,7 +26,7 @@ class Queue:
     def __init__(self, capacity: float, base: float = 0.05):
         self.capacity, self.base, self.calls = capacity, base, []
 
-    def __call__(self, rate: float) -> BenchSummary:
+    def __call__(self, rate: float, repeat: int = 0) -> BenchSummary:
         self.calls.append(rate)
         if rate >= self.capacity:
             return summary_for(math.inf)
@@ -44,7 +44,8 @@ def test_bracketing_finds_the_knee(capacity, start):
     assert res.status == "complete"
     assert q.knee * 0.9 <= res.goodput <= q.knee + 1e-9  # a passing rate within 10% of the knee
     assert res.estimate == pytest.approx(q.knee, rel=0.15)
-    assert len(q.calls) <= 8
+    assert len(q.calls) <= 9  # 8 + the confirmation
+    assert res.points[-1].repeat == 1 and res.points[-1].rate == res.goodput  # the goodput was confirmed
     assert all(p.is_met == (p.rate <= q.knee + 1e-9) for p in res.points)
 
 
@@ -72,3 +73,19 @@ def test_infeasible_when_even_the_lowest_rate_misses():
     q = Queue(10.0, base=0.5)  # unloaded latency already above the SLO
     res = find_goodput(q, 1.0, BracketConfig(max_measurements=4))
     assert res.status == "infeasible" and res.goodput == 0.0 and len(q.calls) == 4
+
+
+def test_a_lucky_pass_is_not_kept():
+    """The knee is 7.5, but the first measurement at 10/s passes by luck; its repeat fails."""
+    q = Queue(10.0)
+    lucky = {10.0}
+
+    def noisy(rate, repeat=0):
+        if rate in lucky and repeat == 0:
+            return summary_for(0.1)
+        return q(rate, repeat)
+
+    res = find_goodput(noisy, 10.0, BracketConfig(max_measurements=7, rel_tol=0.1))
+    assert res.status == "complete" and res.goodput <= q.knee
+    assert any(p.rate == 10.0 and p.repeat == 1 and not p.is_met for p in res.points)
+    assert res.goodput >= 0.5 * q.knee and res.points[-1].repeat == 1 and res.points[-1].is_met

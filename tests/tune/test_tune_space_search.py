@@ -30,7 +30,7 @@ def test_space_comes_from_the_registry():
     assert "engine.block_size" in full.names and "engine.torch_threads" not in full.names
     assert all(n.startswith("engine.") for n in full.names)
     small = SearchSpace.build(reg, False, overrides={"engine.max_num_seqs": [4, 8]}, only=["engine.max_num_seqs"])
-    assert small.names == ["engine.max_num_seqs"] and small.dims[0].values == [4, 8] and small.size == 2
+    assert small.names == ["engine.max_num_seqs"] and small.dims[0].values == [4, 8, 32] and small.size == 3
     with pytest.raises(TunableError, match="restart"):
         SearchSpace.build(reg, False, overrides={"engine.block_size": [8, 16]})
     with pytest.raises(TunableError, match="unknown"):

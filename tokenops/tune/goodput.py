@@ -4,9 +4,11 @@ percentiles meet every SLO, found with few short measurements.
 The rate is first bracketed (doubling up from a passing rate, halving down from
 a failing one), then refined by safeguarded interpolation (regula falsi on the
 log of the worst SLO ratio value/threshold, kept inside the bracket's middle
-80% so the bracket always shrinks). A trial whose first measurement, taken at
-the incumbent's goodput, already misses the SLO cannot beat the incumbent and
-stops there (early stopping of hopeless trials).
+80% so the bracket always shrinks). The final passing rate is then confirmed by
+a repeat measurement with other random arrivals: a rate that passed once by
+luck would otherwise become an incumbent nothing can beat. A trial whose first
+measurement, taken at the incumbent's goodput, already misses the SLO cannot
+beat the incumbent and stops there (early stopping of hopeless trials).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Callable
 
 from tokenops.bench.metrics import BenchSummary
 
-MeasureFn = Callable[[float], BenchSummary]
+#: measure(rate, repeat) -> summary; ``repeat`` > 0 asks for fresh random arrivals.
+MeasureFn = Callable[[float, int], BenchSummary]
 
 
 @dataclass(slots=True)
@@ -29,10 +32,11 @@ class RatePoint:
     is_met: bool
     worst_ratio: float
     summary: BenchSummary | None = None
+    repeat: int = 0
 
     def to_dict(self) -> dict:
         s = self.summary
-        d = {"rate": self.rate, "met": self.is_met,
+        d = {"rate": self.rate, "met": self.is_met, "repeat": self.repeat,
              "worst_ratio": None if math.isinf(self.worst_ratio) else self.worst_ratio}
         if s is not None:
             d.update({"achieved_rps": s.request_rate, "errors": s.num_errors,
@@ -70,6 +74,8 @@ class BracketConfig:
     """Knobs of the rate search."""
 
     max_measurements: int = 6
+    #: Repeat the final passing rate once (costs one measurement; guards against lucky passes).
+    is_confirmed: bool = True
     #: Stop refining when hi/lo is within this factor.
     rel_tol: float = 0.1
     growth: float = 2.0
@@ -104,16 +110,16 @@ def find_goodput(measure: MeasureFn, start_rate: float, cfg: BracketConfig | Non
     t0 = time.monotonic()
     points: list[RatePoint] = []
 
-    def probe(rate: float) -> RatePoint:
-        s = measure(rate)
+    def probe(rate: float, repeat: int = 0) -> RatePoint:
+        s = measure(rate, repeat)
         ratio = s.worst_slo_ratio()
         assert ratio is not None, "goodput needs at least one SLO"
-        p = RatePoint(rate, bool(s.is_slo_met), ratio, s)
+        p = RatePoint(rate, bool(s.is_slo_met), ratio, s, repeat)
         points.append(p)
         return p
 
-    def budget_left() -> bool:
-        return len(points) < cfg.max_measurements and (deadline is None or time.monotonic() < deadline)
+    def budget_left(extra: int = 0) -> bool:
+        return len(points) < cfg.max_measurements + extra and (deadline is None or time.monotonic() < deadline)
 
     def done(status: str, lo: RatePoint | None, hi: RatePoint | None) -> GoodputResult:
         est = _crossing(lo, hi) if lo is not None and hi is not None else None
@@ -126,27 +132,38 @@ def find_goodput(measure: MeasureFn, start_rate: float, cfg: BracketConfig | Non
         # cannot beat the incumbent: estimate where it would pass, for the search's benefit
         est = first.rate / first.worst_ratio if math.isfinite(first.worst_ratio) else first.rate / cfg.growth
         return GoodputResult(0.0, "pruned", points, est, time.monotonic() - t0)
-    while budget_left() and (lo is None or hi is None):
+    confirmed: set[float] = set()
+    while True:
+        while budget_left() and (lo is None or hi is None):
+            if lo is None:
+                rate = hi.rate / cfg.growth
+                if rate < cfg.min_rate:
+                    return done("infeasible", None, hi)
+                p = probe(rate)
+            else:
+                rate = lo.rate * cfg.growth
+                if rate > cfg.max_rate:
+                    break
+                p = probe(rate)
+            if p.is_met:
+                lo = p
+            else:
+                hi = p
         if lo is None:
-            rate = hi.rate / cfg.growth
-            if rate < cfg.min_rate:
-                return done("infeasible", None, hi)
-            p = probe(rate)
-        else:
-            rate = lo.rate * cfg.growth
-            if rate > cfg.max_rate:
-                break
-            p = probe(rate)
-        if p.is_met:
-            lo = p
-        else:
-            hi = p
-    if lo is None:
-        return done("infeasible", None, hi)
-    while budget_left() and hi is not None and hi.rate / lo.rate > 1 + cfg.rel_tol:
-        p = probe(_crossing(lo, hi))
-        if p.is_met:
-            lo = p
-        else:
-            hi = p
-    return done("complete", lo, hi)
+            return done("infeasible", None, hi)
+        while budget_left() and hi is not None and hi.rate / lo.rate > 1 + cfg.rel_tol:
+            p = probe(_crossing(lo, hi))
+            if p.is_met:
+                lo = p
+            else:
+                hi = p
+        if not cfg.is_confirmed or lo.rate in confirmed or not budget_left(extra=2):
+            return done("complete", lo, hi)
+        again = probe(lo.rate, repeat=1)
+        if again.is_met:
+            return done("complete", lo, hi)
+        confirmed.add(lo.rate)
+        # the pass was luck: the knee is below; fall back to the best lower pass, if any
+        hi = again
+        lower = [p for p in points if p.is_met and p.rate < again.rate]
+        lo = max(lower, key=lambda p: p.rate) if lower else None

@@ -5,6 +5,7 @@ each configuration by its goodput, and report the winner next to the default."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 import uuid
@@ -122,10 +123,12 @@ class TuneSession:
     def _measure_fn(self, model: str, requests: list) -> Callable[[float], Any]:
         p = self.plan
 
-        def fn(rate: float):
+        def fn(rate: float, repeat: int = 0):
             n = int(min(p.max_requests, max(p.min_requests, math.ceil(rate * p.measure_s))))
-            s = measure(self.bench, model, requests[:n], rate)
-            self.on_status(f"  rate {rate:.3g}/s x {n}: {'met' if s.is_slo_met else 'missed'} "
+            bench = dataclasses.replace(self.bench, seed=p.seed + 1000 * repeat) if repeat else self.bench
+            s = measure(bench, model, requests[:n], rate)
+            again = " (repeat)" if repeat else ""
+            self.on_status(f"  rate {rate:.3g}/s x {n}{again}: {'met' if s.is_slo_met else 'missed'} "
                            + ", ".join(f"{r['label'].split('=')[0]}={_fmt(r['value_s'])}" for r in s.slo))
             return s
 
@@ -162,9 +165,11 @@ class TuneSession:
                 except TuneError as e:
                     self.on_status(f"  configuration failed: {e}")
                     return GoodputResult(0.0, "failed", estimate=0.0)
-                return find_goodput(fn, start, p.bracket, incumbent, deadline)
+                # no measurement starts unless it can end before the budget does
+                stop = None if deadline is None else deadline - 1.5 * p.measure_s - 2.0
+                return find_goodput(fn, start, p.bracket, incumbent, stop)
 
-            outcome = Tuner(space, evaluate, p.budget, p.seed, on_trial=self.on_trial).run()
+            outcome = Tuner(space, evaluate, p.budget, p.seed, on_trial=self.on_trial).run(started=t0)
             if p.url and self.original:
                 restore = {k: self.original[k] for k in space.names if k in self.original}
                 self.admin.patch(restore)

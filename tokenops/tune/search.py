@@ -121,12 +121,13 @@ class Tuner:
     def _as_optuna(self, params: dict[str, Any]) -> dict[str, int]:
         return {d.name: d.index_of(params[d.name]) for d in self.space.dims}
 
-    def run(self) -> TuneOutcome:
+    def run(self, started: float | None = None) -> TuneOutcome:
+        """Run the study; ``started`` (``time.monotonic()``) counts earlier set-up against a time budget."""
         study = self._study()
         study.enqueue_trial(self._as_optuna(self.space.default()))
         out = TuneOutcome()
         seen: dict[tuple, GoodputResult] = {}
-        t0 = time.monotonic()
+        t0 = time.monotonic() if started is None else started
         deadline = t0 + self.budget.max_seconds if self.budget.max_seconds else None
         max_proposals = (self.budget.max_trials or 1000) * 5 + 20
         for _ in range(max_proposals):

@@ -100,7 +100,7 @@ class SearchSpace:
                     raise TunableError(f"--param {t.name}: needs a restart; use --launch so tokenops can relaunch the engine")
                 continue
             vals = [t.validate(v) for v in overrides[t.name]] if t.name in overrides else candidates(t, span)
-            if t.default not in vals and t.name not in overrides:
+            if t.default not in vals:  # trial 0 is always the default configuration
                 vals = sorted(vals + [t.default]) if t.type in ("int", "float") else [t.default, *vals]
             if len(vals) > 1:
                 dims.append(Dimension(t, vals))
