@@ -78,8 +78,15 @@ class LineChart(Widget):
                 previous = y
         for row, color_row in zip(cells, colors):
             out.append("\n")
+            # One span per run of equal colour keeps the segment count (and render cost) low.
+            run, run_color = [], None
             for bits, color in zip(row, color_row):
-                out.append(chr(0x2800 + bits) if bits else " ", style=color or "")
+                if color != run_color and run:
+                    out.append("".join(run), style=run_color or "")
+                    run = []
+                run_color = color
+                run.append(chr(0x2800 + bits) if bits else " ")
+            out.append("".join(run), style=run_color or "")
         return out
 
     @staticmethod
