@@ -147,3 +147,46 @@ def test_get_embedder():
         get_embedder("bogus")
     v = LexicalEmbedder().embed(["hello world", ""])
     assert v.dtype == np.float32 and abs(float(np.linalg.norm(v[0])) - 1) < 1e-5 and not v[1].any()
+
+
+@pytest.fixture
+def cache_plugin():
+    from tokenops_plugins.compute_network import semantic_cache
+
+    semantic_cache.configure(CacheConfig(), embedder=LexicalEmbedder())
+    try:
+        yield semantic_cache
+    finally:
+        semantic_cache.disable()
+
+
+def test_plugin_opt_out_by_header_or_body_and_decisions(cache_plugin):
+    from tokenops.plugins import hook
+
+    hook().tokenops_cache_store(request=chat("What is our refund policy?"), response=answer("30 days"))
+    r = chat("What is our refund policy?")
+    hit = hook().tokenops_cache_lookup(request=r)
+    assert hit.text == "30 days" and hit.backend == "cache" and r.decisions["semantic_cache"]["result"] == "hit"
+    for opted in (chat("What is our refund policy?", headers={"X-TokenOps-Cache": "off"}),
+                  chat("What is our refund policy?", body={"cache": False})):
+        assert hook().tokenops_cache_lookup(request=opted) is None
+        assert opted.decisions["semantic_cache"] == {"result": "off"}
+    # opted-out answers are not stored either
+    hook().tokenops_cache_store(request=chat("secret question", body={"cache": False}), response=answer("secret"))
+    assert hook().tokenops_cache_lookup(request=chat("secret question")) is None
+    # failed or cut answers are not stored
+    hook().tokenops_cache_store(request=chat("q2"), response=answer("", finish_reason="stop"))
+    assert hook().tokenops_cache_lookup(request=chat("q2")) is None
+
+
+def test_plugin_tunables(cache_plugin):
+    from tokenops.plugins import get_tunables, hook
+
+    names = {t.name for t in get_tunables()}
+    assert {"cache.enabled", "cache.semantic_threshold", "cache.ttl_s", "cache.max_bytes"} <= names
+    hook().tokenops_apply_tunables(values={"cache.semantic_threshold": 0.9, "cache.max_bytes": 4096})
+    assert cache_plugin.cache.threshold == 0.9 and cache_plugin.cache.config.max_bytes == 4096
+    hook().tokenops_apply_tunables(values={"cache.semantic_threshold": 0.0})
+    assert cache_plugin.cache.threshold == LexicalEmbedder.default_threshold
+    hook().tokenops_apply_tunables(values={"cache.enabled": False})
+    assert cache_plugin.cache is None

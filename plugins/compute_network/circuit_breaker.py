@@ -1,0 +1,173 @@
+"""Circuit breaking, outlier ejection, health probes and degradation to a smaller model.
+
+Off unless ``[plugins.circuit_breaker]`` is configured or ``breaker.enabled`` is
+switched on. Settings: the :class:`~tokenops.resilience.breaker.BreakerConfig`
+fields, ``outlier = true`` (+ ``outlier_factor``, ``outlier_ejection_s``),
+``health_probe_interval_s`` (> 0 polls ``/health`` of HTTP replicas),
+``degrade_to = { "big-model" = "small-model" }`` and ``overload_in_flight``.
+
+Selection: wraps ``tokenops_select_replica`` so every selector only sees replicas
+whose breaker lets calls through; when none does it passes (None). Routing: wraps
+``tokenops_route`` so a model whose replicas are all open (or all have
+``overload_in_flight`` calls running) is replaced by its ``degrade_to`` model;
+``tokenops_fallback`` names the same model after a failed call. Retries with
+jittered backoff stay with the gateway.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tokenops import hookimpl
+from tokenops.resilience.breaker import BreakerConfig
+from tokenops.resilience.health import CLIENT_ERRORS, HealthProber, ReplicaHealth
+from tokenops.resilience.outlier import OutlierConfig
+from tokenops.tunables import Tunable, TunableError
+
+TOKENOPS_LAYER = "compute_network"
+
+health: ReplicaHealth | None = None
+prober: HealthProber | None = None
+degrade_to: dict[str, str] = {}
+overload_in_flight: int | None = None
+_TUNABLES = {"breaker.failure_rate": "failure_rate", "breaker.consecutive_failures": "consecutive_failures",
+             "breaker.cooldown_s": "cooldown_s", "breaker.window_s": "window_s"}
+
+
+def configure(breaker: BreakerConfig | None = None, outlier: OutlierConfig | None = None,
+              degrade: dict[str, str] | None = None, probe_interval_s: float = 0.0, max_in_flight: int | None = None,
+              **kw) -> ReplicaHealth:
+    """Install the breaker (tests pass a clock); returns the health board."""
+    global health, prober, degrade_to, overload_in_flight
+    if prober is not None:
+        prober.stop()
+    health = ReplicaHealth(breaker or BreakerConfig(), outlier, **kw)
+    prober = HealthProber(health, probe_interval_s) if probe_interval_s > 0 else None
+    degrade_to = dict(degrade or {})
+    overload_in_flight = max_in_flight
+    return health
+
+
+def disable() -> None:
+    global health, prober
+    if prober is not None:
+        prober.stop()
+    health = prober = None
+
+
+@hookimpl
+def tokenops_configure(settings):
+    raw = dict(settings.plugin_settings("circuit_breaker"))
+    if not raw or not raw.pop("enabled", True):
+        return
+    outlier = None
+    if raw.pop("outlier", False):
+        outlier = OutlierConfig(**{k.removeprefix("outlier_"): raw.pop(k) for k in list(raw) if k.startswith("outlier_")})
+    try:
+        configure(BreakerConfig(**{k: raw.pop(k) for k in list(raw) if k in BreakerConfig.__slots__}), outlier,
+                  degrade=raw.pop("degrade_to", {}), probe_interval_s=float(raw.pop("health_probe_interval_s", 0)),
+                  max_in_flight=raw.pop("overload_in_flight", None))
+        if raw:
+            raise ValueError(f"unknown key(s) {', '.join(sorted(raw))}")
+    except (TypeError, ValueError) as e:
+        from tokenops.config import ConfigError
+
+        raise ConfigError(f"[plugins.circuit_breaker]: {e}") from None
+
+
+@hookimpl
+def tokenops_register_tunables(register):
+    register(Tunable("breaker.enabled", "bool", False, "Stop sending traffic to failing replicas.", live=True,
+                     searchable=False))
+    register(Tunable("breaker.failure_rate", "float", 0.5, "Failure rate in the window that opens a breaker.",
+                     live=True, minimum=0.05, maximum=1.0, searchable=False))
+    register(Tunable("breaker.consecutive_failures", "int", 3, "Failures in a row that open a breaker at once.",
+                     live=True, minimum=1, maximum=1000, searchable=False))
+    register(Tunable("breaker.cooldown_s", "float", 5.0, "Seconds an open breaker waits before trial calls.",
+                     live=True, minimum=0.1, maximum=3600.0, searchable=False))
+    register(Tunable("breaker.window_s", "float", 10.0, "Sliding window of the failure rate, seconds.",
+                     live=True, minimum=1.0, maximum=3600.0, searchable=False))
+
+
+@hookimpl
+def tokenops_apply_tunables(values):
+    mine = {k: v for k, v in values.items() if k.startswith("breaker.")}
+    if not mine:
+        return
+    if mine.get("breaker.enabled") is False:
+        disable()
+        return
+    base = health.breaker_config if health is not None else BreakerConfig()
+    try:
+        config = dataclasses.replace(base, **{_TUNABLES[k]: v for k, v in mine.items() if k in _TUNABLES})
+    except (TypeError, ValueError) as e:
+        raise TunableError(str(e)) from None
+    if config.max_cooldown_s < config.cooldown_s:
+        config.max_cooldown_s = config.cooldown_s
+    if health is None:
+        if mine.get("breaker.enabled"):
+            configure(config, degrade=degrade_to)
+        return
+    health.breaker_config = config
+    for b in list(health._breakers.values()):
+        b.config = config
+
+
+@hookimpl(wrapper=True)
+def tokenops_select_replica(request, replicas):
+    if health is None:
+        return (yield)
+    if prober is not None:
+        prober.watch(replicas)
+    allowed = health.available(replicas)
+    if len(allowed) == len(replicas):
+        chosen = yield
+    else:
+        excluded = [r.name for r in replicas if r not in allowed]
+        request.decisions["breaker"] = {"excluded": excluded}
+        original = list(replicas)
+        replicas[:] = allowed  # the selectors below see only replicas that may be called
+        try:
+            chosen = yield
+        finally:
+            replicas[:] = original
+    if chosen is not None:
+        health.on_selected(chosen.name)
+    return chosen
+
+
+@hookimpl(wrapper=True)
+def tokenops_route(request, candidates, profiles):
+    decision = yield
+    if health is None or decision is None or not degrade_to:
+        return decision
+    target = degrade_to.get(decision.model)
+    if not target or target not in candidates or health.is_model_down(target):
+        return decision
+    why = None
+    if health.is_model_down(decision.model):
+        why = "replicas_open"
+    elif overload_in_flight and health.is_model_overloaded(decision.model, overload_in_flight):
+        why = "overloaded"
+    if why is None:
+        return decision
+    request.decisions["degraded"] = {"from": decision.model, "to": target, "reason": why}
+    return dataclasses.replace(decision, model=target, reason=f"degraded:{why}")
+
+
+@hookimpl(tryfirst=True)
+def tokenops_fallback(request, error):
+    if health is None or getattr(error, "kind", None) in CLIENT_ERRORS:
+        return None
+    failed = request.attempts[-1] if request.attempts else request.model
+    target = degrade_to.get(failed)
+    if target and target not in request.attempts:
+        request.decisions["degraded"] = {"from": failed, "to": target, "reason": getattr(error, "kind", "error")}
+        return target
+    return None
+
+
+@hookimpl
+def tokenops_backend_outcome(backend, outcome):
+    if health is not None:
+        health.record(backend, outcome)

@@ -1,0 +1,159 @@
+"""Layer-4 plugins through the real gateway pipeline with fake backends."""
+
+import asyncio
+import time
+
+import pytest
+
+from tokenops.resilience.breaker import BreakerConfig
+from tokenops.testing_gateway import FakeBackend, gateway_client
+from tokenops.types import BackendError
+
+
+class KillableBackend(FakeBackend):
+    """A fake replica that can be killed: every call then fails like a refused connection."""
+
+    is_dead = False
+
+    async def stream(self, request):
+        if self.is_dead:
+            raise BackendError("connection refused", kind="unavailable", status=503, backend=self.name)
+        async for delta in super().stream(request):
+            yield delta
+
+
+def _body(model="big", **kw):
+    return {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4, **kw}
+
+
+@pytest.fixture
+def breaker():
+    from tokenops_plugins.compute_network import circuit_breaker
+
+    circuit_breaker.configure(BreakerConfig(consecutive_failures=3, cooldown_s=30), degrade={"big": "small"})
+    try:
+        yield circuit_breaker
+    finally:
+        circuit_breaker.disable()
+
+
+async def _load(client, seconds, on_tick=None, concurrency=6):
+    """Closed-loop load; returns [(start offset, status, model)]."""
+    results = []
+    t0 = time.monotonic()
+
+    async def worker():
+        while time.monotonic() - t0 < seconds:
+            start = time.monotonic() - t0
+            r = await client.post("/v1/chat/completions", json=_body())
+            results.append((start, r.status_code, r.json().get("model") if r.status_code == 200 else None))
+
+    async def ticker():
+        while time.monotonic() - t0 < seconds:
+            if on_tick:
+                on_tick(time.monotonic() - t0)
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(ticker(), *(worker() for _ in range(concurrency)))
+    return results
+
+
+async def test_errors_stop_within_two_seconds_when_a_replica_dies(breaker):
+    backends = [KillableBackend("big", f"big#{i}", reply="ok then", delay_s=0.002) for i in range(3)]
+    kill_at = 0.5
+
+    def tick(t):
+        if t >= kill_at:
+            backends[1].is_dead = True
+
+    async with gateway_client(backends) as client:
+        results = await _load(client, 3.0, tick)
+    errors = [t for t, status, _ in results if status >= 500]
+    ok_after = [t for t, status, _ in results if status == 200 and t > kill_at + 2.0]
+    assert errors, "the kill must be visible"
+    assert max(errors) - kill_at < 2.0, errors
+    assert ok_after  # traffic kept flowing on the healthy replicas
+    assert breaker.health.breaker("big#1").current_state() == "open"
+
+
+async def test_traffic_degrades_to_the_smaller_model_when_all_replicas_die(breaker):
+    big = [KillableBackend("big", f"big#{i}", reply="big answer", delay_s=0.002) for i in range(2)]
+    small = FakeBackend("small", "small#0", reply="small answer", delay_s=0.002)
+    kill_at = 0.5
+
+    def tick(t):
+        if t >= kill_at:
+            for b in big:
+                b.is_dead = True
+
+    async with gateway_client([*big, small]) as client:
+        results = await _load(client, 2.5, tick, concurrency=4)
+    errors = [t for t, status, _ in results if status >= 400]
+    late = [(status, model) for t, status, model in results if t > kill_at + 1.0]
+    assert all(t - kill_at < 2.0 for t in errors), errors
+    assert late and all(status == 200 and model == "small" for status, model in late)
+
+
+async def test_rate_limit_429_carries_retry_after():
+    from tokenops.ratelimit.config import Limit, RateLimitConfig
+    from tokenops_plugins.compute_network import rate_limit
+
+    rate_limit.configure(RateLimitConfig(enabled=True, burst_s=1.0, defaults={"tenant": Limit(requests_per_min=120)}))
+    try:
+        async with gateway_client([FakeBackend("big", "big#0", reply="ok")]) as client:
+            statuses = []
+            for _ in range(6):
+                r = await client.post("/v1/chat/completions", json=_body())
+                statuses.append(r.status_code)
+                if r.status_code == 429:
+                    assert int(r.headers["retry-after"]) >= 1
+                    assert r.json()["error"]["code"] == "rate_limit_exceeded"
+            assert statuses[:2] == [200, 200] and 429 in statuses
+            assert rate_limit.limiter.num_pending == 0  # completions released and corrected
+    finally:
+        rate_limit.configure(RateLimitConfig())
+
+
+async def test_semantic_cache_through_the_gateway():
+    from tokenops.semcache.cache import CacheConfig
+    from tokenops.semcache.embedders import LexicalEmbedder
+    from tokenops_plugins.compute_network import semantic_cache
+
+    semantic_cache.configure(CacheConfig(), embedder=LexicalEmbedder())
+    backend = FakeBackend("big", "big#0", reply="forty two")
+    try:
+        async with gateway_client([backend]) as client:
+            body = {"model": "big", "messages": [{"role": "user", "content": "What is the answer to everything?"}]}
+            first = await client.post("/v1/chat/completions", json=body)
+            again = await client.post("/v1/chat/completions", json={**body, "messages": [
+                {"role": "user", "content": "what is the answer to everything"}]})
+            body_opt_out = await client.post("/v1/chat/completions", json={**body, "cache": False})
+            assert first.status_code == again.status_code == body_opt_out.status_code == 200
+            assert again.json()["choices"][0]["message"]["content"].strip() == "forty two"
+            assert len(backend.requests) == 2  # the first, and the opted-out one
+            rows = (await client.get("/admin/requests", headers={"Authorization": "Bearer test-admin-key"})).json()
+            hits = [r for r in rows["requests"] if r.get("cache_hit")]
+            assert len(hits) == 1
+    finally:
+        semantic_cache.disable()
+
+
+async def test_prefix_aware_routing_through_the_gateway():
+    from tokenops_plugins.compute_network import load_balance
+
+    backends = [FakeBackend("big", f"big#{i}", reply="ok") for i in range(3)]
+    load_balance.apply({"routing.replica_policy": "prefix_aware"})
+    try:
+        async with gateway_client(backends) as client:
+            system = "You are the support assistant of a large online shop. " * 8
+            for turn in range(4):
+                body = {"model": "big", "messages": [{"role": "system", "content": system},
+                                                     {"role": "user", "content": "My order 77 is late. " * (turn + 1)}]}
+                assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+            served = [b.name for b in backends if b.requests]
+            assert len(served) == 1  # every turn went to the replica holding the conversation
+            assert load_balance.selector.tracker.snapshot()[served[0]]["in_flight"] == 0
+    finally:
+        load_balance.apply({"routing.replica_policy": "round_robin"})
+        load_balance.selector.tracker.reset()
+        load_balance.selector.prefix_index.clear()
