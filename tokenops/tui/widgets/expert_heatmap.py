@@ -56,6 +56,7 @@ class ExpertHeatmap(Widget):
     def __init__(self, replica: str, matrix: list[list[float]], **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = f"{replica} · expert load"
+        self.border_subtitle = "colour: tokens vs the layer's busiest expert · max/mean ≥ 2 in red"
         self.matrix = matrix
 
     def set_matrix(self, matrix: list[list[float]]) -> None:
