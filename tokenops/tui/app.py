@@ -81,8 +81,16 @@ class DashboardApp(App[None]):
         self.num_polls = 0
         self.engine_history: dict[str, deque[tuple[float | None, float | None]]] = {}
         self._timer: Timer | None = None
+        self._is_polling = False
 
     def on_mount(self) -> None:
+        self._start_poll()
+
+    def _start_poll(self) -> None:
+        """Start one poll unless one is in flight (its result re-arms the timer)."""
+        if self._is_polling:
+            return
+        self._is_polling = True
         self.poll_stats()
 
     @work(thread=True, exclusive=True, group="stats")
@@ -101,6 +109,7 @@ class DashboardApp(App[None]):
 
     @on(StatsReceived)
     def _stats_received(self, message: StatsReceived) -> None:
+        self._is_polling = False
         stats = message.stats
         self.num_polls += 1
         self.last_stats = stats
@@ -121,6 +130,7 @@ class DashboardApp(App[None]):
 
     @on(StatsFailed)
     def _stats_failed(self, message: StatsFailed) -> None:
+        self._is_polling = False
         self.num_polls += 1
         state = self.connection
         state.num_failures += 1
@@ -144,7 +154,7 @@ class DashboardApp(App[None]):
     def _rearm(self, delay: float) -> None:
         if self._timer is not None:
             self._timer.stop()
-        self._timer = None if self.connection.is_paused else self.set_timer(delay, self.poll_stats)
+        self._timer = None if self.connection.is_paused else self.set_timer(delay, self._start_poll)
 
     def screen_text(self) -> str:
         """The current screen as plain text (what a person would read; used by tests)."""
@@ -160,7 +170,7 @@ class DashboardApp(App[None]):
             self._timer.stop()
             self._timer = None
         elif not self.connection.is_paused:
-            self.poll_stats()
+            self._start_poll()
         screen = self._dashboard_screen()
         if screen is not None:
             screen.show_connection(self.connection)
