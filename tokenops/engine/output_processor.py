@@ -89,7 +89,8 @@ class OutputProcessor:
             seq.finish_reason, seq.stop_reason = "stop", best[1]
 
     def _logprob_entry(self, sampled: SampledToken) -> dict:
-        token = self.tokenizer.id_to_token
+        # the token's own text (" hello"), as OpenAI reports it; the vocab entry otherwise
+        token = getattr(self.tokenizer, "token_text", None) or self.tokenizer.id_to_token
         return {
             "token_id": sampled.token_id,
             "token": token(sampled.token_id),
