@@ -20,3 +20,11 @@ def test_light_modules_do_not_import_torch(module):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_building_the_cli_loads_no_torch_or_textual():
+    """Every plugin is loaded by build_app(); none may pull torch or textual in at import."""
+    code = "import sys, tokenops.cli as c; c.build_app(); print('torch' in sys.modules, 'textual' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False False"

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from tokenops_plugins.model_optimization.quantization import Int4Linear, Int8Linear, quantize_model, weight_bytes
+from tokenops_plugins.model_optimization._quant_layers import Int4Linear, Int8Linear, quantize_model, weight_bytes
 
 
 class TinyMLP(nn.Module):
