@@ -101,15 +101,16 @@ class RateLimiter:
             return None
         start = self.clock()
         can_wait = self.config.mode == "queue" and not _on_event_loop()
+        waited = 0.0
         while True:
             now = self.clock()
             verdict = self._try(request.tenant, tokens, requests + token_charges, slots, now)
-            waited = now - start
             if verdict.is_admitted:
                 break
-            if not can_wait or waited + verdict.wait_s > self.config.queue_timeout_s:
+            if not can_wait or now - start + verdict.wait_s > self.config.queue_timeout_s:
                 return self._reject(request, verdict)
             self.sleep(verdict.wait_s)
+            waited = self.clock() - start
         self.stats.admitted += 1
         self.stats.queued_s += waited
         request.decisions["rate_limit"] = "admitted" if waited <= 0 else f"queued:{waited:.3f}s"
