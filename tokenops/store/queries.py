@@ -8,6 +8,9 @@ passes query-string values), runs the query on its own cursor and returns
 as ISO-8601 strings, naive UTC).
 
 Latency percentiles count successful requests only (``status = 'ok'``).
+
+For an HTTP front end: :class:`UnknownQueryError` is a 404, any other
+:class:`QueryError` a 400; :func:`describe` lists the queries and parameters.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Rows are turned into one NumPy array per column and inserted with
 which is two orders of magnitude faster than ``executemany``. Missing keys become
 NULL, ``ts`` defaults to the time of the ``write`` call, keys that are not
 columns are ignored with a warning, and dict/list values of JSON columns are
-serialised.
+serialised. Rows are queued by reference, not copied: do not change a dict
+after writing it.
 """
 
 from __future__ import annotations
@@ -91,7 +92,6 @@ class TelemetryWriter:
 
         :param ts: default for the row's ``ts`` (epoch seconds); now when None.
         """
-        # the hot path of the gateway: kept inline rather than calling _enqueue
         if table not in self._kinds:
             raise ValueError(f"unknown telemetry table {table!r}; one of: {', '.join(self._kinds)}")
         with self._lock:
@@ -104,20 +104,16 @@ class TelemetryWriter:
 
     def write_many(self, table: str, rows: list[dict[str, Any]], ts: float | None = None) -> bool:
         """Queue a list of rows as one item (cheaper than calling ``write`` per row)."""
-        if not rows:
-            return True
-        return self._enqueue(table, rows, len(rows), ts)
-
-    def _enqueue(self, table: str, payload: Any, num_rows: int, ts: float | None) -> bool:
         if table not in self._kinds:
             raise ValueError(f"unknown telemetry table {table!r}; one of: {', '.join(self._kinds)}")
-        when = time.time() if ts is None else ts
+        if not rows:
+            return True
         with self._lock:
-            if self._is_closing or self._num_pending + num_rows > self.max_pending_rows:
-                self._stats.num_dropped += num_rows
+            if self._is_closing or self._num_pending + len(rows) > self.max_pending_rows:
+                self._stats.num_dropped += len(rows)
                 return False
-            self._pending.append((table, payload, when))
-            self._num_pending += num_rows
+            self._pending.append((table, rows, time.time() if ts is None else ts))
+            self._num_pending += len(rows)
         return True
 
     @property
