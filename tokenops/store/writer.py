@@ -25,7 +25,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from itertools import repeat
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -70,7 +71,8 @@ class TelemetryWriter:
         self._columns = {t: {c for c, _ in kinds} for t, kinds in self._kinds.items()}
         self._warned: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
-        self._pending: deque[tuple[str, Any, float]] = deque()
+        # one queue of rows and one of default timestamps per table, swapped whole at each flush
+        self._rows, self._stamps = self._new_queues()
         self._num_pending = 0
         self._wake = threading.Event()
         self._done = threading.Condition()
@@ -92,13 +94,15 @@ class TelemetryWriter:
 
         :param ts: default for the row's ``ts`` (epoch seconds); now when None.
         """
-        if table not in self._kinds:
-            raise ValueError(f"unknown telemetry table {table!r}; one of: {', '.join(self._kinds)}")
         with self._lock:
             if self._is_closing or self._num_pending >= self.max_pending_rows:
                 self._stats.num_dropped += 1
                 return False
-            self._pending.append((table, row, time.time() if ts is None else ts))
+            try:
+                self._rows[table].append(row)
+            except KeyError:
+                raise ValueError(f"unknown telemetry table {table!r}; one of: {', '.join(self._kinds)}") from None
+            self._stamps[table].append(time.time() if ts is None else ts)
             self._num_pending += 1
         return True
 
@@ -108,13 +112,18 @@ class TelemetryWriter:
             raise ValueError(f"unknown telemetry table {table!r}; one of: {', '.join(self._kinds)}")
         if not rows:
             return True
+        when = time.time() if ts is None else ts
         with self._lock:
             if self._is_closing or self._num_pending + len(rows) > self.max_pending_rows:
                 self._stats.num_dropped += len(rows)
                 return False
-            self._pending.append((table, rows, time.time() if ts is None else ts))
+            self._rows[table].extend(rows)
+            self._stamps[table].extend(repeat(when, len(rows)))
             self._num_pending += len(rows)
         return True
+
+    def _new_queues(self) -> tuple[dict[str, deque], dict[str, deque]]:
+        return {t: deque() for t in self._kinds}, {t: deque() for t in self._kinds}
 
     @property
     def num_pending(self) -> int:
@@ -186,9 +195,11 @@ class TelemetryWriter:
     def _flush_once(self) -> None:
         with self._done:
             serving = self._num_requested
+        fresh = self._new_queues()
         with self._lock:
-            batch, self._pending = self._pending, deque()
+            (rows, stamps), (self._rows, self._stamps) = (self._rows, self._stamps), fresh
             self._num_pending = 0
+        batch = {t: (list(q), list(stamps[t])) for t, q in rows.items() if q}
         started = time.perf_counter()
         num_rows = self._insert_batch(batch) if batch else 0
         self._stats.last_flush_s = time.perf_counter() - started
@@ -198,16 +209,8 @@ class TelemetryWriter:
             self._num_served = max(self._num_served, serving)
             self._done.notify_all()
 
-    def _insert_batch(self, batch: Iterable[tuple[str, Any, float]]) -> int:
-        by_table: dict[str, tuple[list[dict[str, Any]], list[float]]] = {}
-        for table, payload, when in batch:
-            rows, stamps = by_table.setdefault(table, ([], []))
-            if isinstance(payload, dict):
-                rows.append(payload)
-                stamps.append(when)
-            else:
-                rows.extend(payload)
-                stamps.extend([when] * len(payload))
+    def _insert_batch(self, by_table: dict[str, tuple[list[dict[str, Any]], list[float]]]) -> int:
+        """Insert ``{table: (rows, default timestamps)}`` in one transaction; returns rows written."""
         cur = self._cursor
         try:
             cur.execute("BEGIN TRANSACTION")
