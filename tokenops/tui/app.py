@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections import deque
 from typing import Any, Protocol
@@ -10,6 +11,7 @@ from rich.console import Console
 from textual import on, work
 from textual.app import App, ScreenStackError
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.timer import Timer
 
 from tokenops.tui.client import AdminError, ServerUnreachable
@@ -121,9 +123,11 @@ class DashboardApp(App[None]):
         state.uptime_s = stats.get("uptime_s")
         screen = self._dashboard_screen()
         if screen is not None:
-            screen.show_connection(state)
             try:
+                screen.show_connection(state)
                 screen.show_stats(stats)
+            except NoMatches:
+                pass  # the screen is still composing; it renders last_stats when it is shown
             except (KeyError, TypeError, ValueError) as e:
                 self.notify(f"cannot render stats: {type(e).__name__}: {e}", severity="error", timeout=3)
         self._rearm(self.poll_interval_s)
@@ -140,7 +144,8 @@ class DashboardApp(App[None]):
         state.retry_in_s = delay
         screen = self._dashboard_screen()
         if screen is not None:
-            screen.show_connection(state)
+            with contextlib.suppress(NoMatches):
+                screen.show_connection(state)
         self._rearm(delay)
 
     def _dashboard_screen(self) -> DashboardScreen | None:
@@ -173,4 +178,5 @@ class DashboardApp(App[None]):
             self._start_poll()
         screen = self._dashboard_screen()
         if screen is not None:
-            screen.show_connection(self.connection)
+            with contextlib.suppress(NoMatches):
+                screen.show_connection(self.connection)

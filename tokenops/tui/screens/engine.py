@@ -79,6 +79,7 @@ class EngineScreen(DashboardScreen):
     def show_stats(self, stats: dict[str, Any]) -> None:
         engines = stats.get("engines") or {}
         table = self.query_one("#replicas", DataTable)
+        ensure_columns(table, COLUMNS)
         with self.app.batch_update():
             sync_rows(table, {name: replica_cells(name, engine) for name, engine in sorted(engines.items())})
             if self._selected not in engines:

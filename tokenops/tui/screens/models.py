@@ -63,12 +63,16 @@ class ModelsScreen(DashboardScreen):
                 yield MetricTile("total cost/hour", id="cost_h")
 
     def on_mount(self) -> None:
+        self._ensure_columns()
+
+    def _ensure_columns(self) -> None:
         ensure_columns(self.query_one("#models", DataTable), MODEL_COLUMNS)
         ensure_columns(self.query_one("#routes", DataTable), ROUTE_COLUMNS)
 
     def show_stats(self, stats: dict[str, Any]) -> None:
         models = stats.get("models") or {}
         cache = stats.get("cache") or {}
+        self._ensure_columns()  # stats may arrive before on_mount
         with self.app.batch_update():
             sync_rows(self.query_one("#models", DataTable), {n: model_cells(n, m) for n, m in sorted(models.items())})
             sync_rows(self.query_one("#routes", DataTable), route_rows(stats.get("routes") or {}))
