@@ -149,3 +149,42 @@ async def test_editing_a_tunable_applies_it_on_the_server_and_records_it(server)
         await wait_until(pilot, lambda: "rejected by server" in editor.status_text, timeout_s=30, what="rejection")
         assert "restart" in editor.status_text
     client.close()
+
+
+@pytest.mark.slow
+async def test_experts_screen_on_a_bundled_moe_model(tmp_path):
+    """A tiny random Mixtral on the bundled engine: the heatmap is the server's expert load."""
+    pytest.importorskip("transformers")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
+    from tiny_models import make_tiny_checkpoint
+
+    from tokenops.config import EngineSettings, GatewaySettings, ModelConfig, Settings, StoreSettings
+
+    model_dir = make_tiny_checkpoint("mixtral", tmp_path / "models")
+    settings = Settings(
+        models=[ModelConfig(name="tiny-mixtral", backend="local", path=str(model_dir))],
+        gateway=GatewaySettings(admin_key=ADMIN_KEY),
+        store=StoreSettings(path=str(tmp_path / "tokenops.duckdb")),
+        engine=EngineSettings(kv_cache_tokens=512, max_num_seqs=4, max_num_batched_tokens=128, torch_threads=1),
+    )
+    with running_server(tmp_path, settings=settings) as url:
+        send_traffic(url, 3, max_tokens=4)
+        client = AdminClient(url, ADMIN_KEY)
+        app = DashboardApp(client, poll_interval_s=0.3)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_until(pilot, lambda: app.last_stats is not None and app.last_stats["requests"]["total"] >= 3, timeout_s=30)
+            await pilot.press("p")
+            await pilot.pause(0.6)
+            await pilot.press("4")
+            await wait_until(pilot, lambda: bool(app.screen.query(ExpertHeatmap)), what="heatmap")
+            stats = app.last_stats
+            (name, engine), = stats["engines"].items()
+            heatmap = app.screen.query_one(ExpertHeatmap)
+            assert heatmap.matrix == expert_matrix(engine["expert_load"])
+            assert len(heatmap.matrix) >= 1 and len(heatmap.matrix[0]) == 4  # tiny Mixtral: 4 experts per layer
+            assert sum(map(sum, heatmap.matrix)) > 0
+            assert admin_get(url, "/admin/stats")["engines"][name]["expert_load"] == engine["expert_load"]
+        client.close()
