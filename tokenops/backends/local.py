@@ -88,7 +88,8 @@ class LocalBackend:
     def _prompt_ids(self, request: GatewayRequest) -> list[int]:
         tok = self.engine.tokenizer
         if request.kind == "chat":
-            text = tok.apply_chat_template(request.messages or [], add_generation_prompt=True)
+            messages = [_plain(m) for m in request.messages or []]
+            text = tok.apply_chat_template(messages, add_generation_prompt=True)
             return tok.encode(text, add_special_tokens=False)
         if isinstance(request.prompt, list):
             return list(request.prompt)
@@ -166,6 +167,14 @@ class LocalBackend:
             raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
         yield Delta(prompt_tokens=len(last.prompt_token_ids), completion_tokens=sum(seen.values()),
                     cached_tokens=last.num_cached_tokens or 0)
+
+
+def _plain(message: dict[str, Any]) -> dict[str, Any]:
+    """Content given as parts (``[{"type": "text", "text": ...}]``) becomes one string."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return {**message, "content": content or ""}
 
 
 def openai_logprobs(kind: str, entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:

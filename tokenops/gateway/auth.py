@@ -8,6 +8,7 @@ server bound to a non-loopback address refuses to start without keys unless
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -35,6 +36,7 @@ def _as_hash(spec: str) -> str:
     return hash_key(spec)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_loopback(host: str | None) -> bool:
     if not host:
         return False

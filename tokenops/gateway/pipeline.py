@@ -240,7 +240,7 @@ class Pipeline:
         texts: dict[int, list[str]] = {}
         finish: dict[int, str] = {}
         last_at: float | None = None
-        status, error = 200, None
+        status, error, error_kind = 200, None, None
         try:
             delta = first
             while delta is not None:
@@ -266,8 +266,9 @@ class Pipeline:
         except StopAsyncIteration:
             pass
         except BackendError as e:
-            status, error = api_error(e).status, str(e)
-            raise api_error(e) from None
+            err = api_error(e, request.kind)
+            status, error, error_kind = err.status, str(e), err.code
+            raise err from None
         except BaseException as e:
             status, error = (499, "client disconnected") if _is_cancel(e) else (500, f"{type(e).__name__}: {e}")
             raise
@@ -285,7 +286,7 @@ class Pipeline:
                 self._after(request, replica, response, t0)
             else:
                 hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, "error"))
-            self.finish(rec, status, error)
+            self.finish(rec, status, error, error_kind)
 
     async def _replay(self, rec: RequestRecord, response: GatewayResponse) -> AsyncIterator[Delta]:
         """Stream an answer that is already complete (cache hit, cascade, ensemble)."""
