@@ -91,3 +91,31 @@ def test_transform_and_compile_hooks(tiny_llama_dir, make_runner):
     assert plugin.calls == [("transform", "CausalLM", 4), ("compile", "CausalLM")]
     hooked = runner.execute([ChunkInput([1, 2, 3], 0, [0])])[0]
     torch.testing.assert_close(hooked, 2 * plain)
+
+
+def test_split_by_length_groups_similar_lengths():
+    from tokenops.engine.attention import split_by_length
+
+    assert split_by_length([]) == []
+    assert split_by_length([10, 9, 9, 8]) == [(0, 4)]  # padding cheaper than another call
+    groups = split_by_length([900, 880, 870, 100, 90, 20])
+    assert groups[0] == (0, 3) and groups[-1][1] == 6
+    big = split_by_length(list(range(200, 0, -1)))
+    assert big[0][0] == 0 and big[-1][1] == 200 and all(a < b for a, b in big)
+
+
+def test_decode_groups_give_the_same_logits(tiny_llama_dir, make_runner, monkeypatch):
+    """Decodes split into several padded groups match one padded batch."""
+    import tokenops.engine.attention as attention
+
+    runner = make_runner(tiny_llama_dir)
+    lengths = [3, 25, 9, 17, 2]
+    tables = [[8 * i + j for j in range(8)] for i in range(len(lengths))]
+    for n, table in zip(lengths, tables):
+        runner.execute([ChunkInput(list(range(1, n + 1)), 0, table)])
+    step = [ChunkInput([7], n, table) for n, table in zip(lengths, tables)]
+    monkeypatch.setattr(attention, "split_by_length", lambda ls: [(0, len(ls))] if ls else [])
+    single = runner.execute(step)
+    monkeypatch.setattr(attention, "split_by_length", lambda ls: [(i, i + 1) for i in range(len(ls))])
+    grouped = runner.execute(step)
+    torch.testing.assert_close(grouped, single, atol=1e-5, rtol=1e-5)

@@ -37,7 +37,18 @@ class PrefillSpan:
     token_end: int
     start_pos: int
     context_slots: torch.Tensor | None  # [start_pos + n] slots, None when start_pos == 0
-    masks: dict[int | None, torch.Tensor | None] = field(default_factory=dict)  # window -> [n, ctx] bool
+    masks: dict[int | None, torch.Tensor | None] = field(default_factory=dict)  # window -> [n, ctx] additive
+
+
+@dataclass(slots=True)
+class DecodeGroup:
+    """Decodes with similar context lengths, attended in one padded SDPA call."""
+
+    row_start: int
+    row_end: int
+    length: int  # L: the longest context in the group
+    slots: torch.Tensor  # [rows * L] context slots (padded), flattened
+    masks: dict[int | None, torch.Tensor] = field(default_factory=dict)  # window -> [rows, 1, 1, L] additive
 
 
 @dataclass(slots=True)
@@ -45,14 +56,16 @@ class AttentionMetadata:
     """Per-step tensors shared by every attention layer.
 
     Tokens are ordered decodes first (rows ``0 .. num_decodes-1``), then the prefill
-    chunks in :attr:`prefills` order.
+    chunks in :attr:`prefills` order. Decodes are split into :attr:`decode_groups` of
+    similar context length, so padding to the longest context wastes little (the
+    runner orders decodes longest first).
     """
 
     slot_mapping: torch.Tensor  # [T] cache slot of each token of the step
     num_decodes: int
-    decode_slots: torch.Tensor | None  # [B, L] context slots of each decode (padded)
-    decode_masks: dict[int | None, torch.Tensor]  # window -> [B, 1, 1, L] bool
+    decode_groups: list[DecodeGroup]
     prefills: list[PrefillSpan]
+    workspace: torch.Tensor | None = None  # decode gather buffer, shared by all layers
 
     @classmethod
     def build(
@@ -61,11 +74,14 @@ class AttentionMetadata:
         block_size: int,
         device: torch.device,
         windows: set[int | None],
+        dtype: torch.dtype = torch.float32,
     ) -> AttentionMetadata:
         """Build the metadata for ``chunks`` (already ordered decodes first).
 
         :param windows: the distinct sliding-window sizes of the model's layers
             (``None`` for full attention); one mask is built per value.
+        :param dtype: the model's dtype (masks are additive, which SDPA runs faster
+            than boolean ones on CPU).
         """
         decodes = [c for c in chunks if c.is_decode]
         num_decodes = len(decodes)
@@ -75,21 +91,9 @@ class AttentionMetadata:
             slots.extend(_slots(c.block_table, c.start_pos, c.end_pos, block_size))
         slot_mapping = torch.tensor(slots, dtype=torch.long, device=device)
 
-        decode_slots = None
-        decode_masks: dict[int | None, torch.Tensor] = {}
-        if decodes:
-            max_len = max(c.end_pos for c in decodes)
-            max_blocks = (max_len + block_size - 1) // block_size
-            tables = [c.block_table[:max_blocks] + [0] * (max_blocks - min(len(c.block_table), max_blocks)) for c in decodes]
-            table = torch.tensor(tables, dtype=torch.long, device=device)
-            pos = torch.arange(max_len, device=device)
-            decode_slots = table[:, pos // block_size] * block_size + pos % block_size
-            ctx = torch.tensor([c.end_pos for c in decodes], dtype=torch.long, device=device)[:, None]
-            for window in windows:
-                keep = pos[None, :] < ctx
-                if window is not None:
-                    keep &= pos[None, :] > ctx - 1 - window
-                decode_masks[window] = keep[:, None, None, :]
+        groups = []
+        for start, end in split_by_length([c.end_pos for c in decodes]):
+            groups.append(_decode_group(decodes[start:end], start, block_size, device, windows, dtype))
 
         prefills = []
         row = num_decodes
@@ -100,16 +104,69 @@ class AttentionMetadata:
                 context = torch.tensor(_slots(c.block_table, 0, c.end_pos, block_size), dtype=torch.long, device=device)
             span = PrefillSpan(row, row + n, c.start_pos, context)
             for window in windows:
-                span.masks[window] = _prefill_mask(c.start_pos, n, window, device)
+                mask = _prefill_mask(c.start_pos, n, window, device)
+                span.masks[window] = None if mask is None else _additive(mask, dtype)
             prefills.append(span)
             row += n
-        return cls(slot_mapping, num_decodes, decode_slots, decode_masks, prefills)
+        return cls(slot_mapping, num_decodes, groups, prefills)
+
+
+# A group costs a couple of kernel launches per layer, about as much as gathering
+# this many padded context rows.
+_GROUP_COST_ROWS = 64
+
+
+def split_by_length(lengths: list[int]) -> list[tuple[int, int]]:
+    """Split consecutive ``lengths`` into ``[start, end)`` groups minimising padded
+    rows (``len(group) * max(group)``) plus a fixed cost per group."""
+    n = len(lengths)
+    if n == 0:
+        return []
+    if n > 64:  # keep the quadratic search cheap; big batches use fixed-size groups
+        return [(i, min(i + 32, n)) for i in range(0, n, 32)]
+    best = [0.0] + [float("inf")] * n
+    cut = [0] * (n + 1)
+    for end in range(1, n + 1):
+        longest = 0
+        for start in range(end - 1, -1, -1):
+            longest = max(longest, lengths[start])
+            cost = best[start] + longest * (end - start) + _GROUP_COST_ROWS
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    bounds = []
+    end = n
+    while end > 0:
+        bounds.append((cut[end], end))
+        end = cut[end]
+    return bounds[::-1]
+
+
+def _decode_group(decodes, row_start, block_size, device, windows, dtype) -> DecodeGroup:
+    length = max(c.end_pos for c in decodes)
+    num_blocks = (length + block_size - 1) // block_size
+    tables = [c.block_table[:num_blocks] + [0] * (num_blocks - min(len(c.block_table), num_blocks)) for c in decodes]
+    table = torch.tensor(tables, dtype=torch.long, device=device)
+    pos = torch.arange(length, device=device)
+    slots = (table[:, pos // block_size] * block_size + pos % block_size).view(-1)
+    group = DecodeGroup(row_start, row_start + len(decodes), length, slots)
+    ctx = torch.tensor([c.end_pos for c in decodes], dtype=torch.long, device=device)[:, None]
+    for window in windows:
+        keep = pos[None, :] < ctx
+        if window is not None:
+            keep &= pos[None, :] > ctx - 1 - window
+        group.masks[window] = _additive(keep, dtype)[:, None, None, :]
+    return group
 
 
 def _slots(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
     if end > len(block_table) * block_size:
         raise ValueError(f"block table of {len(block_table)} blocks cannot hold {end} tokens (block_size {block_size})")
     return [block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+
+
+def _additive(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    mask = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+    return mask.masked_fill_(~keep, float("-inf"))
 
 
 def _prefill_mask(start_pos: int, n: int, window: int | None, device: torch.device) -> torch.Tensor | None:
@@ -143,23 +200,25 @@ def paged_attention(
     """
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
-    group = num_heads // num_kv_heads
+    group_size = num_heads // num_kv_heads
     k_flat = k_cache.view(-1, num_kv_heads, head_dim)
     v_flat = v_cache.view(-1, num_kv_heads, head_dim)
     k_flat.index_copy_(0, meta.slot_mapping, k)
     v_flat.index_copy_(0, meta.slot_mapping, v)
 
-    if not meta.prefills:
-        return _decode(q, k_flat, v_flat, meta, scale, window, group)
+    if len(meta.decode_groups) == 1 and not meta.prefills:
+        return _decode(q, k_flat, v_flat, meta.decode_groups[0], meta, scale, window, group_size)
     out = torch.empty_like(q)
-    if meta.num_decodes:
-        out[: meta.num_decodes] = _decode(q[: meta.num_decodes], k_flat, v_flat, meta, scale, window, group)
+    for group in meta.decode_groups:
+        rows = slice(group.row_start, group.row_end)
+        out[rows] = _decode(q[rows], k_flat, v_flat, group, meta, scale, window, group_size)
     for span in meta.prefills:
         s, e = span.token_start, span.token_end
         if span.context_slots is None:
             ks, vs = k[s:e], v[s:e]
         else:
-            ks, vs = k_flat[span.context_slots], v_flat[span.context_slots]
+            ks = k_flat.index_select(0, span.context_slots)
+            vs = v_flat.index_select(0, span.context_slots)
         mask = span.masks[window]
         o = F.scaled_dot_product_attention(
             q[s:e].transpose(0, 1).unsqueeze(0),
@@ -168,19 +227,25 @@ def paged_attention(
             attn_mask=mask,
             is_causal=mask is None,
             scale=scale,
-            enable_gqa=group > 1,
+            enable_gqa=group_size > 1,
         )
         out[s:e] = o[0].transpose(0, 1)
     return out
 
 
-def _decode(q, k_flat, v_flat, meta: AttentionMetadata, scale: float, window: int | None, group: int) -> torch.Tensor:
-    num_decodes, num_heads, head_dim = q.shape
-    num_kv_heads = num_heads // group
+def _decode(q, k_flat, v_flat, group: DecodeGroup, meta: AttentionMetadata, scale: float, window, group_size: int):
+    num_rows, num_heads, head_dim = q.shape
+    num_kv_heads = num_heads // group_size
+    # One gather buffer serves every group and layer of the step; index_select into
+    # it is several times faster than advanced indexing on CPU.
+    num_slots = len(group.slots)
+    if meta.workspace is None or meta.workspace.shape[1] < num_slots or meta.workspace.dtype != k_flat.dtype:
+        meta.workspace = k_flat.new_empty((2, num_slots, num_kv_heads, head_dim))
+    shape = (num_rows, group.length, num_kv_heads, head_dim)
     # [B, L, kv, d] -> [B, kv, L, d]; the query heads sharing a KV head become the
     # query-length axis, so one KV head serves its whole group without a copy.
-    ks = k_flat[meta.decode_slots].transpose(1, 2)
-    vs = v_flat[meta.decode_slots].transpose(1, 2)
-    qs = q.view(num_decodes, num_kv_heads, group, head_dim)
-    o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=meta.decode_masks[window], scale=scale)
-    return o.reshape(num_decodes, num_heads, head_dim)
+    ks = torch.index_select(k_flat, 0, group.slots, out=meta.workspace[0, :num_slots]).view(shape).transpose(1, 2)
+    vs = torch.index_select(v_flat, 0, group.slots, out=meta.workspace[1, :num_slots]).view(shape).transpose(1, 2)
+    qs = q.view(num_rows, num_kv_heads, group_size, head_dim)
+    o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=group.masks[window], scale=scale)
+    return o.reshape(num_rows, num_heads, head_dim)

@@ -106,8 +106,9 @@ class ModelRunner:
         for c in chunks:
             if c.end_pos > self.max_model_len:
                 raise ValueError(f"sequence of {c.end_pos} tokens exceeds max_model_len {self.max_model_len}")
-        # Decodes go first so the attention layer can batch them as one contiguous slice.
-        order = sorted(range(len(chunks)), key=lambda i: not chunks[i].is_decode)
+        # Decodes go first, longest context first, so the attention layer can batch them
+        # as contiguous slices of similar length.
+        order = sorted(range(len(chunks)), key=lambda i: (not chunks[i].is_decode, -chunks[i].end_pos))
         ordered = [chunks[i] for i in order]
         token_ids: list[int] = []
         positions: list[int] = []
@@ -117,7 +118,7 @@ class ModelRunner:
             positions.extend(range(c.start_pos, c.end_pos))
             last_rows[i] = len(token_ids) - 1
         device = self.device
-        meta = AttentionMetadata.build(ordered, self.block_size, device, self.windows)
+        meta = AttentionMetadata.build(ordered, self.block_size, device, self.windows, self.dtype)
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=device)
         pos = torch.tensor(positions, dtype=torch.long, device=device)
         logits_index = torch.tensor(last_rows, dtype=torch.long, device=device)
