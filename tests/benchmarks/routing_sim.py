@@ -138,7 +138,10 @@ def run(policy: str, sessions: list[Session], args, num_replicas: int, kv_tokens
     wall0 = time.perf_counter()
     replicas = [SimReplica(f"r{i}", make_engine(kv_tokens, args.threads)) for i in range(num_replicas)]
     by_name = {r.name: r for r in replicas}
-    selector = ReplicaSelector(SelectorConfig(policy=policy if policy in ("least_load", "p2c", "sticky", "prefix_aware", "kv_aware") else "round_robin", seed=args.seed))
+    from tokenops.routing.load_tracker import LoadTracker
+
+    clock = [0.0]
+    selector = ReplicaSelector(SelectorConfig(policy=policy, seed=args.seed), tracker=LoadTracker(clock=lambda: clock[0]))
     rng = random.Random(args.seed)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
     arrivals: list[tuple[float, int, Turn]] = []
@@ -154,6 +157,7 @@ def run(policy: str, sessions: list[Session], args, num_replicas: int, kv_tokens
     now = 0.0
     seq = len(arrivals)
     while arrivals or live:
+        clock[0] = now  # the selector's load tracker runs on simulated time
         while arrivals and arrivals[0][0] <= now:
             _, _, turn = heapq.heappop(arrivals)
             messages = messages_for(turn)

@@ -145,14 +145,21 @@ async def test_prefix_aware_routing_through_the_gateway():
     load_balance.apply({"routing.replica_policy": "prefix_aware"})
     try:
         async with gateway_client(backends) as client:
-            system = "You are the support assistant of a large online shop. " * 8
-            for turn in range(4):
-                body = {"model": "big", "messages": [{"role": "system", "content": system},
-                                                     {"role": "user", "content": "My order 77 is late. " * (turn + 1)}]}
-                assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
-            served = [b.name for b in backends if b.requests]
-            assert len(served) == 1  # every turn went to the replica holding the conversation
-            assert load_balance.selector.tracker.snapshot()[served[0]]["in_flight"] == 0
+            served: dict[int, list[str]] = {s: [] for s in range(3)}
+            for turn in range(3):
+                for session in range(3):
+                    system = f"You are assistant number {session} of a large online shop. " * 8
+                    history = f"Conversation {session}: my order {session * 111} is late, please help. " * (turn + 1) * 3
+                    body = {"model": "big", "messages": [{"role": "system", "content": system},
+                                                         {"role": "user", "content": history}]}
+                    r = await client.post("/v1/chat/completions", json=body)
+                    assert r.status_code == 200
+                    served[session].append(next(b.name for b in backends if b.requests and
+                                                 b.requests[-1].messages == body["messages"]))
+            # equal conversations spread over the replicas and stay with the one holding their prefix
+            assert len({names[0] for names in served.values()}) == 3, served
+            assert all(len(set(names)) == 1 for names in served.values()), served
+            assert all(v["in_flight"] == 0 for v in load_balance.selector.tracker.snapshot().values())
     finally:
         load_balance.apply({"routing.replica_policy": "round_robin"})
         load_balance.selector.tracker.reset()

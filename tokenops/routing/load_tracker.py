@@ -5,10 +5,16 @@ by ``tokenops_backend_outcome(backend, outcome)``, which names the replica but n
 the request, so :meth:`finish` retires the in-flight entry of that replica whose
 prompt estimate is closest to the reported prompt tokens (oldest on ties). Entries
 whose outcome never arrives expire after ``stale_after_s``.
+
+It also keeps the tokens *recently given* to each replica, decayed with a
+half-life of ``recent_half_life_s``: affinity routers balance on it as well as on
+what is in flight, so a replica that keeps winning on cache affinity between
+bursts still counts as loaded.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -30,10 +36,13 @@ class _InFlight:
 class LoadTracker:
     """Outstanding requests and tokens per replica name."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, stale_after_s: float = 900.0) -> None:
-        assert stale_after_s > 0
+    def __init__(self, clock: Callable[[], float] = time.monotonic, stale_after_s: float = 900.0,
+                 recent_half_life_s: float = 30.0) -> None:
+        assert stale_after_s > 0 and recent_half_life_s > 0
         self.clock = clock
         self.stale_after_s = stale_after_s
+        self.recent_half_life_s = recent_half_life_s
+        self._recent: dict[str, tuple[float, float]] = {}  # replica -> (decayed tokens, at)
         self._in_flight: dict[str, list[_InFlight]] = {}
         self._tokens: dict[str, int] = {}
         #: cumulative tokens (prompt + completion) each replica has been given
@@ -45,6 +54,16 @@ class LoadTracker:
             entry = _InFlight(request_id, prompt_tokens, max_tokens, self.clock())
             self._in_flight.setdefault(replica, []).append(entry)
             self._tokens[replica] = self._tokens.get(replica, 0) + entry.num_tokens
+            self._recent[replica] = (self._decayed(replica, entry.started) + entry.num_tokens, entry.started)
+
+    def _decayed(self, replica: str, now: float) -> float:
+        value, at = self._recent.get(replica, (0.0, now))
+        return value * math.exp(-math.log(2) * max(0.0, now - at) / self.recent_half_life_s)
+
+    def recent_tokens(self, replica: str) -> float:
+        """Tokens given to ``replica`` lately (exponentially decayed)."""
+        with self._lock:
+            return self._decayed(replica, self.clock())
 
     def finish(self, replica: str, prompt_tokens: int | None = None, completion_tokens: int = 0) -> bool:
         """Retire one in-flight request of ``replica``; False when none was tracked."""
@@ -89,4 +108,5 @@ class LoadTracker:
         with self._lock:
             self._in_flight.clear()
             self._tokens.clear()
+            self._recent.clear()
             self.served_tokens.clear()

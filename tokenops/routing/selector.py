@@ -9,7 +9,8 @@ None). The others:
   hashed to a replica, with bounded loads (``sticky_load_factor`` x mean in-flight).
 - ``prefix_aware``: an approximate prefix tree over character blocks of the prompt;
   ``score = matched_fraction - prefix_load_weight * load / capacity`` among replicas
-  under the bounded-load capacity (``prefix_load_factor`` x mean outstanding tokens),
+  under the bounded-load capacity (``prefix_load_factor`` x the mean load, where
+  load = outstanding tokens + tokens given lately, decayed over ~30 s),
   so affinity and load are traded in one score rather than switched between.
 - ``kv_aware``: the same score over the engine's own unit: chained hashes of
   ``block_size``-token blocks of the tokenized prompt salted by tenant (the bundled
@@ -186,9 +187,11 @@ class ReplicaSelector:
 
     def _best_affinity(self, request: Any, replicas: Sequence[Any], hashes: list[int], index: PrefixIndex,
                        label: str) -> tuple[Any, str]:
-        loads = {r.name: self._load(r) for r in replicas}
-        total = sum(loads.values()) + estimate_prompt_tokens(request) + int(getattr(request, "max_tokens", 0) or 0)
-        capacity = self.config.prefix_load_factor * total / len(replicas)
+        # in flight plus lately given: cache affinity must not pile up work between bursts either
+        loads = {r.name: self._load(r) + self.tracker.recent_tokens(r.name) for r in replicas}
+        cost = estimate_prompt_tokens(request) + int(getattr(request, "max_tokens", 0) or 0)
+        # like ceil(c * (m + 1) / n) in Mirrokni et al.: one request of slack, so light traffic can still stick
+        capacity = self.config.prefix_load_factor * (sum(loads.values()) + cost) / len(replicas) + cost
         eligible = [r for r in replicas if loads[r.name] <= capacity] or list(replicas)
         matched = index.match(hashes, [r.name for r in eligible])
         num_blocks = max(1, len(hashes))
