@@ -33,9 +33,8 @@ def parse_stored(value: Any) -> Any:
 class TuningScreen(DashboardScreen):
     SCREEN_TITLE = "Tuning"
     BINDINGS = [
-        Binding("r", "revert", "Revert change"),
+        Binding("r", "revert", "Revert"),
         Binding("u", "reload", "Reload", show=False),
-        Binding("escape", "cancel_edit", "Cancel", show=False),
     ]
 
     def __init__(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Static
@@ -47,6 +48,8 @@ class TunableEditor(Vertical):
     TunableEditor.-rejected #editor-status { color: $error; text-style: bold; }
     TunableEditor.-applied #editor-status { color: $success; }
     """
+
+    BINDINGS = [Binding("escape", "screen.cancel_edit", "Back to the table")]
 
     @dataclass
     class Submitted(Message):
