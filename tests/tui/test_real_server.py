@@ -188,3 +188,15 @@ async def test_experts_screen_on_a_bundled_moe_model(tmp_path):
             assert sum(map(sum, heatmap.matrix)) > 0
             assert admin_get(url, "/admin/stats")["engines"][name]["expert_load"] == engine["expert_load"]
         client.close()
+
+
+async def test_wrong_admin_key_is_a_clear_error_state(server):
+    client = AdminClient(server["url"], "not-the-key")
+    app = DashboardApp(client, poll_interval_s=0.1, max_backoff_s=0.2)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: app.connection.num_failures >= 2, what="failed polls")
+        assert app.connection.status == "error" and app.last_stats is None
+        text = app.screen_text()
+        assert "✖ server error · retry #" in text
+        assert "admin key" in app.connection.error.lower()
+    client.close()
