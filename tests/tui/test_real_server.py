@@ -16,10 +16,11 @@ from textual.widgets import DataTable, Input
 
 from tokenops.tui.app import DashboardApp
 from tokenops.tui.client import AdminClient
-from tokenops.tui.format import fmt_float, fmt_int, fmt_pct
+from tokenops.tui.format import fmt_float, fmt_int, fmt_pct, fmt_seconds
 from tokenops.tui.screens.engine import replica_cells
 from tokenops.tui.screens.models import model_cells
 from tokenops.tui.widgets.expert_heatmap import ExpertHeatmap, expert_matrix
+from tokenops.tui.widgets.line_chart import LineChart
 from tokenops.tui.widgets.metric_tile import MetricTile
 from tokenops.tui.widgets.tunable_editor import TunableEditor
 
@@ -69,7 +70,18 @@ async def test_numbers_shown_equal_admin_stats(server):
         assert tile("output_tps") == fmt_float(stats["tokens"]["output_tps"])
         assert tile("errors").startswith(fmt_int(stats["requests"]["errors"]))
         assert tile("attainment") == fmt_pct(stats["slo"]["attainment"])
-        assert "ttft p95<=2s" in app.screen_text() or "ttft_p95" in app.screen_text() or stats["slo"]["targets"][0]["label"] in app.screen_text()
+        text = app.screen_text()
+        for target in stats["slo"]["targets"]:
+            assert f"{target['label']}: {fmt_seconds(target['value_s'])} / {fmt_seconds(target['threshold_s'])}" in text
+
+        def latest(key):
+            return next((p[key] for p in reversed(stats["history"]) if p.get(key) is not None), None)
+
+        for chart, series in (("tps", (("in", "input_tps"), ("out", "output_tps"))), ("ttft", (("p50", "ttft_p50"), ("p95", "ttft_p95"))), ("e2e", (("p50", "e2e_p50"), ("p95", "e2e_p95")))):
+            legend = app.screen.query_one(f"#chart-{chart}", LineChart).legend().plain
+            fmt = fmt_float if chart == "tps" else fmt_seconds
+            for label, key in series:
+                assert f"{label} {fmt(latest(key))}" in legend, (chart, label, legend)
 
         await pilot.press("2")
         table = app.screen.query_one("#replicas", DataTable)
