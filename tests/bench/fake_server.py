@@ -91,17 +91,25 @@ def create_fake_app(engine: FakeEngine, admin_key: str = "test-admin", send_usag
     async def _start() -> None:
         app.state.task = asyncio.create_task(engine.loop())
 
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
 
     async def _stream(body: dict, chat: bool):
         if chat:
-            text = " ".join(m["content"] for m in body["messages"])
+            parts = []
+            for m in body["messages"]:
+                c = m["content"]
+                parts += [p.get("text", "") for p in c] if isinstance(c, list) else [c]
+            text = " ".join(parts)
         else:
-            text = body["prompt"]
+            text = body["prompt"] if isinstance(body["prompt"], str) else " ".join(body["prompt"])
         num_prompt = len(text.split())
-        max_tokens = int(body.get("max_tokens") or 16)
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         q = engine.submit(num_prompt, max_tokens)
         include_usage = (body.get("stream_options") or {}).get("include_usage") and send_usage
         for i in range(max_tokens):

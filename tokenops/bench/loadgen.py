@@ -116,9 +116,16 @@ async def stream_one(client: httpx.AsyncClient, spec: LoadSpec, messages: list[d
     parts: list[str] = []
     last = None
     num_chunks = 0
+    sent = {"at": start}
+
+    async def trace(event: str, info: dict) -> None:
+        # latency counts from when the request hits the wire, not from waiting for a pooled connection
+        if event.endswith("send_request_headers.started"):
+            sent["at"] = time.perf_counter()
+
     try:
         async with client.stream("POST", spec.url + path, json=_body(spec, messages, max_tokens),
-                                 headers=_headers(spec.api_key)) as r:
+                                 headers=_headers(spec.api_key), extensions={"trace": trace}) as r:
             if r.status_code != 200:
                 await r.aread()
                 res.error = f"http_{r.status_code}"
@@ -128,7 +135,7 @@ async def stream_one(client: httpx.AsyncClient, spec: LoadSpec, messages: list[d
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
-                    break
+                    continue  # read to the end so the connection goes back to the pool
                 now = time.perf_counter()
                 chunk = json.loads(data)
                 if "error" in chunk:
@@ -145,6 +152,7 @@ async def stream_one(client: httpx.AsyncClient, spec: LoadSpec, messages: list[d
                 num_chunks += 1
                 parts.append(text)
                 if last is None:
+                    start = sent["at"]
                     res.ttft_s = now - start
                 else:
                     res.itls_s.append(now - last)
