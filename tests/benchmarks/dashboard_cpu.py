@@ -10,9 +10,11 @@ Servers:
   real  the tokenops gateway + admin API + store with the gateway's FakeBackend
         (MoE-like expert load), fed with chat completions at ~4 requests/s;
   fake  the admin-API fake of the dashboard tests: full-size payloads
-        (300-point history, two replicas, an 8x16 expert-load matrix).
+        (300-point history, two replicas, an 8x16 expert-load matrix);
+  bundled  (opt-in) the gateway on the bundled engine with the default demo model,
+        fed like ``real`` (the engine's CPU is in the server process, not counted).
 
-Run: .venv/bin/python tests/benchmarks/dashboard_cpu.py [--seconds 30] [--server real fake]
+Run: .venv/bin/python tests/benchmarks/dashboard_cpu.py [--seconds 30] [--server real fake bundled]
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def serve(kind: str, port: int) -> None:
         return
     import httpx
     from real_server import ADMIN_KEY  # noqa: F401 - the parent uses the same key
-    from tokenops.config import GatewaySettings, Settings, StoreSettings
+    from tokenops.config import EngineSettings, GatewaySettings, Settings, StoreSettings
     from tokenops.gateway.app import create_app
     from tokenops.gateway.auth import hash_key
     from tokenops.store import Store, sink
@@ -60,16 +62,27 @@ def serve(kind: str, port: int) -> None:
     store_dir = Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
     store = Store.open(store_dir / "t.duckdb")
     sink.attach(store.writer(flush_interval_s=0.5))
-    settings = Settings(gateway=GatewaySettings(admin_key=ADMIN_KEY), store=StoreSettings(path=str(store_dir / "t.duckdb")), slo=["ttft_p95=200ms", "e2e_p95=2s"])
-    backends = [FakeBackend(model="fake-moe", expert_load=True, delay_s=0.01, name="fake-moe#0"), FakeBackend(model="fake-dense", delay_s=0.005, name="fake-dense#0")]
+    settings = Settings(gateway=GatewaySettings(admin_key=ADMIN_KEY), store=StoreSettings(path=str(store_dir / "t.duckdb")), slo=["ttft_p95=200ms", "e2e_p95=2s"],
+                        engine=EngineSettings(kv_cache_tokens=2048, max_num_seqs=8, torch_threads=1))
+    if kind == "bundled":
+        backends, models = None, None
+    else:
+        backends = [FakeBackend(model="fake-moe", expert_load=True, delay_s=0.01, name="fake-moe#0"), FakeBackend(model="fake-dense", delay_s=0.005, name="fake-dense#0")]
+        models = ["fake-moe", "fake-moe", "fake-dense"]
     app = create_app(settings, backends, store=store, admin_key_hash=hash_key(ADMIN_KEY))
 
     def traffic() -> None:
+        nonlocal models
         i = 0
         while True:
             time.sleep(0.25)
             i += 1
-            model = "fake-moe" if i % 3 else "fake-dense"
+            if models is None:
+                try:
+                    models = [httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"][0]["id"]]
+                except (httpx.HTTPError, ValueError, KeyError, IndexError):
+                    continue
+            model = models[i % len(models)]
             body = {"model": model, "messages": [{"role": "user", "content": f"question {i} " * (i % 7 + 1)}], "max_tokens": 16}
             try:
                 httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
@@ -100,7 +113,8 @@ def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
     while time.monotonic() < deadline:
         try:
             if httpx.get(url + "/admin/tunables", headers={"Authorization": "Bearer dashboard-test-admin-key"}, timeout=2).status_code == 200:
-                return
+                if httpx.get(url + "/ready", timeout=2).status_code in (200, 404):  # the fake has no /ready
+                    return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
@@ -170,8 +184,8 @@ def measure(kind: str, seconds: float, warmup_s: float = 10.0, cols: int = 100, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds (after a 10 s warm-up)")
-    parser.add_argument("--server", nargs="+", default=["real", "fake"], choices=["real", "fake"])
-    parser.add_argument("--serve", choices=["real", "fake"], help=argparse.SUPPRESS)
+    parser.add_argument("--server", nargs="+", default=["real", "fake"], choices=["real", "fake", "bundled"])
+    parser.add_argument("--serve", choices=["real", "fake", "bundled"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
