@@ -50,3 +50,18 @@ def test_compare_rows_relative_change():
     assert [r["change"] for r in ttft] == [pytest.approx(1.0)] * 3
     rps = [r for r in rows if r["figure"] == "req/s"]
     assert all(r["change"] == pytest.approx(0.0) for r in rps)
+
+
+def test_slo_presets(tmp_path, monkeypatch):
+    from tokenops.bench.slo_presets import list_presets, load_preset, resolve
+    from tokenops.slo import SLOError
+
+    assert load_preset("interactive") == ["ttft_p95=200ms", "tpot_p95=50ms"]
+    assert {"interactive", "relaxed", "batch"} <= set(list_presets())
+    assert resolve(["ttft_p95=300ms"], "interactive") == ["tpot_p95=50ms", "ttft_p95=300ms"]
+    with pytest.raises(SLOError, match="unknown SLO preset"):
+        load_preset("nope")
+    monkeypatch.chdir(tmp_path)  # a project's own presets come first
+    (tmp_path / "profiles" / "slo").mkdir(parents=True)
+    (tmp_path / "profiles" / "slo" / "interactive.toml").write_text('slo = ["p99=1s"]\n')
+    assert load_preset("interactive") == ["p99=1s"]

@@ -39,6 +39,7 @@ def bench(
     burstiness: Annotated[float, typer.Option("--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier.")] = 1.0,
     concurrency: Annotated[Optional[str], typer.Option("--concurrency", help="Fixed requests in flight, or a sweep like 1,4,16.")] = None,
     slo: Annotated[Optional[list[str]], typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
+    slo_preset: Annotated[Optional[str], typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
     input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens (mean).")] = 128,
     output_len: Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens (mean).")] = 64,
     length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
@@ -76,6 +77,9 @@ def bench(
 
     if not url:
         raise UserError("--url is required (the server's base URL, e.g. http://127.0.0.1:8000)")
+    from tokenops.bench.slo_presets import resolve
+
+    slo = resolve(slo, slo_preset)
     values = locals()
     wl_opts = {k: values[k] for k in _WORKLOAD_OPTS if k != "store"}
     if workload == "replay":

@@ -49,7 +49,8 @@ def trials_table(outcome, space, title: str = "trials"):
 def register(app: typer.Typer) -> None:
     @app.command("tune")
     def tune(
-        slo: Annotated[list[str], typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")],
+        slo: Annotated[Optional[list[str]], typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
+        slo_preset: Annotated[Optional[str], typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
         url: Annotated[Optional[str], typer.Option("--url", help="A running server: its live tunables are searched.", envvar="TOKENOPS_URL")] = None,
         launch: Annotated[bool, typer.Option("--launch", help="Launch the bundled engine (restart tunables searched too).")] = False,
         model_path: Annotated[Optional[str], typer.Option("--model-path", "--model", help="With --launch: local HF model folder (default: the embedded demo model).")] = None,
@@ -89,6 +90,9 @@ def register(app: typer.Typer) -> None:
         from tokenops.tune.search import Budget
         from tokenops.tune.target import TuneError
 
+        from tokenops.bench.slo_presets import resolve
+
+        slo = resolve(slo, slo_preset)
         if apply and not url:
             raise UserError("--apply pushes the winner to a running server: use it with --url")
         try:
