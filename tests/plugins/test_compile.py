@@ -1,0 +1,37 @@
+import pytest
+import torch
+
+from tokenops.config import Settings
+from tokenops_plugins.compute_model import compile as compile_plugin
+
+
+@pytest.fixture
+def enabled():
+    s = Settings()
+    s.plugins["compile"] = {"enabled": True}
+    compile_plugin.tokenops_configure(s)
+    yield
+    compile_plugin._conf.update({"enabled": False, "mode": "default", "dynamic": True})
+
+
+def test_off_by_default():
+    assert compile_plugin.tokenops_compile_model(torch.nn.Linear(2, 2)) is None
+
+
+def test_bad_mode_rejected():
+    s = Settings()
+    s.plugins["compile"] = {"mode": "fastest"}
+    with pytest.raises(ValueError, match="mode must be"):
+        compile_plugin.tokenops_configure(s)
+
+
+@pytest.mark.slow
+def test_compiled_forward_matches_eager(enabled):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+    ref = model(x)
+    out = compile_plugin.tokenops_compile_model(model)
+    assert out is model
+    assert torch.allclose(out(x), ref, atol=1e-5)
+    assert out(torch.randn(5, 8)).shape == (5, 4)  # a new batch size reuses the dynamic graph
