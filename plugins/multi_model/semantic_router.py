@@ -1,0 +1,87 @@
+"""Semantic router: route to the model of the nearest labelled example prompts.
+
+```toml
+[plugins.router]
+use = "semantic"
+default = "small"
+[plugins.router.semantic]
+embedder = "auto"        # auto (all-MiniLM-L6-v2 with the `semantic` extra, else lexical) | minilm | lexical
+min_similarity = 0.35    # below this, the default model
+k = 3                    # neighbours that vote (similarity-weighted)
+[[plugins.router.semantic.routes]]
+model = "big"
+examples = ["Prove that the square root of 2 is irrational.", "Write a Python function that parses ISO dates."]
+[[plugins.router.semantic.routes]]
+model = "small"
+examples = ["Translate 'good morning' to French.", "Is this review positive or negative?"]
+```
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import numpy as np
+
+from tokenops import hookimpl
+from tokenops.types import RouteDecision
+from tokenops_plugins.multi_model import _router_config as rc
+
+TOKENOPS_LAYER = "multi_model"
+
+
+class ExampleIndex:
+    """Labelled example prompts embedded once; ``nearest`` votes among the top k."""
+
+    def __init__(self, routes: list[dict], embedder_name: str = "auto"):
+        from tokenops.semcache.embedders import get_embedder
+
+        self.embedder = get_embedder(embedder_name)
+        self.labels = [r["model"] for r in routes for _ in r.get("examples", [])]
+        texts = [e for r in routes for e in r.get("examples", [])]
+        if not texts:
+            raise ValueError("[plugins.router.semantic] needs routes with examples")
+        self.vectors = self.embedder.embed(texts)
+
+    def nearest(self, text: str, k: int = 3) -> tuple[str, float]:
+        sims = self.vectors @ self.embedder.embed([text])[0]
+        top = np.argsort(-sims)[:k]
+        votes: dict[str, float] = defaultdict(float)
+        for i in top:
+            votes[self.labels[i]] += float(max(sims[i], 0.0))
+        best = max(votes, key=votes.get)
+        return best, float(max(sims[i] for i in top if self.labels[i] == best))
+
+
+_index: dict[str, ExampleIndex | None] = {"index": None}
+_lock = threading.Lock()
+
+
+def get_index() -> ExampleIndex:
+    with _lock:
+        if _index["index"] is None:
+            conf = rc.section("semantic")
+            _index["index"] = ExampleIndex(conf.get("routes", []), conf.get("embedder", "auto"))
+        return _index["index"]
+
+
+@hookimpl
+def tokenops_configure(settings):
+    rc.configure(settings)
+    _index["index"] = None
+
+
+@hookimpl
+def tokenops_route(request, candidates, profiles):
+    if not rc.is_active("semantic", request):
+        return None
+    conf = rc.section("semantic")
+    model, sim = get_index().nearest(request.prompt_text(), int(conf.get("k", 3)))
+    threshold = float(conf.get("min_similarity", 0.35))
+    if sim >= threshold and model in candidates:
+        return RouteDecision(model, f"semantic: nearest examples -> {model} (similarity {sim:.2f})", router="semantic", score=sim)
+    default = rc.default_model(candidates)
+    if default is None:
+        return None
+    return RouteDecision(default, f"semantic: no example within {threshold:.2f} (best {sim:.2f}), default", router="semantic", score=sim)
