@@ -87,3 +87,14 @@ async def test_line_chart_plots_rising_series_bottom_left_to_top_right():
         rows = rendered[1:]
         assert rows[0].rstrip()[-1] != " " and rows[0][0] == " "  # top row: only the right end
         assert rows[-1][0] != " "  # bottom row starts at the left
+
+
+async def test_sync_rows_keep_order_readds_when_a_row_is_prepended():
+    app = _TableApp()
+    async with app.run_test():
+        table = app.query_one(DataTable)
+        ensure_columns(table, [("a", "A")])
+        sync_rows(table, {"id1": ["old"]}, keep_order=True)
+        sync_rows(table, {"id2": ["new"], "id1": ["old"]}, keep_order=True)
+        assert [k.value for k in table.rows] == ["id2", "id1"]
+        assert [table.get_row_at(i)[0] for i in range(2)] == ["new", "old"]

@@ -18,12 +18,16 @@ def ensure_columns(table: DataTable, columns: Sequence[tuple[str, str]]) -> None
         table.add_column(label, key=key)
 
 
-def sync_rows(table: DataTable, rows: Mapping[str, Sequence[Any]]) -> None:
+def sync_rows(table: DataTable, rows: Mapping[str, Sequence[Any]], keep_order: bool = False) -> None:
     """Make ``table`` show ``rows`` (row key → cells in column order), updating by key.
 
-    Call inside ``app.batch_update()`` so the whole table repaints once.
+    New keys are appended; with ``keep_order`` the rows are re-added when the key order
+    changed (a newest-first history gaining a row). Call inside ``app.batch_update()``
+    so the whole table repaints once.
     """
     column_keys = [c.value for c in table.columns]
+    if keep_order and [k.value for k in table.rows] != list(rows):
+        table.clear()
     for key in [k.value for k in table.rows if k.value not in rows]:
         table.remove_row(key)
     for key, cells in rows.items():

@@ -63,7 +63,7 @@ class HistoryScreen(DashboardScreen):
                 error.display = False
                 ensure_columns(table, [(c, c) for c in result["columns"]])
                 rows = {f"r{i}": [fmt_cell(v) for v in row] for i, row in enumerate(result["rows"])}
-                sync_rows(table, rows)
+                sync_rows(table, rows, keep_order=True)
                 if not rows:
                     error.update(f"{name}: no rows yet (the store fills as requests are served)")
                     error.display = True

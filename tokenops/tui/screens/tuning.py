@@ -8,6 +8,7 @@ from typing import Any
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from tokenops.tui.client import AdminError
@@ -16,6 +17,9 @@ from tokenops.tui.messages import LoadFailed, TuningLoaded, TuningResult
 from tokenops.tui.screens.base import DashboardScreen
 from tokenops.tui.tables import ensure_columns, sync_rows
 from tokenops.tui.widgets.tunable_editor import TunableEditor, describe_range
+
+#: Seconds between automatic reloads while the screen is shown.
+RELOAD_INTERVAL_S = 10.0
 
 TUNABLE_COLUMNS = (("name", "tunable"), ("value", "value"), ("range", "range/choices"), ("live", "live"), ("help", "help"))
 
@@ -53,6 +57,12 @@ class TuningScreen(DashboardScreen):
 
     def on_mount(self) -> None:
         ensure_columns(self.query_one("#tunables", DataTable), TUNABLE_COLUMNS)
+        # Others (the tuner, another operator) change tunables too.
+        self.set_interval(RELOAD_INTERVAL_S, self._reload_if_shown)
+
+    def _reload_if_shown(self) -> None:
+        if self.is_current:
+            self.load()
 
     def on_screen_resume(self) -> None:
         super().on_screen_resume()
@@ -89,7 +99,16 @@ class TuningScreen(DashboardScreen):
             if message.changes is not None:
                 columns = message.changes["columns"]
                 ensure_columns(changes, [(c, c) for c in columns])
-                sync_rows(changes, {f"c{i}": [fmt_cell(v) for v in row] for i, row in enumerate(message.changes["rows"])})
+                sync_rows(changes, {key: [fmt_cell(v) for v in row] for key, row in self._change_rows().items()}, keep_order=True)
+
+    def _change_rows(self) -> dict[str, list[Any]]:
+        """``config_changes`` rows by a stable key: the store's ``id`` when it has one."""
+        assert self.changes is not None
+        columns, rows = self.changes["columns"], self.changes["rows"]
+        if "id" in columns:
+            index = columns.index("id")
+            return {f"id{row[index]}": row for row in rows}
+        return {f"c{i}": row for i, row in enumerate(rows)}
 
     @on(LoadFailed)
     def _load_failed(self, message: LoadFailed) -> None:
@@ -132,7 +151,8 @@ class TuningScreen(DashboardScreen):
         if self.changes is None or not self.changes["rows"] or table.cursor_row is None:
             self.notify("no change selected", severity="warning")
             return
-        row = dict(zip(self.changes["columns"], self.changes["rows"][table.cursor_row]))
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+        row = dict(zip(self.changes["columns"], self._change_rows()[key]))
         name = row.get("name")
         editor = self.query_one(TunableEditor)
         if name not in self.tunables:
