@@ -282,10 +282,10 @@ def main() -> None:
         _wait_port(to_port, procs[1], "tokenops serve", path="/ready")
         if litellm:
             _wait_port(ll_port, procs[2], "litellm", path="/health/liveliness")
+        time.sleep(5.0)  # let start-up work (imports, first cost-map loads) finish before timing
         print(f"gateway overhead benchmark (logs in {workdir}); {os.cpu_count()} CPUs, loopback", flush=True)
-        rows = [measure("direct", up_port, args), measure("tokenops", to_port, args)]
-        if litellm:
-            rows.append(measure("litellm", ll_port, args))
+        targets = [("direct", up_port), ("tokenops", to_port)] + ([("litellm", ll_port)] if litellm else [])
+        rows = [measure(name, port, args) for name, port in targets]
     finally:
         for p in reversed(procs):
             p.terminate()

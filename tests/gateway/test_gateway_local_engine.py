@@ -32,13 +32,14 @@ async def test_openai_client_on_the_bundled_engine():
             assert cards[0].get("random_weights") is (True if name == "tokenops-random-llama" else None)
             client = openai.AsyncOpenAI(base_url="http://t/v1", api_key="x", http_client=c, max_retries=0)
 
-            r = await client.chat.completions.create(model=name, messages=[{"role": "user", "content": "hi"}],
+            prompt = [{"role": "user", "content": "tell me a story about " + "a cat and a dog " * 8}]  # > 1 KV block
+            r = await client.chat.completions.create(model=name, messages=prompt,
                                                      max_tokens=6, temperature=0, logprobs=True, top_logprobs=2,
                                                      extra_body={"ignore_eos": True})
             assert r.usage.completion_tokens == 6 and r.choices[0].finish_reason == "length"
             assert len(r.choices[0].logprobs.content) == 6
             assert len(r.choices[0].logprobs.content[0].top_logprobs) == 2
-            again = await client.chat.completions.create(model=name, messages=[{"role": "user", "content": "hi"}],
+            again = await client.chat.completions.create(model=name, messages=prompt,
                                                          max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
             assert again.choices[0].message.content == r.choices[0].message.content  # greedy is deterministic
             assert again.usage.prompt_tokens_details.cached_tokens > 0  # the prompt's full blocks were reused

@@ -160,18 +160,18 @@ async def test_ensemble_asks_every_member_and_combines(register_plugin):
     class Ensemble:
         @hookimpl
         def tokenops_route(self, request, candidates, profiles):
-            if request.model == "ensemble:join":
-                return RouteDecision("ensemble:join", "ensemble", members=("a", "b"), method="join")
+            if request.model == "combo:join":
+                return RouteDecision("combo:join", "ensemble", members=("a", "b"), method="join")
 
         @hookimpl
         def tokenops_ensemble(self, request, responses):
-            return GatewayResponse(text="+".join(sorted(r.text.strip() for r in responses)), model="ensemble:join")
+            return GatewayResponse(text="+".join(sorted(r.text.strip() for r in responses)), model="combo:join")
 
     register_plugin(Ensemble(), "test-ensemble")
     async with gateway_client({"a": [a], "b": [b]}) as c:
-        r = await c.post("/v1/chat/completions", json={"model": "ensemble:join", "messages": MSG})
+        r = await c.post("/v1/chat/completions", json={"model": "combo:join", "messages": MSG})
         assert r.json()["choices"][0]["message"]["content"] == "alpha+beta"
-        assert r.json()["model"] == "ensemble:join"
+        assert r.json()["model"] == "combo:join"
         assert c.gateway.recent[-1].decisions["ensemble"]["members"] == ["a", "b"]
 
 

@@ -90,7 +90,10 @@ class Pipeline:
         rec.cost_usd += self.cost(model, response.prompt_tokens, response.completion_tokens)
 
     def _route(self, request: GatewayRequest, rec: RequestRecord) -> RouteDecision:
-        decision = hooks.get_route(request, list(self.replicas), self.profiles)
+        try:
+            decision = hooks.get_route(request, list(self.replicas), self.profiles)
+        except ValueError as e:  # a router refusing the request (unknown alias, bad option) is the client's error
+            raise APIError(400, str(e), code="invalid_model", param="model") from None
         if decision is None:
             raise ModelNotFound(request.model, list(self.replicas))
         for name in (decision.model, *decision.escalate_to, *decision.members):
