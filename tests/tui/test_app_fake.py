@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from conftest import wait_until
+from pilot_wait import wait_until
 from fake_admin import FakeAdminClient, make_stats
 from textual.widgets import DataTable, Input
 

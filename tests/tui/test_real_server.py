@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import wait_until
+from pilot_wait import wait_until
 from real_server import ADMIN_KEY, admin_get, running_server, send_traffic
 from textual.widgets import DataTable, Input
 

@@ -8,9 +8,10 @@ screen reads the wall clock, so the pictures are stable. Update with
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import pytest
-from conftest import wait_until
+from pilot_wait import wait_until
 from fake_admin import FakeAdminClient
 from textual.widgets import DataTable, Input
 
@@ -20,14 +21,13 @@ HOUR = 3600.0
 
 
 def _app(client: FakeAdminClient | None = None) -> DashboardApp:
-    app = DashboardApp(client or FakeAdminClient(), poll_interval_s=HOUR, max_backoff_s=HOUR)
-    return app
+    return DashboardApp(client or FakeAdminClient(), poll_interval_s=HOUR, max_backoff_s=HOUR)
 
 
 def _seed_engine_history(app: DashboardApp) -> None:
     """Fill the Engine charts as if two minutes of polls had happened (deterministic)."""
     for name in ("local-0", "local-1"):
-        samples = app.engine_history.setdefault(name, __import__("collections").deque(maxlen=300))
+        samples = app.engine_history.setdefault(name, deque(maxlen=300))
         samples.clear()
         for i in range(120):
             samples.append((256 + 128 * math.sin(i / 9), 0.55 + 0.3 * math.sin(i / 23)))
