@@ -2,8 +2,8 @@
 """Replica-selection policies on real bundled-engine replicas: prefix-cache hit rate,
 p95 TTFT and load imbalance under a ShareGPT multi-turn, shared-system-prompt workload.
 
-    .venv/bin/python tests/benchmarks/routing_sim.py            # 4 replicas, 16 sessions
-    .venv/bin/python tests/benchmarks/routing_sim.py --sessions 32 --policies prefix_aware,round_robin
+    .venv/bin/python tests/benchmarks/routing_sim.py            # 4 replicas, 32 sessions
+    .venv/bin/python tests/benchmarks/routing_sim.py --sessions 64 --policies prefix_aware,round_robin
 
 What runs: ``--replicas`` in-process :class:`LLMEngine` instances of the embedded
 tiny model (each with its own paged KV cache and prefix cache, ``--kv-tokens``
@@ -19,11 +19,13 @@ prefix and all sessions share a system prompt. Sessions start as a Poisson proce
 (``--rate`` per second); the next turn arrives an exponential think time
 (``--think-s``) after the previous answer.
 
-Time: all replicas step together; a tick lasts as long as the slowest replica's
-step under a cost model calibrated for this engine on one CPU thread,
+Time: a discrete-event simulation. Each replica has its own clock; the replica
+whose clock is earliest takes the next engine step, which advances its clock by a
+cost model calibrated for this engine on one CPU thread,
 ``--step-base-s + --step-token-s * tokens computed in the step`` (cached prefix
-tokens are not computed, so cache hits shorten steps). TTFT = simulated time from a
-turn's arrival to the end of the tick that produced its first token. Wall-clock
+tokens are not computed, so cache hits shorten steps; a replica's queue delays
+only its own requests). TTFT = simulated time from a turn's arrival to the end of
+the step that produced its first token. Wall-clock
 time is not used: the machine is shared, and the figures would measure the
 neighbours. Imbalance = max/mean over replicas of the tokens (prompt + generated)
 each was given.
@@ -153,13 +155,16 @@ def run(policy: str, sessions: list[Session], args, num_replicas: int, kv_tokens
     ttfts: list[float] = []
     given = {r.name: 0 for r in replicas}
     work = {r.name: 0 for r in replicas}
+    ready_at = {r.name: 0.0 for r in replicas}  # each replica's own clock: when its next step starts
     rr = 0
     now = 0.0
     seq = len(arrivals)
     while arrivals or live:
-        clock[0] = now  # the selector's load tracker runs on simulated time
-        while arrivals and arrivals[0][0] <= now:
-            _, _, turn = heapq.heappop(arrivals)
+        busy = [r for r in replicas if r.backend.has_unfinished()]
+        nxt = min(busy, key=lambda r: (ready_at[r.name], r.name)) if busy else None
+        if arrivals and (nxt is None or arrivals[0][0] <= ready_at[nxt.name]):
+            now, _, turn = heapq.heappop(arrivals)
+            clock[0] = now  # the selector's load tracker runs on simulated time
             messages = messages_for(turn)
             engine = replicas[0].backend
             ids = engine.tokenizer.encode(engine.tokenizer.apply_chat_template(messages))
@@ -171,41 +176,32 @@ def run(policy: str, sessions: list[Session], args, num_replicas: int, kv_tokens
                 chosen, rr = replicas[rr % len(replicas)], rr + 1
             turn.replica, turn.num_prompt = chosen.name, len(ids)
             given[chosen.name] += len(ids) + args.max_tokens
+            if not chosen.backend.has_unfinished():
+                ready_at[chosen.name] = max(ready_at[chosen.name], now)
             chosen.backend.add_request(turn.request_id, ids, params)
             live[turn.request_id] = turn
-        busy = [r for r in replicas if r.backend.has_unfinished()]
-        if not busy:
-            if arrivals:
-                now = arrivals[0][0]
             continue
-        tick = 0.0
-        finished: list[Turn] = []
-        produced: list[Turn] = []
-        for r in busy:
-            outputs = r.backend.step()
-            num_tokens = r.backend.stats()["last_batch_tokens"]
-            work[r.name] += num_tokens
-            tick = max(tick, args.step_base_s + args.step_token_s * num_tokens)
-            for out in outputs:
-                turn = live.get(out.request_id)
-                if turn is None:
-                    continue
-                if turn.first_token_at is None and out.outputs and out.outputs[0].token_ids:
-                    produced.append(turn)
-                if out.finished:
-                    finished.append(turn)
-        now += tick
-        for turn in produced:
-            turn.first_token_at = now
-            ttfts.append(now - turn.arrival)
-        for turn in finished:
-            del live[turn.request_id]
-            selector.finished(turn.replica, turn.num_prompt, args.max_tokens)
-            nxt = turn.number + 1
-            if nxt < len(turn.session.turns):
-                at = now + rng.expovariate(1.0 / args.think_s)
-                seq += 1
-                heapq.heappush(arrivals, (at, seq, Turn(turn.session, nxt, at, f"s{turn.session.index}-t{nxt}")))
+        # the earliest replica takes one engine step; its clock moves by the step's modelled cost
+        outputs = nxt.backend.step()
+        num_tokens = nxt.backend.stats()["last_batch_tokens"]
+        work[nxt.name] += num_tokens
+        now = ready_at[nxt.name] = ready_at[nxt.name] + args.step_base_s + args.step_token_s * num_tokens
+        clock[0] = now
+        for out in outputs:
+            turn = live.get(out.request_id)
+            if turn is None:
+                continue
+            if turn.first_token_at is None and out.outputs and out.outputs[0].token_ids:
+                turn.first_token_at = now
+                ttfts.append(now - turn.arrival)
+            if out.finished:
+                del live[turn.request_id]
+                selector.finished(turn.replica, turn.num_prompt, args.max_tokens)
+                if turn.number + 1 < len(turn.session.turns):
+                    at = now + rng.expovariate(1.0 / args.think_s)
+                    seq += 1
+                    heapq.heappush(arrivals, (at, seq, Turn(turn.session, turn.number + 1, at,
+                                                            f"s{turn.session.index}-t{turn.number + 1}")))
     stats = [r.backend.stats() for r in replicas]
     hits = sum(s["prefix_cache_hits"] for s in stats)
     queries = sum(s["prefix_cache_queries"] for s in stats)
@@ -221,7 +217,7 @@ def run(policy: str, sessions: list[Session], args, num_replicas: int, kv_tokens
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replicas", type=int, default=4)
-    p.add_argument("--sessions", type=int, default=16)
+    p.add_argument("--sessions", type=int, default=32)
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--max-chars", type=int, default=240)
     p.add_argument("--max-tokens", type=int, default=8)
