@@ -1,5 +1,6 @@
 """The ``openai`` backend: any OpenAI-compatible server (vLLM, SGLang, llama.cpp
-server, Ollama, TGI, another tokenops) through one pooled ``httpx.AsyncClient``.
+server, Ollama, TGI, another tokenops) through one pooled ``httpx.AsyncClient``
+(on :class:`PooledTransport`, a lean keep-alive transport for ``http://`` upstreams).
 
 Connect errors and 5xx answers are retried (``max_retries``, short backoff) as long
 as nothing was sent to the client yet; streams are passed through token by token.
@@ -14,6 +15,7 @@ from typing import Any, AsyncIterator
 import httpx
 
 from tokenops.backends.base import Delta
+from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.registry import replica_name
 from tokenops.config import ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
@@ -28,8 +30,8 @@ def shared_client() -> httpx.AsyncClient:
     global _client, _client_users
     if _client is None or _client.is_closed:
         _client = httpx.AsyncClient(
+            transport=PooledTransport(),
             timeout=httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=60.0),
-            limits=httpx.Limits(max_connections=2048, max_keepalive_connections=512, keepalive_expiry=30.0),
             follow_redirects=False,
         )
         _client_users = 0
