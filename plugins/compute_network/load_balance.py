@@ -69,7 +69,12 @@ def apply(values: dict) -> dict:
 
 @hookimpl
 def tokenops_configure(settings):
-    apply(settings.plugin_settings("load_balance"))
+    try:
+        apply(settings.plugin_settings("load_balance"))
+    except TunableError as e:
+        from tokenops.config import ConfigError
+
+        raise ConfigError(f"[plugins.load_balance]: {e}") from None
 
 
 @hookimpl

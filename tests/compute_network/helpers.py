@@ -15,6 +15,7 @@ class FakeReplica:
     backend: Any = None
     index: int = 0
     labels: dict = field(default_factory=dict)
+    in_flight: int = 0
 
 
 class FakeClock:

@@ -175,3 +175,27 @@ def test_health_probe_opens_breaker(clock):
         prober.stop()
     finally:
         server.shutdown()
+
+
+def test_overloaded_model_degrades(clock):
+    from tokenops_plugins.compute_network import circuit_breaker
+
+    circuit_breaker.configure(BreakerConfig(), degrade={"big": "small"}, max_in_flight=2, clock=clock)
+    try:
+        big = [FakeReplica("big#0", model="big"), FakeReplica("big#1", model="big")]
+        circuit_breaker.health.available(big)
+        for r in big:
+            r.in_flight = 2
+        gen = circuit_breaker.tokenops_route(chat("q"), ["big", "small"], {})
+        next(gen)
+        with pytest.raises(StopIteration) as stop:
+            gen.send(RouteDecision("big", "rules"))
+        assert stop.value.value.model == "small" and stop.value.value.reason == "degraded:overloaded"
+        big[0].in_flight = 1  # one replica has room again: no degradation
+        gen = circuit_breaker.tokenops_route(chat("q"), ["big", "small"], {})
+        next(gen)
+        with pytest.raises(StopIteration) as stop:
+            gen.send(RouteDecision("big", "rules"))
+        assert stop.value.value.model == "big"
+    finally:
+        circuit_breaker.disable()
