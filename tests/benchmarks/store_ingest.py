@@ -150,6 +150,7 @@ def main() -> None:
         print(f"ingest  producer write(): {enqueue_rate:>9,.0f} rows/s (time the caller spends queueing)")
         print(f"ingest  peer: DuckDB executemany {executemany_rate:>8,.0f} rows/s "
               f"(writer is {writer_rate / executemany_rate:.0f}x faster)")
+        print(f"query   generating {args.query_rows:,} requests rows with DuckDB SQL ...", flush=True)
         q = bench_query(folder, args.query_rows)
         print(f"query   generated {args.query_rows:,} requests rows in {q['generate_s']:.1f} s (DuckDB SQL)")
         for label in ("p95_ttft_by_model_hour", "latency_by_model_hour"):
