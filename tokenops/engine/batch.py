@@ -19,17 +19,23 @@ class ChunkInput:
         positions are ``start_pos .. start_pos + len(token_ids) - 1``.
     :param block_table: physical block ids covering positions
         ``[0, start_pos + len(token_ids))`` (more entries are allowed).
+    :param num_logits: logits rows wanted for this chunk: those of its last
+        ``num_logits`` tokens (1 normally; ``1 + k`` when a speculative decode chunk
+        verifies ``k`` proposed tokens).
     """
 
     token_ids: list[int]
     start_pos: int
     block_table: list[int]
+    num_logits: int = 1
 
     def __post_init__(self) -> None:
         if not self.token_ids:
             raise ValueError("ChunkInput needs at least one token")
         if self.start_pos < 0:
             raise ValueError(f"ChunkInput.start_pos must be >= 0, got {self.start_pos}")
+        if not 1 <= self.num_logits <= len(self.token_ids):
+            raise ValueError(f"ChunkInput.num_logits must be in [1, {len(self.token_ids)}], got {self.num_logits}")
 
     @property
     def num_tokens(self) -> int:

@@ -39,6 +39,16 @@ class EngineConfig:
     seed: int = 0
     model_name: str | None = None
     allow_download: bool = False
+    #: Speculative decoding: None (off), "ngram" (prompt lookup) or "draft" (a draft model).
+    speculative: str | None = None
+    num_speculative_tokens: int = 4  # the most tokens proposed per decode (adaptive k stays in [1, this])
+    draft_model: str | None = None  # local HF folder of the draft model (same tokenizer)
+    #: KV-cache storage: "auto" (the model dtype) or "int8" (per-token-per-head scales).
+    kv_cache_dtype: str = "auto"
+    #: Sink + window eviction (0 = off): keep the first ``kv_sink_tokens`` and the
+    #: last ``kv_window_tokens`` tokens of long sequences in the cache.
+    kv_sink_tokens: int = 0
+    kv_window_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -58,6 +68,15 @@ class EngineConfig:
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError("engine enable_prefix_caching must be true or false")
         _check_int("seed", self.seed, None)
+        if self.speculative not in (None, "ngram", "draft"):
+            raise ValueError(f"engine speculative must be 'ngram', 'draft' or unset, not {self.speculative!r}")
+        _check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
+        if self.speculative == "draft" and not self.draft_model:
+            raise ValueError("engine speculative = 'draft' needs draft_model (a local model folder)")
+        if self.kv_cache_dtype not in ("auto", "int8"):
+            raise ValueError(f"engine kv_cache_dtype must be 'auto' or 'int8', not {self.kv_cache_dtype!r}")
+        _check_int("kv_sink_tokens", self.kv_sink_tokens, 0)
+        _check_int("kv_window_tokens", self.kv_window_tokens, 0)
 
     @property
     def num_kv_blocks(self) -> int:

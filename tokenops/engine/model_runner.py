@@ -100,7 +100,10 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, chunks: list[ChunkInput]) -> torch.Tensor:
         """One forward over all ``chunks``; float32 logits ``[len(chunks), vocab]`` of
-        each chunk's last token, in the order given (on the runner's device)."""
+        each chunk's last token, in the order given (on the runner's device).
+
+        A chunk with ``num_logits = m > 1`` contributes the rows of its last ``m``
+        tokens instead (in position order), so the result has ``sum(num_logits)`` rows."""
         if not chunks:
             return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
         for c in chunks:
@@ -112,16 +115,16 @@ class ModelRunner:
         ordered = [chunks[i] for i in order]
         token_ids: list[int] = []
         positions: list[int] = []
-        last_rows = [0] * len(chunks)
+        last_rows: list[list[int]] = [[] for _ in chunks]
         for i, c in zip(order, ordered):
             token_ids.extend(c.token_ids)
             positions.extend(range(c.start_pos, c.end_pos))
-            last_rows[i] = len(token_ids) - 1
+            last_rows[i] = list(range(len(token_ids) - c.num_logits, len(token_ids)))
         device = self.device
         meta = AttentionMetadata.build(ordered, self.block_size, device, self.windows, self.dtype)
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=device)
         pos = torch.tensor(positions, dtype=torch.long, device=device)
-        logits_index = torch.tensor(last_rows, dtype=torch.long, device=device)
+        logits_index = torch.tensor([r for rows in last_rows for r in rows], dtype=torch.long, device=device)
         return self.model(input_ids, pos, meta, logits_index)
 
     @torch.inference_mode()
