@@ -98,7 +98,7 @@ async def test_rate_limit_429_carries_retry_after():
     from tokenops.ratelimit.config import Limit, RateLimitConfig
     from tokenops_plugins.compute_network import rate_limit
 
-    rate_limit.configure(RateLimitConfig(enabled=True, burst_s=1.0, defaults={"tenant": Limit(requests_per_min=120)}))
+    rate_limit.configure(RateLimitConfig(enabled=True, burst_s=20.0, defaults={"tenant": Limit(requests_per_min=6)}))
     try:
         async with gateway_client([FakeBackend("big", "big#0", reply="ok")]) as client:
             statuses = []
