@@ -155,6 +155,29 @@ class BlockManager:
             return [(src, dst)]
         return []
 
+    def reserve_slots(self, seq: Sequence, num_extra: int, num_kept_free: int = 0) -> int:
+        """Speculative decoding: extend ``seq``'s table so ``num_extra`` positions past its
+        last token have slots, leaving at least ``num_kept_free`` blocks free; returns how
+        many extra positions got slots (``num_extra`` or fewer). Undo with :meth:`trim`."""
+        assert num_extra >= 0
+        num_tokens = len(seq.token_ids)
+        assert len(seq.block_table) >= self.num_blocks_for(num_tokens), "append_slot first"
+        while num_extra > 0:
+            num_new = self.num_blocks_for(num_tokens + num_extra) - len(seq.block_table)
+            if num_new <= max(0, self.num_free_blocks - num_kept_free):
+                for _ in range(max(0, num_new)):
+                    seq.block_table.append(self._take_fresh())
+                break
+            num_extra -= 1
+        return num_extra
+
+    def trim(self, seq: Sequence, num_tokens: int | None = None) -> None:
+        """Free the blocks past the first ``num_tokens`` positions (default: all of
+        ``seq``'s tokens), e.g. the slots of rejected speculative tokens."""
+        keep = self.num_blocks_for(len(seq.token_ids) if num_tokens is None else num_tokens)
+        while len(seq.block_table) > keep:
+            self._deref(seq.block_table.pop())
+
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Let ``child`` share every block of ``parent``; a later write to the shared
         partial block copies it (see :meth:`append_slot`)."""

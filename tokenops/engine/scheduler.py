@@ -34,12 +34,16 @@ class ScheduledChunk:
     seq: Sequence
     start_pos: int
     num_tokens: int
-    row: int = 0  # index of this chunk's logits in the step's output
+    row: int = 0  # index of this chunk's (first) logits row in the step's output
+    #: Speculative decode: proposed tokens verified after the decode token (their slots
+    #: are allocated; ``num_tokens`` counts them). The engine fills ``spec_token_ids``.
+    num_spec_tokens: int = 0
+    spec_token_ids: list[int] = field(default_factory=list)
 
     @property
     def is_last(self) -> bool:
         """The chunk reaches the sequence's last token, so its logits give a new token."""
-        return self.start_pos + self.num_tokens == len(self.seq.token_ids)
+        return self.start_pos + self.num_tokens - self.num_spec_tokens == len(self.seq.token_ids)
 
 
 @dataclass(slots=True)
@@ -69,6 +73,9 @@ class Scheduler:
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
+        #: Speculative decoding: how many proposed tokens to budget for a decoding
+        #: sequence (None = off). Set by the engine.
+        self.num_spec_tokens_fn: Callable[[Sequence], int] | None = None
 
     @property
     def num_waiting(self) -> int:
@@ -116,9 +123,14 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue
             out.block_copies += bm.append_slot(seq)
-            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, 1))
+            num_spec = 0
+            if self.num_spec_tokens_fn is not None and budget > 1:
+                # never take blocks the decodes still to schedule may need
+                num_spec = bm.reserve_slots(seq, min(self.num_spec_tokens_fn(seq), budget - 1),
+                                            num_kept_free=len(decodes) - i - 1)
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, 1 + num_spec, num_spec_tokens=num_spec))
             scheduled.add(seq.seq_id)
-            budget -= 1
+            budget -= 1 + num_spec
 
         for seq in prefills:
             if budget == 0:
