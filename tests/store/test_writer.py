@@ -165,3 +165,21 @@ def test_writes_from_many_threads_all_land(store):
         t.join()
     writer.flush()
     assert store.execute("SELECT count(*), sum(tokens) FROM expert_load").fetchone() == (2000, 2000)
+
+
+def test_normal_interpreter_exit_flushes_an_unclosed_writer(tmp_path):
+    import subprocess
+    import sys
+
+    from tokenops.store import Store
+
+    path = str(tmp_path / "exit.duckdb")
+    code = (
+        "import sys\nfrom tokenops.store import Store\n"
+        "w = Store.open(sys.argv[1]).writer(flush_interval_s=1.0)\n"
+        "w.write_many('requests', [{'id': str(i)} for i in range(500)])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    with Store.open(path, read_only=True) as store:
+        assert _count(store) == 500
