@@ -51,8 +51,10 @@ class Store:
             (read-only), or has a schema this version cannot use.
         """
         path = str(path) if path is not None else default_path()
-        if not read_only and path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        if path != ":memory:":
+            path = str(Path(path).expanduser())
+            if not read_only:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
         try:
             con = duckdb.connect(path, read_only=read_only)
         except duckdb.Error as e:
