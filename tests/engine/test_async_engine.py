@@ -136,3 +136,14 @@ async def test_shutdown_fails_running_streams():
     with pytest.raises(EngineRequestError):
         while True:
             await agen.__anext__()
+
+
+async def test_stats_do_not_wait_for_a_running_step(engine):
+    engine.engine.runner.step_delay_s = 1.0
+    agen = engine.generate([0, 5, 6], SamplingParams(temperature=0, max_tokens=5))
+    await agen.__anext__()  # a step is (about to be) running
+    start = time.perf_counter()
+    for _ in range(5):
+        stats = await asyncio.to_thread(engine.stats)
+    assert time.perf_counter() - start < 0.5 and stats["num_steps"] >= 1
+    await agen.aclose()

@@ -42,6 +42,7 @@ class AsyncLLMEngine:
         self._thread: threading.Thread | None = None
         self._is_stopping = threading.Event()
         self._ids = itertools.count()
+        self._last_stats: dict[str, Any] = self.engine.stats()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -73,8 +74,14 @@ class AsyncLLMEngine:
     # -- thread-safe API ---------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        with self._engine_lock:
-            return self.engine.stats()
+        """Fresh stats, or those taken right after the last step while a step runs
+        (a dashboard poll never waits for a long step)."""
+        if self._engine_lock.acquire(blocking=False):
+            try:
+                self._last_stats = self.engine.stats()
+            finally:
+                self._engine_lock.release()
+        return dict(self._last_stats)
 
     def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
         """Validate and apply live tunables; they take effect on the next step."""
@@ -129,6 +136,7 @@ class AsyncLLMEngine:
             try:
                 with self._engine_lock:
                     outputs = engine.step()
+                    self._last_stats = engine.stats()
             except Exception as e:  # a bug in a step: fail what is in flight, keep serving
                 log.exception("engine step failed")
                 self._fail_all(e)
