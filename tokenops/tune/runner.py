@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import signal
+import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -82,6 +85,8 @@ class TuneSession:
         self.original: dict[str, Any] = {}
         self.restart_names: set[str] = set()
         self.space: SearchSpace | None = None
+        #: The served model name, read again after every relaunch.
+        self.model: str | None = plan.model
         self.bench = BenchPlan(url=plan.url or "http://127.0.0.1:1", workload=plan.workload, seed=plan.seed,
                                slos=plan.slos, arrival=plan.arrival, endpoint=plan.endpoint,
                                ignore_eos=plan.ignore_eos, rates=[1.0])
@@ -97,6 +102,7 @@ class TuneSession:
             self.admin.close()
         self.admin = AdminClient(self.server.url, self.server.admin_key)
         self.bench.url = self.server.url
+        self.model = self.plan.model or asyncio.run(fetch_model(self.server.url))
 
     def _build_space(self) -> SearchSpace:
         p = self.plan
@@ -120,16 +126,18 @@ class TuneSession:
 
     # -- measuring ------------------------------------------------------------
 
-    def _measure_fn(self, model: str, requests: list) -> Callable[[float], Any]:
+    def _measure_fn(self, requests: list) -> Callable[[float], Any]:
         p = self.plan
 
         def fn(rate: float, repeat: int = 0):
             n = int(min(p.max_requests, max(p.min_requests, math.ceil(rate * p.measure_s))))
             bench = dataclasses.replace(self.bench, seed=p.seed + 1000 * repeat) if repeat else self.bench
-            s = measure(bench, model, requests[:n], rate)
+            assert self.model is not None
+            s = measure(bench, self.model, requests[:n], rate)
             again = " (repeat)" if repeat else ""
+            errors = f" errors {s.errors}" if s.errors else ""
             self.on_status(f"  rate {rate:.3g}/s x {n}{again}: {'met' if s.is_slo_met else 'missed'} "
-                           + ", ".join(f"{r['label'].split('=')[0]}={_fmt(r['value_s'])}" for r in s.slo))
+                           + ", ".join(f"{r['label'].split('=')[0]}={_fmt(r['value_s'])}" for r in s.slo) + errors)
             return s
 
         return fn
@@ -146,18 +154,23 @@ class TuneSession:
         p = self.plan
         t0 = time.monotonic()
         study = "tune-" + uuid.uuid4().hex[:10]
+        if threading.current_thread() is threading.main_thread():
+            # a terminated tune still stops the engine it launched (the finally below)
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         space = self.space = self._build_space()
         try:
             if p.launch:
                 self._apply(space.default())
             assert self.admin is not None
-            model = p.model or asyncio.run(fetch_model(self.bench.url))
+            if self.model is None:
+                self.model = asyncio.run(fetch_model(self.bench.url))
+            model = self.model
             requests = build_workload(p.workload, p.max_requests, p.seed, **p.workload_options)
             self._apply(space.default())
             start = p.start_rate or self._probe_start_rate(model, requests)
             self.on_status(f"space: {', '.join(f'{d.name} {d.values}' for d in space.dims) or 'empty'}; "
                            f"start rate {start:.3g}/s")
-            fn = self._measure_fn(model, requests)
+            fn = self._measure_fn(requests)
 
             def evaluate(params: dict[str, Any], incumbent: float | None, deadline: float | None) -> GoodputResult:
                 try:
