@@ -51,7 +51,7 @@ class _Cell:
 class VectorIndex:
     """Add, remove and search unit vectors by integer key."""
 
-    def __init__(self, dim: int, nprobe: int = 8, ivf_min_size: int = 4096, seed: int = 0) -> None:
+    def __init__(self, dim: int, nprobe: int = 16, ivf_min_size: int = 4096, seed: int = 0) -> None:
         assert dim >= 1 and nprobe >= 1 and ivf_min_size >= 64
         self.dim = dim
         self.nprobe = nprobe
