@@ -66,6 +66,13 @@ class LLMEngine:
         self.last_batch_tokens = 0
         self.total_prompt_tokens = 0
         self.total_generation_tokens = 0
+        #: Speculative decoding (``config.speculative``), see spec_decode.py.
+        self.spec_decoder: Any = None
+        if getattr(config, "speculative", None):
+            from tokenops.engine.spec_decode import SpecDecoder
+
+            self.spec_decoder = SpecDecoder.from_engine(self)
+            self.scheduler.num_spec_tokens_fn = self.spec_decoder.num_tokens_for
 
     # -- requests ----------------------------------------------------------------------
 
@@ -123,11 +130,17 @@ class LLMEngine:
             return outputs
         for src, dst in batch.block_copies:
             self.runner.copy_block(src, dst)
+        if self.spec_decoder is not None:
+            self.spec_decoder.propose(batch.chunks)
+        num_batched_tokens = batch.num_batched_tokens
         logits, failed = self._execute(batch)
         touched: dict[str, RequestState] = {}
         for seq, error in failed:
             self._fail(seq.request_id, error, outputs)
         batch.chunks = [c for c in batch.chunks if c.seq.status is SequenceStatus.RUNNING]
+        spec_chunks = [c for c in batch.chunks if c.num_spec_tokens]
+        if spec_chunks:  # verified (and their computed counts rolled back) below
+            batch.chunks = [c for c in batch.chunks if not c.num_spec_tokens]
         self.scheduler.update_computed(batch)
         rows, seqs = [], []
         for chunk in batch.chunks:
@@ -145,8 +158,10 @@ class LLMEngine:
                 seqs.append(member)
         if seqs:
             self._sample_and_append(logits, rows, seqs, touched)
+        if spec_chunks:
+            self.spec_decoder.verify(logits, spec_chunks, touched)
         self.num_steps += 1
-        self.last_batch_tokens = batch.num_batched_tokens
+        self.last_batch_tokens = num_batched_tokens
         self.last_step_time_s = time.perf_counter() - start
         for state in touched.values():
             outputs.append(self.output_processor.make_output(state))
@@ -159,10 +174,14 @@ class LLMEngine:
         from tokenops.engine.batch import ChunkInput
 
         chunks = batch.chunks
-        inputs = [ChunkInput(c.seq.token_ids[c.start_pos:c.start_pos + c.num_tokens], c.start_pos, c.seq.block_table)
+        # a speculative decode chunk is the decode token plus the proposals, with logits at each
+        inputs = [ChunkInput(c.seq.token_ids[c.start_pos:c.start_pos + c.num_tokens - c.num_spec_tokens]
+                             + c.spec_token_ids, c.start_pos, c.seq.block_table, 1 + c.num_spec_tokens)
                   for c in chunks]
-        for i, chunk in enumerate(chunks):
-            chunk.row = i
+        row = 0
+        for chunk, one in zip(chunks, inputs):
+            chunk.row = row
+            row += one.num_logits
         try:
             return self.runner.execute(inputs), []
         except Exception:
@@ -172,12 +191,13 @@ class LLMEngine:
         failed, rows = [], []
         for chunk, one in zip(chunks, inputs):
             try:
-                rows.append(self.runner.execute([one])[0])
+                rows.append(self.runner.execute([one]))
             except Exception as e:
                 failed.append((chunk.seq, f"{type(e).__name__}: {e}"))
                 rows.append(None)
-        ok = next((r for r in rows if r is not None), torch.zeros(1))
-        logits = torch.stack([r if r is not None else torch.zeros_like(ok) for r in rows])
+        ok = next((r for r in rows if r is not None), torch.zeros(1, 1))
+        logits = torch.cat([r if r is not None else ok[:1].new_zeros((one.num_logits, ok.shape[1]))
+                            for r, one in zip(rows, inputs)])
         return logits, failed
 
     def _sample_and_append(self, logits: Any, rows: list[int], seqs: list[Sequence],
@@ -262,6 +282,7 @@ class LLMEngine:
             "total_generation_tokens": self.total_generation_tokens,
             "num_steps": self.num_steps,
             "expert_load": expert_load() if callable(expert_load) else None,
+            **({"spec_decode": self.spec_decoder.stats.as_dict()} if self.spec_decoder is not None else {}),
         }
 
     def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:

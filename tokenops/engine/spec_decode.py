@@ -1,0 +1,250 @@
+"""Speculative decoding inside continuous batching.
+
+Every step, each decoding sequence may carry ``k`` proposed tokens:
+
+1. The scheduler budgets ``1 + k`` tokens for it and allocates slots for them
+   (:meth:`SpecDecoder.num_tokens_for` picks ``k``, adaptive per sequence).
+2. :meth:`SpecDecoder.propose` asks the proposer (a ``tokenops_draft_proposer``
+   plugin: n-gram prompt lookup or a draft model) for up to ``k`` tokens per
+   sequence; a shorter proposal shrinks the chunk and frees the unused slots.
+3. The target computes the decode token and the ``k`` proposals in ONE forward (a
+   chunk of ``1 + k`` tokens with logits at every position).
+4. :meth:`SpecDecoder.verify` keeps the accepted prefix plus one target token
+   (:mod:`tokenops.engine.rejection`), appends them through the output processor
+   (stop rules apply per token), rolls ``num_computed_tokens`` back to the kept
+   positions and frees the blocks past them.
+
+Adaptive k: an exponentially weighted moving average of the number of accepted
+tokens per round; the next round proposes ``ceil(ewma) + 1`` tokens, within
+``[1, num_speculative_tokens]``, so a sequence whose proposals keep failing drops to
+one and one that keeps accepting grows to the maximum.
+
+Metrics follow vLLM's names (``num_drafts``, ``num_draft_tokens``,
+``num_accepted_tokens``, ``accepted_per_position``) in ``stats()["spec_decode"]``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tokenops.engine.rejection import verify_greedy, verify_proposal
+from tokenops.engine.sampling import SampledToken
+from tokenops.engine.sequence import SequenceStatus
+
+if TYPE_CHECKING:
+    import torch
+
+    from tokenops.engine.scheduler import ScheduledChunk
+    from tokenops.engine.sequence import Sequence
+
+#: Weight of the newest round in the per-sequence acceptance average.
+EWMA_ALPHA = 0.5
+
+
+@dataclass(slots=True)
+class Proposal:
+    """Proposed tokens for one sequence; ``probs`` ``[len, vocab]`` are the
+    distributions they were drawn from (None: a deterministic proposer)."""
+
+    token_ids: list[int] = field(default_factory=list)
+    probs: Any = None
+
+
+class Proposer(Protocol):
+    """What a ``tokenops_draft_proposer`` plugin returns."""
+
+    def propose(self, seqs: list[Sequence], num_tokens: list[int]) -> list[Proposal]:
+        """Up to ``num_tokens[i]`` tokens to follow ``seqs[i].token_ids``. Slots for
+        positions ``len(seq) .. len(seq) + num_tokens[i] - 1`` are allocated in
+        ``seq.block_table``."""
+
+    def on_verified(self, seq: Sequence, num_proposed: int, num_accepted: int) -> None:
+        """Called after verification, before the sequence's tokens are extended."""
+
+    def release(self, seq: Sequence) -> None:
+        """The sequence finished or was aborted: drop any state for it."""
+
+
+@dataclass(slots=True)
+class SpecDecodeStats:
+    """Cumulative counters, named as vLLM's ``spec_decode`` metrics."""
+
+    num_speculative_tokens: int
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_emitted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    propose_time_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.accepted_per_position = [0] * self.num_speculative_tokens
+
+    def record(self, num_proposed: int, num_accepted: int, num_emitted: int) -> None:
+        assert 0 <= num_accepted <= num_proposed <= self.num_speculative_tokens
+        self.num_drafts += 1
+        self.num_draft_tokens += num_proposed
+        self.num_accepted_tokens += num_accepted
+        self.num_emitted_tokens += num_emitted
+        for i in range(num_accepted):
+            self.accepted_per_position[i] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        rate = self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+        return {
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "accepted_per_position": list(self.accepted_per_position),
+            "acceptance_rate": rate,
+            "mean_acceptance_length": (1 + self.num_accepted_tokens / self.num_drafts) if self.num_drafts else 0.0,
+            "propose_time_s": self.propose_time_s,
+        }
+
+
+def get_proposer(config: Any) -> Any:
+    """The proposer of the first ``tokenops_draft_proposer`` plugin that offers one."""
+    from tokenops.plugins import hook
+
+    return hook().tokenops_draft_proposer(config=config)
+
+
+class SpecDecoder:
+    """Proposes before the target forward and verifies after it (see module doc)."""
+
+    def __init__(self, engine: Any, proposer: Proposer) -> None:
+        self.engine = engine
+        self.proposer = proposer
+        self.max_k = engine.config.num_speculative_tokens
+        self.stats = SpecDecodeStats(self.max_k)
+        self._ewma: dict[int, float] = {}  # seq_id -> accepted tokens per round
+        self._probs: dict[int, Any] = {}  # seq_id -> proposal distributions of this step
+        self._num_rounds = 0
+
+    @classmethod
+    def from_engine(cls, engine: Any) -> SpecDecoder:
+        proposer = get_proposer(engine.config)
+        if proposer is None:
+            raise ValueError(f"no plugin provides the speculative proposer {engine.config.speculative!r}")
+        return cls(engine, proposer)
+
+    # -- before scheduling ------------------------------------------------------------
+
+    def num_tokens_for(self, seq: Sequence) -> int:
+        """Adaptive k for ``seq``, capped so a fully accepted round neither passes
+        ``max_tokens`` nor the context."""
+        ewma = self._ewma.get(seq.seq_id)
+        k = self.max_k if ewma is None else min(self.max_k, max(1, math.ceil(ewma - 1e-9) + 1))
+        k = min(k, seq.params.max_tokens - seq.num_output_tokens - 1)
+        k = min(k, self.engine.max_model_len - len(seq.token_ids) - 1)
+        return max(0, k)
+
+    # -- before the forward ------------------------------------------------------------
+
+    def propose(self, chunks: list[ScheduledChunk]) -> None:
+        """Fill ``spec_token_ids`` of the chunks that reserved slots; shrink the rest."""
+        spec = [c for c in chunks if c.num_spec_tokens]
+        self._num_rounds += 1
+        if self._num_rounds % 64 == 0:  # forget sequences that finished without a verify
+            live = {s.seq_id for s in self.engine.scheduler.running}
+            self._ewma = {i: v for i, v in self._ewma.items() if i in live}
+            retain = getattr(self.proposer, "retain", None)
+            if retain is not None:
+                retain(live)
+        if not spec:
+            return
+        start = time.perf_counter()
+        proposals = self.proposer.propose([c.seq for c in spec], [c.num_spec_tokens for c in spec])
+        self.stats.propose_time_s += time.perf_counter() - start
+        bm = self.engine.scheduler.block_manager
+        self._probs = {}
+        for chunk, proposal in zip(spec, proposals):
+            tokens = list(proposal.token_ids)[: chunk.num_spec_tokens]
+            chunk.spec_token_ids = tokens
+            chunk.num_tokens = 1 + len(tokens)
+            chunk.num_spec_tokens = len(tokens)
+            if proposal.probs is not None and tokens:
+                self._probs[chunk.seq.seq_id] = proposal.probs[: len(tokens)]
+            bm.trim(chunk.seq, len(chunk.seq.token_ids) + len(tokens))
+
+    # -- after the forward -------------------------------------------------------------
+
+    def verify(self, logits: torch.Tensor, chunks: list[ScheduledChunk], touched: dict) -> None:
+        """Accept/reject the proposals of ``chunks`` (each has ``num_spec_tokens > 0``),
+        append the kept tokens and roll back the rest."""
+        engine = self.engine
+        scheduler, bm = engine.scheduler, engine.scheduler.block_manager
+        for chunk in chunks:
+            seq = chunk.seq
+            k = chunk.num_spec_tokens
+            rows = logits[chunk.row: chunk.row + k + 1]
+            proposed = chunk.spec_token_ids
+            params = seq.params
+            if params.is_greedy:
+                tokens = verify_greedy(rows, proposed)
+            else:
+                probs = engine.sampler._probs(rows.float(), [params] * (k + 1))
+                generator = seq.generator if seq.generator is not None else engine.sampler.generator
+                tokens = verify_proposal(probs, proposed, self._probs.pop(seq.seq_id, None), generator)
+            num_accepted = len(tokens) - 1
+            self.proposer.on_verified(seq, k, num_accepted)
+            old = self._ewma.get(seq.seq_id, float(self.max_k))
+            self._ewma[seq.seq_id] = (1 - EWMA_ALPHA) * old + EWMA_ALPHA * num_accepted
+            sampled = self._sampled_tokens(rows, tokens, params)
+            num_emitted = self._append(seq, sampled, touched)
+            self.stats.record(k, num_accepted, num_emitted)
+            if seq.status is not SequenceStatus.RUNNING:
+                self.release(seq)
+                continue
+            # keep the K/V of the decode token and the accepted proposals; the last
+            # appended token is computed by the next step
+            assert len(seq.token_ids) == chunk.start_pos + 2 + num_accepted
+            seq.num_computed_tokens = chunk.start_pos + 1 + num_accepted
+            bm.cache_computed_blocks(seq, chunk.start_pos)
+            bm.trim(seq)
+        self._probs = {}
+
+    def _sampled_tokens(self, rows: torch.Tensor, tokens: list[int], params: Any) -> list[SampledToken]:
+        out = [SampledToken(t) for t in tokens]
+        if params.logprobs is None:
+            return out
+        logprobs = rows[: len(tokens)].float().log_softmax(dim=-1)
+        k = params.logprobs
+        for i, s in enumerate(out):
+            s.logprob = float(logprobs[i, s.token_id])
+            if k:
+                vals, ids = logprobs[i].topk(k)
+                s.top = list(zip(ids.tolist(), vals.tolist()))
+            else:
+                s.top = []
+        return out
+
+    def _append(self, seq: Sequence, sampled: list[SampledToken], touched: dict) -> int:
+        """Append tokens until one finishes the sequence; returns how many were added."""
+        engine = self.engine
+        state = engine._requests.get(seq.request_id)
+        if state is None or seq.is_finished:
+            return 0
+        num = 0
+        for token in sampled:
+            try:
+                engine.output_processor.append_token(seq, token)
+            except Exception as e:
+                engine._fail(seq.request_id, f"{type(e).__name__}: {e}", None)
+                return num
+            num += 1
+            engine.total_generation_tokens += 1
+            if state.first_token_time is None:
+                state.first_token_time = time.time()
+            touched[seq.request_id] = state
+            if seq.finish_reason is not None:
+                engine.scheduler.finish(seq)
+                break
+        return num
+
+    def release(self, seq: Sequence) -> None:
+        self._ewma.pop(seq.seq_id, None)
+        self.proposer.release(seq)
