@@ -164,3 +164,22 @@ def test_shipped_demo_model_wins(tiny_llama_dir, isolated_cache, monkeypatch):
     assert default_model.default_model_dir() == tiny_llama_dir
     assert default_model.default_model_name() == "tokenops-demo"
     assert not isolated_cache.exists()
+
+
+def test_stacked_expert_tensors_load_like_per_expert_ones(tiny_checkpoint, tmp_path, make_runner):
+    """Checkpoints that store experts stacked ([E, 2I, H] gate_up, [E, H, I] down) load too."""
+    from safetensors.torch import load_file, save_file
+
+    source = tiny_checkpoint("qwen2_moe")
+    stacked = tmp_path / "stacked"
+    shutil.copytree(source, stacked)
+    tensors = load_file(str(stacked / "model.safetensors"))
+    prefix = "model.layers.0.mlp.experts"
+    num_experts = 4
+    gate_up = [torch.cat([tensors.pop(f"{prefix}.{e}.gate_proj.weight"), tensors.pop(f"{prefix}.{e}.up_proj.weight")])
+               for e in range(num_experts)]  # fmt: skip
+    down = [tensors.pop(f"{prefix}.{e}.down_proj.weight") for e in range(num_experts)]
+    tensors[f"{prefix}.gate_up_proj"] = torch.stack(gate_up)
+    tensors[f"{prefix}.down_proj"] = torch.stack(down)
+    save_file(tensors, str(stacked / "model.safetensors"))
+    torch.testing.assert_close(last_logits(stacked, make_runner), last_logits(source, make_runner))
