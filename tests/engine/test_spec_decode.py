@@ -1,0 +1,220 @@
+"""Speculative decoding: greedy exactness, the rejection sampler's distribution,
+adaptive k, stats and block accounting (tiny random checkpoints, CPU)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokenops.engine.config import EngineConfig
+from tokenops.engine.engine import LLMEngine
+from tokenops.engine.rejection import verify_greedy, verify_proposal
+from tokenops.engine.sampling import SamplingParams
+
+# Repetitive prompts (n-gram hits) and plain ones, of different lengths.
+PROMPTS = [
+    [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7],
+    [10, 11, 12, 13] * 6 + [10],
+    list(range(20, 60)),
+    [1, 2, 3],
+    [40, 41, 40, 41, 40, 42, 43, 40, 41],
+]
+
+
+@pytest.fixture(scope="module")
+def draft_dir(tiny_llama_dir, tmp_path_factory) -> Path:
+    """The tiny Llama with noise added to every weight: a draft that agrees often, not always."""
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path_factory.mktemp("draft") / "llama_draft"
+    shutil.copytree(tiny_llama_dir, path)
+    weights = load_file(str(path / "model.safetensors"))
+    gen = torch.Generator().manual_seed(1)
+    noisy = {k: v + 0.05 * torch.randn(v.shape, generator=gen).to(v.dtype) for k, v in weights.items()}
+    save_file(noisy, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+def _engine(model_dir, **overrides) -> LLMEngine:
+    values = dict(model=str(model_dir), device="cpu", block_size=4, kv_cache_tokens=512,
+                  max_num_batched_tokens=16, max_num_seqs=8, torch_threads=1)
+    values.update(overrides)
+    return LLMEngine(EngineConfig(**values))
+
+
+def _greedy(engine, max_tokens=24):
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    return [o.outputs[0].token_ids for o in engine.generate(PROMPTS, params)]
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_greedy_output_identical_with_batching_and_chunked_prefill(tiny_llama_dir, draft_dir, method):
+    base = _greedy(_engine(tiny_llama_dir))
+    engine = _engine(tiny_llama_dir, speculative=method, draft_model=str(draft_dir))
+    assert _greedy(engine) == base
+    stats = engine.stats()["spec_decode"]
+    assert stats["num_drafts"] > 0 and stats["num_draft_tokens"] >= stats["num_drafts"]
+    assert 0 < stats["num_accepted_tokens"] <= stats["num_draft_tokens"]
+    assert sum(stats["accepted_per_position"]) == stats["num_accepted_tokens"]
+    assert stats["acceptance_rate"] == pytest.approx(stats["num_accepted_tokens"] / stats["num_draft_tokens"])
+    bm = engine.scheduler.block_manager
+    assert bm.num_used_blocks == 0
+    bm.check_invariants([])
+
+
+def test_identical_draft_accepts_everything_and_keeps_max_k(tiny_llama_dir):
+    engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(tiny_llama_dir), num_speculative_tokens=3)
+    engine.add_request("r", PROMPTS[2], SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
+    for _ in range(6):
+        engine.step()
+    seq = engine.scheduler.running[0]
+    assert engine.spec_decoder.num_tokens_for(seq) == 3
+    while engine.has_unfinished():
+        engine.step()
+    stats = engine.stats()["spec_decode"]
+    assert stats["acceptance_rate"] == 1.0
+    assert stats["accepted_per_position"][0] == stats["num_drafts"]
+
+
+def test_adaptive_k_shrinks_when_proposals_fail(tiny_llama_dir, tiny_checkpoint):
+    # an unrelated random model as the draft: its proposals are nearly always rejected
+    engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(tiny_checkpoint("qwen3")),
+                     num_speculative_tokens=4)
+    engine.add_request("r", PROMPTS[2], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    seen = []
+    while engine.has_unfinished():
+        running = engine.scheduler.running
+        if running and not running[0].is_prefill:
+            seen.append(engine.spec_decoder.num_tokens_for(running[0]))
+        engine.step()
+    assert seen[0] == 4
+    assert min(seen) < 4  # shrank after rejections
+    stats = engine.stats()["spec_decode"]
+    assert stats["num_draft_tokens"] < 4 * stats["num_drafts"]
+
+
+def test_ngram_proposer_lookup():
+    from tokenops_plugins.model_optimization.ngram_proposer import NgramProposer
+
+    p = NgramProposer(1, 3)
+    assert p.find([1, 2, 3, 4, 9, 1, 2, 3], 2) == [4, 9]
+    assert p.find([1, 2, 3, 4, 1, 2, 5, 6, 7, 1, 2], 3) == [5, 6, 7]  # latest match wins
+    assert p.find([1, 2, 3], 2) == []
+    assert p.find([7, 8, 9, 7], 5) == [8, 9, 7]  # runs to the end of the context
+
+
+def test_rejection_sampler_matches_target_distribution():
+    gen = torch.Generator().manual_seed(0)
+    vocab, k, num = 6, 2, 12000
+    p = torch.softmax(torch.randn(k + 1, vocab, generator=gen) * 1.5, dim=-1)
+    q = torch.softmax(torch.randn(k, vocab, generator=gen) * 1.5, dim=-1)
+    first = torch.zeros(vocab)
+    second_given = torch.zeros(vocab)  # second token when the first proposal was accepted
+    num_accepted_first = 0
+    for _ in range(num):
+        drafts = [int(torch.multinomial(q[i], 1, generator=gen)) for i in range(k)]
+        out = verify_proposal(p, drafts, q, gen)
+        assert 1 <= len(out) <= k + 1 and out[:-1] == drafts[: len(out) - 1]
+        first[out[0]] += 1
+        if len(out) > 1:
+            num_accepted_first += 1
+            second_given[out[1]] += 1
+    tv_first = 0.5 * (first / num - p[0]).abs().sum()
+    assert tv_first < 0.03, tv_first
+    assert 0.5 * (q[0] - p[0]).abs().sum() > 0.15  # the proposal alone would fail the bound
+    # given position 1 was accepted, the next token still follows the target's p[1]
+    tv_second = 0.5 * (second_given / num_accepted_first - p[1]).abs().sum()
+    assert tv_second < 0.05, tv_second
+    # expected acceptance of the first proposal: sum_x min(p, q)
+    assert num_accepted_first / num == pytest.approx(float(torch.minimum(p[0], q[0]).sum()), abs=0.03)
+
+
+def test_rejection_sampler_one_hot_proposal():
+    gen = torch.Generator().manual_seed(1)
+    p = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    counts = torch.zeros(4)
+    for _ in range(6000):
+        counts[verify_proposal(p, [1], None, gen)[0]] += 1
+    assert 0.5 * (counts / 6000 - p[0]).abs().sum() < 0.03
+    assert verify_greedy(torch.tensor([[0.0, 2.0], [3.0, 1.0]]), [1]) == [1, 0]
+    assert verify_greedy(torch.tensor([[0.0, 2.0], [3.0, 1.0]]), [0]) == [1]
+
+
+def _exact_second_token_marginal(runner, prompt, params):
+    """P(t2) = sum_t1 p(t1 | prompt) p(t2 | prompt, t1) under the target, with the
+    request's temperature/top-k."""
+    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.sampling import Sampler
+
+    sampler = Sampler(0)
+    table = list(range(runner.num_blocks))[:8]
+    logits = runner.execute([ChunkInput(list(prompt), 0, table)])
+    p1 = sampler._probs(logits, [params])[0]
+    marginal = torch.zeros_like(p1)
+    for t1 in torch.nonzero(p1).view(-1).tolist():
+        l2 = runner.execute([ChunkInput(list(prompt) + [t1], 0, table)])
+        marginal += p1[t1] * sampler._probs(l2, [params])[0]
+    return marginal
+
+
+def test_sampled_outputs_follow_target_distribution_end_to_end(tiny_llama_dir, draft_dir):
+    """Many seeded requests with the draft proposer: the second token (the first one
+    that goes through rejection sampling) follows the target's exact marginal."""
+    prompt = [30, 31, 32, 33, 34]
+    params = dict(temperature=1.0, top_k=4, max_tokens=3, ignore_eos=True)
+    engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(draft_dir),
+                     num_speculative_tokens=2, max_num_seqs=64, max_num_batched_tokens=512, kv_cache_tokens=4096)
+    num = 500
+    outs = engine.generate([prompt] * num, [SamplingParams(seed=i, **params) for i in range(num)])
+    target = _exact_second_token_marginal(engine.runner, prompt, SamplingParams(**params))
+    draft = _exact_second_token_marginal(engine.spec_decoder.proposer.runner, prompt, SamplingParams(**params))
+    counts = torch.zeros_like(target)
+    for o in outs:
+        counts[o.outputs[0].token_ids[1]] += 1
+    assert engine.stats()["spec_decode"]["num_drafts"] >= num
+    tv = 0.5 * (counts / num - target).abs().sum()
+    assert 0.5 * (draft - target).abs().sum() > 0.1, "draft too close to the target for the test to mean anything"
+    assert tv < 0.08, tv
+    # seeds are respected: the same seeded request gives the same tokens again
+    again = engine.generate([prompt] * 3, [SamplingParams(seed=i, **params) for i in range(3)])
+    assert [o.outputs[0].token_ids for o in again] == [o.outputs[0].token_ids for o in outs[:3]]
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_no_block_leaks_with_aborts_and_preemption(tiny_llama_dir, draft_dir, method):
+    rng = random.Random(0)
+    # a small cache forces preemption while speculative slots are reserved
+    engine = _engine(tiny_llama_dir, speculative=method, draft_model=str(draft_dir), kv_cache_tokens=96,
+                     enable_prefix_caching=True)
+    bm = engine.scheduler.block_manager
+    ids = []
+    for i in range(10):
+        prompt = rng.choice(PROMPTS)[: rng.randint(3, 14)]
+        params = SamplingParams(temperature=rng.choice([0, 0.8]), max_tokens=rng.randint(4, 20),
+                                ignore_eos=True, seed=i, n=rng.choice([1, 1, 2]))
+        engine.add_request(f"r{i}", prompt, params)
+        ids.append(f"r{i}")
+    num_steps = 0
+    while engine.has_unfinished():
+        engine.step()
+        num_steps += 1
+        if num_steps % 3 == 0 and ids:
+            engine.abort(ids.pop(rng.randrange(len(ids))))
+        live = [s.block_table for s in engine.scheduler.running]
+        bm.check_invariants(live)
+        assert num_steps < 500
+    assert bm.num_used_blocks == 0
+    bm.check_invariants([])
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="draft_model"):
+        EngineConfig(speculative="draft")
+    with pytest.raises(ValueError, match="speculative"):
+        EngineConfig(speculative="medusa")
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        EngineConfig(speculative="ngram", num_speculative_tokens=0)
