@@ -7,10 +7,12 @@ head_dim]``; token ``pos`` of a sequence lives in slot
 A step mixes two kinds of work, and :class:`AttentionMetadata` arranges them so
 each costs few kernel calls per layer:
 
-- *decodes* (one new token with cached context) are batched into ONE
-  ``scaled_dot_product_attention`` call: their contexts are gathered from the cache
-  into a padded ``[B, kv_heads, L, head_dim]`` tensor and a mask hides the padding.
-  Grouped-query heads are folded into the query-length axis so K/V are never repeated.
+- *decodes* (one new token with cached context) are batched: sorted by context
+  length and split into a few groups of similar length (:func:`split_by_length`),
+  each ONE ``scaled_dot_product_attention`` call over contexts gathered from the
+  cache into a padded ``[B, kv_heads, L, head_dim]`` tensor, with a mask hiding the
+  padding. Grouped-query heads are folded into the query-length axis so K/V are
+  never repeated.
 - *prefill chunks* run one SDPA call each with a causal mask offset by the chunk's
   start position; a chunk starting at position 0 attends to its own fresh K/V
   without touching the cache.
