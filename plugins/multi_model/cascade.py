@@ -10,9 +10,9 @@ threshold = 0.6                # minimum validator score to accept an answer
 
 The pipeline does the escalation (``RouteDecision.escalate_to``) and records each tier
 tried in the request's decisions (``escalated``, ``cascade``). Streaming requests: the
-cheap tier's answer is generated and validated before the first byte is sent; an
-accepted answer is then streamed out at once, an escalated one streams live from the
-stronger model (so time to first token includes the cheap tier's full answer).
+cascade needs whole answers to validate, so it runs to completion first (the cheap
+tier, and the stronger ones it escalates to) and the accepted answer is then streamed
+out as chunks; time to first token therefore includes every tier tried.
 """
 
 from __future__ import annotations

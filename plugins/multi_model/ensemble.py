@@ -54,6 +54,10 @@ def tokenops_route(request, candidates, profiles):
         raise ValueError("[plugins.ensemble] members lists no configured model")
     if method == "vote":
         members = [members[0]] * int(_conf["samples"])
+        # Self-consistency needs diverse samples: sample unless the client chose a temperature.
+        if not request.body.get("temperature"):
+            request.body["temperature"] = float(_conf["temperature"])
+        request.body.pop("seed", None)
     return RouteDecision(members[0], f"ensemble: {method} over {len(members)}", router="ensemble",
                          members=tuple(members), method=method)
 
