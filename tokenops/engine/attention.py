@@ -102,11 +102,18 @@ class AttentionMetadata:
         for c in chunks[num_decodes:]:
             n = c.num_tokens
             context = None
+            evicted = None
             if c.start_pos > 0:
-                context = torch.tensor(_slots(c.block_table, 0, c.end_pos, block_size), dtype=torch.long, device=device)
+                context_slots = _slots(c.block_table, 0, c.end_pos, block_size)
+                if min(context_slots) < 0:  # evicted blocks (see _decode_group)
+                    evicted = torch.tensor([s < 0 for s in context_slots], device=device)
+                    context_slots = [max(s, 0) for s in context_slots]
+                context = torch.tensor(context_slots, dtype=torch.long, device=device)
             span = PrefillSpan(row, row + n, c.start_pos, context)
             for window in windows:
                 mask = _prefill_mask(c.start_pos, n, window, device)
+                if evicted is not None:
+                    mask = (mask if mask is not None else _prefill_mask(c.start_pos, n, 0, device)) & ~evicted[None, :]
                 span.masks[window] = None if mask is None else _additive(mask, dtype)
             prefills.append(span)
             row += n
@@ -149,11 +156,15 @@ def _decode_group(decodes, row_start, block_size, device, windows, dtype) -> Dec
     tables = [c.block_table[:num_blocks] + [0] * (num_blocks - min(len(c.block_table), num_blocks)) for c in decodes]
     table = torch.tensor(tables, dtype=torch.long, device=device)
     pos = torch.arange(length, device=device)
-    slots = (table[:, pos // block_size] * block_size + pos % block_size).view(-1)
+    # a negative block id marks a block evicted by a KV policy (sink + window): masked out
+    evicted = table[:, pos // block_size] < 0 if min(min(t) for t in tables) < 0 else None
+    slots = (table.clamp(min=0)[:, pos // block_size] * block_size + pos % block_size).view(-1)
     group = DecodeGroup(row_start, row_start + len(decodes), length, slots)
     ctx = torch.tensor([c.end_pos for c in decodes], dtype=torch.long, device=device)[:, None]
     for window in windows:
         keep = pos[None, :] < ctx
+        if evicted is not None:
+            keep &= ~evicted
         if window is not None:
             keep &= pos[None, :] > ctx - 1 - window
         group.masks[window] = _additive(keep, dtype)[:, None, None, :]
@@ -161,9 +172,14 @@ def _decode_group(decodes, row_start, block_size, device, windows, dtype) -> Dec
 
 
 def _slots(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
+    """Cache slots of positions ``[start, end)``; -1 for positions in evicted blocks."""
     if end > len(block_table) * block_size:
         raise ValueError(f"block table of {len(block_table)} blocks cannot hold {end} tokens (block_size {block_size})")
-    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+    out = []
+    for p in range(start, end):
+        block = block_table[p // block_size]
+        out.append(block * block_size + p % block_size if block >= 0 else -1)
+    return out
 
 
 def _additive(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -178,7 +194,7 @@ def _prefill_mask(start_pos: int, n: int, window: int | None, device: torch.devi
     q_pos = torch.arange(start_pos, start_pos + n, device=device)[:, None]
     k_pos = torch.arange(start_pos + n, device=device)[None, :]
     keep = k_pos <= q_pos
-    if window is not None:
+    if window:  # 0 builds the plain causal mask
         keep &= k_pos > q_pos - window
     return keep
 
@@ -192,17 +208,22 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
     window: int | None = None,
+    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Write ``k``/``v`` into the cache, then attend.
 
     :param q: ``[T, num_heads, head_dim]`` queries of the step's tokens.
     :param k: ``[T, num_kv_heads, head_dim]`` new keys (``v`` likewise).
     :param k_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]`` (``v_cache`` likewise).
+    :param kv_scales: int8 cache only: the ``[num_blocks, block_size, num_kv_heads]``
+        float32 scales of K and V (see :mod:`tokenops.engine.kv_quant`).
     :returns: ``[T, num_heads, head_dim]``.
     """
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     group_size = num_heads // num_kv_heads
+    if kv_scales is not None:
+        return _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta, scale, window)
     k_flat = k_cache.view(-1, num_kv_heads, head_dim)
     v_flat = v_cache.view(-1, num_kv_heads, head_dim)
     k_flat.index_copy_(0, meta.slot_mapping, k)
@@ -251,3 +272,46 @@ def _decode(q, k_flat, v_flat, group: DecodeGroup, meta: AttentionMetadata, scal
     qs = q.view(num_rows, num_kv_heads, group_size, head_dim)
     o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=group.masks[window], scale=scale)
     return o.reshape(num_rows, num_heads, head_dim)
+
+
+def _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta: AttentionMetadata, scale: float, window):
+    """int8 cache: quantize the step's K/V into the cache, then attend over a dequantized
+    copy of the slots this step reads (the step's own chunks at position 0 use exact K/V)."""
+    from tokenops.engine.kv_quant import dequantize_kv, quantize_kv
+
+    num_kv_heads, head_dim = k.shape[1], k.shape[2]
+    k_flat, v_flat = k_cache.view(-1, num_kv_heads, head_dim), v_cache.view(-1, num_kv_heads, head_dim)
+    ks_flat, vs_flat = kv_scales[0].view(-1, num_kv_heads), kv_scales[1].view(-1, num_kv_heads)
+    for x, flat, scales in ((k, k_flat, ks_flat), (v, v_flat, vs_flat)):
+        values, s = quantize_kv(x)
+        flat.index_copy_(0, meta.slot_mapping, values)
+        scales.index_copy_(0, meta.slot_mapping, s)
+    # Gather every slot the step reads once, dequantize, and attend through the plain
+    # path over that compact float cache (slot ids remapped into it).
+    needed = [g.slots for g in meta.decode_groups] + [p.context_slots for p in meta.prefills if p.context_slots is not None]
+    if not needed:
+        return paged_attention(q, k, v, k.new_zeros((1, 1, num_kv_heads, head_dim)),
+                               v.new_zeros((1, 1, num_kv_heads, head_dim)), _local(meta, None), scale, window)
+    slots = torch.cat(needed).unique()
+    pad = k.new_zeros((1, num_kv_heads, head_dim))  # scratch row for writes nobody reads
+    k_local = torch.cat([dequantize_kv(k_flat.index_select(0, slots), ks_flat.index_select(0, slots), q.dtype), pad])
+    v_local = torch.cat([dequantize_kv(v_flat.index_select(0, slots), vs_flat.index_select(0, slots), q.dtype), pad])
+    remap = torch.full((k_flat.shape[0],), -1, dtype=torch.long, device=slots.device)
+    remap[slots] = torch.arange(len(slots), device=slots.device)
+    local = _local(meta, remap)
+    return paged_attention(q, k, v, k_local.unsqueeze(1), v_local.unsqueeze(1), local, scale, window)
+
+
+def _local(meta: AttentionMetadata, remap: torch.Tensor | None) -> AttentionMetadata:
+    """``meta`` with slots renumbered into a compact cache; the step's own new tokens are
+    written there too only when they are read (slots outside it go to a scratch row)."""
+    if remap is None:
+        groups, prefills = [], [PrefillSpan(p.token_start, p.token_end, p.start_pos, None, p.masks) for p in meta.prefills]
+        return AttentionMetadata(torch.zeros_like(meta.slot_mapping), 0, groups, prefills)
+    scratch = int((remap >= 0).sum())
+    mapped = remap[meta.slot_mapping]
+    write = torch.where(mapped >= 0, mapped, torch.full_like(mapped, scratch))
+    groups = [DecodeGroup(g.row_start, g.row_end, g.length, remap[g.slots], g.masks) for g in meta.decode_groups]
+    prefills = [PrefillSpan(p.token_start, p.token_end, p.start_pos,
+                            None if p.context_slots is None else remap[p.context_slots], p.masks) for p in meta.prefills]
+    return AttentionMetadata(write, meta.num_decodes, groups, prefills)

@@ -89,13 +89,23 @@ class ModelRunner:
         args = self.args
         # One tensor for all layers so copy_block is a single copy.
         shape = (2, args.num_layers, self.num_blocks, self.block_size, args.num_kv_heads, args.head_dim)
-        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        #: int8 KV cache (kv_cache_dtype = "int8"): values plus per-token-per-head float32 scales.
+        self.kv_scales: torch.Tensor | None = None
+        if getattr(self.config, "kv_cache_dtype", "auto") == "int8":
+            self.kv_cache = torch.zeros(shape, dtype=torch.int8, device=self.device)
+            self.kv_scales = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
+        else:
+            self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         for i, attn in enumerate(self._raw_model.attention_layers()):
-            attn.bind_cache(self.kv_cache[0, i], self.kv_cache[1, i])
+            scales = None if self.kv_scales is None else (self.kv_scales[0, i], self.kv_scales[1, i])
+            attn.bind_cache(self.kv_cache[0, i], self.kv_cache[1, i], scales)
 
     @property
     def kv_cache_bytes(self) -> int:
-        return self.kv_cache.numel() * self.kv_cache.element_size()
+        num = self.kv_cache.numel() * self.kv_cache.element_size()
+        if self.kv_scales is not None:
+            num += self.kv_scales.numel() * self.kv_scales.element_size()
+        return num
 
     @torch.inference_mode()
     def execute(self, chunks: list[ChunkInput]) -> torch.Tensor:
@@ -132,6 +142,8 @@ class ModelRunner:
         """Copy one KV block in every layer (copy-on-write when sequences fork)."""
         assert 0 <= src < self.num_blocks and 0 <= dst < self.num_blocks, (src, dst)
         self.kv_cache[:, :, dst].copy_(self.kv_cache[:, :, src])
+        if self.kv_scales is not None:
+            self.kv_scales[:, :, dst].copy_(self.kv_scales[:, :, src])
 
     def expert_load(self) -> list[list[int]] | None:
         """Cumulative routed tokens per ``[layer][expert]`` (dense layers of a MoE model

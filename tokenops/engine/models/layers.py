@@ -134,10 +134,13 @@ class SelfAttention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps, **factory) if args.qk_norm else None
         self.k_cache: torch.Tensor | None = None
         self.v_cache: torch.Tensor | None = None
+        self.kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None  # int8 cache only
 
-    def bind_cache(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    def bind_cache(self, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         assert k_cache.shape[2:] == (self.num_kv_heads, self.head_dim), k_cache.shape
         self.k_cache, self.v_cache = k_cache, v_cache
+        self.kv_scales = kv_scales
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         assert self.k_cache is not None, "bind_cache() before forward()"
@@ -149,5 +152,5 @@ class SelfAttention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window)
+        out = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window, self.kv_scales)
         return self.o_proj(out.reshape(num_tokens, -1))
