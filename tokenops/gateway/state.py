@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from typing import Any
@@ -55,6 +56,7 @@ class Gateway:
         self.tunable_values: dict[str, Any] = {}
         self.is_ready = False
         self.is_draining = False
+        self._lock = threading.Lock()  # on_finish (event loop) vs stats() (admin thread)
 
     # -- lifecycle --------------------------------------------------------
 
@@ -93,6 +95,11 @@ class Gateway:
         self.window.add(rec)
         self.prometheus.observe(rec)
         self.recent.append(rec)
+        with self._lock:
+            self._count(rec)
+        hooks.record(TelemetryEvent("requests", rec.row(), ts=rec.arrival))
+
+    def _count(self, rec: RequestRecord) -> None:
         if rec.route_reason:
             self.routes[rec.route_reason] = self.routes.get(rec.route_reason, 0) + 1
         if "cache" in rec.decisions:
@@ -111,7 +118,6 @@ class Gateway:
         self._model_costs.append((now, model, rec.cost_usd))
         while self._model_costs and self._model_costs[0][0] < now - self.window.window_s:
             self._model_costs.popleft()
-        hooks.record(TelemetryEvent("requests", rec.row(), ts=rec.arrival))
 
     # -- views ------------------------------------------------------------
 
@@ -132,21 +138,25 @@ class Gateway:
         """The ``GET /admin/stats`` document."""
         now = time.time()
         snap = self.window.snapshot(in_flight=self.pipeline.num_in_flight, now=now)
-        total = sum(m["requests"] for m in self.per_model.values()) or 1
+        with self._lock:
+            per_model = {k: dict(v) for k, v in self.per_model.items()}
+            costs = list(self._model_costs)
+            routes, cache, num_escalations = dict(self.routes), dict(self.cache), self.num_escalations
+        total = sum(m["requests"] for m in per_model.values()) or 1
         hourly: dict[str, float] = {}
-        for _, model, cost in self._model_costs:
+        for _, model, cost in costs:
             hourly[model] = hourly.get(model, 0.0) + cost
         models = {}
-        for name in sorted(set(self.replicas) | set(self.per_model)):
-            m = self.per_model.get(name, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
+        for name in sorted(set(self.replicas) | set(per_model)):
+            m = per_model.get(name, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
             models[name] = {"requests": int(m["requests"]), "errors": int(m["errors"]),
                             "input_tokens": int(m["input_tokens"]), "output_tokens": int(m["output_tokens"]),
                             "cost_usd": m["cost_usd"], "share": m["requests"] / total,
                             "cost_per_hour_usd": hourly.get(name, 0.0) * 3600.0 / self.window.window_s}
         history = snap.pop("history")
         return {"time": now, "uptime_s": now - self.started_at, **snap, "engines": self.engine_stats(),
-                "models": models, "routes": dict(self.routes), "cache": dict(self.cache),
-                "escalations": self.num_escalations, "history": history}
+                "models": models, "routes": routes, "cache": cache, "escalations": num_escalations,
+                "history": history}
 
     def _initial_tunables(self) -> dict[str, Any]:
         from tokenops.plugins import get_tunables
