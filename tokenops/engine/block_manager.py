@@ -48,6 +48,7 @@ class BlockManager:
         self.num_prefix_queries = 0  # prompt tokens looked up
         self.num_prefix_hits = 0  # of which served from the cache
         self.num_evictions = 0
+        self.num_policy_evictions = 0  # blocks released by a KV policy (sink + window)
 
     # -- sizes --------------------------------------------------------------------------
 
@@ -178,19 +179,29 @@ class BlockManager:
         while len(seq.block_table) > keep:
             self._deref(seq.block_table.pop())
 
+    def evict(self, seq: Sequence, index: int) -> None:
+        """KV policy (sink + window): release block ``index`` of ``seq``'s table; the
+        entry becomes -1 and attention masks its positions. Never the last block."""
+        assert 0 <= index < len(seq.block_table) - 1 and seq.block_table[index] >= 0, (index, seq)
+        self._deref(seq.block_table[index])
+        seq.block_table[index] = -1
+        self.num_policy_evictions += 1
+
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Let ``child`` share every block of ``parent``; a later write to the shared
         partial block copies it (see :meth:`append_slot`)."""
         assert not child.block_table
         for block_id in parent.block_table:
-            self._ref(block_id)
+            if block_id >= 0:
+                self._ref(block_id)
         child.block_table = list(parent.block_table)
 
     def free(self, seq: Sequence) -> None:
         """Release ``seq``'s blocks; registered ones stay reusable until evicted."""
         # tail blocks are the least likely to be shared, so they are freed (and evicted) first
         for block_id in reversed(seq.block_table):
-            self._deref(block_id)
+            if block_id >= 0:  # -1: evicted by a KV policy
+                self._deref(block_id)
         seq.block_table = []
 
     def cache_computed_blocks(self, seq: Sequence, num_computed_before: int) -> None:
@@ -261,7 +272,8 @@ class BlockManager:
         holders = [0] * self.num_blocks
         for table in block_tables:
             for block_id in table:
-                holders[block_id] += 1
+                if block_id >= 0:
+                    holders[block_id] += 1
         free_uncached, free_cached = set(self._free_uncached), set(self._free_cached)
         assert len(free_uncached) == len(self._free_uncached), "duplicate free block"
         assert not free_uncached & free_cached

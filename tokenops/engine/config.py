@@ -77,6 +77,10 @@ class EngineConfig:
             raise ValueError(f"engine kv_cache_dtype must be 'auto' or 'int8', not {self.kv_cache_dtype!r}")
         _check_int("kv_sink_tokens", self.kv_sink_tokens, 0)
         _check_int("kv_window_tokens", self.kv_window_tokens, 0)
+        if self.kv_window_tokens and self.kv_window_tokens < 2 * self.block_size:
+            raise ValueError(f"engine kv_window_tokens must be 0 (off) or >= 2 blocks ({2 * self.block_size})")
+        if self.kv_window_tokens and self.speculative == "draft":
+            raise ValueError("engine kv_window_tokens (sink + window eviction) does not work with the draft proposer")
 
     @property
     def num_kv_blocks(self) -> int:

@@ -73,6 +73,8 @@ class LLMEngine:
 
             self.spec_decoder = SpecDecoder.from_engine(self)
             self.scheduler.num_spec_tokens_fn = self.spec_decoder.num_tokens_for
+        #: KV policy (``tokenops_kv_policy``, e.g. sink + window eviction) or None.
+        self.kv_policy = get_kv_policy(config)
 
     # -- requests ----------------------------------------------------------------------
 
@@ -160,6 +162,8 @@ class LLMEngine:
             self._sample_and_append(logits, rows, seqs, touched)
         if spec_chunks:
             self.spec_decoder.verify(logits, spec_chunks, touched)
+        if self.kv_policy is not None:
+            self._apply_kv_policy()
         self.num_steps += 1
         self.last_batch_tokens = num_batched_tokens
         self.last_step_time_s = time.perf_counter() - start
@@ -168,6 +172,15 @@ class LLMEngine:
             if state.is_finished:
                 self._requests.pop(state.request_id, None)
         return outputs
+
+    def _apply_kv_policy(self) -> None:
+        """Release the blocks the KV policy drops from decoding sequences."""
+        bm = self.scheduler.block_manager
+        for seq in self.scheduler.running:
+            if seq.is_prefill or seq.num_pending_forks:
+                continue
+            for index in self.kv_policy.blocks_to_evict(len(seq.token_ids), bm.block_size, seq.block_table):
+                bm.evict(seq, index)
 
     def _execute(self, batch: SchedulerOutput) -> tuple[Any, list[tuple[Sequence, str]]]:
         """Run the forward; returns logits (row ``chunk.row`` per chunk) and failed sequences."""
@@ -283,6 +296,7 @@ class LLMEngine:
             "num_steps": self.num_steps,
             "expert_load": expert_load() if callable(expert_load) else None,
             **({"spec_decode": self.spec_decoder.stats.as_dict()} if self.spec_decoder is not None else {}),
+            **({"kv_policy_evicted_blocks": bm.num_policy_evictions} if self.kv_policy is not None else {}),
         }
 
     def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
@@ -305,6 +319,13 @@ class LLMEngine:
         for name, value in applied.items():
             setattr(self.config, name.removeprefix("engine."), value)
         return applied
+
+
+def get_kv_policy(config: EngineConfig) -> Any:
+    """The ``tokenops_kv_policy`` plugin's policy for ``config`` (None: keep every block)."""
+    from tokenops.plugins import hook
+
+    return hook().tokenops_kv_policy(config=config)
 
 
 def _check_policy(policy: str, error: type[Exception] = ValueError) -> None:
