@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 
+import httpx
 import pytest
 
 ADMIN = {"Authorization": "Bearer test-admin-key"}
@@ -38,6 +39,9 @@ class ThreadServer:
         while not self.server.started:
             assert time.monotonic() < deadline, "uvicorn did not start"
             assert self.thread.is_alive(), "uvicorn thread died"
+            time.sleep(0.02)
+        while httpx.get(self.url + "/ready").status_code != 200:  # backends load in the background
+            assert time.monotonic() < deadline, "backends did not become ready"
             time.sleep(0.02)
         return self
 

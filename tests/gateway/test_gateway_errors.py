@@ -104,6 +104,7 @@ async def test_open_server_serves_loopback_only(register_plugin):
 
     app = create_app(Settings(), [FakeBackend()], admin_key_hash=hash_key("k"))
     async with app.router.lifespan_context(app):
+        await app.state.gateway.wait_started()
         for host, status in (("10.1.2.3", 401), ("127.0.0.1", 200), ("::1", 200)):
             transport = httpx.ASGITransport(app=app, client=(host, 1234))
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
@@ -151,3 +152,20 @@ async def test_backend_failure_is_5xx_then_fallback_plugin_rescues(register_plug
         rec = c.gateway.recent[-1]
         assert rec.model_served == "spare" and rec.route_reason == "fallback:overload"
         assert rec.decisions["fallbacks"] == [{"from": "primary", "to": "spare", "error": "overload"}]
+
+
+async def test_health_answers_while_models_load_and_ready_says_when_they_are():
+    from tokenops.gateway.app import create_app
+    import httpx
+
+    app = create_app(Settings(), [FakeBackend(start_delay_s=0.5)], admin_key_hash=hash_key("k"))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            assert (await c.get("/health")).status_code == 200
+            r = await c.get("/ready")
+            assert r.status_code == 503 and r.json() == {"ready": False, "replicas": {"fake-model#0": False}}
+            r = await c.post("/v1/chat/completions", json={"model": "fake-model", "messages": MSG})
+            _is_openai_error(r, 503, "model_not_ready")
+            await app.state.gateway.wait_started()
+            assert (await c.get("/ready")).status_code == 200
+            await _still_serves(c)

@@ -26,6 +26,8 @@ async def test_openai_client_on_the_bundled_engine():
     app = create_app(settings, admin_key_hash=hash_key("k"))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=120) as c:
+            assert (await c.get("/health")).status_code == 200  # while the model loads
+            await app.state.gateway.wait_started()
             assert (await c.get("/ready")).status_code == 200
             cards = (await c.get("/v1/models")).json()["data"]
             assert cards[0]["id"] == name and cards[0]["max_model_len"] == 1024

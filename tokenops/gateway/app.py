@@ -1,7 +1,8 @@
 """The FastAPI app: OpenAI-compatible ``/v1`` endpoints, health, ``/metrics`` and the admin API.
 
 ``create_app(settings, backends=None)`` builds it; the lifespan starts the
-backends and engine telemetry and, on shutdown, drains in-flight requests.
+backends (in the background: ``/ready`` says when they are loaded) and engine
+telemetry and, on shutdown, drains in-flight requests.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def create_app(settings: Settings | None = None, backends: Any = None, *, store:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await gateway.start()
+        gateway.begin()  # models load in the background; /health answers meanwhile
         try:
             yield
         finally:

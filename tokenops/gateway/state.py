@@ -57,11 +57,24 @@ class Gateway:
         self.is_ready = False
         self.is_draining = False
         self._lock = threading.Lock()  # on_finish (event loop) vs stats() (admin thread)
+        self._start_task: asyncio.Task | None = None
 
     # -- lifecycle --------------------------------------------------------
 
+    def begin(self) -> None:
+        """Start the backends in the background: /health answers at once, /ready (and
+        requests) once the models are loaded. :meth:`wait_started` awaits it."""
+        if self._start_task is None:
+            self._start_task = asyncio.get_running_loop().create_task(self.start(), name="tokenops-start-backends")
+
+    async def wait_started(self) -> None:
+        if self._start_task is None:
+            self.begin()
+        assert self._start_task is not None
+        await asyncio.shield(self._start_task)
+
     async def start(self) -> None:
-        """Start every backend (in parallel); the server answers /health meanwhile."""
+        """Start every backend (in parallel)."""
         hooks.configure(self.settings)
         self.tunable_values = self._initial_tunables()
         self.engine_telemetry.start()
@@ -80,6 +93,8 @@ class Gateway:
             await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
+        if self._start_task is not None and not self._start_task.done():
+            self._start_task.cancel()
         await self.engine_telemetry.stop()
         for rs in self.replicas.values():
             for r in rs:
