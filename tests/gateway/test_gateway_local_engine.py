@@ -55,6 +55,10 @@ async def test_openai_client_on_the_bundled_engine():
             assert [len(ch.choices[0].logprobs.tokens) for ch in token_chunks] == [1] * 5
             assert chunks[-1].usage.completion_tokens == 5
 
+            two = await client.completions.create(model=name, prompt="hello", max_tokens=3, n=2, seed=5,
+                                                  extra_body={"ignore_eos": True})
+            assert sorted(c.index for c in two.choices) == [0, 1] and two.usage.completion_tokens == 6
+
             with pytest.raises(openai.BadRequestError) as e:
                 await client.completions.create(model=name, prompt="word " * 1200, max_tokens=4)
             assert e.value.body["code"] == "context_length_exceeded"
