@@ -83,7 +83,7 @@ def test_sink_window_keeps_generating_with_bounded_blocks(tiny_llama_dir):
     outs, peak, per_seq, engine = _generate_long(tiny_llama_dir, 80, kv_sink_tokens=4, kv_window_tokens=16)
     assert [len(o) for o in outs] == [80] * 3
     assert per_seq <= SinkWindowPolicy(4, 16).max_blocks(4) + 1  # +1: the slot of the token being computed
-    assert peak <= 3 * (SinkWindowPolicy(4, 16).max_blocks(4) + 1) < base_peak / 4
+    assert peak <= 3 * (SinkWindowPolicy(4, 16).max_blocks(4) + 1) < base_peak / 2
     assert engine.stats()["kv_policy_evicted_blocks"] > 0
     # until the first eviction (context 5 + 18 tokens) the outputs are the full-cache ones
     assert all(o[:18] == b[:18] for o, b in zip(outs, base))
