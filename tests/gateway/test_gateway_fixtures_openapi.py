@@ -34,3 +34,12 @@ async def test_openapi_schema_documents_the_openai_routes(gateway):
     for path in ("/v1/completions", "/v1/models", "/health", "/ready", "/metrics", "/admin/stats", "/admin/tunables"):
         assert path in schema["paths"], path
     assert (await gateway.get("/docs")).status_code == 200
+
+
+async def test_plugins_see_headers_but_not_credentials(gateway, fake_backend):
+    r = await gateway.post("/v1/chat/completions", headers={"X-Session-Id": "s-42", "Authorization": "Bearer secret"},
+                           json={"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200
+    seen = fake_backend.requests[-1]
+    assert seen.session_id == "s-42" and seen.headers["x-session-id"] == "s-42"
+    assert "authorization" not in seen.headers

@@ -28,6 +28,8 @@ from tokenops.gateway.state import Gateway
 from tokenops.types import GatewayRequest
 
 _JSON = "application/json"
+#: Credentials never travel further than authentication (plugins see the other headers).
+_SECRET_HEADERS = ("authorization", "x-api-key", "x-admin-key", "cookie")
 
 
 def _group(backends: Any) -> dict[str, list[Replica]]:
@@ -126,6 +128,8 @@ async def _handle(request: Request, build) -> Response:
     greq: GatewayRequest = build(data, gw.settings.gateway.default_max_tokens)
     greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
     greq.api_key_id = key_id
+    greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
+    greq.session_id = greq.headers.get("x-session-id") or greq.session_id
     if greq.stream:
         return await _stream(gw, greq)
     response, rec = await gw.pipeline.respond(greq)
