@@ -66,7 +66,19 @@ _ENGINE_COUNTERS = {
     "prefix_cache_queries_total": ("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
     "prefix_cache_hits_total": ("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
     "num_preemptions_total": ("num_preemptions", "Cumulative number of preemptions from the engine."),
+    # speculative decoding (engines with speculative set; nested under stats["spec_decode"])
+    "spec_decode_num_drafts_total": ("spec_decode.num_drafts", "Number of spec decoding drafts."),
+    "spec_decode_num_draft_tokens_total": ("spec_decode.num_draft_tokens", "Number of draft tokens."),
+    "spec_decode_num_accepted_tokens_total": ("spec_decode.num_accepted_tokens", "Number of accepted tokens."),
 }
+
+
+def _stat(stats: dict[str, Any] | None, key: str) -> Any:
+    """``stats[key]``, following dots into nested dicts (None when absent)."""
+    value: Any = stats
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def _label(value: str) -> str:
@@ -128,7 +140,7 @@ class PrometheusMetrics:
                 full = PREFIX + name
                 out += [f"# HELP {full} {doc}", f"# TYPE {full} {kind}"]
                 for model in sorted(engine_stats):
-                    values = [s.get(key) for s in engine_stats[model] if s and s.get(key) is not None]
+                    values = [_stat(s, key) for s in engine_stats[model] if _stat(s, key) is not None]
                     if not values:
                         continue
                     value = sum(values) / len(values) if key == "kv_cache_usage" else sum(values)
