@@ -217,9 +217,10 @@ class LLMEngine:
                            touched: dict[str, RequestState]) -> None:
         import torch
 
-        index = torch.tensor(rows, device=logits.device)
+        if rows != list(range(logits.shape[0])):  # the common case (every row sampled once) copies nothing
+            logits = logits.index_select(0, torch.tensor(rows, device=logits.device))
         try:
-            sampled = self.sampler.sample(logits.index_select(0, index), seqs)
+            sampled = self.sampler.sample(logits, seqs)
         except Exception as e:  # e.g. NaN logits: fail these requests, keep the engine up
             for seq in seqs:
                 self._fail(seq.request_id, f"sampling failed: {type(e).__name__}: {e}", None)
