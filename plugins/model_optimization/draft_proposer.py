@@ -48,6 +48,8 @@ class DraftModelProposer:
         from tokenops.engine.sampling import Sampler
 
         if runner is None:
+            if not config.draft_model:
+                raise ValueError("speculative = 'draft' needs draft_model (a local model folder with the target's tokenizer)")
             draft_config = replace(config, model=config.draft_model, model_name=None, speculative=None,
                                    draft_model=None, max_model_len=None)
             runner = ModelRunner(draft_config)

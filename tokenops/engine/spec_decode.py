@@ -129,6 +129,11 @@ class SpecDecoder:
         proposer = get_proposer(engine.config)
         if proposer is None:
             raise ValueError(f"no plugin provides the speculative proposer {engine.config.speculative!r}")
+        draft_runner = getattr(proposer, "runner", None)
+        target_vocab = getattr(engine.runner, "vocab_size", None)
+        if draft_runner is not None and target_vocab is not None and draft_runner.vocab_size != target_vocab:
+            raise ValueError(f"the draft model's vocabulary ({draft_runner.vocab_size}) differs from the target's "
+                             f"({target_vocab}); the draft must share the target's tokenizer")
         return cls(engine, proposer)
 
     # -- before scheduling ------------------------------------------------------------
