@@ -203,3 +203,18 @@ async def test_client_disconnect_mid_stream_aborts_the_backend_request(thread_se
             await asyncio.sleep(0.02)
         assert app.state.gateway.recent[-1].status == 499
         assert app.state.gateway.pipeline.num_in_flight == 0
+
+
+async def test_a_stream_closed_before_anyone_iterates_still_aborts_and_records():
+    from tokenops.types import GatewayRequest
+
+    backend = FakeBackend(reply=" ".join(["tok"] * 50), delay_s=0.01)
+    async with gateway_client([backend]) as c:
+        pipeline = c.gateway.pipeline
+        request = GatewayRequest(kind="completion", model="fake-model", body={"model": "fake-model"}, prompt="x",
+                                 stream=True, max_tokens=50)
+        deltas, rec = await pipeline.open_stream(request)
+        assert pipeline.num_in_flight == 1
+        await deltas.aclose()  # as when the client is gone before the first byte
+        assert pipeline.num_in_flight == 0 and backend.aborted == [request.id]
+        assert c.gateway.recent[-1] is rec and rec.status == 499

@@ -166,8 +166,23 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
             yield writer.usage(prompt or 0, completion or 0, (usage.cached_tokens if usage else rec.tokens_cached) or 0)
         yield DONE
 
-    return StreamingResponse(body(), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+    return _EventStream(body(), deltas, media_type="text/event-stream",
+                        headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+class _EventStream(StreamingResponse):
+    """SSE response that always closes the request's delta stream, even when the
+    client left before the body started (the engine request is aborted then too)."""
+
+    def __init__(self, content: Any, deltas: Any, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._deltas = deltas
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._deltas.aclose()
 
 
 def _install_openai_routes(app: FastAPI) -> None:

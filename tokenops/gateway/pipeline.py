@@ -201,7 +201,7 @@ class Pipeline:
 
     # -- streamed ---------------------------------------------------------
 
-    async def open_stream(self, request: GatewayRequest) -> tuple[AsyncIterator[Delta], RequestRecord]:
+    async def open_stream(self, request: GatewayRequest) -> tuple[DeltaStream, RequestRecord]:
         """Everything up to the first delta; the returned iterator yields all deltas
         and finishes the record when it ends (or is closed)."""
         rec = self.new_record(request)
@@ -210,11 +210,11 @@ class Pipeline:
             cached = self._admit_and_lookup(request, rec)
             if cached is not None:
                 self._account(rec, "", cached)
-                return self._replay(rec, cached), rec
+                return await DeltaStream.start(self._replay(rec, cached)), rec
             decision = self._route(request, rec)
             if decision.members or decision.escalate_to:  # needs whole answers: run, then replay
                 response = await self.answer(request, rec, decision)
-                return self._replay(rec, response), rec
+                return await DeltaStream.start(self._replay(rec, response)), rec
 
             async def step(r: Replica) -> tuple[AsyncIterator[Delta], Delta | None]:
                 it = r.backend.stream(request).__aiter__()
@@ -236,7 +236,7 @@ class Pipeline:
             self.finish(rec, 499 if _is_cancel(e) else 500, f"{type(e).__name__}: {e}")
             raise
         replica.in_flight += 1
-        return self._deltas(request, rec, replica, it, first, t0), rec
+        return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0)), rec
 
     async def _deltas(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,
                       it: AsyncIterator[Delta], first: Delta | None, t0: float) -> AsyncIterator[Delta]:
@@ -306,6 +306,39 @@ class Pipeline:
         finally:
             self.num_in_flight -= 1
             self.finish(rec, 200)
+
+
+class DeltaStream:
+    """A started delta generator: its ``finally`` (abort the backend, finish the record)
+    is armed, so ``aclose()`` cleans up even when nobody iterated (a client gone before
+    the first byte). An unstarted async generator would skip its ``finally`` entirely."""
+
+    def __init__(self, head: Delta | None, gen: Any) -> None:
+        self._head = head
+        self._gen = gen
+
+    @classmethod
+    async def start(cls, gen: Any) -> DeltaStream:
+        try:
+            return cls(await gen.__anext__(), gen)
+        except StopAsyncIteration:
+            return cls(None, None)
+
+    def __aiter__(self) -> DeltaStream:
+        return self
+
+    async def __anext__(self) -> Delta:
+        if self._head is not None:
+            head, self._head = self._head, None
+            return head
+        if self._gen is None:
+            raise StopAsyncIteration
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        self._head = None
+        if self._gen is not None:
+            await self._gen.aclose()
 
 
 def _is_cancel(e: BaseException) -> bool:
