@@ -218,3 +218,31 @@ def test_config_validation():
         EngineConfig(speculative="medusa")
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         EngineConfig(speculative="ngram", num_speculative_tokens=0)
+
+
+def test_plugin_settings_enable_speculation():
+    import tokenops_plugins.model_optimization.ngram_proposer as plugin
+
+    class Settings:
+        def __init__(self, conf):
+            self.conf = conf
+
+        def plugin_settings(self, name):
+            return self.conf if name == "speculative" else {}
+
+    saved = dict(plugin._conf)
+    try:
+        plugin.tokenops_configure(Settings({"method": "ngram", "num_tokens": 3, "max_ngram": 2}))
+        config = EngineConfig()
+        plugin.tokenops_engine_config(config)
+        assert (config.speculative, config.num_speculative_tokens) == ("ngram", 3)
+        proposer = plugin.tokenops_draft_proposer(config)
+        assert proposer.max_ngram == 2
+        explicit = EngineConfig(speculative="draft", draft_model="d")
+        plugin.tokenops_engine_config(explicit)  # an explicit engine setting wins
+        assert explicit.speculative == "draft" and plugin.tokenops_draft_proposer(explicit) is None
+        with pytest.raises(ValueError, match="method"):
+            plugin.tokenops_configure(Settings({"method": "medusa"}))
+    finally:
+        plugin._conf.clear()
+        plugin._conf.update(saved)
