@@ -11,8 +11,10 @@ Two workloads, each run with and without speculation on the same engine settings
   proposing for the demo target (``tokenops/demo_models/target``) on held-out
   ShareGPT user prompts.
 
-Speed is generated tokens per second of wall time over the whole run (prefill
-included; prompts are short next to 128 generated tokens). Run::
+Speed is generated tokens per second of wall time (prefill included). The base and
+speculative engines process the same groups of ``batch`` prompts alternately (ABBA),
+so the load swings of a shared machine hit both alike; batch 8 runs at least two
+groups (prompts repeated when needed). Run::
 
     .venv/bin/python tests/benchmarks/speculative.py                 # both, batch 1 and 8
     .venv/bin/python tests/benchmarks/speculative.py --methods ngram --batch-sizes 1
@@ -71,7 +73,7 @@ def draft_prompts(tok, convs, num: int) -> list[list[int]]:
     return prompts
 
 
-def run(model: Path, prompts, batch: int, max_tokens: int, threads: int, **spec) -> tuple[float, list, dict]:
+def make_engine(model: Path, batch: int, threads: int, **spec):
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.engine import LLMEngine
     from tokenops.engine.sampling import SamplingParams
@@ -79,13 +81,28 @@ def run(model: Path, prompts, batch: int, max_tokens: int, threads: int, **spec)
     config = EngineConfig(model=str(model), device="cpu", torch_threads=threads, max_num_seqs=batch,
                           max_num_batched_tokens=1024, kv_cache_tokens=16384, **spec)
     engine = LLMEngine(config)
+    engine.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4))  # warm-up
+    return engine
+
+
+def compare(model: Path, prompts, batch: int, max_tokens: int, threads: int, **spec):
+    """Base and speculative engines run the same groups of ``batch`` prompts in turn
+    (ABBA order), so load swings on the shared machine hit both alike."""
+    from tokenops.engine.sampling import SamplingParams
+
+    engines = {"base": make_engine(model, batch, threads), "spec": make_engine(model, batch, threads, **spec)}
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    engine.generate([prompts[0]], SamplingParams(temperature=0, max_tokens=4))  # warm-up
-    start = time.perf_counter()
-    outs = engine.generate(prompts, params)
-    wall = time.perf_counter() - start
-    num_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-    return num_tokens / wall, [o.outputs[0].token_ids for o in outs], engine.stats().get("spec_decode", {})
+    times = {"base": 0.0, "spec": 0.0}
+    tokens = {"base": [], "spec": []}
+    for g, start in enumerate(range(0, len(prompts), batch)):
+        group = prompts[start:start + batch]
+        for name in (("base", "spec") if g % 2 == 0 else ("spec", "base")):
+            t = time.perf_counter()
+            outs = engines[name].generate(group, params)
+            times[name] += time.perf_counter() - t
+            tokens[name] += [o.outputs[0].token_ids for o in outs]
+    rates = {n: sum(len(t) for t in tokens[n]) / times[n] for n in times}
+    return rates["base"], rates["spec"], tokens["base"] == tokens["spec"], engines["spec"].stats()["spec_decode"]
 
 
 def main() -> None:
@@ -123,11 +140,11 @@ def main() -> None:
         if method == "draft":
             spec["draft_model"] = str(draft)
         for batch in [int(b) for b in args.batch_sizes.split(",")]:
-            base_rate, base_out, _ = run(target, prompts, batch, args.max_tokens, args.threads)
-            spec_rate, spec_out, stats = run(target, prompts, batch, args.max_tokens, args.threads, **spec)
+            group_prompts = prompts * max(1, (2 * batch) // len(prompts)) if batch > len(prompts) // 2 else prompts
+            base_rate, spec_rate, same, stats = compare(target, group_prompts, batch, args.max_tokens, args.threads, **spec)
             print(f"{method:<7}{batch:>6}{base_rate:>12.1f}{spec_rate:>12.1f}{spec_rate / base_rate:>9.2f}x"
                   f"{stats['acceptance_rate']:>8.2f}{stats['mean_acceptance_length']:>10.2f}"
-                  f"{str(base_out == spec_out):>10}", flush=True)
+                  f"{str(same):>10}", flush=True)
             print(f"#   accepted per position {stats['accepted_per_position']}, drafts {stats['num_drafts']}, "
                   f"proposer time {stats['propose_time_s']:.1f}s", flush=True)
 
