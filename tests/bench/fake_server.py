@@ -41,6 +41,9 @@ class FakeEngine:
     per_token_s: float = 0.0001
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 512
+    enable_prefix_caching: bool = True
+    #: Extra cost of every step while prefix caching is on (lets a test make a non-default winner).
+    prefix_caching_cost_s: float = 0.0
     waiting: list = field(default_factory=list)
     running: list = field(default_factory=list)
     num_steps: int = 0
@@ -64,7 +67,8 @@ class FakeEngine:
                     prefills.append((s, n))
                     budget -= n
             num_tokens = len(decodes) + sum(n for _, n in prefills)
-            await asyncio.sleep(self.base_s + self.per_token_s * num_tokens)
+            extra = self.prefix_caching_cost_s if self.enable_prefix_caching else 0.0
+            await asyncio.sleep(self.base_s + self.per_token_s * num_tokens + extra)
             self.num_steps += 1
             for s, n in prefills:
                 s.num_prefilled += n
@@ -143,7 +147,8 @@ def create_fake_app(engine: FakeEngine, admin_key: str = "test-admin", send_usag
 
     def _current() -> list[dict]:
         values = {"engine.max_num_seqs": engine.max_num_seqs,
-                  "engine.max_num_batched_tokens": engine.max_num_batched_tokens}
+                  "engine.max_num_batched_tokens": engine.max_num_batched_tokens,
+                  "engine.enable_prefix_caching": engine.enable_prefix_caching}
         return [{**t.to_dict(), "value": values.get(t.name, t.default)} for t in registry]
 
     @app.get("/admin/tunables")

@@ -146,16 +146,33 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--slo", action="append", default=None)
-    ap.add_argument("--input-len", type=int, default=256)
+    ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--cost", help="c0,c_tok,c_ctx in seconds instead of calibrating")
+    ap.add_argument("--ladder", choices=("registry", "small"), default="registry",
+                    help="registry: each tunable's own ladder around its default (span 4); "
+                         "small: batches below the defaults (max_num_seqs 2..32, max_num_batched_tokens 32..512)")
     args = ap.parse_args()
-    slos = parse_slos(args.slo or ["p95=1000ms", "tpot_p95=120ms"])
-    cost, how = calibrate()
+    if args.cost:
+        c0, c_tok, c_ctx = (float(x) for x in args.cost.split(","))
+        cost, how = {"c0": c0, "c_tok": c_tok, "c_ctx": c_ctx}, "given with --cost"
+    else:
+        cost, how = calibrate()
     print(f"step cost model: {how}: c0={cost['c0'] * 1000:.2f} ms, {cost['c_tok'] * 1e6:.0f} us/token, "
-          f"{cost['c_ctx'] * 1e9:.1f} ns/context-token")
+          f"{cost['c_ctx'] * 1e9:.1f} ns/context-token (repeat with --cost {cost['c0']:.6g},{cost['c_tok']:.6g},"
+          f"{cost['c_ctx']:.6g})")
+    if args.slo:
+        slos = parse_slos(args.slo)
+    else:
+        # scaled to the calibrated engine: TTFT within 8 unloaded prefills, TPOT within 4 steps of 8 decodes
+        prefill = cost["c0"] + cost["c_tok"] * args.input_len
+        decode8 = cost["c0"] + 8 * cost["c_tok"] + 8 * (args.input_len + args.output_len / 2) * cost["c_ctx"]
+        slos = parse_slos([f"p95={8 * prefill * 1000:.0f}ms", f"tpot_p95={4 * decode8 * 1000:.0f}ms"])
     names = ["engine.max_num_batched_tokens", "engine.max_num_seqs"]
-    space = SearchSpace.build(get_tunables(), include_restart=False, only=names, span=4)
+    overrides = None if args.ladder == "registry" else {
+        "engine.max_num_seqs": [2, 4, 8, 16, 32], "engine.max_num_batched_tokens": [32, 64, 128, 256, 512]}
+    space = SearchSpace.build(get_tunables(), include_restart=False, only=names, span=4, overrides=overrides)
     assert space.names == names and space.size == 25, (space.names, space.size)
     print("space: " + "; ".join(f"{d.name} {d.values}" for d in space.dims) + f" ({space.size} configurations)")
     print(f"SLO {', '.join(s.label for s in slos)}; workload {args.input_len} in / {args.output_len} out tokens, Poisson")
@@ -197,6 +214,16 @@ def main() -> int:
               f"{true:.3f} ({true / best if best else 0:.1%} of best) {'OK' if ok else 'MISS'}")
     print(f"success rate: {wins}/{args.seeds} seeds found a configuration within 5% of the grid's best "
           f"using {max_trials} trials ({max_trials / space.size:.0%} of the grid)")
+    # peer in the same run: random search with the same budget (the default plus random picks), from the grid
+    keys = list(grid)
+    default_key = space.key(space.default())
+    num_near = sum(1 for k in keys if grid[k] >= 0.95 * best)
+    rng = np.random.default_rng(0)
+    num_random = 1000
+    hits = sum(max(grid[keys[i]] for i in rng.choice(len(keys), max_trials - 1, replace=False).tolist()
+                   + [keys.index(default_key)]) >= 0.95 * best for _ in range(num_random))
+    print(f"baseline: random search with the same {max_trials} trials succeeds {hits / num_random:.0%} of the time "
+          f"({num_near} of {len(keys)} configurations are within 5% of the best)")
     return 0
 
 

@@ -63,3 +63,24 @@ def test_tune_user_errors():
     assert r.exit_code != 0
     r = runner.invoke(build_app(), ["tune", "--slo", "p95=1s", "--launch", "--apply"])
     assert r.exit_code != 0
+
+
+def test_tune_finds_a_better_non_default_and_validates_it(tmp_path):
+    # prefix caching (on by default) costs 60 ms a step here and 4 slots bind, so turning it off must win:
+    # capacity about 4 / (8 tokens * 64 ms) = 8 req/s against about 100 req/s
+    engine = FakeEngine(base_s=0.004, per_token_s=0.0001, max_num_seqs=4, prefix_caching_cost_s=0.06)
+    with FakeServer(engine) as s:
+        r = CliRunner().invoke(build_app(), [
+            "tune", "--url", s.url, "--admin-key", "test-admin", "--slo", "p95=400ms", "--budget", "2",
+            "--only", "engine.enable_prefix_caching", "--validate", "--no-store", "--profile-dir", str(tmp_path),
+            "--json", "--input-len", "16", "--output-len", "8", "--measure-seconds", "0.5", "--min-requests", "10",
+            "--max-measurements", "3", "--start-rate", "5"], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        assert engine.enable_prefix_caching is True  # restored
+    out = json.loads(r.stdout)
+    assert out["trials"][0]["params"] == {"engine.enable_prefix_caching": True}
+    assert out["best"]["params"] == {"engine.enable_prefix_caching": False}
+    assert out["ratio"] > 1.3
+    names = [(v["name"], v["met"]) for v in out["validation"]]
+    assert names == [("default", False), ("winner", True)]
+    assert all(v["rate"] == out["best"]["goodput"] for v in out["validation"])

@@ -71,6 +71,7 @@ def register(app: typer.Typer) -> None:
         start_rate: Annotated[Optional[float], typer.Option("--start-rate", help="First rate tried (default: probed).")] = None,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the search, workload and arrivals.")] = 0,
         apply: Annotated[bool, typer.Option("--apply", help="Push the winner to the running server (--url).")] = False,
+        validate: Annotated[bool, typer.Option("--validate", help="Afterwards re-measure default and winner back to back at the winner's goodput (extra time).")] = False,
         profile_dir: Annotated[str, typer.Option("--profile-dir", help="Where the winner's profile is written.")] = "profiles/engines",
         store: StoreOpt = None,
         no_store: Annotated[bool, typer.Option("--no-store", help="Do not save trials in the store.")] = False,
@@ -103,7 +104,7 @@ def register(app: typer.Typer) -> None:
                                   "max_input_len": max_input_len, "max_output_len": max_output_len},
                 seed=seed, only=only or [], exclude=exclude or [], overrides=_parse_params(param or []),
                 measure_s=measure_s, min_requests=min_requests, start_rate=start_rate,
-                bracket=BracketConfig(max_measurements=max_measurements))
+                bracket=BracketConfig(max_measurements=max_measurements), validate=validate)
         except (TuneError, ValueError) as e:
             raise UserError(str(e)) from None
         err = Console(stderr=True)
@@ -154,6 +155,7 @@ def register(app: typer.Typer) -> None:
                 "space": {d.name: d.values for d in report.space.dims},
                 "default": default.to_dict() if default else None, "best": best.to_dict() if best else None,
                 "ratio": out.ratio, "profile": str(profile) if profile else None, "applied": report.applied,
+                "validation": report.validation,
                 "trials": [t.to_dict() for t in out.trials]}, indent=1, default=str))
             return
         console = Console()
@@ -166,6 +168,10 @@ def register(app: typer.Typer) -> None:
             console.print(f"default goodput {default.goodput:.3g} req/s; winner (trial {best.number}) "
                           f"{best.goodput:.3g} req/s = {rtxt} the default", highlight=False)
             console.print(f"winner: {_short(best.params, report.space.default())}", markup=False, highlight=False)
+        for v in report.validation:
+            vals = ", ".join(f"{k}={'-' if x is None else f'{x * 1000:.0f}ms'}" for k, x in v["slo"].items())
+            console.print(f"validation at {v['rate']:.3g} req/s: {v['name']} {'met' if v['met'] else 'missed'} the SLO "
+                          f"({vals})", markup=False, highlight=False)
         console.print(f"{len(out.trials)} trials in {report.elapsed_s:.0f}s (stopped: {out.stopped_by})", highlight=False)
         if profile:
             console.print(f"profile written to {profile}", markup=False, highlight=False)

@@ -64,6 +64,8 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
         "goodput_ratio": round(ratio, 4) if ratio is not None and ratio != float("inf") else "inf",
         "num_trials": len(report.outcome.trials), "winner_trial": best.number,
     }
+    for v in report.validation:
+        meta[f"validation_{v['name']}_met_at_{v['rate']:.3g}_rps".replace(".", "_")] = bool(v["met"])
     lines = [f"# Written by `tokenops tune` (study {report.study}). [tunables] holds the winning values;",
              "# live ones can be pushed with PATCH /admin/tunables, engine ones also go in tokenops.toml [engine].",
              "", "[tune]"]

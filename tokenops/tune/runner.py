@@ -51,6 +51,8 @@ class TunePlan:
     endpoint: str = "chat"
     ignore_eos: bool = True
     bracket: BracketConfig = field(default_factory=BracketConfig)
+    #: After the study, measure the default and the winner back to back at the winner's goodput.
+    validate: bool = False
 
     def __post_init__(self) -> None:
         if not self.slos:
@@ -70,6 +72,8 @@ class TuneReport:
     plan: TunePlan
     elapsed_s: float
     applied: dict[str, Any] = field(default_factory=dict)
+    #: Back-to-back re-measurements (``--validate``): name, params, rate, met, slo values.
+    validation: list[dict[str, Any]] = field(default_factory=list)
 
 
 class TuneSession:
@@ -183,13 +187,23 @@ class TuneSession:
                 return find_goodput(fn, start, p.bracket, incumbent, stop)
 
             outcome = Tuner(space, evaluate, p.budget, p.seed, on_trial=self.on_trial).run(started=t0)
+            validation = []
+            best = outcome.best
+            if p.validate and best is not None and best.number != 0:
+                self.on_status(f"validating at {best.goodput:.3g}/s: the default, then the winner, same arrivals")
+                for name, params in (("default", space.default()), ("winner", best.params)):
+                    self._apply(params)
+                    s = fn(best.goodput, 2)
+                    validation.append({"name": name, "params": params, "rate": best.goodput, "met": s.is_slo_met,
+                                       "achieved_rps": s.request_rate, "errors": s.num_errors,
+                                       "slo": {r["label"]: r["value_s"] for r in s.slo}})
             if p.url and self.original:
                 restore = {k: self.original[k] for k in space.names if k in self.original}
                 self.admin.patch(restore)
         finally:
             if self.server is not None:
                 self.server.stop()
-        return TuneReport(study, model, outcome, space, p, time.monotonic() - t0)
+        return TuneReport(study, model, outcome, space, p, time.monotonic() - t0, validation=validation)
 
     def close(self) -> None:
         if self.admin is not None:
