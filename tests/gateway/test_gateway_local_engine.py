@@ -45,6 +45,8 @@ async def test_openai_client_on_the_bundled_engine():
                                                          max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
             assert again.choices[0].message.content == r.choices[0].message.content  # greedy is deterministic
             assert again.usage.prompt_tokens_details.cached_tokens > 0  # the prompt's full blocks were reused
+            other = await client.chat.completions.create(model=name, messages=prompt, max_tokens=2, user="tenant-b")
+            assert other.usage.prompt_tokens_details.cached_tokens == 0  # the tenant salts the prefix cache
 
             stream = await client.completions.create(model=name, prompt="hello", max_tokens=5, stream=True, seed=3, logprobs=0,
                                                      stream_options={"include_usage": True},
