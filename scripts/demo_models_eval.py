@@ -61,8 +61,12 @@ def classify_text(text: str) -> str:
     return "other-language" if letters and non_ascii / len(letters) > 0.3 else "english"
 
 
-def categorized_tokens(tok, heldout: list[list[dict]], num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """Held-out tokens with a category per token (segments encoded separately)."""
+def categorized_tokens(tok, heldout: list[list[dict]], num_tokens: int,
+                       max_per_conversation: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out tokens with a category per token (segments encoded separately).
+
+    At most ``max_per_conversation`` tokens are taken from each conversation so that
+    one long conversation does not stand for all of ShareGPT."""
     ids: list[int] = []
     cats: list[int] = []
 
@@ -72,6 +76,7 @@ def categorized_tokens(tok, heldout: list[list[dict]], num_tokens: int) -> tuple
         cats.extend([CATEGORIES.index(cat)] * len(enc))
 
     for messages in heldout:
+        start = len(ids)
         add(BOS, "markup")
         for m in messages:
             add(f"{IM_START}{m['role']}\n", "markup")
@@ -80,6 +85,7 @@ def categorized_tokens(tok, heldout: list[list[dict]], num_tokens: int) -> tuple
                     add(part, "code" if part.startswith("```") else classify_text(part))
             add(f"{IM_END}\n", "markup")
         add(EOS, "markup")
+        del ids[start + max_per_conversation:], cats[start + max_per_conversation:]
         if len(ids) >= num_tokens:
             break
     return np.asarray(ids[:num_tokens]), np.asarray(cats[:num_tokens])

@@ -52,6 +52,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 MAX_POSITIONS = 2048
+_SKIP_STEPS = 3  # the first steps pay one-off kernel set-up; not timed for calibration
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -79,9 +80,9 @@ class ModelSpec:
 
 
 SPECS = {
-    "target": ModelSpec("target", "llama", 256, 8, 8, 4, 704, lr=2e-3, batch_size=16),
-    "draft": ModelSpec("draft", "llama", 128, 2, 4, 2, 352, lr=3e-3, batch_size=16),
-    "moe": ModelSpec("moe", "mixtral", 192, 4, 6, 2, 256, lr=2e-3, batch_size=16,
+    "target": ModelSpec("target", "llama", 256, 8, 8, 4, 704, lr=2e-3, batch_size=8),
+    "draft": ModelSpec("draft", "llama", 128, 2, 4, 2, 352, lr=3e-3, batch_size=8),
+    "moe": ModelSpec("moe", "mixtral", 192, 4, 6, 2, 256, lr=2e-3, batch_size=8,
                      num_experts=8, num_experts_per_tok=2),
 }
 
@@ -227,8 +228,12 @@ def lr_at(step: int, num_steps: int, peak: float, num_warmup: int) -> float:
 
 
 def train_model(spec: ModelSpec, stream: np.ndarray, vocab_size: int, args, num_steps: int | None,
-                minutes: float):
-    """Train ``spec`` on random windows of ``stream``; returns (model, info)."""
+                minutes: float, teacher=None, distill_weight: float = 0.0):
+    """Train ``spec`` on random windows of ``stream``; returns (model, info).
+
+    With a ``teacher`` the loss is ``(1 - w) * CE + w * KL(teacher || model)`` per
+    token: the draft learns to predict what the target predicts, which is what
+    speculative decoding accepts."""
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     model = model_class(spec.arch)(build_config(spec, vocab_size)).float().train()
@@ -250,16 +255,26 @@ def train_model(spec: ModelSpec, stream: np.ndarray, vocab_size: int, args, num_
             group["lr"] = lr_at(step, num_steps or 10**9, spec.lr, num_warmup)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             out = model(input_ids=batch, labels=batch, output_router_logits=is_moe, use_cache=False)
+            loss = out.loss
+            if teacher is not None:
+                with torch.no_grad():
+                    teacher_logp = torch.log_softmax(teacher(input_ids=batch, use_cache=False).logits.float(), -1)
+                logp = torch.log_softmax(out.logits.float(), -1)
+                kl = torch.nn.functional.kl_div(logp.flatten(0, 1), teacher_logp.flatten(0, 1), log_target=True,
+                                                reduction="batchmean")
+                loss = (1 - distill_weight) * out.loss + distill_weight * kl
         opt.zero_grad(set_to_none=True)
-        out.loss.backward()
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(out.loss.item())
         step += 1
-        if num_steps is None and step == num_calibration:
-            per_step = (time.perf_counter() - started) / step
-            num_steps = max(num_calibration + 1, int(minutes * 60 / per_step))
-            print(f"[{spec.name}] {per_step:.2f}s/step measured over {step} steps -> {num_steps} steps "
+        if step == _SKIP_STEPS:
+            calibration_started = time.perf_counter()
+        if num_steps is None and step == _SKIP_STEPS + num_calibration:
+            per_step = (time.perf_counter() - calibration_started) / num_calibration
+            num_steps = max(step + 1, int(minutes * 60 / per_step))
+            print(f"[{spec.name}] {per_step:.2f}s/step measured over steps {_SKIP_STEPS}-{step} -> {num_steps} steps "
                   f"for {minutes} min (reproduce with --steps-{spec.name} {num_steps})", flush=True)
         if num_steps is not None and step < num_steps and time.perf_counter() - started > 1.5 * minutes * 60 \
                 and getattr(args, f"steps_{spec.name}") is None:
@@ -279,6 +294,13 @@ def train_model(spec: ModelSpec, stream: np.ndarray, vocab_size: int, args, num_
     return model.eval(), info
 
 
+def load_teacher(path: Path):
+    model = model_class("llama").from_pretrained(path, dtype=torch.float32).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
 def save_model(model, out_dir: Path, tokenizer_dir: Path) -> None:
     """bf16 safetensors + config + generation config + a copy of the tokenizer files."""
     from transformers import GenerationConfig
@@ -296,6 +318,18 @@ def save_model(model, out_dir: Path, tokenizer_dir: Path) -> None:
 # ---------------------------------------------------------------- main
 
 
+def write_report(path: Path, update: dict) -> dict:
+    """Merge ``update`` into the JSON report (models trained by earlier runs keep their entries)."""
+    report = json.loads(path.read_text()) if path.exists() else {}
+    for key, value in update.items():
+        if key == "models":
+            report.setdefault("models", {}).update(value)
+        else:
+            report[key] = value
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -305,15 +339,19 @@ def parse_args(argv=None):
     p.add_argument("--num-heldout", type=int, default=400, help="held-out conversations")
     p.add_argument("--vocab-size", type=int, default=8192)
     p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--warmup", type=int, default=50)
-    p.add_argument("--calibration-steps", type=int, default=20)
-    p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--calibration-steps", type=int, default=10)
+    p.add_argument("--log-every", type=int, default=25)
+    # One thread: on a shared, oversubscribed box two OpenMP threads spent most of
+    # their time waiting for each other (measured ~5x slower per step than one).
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
                    help="bf16 autocast during training (about 3x faster on CPUs with AMX/AVX512-BF16)")
-    for name, minutes in (("target", 20.0), ("draft", 7.0), ("moe", 12.0)):
+    for name, minutes in (("target", 24.0), ("draft", 5.0), ("moe", 11.0)):
         p.add_argument(f"--minutes-{name}", type=float, default=minutes)
         p.add_argument(f"--steps-{name}", type=int, default=None, help="exact step count (overrides minutes)")
+    p.add_argument("--distill-weight", type=float, default=0.7,
+                   help="weight of KL(target || draft) in the draft's loss (0 = plain next-token loss)")
     p.add_argument("--retrain-tokenizer", action="store_true", help="even when only some models are trained")
     p.add_argument("--report-only", action="store_true", help="evaluate the saved folders, train nothing")
     p.add_argument("--eval-windows", type=int, default=64)
@@ -353,29 +391,38 @@ def main(argv=None) -> None:
         tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
         print(f"== tokenizer: reused {tok_dir / 'tokenizer.json'}", flush=True)
     infos_path = args.out / "training_report.json"
-    report = json.loads(infos_path.read_text()) if infos_path.exists() else {}
+    trained: dict[str, dict] = {}
     if names:
         stream = encode_stream(tok, [render(m) for m in train])
         print(f"== training stream: {len(stream) / 1e6:.2f}M tokens "
               f"({num_chars / max(1, len(stream)):.2f} chars/token)", flush=True)
         for name in names:
             spec = SPECS[name]
+            teacher = None
+            if name == "draft" and args.distill_weight > 0:
+                # The target as saved (bf16 weights), trained earlier in this run or before.
+                teacher = load_teacher(args.out / "target")
+                print(f"[draft] distilled from {args.out / 'target'} with weight {args.distill_weight}", flush=True)
             model, info = train_model(spec, stream, tok.get_vocab_size(), args, getattr(args, f"steps_{name}"),
-                                      getattr(args, f"minutes_{name}"))
+                                      getattr(args, f"minutes_{name}"), teacher, args.distill_weight)
             save_model(model, args.out / name, tok_dir)
-            report.setdefault("models", {})[name] = info | {
+            trained[name] = info | {
                 "seed": args.seed, "seq_len": args.seq_len, "bf16_autocast": args.bf16, "threads": args.threads}
+            if teacher is not None:
+                trained[name]["distilled_from"] = "target"
+                trained[name]["distill_weight"] = args.distill_weight
+            write_report(infos_path, {"models": {name: trained[name]}})
             del model
         if tok_dir.name == "_tokenizer":
             for f in tok_dir.iterdir():
                 f.unlink()
             tok_dir.rmdir()
-    report["data"] = {"seed": args.seed, "train_chars": num_chars, "num_train_conversations": len(train),
-                      "num_heldout_conversations": len(heldout), "vocab_size": tok.get_vocab_size()}
     from demo_models_eval import evaluate_all
 
-    report["eval"] = evaluate_all(args.out, heldout, args)
-    infos_path.write_text(json.dumps(report, indent=2) + "\n")
+    figures = evaluate_all(args.out, heldout, args)
+    data = {"seed": args.seed, "train_chars": num_chars, "num_train_conversations": len(train),
+            "num_heldout_conversations": len(heldout), "vocab_size": tok.get_vocab_size()}
+    report = write_report(infos_path, {"data": data, "eval": figures})
     print(f"== total wall time {(time.perf_counter() - t0) / 60:.1f} min; report in {infos_path}", flush=True)
     for name, info in report.get("models", {}).items():
         print(f"== {name}: steps={info['num_steps']} (reproduce: --steps-{name} {info['num_steps']}) "
