@@ -184,11 +184,9 @@ class OpenAIBackend:
         num_tokens = 0
         usage: dict[str, Any] | None = None
         try:
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
+            async for line in _sse_data(response):
                 data = line[5:].strip()
-                if data == "[DONE]":
+                if data == b"[DONE]":
                     break
                 try:
                     chunk = json.loads(data)
@@ -221,6 +219,22 @@ class OpenAIBackend:
         yield Delta(prompt_tokens=usage.get("prompt_tokens") or 0,
                     completion_tokens=usage.get("completion_tokens") or num_tokens,
                     cached_tokens=details.get("cached_tokens") or 0)
+
+
+async def _sse_data(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The ``data:`` lines of an event stream, as bytes, each as soon as it is complete."""
+    buf = b""
+    async for chunk in response.aiter_bytes():
+        buf += chunk
+        start = 0
+        while (end := buf.find(b"\n", start)) >= 0:
+            line = buf[start:end]
+            start = end + 1
+            if line.startswith(b"data:"):
+                yield line
+        buf = buf[start:]
+    if buf.startswith(b"data:"):
+        yield buf
 
 
 def _count_tokens(kind: str, logprobs: Any, text: str) -> int:
