@@ -246,3 +246,29 @@ def test_plugin_settings_enable_speculation():
     finally:
         plugin._conf.clear()
         plugin._conf.update(saved)
+
+
+def test_async_engine_streams_speculative_tokens(tiny_llama_dir):
+    """Through AsyncLLMEngine: deltas of several tokens per step add up to the greedy output."""
+    import asyncio
+
+    from tokenops.engine.async_engine import AsyncLLMEngine
+
+    prompt = PROMPTS[1]
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    expected = _engine(tiny_llama_dir).generate([prompt], params)[0].outputs[0].token_ids
+    engine = AsyncLLMEngine(_engine(tiny_llama_dir, speculative="draft", draft_model=str(tiny_llama_dir)))
+
+    async def collect():
+        deltas = []
+        async for out in engine.generate(prompt, params):
+            deltas.append(out.outputs[0].delta_token_ids)
+        return deltas
+
+    try:
+        deltas = asyncio.run(collect())
+    finally:
+        engine.shutdown()
+    assert [t for d in deltas for t in d] == expected
+    assert max(len(d) for d in deltas) > 1  # some steps emitted several tokens
+    assert engine.stats()["spec_decode"]["num_accepted_tokens"] > 0
