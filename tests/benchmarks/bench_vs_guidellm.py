@@ -23,7 +23,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path("/tmp/tokenops-guidellm-venv")
-TOKENIZER = ROOT / "tokenops" / "demo_models" / "_tokenizer"
+def _tokenizer_dir() -> Path:
+    """A folder with the bundled demo model's tokenizer.json, for GuideLLM's synthetic prompts."""
+    for p in sorted((ROOT / "tokenops" / "demo_models").glob("*/tokenizer.json")):
+        return p.parent
+    raise FileNotFoundError("no demo model tokenizer under tokenops/demo_models")
 
 
 def ensure_guidellm(venv: Path) -> tuple[Path | None, str]:
@@ -58,7 +62,7 @@ def run_guidellm(exe: Path, url: str, concurrency: int, num: int, input_len: int
            "--profile", f"kind=concurrent,streams={concurrency}",
            "--constraint", f"kind=max_requests,count={num}",
            "--data", f"kind=synthetic_text,prompt_tokens={input_len},output_tokens={output_len}",
-           "--tokenizer", f"kind=huggingface_auto,model={TOKENIZER}",
+           "--tokenizer", f"kind=huggingface_auto,model={_tokenizer_dir()}",
            "--output", f"kind=json,path={out}", "--disable-progress"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     if r.returncode != 0 or not out.is_file():
@@ -85,6 +89,9 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--venv", default=str(VENV))
+    ap.add_argument("--step-ms", type=float, default=20.0,
+                    help="fake server step time; TTFT is quantised to it, so small client timing differences "
+                         "in closed loops show up as whole steps")
     args = ap.parse_args()
     exe, how = ensure_guidellm(Path(args.venv))
     if exe is None:
@@ -97,12 +104,14 @@ def main() -> int:
     if url is None:
         # a separate process, so neither load generator shares an interpreter with the server
         code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from fake_server import FakeEngine, FakeServer; "
-                "s = FakeServer(FakeEngine(base_s=0.02, per_token_s=0.0, max_num_seqs=int(sys.argv[2]))).__enter__(); "
+                "s = FakeServer(FakeEngine(base_s=float(sys.argv[3]), per_token_s=0.0, max_num_seqs=int(sys.argv[2])))"
+                ".__enter__(); "
                 "print(s.url, flush=True); time.sleep(3600)")
-        server = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tests" / "bench"), str(args.concurrency)],
+        server = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tests" / "bench"), str(args.concurrency),
+                                   str(args.step_ms / 1000)],
                                   stdout=subprocess.PIPE, text=True)
         url = server.stdout.readline().strip()
-        print(f"target: fake server {url} in its own process (20 ms per engine step, prompt tokens free, "
+        print(f"target: fake server {url} in its own process ({args.step_ms:g} ms per engine step, prompt tokens free, "
               f"{args.concurrency} slots)")
     else:
         print(f"target: {url}")
