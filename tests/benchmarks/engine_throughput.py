@@ -21,9 +21,9 @@ Printed figures (output tokens per second of wall time):
       each batch runs to its longest output; only the requested tokens count);
   (c) HF ``generate`` one request at a time (on the first ``--sequential-requests``;
       sequential throughput does not depend on how many requests are run).
-Then the TTFT of the second turn of multi-turn ShareGPT conversations with prefix
-caching on vs off (the follow-up prompt is the first turn's prompt + generated tokens +
-the next user turn, token for token, as a chat client sends back the history).
+Then the TTFT of the follow-up turns (2nd to 4th) of multi-turn ShareGPT conversations
+with prefix caching on vs off (a follow-up prompt is the history so far, prompts and
+generated tokens token for token as a chat client sends it back, plus the next user turn).
 
 Run: ``python tests/benchmarks/engine_throughput.py`` (``--quick`` for a small run).
 """
@@ -166,10 +166,12 @@ def run_hf(model, requests, batch_size: int) -> tuple[Timer, int, list[list[int]
     return timer, sum(out for _, out in requests), outputs
 
 
-def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output: int,
-                   caching: bool) -> list[tuple[float, float, float, int]]:
-    """(wall s, CPU s, cached fraction, prompt tokens) of the first token of the second
-    turn of ``num_convs`` multi-turn conversations, each run alone on an idle engine."""
+def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output: int, caching: bool,
+                   max_turns: int = 4) -> list[tuple[float, float, float, int]]:
+    """(wall s, CPU s, cached fraction, prompt tokens) to the first token of every
+    follow-up turn (2 .. ``max_turns``) of ``num_convs`` multi-turn conversations, each
+    conversation run alone on an idle engine. A follow-up prompt is the history so far
+    (prompts and generated tokens, token for token) plus the next user turn."""
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.engine import LLMEngine
     from tokenops.engine.sampling import SamplingParams
@@ -177,24 +179,30 @@ def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output:
     engine = LLMEngine(EngineConfig(model=str(path), device="cpu", enable_prefix_caching=caching,
                                     kv_cache_tokens=16384, max_num_batched_tokens=512))
     convs = [c for c in conversations(num_convs * 8) if len(c) >= 2][:num_convs]
+    bos_text = tok.apply_chat_template([], add_generation_prompt=False)
     ttfts = []
     for k, conv in enumerate(convs):
-        (user1, reply1), (user2, _) = conv[0], conv[1]
-        ids1 = tok.encode(tok.apply_chat_template([{"role": "user", "content": user1}]),
-                          add_special_tokens=False)[-max_prompt:]
-        n1 = min(max_output, max(4, len(tok.encode(reply1, add_special_tokens=False))))
-        first = engine.generate([ids1], SamplingParams(temperature=0, max_tokens=n1, ignore_eos=True))[0]
-        turn2 = tok.encode("<|im_end|>\n" + tok.apply_chat_template([{"role": "user", "content": user2}])
-                           .removeprefix(tok.apply_chat_template([], add_generation_prompt=False)),
-                           add_special_tokens=False)[:max_prompt]
-        ids2 = ids1 + first.outputs[0].token_ids + turn2
-        outs = []
-        with Timer() as timer:
-            engine.add_request(f"turn2-{k}", ids2, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
+        history: list[int] = []
+        for turn, (user, reply) in enumerate(conv[:max_turns]):
+            text = tok.apply_chat_template([{"role": "user", "content": user}])
+            if turn == 0:
+                ids = tok.encode(text, add_special_tokens=False)[-max_prompt:]
+            else:  # close the assistant turn, then the next user turn
+                ids = history + tok.encode("<|im_end|>\n" + text.removeprefix(bos_text),
+                                           add_special_tokens=False)[:max_prompt]
+            num_out = min(max_output, max(4, len(tok.encode(reply, add_special_tokens=False))))
+            engine.add_request(f"conv{k}-turn{turn}", ids, SamplingParams(temperature=0, max_tokens=num_out,
+                                                                          ignore_eos=True))
+            final, first_at = None, None
+            wall0, cpu0 = time.perf_counter(), time.process_time()
             while engine.has_unfinished():
-                outs += engine.step()
-        # max_tokens=1: the request ends with its first token
-        ttfts.append((timer.wall, timer.cpu, outs[-1].num_cached_tokens / len(ids2), len(ids2)))
+                for out in engine.step():
+                    if first_at is None and out.outputs[0].token_ids:
+                        first_at = (time.perf_counter() - wall0, time.process_time() - cpu0)
+                    final = out
+            if turn > 0:
+                ttfts.append((*first_at, final.num_cached_tokens / len(ids), len(ids)))
+            history = ids + final.outputs[0].token_ids
     return ttfts
 
 
@@ -277,7 +285,7 @@ def main() -> None:
               f"{statistics.mean(t[2] for t in on):.0%} of them served from the prefix cache when on")
         for kind, i in (("wall", 0), ("CPU", 1)):
             a, b = [t[i] * 1000 for t in on], [t[i] * 1000 for t in off]
-            print(f"follow-up turn TTFT ({kind}) over {len(on)} conversations: prefix caching on median "
+            print(f"follow-up turn TTFT ({kind}) over {len(on)} turns of {args.ttft_conversations} conversations: prefix caching on median "
                   f"{statistics.median(a):.0f} ms (mean {statistics.mean(a):.0f}), off median "
                   f"{statistics.median(b):.0f} ms (mean {statistics.mean(b):.0f}); "
                   f"{statistics.median(b) / statistics.median(a):.1f}x lower with caching (goal >= 3x)")
