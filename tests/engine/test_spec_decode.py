@@ -272,3 +272,22 @@ def test_async_engine_streams_speculative_tokens(tiny_llama_dir):
     assert [t for d in deltas for t in d] == expected
     assert max(len(d) for d in deltas) > 1  # some steps emitted several tokens
     assert engine.stats()["spec_decode"]["num_accepted_tokens"] > 0
+
+
+def test_logprobs_and_stop_tokens_match_plain_decoding(tiny_llama_dir):
+    """Tokens accepted several per step still get their own logprobs, and a stop token
+    in the middle of an accepted run ends the output exactly there."""
+    prompt = PROMPTS[2]
+    probe = _engine(tiny_llama_dir).generate([prompt], SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))
+    stop = probe[0].outputs[0].token_ids[9]
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=2, stop_token_ids=[stop])
+    base = _engine(tiny_llama_dir).generate([prompt], params)[0].outputs[0]
+    engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(tiny_llama_dir))
+    spec = engine.generate([prompt], params)[0].outputs[0]
+    assert engine.stats()["spec_decode"]["num_accepted_tokens"] > 0
+    assert spec.token_ids == base.token_ids and spec.finish_reason == base.finish_reason == "stop"
+    assert [e["token_id"] for e in spec.logprobs] == [e["token_id"] for e in base.logprobs]
+    for a, b in zip(spec.logprobs, base.logprobs):
+        assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-4)
+        assert [t["token_id"] for t in a["top"]] == [t["token_id"] for t in b["top"]]
+    assert engine.scheduler.block_manager.num_used_blocks == 0
