@@ -291,3 +291,30 @@ def test_logprobs_and_stop_tokens_match_plain_decoding(tiny_llama_dir):
         assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-4)
         assert [t["token_id"] for t in a["top"]] == [t["token_id"] for t in b["top"]]
     assert engine.scheduler.block_manager.num_used_blocks == 0
+
+
+DEMO = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DEMO / "draft" / "model.safetensors").exists(), reason="demo models not built")
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_demo_models_greedy_identical(method):
+    from tokenops.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(DEMO / "target")
+    texts = ["Write a Python function that reverses a string.", "What is the capital of France?",
+             "Repeat after me: the quick brown fox jumps over the lazy dog, the quick brown fox."]
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": t}]), add_special_tokens=False)
+               for t in texts]
+    params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+
+    def run(**kw):
+        engine = LLMEngine(EngineConfig(model=str(DEMO / "target"), device="cpu", torch_threads=1,
+                                        kv_cache_tokens=2048, max_num_batched_tokens=64, **kw))
+        return [o.outputs[0].token_ids for o in engine.generate(prompts, params)], engine
+
+    base, _ = run()
+    spec, engine = run(speculative=method, draft_model=str(DEMO / "draft"))
+    assert spec == base
+    assert engine.stats()["spec_decode"]["num_accepted_tokens"] > 0
