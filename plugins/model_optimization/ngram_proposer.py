@@ -84,6 +84,14 @@ def tokenops_configure(settings):
     method = conf.get("method")
     if method not in (None, "off", *METHODS):
         raise ValueError(f"[plugins.speculative] method must be one of {METHODS} or 'off', not {method!r}")
+    for key in ("num_tokens", "min_ngram", "max_ngram"):
+        value = conf.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"[plugins.speculative] {key} must be an integer >= 1, not {value!r}")
+    if conf.get("min_ngram", _conf["min_ngram"]) > conf.get("max_ngram", _conf["max_ngram"]):
+        raise ValueError("[plugins.speculative] min_ngram must be <= max_ngram")
+    if method == "draft" and not (conf.get("draft_model") or _conf["draft_model"]):
+        raise ValueError("[plugins.speculative] method = 'draft' needs draft_model (a local model folder)")
     _conf.update({k: conf[k] for k in ("num_tokens", "min_ngram", "max_ngram", "draft_model") if k in conf})
     _conf["method"] = None if method in (None, "off") else method
 

@@ -243,6 +243,10 @@ def test_plugin_settings_enable_speculation():
         assert explicit.speculative == "draft" and plugin.tokenops_draft_proposer(explicit) is None
         with pytest.raises(ValueError, match="method"):
             plugin.tokenops_configure(Settings({"method": "medusa"}))
+        with pytest.raises(ValueError, match="num_tokens"):
+            plugin.tokenops_configure(Settings({"method": "ngram", "num_tokens": 0}))
+        with pytest.raises(ValueError, match="draft_model"):
+            plugin.tokenops_configure(Settings({"method": "draft"}))
     finally:
         plugin._conf.clear()
         plugin._conf.update(saved)
