@@ -164,3 +164,21 @@ async def test_prefix_aware_routing_through_the_gateway():
         load_balance.apply({"routing.replica_policy": "round_robin"})
         load_balance.selector.tracker.reset()
         load_balance.selector.prefix_index.clear()
+
+
+async def test_rate_limit_queue_mode_waits_in_the_gateway_instead_of_refusing():
+    """Admission runs off the event loop, so queue mode really waits for a slot."""
+    import asyncio
+
+    from tokenops.ratelimit.config import Limit, RateLimitConfig
+    from tokenops_plugins.compute_network import rate_limit
+
+    rate_limit.configure(RateLimitConfig(enabled=True, mode="queue", queue_timeout_s=5.0,
+                                         defaults={"tenant": Limit(max_concurrency=1)}))
+    try:
+        async with gateway_client([FakeBackend("big", "big#0", reply="ok", delay_s=0.3)]) as client:
+            replies = await asyncio.gather(*(client.post("/v1/chat/completions", json=_body()) for _ in range(3)))
+            assert [r.status_code for r in replies] == [200, 200, 200]
+            assert rate_limit.limiter.num_pending == 0
+    finally:
+        rate_limit.configure(RateLimitConfig())

@@ -10,6 +10,7 @@ delta before anything is sent, so errors up to that point keep their HTTP status
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -61,13 +62,14 @@ class Pipeline:
 
     # -- steps ------------------------------------------------------------
 
-    def _admit_and_lookup(self, request: GatewayRequest, rec: RequestRecord) -> GatewayResponse | None:
-        rejection = hooks.get_rejection(request)
+    async def _admit_and_lookup(self, request: GatewayRequest, rec: RequestRecord) -> GatewayResponse | None:
+        # Off the event loop: a rate limiter may queue (sleep) and a semantic cache embeds text.
+        rejection = await asyncio.to_thread(hooks.get_rejection, request)
         if rejection is not None:
             request.decisions["admit"] = {"rejected": rejection.code}
             headers = {"retry-after": str(max(1, round(rejection.retry_after_s)))} if rejection.retry_after_s else None
             raise APIError(rejection.status, rejection.message, code=rejection.code, headers=headers)
-        cached = hooks.get_cached_response(request)
+        cached = await asyncio.to_thread(hooks.get_cached_response, request)
         request.decisions["cache"] = "hit" if cached is not None else "miss"
         if cached is not None:
             rec.is_cache_hit = True
@@ -180,7 +182,7 @@ class Pipeline:
         rec = self.new_record(request)
         self.num_in_flight += 1
         try:
-            response = self._admit_and_lookup(request, rec)
+            response = await self._admit_and_lookup(request, rec)
             if response is None:
                 response = await self.answer(request, rec, self._route(request, rec))
             else:
@@ -207,7 +209,7 @@ class Pipeline:
         rec = self.new_record(request)
         self.num_in_flight += 1
         try:
-            cached = self._admit_and_lookup(request, rec)
+            cached = await self._admit_and_lookup(request, rec)
             if cached is not None:
                 self._account(rec, "", cached)
                 return await DeltaStream.start(self._replay(rec, cached)), rec
@@ -288,7 +290,10 @@ class Pipeline:
                 rec.cost_usd += self.cost(replica.model, rec.tokens_in, rec.tokens_out)
                 self._after(request, replica, response, t0)
             else:
-                hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, "error"))
+                # A client that went away is not the replica's failure (breakers must not count it).
+                is_replica_ok = status == 499
+                hooks.report_outcome(replica.name, BackendOutcome(is_replica_ok, time.perf_counter() - t0,
+                                                                  "client_disconnected" if is_replica_ok else "error"))
             self.finish(rec, status, error, error_kind)
 
     async def _replay(self, rec: RequestRecord, response: GatewayResponse) -> AsyncIterator[Delta]:
