@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 from tokenops.gateway import hooks
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.records import RequestRecord
-from tokenops.types import GatewayRequest, GatewayResponse, RouteDecision
+import dataclasses
+
+from tokenops.types import EnsembleFollowUp, GatewayRequest, GatewayResponse, RouteDecision
 
 if TYPE_CHECKING:
     from tokenops.gateway.pipeline import Pipeline
@@ -48,6 +50,14 @@ async def run_ensemble(pipeline: Pipeline, request: GatewayRequest, rec: Request
             raise first
         raise APIError(502, f"every ensemble member failed: {failures}", code="ensemble_failed")
     combined = hooks.get_ensemble(request, [a for _, a in answers]) or answers[0][1]
+    if isinstance(combined, EnsembleFollowUp):  # a judge or an aggregator has the last word
+        request.decisions["ensemble"]["follow_up"] = combined.model
+        follow = dataclasses.replace(
+            request, kind="chat", messages=combined.messages, stream=False, max_tokens=combined.max_tokens,
+            body={**request.body, "messages": combined.messages, "max_tokens": combined.max_tokens, "n": 1},
+            decisions={}, attempts=[])
+        answer, _ = await pipeline.call_model(follow, rec, combined.model)
+        combined = combined.finish(answer)
     rec.model_served = decision.model
     rec.backend = "ensemble"
     return combined
