@@ -106,9 +106,9 @@ def test_recent_requests_newest_first_with_limit(seeded):
 def test_route_reasons(seeded):
     rows = seeded.run_query("route_reasons", since="all")["rows"]
     assert rows == [
-        ["auto", "a", "cost", "cheap", 5, pytest.approx(0.625), 1],
-        ["b", "b", "name", "by-name", 2, pytest.approx(0.25), 0],
-        ["a", None, "name", "by-name", 1, pytest.approx(0.125), 0],
+        ["auto", "a", "cost", "cheap", 5, pytest.approx(0.625), 1, None],
+        ["b", "b", "name", "by-name", 2, pytest.approx(0.25), 0, None],
+        ["a", None, "name", "by-name", 1, pytest.approx(0.125), 0, None],
     ]
 
 

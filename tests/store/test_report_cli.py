@@ -86,3 +86,23 @@ def test_report_reads_the_store_path_from_the_environment(app, tmp_path, monkeyp
     monkeypatch.setenv("TOKENOPS_STORE", str(path))
     data = json.loads(_invoke(app, "--since", "all", "--json").output)
     assert data["store"] == str(path) and data["requests"] == 4
+
+
+def test_report_shows_routing_escalations_and_ensemble_members(app, tmp_path):
+    path = tmp_path / "r.duckdb"
+    with Store.open(path) as store:
+        w = store.writer()
+        w.write_many("requests", [
+            {"id": "c1", "ts": epoch(DAY1), "model_requested": "cascade", "model_served": "big", "router": "cascade",
+             "route_reason": "cascade: tier 1 of 2:escalated", "escalated": True, "status": "ok"},
+            {"id": "e1", "ts": epoch(DAY1) + 1, "model_requested": "ensemble:vote", "model_served": "small",
+             "router": "ensemble", "route_reason": "ensemble: vote over 3", "ensemble_members": ["small", "small", "small"],
+             "status": "ok"},
+        ])
+    data = json.loads(_invoke(app, "--store", str(path), "--since", "2026-11-01", "--json").output)
+    routes = [dict(zip(data["route_reasons"]["columns"], r)) for r in data["route_reasons"]["rows"]]
+    by_router = {r["router"]: r for r in routes}
+    assert by_router["cascade"]["escalated"] == 1 and by_router["cascade"]["model_served"] == "big"
+    assert json.loads(by_router["ensemble"]["ensemble_members"]) == ["small", "small", "small"]
+    text = _invoke(app, "--store", str(path), "--since", "2026-11-01").output
+    assert "Routing" in text and "ensemble: vote over 3" in text and "cascade" in text

@@ -49,6 +49,7 @@ def collect_report(path: str, since: str) -> dict[str, Any]:
         report["requests"], report["tokens_in"], report["tokens_out"], report["cost_usd"] = totals
         report["usage_by_model_day"] = store.run_query("usage_by_model_day", since=start)
         report["cache_hit_rates"] = store.run_query("cache_hit_rates", since=start)
+        report["route_reasons"] = store.run_query("route_reasons", since=start)
     return report
 
 
@@ -87,6 +88,16 @@ def _print_tables(report: dict[str, Any]) -> None:
         table.add_column(col, justify="left" if col in ("cache", "model") else "right")
     for cache_name, model, lookups, hits, rate in cache["rows"]:
         table.add_row(cache_name, str(model), str(lookups), str(hits), "-" if rate is None else f"{rate:.1%}")
+    console.print(table)
+    routes = report["route_reasons"]
+    table = Table(title="Routing (requested -> served, router, reason; escalations; ensemble members)", box=box.SIMPLE_HEAD)
+    for col in ("asked", "served", "router", "reason", "req", "share", "escalated", "ensemble"):
+        table.add_column(col, justify="right" if col in ("req", "share", "escalated") else "left")
+    ix = {c: i for i, c in enumerate(routes["columns"])}
+    for row in routes["rows"]:
+        table.add_row(str(row[ix["model_requested"]]), str(row[ix["model_served"]]), str(row[ix["router"]] or "-"),
+                      str(row[ix["route_reason"]] or "-"), str(row[ix["requests"]]), f"{row[ix['share']]:.1%}",
+                      str(row[ix["escalated"]]), str(row[ix["ensemble_members"]] or "-"))
     console.print(table)
 
 

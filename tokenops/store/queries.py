@@ -143,7 +143,8 @@ _QUERIES = [
         """
         SELECT model_requested, model_served, router, route_reason, count(*) AS requests,
                count(*) / sum(count(*)) OVER () AS share,
-               count(*) FILTER (WHERE escalated) AS escalated
+               count(*) FILTER (WHERE escalated) AS escalated,
+               max(ensemble_members) AS ensemble_members
         FROM requests WHERE ts >= $since
         GROUP BY ALL ORDER BY requests DESC, model_served, route_reason
         """,
