@@ -53,6 +53,22 @@ class PlacementPlan:
     def balancedness_after(self) -> list[float]:
         return [layer.balancedness for layer in self.layers]
 
+    def summary(self) -> dict:
+        """A compact view for dashboards: worst layer before/after and hot experts."""
+        hot = []
+        for i, layer in enumerate(self.layers):
+            reps = ", ".join(f"e{e}x{c}" for e, c in enumerate(layer.replicas) if c > 1)
+            if reps:
+                hot.append(f"L{i}: {reps}")
+        return {
+            "strategy": self.strategy,
+            "devices": self.num_devices,
+            "redundant": self.num_redundant,
+            "max_imbalance_before": max(self.balancedness_before),
+            "max_imbalance_after": max(self.balancedness_after),
+            "replicated": "; ".join(hot) or "none",
+        }
+
     def to_dict(self) -> dict:
         return {
             "strategy": self.strategy,

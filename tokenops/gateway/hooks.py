@@ -54,3 +54,7 @@ def configure(settings: Any) -> None:
 
 def get_ensemble(request: GatewayRequest, responses: list[GatewayResponse]) -> GatewayResponse | None:
     return hook().tokenops_ensemble(request=request, responses=responses)
+
+
+def get_expert_plan(load: list[list[float]], num_devices: int, num_redundant: int, num_nodes: int = 1) -> Any:
+    return hook().tokenops_expert_placement(load=load, num_devices=num_devices, num_redundant=num_redundant, num_nodes=num_nodes)
