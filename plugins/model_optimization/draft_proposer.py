@@ -43,7 +43,7 @@ class _DraftState:
 class DraftModelProposer:
     """Proposals from a draft model sharing the target's block tables."""
 
-    def __init__(self, config: Any, runner: Any = None) -> None:
+    def __init__(self, config: Any, runner: Any = None, min_confidence: float = 0.0) -> None:
         from tokenops.engine.model_runner import ModelRunner
         from tokenops.engine.sampling import Sampler
 
@@ -58,6 +58,9 @@ class DraftModelProposer:
         assert runner.block_size == config.block_size and runner.num_blocks == config.num_kv_blocks, \
             "the draft cache must have the target's geometry"
         self.sampler = Sampler(config.seed)
+        #: Stop a proposal at a token the draft gives less than this probability (0 = never):
+        #: such tokens are mostly rejected, so drafting and verifying them is wasted work.
+        self.min_confidence = min_confidence
         self._states: dict[int, _DraftState] = {}
 
     def _state(self, seq: Any) -> _DraftState:
@@ -85,19 +88,32 @@ class DraftModelProposer:
                 chunks.append(ChunkInput(tokens[state.num_computed:], state.num_computed, seq.block_table))
             logits = self.runner.execute(chunks)
             picked = self._pick(logits, [seqs[i] for i in active])
+            confident = self._confident(logits, picked)
+            stopped = set()
             for row, i in enumerate(active):
                 token, probs = picked[row]
                 states[i].num_computed = chunks[row].end_pos
+                if not confident[row]:
+                    stopped.add(i)
+                    continue
                 proposals[i].token_ids.append(token)
                 if probs is not None:
                     proposals[i].probs.append(probs)
             step += 1
-            active = [i for i in active if len(proposals[i].token_ids) < num_tokens[i]]
+            active = [i for i in active if i not in stopped and len(proposals[i].token_ids) < num_tokens[i]]
         for seq, state, proposal in zip(seqs, states, proposals):
             state.blocks = tuple(seq.block_table[: -(-state.num_computed // self.block_size)])
             if isinstance(proposal.probs, list):
                 proposal.probs = torch.stack(proposal.probs) if proposal.probs else None
         return proposals
+
+    def _confident(self, logits: Any, picked: list[tuple[int, Any]]) -> list[bool]:
+        if self.min_confidence <= 0:
+            return [True] * len(picked)
+        # greedy requests only: for sampled ones, a stop that depends on the drawn token
+        # would change the proposal distribution the rejection sampler relies on
+        probs = logits.float().softmax(dim=-1)
+        return [q is not None or float(probs[row, t]) >= self.min_confidence for row, (t, q) in enumerate(picked)]
 
     def _pick(self, logits: Any, seqs: list[Any]) -> list[tuple[int, Any]]:
         import torch
@@ -134,4 +150,6 @@ class DraftModelProposer:
 def tokenops_draft_proposer(config):
     if getattr(config, "speculative", None) != "draft":
         return None
-    return DraftModelProposer(config)
+    from tokenops_plugins.model_optimization.ngram_proposer import settings
+
+    return DraftModelProposer(config, min_confidence=float(settings().get("draft_min_confidence", 0.0)))

@@ -15,6 +15,7 @@ or in ``tokenops.toml``::
     min_ngram = 1
     max_ngram = 4
     draft_model = "path/to/draft"   # method = "draft" only
+    draft_min_confidence = 0.0      # draft only: stop a proposal at a token the draft gives < this probability
 
 Tunables (restart): ``speculative.method``, ``speculative.num_tokens``.
 The draft-model proposer lives in ``draft_proposer.py``; this module owns the shared
@@ -31,7 +32,13 @@ from tokenops.tunables import Tunable
 TOKENOPS_LAYER = "model_optimization"
 METHODS = ("ngram", "draft")
 
-_conf: dict[str, Any] = {"method": None, "num_tokens": 4, "min_ngram": 1, "max_ngram": 4, "draft_model": None}
+_conf: dict[str, Any] = {"method": None, "num_tokens": 4, "min_ngram": 1, "max_ngram": 4, "draft_model": None,
+                         "draft_min_confidence": 0.0}
+
+
+def settings() -> dict[str, Any]:
+    """The ``[plugins.speculative]`` settings in effect (shared with the draft proposer)."""
+    return dict(_conf)
 
 
 class NgramProposer:
@@ -92,7 +99,11 @@ def tokenops_configure(settings):
         raise ValueError("[plugins.speculative] min_ngram must be <= max_ngram")
     if method == "draft" and not (conf.get("draft_model") or _conf["draft_model"]):
         raise ValueError("[plugins.speculative] method = 'draft' needs draft_model (a local model folder)")
-    _conf.update({k: conf[k] for k in ("num_tokens", "min_ngram", "max_ngram", "draft_model") if k in conf})
+    confidence = conf.get("draft_min_confidence", 0.0)
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:
+        raise ValueError("[plugins.speculative] draft_min_confidence must be a number in [0, 1)")
+    _conf.update({k: conf[k] for k in ("num_tokens", "min_ngram", "max_ngram", "draft_model", "draft_min_confidence")
+                  if k in conf})
     _conf["method"] = None if method in (None, "off") else method
 
 

@@ -113,6 +113,8 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--min-confidence", type=float, default=0.0,
+                   help="draft proposer: stop a proposal below this draft probability")
     args = p.parse_args()
     import os
 
@@ -127,7 +129,8 @@ def main() -> None:
     tok = Tokenizer.from_dir(target)
     convs = heldout_messages(200)
     print(f"# conditions: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, torch threads {args.threads}, "
-          f"greedy, {args.requests} requests x {args.max_tokens} tokens, k={args.k} (adaptive)")
+          f"greedy, {args.requests} requests x {args.max_tokens} tokens, k={args.k} (adaptive), "
+          f"draft min confidence {args.min_confidence}")
     print(f"{'method':<7}{'batch':>6}{'base tok/s':>12}{'spec tok/s':>12}{'speed-up':>10}{'accept':>8}"
           f"{'mean len':>10}{'identical':>10}")
     for method in args.methods.split(","):
@@ -139,6 +142,9 @@ def main() -> None:
         spec = dict(speculative=method, num_speculative_tokens=args.k)
         if method == "draft":
             spec["draft_model"] = str(draft)
+            import tokenops_plugins.model_optimization.ngram_proposer as settings_plugin
+
+            settings_plugin._conf["draft_min_confidence"] = args.min_confidence
         for batch in [int(b) for b in args.batch_sizes.split(",")]:
             group_prompts = prompts * max(1, (2 * batch) // len(prompts)) if batch > len(prompts) // 2 else prompts
             base_rate, spec_rate, same, stats = compare(target, group_prompts, batch, args.max_tokens, args.threads, **spec)

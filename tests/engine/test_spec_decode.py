@@ -322,3 +322,21 @@ def test_demo_models_greedy_identical(method):
     spec, engine = run(speculative=method, draft_model=str(DEMO / "draft"))
     assert spec == base
     assert engine.stats()["spec_decode"]["num_accepted_tokens"] > 0
+
+
+def test_draft_min_confidence_cuts_proposals_and_stays_exact(tiny_llama_dir, draft_dir):
+    import tokenops_plugins.model_optimization.ngram_proposer as settings_plugin
+
+    base = _greedy(_engine(tiny_llama_dir))
+    saved = settings_plugin._conf["draft_min_confidence"]
+    settings_plugin._conf["draft_min_confidence"] = 0.3
+    try:
+        engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(draft_dir))
+    finally:
+        settings_plugin._conf["draft_min_confidence"] = saved
+    assert engine.spec_decoder.proposer.min_confidence == 0.3
+    assert _greedy(engine) == base
+    stats = engine.stats()["spec_decode"]
+    unconstrained = _engine(tiny_llama_dir, speculative="draft", draft_model=str(draft_dir))
+    _greedy(unconstrained)
+    assert stats["num_draft_tokens"] < unconstrained.stats()["spec_decode"]["num_draft_tokens"]
