@@ -105,6 +105,11 @@ async def test_numbers_shown_equal_admin_stats(server):
         assert heatmaps == {n: m for n, m in matrices.items() if m}
         if not heatmaps:
             assert "No MoE model" in app.screen_text()
+        plans = {n: e["eplb"] for n, e in stats["engines"].items() if e.get("eplb")}
+        assert bool(plans) == bool(heatmaps)  # every MoE replica with load gets an EPLB plan
+        text = app.screen_text()
+        for name, plan in plans.items():
+            assert f"{name} · EPLB plan" in text and str(plan["devices"]) in text
 
         await pilot.press("6")
         usage = app.screen.query_one("#usage_by_model_day", DataTable)
