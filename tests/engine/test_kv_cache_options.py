@@ -114,9 +114,9 @@ def test_config_rejects_bad_kv_options():
 def test_sink_window_with_ngram_speculation_and_int8(tiny_llama_dir):
     from tokenops_plugins.model_optimization.kv_policy import SinkWindowPolicy
 
-    outs, _, per_seq, engine = _generate_long(tiny_llama_dir, 60, kv_sink_tokens=4, kv_window_tokens=16,
+    outs, _, per_seq, engine = _generate_long(tiny_llama_dir, 40, kv_sink_tokens=4, kv_window_tokens=16,
                                               speculative="ngram", kv_cache_dtype="int8")
-    assert [len(o) for o in outs] == [60] * 3
+    assert [len(o) for o in outs] == [40] * 3
     assert per_seq <= SinkWindowPolicy(4, 16).max_blocks(4) + 1
     assert engine.stats()["kv_policy_evicted_blocks"] > 0
     assert engine.scheduler.block_manager.num_used_blocks == 0
