@@ -24,6 +24,7 @@ Enable: ``EngineConfig(kv_sink_tokens=4, kv_window_tokens=256)`` or in
     [plugins.kv_policy]
     sink_tokens = 4
     window_tokens = 256
+    cache_dtype = "int8"    # also: the int8 KV cache (tokenops/engine/kv_quant.py)
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "model_optimization"
 
-_conf: dict[str, int] = {"sink_tokens": 0, "window_tokens": 0}
+_conf: dict[str, Any] = {"sink_tokens": 0, "window_tokens": 0, "cache_dtype": "auto"}
 
 
 class SinkWindowPolicy:
@@ -75,10 +76,16 @@ def tokenops_configure(settings):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"[plugins.kv_policy] {key} must be an integer >= 0")
             _conf[key] = value
+    if "cache_dtype" in conf:
+        if conf["cache_dtype"] not in ("auto", "int8"):
+            raise ValueError("[plugins.kv_policy] cache_dtype must be 'auto' or 'int8'")
+        _conf["cache_dtype"] = conf["cache_dtype"]
 
 
 @hookimpl
 def tokenops_engine_config(config):
+    if _conf["cache_dtype"] != "auto" and getattr(config, "kv_cache_dtype", "auto") == "auto":
+        config.kv_cache_dtype = _conf["cache_dtype"]
     if _conf["window_tokens"] and not getattr(config, "kv_window_tokens", 0):
         config.kv_window_tokens = _conf["window_tokens"]
         config.kv_sink_tokens = _conf["sink_tokens"]

@@ -120,3 +120,24 @@ def test_sink_window_with_ngram_speculation_and_int8(tiny_llama_dir):
     assert per_seq <= SinkWindowPolicy(4, 16).max_blocks(4) + 1
     assert engine.stats()["kv_policy_evicted_blocks"] > 0
     assert engine.scheduler.block_manager.num_used_blocks == 0
+
+
+def test_kv_plugin_settings_reach_the_engine_config():
+    import tokenops_plugins.model_optimization.kv_policy as plugin
+
+    class Settings:
+        def plugin_settings(self, name):
+            return {"sink_tokens": 4, "window_tokens": 64, "cache_dtype": "int8"} if name == "kv_policy" else {}
+
+    saved = dict(plugin._conf)
+    try:
+        plugin.tokenops_configure(Settings())
+        config = EngineConfig()
+        plugin.tokenops_engine_config(config)
+        assert (config.kv_sink_tokens, config.kv_window_tokens, config.kv_cache_dtype) == (4, 64, "int8")
+        policy = plugin.tokenops_kv_policy(config)
+        assert (policy.num_sink_tokens, policy.window) == (4, 64)
+        assert plugin.tokenops_kv_policy(EngineConfig()) is None
+    finally:
+        plugin._conf.clear()
+        plugin._conf.update(saved)
