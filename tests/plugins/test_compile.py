@@ -11,7 +11,7 @@ def enabled():
     s.plugins["compile"] = {"enabled": True}
     compile_plugin.tokenops_configure(s)
     yield
-    compile_plugin._conf.update({"enabled": False, "mode": "default", "dynamic": True})
+    compile_plugin._conf.update({"enabled": False, "mode": "default", "dynamic": True, "scope": "mlp"})
 
 
 def test_off_by_default():
@@ -25,8 +25,24 @@ def test_bad_mode_rejected():
         compile_plugin.tokenops_configure(s)
 
 
+def test_mlp_scope_compiles_only_stable_modules(enabled):
+    class GatedMLP(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    class Attention(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    model = torch.nn.Sequential(GatedMLP(), Attention())
+    compile_plugin.tokenops_compile_model(model)
+    assert "forward" in vars(model[0])  # the feed-forward's forward is replaced by a compiled one
+    assert "forward" not in vars(model[1])  # attention stays eager
+
+
 @pytest.mark.slow
 def test_compiled_forward_matches_eager(enabled):
+    compile_plugin._conf["scope"] = "model"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     x = torch.randn(3, 8)
