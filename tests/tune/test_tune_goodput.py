@@ -89,3 +89,14 @@ def test_a_lucky_pass_is_not_kept():
     assert res.status == "complete" and res.goodput <= q.knee
     assert any(p.rate == 10.0 and p.repeat == 1 and not p.is_met for p in res.points)
     assert res.goodput >= 0.5 * q.knee and res.points[-1].repeat == 1 and res.points[-1].is_met
+
+
+def test_passes_that_fail_their_repeat_are_unconfirmed():
+    q = Queue(10.0)
+
+    def flaky(rate, repeat=0):
+        return summary_for(0.1 if repeat == 0 else 1.0)  # every first look passes, every repeat fails
+
+    res = find_goodput(flaky, 4.0, BracketConfig(max_measurements=3))
+    assert res.status == "unconfirmed" and res.goodput == 4.0 and res.objective == 4.0
+    assert any(p.repeat == 1 and not p.is_met for p in res.points)

@@ -47,7 +47,9 @@ class RatePoint:
 @dataclass(slots=True)
 class GoodputResult:
     """``goodput``: highest measured passing rate (0 when none passed).
-    ``status``: complete | pruned (cannot beat the incumbent) | infeasible (no rate passed)."""
+    ``status``: complete | pruned (cannot beat the incumbent) | infeasible (no rate passed) |
+    unconfirmed (``goodput`` passed once but its repeat failed or was not measured before the
+    measurements ran out; such a trial informs the search but cannot win)."""
 
     goodput: float
     status: str
@@ -150,15 +152,18 @@ def find_goodput(measure: MeasureFn, start_rate: float, cfg: BracketConfig | Non
             else:
                 hi = p
         if lo is None:
-            return done("infeasible", None, hi)
+            # passes that did not survive their repeat are not goodput, but neither is this infeasible
+            return done("unconfirmed" if any(p.is_met for p in points) else "infeasible", None, hi)
         while budget_left() and hi is not None and hi.rate / lo.rate > 1 + cfg.rel_tol:
             p = probe(_crossing(lo, hi))
             if p.is_met:
                 lo = p
             else:
                 hi = p
-        if not cfg.is_confirmed or lo.rate in confirmed or not budget_left(extra=2):
+        if not cfg.is_confirmed:
             return done("complete", lo, hi)
+        if lo.rate in confirmed or not budget_left(extra=2):
+            return done("unconfirmed", lo, hi)  # a winner must have passed twice
         again = probe(lo.rate, repeat=1)
         if again.is_met:
             return done("complete", lo, hi)
