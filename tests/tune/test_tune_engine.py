@@ -18,7 +18,7 @@ def test_tune_launches_the_bundled_engine(tmp_path):
         "--profile-dir", str(tmp_path), "--json"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["model"] == "tokenops-random-llama"
+    assert out["model"].startswith("tokenops")  # the embedded demo model, whichever ships
     assert out["trials"][0]["params"] == {"engine.max_num_seqs": 32}
     assert out["trials"][0]["status"] == "complete" and out["trials"][0]["goodput"] >= 0.5
     assert len(out["trials"]) == 2
