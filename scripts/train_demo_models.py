@@ -228,12 +228,14 @@ def lr_at(step: int, num_steps: int, peak: float, num_warmup: int) -> float:
 
 
 def train_model(spec: ModelSpec, stream: np.ndarray, vocab_size: int, args, num_steps: int | None,
-                minutes: float, teacher=None, distill_weight: float = 0.0):
+                minutes: float, teacher=None, distill_weight: float = 0.0, extra_stream: np.ndarray | None = None):
     """Train ``spec`` on random windows of ``stream``; returns (model, info).
 
     With a ``teacher`` the loss is ``(1 - w) * CE + w * KL(teacher || model)`` per
     token: the draft learns to predict what the target predicts, which is what
-    speculative decoding accepts."""
+    speculative decoding accepts. With ``extra_stream`` (the teacher's own greedy
+    continuations) half of each batch comes from it: those are the contexts the
+    draft sees when it proposes tokens for the target."""
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     model = model_class(spec.arch)(build_config(spec, vocab_size)).float().train()
@@ -250,7 +252,11 @@ def train_model(spec: ModelSpec, stream: np.ndarray, vocab_size: int, args, num_
     step, losses = 0, []
     while num_steps is None or step < num_steps:
         starts = rng.integers(0, len(stream) - args.seq_len - 1, size=spec.batch_size)
-        batch = torch.from_numpy(np.stack([stream[s:s + args.seq_len] for s in starts]).astype(np.int64))
+        rows = [stream[s:s + args.seq_len] for s in starts]
+        if extra_stream is not None:
+            extra_starts = rng.integers(0, len(extra_stream) - args.seq_len - 1, size=spec.batch_size // 2)
+            rows[:len(extra_starts)] = [extra_stream[s:s + args.seq_len] for s in extra_starts]
+        batch = torch.from_numpy(np.stack(rows).astype(np.int64))
         for group in opt.param_groups:
             group["lr"] = lr_at(step, num_steps or 10**9, spec.lr, num_warmup)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
@@ -299,6 +305,29 @@ def load_teacher(path: Path):
     for p in model.parameters():
         p.requires_grad_(False)
     return model
+
+
+@torch.no_grad()
+def teacher_generations(teacher, tok, train: list[list[dict]], num: int, num_new: int = 96) -> np.ndarray:
+    """Greedy continuations by ``teacher`` of the first user turns of training conversations, as one stream."""
+    started = time.perf_counter()
+    eos = tok.token_to_id(EOS)
+    ids: list[int] = []
+    for messages in train:
+        first_user = next((m for m in messages if m["role"] == "user"), None)
+        if first_user is None:
+            continue
+        prompt = tok.encode(render([first_user]) + f"{IM_START}assistant\n", add_special_tokens=False).ids[:128]
+        out = teacher.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                               max_new_tokens=num_new, do_sample=False, eos_token_id=[4, 2], pad_token_id=0)
+        ids.extend(out[0].tolist())
+        ids.append(eos)
+        num -= 1
+        if num == 0:
+            break
+    print(f"[draft] {len(ids)} tokens of target greedy continuations in {time.perf_counter() - started:.0f}s",
+          flush=True)
+    return np.asarray(ids, dtype=np.int32)
 
 
 def save_model(model, out_dir: Path, tokenizer_dir: Path) -> None:
@@ -352,6 +381,8 @@ def parse_args(argv=None):
         p.add_argument(f"--steps-{name}", type=int, default=None, help="exact step count (overrides minutes)")
     p.add_argument("--distill-weight", type=float, default=0.7,
                    help="weight of KL(target || draft) in the draft's loss (0 = plain next-token loss)")
+    p.add_argument("--draft-generations", type=int, default=160,
+                   help="target greedy continuations mixed into the draft's batches (0 = none)")
     p.add_argument("--retrain-tokenizer", action="store_true", help="even when only some models are trained")
     p.add_argument("--report-only", action="store_true", help="evaluate the saved folders, train nothing")
     p.add_argument("--eval-windows", type=int, default=64)
@@ -398,19 +429,22 @@ def main(argv=None) -> None:
               f"({num_chars / max(1, len(stream)):.2f} chars/token)", flush=True)
         for name in names:
             spec = SPECS[name]
-            teacher = None
+            teacher, extra_stream = None, None
             if name == "draft" and args.distill_weight > 0:
                 # The target as saved (bf16 weights), trained earlier in this run or before.
                 teacher = load_teacher(args.out / "target")
                 print(f"[draft] distilled from {args.out / 'target'} with weight {args.distill_weight}", flush=True)
+                if args.draft_generations > 0:
+                    extra_stream = teacher_generations(teacher, tok, train, args.draft_generations)
             model, info = train_model(spec, stream, tok.get_vocab_size(), args, getattr(args, f"steps_{name}"),
-                                      getattr(args, f"minutes_{name}"), teacher, args.distill_weight)
+                                      getattr(args, f"minutes_{name}"), teacher, args.distill_weight, extra_stream)
             save_model(model, args.out / name, tok_dir)
             trained[name] = info | {
                 "seed": args.seed, "seq_len": args.seq_len, "bf16_autocast": args.bf16, "threads": args.threads}
             if teacher is not None:
                 trained[name]["distilled_from"] = "target"
                 trained[name]["distill_weight"] = args.distill_weight
+                trained[name]["teacher_generations"] = args.draft_generations
             write_report(infos_path, {"models": {name: trained[name]}})
             del model
         if tok_dir.name == "_tokenizer":

@@ -19,14 +19,6 @@ DEMO = ROOT / "tokenops" / "demo_models"
 NAMES = ("target", "draft", "moe")
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 MAX_TOTAL_BYTES = 40 * 1024 * 1024
-# An English passage in ShareGPT's register (not from the data set) to score the models on.
-PASSAGE = (
-    "<|bos|><|im_start|>user\nCan you explain how to write a function in Python that sorts a list of numbers?"
-    "<|im_end|>\n<|im_start|>assistant\nSure! Here is a simple example of a function that sorts a list of "
-    "numbers in Python. You can use the built-in sorted() function, which returns a new list with the "
-    "elements in ascending order. If you want to sort the list in place, you can use the sort() method "
-    "of the list instead. Let me know if you have any other questions.<|im_end|>\n"
-)
 
 
 @pytest.fixture(autouse=True)
@@ -103,17 +95,23 @@ def test_architectures_and_sizes(hf_models):
 
 
 def test_models_are_trained_and_target_beats_draft(hf_models):
+    """Perplexity on 8 windows of the script's held-out ShareGPT slice (never trained on)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
     from tokenizers import Tokenizer
+    from train_demo_models import encode_stream, load_conversations, render, split_data
 
+    heldout, _, _ = split_data(load_conversations(), seed=0, num_heldout=400, train_chars=0)
     tok = Tokenizer.from_file(str(DEMO / "target" / "tokenizer.json"))
-    ids = torch.tensor([tok.encode(PASSAGE, add_special_tokens=False).ids])
+    stream = encode_stream(tok, [render(m) for m in heldout])
+    windows = torch.from_numpy(stream[:8 * 256].reshape(8, 256)).long()
     ppl = {}
     with torch.no_grad():
         for name, model in hf_models.items():
-            logits = model(input_ids=ids, use_cache=False).logits[0, :-1]
-            ppl[name] = math.exp(torch.nn.functional.cross_entropy(logits, ids[0, 1:]).item())
+            logits = model(input_ids=windows, use_cache=False).logits[:, :-1]
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
+            ppl[name] = math.exp(loss.item())
     # A random model over 8192 tokens scores ~8192; trained ones far lower.
-    assert all(p < 200 for p in ppl.values()), ppl
+    assert all(p < 1000 for p in ppl.values()), ppl
     assert ppl["target"] < ppl["draft"], ppl
 
 
