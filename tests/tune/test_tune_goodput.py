@@ -100,3 +100,16 @@ def test_passes_that_fail_their_repeat_are_unconfirmed():
     res = find_goodput(flaky, 4.0, BracketConfig(max_measurements=3))
     assert res.status == "unconfirmed" and res.goodput == 4.0 and res.objective == 4.0
     assert any(p.repeat == 1 and not p.is_met for p in res.points)
+
+
+def test_a_rate_the_server_does_not_keep_up_with_fails():
+    def measure(rate, repeat=0):
+        s = summary_for(0.05)  # the percentiles pass...
+        s.latency["e2e"]["p50"] = 0.5
+        s.num_requests, s.offered_rate = 100, rate
+        s.duration_s = 99 / min(rate, 6.0) + 0.5  # ...but it never completes more than 6/s
+        return s
+
+    res = find_goodput(measure, 2.0, BracketConfig(max_measurements=8, rel_tol=0.05))
+    assert res.status == "complete" and 6.0 <= res.goodput <= 7.5
+    assert all(p.is_met == (p.rate <= 7.5) for p in res.points)

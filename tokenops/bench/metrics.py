@@ -141,6 +141,8 @@ class BenchSummary:
     is_slo_met: bool | None
     offered_rate: float | None = None
     concurrency: int | None = None
+    #: Seconds from the first request sent to the last one sent.
+    send_span_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -201,4 +203,5 @@ def summarize(
         total_input_tokens=num_in, total_output_tokens=num_out, latency=latency, slo=slo_rows,
         attainment=attainment, goodput_rps=goodput, is_slo_met=is_met,
         offered_rate=offered_rate, concurrency=concurrency,
+        send_span_s=(max(r.start_s for r in results) - min(r.start_s for r in results)) if results else None,
     )

@@ -81,6 +81,9 @@ class BracketConfig:
     #: Stop refining when hi/lo is within this factor.
     rel_tol: float = 0.1
     growth: float = 2.0
+    #: A measurement passes only if the run lasted at most 1/min_sustained of what a server that
+    #: keeps up would need (the sending span plus a median request).
+    min_sustained: float = 0.8
     min_rate: float = 0.01
     max_rate: float = 1e6
 
@@ -116,7 +119,17 @@ def find_goodput(measure: MeasureFn, start_rate: float, cfg: BracketConfig | Non
         s = measure(rate, repeat)
         ratio = s.worst_slo_ratio()
         assert ratio is not None, "goodput needs at least one SLO"
-        p = RatePoint(rate, bool(s.is_slo_met), ratio, s, repeat)
+        # a rate the server does not keep up with is not goodput, even when a short run's percentiles
+        # pass: the run may last at most 1/min_sustained of (sending span + a median request)
+        kept_up = True
+        e2e = s.latency.get("e2e", {}).get("p50")
+        if s.offered_rate and math.isfinite(s.offered_rate) and e2e is not None and s.num_requests > 1:
+            span = s.send_span_s if s.send_span_s is not None else (s.num_requests - 1) / s.offered_rate
+            expected = span + e2e
+            kept_up = s.duration_s <= expected / cfg.min_sustained
+            if not kept_up:
+                ratio = max(ratio, s.duration_s * cfg.min_sustained / expected)
+        p = RatePoint(rate, bool(s.is_slo_met) and kept_up, ratio, s, repeat)
         points.append(p)
         return p
 

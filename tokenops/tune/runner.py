@@ -45,7 +45,9 @@ class TunePlan:
     #: Each measurement lasts about ``measure_s`` seconds, with at least ``min_requests`` requests.
     measure_s: float = 10.0
     min_requests: int = 20
-    max_requests: int = 300
+    #: Cap per measurement; high enough that fast rates still run about ``measure_s`` (a short
+    #: burst would be absorbed by a large batch and pass at rates the server cannot sustain).
+    max_requests: int = 3000
     start_rate: float | None = None
     arrival: str = "poisson"
     endpoint: str = "chat"
