@@ -87,15 +87,14 @@ def write_profile(profile: dict[str, Any], results: list[dict[str, Any]], direct
             f.write(json.dumps(r) + "\n")
     if store_path:
         from tokenops.store import Store
+        from tokenops.store.models import CapabilityProfile
 
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        rows = [CapabilityProfile(model=profile["model"], dimension=dim, score=v["score"], ci_low=v["ci_low"],
+                                  ci_high=v["ci_high"], n=v["n"], updated_at=now, source=profile["source"])
+                for dim, v in profile["dimensions"].items()]
         with Store.open(store_path) as store:
-            now = datetime.now(timezone.utc).replace(tzinfo=None)
-            for dim, v in profile["dimensions"].items():
-                store.execute("DELETE FROM capability_profiles WHERE model = ? AND dimension = ?", [profile["model"], dim])
-                store.execute(
-                    "INSERT INTO capability_profiles (model, dimension, score, ci_low, ci_high, n, updated_at, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [profile["model"], dim, v["score"], v["ci_low"], v["ci_high"], v["n"], now, profile["source"]],
-                )
+            store.add(*rows)  # insert or update by (model, dimension)
     return path
 
 

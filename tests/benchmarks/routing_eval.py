@@ -204,9 +204,12 @@ def main() -> None:
         for thr, q, c, s in points[::3]:
             print(f"  t={thr:.2f}  quality {q:.3f}  saved {1 - c / c_strong:6.1%}  strong {s:6.1%}")
         print(f"  APGR {apgr([(s, q) for _, q, _, s in points], q_cheap, q_strong):.3f}")
-    ok = [r for r in rows[2:] if q_strong - r[1] <= 0.02 and 1 - r[2] / c_strong >= 0.40]
-    best = max(rows[2:], key=lambda r: (q_strong - r[1] <= 0.02, 1 - r[2] / c_strong))
-    print(f"\nbest within 2 points of all-strong quality: {best[0]} saves {1 - best[2] / c_strong:.1%} "
+    # The rules router's regex encodes what the benchmark's author knows about the fakes;
+    # the verdict counts only strategies that learned from the train split.
+    learned = [r for r in rows[2:] if not r[0].startswith("rules")]
+    ok = [r for r in learned if q_strong - r[1] <= 0.02 and 1 - r[2] / c_strong >= 0.40]
+    best = max(learned, key=lambda r: (q_strong - r[1] <= 0.02, 1 - r[2] / c_strong))
+    print(f"\nbest learned strategy within 2 points of all-strong quality: {best[0]} saves {1 - best[2] / c_strong:.1%} "
           f"at {q_strong - best[1]:+.3f} quality -> goal (>= 40% saved, <= 2% loss) {'MET' if ok else 'NOT MET'}")
 
 

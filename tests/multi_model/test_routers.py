@@ -134,3 +134,25 @@ def test_running_error_rate_steers_profile_router_away():
         assert profile_router.tokenops_route(request(prompt), ["small", "big"], profiles).model == "big"
     finally:
         profile_telemetry.reset()
+
+
+def test_route_calibrate_cli_reads_recorded_scores(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from tokenops.cli import build_app
+    from tokenops.store import Store
+
+    db = tmp_path / "s.duckdb"
+    with Store.open(db) as store:
+        w = store.writer()
+        w.write_many("requests", [{"id": f"r{i}", "ts": float(i), "status": "ok",
+                                   "decisions": json.dumps({"route": {"router": "threshold", "score": i / 10}})} for i in range(10)])
+        w.close()
+    out = tmp_path / "threshold.toml"
+    r = CliRunner().invoke(build_app(), ["route", "calibrate", "--strong-share", "0.3", "--store", str(db), "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["samples"] == 10 and data["threshold"] == 0.7  # scores 0.7, 0.8, 0.9 go strong
+    assert "threshold = 0.7" in out.read_text()

@@ -71,17 +71,17 @@ def test_cli_from_load_file(tmp_path):
 
 
 def test_cli_from_store(tmp_path):
-    import duckdb
-
     from tokenops.cli import build_app
+    from tokenops.store import Store
 
     db = tmp_path / "t.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE expert_load (ts DOUBLE, model VARCHAR, replica VARCHAR, layer INTEGER, expert INTEGER, tokens BIGINT)")
     load = zipf_load(num_layers=2, num_experts=16, seed=2)
-    rows = [(0.0, "moe", "r0", l, e, int(t)) for l, layer in enumerate(load) for e, t in enumerate(layer)]
-    con.executemany("INSERT INTO expert_load VALUES (?, ?, ?, ?, ?, ?)", rows)
-    con.close()
+    with Store.open(db) as store:
+        w = store.writer()
+        w.write_many("expert_load", [{"ts": 0.0, "model": "moe", "replica": "moe#0", "layer": l, "expert": e, "tokens": int(t)}
+                                     for l, layer in enumerate(load) for e, t in enumerate(layer)])
+        w.close()
     result = CliRunner().invoke(build_app(), ["moe", "plan", "--devices", "4", "--redundant", "4", "--store", str(db), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["model"] == "moe"
+    data = json.loads(result.output)
+    assert data["model"] == "moe" and max(data["balancedness_after"]) < max(data["balancedness_before"])

@@ -15,18 +15,13 @@ moe_app = typer.Typer(help="MoE expert-load tools.", no_args_is_help=True)
 
 def load_from_store(path: str, model: str | None) -> tuple[str, list[list[float]]]:
     """Sum recorded ``expert_load`` per layer and expert (read-only)."""
-    import duckdb
-
     from tokenops.cli import UserError
+    from tokenops.store import Store
 
     if not Path(path).is_file():
         raise UserError(f"store {path} does not exist; run `tokenops serve` with a MoE model first or pass --load FILE")
-    try:
-        con = duckdb.connect(path, read_only=True)
-    except duckdb.IOException as e:
-        raise UserError(f"cannot open {path} read-only ({str(e).splitlines()[0]}); a running server holds it — use --load") from None
-    try:
-        models = [r[0] for r in con.execute("SELECT DISTINCT model FROM expert_load ORDER BY 1").fetchall()]
+    with Store.open(path, read_only=True) as store:  # StoreError (held by a server...) is one CLI line
+        models = [r[0] for r in store.execute("SELECT DISTINCT model FROM expert_load ORDER BY 1").fetchall()]
         if not models:
             raise UserError("no expert load recorded yet; serve a MoE model and send traffic first")
         if model is None:
@@ -35,11 +30,9 @@ def load_from_store(path: str, model: str | None) -> tuple[str, list[list[float]
             model = models[0]
         elif model not in models:
             raise UserError(f"no expert load recorded for {model!r}; recorded: {', '.join(models)}")
-        rows = con.execute(
+        rows = store.execute(
             "SELECT layer, expert, sum(tokens) FROM expert_load WHERE model = ? GROUP BY 1, 2 ORDER BY 1, 2", [model]
         ).fetchall()
-    finally:
-        con.close()
     num_layers = max(r[0] for r in rows) + 1
     num_experts = max(r[1] for r in rows) + 1
     load = [[0.0] * num_experts for _ in range(num_layers)]

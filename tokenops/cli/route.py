@@ -21,23 +21,16 @@ def calibrate_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Set the threshold router's threshold from its scores on recorded traffic."""
-    import duckdb
-
     from tokenops.cli import UserError
     from tokenops.config import load_settings
+    from tokenops.store import Store
     from tokenops_plugins.multi_model.threshold_router import calibrate
 
     path = store or load_settings().store.path
     if not Path(path).is_file():
         raise UserError(f"store {path} does not exist; serve traffic through the threshold router first")
-    try:
-        con = duckdb.connect(path, read_only=True)
-    except duckdb.IOException:
-        raise UserError(f"{path} is held by a running server; stop it or copy the file and pass --store") from None
-    try:
-        rows = con.execute("SELECT decisions FROM requests WHERE decisions IS NOT NULL").fetchall()
-    finally:
-        con.close()
+    with Store.open(path, read_only=True) as db:  # StoreError (held by a server...) is one CLI line
+        rows = db.execute("SELECT decisions FROM requests WHERE decisions IS NOT NULL").fetchall()
     scores = []
     for (text,) in rows:
         route = (json.loads(text) if isinstance(text, str) else text or {}).get("route") or {}
