@@ -267,6 +267,23 @@ def tokenops_schedule_order(waiting: list[Any], policy: str) -> list[Any] | None
     """
 
 
+@hookspec
+@_layer("compute_model")
+def tokenops_register_launchers(register: Callable[[str, Any], None]) -> None:
+    """Contribute servers that ``tokenops tune --launch --engine NAME`` can start.
+
+    Called when the tuner resolves ``--engine`` (and by ``tokenops plugins``). A
+    launcher turns a configuration of restart tunables (those under its prefixes,
+    e.g. ``vllm.``) into a command line and environment; the tuner relaunches it
+    for every configuration it measures.
+
+    :param register: ``register(name, factory)``; ``factory(options)`` takes a
+        :class:`tokenops.tune.launcher.LaunchOptions` (model, command, extra args,
+        ready timeout) and returns a :class:`tokenops.tune.launcher.Launcher`.
+        A name registered twice is an error.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Layer 4: compute-network-model fusion (gateway)
 # ---------------------------------------------------------------------------

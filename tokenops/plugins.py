@@ -42,6 +42,7 @@ class PluginInfo:
     hooks: list[str]
     source: str  # "builtin", "entry-point", "file"
     tunables: list[str] = field(default_factory=list)
+    launchers: list[str] = field(default_factory=list)
 
 
 _lock = threading.RLock()
@@ -222,6 +223,26 @@ def get_tunables() -> TunableRegistry:
         return _tunables
 
 
+def _launcher_entries() -> dict[str, tuple[str, Any]]:
+    """Launcher name -> (owning plugin, factory), from ``tokenops_register_launchers``."""
+    pm = get_plugin_manager()
+    found: dict[str, tuple[str, Any]] = {}
+    for impl in pm.hook.tokenops_register_launchers.get_hookimpls():
+
+        def register(name: str, factory: Any, _owner: str = impl.plugin_name) -> None:
+            if name in found:
+                raise PluginLoadError(f"launcher {name!r} is registered twice ({found[name][0]} and {_owner})")
+            found[name] = (_owner, factory)
+
+        impl.function(register=register)
+    return found
+
+
+def get_launchers() -> dict[str, Any]:
+    """Launcher name -> factory (``factory(LaunchOptions) -> Launcher``) for ``tokenops tune --launch``."""
+    return {name: factory for name, (_, factory) in sorted(_launcher_entries().items())}
+
+
 def _layer_of(plugin: Any, hooks: list[str]) -> str:
     declared = getattr(plugin, "TOKENOPS_LAYER", None)
     if declared:
@@ -234,15 +255,17 @@ def _layer_of(plugin: Any, hooks: list[str]) -> str:
 
 
 def list_plugins() -> list[PluginInfo]:
-    """Every loaded plugin with its layer, version, hooks and tunables."""
+    """Every loaded plugin with its layer, version, hooks, tunables and launchers."""
     pm = get_plugin_manager()
     registry = get_tunables()
+    launchers_by_name = _launcher_entries()
     out = []
     for name, plugin in pm.list_name_plugin():
         source, version, _ = _sources.get(name, ("runtime", None, plugin))
         hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
         tunables = [t.name for t in registry if t.plugin == name]
-        out.append(PluginInfo(name, version, _layer_of(plugin, hooks), hooks, source, tunables))
+        launchers = sorted(n for n, (owner, _) in launchers_by_name.items() if owner == name)
+        out.append(PluginInfo(name, version, _layer_of(plugin, hooks), hooks, source, tunables, launchers))
     return sorted(out, key=lambda p: (hookspecs.LAYERS.index(p.layer) if p.layer in hookspecs.LAYERS else 99, p.name))
 
 

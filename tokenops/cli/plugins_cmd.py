@@ -1,4 +1,4 @@
-"""``tokenops plugins``: every plugin by layer with version, hooks and tunables."""
+"""``tokenops plugins``: every plugin by layer with version, hooks, tunables and launchers."""
 
 from __future__ import annotations
 
@@ -33,7 +33,12 @@ def plugins_command(as_json: JsonOpt = False) -> None:
         table.add_column(col)
     for info in infos:
         table.add_row(info.layer, info.name, info.version or "-", info.source, "\n".join(info.hooks), "\n".join(info.tunables))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    launchers = sorted(f"{n} ({info.name})" for info in infos for n in info.launchers)
+    if launchers:
+        console.print(f"tune launchers (tokenops tune --launch --engine NAME): {', '.join(launchers)}",
+                      markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -52,8 +52,12 @@ def register(app: typer.Typer) -> None:
         slo: Annotated[Optional[list[str]], typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
         slo_preset: Annotated[Optional[str], typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
         url: Annotated[Optional[str], typer.Option("--url", help="A running server: its live tunables are searched.", envvar="TOKENOPS_URL")] = None,
-        launch: Annotated[bool, typer.Option("--launch", help="Launch the bundled engine (restart tunables searched too).")] = False,
-        model_path: Annotated[Optional[str], typer.Option("--model-path", "--model", help="With --launch: local HF model folder (default: the embedded demo model).")] = None,
+        launch: Annotated[bool, typer.Option("--launch", help="Launch the engine, relaunched per configuration (restart tunables searched too).")] = False,
+        engine: Annotated[str, typer.Option("--engine", help="With --launch: tokenops (bundled), vllm or sglang; any launcher a plugin registers.")] = "tokenops",
+        model_path: Annotated[Optional[str], typer.Option("--model-path", "--model", help="With --launch: model folder (default: the embedded demo model); vllm/sglang also take a hub id.")] = None,
+        launcher_cmd: Annotated[Optional[str], typer.Option("--launcher-cmd", help="With --launch: the command that starts the engine, e.g. '/opt/vllm/bin/vllm serve'.")] = None,
+        launcher_arg: Annotated[Optional[list[str]], typer.Option("--launcher-arg", help="With --launch: extra engine arguments, e.g. --launcher-arg='--tensor-parallel-size 2' (repeatable).")] = None,
+        ready_timeout: Annotated[float, typer.Option("--ready-timeout", help="With --launch: seconds a launched engine may take to become ready.")] = 600.0,
         admin_key: AdminKeyOpt = None,
         workload: Annotated[str, typer.Option("--workload", "-w", help="Workload name (see tokenops bench).")] = "synthetic",
         input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens.")] = 128,
@@ -86,6 +90,7 @@ def register(app: typer.Typer) -> None:
         from tokenops.cli import UserError
         from tokenops.slo import parse_slos
         from tokenops.tune.goodput import BracketConfig
+        from tokenops.tune.launcher import split_args
         from tokenops.tune.profile import save_trials, write_profile
         from tokenops.tune.runner import TunePlan, TuneSession, apply_winner
         from tokenops.tune.search import Budget
@@ -99,7 +104,8 @@ def register(app: typer.Typer) -> None:
         try:
             plan = TunePlan(
                 slos=parse_slos(slo), budget=Budget.parse(budget), url=url, admin_key=admin_key, launch=launch,
-                model_path=model_path, workload=workload,
+                engine=engine, model_path=model_path, launcher_cmd=launcher_cmd,
+                launcher_args=split_args(launcher_arg or []), ready_timeout_s=ready_timeout, workload=workload,
                 workload_options={"input_len": input_len, "output_len": output_len, "length_dist": length_dist,
                                   "max_input_len": max_input_len, "max_output_len": max_output_len},
                 seed=seed, only=only or [], exclude=exclude or [], overrides=_parse_params(param or []),
@@ -155,7 +161,8 @@ def register(app: typer.Typer) -> None:
                 "space": {d.name: d.values for d in report.space.dims},
                 "default": default.to_dict() if default else None, "best": best.to_dict() if best else None,
                 "ratio": out.ratio, "profile": str(profile) if profile else None, "applied": report.applied,
-                "validation": report.validation,
+                "validation": report.validation, "engine": plan.engine if plan.launch else None,
+                "launch_flags": report.launch_flags,
                 "trials": [t.to_dict() for t in out.trials]}, indent=1, default=str))
             return
         console = Console()
@@ -168,6 +175,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"default goodput {default.goodput:.3g} req/s; winner (trial {best.number}) "
                           f"{best.goodput:.3g} req/s = {rtxt} the default", highlight=False)
             console.print(f"winner: {_short(best.params, report.space.default())}", markup=False, highlight=False)
+            if report.launch_flags:
+                console.print(f"as {plan.engine} flags: {' '.join(report.launch_flags)}", markup=False, highlight=False)
         for v in report.validation:
             vals = ", ".join(f"{k}={'-' if x is None else f'{x * 1000:.0f}ms'}" for k, x in v["slo"].items())
             console.print(f"validation at {v['rate']:.3g} req/s: {v['name']} {'met' if v['met'] else 'missed'} the SLO "

@@ -35,6 +35,8 @@ def slo_slug(slos: list[SLO]) -> str:
 
 def profile_path(report: TuneReport, directory: str | Path, hardware: str | None = None) -> Path:
     model = slug(Path(report.model).name)
+    if report.plan.launch and report.plan.engine != "tokenops":  # the same model tuned on vLLM and SGLang
+        model = f"{slug(report.plan.engine)}-{model}"
     return Path(directory) / f"{model}-{slug(hardware or hardware_name())}-{slo_slug(report.plan.slos)}.toml"
 
 
@@ -64,10 +66,15 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
         "goodput_ratio": round(ratio, 4) if ratio is not None and ratio != float("inf") else "inf",
         "num_trials": len(report.outcome.trials), "winner_trial": best.number,
     }
+    if report.plan.launch:
+        meta["engine"] = report.plan.engine
+    if report.launch_flags:
+        meta["launch_flags"] = report.launch_flags
     for v in report.validation:
         meta[f"validation_{v['name']}_met_at_{v['rate']:.3g}_rps".replace(".", "_")] = bool(v["met"])
     lines = [f"# Written by `tokenops tune` (study {report.study}). [tunables] holds the winning values;",
-             "# live ones can be pushed with PATCH /admin/tunables, engine ones also go in tokenops.toml [engine].",
+             "# live ones can be pushed with PATCH /admin/tunables, engine ones also go in tokenops.toml [engine];",
+             "# launcher ones (vllm.*, sglang.*) are that server's command-line flags (docs/tune.md).",
              "", "[tune]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in meta.items()]
     for k, v in sorted(report.plan.workload_options.items()):

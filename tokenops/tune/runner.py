@@ -1,6 +1,7 @@
 """One ``tokenops tune`` session: build the space, drive the target (a running
-server's live tunables, or a launched bundled engine for restart ones), score
-each configuration by its goodput, and report the winner next to the default."""
+server's live tunables, or a launched server for restart ones: the bundled
+engine, or vLLM/SGLang through a launcher plugin), score each configuration by
+its goodput, and report the winner next to the default."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tokenops.bench.runner import BenchPlan, run_level
 from tokenops.bench.workloads import build_workload
 from tokenops.slo import SLO
 from tokenops.tune.goodput import BracketConfig, GoodputResult, find_goodput
-from tokenops.tune.launcher import LaunchedServer, can_launch_with
+from tokenops.tune.launcher import CommandLineLauncher, Launcher, LaunchOptions, ServerProcess
 from tokenops.tune.search import Budget, Trial, TuneOutcome, Tuner
 from tokenops.tune.space import SearchSpace
 from tokenops.tune.target import AdminClient, TuneError, measure, tunables_from_server
@@ -33,7 +34,13 @@ class TunePlan:
     url: str | None = None
     admin_key: str | None = None
     launch: bool = False
+    #: With ``launch``: the launcher (``tokenops_register_launchers``) that starts the server.
+    engine: str = "tokenops"
     model_path: str | None = None
+    #: With ``launch``: replaces the launcher's program; extra arguments passed through.
+    launcher_cmd: str | None = None
+    launcher_args: list[str] = field(default_factory=list)
+    ready_timeout_s: float = 600.0
     model: str | None = None
     workload: str = "synthetic"
     workload_options: dict[str, Any] = field(default_factory=dict)
@@ -60,7 +67,10 @@ class TunePlan:
         if not self.slos:
             raise TuneError("give at least one --slo, e.g. --slo p95=200ms")
         if self.launch == bool(self.url):
-            raise TuneError("give --url URL of a running server, or --launch to start the bundled engine")
+            raise TuneError("give --url URL of a running server, or --launch to start an engine "
+                            "(--engine tokenops, vllm or sglang)")
+        if not self.launch and (self.engine != "tokenops" or self.launcher_cmd or self.launcher_args):
+            raise TuneError("--engine, --launcher-cmd and --launcher-arg go with --launch")
         if self.min_requests < 5 or self.max_requests < self.min_requests:
             raise TuneError("--min-requests must be >= 5 and <= --max-requests")
 
@@ -76,6 +86,8 @@ class TuneReport:
     applied: dict[str, Any] = field(default_factory=dict)
     #: Back-to-back re-measurements (``--validate``): name, params, rate, met, slo values.
     validation: list[dict[str, Any]] = field(default_factory=list)
+    #: The winner as the launched server's own flags (vLLM, SGLang), for its command line.
+    launch_flags: list[str] = field(default_factory=list)
 
 
 class TuneSession:
@@ -86,7 +98,8 @@ class TuneSession:
         self.plan = plan
         self.on_trial = on_trial
         self.on_status = on_status or (lambda msg: None)
-        self.server: LaunchedServer | None = None
+        self.launcher: Launcher | None = None
+        self.server: ServerProcess | None = None
         self.admin: AdminClient | None = None
         self.original: dict[str, Any] = {}
         self.restart_names: set[str] = set()
@@ -100,24 +113,49 @@ class TuneSession:
     # -- target ---------------------------------------------------------------
 
     def _launch(self, restart_params: dict[str, Any]) -> None:
+        assert self.launcher is not None
         if self.server is not None:
             self.server.stop()
-        self.on_status(f"launching tokenops serve with {restart_params or 'defaults'}")
-        self.server = LaunchedServer(restart_params, model=self.plan.model_path).start()
+            self.server = None
+        self.on_status(f"launching {self.launcher.name} with {restart_params or 'defaults'}")
+        self.server = self.launcher.launch(restart_params)
         if self.admin is not None:
             self.admin.close()
-        self.admin = AdminClient(self.server.url, self.server.admin_key)
+            self.admin = None
+        if self.launcher.has_admin_api:
+            self.admin = AdminClient(self.server.url, self.server.admin_key)
         self.bench.url = self.server.url
         self.model = self.plan.model or asyncio.run(fetch_model(self.server.url))
+
+    def _make_launcher(self) -> Launcher:
+        from tokenops.plugins import get_launchers
+
+        p = self.plan
+        launchers = get_launchers()
+        if p.engine not in launchers:
+            raise TuneError(f"unknown --engine {p.engine!r}; available: {', '.join(launchers) or 'none'} "
+                            "(launchers come from plugins)")
+        launcher = launchers[p.engine](LaunchOptions(model=p.model_path, command=p.launcher_cmd,
+                                                     extra_args=list(p.launcher_args),
+                                                     ready_timeout_s=p.ready_timeout_s))
+        launcher.check()
+        return launcher
 
     def _build_space(self) -> SearchSpace:
         p = self.plan
         if p.launch:
             from tokenops.plugins import get_tunables
 
-            tunables = [t for t in get_tunables() if t.live or can_launch_with(t.name)]
+            launcher = self.launcher = self._make_launcher()
+            # live tunables need the admin API; everything else is the launcher's, applied by relaunching
+            tunables = [t for t in get_tunables() if launcher.owns(t.name) or (t.live and launcher.has_admin_api)]
+            names = {t.name for t in tunables}
+            for name in p.overrides:
+                if name not in names and name in get_tunables():
+                    raise TuneError(f"--param {name}: the {launcher.name} launcher cannot set it; its tunables "
+                                    f"start with {' or '.join(launcher.prefixes)}")
             space = SearchSpace.build(tunables, True, p.only, p.exclude, p.overrides, p.span)
-            self.restart_names = {d.name for d in space.dims if not d.tunable.live}
+            self.restart_names = {d.name for d in space.dims if not (d.tunable.live and launcher.has_admin_api)}
             return space
         self.admin = AdminClient(p.url, p.admin_key)
         tunables, self.original = tunables_from_server(self.admin.tunables())
@@ -127,8 +165,10 @@ class TuneSession:
         restart = {k: v for k, v in params.items() if k in self.restart_names}
         if self.plan.launch and (self.server is None or self.server.params != restart):
             self._launch(restart)
-        assert self.admin is not None
-        self.admin.patch({k: v for k, v in params.items() if k not in self.restart_names})
+        live = {k: v for k, v in params.items() if k not in self.restart_names}
+        if live:
+            assert self.admin is not None
+            self.admin.patch(live)
 
     # -- measuring ------------------------------------------------------------
 
@@ -167,7 +207,6 @@ class TuneSession:
         try:
             if p.launch:
                 self._apply(space.default())
-            assert self.admin is not None
             if self.model is None:
                 self.model = asyncio.run(fetch_model(self.bench.url))
             model = self.model
@@ -205,7 +244,11 @@ class TuneSession:
         finally:
             if self.server is not None:
                 self.server.stop()
-        return TuneReport(study, model, outcome, space, p, time.monotonic() - t0, validation=validation)
+        flags = []
+        if isinstance(self.launcher, CommandLineLauncher) and outcome.best is not None:
+            flags = self.launcher.flag_args({k: v for k, v in outcome.best.params.items() if self.launcher.owns(k)})
+        return TuneReport(study, model, outcome, space, p, time.monotonic() - t0, validation=validation,
+                          launch_flags=flags)
 
     def close(self) -> None:
         if self.admin is not None:

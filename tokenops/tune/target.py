@@ -11,10 +11,9 @@ import httpx
 from tokenops.bench.metrics import BenchSummary
 from tokenops.bench.runner import BenchPlan, run_level
 from tokenops.tunables import Tunable
+from tokenops.tune.errors import TuneError
 
-
-class TuneError(RuntimeError):
-    """Tuning cannot go on (server unreachable, admin key refused); one-line message."""
+__all__ = ["AdminClient", "TuneError", "measure", "tunables_from_server"]
 
 
 def _error_message(r: httpx.Response) -> str:
