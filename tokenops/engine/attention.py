@@ -24,6 +24,7 @@ Everything that depends only on the step (gather indices, masks) is built once i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +69,12 @@ class AttentionMetadata:
     decode_groups: list[DecodeGroup]
     prefills: list[PrefillSpan]
     workspace: torch.Tensor | None = None  # decode gather buffer, shared by all layers
+    #: With the compiled kernel (:mod:`tokenops.engine.native`) decodes skip the groups:
+    #: the kernel reads the cache through ``[num_decodes, max_blocks]`` block tables.
+    native: Any = None
+    decode_tables: torch.Tensor | None = None
+    decode_lens: torch.Tensor | None = None
+    decode_max_len: int = 0
 
     @classmethod
     def build(
@@ -77,6 +84,7 @@ class AttentionMetadata:
         device: torch.device,
         windows: set[int | None],
         dtype: torch.dtype = torch.float32,
+        native: Any = None,
     ) -> AttentionMetadata:
         """Build the metadata for ``chunks`` (already ordered decodes first).
 
@@ -84,6 +92,7 @@ class AttentionMetadata:
             (``None`` for full attention); one mask is built per value.
         :param dtype: the model's dtype (masks are additive, which SDPA runs faster
             than boolean ones on CPU).
+        :param native: the compiled decode kernel, or None for gather + SDPA.
         """
         decodes = [c for c in chunks if c.is_decode]
         num_decodes = len(decodes)
@@ -94,8 +103,17 @@ class AttentionMetadata:
         slot_mapping = torch.tensor(slots, dtype=torch.long, device=device)
 
         groups = []
-        for start, end in split_by_length([c.end_pos for c in decodes]):
-            groups.append(_decode_group(decodes[start:end], start, block_size, device, windows, dtype))
+        tables = lens = None
+        max_len = 0
+        if native is not None and decodes:
+            max_len = max(c.end_pos for c in decodes)
+            width = (max_len + block_size - 1) // block_size
+            tables = torch.tensor([c.block_table[:width] + [0] * (width - min(len(c.block_table), width))
+                                   for c in decodes], dtype=torch.long, device=device)
+            lens = torch.tensor([c.end_pos for c in decodes], dtype=torch.long, device=device)
+        else:
+            for start, end in split_by_length([c.end_pos for c in decodes]):
+                groups.append(_decode_group(decodes[start:end], start, block_size, device, windows, dtype))
 
         prefills = []
         row = num_decodes
@@ -117,7 +135,8 @@ class AttentionMetadata:
                 span.masks[window] = None if mask is None else _additive(mask, dtype)
             prefills.append(span)
             row += n
-        return cls(slot_mapping, num_decodes, groups, prefills)
+        return cls(slot_mapping, num_decodes, groups, prefills, native=native if tables is not None else None,
+                   decode_tables=tables, decode_lens=lens, decode_max_len=max_len)
 
 
 # A group costs a couple of kernel launches per layer, about as much as gathering
@@ -229,9 +248,18 @@ def paged_attention(
     k_flat.index_copy_(0, meta.slot_mapping, k)
     v_flat.index_copy_(0, meta.slot_mapping, v)
 
-    if len(meta.decode_groups) == 1 and not meta.prefills:
+    if meta.native is not None:
+        nd = meta.num_decodes
+        decoded = meta.native(q[:nd], k_cache, v_cache, meta.decode_tables, meta.decode_lens, meta.decode_max_len,
+                              scale, window)
+        if not meta.prefills:
+            return decoded
+        out = torch.empty_like(q)
+        out[:nd] = decoded
+    elif len(meta.decode_groups) == 1 and not meta.prefills:
         return _decode(q, k_flat, v_flat, meta.decode_groups[0], meta, scale, window, group_size)
-    out = torch.empty_like(q)
+    else:
+        out = torch.empty_like(q)
     for group in meta.decode_groups:
         rows = slice(group.row_start, group.row_end)
         out[rows] = _decode(q[rows], k_flat, v_flat, group, meta, scale, window, group_size)

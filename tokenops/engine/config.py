@@ -49,6 +49,10 @@ class EngineConfig:
     #: last ``kv_window_tokens`` tokens of long sequences in the cache.
     kv_sink_tokens: int = 0
     kv_window_tokens: int = 0
+    #: Decode attention: "auto" (the compiled paged kernel of tokenops.engine.native
+    #: when it builds and the cache is float32/bfloat16 on CPU, else PyTorch),
+    #: "native" (that kernel or an error) or "torch" (gather + SDPA).
+    attention_backend: str = "auto"
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -75,6 +79,8 @@ class EngineConfig:
             raise ValueError("engine speculative = 'draft' needs draft_model (a local model folder)")
         if self.kv_cache_dtype not in ("auto", "int8"):
             raise ValueError(f"engine kv_cache_dtype must be 'auto' or 'int8', not {self.kv_cache_dtype!r}")
+        if self.attention_backend not in ("auto", "native", "torch"):
+            raise ValueError(f"engine attention_backend must be 'auto', 'native' or 'torch', not {self.attention_backend!r}")
         _check_int("kv_sink_tokens", self.kv_sink_tokens, 0)
         _check_int("kv_window_tokens", self.kv_window_tokens, 0)
         if self.kv_window_tokens and self.kv_window_tokens < 2 * self.block_size:

@@ -81,6 +81,7 @@ class ModelRunner:
         self._raw_model = model  # the module whose layers hold the cache views and counters
         self.windows = model.attention_windows
         self._allocate_kv_cache()
+        self.native_attention = self._pick_attention_kernel()
         model = get_transformed_model(model, config)
         self.model = get_compiled_model(model)
         self.load_time_s = time.perf_counter() - start
@@ -99,6 +100,22 @@ class ModelRunner:
         for i, attn in enumerate(self._raw_model.attention_layers()):
             scales = None if self.kv_scales is None else (self.kv_scales[0, i], self.kv_scales[1, i])
             attn.bind_cache(self.kv_cache[0, i], self.kv_cache[1, i], scales)
+
+    def _pick_attention_kernel(self):
+        """The compiled paged decode kernel (see :mod:`tokenops.engine.native`), or None for
+        the PyTorch path (``attention_backend = "torch"``, an int8 cache, a GPU, fp16)."""
+        backend = getattr(self.config, "attention_backend", "auto")
+        if backend == "torch":
+            return None
+        from tokenops.engine.native import PagedDecodeKernel, get_kernel
+
+        usable = self.kv_scales is None and self.device.type == "cpu" and self.kv_cache.dtype in PagedDecodeKernel.DTYPES
+        kernel = get_kernel() if usable else None
+        if backend == "native" and kernel is None:
+            why = "it could not be built (see the log)" if usable else \
+                "it needs a float32 or bfloat16 KV cache on CPU"
+            raise ValueError(f"engine attention_backend 'native' is unavailable: {why}")
+        return kernel
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -131,7 +148,8 @@ class ModelRunner:
             positions.extend(range(c.start_pos, c.end_pos))
             last_rows[i] = list(range(len(token_ids) - c.num_logits, len(token_ids)))
         device = self.device
-        meta = AttentionMetadata.build(ordered, self.block_size, device, self.windows, self.dtype)
+        meta = AttentionMetadata.build(ordered, self.block_size, device, self.windows, self.dtype,
+                                       native=self.native_attention)
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=device)
         pos = torch.tensor(positions, dtype=torch.long, device=device)
         logits_index = torch.tensor([r for rows in last_rows for r in rows], dtype=torch.long, device=device)
