@@ -47,6 +47,8 @@ async def test_patch_tunables_validates_whole_patch_applies_live_and_audits(toke
         tunables = (await c.get("/admin/tunables", headers=ADMIN)).json()["tunables"]
         by_name = {t["name"]: t for t in tunables}
         assert by_name["engine.max_num_seqs"]["value"] == 32 and by_name["engine.max_num_seqs"]["live"] is True
+        # external engines' launch flags (tokenops tune --engine vllm) are not this server's knobs
+        assert not [n for n in by_name if n.startswith(("vllm.", "sglang."))]
 
         r = await c.patch("/admin/tunables", headers=ADMIN,
                           json={"values": {"engine.max_num_seqs": 8, "engine.max_num_batched_tokens": 3}})

@@ -37,9 +37,14 @@ async def admin_stats(request: Request) -> Response:
 
 
 def _tunables_list(gw: Gateway) -> list[dict[str, Any]]:
-    from tokenops.plugins import get_tunables
+    from tokenops.plugins import get_launchers, get_tunables
 
-    return [{**t.to_dict(), "value": gw.tunable_values.get(t.name, t.default)} for t in get_tunables()]
+    # knobs of external engines (vllm.*, sglang.*) exist only as their launch flags for
+    # `tokenops tune --engine ...`; this server has nothing to show or set for them
+    foreign = tuple(p for name, launcher in get_launchers().items() if name != "tokenops"
+                    for p in getattr(launcher, "prefixes", ()))
+    return [{**t.to_dict(), "value": gw.tunable_values.get(t.name, t.default)} for t in get_tunables()
+            if not (foreign and t.name.startswith(foreign))]
 
 
 @router.get("/tunables", summary="Every tunable in the registry with its current value")
