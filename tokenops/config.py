@@ -75,6 +75,7 @@ class EngineSettings:
     schedule_policy: str = "fcfs"
     torch_threads: int | None = None
     seed: int = 0
+    attention_backend: str = "auto"
 
 
 @dataclass(slots=True)

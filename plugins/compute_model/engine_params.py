@@ -19,5 +19,8 @@ def tokenops_register_tunables(register):
                      choices=(8, 16, 32, 64)))
     register(Tunable("engine.kv_cache_tokens", "int", 16384, "KV-cache budget in tokens, preallocated (restart).",
                      minimum=256, maximum=4_194_304, log=True))
+    register(Tunable("engine.attention_backend", "str", "auto",
+                     "Decode attention: compiled paged kernel (native), gather + SDPA (torch), or native when it "
+                     "builds (auto) (restart).", choices=("auto", "native", "torch"), searchable=False))
     register(Tunable("engine.torch_threads", "int", 0, "torch intra-op threads; 0 keeps torch's default (restart).",
                      minimum=0, maximum=512, searchable=False))

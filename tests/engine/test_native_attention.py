@@ -95,3 +95,10 @@ def test_disabled_by_environment_or_missing_compiler(monkeypatch, tmp_path):
     assert native.get_kernel() is None  # logged, and the engine keeps the PyTorch path
     with pytest.raises((RuntimeError, OSError)):
         native.build_library(str(tmp_path / "no-such-cc"))
+
+
+def test_backend_comes_from_settings():
+    from tokenops.config import EngineSettings
+
+    assert EngineConfig.from_settings(EngineSettings(attention_backend="torch")).attention_backend == "torch"
+    assert EngineConfig.from_settings(EngineSettings()).attention_backend == "auto"

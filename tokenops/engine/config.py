@@ -14,7 +14,7 @@ _DTYPES = ("float32", "bfloat16", "float16")
 #: Tunables that take effect on the next engine step.
 LIVE_TUNABLES = ("max_num_batched_tokens", "max_num_seqs", "enable_prefix_caching", "schedule_policy")
 #: Tunables that need a new engine (the KV cache is preallocated from them).
-RESTART_TUNABLES = ("block_size", "kv_cache_tokens", "torch_threads")
+RESTART_TUNABLES = ("block_size", "kv_cache_tokens", "torch_threads", "attention_backend")
 
 
 @dataclass(slots=True)
