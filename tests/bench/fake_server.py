@@ -7,12 +7,23 @@ beyond ``max_num_seqs`` wait. So latency has a real knee as load grows, and the
 live tunables (engine.max_num_seqs, engine.max_num_batched_tokens) trade TTFT
 against TPOT as they do in a real engine. The admin API follows the contract
 (GET/PATCH /admin/tunables, 400 for restart-only tunables).
+
+For checking load generators against each other there are two more knobs:
+``FakeEngine(step_jitter_s=...)`` stretches every step by a random amount (so a
+closed-loop client cannot stay phase-locked to the step clock), and
+:class:`FixedLatencyEngine` gives every request the same TTFT and ITL on its own
+timer, with no shared step clock at all, so a client should measure exactly
+those delays plus its own overhead. ``GET /fake/requests`` lists what the
+server saw of each request (wall-clock arrival, first and last token sent, the
+time since the current engine step began when it arrived); ``POST
+/fake/requests/reset`` clears that list.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 import threading
 import time
@@ -48,13 +59,21 @@ class FakeEngine:
     running: list = field(default_factory=list)
     num_steps: int = 0
     wake: asyncio.Event | None = None
+    #: Each step lasts up to this much longer, uniformly at random (0: the exact step cost).
+    step_jitter_s: float = 0.0
+    seed: int = 0
+    #: time.time() when the running step began; None while idle.
+    step_started: float | None = None
 
     async def loop(self) -> None:
         self.wake = asyncio.Event()
+        rng = random.Random(self.seed)
         while True:
             if not self.waiting and not self.running:
+                self.step_started = None
                 self.wake.clear()
                 await self.wake.wait()
+            self.step_started = time.time()
             budget = self.max_num_batched_tokens
             decodes = [s for s in self.running if s.num_prefilled >= s.num_prompt]
             budget -= len(decodes)
@@ -68,7 +87,8 @@ class FakeEngine:
                     budget -= n
             num_tokens = len(decodes) + sum(n for _, n in prefills)
             extra = self.prefix_caching_cost_s if self.enable_prefix_caching else 0.0
-            await asyncio.sleep(self.base_s + self.per_token_s * num_tokens + extra)
+            jitter = rng.uniform(0.0, self.step_jitter_s) if self.step_jitter_s > 0 else 0.0
+            await asyncio.sleep(self.base_s + self.per_token_s * num_tokens + extra + jitter)
             self.num_steps += 1
             for s, n in prefills:
                 s.num_prefilled += n
@@ -86,10 +106,61 @@ class FakeEngine:
         self.wake.set()
         return q
 
+    def phase(self) -> float | None:
+        """Seconds since the running step began (None when idle: a new request starts a step at once)."""
+        return None if self.step_started is None else time.time() - self.step_started
+
+
+@dataclass
+class FixedLatencyEngine:
+    """Every request on its own timer: the first token ``ttft_s`` after arrival, then one per ``itl_s``.
+
+    No batching and no shared step clock, so when a client sends a request (and
+    how many others are in flight) does not change its latency; with
+    ``jitter_s`` each delay is stretched by up to that much, uniformly at random.
+    """
+
+    ttft_s: float = 0.02
+    itl_s: float = 0.01
+    jitter_s: float = 0.0
+    seed: int = 0
+    max_num_seqs: int = 1 << 20
+    max_num_batched_tokens: int = 1 << 20
+    enable_prefix_caching: bool = True
+    num_steps: int = 0
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._tasks: set[asyncio.Task] = set()
+
+    def _delay(self, base: float) -> float:
+        return base + (self._rng.uniform(0.0, self.jitter_s) if self.jitter_s > 0 else 0.0)
+
+    async def loop(self) -> None:
+        await asyncio.Event().wait()  # nothing shared to run
+
+    async def _run(self, q: asyncio.Queue, max_tokens: int) -> None:
+        await asyncio.sleep(self._delay(self.ttft_s))
+        for i in range(max_tokens):
+            if i:
+                await asyncio.sleep(self._delay(self.itl_s))
+            q.put_nowait(i + 1)
+
+    def submit(self, num_prompt: int, max_tokens: int) -> asyncio.Queue:
+        q: asyncio.Queue = asyncio.Queue()
+        task = asyncio.get_running_loop().create_task(self._run(q, max_tokens))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return q
+
+    def phase(self) -> float | None:
+        return None
+
 
 def create_fake_app(engine: FakeEngine, admin_key: str = "test-admin", send_usage: bool = True) -> FastAPI:
     app = FastAPI()
     registry = get_tunables()
+    seen: list[dict] = []
 
     @app.on_event("startup")
     async def _start() -> None:
@@ -103,7 +174,19 @@ def create_fake_app(engine: FakeEngine, admin_key: str = "test-admin", send_usag
     async def models():
         return {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
 
-    async def _stream(body: dict, chat: bool):
+    def _peer(request: Request) -> str:
+        return f"{request.client.host}:{request.client.port}" if request.client else "?"
+
+    @app.get("/fake/requests")
+    async def fake_requests():
+        return {"requests": seen}
+
+    @app.post("/fake/requests/reset")
+    async def fake_requests_reset():
+        seen.clear()
+        return {"ok": True}
+
+    async def _stream(body: dict, chat: bool, arrived: float, peer: str):
         if chat:
             parts = []
             for m in body["messages"]:
@@ -114,10 +197,17 @@ def create_fake_app(engine: FakeEngine, admin_key: str = "test-admin", send_usag
             text = body["prompt"] if isinstance(body["prompt"], str) else " ".join(body["prompt"])
         num_prompt = len(text.split())
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        phase = engine.phase() if hasattr(engine, "phase") else None
         q = engine.submit(num_prompt, max_tokens)
+        rec = {"arrived": arrived, "submitted": time.time(), "phase_s": phase, "first_token": None,
+               "last_token": None, "num_prompt": num_prompt, "max_tokens": max_tokens, "peer": peer}
+        seen.append(rec)
         include_usage = (body.get("stream_options") or {}).get("include_usage") and send_usage
         for i in range(max_tokens):
             await q.get()
+            rec["last_token"] = time.time()
+            if i == 0:
+                rec["first_token"] = rec["last_token"]
             word = f" w{i}"
             if chat:
                 chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": word}}]}
@@ -132,11 +222,15 @@ def create_fake_app(engine: FakeEngine, admin_key: str = "test-admin", send_usag
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        return StreamingResponse(_stream(await request.json(), True), media_type="text/event-stream")
+        arrived = time.time()
+        return StreamingResponse(_stream(await request.json(), True, arrived, _peer(request)),
+                                 media_type="text/event-stream")
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return StreamingResponse(_stream(await request.json(), False), media_type="text/event-stream")
+        arrived = time.time()
+        return StreamingResponse(_stream(await request.json(), False, arrived, _peer(request)),
+                                 media_type="text/event-stream")
 
     def _auth(request: Request) -> JSONResponse | None:
         key = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
