@@ -78,3 +78,10 @@ def test_missing_file_and_bad_env(tmp_path):
         load_settings(None, environ={"TOKENOPS_ENGNE__X": "1"})
     with pytest.raises(ConfigError, match="expected int"):
         load_settings(None, environ={"TOKENOPS_GATEWAY__PORT": "eighty"})
+
+
+def test_env_overrides_of_optional_int_fields_are_coerced():
+    s = load_settings(environ={"TOKENOPS_ENGINE__TORCH_THREADS": "1", "TOKENOPS_ENGINE__MAX_MODEL_LEN": "512"})
+    assert s.engine.torch_threads == 1 and s.engine.max_model_len == 512
+    with pytest.raises(ConfigError, match=r"torch_threads: expected int, got 'x'"):
+        load_settings(environ={"TOKENOPS_ENGINE__TORCH_THREADS": "x"})

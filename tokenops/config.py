@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,16 +111,26 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(names))}")
     kwargs = {}
+    hints = typing.get_type_hints(cls)
     for key, value in data.items():
         default = getattr(cls(), key) if cls is not ModelConfig else None
         if default is not None and not isinstance(default, (dict, list)) and value is not None:
             kwargs[key] = _coerce(value, type(default), f"{where}.{key}")
+        elif default is None and value is not None and _scalar_of_optional(hints.get(key)) is not None:
+            # `int | None` fields (torch_threads, max_model_len): env values arrive as strings
+            kwargs[key] = _coerce(value, _scalar_of_optional(hints[key]), f"{where}.{key}")
         else:
             kwargs[key] = value
     try:
         return cls(**kwargs)
     except TypeError as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def _scalar_of_optional(hint: Any) -> type | None:
+    """``int | None`` -> ``int`` (likewise float, bool, str); None for anything else."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 and args[0] in (int, float, bool, str) else None
 
 
 def _coerce(value: Any, typ: type, where: str) -> Any:
