@@ -72,3 +72,22 @@ def test_fetch_model_and_spec_validation(server):
     assert asyncio.run(fetch_model(server.url)) == "fake-model"
     with pytest.raises(BenchError, match="exactly one"):
         LoadSpec(url="http://x", model="m")
+
+
+def test_closed_loop_think_time_spaces_each_workers_requests(server):
+    reqs = synthetic(6, input_len=4, output_len=2)
+    plain, _ = asyncio.run(run_load(reqs, LoadSpec(url=server.url, model="m", concurrency=2)))
+    spec = LoadSpec(url=server.url, model="m", concurrency=2, think_time_s=0.15)
+    results, duration = asyncio.run(run_load(reqs, spec))
+    assert len(results) == 6 and all(r.is_ok for r in results)
+
+    def gaps(rs):  # per worker-equivalent: the next start after each answer ends, 2 in flight
+        ends = sorted(r.start_s + r.e2e_s for r in rs)
+        starts = sorted(r.start_s for r in rs)[2:]
+        return [s - e for s, e in zip(starts, ends)]
+
+    assert min(gaps(results)) >= 0.14  # nobody sends before thinking
+    assert max(gaps(plain)) < 0.1  # without think time the next request follows at once
+    assert duration >= 2 * 0.15  # three requests per worker, two pauses each
+    with pytest.raises(BenchError, match="think-time"):
+        LoadSpec(url="http://x", model="m", concurrency=1, think_time_s=-1)

@@ -44,6 +44,9 @@ class LoadSpec:
     concurrency: int | None = None
     #: Open loop: never more than this many in flight (None = unbounded).
     max_in_flight: int | None = None
+    #: Closed loop: pause between one answer ending and the same worker's next request
+    #: (a client's "think time"; 0 sends at once).
+    think_time_s: float = 0.0
     timeout_s: float = 300.0
     temperature: float | None = 0.0
     #: Ask the server to ignore EOS so answers have the requested length (vLLM/tokenops extension).
@@ -57,6 +60,8 @@ class LoadSpec:
             raise BenchError("give exactly one of a request rate or a concurrency")
         if self.concurrency is not None and self.concurrency < 1:
             raise BenchError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not (self.think_time_s >= 0 and math.isfinite(self.think_time_s)):
+            raise BenchError(f"--think-time must be a finite number of seconds >= 0, got {self.think_time_s}")
         self.url = self.url.rstrip("/")
         if self.url.endswith("/v1"):
             self.url = self.url[:-3]
@@ -216,7 +221,13 @@ async def run_load(requests: list[BenchRequest], spec: LoadSpec,
                 queue.put_nowait((i, req))
 
             async def worker() -> None:
+                first = True
                 while not queue.empty():
+                    if spec.think_time_s and not first:
+                        await asyncio.sleep(spec.think_time_s)
+                        if queue.empty():
+                            break
+                    first = False
                     i, req = queue.get_nowait()
                     await _conversation(client, spec, req, i, t0, emit)
 
