@@ -91,3 +91,14 @@ def test_closed_loop_think_time_spaces_each_workers_requests(server):
     assert duration >= 2 * 0.15  # three requests per worker, two pauses each
     with pytest.raises(BenchError, match="think-time"):
         LoadSpec(url="http://x", model="m", concurrency=1, think_time_s=-1)
+
+
+def test_closed_loop_ramp_up_staggers_worker_starts(server):
+    reqs = synthetic(4, input_len=4, output_len=24)  # each lasts longer than the ramp: one per worker
+    results, _ = asyncio.run(run_load(reqs, LoadSpec(url=server.url, model="m", concurrency=4, ramp_up_s=0.3)))
+    starts = sorted(r.start_s for r in results)
+    assert all(b - a >= 0.07 for a, b in zip(starts, starts[1:])), starts  # 0.075 s apart, not all at t=0
+    lockstep, _ = asyncio.run(run_load(reqs, LoadSpec(url=server.url, model="m", concurrency=4)))
+    assert max(r.start_s for r in lockstep) - min(r.start_s for r in lockstep) < 0.05
+    with pytest.raises(BenchError, match="ramp-up"):
+        LoadSpec(url="http://x", model="m", concurrency=1, ramp_up_s=float("inf"))

@@ -47,6 +47,9 @@ class LoadSpec:
     #: Closed loop: pause between one answer ending and the same worker's next request
     #: (a client's "think time"; 0 sends at once).
     think_time_s: float = 0.0
+    #: Closed loop: start the workers evenly over this many seconds instead of all at
+    #: once (worker k waits k * ramp / concurrency), so they do not stay in lockstep.
+    ramp_up_s: float = 0.0
     timeout_s: float = 300.0
     temperature: float | None = 0.0
     #: Ask the server to ignore EOS so answers have the requested length (vLLM/tokenops extension).
@@ -62,6 +65,8 @@ class LoadSpec:
             raise BenchError(f"concurrency must be >= 1, got {self.concurrency}")
         if not (self.think_time_s >= 0 and math.isfinite(self.think_time_s)):
             raise BenchError(f"--think-time must be a finite number of seconds >= 0, got {self.think_time_s}")
+        if not (self.ramp_up_s >= 0 and math.isfinite(self.ramp_up_s)):
+            raise BenchError(f"--ramp-up must be a finite number of seconds >= 0, got {self.ramp_up_s}")
         self.url = self.url.rstrip("/")
         if self.url.endswith("/v1"):
             self.url = self.url[:-3]
@@ -220,7 +225,11 @@ async def run_load(requests: list[BenchRequest], spec: LoadSpec,
             for i, req in enumerate(requests):
                 queue.put_nowait((i, req))
 
-            async def worker() -> None:
+            num_workers = min(spec.concurrency, len(requests))
+
+            async def worker(k: int) -> None:
+                if spec.ramp_up_s:
+                    await asyncio.sleep(k * spec.ramp_up_s / num_workers)
                 first = True
                 while not queue.empty():
                     if spec.think_time_s and not first:
@@ -231,7 +240,7 @@ async def run_load(requests: list[BenchRequest], spec: LoadSpec,
                     i, req = queue.get_nowait()
                     await _conversation(client, spec, req, i, t0, emit)
 
-            await asyncio.gather(*(worker() for _ in range(min(spec.concurrency, len(requests)))))
+            await asyncio.gather(*(worker(k) for k in range(num_workers)))
         else:
             assert spec.arrival is not None
             offsets = spec.arrival.offsets(len(requests))

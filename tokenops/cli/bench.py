@@ -56,6 +56,7 @@ def bench(
     seed: Annotated[int, typer.Option("--seed", help="Seed of workload and arrivals.")] = 0,
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request timeout (s).")] = 300.0,
     think_time: Annotated[float, typer.Option("--think-time", help="With --concurrency: seconds each client waits after an answer before its next request.")] = 0.0,
+    ramp_up: Annotated[float, typer.Option("--ramp-up", help="With --concurrency: start the clients evenly over this many seconds (not in lockstep).")] = 0.0,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a latency–throughput plot (.html or .png).")] = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the full run (with every request) as JSON.")] = None,
     store: StoreOpt = None,
@@ -92,7 +93,7 @@ def bench(
                          rates=parse_levels(rate, "rate"),
                          concurrencies=[int(c) for c in parse_levels(concurrency, "concurrency")],
                          arrival=arrival, burstiness=burstiness, seed=seed, slos=parse_slos(slo or []),
-                         endpoint=endpoint, api_key=api_key, ignore_eos=ignore_eos, timeout_s=timeout, think_time_s=think_time,
+                         endpoint=endpoint, api_key=api_key, ignore_eos=ignore_eos, timeout_s=timeout, think_time_s=think_time, ramp_up_s=ramp_up,
                          workload_options=wl_opts)
         progress = _progress()
 
