@@ -75,7 +75,13 @@ scenario; raw figures and differences of every scenario are printed. Exit
 status 1 when a judged figure differs by more than 10%, 0 when within (or when
 GuideLLM cannot run here).
 
-Run: .venv/bin/python tests/benchmarks/bench_vs_guidellm.py [--concurrency 8] [--requests 64] [--url URL]
+``--serve`` launches the bundled ``tokenops serve`` (the demo model, a scratch
+store) as the target instead of the fake server. ``--server-cpus`` / ``--client-cpus``
+pin the server and the load generators (this script, GuideLLM and its workers) to
+separate CPUs, so a heavier load generator cannot slow the server it measures; on a
+2-core box: ``--serve --server-cpus 0 --client-cpus 1``.
+
+Run: .venv/bin/python tests/benchmarks/bench_vs_guidellm.py [--concurrency 8] [--requests 64] [--url URL | --serve]
 """
 
 from __future__ import annotations
@@ -160,13 +166,54 @@ def run_guidellm(exe: Path, url: str, concurrency: int | None, rate: float | Non
 
 # --- the fake server, in its own process so neither load generator shares an interpreter with it ---
 
+#: CPUs for servers this script starts (None: no pinning); set from --server-cpus.
+SERVER_CPUS: set[int] | None = None
+
+
+def _pin_server():
+    if SERVER_CPUS:
+        os.sched_setaffinity(0, SERVER_CPUS)
+
+
 def start_fake(engine_expr: str) -> tuple[subprocess.Popen, str]:
     code = ("import sys, time; sys.path.insert(0, sys.argv[1]); "
             "from fake_server import FakeEngine, FixedLatencyEngine, FakeServer; "
             f"s = FakeServer({engine_expr}).__enter__(); print(s.url, flush=True); time.sleep(3600)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tests" / "bench")], stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_pin_server)
     return proc, proc.stdout.readline().strip()
+
+
+def start_serve(workdir: Path) -> tuple[subprocess.Popen, str]:
+    """``tokenops serve`` on the embedded demo model, a free loopback port and a scratch store."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENOPS_")}
+    env.update(TOKENOPS_STORE=str(workdir / "store.duckdb"), TOKENOPS_GATEWAY__HOST="127.0.0.1",
+               TOKENOPS_GATEWAY__PORT=str(port))
+    if SERVER_CPUS:  # as many torch threads as pinned CPUs: more would spin against each other
+        env["TOKENOPS_ENGINE__TORCH_THREADS"] = str(len(SERVER_CPUS))
+    cmd = [sys.executable, "-c", "import sys; from tokenops.cli import main; main(sys.argv[1:])", "serve"]
+    log = open(workdir / "serve.log", "wb")
+    proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_pin_server)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"tokenops serve exited: {(workdir / 'serve.log').read_text()[-500:]}")
+        try:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.terminate()
+    raise SystemExit("tokenops serve was not ready within 300 s")
 
 
 def fake_log(url: str) -> list[dict]:
@@ -318,9 +365,17 @@ def main() -> int:
     ap.add_argument("--step-ms", type=float, default=20.0, help="fake server: engine step time (and the timer "
                                                                 "engine's inter-token latency)")
     ap.add_argument("--ttft-ms", type=float, default=40.0, help="fake timer engine: every request's TTFT")
+    ap.add_argument("--serve", action="store_true", help="launch the bundled tokenops serve (demo model) as the target")
+    ap.add_argument("--server-cpus", help="pin servers started here to these CPUs, e.g. 0")
+    ap.add_argument("--client-cpus", help="pin this script and GuideLLM to these CPUs, e.g. 1")
     ap.add_argument("--scenarios", default="all",
                     help="comma-separated subset: closed/step, closed/timer, open/step (fake) or closed, open (--url)")
     args = ap.parse_args()
+    global SERVER_CPUS
+    parse_cpus = lambda text: {int(x) for x in text.split(",") if x.strip()} if text else None  # noqa: E731
+    SERVER_CPUS, client_cpus = parse_cpus(args.server_cpus), parse_cpus(args.client_cpus)
+    if args.serve and args.url:
+        raise SystemExit("give --url or --serve, not both")
     exe, how = ensure_guidellm(Path(args.venv))
     if exe is None:
         print(f"GuideLLM cannot run here: {how}")
@@ -330,6 +385,17 @@ def main() -> int:
     print(f"workload: {args.requests} requests, {args.input_len} prompt tokens (each tool's own text), "
           f"{args.output_len} output tokens, ignore EOS")
     c, step = args.concurrency, args.step_ms / 1000
+    serve_proc = None
+    if args.serve:
+        serve_proc, args.url = start_serve(Path(tempfile.mkdtemp(prefix="tokenops-serve-")))
+        import atexit
+
+        atexit.register(lambda: serve_proc.poll() is None and serve_proc.terminate())  # early returns too
+        print(f"launched tokenops serve (demo model) at {args.url}")
+    if client_cpus:
+        os.sched_setaffinity(0, client_cpus)  # GuideLLM and its worker processes inherit it
+    if SERVER_CPUS or client_cpus:
+        print(f"CPU pinning: servers {sorted(SERVER_CPUS or [])}, load generators {sorted(client_cpus or [])}")
     if args.url:
         print(f"target: {args.url}")
         scenarios = [("closed", True, None, c, None), ("open", True, None, None, args.rate)]
@@ -371,6 +437,9 @@ def main() -> int:
         if conc is not None and closed_rate is None:
             closed_rate = ours["requests_per_s"]
         results.append((name, judged, worst))
+    if serve_proc is not None:
+        serve_proc.terminate()
+        serve_proc.wait(timeout=30)
     judged = [(n, w) for n, j, w in results if j]
     worst = max((w for _, w in judged), default=0.0)
     print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
