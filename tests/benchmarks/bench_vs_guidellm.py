@@ -125,13 +125,17 @@ def ensure_guidellm(venv: Path) -> tuple[Path | None, str]:
     return exe, "installed now"
 
 
+#: tokenops bench --ramp-up for closed loops (set from --ramp-up).
+RAMP_UP_S = 0.0
+
+
 def run_tokenops(url: str, concurrency: int | None, rate: float | None, num: int, input_len: int,
                  output_len: int) -> dict:
     from tokenops.bench.runner import BenchPlan, run_plan
 
     plan = BenchPlan(url=url, workload="synthetic", num_requests=num, ignore_eos=True,
                      concurrencies=[concurrency] if concurrency else [], rates=[rate] if rate else [],
-                     arrival="constant", workload_options={"input_len": input_len, "output_len": output_len})
+                     arrival="constant", ramp_up_s=RAMP_UP_S if concurrency else 0.0, workload_options={"input_len": input_len, "output_len": output_len})
     s = asyncio.run(run_plan(plan)).levels[0].summary
     return {"requests_per_s": s.request_rate, "output_tokens_per_s": s.output_tps,
             "ttft_median_ms": s.latency["ttft"]["p50"] * 1000, "completed": s.num_completed, "errors": s.num_errors,
@@ -365,13 +369,17 @@ def main() -> int:
     ap.add_argument("--step-ms", type=float, default=20.0, help="fake server: engine step time (and the timer "
                                                                 "engine's inter-token latency)")
     ap.add_argument("--ttft-ms", type=float, default=40.0, help="fake timer engine: every request's TTFT")
+    ap.add_argument("--ramp-up", type=float, default=0.0,
+                    help="closed loops: start tokenops bench's clients evenly over this many seconds (tokenops bench "
+                         "--ramp-up); 0 starts them together, which can keep them in lockstep")
     ap.add_argument("--serve", action="store_true", help="launch the bundled tokenops serve (demo model) as the target")
     ap.add_argument("--server-cpus", help="pin servers started here to these CPUs, e.g. 0")
     ap.add_argument("--client-cpus", help="pin this script and GuideLLM to these CPUs, e.g. 1")
     ap.add_argument("--scenarios", default="all",
                     help="comma-separated subset: closed/step, closed/timer, open/step (fake) or closed, open (--url)")
     args = ap.parse_args()
-    global SERVER_CPUS
+    global SERVER_CPUS, RAMP_UP_S
+    RAMP_UP_S = args.ramp_up
     parse_cpus = lambda text: {int(x) for x in text.split(",") if x.strip()} if text else None  # noqa: E731
     SERVER_CPUS, client_cpus = parse_cpus(args.server_cpus), parse_cpus(args.client_cpus)
     if args.serve and args.url:
