@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,8 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
 
 def _scalar_of_optional(hint: Any) -> type | None:
     """``int | None`` -> ``int`` (likewise float, bool, str); None for anything else."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return None
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if len(args) == 1 and args[0] in (int, float, bool, str) else None
 
