@@ -188,36 +188,20 @@ def start_fake(engine_expr: str) -> tuple[subprocess.Popen, str]:
     return proc, proc.stdout.readline().strip()
 
 
-def start_serve(workdir: Path) -> tuple[subprocess.Popen, str]:
-    """``tokenops serve`` on the embedded demo model, a free loopback port and a scratch store."""
-    import socket
+def start_serve():
+    """``tokenops serve`` on the embedded demo model through tune's launcher (a free loopback port,
+    a scratch store, waits for /ready), pinned to --server-cpus with as many torch threads."""
+    from tokenops.tune.errors import TuneError
+    from tokenops.tune.launcher import TokenopsLauncher
 
-    import httpx
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENOPS_")}
-    env.update(TOKENOPS_STORE=str(workdir / "store.duckdb"), TOKENOPS_GATEWAY__HOST="127.0.0.1",
-               TOKENOPS_GATEWAY__PORT=str(port))
-    if SERVER_CPUS:  # as many torch threads as pinned CPUs: more would spin against each other
-        env["TOKENOPS_ENGINE__TORCH_THREADS"] = str(len(SERVER_CPUS))
-    cmd = [sys.executable, "-c", "import sys; from tokenops.cli import main; main(sys.argv[1:])", "serve"]
-    log = open(workdir / "serve.log", "wb")
-    proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_pin_server)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"tokenops serve exited: {(workdir / 'serve.log').read_text()[-500:]}")
-        try:
-            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.terminate()
-    raise SystemExit("tokenops serve was not ready within 300 s")
+    params = {"engine.torch_threads": len(SERVER_CPUS)} if SERVER_CPUS else {}
+    server = TokenopsLauncher().prepare(params)
+    if SERVER_CPUS:
+        server.argv = ["taskset", "-c", ",".join(map(str, sorted(SERVER_CPUS))), *server.argv]
+    try:
+        return server.start()
+    except TuneError as e:
+        raise SystemExit(f"cannot start tokenops serve: {e}") from None
 
 
 def fake_log(url: str) -> list[dict]:
@@ -395,10 +379,11 @@ def main() -> int:
     c, step = args.concurrency, args.step_ms / 1000
     serve_proc = None
     if args.serve:
-        serve_proc, args.url = start_serve(Path(tempfile.mkdtemp(prefix="tokenops-serve-")))
+        serve_proc = start_serve()
+        args.url = serve_proc.url
         import atexit
 
-        atexit.register(lambda: serve_proc.poll() is None and serve_proc.terminate())  # early returns too
+        atexit.register(serve_proc.stop)  # early returns too (stop() is idempotent)
         print(f"launched tokenops serve (demo model) at {args.url}")
     if client_cpus:
         os.sched_setaffinity(0, client_cpus)  # GuideLLM and its worker processes inherit it
@@ -446,8 +431,7 @@ def main() -> int:
             closed_rate = ours["requests_per_s"]
         results.append((name, judged, worst))
     if serve_proc is not None:
-        serve_proc.terminate()
-        serve_proc.wait(timeout=30)
+        serve_proc.stop()
     judged = [(n, w) for n, j, w in results if j]
     worst = max((w for _, w in judged), default=0.0)
     print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tokenops import hookimpl, plugins
 from tokenops.cli import build_app, main
-from tokenops.tune.launcher import LaunchedServer, LaunchOptions, ServerProcess, TokenopsLauncher, env_for
+from tokenops.tune.launcher import LaunchOptions, ServerProcess, TokenopsLauncher, env_for
 from tokenops.tune.target import TuneError
 
 # A stand-in for `vllm serve`: strict argparse over the flags the launcher may pass (an unknown
@@ -198,7 +198,8 @@ def test_a_launcher_name_registered_twice_is_one_line_error():
 
 
 def test_the_bundled_engine_launcher_keeps_its_environment():
-    server = LaunchedServer({"engine.block_size": 32, "engine.enable_prefix_caching": False})
+    server = TokenopsLauncher().prepare({"engine.block_size": 32, "engine.enable_prefix_caching": False})
+    assert server.proc is None  # prepared, not started
     assert server.ready_paths == ("/ready",) and server.admin_key and "serve" in server.argv
     env = server.env
     assert env["TOKENOPS_ENGINE__BLOCK_SIZE"] == "32" and env["TOKENOPS_ENGINE__ENABLE_PREFIX_CACHING"] == "false"

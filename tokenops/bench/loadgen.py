@@ -230,15 +230,11 @@ async def run_load(requests: list[BenchRequest], spec: LoadSpec,
             async def worker(k: int) -> None:
                 if spec.ramp_up_s:
                     await asyncio.sleep(k * spec.ramp_up_s / num_workers)
-                first = True
                 while not queue.empty():
-                    if spec.think_time_s and not first:
-                        await asyncio.sleep(spec.think_time_s)
-                        if queue.empty():
-                            break
-                    first = False
                     i, req = queue.get_nowait()
                     await _conversation(client, spec, req, i, t0, emit)
+                    if spec.think_time_s and not queue.empty():  # no pause after the last request
+                        await asyncio.sleep(spec.think_time_s)
 
             await asyncio.gather(*(worker(k) for k in range(num_workers)))
         else:

@@ -206,13 +206,17 @@ class Launcher:
         """The server's whole environment."""
         return dict(os.environ)
 
-    def launch(self, params: dict[str, Any]) -> ServerProcess:
-        """Start a server with ``params`` and wait until it is ready."""
+    def prepare(self, params: dict[str, Any]) -> ServerProcess:
+        """The server for ``params`` with its port, command and environment, not started yet."""
         server = ServerProcess(self.name, params, self.ready_paths, self.options.ready_timeout_s,
                                secrets.token_hex(16) if self.has_admin_api else None)
         server.argv = self.command(params, server)
         server.env = self.environment(params, server)
-        return server.start()
+        return server
+
+    def launch(self, params: dict[str, Any]) -> ServerProcess:
+        """Start a server with ``params`` and wait until it is ready."""
+        return self.prepare(params).start()
 
     def program(self, default: list[str], source: str | None, hint: str) -> list[str]:
         """``options.command`` split, else ``default`` (from the variable ``source``, or None
@@ -270,19 +274,6 @@ class TokenopsLauncher(Launcher):
         if cfg:
             env["TOKENOPS_CONFIG"] = cfg
         return env
-
-
-class LaunchedServer(ServerProcess):
-    """One ``tokenops serve`` process; :meth:`start` waits until ``/ready``."""
-
-    def __init__(self, params: dict[str, Any], model: str | None = None, config: str | None = None,
-                 ready_timeout_s: float = 600.0) -> None:
-        launcher = TokenopsLauncher(LaunchOptions(model=model, config=config, ready_timeout_s=ready_timeout_s))
-        super().__init__(launcher.name, params, launcher.ready_paths, ready_timeout_s, secrets.token_hex(16))
-        self.model = model
-        self.config = config
-        self.argv = launcher.command(self.params, self)
-        self.env = launcher.environment(self.params, self)
 
 
 # -- tunables -> command-line flags ---------------------------------------------
