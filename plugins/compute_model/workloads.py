@@ -1,7 +1,7 @@
 """Built-in benchmark workloads for ``tokenops bench`` and ``tokenops tune``."""
 
 from tokenops import hookimpl
-from tokenops.bench import replay, sharegpt, synthetic
+from tokenops.bench import filedata, replay, sharegpt, synthetic
 
 TOKENOPS_LAYER = "compute_model"
 
@@ -13,3 +13,4 @@ def tokenops_register_workloads(register):
     register("sharegpt", sharegpt.sharegpt)
     register("sharegpt-multiturn", sharegpt.sharegpt_multiturn)
     register("replay", replay.replay)
+    register("file", filedata.file_workload)

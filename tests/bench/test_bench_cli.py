@@ -55,3 +55,19 @@ def test_bench_user_errors_are_one_line(server):
     assert e.value.code == 2
     r = CliRunner().invoke(build_app(), ["bench", "--url", server.url, "--rate", "x", "--no-store"])
     assert r.exit_code != 0
+
+
+def test_bench_file_workload_sends_the_files_requests(server, tmp_path, capsys):
+    data = tmp_path / "reqs.jsonl"
+    data.write_text('{"prompt": "a b c d", "output_tokens": 3}\n{"prompt": "e f", "output_tokens_count": 5}\n')
+    r = _bench(["--url", server.url, "-w", "file", "--dataset", str(data), "-n", "4", "--concurrency", "1",
+                "--no-store", "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)["levels"][0]["summary"]
+    assert s["num_completed"] == 4 and s["total_output_tokens"] == 3 + 5 + 3 + 5
+    assert s["total_input_tokens"] == 4 + 2 + 4 + 2  # the fake server counts prompt words
+    from tokenops.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--url", server.url, "-w", "file", "--no-store"])
+    assert e.value.code == 2 and "needs --dataset" in capsys.readouterr().err

@@ -69,3 +69,47 @@ def test_replay_from_a_seeded_store(tmp_path):
     assert len(build_workload("replay", 2, store=path)) == 2
     with pytest.raises(WorkloadError, match="does not exist"):
         build_workload("replay", 2, store=str(tmp_path / "missing.duckdb"))
+
+
+def test_file_workload_reads_prompts_messages_and_lengths_in_order(tmp_path):
+    path = tmp_path / "reqs.jsonl"
+    path.write_text(
+        '{"prompt": "one two three", "output_tokens": 5, "prompt_tokens_count": 3}\n'
+        "\n"
+        '{"prompt": "hi", "system": "be brief", "output_tokens_count": 7}\n'
+        '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], "max_tokens": 2}\n'
+        '{"prompt": "no length given"}\n')
+    reqs = build_workload("file", 6, dataset=str(path), output_len=9)
+    assert [r.max_tokens for r in reqs] == [5, 7, 2, 9, 5, 7]  # file order, repeated
+    assert reqs[0].messages == [{"role": "user", "content": "one two three"}] and reqs[0].num_prompt_tokens == 3
+    assert reqs[1].messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    assert reqs[2].messages[0] == {"role": "system", "content": "s"} and reqs[2].num_prompt_tokens is None
+    assert reqs[4] is not reqs[0] and reqs[4].messages == reqs[0].messages
+    # a JSON array works too
+    arr = tmp_path / "reqs.json"
+    arr.write_text('[{"prompt": "a", "output_tokens": 3}, {"prompt": "b", "output_tokens": 4}]')
+    assert [r.max_tokens for r in build_workload("file", 2, dataset=str(arr))] == [3, 4]
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"prompt": "a", "output_tokens": 3}\n{"prompt": "b", "output_tokens": }\n', r"reqs.jsonl:2: not valid JSON"),
+    ('{"output_tokens": 3}\n', r"reqs.jsonl:1: a record needs a non-empty \"prompt\""),
+    ('{"prompt": "a", "output_tokens": -1}\n', r"reqs.jsonl:1: output_tokens must be a positive integer"),
+    ('{"prompt": "a", "output_tokens": "ten"}\n', r"output_tokens must be a positive integer"),
+    ('{"messages": [{"role": "wizard", "content": "x"}], "output_tokens": 3}\n', r"each message needs a role"),
+    ('["just a string"]', r"reqs.jsonl:1: each record must be a JSON object"),
+    ('{"prompt": "a"}\n', r"no answer length"),
+    ("\n\n", r"has no records"),
+])
+def test_file_workload_bad_input_is_a_clear_error(tmp_path, content, message):
+    path = tmp_path / "reqs.jsonl"
+    path.write_text(content)
+    with pytest.raises(WorkloadError, match=message):
+        build_workload("file", 2, dataset=str(path))
+
+
+def test_file_workload_needs_an_existing_dataset(tmp_path):
+    with pytest.raises(WorkloadError, match="needs --dataset"):
+        build_workload("file", 2)
+    with pytest.raises(WorkloadError, match="does not exist"):
+        build_workload("file", 2, dataset=str(tmp_path / "missing.jsonl"))

@@ -13,7 +13,7 @@ from tokenops.cli.options import JsonOpt, StoreOpt
 bench_app = typer.Typer(help="Benchmark an OpenAI-compatible server (TTFT/TPOT/ITL/E2E, throughput, goodput).")
 
 _WORKLOAD_OPTS = ("input_len", "output_len", "length_dist", "length_spread", "prefix_len", "num_prefixes",
-                  "max_input_len", "max_output_len", "max_turns", "time_scale", "store")
+                  "max_input_len", "max_output_len", "max_turns", "time_scale", "dataset", "store")
 
 
 def _progress():
@@ -32,7 +32,8 @@ def bench(
     ctx: typer.Context,
     url: Annotated[Optional[str], typer.Option("--url", help="Base URL of the server (…/v1 accepted).", envvar="TOKENOPS_URL")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Model name (default: the first in /v1/models).")] = None,
-    workload: Annotated[str, typer.Option("--workload", "-w", help="synthetic | shared-prefix | sharegpt | sharegpt-multiturn | replay | a plugin's.")] = "synthetic",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="synthetic | shared-prefix | sharegpt | sharegpt-multiturn | replay | file | a plugin's.")] = "synthetic",
+    dataset: Annotated[Optional[str], typer.Option("--dataset", help="file: JSON Lines, one request per line ({\"prompt\" or \"messages\", \"output_tokens\"}).")] = None,
     num_requests: Annotated[int, typer.Option("--num-requests", "-n", help="Requests (conversations for multi-turn) per load level.")] = 100,
     rate: Annotated[Optional[str], typer.Option("--rate", help="Requests/s, 'inf', or a sweep like 1,2,4.")] = None,
     arrival: Annotated[str, typer.Option("--arrival", help="poisson | constant | gamma.")] = "poisson",

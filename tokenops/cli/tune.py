@@ -60,6 +60,7 @@ def register(app: typer.Typer) -> None:
         ready_timeout: Annotated[float, typer.Option("--ready-timeout", help="With --launch: seconds a launched engine may take to become ready.")] = 600.0,
         admin_key: AdminKeyOpt = None,
         workload: Annotated[str, typer.Option("--workload", "-w", help="Workload name (see tokenops bench).")] = "synthetic",
+        dataset: Annotated[Optional[str], typer.Option("--dataset", help="file workload: JSON Lines of requests (see tokenops bench).")] = None,
         input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens.")] = 128,
         output_len: Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens.")] = 64,
         length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
@@ -107,7 +108,8 @@ def register(app: typer.Typer) -> None:
                 engine=engine, model_path=model_path, launcher_cmd=launcher_cmd,
                 launcher_args=split_args(launcher_arg or []), ready_timeout_s=ready_timeout, workload=workload,
                 workload_options={"input_len": input_len, "output_len": output_len, "length_dist": length_dist,
-                                  "max_input_len": max_input_len, "max_output_len": max_output_len},
+                                  "max_input_len": max_input_len, "max_output_len": max_output_len,
+                                  "dataset": dataset},
                 seed=seed, only=only or [], exclude=exclude or [], overrides=_parse_params(param or []),
                 measure_s=measure_s, min_requests=min_requests, start_rate=start_rate,
                 bracket=BracketConfig(max_measurements=max_measurements), validate=validate)
