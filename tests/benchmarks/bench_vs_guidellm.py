@@ -127,28 +127,49 @@ def ensure_guidellm(venv: Path) -> tuple[Path | None, str]:
 
 #: tokenops bench --ramp-up for closed loops (set from --ramp-up).
 RAMP_UP_S = 0.0
+_DATA_DIR = Path(tempfile.mkdtemp(prefix="bench-vs-guidellm-"))
 
 
-def run_tokenops(url: str, concurrency: int | None, rate: float | None, num: int, input_len: int,
-                 output_len: int) -> dict:
+def write_dataset(num: int, input_len: int, output_len: int, spread: float, run: int) -> Path:
+    """The requests of one run as JSON Lines, read by both tools (tokenops bench ``--workload file``,
+    GuideLLM ``kind=json_file``), so both send the same prompt and answer lengths in the same order.
+
+    Lengths are normal with relative standard deviation ``spread`` (fixed at 0) and the same in every
+    run; the prompt words are drawn afresh per ``run``, so no run finds an earlier run's prompts in the
+    server's prefix cache."""
+    import numpy as np
+
+    from tokenops.bench.synthetic import lengths, words
+
+    rng = np.random.default_rng(0)
+    dist = "normal" if spread else "fixed"
+    ins, outs = lengths(num, input_len, dist, spread, rng), lengths(num, output_len, dist, spread, rng)
+    text = np.random.default_rng(1000 + run)
+    path = _DATA_DIR / f"requests-{num}-{input_len}-{output_len}-{spread:g}-run{run}.jsonl"
+    path.write_text("".join(json.dumps({"prompt": words(n, text), "output_tokens_count": m, "prompt_tokens_count": n})
+                            + "\n" for n, m in zip(ins, outs)))
+    return path
+
+
+def run_tokenops(url: str, concurrency: int | None, rate: float | None, num: int, dataset: Path) -> dict:
     from tokenops.bench.runner import BenchPlan, run_plan
 
-    plan = BenchPlan(url=url, workload="synthetic", num_requests=num, ignore_eos=True,
+    plan = BenchPlan(url=url, workload="file", num_requests=num, ignore_eos=True,
                      concurrencies=[concurrency] if concurrency else [], rates=[rate] if rate else [],
-                     arrival="constant", ramp_up_s=RAMP_UP_S if concurrency else 0.0, workload_options={"input_len": input_len, "output_len": output_len})
+                     arrival="constant", ramp_up_s=RAMP_UP_S if concurrency else 0.0,
+                     workload_options={"dataset": str(dataset)})
     s = asyncio.run(run_plan(plan)).levels[0].summary
     return {"requests_per_s": s.request_rate, "output_tokens_per_s": s.output_tps,
             "ttft_median_ms": s.latency["ttft"]["p50"] * 1000, "completed": s.num_completed, "errors": s.num_errors,
-            "input_tokens_per_request": s.total_input_tokens / max(1, s.num_completed)}
+            "input_tokens_per_request": s.total_input_tokens / max(1, s.num_completed),
+            "output_tokens_per_request": s.total_output_tokens / max(1, s.num_completed)}
 
 
-def run_guidellm(exe: Path, url: str, concurrency: int | None, rate: float | None, num: int, input_len: int,
-                 output_len: int) -> dict:
+def run_guidellm(exe: Path, url: str, concurrency: int | None, rate: float | None, num: int, dataset: Path) -> dict:
     out = Path(tempfile.mkdtemp(prefix="guidellm-")) / "out.json"
     profile = f"kind=concurrent,streams={concurrency}" if concurrency else f"kind=constant,rate={rate}"
     cmd = [str(exe), "run", "--backend", f"kind=openai_http,target={url}", "--profile", profile,
-           "--constraint", f"kind=max_requests,count={num}",
-           "--data", f"kind=synthetic_text,prompt_tokens={input_len},output_tokens={output_len}",
+           "--constraint", f"kind=max_requests,count={num}", "--data", f"kind=json_file,path={dataset}",
            "--tokenizer", f"kind=huggingface_auto,model={_tokenizer_dir()}",
            "--output", f"kind=json,path={out}", "--disable-progress"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
@@ -161,11 +182,13 @@ def run_guidellm(exe: Path, url: str, concurrency: int | None, rate: float | Non
     # the same span tokenops uses: first request sent -> last answer received (GuideLLM's own duration
     # also counts its start-up)
     span = max(r["request_end_time"] for r in reqs) - min(r["request_start_time"] for r in reqs)
-    return {"requests_per_s": ok / span, "output_tokens_per_s": m["output_token_count"]["successful"]["total_sum"] / span,
+    out_tokens = m["output_token_count"]["successful"]["total_sum"]
+    return {"requests_per_s": ok / span, "output_tokens_per_s": out_tokens / span,
             "ttft_median_ms": m["time_to_first_token_ms"]["successful"]["median"], "completed": ok,
             "errors": m["request_totals"]["errored"],
             "input_tokens_per_request": m["prompt_token_count"]["successful"]["mean"],
-            "_own_duration_s": b["duration"]}
+            "output_tokens_per_request": out_tokens / max(1, ok), "_own_duration_s": b["duration"],
+            "_report": str(out)}
 
 
 # --- the fake server, in its own process so neither load generator shares an interpreter with it ---
@@ -274,70 +297,99 @@ def _mean(runs: list[dict]) -> dict:
     return {k: sum(r[k] for r in runs) / len(runs) for k in runs[0] if isinstance(runs[0][k], (int, float))}
 
 
-def compare(name: str, judged: bool, ours_runs: list[dict], theirs: dict, views: dict) -> float:
-    """Print one scenario's figures (tokenops: the mean of its runs before and after GuideLLM's); return the
-    largest relative difference on request throughput and median TTFT."""
-    ours = _mean(ours_runs)
+def _cpu_times() -> list[int]:
+    """Aggregate CPU jiffies from /proc/stat (user nice system idle iowait irq softirq steal ...)."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return []
+
+
+def _steal_share(before: list[int], after: list[int]) -> float:
+    """Share of CPU time the hypervisor gave to other guests between two /proc/stat reads."""
+    if len(before) < 8 or len(after) < 8:
+        return float("nan")
+    total = sum(after[:8]) - sum(before[:8])
+    return (after[7] - before[7]) / total if total else 0.0
+
+
+def compare(name: str, judged: bool, ours_runs: list[dict], theirs_runs: list[dict], views: dict) -> float:
+    """Print one scenario's figures, each tool as the mean of its interleaved runs (every run listed, so
+    drift of the server or the machine shows); return the largest relative difference on request
+    throughput and median TTFT."""
+    ours, theirs = _mean(ours_runs), _mean(theirs_runs)
     print(f"\n[{name}] {'judged' if judged else 'not judged (see docstring)'}")
-    print(f"  {'figure':<26}{'tokenops':>12}{'guidellm':>12}{'diff':>9}   tokenops runs before / after")
+    print(f"  {'figure':<26}{'tokenops':>10}{'guidellm':>10}{'diff':>8}   runs in order (t = tokenops, g = guidellm)")
     worst = 0.0
-    for key in ("requests_per_s", "output_tokens_per_s", "ttft_median_ms", "input_tokens_per_request", "completed",
-                "errors"):
+
+    def runs_text(key: str, o_runs: list[dict], t_runs: list[dict]) -> str:
+        order = [f"t {o_runs[0][key]:.1f}"]
+        for t, o in zip(t_runs, o_runs[1:]):
+            order += [f"g {t[key]:.1f}", f"t {o[key]:.1f}"]
+        return ", ".join(order)
+
+    for key in ("requests_per_s", "output_tokens_per_s", "ttft_median_ms", "input_tokens_per_request",
+                "output_tokens_per_request", "completed", "errors", "steal_share"):
         a, b = ours[key], theirs[key]
         diff = (a - b) / b if b else float("nan")
         if key in JUDGED_KEYS:
             worst = max(worst, abs(diff)) if diff == diff else float("inf")  # no figure to compare: a failure
-        runs = " / ".join(f"{r[key]:.2f}" for r in ours_runs)
-        print(f"  {key:<26}{a:>12.2f}{b:>12.2f}{diff:>+9.1%}   {runs}")
+        if key == "steal_share":
+            print(f"  {'CPU steal (hypervisor)':<26}{a:>10.1%}{b:>10.1%}")
+            continue
+        print(f"  {key:<26}{a:>10.2f}{b:>10.2f}{diff:>+8.1%}   {runs_text(key, ours_runs, theirs_runs)}")
     if views.get("tokenops") and views.get("guidellm"):
-        o_runs, t = views["tokenops"], views["guidellm"]
-        o = _mean(o_runs)
+        o_runs, t_runs = views["tokenops"], views["guidellm"]
+        o, t = _mean(o_runs), _mean(t_runs)
         for key, label in (("server_ttft_median_ms", "server: median TTFT ms"),
                            ("server_ttft_mean_ms", "server: mean TTFT ms"),
                            ("reaction_median_ms", "server: reaction ms"), ("connections", "server: TCP connections")):
             if key in o and key in t:
                 diff = (o[key] - t[key]) / t[key] if t[key] else float("nan")
-                runs = " / ".join(f"{r[key]:.2f}" for r in o_runs)
-                print(f"  {label:<26}{o[key]:>12.2f}{t[key]:>12.2f}{diff:>+9.1%}   {runs}")
+                print(f"  {label:<26}{o[key]:>10.2f}{t[key]:>10.2f}{diff:>+8.1%}   {runs_text(key, o_runs, t_runs)}")
         if "server_ttft_median_ms" in o:
-            print(f"  {'client - server TTFT ms':<26}{ours['ttft_median_ms'] - o['server_ttft_median_ms']:>12.2f}"
-                  f"{theirs['ttft_median_ms'] - t['server_ttft_median_ms']:>12.2f}   (median minus median)")
+            print(f"  {'client - server TTFT ms':<26}{ours['ttft_median_ms'] - o['server_ttft_median_ms']:>10.2f}"
+                  f"{theirs['ttft_median_ms'] - t['server_ttft_median_ms']:>10.2f}   (median minus median)")
     print(f"  largest difference on request throughput / median TTFT: {worst:.1%}"
           + (f" -> {'within' if worst <= 0.10 else 'OUTSIDE'} 10%" if judged else ""))
     return worst
 
 
 def run_scenario(exe: Path, args, name: str, judged: bool, url: str, concurrency: int | None,
-                 rate: float | None, fake: bool) -> tuple[dict, float]:
-    """tokenops bench, GuideLLM, tokenops bench again (so drift of the server or the machine shows), each with
-    the server's own view of the run where there is one."""
+                 rate: float | None, spread: float, fake: bool) -> tuple[dict, float]:
+    """Interleaved runs on the same request lengths, tokenops bench first and last: t g t g ... t
+    (``--repeats`` GuideLLM runs), so both tools' runs are centred on the same moment and a steady drift
+    of the server or the machine cancels out of the means. Each run comes with the server's own view of
+    it where there is one."""
     level = f"concurrency {concurrency}" if concurrency else f"constant rate {rate:g}/s"
-    print(f"\n== {name}: {level}, load average {os.getloadavg()[0]:.2f}", flush=True)
-    run_tokenops(url, concurrency, rate, max(8, concurrency or 8), args.input_len, args.output_len)  # warm-up
-    ours_runs, theirs = [], None
-    views: dict[str, list | dict] = {"tokenops": []}
-    for tool in ("tokenops", "guidellm", "tokenops"):
+    lens = f"lengths normal, relative std {spread:g}" if spread else "fixed lengths"
+    print(f"\n== {name}: {level}, {lens}, load average {os.getloadavg()[0]:.2f}", flush=True)
+    data = lambda run: write_dataset(args.requests, args.input_len, args.output_len, spread, run)  # noqa: E731
+    run_tokenops(url, concurrency, rate, args.requests, data(0))  # warm-up: the server's shapes and caches
+    runs: dict[str, list[dict]] = {"tokenops": [], "guidellm": []}
+    views: dict[str, list[dict]] = {"tokenops": [], "guidellm": []}
+    order = ["tokenops"] + ["guidellm", "tokenops"] * args.repeats
+    for run, tool in enumerate(order, 1):
         if fake:
             fake_log(url)
         before = None if fake else ttft_histogram(url)
-        t = time.time()
+        t, cpu = time.time(), _cpu_times()
         if tool == "tokenops":
-            ours_runs.append(run_tokenops(url, concurrency, rate, args.requests, args.input_len, args.output_len))
+            result = run_tokenops(url, concurrency, rate, args.requests, data(run))
             print(f"  tokenops bench: {time.time() - t:.1f}s", flush=True)
         else:
-            theirs = run_guidellm(exe, url, concurrency, rate, args.requests, args.input_len, args.output_len)
-            print(f"  guidellm: {time.time() - t:.1f}s (its own benchmark duration {theirs['_own_duration_s']:.2f}s)",
-                  flush=True)
+            result = run_guidellm(exe, url, concurrency, rate, args.requests, data(run))
+            print(f"  guidellm: {time.time() - t:.1f}s (its own benchmark duration {result['_own_duration_s']:.2f}s; "
+                  f"report {result['_report']})", flush=True)
+        result["steal_share"] = _steal_share(cpu, _cpu_times())
+        runs[tool].append(result)
         view = server_view(fake_log(url), concurrency) if fake else histogram_view(before, ttft_histogram(url))
         if view is not None:
-            if tool == "tokenops":
-                views["tokenops"].append(view)
-            else:
-                views["guidellm"] = view
-    if len(views["tokenops"]) != len(ours_runs):
+            views[tool].append(view)
+    if any(len(views[k]) != len(runs[k]) for k in runs):
         views = {}
-    assert theirs is not None
-    return _mean(ours_runs), compare(name, judged, ours_runs, theirs, views)
+    return _mean(runs["tokenops"]), compare(name, judged, runs["tokenops"], runs["guidellm"], views)
 
 
 def main() -> int:
@@ -346,7 +398,9 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--rate", type=float, help="open-loop constant rate, req/s (default: half the closed-loop "
                                                 "throughput tokenops measured)")
-    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3, help="GuideLLM runs per scenario, each between two tokenops "
+                                                            "bench runs")
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--venv", default=str(VENV))
@@ -356,11 +410,15 @@ def main() -> int:
     ap.add_argument("--ramp-up", type=float, default=0.0,
                     help="closed loops: start tokenops bench's clients evenly over this many seconds (tokenops bench "
                          "--ramp-up); 0 starts them together, which can keep them in lockstep")
+    ap.add_argument("--length-spread", type=float, default=0.25,
+                    help="relative standard deviation of prompt and output lengths (normal; the same lengths for "
+                         "both tools); 0: fixed lengths")
     ap.add_argument("--serve", action="store_true", help="launch the bundled tokenops serve (demo model) as the target")
     ap.add_argument("--server-cpus", help="pin servers started here to these CPUs, e.g. 0")
     ap.add_argument("--client-cpus", help="pin this script and GuideLLM to these CPUs, e.g. 1")
     ap.add_argument("--scenarios", default="all",
-                    help="comma-separated subset: closed/step, closed/timer, open/step (fake) or closed, open (--url)")
+                    help="comma-separated subset: closed/step, closed/timer, open/step (fake) or closed, open, "
+                         "closed/fixed (--url)")
     args = ap.parse_args()
     global SERVER_CPUS, RAMP_UP_S
     RAMP_UP_S = args.ramp_up
@@ -374,8 +432,9 @@ def main() -> int:
         return 0
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True).stdout.strip()
     print(f"{version} ({how}, venv {args.venv}); load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"workload: {args.requests} requests, {args.input_len} prompt tokens (each tool's own text), "
-          f"{args.output_len} output tokens, ignore EOS")
+    print(f"workload: {args.requests} requests from one JSON Lines file per run, read by both tools: "
+          f"{args.input_len} prompt tokens, {args.output_len} output tokens (means; relative std "
+          f"{args.length_spread:g}), ignore EOS")
     c, step = args.concurrency, args.step_ms / 1000
     serve_proc = None
     if args.serve:
@@ -391,27 +450,31 @@ def main() -> int:
         print(f"CPU pinning: servers {sorted(SERVER_CPUS or [])}, load generators {sorted(client_cpus or [])}")
     if args.url:
         print(f"target: {args.url}")
-        scenarios = [("closed", True, None, c, None), ("open", True, None, None, args.rate)]
+        spread = args.length_spread
+        scenarios = [("closed", True, None, c, None, spread), ("open", True, None, None, args.rate, spread),
+                     ("closed/fixed", False, None, c, None, 0.0)]
     else:
         print(f"target: fake server in its own process: step clock {args.step_ms:g} ms per step, or per-request "
               f"timers {args.ttft_ms:g} ms TTFT + {args.step_ms:g} ms ITL")
         scenarios = [
-            ("closed/step", False, f"FakeEngine(base_s={step}, per_token_s=0.0, max_num_seqs={c})", c, None),
-            ("closed/timer", True, f"FixedLatencyEngine(ttft_s={args.ttft_ms / 1000}, itl_s={step})", c, None),
+            ("closed/step", False, f"FakeEngine(base_s={step}, per_token_s=0.0, max_num_seqs={c})", c, None,
+             args.length_spread),
+            ("closed/timer", True, f"FixedLatencyEngine(ttft_s={args.ttft_ms / 1000}, itl_s={step})", c, None,
+             args.length_spread),
             ("open/step", True, f"FakeEngine(base_s={step}, per_token_s=0.0, max_num_seqs={8 * c})", None,
-             args.rate)]
+             args.rate, args.length_spread)]
     if args.scenarios != "all":
         wanted = set(args.scenarios.split(","))
         scenarios = [s for s in scenarios if s[0] in wanted]
     results = []
     closed_rate = None
-    for name, judged, engine, conc, rate in scenarios:
+    for name, judged, engine, conc, rate, spread in scenarios:
         if conc is None and rate is None:
             if closed_rate is None:  # no closed-loop run this time: measure the closed-loop throughput quickly
                 proc, url = start_fake(engine) if engine else (None, args.url)
                 try:
-                    closed_rate = run_tokenops(url, c, None, args.requests, args.input_len,
-                                               args.output_len)["requests_per_s"]
+                    closed_rate = run_tokenops(url, c, None, args.requests, write_dataset(
+                        args.requests, args.input_len, args.output_len, spread, 0))["requests_per_s"]
                 finally:
                     if proc:
                         proc.terminate()
@@ -419,7 +482,7 @@ def main() -> int:
             rate = round(0.5 * closed_rate, 2)
         proc, url = start_fake(engine) if engine else (None, args.url)
         try:
-            ours, worst = run_scenario(exe, args, name, judged, url, conc, rate, engine is not None)
+            ours, worst = run_scenario(exe, args, name, judged, url, conc, rate, spread, engine is not None)
         except (RuntimeError, KeyError, subprocess.SubprocessError) as e:
             print(f"GuideLLM cannot run here: {e}")
             return 0
@@ -427,7 +490,7 @@ def main() -> int:
             if proc:
                 proc.terminate()
                 proc.wait(timeout=10)
-        if conc is not None and closed_rate is None:
+        if conc is not None and closed_rate is None and spread == args.length_spread:
             closed_rate = ours["requests_per_s"]
         results.append((name, judged, worst))
     if serve_proc is not None:
