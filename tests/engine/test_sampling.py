@@ -73,3 +73,23 @@ def test_logprobs_are_raw_log_softmax_with_top_alternatives():
     assert out.logprob == pytest.approx(expected[out.token_id].item())
     assert [t for t, _ in out.top] == [2, 1]
     assert out.top[0][1] == pytest.approx(expected[2].item())
+
+
+def test_draw_inverts_the_cdf_exactly():
+    import torch
+
+    from tokenops.engine.sampling import draw
+
+    probs = torch.tensor([[0.1, 0.0, 0.2, 0.7], [0.0, 0.0, 1.0, 0.0]])
+    # boundaries: u * total falls in [cdf[i-1], cdf[i]) -> token i; zero-weight tokens are never picked
+    u = torch.tensor([0.0, 0.0999, 0.1001, 0.2999, 0.3001, 0.9999999], dtype=torch.float64)
+    assert draw(probs[:1].expand(6, 4), u).tolist() == [0, 0, 2, 2, 3, 3]
+    assert draw(probs[1:].expand(3, 4), torch.tensor([0.0, 0.5, 0.9999999])).tolist() == [2, 2, 2]
+    # unnormalised weights are fine
+    assert draw(torch.tensor([[2.0, 6.0]]), torch.tensor([0.3])).tolist() == [1]
+    # the frequencies match the distribution
+    g = torch.Generator().manual_seed(0)
+    n = 200_000
+    picks = draw(probs[:1].expand(n, 4), torch.rand(n, generator=g, dtype=torch.float64))
+    freq = torch.bincount(picks, minlength=4).double() / n
+    assert torch.allclose(freq, probs[0].double(), atol=0.005) and freq[1] == 0

@@ -65,10 +65,20 @@ def verify_proposal(
         total = float(residual.sum())
         # a rejection has residual mass > 0; float noise can leave none, then p itself is exact
         dist = residual / total if total > 1e-12 else p[i]
-        accepted.append(int(torch.multinomial(dist, 1, generator=generator)))
+        accepted.append(_draw_one(dist, generator))
         return accepted
-    accepted.append(int(torch.multinomial(p[num_draft], 1, generator=generator)))
+    accepted.append(_draw_one(p[num_draft], generator))
     return accepted
+
+
+def _draw_one(dist: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token from a probability vector (inverse CDF, as the sampler draws)."""
+    import torch
+
+    from tokenops.engine.sampling import draw
+
+    u = torch.rand(1, generator=generator, dtype=torch.float64)
+    return int(draw(dist.unsqueeze(0).cpu(), u)[0])
 
 
 def verify_greedy(target_logits: torch.Tensor, draft_token_ids: list[int]) -> list[int]:
