@@ -102,3 +102,25 @@ def test_closed_loop_ramp_up_staggers_worker_starts(server):
     assert max(r.start_s for r in lockstep) - min(r.start_s for r in lockstep) < 0.05
     with pytest.raises(BenchError, match="ramp-up"):
         LoadSpec(url="http://x", model="m", concurrency=1, ramp_up_s=float("inf"))
+
+
+def test_temperature_is_sent_or_left_to_the_server():
+    from tokenops.bench.loadgen import _body
+    from tokenops.bench.runner import BenchPlan
+
+    msgs = [{"role": "user", "content": "hi"}]
+    greedy = LoadSpec(url="http://x", model="m", concurrency=1)
+    assert _body(greedy, msgs, 4)["temperature"] == 0.0  # the default: greedy, reproducible
+    server_default = LoadSpec(url="http://x", model="m", concurrency=1, temperature=None)
+    assert "temperature" not in _body(server_default, msgs, 4)
+    assert BenchPlan(url="http://x", concurrencies=[1], temperature=None).temperature is None
+    with pytest.raises(BenchError, match="--temperature must be between 0 and 2"):
+        LoadSpec(url="http://x", model="m", concurrency=1, temperature=3.0)
+
+
+def test_cli_temperature_option(capsys):
+    from tokenops.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--url", "http://127.0.0.1:9", "--temperature", "hot", "--no-store"])
+    assert e.value.code == 2 and "--temperature must be a number or 'server'" in capsys.readouterr().err

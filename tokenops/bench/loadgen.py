@@ -67,6 +67,8 @@ class LoadSpec:
             raise BenchError(f"--think-time must be a finite number of seconds >= 0, got {self.think_time_s}")
         if not (self.ramp_up_s >= 0 and math.isfinite(self.ramp_up_s)):
             raise BenchError(f"--ramp-up must be a finite number of seconds >= 0, got {self.ramp_up_s}")
+        if self.temperature is not None and not (0 <= self.temperature <= 2):
+            raise BenchError(f"--temperature must be between 0 and 2, got {self.temperature}")
         self.url = self.url.rstrip("/")
         if self.url.endswith("/v1"):
             self.url = self.url[:-3]

@@ -49,6 +49,8 @@ class BenchPlan:
     max_in_flight: int | None = None
     think_time_s: float = 0.0
     ramp_up_s: float = 0.0
+    #: Sampling temperature sent with every request (0: greedy); None sends none (the server's default).
+    temperature: float | None = 0.0
     workload_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -75,7 +77,7 @@ async def run_level(plan: BenchPlan, model: str, requests: list, rate: float | N
     spec = LoadSpec(url=plan.url, model=model, endpoint=plan.endpoint, api_key=plan.api_key, arrival=arrival,
                     concurrency=concurrency, max_in_flight=plan.max_in_flight, timeout_s=plan.timeout_s,
                     ignore_eos=plan.ignore_eos, think_time_s=plan.think_time_s,
-                    ramp_up_s=plan.ramp_up_s)
+                    ramp_up_s=plan.ramp_up_s, temperature=plan.temperature)
     results, duration = await run_load(requests, spec, on_result=on_result)
     summary = summarize(results, duration, plan.slos, offered_rate=rate, concurrency=concurrency)
     return LevelResult(level_label(rate, concurrency), summary, results)

@@ -53,6 +53,7 @@ def bench(
     time_scale: Annotated[float, typer.Option("--time-scale", help="replay: multiply recorded gaps (0.5 = twice as fast).")] = 1.0,
     endpoint: Annotated[str, typer.Option("--endpoint", help="chat | completions.")] = "chat",
     api_key: Annotated[Optional[str], typer.Option("--api-key", help="Bearer key for the target.", envvar="OPENAI_API_KEY")] = None,
+    temperature: Annotated[str, typer.Option("--temperature", help="Sampling temperature sent with every request (0 = greedy), or 'server' to send none.")] = "0",
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Ask the server to ignore EOS (fixed answer lengths).")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of workload and arrivals.")] = 0,
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request timeout (s).")] = 300.0,
@@ -83,6 +84,10 @@ def bench(
     from tokenops.bench.slo_presets import resolve
 
     slo = resolve(slo, slo_preset)
+    try:
+        temp = None if temperature.strip().lower() == "server" else float(temperature)
+    except ValueError:
+        raise UserError(f"--temperature must be a number or 'server', got {temperature!r}") from None
     values = locals()
     wl_opts = {k: values[k] for k in _WORKLOAD_OPTS if k != "store"}
     if workload == "replay":
@@ -95,6 +100,7 @@ def bench(
                          concurrencies=[int(c) for c in parse_levels(concurrency, "concurrency")],
                          arrival=arrival, burstiness=burstiness, seed=seed, slos=parse_slos(slo or []),
                          endpoint=endpoint, api_key=api_key, ignore_eos=ignore_eos, timeout_s=timeout, think_time_s=think_time, ramp_up_s=ramp_up,
+                         temperature=temp,
                          workload_options=wl_opts)
         progress = _progress()
 
