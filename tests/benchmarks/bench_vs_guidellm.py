@@ -1,87 +1,91 @@
 """`tokenops bench` against GuideLLM (an independent load generator) on the same
-server and workload: throughput and median TTFT should agree within 10%.
+server and workload: request throughput and median TTFT should agree within 10%.
 
 GuideLLM is installed by this script into its own venv under /tmp (pip), never
-into the project's environment. --url points both tools at any server (e.g.
-`tokenops serve`); without it the targets are the test suite's fake
-OpenAI-compatible server (prompt length free of cost, so both tools' different
-prompt texts load it identically), in its own process.
+into the project's environment. Targets: the test suite's fake OpenAI-compatible
+server in its own process (default), the bundled ``tokenops serve`` (``--serve``),
+or any server (``--url``).
 
-Why several scenarios (what we found when the two tools disagreed on TTFT)
-----------------------------------------------------------------------------
+The same workload for both tools
+--------------------------------
+* **The same requests.** Each run's requests are one JSON Lines file that both
+  tools read (``tokenops bench --workload file``, GuideLLM ``kind=json_file``):
+  the same prompt and answer lengths in the same order (normal around
+  ``--input-len`` / ``--output-len``, relative std ``--length-spread``, 0.25),
+  answers forced to length (``ignore_eos``). The prompt words are drawn afresh
+  for every run, so no run finds an earlier run's prompts in the prefix cache.
+* **The same sampling.** GuideLLM sends no temperature, so the server samples at
+  its default (1.0); tokenops bench sends 0 (greedy) unless told otherwise, and
+  here is told to send none as well. It matters: before the engine's sampler was
+  changed (``torch.multinomial`` took ~7 ms per step on CPU) the demo engine
+  served sampled requests ~15% slower than greedy ones, which showed up here as
+  a throughput gap.
+* **The same moment.** The machine's speed drifts by tens of percent over
+  minutes (another tenant on the host; the server's own warm-up), so runs are
+  interleaved, tokenops first and last, ``t g t g t g t`` (``--repeats`` 3), and
+  each tool's figures are the mean of its runs: centred on the same moment, a
+  steady drift cancels. Every run is listed, with the CPU steal time.
+
+What is compared
+----------------
 Both tools start the TTFT clock at the same point (httpx trace event
-``send_request_headers.started``: after a pooled connection is taken or a new
-one connected) and stop it at the first SSE chunk with non-empty content (a
-role-only chunk with "" content counts for neither), so they measure the same
-thing: against a server whose latency does not depend on when requests arrive
-(``closed/timer`` below) their median TTFTs agreed within 0.1-4 ms in our
-runs at load average 3-5 (the larger gaps partly the server itself running
-slower while GuideLLM ran, partly GuideLLM's own overhead under load), and the
-fake server's own log puts each tool's client-side overhead (client TTFT minus
-server TTFT) at 1-5 ms.
+``send_request_headers.started``) and stop it at the first SSE chunk with
+non-empty content, and count throughput over the same span (first request sent
+to last answer received; GuideLLM's own duration also counts its start-up).
+For each scenario the script prints both tools' request and token throughput,
+median TTFT, the mean number of requests in flight (Little's law: summed
+latency over the span), token counts per request, errors, and the server's own
+view: its TTFT histogram from ``/metrics`` for a real server, or for the fake
+server the TTFT it saw, each client's reaction time (answer end to next
+request) and the TCP connections used.
 
-What differs is *when* each tool sends its next request in a closed loop, and
-against the fake server's shared step clock that changes the workload itself.
-A request that arrives ``r`` ms after the step that finished its predecessor
-waits ``step - r`` for the running step to end, then one step for its prefill:
-TTFT ~ 2*step - (r mod step), a sawtooth in the client's reaction time ``r``.
-Measured (20 ms steps, c=8, load average ~5): adding 0/3/6/10 ms to our
-client's reaction gave a *server-side* median TTFT of 32/29/27/28 ms, and a
-reaction just over one step brought it back to 33 ms. The server sees
-GuideLLM react in 11-15 ms and us in 4-9 ms at c=8 and load average 3-5 (7 vs
-2 ms at c=1): GuideLLM passes each completion through its scheduler process
-(~5 ms by its own timings) and opens a new TCP connection for every request
-(~4 ms from its resolve start to its request start): it stops reading at
-``data: [DONE]`` before the end of the chunked body, so httpx discards the
-connection (64 connections for 64 requests; we use one per worker). A
-near-zero reaction gives ~2 steps + overhead, ~44 ms, which would account for
-the 46 ms (against 36 ms for GuideLLM) seen for us in an earlier session; not
-reproduced here, where our reaction was never near zero. Neither tool
-mis-measured: the server answered their requests at different speeds. The
-same reaction difference makes GuideLLM's closed-loop throughput a few percent
-lower (up to ~10% against the step clock, where a late request loses a step).
+Closed loops and the client's reaction time
+-------------------------------------------
+A continuous-batching server admits a request only between engine steps, so in
+a closed loop the next request's wait depends on how fast the client reacts to
+the previous answer: a request that arrives ``r`` ms into a step waits
+``step - r`` for it to end, then a step for its prefill, TTFT ~ 2*step -
+(r mod step). Measured against the fake server's 20 ms step clock, adding
+0/3/6/10 ms to tokenops bench's reaction moved the *server-side* median TTFT
+32 -> 29 -> 27 -> 28 ms. The server sees GuideLLM react in ~7-15 ms and us in
+~3-9 ms: GuideLLM passes each completion through its scheduler process and
+opens a new TCP connection per request (it stops reading at ``[DONE]``, so
+httpx discards the connection); we keep one connection per client. GuideLLM
+therefore also keeps slightly fewer requests in flight (~7.7 of 8 on the real
+server), which costs it a few percent of closed-loop throughput.
 
-Against a real server on a small shared machine there is a second workload
-difference: GuideLLM uses ~2.5x our CPU per request (25 vs 9.5 ms for a
-32-token stream, marginal CPU of 192 vs 64 requests), and the load generator
-shares the CPUs with the server. On the 2-core development box (about 1.5 cores
-taken by other work), `tokenops serve` on its CPU demo model measured by
-tokenops bench dropped from ~14 to ~7.5 req/s and its median TTFT rose from ~50
-to ~90 ms while GuideLLM was loading a *different* (fake) server, and did not
-move when a second tokenops bench process did the same. Its /metrics TTFT
-histogram shows the same shift, so with --url the script prints the server's
-own median TTFT during each tool's run next to the client figures.
+With *fixed* lengths there is a second, larger effect: clients that start
+together stay in lockstep. They finish in the same step, come back within a
+few ms of each other and are prefilled together; a faster, more uniform client
+keeps the lockstep, GuideLLM's jitter slowly breaks it. On ``tokenops serve``
+this gave tokenops bench a median TTFT of ~100-120 ms against GuideLLM's
+~65-75 ms, and 10-25% more throughput (full batches, batched prefills): the
+server really served the two clients' requests differently (its own histogram
+shows the same gap), so this is a difference of workload, not of measurement.
+Varied lengths, as in any real workload, dissolve the lockstep within a few
+requests; the fixed-length closed loop is still run on a real server and
+printed (``closed/fixed``), not judged.
 
-So the script runs, on the fake server:
+Scenarios
+---------
+Fake server: ``closed/step`` (closed loop against a shared step clock: printed,
+not judged, its TTFT measures the clients' reaction times as much as the
+server), ``closed/timer`` (closed loop against ``FixedLatencyEngine``, every
+request on its own timer: judged), ``open/step`` (both tools send at the same
+constant rate against the step clock, with enough slots that nothing queues:
+judged). Real server (``--serve`` / ``--url``): ``closed`` (concurrency 8,
+judged), ``open`` (constant rate, by default half the closed-loop throughput,
+judged), ``closed/fixed`` (fixed lengths, not judged). Exit status 1 when a
+judged figure differs by more than 10%, 0 when within (or when GuideLLM cannot
+run here).
 
-* ``closed/step``: the original comparison (closed loop against the step clock).
-  Printed with the server-side view (the server's own median TTFT during each
-  tool's run, each tool's reaction time as the server sees it, connections
-  used) but *not judged*: its TTFT measures the clients' reaction times as much
-  as the server.
-* ``closed/timer``: the same closed loop against ``FixedLatencyEngine``, where
-  every request gets the same TTFT and ITL on its own timer. Judged.
-* ``open/step``: both tools send at the same constant rate (an arrival schedule
-  that ignores completions) against the step clock, with enough slots that
-  nothing queues. Judged.
-
-With --url there is no timer engine: ``closed`` and ``open`` (constant rate,
-by default half the closed-loop throughput: near saturation an open loop turns
-any change in the server's speed into queueing delay) are both judged.
-tokenops bench runs before and after GuideLLM and is reported as the mean of
-the two, with both runs printed, so drift of the server or the machine shows.
-The verdict covers request throughput and median TTFT of every judged
-scenario; raw figures and differences of every scenario are printed. Exit
-status 1 when a judged figure differs by more than 10%, 0 when within (or when
-GuideLLM cannot run here).
-
-``--serve`` launches the bundled ``tokenops serve`` (the demo model, a scratch
-store) as the target instead of the fake server. ``--server-cpus`` / ``--client-cpus``
-pin the server and the load generators (this script, GuideLLM and its workers) to
-separate CPUs, so a heavier load generator cannot slow the server it measures; on a
+On a small machine the load generator shares the CPUs with the server, and
+GuideLLM uses ~2.5x our CPU per request; ``--server-cpus`` / ``--client-cpus``
+pin the server and the load generators (this script, GuideLLM and its workers)
+to separate CPUs so a heavier client cannot slow the server it measures. On a
 2-core box: ``--serve --server-cpus 0 --client-cpus 1``.
 
-Run: .venv/bin/python tests/benchmarks/bench_vs_guidellm.py [--concurrency 8] [--requests 64] [--url URL | --serve]
+Run: .venv/bin/python tests/benchmarks/bench_vs_guidellm.py [--serve --server-cpus 0 --client-cpus 1 | --url URL]
 """
 
 from __future__ import annotations
