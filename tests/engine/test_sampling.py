@@ -93,3 +93,19 @@ def test_draw_inverts_the_cdf_exactly():
     picks = draw(probs[:1].expand(n, 4), torch.rand(n, generator=g, dtype=torch.float64))
     freq = torch.bincount(picks, minlength=4).double() / n
     assert torch.allclose(freq, probs[0].double(), atol=0.005) and freq[1] == 0
+    # a kept buffer gives the same draws
+    buf = torch.empty(n, 4, dtype=torch.float64)
+    u = torch.rand(n, generator=g, dtype=torch.float64)
+    assert torch.equal(draw(probs[:1].expand(n, 4), u, buf), draw(probs[:1].expand(n, 4), u))
+
+
+def test_sampler_reuses_its_cdf_buffer_and_stays_seeded():
+    import torch
+
+    from tokenops.engine.sampling import Sampler
+
+    sampler = Sampler(seed=0)
+    a = sampler._cdf_buffer(torch.Size([4, 100]))
+    b = sampler._cdf_buffer(torch.Size([2, 100]))
+    assert a.data_ptr() == b.data_ptr() and b.shape == (2, 100)
+    assert sampler._cdf_buffer(torch.Size([1024, 128256])) is None  # too large to keep: draw allocates

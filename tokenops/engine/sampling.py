@@ -20,17 +20,22 @@ if TYPE_CHECKING:
 MAX_LOGPROBS = 20
 
 
-def draw(probs: "torch.Tensor", u: "torch.Tensor") -> "torch.Tensor":
+def draw(probs: "torch.Tensor", u: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
     """One token per row of ``probs`` ``[rows, vocab]`` (unnormalised weights >= 0 are fine) by inverting its
     cumulative distribution at ``u`` ``[rows]``, uniforms in [0, 1): the first token whose cumulative weight
-    exceeds ``u * total``. Exact like ``torch.multinomial(probs, 1)`` and, on CPU, over ten times faster
-    (``multinomial`` spends ~7 ms on 8 rows of a 32k vocabulary, this ~0.4 ms). The sum runs in float64 so
-    a vocabulary of small probabilities loses no mass; a zero-weight token is never drawn."""
+    exceeds ``u * total``. Exact like ``torch.multinomial(probs, 1)`` and, on CPU, several times faster
+    (``tests/benchmarks/sampling_speed.py``). The sum runs in float64 so a vocabulary of small probabilities
+    loses no mass; a zero-weight token is never drawn. ``out``, a float64 tensor of ``probs``' shape, holds
+    the cumulative sums (a caller that draws every step reuses one and saves the allocation)."""
     import torch
 
-    cdf = probs.to(torch.float64).cumsum(dim=-1)
+    cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64, out=out)
     target = u.to(device=cdf.device, dtype=torch.float64).view(-1, 1) * cdf[:, -1:]
     return torch.searchsorted(cdf, target, right=True).clamp_(max=probs.shape[-1] - 1).view(-1)
+
+
+#: Largest cumulative-sum buffer (bytes) the sampler keeps between steps; larger draws allocate their own.
+_MAX_KEPT_CDF_BYTES = 64 << 20
 
 
 @dataclass(slots=True)
@@ -107,6 +112,17 @@ class Sampler:
         self._torch = torch
         #: Shared generator for unseeded sampling: engine runs are reproducible for a config seed.
         self.generator = torch.Generator().manual_seed(seed)
+        self._cdf: "torch.Tensor | None" = None
+
+    def _cdf_buffer(self, shape: "torch.Size") -> "torch.Tensor | None":
+        """A float64 ``shape`` view of a buffer kept between steps (allocating ~MBs per step is most of a
+        draw's cost on CPU), or None when it would be too large to keep."""
+        n = shape[0] * shape[1]
+        if n * 8 > _MAX_KEPT_CDF_BYTES:
+            return None
+        if self._cdf is None or self._cdf.numel() < n:
+            self._cdf = self._torch.empty(n, dtype=self._torch.float64)
+        return self._cdf[:n].view(shape[0], shape[1])
 
     @staticmethod
     def new_generator(seed: int, output_index: int) -> "torch.Generator":
@@ -131,7 +147,7 @@ class Sampler:
             for j, i in enumerate(random_rows):
                 if seqs[i].generator is not None:
                     u[j] = torch.rand(1, generator=seqs[i].generator, dtype=torch.float64)
-            for j, token_id in enumerate(draw(probs, u).tolist()):
+            for j, token_id in enumerate(draw(probs, u, self._cdf_buffer(probs.shape)).tolist()):
                 token_ids[random_rows[j]] = token_id
         out = [SampledToken(t) for t in token_ids]
         lp_rows = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
