@@ -456,6 +456,8 @@ def main() -> int:
     SERVER_CPUS, client_cpus = parse_cpus(args.server_cpus), parse_cpus(args.client_cpus)
     if args.serve and args.url:
         raise SystemExit("give --url or --serve, not both")
+    if args.repeats < 1 or args.requests < 8:
+        raise SystemExit("--repeats must be >= 1 and --requests >= 8")
     exe, how = ensure_guidellm(Path(args.venv))
     if exe is None:
         print(f"GuideLLM cannot run here: {how}")
@@ -494,7 +496,11 @@ def main() -> int:
             ("open/step", True, f"FakeEngine(base_s={step}, per_token_s=0.0, max_num_seqs={8 * c})", None,
              args.rate, args.length_spread)]
     if args.scenarios != "all":
-        wanted = set(args.scenarios.split(","))
+        wanted = {w.strip() for w in args.scenarios.split(",") if w.strip()}
+        unknown = wanted - {s[0] for s in scenarios}
+        if unknown:
+            raise SystemExit(f"unknown scenario(s) {', '.join(sorted(unknown))}; here: "
+                             f"{', '.join(s[0] for s in scenarios)}")
         scenarios = [s for s in scenarios if s[0] in wanted]
     results = []
     closed_rate = None
