@@ -168,6 +168,7 @@ def run_tokenops(url: str, concurrency: int | None, rate: float | None, num: int
                      concurrencies=[concurrency] if concurrency else [], rates=[rate] if rate else [],
                      arrival="constant", ramp_up_s=RAMP_UP_S if concurrency else 0.0,
                      workload_options={"dataset": str(dataset)})
+    t0 = time.time()
     level = asyncio.run(run_plan(plan)).levels[0]
     s, ok = level.summary, [r for r in level.results if r.is_ok]
     span = max(r.start_s + r.e2e_s for r in ok) - min(r.start_s for r in ok)
@@ -175,7 +176,8 @@ def run_tokenops(url: str, concurrency: int | None, rate: float | None, num: int
             "in_flight_mean": sum(r.e2e_s for r in ok) / span,  # Little's law: requests in flight on average
             "ttft_median_ms": s.latency["ttft"]["p50"] * 1000, "completed": s.num_completed, "errors": s.num_errors,
             "input_tokens_per_request": s.total_input_tokens / max(1, s.num_completed),
-            "output_tokens_per_request": s.total_output_tokens / max(1, s.num_completed)}
+            "output_tokens_per_request": s.total_output_tokens / max(1, s.num_completed),
+            "_span": (t0 + min(r.start_s for r in ok), t0 + max(r.start_s + r.e2e_s for r in ok))}
 
 
 def run_guidellm(exe: Path, url: str, concurrency: int | None, rate: float | None, num: int, dataset: Path) -> dict:
@@ -202,6 +204,7 @@ def run_guidellm(exe: Path, url: str, concurrency: int | None, rate: float | Non
             "errors": m["request_totals"]["errored"],
             "input_tokens_per_request": m["prompt_token_count"]["successful"]["mean"],
             "output_tokens_per_request": out_tokens / max(1, ok), "_own_duration_s": b["duration"],
+            "_span": (min(r["request_start_time"] for r in reqs), max(r["request_end_time"] for r in reqs)),
             "_report": str(out)}
 
 
@@ -209,6 +212,10 @@ def run_guidellm(exe: Path, url: str, concurrency: int | None, rate: float | Non
 
 #: CPUs for servers this script starts (None: no pinning); set from --server-cpus.
 SERVER_CPUS: set[int] | None = None
+#: CPUs of this script and GuideLLM (None: no pinning); set from --client-cpus.
+CLIENT_CPUS: set[int] | None = None
+#: /proc/stat sampler for the runs' CPU shares (started in main).
+MONITOR: "CpuMonitor | None" = None
 
 
 def _pin_server():
@@ -311,21 +318,61 @@ def _mean(runs: list[dict]) -> dict:
     return {k: sum(r[k] for r in runs) / len(runs) for k in runs[0] if isinstance(runs[0][k], (int, float))}
 
 
-def _cpu_times() -> list[int]:
-    """Aggregate CPU jiffies from /proc/stat (user nice system idle iowait irq softirq steal ...)."""
+def _cpu_times() -> dict[str, list[int]]:
+    """CPU jiffies per line of /proc/stat ("cpu" for all, "cpu0", "cpu1", ...: user nice system idle iowait
+    irq softirq steal ...)."""
     try:
         with open("/proc/stat") as f:
-            return [int(x) for x in f.readline().split()[1:]]
+            return {p[0]: [int(x) for x in p[1:]] for p in (line.split() for line in f) if p and p[0].startswith("cpu")}
     except OSError:
-        return []
+        return {}
 
 
-def _steal_share(before: list[int], after: list[int]) -> float:
-    """Share of CPU time the hypervisor gave to other guests between two /proc/stat reads."""
-    if len(before) < 8 or len(after) < 8:
-        return float("nan")
-    total = sum(after[:8]) - sum(before[:8])
-    return (after[7] - before[7]) / total if total else 0.0
+class CpuMonitor:
+    """Samples /proc/stat every 0.2 s in a thread, so CPU shares can be taken over any span afterwards (for
+    GuideLLM: the span of its requests, not its start-up)."""
+
+    def __init__(self, period_s: float = 0.2) -> None:
+        import threading
+
+        self.samples: list[tuple[float, dict[str, list[int]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period_s,), daemon=True)
+        self._thread.start()
+
+    def _run(self, period_s: float) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), _cpu_times()))
+            self._stop.wait(period_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def shares(self, t0: float, t1: float, cpus: set[int] | None) -> dict:
+        """Between the samples nearest ``t0`` and ``t1``: the share of CPU time the hypervisor gave to other
+        guests (all CPUs), and how busy the load generators' CPUs were (when they are pinned)."""
+        out = {"steal_share": float("nan"), "client_cpu_busy": float("nan")}
+        if len(self.samples) < 2:
+            return out
+        before = min(self.samples, key=lambda s: abs(s[0] - t0))[1]
+        after = min(self.samples, key=lambda s: abs(s[0] - t1))[1]
+
+        def delta(name: str) -> list[int]:
+            return [a - b for a, b in zip(after.get(name, []), before.get(name, []))]
+
+        d = delta("cpu")
+        if len(d) >= 8 and sum(d[:8]):
+            out["steal_share"] = d[7] / sum(d[:8])
+        if cpus:
+            busy = total = 0
+            for c in cpus:
+                d = delta(f"cpu{c}")
+                if len(d) >= 8:
+                    busy += sum(d[:8]) - d[3] - d[4]
+                    total += sum(d[:8])
+            out["client_cpu_busy"] = busy / total if total else float("nan")
+        return out
 
 
 def paired_difference(ours_runs: list[dict], theirs_runs: list[dict], key: str) -> float:
@@ -370,6 +417,9 @@ def compare(name: str, judged: bool, ours_runs: list[dict], theirs_runs: list[di
         if key in JUDGED_KEYS:
             worst = max(worst, abs(paired)) if paired == paired else float("inf")  # no figure: a failure
     print(f"  {'CPU steal (hypervisor)':<26}{ours['steal_share']:>10.1%}{theirs['steal_share']:>10.1%}")
+    if ours["client_cpu_busy"] == ours["client_cpu_busy"]:
+        print(f"  {'load generator CPUs busy':<26}{ours['client_cpu_busy']:>10.1%}{theirs['client_cpu_busy']:>10.1%}"
+              f"   (near 100%: the client itself is a bottleneck)")
     if views.get("tokenops") and views.get("guidellm"):
         o_runs, t_runs = views["tokenops"], views["guidellm"]
         o, t = _mean(o_runs), _mean(t_runs)
@@ -404,7 +454,7 @@ def run_scenario(exe: Path, args, name: str, judged: bool, url: str, concurrency
         if fake:
             fake_log(url)
         before = None if fake else ttft_histogram(url)
-        t, cpu = time.time(), _cpu_times()
+        t = time.time()
         if tool == "tokenops":
             result = run_tokenops(url, concurrency, rate, args.requests, data(run))
             print(f"  tokenops bench: {time.time() - t:.1f}s", flush=True)
@@ -412,7 +462,7 @@ def run_scenario(exe: Path, args, name: str, judged: bool, url: str, concurrency
             result = run_guidellm(exe, url, concurrency, rate, args.requests, data(run))
             print(f"  guidellm: {time.time() - t:.1f}s (its own benchmark duration {result['_own_duration_s']:.2f}s; "
                   f"report {result['_report']})", flush=True)
-        result["steal_share"] = _steal_share(cpu, _cpu_times())
+        result.update(MONITOR.shares(*result["_span"], CLIENT_CPUS))
         runs[tool].append(result)
         view = server_view(fake_log(url), concurrency) if fake else histogram_view(before, ttft_histogram(url))
         if view is not None:
@@ -450,10 +500,11 @@ def main() -> int:
                     help="comma-separated subset: closed/step, closed/timer, open/step (fake) or closed, open, "
                          "closed/fixed (--url)")
     args = ap.parse_args()
-    global SERVER_CPUS, RAMP_UP_S
+    global SERVER_CPUS, CLIENT_CPUS, RAMP_UP_S, MONITOR
     RAMP_UP_S = args.ramp_up
     parse_cpus = lambda text: {int(x) for x in text.split(",") if x.strip()} if text else None  # noqa: E731
     SERVER_CPUS, client_cpus = parse_cpus(args.server_cpus), parse_cpus(args.client_cpus)
+    CLIENT_CPUS, MONITOR = client_cpus, CpuMonitor()
     if args.serve and args.url:
         raise SystemExit("give --url or --serve, not both")
     if args.repeats < 1 or args.requests < 8:
