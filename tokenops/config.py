@@ -115,11 +115,12 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
     for key, value in data.items():
         default = getattr(cls(), key) if cls is not ModelConfig else None
+        # `int | None` fields (torch_threads, max_model_len): env values arrive as strings
+        optional_scalar = _scalar_of_optional(hints.get(key)) if default is None else None
         if default is not None and not isinstance(default, (dict, list)) and value is not None:
             kwargs[key] = _coerce(value, type(default), f"{where}.{key}")
-        elif default is None and value is not None and _scalar_of_optional(hints.get(key)) is not None:
-            # `int | None` fields (torch_threads, max_model_len): env values arrive as strings
-            kwargs[key] = _coerce(value, _scalar_of_optional(hints[key]), f"{where}.{key}")
+        elif optional_scalar is not None and value is not None:
+            kwargs[key] = _coerce(value, optional_scalar, f"{where}.{key}")
         else:
             kwargs[key] = value
     try:

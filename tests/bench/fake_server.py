@@ -8,14 +8,11 @@ live tunables (engine.max_num_seqs, engine.max_num_batched_tokens) trade TTFT
 against TPOT as they do in a real engine. The admin API follows the contract
 (GET/PATCH /admin/tunables, 400 for restart-only tunables).
 
-For checking load generators against each other there are two more knobs:
-``FakeEngine(step_jitter_s=...)`` stretches every step by a random amount (so a
-closed-loop client cannot stay phase-locked to the step clock), and
-:class:`FixedLatencyEngine` gives every request the same TTFT and ITL on its own
-timer, with no shared step clock at all, so a client should measure exactly
-those delays plus its own overhead. ``GET /fake/requests`` lists what the
-server saw of each request (wall-clock arrival, first and last token sent, the
-time since the current engine step began when it arrived); ``POST
+For checking load generators against each other, :class:`FixedLatencyEngine`
+gives every request the same TTFT and ITL on its own timer, with no shared step
+clock at all, so a client should measure exactly those delays plus its own
+overhead. ``GET /fake/requests`` lists what the server saw of each request
+(wall-clock arrival, first and last token sent, the client's address); ``POST
 /fake/requests/reset`` clears that list.
 """
 
@@ -23,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import socket
 import threading
 import time
@@ -59,21 +55,13 @@ class FakeEngine:
     running: list = field(default_factory=list)
     num_steps: int = 0
     wake: asyncio.Event | None = None
-    #: Each step lasts up to this much longer, uniformly at random (0: the exact step cost).
-    step_jitter_s: float = 0.0
-    seed: int = 0
-    #: time.time() when the running step began; None while idle.
-    step_started: float | None = None
 
     async def loop(self) -> None:
         self.wake = asyncio.Event()
-        rng = random.Random(self.seed)
         while True:
             if not self.waiting and not self.running:
-                self.step_started = None
                 self.wake.clear()
                 await self.wake.wait()
-            self.step_started = time.time()
             budget = self.max_num_batched_tokens
             decodes = [s for s in self.running if s.num_prefilled >= s.num_prompt]
             budget -= len(decodes)
@@ -87,8 +75,7 @@ class FakeEngine:
                     budget -= n
             num_tokens = len(decodes) + sum(n for _, n in prefills)
             extra = self.prefix_caching_cost_s if self.enable_prefix_caching else 0.0
-            jitter = rng.uniform(0.0, self.step_jitter_s) if self.step_jitter_s > 0 else 0.0
-            await asyncio.sleep(self.base_s + self.per_token_s * num_tokens + extra + jitter)
+            await asyncio.sleep(self.base_s + self.per_token_s * num_tokens + extra)
             self.num_steps += 1
             for s, n in prefills:
                 s.num_prefilled += n
@@ -106,44 +93,33 @@ class FakeEngine:
         self.wake.set()
         return q
 
-    def phase(self) -> float | None:
-        """Seconds since the running step began (None when idle: a new request starts a step at once)."""
-        return None if self.step_started is None else time.time() - self.step_started
-
 
 @dataclass
 class FixedLatencyEngine:
     """Every request on its own timer: the first token ``ttft_s`` after arrival, then one per ``itl_s``.
 
     No batching and no shared step clock, so when a client sends a request (and
-    how many others are in flight) does not change its latency; with
-    ``jitter_s`` each delay is stretched by up to that much, uniformly at random.
+    how many others are in flight) does not change its latency.
     """
 
     ttft_s: float = 0.02
     itl_s: float = 0.01
-    jitter_s: float = 0.0
-    seed: int = 0
     max_num_seqs: int = 1 << 20
     max_num_batched_tokens: int = 1 << 20
     enable_prefix_caching: bool = True
     num_steps: int = 0
 
     def __post_init__(self) -> None:
-        self._rng = random.Random(self.seed)
         self._tasks: set[asyncio.Task] = set()
-
-    def _delay(self, base: float) -> float:
-        return base + (self._rng.uniform(0.0, self.jitter_s) if self.jitter_s > 0 else 0.0)
 
     async def loop(self) -> None:
         await asyncio.Event().wait()  # nothing shared to run
 
     async def _run(self, q: asyncio.Queue, max_tokens: int) -> None:
-        await asyncio.sleep(self._delay(self.ttft_s))
+        await asyncio.sleep(self.ttft_s)
         for i in range(max_tokens):
             if i:
-                await asyncio.sleep(self._delay(self.itl_s))
+                await asyncio.sleep(self.itl_s)
             q.put_nowait(i + 1)
 
     def submit(self, num_prompt: int, max_tokens: int) -> asyncio.Queue:
@@ -152,9 +128,6 @@ class FixedLatencyEngine:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return q
-
-    def phase(self) -> float | None:
-        return None
 
 
 def create_fake_app(engine: FakeEngine, admin_key: str = "test-admin", send_usage: bool = True) -> FastAPI:
@@ -197,10 +170,9 @@ def create_fake_app(engine: FakeEngine, admin_key: str = "test-admin", send_usag
             text = body["prompt"] if isinstance(body["prompt"], str) else " ".join(body["prompt"])
         num_prompt = len(text.split())
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-        phase = engine.phase() if hasattr(engine, "phase") else None
         q = engine.submit(num_prompt, max_tokens)
-        rec = {"arrived": arrived, "submitted": time.time(), "phase_s": phase, "first_token": None,
-               "last_token": None, "num_prompt": num_prompt, "max_tokens": max_tokens, "peer": peer}
+        rec = {"arrived": arrived, "first_token": None, "last_token": None, "num_prompt": num_prompt,
+               "max_tokens": max_tokens, "peer": peer}
         seen.append(rec)
         include_usage = (body.get("stream_options") or {}).get("include_usage") and send_usage
         for i in range(max_tokens):

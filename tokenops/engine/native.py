@@ -190,10 +190,6 @@ class PagedDecodeKernel:
             fn.restype = ctypes.c_int
         self._fns = {torch.float32: self.lib.paged_decode_f32, torch.bfloat16: self.lib.paged_decode_bf16}
 
-    def supports(self, q: torch.Tensor, k_cache: torch.Tensor) -> bool:
-        return (k_cache.dtype in self.DTYPES and q.device.type == "cpu" and k_cache.device.type == "cpu"
-                and k_cache.is_contiguous())
-
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
                  context_lens: torch.Tensor, max_len: int, scale: float, window: int | None) -> torch.Tensor:
         """``q`` ``[B, H, D]``; caches ``[num_blocks, block_size, KVH, D]``; ``tables``
