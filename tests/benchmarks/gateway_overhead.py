@@ -7,7 +7,8 @@ Everything runs on loopback in separate processes:
   ``stream`` is true);
 - ``tokenops serve --model bench-model=<upstream>`` (store enabled, as deployed);
 - ``litellm --config <file>`` pointing at the same upstream (installed on first
-  run into /tmp/tokenops-litellm-venv; ``--skip-litellm`` leaves it out).
+  run, pinned to LITELLM_VERSION, into /tmp/tokenops-litellm-VERSION-venv;
+  ``--skip-litellm`` leaves it out).
 
 Measured per target (the upstream called directly is the baseline):
 
@@ -37,7 +38,9 @@ import tempfile
 import time
 from pathlib import Path
 
-LITELLM_VENV = Path("/tmp/tokenops-litellm-venv")
+# Pinned: PyPI releases 1.82.7 and 1.82.8 shipped a credential stealer; 1.106.2 ran here.
+LITELLM_VERSION = "1.106.2"
+LITELLM_VENV = Path(f"/tmp/tokenops-litellm-{LITELLM_VERSION}-venv")
 MODEL = "bench-model"
 #: Both gateways authenticate the same API key (LiteLLM refuses to start without one).
 API_KEY = "sk-" + "0123456789abcdef" * 4
@@ -213,7 +216,7 @@ def ensure_litellm() -> Path:
         return exe
     print(f"installing litellm[proxy] into {LITELLM_VENV} (a few minutes, once) ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
-    subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=True)
+    subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", f"litellm[proxy]=={LITELLM_VERSION}"], check=True)
     return exe
 
 
