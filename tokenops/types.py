@@ -62,6 +62,15 @@ class GatewayResponse:
     token_logprobs: list[float] | None = None
     backend: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Chat only: choice 0's complete tool calls in OpenAI's message shape,
+    #: ``[{"id": "call_..", "type": "function", "function": {"name": .., "arguments": "<json text>"}}]``,
+    #: or None when the model called no tool (``text`` is then the content). Any backend
+    #: fills it: the openai backend copies the upstream's calls, the bundled engine parses
+    #: them from the generated text. Other choices carry theirs as ``extra["choices"][i]["tool_calls"]``.
+    tool_calls: list[dict[str, Any]] | None = None
+    #: Chat only: choice 0's refusal text (OpenAI structured outputs), else None; other
+    #: choices carry theirs as ``extra["choices"][i]["refusal"]``.
+    refusal: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

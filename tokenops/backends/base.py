@@ -23,6 +23,17 @@ class Delta:
     logprobs in OpenAI's shape for the request kind (chat: ``{"content": [...]}``;
     completions: ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``). The usage
     fields are set on the final delta only (``is_usage``).
+
+    Chat only, for tool calling and structured outputs (any backend may set them):
+    ``tool_calls`` holds tool-call pieces exactly as OpenAI streams them in
+    ``choices[i].delta.tool_calls``: ``[{"index": k, "id": "call_..", "type": "function",
+    "function": {"name": "...", "arguments": "<piece>"}}]``, where ``k`` is the call's
+    position in the message; the first piece of call ``k`` carries ``id``, ``type`` and
+    ``function.name``, later pieces only ``index`` and ``function.arguments`` (a fragment
+    of the JSON text; the concatenation is the call's ``arguments``). The gateway
+    forwards them unchanged and :func:`merge_tool_calls` assembles them. ``refusal``
+    is a piece of the refusal text (``choices[i].delta.refusal``). ``num_tokens``
+    counts the tokens of these pieces too.
     """
 
     index: int = 0
@@ -33,6 +44,8 @@ class Delta:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    refusal: str | None = None
 
     @property
     def is_usage(self) -> bool:
@@ -98,6 +111,8 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
     texts: dict[int, list[str]] = {}
     finish: dict[int, str | None] = {}
     logprobs: dict[int, dict[str, Any] | None] = {}
+    tool_calls: dict[int, dict[int, dict[str, Any]]] = {}
+    refusals: dict[int, list[str]] = {}
     num_tokens = 0
     usage: Delta | None = None
     first_token_at: float | None = None
@@ -113,9 +128,14 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
             finish[d.index] = d.finish_reason
         if d.logprobs:
             logprobs[d.index] = merge_logprobs(logprobs.get(d.index), d.logprobs)
+        if d.tool_calls:
+            merge_tool_calls(tool_calls.setdefault(d.index, {}), d.tool_calls)
+        if d.refusal:
+            refusals.setdefault(d.index, []).append(d.refusal)
     indexes = sorted(texts) or [0]
     choices = [
-        {"index": i, "text": "".join(texts.get(i, [])), "finish_reason": finish.get(i, "stop"), "logprobs": logprobs.get(i)}
+        {"index": i, "text": "".join(texts.get(i, [])), "finish_reason": finish.get(i, "stop"), "logprobs": logprobs.get(i),
+         "tool_calls": [tool_calls[i][k] for k in sorted(tool_calls[i])] if tool_calls.get(i) else None, "refusal": "".join(refusals[i]) if i in refusals else None}
         for i in indexes
     ]
     first = choices[0]
@@ -123,6 +143,8 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
         text=first["text"],
         model=model,
         finish_reason=first["finish_reason"],
+        tool_calls=first["tool_calls"],
+        refusal=first["refusal"],
         prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
         completion_tokens=(usage.completion_tokens if usage and usage.completion_tokens is not None else num_tokens),
         cached_tokens=(usage.cached_tokens or 0) if usage else 0,
@@ -141,3 +163,23 @@ def merge_logprobs(acc: dict[str, Any] | None, more: dict[str, Any] | None) -> d
         if isinstance(value, list):
             acc.setdefault(key, []).extend(value)
     return acc
+
+
+def merge_tool_calls(calls: dict[int, dict[str, Any]], pieces: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Fold streamed tool-call pieces (``Delta.tool_calls``) into ``calls`` (call index ->
+    complete call in OpenAI's message shape), in place: a piece with a new ``index`` opens
+    a call, later pieces of that index append their ``function.arguments``. The message's
+    ``tool_calls`` list is ``[calls[k] for k in sorted(calls)]``."""
+    for piece in pieces:
+        k = piece.get("index", len(calls))
+        fn = piece.get("function") or {}
+        call = calls.get(k)
+        if call is None:
+            call = calls[k] = {"id": piece.get("id"), "type": piece.get("type") or "function",
+                               "function": {"name": fn.get("name") or "", "arguments": ""}}
+        if piece.get("id") and not call["id"]:
+            call["id"] = piece["id"]
+        if fn.get("name") and not call["function"]["name"]:
+            call["function"]["name"] = fn["name"]
+        call["function"]["arguments"] += fn.get("arguments") or ""
+    return calls

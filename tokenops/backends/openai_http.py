@@ -166,15 +166,18 @@ class OpenAIBackend:
             raise BackendError(f"{self.name}: bad upstream answer: {e}", "error", 502, self.name) from None
         choices = []
         for c in data.get("choices", []):
-            text = (c.get("message") or {}).get("content") if request.kind == "chat" else c.get("text")
+            message = c.get("message") or {}
+            text = message.get("content") if request.kind == "chat" else c.get("text")
             choices.append({"index": c.get("index", 0), "text": text or "", "finish_reason": c.get("finish_reason"),
-                            "logprobs": c.get("logprobs")})
+                            "logprobs": c.get("logprobs"), "tool_calls": message.get("tool_calls") or None,
+                            "refusal": message.get("refusal")})
         if not choices:
             raise BackendError(f"{self.name}: upstream answer has no choices", "error", 502, self.name)
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
         return GatewayResponse(
             text=choices[0]["text"], model=self.model, finish_reason=choices[0]["finish_reason"],
+            tool_calls=choices[0]["tool_calls"], refusal=choices[0]["refusal"],
             prompt_tokens=usage.get("prompt_tokens") or 0, completion_tokens=usage.get("completion_tokens") or 0,
             cached_tokens=details.get("cached_tokens") or 0, backend=self.name, extra={"choices": choices},
         )
@@ -198,16 +201,19 @@ class OpenAIBackend:
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 for c in chunk.get("choices") or []:
+                    calls = refusal = None
                     if request.kind == "chat":
-                        text = (c.get("delta") or {}).get("content") or ""
+                        delta = c.get("delta") or {}
+                        text = delta.get("content") or ""
+                        calls, refusal = delta.get("tool_calls") or None, delta.get("refusal") or None
                     else:
                         text = c.get("text") or ""
                     lp = c.get("logprobs")
-                    n = _count_tokens(request.kind, lp, text)
+                    n = _count_tokens(request.kind, lp, text or calls or refusal)
                     num_tokens += n
-                    if text or c.get("finish_reason") or lp:
+                    if text or c.get("finish_reason") or lp or calls or refusal:
                         yield Delta(index=c.get("index", 0), text=text, num_tokens=n,
-                                    finish_reason=c.get("finish_reason"), logprobs=lp)
+                                    finish_reason=c.get("finish_reason"), logprobs=lp, tool_calls=calls, refusal=refusal)
         except httpx.TimeoutException:
             raise BackendError(f"{self.name}: upstream timed out mid-stream", "timeout", 504, self.name) from None
         except httpx.HTTPError as e:
@@ -237,7 +243,7 @@ async def _sse_data(response: httpx.Response) -> AsyncIterator[bytes]:
         yield buf
 
 
-def _count_tokens(kind: str, logprobs: Any, text: str) -> int:
+def _count_tokens(kind: str, logprobs: Any, text: Any) -> int:
     """Tokens in one upstream chunk: exact when logprobs are present, else one per
     non-empty chunk (OpenAI-compatible servers send one token per chunk)."""
     if isinstance(logprobs, dict):

@@ -154,6 +154,10 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
                         yield writer.role(d.index)
                     if d.text or d.logprobs:
                         yield writer.content(d.index, d.text, d.logprobs)
+                    if d.refusal and writer.is_chat:
+                        yield writer.refusal(d.index, d.refusal)
+                    if d.tool_calls and writer.is_chat:
+                        yield writer.tool_calls(d.index, d.tool_calls)
                     if d.finish_reason:
                         yield writer.finish(d.index, d.finish_reason)
             except APIError as e:

@@ -31,15 +31,28 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
     }
 
 
+def chat_message(choice: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message of one collected chat choice (``text``, ``tool_calls``,
+    ``refusal``): content is null when the model only called tools, as OpenAI sends it."""
+    tool_calls = choice.get("tool_calls")
+    text = choice.get("text")
+    message: dict[str, Any] = {"role": "assistant", "content": None if (tool_calls and not text) else (text or ""),
+                               "refusal": choice.get("refusal")}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return message
+
+
 def response_body(request: GatewayRequest, response: GatewayResponse, model: str) -> bytes:
     """The non-streamed JSON answer."""
     choices_in = response.extra.get("choices") or [
-        {"index": 0, "text": response.text, "finish_reason": response.finish_reason, "logprobs": None}
+        {"index": 0, "text": response.text, "finish_reason": response.finish_reason, "logprobs": None,
+         "tool_calls": response.tool_calls, "refusal": response.refusal}
     ]
     choices = []
     for c in choices_in:
         if request.kind == "chat":
-            choices.append({"index": c["index"], "message": {"role": "assistant", "content": c["text"], "refusal": None},
+            choices.append({"index": c["index"], "message": chat_message(c),
                             "logprobs": c.get("logprobs"), "finish_reason": c.get("finish_reason") or "stop"})
         else:
             choices.append({"index": c["index"], "text": c["text"], "logprobs": c.get("logprobs"),
@@ -89,6 +102,13 @@ class ChunkWriter:
         else:
             choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": None}
         return self._chunk([choice])
+
+    def tool_calls(self, index: int, pieces: list[dict[str, Any]]) -> bytes:
+        """Tool-call pieces (``Delta.tool_calls``), forwarded as they came."""
+        return self._chunk([{"index": index, "delta": {"tool_calls": pieces}, "logprobs": None, "finish_reason": None}])
+
+    def refusal(self, index: int, text: str) -> bytes:
+        return self._chunk([{"index": index, "delta": {"refusal": text}, "logprobs": None, "finish_reason": None}])
 
     def finish(self, index: int, reason: str) -> bytes:
         if self.is_chat:

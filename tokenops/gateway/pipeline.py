@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from tokenops.backends.base import Delta, Replica
+from tokenops.backends.base import Delta, Replica, merge_tool_calls
 from tokenops.config import ModelConfig
 from tokenops.gateway import hooks
 from tokenops.gateway.errors import APIError, ModelNotFound
@@ -244,6 +244,8 @@ class Pipeline:
                       it: AsyncIterator[Delta], first: Delta | None, t0: float) -> AsyncIterator[Delta]:
         texts: dict[int, list[str]] = {}
         finish: dict[int, str] = {}
+        calls: dict[int, dict[str, Any]] = {}  # choice 0's tool calls, for validators and caches
+        refusal: list[str] = []
         last_at: float | None = None
         status, error, error_kind = 200, None, None
         try:
@@ -264,6 +266,10 @@ class Pipeline:
                         last_at = now
                         rec.tokens_out += delta.num_tokens
                     texts.setdefault(delta.index, []).append(delta.text)
+                    if delta.index == 0 and delta.tool_calls:
+                        merge_tool_calls(calls, delta.tool_calls)
+                    if delta.index == 0 and delta.refusal:
+                        refusal.append(delta.refusal)
                     if delta.finish_reason:
                         finish[delta.index] = delta.finish_reason
                 yield delta
@@ -286,7 +292,9 @@ class Pipeline:
                 response = GatewayResponse(text="".join(texts.get(0, [])), model=rec.model_served or request.model,
                                            finish_reason=rec.finish_reason, prompt_tokens=rec.tokens_in,
                                            completion_tokens=rec.tokens_out, cached_tokens=rec.tokens_cached,
-                                           backend=replica.name)
+                                           backend=replica.name,
+                                           tool_calls=[calls[k] for k in sorted(calls)] or None,
+                                           refusal="".join(refusal) if refusal else None)
                 rec.cost_usd += self.cost(replica.model, rec.tokens_in, rec.tokens_out)
                 self._after(request, replica, response, t0)
             else:
@@ -302,9 +310,12 @@ class Pipeline:
             rec.first_token_at = rec.first_token_at or time.perf_counter()
             rec.finish_reason = response.finish_reason
             choices = response.extra.get("choices") or [{"index": 0, "text": response.text,
-                                                         "finish_reason": response.finish_reason, "logprobs": None}]
+                                                         "finish_reason": response.finish_reason, "logprobs": None,
+                                                         "tool_calls": response.tool_calls, "refusal": response.refusal}]
             for c in choices:
-                yield Delta(index=c["index"], text=c["text"], num_tokens=0, logprobs=c.get("logprobs"))
+                calls = [{"index": k, **call} for k, call in enumerate(c.get("tool_calls") or [])]
+                yield Delta(index=c["index"], text=c["text"], num_tokens=0, logprobs=c.get("logprobs"),
+                            tool_calls=calls or None, refusal=c.get("refusal"))
                 yield Delta(index=c["index"], finish_reason=c.get("finish_reason") or "stop")
             yield Delta(prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
                         cached_tokens=response.cached_tokens)
