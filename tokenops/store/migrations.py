@@ -82,10 +82,24 @@ CREATE TABLE tune_trials (
 );
 """
 
+_API_KEYS = """
+CREATE TABLE api_keys (
+    id VARCHAR PRIMARY KEY, tenant VARCHAR NOT NULL, key_hash VARCHAR NOT NULL, key_prefix VARCHAR,
+    name VARCHAR, models VARCHAR, rpm DOUBLE, tpm DOUBLE,
+    budget_usd DOUBLE, budget_period VARCHAR, soft_budget_usd DOUBLE,
+    created_at TIMESTAMP, expires_at TIMESTAMP, revoked_at TIMESTAMP
+);
+CREATE TABLE tenants (
+    name VARCHAR PRIMARY KEY, budget_usd DOUBLE, budget_period VARCHAR, soft_budget_usd DOUBLE,
+    created_at TIMESTAMP
+)
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "telemetry tables", _TELEMETRY),
     (2, "config audit and capability profiles", _AUDIT_AND_PROFILES),
     (3, "bench and tune results", _BENCH_AND_TUNE),
+    (4, "managed api keys and tenants", _API_KEYS),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

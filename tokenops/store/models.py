@@ -218,11 +218,45 @@ class TuneTrial(SQLModel, table=True):
     is_best: Optional[bool] = _col(BOOL)
 
 
+class ApiKeyRow(SQLModel, table=True):
+    """A managed API key (``/admin/keys``); the secret is kept only as its SHA-256."""
+
+    __tablename__ = "api_keys"
+
+    id: str = _col(STR, primary_key=True, nullable=False)
+    tenant: str = _col(STR, nullable=False)
+    key_hash: str = _col(STR, nullable=False)
+    key_prefix: Optional[str] = _col(STR)
+    name: Optional[str] = _col(STR)
+    models: Optional[str] = _col(STR, is_json=True)  # JSON list; NULL: every model
+    rpm: Optional[float] = _col(DOUBLE)
+    tpm: Optional[float] = _col(DOUBLE)
+    budget_usd: Optional[float] = _col(DOUBLE)
+    budget_period: Optional[str] = _col(STR)  # daily | monthly | <N>h
+    soft_budget_usd: Optional[float] = _col(DOUBLE)
+    created_at: Optional[datetime] = _col(TS)
+    expires_at: Optional[datetime] = _col(TS)
+    revoked_at: Optional[datetime] = _col(TS)
+
+
+class TenantRow(SQLModel, table=True):
+    """A tenant known to the key registry, with its optional spend budget."""
+
+    __tablename__ = "tenants"
+
+    name: str = _col(STR, primary_key=True, nullable=False)
+    budget_usd: Optional[float] = _col(DOUBLE)
+    budget_period: Optional[str] = _col(STR)
+    soft_budget_usd: Optional[float] = _col(DOUBLE)
+    created_at: Optional[datetime] = _col(TS)
+
+
 #: Tables the batched writer accepts (the rest go through sessions).
 TELEMETRY_MODELS: dict[str, type[SQLModel]] = {m.__tablename__: m for m in (RequestRow, EngineStatsRow, ExpertLoadRow)}
 ALL_MODELS: dict[str, type[SQLModel]] = {
     m.__tablename__: m
-    for m in (RequestRow, EngineStatsRow, ExpertLoadRow, CapabilityProfile, ConfigChange, BenchRun, BenchResult, TuneTrial)
+    for m in (RequestRow, EngineStatsRow, ExpertLoadRow, CapabilityProfile, ConfigChange, BenchRun, BenchResult, TuneTrial,
+              ApiKeyRow, TenantRow)
 }
 
 
