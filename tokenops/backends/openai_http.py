@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any, AsyncIterator
 
 import httpx
@@ -19,6 +20,8 @@ from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.registry import replica_name
 from tokenops.config import ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
+
+log = logging.getLogger("tokenops.backends")
 
 _RETRY_STATUSES = {500, 502, 503, 504}
 _client: httpx.AsyncClient | None = None
@@ -63,7 +66,11 @@ class OpenAIBackend:
         self.model = model.name
         self.name = replica_name(model)
         self.url = base_url(model.url)
+        #: The id sent upstream: ``served_model`` when configured, else learned from the
+        #: upstream's ``/v1/models`` at start (see :meth:`_learn_models`).
         self.upstream_model = model.served_model or model.name
+        self._is_model_fixed = model.served_model is not None
+        self._has_listed_models = False
         self.max_model_len: int | None = None
         self.num_retries = model.max_retries
         self.read_timeout_s = model.timeout_s
@@ -81,13 +88,33 @@ class OpenAIBackend:
     async def start(self) -> None:
         self._client = shared_client()
         self._is_ready = True
-        try:  # learn the context window when the upstream says it (vLLM, tokenops do)
+        await self._learn_models()
+
+    async def _learn_models(self) -> None:
+        """Ask the upstream's ``/v1/models`` which id to send and the context window.
+
+        Without ``served_model``, the gateway's name is sent when the upstream lists it,
+        else the upstream's only model (``--model vllm=http://host:8000`` in front of a
+        vLLM serving ``Qwen/Qwen2.5-7B-Instruct`` sends ``Qwen/Qwen2.5-7B-Instruct``).
+        An upstream still booting is fine: the first request asks again."""
+        assert self._client is not None
+        try:
             r = await self._client.get(self.url + "/models", headers=self._headers, timeout=2.0)
-            for m in r.json().get("data", []):
-                if m.get("id") == self.upstream_model and isinstance(m.get("max_model_len"), int):
-                    self.max_model_len = m["max_model_len"]
-        except Exception:  # an upstream still booting is fine: requests retry
-            pass
+            cards = [m for m in r.json().get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        except Exception:
+            return
+        self._has_listed_models = True
+        ids = [m["id"] for m in cards]
+        if not self._is_model_fixed and self.model not in ids:
+            if len(ids) == 1:
+                self.upstream_model = ids[0]
+                log.info("model %s: upstream %s serves %r; requests go there under that id", self.model, self.url, ids[0])
+            elif ids:
+                log.warning("model %s: upstream %s serves %s, none named %r; set [[models]] served_model",
+                            self.model, self.url, ", ".join(map(repr, ids[:8])), self.model)
+        for m in cards:
+            if m["id"] == self.upstream_model and isinstance(m.get("max_model_len"), int):
+                self.max_model_len = m["max_model_len"]
 
     async def close(self) -> None:
         if self._client is not None:
@@ -106,6 +133,8 @@ class OpenAIBackend:
     def _payload(self, request: GatewayRequest, stream: bool) -> dict[str, Any]:
         body = {k: v for k, v in request.body.items() if v is not None}
         body["model"] = self.upstream_model
+        if request.kind == "embedding":
+            return body
         body["stream"] = stream
         if request.kind == "chat":
             body.pop("max_tokens", None)
@@ -120,13 +149,15 @@ class OpenAIBackend:
         return body
 
     def _path(self, request: GatewayRequest) -> str:
-        return self.url + ("/chat/completions" if request.kind == "chat" else "/completions")
+        return self.url + {"chat": "/chat/completions", "embedding": "/embeddings"}.get(request.kind, "/completions")
 
     async def _send(self, request: GatewayRequest, stream: bool) -> httpx.Response:
         """POST with retries on connect errors and 5xx. A streamed response is open
         (the caller closes it); a non-streamed one is already read."""
         if self._client is None:
             raise BackendError(f"backend {self.name} is not started", kind="unavailable", status=503, backend=self.name)
+        if not self._has_listed_models:
+            await self._learn_models()
         content = json.dumps(self._payload(request, stream), separators=(",", ":")).encode()
         last: BackendError | None = None
         for attempt in range(self.num_retries + 1):
@@ -154,6 +185,18 @@ class OpenAIBackend:
 
     async def chat(self, request: GatewayRequest) -> GatewayResponse:
         return await self._one(request)
+
+    async def embed(self, request: GatewayRequest) -> dict[str, Any]:
+        """Pass an embeddings request through; returns the upstream's answer as it came
+        (the gateway puts its own model name in)."""
+        response = await self._send(request, stream=False)
+        try:
+            data = json.loads(response.content)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BackendError(f"{self.name}: bad upstream answer: {e}", "error", 502, self.name) from None
+        if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+            raise BackendError(f"{self.name}: upstream embeddings answer has no data list", "error", 502, self.name)
+        return data
 
     async def complete(self, request: GatewayRequest) -> GatewayResponse:
         return await self._one(request)

@@ -33,10 +33,11 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
 
 def chat_message(choice: dict[str, Any]) -> dict[str, Any]:
     """The assistant message of one collected chat choice (``text``, ``tool_calls``,
-    ``refusal``): content is null when the model only called tools, as OpenAI sends it."""
+    ``refusal``): content is null when the model only called tools or refused, as OpenAI sends it."""
     tool_calls = choice.get("tool_calls")
     text = choice.get("text")
-    message: dict[str, Any] = {"role": "assistant", "content": None if (tool_calls and not text) else (text or ""),
+    is_null = (tool_calls or choice.get("refusal")) and not text
+    message: dict[str, Any] = {"role": "assistant", "content": None if is_null else (text or ""),
                                "refusal": choice.get("refusal")}
     if tool_calls:
         message["tool_calls"] = tool_calls

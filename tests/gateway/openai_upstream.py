@@ -1,0 +1,150 @@
+"""A small real OpenAI-compatible upstream for gateway tests (an HTTP server on a free
+loopback port, in a thread), standing in for vLLM / SGLang / llama.cpp server.
+
+It serves one model under its own id (``MODEL_ID``, unlike the gateway's name) and
+answers 404 for any other id, as vLLM does. Chat requests with ``tools`` get two
+parallel tool calls whose arguments stream in several pieces; a message containing
+"refuse" gets a refusal; otherwise an echo of the last message. ``/v1/embeddings``
+answers float or base64 vectors. Every request body is kept in ``bodies``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import threading
+import time
+from typing import Any
+
+MODEL_ID = "upstream-org/Real-Model-7B-Instruct"
+#: The tool calls every request with ``tools`` gets: (id, name, argument pieces).
+TOOL_CALLS = [
+    ("call_upstream_0a1b", "get_weather", ['{"ci', 'ty": "Par', 'is", "unit"', ': "celsius"}']),
+    ("call_upstream_2c3d", "get_time", ["{", '"tz": "Europe/', 'Paris"', "}"]),
+]
+EMBED_DIM = 8
+
+
+def _vector(text: str) -> list[float]:
+    return [float((len(text) * (i + 1)) % 7) / 7.0 for i in range(EMBED_DIM)]
+
+
+def build_app(bodies: list[dict[str, Any]]):
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    def error(status: int, message: str, code: str) -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                       "code": code}}, status_code=status)
+
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": 1,
+                                                         "owned_by": "upstream", "max_model_len": 4096}]})
+
+    async def chat(request: Request):
+        body = await request.json()
+        bodies.append(body)
+        if body.get("model") != MODEL_ID:
+            return error(404, f"The model `{body.get('model')}` does not exist.", "model_not_found")
+        created = int(time.time())
+        last = str(body["messages"][-1].get("content") or "")
+        usage = {"prompt_tokens": 11, "completion_tokens": 17, "total_tokens": 28}
+        head = {"id": "chatcmpl-upstream", "created": created, "model": MODEL_ID, "system_fingerprint": "fp_up"}
+        if body.get("tools"):
+            calls = [{"id": cid, "type": "function", "function": {"name": name, "arguments": "".join(pieces)}}
+                     for cid, name, pieces in TOOL_CALLS]
+            message = {"role": "assistant", "content": None, "tool_calls": calls, "refusal": None}
+            finish = "tool_calls"
+        elif "refuse" in last:
+            message = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+            finish = "stop"
+        else:
+            message = {"role": "assistant", "content": "echo: " + last, "refusal": None}
+            finish = "stop"
+        if not body.get("stream"):
+            return JSONResponse({**head, "object": "chat.completion", "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}], "usage": usage})
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+            doc = {**head, "object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}], **extra}
+            return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+        def events():
+            yield chunk({"role": "assistant", "content": ""})
+            if message.get("tool_calls"):
+                for k, (cid, name, pieces) in enumerate(TOOL_CALLS):
+                    yield chunk({"tool_calls": [{"index": k, "id": cid, "type": "function",
+                                                 "function": {"name": name, "arguments": ""}}]})
+                    for piece in pieces:
+                        yield chunk({"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
+            elif message.get("refusal"):
+                for piece in ("I can't ", "help with ", "that."):
+                    yield chunk({"refusal": piece})
+            else:
+                for word in message["content"].split(" "):
+                    yield chunk({"content": word + " "})
+            yield chunk({}, finish)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                doc = {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}
+                yield b"data: " + json.dumps(doc).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def embeddings(request: Request) -> JSONResponse:
+        body = await request.json()
+        bodies.append(body)
+        if body.get("model") != MODEL_ID:
+            return error(404, f"The model `{body.get('model')}` does not exist.", "model_not_found")
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = []
+        for i, text in enumerate(inputs):
+            vec = _vector(str(text))
+            if body.get("encoding_format") == "base64":
+                emb: Any = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            else:
+                emb = vec
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        n = sum(len(str(t).split()) for t in inputs)
+        return JSONResponse({"object": "list", "data": data, "model": MODEL_ID,
+                             "usage": {"prompt_tokens": n, "total_tokens": n}})
+
+    return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"]),
+                             Route("/v1/embeddings", embeddings, methods=["POST"])])
+
+
+class Upstream:
+    """The upstream running in a thread: ``with Upstream() as up: up.url, up.bodies``."""
+
+    def __init__(self) -> None:
+        import socket
+
+        import uvicorn
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.bodies: list[dict[str, Any]] = []
+        self.server = uvicorn.Server(uvicorn.Config(build_app(self.bodies), host="127.0.0.1", port=self.port,
+                                                    log_level="error", access_log=False, lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "Upstream":
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the test upstream did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
