@@ -62,6 +62,15 @@ class GatewaySettings:
     max_body_bytes: int = 4 * 1024 * 1024
     request_timeout_s: float = 600.0
     default_max_tokens: int = 256
+    # hardening (docs/hardening.md): Host names a keyless server answers, slow-client
+    # timeouts, connection bounds, cheap limits checked before any parsing work
+    allowed_hosts: list[str] = field(default_factory=lambda: ["localhost", "127.0.0.1", "::1"])
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_timeout_s: float = 5.0
+    max_connections: int = 4096
+    max_connections_per_client: int = 256
+    max_messages: int = 10000
 
 
 @dataclass(slots=True)

@@ -140,7 +140,7 @@ async def gateway_client(backends: Any = None, settings: Any = None, **app_kwarg
     async with app.router.lifespan_context(app):
         await app.state.gateway.wait_started()
         transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://tokenops.test", timeout=30) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=30) as client:
             client.app = app  # type: ignore[attr-defined]
             client.gateway = app.state.gateway  # type: ignore[attr-defined]
             yield client

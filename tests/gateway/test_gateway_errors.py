@@ -107,7 +107,7 @@ async def test_open_server_serves_loopback_only(register_plugin):
         await app.state.gateway.wait_started()
         for host, status in (("10.1.2.3", 401), ("127.0.0.1", 200), ("::1", 200)):
             transport = httpx.ASGITransport(app=app, client=(host, 1234))
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 r = await c.post("/v1/chat/completions", json={"model": "fake-model", "messages": MSG})
                 assert r.status_code == status, host
 
@@ -160,7 +160,7 @@ async def test_health_answers_while_models_load_and_ready_says_when_they_are():
 
     app = create_app(Settings(), [FakeBackend(start_delay_s=0.5)], admin_key_hash=hash_key("k"))
     async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             assert (await c.get("/health")).status_code == 200
             r = await c.get("/ready")
             assert r.status_code == 503 and r.json() == {"ready": False, "replicas": {"fake-model#0": False}}

@@ -25,14 +25,14 @@ async def test_openai_client_on_the_bundled_engine():
     name = model_configs(settings)[0].name
     app = create_app(settings, admin_key_hash=hash_key("k"))
     async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=120) as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=120) as c:
             assert (await c.get("/health")).status_code == 200  # while the model loads
             await app.state.gateway.wait_started()
             assert (await c.get("/ready")).status_code == 200
             cards = (await c.get("/v1/models")).json()["data"]
             assert cards[0]["id"] == name and cards[0]["max_model_len"] == 1024
             assert cards[0].get("random_weights") is (True if name == "tokenops-random-llama" else None)
-            client = openai.AsyncOpenAI(base_url="http://t/v1", api_key="x", http_client=c, max_retries=0)
+            client = openai.AsyncOpenAI(base_url="http://localhost/v1", api_key="x", http_client=c, max_retries=0)
 
             prompt = [{"role": "user", "content": "tell me a story about " + "a cat and a dog " * 8}]  # > 1 KV block
             r = await client.chat.completions.create(model=name, messages=prompt,

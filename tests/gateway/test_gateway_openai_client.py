@@ -10,7 +10,7 @@ from tokenops.testing_gateway import FakeBackend, gateway_client
 
 
 def _client(c: httpx.AsyncClient) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url="http://tokenops.test/v1", api_key="unused", http_client=c, max_retries=0)
+    return openai.AsyncOpenAI(base_url="http://localhost/v1", api_key="unused", http_client=c, max_retries=0)
 
 
 async def test_chat_non_streaming_returns_message_and_usage():

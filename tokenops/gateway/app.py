@@ -20,10 +20,11 @@ from tokenops import __version__
 from tokenops.backends.base import Replica
 from tokenops.config import Settings
 from tokenops.gateway.admin import router as admin_router
+from tokenops.gateway.body import build_off_loop, checked_body, read_body
+from tokenops.gateway.guards import GuardMiddleware
 from tokenops.gateway.errors import APIError, sse_error
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
-from tokenops.gateway.schemas import (ChatCompletionRequest, CompletionRequest, chat_request, completion_request,
-                                      parse_body)
+from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_request
 from tokenops.gateway.state import Gateway
 from tokenops.types import GatewayRequest
 
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None, backends: Any = None, *, store:
     app = FastAPI(title="tokenops", version=__version__, lifespan=lifespan,
                   description="OpenAI-compatible gateway in front of the bundled engine and OpenAI-compatible servers.")
     app.state.gateway = gateway
+    app.add_middleware(GuardMiddleware, gateway=gateway)
     _install_error_handlers(app)
     _install_openai_routes(app)
     app.include_router(admin_router)
@@ -95,26 +97,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         if exc.status_code == 404:
             message = f"Unknown path {request.url.path}"
-        return APIError(exc.status_code, message, code=None).response()
+        return APIError(exc.status_code, message, code=None, headers=dict(exc.headers or {})).response()
 
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> Response:
-        return APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error").response()
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 once it exceeds ``limit`` bytes (before any parsing)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"Request body of {declared} bytes exceeds the limit of {limit} bytes.",
-                       code="request_too_large")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise APIError(413, f"Request body exceeds the limit of {limit} bytes.", code="request_too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    # anything else: tokenops.gateway.guards.GuardMiddleware answers a 500 without internals
 
 
 async def _handle(request: Request, build) -> Response:
@@ -123,9 +108,10 @@ async def _handle(request: Request, build) -> Response:
         raise APIError(503, "The server is shutting down.", code="shutting_down")
     client = request.client.host if request.client else None
     tenant, key_id = gw.api_keys.tenant_for(request.headers, client)
-    raw = await read_body(request, gw.settings.gateway.max_body_bytes)
-    data = parse_body(raw)
-    greq: GatewayRequest = build(data, gw.settings.gateway.default_max_tokens)
+    conf = gw.settings.gateway
+    raw = await read_body(request, conf.max_body_bytes, conf.body_timeout_s)
+    # large bodies are parsed and validated in a worker thread (the event loop keeps serving)
+    greq: GatewayRequest = await build_off_loop(raw, lambda b: build(checked_body(b, conf), conf.default_max_tokens))
     greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
     greq.api_key_id = key_id
     greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}

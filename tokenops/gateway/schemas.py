@@ -9,10 +9,9 @@ extensions, as in vLLM.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tokenops.gateway.errors import APIError
 from tokenops.types import GatewayRequest
@@ -28,6 +27,18 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _content_parts(cls, value: Any) -> Any:
+        # a part's own fields are checked here so no backend meets a non-string text
+        for i, part in enumerate(value if isinstance(value, list) else ()):
+            kind = part.get("type")
+            if not isinstance(kind, str):
+                raise ValueError(f"content part {i} needs a string \"type\"")
+            if kind == "text" and not isinstance(part.get("text"), str):
+                raise ValueError(f"content part {i} of type \"text\" needs a string \"text\"")
+        return value
 
 
 class _CommonRequest(BaseModel):
@@ -72,19 +83,14 @@ def _format_validation(e: ValidationError) -> APIError:
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError(400, "We could not parse the JSON body of your request: it is not valid JSON.",
-                       code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
-    return data
+    from tokenops.gateway.body import parse_json
+
+    return parse_json(raw)
 
 
 def chat_request(data: dict[str, Any], default_max_tokens: int) -> GatewayRequest:
     try:
-        req = ChatCompletionRequest.model_validate(data)
+        req = ChatCompletionRequest.model_validate(data, strict=True)  # JSON types as sent: "yes" is no bool
     except ValidationError as e:
         raise _format_validation(e) from None
     if req.top_logprobs is not None and not req.logprobs:
@@ -99,7 +105,7 @@ def chat_request(data: dict[str, Any], default_max_tokens: int) -> GatewayReques
 
 def completion_request(data: dict[str, Any], default_max_tokens: int) -> GatewayRequest:
     try:
-        req = CompletionRequest.model_validate(data)
+        req = CompletionRequest.model_validate(data, strict=True)
     except ValidationError as e:
         raise _format_validation(e) from None
     prompt: Any = req.prompt

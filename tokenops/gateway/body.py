@@ -1,0 +1,118 @@
+"""Reading and parsing request bodies without letting one client stall the others.
+
+Order of work, cheapest first: the declared size, the bytes as they arrive (size
+and a deadline), then JSON parsing. The parser (pydantic-core's ``from_json``)
+refuses what the rest of the gateway cannot carry: lone UTF-16 surrogates,
+``NaN``/``Infinity``, and nesting deeper than its recursion limit (a few hundred
+levels), each as a 400 that says what to fix. Bodies above
+:data:`OFF_LOOP_BYTES` are parsed (and validated, see :func:`build_off_loop`) in
+a worker thread so the event loop keeps answering ``/health`` meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from typing import Any, Callable, TypeVar
+
+import anyio
+from pydantic_core import from_json
+from starlette.requests import ClientDisconnect, Request
+
+from tokenops.gateway.errors import APIError
+
+#: Bodies larger than this are parsed and validated in a worker thread.
+OFF_LOOP_BYTES = 64 * 1024
+#: A number with a 3-digit exponent may overflow to infinity: only then is the tree walked.
+_BIG_EXPONENT = re.compile(rb"[eE][+]?\d{3,}")
+T = TypeVar("T")
+
+
+async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
+    """The body, refused with 413 once it exceeds ``limit`` bytes (before any parsing),
+    and with 408 when it has not fully arrived within ``timeout_s`` seconds."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"Request body of {declared} bytes exceeds the limit of {limit} bytes.",
+                       code="request_too_large")
+    chunks: list[bytes] = []
+    size = 0
+
+    async def collect() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise APIError(413, f"Request body exceeds the limit of {limit} bytes.", code="request_too_large")
+            chunks.append(chunk)
+
+    try:
+        if timeout_s:
+            await asyncio.wait_for(collect(), timeout_s)
+        else:
+            await collect()
+    except asyncio.TimeoutError:
+        raise APIError(408, f"The request body did not arrive within {timeout_s:g} s "
+                       f"({size} of {declared or '?'} bytes received); send the whole body at once.",
+                       code="request_timeout", headers={"connection": "close"}) from None
+    except ClientDisconnect:
+        raise APIError(400, f"The connection ended before the request body was complete ({size} of "
+                       f"{declared or '?'} bytes received).", code="incomplete_body",
+                       headers={"connection": "close"}) from None
+    return b"".join(chunks)
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """A JSON object from ``raw``, or a 400 saying what is wrong with it."""
+    try:
+        data = from_json(raw, allow_inf_nan=False)
+    except ValueError as e:
+        reason = "NaN and Infinity are not JSON numbers" if re.search(rb"\bNaN\b|\bInfinity\b", raw) else _reason(str(e))
+        raise APIError(400, f"We could not parse the JSON body of your request: {reason}.",
+                       code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
+    if _BIG_EXPONENT.search(raw) and _has_infinity(data):
+        raise APIError(400, "The request body holds a number too large for a 64-bit float.", code="invalid_json")
+    return data
+
+
+def checked_body(raw: bytes, conf: Any) -> dict[str, Any]:
+    """:func:`parse_json` plus the cheap bounds of ``[gateway]`` (``max_messages``),
+    checked before validation or tokenization spend time on the body."""
+    data = parse_json(raw)
+    messages = data.get("messages")
+    if isinstance(messages, list) and len(messages) > conf.max_messages:
+        raise APIError(400, f"messages: {len(messages)} messages exceed this server's limit of {conf.max_messages} "
+                       "([gateway] max_messages); merge them or send fewer.", code="too_many_messages",
+                       param="messages")
+    return data
+
+
+def _reason(message: str) -> str:
+    if "surrogate" in message or "hex escape" in message:
+        return f"a \\u escape is not valid Unicode (a lone UTF-16 surrogate?) ({message})"
+    if "recursion limit" in message:
+        return "it is nested too deeply"
+    return message
+
+
+def _has_infinity(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return True
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+async def build_off_loop(raw: bytes, build: Callable[[bytes], T]) -> T:
+    """``build(raw)`` (parse + validate), in a worker thread when ``raw`` is large."""
+    if len(raw) <= OFF_LOOP_BYTES:
+        return build(raw)
+    return await anyio.to_thread.run_sync(build, raw)
