@@ -88,6 +88,11 @@ class AsyncLLMEngine:
         with self._engine_lock:
             return self.engine.apply_tunables(values)
 
+    @property
+    def grammar_compiler(self) -> Any:
+        """Compiles grammars on its own pool (thread-safe): see :mod:`tokenops.engine.grammar`."""
+        return self.engine.grammar_compiler
+
     def abort(self, request_id: str) -> None:
         """Abort a request; its stream ends with ``finish_reason="abort"``."""
         self._inbox.put(("abort", request_id))

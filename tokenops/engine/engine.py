@@ -75,6 +75,18 @@ class LLMEngine:
             self.scheduler.num_spec_tokens_fn = self.spec_decoder.num_tokens_for
         #: KV policy (``tokenops_kv_policy``, e.g. sink + window eviction) or None.
         self.kv_policy = get_kv_policy(config)
+        self._grammar_compiler: Any = None
+
+    @property
+    def grammar_compiler(self) -> Any:
+        """The :class:`tokenops.engine.grammar.GrammarCompiler` for this model's tokenizer
+        (built on first use): ``SamplingParams.grammar`` matchers come from it."""
+        if self._grammar_compiler is None:
+            from tokenops.engine.grammar import GrammarCompiler
+
+            vocab = getattr(self.runner, "vocab_size", None) or self.tokenizer.vocab_size
+            self._grammar_compiler = GrammarCompiler.for_tokenizer(self.tokenizer, vocab)
+        return self._grammar_compiler
 
     # -- requests ----------------------------------------------------------------------
 

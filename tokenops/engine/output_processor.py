@@ -3,7 +3,9 @@
 Stop rules, checked after every token: EOS (unless ``ignore_eos``) and
 ``stop_token_ids`` end the sequence without adding the token's text; a stop string
 ends it with the text cut just before the string; ``max_tokens`` or reaching the
-model's context ends it with ``finish_reason="length"``. While a sequence runs, the
+model's context ends it with ``finish_reason="length"``. A sequence under a grammar
+advances its matcher with every token (a token the grammar refuses fails the
+request) and stops (``"stop"``) as soon as the grammar is complete. While a sequence runs, the
 last ``len(longest stop string) - 1`` characters are held back from the streamed
 text, so a client never sees the start of a stop string that later completes.
 """
@@ -55,6 +57,8 @@ class OutputProcessor:
     def append_token(self, seq: Sequence, sampled: SampledToken) -> None:
         """Add one sampled token to ``seq`` and set ``finish_reason`` if it must stop."""
         params, token_id = seq.params, sampled.token_id
+        if seq.grammar is not None and not seq.grammar.accept(token_id):
+            raise ValueError(f"token {token_id} breaks the request's grammar: {seq.grammar.error}")
         seq.token_ids.append(token_id)
         if seq.logprobs is not None:
             seq.logprobs.append(self._logprob_entry(sampled))
@@ -69,6 +73,8 @@ class OutputProcessor:
             seq.text += seq.detokenizer.push(token_id)
             if params.stop:
                 self._check_stop_strings(seq, num_old_chars)
+        if seq.finish_reason is None and seq.grammar is not None and seq.grammar.is_finished:
+            seq.finish_reason = "stop"  # only end-of-sequence could follow: save the step
         if seq.finish_reason is None and (seq.num_output_tokens >= params.max_tokens
                                           or len(seq.token_ids) >= self.max_model_len):
             seq.finish_reason = "length"

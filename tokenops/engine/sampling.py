@@ -3,7 +3,9 @@
 Every transform is row-wise, and seeded requests draw from their own
 ``torch.Generator``, so a seeded request yields the same tokens whatever else is in
 the batch. Logprobs are ``log_softmax`` of the raw logits (before temperature,
-top-k and top-p), as the OpenAI API and vLLM report them.
+top-k and top-p), as the OpenAI API and vLLM report them. Rows of sequences that
+decode under a grammar are masked first (only the tokens the grammar allows stay),
+and only those rows: their logprobs are those of the masked distribution.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None  # None = none; k = the chosen token plus k alternatives
+    #: A :class:`tokenops.engine.grammar.GrammarMatcher` at its start state: each sequence of the
+    #: request decodes under its own copy (structured outputs, forced tool calls). None: free.
+    grammar: Any = None
 
     def __post_init__(self) -> None:
         _int("n", self.n, 1)
@@ -134,6 +139,9 @@ class Sampler:
         torch = self._torch
         assert logits.dim() == 2 and logits.shape[0] == len(seqs)
         logits = logits.float()
+        grammar_rows = [i for i, s in enumerate(seqs) if s.grammar is not None]
+        if grammar_rows:
+            logits = self._constrain(logits, grammar_rows, seqs)
         token_ids = logits.argmax(dim=-1).tolist()  # greedy rows keep these
         random_rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if random_rows:
@@ -154,6 +162,15 @@ class Sampler:
         if lp_rows:
             self._fill_logprobs(logits, lp_rows, seqs, out)
         return out
+
+    def _constrain(self, logits: "torch.Tensor", rows: list[int], seqs: list[Sequence]) -> "torch.Tensor":
+        """``logits`` with the tokens each grammar row may not take next masked."""
+        from tokenops.engine.grammar import apply_token_bitmasks, new_bitmask
+
+        bitmask = new_bitmask(len(rows), logits.shape[1])
+        for j, i in enumerate(rows):
+            seqs[i].grammar.fill_bitmask(bitmask, j)
+        return apply_token_bitmasks(logits, rows, bitmask)
 
     def _probs(self, logits: "torch.Tensor", params: list[SamplingParams]) -> "torch.Tensor":
         torch = self._torch

@@ -141,6 +141,8 @@ class SpecDecoder:
     def num_tokens_for(self, seq: Sequence) -> int:
         """Adaptive k for ``seq``, capped so a fully accepted round neither passes
         ``max_tokens`` nor the context."""
+        if seq.grammar is not None:  # a constrained row is sampled under its mask, one token a step
+            return 0
         ewma = self._ewma.get(seq.seq_id)
         k = self.max_k if ewma is None else min(self.max_k, max(1, math.ceil(ewma - 1e-9) + 1))
         k = min(k, seq.params.max_tokens - seq.num_output_tokens - 1)

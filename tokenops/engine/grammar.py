@@ -1,0 +1,197 @@
+"""Grammar-constrained decoding: the mechanism (the policy of *what* to constrain
+lives with the callers: ``response_format``, forced ``tool_choice``).
+
+A :class:`GrammarSpec` (a JSON schema or a Lark grammar) is compiled by
+:class:`GrammarCompiler` with llguidance into a matcher against the model's
+tokenizer. Compiling happens on a small thread pool (``compile_async``), so the
+request that asked for a grammar waits, never the batch; compiled grammars are
+cached by spec and each request gets a cheap copy. Per step, the sampler asks
+each constrained row's :class:`GrammarMatcher` for a token bitmask and masks only
+those rows (:func:`apply_token_bitmasks`); the output processor advances the
+matcher with every accepted token and ends the sequence when the grammar is
+complete.
+
+llguidance was picked over xgrammar by measured CPU cost on the demo tokenizer
+(docs/serve.md, "Structured outputs and tool calling"): compiling a 5-field schema
+took ~0.6 ms against ~35-67 ms, a mask ~0.1-0.2 ms per row per step against
+~0.03 ms, and it needs no extra dependencies (xgrammar pulls in triton).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+#: Compiled grammars kept per engine (least recently used dropped first).
+GRAMMAR_CACHE_SIZE = 128
+
+
+class GrammarError(ValueError):
+    """The grammar or schema cannot be compiled (the message says why)."""
+
+
+@dataclass(slots=True, frozen=True)
+class GrammarSpec:
+    """What to constrain a sequence to. ``kind`` is ``json_schema`` (``source`` is the
+    schema as compact JSON text, property order kept) or ``lark`` (a llguidance Lark grammar, which may
+    embed JSON schemas with ``%json{...}``)."""
+
+    kind: str
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("json_schema", "lark"):
+            raise ValueError(f"unknown grammar kind {self.kind!r} (json_schema or lark)")
+
+    @classmethod
+    def json_schema(cls, schema: dict[str, Any] | bool) -> "GrammarSpec":
+        return cls("json_schema", json.dumps(schema, separators=(",", ":")))  # key order is property order
+
+
+class GrammarMatcher:
+    """One sequence's position in a grammar. ``accept`` advances it by a token;
+    ``fill_bitmask`` writes the tokens allowed next into a row of an int32 bitmask."""
+
+    __slots__ = ("_m",)
+
+    def __init__(self, matcher: Any) -> None:
+        self._m = matcher
+
+    def copy(self) -> "GrammarMatcher":
+        """An independent matcher in the same state (for ``n > 1`` siblings)."""
+        return GrammarMatcher(self._m.deep_copy())
+
+    def fill_bitmask(self, bitmask: "torch.Tensor", row: int) -> None:
+        v = bitmask[row]
+        self._m.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
+
+    def accept(self, token_id: int) -> bool:
+        """Advance by ``token_id``; False when the grammar does not allow it."""
+        return bool(self._m.consume_token(token_id))
+
+    @property
+    def is_finished(self) -> bool:
+        """The grammar is complete: only end-of-sequence may follow."""
+        return bool(self._m.is_stopped())
+
+    @property
+    def error(self) -> str | None:
+        return self._m.get_error() if self._m.is_error() else None
+
+
+class GrammarCompiler:
+    """Compiles :class:`GrammarSpec` for one tokenizer, off the engine thread, with a cache.
+
+    ``vocab_size`` is the model's logits width (may exceed the tokenizer's vocabulary);
+    ``eos_token_ids`` the ids that end a sequence (allowed once the grammar is complete).
+    """
+
+    def __init__(self, tokenizer_json: str, vocab_size: int, eos_token_ids: list[int], max_workers: int = 1) -> None:
+        self.vocab_size = vocab_size
+        self._tokenizer_json = tokenizer_json
+        self._eos = sorted(eos_token_ids)
+        self._lltok: Any = None
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[GrammarSpec, Any] = OrderedDict()
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tokenops-grammar")
+        self.num_compiled = 0
+        self.num_cache_hits = 0
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any, vocab_size: int) -> "GrammarCompiler":
+        """From a :class:`tokenops.engine.tokenizer.Tokenizer` (its ``tokenizers`` backend)."""
+        eos = sorted(getattr(tokenizer, "eos_token_ids", ()) or ())
+        return cls(tokenizer.backend.to_str(), vocab_size, eos)
+
+    def _tokenizer(self) -> Any:
+        if self._lltok is None:  # ~50 ms: built on first use, not at engine start
+            import llguidance
+
+            self._lltok = llguidance.LLTokenizer(self._tokenizer_json, n_vocab=self.vocab_size,
+                                                 eos_token=self._eos or None)
+        return self._lltok
+
+    def compile(self, spec: GrammarSpec) -> GrammarMatcher:
+        """A fresh matcher for ``spec`` (compiled once, then copied from the cache).
+
+        :raises GrammarError: when the schema or grammar does not compile.
+        """
+        import llguidance
+
+        with self._lock:
+            pristine = self._cache.get(spec)
+            if pristine is not None:
+                self._cache.move_to_end(spec)
+                self.num_cache_hits += 1
+                return GrammarMatcher(pristine.deep_copy())
+            lltok = self._tokenizer()
+        try:
+            if spec.kind == "json_schema":
+                grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                    spec.source, defaults={"whitespace_flexible": False})
+            else:
+                grammar = llguidance.LLMatcher.grammar_from_lark(spec.source)
+        except ValueError as e:
+            raise GrammarError(f"cannot compile the schema: {e}") from None
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, lltok)
+        if is_error:
+            raise GrammarError(f"cannot compile the schema: {_first_line(messages[0])}")
+        pristine = llguidance.LLMatcher(lltok, grammar, log_level=0)
+        if pristine.is_error():
+            raise GrammarError(f"cannot compile the schema: {_first_line(pristine.get_error())}")
+        with self._lock:
+            self._cache[spec] = pristine
+            self.num_compiled += 1
+            while len(self._cache) > GRAMMAR_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return GrammarMatcher(pristine.deep_copy())
+
+    async def compile_async(self, spec: GrammarSpec) -> GrammarMatcher:
+        """:meth:`compile` on the compiler's thread pool: the caller waits, the event loop
+        and the engine thread do not."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self.compile, spec)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "invalid grammar"
+
+
+_BIT_SHIFTS: dict[str, "torch.Tensor"] = {}
+
+
+def new_bitmask(num_rows: int, vocab_size: int) -> "torch.Tensor":
+    """An int32 bitmask ``[num_rows, ceil(vocab / 32)]`` with every token allowed."""
+    import torch
+
+    return torch.full((num_rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
+
+
+def apply_token_bitmasks(logits: "torch.Tensor", rows: list[int], bitmask: "torch.Tensor") -> "torch.Tensor":
+    """``logits`` with ``-inf`` for the tokens row ``rows[j]`` may not take (bit clear in
+    ``bitmask[j]``); other rows unchanged. Out of place (the runner's logits may be
+    inference tensors); only the constrained rows are masked."""
+    import torch
+
+    shifts = _BIT_SHIFTS.get(str(logits.device))
+    if shifts is None:
+        shifts = _BIT_SHIFTS[str(logits.device)] = torch.arange(32, dtype=torch.int32, device=logits.device)
+    vocab = logits.shape[1]
+    bits = (bitmask.to(logits.device).unsqueeze(-1) >> shifts) & 1  # [rows, words, 32]
+    allowed = bits.view(len(rows), -1)[:, :vocab].bool()
+    if allowed.shape[1] < vocab:  # logits wider than the bitmask: the extra tokens are not allowed
+        pad = torch.zeros(len(rows), vocab - allowed.shape[1], dtype=torch.bool, device=logits.device)
+        allowed = torch.cat([allowed, pad], dim=1)
+    index = torch.tensor(rows, device=logits.device)
+    masked = logits.index_select(0, index).masked_fill_(~allowed, float("-inf"))
+    return logits.index_copy(0, index, masked)
