@@ -1,0 +1,228 @@
+"""Tool-call parsers for the bundled engine: generated text -> OpenAI ``tool_calls``.
+
+A parser knows one model family's tool-call format, like vLLM's ``--tool-call-parser``,
+chosen per model with ``[[models]] tool_call_parser = "hermes"``. It gives
+
+- :meth:`ToolCallParser.grammar` — a Lark grammar (llguidance dialect) that produces
+  exactly its format, with each call's JSON constrained to the function's ``parameters``
+  schema: used when ``tool_choice`` is ``"required"`` or names a function;
+- :meth:`ToolCallParser.stream` — a :class:`ToolCallStream` that turns text deltas into
+  content pieces and OpenAI tool-call delta pieces (``index``, ``id``, ``type``,
+  ``function.name``, then ``function.arguments`` fragments).
+
+``hermes`` (Hermes 2 Pro, Qwen 2.5/3, the demo models): each call is
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, whitespace around the
+JSON allowed. A call whose JSON does not parse is left in the content, as text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any, Callable
+
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ARGS = re.compile(r'"arguments"\s*:\s*')
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class ToolCallStream:
+    """Splits one choice's streamed text into content and tool-call pieces.
+
+    ``push(text)`` and, at the end, ``finish()`` return ``(content, pieces)``. Text that
+    may be the start of an opening tag is held back until it is known. A constrained
+    call (``is_constrained``: its JSON is valid by construction) streams its name as
+    soon as it is complete and its arguments as they grow; a free one is checked at
+    its closing tag and sent whole (or returned to the content if it does not parse).
+    """
+
+    def __init__(self, open_tag: str, close_tag: str, is_constrained: bool) -> None:
+        self.open_tag, self.close_tag = open_tag, close_tag
+        self.is_constrained = is_constrained
+        self.num_calls = 0
+        self._buf = ""  # text not yet sent (content tail or the current call's body)
+        self._in_call = False
+        self._call_id = ""
+        self._sent_name = False
+        self._sent_args = 0
+        self._blank = ""  # whitespace-only content, held: around calls it is dropped
+
+    def push(self, text: str) -> tuple[str, list[dict[str, Any]]]:
+        content, pieces = self._push(text)
+        return self._hold_blank(content), pieces
+
+    def _hold_blank(self, content: str) -> str:
+        if not content:
+            return ""
+        if not content.strip():
+            self._blank += content
+            return ""
+        content, self._blank = self._blank + content, ""
+        return content
+
+    def _push(self, text: str) -> tuple[str, list[dict[str, Any]]]:
+        self._buf += text
+        content, pieces = [], []
+        while True:
+            if not self._in_call:
+                at = self._buf.find(self.open_tag)
+                if at < 0:
+                    keep = _partial_suffix(self._buf, self.open_tag)
+                    content.append(self._buf[:len(self._buf) - keep])
+                    self._buf = self._buf[len(self._buf) - keep:]
+                    break
+                content.append(self._buf[:at])
+                self._buf = self._buf[at + len(self.open_tag):]
+                self._in_call, self._call_id, self._sent_name, self._sent_args = True, new_call_id(), False, 0
+                continue
+            end = self._buf.find(self.close_tag)
+            if end < 0:
+                if self.is_constrained:
+                    pieces += self._stream_partial(self._buf)
+                break
+            body, self._buf = self._buf[:end], self._buf[end + len(self.close_tag):]
+            self._in_call = False
+            call = _parse_call(body)
+            if call is None:  # not a call after all: it stays text
+                content.append(self.open_tag + body + self.close_tag)
+                continue
+            pieces += self._finish_call(body, call)
+        return "".join(content), pieces
+
+    def finish(self) -> tuple[str, list[dict[str, Any]]]:
+        """The end of the text: an unclosed call is returned as content (if nothing of it
+        was streamed as a call) or completed from what arrived."""
+        content, pieces = self._finish()
+        content = self._hold_blank(content)
+        if not self.num_calls:
+            content, self._blank = content + self._blank, ""
+        return content, pieces
+
+    def _finish(self) -> tuple[str, list[dict[str, Any]]]:
+        rest, self._buf = self._buf, ""
+        if not self._in_call:
+            return rest, []
+        self._in_call = False
+        call = _parse_call(rest)
+        if call is not None:
+            return "", self._finish_call(rest, call)
+        if self._sent_name:  # a constrained call cut short (max_tokens): keep what was sent
+            self.num_calls += 1
+            return "", []
+        return self.open_tag + rest, []
+
+    def _header(self, name: str) -> dict[str, Any]:
+        self._sent_name = True
+        return {"index": self.num_calls, "id": self._call_id, "type": "function",
+                "function": {"name": name, "arguments": ""}}
+
+    def _stream_partial(self, body: str) -> list[dict[str, Any]]:
+        pieces = []
+        if not self._sent_name:
+            m = _NAME.search(body)
+            if m is None or not _ARGS.search(body, m.end()):
+                return []
+            pieces.append(self._header(json.loads(f'"{m.group(1)}"')))
+        args = body[_ARGS.search(body, _NAME.search(body).end()).end():]
+        cut = args.rfind("}")  # the last "}" may close the call object itself: hold it back
+        safe = args[:cut].rstrip() if cut >= 0 else ""
+        if len(safe) > self._sent_args:
+            pieces.append({"index": self.num_calls, "function": {"arguments": safe[self._sent_args:]}})
+            self._sent_args = len(safe)
+        return pieces
+
+    def _finish_call(self, body: str, call: tuple[str, str]) -> list[dict[str, Any]]:
+        name, arguments = call
+        pieces = [] if self._sent_name else [self._header(name)]
+        # what was streamed is a prefix of ``arguments``: it was cut at a "}" before the call's own
+        if len(arguments) > self._sent_args:
+            pieces.append({"index": self.num_calls, "function": {"arguments": arguments[self._sent_args:]}})
+        self.num_calls += 1
+        return pieces
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
+    for n in range(min(len(text), len(tag) - 1), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+def _parse_call(body: str) -> tuple[str, str] | None:
+    """``(name, arguments JSON text)`` of a call body, or None when it is not one.
+    The arguments text is the model's own, as generated (when it is an object)."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if not isinstance(args, dict):
+        return None
+    m = _NAME.search(body)
+    a = _ARGS.search(body, m.end()) if m else None
+    if a is not None:
+        raw = body[a.end():].rstrip()
+        if raw.endswith("}"):
+            raw = raw[:-1].rstrip()  # the call object's own closing brace
+            try:
+                if json.loads(raw) == args:
+                    return obj["name"], raw
+            except ValueError:
+                pass
+    return obj["name"], json.dumps(args, ensure_ascii=False)
+
+
+class ToolCallParser:
+    """A named tool-call format (see the module docstring)."""
+
+    name = ""
+
+    def grammar(self, functions: list[dict[str, Any]], parallel: bool) -> str:
+        raise NotImplementedError
+
+    def stream(self, is_constrained: bool) -> ToolCallStream:
+        raise NotImplementedError
+
+
+class HermesToolCallParser(ToolCallParser):
+    name = "hermes"
+    open_tag, close_tag = "<tool_call>", "</tool_call>"
+
+    def grammar(self, functions: list[dict[str, Any]], parallel: bool) -> str:
+        """One call (or several when ``parallel``) of ``functions`` (OpenAI ``function``
+        objects), each ``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``."""
+        alternatives = []
+        for fn in functions:
+            params = fn.get("parameters") or {"type": "object", "properties": {}}
+            schema = {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
+                      "required": ["name", "arguments"], "additionalProperties": False}
+            schema["x-guidance"] = {"whitespace_flexible": False}
+            alternatives.append(f"%json {json.dumps(schema)}")
+        call = f'"{self.open_tag}\\n" ( {" | ".join(alternatives)} ) "\\n{self.close_tag}"'
+        more = ' ("\\n" call)*' if parallel else ""
+        return f"start: call{more}\ncall: {call}\n"
+
+    def stream(self, is_constrained: bool) -> ToolCallStream:
+        return ToolCallStream(self.open_tag, self.close_tag, is_constrained)
+
+
+_PARSERS: dict[str, Callable[[], ToolCallParser]] = {"hermes": HermesToolCallParser}
+
+
+def get_tool_call_parser(name: str) -> ToolCallParser:
+    """The parser registered as ``name``; ValueError naming the known ones otherwise."""
+    factory = _PARSERS.get(name)
+    if factory is None:
+        raise ValueError(f"unknown tool_call_parser {name!r}; known: {', '.join(sorted(_PARSERS))}")
+    return factory()
+
+
+def register_tool_call_parser(name: str, factory: Callable[[], ToolCallParser]) -> None:
+    _PARSERS[name] = factory
