@@ -33,6 +33,8 @@ class GatewayRequest:
     attempts: list[str] = field(default_factory=list)  # models tried so far (fallback)
     #: Decisions of each pipeline step, copied into the telemetry row.
     decisions: dict[str, Any] = field(default_factory=dict)
+    #: Headers a pipeline step adds to the client's response (e.g. a budget warning).
+    response_headers: dict[str, str] = field(default_factory=dict)
 
     def prompt_text(self) -> str:
         """The request's text, for routers and caches that look at content."""

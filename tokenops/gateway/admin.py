@@ -136,3 +136,8 @@ def _query_result(name: str, result: Any) -> dict[str, Any]:
         columns = list(result)
         return {"name": name, "columns": columns, "rows": [list(r) for r in zip(*result.values())]}
     raise TypeError(f"unexpected query result of {name}: {type(result).__name__}")
+
+
+from tokenops.gateway.admin_keys import router as _keys_router  # noqa: E402  (/admin/keys, /admin/tenants)
+
+router.include_router(_keys_router)

@@ -119,7 +119,8 @@ async def _handle(request: Request, build) -> Response:
     if greq.stream:
         return await _stream(gw, greq)
     response, rec = await gw.pipeline.respond(greq)
-    return Response(response_body(greq, response, rec.model_served or greq.model), media_type=_JSON)
+    return Response(response_body(greq, response, rec.model_served or greq.model), media_type=_JSON,
+                    headers=greq.response_headers or None)
 
 
 async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
@@ -157,7 +158,7 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
         yield DONE
 
     return _EventStream(body(), deltas, media_type="text/event-stream",
-                        headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+                        headers={"cache-control": "no-cache", "x-accel-buffering": "no", **greq.response_headers})
 
 
 class _EventStream(StreamingResponse):

@@ -12,12 +12,12 @@ import functools
 import hashlib
 import hmac
 import ipaddress
-import secrets
 from pathlib import Path
+from typing import Any
 
 from tokenops.gateway.errors import APIError
 
-ADMIN_KEY_FILE = "admin_key.sha256"
+ADMIN_KEY_FILE = "admin_key"  # in the store folder, mode 0600 (see tokenops.gateway.admin_key)
 
 
 def hash_key(key: str) -> str:
@@ -58,10 +58,16 @@ def bearer(headers) -> str | None:
 class ApiKeys:
     """API key -> tenant lookup by hash."""
 
-    def __init__(self, keys: dict[str, str], allow_open: bool = False) -> None:
+    def __init__(self, keys: dict[str, str], allow_open: bool = False, managed: Any = None) -> None:
         self._tenants = {_as_hash(k): tenant for k, tenant in keys.items()}
-        self.is_open = not self._tenants
         self.allow_open = allow_open
+        #: Managed keys (``tokenops.keys.service.KeyService``): ``authenticate(hash)`` and ``has_keys``.
+        self.managed = managed
+
+    @property
+    def is_open(self) -> bool:
+        """No configured keys and no managed key created yet (one, even revoked, closes the server)."""
+        return not self._tenants and not (self.managed is not None and self.managed.has_keys)
 
     def tenant_for(self, headers, client_host: str | None, user: str | None = None) -> tuple[str, str | None]:
         """``(tenant, key id)`` of a request, or raise a 401."""
@@ -77,6 +83,9 @@ class ApiKeys:
         digest = hash_key(key)
         tenant = self._tenants.get(digest)
         if tenant is None:
+            found = self.managed.authenticate(digest) if self.managed is not None else None
+            if found is not None:
+                return found
             raise APIError(401, "Incorrect API key provided.", code="invalid_api_key")
         return tenant, digest[:12]
 
@@ -96,24 +105,7 @@ class AdminAuth:
 
 
 def resolve_admin_key(admin_key: str | None, admin_key_hash: str | None, store_dir: str | Path | None) -> tuple[str, str | None]:
-    """The admin key's hash, and the new key when one had to be generated (print it once).
+    """See :func:`tokenops.gateway.admin_key.resolve_admin_key` (a generated key goes to a 0600 file)."""
+    from tokenops.gateway.admin_key import resolve_admin_key as resolve
 
-    Order: an explicit key, a configured hash, the hash file in the store folder,
-    else a new random key whose hash is written there.
-    """
-    if admin_key:
-        return hash_key(admin_key), None
-    if admin_key_hash:
-        return _as_hash(admin_key_hash if admin_key_hash.startswith("sha256:") else "sha256:" + admin_key_hash), None
-    path = Path(store_dir) / ADMIN_KEY_FILE if store_dir else None
-    if path is not None and path.is_file():
-        stored = path.read_text().strip()
-        if len(stored) == 64:
-            return stored, None
-    key = "tok-admin-" + secrets.token_urlsafe(24)
-    digest = hash_key(key)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(digest + "\n")
-        path.chmod(0o600)
-    return digest, key
+    return resolve(admin_key, admin_key_hash, store_dir)

@@ -92,6 +92,8 @@ class PrometheusMetrics:
         self._lock = threading.Lock()
         self._hist: dict[str, dict[str, Histogram]] = {name: {} for name in _HISTOGRAMS}
         self._counters: dict[str, dict[str, float]] = {name: {} for name in _COUNTERS}
+        #: Callables yielding more exposition lines (e.g. spend and budgets), appended at render time.
+        self.sections: list[Any] = []
 
     def observe(self, rec: RequestRecord) -> None:
         model = rec.model_served or rec.model_requested
@@ -145,6 +147,8 @@ class PrometheusMetrics:
                         continue
                     value = sum(values) / len(values) if key == "kv_cache_usage" else sum(values)
                     out.append(f'{full}{{model_name="{_label(model)}"}} {_num(value)}')
+        for section in self.sections:
+            out += section()
         return "\n".join(out) + "\n"
 
 

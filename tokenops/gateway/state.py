@@ -46,6 +46,7 @@ class Gateway:
         self.prometheus = PrometheusMetrics()
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
         self.pipeline = Pipeline(self.replicas, self.models, self.on_finish)
+        self.keys = self._key_service()
         self.engine_telemetry = EngineTelemetry(self.replicas, telemetry_interval_s)
         self.started_at = time.time()
         self.routes: dict[str, int] = {}
@@ -58,6 +59,19 @@ class Gateway:
         self.is_draining = False
         self._lock = threading.Lock()  # on_finish (event loop) vs stats() (admin thread)
         self._start_task: asyncio.Task | None = None
+
+    def _key_service(self) -> Any:
+        """Managed keys and spend budgets (:mod:`tokenops.keys`); enforced by the key_budgets plugin."""
+        from tokenops.keys import service
+
+        prices = {name: (m.cost_input_per_1m, m.cost_output_per_1m) for name, m in self.models.items()}
+        keys = service.KeyService.from_settings(
+            self.settings, self.store, prices,
+            route=lambda request: hooks.get_route(request, list(self.replicas), self.pipeline.profiles))
+        self.api_keys.managed = keys
+        self.prometheus.sections.append(keys.prometheus_lines)
+        service.active = keys
+        return keys
 
     # -- lifecycle --------------------------------------------------------
 
@@ -82,7 +96,11 @@ class Gateway:
         results = await asyncio.gather(*(b.start() for b in backends), return_exceptions=True)
         for backend, result in zip(backends, results):
             if isinstance(result, BaseException):
-                log.error("backend %s failed to start: %s", getattr(backend, "name", backend), result)
+                # kept on the backend: /ready lists it and requests to the model get this cause
+                cause = " ".join(f"{type(result).__name__}: {result}".split())
+                backend.load_error = cause
+                log.error("model %s failed to load (the other models keep serving): %s",
+                          getattr(backend, "name", backend), cause)
         self.is_ready = all(b.ready for b in backends)
 
     async def drain(self, timeout_s: float = 30.0) -> None:

@@ -1,0 +1,164 @@
+"""``KeyService``: what one gateway holds for managed keys — the registry, the
+spend ledger (in-process, or Redis when ``[plugins.keys] redis_url`` or
+``[plugins.rate_limit] redis_url`` is set) and the admission guard — plus the
+401 rule for revoked and expired keys and the ``/metrics`` lines.
+
+``active`` is the service of the gateway running in this process, which the
+``key_budgets`` plugin enforces.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
+
+from tokenops.gateway.errors import APIError
+from tokenops.keys.guard import KeyGuard
+from tokenops.keys.ledger import LocalLedger, RedisLedger
+from tokenops.keys.periods import iso, period_bounds
+from tokenops.keys.registry import BudgetClock, KeyRegistry
+
+log = logging.getLogger("tokenops.keys")
+
+#: Set to 1 to enable ``POST /admin/budget-clock`` (tests move the budget clock with it).
+TEST_CLOCK_ENV = "TOKENOPS_BUDGET_TEST_CLOCK"
+
+active: "KeyService | None" = None
+
+
+def redis_url_of(settings: Any) -> str | None:
+    return (settings.plugin_settings("keys").get("redis_url") or settings.plugin_settings("rate_limit").get("redis_url")
+            or None)
+
+
+def redis_client(url: str) -> Any:
+    try:
+        import redis
+    except ImportError:
+        raise RuntimeError("a redis_url needs the redis client: pip install 'tokenops[redis]'") from None
+    return redis.Redis.from_url(url, socket_timeout=2.0)
+
+
+class KeyService:
+    def __init__(self, registry: KeyRegistry, guard: KeyGuard, *, redis_url: str | None = None,
+                 store: Any = None) -> None:
+        self.registry = registry
+        self.guard = guard
+        self.redis_url = redis_url
+        self.store = store
+        self.is_test_clock_enabled = os.environ.get(TEST_CLOCK_ENV) == "1"
+        registry.on_change.append(self.seed_from_store)
+        self.seed_from_store()
+
+    @classmethod
+    def from_settings(cls, settings: Any, store: Any = None, prices: dict[str, tuple[float, float]] | None = None,
+                      route: Callable[[Any], Any] | None = None) -> "KeyService":
+        url = redis_url_of(settings)
+        client = redis_client(url) if url else None
+        registry = KeyRegistry(store, client, config_tenants=set(settings.gateway.api_keys.values()),
+                               clock=BudgetClock())
+        ledger = RedisLedger(client) if client is not None else LocalLedger()
+        if prices is None:
+            prices = {m.name: (m.cost_input_per_1m, m.cost_output_per_1m) for m in settings.models}
+        return cls(registry, KeyGuard(registry, ledger, prices, route), redis_url=url, store=store)
+
+    # -- auth --------------------------------------------------------------------
+
+    @property
+    def has_keys(self) -> bool:
+        return self.registry.has_keys
+
+    def authenticate(self, key_hash: str) -> tuple[str, str] | None:
+        """``(tenant, key id)`` of a managed key; 401 when it is revoked or expired; None when unknown."""
+        self.registry.refresh()
+        key = self.registry.lookup(key_hash)
+        if key is None:
+            return None
+        state = key.state(self.registry.clock())
+        if state == "revoked":
+            raise APIError(401, f"This API key ({key.id}) was revoked at {iso(key.revoked_at)}.", code="revoked_api_key")
+        if state == "expired":
+            raise APIError(401, f"This API key ({key.id}) expired at {iso(key.expires_at)}.", code="expired_api_key")
+        return key.tenant, key.id
+
+    # -- spend -------------------------------------------------------------------
+
+    def seed_from_store(self) -> None:
+        """Start each budget's current period at the spend the store already recorded
+        (after a restart); a ledger that knows the period (Redis) keeps its value."""
+        if self.store is None:
+            return
+        now = self.registry.clock()
+        scopes = [("key", k.id, k.budget, k.created_at, "api_key_id") for k in self.registry.keys() if k.budget.is_set]
+        scopes += [("tenant", t.name, t.budget, t.created_at, "tenant") for t in self.registry.tenants() if t.budget.is_set]
+        for scope, name, budget, anchor, column in scopes:
+            start, end = period_bounds(budget.period, now, anchor)
+            try:
+                spent = self.store.execute(
+                    f"SELECT coalesce(sum(cost_usd), 0) FROM requests WHERE {column} = ? AND ts >= ?",
+                    [name, datetime.fromtimestamp(start, timezone.utc).replace(tzinfo=None)]).fetchone()[0]
+                self.guard.ledger.seed(self.guard.ledger_key(scope, name, start), float(spent), end - now + 86400)
+            except Exception as e:
+                log.warning("budget of %s %s: could not read its spend from the store: %s", scope, name, e)
+
+    def key_view(self, key: Any) -> dict[str, Any]:
+        view = key.public(self.registry.clock())
+        if key.budget.is_set:
+            view["usage"] = self.guard.usage("key", key.id, key.budget, key.created_at)
+        return view
+
+    def tenant_view(self, tenant: Any) -> dict[str, Any]:
+        view = {"name": tenant.name, "budget_usd": tenant.budget.usd, "budget_period": tenant.budget.period,
+                "soft_budget_usd": tenant.budget.soft_usd, "created_at": iso(tenant.created_at)}
+        if tenant.budget.is_set:
+            view["usage"] = self.guard.usage("tenant", tenant.name, tenant.budget, tenant.created_at)
+        return view
+
+    def spend_rows(self) -> list[dict[str, Any]]:
+        """USD settled in this process per (tenant, key), for the dashboard and /admin/keys."""
+        with self.guard._lock:
+            spend = dict(self.guard.stats.spend)
+        return [{"tenant": t, "key_id": k or None, "spend_usd": v} for (t, k), v in sorted(spend.items())]
+
+    # -- /metrics ----------------------------------------------------------------
+
+    def prometheus_lines(self) -> Iterable[str]:
+        from tokenops.gateway.prometheus import PREFIX, _label, _num
+
+        stats = self.guard.stats
+        with self.guard._lock:
+            spend, warnings, refusals = dict(stats.spend), dict(stats.warnings), dict(stats.refusals)
+        name = PREFIX + "spend_usd_total"
+        yield f"# HELP {name} Cost of the requests served by this gateway, USD, by tenant and API key."
+        yield f"# TYPE {name} counter"
+        for (tenant, key), value in sorted(spend.items()):
+            yield f'{name}{{tenant="{_label(tenant)}",key_id="{_label(key)}"}} {_num(value)}'
+        remaining = PREFIX + "budget_remaining_usd"
+        spent = PREFIX + "budget_spent_usd"
+        budgets = [("key", k.id, k.budget, k.created_at) for k in self.registry.keys()
+                   if k.budget.is_set and k.revoked_at is None]
+        budgets += [("tenant", t.name, t.budget, t.created_at) for t in self.registry.tenants() if t.budget.is_set]
+        usage = []
+        for scope, who, budget, anchor in budgets:
+            try:
+                usage.append((scope, who, self.guard.usage(scope, who, budget, anchor)))
+            except Exception as e:  # a scrape must not fail because Redis blinked
+                log.warning("budget usage of %s %s: %s", scope, who, e)
+        yield f"# HELP {spent} Spend committed in the current budget period, USD (shared across replicas with Redis)."
+        yield f"# TYPE {spent} gauge"
+        for scope, who, u in usage:
+            yield f'{spent}{{scope="{scope}",name="{_label(who)}",period="{u["period"]}"}} {_num(u["spent_usd"])}'
+        yield f"# HELP {remaining} Budget left in the current period, USD (hard budgets only)."
+        yield f"# TYPE {remaining} gauge"
+        for scope, who, u in usage:
+            if u["remaining_usd"] is not None:
+                yield f'{remaining}{{scope="{scope}",name="{_label(who)}",period="{u["period"]}"}} {_num(u["remaining_usd"])}'
+        for metric, values, doc in (("budget_soft_warnings_total", warnings, "Requests admitted over a soft budget."),
+                                    ("budget_rejections_total", refusals, "Requests refused over a hard budget.")):
+            full = PREFIX + metric
+            yield f"# HELP {full} {doc}"
+            yield f"# TYPE {full} counter"
+            for (scope, who), value in sorted(values.items()):
+                yield f'{full}{{scope="{scope}",name="{_label(who)}"}} {value}'
