@@ -67,15 +67,20 @@ def test_model_argument_takes_folders_and_urls(tmp_path):
         model_from_arg(str(tmp_path / "nothing"))
 
 
-def test_admin_key_is_generated_once_and_only_its_hash_is_stored(tmp_path):
+def test_generated_admin_key_goes_to_an_owner_only_file_and_is_reused(tmp_path):
     digest, key = resolve_admin_key(None, None, tmp_path)
     assert key and digest == hash_key(key)
-    stored = (tmp_path / ADMIN_KEY_FILE).read_text().strip()
-    assert stored == digest and key not in stored
+    path = tmp_path / ADMIN_KEY_FILE
+    assert path.read_text().strip() == key
+    assert path.stat().st_mode & 0o777 == 0o600  # issue 17 #7: not readable by other users
     again, new_key = resolve_admin_key(None, None, tmp_path)
-    assert again == digest and new_key is None  # not printed again
+    assert again == digest and new_key is None  # not generated (or announced) again
     assert resolve_admin_key("explicit", None, tmp_path) == (hash_key("explicit"), None)
     assert resolve_admin_key(None, "sha256:" + "a" * 64, tmp_path) == ("a" * 64, None)
+    legacy = tmp_path / "old"
+    legacy.mkdir()
+    (legacy / "admin_key.sha256").write_text("b" * 64 + "\n")  # the hash file older versions wrote
+    assert resolve_admin_key(None, None, legacy) == ("b" * 64, None)
 
 
 def _free_port() -> int:

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator
 from tokenops.backends.base import Delta, collect
 from tokenops.backends.registry import replica_name
 from tokenops.config import ModelConfig, Settings
+from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 
@@ -60,6 +61,9 @@ class LocalBackend:
         if start is not None:
             start()
         self.max_model_len = self.engine.max_model_len
+        tokenizer = getattr(self.engine, "tokenizer", None)
+        if tokenizer is not None:  # measured once, off the loop: check_prompt_fits needs it per request
+            await asyncio.to_thread(max_token_chars, tokenizer)
 
     async def close(self) -> None:
         if self.engine is not None and hasattr(self.engine, "shutdown"):
@@ -131,7 +135,10 @@ class LocalBackend:
     async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
         if self.engine is None:
             raise BackendError(f"{self.name} is still loading", kind="unavailable", status=503, backend=self.name)
-        prompt_ids = self._prompt_ids(request)
+        # a prompt that cannot fit is refused before tokenizing; the rest is tokenized (and the
+        # chat template rendered) in a worker thread so a huge prompt does not stall the event loop
+        check_prompt_fits(request, getattr(self.engine, "tokenizer", None), self.max_model_len, self.name)
+        prompt_ids = await asyncio.to_thread(self._prompt_ids, request)
         params = self._sampling(request, len(prompt_ids))
         seen: dict[int, int] = {}  # choice index -> tokens already sent
         sent_finish: set[int] = set()

@@ -4,11 +4,13 @@ open-server rule, graceful shutdown (drain in-flight requests, flush telemetry).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from tokenops.config import ConfigError, ModelConfig, Settings
+from tokenops.gateway.admin_key import admin_key_notice, secure_store_files
 from tokenops.gateway.auth import is_loopback, resolve_admin_key
 
 log = logging.getLogger("tokenops.gateway")
@@ -54,6 +56,7 @@ def open_store(settings: Settings) -> tuple[Any, Any]:
     from tokenops.store import sink
 
     store = Store.open(settings.store.path)
+    secure_store_files(settings.store.path)  # created before this process, possibly world-readable
     writer = store.writer(flush_interval_s=min(settings.store.flush_interval_s, 1.0))
     sink.attach(writer)
     return store, writer
@@ -75,8 +78,10 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
     import uvicorn
 
     from tokenops.gateway.app import create_app
+    from tokenops.gateway.http_protocol import uvicorn_limits
 
     check_exposure(settings, allow_open)
+    os.umask(0o077)  # store, WAL, admin key file: readable by this user only
     store = writer = None
     if use_store:
         store, writer = open_store(settings)
@@ -88,11 +93,8 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
         gw = app.state.gateway
         url = f"http://{settings.gateway.host}:{settings.gateway.port}"
         echo(f"tokenops serving {', '.join(gw.replicas)} at {url}/v1  (metrics {url}/metrics, admin {url}/admin)")
-        if new_key:
-            echo(f"admin key (shown once, stored hashed in {store_dir}/admin_key.sha256): {new_key}")
-        elif not settings.gateway.admin_key:
-            echo(f"admin key: the one printed when {store_dir}/admin_key.sha256 was created "
-                 "(delete that file to get a new one)")
+        if not settings.gateway.admin_key and not settings.gateway.admin_key_hash:
+            echo(admin_key_notice(store_dir, new_key is not None))  # the file's path, never the key
         if settings.gateway.api_keys:
             echo(f"API keys: {len(settings.gateway.api_keys)} configured")
         else:
@@ -100,7 +102,8 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
                  else "API keys: none configured; OPEN to every client (--allow-open)")
         sys.stdout.flush()
         config = uvicorn.Config(app, host=settings.gateway.host, port=settings.gateway.port, log_level=log_level,
-                                access_log=False, timeout_graceful_shutdown=30, lifespan="on")
+                                access_log=False, timeout_graceful_shutdown=30, lifespan="on",
+                                **uvicorn_limits(settings.gateway))
         _exit_cleanly_on_sigterm()
         uvicorn.Server(config).run()
     finally:
