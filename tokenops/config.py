@@ -42,6 +42,8 @@ class ModelConfig:
     engine: dict[str, Any] = field(default_factory=dict)  # per-model engine overrides
     timeout_s: float = 600.0
     max_retries: int = 2
+    #: Bundled engine: the format the model writes tool calls in (tokenops/backends/tool_parsers.py).
+    tool_call_parser: str = "hermes"
 
     def __post_init__(self) -> None:
         if not self.name:
