@@ -86,14 +86,14 @@ def write_profile(profile: dict[str, Any], results: list[dict[str, Any]], direct
         for r in results:
             f.write(json.dumps(r) + "\n")
     if store_path:
-        from tokenops.store import Store
+        from tokenops.store import open_store
         from tokenops.store.models import CapabilityProfile
 
         now = datetime.now(timezone.utc).replace(tzinfo=None)
         rows = [CapabilityProfile(model=profile["model"], dimension=dim, score=v["score"], ci_low=v["ci_low"],
                                   ci_high=v["ci_high"], n=v["n"], updated_at=now, source=profile["source"])
                 for dim, v in profile["dimensions"].items()]
-        with Store.open(store_path) as store:
+        with open_store(store_path) as store:  # through the server when one holds the file
             store.add(*rows)  # insert or update by (model, dimension)
     return path
 

@@ -36,11 +36,11 @@ def _fallback_dir(store_path: str) -> Path:
 
 def save_run(run: BenchRun, store_path: str) -> str:
     """Store ``run``; returns where it went (one line for the user)."""
-    from tokenops.store import Store, StoreError
+    from tokenops.store import StoreError, open_store
     from tokenops.store import models as m
 
     try:
-        store = Store.open(store_path)
+        store = open_store(store_path)  # through the server when one holds the file
     except StoreError as e:
         d = _fallback_dir(store_path)
         d.mkdir(parents=True, exist_ok=True)
@@ -79,9 +79,9 @@ def load_run(ref: str, store_path: str) -> BenchRun:
     fallback = _fallback_dir(store_path) / f"{ref}.json"
     if fallback.is_file():
         return BenchRun.load_json(fallback)
-    from tokenops.store import Store
+    from tokenops.store import open_store
 
-    store = Store.open(store_path, read_only=True)
+    store = open_store(store_path, read_only=True)
     try:
         row = store.execute("select id, ts, target, workload, options from bench_runs where id = ?", [ref]).fetchone()
     finally:

@@ -30,7 +30,7 @@ def _progress():
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
-    url: Annotated[Optional[str], typer.Option("--url", help="Base URL of the server (…/v1 accepted).", envvar="TOKENOPS_URL")] = None,
+    url: Annotated[Optional[str], typer.Option("--url", help="Base URL of the server (…/v1 accepted); default: the `tokenops serve` holding this folder's store.", envvar="TOKENOPS_URL")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Model name (default: the first in /v1/models).")] = None,
     workload: Annotated[str, typer.Option("--workload", "-w", help="synthetic | shared-prefix | sharegpt | sharegpt-multiturn | replay | file | a plugin's.")] = "synthetic",
     dataset: Annotated[Optional[str], typer.Option("--dataset", help="file: JSON Lines, one request per line ({\"prompt\" or \"messages\", \"output_tokens\"}).")] = None,
@@ -80,7 +80,12 @@ def bench(
     from tokenops.slo import parse_slos
 
     if not url:
-        raise UserError("--url is required (the server's base URL, e.g. http://127.0.0.1:8000)")
+        from tokenops.store.remote import local_server_url
+
+        url = local_server_url(store)
+        if not url:
+            raise UserError("no server of this folder is running: start `tokenops serve` or give --url "
+                            "(the server's base URL, e.g. http://127.0.0.1:8000)")
     from tokenops.bench.slo_presets import resolve
 
     slo = resolve(slo, slo_preset)

@@ -16,11 +16,11 @@ moe_app = typer.Typer(help="MoE expert-load tools.", no_args_is_help=True)
 def load_from_store(path: str, model: str | None) -> tuple[str, list[list[float]]]:
     """Sum recorded ``expert_load`` per layer and expert (read-only)."""
     from tokenops.cli import UserError
-    from tokenops.store import Store
+    from tokenops.store import open_store
 
     if not Path(path).is_file():
         raise UserError(f"store {path} does not exist; run `tokenops serve` with a MoE model first or pass --load FILE")
-    with Store.open(path, read_only=True) as store:  # StoreError (held by a server...) is one CLI line
+    with open_store(path, read_only=True) as store:  # through the server when one holds the file
         models = [r[0] for r in store.execute("SELECT DISTINCT model FROM expert_load ORDER BY 1").fetchall()]
         if not models:
             raise UserError("no expert load recorded yet; serve a MoE model and send traffic first")

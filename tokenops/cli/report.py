@@ -33,13 +33,13 @@ def collect_report(path: str, since: str) -> dict[str, Any]:
 
     :raises StoreError: the file is in use by a server or has an old schema.
     """
-    from tokenops.store import Store, parse_since
+    from tokenops.store import open_store, parse_since
 
     start = parse_since(since)
     report: dict[str, Any] = {"store": path, "since": start.isoformat(), "requests": 0, "requests_all_time": 0}
     if not Path(path).exists():
         return report
-    with Store.open(path, read_only=True) as store:
+    with open_store(path, read_only=True) as store:  # through the server when one holds the file
         report["requests_all_time"] = store.execute("SELECT count(*) FROM requests").fetchone()[0]
         totals = store.execute(
             "SELECT count(*), coalesce(sum(tokens_in), 0), coalesce(sum(tokens_out), 0), coalesce(sum(cost_usd), 0.0) "
@@ -50,6 +50,7 @@ def collect_report(path: str, since: str) -> dict[str, Any]:
         report["usage_by_model_day"] = store.run_query("usage_by_model_day", since=start)
         report["cache_hit_rates"] = store.run_query("cache_hit_rates", since=start)
         report["route_reasons"] = store.run_query("route_reasons", since=start)
+        report["bench_runs"] = store.run_query("bench_runs", since=start, limit=10)
     return report
 
 
@@ -99,6 +100,21 @@ def _print_tables(report: dict[str, Any]) -> None:
                       str(row[ix["route_reason"]] or "-"), str(row[ix["requests"]]), f"{row[ix['share']]:.1%}",
                       str(row[ix["escalated"]]), str(row[ix["ensemble_members"]] or "-"))
     console.print(table)
+    runs = report.get("bench_runs") or {"rows": []}
+    if runs["rows"]:
+        table = Table(title="Bench runs (newest first; `tokenops bench compare ID ID`)", box=box.SIMPLE_HEAD)
+        for col in ("run", "time", "target", "workload", "levels", "req", "err", "max req/s", "goodput/s", "ttft50"):
+            table.add_column(col, justify="left" if col in ("run", "time", "target", "workload") else "right")
+        ix = {c: i for i, c in enumerate(runs["columns"])}
+        for row in runs["rows"]:
+            def num(c: str) -> str:
+                return "-" if row[ix[c]] is None else f"{row[ix[c]]:.3g}"
+
+            table.add_row(str(row[ix["run_id"]]), str(row[ix["ts"]])[:19], str(row[ix["target"]]),
+                          str(row[ix["workload"]]), str(row[ix["levels"]]), str(row[ix["requests"]] or 0),
+                          str(row[ix["errors"]] or 0), num("max_throughput_rps"), num("max_goodput_rps"),
+                          _ms(row[ix["best_ttft_p50"]]))
+        console.print(table)
 
 
 def report_command(

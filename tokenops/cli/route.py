@@ -23,13 +23,13 @@ def calibrate_command(
     """Set the threshold router's threshold from its scores on recorded traffic."""
     from tokenops.cli import UserError
     from tokenops.config import load_settings
-    from tokenops.store import Store
+    from tokenops.store import open_store
     from tokenops_plugins.multi_model.threshold_router import calibrate
 
     path = store or load_settings().store.path
     if not Path(path).is_file():
         raise UserError(f"store {path} does not exist; serve traffic through the threshold router first")
-    with Store.open(path, read_only=True) as db:  # StoreError (held by a server...) is one CLI line
+    with open_store(path, read_only=True) as db:  # through the server when one holds the file
         rows = db.execute("SELECT decisions FROM requests WHERE decisions IS NOT NULL").fetchall()
     scores = []
     for (text,) in rows:

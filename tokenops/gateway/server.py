@@ -62,6 +62,26 @@ def open_store(settings: Settings) -> tuple[Any, Any]:
     return store, writer
 
 
+def start_store_channel(store: Any, gw: Any, url: str) -> Any:
+    """Serve the store (and live tunables) to local CLI processes of this user
+    (:mod:`tokenops.store.channel`); a channel that cannot start is logged, not fatal."""
+    from tokenops.gateway.admin import _tunables_list, apply_tunables
+    from tokenops.store.channel import StoreChannel
+
+    channel = StoreChannel(store)
+    for wildcard in ("//0.0.0.0:", "//[::]:"):  # local clients reach a wildcard bind on loopback
+        url = url.replace(wildcard, "//127.0.0.1:")
+    channel.publish(url=url, models=list(gw.replicas), replicas={m: len(r) for m, r in gw.replicas.items()})
+    channel.register("tunables", lambda _msg: _tunables_list(gw))
+    channel.register("set_tunables", lambda msg: apply_tunables(gw, msg["values"], str(msg.get("actor") or "local")))
+    try:
+        return channel.start()
+    except OSError as e:
+        log.warning("store channel %s not started (%s); CLI commands cannot read the store while this server runs",
+                    channel.path, e)
+        return None
+
+
 def _exit_cleanly_on_sigterm() -> None:
     """uvicorn re-raises the signal that stopped it once it has drained; make that a
     normal exit, so the store below is still flushed and closed (SIGINT stays 130)."""
@@ -82,7 +102,7 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
 
     check_exposure(settings, allow_open)
     os.umask(0o077)  # store, WAL, admin key file: readable by this user only
-    store = writer = None
+    store = writer = channel = None
     if use_store:
         store, writer = open_store(settings)
     try:
@@ -92,6 +112,8 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
                          drain_timeout_s=min(settings.gateway.request_timeout_s, 30.0))
         gw = app.state.gateway
         url = f"http://{settings.gateway.host}:{settings.gateway.port}"
+        if store is not None:
+            channel = start_store_channel(store, gw, url)
         echo(f"tokenops serving {', '.join(gw.replicas)} at {url}/v1  (metrics {url}/metrics, admin {url}/admin)")
         if not settings.gateway.admin_key and not settings.gateway.admin_key_hash:
             echo(admin_key_notice(store_dir, new_key is not None))  # the file's path, never the key
@@ -107,6 +129,8 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
         _exit_cleanly_on_sigterm()
         uvicorn.Server(config).run()
     finally:
+        if channel is not None:
+            channel.close()
         if store is not None:
             from tokenops.store import sink
 

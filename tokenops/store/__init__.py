@@ -15,6 +15,9 @@ from tokenops.store.errors import StoreError
 _LAZY = {
     "Store": "tokenops.store.store",
     "default_path": "tokenops.store.store",
+    "open_store": "tokenops.store.remote",
+    "RemoteStore": "tokenops.store.remote",
+    "StoreChannel": "tokenops.store.channel",
     "TelemetryWriter": "tokenops.store.writer",
     "WriterStats": "tokenops.store.writer",
     "run_query": "tokenops.store.queries",

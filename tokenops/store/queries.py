@@ -194,6 +194,20 @@ _QUERIES = [
         (QueryParam("run_id", "str", None, "only this run"), QueryParam("limit", "int", 200, "maximum number of rows")),
     ),
     NamedQuery(
+        "bench_runs",
+        """
+        SELECT r.id AS run_id, r.ts, r.target, r.workload, count(b.step) AS levels,
+               sum(b.num_requests) AS requests, sum(b.num_errors) AS errors,
+               max(b.throughput_rps) AS max_throughput_rps, max(b.goodput_rps) AS max_goodput_rps,
+               min(b.ttft_p50) AS best_ttft_p50
+        FROM bench_runs r LEFT JOIN bench_results b ON b.run_id = r.id
+        WHERE r.ts >= $since
+        GROUP BY ALL ORDER BY r.ts DESC, r.id LIMIT $limit
+        """,
+        "One line per bench run (newest first): levels, requests, errors, best throughput, goodput and TTFT p50.",
+        (SINCE, LIMIT),
+    ),
+    NamedQuery(
         "tune_trials",
         """
         SELECT id, ts, study, trial, status, goodput, is_best, params, slo, metrics FROM tune_trials

@@ -102,12 +102,12 @@ def trial_rows(report: TuneReport) -> list[dict[str, Any]]:
 
 def save_trials(report: TuneReport, store_path: str) -> str:
     """Insert the study's trials into ``tune_trials`` (or a JSON file beside the store when it is held)."""
-    from tokenops.store import Store, StoreError
+    from tokenops.store import StoreError, open_store
     from tokenops.store.models import TuneTrial
 
     rows = trial_rows(report)
     try:
-        store = Store.open(store_path)
+        store = open_store(store_path)  # through the server when one holds the file
     except StoreError as e:
         d = Path(store_path).expanduser().parent / "tune-trials"
         d.mkdir(parents=True, exist_ok=True)
