@@ -1,4 +1,5 @@
-"""The built-in backend kinds: ``local`` (bundled engine) and ``openai`` (any OpenAI-compatible server)."""
+"""The built-in backend kinds: ``local`` (bundled engine), ``openai`` (any OpenAI-compatible
+server) and ``embedding`` (an in-process sentence-embedding model for /v1/embeddings)."""
 
 from tokenops import hookimpl
 
@@ -17,7 +18,14 @@ def _openai(model, settings):
     return OpenAIBackend(model, settings)
 
 
+def _embedding(model, settings):
+    from tokenops.backends.embedding import EmbeddingBackend
+
+    return EmbeddingBackend(model, settings)
+
+
 @hookimpl(trylast=True)
 def tokenops_register_backends(register):
     register("local", _local)
     register("openai", _openai)
+    register("embedding", _embedding)

@@ -29,7 +29,8 @@ def get_backend_factories() -> dict[str, BackendFactory]:
 
 def default_model_configs() -> list[ModelConfig]:
     """The models served when no ``[[models]]`` are configured: the embedded demo
-    model and, when its weights are bundled, the demo MoE."""
+    model, when its weights are bundled the demo MoE, and with the ``semantic`` extra the
+    MiniLM embedding model (``all-minilm-l6-v2``)."""
     from pathlib import Path
 
     try:
@@ -42,6 +43,11 @@ def default_model_configs() -> list[ModelConfig]:
     moe_dir = Path(__file__).resolve().parent.parent / "demo_models" / "moe"
     if (moe_dir / "config.json").is_file():
         models.append(ModelConfig(name=DEMO_MOE_NAME, backend="local", path=str(moe_dir)))
+    from tokenops.backends.embedding import DEFAULT_EMBEDDING_MODEL, is_default_available
+
+    if is_default_available():  # the semantic extra's MiniLM, for /v1/embeddings; loads on first use
+        models.append(ModelConfig(name=DEFAULT_EMBEDDING_MODEL, backend="embedding", path=None,
+                                  engine={"load": "lazy"}))
     return models
 
 

@@ -22,7 +22,9 @@ from tokenops.config import Settings
 from tokenops.gateway.admin import router as admin_router
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.guards import GuardMiddleware
+from tokenops.gateway.openapi_errors import add_error_responses
 from tokenops.gateway.errors import APIError, sse_error
+from tokenops.gateway.model_routes import readiness, router as model_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
 from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_request
 from tokenops.gateway.state import Gateway
@@ -76,6 +78,7 @@ def create_app(settings: Settings | None = None, backends: Any = None, *, store:
     _install_error_handlers(app)
     _install_openai_routes(app)
     app.include_router(admin_router)
+    app.include_router(model_router)  # /v1/embeddings, /v1/models/{id}
     _install_openapi(app)
     return app
 
@@ -200,13 +203,10 @@ def _install_openai_routes(app: FastAPI) -> None:
     async def health() -> Response:
         return Response(b'{"status":"ok"}', media_type=_JSON)
 
-    @app.get("/ready", tags=["ops"], summary="Readiness: every backend loaded")
+    @app.get("/ready", tags=["ops"], summary="Readiness: every backend loaded or failed, one serving")
     async def ready(request: Request) -> Response:
-        gw: Gateway = request.app.state.gateway
-        states = {r.name: r.ready for rs in gw.replicas.values() for r in rs}
-        is_ready = bool(states) and all(states.values()) and not gw.is_draining
-        return Response(json.dumps({"ready": is_ready, "replicas": states}), status_code=200 if is_ready else 503,
-                        media_type=_JSON)
+        status, body = readiness(request.app.state.gateway)  # a failed model is listed, not waited for
+        return Response(json.dumps(body), status_code=status, media_type=_JSON)
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (vLLM names under tokenops:)")
     async def metrics(request: Request) -> Response:
@@ -224,7 +224,8 @@ def _model_cards(gw: Gateway) -> Iterable[dict[str, Any]]:
 
     for name, replicas in gw.replicas.items():
         card: dict[str, Any] = {"id": name, "object": "model", "created": int(gw.started_at), "owned_by": "tokenops",
-                                "root": name, "parent": None}
+                                "root": getattr(replicas[0].backend, "upstream_model", name) if replicas else name,
+                                "parent": None}
         lens = [r.backend.max_model_len for r in replicas if getattr(r.backend, "max_model_len", None)]
         if lens:
             card["max_model_len"] = min(lens)
@@ -248,7 +249,7 @@ def _install_openapi(app: FastAPI) -> None:
                 full = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(full.pop("$defs", {}))
                 components[model.__name__] = full
-            app.openapi_schema = schema
+            app.openapi_schema = add_error_responses(schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

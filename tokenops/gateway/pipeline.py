@@ -18,6 +18,7 @@ from tokenops.backends.base import Delta, Replica, merge_tool_calls
 from tokenops.config import ModelConfig
 from tokenops.gateway import hooks
 from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.records import RequestRecord
 from tokenops.gateway.multi_model import run_cascade, run_ensemble
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, RouteDecision
@@ -32,7 +33,8 @@ def api_error(e: BackendError, kind: str = "chat") -> APIError:
     if e.kind in ("context_length", "bad_request"):
         message = getattr(e, "upstream_message", None) or message
     status = e.status if 400 <= e.status < 600 else 502
-    return APIError(status, message, code=code, param=("messages" if kind == "chat" else "prompt") if e.kind == "context_length" else None)
+    param = getattr(e, "param", None) or (("messages" if kind == "chat" else "prompt") if e.kind == "context_length" else None)
+    return APIError(status, message, code=code, param=param)
 
 
 class Pipeline:
@@ -109,6 +111,8 @@ class Pipeline:
 
     def _choose(self, request: GatewayRequest, rec: RequestRecord, model: str) -> Replica:
         ready = [r for r in self.replicas[model] if r.ready]
+        if not ready and (failure := model_failure(model, self.replicas[model])) is not None:
+            raise failure
         if not ready:
             raise APIError(503, f"The model `{model}` is not ready yet (still loading); retry shortly.",
                            code="model_not_ready")

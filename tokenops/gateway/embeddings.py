@@ -1,0 +1,116 @@
+"""``POST /v1/embeddings``: validated like OpenAI's, then admit -> the named model's
+replica -> ``backend.embed`` -> record. ``openai`` backends pass the body through
+(``encoding_format``, ``dimensions`` and any other field unchanged); the
+``embedding`` backend embeds in-process. Backends without ``embed`` (the bundled
+chat engine) answer 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tokenops.gateway import hooks
+from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.types import BackendError, BackendOutcome, GatewayRequest
+
+#: OpenAI's limit on inputs per request.
+MAX_INPUTS = 2048
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(min_length=1)
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _non_empty(cls, value: Any) -> Any:
+        if value == "" or value == []:
+            raise ValueError("input must not be empty")
+        if isinstance(value, list):
+            if len(value) > MAX_INPUTS:
+                raise ValueError(f"at most {MAX_INPUTS} inputs per request")
+            if any(x == "" or x == [] for x in value):
+                raise ValueError("input must not contain empty strings or empty token arrays")
+        return value
+
+
+def embedding_request(data: dict[str, Any]) -> GatewayRequest:
+    try:
+        req = EmbeddingRequest.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        raise APIError(400, f"{loc}: {err.get('msg', 'invalid value')}", code="invalid_value", param=loc or None) from None
+    body = req.model_dump(exclude_unset=True)
+    return GatewayRequest(kind="embedding", model=req.model, body=body, session_id=req.user, max_tokens=0)
+
+
+async def embed(gw: Any, request: GatewayRequest) -> dict[str, Any]:
+    """Answer one embeddings request through the gateway's pipeline pieces; the record
+    (telemetry, stats, cost of the input tokens) is finished whatever the outcome."""
+    pipeline = gw.pipeline
+    rec = pipeline.new_record(request)
+    pipeline.num_in_flight += 1
+    try:
+        rejection = await asyncio.to_thread(hooks.get_rejection, request)
+        if rejection is not None:
+            headers = {"retry-after": str(max(1, round(rejection.retry_after_s)))} if rejection.retry_after_s else None
+            raise APIError(rejection.status, rejection.message, code=rejection.code, headers=headers)
+        if request.model not in pipeline.replicas:
+            raise ModelNotFound(request.model, list(pipeline.replicas))
+        rec.route_reason = "embeddings"
+        replica = pipeline._choose(request, rec, request.model)
+        if not hasattr(replica.backend, "embed"):
+            raise APIError(400, f"The model `{request.model}` does not serve embeddings (backend "
+                           f"{replica.backend.kind}); use an embedding model: "
+                           f"{', '.join(embedding_models(pipeline)) or 'none is configured'}.",
+                           code="model_not_supported", param="model")
+        t0 = time.perf_counter()
+        replica.in_flight += 1
+        try:
+            answer = await replica.backend.embed(request)
+        except BackendError as e:
+            hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, e.kind))
+            raise _api_error(e) from None
+        finally:
+            replica.in_flight -= 1
+        usage = answer.get("usage") or {}
+        rec.tokens_in = int(usage.get("prompt_tokens") or 0)
+        rec.first_token_at = time.perf_counter()
+        rec.cost_usd = pipeline.cost(request.model, rec.tokens_in, 0)
+        hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None, rec.tokens_in, 0))
+        answer["model"] = request.model
+        pipeline.finish(rec, 200)
+        return answer
+    except APIError as e:
+        pipeline.finish(rec, e.status, e.message, e.code or e.type)
+        raise
+    except BaseException as e:
+        pipeline.finish(rec, 499 if isinstance(e, asyncio.CancelledError) else 500, f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        pipeline.num_in_flight -= 1
+
+
+def embedding_models(pipeline: Any) -> list[str]:
+    return [m for m, rs in pipeline.replicas.items() if rs and getattr(rs[0].backend, "kind", None) == "embedding"]
+
+
+def _api_error(e: BackendError) -> APIError:
+    message = getattr(e, "upstream_message", None) or str(e)
+    code = getattr(e, "upstream_code", None) or e.kind
+    status = e.status if 400 <= e.status < 600 else 502
+    return APIError(status, message, code=code, param=getattr(e, "param", None))
+
+
+def response_bytes(answer: dict[str, Any]) -> bytes:
+    return json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

@@ -1,0 +1,111 @@
+"""Routes beside chat and completions: ``POST /v1/embeddings``, ``GET /v1/models/{id}``
+(``client.models.retrieve``), and the readiness document of ``GET /ready``.
+
+Readiness with a failed model: a model whose backend failed to start (an
+architecture the engine cannot load, a missing folder) does not hold ``/ready``
+at 503 forever. ``/ready`` is 200 once every model has either loaded or failed and
+at least one serves; its body lists each failure under ``failed`` (model -> cause)
+and says ``"degraded": true``. It is 503 while any model is still loading, when
+every model failed, and while draining. Requests to the failed model get a 503
+OpenAI error with code ``model_load_failed`` naming the cause.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from tokenops.gateway.errors import APIError
+
+_JSON = "application/json"
+router = APIRouter()
+
+
+def load_error(replica: Any) -> str | None:
+    """Why a replica's backend failed to start (set by ``Gateway.start``), else None."""
+    return getattr(replica.backend, "load_error", None)
+
+
+def failed_models(gw: Any) -> dict[str, str]:
+    """Model -> the cause, for models none of whose replicas started."""
+    out = {}
+    for model, replicas in gw.replicas.items():
+        errors = [load_error(r) for r in replicas]
+        if replicas and all(errors):
+            out[model] = errors[0]
+    return out
+
+
+def readiness(gw: Any) -> tuple[int, dict[str, Any]]:
+    """``(status, body)`` of ``GET /ready`` (see the module docstring)."""
+    states = {r.name: bool(r.ready) for rs in gw.replicas.values() for r in rs}
+    errors = {r.name: load_error(r) for rs in gw.replicas.values() for r in rs}
+    failed = failed_models(gw)
+    is_loading = any(not ok and not errors[name] for name, ok in states.items())
+    is_serving = any(states.values())
+    is_ready = bool(states) and is_serving and not is_loading and not gw.is_draining
+    body: dict[str, Any] = {"ready": is_ready, "replicas": states}
+    if failed:
+        body["failed"] = failed
+        body["degraded"] = True
+    return (200 if is_ready else 503), body
+
+
+def model_failure(model: str, replicas: list[Any]) -> APIError | None:
+    """The error for a request to ``model`` when all its replicas failed to start."""
+    errors = [load_error(r) for r in replicas]
+    if not replicas or not all(errors):
+        return None
+    return APIError(503, f"The model `{model}` failed to load and cannot serve: {errors[0]}",
+                    code="model_load_failed", param="model")
+
+
+def model_card(gw: Any, model_id: str) -> dict[str, Any] | None:
+    from tokenops.gateway.app import _model_cards
+
+    for card in _model_cards(gw):
+        if card["id"] == model_id:
+            cause = failed_models(gw).get(model_id)
+            if cause:
+                card["status"], card["error"] = "failed", cause
+            return card
+    return None
+
+
+def _authorize(request: Request) -> Any:
+    gw = request.app.state.gateway
+    client = request.client.host if request.client else None
+    return gw, gw.api_keys.tenant_for(request.headers, client)
+
+
+@router.get("/v1/models/{model_id:path}", tags=["openai"], summary="One served model (404 when unknown)")
+async def retrieve_model(model_id: str, request: Request) -> Response:
+    gw, _ = _authorize(request)
+    card = model_card(gw, model_id)
+    if card is None:
+        raise APIError(404, f"The model `{model_id}` does not exist. Available models: "
+                       f"{', '.join(sorted(gw.replicas)) or 'none'}.", code="model_not_found", param="model")
+    return Response(json.dumps(card), media_type=_JSON)
+
+
+@router.post("/v1/embeddings", tags=["openai"], summary="Create embeddings (float or base64)")
+async def create_embeddings(request: Request) -> Response:
+    from tokenops.gateway.body import parse_json, read_body
+    from tokenops.gateway.embeddings import embed, embedding_request, response_bytes
+
+    gw, (tenant, key_id) = _authorize(request)
+    if gw.is_draining:
+        raise APIError(503, "The server is shutting down.", code="shutting_down")
+    conf = gw.settings.gateway
+    raw = await read_body(request, conf.max_body_bytes, getattr(conf, "body_timeout_s", None))
+    greq = embedding_request(parse_json(raw))
+    greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
+    greq.api_key_id = key_id
+    greq.headers = {k: v for k, v in request.headers.items()
+                    if k not in ("authorization", "x-api-key", "x-admin-key", "cookie")}
+    answer = await embed(gw, greq)
+    return Response(response_bytes(answer), media_type=_JSON,
+                    headers=getattr(greq, "response_headers", None) or None)
