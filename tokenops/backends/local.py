@@ -13,6 +13,7 @@ import contextlib
 from typing import Any, AsyncIterator
 
 from tokenops.backends.base import Delta, collect
+from tokenops.backends.local_structured import plan_request
 from tokenops.backends.registry import replica_name
 from tokenops.config import ModelConfig, Settings
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
@@ -46,6 +47,7 @@ class LocalBackend:
         self.engine = engine
         self.max_model_len: int | None = getattr(engine, "max_model_len", None)
         self.default_max_tokens = settings.gateway.default_max_tokens
+        self.tool_call_parser = model.tool_call_parser
 
     @property
     def ready(self) -> bool:
@@ -89,11 +91,11 @@ class LocalBackend:
     async def complete(self, request: GatewayRequest) -> GatewayResponse:
         return await collect(self.stream(request), self.model, self.name)
 
-    def _prompt_ids(self, request: GatewayRequest) -> list[int]:
+    def _prompt_ids(self, request: GatewayRequest, template_kwargs: dict[str, Any] | None = None) -> list[int]:
         tok = self.engine.tokenizer
         if request.kind == "chat":
             messages = [_plain(m) for m in request.messages or []]
-            text = tok.apply_chat_template(messages, add_generation_prompt=True)
+            text = tok.apply_chat_template(messages, add_generation_prompt=True, **(template_kwargs or {}))
             return tok.encode(text, add_special_tokens=False)
         if isinstance(request.prompt, list):
             return list(request.prompt)
@@ -138,8 +140,12 @@ class LocalBackend:
         # a prompt that cannot fit is refused before tokenizing; the rest is tokenized (and the
         # chat template rendered) in a worker thread so a huge prompt does not stall the event loop
         check_prompt_fits(request, getattr(self.engine, "tokenizer", None), self.max_model_len, self.name)
-        prompt_ids = await asyncio.to_thread(self._prompt_ids, request)
+        plan = plan_request(request.body, self.tool_call_parser) if request.kind == "chat" else None
+        prompt_ids = await asyncio.to_thread(self._prompt_ids, request, plan.template_kwargs if plan else None)
         params = self._sampling(request, len(prompt_ids))
+        if plan is not None and plan.grammar is not None:
+            params.grammar = await self._compile(plan.grammar)
+        tool_streams: dict[int, Any] = {}  # choice index -> ToolCallStream (when tools are on)
         seen: dict[int, int] = {}  # choice index -> tokens already sent
         sent_finish: set[int] = set()
         last = None
@@ -159,8 +165,17 @@ class LocalBackend:
                             sent_finish.add(c.index)
                         lp = openai_logprobs(request.kind, c.logprobs[start:] if c.logprobs else None)
                         reason = "stop" if c.finish_reason == "abort" else c.finish_reason
-                        yield Delta(index=c.index, text=c.delta_text or "", num_tokens=max(num_new, 0),
-                                    finish_reason=reason if new_finish else None, logprobs=lp)
+                        text, calls = c.delta_text or "", None
+                        if plan is not None and plan.parser is not None:
+                            split = tool_streams.get(c.index) or tool_streams.setdefault(c.index, plan.new_stream())
+                            text, calls = split.push(text)
+                            if new_finish:
+                                more_text, more_calls = split.finish()
+                                text, calls = text + more_text, calls + more_calls
+                                if split.num_calls and reason == "stop":
+                                    reason = "tool_calls"
+                        yield Delta(index=c.index, text=text, num_tokens=max(num_new, 0),
+                                    finish_reason=reason if new_finish else None, logprobs=lp, tool_calls=calls or None)
         except BackendError:
             raise
         except ValueError as e:  # PromptTooLongError and sampling errors from the engine
@@ -174,6 +189,16 @@ class LocalBackend:
             raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
         yield Delta(prompt_tokens=len(last.prompt_token_ids), completion_tokens=sum(seen.values()),
                     cached_tokens=last.num_cached_tokens or 0)
+
+
+    async def _compile(self, spec: Any) -> Any:
+        """A matcher for ``spec``, compiled off the event loop and the engine thread."""
+        from tokenops.engine.grammar import GrammarError
+
+        try:
+            return await self.engine.grammar_compiler.compile_async(spec)
+        except GrammarError as e:
+            raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
 
 
 def _plain(message: dict[str, Any]) -> dict[str, Any]:

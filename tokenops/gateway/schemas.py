@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.structured import check_structured
 from tokenops.types import GatewayRequest
 
 
@@ -96,6 +97,7 @@ def chat_request(data: dict[str, Any], default_max_tokens: int) -> GatewayReques
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", code="invalid_value", param="top_logprobs")
     body = req.model_dump(exclude_none=True)
+    check_structured(body)  # response_format / tools / tool_choice: a 400 before any backend
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     return GatewayRequest(
         kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
