@@ -12,6 +12,10 @@ The policy that maps an OpenAI chat request onto the engine's mechanisms:
 - ``response_format`` ``json_schema`` / ``json_object`` constrains decoding to JSON
   matching the schema (any object for ``json_object``); ``strict`` or not, the schema is
   enforced. A forced tool call takes precedence over ``response_format``.
+- As xgrammar's strict mode (vLLM's default) does, an object schema with ``properties``
+  and no ``additionalProperties``/``patternProperties`` generates only its listed
+  properties: the output still validates against the schema as sent, and a model cannot
+  wander off into invented keys until it runs out of tokens.
 
 Requests are checked (schemas, tool names) by :mod:`tokenops.gateway.structured` before
 they get here.
@@ -52,11 +56,11 @@ def plan_request(body: dict[str, Any], parser_name: str) -> StructuredPlan:
         if isinstance(choice, dict):
             wanted = (choice.get("function") or {}).get("name")
             functions = [f for f in functions if f.get("name") == wanted]
-            plan.grammar = GrammarSpec("lark", plan.parser.grammar(functions, parallel=False))
+            plan.grammar = GrammarSpec("lark", plan.parser.grammar(_closed_functions(functions), parallel=False))
             plan.is_forced_call = True
         elif choice == "required":
             parallel = body.get("parallel_tool_calls") is True
-            plan.grammar = GrammarSpec("lark", plan.parser.grammar(functions, parallel=parallel))
+            plan.grammar = GrammarSpec("lark", plan.parser.grammar(_closed_functions(functions), parallel=parallel))
             plan.is_forced_call = True
     if plan.grammar is None:
         plan.grammar = response_format_grammar(body.get("response_format"))
@@ -74,6 +78,39 @@ def response_format_grammar(response_format: Any) -> Any:
         return GrammarSpec.json_schema({"type": "object"})
     if kind == "json_schema":
         schema = (response_format.get("json_schema") or {}).get("schema")
-        return GrammarSpec.json_schema(schema if schema is not None else {"type": "object"})
+        return GrammarSpec.json_schema(close_objects(schema) if schema is not None else {"type": "object"})
     return None
+
+
+def _closed_functions(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**f, "parameters": close_objects(f["parameters"])} if "parameters" in f else f for f in functions]
+
+
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
+
+
+def close_objects(schema: Any, *, in_all_of: bool = False) -> Any:
+    """A copy of ``schema`` where each object schema that lists ``properties`` and says
+    nothing of other keys gets ``additionalProperties: false`` (not inside ``allOf``,
+    whose branches describe one object together)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: close_objects(v) for k, v in out[key].items()}
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [close_objects(v) for v in out[key]]
+    if isinstance(out.get("allOf"), list):
+        out["allOf"] = [close_objects(v, in_all_of=True) for v in out["allOf"]]
+    for key in _SUBSCHEMAS:
+        if isinstance(out.get(key), dict):
+            out[key] = close_objects(out[key])
+    is_open = not any(k in out for k in ("additionalProperties", "patternProperties", "unevaluatedProperties"))
+    if "properties" in out and is_open and not in_all_of:
+        out["additionalProperties"] = False
+    return out
 

@@ -81,8 +81,8 @@ class ToolCallStream:
                 continue
             end = self._buf.find(self.close_tag)
             if end < 0:
-                if self.is_constrained:
-                    pieces += self._stream_partial(self._buf)
+                if self.is_constrained:  # less what may be the start of the closing tag
+                    pieces += self._stream_partial(self._buf[:len(self._buf) - _partial_suffix(self._buf, self.close_tag)])
                 break
             body, self._buf = self._buf[:end], self._buf[end + len(self.close_tag):]
             self._in_call = False
@@ -128,8 +128,10 @@ class ToolCallStream:
                 return []
             pieces.append(self._header(json.loads(f'"{m.group(1)}"')))
         args = body[_ARGS.search(body, _NAME.search(body).end()).end():]
-        cut = args.rfind("}")  # the last "}" may close the call object itself: hold it back
-        safe = args[:cut].rstrip() if cut >= 0 else ""
+        # a trailing "}" may close the call object itself: hold it (and whitespace) back
+        safe = args.rstrip()
+        if safe.endswith("}"):
+            safe = safe[:-1].rstrip()
         if len(safe) > self._sent_args:
             pieces.append({"index": self.num_calls, "function": {"arguments": safe[self._sent_args:]}})
             self._sent_args = len(safe)
@@ -138,7 +140,7 @@ class ToolCallStream:
     def _finish_call(self, body: str, call: tuple[str, str]) -> list[dict[str, Any]]:
         name, arguments = call
         pieces = [] if self._sent_name else [self._header(name)]
-        # what was streamed is a prefix of ``arguments``: it was cut at a "}" before the call's own
+        # what was streamed is a prefix of ``arguments``: the text so far less a trailing "}"
         if len(arguments) > self._sent_args:
             pieces.append({"index": self.num_calls, "function": {"arguments": arguments[self._sent_args:]}})
         self.num_calls += 1
