@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,10 +60,13 @@ class Tunable:
                 if isinstance(value, bool):
                     raise ValueError(value)
                 coerced = float(value)
+                if not math.isfinite(coerced):  # NaN passes every min/max comparison
+                    raise ValueError(value)
             else:
                 coerced = str(value)
-        except (TypeError, ValueError):
-            raise TunableError(f"{self.name}: expected {self.type}, got {value!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            finite = " (a finite number)" if py in (int, float) else ""
+            raise TunableError(f"{self.name}: expected {self.type}{finite}, got {value!r}") from None
         if self.choices is not None and coerced not in self.choices:
             raise TunableError(f"{self.name}: {coerced!r} is not one of {list(self.choices)}")
         if self.minimum is not None and coerced < self.minimum:

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokenops.cli.options import AdminKeyOpt, ConfigOpt, StoreOpt
+from tokenops.cli.options import ConfigOpt, StoreOpt
 
 
 def serve_command(
@@ -17,7 +17,11 @@ def serve_command(
         "--model", "-m", help="[NAME=]PATH of a local HF model folder, or [NAME=]URL of an OpenAI-compatible "
         "server; repeatable; replaces \\[\\[models]].")] = None,
     store: StoreOpt = None,
-    admin_key: AdminKeyOpt = None,
+    admin_key: Annotated[Optional[str], typer.Option(
+        "--admin-key", help="Deprecated (any user sees it in ps): use TOKENOPS_ADMIN_KEY or --admin-key-file.")] = None,
+    admin_key_file: Annotated[Optional[str], typer.Option(
+        "--admin-key-file", help="File whose first line is the admin key (else TOKENOPS_ADMIN_KEY, [gateway] "
+        "admin_key, or a generated key saved in the store folder).")] = None,
     allow_open: Annotated[bool, typer.Option(
         "--allow-open", help="Serve non-loopback clients without API keys (otherwise refused).")] = False,
     no_store: Annotated[bool, typer.Option("--no-store", help="Run without the DuckDB store (no telemetry).")] = False,
@@ -39,7 +43,13 @@ def serve_command(
         settings.gateway.port = port
     if store:
         settings.store.path = store
-    if admin_key:
+    if admin_key_file:
+        from tokenops.gateway.admin_key import read_key_file
+
+        settings.gateway.admin_key = read_key_file(admin_key_file)
+    elif admin_key:
+        typer.echo("warning: --admin-key is visible to every user in ps; use TOKENOPS_ADMIN_KEY or "
+                   "--admin-key-file", err=True)
         settings.gateway.admin_key = admin_key
     if model:
         settings.models = [model_from_arg(m) for m in model]

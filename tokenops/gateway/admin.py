@@ -12,8 +12,10 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from tokenops.gateway import hooks
+from tokenops.gateway.body import parse_json
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.state import Gateway
+from tokenops.gateway.tunable_patch import apply_everywhere
 from tokenops.tunables import TunableError
 
 log = logging.getLogger("tokenops.gateway")
@@ -57,9 +59,10 @@ async def get_tunables_route(request: Request) -> Response:
 async def patch_tunables(request: Request) -> Response:
     gw = _gateway(request)
     try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError(400, "the body must be JSON: {\"values\": {name: value}, \"actor\": str}", code="invalid_json")
+        body = parse_json(await request.body())  # refuses NaN/Infinity, which json.loads would accept
+    except APIError as e:
+        raise APIError(400, f"{e.message} The body must be {{\"values\": {{name: value}}, \"actor\": str}}.",
+                       code="invalid_json") from None
     values = body.get("values") if isinstance(body, dict) else None
     if not isinstance(values, dict) or not values:
         raise APIError(400, "the body needs a non-empty \"values\" object: {\"values\": {\"engine.max_num_seqs\": 16}}",
@@ -82,16 +85,11 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
     if restart:
         raise APIError(400, f"{', '.join(restart)} cannot change live: it needs a restart (set it in tokenops.toml "
                        "and restart the server)", code="restart_required")
-    engine_values = {k: v for k, v in checked.items() if k.startswith("engine.")}
-    if engine_values:
-        for replicas in gw.replicas.values():
-            for replica in replicas:
-                try:
-                    replica.backend.apply_tunables(engine_values)
-                except TunableError as e:
-                    raise APIError(400, f"{replica.name}: {e}", code="invalid_tunable") from None
-    hooks.apply_plugin_tunables(checked)
-    old = {k: gw.tunable_values.get(k) for k in checked}
+    old = {k: gw.tunable_values.get(k, registry[k].default) for k in checked}
+    try:  # every replica and plugin, or none of them (tokenops.gateway.tunable_patch)
+        apply_everywhere([r for rs in gw.replicas.values() for r in rs], checked, old, hooks.apply_plugin_tunables)
+    except TunableError as e:
+        raise APIError(400, str(e), code="invalid_tunable") from None
     gw.tunable_values.update(checked)
     if gw.store is not None:
         for name, value in checked.items():
