@@ -22,6 +22,7 @@ from tokenops.config import Settings
 from tokenops.gateway.admin import router as admin_router
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.guards import GuardMiddleware
+from tokenops.gateway.openapi_errors import add_error_responses
 from tokenops.gateway.errors import APIError, sse_error
 from tokenops.gateway.model_routes import readiness, router as model_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
@@ -248,7 +249,7 @@ def _install_openapi(app: FastAPI) -> None:
                 full = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(full.pop("$defs", {}))
                 components[model.__name__] = full
-            app.openapi_schema = schema
+            app.openapi_schema = add_error_responses(schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
