@@ -143,6 +143,8 @@ class BenchSummary:
     concurrency: int | None = None
     #: Seconds from the first request sent to the last one sent.
     send_span_s: float | None = None
+    #: Prefix-cache hits per queried prompt token during this level, from the server's /metrics (None: not exposed).
+    prefix_cache_hit_rate: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -110,6 +110,37 @@ def _table_html(run: BenchRun) -> str:
     return f"<table border='1' cellpadding='4' style='border-collapse:collapse'>{head}{''.join(rows)}</table>"
 
 
+def check_target(path: str | Path) -> None:
+    """Fail before a run, not after it: a known suffix, a writable place, matplotlib for PNG.
+
+    :raises ValueError: with a one-line reason."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".html", ".png"):
+        raise ValueError(f"--plot {path}: use a .html or .png file")
+    check_writable(path, "--plot")
+    if suffix == ".png":
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValueError("--plot FILE.png needs matplotlib (pip install 'tokenops[plot]'); "
+                             "or use --plot FILE.html") from None
+
+
+def check_writable(path: str | Path, option: str) -> None:
+    """``path`` can be created or overwritten (its folder exists and is writable)."""
+    import os
+
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise ValueError(f"{option} {path}: folder {folder} does not exist")
+    if (path.exists() and not os.access(path, os.W_OK)) or not os.access(folder, os.W_OK):
+        raise ValueError(f"{option} {path}: not writable")
+
+
 def write_plot(run: BenchRun, path: str | Path) -> Path:
     """Write ``path`` (.html: inline SVG; .png: needs matplotlib)."""
     path = Path(path)

@@ -22,7 +22,7 @@ def levels_table(run: BenchRun) -> Table:
     """One row per load level (fits an 80-column terminal)."""
     t = Table(title=f"{run.id}  {run.model} @ {run.url}  workload={run.workload}", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    cols = ["level", "err", "req/s", "tok/s", "TTFT50", "TTFT95", "TPOT95", "E2E95"]
+    cols = ["level", "err", "req/s", "tok/s", "TTFT50", "TTFT95", "TPOT95", "E2E95", "prefix"]
     has_slo = bool(run.slos)
     if has_slo:
         cols += ["good/s", "att", "SLO"]
@@ -33,15 +33,16 @@ def levels_table(run: BenchRun) -> Table:
         row = [lv.label.removeprefix("rate ").removeprefix("concurrency "), str(s.num_errors),
                f"{s.request_rate:.2f}", f"{s.output_tps:.0f}", _ms(s.latency["ttft"]["p50"]),
                _ms(s.latency["ttft"]["p95"]), _ms(s.latency["tpot"]["p95"]),
-               _ms(s.latency["e2e"]["p95"])]
+               _ms(s.latency["e2e"]["p95"]),
+               "-" if s.prefix_cache_hit_rate is None else f"{s.prefix_cache_hit_rate:.0%}"]
         if has_slo:
             row += [f"{s.goodput_rps:.2f}" if s.goodput_rps is not None else "-",
                     f"{s.attainment:.0%}" if s.attainment is not None else "-",
                     "[green]met[/]" if s.is_slo_met else "[red]miss[/]"]
         t.add_row(*row)
     kind = "concurrency" if run.levels and run.levels[0].summary.concurrency is not None else "offered rate"
-    t.caption = f"level = {kind}; tok/s = output tokens/s; latencies in ms (50 = p50); good/s = req/s meeting every SLO, att = their share ({', '.join(run.slos)})" \
-        if has_slo else f"level = {kind}; tok/s = output tokens/s; latencies in ms (50 = p50)"
+    t.caption = f"level = {kind}; tok/s = output tokens/s; latencies in ms (50 = p50); prefix = server prefix-cache hits per prompt token; good/s = req/s meeting every SLO, att = their share ({', '.join(run.slos)})" \
+        if has_slo else f"level = {kind}; tok/s = output tokens/s; latencies in ms (50 = p50); prefix = server prefix-cache hits per prompt token"
     return t
 
 

@@ -59,6 +59,7 @@ def bench(
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request timeout (s).")] = 300.0,
     think_time: Annotated[float, typer.Option("--think-time", help="With --concurrency: seconds each client waits after an answer before its next request.")] = 0.0,
     ramp_up: Annotated[float, typer.Option("--ramp-up", help="With --concurrency: start the clients evenly over this many seconds (not in lockstep).")] = 0.0,
+    reuse_prompts: Annotated[bool, typer.Option("--reuse-prompts", help="Send the same seeded prompts at every level and run (prefix-cache studies); default: fresh prompts per level and run.")] = False,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a latency–throughput plot (.html or .png).")] = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the full run (with every request) as JSON.")] = None,
     store: StoreOpt = None,
@@ -93,6 +94,13 @@ def bench(
         temp = None if temperature.strip().lower() == "server" else float(temperature)
     except ValueError:
         raise UserError(f"--temperature must be a number or 'server', got {temperature!r}") from None
+    try:  # output problems stop the run before it starts, not after
+        if plot:
+            plots.check_target(plot)
+        if output:
+            plots.check_writable(output, "--output")
+    except ValueError as e:
+        raise UserError(str(e)) from None
     values = locals()
     wl_opts = {k: values[k] for k in _WORKLOAD_OPTS if k != "store"}
     if workload == "replay":
@@ -105,7 +113,7 @@ def bench(
                          concurrencies=[int(c) for c in parse_levels(concurrency, "concurrency")],
                          arrival=arrival, burstiness=burstiness, seed=seed, slos=parse_slos(slo or []),
                          endpoint=endpoint, api_key=api_key, ignore_eos=ignore_eos, timeout_s=timeout, think_time_s=think_time, ramp_up_s=ramp_up,
-                         temperature=temp,
+                         temperature=temp, reuse_prompts=reuse_prompts,
                          workload_options=wl_opts)
         progress = _progress()
 
