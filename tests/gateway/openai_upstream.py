@@ -120,14 +120,16 @@ def build_app(bodies: list[dict[str, Any]]):
 class Upstream:
     """The upstream running in a thread: ``with Upstream() as up: up.url, up.bodies``."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None) -> None:
         import socket
 
         import uvicorn
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        if port is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        self.port = port
         self.bodies: list[dict[str, Any]] = []
         self.server = uvicorn.Server(uvicorn.Config(build_app(self.bodies), host="127.0.0.1", port=self.port,
                                                     log_level="error", access_log=False, lifespan="off"))

@@ -1,0 +1,59 @@
+"""``--model NAME=URL`` and ``[[models]] served_model``: the gateway serves the upstream's
+model under NAME and sends the upstream its own id, through a running ``tokenops serve``
+in front of an upstream whose id differs (a real HTTP server, 404 for other ids, as vLLM)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.openai_upstream import MODEL_ID, Upstream
+from tokenops.testing_serve import ServeProcess, free_port
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "serve.md"
+HI = [{"role": "user", "content": "hi"}]
+
+
+def documented_vllm_args(url: str) -> list[str]:
+    """The ``--model vllm=...`` example of docs/serve.md, pointed at ``url``."""
+    line = next(ln for ln in DOCS.read_text().splitlines() if re.match(r"tokenops serve --model vllm=http", ln))
+    argv = shlex.split(line.split("#", 1)[0])[2:]
+    assert argv[0] == "--model" and argv[1].startswith("vllm=http://")
+    return [argv[0], "vllm=" + url]
+
+
+def test_documented_model_name_example_maps_to_the_upstream_id(tmp_path):
+    late_port = free_port()
+    with Upstream() as up:
+        args = documented_vllm_args(up.url) + ["--model", f"late=http://127.0.0.1:{late_port}"]
+        with ServeProcess(tmp_path, args=args, store=False) as srv:
+            client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+            got = client.chat.completions.create(model="vllm", messages=HI)
+            assert got.model == "vllm" and got.choices[0].message.content == "echo: hi"
+            assert up.bodies[-1]["model"] == MODEL_ID
+            cards = {m.id: m for m in client.models.list().data}
+            assert cards["vllm"].root == MODEL_ID and cards["vllm"].max_model_len == 4096
+            # an upstream that was down when the gateway started is asked on the first request
+            with Upstream(port=late_port) as late:
+                streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+                    model="late", messages=HI, stream=True) if c.choices)
+                assert streamed.strip() == "echo: hi" and late.bodies[-1]["model"] == MODEL_ID
+
+
+def test_served_model_in_the_config_file(tmp_path):
+    with Upstream() as up:
+        config = (f'[[models]]\nname = "pinned"\nbackend = "openai"\nurl = "{up.url}"\nserved_model = "{MODEL_ID}"\n\n'
+                  f'[[models]]\nname = "wrong"\nbackend = "openai"\nurl = "{up.url}"\nserved_model = "not-there"\n')
+        with ServeProcess(tmp_path, config=config, store=False) as srv:
+            client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+            assert client.chat.completions.create(model="pinned", messages=HI).model == "pinned"
+            assert up.bodies[-1]["model"] == MODEL_ID
+            with pytest.raises(openai.NotFoundError, match="`not-there` does not exist"):
+                client.chat.completions.create(model="wrong", messages=HI)
+            assert up.bodies[-1]["model"] == "not-there"  # configured ids are sent as written
+            assert httpx.get(srv.base_url + "/models/pinned").json()["root"] == MODEL_ID
