@@ -73,6 +73,10 @@ class GatewaySettings:
     max_connections: int = 4096
     max_connections_per_client: int = 256
     max_messages: int = 10000
+    # a request whose replica fails before answering is retried on another replica of its model
+    retry_max_attempts: int = 3
+    retry_budget_ratio: float = 0.2
+    retry_budget_min_per_s: float = 5.0
 
 
 @dataclass(slots=True)

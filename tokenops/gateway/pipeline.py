@@ -21,6 +21,7 @@ from tokenops.gateway.errors import APIError, ModelNotFound
 from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.records import RequestRecord
 from tokenops.gateway.multi_model import run_cascade, run_ensemble
+from tokenops.routing.retry import RetryBudget, is_retryable
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, RouteDecision
 
 MAX_ITL_PER_REQUEST = 4096
@@ -47,6 +48,7 @@ class Pipeline:
         self.on_finish = on_finish
         self.profiles = profiles or {}
         self.num_in_flight = 0
+        self.retry_budget = RetryBudget()
 
     # -- records ----------------------------------------------------------
 
@@ -109,8 +111,9 @@ class Pipeline:
                                       "score": decision.score}
         return decision
 
-    def _choose(self, request: GatewayRequest, rec: RequestRecord, model: str) -> Replica:
-        ready = [r for r in self.replicas[model] if r.ready]
+    def _choose(self, request: GatewayRequest, rec: RequestRecord, model: str,
+                candidates: list[Replica] | None = None) -> Replica:
+        ready = [r for r in (self.replicas[model] if candidates is None else candidates) if r.ready]
         if not ready and (failure := model_failure(model, self.replicas[model])) is not None:
             raise failure
         if not ready:
@@ -126,6 +129,7 @@ class Pipeline:
                     step: Callable[[Replica], Awaitable[Any]]) -> tuple[Replica, Any, float]:
         """Run ``step`` on a replica of ``model``; on BackendError ask ``tokenops_fallback``."""
         replica = self._choose(request, rec, model)
+        tried = {replica.name}
         while True:
             t0 = time.perf_counter()
             replica.in_flight += 1
@@ -134,6 +138,11 @@ class Pipeline:
             except BackendError as e:
                 replica.in_flight -= 1
                 hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, e.kind))
+                other = self._retry_elsewhere(request, rec, replica, e, tried)
+                if other is not None:  # nothing reached the client yet: another replica may answer it
+                    replica = other
+                    tried.add(other.name)
+                    continue
                 request.attempts.append(replica.model)
                 target = hooks.get_fallback_model(request, e)
                 if not target or target not in self.replicas or target in request.attempts:
@@ -141,12 +150,25 @@ class Pipeline:
                 request.decisions.setdefault("fallbacks", []).append({"from": replica.model, "to": target, "error": e.kind})
                 rec.route_reason = f"fallback:{e.kind}"
                 replica = self._choose(request, rec, target)
+                tried.add(replica.name)
                 continue
             except BaseException:
                 replica.in_flight -= 1
                 raise
             replica.in_flight -= 1
             return replica, result, t0
+
+    def _retry_elsewhere(self, request: GatewayRequest, rec: RequestRecord, failed: Replica, error: BackendError,
+                         tried: set[str]) -> Replica | None:
+        """Another ready replica of the same model for a request whose replica failed before answering,
+        if the retry policy and budget allow (:mod:`tokenops.routing.retry`)."""
+        if not is_retryable(error) or len(tried) >= self.retry_budget.config.max_attempts:
+            return None
+        others = [r for r in self.replicas.get(failed.model, ()) if r.ready and r.name not in tried]
+        if not others or not self.retry_budget.try_spend():
+            return None
+        request.decisions.setdefault("retries", []).append({"from": failed.name, "error": error.kind})
+        return self._choose(request, rec, failed.model, candidates=others)
 
     def _after(self, request: GatewayRequest, replica: Replica, response: GatewayResponse, t0: float) -> float | None:
         """validate -> backend outcome -> cache store; returns the lowest validation score."""
@@ -184,6 +206,7 @@ class Pipeline:
 
     async def respond(self, request: GatewayRequest) -> tuple[GatewayResponse, RequestRecord]:
         rec = self.new_record(request)
+        self.retry_budget.on_request()
         self.num_in_flight += 1
         try:
             response = await self._admit_and_lookup(request, rec)
@@ -211,6 +234,7 @@ class Pipeline:
         """Everything up to the first delta; the returned iterator yields all deltas
         and finishes the record when it ends (or is closed)."""
         rec = self.new_record(request)
+        self.retry_budget.on_request()
         self.num_in_flight += 1
         try:
             cached = await self._admit_and_lookup(request, rec)

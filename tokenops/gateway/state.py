@@ -17,6 +17,7 @@ from tokenops.gateway import hooks
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.metrics_window import MetricsWindow
 from tokenops.gateway.pipeline import Pipeline
+from tokenops.routing.retry import retry_budget
 from tokenops.gateway.prometheus import PrometheusMetrics
 from tokenops.gateway.records import RequestRecord
 from tokenops.gateway.telemetry import EngineTelemetry
@@ -46,6 +47,7 @@ class Gateway:
         self.prometheus = PrometheusMetrics()
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
         self.pipeline = Pipeline(self.replicas, self.models, self.on_finish)
+        self.pipeline.retry_budget = retry_budget(settings.gateway)
         self.keys = self._key_service()
         self.engine_telemetry = EngineTelemetry(self.replicas, telemetry_interval_s)
         self.started_at = time.time()
