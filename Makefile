@@ -5,17 +5,27 @@ PIP     = $(PY) -m pip
 STAMP   = $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-all install redis clean
+.PHONY: serve shell test test-all install redis clean
+
+# pip shows its progress; PYTHONWARNINGS reaches the build backend too, so setuptools'
+# warnings about the editable build do not bury it.
+QUIET_BUILD = PYTHONWARNINGS=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+PIP_PROGRESS = --progress-bar on
 
 $(PY):
+	@echo "==> [1/3] creating the virtual environment $(VENV)"
 	python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) --upgrade pip | grep -v '^Requirement already satisfied' || true
 
 # torch is pinned first: an unpinned torch would pull the CUDA build.
 $(STAMP): $(PY) pyproject.toml
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[engine,dev,semantic,tune,redis]"
-	touch $(STAMP)
+	@echo "==> [2/3] installing torch 2.13.0 (CPU; the largest download)"
+	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) torch==2.13.0
+	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, plot)"
+	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,plot]"
+	@touch $(STAMP)
+	@echo "==> installed. The tokenops command lives in $(VENV)/bin: run 'make shell' (a shell with it on PATH)"
+	@echo "    or '. $(VENV)/bin/activate', then e.g. 'tokenops --help', 'tokenops report', 'tokenops tune --slo p95=200ms'"
 
 install: $(STAMP)
 
@@ -26,7 +36,13 @@ redis:
 	  (apt-get install -y -qq redis-server >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq redis-server >/dev/null 2>&1)); } || true
 
 serve: $(STAMP)
+	@echo "==> tokenops serve $(ARGS)   (other port: make serve ARGS=\"--port 9000\"; CLI in another terminal: make shell)"
 	$(VENV)/bin/tokenops serve $(ARGS)
+
+# An interactive shell with the venv active (tokenops on PATH); exit to leave it.
+shell: $(STAMP)
+	@echo "==> shell with $(VENV) active: 'tokenops --help'; 'exit' to leave"
+	@VIRTUAL_ENV="$(abspath $(VENV))" PATH="$(abspath $(VENV))/bin:$$PATH" $${SHELL:-/bin/bash} -i
 
 test: $(STAMP) redis
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
