@@ -60,14 +60,16 @@ class GrammarMatcher:
     """One sequence's position in a grammar. ``accept`` advances it by a token;
     ``fill_bitmask`` writes the tokens allowed next into a row of an int32 bitmask."""
 
-    __slots__ = ("_m",)
+    __slots__ = ("_m", "closing_classes")
 
-    def __init__(self, matcher: Any) -> None:
+    def __init__(self, matcher: Any, closing_classes: Any = None) -> None:
         self._m = matcher
+        #: Bool ``[vocab]`` token classes, best first, that :func:`steer_to_close` prefers.
+        self.closing_classes = closing_classes
 
     def copy(self) -> "GrammarMatcher":
         """An independent matcher in the same state (for ``n > 1`` siblings)."""
-        return GrammarMatcher(self._m.deep_copy())
+        return GrammarMatcher(self._m.deep_copy(), self.closing_classes)
 
     def fill_bitmask(self, bitmask: "torch.Tensor", row: int) -> None:
         v = bitmask[row]
@@ -104,6 +106,7 @@ class GrammarCompiler:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tokenops-grammar")
         self.num_compiled = 0
         self.num_cache_hits = 0
+        self._closing: Any = None
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, vocab_size: int) -> "GrammarCompiler":
@@ -119,6 +122,27 @@ class GrammarCompiler:
                                                  eos_token=self._eos or None)
         return self._lltok
 
+    def _closing_classes(self) -> Any:
+        """Token classes :func:`steer_to_close` prefers, in order: tokens that start with a
+        quote and hold only JSON closers (``"]}``; they end a string), tokens of only ``]``
+        and ``}``, tokens of only closers and separators (``"]},:``). Decoded once per tokenizer."""
+        if self._closing is None:
+            import torch
+
+            lltok = self._tokenizer()
+            classes = tuple(torch.zeros(self.vocab_size, dtype=torch.bool) for _ in range(3))
+            for token_id in range(min(self.vocab_size, lltok.vocab_size)):
+                if lltok.is_special_token(token_id):
+                    continue
+                text = lltok.decode_bytes([token_id])
+                if not text or text.strip(b'"]},:'):
+                    continue
+                classes[0][token_id] = text.startswith(b'"') and not text.strip(b'"]}')
+                classes[1][token_id] = not text.strip(b"]}")
+                classes[2][token_id] = True
+            self._closing = classes
+        return self._closing
+
     def compile(self, spec: GrammarSpec) -> GrammarMatcher:
         """A fresh matcher for ``spec`` (compiled once, then copied from the cache).
 
@@ -131,8 +155,9 @@ class GrammarCompiler:
             if pristine is not None:
                 self._cache.move_to_end(spec)
                 self.num_cache_hits += 1
-                return GrammarMatcher(pristine.deep_copy())
+                return GrammarMatcher(pristine.deep_copy(), self._closing)
             lltok = self._tokenizer()
+            closing = self._closing_classes()
         try:
             if spec.kind == "json_schema":
                 grammar = llguidance.LLMatcher.grammar_from_json_schema(
@@ -152,7 +177,7 @@ class GrammarCompiler:
             self.num_compiled += 1
             while len(self._cache) > GRAMMAR_CACHE_SIZE:
                 self._cache.popitem(last=False)
-        return GrammarMatcher(pristine.deep_copy())
+        return GrammarMatcher(pristine.deep_copy(), closing)
 
     async def compile_async(self, spec: GrammarSpec) -> GrammarMatcher:
         """:meth:`compile` on the compiler's thread pool: the caller waits, the event loop
@@ -195,3 +220,34 @@ def apply_token_bitmasks(logits: "torch.Tensor", rows: list[int], bitmask: "torc
     index = torch.tensor(rows, device=logits.device)
     masked = logits.index_select(0, index).masked_fill_(~allowed, float("-inf"))
     return logits.index_copy(0, index, masked)
+
+
+def closing_reserve(max_tokens: int) -> int:
+    """How many tokens before its ``max_tokens`` a constrained sequence starts steering
+    to close its grammar (half the budget, between 24 and 96 tokens)."""
+    return min(96, max(24, max_tokens // 2))
+
+
+def steer_to_close(logits: "torch.Tensor", rows: list[int], matchers: list[GrammarMatcher]) -> "torch.Tensor":
+    """Budget-aware completion for rows near their token limit (already masked by their
+    grammar): keep only the allowed tokens of the first of the matcher's closing classes
+    that has any (one that ends a string, one that closes an array or object, one that
+    closes or separates); a row that can take none (a forced key, a digit) is left as it is. Without it a model that never writes the
+    closing quote of a string (the demo models) runs out of tokens inside it and the
+    answer is not JSON; with it the grammar is completed in the tokens left (the grammar
+    forces the keys still required, this picks the shortest way through the values)."""
+    import torch
+
+    out = logits
+    for row, matcher in zip(rows, matchers):
+        if matcher.closing_classes is None:
+            continue
+        allowed = torch.isfinite(logits[row])
+        for tokens in matcher.closing_classes:
+            keep = allowed & tokens.to(logits.device)
+            if bool(keep.any()):
+                if out is logits:
+                    out = logits.clone()
+                out[row] = logits[row].masked_fill(~keep, float("-inf"))
+                break
+    return out
