@@ -344,6 +344,15 @@ def tokenops_backend_outcome(backend: str, outcome: Any) -> None:
     """
 
 
+@hookspec(firstresult=True)
+@_layer("compute_network")
+def tokenops_replica_states() -> dict[str, str] | None:
+    """Health state of each replica a breaker tracks, for ``/admin/stats``, ``/metrics`` and the dashboard.
+
+    :returns: replica name -> ``closed``, ``open``, ``half_open`` or ``ejected``; first non-None result wins.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Telemetry
 # ---------------------------------------------------------------------------

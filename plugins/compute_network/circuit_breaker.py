@@ -42,7 +42,8 @@ def configure(breaker: BreakerConfig | None = None, outlier: OutlierConfig | Non
     if prober is not None:
         prober.stop()
     health = ReplicaHealth(breaker or BreakerConfig(), outlier, **kw)
-    prober = HealthProber(health, probe_interval_s) if probe_interval_s > 0 else None
+    # always: half-open trials of HTTP replicas are background probes; routine probes only when asked
+    prober = HealthProber(health, probe_interval_s)
     degrade_to = dict(degrade or {})
     overload_in_flight = max_in_flight
     return health
@@ -165,6 +166,11 @@ def tokenops_fallback(request, error):
         request.decisions["degraded"] = {"from": failed, "to": target, "reason": getattr(error, "kind", "error")}
         return target
     return None
+
+
+@hookimpl
+def tokenops_replica_states():
+    return health.states() if health is not None else None
 
 
 @hookimpl

@@ -23,6 +23,7 @@ from tokenops.gateway.admin import router as admin_router
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.guards import GuardMiddleware
 from tokenops.gateway.openapi_errors import add_error_responses
+from tokenops.gateway.replica_health import prometheus_text as breaker_metrics, replica_states
 from tokenops.gateway.errors import APIError, sse_error
 from tokenops.gateway.model_routes import readiness, router as model_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
@@ -216,6 +217,7 @@ def _install_openai_routes(app: FastAPI) -> None:
         for model, rs in gw.replicas.items():
             per_model[model] = [stats[r.name] for r in rs if r.name in stats]
         text = gw.prometheus.render({m: s for m, s in per_model.items() if s}, gw.replicas)
+        text += breaker_metrics(replica_states(gw.replicas))
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

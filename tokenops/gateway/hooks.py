@@ -32,6 +32,10 @@ def report_outcome(backend: str, outcome: BackendOutcome) -> None:
     hook().tokenops_backend_outcome(backend=backend, outcome=outcome)
 
 
+def get_replica_states() -> dict[str, str] | None:
+    return hook().tokenops_replica_states()
+
+
 def offer_to_cache(request: GatewayRequest, response: GatewayResponse) -> None:
     hook().tokenops_cache_store(request=request, response=response)
 

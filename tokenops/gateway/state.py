@@ -20,6 +20,7 @@ from tokenops.gateway.pipeline import Pipeline
 from tokenops.routing.retry import retry_budget
 from tokenops.gateway.prometheus import PrometheusMetrics
 from tokenops.gateway.records import RequestRecord
+from tokenops.gateway.replica_health import replica_states
 from tokenops.gateway.telemetry import EngineTelemetry
 from tokenops.types import TelemetryEvent
 
@@ -209,7 +210,7 @@ class Gateway:
         history = snap.pop("history")
         return {"time": now, "uptime_s": now - self.started_at, **snap, "engines": self.engine_stats(),
                 "models": models, "routes": routes, "cache": cache, "escalations": num_escalations,
-                "history": history}
+                "breakers": replica_states(self.replicas), "history": history}
 
     def _initial_tunables(self) -> dict[str, Any]:
         from tokenops.plugins import get_tunables

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from tokenops.resilience.breaker import OPEN, BreakerConfig, CircuitBreaker
+from tokenops.resilience.breaker import HALF_OPEN, OPEN, BreakerConfig, CircuitBreaker
 from tokenops.resilience.outlier import OutlierConfig, OutlierDetector
 
 #: Errors that say the request was bad, not the replica: they count as the replica answering.
@@ -23,6 +23,8 @@ class ReplicaHealth:
         self._breakers: dict[str, CircuitBreaker] = {}
         self._models: dict[str, set[str]] = {}  # model -> replica names seen
         self._replicas: dict[str, list[Any]] = {}  # model -> the replica objects last offered
+        #: replicas whose half-open trials a background prober makes (client requests never do)
+        self.probed: set[str] = set()
         self._lock = threading.Lock()
 
     def breaker(self, name: str) -> CircuitBreaker:
@@ -33,8 +35,11 @@ class ReplicaHealth:
             return b
 
     def is_available(self, name: str) -> bool:
-        if not self.breaker(name).can_call():
+        breaker = self.breaker(name)
+        if not breaker.can_call():
             return False
+        if name in self.probed and breaker.current_state() == HALF_OPEN:
+            return False  # recovering: the prober's trial calls decide, not a client's request
         return self.outliers is None or not self.outliers.is_ejected(name)
 
     def available(self, replicas: list[Any]) -> list[Any]:
@@ -78,14 +83,21 @@ class ReplicaHealth:
 
 
 class HealthProber:
-    """Polls ``GET /health`` of HTTP replicas in a daemon thread; a failed probe opens
-    the replica's breaker at once, so traffic leaves before a request has to fail."""
+    """Polls ``GET /health`` of HTTP replicas in a daemon thread.
 
-    def __init__(self, health: ReplicaHealth, interval_s: float = 5.0, timeout_s: float = 2.0) -> None:
-        assert interval_s > 0 and timeout_s > 0
+    Every ``interval_s`` (0: never) it probes every replica: a failed probe opens the
+    replica's breaker at once, so traffic leaves before a request has to fail. Every
+    ``recovery_interval_s`` it makes the trial calls of half-open breakers itself, so
+    recovering a replica never spends client requests (they go to healthy replicas).
+    """
+
+    def __init__(self, health: ReplicaHealth, interval_s: float = 5.0, timeout_s: float = 2.0,
+                 recovery_interval_s: float = 0.5) -> None:
+        assert interval_s >= 0 and timeout_s > 0 and recovery_interval_s > 0
         self.health = health
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        self.recovery_interval_s = recovery_interval_s
         self.targets: dict[str, str] = {}  # replica name -> health URL
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -103,27 +115,47 @@ class HealthProber:
                 url = self.health_url(getattr(r, "backend", None))
                 if url:
                     self.targets[r.name] = url
+                    self.health.probed.add(r.name)
         if self.targets and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tokenops-health-probe", daemon=True)
             self._thread.start()
 
-    def probe_once(self) -> dict[str, bool]:
+    def _probe(self, url: str) -> bool:
         import httpx
 
+        try:
+            return httpx.get(url, timeout=self.timeout_s).status_code < 500
+        except httpx.HTTPError:
+            return False
+
+    def probe_once(self) -> dict[str, bool]:
         results = {}
         for name, url in list(self.targets.items()):
-            try:
-                ok = httpx.get(url, timeout=self.timeout_s).status_code < 500
-            except httpx.HTTPError:
-                ok = False
-            results[name] = ok
+            ok = results[name] = self._probe(url)
             if not ok:
                 self.health.breaker(name).force_open()
         return results
 
+    def probe_recovering(self) -> dict[str, str]:
+        """Trial calls for every half-open breaker; returns their states afterwards."""
+        out = {}
+        for name, url in list(self.targets.items()):
+            breaker = self.health.breaker(name)
+            while breaker.current_state() == HALF_OPEN:
+                breaker.on_call()
+                breaker.record(self._probe(url))
+            out[name] = breaker.current_state()
+        return out
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.probe_once()
+        import time
+
+        next_full = time.monotonic() + self.interval_s
+        while not self._stop.wait(self.recovery_interval_s):
+            self.probe_recovering()
+            if self.interval_s > 0 and time.monotonic() >= next_full:
+                self.probe_once()
+                next_full = time.monotonic() + self.interval_s
 
     def stop(self) -> None:
         self._stop.set()
