@@ -57,6 +57,7 @@ def test_float_and_base64_wire_formats(served):
     ({"input": "word " * 400}, "input", "maximum context length is 256"),
     ({"input": ""}, "input", "empty"),
     ({"input": "hi", "encoding_format": "int8"}, "encoding_format", "float"),
+    ({"input": "hi", "extra_body": {"truncate_prompt_tokens": 8}}, "truncate_prompt_tokens", "Unsupported parameter"),
 ])
 def test_bundled_rejects_what_it_cannot_do(served, body, param, words):
     _, srv, client = served

@@ -124,6 +124,9 @@ class EmbeddingBackend:
 
     async def embed(self, request: GatewayRequest) -> dict[str, Any]:
         """Embed ``request.body["input"]``; returns the OpenAI ``/v1/embeddings`` answer."""
+        from tokenops.gateway.fields import check_bundled_fields
+
+        check_bundled_fields(request, self.name)
         body = request.body
         raw = body["input"]
         if isinstance(raw, str):

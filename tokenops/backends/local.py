@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator
 
 from tokenops.backends.base import Delta, collect
 from tokenops.backends.local_structured import plan_request
+from tokenops.gateway.fields import check_bundled_fields
 from tokenops.backends.registry import replica_name
 from tokenops.config import ModelConfig, Settings
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
@@ -137,6 +138,7 @@ class LocalBackend:
     async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
         if self.engine is None:
             raise BackendError(f"{self.name} is still loading", kind="unavailable", status=503, backend=self.name)
+        check_bundled_fields(request, self.name)  # a 400 for fields the engine cannot act on (gateway/fields.py)
         # a prompt that cannot fit is refused before tokenizing; the rest is tokenized (and the
         # chat template rendered) in a worker thread so a huge prompt does not stall the event loop
         check_prompt_fits(request, getattr(self.engine, "tokenizer", None), self.max_model_len, self.name)

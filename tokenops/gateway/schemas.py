@@ -2,8 +2,8 @@
 to :class:`tokenops.types.GatewayRequest`.
 
 Unknown fields are kept (``extra="allow"``) so an ``openai`` backend passes them
-upstream; the bundled engine ignores the ones it does not implement
-(penalties, ``logit_bias``). ``top_k``, ``ignore_eos`` and ``priority`` are
+upstream; the bundled engine answers 400 for the ones it does not implement
+(:mod:`tokenops.gateway.fields` says which, per field). ``top_k``, ``ignore_eos`` and ``priority`` are
 extensions, as in vLLM.
 """
 
@@ -115,8 +115,6 @@ def completion_request(data: dict[str, Any], default_max_tokens: int) -> Gateway
         if len(prompt) != 1:
             raise APIError(400, "batched prompts are not supported: send one prompt per request", param="prompt")
         prompt = prompt[0]
-    if req.echo:
-        raise APIError(400, "echo is not supported", code="unsupported_parameter", param="echo")
     body = req.model_dump(exclude_none=True)
     body["prompt"] = prompt
     return GatewayRequest(
