@@ -167,7 +167,12 @@ class OpenAIBackend:
                 req = self._client.build_request("POST", self._path(request), content=content, headers=self._headers,
                                                  timeout=self._timeout)
                 response = await self._client.send(req, stream=stream)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as e:
+            except httpx.ConnectError as e:
+                # refused or unresolvable: the same URL will not answer 50 ms later; the gateway
+                # retries another replica of the model at once (tokenops.routing.retry)
+                raise BackendError(f"{self.name}: cannot reach {self.url}: {type(e).__name__}", "unavailable", 503,
+                                   self.name) from None
+            except (httpx.ConnectTimeout, httpx.RemoteProtocolError) as e:
                 last = BackendError(f"{self.name}: cannot reach {self.url}: {type(e).__name__}", "unavailable", 503, self.name)
                 continue
             except httpx.TimeoutException:
