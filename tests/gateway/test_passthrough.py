@@ -123,3 +123,20 @@ def test_usage_cost_and_telemetry_count_tool_call_answers(served):
     assert after["input_tokens"] - before.get("input_tokens", 0) == 22
     assert after["output_tokens"] - before.get("output_tokens", 0) == 34
     assert after["cost_usd"] - before.get("cost_usd", 0.0) == pytest.approx((22 * 2.0 + 34 * 10.0) / 1e6)
+
+
+def test_langchain_bind_tools_through_the_gateway(served):
+    from langchain_openai import ChatOpenAI
+
+    up, srv = served
+    llm = ChatOpenAI(base_url=srv.base_url, api_key="unused", model="agent", max_retries=0).bind_tools(TOOLS)
+    got = llm.invoke("Weather and time in Paris?")
+    assert [(c["id"], c["name"], c["args"]) for c in got.tool_calls] == [
+        ("call_upstream_0a1b", "get_weather", {"city": "Paris", "unit": "celsius"}),
+        ("call_upstream_2c3d", "get_time", {"tz": "Europe/Paris"})]
+    assert up.bodies[-1]["tools"] == TOOLS
+    merged = None
+    for piece in llm.stream("Weather and time in Paris?"):
+        merged = piece if merged is None else merged + piece
+    assert [(c["id"], c["name"], c["args"]) for c in merged.tool_calls] == [
+        (c["id"], c["name"], c["args"]) for c in got.tool_calls]
