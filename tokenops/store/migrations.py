@@ -95,11 +95,21 @@ CREATE TABLE tenants (
 )
 """
 
+_IMAGE_REQUESTS = """
+CREATE TABLE image_requests (
+    id VARCHAR NOT NULL, ts TIMESTAMP, tenant VARCHAR, model VARCHAR, replica VARCHAR,
+    num_images INTEGER, size VARCHAR, class_index INTEGER, sampler VARCHAR,
+    steps INTEGER, deep_steps INTEGER, cache_threshold DOUBLE, cache_reuse_ratio DOUBLE,
+    e2e_s DOUBLE, status VARCHAR, http_status INTEGER
+);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "telemetry tables", _TELEMETRY),
     (2, "config audit and capability profiles", _AUDIT_AND_PROFILES),
     (3, "bench and tune results", _BENCH_AND_TUNE),
     (4, "managed api keys and tenants", _API_KEYS),
+    (5, "image requests", _IMAGE_REQUESTS),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

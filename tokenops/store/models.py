@@ -251,12 +251,40 @@ class TenantRow(SQLModel, table=True):
     created_at: Optional[datetime] = _col(TS)
 
 
+class ImageRequestRow(SQLModel, table=True):
+    """One row per ``/v1/images/generations`` request: the denoising path it ran.
+
+    ``steps`` counts denoising steps, ``deep_steps`` those that ran the UNet's deep
+    path (the others reused it from the step cache): ``cache_reuse_ratio`` is
+    ``1 - deep_steps / steps``. The same request also has its ``requests`` row."""
+
+    __tablename__ = "image_requests"
+
+    id: str = _col(STR, primary_key=True, nullable=False)
+    ts: Optional[datetime] = _col(TS)
+    tenant: Optional[str] = _col(STR)
+    model: Optional[str] = _col(STR)
+    replica: Optional[str] = _col(STR)
+    num_images: Optional[int] = _col(INT)
+    size: Optional[str] = _col(STR)
+    class_index: Optional[int] = _col(INT)
+    sampler: Optional[str] = _col(STR)
+    steps: Optional[int] = _col(INT)
+    deep_steps: Optional[int] = _col(INT)
+    cache_threshold: Optional[float] = _col(DOUBLE)
+    cache_reuse_ratio: Optional[float] = _col(DOUBLE)
+    e2e_s: Optional[float] = _col(DOUBLE)
+    status: Optional[str] = _col(STR)
+    http_status: Optional[int] = _col(INT)
+
+
 #: Tables the batched writer accepts (the rest go through sessions).
-TELEMETRY_MODELS: dict[str, type[SQLModel]] = {m.__tablename__: m for m in (RequestRow, EngineStatsRow, ExpertLoadRow)}
+TELEMETRY_MODELS: dict[str, type[SQLModel]] = {
+    m.__tablename__: m for m in (RequestRow, EngineStatsRow, ExpertLoadRow, ImageRequestRow)}
 ALL_MODELS: dict[str, type[SQLModel]] = {
     m.__tablename__: m
     for m in (RequestRow, EngineStatsRow, ExpertLoadRow, CapabilityProfile, ConfigChange, BenchRun, BenchResult, TuneTrial,
-              ApiKeyRow, TenantRow)
+              ApiKeyRow, TenantRow, ImageRequestRow)
 }
 
 
