@@ -61,11 +61,12 @@ def extraction_task(rng: random.Random, i: int) -> Task:
     return Task(f"extraction-{i}", "extraction", prompt, check, json.dumps(want))
 
 
-_WORDS = ["river", "stone", "cloud", "ember", "maple", "violet", "copper", "harbor", "lantern", "meadow"]
+_WORDS = ["river", "stone", "cloud", "ember", "maple", "violet", "copper", "harbor", "lantern", "meadow",
+          "garden", "silver", "winter", "forest", "candle", "pepper", "marble", "thunder", "willow", "orbit"]
 
 
 def instruction_task(rng: random.Random, i: int) -> Task:
-    n = rng.randint(3, 6)
+    n = rng.randint(3, 7)
     case = rng.choice(["lowercase", "uppercase"])
     start = rng.choice(_WORDS)
     prompt = f"Write exactly {n} words, all in {case}, and make the first word '{start}'. No punctuation."
@@ -80,7 +81,7 @@ def instruction_task(rng: random.Random, i: int) -> Task:
     return Task(f"instruction-{i}", "instruction", prompt, check, ref)
 
 
-def retrieval_task(rng: random.Random, i: int, num_filler: int = 40) -> Task:
+def retrieval_task(rng: random.Random, i: int, num_filler: int = 8) -> Task:
     code = rng.randint(1000, 9999)
     filler = [f"Note {k}: the {rng.choice(_WORDS)} shipment to {rng.choice(_CITIES)} is on schedule." for k in range(num_filler)]
     filler.insert(rng.randint(0, num_filler), f"Important: the vault access code is {code}.")
@@ -110,21 +111,49 @@ def run_python_tests(code: str, tests: str, timeout_s: float = 5.0) -> bool:
     return out.returncode == 0
 
 
+# Parametrised specs (two numbers to carry from the request into the code) make the
+# code dimension more than recalling five fixed functions.
+_CODE_TEMPLATES = [
+    ("scale", "returns x times {a} plus {b}", "def scale(x):\n    return x * {a} + {b}",
+     lambda a, b: f"assert scale(0) == {b} and scale(3) == {3 * a + b}"),
+    ("shift", "returns x minus {a} times {b}", "def shift(x):\n    return x - {a} * {b}",
+     lambda a, b: f"assert shift(0) == {-a * b} and shift(10) == {10 - a * b}"),
+    ("clip", "returns x limited to the range {a} to {c}", "def clip(x):\n    return min(max(x, {a}), {c})",
+     lambda a, b: f"assert clip(-100) == {a} and clip(100) == {a + b + 10} and clip({a + 1}) == {a + 1}"),
+    ("count_over", "returns how many items of the list xs are greater than {a}",
+     "def count_over(xs):\n    return sum(1 for x in xs if x > {a})",
+     lambda a, b: f"assert count_over([{a - 1}, {a}, {a + 1}, {a + b}]) == 2 and count_over([]) == 0"),
+    ("repeat", "returns the string s repeated {a} times", "def repeat(s):\n    return s * {a}",
+     lambda a, b: f"assert repeat('ab') == 'ab' * {a} and repeat('') == ''"),
+]
+
+
 def code_task(rng: random.Random, i: int) -> Task:
-    name, spec, ref, tests = rng.choice(_CODE_SPECS)
+    if rng.random() < 0.75:
+        name, spec, ref, make_tests = rng.choice(_CODE_TEMPLATES)
+        a, b = rng.randint(2, 19), rng.randint(1, 19)
+        values = {"a": a, "b": b, "c": a + b + 10}
+        spec, ref, tests = spec.format(**values), ref.format(**values), make_tests(a, b)
+    else:
+        name, spec, ref, tests = rng.choice(_CODE_SPECS)
     prompt = f"Write a Python function `{name}` that {spec}. Reply with the code only."
     return Task(f"code-{i}", "code", prompt, lambda ans, t=tests: run_python_tests(ans, t), ref)
 
 
-_POS = ["loved", "enjoyed", "was delighted by", "would happily recommend", "was impressed by"]
-_NEG = ["hated", "regretted buying", "was disappointed by", "would never recommend", "was annoyed by"]
-_ITEMS = ["the hotel", "this phone", "the concert", "the new update", "their service"]
+_POS = ["loved", "enjoyed", "was delighted by", "would happily recommend", "was impressed by",
+        "adored", "was thrilled with", "really liked", "was pleased with", "had a great time with"]
+_NEG = ["hated", "regretted buying", "was disappointed by", "would never recommend", "was annoyed by",
+        "disliked", "was frustrated by", "could not stand", "was let down by", "had a terrible time with"]
+_ITEMS = ["the hotel", "this phone", "the concert", "the new update", "their service",
+          "the restaurant", "this laptop", "the movie", "the delivery", "the museum"]
+_OPENERS = ["", "Honestly, ", "Last week ", "Overall, ", "To be fair, "]
 
 
 def classification_task(rng: random.Random, i: int) -> Task:
     label = rng.choice(["positive", "negative"])
     verb = rng.choice(_POS if label == "positive" else _NEG)
-    sentence = f"I {verb} {rng.choice(_ITEMS)}."
+    opener = rng.choice(_OPENERS)
+    sentence = f"{opener}I {verb} {rng.choice(_ITEMS)}."
     prompt = f'Classify the sentiment of this review as positive or negative: "{sentence}" Reply with one word.'
 
     def check(ans: str, label=label) -> bool:

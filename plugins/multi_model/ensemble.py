@@ -109,4 +109,7 @@ def tokenops_ensemble(request, responses):
         return EnsembleFollowUp(judge, judge_prompt(question, responses),
                                 lambda verdict: billed(pick_judged(responses, verdict.text), verdict), 8)
     aggregator = _conf["aggregator"] or responses[-1].model
-    return EnsembleFollowUp(aggregator, aggregate_prompt(question, responses), lambda answer: billed(answer, answer))
+    # the final answer is the aggregator's: it gets the client's token limit (members already had it)
+    asked = request.body.get("max_completion_tokens") or request.body.get("max_tokens")
+    return EnsembleFollowUp(aggregator, aggregate_prompt(question, responses), lambda answer: billed(answer, answer),
+                            int(asked) if asked else 256)

@@ -36,14 +36,30 @@ async def run_cascade(pipeline: Pipeline, request: GatewayRequest, rec: RequestR
     return response
 
 
+def member_request(request: GatewayRequest, index: int) -> GatewayRequest:
+    """The request as member ``index`` gets it: its own request id (an engine refuses an id
+    already in flight, and two calls with one id would be one sample), the same decisions."""
+    if index == 0:
+        return request
+    return dataclasses.replace(request, id=f"{request.id}-m{index}", body=dict(request.body))
+
+
 async def run_ensemble(pipeline: Pipeline, request: GatewayRequest, rec: RequestRecord,
                        decision: RouteDecision) -> GatewayResponse:
     """Ask every member concurrently; combine the answers that came back."""
     members = list(decision.members)
-    results = await asyncio.gather(*(pipeline.call_model(request, rec, m) for m in members), return_exceptions=True)
+    calls = [member_request(request, i) for i in range(len(members))]
+    results = await asyncio.gather(*(pipeline.call_model(c, rec, m) for c, m in zip(calls, members)),
+                                   return_exceptions=True)
     answers = [(m, r[0]) for m, r in zip(members, results) if not isinstance(r, BaseException)]
-    failures = {m: str(r) for m, r in zip(members, results) if isinstance(r, BaseException)}
-    request.decisions["ensemble"] = {"members": members, "method": decision.method, "failed": failures or None}
+    failures = {f"{i}:{m}": str(r) for i, (m, r) in enumerate(zip(members, results)) if isinstance(r, BaseException)}
+    request.decisions["ensemble"] = {
+        "members": members, "method": decision.method, "failed": failures or None,
+        # what each member's own call cost (the request's cost is their sum, plus a judge/aggregator)
+        "member_costs": [{"model": m, "request_id": c.id, "prompt_tokens": r[0].prompt_tokens,
+                          "completion_tokens": r[0].completion_tokens,
+                          "cost_usd": pipeline.cost(m, r[0].prompt_tokens, r[0].completion_tokens)}
+                         for c, m, r in zip(calls, members, results) if not isinstance(r, BaseException)]}
     if not answers:
         first = next(r for r in results if isinstance(r, BaseException))
         if isinstance(first, APIError):
@@ -53,10 +69,14 @@ async def run_ensemble(pipeline: Pipeline, request: GatewayRequest, rec: Request
     if isinstance(combined, EnsembleFollowUp):  # a judge or an aggregator has the last word
         request.decisions["ensemble"]["follow_up"] = combined.model
         follow = dataclasses.replace(
-            request, kind="chat", messages=combined.messages, stream=False, max_tokens=combined.max_tokens,
+            request, id=f"{request.id}-follow", kind="chat", messages=combined.messages, stream=False,
+            max_tokens=combined.max_tokens,
             body={**request.body, "messages": combined.messages, "max_tokens": combined.max_tokens, "n": 1},
             decisions={}, attempts=[])
         answer, _ = await pipeline.call_model(follow, rec, combined.model)
+        request.decisions["ensemble"]["follow_up_cost"] = {
+            "model": combined.model, "prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
+            "cost_usd": pipeline.cost(combined.model, answer.prompt_tokens, answer.completion_tokens)}
         combined = combined.finish(answer)
     rec.model_served = decision.model
     rec.backend = "ensemble"

@@ -18,6 +18,7 @@ from tokenops.backends.base import Delta, Replica, merge_tool_calls
 from tokenops.config import ModelConfig
 from tokenops.gateway import hooks
 from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.gateway.confidence import fill_token_logprobs, needs_confidence, request_logprobs, strip_logprobs
 from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.records import RequestRecord
 from tokenops.gateway.multi_model import run_cascade, run_ensemble
@@ -191,15 +192,19 @@ class Pipeline:
         if rec.first_token_at is None:
             rec.first_token_at = first
         self._account(rec, replica.model, response)
+        fill_token_logprobs(response)  # the validators score confidence from these
         return response, self._after(request, replica, response, t0)
 
     async def answer(self, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision) -> GatewayResponse:
         """The routed answer: one model, a cascade (``escalate_to``) or an ensemble (``members``)."""
         if decision.members:
             return await run_ensemble(self, request, rec, decision)
+        is_stripped = needs_confidence(decision) and request_logprobs(request)
         response, score = await self.call_model(request, rec, decision.model)
         if decision.escalate_to and decision.min_score is not None:
             response = await run_cascade(self, request, rec, decision, response, score)
+        if is_stripped:
+            strip_logprobs(request, response)
         return response
 
     # -- non-streamed -----------------------------------------------------
