@@ -24,12 +24,18 @@ from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 def engine_config_for(model: ModelConfig, settings: Settings) -> Any:
     """The :class:`EngineConfig` of one model: ``[engine]`` settings, then the model's overrides."""
     from tokenops.engine.config import EngineConfig
+    from tokenops.plugins import hook
 
     overrides = dict(model.engine)
     overrides.setdefault("model", model.path)
     overrides.setdefault("model_name", model.name)
     try:
-        return EngineConfig.from_settings(settings.engine, **overrides)
+        config = EngineConfig.from_settings(settings.engine, **overrides)
+        # plugins (kv_policy, speculative...) may set fields: check the combination they produce now,
+        # at start, rather than as a crash on the first long generation
+        hook().tokenops_engine_config(config=config)
+        config.__post_init__()
+        return config
     except (TypeError, ValueError) as e:
         from tokenops.config import ConfigError
 

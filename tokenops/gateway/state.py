@@ -12,7 +12,7 @@ from typing import Any
 
 from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
-from tokenops.config import Settings
+from tokenops.config import ConfigError, Settings
 from tokenops.gateway import hooks
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.metrics_window import MetricsWindow
@@ -36,6 +36,11 @@ class Gateway:
                  admin_key_hash: str | None = None, allow_open: bool = False, window_s: float = 60.0,
                  telemetry_interval_s: float = 1.0) -> None:
         self.settings = settings
+        # plugins first: they adjust engine configs, which are checked as the replicas are built
+        try:
+            hooks.configure(settings)
+        except ValueError as e:  # a plugin refusing its [plugins.*] table: one line at start
+            raise ConfigError(str(e)) from None
         self.models = {m.name: m for m in model_configs(settings)} if replicas is None else {
             m.name: m for m in settings.models}
         self.replicas = replicas if replicas is not None else build_replicas(settings)
@@ -92,7 +97,6 @@ class Gateway:
 
     async def start(self) -> None:
         """Start every backend (in parallel)."""
-        hooks.configure(self.settings)
         self.tunable_values = self._initial_tunables()
         self.engine_telemetry.start()
         backends = [r.backend for rs in self.replicas.values() for r in rs]
