@@ -87,6 +87,7 @@ def test_bundled_engine_rejects_what_it_does_not_do(served, kind):
         assert e.value.param == name and e.value.code == "unsupported_parameter", name
         assert f"`{name}`" in e.value.message
     neutral = {k: v for k, v in NEUTRAL.items() if k in {f.name for f in TABLES[kind]}}
+    neutral["cache"] = False  # the semantic cache's switch: acted on by the gateway, never a 400
     got = _call(client, kind, "demo", neutral)
     assert got.usage.completion_tokens >= 1
 
@@ -96,7 +97,8 @@ def test_upstream_gets_every_field_unchanged(served):
     kind = "chat"  # the test upstream serves chat; completions share the same pass-through code
     extra = {**SAMPLES, "min_p": 0.1, "top_k": 5, "ignore_eos": True}
     extra = {k: v for k, v in extra.items() if k not in ("echo", "suffix", "best_of")}
-    _call(client, kind, "up", extra)
+    _call(client, kind, "up", {**extra, "cache": False})
     sent = up.bodies[-1]
     for key, value in extra.items():
         assert sent.get(key) == value, key
+    assert "cache" not in sent  # the gateway's own switch stays in the gateway

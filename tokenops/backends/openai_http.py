@@ -131,7 +131,8 @@ class OpenAIBackend:
     # -- requests ---------------------------------------------------------
 
     def _payload(self, request: GatewayRequest, stream: bool) -> dict[str, Any]:
-        body = {k: v for k, v in request.body.items() if v is not None}
+        # ``cache`` is the gateway's own switch (semantic cache), not the upstream's
+        body = {k: v for k, v in request.body.items() if v is not None and k != "cache"}
         body["model"] = self.upstream_model
         if request.kind == "embedding":
             return body

@@ -66,6 +66,8 @@ _SAMPLING = [
     Field("user", "acts: session hint; the tenant on an open server", "passes through (and acts as on the bundled engine)"),
     Field("top_k", "acts (extension, as vLLM)"), Field("ignore_eos", "acts (extension, as vLLM)"),
     Field("priority", "acts (extension: order under the `priority` schedule policy)"),
+    Field("cache", "acts (extension): `false` skips the semantic cache",
+          "acts as on the bundled engine; not sent upstream"),
 ]
 
 CHAT = [
