@@ -46,3 +46,38 @@ def admin(server):
     with httpx.Client(base_url=server.url, headers=server.admin_headers, timeout=10) as client:
         yield client
         client.post("/admin/budget-clock", json={"offset_s": 0})
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A real redis-server on a free port (``make redis`` installs it)."""
+    import shutil
+    import subprocess
+    import time
+
+    from tokenops.testing_serve import free_port
+
+    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'tokenops[redis]')")
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server binary (make redis)")
+    import redis
+
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    try:
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("redis-server did not start")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=5)

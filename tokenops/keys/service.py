@@ -68,6 +68,8 @@ class KeyService:
 
     @property
     def has_keys(self) -> bool:
+        if not self.registry.has_keys:  # a key created on another replica closes this one too
+            self.registry.refresh()
         return self.registry.has_keys
 
     def authenticate(self, key_hash: str) -> tuple[str, str] | None:
