@@ -21,8 +21,8 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml
 	@echo "==> [2/3] installing torch 2.13.0 (CPU; the largest download)"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) torch==2.13.0
-	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, plot)"
-	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,plot]"
+	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, plot, diffusion)"
+	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,plot,diffusion]"
 	@touch $(STAMP)
 	@echo "==> installed. The tokenops command lives in $(VENV)/bin: run 'make shell' (a shell with it on PATH)"
 	@echo "    or '. $(VENV)/bin/activate', then e.g. 'tokenops --help', 'tokenops report', 'tokenops tune --slo p95=200ms'"

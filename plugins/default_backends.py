@@ -1,5 +1,6 @@
 """The built-in backend kinds: ``local`` (bundled engine), ``openai`` (any OpenAI-compatible
-server) and ``embedding`` (an in-process sentence-embedding model for /v1/embeddings)."""
+server), ``embedding`` (an in-process sentence-embedding model for /v1/embeddings) and
+``diffusion`` (a local diffusers pipeline folder for /v1/images/generations)."""
 
 from tokenops import hookimpl
 
@@ -24,8 +25,15 @@ def _embedding(model, settings):
     return EmbeddingBackend(model, settings)
 
 
+def _diffusion(model, settings):
+    from tokenops.backends.diffusion import DiffusionBackend
+
+    return DiffusionBackend(model, settings)
+
+
 @hookimpl(trylast=True)
 def tokenops_register_backends(register):
     register("local", _local)
     register("openai", _openai)
+    register("diffusion", _diffusion)
     register("embedding", _embedding)

@@ -229,6 +229,22 @@ def tokenops_expert_placement(load: list[list[float]], num_devices: int, num_red
     """
 
 
+@hookspec
+@_layer("model_optimization")
+def tokenops_diffusion_plan(model: str, plan: Any) -> None:
+    """Choose how one image generation walks its denoising path.
+
+    Called by the ``diffusion`` backend for every image request, before the
+    request's own overrides (``sampler``, ``num_inference_steps``,
+    ``step_cache_threshold``) are applied.
+
+    :param model: the served model's name.
+    :param plan: the mutable :class:`tokenops.diffusion.plan.DiffusionPlan` (``sampler``,
+        ``num_steps``, ``cache``: a :class:`tokenops.diffusion.step_cache.StepCachePolicy`),
+        holding the pipeline folder's defaults; plugins set the parts they own.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Layer 3: compute-model fusion (engine + tuner)
 # ---------------------------------------------------------------------------

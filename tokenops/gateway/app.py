@@ -26,6 +26,7 @@ from tokenops.gateway.openapi_errors import add_error_responses
 from tokenops.gateway.replica_health import prometheus_text as breaker_metrics, replica_states
 from tokenops.gateway.errors import APIError, sse_error
 from tokenops.gateway.model_routes import readiness, router as model_router
+from tokenops.gateway.images import router as images_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
 from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_request
 from tokenops.gateway.state import Gateway
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None, backends: Any = None, *, store:
     _install_openai_routes(app)
     app.include_router(admin_router)
     app.include_router(model_router)  # /v1/embeddings, /v1/models/{id}
+    app.include_router(images_router)  # /v1/images/generations
     _install_openapi(app)
     return app
 

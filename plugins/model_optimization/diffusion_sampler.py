@@ -1,0 +1,67 @@
+"""Fewer-step sampling for diffusion models: which sampler walks the noise schedule, in how many steps.
+
+A model trained with T noise levels (the demo digits model: 200) is sampled in T
+steps by its own DDPM scheduler. DDIM (deterministic) and DPM-Solver++ (a
+second-order multistep solver) walk the same schedule in far fewer steps at about
+the same quality; figures in docs/engine-optimizations.md ("Diffusion").
+
+Tunables (live): ``diffusion.sampler`` (``default`` = the pipeline folder's own, or
+ddpm | ddim | dpm) and ``diffusion.steps`` (0 = the folder's default step count).
+``tokenops.toml``::
+
+    [plugins.diffusion_sampler]
+    sampler = "dpm"
+    steps = 10
+
+A request's ``sampler`` / ``num_inference_steps`` fields override both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenops import hookimpl
+from tokenops.tunables import Tunable
+
+TOKENOPS_LAYER = "model_optimization"
+
+CHOICES = ("default", "ddpm", "ddim", "dpm")
+_conf: dict[str, Any] = {"sampler": "dpm", "steps": 10}
+
+
+@hookimpl
+def tokenops_register_tunables(register):
+    register(Tunable("diffusion.sampler", "str", _conf["sampler"], "Diffusion sampler: default (the model's own), "
+                     "ddpm, ddim or dpm (DPM-Solver++).", live=True, choices=CHOICES))
+    register(Tunable("diffusion.steps", "int", _conf["steps"], "Denoising steps per image, 0 = the model's default.",
+                     live=True, minimum=0, maximum=1000))
+
+
+def _set(values: dict[str, Any]) -> None:
+    if "sampler" in values:
+        if values["sampler"] not in CHOICES:
+            raise ValueError(f"[plugins.diffusion_sampler] sampler must be one of {', '.join(CHOICES)}")
+        _conf["sampler"] = values["sampler"]
+    if "steps" in values:
+        steps = values["steps"]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError("[plugins.diffusion_sampler] steps must be an integer >= 0")
+        _conf["steps"] = steps
+
+
+@hookimpl
+def tokenops_configure(settings):
+    _set(settings.plugin_settings("diffusion_sampler"))
+
+
+@hookimpl
+def tokenops_apply_tunables(values):
+    _set({k.removeprefix("diffusion."): v for k, v in values.items() if k in ("diffusion.sampler", "diffusion.steps")})
+
+
+@hookimpl
+def tokenops_diffusion_plan(model, plan):
+    if _conf["sampler"] != "default":
+        plan.sampler = _conf["sampler"]
+    if _conf["steps"]:
+        plan.num_steps = _conf["steps"]

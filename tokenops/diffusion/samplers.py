@@ -1,0 +1,39 @@
+"""Sampler (diffusers scheduler) choice by name.
+
+A pipeline folder is trained with one noise schedule (its ``scheduler/`` config);
+any of these samplers can walk that schedule, with fewer steps than training used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: sampler name -> diffusers scheduler class name
+SAMPLERS = {
+    "ddpm": "DDPMScheduler",  # ancestral, needs about as many steps as training used
+    "ddim": "DDIMScheduler",  # deterministic, good at 20-50 steps
+    "dpm": "DPMSolverMultistepScheduler",  # DPM-Solver++ (2nd order multistep), good at 10-20 steps
+}
+
+
+class SamplerError(ValueError):
+    """An unknown sampler or a step count it cannot run."""
+
+
+def make_scheduler(name: str, config: Any) -> Any:
+    """A fresh scheduler ``name`` for the noise schedule in ``config`` (a scheduler's ``.config``).
+
+    Schedulers keep per-run state (timesteps, a multistep solver's history), so each
+    generation needs its own."""
+    import diffusers
+
+    if name not in SAMPLERS:
+        raise SamplerError(f"unknown sampler {name!r}; one of: {', '.join(SAMPLERS)}")
+    cls = getattr(diffusers, SAMPLERS[name])
+    return cls.from_config(config)
+
+
+def check_steps(num_steps: int, num_train_timesteps: int) -> int:
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or not 1 <= num_steps <= num_train_timesteps:
+        raise SamplerError(f"steps must be an integer in [1, {num_train_timesteps}] (the model's training "
+                           f"timesteps), got {num_steps!r}")
+    return num_steps
