@@ -1,7 +1,15 @@
 """Routing evaluation (layer 1): cost and quality of all-strong, all-cheap, each router
 and the cascade on a labelled mixed workload, with a train/test split.
 
-The two backends are deterministic fakes. Whether a model answers a task correctly is
+Two modes:
+
+- ``--through-serve``: measured on the task-trained ladder's real answers through a
+  running ``tokenops serve`` (``routing_eval_serve.py`` says how); the figures in
+  docs/routing.md come from this mode.
+- default: SIMULATED, a fast check of the routers' and cascade's mechanics on fakes,
+  described below; its figures say nothing about real models.
+
+In the simulated mode the two backends are deterministic fakes. Whether a model answers a task correctly is
 fixed by a seeded hash against a per-dimension accuracy (the table below, an assumption
 of this benchmark: a small model that is good at extraction, instruction following,
 retrieval and classification but weak at arithmetic and code). Only the scorer sees
@@ -17,7 +25,8 @@ hosted model: cheap 0.15/0.60, strong 2.50/10.00. Tokens are estimated as chars/
 Prints a table, the cost–quality curve over thresholds for the threshold router and the
 cascade, and APGR (average performance gap recovered, as RouteLLM reports it).
 
-    python tests/benchmarks/routing_eval.py [--per-dimension 250] [--seed 0]
+    python tests/benchmarks/routing_eval.py [--per-dimension 250] [--seed 0]          # simulated
+    python tests/benchmarks/routing_eval.py --through-serve [--per-dimension 30]    # real, through serve
 """
 
 from __future__ import annotations
@@ -148,7 +157,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--per-dimension", type=int, default=250)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--through-serve", action="store_true",
+                    help="measure on the ladder's real answers through a running tokenops serve")
+    ap.add_argument("--ensemble-tasks", type=int, default=24, help="test tasks asked of each ensemble (--through-serve)")
     args = ap.parse_args()
+    if args.through_serve:
+        import routing_eval_serve
+
+        per_dimension = args.per_dimension if args.per_dimension != 250 else 30
+        result = routing_eval_serve.run(per_dimension, args.seed, args.ensemble_tasks)
+        routing_eval_serve.report(result, apgr)
+        return
+    print("SIMULATED: fake backends with an assumed accuracy table (see the docstring); "
+          "use --through-serve for real answers\n")
 
     tasks = make_mixed(args.per_dimension, seed=args.seed)
     rng = random.Random(args.seed)
@@ -195,7 +216,7 @@ def main() -> None:
         if best:
             rows.append((f"{name} (t={best[0]:.2f})", best[1], best[2], best[3]))
 
-    print(f"test split: {len(test)} tasks ({args.per_dimension} per dimension before the split), seed {args.seed}\n")
+    print(f"SIMULATED test split: {len(test)} tasks ({args.per_dimension} per dimension before the split), seed {args.seed}\n")
     print(f"{'strategy':34s} {'quality':>8s} {'loss':>7s} {'cost $':>10s} {'saved':>7s} {'strong%':>8s}")
     for name, q, c, s in rows:
         print(f"{name:34s} {q:8.3f} {q_strong - q:+7.3f} {c:10.5f} {1 - c / c_strong:7.1%} {s:8.1%}")

@@ -12,6 +12,11 @@ BackendFactory = Callable[[ModelConfig, Settings], Any]
 DEMO_MODEL_NAME = "tokenops-demo"
 RANDOM_MODEL_NAME = "tokenops-random-llama"
 DEMO_MOE_NAME = "tokenops-demo-moe"
+DEMO_DIFFUSION_NAME = "digits-diffusion"
+# Demo prices (USD per 1M input/output tokens) of the task-trained ladder, in the ratio of
+# its models' per-token compute on CPU (the large one ~6x the small one), so routing
+# between them has a cost to save.
+LADDER_PRICES = {"tokenops-ladder-small": (0.10, 0.40), "tokenops-ladder-large": (0.60, 2.40)}
 
 
 def get_backend_factories() -> dict[str, BackendFactory]:
@@ -29,7 +34,8 @@ def get_backend_factories() -> dict[str, BackendFactory]:
 
 def default_model_configs() -> list[ModelConfig]:
     """The models served when no ``[[models]]`` are configured: the embedded demo
-    model, when its weights are bundled the demo MoE, and with the ``semantic`` extra the
+    model, when their weights are bundled the demo MoE and the task-trained ladder
+    (``tokenops-ladder-small``/``-large``), and with the ``semantic`` extra the
     MiniLM embedding model (``all-minilm-l6-v2``)."""
     from pathlib import Path
 
@@ -43,12 +49,26 @@ def default_model_configs() -> list[ModelConfig]:
     moe_dir = Path(__file__).resolve().parent.parent / "demo_models" / "moe"
     if (moe_dir / "config.json").is_file():
         models.append(ModelConfig(name=DEMO_MOE_NAME, backend="local", path=str(moe_dir)))
+    for name, (cost_in, cost_out) in LADDER_PRICES.items():  # the task-trained ladder (docs/demo-models.md)
+        ladder_dir = moe_dir.parent / name.removeprefix("tokenops-")
+        if (ladder_dir / "config.json").is_file():
+            models.append(ModelConfig(name=name, backend="local", path=str(ladder_dir),
+                                      cost_input_per_1m=cost_in, cost_output_per_1m=cost_out))
     from tokenops.backends.embedding import DEFAULT_EMBEDDING_MODEL, is_default_available
 
     if is_default_available():  # the semantic extra's MiniLM, for /v1/embeddings; loads on first use
         models.append(ModelConfig(name=DEFAULT_EMBEDDING_MODEL, backend="embedding", path=None,
                                   engine={"load": "lazy"}))
+    digits_dir = Path(__file__).resolve().parent.parent / "demo_models" / DEMO_DIFFUSION_NAME
+    if (digits_dir / "model_index.json").is_file() and _has_module("diffusers"):  # the diffusion extra
+        models.append(ModelConfig(name=DEMO_DIFFUSION_NAME, backend="diffusion", path=str(digits_dir)))
     return models
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
 
 
 def model_configs(settings: Settings) -> list[ModelConfig]:

@@ -24,7 +24,7 @@ def calibrate_command(
     from tokenops.cli import UserError
     from tokenops.config import load_settings
     from tokenops.store import open_store
-    from tokenops_plugins.multi_model.threshold_router import calibrate
+    from tokenops_plugins.multi_model._calibration import calibrate_share
 
     path = store or load_settings().store.path
     if not Path(path).is_file():
@@ -37,13 +37,21 @@ def calibrate_command(
         if route.get("router") == "threshold" and route.get("score") is not None:
             scores.append(float(route["score"]))
     try:
-        threshold = calibrate(scores, strong_share)
+        threshold, share = calibrate_share(scores, strong_share)
     except ValueError as e:
         raise UserError(str(e)) from None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"threshold = {threshold!r}\nstrong_share = {strong_share!r}\nsamples = {len(scores)}\n")
-    result = {"threshold": threshold, "strong_share": strong_share, "samples": len(scores), "file": str(out)}
-    typer.echo(json.dumps(result) if as_json else f"threshold {threshold:.4f} sends {strong_share:.0%} of {len(scores)} recorded requests to the strong model; wrote {out}")
+    out.write_text(f"threshold = {threshold!r}\nstrong_share = {share!r}\nrequested_share = {strong_share!r}\n"
+                   f"samples = {len(scores)}\n")
+    result = {"threshold": threshold, "strong_share": share, "requested_share": strong_share,
+              "distinct_scores": len(set(scores)), "samples": len(scores), "file": str(out)}
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    note = "" if abs(share - strong_share) < 0.5 / len(scores) + 1e-9 else (
+        f" (asked for {strong_share:.0%}; the {len(set(scores))} distinct recorded score(s) allow no closer share)")
+    typer.echo(f"threshold {threshold:.4f} sends {share:.0%} of {len(scores)} recorded requests to the strong "
+               f"model{note}; wrote {out}")
 
 
 @route_app.command("train")

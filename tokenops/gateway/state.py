@@ -99,6 +99,7 @@ class Gateway:
         """Start every backend (in parallel)."""
         self.tunable_values = self._initial_tunables()
         self.engine_telemetry.start()
+        await self._start_profiles()
         backends = [r.backend for rs in self.replicas.values() for r in rs]
         results = await asyncio.gather(*(b.start() for b in backends), return_exceptions=True)
         for backend, result in zip(backends, results):
@@ -109,6 +110,14 @@ class Gateway:
                 log.error("model %s failed to load (the other models keep serving): %s",
                           getattr(backend, "name", backend), cause)
         self.is_ready = all(b.ready for b in backends)
+
+    async def _start_profiles(self) -> None:
+        """Capability profiles from profiles/models/ and the store, kept current (gateway/profile_source.py)."""
+        from tokenops.gateway.profile_source import ProfileSource
+
+        self.profile_source = ProfileSource.from_settings(self.settings, self.store)
+        self.pipeline.profiles = await asyncio.to_thread(self.profile_source.load)
+        self.profile_source.start(self.pipeline)
 
     async def drain(self, timeout_s: float = 30.0) -> None:
         """Wait for in-flight requests to finish (graceful shutdown)."""
@@ -121,6 +130,8 @@ class Gateway:
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
         await self.engine_telemetry.stop()
+        if getattr(self, "profile_source", None) is not None:
+            await self.profile_source.stop()
         for rs in self.replicas.values():
             for r in rs:
                 try:
