@@ -31,6 +31,12 @@ class Tunable:
     #: Log-scale search for wide integer ranges (batch budgets).
     log: bool = False
     plugin: str | None = field(default=None, compare=False)
+    #: ``relevant(deployment)`` -> False when this knob cannot change the deployment (no cascade to
+    #: tune, one replica to balance); the tuner then leaves it out and says why (``needs``).
+    #: ``deployment`` is a :class:`tokenops.tune.deployment.Deployment`. None: always relevant.
+    relevant: Any = field(default=None, compare=False, repr=False)
+    #: What the knob needs to matter, for the tuner's "dropped" line ("2+ replicas of a model").
+    needs: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -78,6 +84,7 @@ class Tunable:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["choices"] = list(self.choices) if self.choices is not None else None
+        d.pop("relevant", None)  # code, not data
         return d
 
 

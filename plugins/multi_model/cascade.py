@@ -28,8 +28,11 @@ _conf: dict = {"alias": "cascade", "models": [], "threshold": 0.6}
 
 @hookimpl
 def tokenops_register_tunables(register):
+    from tokenops.tune.deployment import has_cascade
+
     register(Tunable("cascade.threshold", "float", 0.6, "Cascade: minimum validator score to accept a cheaper tier's answer.",
-                     live=True, minimum=0.0, maximum=1.0))
+                     live=True, minimum=0.0, maximum=1.0, relevant=has_cascade,
+                     needs="a cascade ([plugins.cascade] models with 2+ tiers)"))
 
 
 @hookimpl

@@ -57,8 +57,11 @@ def decide(p_strong: float, threshold: float, strong: str, weak: str) -> RouteDe
 
 @hookimpl
 def tokenops_register_tunables(register):
+    from tokenops.tune.deployment import router_in_use
+
     register(Tunable("router.threshold", "float", 0.5, "Threshold router: route to the strong model when p >= this.",
-                     live=True, minimum=0.0, maximum=1.0))
+                     live=True, minimum=0.0, maximum=1.0, relevant=router_in_use("threshold"),
+                     needs='the threshold router ([plugins.router] use = "threshold")'))
 
 
 @hookimpl

@@ -57,12 +57,13 @@ def test_tune_apply_pushes_the_winner(tmp_path):
         assert engine.max_num_seqs == winner in (32, 8)
 
 
-def test_tune_user_errors():
+def test_tune_user_errors(tmp_path):
     runner = CliRunner()
-    r = runner.invoke(build_app(), ["tune", "--slo", "p95=1s"])
+    env = {"TOKENOPS_STORE": str(tmp_path / "none.duckdb")}  # no server of "this folder"
+    r = runner.invoke(build_app(), ["tune", "--slo", "p95=1s", "--url", "http://127.0.0.1:9", "--launch"], env=env)
     assert r.exit_code != 0
-    r = runner.invoke(build_app(), ["tune", "--slo", "p95=1s", "--launch", "--apply"])
-    assert r.exit_code != 0
+    r = runner.invoke(build_app(), ["tune", "--slo", "p95=1s", "--launch", "--apply"], env=env)
+    assert r.exit_code != 0 and "needs a running server" in str(r.exception)
 
 
 def test_tune_finds_a_better_non_default_and_validates_it(tmp_path):

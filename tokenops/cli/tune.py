@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
     def tune(
         slo: Annotated[Optional[list[str]], typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
         slo_preset: Annotated[Optional[str], typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
-        url: Annotated[Optional[str], typer.Option("--url", help="A running server: its live tunables are searched.", envvar="TOKENOPS_URL")] = None,
+        url: Annotated[Optional[str], typer.Option("--url", help="A running server: its live tunables are searched (default: the `tokenops serve` of this folder, else --launch).", envvar="TOKENOPS_URL")] = None,
         launch: Annotated[bool, typer.Option("--launch", help="Launch the engine, relaunched per configuration (restart tunables searched too).")] = False,
         engine: Annotated[str, typer.Option("--engine", help="With --launch: tokenops (bundled), vllm or sglang; any launcher a plugin registers.")] = "tokenops",
         model_path: Annotated[Optional[str], typer.Option("--model-path", "--model", help="With --launch: model folder (default: the embedded demo model); vllm/sglang also take a hub id.")] = None,
@@ -66,16 +66,16 @@ def register(app: typer.Typer) -> None:
         length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
         max_input_len: Annotated[int, typer.Option("--max-input-len", help="ShareGPT prompt cap (tokens).")] = 1024,
         max_output_len: Annotated[int, typer.Option("--max-output-len", help="ShareGPT answer cap (tokens).")] = 256,
-        budget: Annotated[str, typer.Option("--budget", help="Trials (20) or wall time (10m, 90s).")] = "20",
+        budget: Annotated[str, typer.Option("--budget", help="Trials (20) or wall time (10m, 90s); the default keeps a study on the demo engine under 10 minutes.")] = "6m",
         only: Annotated[Optional[list[str]], typer.Option("--only", help="Search only these tunables or dotted prefixes (repeatable).")] = None,
         exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Leave these tunables or prefixes at their values.")] = None,
         param: Annotated[Optional[list[str]], typer.Option("--param", help="Candidates for a tunable: NAME=v1,v2,... (repeatable).")] = None,
-        measure_s: Annotated[float, typer.Option("--measure-seconds", help="Length of one rate measurement.")] = 10.0,
-        min_requests: Annotated[int, typer.Option("--min-requests", help="Fewest requests per measurement.")] = 20,
-        max_measurements: Annotated[int, typer.Option("--max-measurements", help="Rate measurements per trial.")] = 6,
+        measure_s: Annotated[float, typer.Option("--measure-seconds", help="Length of one rate measurement.")] = 6.0,
+        min_requests: Annotated[int, typer.Option("--min-requests", help="Fewest requests per measurement.")] = 12,
+        max_measurements: Annotated[int, typer.Option("--max-measurements", help="Rate measurements per trial.")] = 5,
         start_rate: Annotated[Optional[float], typer.Option("--start-rate", help="First rate tried (default: probed).")] = None,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the search, workload and arrivals.")] = 0,
-        apply: Annotated[bool, typer.Option("--apply", help="Push the winner to the running server (--url).")] = False,
+        apply: Annotated[bool, typer.Option("--apply", help="Push the winner's live tunables to the running server (this folder's, or --url with --admin-key); restart ones are listed for the next start.")] = False,
         validate: Annotated[bool, typer.Option("--validate", help="Afterwards re-measure default and winner back to back at the winner's goodput (extra time).")] = False,
         profile_dir: Annotated[str, typer.Option("--profile-dir", help="Where the winner's profile is written.")] = "profiles/engines",
         store: StoreOpt = None,
@@ -84,24 +84,38 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the configuration with the highest goodput that meets every --slo."""
         from rich.console import Console
-        from rich.live import Live
 
         from tokenops.bench.loadgen import BenchError
+        from tokenops.bench.slo_presets import resolve
         from tokenops.bench.workloads import WorkloadError
         from tokenops.cli import UserError
+        from tokenops.cli.tune_view import TuneView, print_outcome
         from tokenops.slo import parse_slos
         from tokenops.tune.goodput import BracketConfig
         from tokenops.tune.launcher import split_args
+        from tokenops.tune.local import LocalAdmin
         from tokenops.tune.profile import save_trials, write_profile
-        from tokenops.tune.runner import TunePlan, TuneSession, apply_winner
+        from tokenops.tune.runner import TunePlan, TuneSession
         from tokenops.tune.search import Budget
         from tokenops.tune.target import TuneError
 
-        from tokenops.bench.slo_presets import resolve
-
         slo = resolve(slo, slo_preset)
-        if apply and not url:
-            raise UserError("--apply pushes the winner to a running server: use it with --url")
+        err = Console(stderr=True)
+        say = (lambda msg: None) if as_json else (lambda msg: err.print(msg, markup=False, highlight=False, style="dim"))
+        local = None if launch else LocalAdmin.find(store)
+        if local is not None and url and _root(url) != _root(local.url):
+            local.close()
+            local = None  # --url names another server: the admin API with --admin-key
+        if apply and launch and local is None and not url:
+            raise UserError("--apply needs a running server to apply to: start `tokenops serve` in this folder "
+                            "(or give --url and --admin-key)")
+        if not url and not launch:
+            if local is not None:
+                url = local.url
+                say(f"tuning the server of this folder at {url} (its live tunables; restart ones need --launch)")
+            else:
+                launch = True
+                say("no `tokenops serve` of this folder is running: launching the bundled engine per configuration")
         try:
             plan = TunePlan(
                 slos=parse_slos(slo), budget=Budget.parse(budget), url=url, admin_key=admin_key, launch=launch,
@@ -112,81 +126,83 @@ def register(app: typer.Typer) -> None:
                                   "dataset": dataset},
                 seed=seed, only=only or [], exclude=exclude or [], overrides=_parse_params(param or []),
                 measure_s=measure_s, min_requests=min_requests, start_rate=start_rate,
-                bracket=BracketConfig(max_measurements=max_measurements), validate=validate)
+                bracket=BracketConfig(max_measurements=max_measurements), validate=validate,
+                local_admin=None if launch else local)
         except (TuneError, ValueError) as e:
             raise UserError(str(e)) from None
-        err = Console(stderr=True)
-        is_tty = sys.stderr.isatty()
-        live = Live(console=err, refresh_per_second=2, transient=False) if is_tty and not as_json else None
-        session: TuneSession | None = None
-
-        def on_trial(trial, outcome):
-            if live is not None:
-                live.update(trials_table(outcome, session.space))
-            elif not as_json:
-                err.print(f"trial {trial.number}: {_short(trial.params, session.space.default())} -> "
-                          f"goodput {trial.goodput:.3g}/s ({trial.result.status}, {trial.duration_s:.0f}s)",
-                          markup=False, highlight=False)
-
-        def on_status(msg: str):
-            if not as_json:
-                (live.console if live is not None else err).print(msg, markup=False, highlight=False, style="dim")
-
-        session = TuneSession(plan, on_trial=on_trial, on_status=on_status)
+        view = TuneView(plan.budget, err, enabled=sys.stderr.isatty() and not as_json)
+        session = TuneSession(plan, on_trial=lambda t, o: view.trial(t, o, session.space),
+                              on_status=lambda msg: view.status(msg) if view.enabled else say(msg))
         try:
-            if live is not None:
-                with live:
-                    report = session.run()
-            else:
+            with view:
                 report = session.run()
         except (TuneError, BenchError, WorkloadError) as e:
             raise UserError(str(e)) from None
         finally:
             session.close()
         out = report.outcome
-        best, default = out.best, out.default
+        best = out.best
         profile = write_profile(report, profile_dir) if best is not None else None
         stored = None
         if not no_store:
             from tokenops.store import default_path
 
             stored = save_trials(report, store or default_path())
+        restart_pending: list[str] = []
         if apply and best is not None:
-            try:
-                report.applied = apply_winner(url, admin_key, best.params)
-            except TuneError as e:
-                raise UserError(f"could not apply the winner: {e}") from None
+            report.applied, restart_pending = _apply(best.params, url if not launch else None, admin_key, store)
         if as_json:
             typer.echo(json.dumps({
                 "study": report.study, "model": report.model, "slo": [s.label for s in plan.slos],
                 "elapsed_s": report.elapsed_s, "stopped_by": out.stopped_by,
                 "space": {d.name: d.values for d in report.space.dims},
-                "default": default.to_dict() if default else None, "best": best.to_dict() if best else None,
+                "dropped": dict(session.irrelevant + report.space.dropped),
+                "default": out.default.to_dict() if out.default else None, "best": best.to_dict() if best else None,
                 "ratio": out.ratio, "profile": str(profile) if profile else None, "applied": report.applied,
+                "restart_pending": restart_pending,
                 "validation": report.validation, "engine": plan.engine if plan.launch else None,
                 "launch_flags": report.launch_flags,
                 "trials": [t.to_dict() for t in out.trials]}, indent=1, default=str))
             return
-        console = Console()
-        console.print(trials_table(out, report.space, f"{report.study}: {report.model}, SLO {', '.join(s.label for s in plan.slos)}"))
-        if best is None:
-            console.print("[red]no configuration met the SLO at any rate tried; relax the SLO or shorten the workload[/]")
-        else:
-            ratio = out.ratio
-            rtxt = "inf" if ratio == float("inf") else f"{ratio:.2f}x"
-            console.print(f"default goodput {default.goodput:.3g} req/s; winner (trial {best.number}) "
-                          f"{best.goodput:.3g} req/s = {rtxt} the default", highlight=False)
-            console.print(f"winner: {_short(best.params, report.space.default())}", markup=False, highlight=False)
-            if report.launch_flags:
-                console.print(f"as {plan.engine} flags: {' '.join(report.launch_flags)}", markup=False, highlight=False)
-        for v in report.validation:
-            vals = ", ".join(f"{k}={'-' if x is None else f'{x * 1000:.0f}ms'}" for k, x in v["slo"].items())
-            console.print(f"validation at {v['rate']:.3g} req/s: {v['name']} {'met' if v['met'] else 'missed'} the SLO "
-                          f"({vals})", markup=False, highlight=False)
-        console.print(f"{len(out.trials)} trials in {report.elapsed_s:.0f}s (stopped: {out.stopped_by})", highlight=False)
+        print_outcome(Console(), report, trials_table, _short)
         if profile:
-            console.print(f"profile written to {profile}", markup=False, highlight=False)
+            Console().print(f"profile written to {profile}; start with it: tokenops serve --profile {profile.stem}",
+                            markup=False, highlight=False)
         if stored:
-            console.print(stored, markup=False, highlight=False)
+            Console().print(stored, markup=False, highlight=False)
         if report.applied:
-            console.print(f"applied to {url}: {report.applied}", markup=False, highlight=False)
+            Console().print(f"applied to {url or 'the server of this folder'}: {report.applied}", markup=False,
+                            highlight=False)
+        if restart_pending:
+            Console().print(f"need a restart (take effect with `tokenops serve --profile "
+                            f"{profile.stem if profile else 'NAME'}`): {', '.join(restart_pending)}",
+                            markup=False, highlight=False)
+
+
+def _root(url: str | None) -> str:
+    return (url or "").rstrip("/").removesuffix("/v1").replace("localhost", "127.0.0.1")
+
+
+def _apply(params: dict[str, Any], url: str | None, admin_key: str | None, store: str | None) -> tuple[dict, list[str]]:
+    """Push the live part of ``params`` to the running server; returns (applied, restart-only names)."""
+    from tokenops.cli import UserError
+    from tokenops.plugins import get_tunables
+    from tokenops.tune.local import LocalAdmin
+    from tokenops.tune.target import AdminClient, TuneError
+
+    registry = get_tunables()
+    live = {k: v for k, v in params.items() if k in registry and registry[k].live}
+    restart = sorted(k for k in params if k not in live)
+    local = LocalAdmin.find(store)
+    if local is not None and url and _root(url) != _root(local.url):
+        local.close()
+        local = None
+    if local is None and not url:
+        raise UserError("--apply: no `tokenops serve` of this folder is running (start it, or give --url and --admin-key)")
+    admin = local if local is not None else AdminClient(url, admin_key)
+    try:
+        return admin.patch(live, actor="tune --apply"), restart
+    except TuneError as e:
+        raise UserError(f"could not apply the winner: {e}") from None
+    finally:
+        admin.close()

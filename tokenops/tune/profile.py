@@ -62,19 +62,24 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
         "model": report.model, "hardware": hardware or hardware_name(),
         "slo": [s.label for s in report.plan.slos], "workload": report.plan.workload, "study": report.study,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "goodput_rps": round(best.goodput, 4), "default_goodput_rps": round(default.goodput, 4) if default else 0.0,
-        "goodput_ratio": round(ratio, 4) if ratio is not None and ratio != float("inf") else "inf",
+        "goodput_rps": round(best.goodput, 4),
+        # the default's own sustained goodput (same procedure); 0 and its status when it had none
+        "default_goodput_rps": round(default.goodput, 4) if default and default.result.status == "complete" else 0.0,
+        "default_status": default.result.status if default else "not measured",
         "num_trials": len(report.outcome.trials), "winner_trial": best.number,
     }
+    if ratio is not None:
+        meta["goodput_ratio"] = round(ratio, 4)
     if report.plan.launch:
         meta["engine"] = report.plan.engine
     if report.launch_flags:
         meta["launch_flags"] = report.launch_flags
     for v in report.validation:
         meta[f"validation_{v['name']}_met_at_{v['rate']:.3g}_rps".replace(".", "_")] = bool(v["met"])
-    lines = [f"# Written by `tokenops tune` (study {report.study}). [tunables] holds the winning values;",
-             "# live ones can be pushed with PATCH /admin/tunables, engine ones also go in tokenops.toml [engine];",
-             "# launcher ones (vllm.*, sglang.*) are that server's command-line flags (docs/tune.md).",
+    lines = [f"# Written by `tokenops tune` (study {report.study}). [tunables] holds the winning values.",
+             f"# Start with them: tokenops serve --profile {path.stem}   (or [engine] profile = \"{path.stem}\");",
+             "# `tokenops tune --apply` pushes the live ones to a running server; launcher ones (vllm.*, sglang.*)",
+             "# are that server's command-line flags (docs/tune.md). serve warns when model, hardware or SLO differ.",
              "", "[tune]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in meta.items()]
     for k, v in sorted(report.plan.workload_options.items()):

@@ -16,10 +16,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from tokenops.bench.loadgen import fetch_model
 from tokenops.bench.runner import BenchPlan, run_level
 from tokenops.bench.workloads import build_workload
 from tokenops.slo import SLO
+from tokenops.tune.deployment import Deployment, filter_relevant
 from tokenops.tune.goodput import BracketConfig, GoodputResult, find_goodput
 from tokenops.tune.launcher import CommandLineLauncher, Launcher, LaunchOptions, ServerProcess
 from tokenops.tune.search import Budget, Trial, TuneOutcome, Tuner
@@ -62,6 +65,8 @@ class TunePlan:
     bracket: BracketConfig = field(default_factory=BracketConfig)
     #: After the study, measure the default and the winner back to back at the winner's goodput.
     validate: bool = False
+    #: The target is this folder's ``tokenops serve``, reached through its store channel (no admin key).
+    local_admin: Any = None
 
     def __post_init__(self) -> None:
         if not self.slos:
@@ -104,6 +109,12 @@ class TuneSession:
         self.original: dict[str, Any] = {}
         self.restart_names: set[str] = set()
         self.space: SearchSpace | None = None
+        #: (name, why) of tunables left out because they cannot change this deployment
+        self.irrelevant: list[tuple[str, str]] = []
+        self.deployment: Deployment | None = None
+        #: live values last sent to the target, so only changes are sent (and audited)
+        self.current: dict[str, Any] = {}
+        self._num_measurements = 0
         #: The served model name, read again after every relaunch.
         self.model: str | None = plan.model
         self.bench = BenchPlan(url=plan.url or "http://127.0.0.1:1", workload=plan.workload, seed=plan.seed,
@@ -119,6 +130,7 @@ class TuneSession:
             self.server = None
         self.on_status(f"launching {self.launcher.name} with {restart_params or 'defaults'}")
         self.server = self.launcher.launch(restart_params)
+        self.current = {}  # a fresh server starts from its defaults
         if self.admin is not None:
             self.admin.close()
             self.admin = None
@@ -154,23 +166,49 @@ class TuneSession:
                 if name not in names and name in get_tunables():
                     raise TuneError(f"--param {name}: the {launcher.name} launcher cannot set it; its tunables "
                                     f"start with {' or '.join(launcher.prefixes)}")
+            # a launched server is one fresh engine: nothing to cascade, route or balance
+            tunables = self._relevant(tunables, Deployment({"launched": 1}, {}))
             space = SearchSpace.build(tunables, True, p.only, p.exclude, p.overrides, p.span)
             self.restart_names = {d.name for d in space.dims if not (d.tunable.live and launcher.has_admin_api)}
             return space
-        self.admin = AdminClient(p.url, p.admin_key)
+        if p.local_admin is not None:
+            self.admin = p.local_admin
+            deployment = Deployment.from_server_info(p.local_admin.info)
+        else:
+            self.admin = AdminClient(p.url, p.admin_key)
+            deployment = Deployment()  # a remote server's models and plugins are not known here
         tunables, self.original = tunables_from_server(self.admin.tunables())
+        self.current = dict(self.original)
+        tunables = self._relevant(tunables, deployment)
         return SearchSpace.build(tunables, False, p.only, p.exclude, p.overrides, p.span)
+
+    def _relevant(self, tunables: list, deployment: Deployment) -> list:
+        from tokenops.plugins import get_tunables
+
+        self.deployment = deployment
+        rel = filter_relevant(tunables, deployment, declared=get_tunables(), keep=self.plan.overrides)
+        self.irrelevant = rel.dropped
+        return rel.kept
 
     def _apply(self, params: dict[str, Any]) -> None:
         restart = {k: v for k, v in params.items() if k in self.restart_names}
         if self.plan.launch and (self.server is None or self.server.params != restart):
             self._launch(restart)
-        live = {k: v for k, v in params.items() if k not in self.restart_names}
+        live = {k: v for k, v in params.items() if k not in self.restart_names and self.current.get(k, ...) != v}
         if live:
             assert self.admin is not None
             self.admin.patch(live)
+            self.current.update(live)
 
     # -- measuring ------------------------------------------------------------
+
+    def _fresh_requests(self, n: int) -> list:
+        """New prompts for every measurement: a configuration measured later must not find
+        its prompts in a prefix cache an earlier measurement warmed."""
+        p = self.plan
+        self._num_measurements += 1
+        seed = int(np.random.SeedSequence([p.seed, self._num_measurements]).generate_state(1)[0])
+        return build_workload(p.workload, n, seed, **p.workload_options)
 
     def _measure_fn(self, requests: list) -> Callable[[float], Any]:
         p = self.plan
@@ -179,7 +217,7 @@ class TuneSession:
             n = int(min(p.max_requests, max(p.min_requests, math.ceil(rate * p.measure_s))))
             bench = dataclasses.replace(self.bench, seed=p.seed + 1000 * repeat) if repeat else self.bench
             assert self.model is not None
-            s = measure(bench, self.model, requests[:n], rate)
+            s = measure(bench, self.model, self._fresh_requests(n), rate)
             again = " (repeat)" if repeat else ""
             errors = f" errors {s.errors}" if s.errors else ""
             self.on_status(f"  rate {rate:.3g}/s x {n}{again}: {'met' if s.is_slo_met else 'missed'} "
@@ -210,10 +248,14 @@ class TuneSession:
             if self.model is None:
                 self.model = asyncio.run(fetch_model(self.bench.url))
             model = self.model
-            requests = build_workload(p.workload, p.max_requests, p.seed, **p.workload_options)
+            for name, why in self.irrelevant:
+                self.on_status(f"dropped {name}: {why}")
+            if not space.dims:
+                raise TuneError(f"nothing to search: {space.why_empty()}")
+            requests = self._fresh_requests(3)
             self._apply(space.default())
             start = p.start_rate or self._probe_start_rate(model, requests)
-            self.on_status(f"space: {', '.join(f'{d.name} {d.values}' for d in space.dims) or 'empty'}; "
+            self.on_status(f"space: {', '.join(f'{d.name} {d.values}' for d in space.dims)}; "
                            f"start rate {start:.3g}/s")
             fn = self._measure_fn(requests)
 
@@ -238,9 +280,11 @@ class TuneSession:
                     validation.append({"name": name, "params": params, "rate": best.goodput, "met": s.is_slo_met,
                                        "achieved_rps": s.request_rate, "errors": s.num_errors,
                                        "slo": {r["label"]: r["value_s"] for r in s.slo}})
-            if p.url and self.original:
-                restore = {k: self.original[k] for k in space.names if k in self.original}
-                self.admin.patch(restore)
+            if p.url and self.original:  # only what differs, so the audit shows real changes
+                restore = {k: self.original[k] for k in space.names
+                           if k in self.original and self.current.get(k, ...) != self.original[k]}
+                self.admin.patch(restore, actor="tune (restore)")
+                self.current.update(restore)
         finally:
             if self.server is not None:
                 self.server.stop()
@@ -253,6 +297,8 @@ class TuneSession:
     def close(self) -> None:
         if self.admin is not None:
             self.admin.close()
+        if self.plan.local_admin is not None and self.plan.local_admin is not self.admin:
+            self.plan.local_admin.close()
 
 
 def apply_winner(url: str, admin_key: str | None, params: dict[str, Any]) -> dict[str, Any]:

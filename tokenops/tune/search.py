@@ -53,11 +53,13 @@ class TuneOutcome:
 
     @property
     def ratio(self) -> float | None:
-        """Winner's goodput over the default's (inf when only the winner meets the SLO)."""
-        if self.best is None or self.default is None:
+        """Winner's goodput over the default's sustained goodput, both measured by the same
+        procedure (confirmed by a repeat). None when either has none: a default that met the
+        SLO once and missed it on the repeat has no goodput to divide by, and no ratio is made up."""
+        if self.best is None or self.default is None or self.default.goodput <= 0:
             return None
-        if self.default.goodput <= 0:
-            return float("inf") if self.best.goodput > 0 else None
+        if self.default.result.status != "complete":
+            return None
         return self.best.goodput / self.default.goodput
 
 

@@ -72,6 +72,11 @@ def candidates(t: Tunable, span: float = 8.0) -> list[Any]:
 @dataclass(slots=True)
 class SearchSpace:
     dims: list[Dimension] = field(default_factory=list)
+    #: (tunable name, why it is not searched) for the tunables ``--only`` named or that were
+    #: left out for a reason a user may want to know (restart-only, one candidate).
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+    #: ``--only`` patterns that matched no tunable.
+    unmatched: list[str] = field(default_factory=list)
 
     @classmethod
     def build(cls, tunables: Iterable[Tunable], include_restart: bool, only: list[str] | None = None,
@@ -88,23 +93,39 @@ class SearchSpace:
         def matches(name: str, pats: list[str]) -> bool:
             return any(name == p or name.startswith(p.rstrip(".") + ".") for p in pats)
 
-        dims = []
+        dims, dropped = [], []
         for t in by_name.values():
+            named = bool(only) and matches(t.name, only)
             if t.name not in overrides:
-                if not t.searchable or (only and not matches(t.name, only)):
+                if only and not named:
+                    continue
+                if not t.searchable:
+                    if named:
+                        dropped.append((t.name, f"not searched by default; give candidates: --param {t.name}=v1,v2"))
                     continue
             if exclude and matches(t.name, exclude):
                 continue
             if not t.live and not include_restart:
                 if t.name in overrides:
                     raise TunableError(f"--param {t.name}: needs a restart; use --launch so tokenops can relaunch the engine")
+                dropped.append((t.name, "needs a restart: a running server cannot try it (tune --launch relaunches "
+                                        "the engine per configuration)"))
                 continue
             vals = [t.validate(v) for v in overrides[t.name]] if t.name in overrides else candidates(t, span)
             if t.default not in vals:  # trial 0 is always the default configuration
                 vals = sorted(vals + [t.default]) if t.type in ("int", "float") else [t.default, *vals]
             if len(vals) > 1:
                 dims.append(Dimension(t, vals))
-        return cls(sorted(dims, key=lambda d: d.name))
+            elif named:
+                dropped.append((t.name, f"has one candidate ({vals[0]!r}); give more: --param {t.name}=v1,v2"))
+        unmatched = [p for p in (only or []) if not any(matches(n, [p]) for n in by_name)]
+        return cls(sorted(dims, key=lambda d: d.name), dropped, unmatched)
+
+    def why_empty(self) -> str:
+        """One line on why nothing is searched (for an empty space)."""
+        parts = [f"{name} {why}" for name, why in self.dropped]
+        parts += [f"--only {p} matches no tunable of this target (`tokenops plugins` lists them)" for p in self.unmatched]
+        return "; ".join(parts) or "no searchable tunable with more than one candidate"
 
     @property
     def names(self) -> list[str]:

@@ -1,0 +1,104 @@
+"""What is being tuned: the models, their replicas and the plugin configuration of the
+target, so the tuner searches only tunables that can change it.
+
+A tunable declares ``relevant(deployment)`` (and ``needs``, the words for what it
+needs); the cascade threshold needs a cascade, router knobs a router in use, replica
+policies a model with two or more replicas. A fact the tuner could not learn (a remote
+URL that is not a tokenops server of this folder) is None and keeps every tunable that
+depends on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from tokenops.tunables import Tunable
+
+
+@dataclass(slots=True)
+class Deployment:
+    #: model name -> number of replicas (None: unknown)
+    replicas: dict[str, int] | None = None
+    #: the server's ``[plugins]`` configuration (None: unknown)
+    plugins: dict[str, Any] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "Deployment":
+        from tokenops.backends.registry import model_configs, replica_urls
+
+        return cls({m.name: len(replica_urls(m)) for m in model_configs(settings)}, dict(settings.plugins))
+
+    @classmethod
+    def from_server_info(cls, info: dict[str, Any]) -> "Deployment":
+        """From the ``hello`` of a server's store channel (:mod:`tokenops.store.channel`)."""
+        replicas = info.get("replicas")
+        return cls(dict(replicas) if isinstance(replicas, dict) else None, info.get("plugins"))
+
+    @property
+    def num_models(self) -> int | None:
+        return None if self.replicas is None else len(self.replicas)
+
+    @property
+    def max_replicas(self) -> int | None:
+        return None if self.replicas is None else max(self.replicas.values(), default=0)
+
+    def plugin_setting(self, plugin: str, key: str, default: Any = None) -> Any:
+        """``[plugins.<plugin>] <key>``; ``...`` (Ellipsis) when the configuration is unknown."""
+        if self.plugins is None:
+            return ...
+        section = self.plugins.get(plugin)
+        return section.get(key, default) if isinstance(section, dict) else default
+
+    def describe(self) -> str:
+        if self.replicas is None:
+            return "deployment unknown"
+        parts = [f"{name} x{n}" if n > 1 else name for name, n in self.replicas.items()]
+        return f"{len(self.replicas)} model(s): {', '.join(parts)}"
+
+
+# -- predicates plugins attach to their tunables ------------------------------------
+
+
+def has_replicated_model(d: Deployment) -> bool:
+    return d.max_replicas is None or d.max_replicas >= 2
+
+
+def has_cascade(d: Deployment) -> bool:
+    models = d.plugin_setting("cascade", "models", [])
+    return models is ... or (isinstance(models, list) and len(models) >= 2)
+
+
+def router_in_use(name: str):
+    def relevant(d: Deployment) -> bool:
+        use = d.plugin_setting("router", "use")
+        return use is ... or use == name
+
+    return relevant
+
+
+@dataclass(slots=True)
+class Relevance:
+    kept: list[Tunable] = field(default_factory=list)
+    #: (name, why it was left out)
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def filter_relevant(tunables: Iterable[Tunable], deployment: Deployment, declared: Any = None,
+                    keep: Iterable[str] = ()) -> Relevance:
+    """Split ``tunables`` into those that can change ``deployment`` and those that cannot.
+
+    :param declared: a registry to read ``relevant``/``needs`` from by name (tunables rebuilt
+        from a server's JSON carry no code).
+    :param keep: names kept regardless (the user asked for them with ``--param``).
+    """
+    keep = set(keep)
+    out = Relevance()
+    for t in tunables:
+        source = declared[t.name] if declared is not None and t.name in declared else t
+        check = source.relevant
+        if check is None or t.name in keep or check(deployment):
+            out.kept.append(t)
+        else:
+            out.dropped.append((t.name, f"needs {source.needs or 'another deployment'}"))
+    return out
