@@ -156,7 +156,14 @@ class FakeAdminClient:
                 "columns": ["hour", "model", "requests", "ttft_p50", "ttft_p95", "e2e_p50", "e2e_p95"],
                 "rows": [["2025-11-21 09:00", "demo-llama", 2100, 0.079, 0.201, 1.58, 3.02], ["2025-11-21 10:00", "demo-llama", 2300, 0.083, 0.219, 1.66, 3.3]],
             }
-        raise AdminError(f"unknown query {name!r}; known: config_changes, latency_by_model_hour, usage_by_model_day", 404)
+        if name == "images_by_model_hour":
+            return {
+                "name": name,
+                "columns": ["hour", "model", "sampler", "requests", "images", "steps_avg", "cache_reuse", "e2e_p50"],
+                "rows": [["2025-11-21 10:00", "digits-diffusion", "dpm", 40, 160, 10.0, 0.35, 0.042]],
+            }
+        raise AdminError(f"unknown query {name!r}; known: config_changes, images_by_model_hour, latency_by_model_hour, "
+                         "usage_by_model_day", 404)
 
     def _check(self) -> None:
         if self.is_down:

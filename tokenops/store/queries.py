@@ -183,6 +183,23 @@ _QUERIES = [
         (QueryParam("replica", "str", None, "only this replica"), QueryParam("limit", "int", 120, "maximum number of rows")),
     ),
     NamedQuery(
+        "images_by_model_hour",
+        """
+        SELECT date_trunc('hour', ts) AS hour, model, sampler,
+               count(*) AS requests,
+               count(*) FILTER (WHERE status = 'error') AS errors,
+               coalesce(sum(num_images) FILTER (WHERE status = 'ok'), 0) AS images,
+               avg(steps) FILTER (WHERE status = 'ok') AS steps_avg,
+               avg(cache_reuse_ratio) FILTER (WHERE status = 'ok') AS cache_reuse,
+               quantile_cont(e2e_s, 0.5) FILTER (WHERE status = 'ok') AS e2e_p50,
+               quantile_cont(e2e_s, 0.95) FILTER (WHERE status = 'ok') AS e2e_p95
+        FROM image_requests WHERE ts >= $since
+        GROUP BY ALL ORDER BY hour, model, sampler
+        """,
+        "Image requests by model, sampler and hour: images, mean denoising steps, step-cache reuse ratio, E2E p50/p95.",
+        (SINCE,),
+    ),
+    NamedQuery(
         "bench_results",
         """
         SELECT r.id AS run_id, r.ts, r.target, r.workload, b.* EXCLUDE (run_id)

@@ -1,4 +1,5 @@
-"""History: named store queries (tokens and cost by model per day, latency percentiles per hour)."""
+"""History: named store queries (tokens and cost by model per day, latency percentiles per hour,
+image requests' denoising steps and step-cache reuse per hour)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tokenops.tui.tables import ensure_columns, sync_rows
 QUERIES = (
     ("usage_by_model_day", "tokens and cost by model per day"),
     ("latency_by_model_hour", "latency percentiles by model per hour"),
+    ("images_by_model_hour", "image requests: steps and step-cache reuse by model per hour"),
 )
 
 
