@@ -101,3 +101,25 @@ def test_embedding_requests_are_recorded_with_cost(served):
     after = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers).json()["models"]["minilm"]
     assert after["input_tokens"] - before.get("input_tokens", 0) == used
     assert after["cost_usd"] - before.get("cost_usd", 0.0) == pytest.approx(used * 0.02 / 1e6)
+
+
+def test_default_models_list_minilm_loaded_lazily():
+    from tokenops.backends.embedding import DEFAULT_EMBEDDING_MODEL, EmbeddingBackend
+    from tokenops.backends.registry import default_model_configs
+    from tokenops.config import ConfigError, ModelConfig, Settings
+
+    entry = next(m for m in default_model_configs() if m.name == DEFAULT_EMBEDDING_MODEL)
+    assert entry.backend == "embedding" and entry.engine == {"load": "lazy"}
+    backend = EmbeddingBackend(entry, Settings())
+    assert backend.ready and backend._st is None  # listed and routable at once; loads on its first request
+    with pytest.raises(ConfigError, match="load = 'soon'"):
+        EmbeddingBackend(ModelConfig(name="e", backend="embedding", engine={"load": "soon"}), Settings())
+
+
+@pytest.mark.slow
+def test_plain_tokenops_serve_serves_minilm_embeddings(tmp_path):
+    with ServeProcess(tmp_path, store=False) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        assert "all-minilm-l6-v2" in {m.id for m in client.models.list().data}
+        got = client.embeddings.create(model="all-minilm-l6-v2", input=["first", "second"])
+        assert [len(d.embedding) for d in got.data] == [384, 384]
