@@ -20,7 +20,8 @@ app = typer.Typer(
 )
 
 # Each module exposes ``register(app)``; a module not yet present is skipped.
-COMMAND_MODULES = ("plugins_cmd", "serve", "report", "bench", "tune", "dashboard", "models", "profile", "moe", "route")
+COMMAND_MODULES = ("plugins_cmd", "serve", "report", "bench", "tune", "dashboard", "models", "profile", "moe", "route",
+                   "keys")
 
 
 def _version(value: bool) -> None:
