@@ -76,12 +76,13 @@ def test_sampler_applies_each_rows_own_grammar(demo_engine):
     assert tok.decode([out[1].token_id]) in ("yes", "no", "y", "n", "ye")
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_twenty_prompts_give_schema_valid_json(demo_engine, temperature):
-    """Even the word-salad demo model answers with JSON that validates, greedy and sampled."""
+@pytest.mark.slow  # tests/gateway/test_structured_serve.py checks 20 prompts through tokenops serve by default
+def test_twenty_prompts_give_schema_valid_json(demo_engine):
+    """Even the word-salad demo model, sampled at temperature 1 (its strings never end by
+    themselves), answers with JSON that validates: the budget-aware close ends them."""
     matcher = demo_engine.grammar_compiler.compile(GrammarSpec.json_schema(close_objects(PERSON)))
     outs = demo_engine.generate(_prompts(demo_engine, 20),
-                                SamplingParams(max_tokens=64, temperature=temperature, seed=7, grammar=matcher))
+                                SamplingParams(max_tokens=48, temperature=1.0, seed=7, grammar=matcher))
     for out in outs:
         jsonschema.validate(json.loads(out.outputs[0].text), PERSON)
         assert out.outputs[0].finish_reason == "stop"
@@ -89,7 +90,7 @@ def test_twenty_prompts_give_schema_valid_json(demo_engine, temperature):
 
 def test_each_of_n_sequences_decodes_under_its_own_matcher(demo_engine):
     matcher = demo_engine.grammar_compiler.compile(GrammarSpec.json_schema(close_objects(PERSON)))
-    [out] = demo_engine.generate(_prompts(demo_engine, 1), SamplingParams(n=3, max_tokens=64, temperature=1.0, seed=3,
+    [out] = demo_engine.generate(_prompts(demo_engine, 1), SamplingParams(n=3, max_tokens=40, temperature=1.0, seed=3,
                                                                           grammar=matcher))
     assert len(out.outputs) == 3
     for c in out.outputs:

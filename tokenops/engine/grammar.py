@@ -192,9 +192,6 @@ def _first_line(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else "invalid grammar"
 
 
-_BIT_SHIFTS: dict[str, "torch.Tensor"] = {}
-
-
 def new_bitmask(num_rows: int, vocab_size: int) -> "torch.Tensor":
     """An int32 bitmask ``[num_rows, ceil(vocab / 32)]`` with every token allowed."""
     import torch
@@ -206,19 +203,20 @@ def apply_token_bitmasks(logits: "torch.Tensor", rows: list[int], bitmask: "torc
     """``logits`` with ``-inf`` for the tokens row ``rows[j]`` may not take (bit clear in
     ``bitmask[j]``); other rows unchanged. Out of place (the runner's logits may be
     inference tensors); only the constrained rows are masked."""
+    import numpy as np
     import torch
 
-    shifts = _BIT_SHIFTS.get(str(logits.device))
-    if shifts is None:
-        shifts = _BIT_SHIFTS[str(logits.device)] = torch.arange(32, dtype=torch.int32, device=logits.device)
     vocab = logits.shape[1]
-    bits = (bitmask.to(logits.device).unsqueeze(-1) >> shifts) & 1  # [rows, words, 32]
-    allowed = bits.view(len(rows), -1)[:, :vocab].bool()
+    # little-endian int32 words unpack, byte by byte and low bit first, into token order
+    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, count=vocab, bitorder="little")
+    allowed = torch.from_numpy(bits.view(np.bool_)).to(logits.device)
     if allowed.shape[1] < vocab:  # logits wider than the bitmask: the extra tokens are not allowed
         pad = torch.zeros(len(rows), vocab - allowed.shape[1], dtype=torch.bool, device=logits.device)
         allowed = torch.cat([allowed, pad], dim=1)
+    if len(rows) == logits.shape[0] and rows == list(range(len(rows))):  # every row constrained: no gather
+        return torch.where(allowed, logits, float("-inf"))
     index = torch.tensor(rows, device=logits.device)
-    masked = logits.index_select(0, index).masked_fill_(~allowed, float("-inf"))
+    masked = torch.where(allowed, logits.index_select(0, index), float("-inf"))
     return logits.index_copy(0, index, masked)
 
 
