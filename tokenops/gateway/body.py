@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 from typing import Any, Callable, TypeVar
 
 import anyio
@@ -24,8 +23,6 @@ from tokenops.gateway.errors import APIError
 
 #: Bodies larger than this are parsed and validated in a worker thread.
 OFF_LOOP_BYTES = 64 * 1024
-#: A number with a 3-digit exponent may overflow to infinity: only then is the tree walked.
-_BIG_EXPONENT = re.compile(rb"[eE][+]?\d{3,}")
 T = TypeVar("T")
 
 
@@ -63,30 +60,39 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
     return b"".join(chunks)
 
 
-def parse_json(raw: bytes) -> dict[str, Any]:
+def parse_json(raw: bytes, check_finite: bool = True) -> dict[str, Any]:
     """A JSON object from ``raw``, or a 400 saying what is wrong with it."""
     try:
         data = from_json(raw, allow_inf_nan=False)
     except ValueError as e:
-        reason = "NaN and Infinity are not JSON numbers" if re.search(rb"\bNaN\b|\bInfinity\b", raw) else _reason(str(e))
+        reason = "NaN and Infinity are not JSON numbers" if b"NaN" in raw or b"Infinity" in raw else _reason(str(e))
         raise APIError(400, f"We could not parse the JSON body of your request: {reason}.",
                        code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
-    if _BIG_EXPONENT.search(raw) and _has_infinity(data):
-        raise APIError(400, "The request body holds a number too large for a 64-bit float.", code="invalid_json")
+    if check_finite:
+        _check_finite(data)
     return data
+
+
+def _check_finite(data: dict[str, Any]) -> None:
+    # from_json turns 1e999 into inf even with allow_inf_nan=False; a walk of the parsed
+    # tree is cheaper than scanning the raw bytes (a regex over 4 MB of text takes ~90 ms)
+    if _has_infinity(data):
+        raise APIError(400, "We could not parse the JSON body of your request: it holds a number too large for "
+                       "a 64-bit float.", code="invalid_json")
 
 
 def checked_body(raw: bytes, conf: Any) -> dict[str, Any]:
     """:func:`parse_json` plus the cheap bounds of ``[gateway]`` (``max_messages``),
     checked before validation or tokenization spend time on the body."""
-    data = parse_json(raw)
+    data = parse_json(raw, check_finite=False)
     messages = data.get("messages")
     if isinstance(messages, list) and len(messages) > conf.max_messages:
         raise APIError(400, f"messages: {len(messages)} messages exceed this server's limit of {conf.max_messages} "
                        "([gateway] max_messages); merge them or send fewer.", code="too_many_messages",
                        param="messages")
+    _check_finite(data)
     return data
 
 
