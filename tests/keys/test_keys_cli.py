@@ -78,3 +78,29 @@ def test_keys_made_on_the_store_work_when_the_server_starts(tmp_path):
                                               max_tokens=4).usage.completion_tokens == 4
         with pytest.raises(openai.PermissionDeniedError):
             client.chat.completions.create(model="large", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+
+
+def test_report_by_key_and_tenant_while_serving(server):
+    import time
+
+    import httpx
+
+    admin = httpx.Client(base_url=server.url, headers=server.admin_headers)
+    admin.put("/admin/tenants/report-co", json={})
+    key = admin.post("/admin/keys", json={"tenant": "report-co"}).json()
+    client = openai.OpenAI(base_url=server.base_url, api_key=key["key"], max_retries=0)
+    for _ in range(2):
+        client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi there"}], max_tokens=4)
+    env = {"TOKENOPS_STORE": str(server.store_path), "TOKENOPS_URL": None}
+    for _ in range(50):  # the telemetry writer flushes about every 0.5 s
+        rows = json.loads(_cli("report", "--by", "key", "--since", "all", "--json", env=env).stdout)["spend_by_key"]
+        mine = [r for r in rows["rows"] if r[1] == key["id"]]
+        if mine:
+            break
+        time.sleep(0.2)
+    cols = rows["columns"]
+    assert mine and mine[0][cols.index("requests")] == 2
+    assert mine[0][cols.index("cost_usd")] == pytest.approx(2 * 0.013)
+    text = _cli("report", "--by", "tenant", "--since", "all", env=env).stdout
+    assert "Spend by tenant and model" in text and "report-co" in text
+    assert _cli("report", "--by", "model", env=env).exit_code == 2  # key or tenant only

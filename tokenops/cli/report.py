@@ -8,8 +8,9 @@ server's ``/admin/query`` endpoint.
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -28,7 +29,7 @@ def _store_path(store: str | None, config: str | None) -> str:
     return load_settings(config).store.path
 
 
-def collect_report(path: str, since: str) -> dict[str, Any]:
+def collect_report(path: str, since: str, by: str | None = None) -> dict[str, Any]:
     """The report's data; ``requests`` is 0 when nothing was recorded in the window.
 
     :raises StoreError: the file is in use by a server or has an old schema.
@@ -51,7 +52,31 @@ def collect_report(path: str, since: str) -> dict[str, Any]:
         report["cache_hit_rates"] = store.run_query("cache_hit_rates", since=start)
         report["route_reasons"] = store.run_query("route_reasons", since=start)
         report["bench_runs"] = store.run_query("bench_runs", since=start, limit=10)
+        if by is not None:  # spend per API key or tenant (and model)
+            report[f"spend_by_{by}"] = store.run_query(f"spend_by_{by}", since=start)
     return report
+
+
+class By(str, Enum):
+    key = "key"
+    tenant = "tenant"
+
+
+ByOpt = Annotated[Optional[By], typer.Option("--by", help="Also show spend per API key or per tenant (and model).")]
+
+
+def _print_spend(result: dict[str, Any], by: str) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if Console().is_terminal else Console(width=160)
+    table = Table(title=f"Spend by {by} and model (USD)", box=box.SIMPLE_HEAD)
+    for col in result["columns"]:
+        table.add_column(col, justify="left" if col in ("tenant", "key_id", "model") else "right")
+    for row in result["rows"]:
+        table.add_row(*[f"{v:.6f}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in row])
+    console.print(table)
 
 
 def _ms(value: Any) -> str:
@@ -122,13 +147,15 @@ def report_command(
     as_json: JsonOpt = False,
     store: StoreOpt = None,
     config: ConfigOpt = None,
+    by: ByOpt = None,
 ) -> None:
-    """Tokens, cost, requests and TTFT/E2E percentiles by model and day; cache hit rates."""
+    """Tokens, cost, requests and TTFT/E2E percentiles by model and day; cache hit rates;
+    with --by key|tenant, spend per API key or tenant and model."""
     from tokenops.store import StoreError
 
     path = _store_path(store, config)
     try:
-        report = collect_report(path, since)
+        report = collect_report(path, since, by.value if by is not None else None)
     except StoreError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -145,6 +172,8 @@ def report_command(
         typer.echo(report["message"])
     else:
         _print_tables(report)
+        if by is not None:
+            _print_spend(report[f"spend_by_{by.value}"], by.value)
 
 
 def register(app: typer.Typer) -> None:

@@ -235,6 +235,28 @@ _QUERIES = [
     ),
 ]
 
+
+def _spend_query(name: str, columns: str, what: str) -> NamedQuery:
+    return NamedQuery(
+        name,
+        f"""
+        SELECT {columns}, {_MODEL} AS model,
+               count(*) AS requests, count(*) FILTER (WHERE status != 'ok') AS not_ok,
+               coalesce(sum(tokens_in), 0) AS tokens_in, coalesce(sum(tokens_out), 0) AS tokens_out,
+               coalesce(sum(cost_usd), 0.0) AS cost_usd
+        FROM requests WHERE ts >= $since
+        GROUP BY ALL ORDER BY cost_usd DESC, {columns.replace(" AS key_id", "")}, model
+        """,
+        f"Spend per {what} and model: requests (not_ok: refused or failed), tokens, cost in USD "
+        "(a cascade's or ensemble's members included in its request's cost).",
+        (SINCE,),
+    )
+
+
+_QUERIES += [_spend_query("spend_by_tenant", "tenant", "tenant"),
+             _spend_query("spend_by_key", "tenant, api_key_id AS key_id", "API key (key id: a managed key's id, "
+                                                                          "or the first 12 hex of a config key's hash)")]
+
 QUERIES: dict[str, NamedQuery] = {q.name: q for q in _QUERIES}
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
