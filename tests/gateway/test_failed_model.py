@@ -43,6 +43,7 @@ def test_ready_lists_the_failed_model_while_the_other_serves(served):
     assert body["ready"] is True and body["degraded"] is True
     assert list(body["failed"]) == ["gemma"] and "unsupported architecture GemmaForCausalLM" in body["failed"]["gemma"]
     assert body["replicas"] == {"other#0": True, "gemma#0": False}
+    assert body["failed_replicas"] == {"gemma#0": body["failed"]["gemma"]}
     lines = [line for line in srv.log().splitlines() if "gemma" in line and "failed to load" in line]
     assert len(lines) == 1 and "GemmaForCausalLM" in lines[0]
     card = client.models.retrieve("gemma")

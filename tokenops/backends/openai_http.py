@@ -100,10 +100,16 @@ class OpenAIBackend:
         assert self._client is not None
         try:
             r = await self._client.get(self.url + "/models", headers=self._headers, timeout=2.0)
-            cards = [m for m in r.json().get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)]
-        except Exception:
+        except Exception:  # not reachable (yet)
             return
-        self._has_listed_models = True
+        if r.status_code >= 500:  # still starting
+            return
+        self._has_listed_models = True  # any other answer, list or not, is not asked for again
+        try:
+            data = r.json().get("data", [])
+            cards = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        except Exception:  # a server without an OpenAI model list: send the configured name
+            cards = []
         ids = [m["id"] for m in cards]
         if not self._is_model_fixed and self.model not in ids:
             if len(ids) == 1:

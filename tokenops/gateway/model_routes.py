@@ -4,10 +4,12 @@
 Readiness with a failed model: a model whose backend failed to start (an
 architecture the engine cannot load, a missing folder) does not hold ``/ready``
 at 503 forever. ``/ready`` is 200 once every model has either loaded or failed and
-at least one serves; its body lists each failure under ``failed`` (model -> cause)
-and says ``"degraded": true``. It is 503 while any model is still loading, when
-every model failed, and while draining. Requests to the failed model get a 503
-OpenAI error with code ``model_load_failed`` naming the cause.
+at least one serves; its body lists each failed model under ``failed`` (model ->
+cause), each failed replica under ``failed_replicas`` (also those of a model that
+still serves on its other replicas) and says ``"degraded": true``. It is 503 while
+any model is still loading, when every model failed, and while draining. Requests
+to a failed model get a 503 OpenAI error with code ``model_load_failed`` naming
+the cause.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def readiness(gw: Any) -> tuple[int, dict[str, Any]]:
     body: dict[str, Any] = {"ready": is_ready, "replicas": states}
     if failed:
         body["failed"] = failed
+    failed_replicas = {name: cause for name, cause in errors.items() if cause}
+    if failed_replicas:
+        body["failed_replicas"] = failed_replicas  # includes replicas of models that still serve on others
         body["degraded"] = True
     return (200 if is_ready else 503), body
 
