@@ -9,6 +9,12 @@ reused by a sequence with the identical prefix from the same tenant. When a bloc
 reference count drops to zero it stays registered on an LRU list of free cached
 blocks; a fresh allocation takes a never-cached free block first and otherwise
 evicts the least recently freed cached one.
+
+KV offload tier (optional ``offload``, an :class:`~tokenops.engine.offload_index.OffloadIndex`):
+an evicted cached block is copied to the tier under its hash, and a lookup that misses
+in the pool but hits in the tier takes a fresh block and copies the tier's copy into
+it instead of recomputing it. The copies are queued on ``pending_transfers`` in order;
+the engine hands them to the model runner before the step's forward.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
+    from tokenops.engine.offload_index import OffloadIndex, TransferOp
     from tokenops.engine.sequence import Sequence
 
 
@@ -36,7 +43,8 @@ class Block:
 class BlockManager:
     """Allocates KV blocks to sequences (``block_table``) with copy-on-write forks."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 offload: OffloadIndex | None = None) -> None:
         assert num_blocks > 0 and block_size > 0
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -49,6 +57,10 @@ class BlockManager:
         self.num_prefix_hits = 0  # of which served from the cache
         self.num_evictions = 0
         self.num_policy_evictions = 0  # blocks released by a KV policy (sink + window)
+        self.offload = offload
+        #: Offload-tier copies queued for the runner, in the order they must run.
+        self.pending_transfers: list[TransferOp] = []
+        self.num_offload_hits = 0  # prompt tokens loaded back from the offload tier
 
     # -- sizes --------------------------------------------------------------------------
 
@@ -86,19 +98,24 @@ class BlockManager:
             hashes.append(hash((parent, seq.tenant, self._block_tokens(seq, i))))
         return hashes[index]
 
-    def _lookup(self, seq: Sequence) -> list[int]:
-        """Cached blocks holding the longest prefix of ``seq``; the last token is never a
-        hit, because the step must compute it to get logits."""
+    def _lookup(self, seq: Sequence) -> list[int | None]:
+        """Cached blocks holding the longest prefix of ``seq`` (None: a block the offload
+        tier holds); the last token is never a hit, because the step must compute it to
+        get logits."""
         if not self.enable_prefix_caching:
             return []
-        hits = []
+        hits: list[int | None] = []
         for i in range((len(seq.token_ids) - 1) // self.block_size):
-            block_id = self._hash_to_block.get(self._hash_of(seq, i))
+            block_hash, tokens = self._hash_of(seq, i), self._block_tokens(seq, i)
+            block_id = self._hash_to_block.get(block_hash)
             if block_id is None:
+                if self.offload is not None and self.offload.contains(block_hash, seq.tenant, tokens):
+                    hits.append(None)
+                    continue
                 break
             block = self.blocks[block_id]
             # guards against hash collisions: same tenant and same tokens
-            if block.salt != seq.tenant or block.token_ids != self._block_tokens(seq, i):
+            if block.salt != seq.tenant or block.token_ids != tokens:
                 break
             hits.append(block_id)
         return hits
@@ -107,9 +124,9 @@ class BlockManager:
 
     def can_allocate(self, seq: Sequence) -> bool:
         """Whether blocks for all of ``seq``'s tokens can be had now."""
-        hits = self._lookup(seq)
-        num_hits_free = sum(1 for b in hits if self.blocks[b].ref_count == 0)
-        num_fresh = self.num_blocks_for(len(seq.token_ids)) - len(hits)
+        pool_hits = [b for b in self._lookup(seq) if b is not None]
+        num_hits_free = sum(1 for b in pool_hits if self.blocks[b].ref_count == 0)
+        num_fresh = self.num_blocks_for(len(seq.token_ids)) - len(pool_hits)
         return num_fresh <= self.num_free_blocks - num_hits_free
 
     def allocate(self, seq: Sequence) -> None:
@@ -119,9 +136,18 @@ class BlockManager:
         assert self.can_allocate(seq)
         hits = self._lookup(seq)
         for block_id in hits:
-            self._ref(block_id)
-        seq.block_table = hits + [self._take_fresh() for _ in range(self.num_blocks_for(len(seq.token_ids)) - len(hits))]
+            if block_id is not None:
+                self._ref(block_id)
+        # claimed before any fresh block is taken: the saves of the blocks that evicts
+        # must not push these out of the tier
+        claims = {i: self.offload.claim(self._hash_of(seq, i)) for i, b in enumerate(hits) if b is None}
+        table = [b if b is not None else self._take_fresh() for b in hits]
+        for i, entry in claims.items():
+            self._register(self.blocks[table[i]], seq, i)
+            self.offload.load(self._hash_of(seq, i), entry, table[i], self.pending_transfers)
+        seq.block_table = table + [self._take_fresh() for _ in range(self.num_blocks_for(len(seq.token_ids)) - len(hits))]
         seq.num_computed_tokens = len(hits) * self.block_size
+        self.num_offload_hits += len(claims) * self.block_size
         if seq.num_output_tokens == 0:  # a recompute after preemption is not a prompt-cache hit
             seq.num_cached_tokens = seq.num_computed_tokens
         if self.enable_prefix_caching:
@@ -213,21 +239,25 @@ class BlockManager:
             block = self.blocks[seq.block_table[i]]
             if block.block_hash is not None:
                 continue  # a prefix-cache hit, already registered
-            block_hash = self._hash_of(seq, i)
-            if block_hash in self._hash_to_block:
+            if self._hash_of(seq, i) in self._hash_to_block:
                 continue  # same content computed twice; keep the first copy registered
-            block.block_hash = block_hash
-            block.token_ids = self._block_tokens(seq, i)
-            block.salt = seq.tenant
-            self._hash_to_block[block_hash] = block.block_id
+            self._register(block, seq, i)
+
+    def take_transfers(self) -> list[TransferOp]:
+        """The queued offload-tier copies (emptied); run them in order before the forward."""
+        ops, self.pending_transfers = self.pending_transfers, []
+        return ops
 
     def reset_prefix_cache(self) -> int:
-        """Forget every free cached block (used ones keep working); returns how many."""
+        """Forget every free cached block (used ones keep working) and the offload tier;
+        returns how many blocks of the pool and the tier were forgotten."""
         num = len(self._free_cached)
         while self._free_cached:
             block_id, _ = self._free_cached.popitem(last=False)
             self._unregister(self.blocks[block_id])
             self._free_uncached.append(block_id)
+        if self.offload is not None:
+            num += self.offload.clear(self.pending_transfers)
         return num
 
     # -- internals ---------------------------------------------------------------------
@@ -238,12 +268,21 @@ class BlockManager:
         else:
             assert self._free_cached, "no free KV block: check can_allocate/can_append first"
             block_id, _ = self._free_cached.popitem(last=False)
-            self._unregister(self.blocks[block_id])
+            block = self.blocks[block_id]
+            if self.offload is not None:
+                self.offload.save(block.block_hash, block.salt, block.token_ids, block_id, self.pending_transfers)
+            self._unregister(block)
             self.num_evictions += 1
         block = self.blocks[block_id]
         assert block.ref_count == 0
         block.ref_count = 1
         return block_id
+
+    def _register(self, block: Block, seq: Sequence, index: int) -> None:
+        block.block_hash = self._hash_of(seq, index)
+        block.token_ids = self._block_tokens(seq, index)
+        block.salt = seq.tenant
+        self._hash_to_block[block.block_hash] = block.block_id
 
     def _unregister(self, block: Block) -> None:
         assert block.block_hash is not None

@@ -53,6 +53,13 @@ class EngineConfig:
     #: when it builds and the cache is float32/bfloat16 on CPU, else PyTorch),
     #: "native" (that kernel or an error) or "torch" (gather + SDPA).
     attention_backend: str = "auto"
+    #: KV offload tier (all 0 = off): evicted prefix-cache blocks go to host memory
+    #: (``*_blocks`` wins over ``*_mb``), overflowing to disk; see offload_index.py.
+    kv_offload_host_mb: float = 0.0
+    kv_offload_host_blocks: int = 0
+    kv_offload_disk_mb: float = 0.0
+    kv_offload_disk_blocks: int = 0
+    kv_offload_disk_path: str | None = None  # None: a temporary folder
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -87,6 +94,7 @@ class EngineConfig:
             raise ValueError(f"engine kv_window_tokens must be 0 (off) or >= 2 blocks ({2 * self.block_size})")
         if self.kv_window_tokens and self.speculative == "draft":
             raise ValueError("engine kv_window_tokens (sink + window eviction) does not work with the draft proposer")
+        _check_offload(self)
 
     @property
     def num_kv_blocks(self) -> int:
@@ -105,6 +113,20 @@ class EngineConfig:
         if values.get("torch_threads") == 0:
             values["torch_threads"] = None  # the tunable's 0 means "torch's default"
         return cls(**values)
+
+
+def _check_offload(config: EngineConfig) -> None:
+    for name in ("kv_offload_host_mb", "kv_offload_disk_mb"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise ValueError(f"engine {name} must be a number of MB >= 0, not {value!r}")
+    _check_int("kv_offload_host_blocks", config.kv_offload_host_blocks, 0)
+    _check_int("kv_offload_disk_blocks", config.kv_offload_disk_blocks, 0)
+    has_host = config.kv_offload_host_blocks or config.kv_offload_host_mb
+    if (config.kv_offload_disk_blocks or config.kv_offload_disk_mb) and not has_host:
+        raise ValueError("engine kv_offload disk tier needs a host tier (kv_offload_host_mb or _blocks) in front of it")
+    if has_host and config.speculative == "draft":
+        raise ValueError("engine kv_offload (KV offload tier) does not work with the draft proposer (its cache is not offloaded)")
 
 
 def _check_int(name: str, value: Any, minimum: int | None) -> None:

@@ -75,6 +75,11 @@ class LLMEngine:
             self.scheduler.num_spec_tokens_fn = self.spec_decoder.num_tokens_for
         #: KV policy (``tokenops_kv_policy``, e.g. sink + window eviction) or None.
         self.kv_policy = get_kv_policy(config)
+        store = getattr(runner, "kv_offload", None)
+        if store is not None:  # KV offload tier: the block manager keeps its books
+            from tokenops.engine.offload_index import OffloadIndex
+
+            self.scheduler.block_manager.offload = OffloadIndex(store.num_host_slots, store.num_disk_blocks)
         self._grammar_compiler: Any = None
 
     @property
@@ -140,6 +145,9 @@ class LLMEngine:
         outputs, self._pending = self._pending, []
         start = time.perf_counter()
         batch = self.scheduler.schedule()
+        transfers = self.scheduler.block_manager.take_transfers()
+        if transfers:  # offload-tier saves and loads, before anything writes those blocks
+            self.runner.transfer_kv(transfers)
         if batch.is_empty:
             return outputs
         for src, dst in batch.block_copies:
@@ -310,6 +318,7 @@ class LLMEngine:
             "expert_load": expert_load() if callable(expert_load) else None,
             **({"spec_decode": self.spec_decoder.stats.as_dict()} if self.spec_decoder is not None else {}),
             **({"kv_policy_evicted_blocks": bm.num_policy_evictions} if self.kv_policy is not None else {}),
+            **({"kv_offload": {**bm.offload.stats(), "hit_tokens": bm.num_offload_hits}} if bm.offload is not None else {}),
         }
 
     def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:

@@ -81,6 +81,7 @@ class ModelRunner:
         self._raw_model = model  # the module whose layers hold the cache views and counters
         self.windows = model.attention_windows
         self._allocate_kv_cache()
+        self.kv_offload = self._make_offload_store()
         self.native_attention = self._pick_attention_kernel()
         model = get_transformed_model(model, config)
         self.model = get_compiled_model(model)
@@ -100,6 +101,26 @@ class ModelRunner:
         for i, attn in enumerate(self._raw_model.attention_layers()):
             scales = None if self.kv_scales is None else (self.kv_scales[0, i], self.kv_scales[1, i])
             attn.bind_cache(self.kv_cache[0, i], self.kv_cache[1, i], scales)
+
+    def _make_offload_store(self):
+        """The KV offload tier's host/disk storage (None when the tier is off)."""
+        config = self.config
+        host_blocks, host_mb = getattr(config, "kv_offload_host_blocks", 0), getattr(config, "kv_offload_host_mb", 0.0)
+        if not (host_blocks or host_mb):
+            return None
+        from tokenops.engine.offload_store import OffloadStore, block_bytes
+
+        size = block_bytes(self.kv_cache, self.kv_scales)
+        disk_blocks = config.kv_offload_disk_blocks or int(config.kv_offload_disk_mb * 2**20 // size)
+        num_host = host_blocks or int(host_mb * 2**20 // size)
+        if num_host < 1:
+            raise ValueError(f"engine kv_offload_host_mb {host_mb} is smaller than one KV block ({size / 2**20:.3f} MB)")
+        return OffloadStore(self.kv_cache, self.kv_scales, num_host, disk_blocks, config.kv_offload_disk_path)
+
+    def transfer_kv(self, ops: list) -> None:
+        """Run the block manager's offload-tier copies (in order) before the forward."""
+        assert self.kv_offload is not None, "KV transfers without an offload tier"
+        self.kv_offload.execute(ops)
 
     def _pick_attention_kernel(self):
         """The compiled paged decode kernel (see :mod:`tokenops.engine.native`), or None for

@@ -70,6 +70,9 @@ _ENGINE_COUNTERS = {
     "spec_decode_num_drafts_total": ("spec_decode.num_drafts", "Number of spec decoding drafts."),
     "spec_decode_num_draft_tokens_total": ("spec_decode.num_draft_tokens", "Number of draft tokens."),
     "spec_decode_num_accepted_tokens_total": ("spec_decode.num_accepted_tokens", "Number of accepted tokens."),
+    # KV offload tier (engines with it on; nested under stats["kv_offload"])
+    "kv_offload_hits_total": ("kv_offload.hit_tokens", "Prompt tokens loaded back from the KV offload tier instead of recomputed."),
+    "kv_offload_saved_blocks_total": ("kv_offload.saved_blocks", "KV blocks copied to the offload tier on eviction."),
 }
 
 
