@@ -93,6 +93,8 @@ class EngineSettings:
     torch_threads: int | None = None
     seed: int = 0
     attention_backend: str = "auto"
+    #: A tuned profile to start with: profiles/engines/NAME.toml (`tokenops serve --profile NAME`).
+    profile: str | None = None
 
 
 @dataclass(slots=True)

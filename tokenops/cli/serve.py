@@ -26,6 +26,9 @@ def serve_command(
         "--allow-open", help="Serve non-loopback clients without API keys (otherwise refused).")] = False,
     no_store: Annotated[bool, typer.Option("--no-store", help="Run without the DuckDB store (no telemetry).")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "warning",
+    profile: Annotated[Optional[str], typer.Option(
+        "--profile", help="Start with a tuned profile: profiles/engines/NAME.toml from `tokenops tune` "
+        "(or [engine] profile).")] = None,
 ) -> None:
     """Serve /v1/chat/completions, /v1/completions, /v1/models, /metrics and /admin.
 
@@ -53,7 +56,18 @@ def serve_command(
         settings.gateway.admin_key = admin_key
     if model:
         settings.models = [model_from_arg(m) for m in model]
-    run_server(settings, allow_open=allow_open, use_store=not no_store, log_level=log_level, echo=typer.echo)
+    startup_tunables = None
+    if profile or settings.engine.profile:
+        from tokenops.tune.engine_profile import apply_to_settings, load_profile, mismatches
+
+        tuned = load_profile(profile or settings.engine.profile)
+        startup_tunables = apply_to_settings(tuned, settings)
+        typer.echo(f"profile {tuned.name} ({tuned.path}): {', '.join(f'{k}={v}' for k, v in tuned.tunables.items())}")
+        from tokenops.backends.registry import model_configs
+
+        for problem in mismatches(tuned, settings, [m.name for m in model_configs(settings)]):
+            typer.echo(f"warning: profile {tuned.name} was {problem}; its values may not fit here", err=True)
+    run_server(settings, allow_open=allow_open, startup_tunables=startup_tunables, use_store=not no_store, log_level=log_level, echo=typer.echo)
 
 
 def register(app: typer.Typer) -> None:

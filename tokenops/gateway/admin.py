@@ -93,6 +93,8 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
     gw.tunable_values.update(checked)
     if gw.store is not None:
         for name, value in checked.items():
+            if old[name] == value:  # a patch that restores or repeats a value is no change to audit
+                continue
             try:
                 gw.store.record_config_change(name, old[name], value, actor=actor, source="admin")
             except Exception as e:  # the change is live; a failed audit must be visible, not fatal

@@ -94,7 +94,7 @@ def _exit_cleanly_on_sigterm() -> None:
 
 
 def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool = True, log_level: str = "warning",
-               echo=print) -> None:
+               echo=print, startup_tunables: dict[str, Any] | None = None) -> None:
     """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry."""
     import uvicorn
 
@@ -115,6 +115,10 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
         url = f"http://{settings.gateway.host}:{settings.gateway.port}"
         if store is not None:
             channel = start_store_channel(store, gw, url)
+        if startup_tunables:  # a profile's live tunables beyond [engine]/[gateway]
+            from tokenops.tune.engine_profile import apply_when_ready
+
+            apply_when_ready(gw, startup_tunables, actor=f"profile {settings.engine.profile}")
         echo(f"tokenops serving {', '.join(gw.replicas)} at {url}/v1  (metrics {url}/metrics, admin {url}/admin)")
         if not settings.gateway.admin_key and not settings.gateway.admin_key_hash:
             echo(admin_key_notice(store_dir, new_key is not None))  # the file's path, never the key

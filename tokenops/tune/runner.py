@@ -187,7 +187,11 @@ class TuneSession:
 
         self.deployment = deployment
         rel = filter_relevant(tunables, deployment, declared=get_tunables(), keep=self.plan.overrides)
-        self.irrelevant = rel.dropped
+        only = self.plan.only
+        searchable = {t.name for t in tunables if t.searchable}
+        # report only what the search would otherwise have tried
+        self.irrelevant = [(n, why) for n, why in rel.dropped if n in searchable and
+                           (not only or any(n == o or n.startswith(o.rstrip(".") + ".") for o in only))]
         return rel.kept
 
     def _apply(self, params: dict[str, Any]) -> None:
@@ -251,7 +255,13 @@ class TuneSession:
             for name, why in self.irrelevant:
                 self.on_status(f"dropped {name}: {why}")
             if not space.dims:
-                raise TuneError(f"nothing to search: {space.why_empty()}")
+                irrelevant = {n for n, _ in self.irrelevant}
+                space.unmatched = [o for o in space.unmatched
+                                   if not any(n == o or n.startswith(o.rstrip(".") + ".") for n in irrelevant)]
+                reasons = [f"{n} {why}" for n, why in self.irrelevant]
+                if space.dropped or space.unmatched or not reasons:
+                    reasons.append(space.why_empty())
+                raise TuneError(f"nothing to search: {'; '.join(reasons)}")
             requests = self._fresh_requests(3)
             self._apply(space.default())
             start = p.start_rate or self._probe_start_rate(model, requests)
