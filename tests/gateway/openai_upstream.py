@@ -4,8 +4,8 @@ loopback port, in a thread), standing in for vLLM / SGLang / llama.cpp server.
 It serves one model under its own id (``MODEL_ID``, unlike the gateway's name) and
 answers 404 for any other id, as vLLM does. Chat requests with ``tools`` get two
 parallel tool calls whose arguments stream in several pieces; a message containing
-"refuse" gets a refusal; otherwise an echo of the last message. ``/v1/embeddings``
-answers float or base64 vectors. Every request body is kept in ``bodies``.
+"refuse" gets a refusal; otherwise an echo of the last message. ``/v1/completions``
+honours ``echo`` and ``suffix``; ``/v1/embeddings`` answers float or base64 vectors. Every request body is kept in ``bodies``.
 """
 
 from __future__ import annotations
@@ -95,6 +95,17 @@ def build_app(bodies: list[dict[str, Any]]):
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
+    async def completions(request: Request) -> JSONResponse:
+        body = await request.json()
+        bodies.append(body)
+        if body.get("model") != MODEL_ID:
+            return error(404, f"The model `{body.get('model')}` does not exist.", "model_not_found")
+        text = (body["prompt"] if body.get("echo") else "") + " and so on" + (body.get("suffix") or "")
+        return JSONResponse({"id": "cmpl-upstream", "object": "text_completion", "created": int(time.time()),
+                             "model": MODEL_ID, "choices": [{"index": 0, "text": text, "logprobs": None,
+                                                             "finish_reason": "length"}],
+                             "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}})
+
     async def embeddings(request: Request) -> JSONResponse:
         body = await request.json()
         bodies.append(body)
@@ -114,6 +125,7 @@ def build_app(bodies: list[dict[str, Any]]):
                              "usage": {"prompt_tokens": n, "total_tokens": n}})
 
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"]),
+                             Route("/v1/completions", completions, methods=["POST"]),
                              Route("/v1/embeddings", embeddings, methods=["POST"])])
 
 

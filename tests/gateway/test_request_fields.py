@@ -102,3 +102,13 @@ def test_upstream_gets_every_field_unchanged(served):
     for key, value in extra.items():
         assert sent.get(key) == value, key
     assert "cache" not in sent  # the gateway's own switch stays in the gateway
+
+
+def test_completion_fields_the_engine_rejects_pass_through_to_upstreams(served):
+    up, client = served
+    got = client.completions.create(model="up", prompt="Once", max_tokens=4, echo=True, suffix="!", best_of=2,
+                                    logit_bias={"50": 1}, presence_penalty=0.5, extra_body={"min_p": 0.1})
+    sent = up.bodies[-1]
+    assert (sent["echo"], sent["suffix"], sent["best_of"], sent["min_p"]) == (True, "!", 2, 0.1)
+    assert sent["logit_bias"] == {"50": 1} and sent["presence_penalty"] == 0.5
+    assert got.choices[0].text == "Once and so on!" and got.usage.completion_tokens == 4
