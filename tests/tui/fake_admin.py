@@ -97,6 +97,16 @@ def make_stats(num_points: int = 300, num_replicas: int = 2, moe: bool = True, n
         "routes": {"default": 12000, "cheap_first": 8000, "escalated": 1456, "sticky_prefix": 2000},
         "cache": {"lookups": 23456, "hits": 3120},
         "escalations": 1456,
+        "spend": [
+            {"tenant": "acme", "key_id": None, "spend_usd": 4.95, "period": "monthly", "period_spent_usd": 41.2,
+             "budget_usd": 50.0, "remaining_usd": 8.8},
+            {"tenant": "acme", "key_id": "key_3f9a1c02b7e4", "spend_usd": 3.1, "period": "daily",
+             "period_spent_usd": 3.1, "budget_usd": 5.0, "remaining_usd": 1.9},
+            {"tenant": "acme", "key_id": "key_8d21e6aa0c5f", "spend_usd": 1.85, "period": None,
+             "period_spent_usd": None, "budget_usd": None, "remaining_usd": None},
+            {"tenant": "default", "key_id": None, "spend_usd": 1.0, "period": None, "period_spent_usd": None,
+             "budget_usd": None, "remaining_usd": None},
+        ],
         "history": history,
     }
 

@@ -231,6 +231,7 @@ class Gateway:
         history = snap.pop("history")
         return {"time": now, "uptime_s": now - self.started_at, **snap, "engines": self.engine_stats(),
                 "models": models, "routes": routes, "cache": cache, "escalations": num_escalations,
+                "spend": self.keys.dashboard_rows(),
                 "breakers": replica_states(self.replicas), "history": history}
 
     def _initial_tunables(self) -> dict[str, Any]:

@@ -124,6 +124,44 @@ class KeyService:
             spend = dict(self.guard.stats.spend)
         return [{"tenant": t, "key_id": k or None, "spend_usd": v} for (t, k), v in sorted(spend.items())]
 
+    def dashboard_rows(self) -> list[dict[str, Any]]:
+        """Spend per tenant and key (USD served by this gateway since it started) with the
+        current period's budget use where a budget is set; a ``key_id`` of None is the
+        tenant's total, shown when the tenant has a budget or more than one key."""
+        spend: dict[tuple[str, str | None], float] = {}
+        with self.guard._lock:
+            for (tenant, key), value in self.guard.stats.spend.items():
+                spend[(tenant, key or None)] = spend.get((tenant, key or None), 0.0) + value
+        per_tenant: dict[str, float] = {}
+        num_keys: dict[str, int] = {}
+        for (tenant, _), value in spend.items():
+            per_tenant[tenant] = per_tenant.get(tenant, 0.0) + value
+            num_keys[tenant] = num_keys.get(tenant, 0) + 1
+        rows = []
+        budgeted = {k.id: k for k in self.registry.keys() if k.budget.is_set and k.revoked_at is None}
+        for key in budgeted.values():
+            spend.setdefault((key.tenant, key.id), 0.0)
+        tenants = {t.name: t for t in self.registry.tenants() if t.budget.is_set}
+        for name in set(tenants) | {t for t, n in num_keys.items() if n > 1}:
+            rows.append(self._row(name, None, per_tenant.get(name, 0.0), tenants.get(name)))
+        for (tenant, key_id), value in spend.items():
+            rows.append(self._row(tenant, key_id, value, budgeted.get(key_id) if key_id else None))
+        return sorted(rows, key=lambda r: (r["tenant"], r["key_id"] is not None, r["key_id"] or ""))
+
+    def _row(self, tenant: str, key_id: str | None, spend: float, owner: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {"tenant": tenant, "key_id": key_id, "spend_usd": spend, "period": None,
+                               "period_spent_usd": None, "budget_usd": None, "remaining_usd": None}
+        if owner is not None:
+            scope, name = ("key", owner.id) if key_id else ("tenant", owner.name)
+            try:
+                usage = self.guard.usage(scope, name, owner.budget, owner.created_at)
+            except Exception as e:  # Redis blinked: show the spend without the budget
+                log.warning("budget usage of %s %s: %s", scope, name, e)
+                return row
+            row.update(period=usage["period"], period_spent_usd=usage["spent_usd"], budget_usd=usage["budget_usd"],
+                       remaining_usd=usage["remaining_usd"])
+        return row
+
     # -- /metrics ----------------------------------------------------------------
 
     def prometheus_lines(self) -> Iterable[str]:

@@ -1,4 +1,5 @@
-"""Models & routing: traffic share and cost per model, route reasons, escalations, cache hits."""
+"""Models & routing: traffic share and cost per model, route reasons, spend per tenant and API key
+(with budget use), escalations, cache hits."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ MODEL_COLUMNS = (
     ("cost_h", "cost/hour"),
 )
 ROUTE_COLUMNS = (("reason", "route reason"), ("count", "requests"), ("share", "share"))
+SPEND_COLUMNS = (("tenant", "tenant"), ("key", "key"), ("spend", "spend"), ("period", "budget period"),
+                 ("used", "used"), ("left", "left"))
 
 
 def model_cells(name: str, model: dict[str, Any]) -> list[Any]:
@@ -40,6 +43,20 @@ def model_cells(name: str, model: dict[str, Any]) -> list[Any]:
     ]
 
 
+def spend_rows(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """``stats["spend"]``: per tenant (``key_id`` None: all its keys) and key, with budget use."""
+    out = {}
+    for r in rows:
+        budget = r.get("budget_usd")
+        used = None if budget is None else usage_bar(ratio(r.get("period_spent_usd"), budget), width=8)
+        out[f"{r['tenant']}/{r.get('key_id') or '*'}"] = [
+            r["tenant"], r.get("key_id") or "(all keys)", fmt_usd(r.get("spend_usd")), r.get("period") or "-",
+            used if used is not None else fmt_usd(r.get("period_spent_usd")) if r.get("period") else "-",
+            fmt_usd(r.get("remaining_usd")) if r.get("remaining_usd") is not None else "-",
+        ]
+    return out
+
+
 def route_rows(routes: dict[str, int]) -> dict[str, list[Any]]:
     total = sum(routes.values())
     ordered = sorted(routes.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -48,11 +65,17 @@ def route_rows(routes: dict[str, int]) -> dict[str, list[Any]]:
 
 class ModelsScreen(DashboardScreen):
     SCREEN_TITLE = "Models & routing"
+    DEFAULT_CSS = """
+    ModelsScreen #spend { max-height: 8; }
+    """
 
     def compose_body(self) -> ComposeResult:
         models = DataTable(id="models", cursor_type="row", zebra_stripes=True)
         models.border_title = "models"
         yield models
+        spend = DataTable(id="spend", cursor_type="row")
+        spend.border_title = "spend by tenant / key (this gateway) and budget use in the period"
+        yield spend
         with Horizontal(id="routing"):
             routes = DataTable(id="routes", cursor_type="row")
             routes.border_title = "route reasons"
@@ -68,6 +91,7 @@ class ModelsScreen(DashboardScreen):
     def _ensure_columns(self) -> None:
         ensure_columns(self.query_one("#models", DataTable), MODEL_COLUMNS)
         ensure_columns(self.query_one("#routes", DataTable), ROUTE_COLUMNS)
+        ensure_columns(self.query_one("#spend", DataTable), SPEND_COLUMNS)
 
     def show_stats(self, stats: dict[str, Any]) -> None:
         models = stats.get("models") or {}
@@ -76,6 +100,7 @@ class ModelsScreen(DashboardScreen):
         with self.app.batch_update():
             sync_rows(self.query_one("#models", DataTable), {n: model_cells(n, m) for n, m in sorted(models.items())})
             sync_rows(self.query_one("#routes", DataTable), route_rows(stats.get("routes") or {}))
+            sync_rows(self.query_one("#spend", DataTable), spend_rows(stats.get("spend") or []))
             hits, lookups = cache.get("hits", 0), cache.get("lookups", 0)
             self.query_one("#cache", MetricTile).show(f"{fmt_int(hits)}/{fmt_int(lookups)} ({fmt_pct(ratio(hits, lookups))})")
             self.query_one("#escalations", MetricTile).show(fmt_int(stats.get("escalations", 0)))
