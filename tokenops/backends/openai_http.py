@@ -184,6 +184,9 @@ class OpenAIBackend:
                 continue
             except httpx.TimeoutException:
                 raise BackendError(f"{self.name}: upstream timed out", "timeout", 504, self.name) from None
+            except httpx.TransportError as e:  # the connection broke while the answer was read (a killed upstream)
+                raise BackendError(f"{self.name}: connection to {self.url} broke: {type(e).__name__}", "error", 502,
+                                   self.name) from None
             if response.status_code >= 400:
                 body = await response.aread()
                 await response.aclose()
