@@ -17,20 +17,23 @@ from tokenops.keys import service
 TOKENOPS_LAYER = "compute_network"
 
 _synced: set[str] = set()
+_synced_state: tuple = ()
 
 
-def sync_rate_limits() -> None:
-    """Install every active key's rpm/tpm as a ``key`` override of the rate limiter."""
-    keys = service.active
-    if keys is None:
+def sync_rate_limits(keys) -> None:
+    """Install every active key's rpm/tpm as a ``key`` override of the rate limiter, once
+    per change of the keys (or of the limiter's config, which the rate_limit plugin may
+    replace when it is configured or tuned)."""
+    global _synced_state
+    from tokenops_plugins.compute_network import rate_limit
+
+    state = (id(keys), keys.registry.generation, id(rate_limit._config))
+    if state == _synced_state:
         return
     from tokenops.ratelimit.config import Limit, RateLimitConfig
-    from tokenops_plugins.compute_network import rate_limit
 
     wanted = {k.id: Limit(requests_per_min=k.rpm, tokens_per_min=k.tpm) for k in keys.registry.keys()
               if (k.rpm or k.tpm) and k.revoked_at is None}
-    if not wanted and not _synced:
-        return
     if rate_limit.limiter is None and wanted:
         rate_limit.configure(RateLimitConfig(enabled=True, redis_url=keys.redis_url))
     overrides = rate_limit._config.overrides.setdefault("key", {})
@@ -39,23 +42,16 @@ def sync_rate_limits() -> None:
     overrides.update(wanted)
     _synced.clear()
     _synced.update(wanted)
-
-
-@hookimpl(trylast=True)
-def tokenops_configure(settings):
-    # after rate_limit's own configure (which replaces its config)
-    _synced.clear()
-    keys = service.active
-    if keys is not None:
-        if sync_rate_limits not in keys.registry.on_change:
-            keys.registry.on_change.append(sync_rate_limits)
-        sync_rate_limits()
+    _synced_state = (id(keys), keys.registry.generation, id(rate_limit._config))
 
 
 @hookimpl(tryfirst=True)
 def tokenops_admit(request):
     keys = service.active
-    return None if keys is None or request is None else keys.guard.admit(request)
+    if keys is None or request is None:
+        return None
+    sync_rate_limits(keys)
+    return keys.guard.admit(request)
 
 
 @hookimpl

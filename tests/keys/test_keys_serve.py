@@ -158,3 +158,16 @@ def test_metrics_show_spend_and_budget_remaining(server, admin):
     assert spend and float(spend[0].rsplit(" ", 1)[1]) == pytest.approx(COST_SMALL)
     remaining = [l for l in text.splitlines() if l.startswith("tokenops:budget_remaining_usd{") and key["id"] in l]
     assert float(remaining[0].rsplit(" ", 1)[1]) == pytest.approx(1.0 - COST_SMALL)
+
+
+def test_key_rpm_limit_is_enforced_per_key(server, admin):
+    limited = _key(admin, rpm=1)  # a bucket of one request, refilled once a minute
+    other = _key(admin, tenant=limited["tenant"])
+    client = _client(server, limited["key"])
+    _ask(client)
+    with pytest.raises(openai.RateLimitError) as e:
+        _ask(client)
+    assert e.value.body["code"] == "rate_limit_exceeded" and limited["id"] in e.value.body["message"]
+    _ask(_client(server, other["key"]))  # the same tenant's other key is not limited
+    admin.patch(f"/admin/keys/{limited['id']}", json={"rpm": None})  # lifting the limit acts at once
+    _ask(client)

@@ -56,6 +56,7 @@ class KeyRegistry:
         self._version: bytes | None = None
         self._lock = threading.Lock()
         self.on_change: list[Callable[[], None]] = []
+        self.generation = 0  # bumped whenever the keys or tenants change
         self._load()
 
     # -- loading and sharing -------------------------------------------------
@@ -98,6 +99,7 @@ class KeyRegistry:
         by_hash = {k.key_hash: k for k in keys.values()}
         with self._lock:
             self._keys, self._by_hash, self._tenants = keys, by_hash, tenants
+            self.generation += 1
         for callback in self.on_change:
             callback()
 
