@@ -51,7 +51,11 @@ def embedding_request(data: dict[str, Any]) -> GatewayRequest:
         loc = ".".join(str(x) for x in err.get("loc", ()))
         raise APIError(400, f"{loc}: {err.get('msg', 'invalid value')}", code="invalid_value", param=loc or None) from None
     body = req.model_dump(exclude_unset=True)
-    return GatewayRequest(kind="embedding", model=req.model, body=body, session_id=req.user, max_tokens=0)
+    texts = [req.input] if isinstance(req.input, str) else req.input
+    # the text, for admission plugins that count or read it (rate limits, budgets)
+    prompt = "\n".join(texts) if all(isinstance(t, str) for t in texts) else None
+    return GatewayRequest(kind="embedding", model=req.model, body=body, prompt=prompt, session_id=req.user,
+                          max_tokens=0)
 
 
 async def embed(gw: Any, request: GatewayRequest) -> dict[str, Any]:
