@@ -4,7 +4,8 @@ loopback port, in a thread), standing in for vLLM / SGLang / llama.cpp server.
 It serves one model under its own id (``MODEL_ID``, unlike the gateway's name) and
 answers 404 for any other id, as vLLM does. Chat requests with ``tools`` get two
 parallel tool calls whose arguments stream in several pieces; a message containing
-"refuse" gets a refusal; otherwise an echo of the last message. ``/v1/completions``
+"refuse" gets a refusal, one containing "think" a ``reasoning_content`` (as vLLM's
+reasoning parsers send it); otherwise an echo of the last message. ``/v1/completions``
 honours ``echo`` and ``suffix``; ``/v1/embeddings`` answers float or base64 vectors. Every request body is kept in ``bodies``.
 """
 
@@ -58,6 +59,9 @@ def build_app(bodies: list[dict[str, Any]]):
                      for cid, name, pieces in TOOL_CALLS]
             message = {"role": "assistant", "content": None, "tool_calls": calls, "refusal": None}
             finish = "tool_calls"
+        elif "think" in last:  # a reasoning model as vLLM serves it (--reasoning-parser)
+            message = {"role": "assistant", "content": "42", "reasoning_content": "6 times 7 is 42.", "refusal": None}
+            finish = "stop"
         elif "refuse" in last:
             message = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
             finish = "stop"
@@ -81,6 +85,10 @@ def build_app(bodies: list[dict[str, Any]]):
                                                  "function": {"name": name, "arguments": ""}}]})
                     for piece in pieces:
                         yield chunk({"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
+            elif message.get("reasoning_content"):
+                for piece in ("6 times ", "7 is 42."):
+                    yield chunk({"reasoning_content": piece})
+                yield chunk({"content": message["content"]})
             elif message.get("refusal"):
                 for piece in ("I can't ", "help with ", "that."):
                     yield chunk({"refusal": piece})

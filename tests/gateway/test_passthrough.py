@@ -111,6 +111,21 @@ def test_refusal_passes_through(served):
     assert "".join(r for r in streamed if r) == "I can't help with that."
 
 
+def test_other_message_fields_pass_through(served):
+    up, srv = served
+    gateway, _ = _clients(up, srv)
+    msg = [{"role": "user", "content": "think: 6 x 7?"}]
+    got = gateway.chat.completions.create(model="agent", messages=msg).choices[0].message
+    assert got.content == "42" and got.model_extra["reasoning_content"] == "6 times 7 is 42."
+    pieces, content = [], []
+    for chunk in gateway.chat.completions.create(model="agent", messages=msg, stream=True):
+        for c in chunk.choices:
+            if (c.delta.model_extra or {}).get("reasoning_content"):
+                pieces.append(c.delta.model_extra["reasoning_content"])
+            content.append(c.delta.content or "")
+    assert pieces == ["6 times ", "7 is 42."] and "".join(content) == "42"
+
+
 def test_usage_cost_and_telemetry_count_tool_call_answers(served):
     up, srv = served
     before = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers).json()["models"].get("agent") or {}

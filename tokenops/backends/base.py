@@ -46,6 +46,9 @@ class Delta:
     cached_tokens: int | None = None
     tool_calls: list[dict[str, Any]] | None = None
     refusal: str | None = None
+    #: Chat only: other fields of an upstream's ``delta`` (vLLM's ``reasoning_content``, ...),
+    #: forwarded to the client unchanged in a chunk of their own.
+    extra: dict[str, Any] | None = None
 
     @property
     def is_usage(self) -> bool:

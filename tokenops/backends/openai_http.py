@@ -228,7 +228,7 @@ class OpenAIBackend:
             text = message.get("content") if request.kind == "chat" else c.get("text")
             choices.append({"index": c.get("index", 0), "text": text or "", "finish_reason": c.get("finish_reason"),
                             "logprobs": c.get("logprobs"), "tool_calls": message.get("tool_calls") or None,
-                            "refusal": message.get("refusal")})
+                            "refusal": message.get("refusal"), "message_extra": _other_fields(message)})
         if not choices:
             raise BackendError(f"{self.name}: upstream answer has no choices", "error", 502, self.name)
         usage = data.get("usage") or {}
@@ -259,19 +259,20 @@ class OpenAIBackend:
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 for c in chunk.get("choices") or []:
-                    calls = refusal = None
+                    calls = refusal = other = None
                     if request.kind == "chat":
                         delta = c.get("delta") or {}
                         text = delta.get("content") or ""
                         calls, refusal = delta.get("tool_calls") or None, delta.get("refusal") or None
+                        other = _other_fields(delta)
                     else:
                         text = c.get("text") or ""
                     lp = c.get("logprobs")
-                    n = _count_tokens(request.kind, lp, text or calls or refusal)
+                    n = _count_tokens(request.kind, lp, text or calls or refusal or other)
                     num_tokens += n
-                    if text or c.get("finish_reason") or lp or calls or refusal:
-                        yield Delta(index=c.get("index", 0), text=text, num_tokens=n,
-                                    finish_reason=c.get("finish_reason"), logprobs=lp, tool_calls=calls, refusal=refusal)
+                    if text or c.get("finish_reason") or lp or calls or refusal or other:
+                        yield Delta(index=c.get("index", 0), text=text, num_tokens=n, finish_reason=c.get("finish_reason"),
+                                    logprobs=lp, tool_calls=calls, refusal=refusal, extra=other)
         except httpx.TimeoutException:
             raise BackendError(f"{self.name}: upstream timed out mid-stream", "timeout", 504, self.name) from None
         except httpx.HTTPError as e:
@@ -299,6 +300,16 @@ async def _sse_data(response: httpx.Response) -> AsyncIterator[bytes]:
         buf = buf[start:]
     if buf.startswith(b"data:"):
         yield buf
+
+
+_MESSAGE_FIELDS = ("role", "content", "tool_calls", "refusal")
+
+
+def _other_fields(message: dict[str, Any]) -> dict[str, Any] | None:
+    """The fields of an upstream message or delta beyond those the gateway carries itself
+    (vLLM's ``reasoning_content``, OpenAI's ``annotations``/``audio``), passed on as they are."""
+    other = {k: v for k, v in message.items() if k not in _MESSAGE_FIELDS and v is not None}
+    return other or None
 
 
 def _count_tokens(kind: str, logprobs: Any, text: Any) -> int:

@@ -145,6 +145,8 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
                     if writer.is_chat and d.index not in started:
                         started.add(d.index)
                         yield writer.role(d.index)
+                    if d.extra and writer.is_chat:  # e.g. reasoning_content: before the content, as sent
+                        yield writer.other(d.index, d.extra)
                     if d.text or d.logprobs:
                         yield writer.content(d.index, d.text, d.logprobs)
                     if d.refusal and writer.is_chat:

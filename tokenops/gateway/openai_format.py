@@ -41,6 +41,8 @@ def chat_message(choice: dict[str, Any]) -> dict[str, Any]:
                                "refusal": choice.get("refusal")}
     if tool_calls:
         message["tool_calls"] = tool_calls
+    for key, value in (choice.get("message_extra") or {}).items():  # an upstream's other fields
+        message.setdefault(key, value)
     return message
 
 
@@ -110,6 +112,10 @@ class ChunkWriter:
 
     def refusal(self, index: int, text: str) -> bytes:
         return self._chunk([{"index": index, "delta": {"refusal": text}, "logprobs": None, "finish_reason": None}])
+
+    def other(self, index: int, fields: dict[str, Any]) -> bytes:
+        """An upstream's other delta fields (``Delta.extra``), forwarded as they came."""
+        return self._chunk([{"index": index, "delta": dict(fields), "logprobs": None, "finish_reason": None}])
 
     def finish(self, index: int, reason: str) -> bytes:
         if self.is_chat:

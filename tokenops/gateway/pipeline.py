@@ -18,6 +18,7 @@ from tokenops.backends.base import Delta, Replica, merge_tool_calls
 from tokenops.config import ModelConfig
 from tokenops.gateway import hooks
 from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.confidence import fill_token_logprobs, needs_confidence, request_logprobs, strip_logprobs
 from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.records import RequestRecord
@@ -348,7 +349,7 @@ class Pipeline:
             for c in choices:
                 calls = [{"index": k, **call} for k, call in enumerate(c.get("tool_calls") or [])]
                 yield Delta(index=c["index"], text=c["text"], num_tokens=0, logprobs=c.get("logprobs"),
-                            tool_calls=calls or None, refusal=c.get("refusal"))
+                            tool_calls=calls or None, refusal=c.get("refusal"), extra=c.get("message_extra"))
                 yield Delta(index=c["index"], finish_reason=c.get("finish_reason") or "stop")
             yield Delta(prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
                         cached_tokens=response.cached_tokens)
