@@ -25,7 +25,7 @@ async def test_metrics_exposition_has_vllm_names_labelled_by_model():
     for name in NAMES:
         assert re.search(rf"^tokenops:{name}\S*{{model_name=\"fake-model\"", text, re.M), name
         assert f"# TYPE tokenops:{name}" in text
-    assert 'tokenops:request_success_total{model_name="fake-model"} 2' in text
+    assert 'tokenops:request_success_total{model_name="fake-model",finished_reason="stop"} 2' in text
     assert 'tokenops:generation_tokens_total{model_name="fake-model"} 6' in text
     assert 'tokenops:time_to_first_token_seconds_count{model_name="fake-model"} 2' in text
     assert 'tokenops:e2e_request_latency_seconds_bucket{model_name="fake-model",le="+Inf"} 2' in text

@@ -49,6 +49,9 @@ class Delta:
     #: Chat only: other fields of an upstream's ``delta`` (vLLM's ``reasoning_content``, ...),
     #: forwarded to the client unchanged in a chunk of their own.
     extra: dict[str, Any] | None = None
+    #: Usage delta, engines that know it: seconds waiting for the scheduler, and from then to the first token.
+    queue_s: float | None = None
+    prefill_s: float | None = None
 
     @property
     def is_usage(self) -> bool:
@@ -152,7 +155,8 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
         completion_tokens=(usage.completion_tokens if usage and usage.completion_tokens is not None else num_tokens),
         cached_tokens=(usage.cached_tokens or 0) if usage else 0,
         backend=backend,
-        extra={"choices": choices, "first_token_at": first_token_at},
+        extra={"choices": choices, "first_token_at": first_token_at,
+               "queue_s": usage.queue_s if usage else None, "prefill_s": usage.prefill_s if usage else None},
     )
 
 

@@ -195,8 +195,11 @@ class LocalBackend:
             raise BackendError(f"{self.name}: engine error: {type(e).__name__}: {e}", "error", 500, self.name) from None
         if last is None:
             raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
+        scheduled, first = last.first_scheduled_time, last.first_token_time
         yield Delta(prompt_tokens=len(last.prompt_token_ids), completion_tokens=sum(seen.values()),
-                    cached_tokens=last.num_cached_tokens or 0)
+                    cached_tokens=last.num_cached_tokens or 0,
+                    queue_s=None if scheduled is None else max(0.0, scheduled - last.arrival_time),
+                    prefill_s=None if scheduled is None or first is None else max(0.0, first - scheduled))
 
 
     async def _compile(self, spec: Any) -> Any:

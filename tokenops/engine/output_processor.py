@@ -137,4 +137,6 @@ class OutputProcessor:
             first_token_time=state.first_token_time,
             finished_time=state.finished_time,
             error=state.error,
+            first_scheduled_time=min((s.first_scheduled_time for s in state.seqs if s.first_scheduled_time is not None),
+                                     default=None),
         )

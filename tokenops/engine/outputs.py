@@ -34,6 +34,8 @@ class RequestOutput:
     arrival_time: float
     first_token_time: float | None = None
     finished_time: float | None = None
+    #: When the scheduler first admitted any of its sequences (queue time = this - arrival_time).
+    first_scheduled_time: float | None = None
     #: Set when the engine failed this request (it finishes with ``finish_reason="abort"``).
     error: str | None = None
 

@@ -10,6 +10,8 @@ The config object is read every step, so live tunable changes apply on the next 
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -158,6 +160,8 @@ class Scheduler:
             bm.allocate(seq)
             self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.time()
             self.running.append(seq)
             num_seqs += 1 + seq.num_pending_forks
             num_tokens = min(seq.num_uncomputed_tokens, budget)

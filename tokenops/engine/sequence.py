@@ -35,7 +35,7 @@ class Sequence:
         "token_ids", "num_prompt_tokens", "num_computed_tokens", "num_cached_tokens",
         "block_table", "block_hashes", "status", "generator", "logprobs", "detokenizer",
         "text", "num_emitted_tokens", "num_emitted_chars", "finish_reason", "stop_reason",
-        "num_pending_forks", "first_token_time", "error", "grammar",
+        "num_pending_forks", "first_token_time", "error", "grammar", "first_scheduled_time",
     )
 
     def __init__(
@@ -76,6 +76,8 @@ class Sequence:
         #: Siblings still to be forked from this sequence once its prompt is computed (n > 1).
         self.num_pending_forks = params.n - 1
         self.first_token_time: float | None = None
+        #: ``time.time()`` when the scheduler first admitted it (the end of its queue time).
+        self.first_scheduled_time: float | None = None
         self.error: str | None = None
         #: This sequence's own grammar matcher (a copy of ``params.grammar``), advanced per token.
         self.grammar: Any = params.grammar.copy() if params.grammar is not None else None

@@ -95,6 +95,8 @@ class Pipeline:
         rec.tokens_in += response.prompt_tokens
         rec.tokens_out += response.completion_tokens
         rec.tokens_cached += response.cached_tokens
+        if response.extra.get("queue_s") is not None:  # the engine's scheduling times, when it reports them
+            rec.queue_s, rec.prefill_s = response.extra["queue_s"], response.extra.get("prefill_s")
         rec.cost_usd += self.cost(model, response.prompt_tokens, response.completion_tokens)
 
     def _route(self, request: GatewayRequest, rec: RequestRecord) -> RouteDecision:
@@ -288,6 +290,7 @@ class Pipeline:
                 if delta.is_usage:
                     rec.tokens_in = delta.prompt_tokens or 0
                     rec.tokens_cached = delta.cached_tokens or 0
+                    rec.queue_s, rec.prefill_s = delta.queue_s, delta.prefill_s
                     if delta.completion_tokens is not None:
                         rec.tokens_out = delta.completion_tokens
                 else:

@@ -46,15 +46,26 @@ class Histogram:
         yield f"{name}_count{{{labels}}} {self.count}"
 
 
+TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                10.0, 20.0, 40.0, 80.0)
+#: 1-2-5 steps, as vLLM builds its token-count buckets up to the model length.
+TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(6) for m in (1, 2, 5))
+
 _HISTOGRAMS = {
     "time_to_first_token_seconds": ("Histogram of time to first token in seconds.", TTFT_BUCKETS),
     "inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.", ITL_BUCKETS),
     "e2e_request_latency_seconds": ("Histogram of end to end request latency in seconds.", E2E_BUCKETS),
+    "time_per_output_token_seconds": ("Histogram of time per output token in seconds.", TPOT_BUCKETS),
+    # the next three need an engine that reports scheduling (the bundled one does; upstreams do not)
+    "request_queue_time_seconds": ("Histogram of time spent in WAITING phase for request.", E2E_BUCKETS),
+    "request_prefill_time_seconds": ("Histogram of time spent in PREFILL phase for request.", E2E_BUCKETS),
+    "request_decode_time_seconds": ("Histogram of time spent in DECODE phase for request.", E2E_BUCKETS),
+    "request_prompt_tokens": ("Number of prefill tokens processed.", TOKEN_BUCKETS),
+    "request_generation_tokens": ("Number of generation tokens processed.", TOKEN_BUCKETS),
 }
 _COUNTERS = {
     "prompt_tokens_total": "Number of prefill tokens processed.",
     "generation_tokens_total": "Number of generation tokens processed.",
-    "request_success_total": "Count of successfully processed requests.",
     "request_failure_total": "Count of failed requests (any error status).",
 }
 _ENGINE_GAUGES = {
@@ -95,6 +106,8 @@ class PrometheusMetrics:
         self._lock = threading.Lock()
         self._hist: dict[str, dict[str, Histogram]] = {name: {} for name in _HISTOGRAMS}
         self._counters: dict[str, dict[str, float]] = {name: {} for name in _COUNTERS}
+        #: successes per (model, finished_reason), vLLM's request_success_total labels
+        self._success: dict[tuple[str, str], int] = {}
         #: Callables yielding more exposition lines (e.g. spend and budgets), appended at render time.
         self.sections: list[Any] = []
 
@@ -102,7 +115,9 @@ class PrometheusMetrics:
         model = rec.model_served or rec.model_requested
         with self._lock:
             if rec.is_ok:
-                self._count("request_success_total", model, 1)
+                key = (model, rec.finish_reason or "stop")
+                self._success[key] = self._success.get(key, 0) + 1
+                self._observe_phases(rec, model)
                 self._count("prompt_tokens_total", model, rec.tokens_in)
                 self._count("generation_tokens_total", model, rec.tokens_out)
                 if rec.ttft_s is not None:
@@ -114,6 +129,19 @@ class PrometheusMetrics:
                     itl.observe(gap)
             else:
                 self._count("request_failure_total", model, 1)
+
+    def _observe_phases(self, rec: RequestRecord, model: str) -> None:
+        """TPOT, token counts, and queue/prefill/decode times where the engine reported them."""
+        self._histogram("request_prompt_tokens", model).observe(rec.tokens_in)
+        self._histogram("request_generation_tokens", model).observe(rec.tokens_out)
+        if rec.tpot_s is not None:
+            self._histogram("time_per_output_token_seconds", model).observe(rec.tpot_s)
+        if rec.queue_s is not None:
+            self._histogram("request_queue_time_seconds", model).observe(rec.queue_s)
+        if rec.prefill_s is not None:
+            self._histogram("request_prefill_time_seconds", model).observe(rec.prefill_s)
+        if rec.first_token_at is not None and rec.end is not None:
+            self._histogram("request_decode_time_seconds", model).observe(max(0.0, rec.end - rec.first_token_at))
 
     def _count(self, name: str, model: str, value: float) -> None:
         self._counters[name][model] = self._counters[name].get(model, 0) + value
@@ -140,6 +168,13 @@ class PrometheusMetrics:
                 values = self._counters[name]
                 for model in sorted(set(values) | set(models)):
                     out.append(f'{full}{{model_name="{_label(model)}"}} {_num(values.get(model, 0))}')
+            full = PREFIX + "request_success_total"
+            out += [f"# HELP {full} Count of successfully processed requests.", f"# TYPE {full} counter"]
+            success = dict(self._success)
+            for model in set(models) - {m for m, _ in success}:
+                success[(model, "stop")] = 0
+            for (model, reason), n in sorted(success.items()):
+                out.append(f'{full}{{model_name="{_label(model)}",finished_reason="{_label(reason)}"}} {n}')
         for table, kind in ((_ENGINE_GAUGES, "gauge"), (_ENGINE_COUNTERS, "counter")):
             for name, (key, doc) in table.items():
                 full = PREFIX + name

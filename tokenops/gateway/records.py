@@ -35,6 +35,9 @@ class RequestRecord:
     is_escalated: bool = False
     cost_usd: float = 0.0
     finish_reason: str | None = None
+    #: From the engine when it reports them (bundled engine): scheduler wait and prefill seconds.
+    queue_s: float | None = None
+    prefill_s: float | None = None
     #: inter-token gaps (seconds per token) measured between streamed deltas
     itl: list[float] = field(default_factory=list)
     decisions: dict[str, Any] = field(default_factory=dict)
