@@ -33,11 +33,13 @@ _conf: dict[str, Any] = {"threshold": 0.0, "max_reuse": 2, "warmup_steps": 1}
 
 @hookimpl
 def tokenops_register_tunables(register):
+    from tokenops.tune.deployment import DIFFUSION
+
     register(Tunable("diffusion.cache_threshold", "float", _conf["threshold"], "Step cache: accumulated relative "
                      "change of the shallow features under which deep features are reused; 0 = off.", live=True,
-                     minimum=0.0, maximum=10.0))
+                     minimum=0.0, maximum=10.0, **DIFFUSION))
     register(Tunable("diffusion.cache_max_reuse", "int", _conf["max_reuse"], "Step cache: most consecutive steps "
-                     "that reuse the deep features.", live=True, minimum=1, maximum=16))
+                     "that reuse the deep features.", live=True, minimum=1, maximum=16, **DIFFUSION))
 
 
 def _set(values: dict[str, Any]) -> None:

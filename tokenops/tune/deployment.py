@@ -22,18 +22,23 @@ class Deployment:
     replicas: dict[str, int] | None = None
     #: the server's ``[plugins]`` configuration (None: unknown)
     plugins: dict[str, Any] | None = None
+    #: model name -> backend kind (local, openai, diffusion, ...; None: unknown)
+    kinds: dict[str, str] | None = None
 
     @classmethod
     def from_settings(cls, settings: Any) -> "Deployment":
         from tokenops.backends.registry import model_configs, replica_urls
 
-        return cls({m.name: len(replica_urls(m)) for m in model_configs(settings)}, dict(settings.plugins))
+        models = model_configs(settings)
+        return cls({m.name: len(replica_urls(m)) for m in models}, dict(settings.plugins),
+                   {m.name: m.backend for m in models})
 
     @classmethod
     def from_server_info(cls, info: dict[str, Any]) -> "Deployment":
         """From the ``hello`` of a server's store channel (:mod:`tokenops.store.channel`)."""
-        replicas = info.get("replicas")
-        return cls(dict(replicas) if isinstance(replicas, dict) else None, info.get("plugins"))
+        replicas, kinds = info.get("replicas"), info.get("kinds")
+        return cls(dict(replicas) if isinstance(replicas, dict) else None, info.get("plugins"),
+                   dict(kinds) if isinstance(kinds, dict) else None)
 
     @property
     def num_models(self) -> int | None:
@@ -67,6 +72,17 @@ def has_replicated_model(d: Deployment) -> bool:
 def has_cascade(d: Deployment) -> bool:
     models = d.plugin_setting("cascade", "models", [])
     return models is ... or (isinstance(models, list) and len(models) >= 2)
+
+
+def has_backend(kind: str):
+    def relevant(d: Deployment) -> bool:
+        return d.kinds is None or kind in d.kinds.values()
+
+    return relevant
+
+
+#: ``**DIFFUSION`` in a ``Tunable(...)``: it matters only where a diffusion model is served.
+DIFFUSION = {"relevant": has_backend("diffusion"), "needs": 'a diffusion model ([[models]] backend = "diffusion")'}
 
 
 def router_in_use(name: str):

@@ -167,7 +167,7 @@ class TuneSession:
                     raise TuneError(f"--param {name}: the {launcher.name} launcher cannot set it; its tunables "
                                     f"start with {' or '.join(launcher.prefixes)}")
             # a launched server is one fresh engine: nothing to cascade, route or balance
-            tunables = self._relevant(tunables, Deployment({"launched": 1}, {}))
+            tunables = self._relevant(tunables, Deployment({"launched": 1}, {}, {"launched": "local"}))
             space = SearchSpace.build(tunables, True, p.only, p.exclude, p.overrides, p.span)
             self.restart_names = {d.name for d in space.dims if not (d.tunable.live and launcher.has_admin_api)}
             return space
@@ -218,7 +218,10 @@ class TuneSession:
         p = self.plan
 
         def fn(rate: float, repeat: int = 0):
-            n = int(min(p.max_requests, max(p.min_requests, math.ceil(rate * p.measure_s))))
+            # about measure_s of arrivals; at slow rates fewer than min_requests (but >= 5), so that
+            # no measurement lasts much over 2 x measure_s
+            floor = min(p.min_requests, max(5, math.ceil(rate * 2 * p.measure_s)))
+            n = int(min(p.max_requests, max(floor, math.ceil(rate * p.measure_s))))
             bench = dataclasses.replace(self.bench, seed=p.seed + 1000 * repeat) if repeat else self.bench
             assert self.model is not None
             s = measure(bench, self.model, self._fresh_requests(n), rate)
@@ -268,6 +271,11 @@ class TuneSession:
             self.on_status(f"space: {', '.join(f'{d.name} {d.values}' for d in space.dims)}; "
                            f"start rate {start:.3g}/s")
             fn = self._measure_fn(requests)
+            # a rate at which 5 requests take over 4 measurement lengths is not measured: below it the
+            # configuration counts as infeasible (said once here, so a "nothing met" verdict has its floor)
+            floor = max(p.bracket.min_rate, 5 / (4 * p.measure_s))
+            bracket = dataclasses.replace(p.bracket, min_rate=floor)
+            self.on_status(f"slowest rate measured: {floor:.3g}/s (--measure-seconds sets it)")
 
             def evaluate(params: dict[str, Any], incumbent: float | None, deadline: float | None) -> GoodputResult:
                 try:
@@ -277,7 +285,7 @@ class TuneSession:
                     return GoodputResult(0.0, "failed", estimate=0.0)
                 # no measurement starts unless it can end before the budget does
                 stop = None if deadline is None else deadline - 1.5 * p.measure_s - 2.0
-                return find_goodput(fn, start, p.bracket, incumbent, stop)
+                return find_goodput(fn, start, bracket, incumbent, stop)
 
             outcome = Tuner(space, evaluate, p.budget, p.seed, on_trial=self.on_trial).run(started=t0)
             validation = []
