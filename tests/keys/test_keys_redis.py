@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -13,12 +14,21 @@ import pytest
 from tests.keys.conftest import CONFIG, serve
 
 BUDGET_USD = 1.0
+DOCS_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def docs_redis_config() -> str:
+    """The ``[plugins.keys]`` example of docs/keys.md, as documented."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "keys.md").read_text()
+    block = text.split("## Several gateway replicas", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    assert DOCS_REDIS_URL in block
+    return block
 COST_SMALL = (5 * 1000.0 + 4 * 2000.0) / 1e6  # one request of the test (see test_keys_serve)
 
 
 @contextlib.contextmanager
 def _two_gateways(tmp_path, redis_url):
-    config = CONFIG + f'\n[plugins.keys]\nredis_url = "{redis_url}"\n'
+    config = CONFIG + "\n" + docs_redis_config().replace(DOCS_REDIS_URL, redis_url)
     a, b = serve(tmp_path / "a", config), serve(tmp_path / "b", config)
     with ThreadPoolExecutor(2) as pool:  # start both at once (each waits for /ready)
         starts = [pool.submit(a.start), pool.submit(b.start)]
@@ -83,6 +93,7 @@ def test_two_gateways_enforce_one_budget_under_concurrent_load(tmp_path, redis_u
             t.join(timeout=60)
         spent = sum(served) * COST_SMALL
         assert served[0] > 5 and served[1] > 5, served  # both gateways took a share of the load
+        print(f"two gateways, one budget ${BUDGET_USD:.2f}: spent ${spent:.3f}, served {served}")
         assert abs(spent - BUDGET_USD) <= 0.05 * BUDGET_USD, (spent, served)
         for admin in (admin_a, admin_b):  # one ledger: each gateway sees the other's spend
             assert admin.get(f"/admin/keys/{key['id']}").json()["usage"]["spent_usd"] == pytest.approx(spent)

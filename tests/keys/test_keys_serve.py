@@ -171,3 +171,19 @@ def test_key_rpm_limit_is_enforced_per_key(server, admin):
     _ask(_client(server, other["key"]))  # the same tenant's other key is not limited
     admin.patch(f"/admin/keys/{limited['id']}", json={"rpm": None})  # lifting the limit acts at once
     _ask(client)
+
+
+@pytest.mark.slow
+def test_keys_and_period_spend_survive_a_restart(tmp_path):
+    from tests.keys.conftest import serve
+
+    with serve(tmp_path) as srv:
+        admin = httpx.Client(base_url=srv.url, headers=srv.admin_headers)
+        tenant = _tenant(admin)
+        key = _key(admin, tenant=tenant, budget_usd=1.0, budget_period="daily")
+        for _ in range(3):
+            _ask(_client(srv, key["key"]))
+    with serve(tmp_path) as again:  # the same store: keys and this period's spend are loaded from it
+        admin = httpx.Client(base_url=again.url, headers=again.admin_headers)
+        assert admin.get(f"/admin/keys/{key['id']}").json()["usage"]["spent_usd"] == pytest.approx(3 * COST_SMALL)
+        assert _ask(_client(again, key["key"])).usage.completion_tokens == 4
