@@ -57,3 +57,47 @@ def test_served_model_in_the_config_file(tmp_path):
                 client.chat.completions.create(model="wrong", messages=HI)
             assert up.bodies[-1]["model"] == "not-there"  # configured ids are sent as written
             assert httpx.get(srv.base_url + "/models/pinned").json()["root"] == MODEL_ID
+
+
+@pytest.mark.parametrize("listed, want", [
+    (["gw-name", "other"], "gw-name"),  # the upstream serves the gateway's name itself
+    (["org/only-model"], "org/only-model"),  # its only model
+    (["a", "b"], "gw-name"),  # several, none named: keep the name (and warn)
+])
+def test_upstream_id_policy(listed, want, caplog):
+    import asyncio
+
+    from tokenops.backends.openai_http import OpenAIBackend
+    from tokenops.config import ModelConfig, Settings
+
+    def answer(request):
+        return httpx.Response(200, json={"object": "list", "data": [{"id": i, "object": "model"} for i in listed]})
+
+    backend = OpenAIBackend(ModelConfig(name="gw-name", backend="openai", url="http://upstream:1"), Settings())
+    backend._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    asyncio.run(backend._learn_models())
+    assert backend.upstream_model == want and backend._has_listed_models
+    assert ("none named 'gw-name'" in caplog.text) == (want == "gw-name" and "gw-name" not in listed)
+
+
+def test_upstream_down_then_5xx_is_asked_again():
+    import asyncio
+
+    from tokenops.backends.openai_http import OpenAIBackend
+    from tokenops.config import ModelConfig, Settings
+
+    answers = iter([httpx.ConnectError("refused"), httpx.Response(503), httpx.Response(200, json={"data": [{"id": "x"}]})])
+
+    def answer(request):
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    backend = OpenAIBackend(ModelConfig(name="n", backend="openai", url="http://upstream:1"), Settings())
+    backend._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    for _ in range(2):
+        asyncio.run(backend._learn_models())
+        assert not backend._has_listed_models and backend.upstream_model == "n"
+    asyncio.run(backend._learn_models())
+    assert backend._has_listed_models and backend.upstream_model == "x"
