@@ -187,3 +187,21 @@ def test_keys_and_period_spend_survive_a_restart(tmp_path):
         admin = httpx.Client(base_url=again.url, headers=again.admin_headers)
         assert admin.get(f"/admin/keys/{key['id']}").json()["usage"]["spent_usd"] == pytest.approx(3 * COST_SMALL)
         assert _ask(_client(again, key["key"])).usage.completion_tokens == 4
+
+
+def test_streamed_requests_are_budgeted_and_warned_like_others(server, admin):
+    key = _key(admin, budget_usd=0.03, soft_budget_usd=0.01, budget_period="daily")
+    client = _client(server, key["key"])
+    headers = []
+    for _ in range(3):
+        with client.chat.completions.with_streaming_response.create(
+                model="small", messages=[{"role": "user", "content": "hi there"}], max_tokens=4, stream=True,
+                stream_options={"include_usage": True}) as response:
+            headers.append(response.headers.get("x-tokenops-budget-warning"))
+            chunks = list(response.iter_lines())
+        assert any('"completion_tokens":4' in c for c in chunks)
+    assert headers[0] is None and headers[1] and headers[2]
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                       stream=True)
+    assert admin.get(f"/admin/keys/{key['id']}").json()["usage"]["spent_usd"] == pytest.approx(3 * COST_SMALL)
