@@ -96,7 +96,15 @@ async def retrieve_model(model_id: str, request: Request) -> Response:
     return Response(json.dumps(card), media_type=_JSON)
 
 
-@router.post("/v1/embeddings", tags=["openai"], summary="Create embeddings (float or base64)")
+def _embedding_body() -> dict[str, Any]:
+    from tokenops.gateway.embeddings import EmbeddingRequest
+
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": EmbeddingRequest.model_json_schema()}}}}
+
+
+@router.post("/v1/embeddings", tags=["openai"], summary="Create embeddings (float or base64)",
+             openapi_extra=_embedding_body())
 async def create_embeddings(request: Request) -> Response:
     from tokenops.gateway.body import parse_json, read_body
     from tokenops.gateway.embeddings import embed, embedding_request, response_bytes
