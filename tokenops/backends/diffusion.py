@@ -55,6 +55,9 @@ class DiffusionBackend:
         self.model = model.name
         self.name = replica_name(model)
         self.path = model.path
+        # [[models]] engine = {torch_threads = N}, else [engine] torch_threads: small images gain nothing from
+        # more threads, and on a busy CPU extra threads spin at every op's barrier
+        self.torch_threads = model.engine.get("torch_threads", settings.engine.torch_threads)
         self.pipeline = pipeline  # a tokenops.diffusion.model.DiffusionModel once loaded
         self._slot = asyncio.Semaphore(1)
         self._lock = threading.Lock()
@@ -71,6 +74,10 @@ class DiffusionBackend:
         return self.pipeline is not None
 
     async def start(self) -> None:
+        if self.torch_threads:
+            import torch
+
+            torch.set_num_threads(int(self.torch_threads))
         if self.pipeline is None:
             from tokenops.diffusion.model import DiffusionModel
 
