@@ -59,7 +59,8 @@ def test_keys_cli_through_the_admin_api(server, capsys):
 
 
 def test_keys_made_on_the_store_work_when_the_server_starts(tmp_path):
-    srv = serve(tmp_path)
+    # keys in the store count as API keys: a non-loopback bind needs no --allow-open
+    srv = serve(tmp_path, args=["--host", "0.0.0.0"])
     env = {"TOKENOPS_URL": None, "TOKENOPS_STORE": str(srv.store_path), "TOKENOPS_CONFIG": None}
     from tests.keys.conftest import CONFIG
     from tokenops.testing_serve import free_port
@@ -73,6 +74,7 @@ def test_keys_made_on_the_store_work_when_the_server_starts(tmp_path):
     assert made.exit_code == 0, made.output
     key = json.loads(made.stdout)
     with srv:
+        assert "API keys: 0 configured, 1 managed" in srv.log()
         client = openai.OpenAI(base_url=srv.base_url, api_key=key["key"], max_retries=0)
         assert client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi"}],
                                               max_tokens=4).usage.completion_tokens == 4

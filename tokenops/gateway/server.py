@@ -42,9 +42,24 @@ def _first_upstream_model(url: str) -> str:
                           "name it explicitly: --model NAME=URL") from None
 
 
-def check_exposure(settings: Settings, allow_open: bool) -> None:
-    """Refuse to serve a non-loopback address without API keys unless ``allow_open``."""
-    if settings.gateway.api_keys or allow_open or is_loopback(settings.gateway.host):
+def _num_managed_keys(settings: Settings) -> int:
+    """Managed keys (``tokenops keys``) in the store file, before the server opens it."""
+    path = Path(settings.store.path).expanduser()
+    if not path.is_file():
+        return 0
+    import duckdb
+
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            return con.execute("SELECT count(*) FROM api_keys").fetchone()[0]
+    except duckdb.Error:  # an older schema, or a file another process holds: no keys to count
+        return 0
+
+
+def check_exposure(settings: Settings, allow_open: bool, num_managed_keys: int = 0) -> None:
+    """Refuse to serve a non-loopback address without API keys (configured, or managed keys in
+    the store) unless ``allow_open``."""
+    if settings.gateway.api_keys or num_managed_keys or allow_open or is_loopback(settings.gateway.host):
         return
     raise ConfigError(f"refusing to serve {settings.gateway.host} without API keys: add [gateway] api_keys "
                       "to tokenops.toml, bind 127.0.0.1, or pass --allow-open")
@@ -102,7 +117,7 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
     from tokenops.gateway.app import create_app
     from tokenops.gateway.http_protocol import uvicorn_limits
 
-    check_exposure(settings, allow_open)
+    check_exposure(settings, allow_open, _num_managed_keys(settings) if use_store else 0)
     os.umask(0o077)  # store, WAL, admin key file: readable by this user only
     store = writer = channel = None
     if use_store:
@@ -123,8 +138,9 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
         echo(f"tokenops serving {', '.join(gw.replicas)} at {url}/v1  (metrics {url}/metrics, admin {url}/admin)")
         if not settings.gateway.admin_key and not settings.gateway.admin_key_hash:
             echo(admin_key_notice(store_dir, new_key is not None))  # the file's path, never the key
-        if settings.gateway.api_keys:
-            echo(f"API keys: {len(settings.gateway.api_keys)} configured")
+        num_managed = len(gw.keys.registry.keys())
+        if settings.gateway.api_keys or num_managed:
+            echo(f"API keys: {len(settings.gateway.api_keys)} configured, {num_managed} managed (tokenops keys)")
         else:
             echo("API keys: none configured; serving loopback clients only" if not allow_open
                  else "API keys: none configured; OPEN to every client (--allow-open)")
