@@ -103,6 +103,22 @@ def _crossing(lo: RatePoint, hi: RatePoint) -> float:
     return min(max(x, a + 0.1 * (b - a)), b - 0.1 * (b - a))
 
 
+def overrun(s: BenchSummary, cfg: BracketConfig) -> float | None:
+    """None when the server kept up with the offered rate, else how far it fell behind.
+
+    A rate the server does not keep up with is not goodput, even when a short run's
+    percentiles pass: the run may last at most 1/min_sustained of (sending span + a
+    median request)."""
+    e2e = s.latency.get("e2e", {}).get("p50")
+    if not (s.offered_rate and math.isfinite(s.offered_rate) and e2e is not None and s.num_requests > 1):
+        return None
+    span = s.send_span_s if s.send_span_s is not None else (s.num_requests - 1) / s.offered_rate
+    expected = span + e2e
+    if s.duration_s <= expected / cfg.min_sustained:
+        return None
+    return s.duration_s * cfg.min_sustained / expected
+
+
 def find_goodput(measure: MeasureFn, start_rate: float, cfg: BracketConfig | None = None,
                  incumbent: float | None = None, deadline: float | None = None) -> GoodputResult:
     """Search the goodput of the configuration that ``measure(rate)`` measures.
@@ -119,16 +135,10 @@ def find_goodput(measure: MeasureFn, start_rate: float, cfg: BracketConfig | Non
         s = measure(rate, repeat)
         ratio = s.worst_slo_ratio()
         assert ratio is not None, "goodput needs at least one SLO"
-        # a rate the server does not keep up with is not goodput, even when a short run's percentiles
-        # pass: the run may last at most 1/min_sustained of (sending span + a median request)
-        kept_up = True
-        e2e = s.latency.get("e2e", {}).get("p50")
-        if s.offered_rate and math.isfinite(s.offered_rate) and e2e is not None and s.num_requests > 1:
-            span = s.send_span_s if s.send_span_s is not None else (s.num_requests - 1) / s.offered_rate
-            expected = span + e2e
-            kept_up = s.duration_s <= expected / cfg.min_sustained
-            if not kept_up:
-                ratio = max(ratio, s.duration_s * cfg.min_sustained / expected)
+        lag = overrun(s, cfg)
+        kept_up = lag is None
+        if lag is not None:
+            ratio = max(ratio, lag)
         p = RatePoint(rate, bool(s.is_slo_met) and kept_up, ratio, s, repeat)
         points.append(p)
         return p

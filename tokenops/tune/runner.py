@@ -23,7 +23,7 @@ from tokenops.bench.runner import BenchPlan, run_level
 from tokenops.bench.workloads import build_workload
 from tokenops.slo import SLO
 from tokenops.tune.deployment import Deployment, filter_relevant
-from tokenops.tune.goodput import BracketConfig, GoodputResult, find_goodput
+from tokenops.tune.goodput import BracketConfig, GoodputResult, find_goodput, overrun
 from tokenops.tune.launcher import CommandLineLauncher, Launcher, LaunchOptions, ServerProcess
 from tokenops.tune.search import Budget, Trial, TuneOutcome, Tuner
 from tokenops.tune.space import SearchSpace
@@ -227,7 +227,10 @@ class TuneSession:
             s = measure(bench, self.model, self._fresh_requests(n), rate)
             again = " (repeat)" if repeat else ""
             errors = f" errors {s.errors}" if s.errors else ""
-            self.on_status(f"  rate {rate:.3g}/s x {n}{again}: {'met' if s.is_slo_met else 'missed'} "
+            verdict = "met" if s.is_slo_met else "missed"
+            if s.is_slo_met and overrun(s, p.bracket) is not None:
+                verdict = f"did not keep up (took {s.duration_s:.0f}s), SLO values"
+            self.on_status(f"  rate {rate:.3g}/s x {n}{again}: {verdict} "
                            + ", ".join(f"{r['label'].split('=')[0]}={_fmt(r['value_s'])}" for r in s.slo) + errors)
             return s
 
