@@ -141,7 +141,9 @@ class EmbeddingBackend:
         if dims is not None and dims != self.dim:
             raise _bad("dimensions", f"The model `{self.model}` makes {self.dim}-dimensional embeddings; "
                        f"dimensions={dims} is not supported (omit it or send {self.dim})")
-        counts = [len(ids) for ids in st.tokenizer(texts, add_special_tokens=True)["input_ids"]]
+        # tokenized off the event loop: 2048 long inputs take a while
+        encoded = await asyncio.to_thread(st.tokenizer, texts, add_special_tokens=True)
+        counts = [len(ids) for ids in encoded["input_ids"]]
         limit = self.max_model_len
         for i, n in enumerate(counts):
             if limit is not None and n > limit:
