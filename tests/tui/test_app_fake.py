@@ -53,8 +53,9 @@ async def test_engine_and_models_tables_match_stats(fake_client):
         table = app.screen.query_one("#replicas", DataTable)
         for name, engine in stats["engines"].items():
             row = table.get_row(name)
-            assert [str(c) for c in row] == [str(c) for c in replica_cells(name, engine)]
-            assert row[2] == str(engine["num_running"]) and row[3] == str(engine["num_waiting"])
+            assert [str(c) for c in row] == [str(c) for c in replica_cells(name, engine, stats["breakers"][name])]
+            assert row[3] == str(engine["num_running"]) and row[4] == str(engine["num_waiting"])
+            assert row[2] == stats["breakers"][name].replace("_", "-")
         assert str(table.get_row("local-0")[-1]) == "72.5%"  # 2900 accepted / 4000 drafted
         await pilot.press("3")
         await wait_until(pilot, lambda: app.current_mode == "models" and app.screen.query_one("#models", DataTable).row_count == 2)

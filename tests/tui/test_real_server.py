@@ -87,7 +87,8 @@ async def test_numbers_shown_equal_admin_stats(server):
         table = app.screen.query_one("#replicas", DataTable)
         await wait_until(pilot, lambda: table.row_count == len(stats["engines"]), what="engine rows")
         for name, engine in stats["engines"].items():
-            assert [str(c) for c in table.get_row(name)] == [str(c) for c in replica_cells(name, engine)]
+            breaker = (stats.get("breakers") or {}).get(name)
+            assert [str(c) for c in table.get_row(name)] == [str(c) for c in replica_cells(name, engine, breaker)]
 
         await pilot.press("3")
         models = app.screen.query_one("#models", DataTable)

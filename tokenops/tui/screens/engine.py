@@ -18,6 +18,7 @@ from tokenops.tui.widgets.line_chart import LineChart
 COLUMNS = (
     ("replica", "replica"),
     ("model", "model"),
+    ("breaker", "breaker"),
     ("running", "run"),
     ("waiting", "wait"),
     ("batch", "batch tok"),
@@ -41,12 +42,14 @@ def spec_acceptance(spec: dict[str, Any] | None) -> float | None:
     return ratio(accepted, proposed)
 
 
-def replica_cells(name: str, engine: dict[str, Any]) -> list[Any]:
-    """The Engine table row of one replica, in :data:`COLUMNS` order."""
+def replica_cells(name: str, engine: dict[str, Any], breaker: str | None = None) -> list[Any]:
+    """The Engine table row of one replica, in :data:`COLUMNS` order (``breaker``: its
+    circuit-breaker state from ``/admin/stats`` ``breakers``, when a breaker is on)."""
     step = engine.get("last_step_time_s")
     return [
         name,
         str(engine.get("model") or "–"),
+        (breaker or "–").replace("_", "-"),
         fmt_int(engine.get("num_running")),
         fmt_int(engine.get("num_waiting")),
         fmt_int(engine.get("last_batch_tokens")),
@@ -81,7 +84,9 @@ class EngineScreen(DashboardScreen):
         table = self.query_one("#replicas", DataTable)
         ensure_columns(table, COLUMNS)
         with self.app.batch_update():
-            sync_rows(table, {name: replica_cells(name, engine) for name, engine in sorted(engines.items())})
+            breakers = stats.get("breakers") or {}
+            sync_rows(table, {name: replica_cells(name, engine, breakers.get(name))
+                              for name, engine in sorted(engines.items())})
             if self._selected not in engines:
                 self._selected = next(iter(sorted(engines)), None)
             self._show_charts()
