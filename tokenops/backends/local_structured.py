@@ -56,11 +56,15 @@ def plan_request(body: dict[str, Any], parser_name: str) -> StructuredPlan:
         if isinstance(choice, dict):
             wanted = (choice.get("function") or {}).get("name")
             functions = [f for f in functions if f.get("name") == wanted]
-            plan.grammar = GrammarSpec("lark", plan.parser.grammar(_closed_functions(functions), parallel=False))
+            functions = _closed_functions(functions)
+            plan.grammar = GrammarSpec("lark", plan.parser.grammar(functions, parallel=False),
+                                       plan.parser.shortest(functions))
             plan.is_forced_call = True
         elif choice == "required":
             parallel = body.get("parallel_tool_calls") is True
-            plan.grammar = GrammarSpec("lark", plan.parser.grammar(_closed_functions(functions), parallel=parallel))
+            functions = _closed_functions(functions)
+            plan.grammar = GrammarSpec("lark", plan.parser.grammar(functions, parallel=parallel),
+                                       plan.parser.shortest(functions))
             plan.is_forced_call = True
     if plan.grammar is None:
         plan.grammar = response_format_grammar(body.get("response_format"))

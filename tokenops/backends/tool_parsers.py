@@ -192,6 +192,10 @@ class ToolCallParser:
     def stream(self, is_constrained: bool) -> ToolCallStream:
         raise NotImplementedError
 
+    def shortest(self, functions: list[dict[str, Any]]) -> str:
+        """A short text of :meth:`grammar` ("" when unknown)."""
+        return ""
+
 
 class HermesToolCallParser(ToolCallParser):
     name = "hermes"
@@ -213,6 +217,14 @@ class HermesToolCallParser(ToolCallParser):
 
     def stream(self, is_constrained: bool) -> ToolCallStream:
         return ToolCallStream(self.open_tag, self.close_tag, is_constrained)
+
+    def shortest(self, functions: list[dict[str, Any]]) -> str:
+        """The longest of the functions' shortest calls (for the budget-aware close)."""
+        from tokenops.engine.json_shortest import shortest_json
+
+        calls = [f'{self.open_tag}\n{{"name":{json.dumps(fn["name"])},"arguments":'
+                 f'{shortest_json(fn.get("parameters") or {})}}}\n{self.close_tag}' for fn in functions]
+        return max(calls, key=len, default="")
 
 
 _PARSERS: dict[str, Callable[[], ToolCallParser]] = {"hermes": HermesToolCallParser}

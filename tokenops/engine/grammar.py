@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 #: Compiled grammars kept per engine (least recently used dropped first).
 GRAMMAR_CACHE_SIZE = 128
+#: Budget-aware close: tokens kept beyond the grammar's shortest text (a string to close,
+#: multi-token keys), and the reserve of a grammar with no shortest text.
+CLOSING_MARGIN_TOKENS = 8
+DEFAULT_RESERVE_TOKENS = 24
 
 
 class GrammarError(ValueError):
@@ -42,10 +46,12 @@ class GrammarError(ValueError):
 class GrammarSpec:
     """What to constrain a sequence to. ``kind`` is ``json_schema`` (``source`` is the
     schema as compact JSON text, property order kept) or ``lark`` (a llguidance Lark grammar, which may
-    embed JSON schemas with ``%json{...}``)."""
+    embed JSON schemas with ``%json{...}``). ``shortest`` is a short text the grammar
+    accepts (the budget-aware close starts when the tokens left come near its length)."""
 
     kind: str
     source: str
+    shortest: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("json_schema", "lark"):
@@ -53,23 +59,29 @@ class GrammarSpec:
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any] | bool) -> "GrammarSpec":
-        return cls("json_schema", json.dumps(schema, separators=(",", ":")))  # key order is property order
+        from tokenops.engine.json_shortest import shortest_json
+
+        # key order is property order
+        return cls("json_schema", json.dumps(schema, separators=(",", ":")), shortest_json(schema))
 
 
 class GrammarMatcher:
     """One sequence's position in a grammar. ``accept`` advances it by a token;
     ``fill_bitmask`` writes the tokens allowed next into a row of an int32 bitmask."""
 
-    __slots__ = ("_m", "closing_classes")
+    __slots__ = ("_m", "closing_classes", "reserve_tokens")
 
-    def __init__(self, matcher: Any, closing_classes: Any = None) -> None:
+    def __init__(self, matcher: Any, closing_classes: Any = None, reserve_tokens: int = DEFAULT_RESERVE_TOKENS) -> None:
         self._m = matcher
         #: Bool ``[vocab]`` token classes, best first, that :func:`steer_to_close` prefers.
         self.closing_classes = closing_classes
+        #: Steer to close once no more than this many tokens are left (the grammar's
+        #: shortest text in tokens plus a margin).
+        self.reserve_tokens = reserve_tokens
 
     def copy(self) -> "GrammarMatcher":
         """An independent matcher in the same state (for ``n > 1`` siblings)."""
-        return GrammarMatcher(self._m.deep_copy(), self.closing_classes)
+        return GrammarMatcher(self._m.deep_copy(), self.closing_classes, self.reserve_tokens)
 
     def fill_bitmask(self, bitmask: "torch.Tensor", row: int) -> None:
         v = bitmask[row]
@@ -102,7 +114,7 @@ class GrammarCompiler:
         self._eos = sorted(eos_token_ids)
         self._lltok: Any = None
         self._lock = threading.Lock()
-        self._cache: OrderedDict[GrammarSpec, Any] = OrderedDict()
+        self._cache: OrderedDict[GrammarSpec, tuple[Any, int]] = OrderedDict()  # -> (matcher, reserve)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tokenops-grammar")
         self.num_compiled = 0
         self.num_cache_hits = 0
@@ -151,11 +163,11 @@ class GrammarCompiler:
         import llguidance
 
         with self._lock:
-            pristine = self._cache.get(spec)
-            if pristine is not None:
+            cached = self._cache.get(spec)
+            if cached is not None:
                 self._cache.move_to_end(spec)
                 self.num_cache_hits += 1
-                return GrammarMatcher(pristine.deep_copy(), self._closing)
+                return GrammarMatcher(cached[0].deep_copy(), self._closing, cached[1])
             lltok = self._tokenizer()
             closing = self._closing_classes()
         try:
@@ -172,12 +184,14 @@ class GrammarCompiler:
         pristine = llguidance.LLMatcher(lltok, grammar, log_level=0)
         if pristine.is_error():
             raise GrammarError(f"cannot compile the schema: {_first_line(pristine.get_error())}")
+        reserve = (len(lltok.tokenize_str(spec.shortest)) + CLOSING_MARGIN_TOKENS if spec.shortest
+                   else DEFAULT_RESERVE_TOKENS)
         with self._lock:
-            self._cache[spec] = pristine
+            self._cache[spec] = (pristine, reserve)
             self.num_compiled += 1
             while len(self._cache) > GRAMMAR_CACHE_SIZE:
                 self._cache.popitem(last=False)
-        return GrammarMatcher(pristine.deep_copy(), closing)
+        return GrammarMatcher(pristine.deep_copy(), closing, reserve)
 
     async def compile_async(self, spec: GrammarSpec) -> GrammarMatcher:
         """:meth:`compile` on the compiler's thread pool: the caller waits, the event loop
@@ -218,12 +232,6 @@ def apply_token_bitmasks(logits: "torch.Tensor", rows: list[int], bitmask: "torc
     index = torch.tensor(rows, device=logits.device)
     masked = torch.where(allowed, logits.index_select(0, index), float("-inf"))
     return logits.index_copy(0, index, masked)
-
-
-def closing_reserve(max_tokens: int) -> int:
-    """How many tokens before its ``max_tokens`` a constrained sequence starts steering
-    to close its grammar (half the budget, between 24 and 96 tokens)."""
-    return min(96, max(24, max_tokens // 2))
 
 
 def steer_to_close(logits: "torch.Tensor", rows: list[int], matchers: list[GrammarMatcher]) -> "torch.Tensor":

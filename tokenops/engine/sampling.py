@@ -165,14 +165,14 @@ class Sampler:
 
     def _constrain(self, logits: "torch.Tensor", rows: list[int], seqs: list[Sequence]) -> "torch.Tensor":
         """``logits`` with the tokens each grammar row may not take next masked."""
-        from tokenops.engine.grammar import apply_token_bitmasks, closing_reserve, new_bitmask, steer_to_close
+        from tokenops.engine.grammar import apply_token_bitmasks, new_bitmask, steer_to_close
 
         bitmask = new_bitmask(len(rows), logits.shape[1])
         for j, i in enumerate(rows):
             seqs[i].grammar.fill_bitmask(bitmask, j)
         logits = apply_token_bitmasks(logits, rows, bitmask)
         closing = [i for i in rows
-                   if seqs[i].params.max_tokens - seqs[i].num_output_tokens <= closing_reserve(seqs[i].params.max_tokens)]
+                   if seqs[i].params.max_tokens - seqs[i].num_output_tokens <= seqs[i].grammar.reserve_tokens]
         if closing:
             logits = steer_to_close(logits, closing, [seqs[i].grammar for i in closing])
         return logits
