@@ -131,6 +131,7 @@ async def test_allowed_hosts_is_configurable_and_api_keys_lift_the_guard():
 
 @pytest.mark.parametrize("raw", [
     b'{"values": {"breaker.cooldown_s": NaN}}',
+    b'{"values": {"ratelimit.tenant_requests_per_min": NaN}}',
     b'{"values": {"breaker.failure_rate": Infinity}}',
     b'{"values": {"breaker.cooldown_s": 1e999}}',
     b'{"values": {"breaker.cooldown_s": "nan"}}',
@@ -143,6 +144,8 @@ async def test_tunables_reject_non_finite_and_out_of_type_values(raw):
         _openai_error(r, 400)
         values = {t["name"]: t["value"] for t in (await c.get("/admin/tunables", headers=ADMIN)).json()["tunables"]}
         assert values["breaker.cooldown_s"] == 5.0 and values["breaker.failure_rate"] == 0.5
+        assert values["ratelimit.tenant_requests_per_min"] == 0
+        assert (await c.post(CHAT, json=_body())).status_code == 200  # completions unaffected
 
 
 def test_tunable_validate_refuses_nan_for_every_float_tunable():
