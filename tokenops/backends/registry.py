@@ -35,8 +35,9 @@ def get_backend_factories() -> dict[str, BackendFactory]:
 def default_model_configs() -> list[ModelConfig]:
     """The models served when no ``[[models]]`` are configured: the embedded demo
     model, when their weights are bundled the demo MoE and the task-trained ladder
-    (``tokenops-ladder-small``/``-large``), and with the ``semantic`` extra the
-    MiniLM embedding model (``all-minilm-l6-v2``)."""
+    (``tokenops-ladder-small``/``-large``), with the ``semantic`` extra the
+    MiniLM embedding model (``all-minilm-l6-v2``), and with the ``diffusion`` extra the
+    demo image model (``digits-diffusion``, for ``/v1/images/generations``)."""
     from pathlib import Path
 
     try:
