@@ -180,7 +180,7 @@ def test_keys_and_period_spend_survive_a_restart(tmp_path):
     with serve(tmp_path) as srv:
         admin = httpx.Client(base_url=srv.url, headers=srv.admin_headers)
         tenant = _tenant(admin)
-        key = _key(admin, tenant=tenant, budget_usd=1.0, budget_period="daily")
+        key = _key(admin, tenant=tenant, budget_usd=1.0, budget_period="24h")  # a rolling window
         for _ in range(3):
             _ask(_client(srv, key["key"]))
     with serve(tmp_path) as again:  # the same store: keys and this period's spend are loaded from it

@@ -11,7 +11,7 @@ import pytest
 from tokenops.keys.fields import FieldError, parse_key_fields, parse_time
 from tokenops.keys.guard import KeyGuard
 from tokenops.keys.ledger import LocalLedger, RedisLedger
-from tokenops.keys.periods import check_period, period_bounds
+from tokenops.keys.periods import Window, check_period, window
 from tokenops.keys.registry import BudgetClock, KeyRegistry
 from tokenops.types import GatewayRequest
 
@@ -22,14 +22,39 @@ def _ts(*args: int) -> float:
 
 def test_periods():
     now = _ts(2026, 12, 31, 23, 59)
-    assert period_bounds("daily", now) == (_ts(2026, 12, 31), _ts(2027, 1, 1))
-    assert period_bounds("monthly", now) == (_ts(2026, 12, 1), _ts(2027, 1, 1))
-    anchor = _ts(2026, 12, 31, 10)
-    assert period_bounds("6h", now, anchor) == (_ts(2026, 12, 31, 22), _ts(2027, 1, 1, 4))
+    assert window("daily", now) == Window((_ts(2026, 12, 31),), 86400.0, _ts(2027, 1, 1))
+    monthly = window("monthly", now)
+    assert monthly.starts == (_ts(2026, 12, 1),) and monthly.end == _ts(2027, 1, 1)
+    rolling = window("6h", now)  # the last 6 hours in 60 buckets of 6 minutes
+    assert rolling.is_rolling and rolling.bucket_s == 360 and len(rolling.starts) == 60
+    assert rolling.starts[-1] == _ts(2026, 12, 31, 23, 54) and rolling.starts[0] == _ts(2026, 12, 31, 18, 0)
+    values = [0.0] * 60
+    values[10], values[30] = 2.0, 1.0  # spend 3 of limit 2: falls below once bucket 10 has left
+    assert rolling.reset_at(values, 2.0) == rolling.starts[10] + 6 * 3600
     assert check_period(" Daily ") == "daily" and check_period("72h") == "72h"
     for bad in ("weekly", "0h", "h", "1.5h", "-2h"):
         with pytest.raises(ValueError, match="budget_period"):
             check_period(bad)
+
+
+def test_rolling_budget_forgets_spend_as_the_window_moves():
+    clock = BudgetClock()
+    registry = KeyRegistry(clock=clock)
+    registry.put_tenant("acme", {})
+    key, _ = registry.create({"tenant": "acme", "budget_usd": 0.01, "budget_period": "2h"})
+    guard = KeyGuard(registry, LocalLedger(), {"m": (0.0, 1000.0)})
+    request = lambda: GatewayRequest(kind="completion", model="m", body={}, prompt="x", tenant="acme",
+                                     api_key_id=key.id, max_tokens=10)
+    first = request()
+    assert guard.admit(first) is None
+    guard.settle(first.id, 0.01)
+    refusal = guard.admit(request())
+    assert refusal.code == "budget_exceeded" and "in the last 2 hours" in refusal.message
+    assert 7000 < refusal.retry_after_s <= 7200  # the spend leaves the window about 2 h later
+    clock.offset_s = 3600
+    assert guard.admit(request()).code == "budget_exceeded"  # an hour later it still counts
+    clock.offset_s = 7200 + 120
+    assert guard.admit(request()) is None
 
 
 def test_fields():
@@ -50,7 +75,7 @@ def test_fields():
 
 def test_local_ledger_refuses_at_the_limit_and_charges_all_or_nothing():
     ledger = LocalLedger()
-    entries = [("key", 1.0), ("tenant", 0.5)]
+    entries = [(("key",), 1.0), (("tenant",), 0.5)]
     assert ledger.reserve(entries, 0.4) == (-1, [0.4, 0.4])
     assert ledger.reserve(entries, 0.4)[0] == -1  # tenant at 0.4 < 0.5: admitted, now 0.8
     refused, values = ledger.reserve(entries, 0.4)
@@ -69,7 +94,7 @@ def test_redis_ledger_is_atomic_across_threads(redis_url):
 
     def worker() -> None:
         for _ in range(50):
-            if ledger.reserve([("b:key", 1.0), ("b:tenant", None)], 0.03)[0] == -1:
+            if ledger.reserve([(("b:old", "b:key"), 1.0), (("b:tenant",), None)], 0.03)[0] == -1:
                 admitted.append(1)
 
     threads = [threading.Thread(target=worker) for _ in range(6)]

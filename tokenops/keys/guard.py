@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tokenops.keys.periods import iso, period_bounds
+from tokenops.keys.periods import Window, iso, window
 from tokenops.keys.records import Budget
 from tokenops.keys.registry import KeyRegistry
 from tokenops.routing.estimate import request_text
@@ -74,8 +74,13 @@ class KeyGuard:
             out.append(("tenant", t.name, t.budget, t.created_at))
         return out
 
-    def ledger_key(self, scope: str, name: str, start: float) -> str:
-        return f"{self.prefix}{scope}:{name}:{int(start)}"
+    def ledger_keys(self, scope: str, name: str, period: str, w: Window) -> tuple[str, ...]:
+        return tuple(f"{self.prefix}{scope}:{name}:{period}:{int(start)}" for start in w.starts)
+
+    @staticmethod
+    def ttl_s(w: Window, now: float) -> float:
+        """Keep a bucket a day beyond the last moment it counts."""
+        return (w.end - now if w.end is not None else w.length_s) + 86400
 
     def estimate_usd(self, request: Any) -> float:
         text = request_text(request)
@@ -114,9 +119,9 @@ class KeyGuard:
         if not budgets:
             return None
         now = self.clock()
-        bounds = [period_bounds(b.period, now, anchor) for _, _, b, anchor in budgets]
-        entries = [(self.ledger_key(scope, name, start), b.usd) for (scope, name, b, _), (start, _) in zip(budgets, bounds)]
-        ttl = max(end for _, end in bounds) - now + 86400
+        windows = [window(b.period, now) for _, _, b, _ in budgets]
+        entries = [(self.ledger_keys(scope, name, b.period, w), b.usd) for (scope, name, b, _), w in zip(budgets, windows)]
+        ttl = max(self.ttl_s(w, now) for w in windows)
         estimate = self.estimate_usd(request)
         try:
             refused, values = self.ledger.reserve(entries, estimate, ttl)
@@ -125,16 +130,22 @@ class KeyGuard:
                              code="budget_unavailable", retry_after_s=1.0)
         if refused >= 0:
             scope, name, b, _ = budgets[refused]
-            end = bounds[refused][1]
+            w = windows[refused]
+            try:
+                end = w.reset_at(self.ledger.committed(entries[refused][0]) if w.is_rolling else [], b.usd)
+            except Exception:  # only the reset time is missing: say the window's length
+                end = now + w.length_s
             with self._lock:
                 self.stats.refusals[(scope, name)] = self.stats.refusals.get((scope, name), 0) + 1
             request.decisions["budget"] = f"refused:{scope}"
             wait = max(1.0, end - now)
+            period = f"in the last {b.period[:-1]} hours" if w.is_rolling else f"this {b.period} period"
+            when = "It resets at" if not w.is_rolling else "Enough of it leaves the window at"
             return Rejection(429, f"Budget exceeded for {scope} {name!r}: ${values[refused]:.6f} of ${b.usd:.6f} "
-                                  f"spent this {b.period} period. It resets at {iso(end)} "
-                                  f"(in {_human(wait)}).", code="budget_exceeded", retry_after_s=wait)
+                                  f"spent {period}. {when} {iso(end)} (in {_human(wait)}).",
+                             code="budget_exceeded", retry_after_s=wait)
         with self._lock:
-            self._pending[request.id] = _Reserved([k for k, _ in entries], estimate, ttl)
+            self._pending[request.id] = _Reserved([keys[-1] for keys, _ in entries], estimate, ttl)
         request.decisions["budget"] = {"reserved_usd": estimate}
         # warn once the spend before this request has reached the soft budget
         warned = [(scope, name, b, v - estimate) for (scope, name, b, _), v in zip(budgets, values)
@@ -172,12 +183,13 @@ class KeyGuard:
 
     # -- views ----------------------------------------------------------------
 
-    def usage(self, scope: str, name: str, budget: Budget, anchor: float) -> dict[str, Any]:
-        """Spend in the current period and what remains of the budget."""
-        now = self.clock()
-        start, end = period_bounds(budget.period, now, anchor)
-        spent = self.ledger.committed([self.ledger_key(scope, name, start)])[0]
-        return {"period": budget.period, "period_start": iso(start), "resets_at": iso(end), "spent_usd": spent,
+    def usage(self, scope: str, name: str, budget: Budget, anchor: float = 0.0) -> dict[str, Any]:
+        """Spend in the current period (or rolling window) and what remains of the budget;
+        ``resets_at`` is None for a rolling window (spend leaves it bucket by bucket)."""
+        w = window(budget.period, self.clock())
+        spent = sum(self.ledger.committed(self.ledger_keys(scope, name, budget.period, w)))
+        return {"period": budget.period, "period_start": iso(w.starts[0]),
+                "resets_at": None if w.end is None else iso(w.end), "spent_usd": spent,
                 "budget_usd": budget.usd, "soft_budget_usd": budget.soft_usd,
                 "remaining_usd": None if budget.usd is None else max(0.0, budget.usd - spent)}
 

@@ -1,13 +1,14 @@
-"""Spend per budget period: committed USD (settled cost plus the estimates of
-requests still running) under one ledger key per scope and period, e.g.
-``tokenops:budget:key:key_ab12:1764547200``. A new period is a new ledger key,
-so budgets reset by themselves.
+"""Spend per budget: committed USD (settled cost plus the estimates of requests
+still running) in ledger buckets, one per scope, period and bucket start, e.g.
+``tokenops:budget:key:key_ab12:daily:1764547200``. A fixed period is one bucket
+(a new period is a new bucket, so budgets reset by themselves); a rolling window
+sums its buckets.
 
-:meth:`reserve` checks and charges all of a request's ledger keys (its key and
-its tenant) atomically: refused when any of them is already at or over its
-limit, else the estimate is added to all. The Redis ledger does this in one Lua
-script (INCRBYFLOAT), so every gateway replica sharing the Redis shares the
-budget; the local ledger does it under a lock for one process.
+:meth:`reserve` checks and charges all of a request's budgets (its key's and its
+tenant's) atomically: refused when any of them has already reached its limit,
+else the estimate is added to the current bucket of each. The Redis ledger does
+this in one Lua script (INCRBYFLOAT), so every gateway replica sharing the Redis
+shares the budget; the local ledger does it under a lock for one process.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 import threading
 from typing import Sequence
 
-#: (ledger key, hard limit in USD or None)
-Entry = tuple[str, "float | None"]
+#: (bucket keys summed, oldest first - the last is charged -, hard limit in USD or None)
+Entry = tuple[Sequence[str], "float | None"]
 
 
 class LocalLedger:
@@ -25,15 +26,15 @@ class LocalLedger:
         self._lock = threading.Lock()
 
     def reserve(self, entries: Sequence[Entry], amount: float, ttl_s: float = 0) -> tuple[int, list[float]]:
-        """``(-1, committed after)`` when charged, else ``(index of the refusing entry, committed)``."""
+        """``(-1, committed sums after)`` when charged, else ``(index of the refusing entry, sums)``."""
         with self._lock:
-            values = [self._spent.get(k, 0.0) for k, _ in entries]
-            for i, ((_, limit), value) in enumerate(zip(entries, values)):
+            sums = [sum(self._spent.get(k, 0.0) for k in keys) for keys, _ in entries]
+            for i, ((_, limit), value) in enumerate(zip(entries, sums)):
                 if limit is not None and value >= limit:
-                    return i, values
-            for k, _ in entries:
-                self._spent[k] = self._spent.get(k, 0.0) + amount
-            return -1, [v + amount for v in values]
+                    return i, sums
+            for keys, _ in entries:
+                self._spent[keys[-1]] = self._spent.get(keys[-1], 0.0) + amount
+            return -1, [v + amount for v in sums]
 
     def adjust(self, keys: Sequence[str], delta: float, ttl_s: float = 0) -> None:
         if not delta:
@@ -47,34 +48,34 @@ class LocalLedger:
             return [self._spent.get(k, 0.0) for k in keys]
 
     def seed(self, key: str, value: float, ttl_s: float = 0) -> None:
-        """Start a period at ``value`` (spend recorded before a restart) unless it is known already."""
+        """Start a bucket at ``value`` (spend recorded before a restart) unless it is known already."""
         with self._lock:
             self._spent.setdefault(key, value)
 
-    def forget_before(self, prefix: str, keep: set[str]) -> None:
-        with self._lock:
-            for k in [k for k in self._spent if k.startswith(prefix) and k not in keep]:
-                del self._spent[k]
-
 
 _RESERVE = """
-local amount = ARGV[1]
+local amount = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
-local values = {}
-for i = 1, #KEYS do
-  local v = tonumber(redis.call('GET', KEYS[i]) or '0')
-  values[i] = v
-  local limit = tonumber(ARGV[2 + i])
-  if limit >= 0 and v >= limit then
-    local out = {}
-    for j = 1, i do out[j] = tostring(values[j]) end
-    return {i, table.concat(out, ',')}
-  end
+local n = tonumber(ARGV[3])
+local sums = {}
+local pos = 1
+for i = 1, n do
+  local count, limit = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
+  local s = 0
+  for j = pos, pos + count - 1 do s = s + tonumber(redis.call('GET', KEYS[j]) or '0') end
+  sums[i] = s
+  if limit >= 0 and s >= limit then return {i, string.format('%.17g', s)} end
+  pos = pos + count
 end
 local out = {}
-for i = 1, #KEYS do
-  out[i] = redis.call('INCRBYFLOAT', KEYS[i], amount)
-  redis.call('EXPIRE', KEYS[i], ttl)
+pos = 1
+for i = 1, n do
+  local count = tonumber(ARGV[2 + 2 * i])
+  local last = KEYS[pos + count - 1]
+  redis.call('INCRBYFLOAT', last, ARGV[1])
+  redis.call('EXPIRE', last, ttl)
+  out[i] = string.format('%.17g', sums[i] + amount)
+  pos = pos + count
 end
 return {0, table.concat(out, ',')}
 """
@@ -88,11 +89,16 @@ class RedisLedger:
         self._reserve = client.register_script(_RESERVE)
 
     def reserve(self, entries: Sequence[Entry], amount: float, ttl_s: float = 86400) -> tuple[int, list[float]]:
-        args = [repr(float(amount)), int(max(60, ttl_s))] + [(-1 if limit is None else repr(float(limit)))
-                                                               for _, limit in entries]
-        refused, values = self._reserve(keys=[k for k, _ in entries], args=args)
+        args: list = [repr(float(amount)), int(max(60, ttl_s)), len(entries)]
+        keys: list[str] = []
+        for bucket_keys, limit in entries:
+            args += [len(bucket_keys), -1 if limit is None else repr(float(limit))]
+            keys += list(bucket_keys)
+        refused, values = self._reserve(keys=keys, args=args)
         values = [float(v) for v in (values.decode() if isinstance(values, bytes) else values).split(",") if v]
-        return int(refused) - 1, values
+        if int(refused):
+            return int(refused) - 1, [0.0] * (int(refused) - 1) + values
+        return -1, values
 
     def adjust(self, keys: Sequence[str], delta: float, ttl_s: float = 86400) -> None:
         if not delta:
@@ -110,6 +116,3 @@ class RedisLedger:
 
     def seed(self, key: str, value: float, ttl_s: float = 86400) -> None:
         self.client.set(key, repr(float(value)), nx=True, ex=int(max(60, ttl_s)))
-
-    def forget_before(self, prefix: str, keep: set[str]) -> None:
-        pass  # Redis keys expire by themselves

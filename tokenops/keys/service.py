@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from tokenops.gateway.errors import APIError
 from tokenops.keys.guard import KeyGuard
 from tokenops.keys.ledger import LocalLedger, RedisLedger
-from tokenops.keys.periods import iso, period_bounds
+from tokenops.keys.periods import iso, window
 from tokenops.keys.registry import BudgetClock, KeyRegistry
 
 log = logging.getLogger("tokenops.keys")
@@ -95,15 +95,21 @@ class KeyService:
         now = self.registry.clock()
         scopes = [("key", k.id, k.budget, k.created_at, "api_key_id") for k in self.registry.keys() if k.budget.is_set]
         scopes += [("tenant", t.name, t.budget, t.created_at, "tenant") for t in self.registry.tenants() if t.budget.is_set]
-        for scope, name, budget, anchor, column in scopes:
-            start, end = period_bounds(budget.period, now, anchor)
+        for scope, name, budget, _, column in scopes:
+            w = window(budget.period, now)
+            keys = self.guard.ledger_keys(scope, name, budget.period, w)
             try:
-                spent = self.store.execute(
-                    f"SELECT coalesce(sum(cost_usd), 0) FROM requests WHERE {column} = ? AND ts >= ?",
-                    [name, datetime.fromtimestamp(start, timezone.utc).replace(tzinfo=None)]).fetchone()[0]
-                self.guard.ledger.seed(self.guard.ledger_key(scope, name, start), float(spent), end - now + 86400)
+                rows = self.store.execute(
+                    f"SELECT floor((epoch(ts) - ?) / ?) AS bucket, coalesce(sum(cost_usd), 0) FROM requests "
+                    f"WHERE {column} = ? AND ts >= ? GROUP BY ALL",
+                    [w.starts[0], w.bucket_s, name,
+                     datetime.fromtimestamp(w.starts[0], timezone.utc).replace(tzinfo=None)]).fetchall()
             except Exception as e:
                 log.warning("budget of %s %s: could not read its spend from the store: %s", scope, name, e)
+                continue
+            for bucket, spent in rows:
+                if 0 <= int(bucket) < len(keys):
+                    self.guard.ledger.seed(keys[int(bucket)], float(spent), self.guard.ttl_s(w, now))
 
     def key_view(self, key: Any) -> dict[str, Any]:
         view = key.public(self.registry.clock())
