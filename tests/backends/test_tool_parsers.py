@@ -106,3 +106,11 @@ def test_close_objects_only_closes_objects_that_list_properties():
     assert out["properties"]["open"]["additionalProperties"] is True
     assert "additionalProperties" not in out["allOf"][0]
     assert "additionalProperties" not in schema  # the request's own schema is not changed
+
+
+def test_an_unknown_parser_in_the_config_is_a_config_error():
+    from tokenops.backends.local import LocalBackend
+    from tokenops.config import ConfigError, ModelConfig, Settings
+
+    with pytest.raises(ConfigError, match="unknown tool_call_parser 'bogus'; known: hermes"):
+        LocalBackend(ModelConfig(name="demo", tool_call_parser="bogus"), Settings())

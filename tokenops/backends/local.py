@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator
 
 from tokenops.backends.base import Delta, collect
 from tokenops.backends.local_structured import plan_request
+from tokenops.backends.tool_parsers import get_tool_call_parser
 from tokenops.gateway.fields import check_bundled_fields
 from tokenops.backends.registry import replica_name
 from tokenops.config import ModelConfig, Settings
@@ -55,6 +56,12 @@ class LocalBackend:
         self.max_model_len: int | None = getattr(engine, "max_model_len", None)
         self.default_max_tokens = settings.gateway.default_max_tokens
         self.tool_call_parser = model.tool_call_parser
+        try:
+            get_tool_call_parser(model.tool_call_parser)
+        except ValueError as e:
+            from tokenops.config import ConfigError
+
+            raise ConfigError(f"model {model.name!r}: {e}") from None
 
     @property
     def ready(self) -> bool:
