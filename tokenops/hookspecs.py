@@ -201,6 +201,24 @@ def tokenops_draft_proposer(config: Any) -> Any:
 
 @hookspec(firstresult=True)
 @_layer("model_optimization")
+def tokenops_fit_context(request: Any, window: Any) -> Any:
+    """Fit a chat conversation into the routed model's context (session memory).
+
+    Called for every chat request after routing, before the backend call, in a
+    worker thread. A plugin may store the request's turns and replace
+    ``request.messages`` (drop old turns, inject recalled ones) so the prompt plus
+    the completion fit, instead of the backend failing with context_length_exceeded.
+
+    :param request: the :class:`tokenops.types.GatewayRequest` (``tenant``, ``session_id``).
+    :param window: a :class:`tokenops.memory.fit.ContextWindow`: ``max_model_len``
+        (None when unknown) and ``count_tokens(messages) -> int``.
+    :returns: a dict saying what was done (kept under the request's decisions as
+        ``memory``), or None. First non-None result wins.
+    """
+
+
+@hookspec(firstresult=True)
+@_layer("model_optimization")
 def tokenops_kv_policy(config: Any) -> Any:
     """Provide a KV-cache eviction or compression policy.
 

@@ -141,3 +141,6 @@ def _query_result(name: str, result: Any) -> dict[str, Any]:
 from tokenops.gateway.admin_keys import router as _keys_router  # noqa: E402  (/admin/keys, /admin/tenants)
 
 router.include_router(_keys_router)
+from tokenops.gateway.admin_memory import router as _memory_router  # noqa: E402  (/admin/memory)
+
+router.include_router(_memory_router)

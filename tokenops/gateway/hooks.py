@@ -40,6 +40,14 @@ def offer_to_cache(request: GatewayRequest, response: GatewayResponse) -> None:
     hook().tokenops_cache_store(request=request, response=response)
 
 
+def has_context_fitter() -> bool:
+    return bool(hook().tokenops_fit_context.get_hookimpls())
+
+
+def fit_context(request: GatewayRequest, window: Any) -> Any:
+    return hook().tokenops_fit_context(request=request, window=window)
+
+
 def get_fallback_model(request: GatewayRequest, error: BackendError) -> str | None:
     return hook().tokenops_fallback(request=request, error=error)
 

@@ -115,6 +115,17 @@ class Pipeline:
                                       "score": decision.score}
         return decision
 
+    async def _fit_context(self, request: GatewayRequest, decision: RouteDecision) -> None:
+        """Layer 2 session memory: a plugin may fit the conversation into the routed model's context."""
+        if request.kind != "chat" or not hooks.has_context_fitter():
+            return
+        from tokenops.memory.fit import window_for
+
+        window = window_for(self.replicas.get(decision.model, []))
+        result = await asyncio.to_thread(hooks.fit_context, request, window)
+        if result is not None:
+            request.decisions["memory"] = result
+
     def _choose(self, request: GatewayRequest, rec: RequestRecord, model: str,
                 candidates: list[Replica] | None = None) -> Replica:
         ready = [r for r in (self.replicas[model] if candidates is None else candidates) if r.ready]
@@ -219,7 +230,9 @@ class Pipeline:
         try:
             response = await self._admit_and_lookup(request, rec)
             if response is None:
-                response = await self.answer(request, rec, self._route(request, rec))
+                decision = self._route(request, rec)
+                await self._fit_context(request, decision)
+                response = await self.answer(request, rec, decision)
             else:
                 self._account(rec, "", response)
             rec.finish_reason = response.finish_reason
@@ -250,6 +263,7 @@ class Pipeline:
                 self._account(rec, "", cached)
                 return await DeltaStream.start(self._replay(rec, cached)), rec
             decision = self._route(request, rec)
+            await self._fit_context(request, decision)
             if decision.members or decision.escalate_to:  # needs whole answers: run, then replay
                 response = await self.answer(request, rec, decision)
                 return await DeltaStream.start(self._replay(rec, response)), rec

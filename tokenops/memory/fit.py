@@ -1,0 +1,106 @@
+"""Fitting a conversation into a token budget: keep the system messages, the newest
+turns and the last message; fill the rest with the stored entries most relevant to
+the last message, injected as one system message.
+
+:class:`ContextWindow` is what the gateway knows about the routed model: its context
+length and a token counter for a message list (exact for the bundled engine: its chat
+template and tokenizer; an estimate of 1 token per 3 characters otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+MEMORY_HEADER = "Earlier in this conversation (recalled from session memory):"
+
+
+def message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
+
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """A safe over-estimate for tokenizers we cannot run (upstream models)."""
+    return sum(len(message_text(m)) // 3 + 8 for m in messages) + 8
+
+
+@dataclass(slots=True)
+class ContextWindow:
+    """The routed model's context: ``max_model_len`` (None: unknown) and ``count_tokens``."""
+
+    max_model_len: int | None
+    count_tokens: Callable[[list[dict[str, Any]]], int] = field(default=estimate_tokens)
+    is_exact: bool = False
+
+
+def window_for(replicas: list[Any]) -> ContextWindow:
+    """The window of the first ready replica (the bundled engine counts exactly)."""
+    for replica in replicas:
+        backend = replica.backend
+        if not getattr(replica, "ready", True):
+            continue
+        limit = getattr(backend, "max_model_len", None)
+        tok = getattr(getattr(backend, "engine", None), "tokenizer", None)
+        if tok is None or not hasattr(tok, "apply_chat_template"):
+            return ContextWindow(limit)
+
+        def count(messages: list[dict[str, Any]], tok: Any = tok) -> int:
+            plain = [{"role": m.get("role", "user"), "content": message_text(m)} for m in messages]
+            return len(tok.encode(tok.apply_chat_template(plain, add_generation_prompt=True), add_special_tokens=False))
+
+        return ContextWindow(limit, count, True)
+    return ContextWindow(None)
+
+
+def fit_conversation(messages: list[dict[str, Any]], budget: int, count: Callable[[list[dict[str, Any]]], int],
+                     recalled: list[tuple[str, str]], recent_share: float = 0.5) -> tuple[list[dict[str, Any]], dict] | None:
+    """Messages that fit ``budget`` tokens, or None when even the system messages plus the
+    last message do not. ``recalled`` are ``(role, text)`` entries, most relevant first;
+    the newest turns get up to ``recent_share`` of the room left, recalled entries the
+    rest, then more turns if room remains."""
+    system = [m for m in messages[:-1] if m.get("role") in ("system", "developer")]
+    history = [m for m in messages[:-1] if m.get("role") not in ("system", "developer")]
+    last = messages[-1]
+    if count(system + [last]) > budget:
+        return None
+    base = count(system + [last])
+
+    def cost(items: list[dict[str, Any]]) -> int:
+        return count(system + items + [last]) - base
+
+    room = budget - base
+    # newest turns first, up to their share; each cost measured exactly on the whole list
+    kept: list[dict[str, Any]] = []
+    for m in reversed(history):
+        if cost([m] + kept) > room * recent_share:
+            break
+        kept.insert(0, m)
+    shown = {message_text(m) for m in kept} | {message_text(last)}
+    chosen: list[tuple[str, str]] = []
+    for role, text in recalled:
+        if text in shown or any(text in s for s in shown):
+            continue
+        trial = chosen + [(role, text)]
+        if cost([_memory_message(trial)] + kept) > room:
+            continue
+        chosen = trial
+    note = [_memory_message(chosen)] if chosen else []
+    # room left: more of the older turns
+    for m in reversed(history[: len(history) - len(kept)]):
+        if cost(note + [m] + kept) > room:
+            break
+        kept.insert(0, m)
+    while kept and kept[0].get("role") not in ("user",):  # start the kept turns on a user turn
+        kept.pop(0)
+    fitted = system + note + kept + [last]
+    assert count(fitted) <= budget
+    return fitted, {"dropped_turns": len(history) - len(kept), "injected": len(chosen), "kept_turns": len(kept),
+                    "tokens": count(fitted), "budget": budget}
+
+
+def _memory_message(entries: list[tuple[str, str]]) -> dict[str, Any]:
+    lines = [MEMORY_HEADER] + [f"- {role}: {text}" for role, text in entries]
+    return {"role": "system", "content": "\n".join(lines)}

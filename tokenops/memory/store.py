@@ -1,0 +1,224 @@
+"""Session memory: what a long conversation keeps (formation, evolution, retrieval).
+
+Per ``(tenant, session)``: each user/assistant turn is split into chunks of at most
+``chunk_chars`` characters (at line and sentence ends) and stored with an embedding.
+Evolution: a chunk that is already stored (same role and text, as when a client resends
+its history every turn) only refreshes the entry; a near-duplicate (cosine >=
+``merge_threshold``, same role) is merged into it (the longer text is kept). Entries
+expire ``ttl_s`` after they were last seen, and a session over ``max_session_bytes``
+(text plus vector) drops its least recently seen entries. Retrieval ranks entries by
+cosine similarity to a query. Sessions of different tenants never meet: every call
+names the tenant.
+
+In-process only: memory does not survive a restart of ``tokenops serve``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+@dataclass(slots=True)
+class MemoryEntry:
+    id: int
+    role: str
+    text: str
+    vector: np.ndarray
+    created_at: float
+    last_seen: float
+    num_seen: int = 1
+
+    @property
+    def num_bytes(self) -> int:
+        return len(self.text.encode()) + self.vector.nbytes
+
+    def view(self) -> dict[str, Any]:
+        return {"id": self.id, "role": self.role, "text": self.text, "created_at": self.created_at,
+                "last_seen": self.last_seen, "num_seen": self.num_seen, "bytes": self.num_bytes}
+
+
+def split_chunks(text: str, chunk_chars: int) -> list[str]:
+    """``text`` cut at line and sentence ends into pieces of at most ``chunk_chars``
+    characters (a longer sentence is cut at the limit)."""
+    pieces: list[str] = []
+    current = ""
+    for sentence in (s.strip() for s in _SENTENCE_END.split(text)):
+        while len(sentence) > chunk_chars:
+            if current:
+                pieces.append(current)
+                current = ""
+            pieces.append(sentence[:chunk_chars])
+            sentence = sentence[chunk_chars:].strip()
+        if not sentence:
+            continue
+        if current and len(current) + 1 + len(sentence) > chunk_chars:
+            pieces.append(current)
+            current = sentence
+        else:
+            current = f"{current} {sentence}" if current else sentence
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+class SessionMemory:
+    """All sessions' entries; thread-safe (the gateway calls it from worker threads)."""
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], *, ttl_s: float = 3600.0,
+                 max_session_bytes: int = 1 << 20, max_sessions: int = 10_000, chunk_chars: int = 400,
+                 merge_threshold: float = 0.97, clock: Callable[[], float] = time.time) -> None:
+        assert ttl_s > 0 and max_session_bytes > 0 and max_sessions > 0 and chunk_chars > 0
+        self.embed = embed
+        self.ttl_s = ttl_s
+        self.max_session_bytes = max_session_bytes
+        self.max_sessions = max_sessions
+        self.chunk_chars = chunk_chars
+        self.merge_threshold = merge_threshold
+        self.clock = clock
+        self._sessions: OrderedDict[tuple[str, str], list[MemoryEntry]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.num_merged = 0
+        self.num_expired = 0
+        self.num_evicted = 0
+
+    # -- formation and evolution -----------------------------------------------------
+
+    def remember(self, tenant: str, session: str, turns: list[tuple[str, str]]) -> int:
+        """Store ``(role, text)`` turns; returns how many new entries were made."""
+        now = self.clock()
+        chunks = [(role, piece) for role, text in turns for piece in split_chunks(text, self.chunk_chars)]
+        key = (tenant, session)
+        with self._lock:
+            entries = self._live(key, now)
+            known = {(e.role, e.text): e for e in entries}
+            fresh = []
+            for role, text in dict.fromkeys(chunks):
+                entry = known.get((role, text))
+                if entry is not None:
+                    entry.last_seen, entry.num_seen = now, entry.num_seen + 1
+                else:
+                    fresh.append((role, text))
+        if not fresh:
+            return 0
+        vectors = self.embed([text for _, text in fresh])  # outside the lock: the model is slow
+        num_new = 0
+        with self._lock:
+            entries = self._sessions.setdefault(key, [])
+            self._sessions.move_to_end(key)
+            for (role, text), vector in zip(fresh, vectors):
+                twin = self._near_duplicate(entries, role, text, vector)
+                if twin is not None:
+                    if len(text) > len(twin.text):
+                        twin.text, twin.vector = text, vector
+                    twin.last_seen, twin.num_seen = now, twin.num_seen + 1
+                    self.num_merged += 1
+                    continue
+                entries.append(MemoryEntry(next(self._ids), role, text, vector, now, now))
+                num_new += 1
+            self._fit_budget(entries)
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        return num_new
+
+    def _near_duplicate(self, entries: list[MemoryEntry], role: str, text: str, vector: np.ndarray) -> MemoryEntry | None:
+        best, best_score = None, self.merge_threshold
+        for e in entries:
+            if e.role == role:
+                score = float(e.vector @ vector)
+                if score >= best_score:
+                    best, best_score = e, score
+        return best
+
+    def _fit_budget(self, entries: list[MemoryEntry]) -> None:
+        total = sum(e.num_bytes for e in entries)
+        if total <= self.max_session_bytes:
+            return
+        for e in sorted(entries, key=lambda e: (e.last_seen, e.id)):
+            if total <= self.max_session_bytes:
+                break
+            entries.remove(e)
+            total -= e.num_bytes
+            self.num_evicted += 1
+
+    def _live(self, key: tuple[str, str], now: float) -> list[MemoryEntry]:
+        """The session's entries with the expired ones dropped (call under the lock)."""
+        entries = self._sessions.get(key)
+        if entries is None:
+            return []
+        alive = [e for e in entries if now - e.last_seen <= self.ttl_s]
+        self.num_expired += len(entries) - len(alive)
+        if not alive:
+            del self._sessions[key]
+        else:
+            entries[:] = alive
+        return alive
+
+    # -- retrieval ---------------------------------------------------------------------
+
+    def recall(self, tenant: str, session: str, query: str) -> list[tuple[float, MemoryEntry]]:
+        """The session's entries, most similar to ``query`` first."""
+        vector = self.embed([query])[0]
+        with self._lock:
+            entries = list(self._live((tenant, session), self.clock()))
+        scored = [(float(e.vector @ vector), e) for e in entries]
+        scored.sort(key=lambda x: (-x[0], x[1].id))
+        return scored
+
+    # -- admin -------------------------------------------------------------------------
+
+    def sessions(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        now = self.clock()
+        with self._lock:
+            out = []
+            for key in list(self._sessions):
+                if tenant is not None and key[0] != tenant:
+                    continue
+                entries = self._live(key, now)
+                if entries:
+                    out.append({"tenant": key[0], "session": key[1], "entries": len(entries),
+                                "bytes": sum(e.num_bytes for e in entries),
+                                "last_seen": max(e.last_seen for e in entries)})
+            return out
+
+    def entries(self, tenant: str, session: str) -> list[dict[str, Any]] | None:
+        with self._lock:
+            entries = self._live((tenant, session), self.clock())
+            return [e.view() for e in sorted(entries, key=lambda e: e.id)] if entries else None
+
+    def delete_session(self, tenant: str, session: str) -> int:
+        with self._lock:
+            return len(self._sessions.pop((tenant, session), []))
+
+    def delete_tenant(self, tenant: str) -> int:
+        with self._lock:
+            keys = [k for k in self._sessions if k[0] == tenant]
+            return sum(len(self._sessions.pop(k)) for k in keys)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"sessions": len(self._sessions), "entries": sum(len(v) for v in self._sessions.values()),
+                    "merged": self.num_merged, "expired": self.num_expired, "evicted": self.num_evicted}
+
+
+_active: SessionMemory | None = None
+
+
+def get_session_memory() -> SessionMemory | None:
+    """The memory the session-memory plugin serves from (None when it is off)."""
+    return _active
+
+
+def set_session_memory(memory: SessionMemory | None) -> None:
+    global _active
+    _active = memory
