@@ -7,7 +7,8 @@ the exact code the gateway runs per request:
 - auth: ``ApiKeys.tenant_for`` (SHA-256 of the key, registry refresh - one Redis
   ``GET`` of the version with Redis -, lookup, revoked/expired check);
 - admission: ``KeyGuard.admit`` (model list, cost estimate, atomic reservation in
-  the key's and the tenant's ledgers - one Lua script with Redis);
+  the key's daily budget and the tenant's rolling 24 h window of 60 buckets - one Lua
+  script with Redis);
 - settlement: ``KeyGuard.settle`` (the recorded cost replaces the estimate -
   one pipelined INCRBYFLOAT per ledger with Redis).
 
@@ -52,7 +53,7 @@ def measure(num_requests: int, redis_client=None) -> dict[str, float]:
     if redis_client is not None:
         redis_client.flushdb()
     registry = KeyRegistry(None, redis_client, clock=BudgetClock())
-    registry.put_tenant("acme", {"budget_usd": 1e9, "budget_period": "monthly"})
+    registry.put_tenant("acme", {"budget_usd": 1e9, "budget_period": "24h"})  # a rolling window: 60 buckets
     key, secret = registry.create({"tenant": "acme", "models": ["small", "auto"], "budget_usd": 1e9,
                                    "budget_period": "daily", "soft_budget_usd": 1e9})
     ledger = RedisLedger(redis_client) if redis_client is not None else LocalLedger()
