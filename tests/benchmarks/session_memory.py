@@ -1,0 +1,148 @@
+"""Session memory benchmark: facts stated early in a long conversation, asked for after
+the history outgrew the context — session memory vs plain truncation.
+
+Each conversation (seeded): the user states "Important: the vault access code is NNNN."
+early, plus two distractor codes (gym locker, bike lock), then many filler turns
+("Note k: the <thing> shipment to <city> is on schedule.") until the history is several
+times the token budget, then asks "What is the vault access code? Reply with the
+number only." (the retrieval task of the checkable suites, stretched over turns).
+
+Two ways to fit the prompt into the budget:
+
+- ``truncation``: system message + the newest turns that fit + the question (a sliding
+  window, what a client does to avoid context_length_exceeded);
+- ``memory``: the session_memory plugin's own hook (``tokenops_fit_context``) with the
+  packaged MiniLM embedder: the same newest turns for half the room, the stored entries
+  most similar to the question in the rest.
+
+Measured: (1) retrieval accuracy — the fitted prompt contains the right code; (2) answer
+accuracy — the model's greedy answer contains the right code (bundled engine, exact
+token counts from the model's chat template). With the ShareGPT demo model (the issue 18
+task-trained ladder had not landed when this was written) the answers are word salad,
+so (2) mostly measures the model; (1) is what memory changes. Run::
+
+    .venv/bin/python tests/benchmarks/session_memory.py                       # 40 conversations, budget 512
+    .venv/bin/python tests/benchmarks/session_memory.py --model PATH --budget 1024 --num 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "tokenops" / "demo_models"
+LADDER = ("large", "reasoning", "small")  # issue 18's models, when present
+
+THINGS = ["timber", "grain", "cement", "textile", "copper", "coffee", "paper", "glass", "steel", "cotton"]
+CITIES = ["Lisbon", "Osaka", "Lagos", "Quito", "Oslo", "Perth", "Tunis", "Riga", "Lima", "Hanoi"]
+QUESTION = "What is the vault access code? Reply with the number only."
+
+
+def conversation(rng: random.Random, num_filler: int) -> tuple[list[dict], str]:
+    code = str(rng.randint(1000, 9999))
+    facts = [f"Important: the vault access code is {code}.",
+             f"By the way, the gym locker code is {rng.randint(1000, 9999)}.",
+             f"Also, my bike lock combination is {rng.randint(1000, 9999)}."]
+    rng.shuffle(facts)
+    turns = [f"Note {k}: the {rng.choice(THINGS)} shipment to {rng.choice(CITIES)} is on schedule."
+             for k in range(num_filler)]
+    for fact in facts:  # early: within the first fifth of the conversation
+        turns.insert(rng.randint(0, max(1, num_filler // 5)), fact)
+    msgs = [{"role": "system", "content": "You are a helpful assistant."}]
+    for text in turns:
+        msgs += [{"role": "user", "content": text}, {"role": "assistant", "content": "Noted."}]
+    return msgs + [{"role": "user", "content": QUESTION}], code
+
+
+def pick_model(path: str | None) -> Path:
+    if path:
+        return Path(path)
+    for name in LADDER:
+        if (DEMO / name / "config.json").exists():
+            return DEMO / name
+    return DEMO / "target"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", help="model folder (default: a ladder model if present, else the demo target)")
+    parser.add_argument("--num", type=int, default=40, help="conversations")
+    parser.add_argument("--budget", type=int, default=512, help="prompt token budget (the model's context stand-in)")
+    parser.add_argument("--filler", type=int, default=60, help="filler turns per conversation")
+    parser.add_argument("--embedder", default="minilm", choices=("minilm", "lexical"))
+    parser.add_argument("--no-answers", action="store_true", help="retrieval accuracy only (no model runs)")
+    args = parser.parse_args()
+
+    import tokenops_plugins.model_optimization.session_memory as plugin
+    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.memory.fit import ContextWindow, fit_conversation, message_text
+    from tokenops.memory.store import set_session_memory
+    from tokenops.types import GatewayRequest
+
+    class Settings:
+        def plugin_settings(self, name):
+            return {"enabled": True, "embedder": args.embedder, "token_budget": args.budget} if name == "session_memory" else {}
+
+    model_dir = pick_model(args.model)
+    tok = Tokenizer.from_dir(model_dir)
+
+    def count(messages):
+        plain = [{"role": m["role"], "content": message_text(m)} for m in messages]
+        return len(tok.encode(tok.apply_chat_template(plain, add_generation_prompt=True), add_special_tokens=False))
+
+    plugin.tokenops_configure(Settings())
+    max_tokens = 8
+    window = ContextWindow(None, count, True)
+    rng = random.Random(0)
+    rows = []
+    start = time.perf_counter()
+    for i in range(args.num):
+        msgs, code = conversation(rng, args.filler)
+        request = GatewayRequest(kind="chat", model="m", body={"messages": msgs, "max_tokens": max_tokens},
+                                 messages=msgs, session_id=f"s{i}", tenant="bench")
+        info = plugin.tokenops_fit_context(request, window)
+        truncated, _ = fit_conversation(msgs, args.budget - max_tokens, count, [])
+        rows.append({"code": code, "history_tokens": count(msgs), "memory": request.messages, "truncation": truncated,
+                     "fitted": info.get("fitted")})
+    fit_s = (time.perf_counter() - start) / args.num
+    set_session_memory(None)
+
+    def has(messages, code):
+        return any(re.search(rf"\bvault access code is {code}\b", message_text(m)) for m in messages)
+
+    print(f"model {model_dir.name}, {args.num} conversations, history {min(r['history_tokens'] for r in rows)}-"
+          f"{max(r['history_tokens'] for r in rows)} tokens, budget {args.budget} tokens "
+          f"(prompt + {max_tokens} completion), embedder {args.embedder}; fit {1000 * fit_s:.0f} ms per request "
+          f"(embedding every turn of a new session included)")
+    assert all(r["fitted"] for r in rows)
+    assert all(count(r["memory"]) <= args.budget - max_tokens for r in rows)
+    results = {}
+    for way in ("truncation", "memory"):
+        results[way] = {"retrieval": sum(has(r[way], r["code"]) for r in rows) / len(rows)}
+    if not args.no_answers:
+        from tokenops.engine.config import EngineConfig
+        from tokenops.engine.engine import LLMEngine
+        from tokenops.engine.sampling import SamplingParams
+
+        engine = LLMEngine(EngineConfig(model=str(model_dir), device="cpu", max_model_len=max(args.budget, 256)))
+        params = SamplingParams(temperature=0, max_tokens=max_tokens)
+        for way in ("truncation", "memory"):
+            prompts = [tok.encode(tok.apply_chat_template([{"role": m["role"], "content": message_text(m)} for m in r[way]],
+                                                           add_generation_prompt=True), add_special_tokens=False)
+                       for r in rows]
+            outs = engine.generate(prompts, params)
+            answers = [o.outputs[0].text for o in outs]
+            results[way]["answer"] = sum(r["code"] in a for r, a in zip(rows, answers)) / len(rows)
+            results[way]["example"] = answers[0].strip()[:40]
+    print(f"\n{'':>12} {'prompt holds the fact':>22} {'answer correct':>15}  example answer")
+    for way, res in results.items():
+        answer = f"{100 * res['answer']:>14.0f}%" if "answer" in res else f"{'-':>15}"
+        print(f"{way:>12} {100 * res['retrieval']:>21.0f}% {answer}  {res.get('example', '')!r}")
+
+
+if __name__ == "__main__":
+    main()
