@@ -92,12 +92,35 @@ def measure(num_requests: int, redis_client=None) -> dict[str, float]:
             "added_p50_ms": (statistics.median(managed_s) - statistics.median(baseline_s)) * 1e3}
 
 
+def redis_parts(client, num_requests: int) -> dict[str, float]:
+    """The round trips one at a time: the registry's version GET and the reservation
+    script for two fixed periods, and for a fixed period plus a 60-bucket rolling window."""
+    from tokenops.keys.ledger import RedisLedger
+
+    ledger = RedisLedger(client)
+    fixed = [(("bench:a",), 1e9), (("bench:b",), 1e9)]
+    rolling = [(("bench:a",), 1e9), (tuple(f"bench:r{i}" for i in range(60)), 1e9)]
+    out = {}
+    for name, call in (("version GET", lambda: client.get("bench:version")),
+                       ("reserve (2 fixed)", lambda: ledger.reserve(fixed, 1e-6)),
+                       ("reserve (fixed + rolling)", lambda: ledger.reserve(rolling, 1e-6)),
+                       ("settle (queued to a thread)", lambda: ledger.adjust(["bench:a", "bench:b"], -1e-7))):
+        times = []
+        for _ in range(num_requests):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+        out[name] = statistics.median(times) * 1e3
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--no-redis", action="store_true", help="skip the Redis measurement")
     args = parser.parse_args()
     rows = [("in-process (no Redis)", measure(args.requests), 0.2)]
+    parts: dict[str, float] = {}
     binary = shutil.which("redis-server")
     if not args.no_redis and binary is None:
         print("redis-server not found (make redis): the Redis measurement is skipped")
@@ -117,6 +140,7 @@ def main() -> None:
                     except redis.ConnectionError:
                         time.sleep(0.05)
                 rows.append(("Redis (loopback)", measure(args.requests, client), 1.0))
+                parts = redis_parts(client, args.requests)
             finally:
                 proc.terminate()
                 proc.wait(timeout=5)
@@ -126,6 +150,8 @@ def main() -> None:
         verdict = "met" if r["added_p50_ms"] < goal else "NOT met"
         print(f"{name:<24}{r['added_p50_ms']:>14.4f}{r['managed_p50_ms']:>13.4f}{r['managed_p95_ms']:>13.4f}"
               f"{r['baseline_p50_ms']:>14.4f}{'<' + str(goal):>8}  {verdict}")
+    if parts:
+        print("Redis round trips alone, p50 ms: " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()))
 
 
 if __name__ == "__main__":

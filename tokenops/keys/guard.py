@@ -132,7 +132,8 @@ class KeyGuard:
             scope, name, b, _ = budgets[refused]
             w = windows[refused]
             try:
-                end = w.reset_at(self.ledger.committed(entries[refused][0]) if w.is_rolling else [], b.usd)
+                end = w.reset_at(self.ledger.committed(entries[refused][0], flush=False) if w.is_rolling else [],
+                                b.usd)
             except Exception:  # only the reset time is missing: say the window's length
                 end = now + w.length_s
             with self._lock:

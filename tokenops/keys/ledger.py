@@ -13,8 +13,12 @@ shares the budget; the local ledger does it under a lock for one process.
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 from typing import Sequence
+
+log = logging.getLogger("tokenops.keys")
 
 #: (bucket keys summed, oldest first - the last is charged -, hard limit in USD or None)
 Entry = tuple[Sequence[str], "float | None"]
@@ -43,7 +47,7 @@ class LocalLedger:
             for k in keys:
                 self._spent[k] = self._spent.get(k, 0.0) + delta
 
-    def committed(self, keys: Sequence[str]) -> list[float]:
+    def committed(self, keys: Sequence[str], flush: bool = True) -> list[float]:
         with self._lock:
             return [self._spent.get(k, 0.0) for k in keys]
 
@@ -82,11 +86,21 @@ return {0, table.concat(out, ',')}
 
 
 class RedisLedger:
-    """The ledger in Redis, shared by every gateway replica pointing at it."""
+    """The ledger in Redis, shared by every gateway replica pointing at it.
+
+    Settlements (:meth:`adjust`) go to Redis from a background thread, off the request
+    path and the event loop; until one lands the ledger holds the larger estimate, so
+    the budget is only ever checked against too much spend, never too little. Reads for
+    views (:meth:`committed`) wait for queued settlements first.
+    """
 
     def __init__(self, client) -> None:
         self.client = client
         self._reserve = client.register_script(_RESERVE)
+        self._settlements: queue.SimpleQueue = queue.SimpleQueue()
+        self._num_queued = 0
+        self._idle = threading.Condition()
+        self._worker: threading.Thread | None = None
 
     def reserve(self, entries: Sequence[Entry], amount: float, ttl_s: float = 86400) -> tuple[int, list[float]]:
         args: list = [repr(float(amount)), int(max(60, ttl_s)), len(entries)]
@@ -103,15 +117,42 @@ class RedisLedger:
     def adjust(self, keys: Sequence[str], delta: float, ttl_s: float = 86400) -> None:
         if not delta:
             return
-        pipe = self.client.pipeline(transaction=False)
-        for k in keys:
-            pipe.incrbyfloat(k, delta)
-            pipe.expire(k, int(max(60, ttl_s)))
-        pipe.execute()
+        with self._idle:
+            self._num_queued += 1
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._settle_forever, name="tokenops-budget-settle",
+                                                daemon=True)
+                self._worker.start()
+        self._settlements.put((list(keys), delta, int(max(60, ttl_s))))
 
-    def committed(self, keys: Sequence[str]) -> list[float]:
+    def _settle_forever(self) -> None:
+        while True:
+            batch = [self._settlements.get()]
+            while not self._settlements.empty() and len(batch) < 256:
+                batch.append(self._settlements.get())
+            pipe = self.client.pipeline(transaction=False)
+            for keys, delta, ttl in batch:
+                for k in keys:
+                    pipe.incrbyfloat(k, delta)
+                    pipe.expire(k, ttl)
+            try:
+                pipe.execute()
+            except Exception as e:  # the estimates stay charged: too strict, never too lenient
+                log.warning("budget settlement of %d request(s) failed: %s", len(batch), e)
+            with self._idle:
+                self._num_queued -= len(batch)
+                self._idle.notify_all()
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Wait until every queued settlement reached Redis; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._num_queued == 0, timeout=timeout_s)
+
+    def committed(self, keys: Sequence[str], flush: bool = True) -> list[float]:
         if not keys:
             return []
+        if flush:
+            self.flush()
         return [float(v) if v is not None else 0.0 for v in self.client.mget(list(keys))]
 
     def seed(self, key: str, value: float, ttl_s: float = 86400) -> None:
