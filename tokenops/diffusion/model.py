@@ -70,7 +70,9 @@ class DiffusionModel:
         folder = Path(folder)
         if not (folder / "unet" / "config.json").is_file():
             raise FileNotFoundError(f"{folder} is not a diffusers UNet pipeline folder (no unet/config.json)")
-        unet = UNet2DModel.from_pretrained(folder / "unet").to(device=device, dtype=torch.float32)
+        # float32 at load (the weights may be stored in bf16); no accelerate needed for a model this small
+        unet = UNet2DModel.from_pretrained(folder / "unet", torch_dtype=torch.float32, low_cpu_mem_usage=False)
+        unet = unet.to(device)
         scheduler_config = DDPMScheduler.load_config(folder / "scheduler")
         info_path = folder / "tokenops.json"
         info = json.loads(info_path.read_text()) if info_path.is_file() else {}
