@@ -204,8 +204,8 @@ def tokenops_draft_proposer(config: Any) -> Any:
 def tokenops_fit_context(request: Any, window: Any) -> Any:
     """Fit a chat conversation into the routed model's context (session memory).
 
-    Called for every chat request after routing, before the backend call, in a
-    worker thread. A plugin may store the request's turns and replace
+    Called for every chat request that carries a session id (``x-session-id``
+    header or ``user``) after routing, before the backend call, in a worker thread. A plugin may store the request's turns and replace
     ``request.messages`` (drop old turns, inject recalled ones) so the prompt plus
     the completion fit, instead of the backend failing with context_length_exceeded.
 

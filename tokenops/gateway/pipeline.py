@@ -117,7 +117,7 @@ class Pipeline:
 
     async def _fit_context(self, request: GatewayRequest, decision: RouteDecision) -> None:
         """Layer 2 session memory: a plugin may fit the conversation into the routed model's context."""
-        if request.kind != "chat" or not hooks.has_context_fitter():
+        if request.kind != "chat" or not request.session_id or not hooks.has_context_fitter():
             return
         from tokenops.memory.fit import window_for
 
