@@ -49,6 +49,6 @@ def register(app: typer.Typer) -> None:
 
         client = AdminClient(base_url, key)
         try:
-            DashboardApp(client, poll_interval_s=interval).run()
+            DashboardApp(client, poll_interval_s=interval, prewarm_screens=True).run()
         finally:
             client.close()

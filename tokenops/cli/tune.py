@@ -164,17 +164,20 @@ def register(app: typer.Typer) -> None:
                 "launch_flags": report.launch_flags,
                 "trials": [t.to_dict() for t in out.trials]}, indent=1, default=str))
             return
-        print_outcome(Console(), report, trials_table, _short)
+        console = Console()
+        if not console.is_terminal:  # pipes and files get the whole table, not a guessed 80 columns
+            console = Console(width=160)
+        print_outcome(console, report, trials_table, _short)
         if profile:
-            Console().print(f"profile written to {profile}; start with it: tokenops serve --profile {profile.stem}",
+            console.print(f"profile written to {profile}; start with it: tokenops serve --profile {profile.stem}",
                             markup=False, highlight=False)
         if stored:
-            Console().print(stored, markup=False, highlight=False)
+            console.print(stored, markup=False, highlight=False)
         if report.applied:
-            Console().print(f"applied to {url or 'the server of this folder'}: {report.applied}", markup=False,
+            console.print(f"applied to {url or 'the server of this folder'}: {report.applied}", markup=False,
                             highlight=False)
         if restart_pending:
-            Console().print(f"need a restart (take effect with `tokenops serve --profile "
+            console.print(f"need a restart (take effect with `tokenops serve --profile "
                             f"{profile.stem if profile else 'NAME'}`): {', '.join(restart_pending)}",
                             markup=False, highlight=False)
 
