@@ -198,3 +198,21 @@ def test_a_huge_prompt_does_not_stall_health_on_the_demo_engine(tmp_path):
             t.join()
         gaps.sort()
         assert gaps and gaps[int(0.99 * (len(gaps) - 1))] < 0.25, gaps[-5:]
+
+
+def test_admin_key_flag_warns_and_key_file_wins(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import tokenops.gateway.server as server
+    from tokenops.cli import build_app
+
+    app = build_app()
+    seen = {}
+    monkeypatch.setattr(server, "run_server", lambda settings, **kw: seen.update(key=settings.gateway.admin_key))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["serve", "--admin-key", "on-the-command-line", "--no-store"])
+    assert result.exit_code == 0 and seen["key"] == "on-the-command-line"
+    assert "visible to every user in ps" in result.output
+    (tmp_path / "k").write_text("in-a-file\n")
+    result = CliRunner().invoke(app, ["serve", "--admin-key-file", str(tmp_path / "k"), "--no-store"])
+    assert result.exit_code == 0 and seen["key"] == "in-a-file" and "warning" not in result.output
