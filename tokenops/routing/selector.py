@@ -33,6 +33,10 @@ from tokenops.routing.load_tracker import LoadTracker
 from tokenops.routing.prefix_index import PrefixIndex, blocks_of, chained_hashes
 
 POLICIES = ("round_robin", "least_load", "p2c", "sticky", "prefix_aware", "kv_aware")
+#: Affinity looks at the first this many characters of a prompt (about 4k tokens): selection
+#: runs on the event loop, and hashing or tokenizing a 4 MB prompt there stalled every
+#: request for 0.3-1.4 s. Prefixes that agree this far rarely diverge in cache value.
+MAX_AFFINITY_CHARS = 16384
 
 
 @dataclass(slots=True)
@@ -55,6 +59,21 @@ class SelectorConfig:
             raise ValueError("prefix_load_weight must be >= 0")
         if self.prefix_block_chars < 1 or self.prefix_max_blocks < 1 or self.kv_block_size < 1:
             raise ValueError("block sizes and prefix_max_blocks must be >= 1")
+
+
+def _head_messages(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
+    """The leading messages holding the first ``max_chars`` characters of content (the last one cut)."""
+    out, used = [], 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str) and used + len(content) > max_chars:
+            out.append({**m, "content": content[: max(0, max_chars - used)]})
+            break
+        out.append(m)
+        used += len(content) if isinstance(content, str) else 0
+        if used >= max_chars:
+            break
+    return out
 
 
 def _engine_of(replica: Any) -> Any:
@@ -141,7 +160,7 @@ class ReplicaSelector:
     # -- cache-affinity policies -----------------------------------------------------
 
     def _select_prefix_aware(self, request: Any, replicas: Sequence[Any]) -> tuple[Any, str]:
-        text = request_text(request)
+        text = request_text(request)[:MAX_AFFINITY_CHARS]
         hashes = chained_hashes(blocks_of(text, self.config.prefix_block_chars),
                                 salt=getattr(request, "tenant", None))
         chosen, reason = self._best_affinity(request, replicas, hashes, self.prefix_index, "prefix")
@@ -175,14 +194,16 @@ class ReplicaSelector:
     def _tokens(request: Any, engine: Any) -> list[int]:
         prompt = getattr(request, "prompt", None)
         if isinstance(prompt, list):
-            return list(prompt)
+            return list(prompt[:MAX_AFFINITY_CHARS // 4])
         tokenizer = getattr(engine, "tokenizer", None)
         if tokenizer is not None:
             messages = getattr(request, "messages", None)
+            if messages is not None:
+                messages = _head_messages(messages, MAX_AFFINITY_CHARS)
             text = tokenizer.apply_chat_template(messages) if messages is not None else (prompt or "")
-            return list(tokenizer.encode(text))
+            return list(tokenizer.encode(text[:MAX_AFFINITY_CHARS]))
         # no tokenizer at hand (remote backend): ~4 bytes per token
-        data = request_text(request).encode()
+        data = request_text(request)[:MAX_AFFINITY_CHARS].encode()
         return [int.from_bytes(data[i : i + 4], "little") for i in range(0, len(data), 4)]
 
     def _best_affinity(self, request: Any, replicas: Sequence[Any], hashes: list[int], index: PrefixIndex,
