@@ -44,6 +44,9 @@ class ModelConfig:
     max_retries: int = 2
     #: Bundled engine: the format the model writes tool calls in (tokenops/backends/tool_parsers.py).
     tool_call_parser: str = "hermes"
+    #: Bundled engine: how the model marks its thinking (tokenops/backends/reasoning_parsers.py):
+    #: "think" sends <think>…</think> as reasoning_content. None: no reasoning parser.
+    reasoning_parser: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -263,6 +263,26 @@ def tokenops_diffusion_plan(model: str, plan: Any) -> None:
     """
 
 
+@hookspec(firstresult=True)
+@_layer("model_optimization")
+def tokenops_reasoning_budget(request: Any, model: str) -> Any:
+    """Pick the thinking budget of one chat request to a reasoning model.
+
+    Called by the bundled engine's adapter, in a worker thread, for every chat request
+    to a model with a ``reasoning_parser``, before the request enters the engine. The
+    engine enforces the answer by budget forcing: once the thinking block holds
+    ``max_thinking_tokens`` tokens it appends the closing tag itself and the model answers.
+
+    :param request: the :class:`tokenops.types.GatewayRequest` (its body may carry
+        ``reasoning_effort`` or the ``max_thinking_tokens`` extension).
+    :param model: the served model's name.
+    :returns: a :class:`tokenops.types.ReasoningBudget` (``max_thinking_tokens``, None for
+        unlimited; ``suppress``, reflection words masked while thinking; ``reason``), or
+        None to leave thinking unlimited. A request that names a budget and gets None is
+        answered with a 400. First non-None result wins.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Layer 3: compute-model fusion (engine + tuner)
 # ---------------------------------------------------------------------------

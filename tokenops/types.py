@@ -73,6 +73,9 @@ class GatewayResponse:
     #: Chat only: choice 0's refusal text (OpenAI structured outputs), else None; other
     #: choices carry theirs as ``extra["choices"][i]["refusal"]``.
     refusal: str | None = None
+    #: Completion tokens spent thinking (``usage.completion_tokens_details.reasoning_tokens``),
+    #: when the backend knows them (bundled engine with a reasoning parser, or the upstream's usage).
+    reasoning_tokens: int | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -90,6 +93,17 @@ class RouteDecision:
     min_score: float | None = None
     members: tuple[str, ...] = ()
     method: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class ReasoningBudget:
+    """Returned by ``tokenops_reasoning_budget``: how long one request may think.
+    ``max_thinking_tokens`` None is unlimited; ``suppress`` lists reflection words
+    ("Wait", "Hmm") whose tokens are masked while the model thinks."""
+
+    max_thinking_tokens: int | None = None
+    suppress: tuple[str, ...] = ()
+    reason: str = ""
 
 
 @dataclass(slots=True, frozen=True)

@@ -52,6 +52,8 @@ class Delta:
     #: Usage delta, engines that know it: seconds waiting for the scheduler, and from then to the first token.
     queue_s: float | None = None
     prefill_s: float | None = None
+    #: Usage delta: completion tokens spent thinking (``completion_tokens_details.reasoning_tokens``), when known.
+    reasoning_tokens: int | None = None
 
     @property
     def is_usage(self) -> bool:
@@ -119,6 +121,7 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
     logprobs: dict[int, dict[str, Any] | None] = {}
     tool_calls: dict[int, dict[int, dict[str, Any]]] = {}
     refusals: dict[int, list[str]] = {}
+    others: dict[int, dict[str, Any]] = {}  # Delta.extra per choice: strings concatenated (reasoning_content)
     num_tokens = 0
     usage: Delta | None = None
     first_token_at: float | None = None
@@ -138,10 +141,14 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
             merge_tool_calls(tool_calls.setdefault(d.index, {}), d.tool_calls)
         if d.refusal:
             refusals.setdefault(d.index, []).append(d.refusal)
+        for key, value in (d.extra or {}).items():
+            acc = others.setdefault(d.index, {})
+            acc[key] = acc.get(key, "") + value if isinstance(value, str) and isinstance(acc.get(key, ""), str) else value
     indexes = sorted(texts) or [0]
     choices = [
         {"index": i, "text": "".join(texts.get(i, [])), "finish_reason": finish.get(i, "stop"), "logprobs": logprobs.get(i),
-         "tool_calls": [tool_calls[i][k] for k in sorted(tool_calls[i])] if tool_calls.get(i) else None, "refusal": "".join(refusals[i]) if i in refusals else None}
+         "tool_calls": [tool_calls[i][k] for k in sorted(tool_calls[i])] if tool_calls.get(i) else None, "refusal": "".join(refusals[i]) if i in refusals else None,
+         "message_extra": others.get(i)}
         for i in indexes
     ]
     first = choices[0]
@@ -157,6 +164,7 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
         backend=backend,
         extra={"choices": choices, "first_token_at": first_token_at,
                "queue_s": usage.queue_s if usage else None, "prefill_s": usage.prefill_s if usage else None},
+        reasoning_tokens=usage.reasoning_tokens if usage else None,
     )
 
 

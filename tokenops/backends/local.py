@@ -14,6 +14,8 @@ from typing import Any, AsyncIterator
 
 from tokenops.backends.base import Delta, collect
 from tokenops.backends.local_structured import plan_request
+from tokenops.backends.reasoning_control import decide_budget, thinking_control
+from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser
 from tokenops.backends.tool_parsers import get_tool_call_parser
 from tokenops.gateway.fields import check_bundled_fields
 from tokenops.backends.registry import replica_name
@@ -58,6 +60,7 @@ class LocalBackend:
         self.tool_call_parser = model.tool_call_parser
         try:
             get_tool_call_parser(model.tool_call_parser)
+            self.reasoning_parser = get_reasoning_parser(model.reasoning_parser)
         except ValueError as e:
             from tokenops.config import ConfigError
 
@@ -160,6 +163,11 @@ class LocalBackend:
         params = self._sampling(request, len(prompt_ids))
         if plan is not None and plan.grammar is not None:
             params.grammar = await self._compile(plan.grammar)
+        if self.reasoning_parser is not None or request.body.get("reasoning_effort") is not None \
+                or request.body.get("max_thinking_tokens") is not None:
+            params.thinking = await asyncio.to_thread(self._thinking, request, prompt_ids)
+        reasoning_streams: dict[int, ReasoningSplitter] = {}
+        num_reasoning: dict[int, int] = {}
         tool_streams: dict[int, Any] = {}  # choice index -> ToolCallStream (when tools are on)
         seen: dict[int, int] = {}  # choice index -> tokens already sent
         sent_finish: set[int] = set()
@@ -181,6 +189,15 @@ class LocalBackend:
                         lp = openai_logprobs(request.kind, c.logprobs[start:] if c.logprobs else None)
                         reason = "stop" if c.finish_reason == "abort" else c.finish_reason
                         text, calls = c.delta_text or "", None
+                        reasoning = ""
+                        if params.thinking is not None:
+                            num_reasoning[c.index] = c.num_reasoning_tokens
+                            split_r = reasoning_streams.get(c.index) or reasoning_streams.setdefault(
+                                c.index, ReasoningSplitter(self.reasoning_parser, params.thinking.starts_thinking))
+                            reasoning, text = split_r.push(text)
+                            if new_finish:
+                                more_r, more_t = split_r.finish()
+                                reasoning, text = reasoning + more_r, text + more_t
                         if plan is not None and plan.parser is not None:
                             split = tool_streams.get(c.index) or tool_streams.setdefault(c.index, plan.new_stream())
                             text, calls = split.push(text)
@@ -190,7 +207,8 @@ class LocalBackend:
                                 if split.num_calls and reason == "stop":
                                     reason = "tool_calls"
                         yield Delta(index=c.index, text=text, num_tokens=max(num_new, 0),
-                                    finish_reason=reason if new_finish else None, logprobs=lp, tool_calls=calls or None)
+                                    finish_reason=reason if new_finish else None, logprobs=lp, tool_calls=calls or None,
+                                    extra={"reasoning_content": reasoning} if reasoning else None)
         except BackendError:
             raise
         except ValueError as e:  # PromptTooLongError and sampling errors from the engine
@@ -205,9 +223,24 @@ class LocalBackend:
         scheduled, first = last.first_scheduled_time, last.first_token_time
         yield Delta(prompt_tokens=len(last.prompt_token_ids), completion_tokens=sum(seen.values()),
                     cached_tokens=last.num_cached_tokens or 0,
+                    reasoning_tokens=sum(num_reasoning.values()) if params.thinking is not None else None,
                     queue_s=None if scheduled is None else max(0.0, scheduled - last.arrival_time),
                     prefill_s=None if scheduled is None or first is None else max(0.0, first - scheduled))
 
+
+    def _thinking(self, request: GatewayRequest, prompt_ids: list[int]) -> Any:
+        """The engine's thinking control for this request (budget from the policy hook), or None."""
+        budget = decide_budget(request, self.model, self.reasoning_parser is not None, self.name)
+        if self.reasoning_parser is None or request.kind != "chat":
+            return None
+        tok = self.engine.tokenizer
+        p = self.reasoning_parser
+        tail = tok.decode(prompt_ids[-8:], skip_special_tokens=False).rstrip()
+        starts = tail.endswith(p.open_tag)  # templates that open the block in the prompt (DeepSeek-R1)
+        if budget is not None:
+            request.decisions["reasoning_budget"] = {"max_thinking_tokens": budget.max_thinking_tokens,
+                                                     "suppress": list(budget.suppress), "reason": budget.reason}
+        return thinking_control(tok, p.open_tag, p.close_tag, budget, starts)
 
     async def _compile(self, spec: Any) -> Any:
         """A matcher for ``spec``, compiled off the event loop and the engine thread."""

@@ -238,6 +238,7 @@ class OpenAIBackend:
             tool_calls=choices[0]["tool_calls"], refusal=choices[0]["refusal"],
             prompt_tokens=usage.get("prompt_tokens") or 0, completion_tokens=usage.get("completion_tokens") or 0,
             cached_tokens=details.get("cached_tokens") or 0, backend=self.name, extra={"choices": choices},
+            reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
         )
 
     async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
@@ -283,7 +284,8 @@ class OpenAIBackend:
         details = usage.get("prompt_tokens_details") or {}
         yield Delta(prompt_tokens=usage.get("prompt_tokens") or 0,
                     completion_tokens=usage.get("completion_tokens") or num_tokens,
-                    cached_tokens=details.get("cached_tokens") or 0)
+                    cached_tokens=details.get("cached_tokens") or 0,
+                    reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"))
 
 
 async def _sse_data(response: httpx.Response) -> AsyncIterator[bytes]:

@@ -60,6 +60,8 @@ class OutputProcessor:
         if seq.grammar is not None and not seq.grammar.accept(token_id):
             raise ValueError(f"token {token_id} breaks the request's grammar: {seq.grammar.error}")
         seq.token_ids.append(token_id)
+        if seq.thinking is not None:
+            seq.thinking.accept(token_id)
         if seq.logprobs is not None:
             seq.logprobs.append(self._logprob_entry(sampled))
         if not params.ignore_eos and token_id in self._eos_token_ids:
@@ -121,6 +123,7 @@ class OutputProcessor:
                 logprobs=list(seq.logprobs) if seq.logprobs is not None else None,
                 finish_reason=seq.finish_reason,
                 stop_reason=seq.stop_reason,
+                num_reasoning_tokens=seq.thinking.num_reasoning_tokens if seq.thinking is not None else 0,
             ))
             seq.num_emitted_chars = visible
             seq.num_emitted_tokens = len(output_ids)

@@ -20,6 +20,8 @@ class CompletionOutput:
     finish_reason: str | None = None  # None | "stop" | "length" | "abort"
     #: The stop string or stop token id that ended it (None for EOS or length).
     stop_reason: str | int | None = None
+    #: Tokens of the thinking block so far (tags included), when the request has thinking control.
+    num_reasoning_tokens: int = 0
 
 
 @dataclass(slots=True)

@@ -57,6 +57,9 @@ class SamplingParams:
     #: A :class:`tokenops.engine.grammar.GrammarMatcher` at its start state: each sequence of the
     #: request decodes under its own copy (structured outputs, forced tool calls). None: free.
     grammar: Any = None
+    #: A :class:`tokenops.engine.thinking.ThinkingControl` (count the thinking block, force it closed
+    #: at a budget, mask reflection tokens while thinking). None: no thinking control.
+    thinking: Any = None
 
     def __post_init__(self) -> None:
         _int("n", self.n, 1)
@@ -142,6 +145,11 @@ class Sampler:
         grammar_rows = [i for i, s in enumerate(seqs) if s.grammar is not None]
         if grammar_rows:
             logits = self._constrain(logits, grammar_rows, seqs)
+        thinking_rows = [i for i, s in enumerate(seqs) if s.thinking is not None]
+        if thinking_rows:
+            from tokenops.engine.thinking import apply_thinking
+
+            logits = apply_thinking(logits, thinking_rows, [seqs[i].thinking for i in thinking_rows])
         token_ids = logits.argmax(dim=-1).tolist()  # greedy rows keep these
         random_rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if random_rows:

@@ -36,6 +36,7 @@ class Sequence:
         "block_table", "block_hashes", "status", "generator", "logprobs", "detokenizer",
         "text", "num_emitted_tokens", "num_emitted_chars", "finish_reason", "stop_reason",
         "num_pending_forks", "first_token_time", "error", "grammar", "first_scheduled_time",
+        "thinking",
     )
 
     def __init__(
@@ -81,6 +82,8 @@ class Sequence:
         self.error: str | None = None
         #: This sequence's own grammar matcher (a copy of ``params.grammar``), advanced per token.
         self.grammar: Any = params.grammar.copy() if params.grammar is not None else None
+        #: This sequence's :class:`tokenops.engine.thinking.ThinkingState` (budget forcing), or None.
+        self.thinking: Any = params.thinking.new_state() if params.thinking is not None else None
 
     def __len__(self) -> int:
         return len(self.token_ids)

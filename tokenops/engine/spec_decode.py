@@ -143,6 +143,8 @@ class SpecDecoder:
         ``max_tokens`` nor the context."""
         if seq.grammar is not None:  # a constrained row is sampled under its mask, one token a step
             return 0
+        if seq.thinking is not None and (seq.thinking.is_thinking or seq.thinking.forced):
+            return 0  # budget forcing and reflection masks act in the sampler, one token a step
         ewma = self._ewma.get(seq.seq_id)
         k = self.max_k if ewma is None else min(self.max_k, max(1, math.ceil(ewma - 1e-9) + 1))
         k = min(k, seq.params.max_tokens - seq.num_output_tokens - 1)

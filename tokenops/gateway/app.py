@@ -162,7 +162,8 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
         if writer.include_usage:
             prompt = usage.prompt_tokens if usage else rec.tokens_in
             completion = usage.completion_tokens if usage and usage.completion_tokens is not None else rec.tokens_out
-            yield writer.usage(prompt or 0, completion or 0, (usage.cached_tokens if usage else rec.tokens_cached) or 0)
+            yield writer.usage(prompt or 0, completion or 0, (usage.cached_tokens if usage else rec.tokens_cached) or 0,
+                               usage.reasoning_tokens if usage else rec.reasoning_tokens)
         yield DONE
 
     return _EventStream(body(), deltas, media_type="text/event-stream",

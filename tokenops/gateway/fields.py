@@ -85,7 +85,10 @@ CHAT = [
     Field("modalities", _rejected("text only; [\"text\"] is accepted"), is_neutral=lambda v: v == ["text"]),
     Field("prediction", _rejected("predicted outputs are not implemented")),
     Field("web_search_options", _rejected("no web search")),
-    Field("reasoning_effort", _rejected("no reasoning budget control yet")),
+    Field("reasoning_effort", "acts on models with a `reasoning_parser`: thinking budget by budget forcing "
+          "(`none`/`minimal` 0, `low`/`medium`/`high` the `reasoning.budget_*` tunables); 400 on other models"),
+    Field("max_thinking_tokens", "acts (extension) on models with a `reasoning_parser`: the thinking budget in "
+          "tokens; 400 on other models"),
     Field("verbosity", _rejected("not implemented")),
     Field("store", _rejected("OpenAI's stored completions are not implemented; false is accepted"),
           is_neutral=lambda v: v is False),

@@ -22,13 +22,17 @@ def response_id(request: GatewayRequest) -> str:
     return ("chatcmpl-" if request.kind == "chat" else "cmpl-") + suffix
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int,
+          reasoning_tokens: int | None = None) -> dict[str, Any]:
+    out = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if reasoning_tokens is not None:  # thinking tokens, when the backend counts them
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out
 
 
 def chat_message(choice: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +70,8 @@ def response_body(request: GatewayRequest, response: GatewayResponse, model: str
         "created": int(request.arrival),
         "model": model,
         "choices": choices,
-        "usage": usage(response.prompt_tokens, response.completion_tokens, response.cached_tokens),
+        "usage": usage(response.prompt_tokens, response.completion_tokens, response.cached_tokens,
+                       response.reasoning_tokens),
         "system_fingerprint": None,
     }
     return _dumps(body).encode("utf-8")
@@ -124,8 +129,9 @@ class ChunkWriter:
             choice = {"index": index, "text": "", "logprobs": None, "finish_reason": reason}
         return self._chunk([choice])
 
-    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
+              reasoning_tokens: int | None = None) -> bytes:
         assert self.include_usage
-        return self._chunk([], usage(prompt_tokens, completion_tokens, cached_tokens))
+        return self._chunk([], usage(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens))
 
 

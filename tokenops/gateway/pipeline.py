@@ -95,6 +95,8 @@ class Pipeline:
         rec.tokens_in += response.prompt_tokens
         rec.tokens_out += response.completion_tokens
         rec.tokens_cached += response.cached_tokens
+        if response.reasoning_tokens is not None:
+            rec.reasoning_tokens = (rec.reasoning_tokens or 0) + response.reasoning_tokens
         if response.extra.get("queue_s") is not None:  # the engine's scheduling times, when it reports them
             rec.queue_s, rec.prefill_s = response.extra["queue_s"], response.extra.get("prefill_s")
         rec.cost_usd += self.cost(model, response.prompt_tokens, response.completion_tokens)
@@ -305,6 +307,8 @@ class Pipeline:
                     rec.tokens_in = delta.prompt_tokens or 0
                     rec.tokens_cached = delta.cached_tokens or 0
                     rec.queue_s, rec.prefill_s = delta.queue_s, delta.prefill_s
+                    if delta.reasoning_tokens is not None:
+                        rec.reasoning_tokens = delta.reasoning_tokens
                     if delta.completion_tokens is not None:
                         rec.tokens_out = delta.completion_tokens
                 else:
@@ -369,7 +373,7 @@ class Pipeline:
                             tool_calls=calls or None, refusal=c.get("refusal"), extra=c.get("message_extra"))
                 yield Delta(index=c["index"], finish_reason=c.get("finish_reason") or "stop")
             yield Delta(prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
-                        cached_tokens=response.cached_tokens)
+                        cached_tokens=response.cached_tokens, reasoning_tokens=response.reasoning_tokens)
         finally:
             self.num_in_flight -= 1
             self.finish(rec, 200)

@@ -66,6 +66,7 @@ _HISTOGRAMS = {
 _COUNTERS = {
     "prompt_tokens_total": "Number of prefill tokens processed.",
     "generation_tokens_total": "Number of generation tokens processed.",
+    "reasoning_tokens_total": "Of the generation tokens, those spent thinking (reasoning models).",
     "request_failure_total": "Count of failed requests (any error status).",
 }
 _ENGINE_GAUGES = {
@@ -120,6 +121,8 @@ class PrometheusMetrics:
                 self._observe_phases(rec, model)
                 self._count("prompt_tokens_total", model, rec.tokens_in)
                 self._count("generation_tokens_total", model, rec.tokens_out)
+                if rec.reasoning_tokens is not None:
+                    self._count("reasoning_tokens_total", model, rec.reasoning_tokens)
                 if rec.ttft_s is not None:
                     self._histogram("time_to_first_token_seconds", model).observe(rec.ttft_s)
                 if rec.e2e_s is not None:

@@ -29,6 +29,8 @@ class RequestRecord:
     tokens_in: int = 0
     tokens_out: int = 0
     tokens_cached: int = 0
+    #: Completion tokens spent thinking (in ``tokens_out``), when the backend counts them.
+    reasoning_tokens: int | None = None
     first_token_at: float | None = None  # perf_counter of the first content token
     end: float | None = None
     is_cache_hit: bool = False
@@ -99,6 +101,7 @@ class RequestRecord:
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "tokens_cached": self.tokens_cached,
+            "reasoning_tokens": self.reasoning_tokens,
             "ttft_s": self.ttft_s,
             "tpot_s": self.tpot_s,
             "e2e_s": self.e2e_s,

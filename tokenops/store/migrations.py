@@ -110,6 +110,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (3, "bench and tune results", _BENCH_AND_TUNE),
     (4, "managed api keys and tenants", _API_KEYS),
     (5, "image requests", _IMAGE_REQUESTS),
+    (6, "reasoning tokens per request", "ALTER TABLE requests ADD COLUMN reasoning_tokens BIGINT"),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

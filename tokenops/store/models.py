@@ -63,6 +63,8 @@ class RequestRow(SQLModel, table=True):
     tokens_in: Optional[int] = _col(BIGINT)
     tokens_out: Optional[int] = _col(BIGINT)
     tokens_cached: Optional[int] = _col(BIGINT)
+    #: Of tokens_out, those spent thinking (reasoning models), when counted.
+    reasoning_tokens: Optional[int] = _col(BIGINT)
     ttft_s: Optional[float] = _col(DOUBLE)
     tpot_s: Optional[float] = _col(DOUBLE)
     e2e_s: Optional[float] = _col(DOUBLE)

@@ -1,0 +1,128 @@
+"""Reasoning budget policy: how long a reasoning model may think, per request.
+
+The engine enforces a budget by budget forcing (:mod:`tokenops.engine.thinking`); this
+plugin decides it (``tokenops_reasoning_budget``), in this order:
+
+1. ``max_thinking_tokens`` in the request (extension): that many tokens;
+2. ``reasoning_effort``: ``none``/``minimal`` -> 0, ``low``/``medium``/``high`` -> the
+   ``reasoning.budget_*`` tunables (a negative value means unlimited);
+3. with ``reasoning.adaptive`` on: the difficulty-adaptive budget learned by a calibration
+   run (:mod:`tokenops_plugins.model_optimization._adaptive_budget`, table in
+   ``profiles/reasoning/<model>.json``): the prompt's predicted dimension (the profile
+   router's classifier) and its length pick a budget;
+4. otherwise unlimited.
+
+``reasoning.suppress_reflection`` masks the tokens of ``reflection_words`` ("Wait",
+"Hmm") while the model thinks (NoWait-style). Off by default: without a request field,
+adaptive mode or suppression nothing changes.
+
+```toml
+[plugins.reasoning_budget]
+low = 16
+medium = 48
+high = -1                  # unlimited
+adaptive = false
+adaptive_table = "profiles/reasoning/reasoning-small.json"   # default: profiles/reasoning/<model>.json
+suppress_reflection = false
+reflection_words = ["Wait", "Hmm"]
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tokenops import hookimpl
+from tokenops.tunables import Tunable
+from tokenops.types import ReasoningBudget
+
+TOKENOPS_LAYER = "model_optimization"
+
+DEFAULTS: dict[str, Any] = {"low": 16, "medium": 48, "high": -1, "adaptive": False, "adaptive_table": None,
+                            "suppress_reflection": False, "reflection_words": ("Wait", "Hmm")}
+_conf: dict[str, Any] = dict(DEFAULTS)
+_TUNABLE_KEYS = {"reasoning.budget_low": "low", "reasoning.budget_medium": "medium", "reasoning.budget_high": "high",
+                 "reasoning.adaptive": "adaptive", "reasoning.suppress_reflection": "suppress_reflection"}
+
+
+@hookimpl
+def tokenops_register_tunables(register):
+    for effort in ("low", "medium", "high"):
+        register(Tunable(f"reasoning.budget_{effort}", "int", DEFAULTS[effort],
+                         f"Thinking tokens a request with reasoning_effort={effort} may spend before the engine "
+                         "closes the thinking block; -1 = unlimited.", live=True, minimum=-1, maximum=1 << 20,
+                         searchable=False))
+    register(Tunable("reasoning.adaptive", "bool", False, "Requests that name no budget get the difficulty-"
+                     "adaptive budget learned by a calibration run (profiles/reasoning/<model>.json).",
+                     live=True, searchable=False))
+    register(Tunable("reasoning.suppress_reflection", "bool", False, "Mask reflection words (reasoning "
+                     "reflection_words, default Wait/Hmm) while a reasoning model thinks.", live=True,
+                     searchable=False))
+
+
+def _set(values: dict[str, Any]) -> None:
+    for key in ("low", "medium", "high"):
+        if key in values:
+            v = values[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+                raise ValueError(f"[plugins.reasoning_budget] {key} must be an integer >= -1 (-1 = unlimited)")
+            _conf[key] = v
+    for key in ("adaptive", "suppress_reflection"):
+        if key in values:
+            if not isinstance(values[key], bool):
+                raise ValueError(f"[plugins.reasoning_budget] {key} must be true or false")
+            _conf[key] = values[key]
+    if "reflection_words" in values:
+        words = values["reflection_words"]
+        if not isinstance(words, (list, tuple)) or not all(isinstance(w, str) and w.strip() for w in words):
+            raise ValueError("[plugins.reasoning_budget] reflection_words must be a list of words")
+        _conf["reflection_words"] = tuple(w.strip() for w in words)
+    if "adaptive_table" in values:
+        _conf["adaptive_table"] = values["adaptive_table"]
+
+
+def configure(**values: Any) -> None:
+    """Set options in-process (tests, benchmarks); ``reset()`` restores the defaults."""
+    _set(values)
+
+
+def reset() -> None:
+    _conf.clear()
+    _conf.update(DEFAULTS)
+
+
+@hookimpl
+def tokenops_configure(settings):
+    reset()
+    _set(dict(settings.plugin_settings("reasoning_budget")))
+
+
+@hookimpl
+def tokenops_apply_tunables(values):
+    _set({_TUNABLE_KEYS[k]: v for k, v in values.items() if k in _TUNABLE_KEYS})
+
+
+def _limit(value: int) -> int | None:
+    return None if value < 0 else value
+
+
+@hookimpl(trylast=True)
+def tokenops_reasoning_budget(request, model):
+    body = request.body
+    suppress = tuple(_conf["reflection_words"]) if _conf["suppress_reflection"] else ()
+    if body.get("max_thinking_tokens") is not None:
+        limit = body["max_thinking_tokens"]
+        return ReasoningBudget(limit, suppress, f"max_thinking_tokens={limit}")
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        limit = 0 if effort in ("none", "minimal") else _limit(_conf[effort])
+        return ReasoningBudget(limit, suppress, f"reasoning_effort={effort}")
+    if _conf["adaptive"]:
+        from tokenops_plugins.model_optimization._adaptive_budget import load_table
+
+        table = load_table(Path(_conf["adaptive_table"] or f"profiles/reasoning/{model}.json"))
+        if table is not None:
+            limit, why = table.budget_for(request.prompt_text())
+            return ReasoningBudget(limit, suppress, f"adaptive: {why}")
+    return ReasoningBudget(None, suppress, "unlimited") if suppress else None

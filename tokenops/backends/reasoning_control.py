@@ -1,0 +1,91 @@
+"""Thinking control for the bundled engine: the request's budget (from the
+``tokenops_reasoning_budget`` hook) turned into the engine's token-level
+:class:`tokenops.engine.thinking.ThinkingControl`.
+
+Request fields: ``reasoning_effort`` (OpenAI's ``none``/``minimal``/``low``/``medium``/
+``high``) and the extension ``max_thinking_tokens`` (an integer >= 0). Both need a model
+with a ``reasoning_parser`` and a loaded budget policy; otherwise the request gets a 400
+rather than a silently ignored field.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from tokenops.types import BackendError, GatewayRequest, ReasoningBudget
+
+EFFORTS = ("none", "minimal", "low", "medium", "high")
+
+
+def requested_budget_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The budget fields the request sets (validated; a bad value is a ValueError)."""
+    out = {}
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if effort not in EFFORTS:
+            raise ValueError(f"reasoning_effort must be one of {', '.join(EFFORTS)}, got {effort!r}")
+        out["reasoning_effort"] = effort
+    limit = body.get("max_thinking_tokens")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"max_thinking_tokens must be an integer >= 0, got {limit!r}")
+        out["max_thinking_tokens"] = limit
+    return out
+
+
+def get_reasoning_budget(request: GatewayRequest, model: str) -> ReasoningBudget | None:
+    """The budget policy's answer for ``request`` (``tokenops_reasoning_budget``)."""
+    from tokenops.plugins import hook
+
+    return hook().tokenops_reasoning_budget(request=request, model=model)
+
+
+def decide_budget(request: GatewayRequest, model: str, has_parser: bool, backend: str) -> ReasoningBudget | None:
+    """Validate the request's budget fields and ask the policy; 400s as ``BackendError``."""
+    try:
+        asked = requested_budget_fields(request.body)
+    except ValueError as e:
+        raise BackendError(str(e), kind="bad_request", status=400, backend=backend) from None
+    if asked and (request.kind != "chat" or not has_parser):
+        name = next(iter(asked))
+        raise BackendError(f"`{name}` needs a chat request to a reasoning model (one with a `reasoning_parser` in "
+                           f"[[models]]); `{model}` has none", kind="bad_request", status=400, backend=backend)
+    if not has_parser or request.kind != "chat":
+        return None
+    budget = get_reasoning_budget(request, model)
+    if budget is None and asked:
+        raise BackendError(f"`{next(iter(asked))}` needs the reasoning_budget plugin (it is disabled)",
+                           kind="bad_request", status=400, backend=backend)
+    return budget
+
+
+@lru_cache(maxsize=8)
+def _line_end_ids(tokenizer: Any) -> frozenset[int]:
+    text = tokenizer.token_text if hasattr(tokenizer, "token_text") else tokenizer.id_to_token
+    return frozenset(i for i in range(tokenizer.vocab_size) if (text(i) or "").endswith("\n"))
+
+
+@lru_cache(maxsize=32)
+def reflection_token_ids(tokenizer: Any, words: tuple[str, ...]) -> tuple[int, ...]:
+    """Ids of the vocabulary tokens that are one of ``words`` once stripped of spaces
+    and punctuation ("Wait", " Wait", "Wait,"), in any letter case the word is given in."""
+    if not words:
+        return ()
+    text = tokenizer.token_text if hasattr(tokenizer, "token_text") else tokenizer.id_to_token
+    wanted = set(words)
+    return tuple(i for i in range(tokenizer.vocab_size) if (text(i) or "").strip().strip(",.!:;") in wanted)
+
+
+def thinking_control(tokenizer: Any, open_tag: str, close_tag: str, budget: ReasoningBudget | None,
+                     starts_thinking: bool = False) -> Any:
+    """The engine's per-request control for these tags and ``budget`` (counting only when None)."""
+    from tokenops.engine.thinking import ThinkingControl
+
+    encode = lambda s: tuple(tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
+    return ThinkingControl(
+        open_ids=encode(open_tag), close_ids=encode(close_tag),
+        budget=budget.max_thinking_tokens if budget is not None else None,
+        suppress_ids=reflection_token_ids(tokenizer, tuple(budget.suppress)) if budget is not None else (),
+        newline_ids=encode("\n"), line_end_ids=_line_end_ids(tokenizer), starts_thinking=starts_thinking,
+    )
