@@ -62,10 +62,10 @@ def run(stream: bool, clients: int, seconds: float, kill_at: float, breaker: boo
 
     base = Path(tempfile.mkdtemp(prefix="replica-kill-"))
     a, b = upstream(base / "a"), upstream(base / "b")
-    a.start()
-    b.start()
     gw = gateway(base / "gw", [a.base_url, b.base_url], breaker)
     try:
+        a.start()
+        b.start()
         gw.start()
         results: list[tuple[float, bool, str]] = []  # (time after start, ok, error)
         t0 = time.monotonic()
