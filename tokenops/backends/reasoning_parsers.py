@@ -51,6 +51,8 @@ class ReasoningSplitter:
         self.state = "thinking" if starts_thinking else "before"
         self._held = ""
         self._strip_newline = starts_thinking
+        #: Whether a thinking block was seen (opened, or open from the prompt).
+        self.saw_block = starts_thinking
 
     def push(self, text: str) -> tuple[str, str]:
         buf, self._held = self._held + text, ""
@@ -60,7 +62,7 @@ class ReasoningSplitter:
                 stripped = buf.lstrip()
                 if stripped.startswith(self.parser.open_tag):
                     buf = stripped[len(self.parser.open_tag):]
-                    self.state, self._strip_newline = "thinking", True
+                    self.state, self._strip_newline, self.saw_block = "thinking", True, True
                     continue
                 if stripped and self.parser.open_tag.startswith(stripped):
                     self._held = buf  # could still become the opening tag
@@ -115,7 +117,5 @@ def split_reasoning(text: str, parser: ReasoningParser, starts_thinking: bool = 
     """A whole answer -> (reasoning or None when there was no block, content)."""
     splitter = ReasoningSplitter(parser, starts_thinking)
     r1, c1 = splitter.push(text)
-    had_block = splitter.state != "before" and (starts_thinking or splitter.state in ("thinking", "after"))
     r2, c2 = splitter.finish()
-    reasoning = r1 + r2
-    return (reasoning if had_block and (reasoning or parser.open_tag in text or starts_thinking) else None), c1 + c2
+    return (r1 + r2 if splitter.saw_block else None), c1 + c2

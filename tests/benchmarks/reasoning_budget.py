@@ -1,0 +1,139 @@
+"""Budget–accuracy curve of the demo reasoning model (``reasoning-small``) on held-out items.
+
+For fixed thinking budgets, unlimited thinking, reflection suppression ("Wait" masked
+while thinking) and the difficulty-adaptive policy, prints accuracy (Wilson 95%), mean
+thinking tokens, and completion tokens per correct answer, on the held-out (seed 0)
+multi-step suites. The engine runs in-process with the same budget forcing the server
+uses (``tokenops.backends.reasoning_control.thinking_control``).
+
+The adaptive policy is first learned by a calibration run on other items (seed 7;
+training used seeds >= 1000): per (predicted dimension, prompt length) the smallest
+budget of a grid whose calibration accuracy is within ``--tolerance`` of unlimited. The
+table is written where the ``reasoning_budget`` plugin reads it
+(``profiles/reasoning/<model>.json``) unless ``--no-write``.
+
+Goal (issue 19): adaptive within 2 points of unlimited accuracy with >= 40% fewer
+thinking tokens.
+
+    nice -n 10 .venv/bin/python tests/benchmarks/reasoning_budget.py            # 100 per suite
+    nice -n 10 .venv/bin/python tests/benchmarks/reasoning_budget.py --n 40 --calibration-n 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "tokenops-reasoning-small"
+GRID = (0, 4, 8, 12, 16, 24, 32, 48, 64)
+
+
+def build_engine(path: Path, threads: int):
+    import torch
+
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.engine import LLMEngine
+
+    torch.set_num_threads(threads)
+    return LLMEngine(EngineConfig(model=str(path), model_name=MODEL, max_num_seqs=64, max_num_batched_tokens=2048,
+                                  kv_cache_tokens=65536))
+
+
+def run(engine, tasks, budget_for, suppress=(), max_tokens=200) -> list[dict]:
+    """Answer ``tasks`` greedily, each under ``budget_for(task)``; one dict per task."""
+    from tokenops.backends.reasoning_control import thinking_control
+    from tokenops.engine.sampling import SamplingParams
+    from tokenops.types import ReasoningBudget
+
+    tok = engine.tokenizer
+    prompts, params = [], []
+    for t in tasks:
+        text = tok.apply_chat_template([{"role": "user", "content": t.prompt}], add_generation_prompt=True)
+        prompts.append(tok.encode(text, add_special_tokens=False))
+        control = thinking_control(tok, "<think>", "</think>", ReasoningBudget(budget_for(t), tuple(suppress)))
+        params.append(SamplingParams(temperature=0, max_tokens=max_tokens, thinking=control))
+    outs = engine.generate(prompts, params)
+    return [{"correct": bool(t.check(o.outputs[0].text)), "thinking": o.outputs[0].num_reasoning_tokens,
+             "tokens": len(o.outputs[0].token_ids)} for t, o in zip(tasks, outs)]
+
+
+def summary(name: str, rows: list[dict]) -> dict:
+    from tokenops_plugins.multi_model._profiles import wilson
+
+    n, correct = len(rows), sum(r["correct"] for r in rows)
+    lo, hi = wilson(correct, n)
+    return {"config": name, "accuracy": correct / n, "ci": [round(lo, 3), round(hi, 3)], "n": n,
+            "mean_thinking_tokens": sum(r["thinking"] for r in rows) / n,
+            "tokens_per_correct": sum(r["tokens"] for r in rows) / max(correct, 1)}
+
+
+def calibrate(engine, tasks, tolerance: float):
+    """Learn the adaptive table; a budget at or above an item's unlimited thinking changes
+    nothing (greedy), so only the items that would be cut are re-run per budget."""
+    from tokenops_plugins.model_optimization._adaptive_budget import learn
+
+    full = run(engine, tasks, lambda t: None)
+    results = [{None: r["correct"]} for r in full]
+    for b in GRID:
+        cut = [i for i, r in enumerate(full) if r["thinking"] > b + 1]  # +1: the <think> tag
+        for i, r in zip(cut, run(engine, [tasks[i] for i in cut], lambda t, b=b: b)):
+            results[i][b] = r["correct"]
+        for i, r in enumerate(full):
+            results[i].setdefault(b, r["correct"])
+    return learn([(t.prompt, r) for t, r in zip(tasks, results)], tolerance=tolerance)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, default=REPO / "tokenops" / "demo_models" / "reasoning-small")
+    p.add_argument("--n", type=int, default=100, help="held-out items per suite (seed 0)")
+    p.add_argument("--calibration-n", type=int, default=100, help="calibration items per suite (seed 7)")
+    p.add_argument("--tolerance", type=float, default=0.0, help="accuracy the adaptive table may give up per group")
+    p.add_argument("--budgets", default="0,8,16,32,64")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-write", action="store_true")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    from tokenops_plugins.model_optimization._reasoning_tasks import REASONING_DIMENSIONS, make_reasoning_suite
+
+    engine = build_engine(args.model, args.threads)
+    started = time.perf_counter()
+    calib = [t for d in REASONING_DIMENSIONS for t in make_reasoning_suite(d, args.calibration_n, seed=7)]
+    table = calibrate(engine, calib, args.tolerance)
+    table.meta.update({"model": MODEL, "calibration": {"seed": 7, "per_suite": args.calibration_n}, "grid": GRID})
+    if not args.no_write:
+        out = REPO / "profiles" / "reasoning" / f"{MODEL}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(table.to_json(), indent=2) + "\n")
+    print(f"calibration: {len(calib)} items in {time.perf_counter() - started:.0f}s; table "
+          + json.dumps(table.to_json()["budgets"]), flush=True)
+
+    heldout = [t for d in REASONING_DIMENSIONS for t in make_reasoning_suite(d, args.n, seed=0)]
+    configs = [(f"budget {b}", (lambda t, b=b: b), ()) for b in map(int, args.budgets.split(","))]
+    configs += [("unlimited", lambda t: None, ()), ("unlimited, Wait suppressed", lambda t: None, ("Wait",)),
+                ("adaptive", lambda t: table.budget_for(t.prompt)[0], ())]
+    rows = [summary(name, run(engine, heldout, fn, suppress)) for name, fn, suppress in configs]
+    full = next(r for r in rows if r["config"] == "unlimited")
+    adaptive = next(r for r in rows if r["config"] == "adaptive")
+    print(f"\nreasoning-small, held-out seed 0, {len(heldout)} items ({args.n} per suite: "
+          f"{', '.join(REASONING_DIMENSIONS)}), greedy, engine in-process (CPU, {args.threads} thread)")
+    print(f"{'config':28} {'accuracy':>9} {'95% CI':>14} {'thinking tok':>13} {'tok/correct':>12}")
+    for r in rows:
+        print(f"{r['config']:28} {r['accuracy']:9.3f} {str(r['ci']):>14} {r['mean_thinking_tokens']:13.1f} "
+              f"{r['tokens_per_correct']:12.1f}")
+    saved = 1 - adaptive["mean_thinking_tokens"] / full["mean_thinking_tokens"] if full["mean_thinking_tokens"] else 0.0
+    drop = full["accuracy"] - adaptive["accuracy"]
+    ok = drop <= 0.02 and saved >= 0.40
+    print(f"\nadaptive vs unlimited: accuracy {-drop * 100:+.1f} points, thinking tokens -{saved * 100:.0f}% "
+          f"-> goal (<= 2 points lost, >= 40% fewer) {'MET' if ok else 'NOT met'}")
+    if args.json:
+        print(json.dumps({"rows": rows, "adaptive_saving": saved, "adaptive_accuracy_drop": drop, "goal_met": ok}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Reasoning through a real ``tokenops serve`` with the openai SDK: reasoning_content
+separated from content (streamed and not), usage reasoning_tokens, a thinking budget
+enforced by budget forcing with the answer still produced, /metrics and the store."""
+
+from pathlib import Path
+
+import duckdb
+import openai
+import pytest
+
+from tokenops.testing_serve import ServeProcess
+from tokenops_plugins.model_optimization._reasoning_tasks import make_reasoning_suite
+
+MODEL_DIR = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "reasoning-small"
+CONFIG = f"""
+[[models]]
+name = "reasoner"
+backend = "local"
+path = "{MODEL_DIR}"
+reasoning_parser = "think"
+
+[[models]]
+name = "plain"
+backend = "local"
+path = "{MODEL_DIR}"
+"""
+pytestmark = pytest.mark.skipif(not (MODEL_DIR / "config.json").is_file(), reason="reasoning-small not trained")
+PROMPT = make_reasoning_suite("multistep", 1, seed=0, terms=(5, 5))[0].prompt  # held-out, 5 terms
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("reasoning")
+    with ServeProcess(workdir, config=CONFIG) as srv:
+        yield srv, openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+    with duckdb.connect(str(srv.store_path), read_only=True) as con:
+        rows = con.execute("SELECT model_served, tokens_out, reasoning_tokens FROM requests "
+                           "WHERE status = 'ok' AND model_served = 'reasoner'").fetchall()
+    assert rows and all(r is not None and 0 < r <= out for _, out, r in rows), rows
+
+
+def ask(client, **kw):
+    return client.chat.completions.create(model="reasoner", messages=[{"role": "user", "content": PROMPT}],
+                                          temperature=0, max_tokens=160, **kw)
+
+
+def test_reasoning_content_is_separated_and_counted(served):
+    srv, client = served
+    r = ask(client)
+    msg = r.choices[0].message
+    assert msg.reasoning_content and "<think>" not in msg.reasoning_content and "</think>" not in msg.reasoning_content
+    assert msg.content and "think>" not in msg.content
+    details = r.usage.completion_tokens_details
+    assert 0 < details.reasoning_tokens < r.usage.completion_tokens
+
+    stream = ask(client, stream=True, stream_options={"include_usage": True})
+    reasoning, content, usage = [], [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            reasoning.append(getattr(c.delta, "reasoning_content", None) or "")
+            content.append(c.delta.content or "")
+    assert "".join(reasoning) == msg.reasoning_content and "".join(content) == msg.content
+    assert usage.completion_tokens_details.reasoning_tokens == details.reasoning_tokens
+
+
+@pytest.mark.parametrize("kw", [{"extra_body": {"max_thinking_tokens": 4}}, {"reasoning_effort": "minimal"}])
+def test_a_budget_is_enforced_and_the_model_still_answers(served, kw):
+    srv, client = served
+    unlimited = ask(client).usage.completion_tokens_details.reasoning_tokens
+    r = ask(client, **kw)
+    budget = kw.get("extra_body", {}).get("max_thinking_tokens", 0)
+    # <think>, the budget, a forced line break, </think>
+    assert r.usage.completion_tokens_details.reasoning_tokens <= 1 + budget + 2 < unlimited
+    assert r.choices[0].finish_reason == "stop" and r.choices[0].message.content.strip()
+    metrics = __import__("httpx").get(f"{srv.url}/metrics").text
+    assert 'tokenops:reasoning_tokens_total{model_name="reasoner"}' in metrics
+
+
+def test_budget_fields_need_a_reasoning_model(served):
+    srv, client = served
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="plain", messages=[{"role": "user", "content": PROMPT}],
+                                       reasoning_effort="low", max_tokens=8)
+    assert "reasoning_parser" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, extra_body={"max_thinking_tokens": -1})
+    assert "max_thinking_tokens" in str(e.value)
+    plain = client.chat.completions.create(model="plain", messages=[{"role": "user", "content": PROMPT}],
+                                           temperature=0, max_tokens=160)
+    assert "<think>" in plain.choices[0].message.content  # no parser: the text is left as it is
+    assert plain.usage.completion_tokens_details is None
