@@ -93,7 +93,8 @@ def make_stats(num_points: int = 300, num_replicas: int = 2, moe: bool = True, n
         "breakers": {name: ("half_open" if name == "local-1" else "closed") for name in engines},
         "models": {
             "demo-llama": {"requests": 15000, "errors": 7, "input_tokens": 5000000, "output_tokens": 2000000, "cost_usd": 1.75, "share": 0.64, "cost_per_hour_usd": 1.69},
-            "demo-moe": {"requests": 8456, "errors": 5, "input_tokens": 3123456, "output_tokens": 1012345, "cost_usd": 4.2, "share": 0.36, "cost_per_hour_usd": 4.06},
+            "demo-moe": {"requests": 8456, "errors": 5, "input_tokens": 3123456, "output_tokens": 1012345, "cost_usd": 4.2, "share": 0.36, "cost_per_hour_usd": 4.06,
+                         "reasoning_tokens": 404938},
         },
         "routes": {"default": 12000, "cheap_first": 8000, "escalated": 1456, "sticky_prefix": 2000},
         "cache": {"lookups": 23456, "hits": 3120},

@@ -170,6 +170,8 @@ class Gateway:
         m["errors"] += 0 if rec.is_ok else 1
         m["input_tokens"] += rec.tokens_in
         m["output_tokens"] += rec.tokens_out
+        if rec.reasoning_tokens is not None:  # reasoning models: the share of output spent thinking
+            m["reasoning_tokens"] = m.get("reasoning_tokens", 0) + rec.reasoning_tokens
         m["cost_usd"] += rec.cost_usd
         now = time.time()
         self._model_costs.append((now, model, rec.cost_usd))
@@ -227,6 +229,7 @@ class Gateway:
             models[name] = {"requests": int(m["requests"]), "errors": int(m["errors"]),
                             "input_tokens": int(m["input_tokens"]), "output_tokens": int(m["output_tokens"]),
                             "cost_usd": m["cost_usd"], "share": m["requests"] / total,
+                            "reasoning_tokens": m.get("reasoning_tokens"),
                             "cost_per_hour_usd": hourly.get(name, 0.0) * 3600.0 / self.window.window_s}
         history = snap.pop("history")
         return {"time": now, "uptime_s": now - self.started_at, **snap, "engines": self.engine_stats(),

@@ -22,6 +22,7 @@ MODEL_COLUMNS = (
     ("errors", "errors"),
     ("input", "in tokens"),
     ("output", "out tokens"),
+    ("thinking", "thinking"),
     ("cost", "cost"),
     ("cost_h", "cost/hour"),
 )
@@ -38,6 +39,8 @@ def model_cells(name: str, model: dict[str, Any]) -> list[Any]:
         fmt_int(model.get("errors")),
         fmt_int(model.get("input_tokens")),
         fmt_int(model.get("output_tokens")),
+        # the share of output spent thinking, for reasoning models (usage reasoning_tokens)
+        fmt_pct(ratio(model["reasoning_tokens"], model.get("output_tokens"))) if model.get("reasoning_tokens") is not None else "-",
         fmt_usd(model.get("cost_usd")),
         fmt_usd(model.get("cost_per_hour_usd")),
     ]
