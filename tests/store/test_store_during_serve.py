@@ -36,7 +36,8 @@ def _cli(srv: ServeProcess, *args: str) -> _Result:
 
 def _traffic(srv: ServeProcess) -> None:
     client = openai.OpenAI(base_url=srv.base_url, api_key="unused")
-    models = [m.id for m in client.models.list().data]
+    models = [m.id for m in client.models.list().data if m.id.startswith("tokenops-demo")]
+    assert "tokenops-demo-moe" in models
     for model in models:  # the demo and the demo MoE (its expert load feeds `moe plan`)
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hello there"}],
                                        max_tokens=4)
@@ -83,3 +84,15 @@ def test_profile_writes_the_store_while_serving(tmp_path):
     with Store.open(srv.store_path, read_only=True) as store:
         dims = store.execute("SELECT count(*) FROM capability_profiles WHERE model = 'tokenops-demo'").fetchone()[0]
     assert dims >= 1
+
+
+def test_a_second_serve_on_the_same_store_names_the_first(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    with ServeProcess(tmp_path) as srv:
+        env = dict(os.environ, TOKENOPS_STORE=str(srv.store_path))
+        second = subprocess.run([sys.executable, "-m", "tokenops", "serve", "--port", "1"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2 and f"already served by `tokenops serve` at {srv.url}" in second.stderr

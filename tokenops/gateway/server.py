@@ -67,10 +67,22 @@ def check_exposure(settings: Settings, allow_open: bool, num_managed_keys: int =
 
 def open_store(settings: Settings) -> tuple[Any, Any]:
     """Open the store and attach its writer to the DuckDB sink; returns (store, writer)."""
-    from tokenops.store import Store
+    from tokenops.store import Store, StoreError
     from tokenops.store import sink
 
-    store = Store.open(settings.store.path)
+    try:
+        store = Store.open(settings.store.path)
+    except StoreError:
+        from tokenops.store.remote import connect_server
+
+        other = connect_server(settings.store.path)
+        if other is None:
+            raise
+        with other:
+            info = other.server_info
+        raise StoreError(f"{settings.store.path} is already served by `tokenops serve` at {info.get('url')} "
+                         f"(PID {info.get('pid')}); use that server, stop it, or give this one --store "
+                         "elsewhere") from None
     secure_store_files(settings.store.path)  # created before this process, possibly world-readable
     writer = store.writer(flush_interval_s=min(settings.store.flush_interval_s, 1.0))
     sink.attach(writer)

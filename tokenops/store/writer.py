@@ -259,7 +259,9 @@ class TelemetryWriter:
         self._cursor.register(view, arrays)
         try:
             select = ", ".join(f"CAST({n} AS {_SQL_TYPE[k]})" for n, k in kinds)
-            self._cursor.execute(f"INSERT INTO {table} SELECT {select} FROM {view}")
+            # by name: a column a later migration appended sits last in the table, not where the model lists it
+            names = ", ".join(n for n, _ in kinds)
+            self._cursor.execute(f"INSERT INTO {table} ({names}) SELECT {select} FROM {view}")
         finally:
             self._cursor.unregister(view)
 
