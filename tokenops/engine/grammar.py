@@ -244,16 +244,17 @@ def steer_to_close(logits: "torch.Tensor", rows: list[int], matchers: list[Gramm
     forces the keys still required, this picks the shortest way through the values)."""
     import torch
 
-    out = logits
-    for row, matcher in zip(rows, matchers):
-        if matcher.closing_classes is None:
-            continue
-        allowed = torch.isfinite(logits[row])
-        for tokens in matcher.closing_classes:
-            keep = allowed & tokens.to(logits.device)
-            if bool(keep.any()):
-                if out is logits:
-                    out = logits.clone()
-                out[row] = logits[row].masked_fill(~keep, float("-inf"))
-                break
-    return out
+    classes = next((m.closing_classes for m in matchers if m.closing_classes is not None), None)
+    if classes is None:
+        return logits
+    index = torch.tensor(rows, device=logits.device)
+    sub = logits.index_select(0, index)
+    allowed = torch.isfinite(sub)
+    keep = allowed
+    is_steered = torch.zeros(len(rows), dtype=torch.bool, device=logits.device)
+    for tokens in classes:  # per row, the first class that has an allowed token wins
+        in_class = allowed & tokens.to(logits.device)
+        takes = in_class.any(dim=1) & ~is_steered
+        keep = torch.where(takes.unsqueeze(1), in_class, keep)
+        is_steered |= takes
+    return logits.index_copy(0, index, torch.where(keep, sub, float("-inf")))
