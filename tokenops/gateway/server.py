@@ -140,6 +140,7 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
         app = create_app(settings, store=store, admin_key_hash=key_hash, allow_open=allow_open,
                          drain_timeout_s=min(settings.gateway.request_timeout_s, 30.0))
         gw = app.state.gateway
+        gw.freezes_heap = True  # a long-lived process: see Gateway.start
         url = f"http://{settings.gateway.host}:{settings.gateway.port}"
         if store is not None:
             channel = start_store_channel(store, gw, url)

@@ -68,6 +68,8 @@ class Gateway:
         self.is_draining = False
         self._lock = threading.Lock()  # on_finish (event loop) vs stats() (admin thread)
         self._start_task: asyncio.Task | None = None
+        #: gc.freeze() once the models are loaded (tokenops serve sets it; tests building many apps do not)
+        self.freezes_heap = False
 
     def _key_service(self) -> Any:
         """Managed keys and spend budgets (:mod:`tokenops.keys`); enforced by the key_budgets plugin."""
@@ -113,8 +115,9 @@ class Gateway:
         # what is alive now (weights, modules, tokenizers) lives as long as the server: freezing
         # it keeps full collections, triggered by a request's many small objects, from walking it
         # (a ~0.3 s pause of every request on the demo engine, measured in tests/benchmarks/hostile_load.py)
-        gc.collect()
-        gc.freeze()
+        if self.freezes_heap:
+            gc.collect()
+            gc.freeze()
         self.is_ready = all(b.ready for b in backends)
 
     async def _start_profiles(self) -> None:
