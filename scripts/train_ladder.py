@@ -63,6 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--start", type=Path, default=DEFAULT_OUT, help="folder holding the draft/target checkpoints")
     p.add_argument("--models", default="small,large")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the saved ladder folders in --out (a further phase; use another --seed "
+                        "for fresh task pairs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--examples", type=int, default=40_000, help="training pairs generated (epochs reshuffle)")
     p.add_argument("--batch-size", type=int, default=16)
@@ -99,7 +102,7 @@ def main(argv=None) -> None:
         print(f"== {len(pairs)} training pairs ({num_chat} ShareGPT first exchanges); "
               f"{len(excluded)} held-out prompts excluded", flush=True)
         for name in names:
-            start = args.start / LADDER[name]
+            start = args.out / f"ladder-{name}" if args.resume else args.start / LADDER[name]
             tok = Tokenizer.from_file(str(start / "tokenizer.json"))
             model = load_start(start)
             steps = getattr(args, f"steps_{name}")
@@ -109,8 +112,17 @@ def main(argv=None) -> None:
                                  steps=steps, minutes=getattr(args, f"minutes_{name}"), seed=args.seed, bf16=args.bf16)
             info = finetune(model, tok, pairs, cfg, name=name, log=lambda s: print(s, flush=True))
             save_model(model, args.out / f"ladder-{name}", start)
-            info |= {"num_params": sum(p.numel() for p in model.parameters()), "started_from": LADDER[name],
+            info |= {"num_params": sum(p.numel() for p in model.parameters()),
+                     "started_from": f"ladder-{name}" if args.resume else LADDER[name],
                      "mix": MIX, "chat_share": CHAT_SHARE, "examples_generated": len(pairs), "threads": args.threads}
+            previous = report["models"].get(f"ladder-{name}") if args.resume else None
+            if previous is not None:  # one entry per phase; the totals cover them all
+                phases = previous.get("phases") or [{k: v for k, v in previous.items() if k != "phases"}]
+                info["phases"] = phases + [dict(info)]
+                info["started_from"] = phases[0].get("started_from", LADDER[name])
+                for key in ("num_steps", "examples_seen"):
+                    info[key] = sum(ph[key] for ph in info["phases"])
+                info["train_minutes"] = round(sum(ph["train_minutes"] for ph in info["phases"]), 2)
             report["models"][f"ladder-{name}"] = info
             report_path.write_text(json.dumps(report, indent=2) + "\n")
             print(f"== ladder-{name}: {info['num_steps']} steps in {info['train_minutes']} min "

@@ -72,3 +72,18 @@ def test_logprobs_asked_for_the_validator_are_stripped_after():
     assert resp.extra["choices"][0]["logprobs"] is None and "logprobs" not in req.body
     asked = GatewayRequest(kind="chat", model="cascade", body={"logprobs": True}, messages=[])
     assert not request_logprobs(asked)  # the client asked: keep them
+
+
+def test_shipped_weights_stay_light_and_the_ladder_shares_the_demo_tokenizer():
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models"
+    total = sum(f.stat().st_size for f in demo.rglob("*") if f.is_file())
+    assert total < 64 * 2**20, f"shipped demo models take {total / 2**20:.1f} MiB (limit 64 MiB)"
+    for name in ("ladder-small", "ladder-large"):
+        if not (demo / name / "config.json").is_file():
+            pytest.skip("the ladder weights are not in this checkout")
+        config = json.loads((demo / name / "config.json").read_text())
+        assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
+        assert (demo / name / "tokenizer.json").read_bytes() == (demo / "target" / "tokenizer.json").read_bytes()
+        assert (demo / name / "tokenizer_config.json").read_bytes() == (demo / "target" / "tokenizer_config.json").read_bytes()
