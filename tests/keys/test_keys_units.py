@@ -86,6 +86,16 @@ def test_local_ledger_refuses_at_the_limit_and_charges_all_or_nothing():
     assert ledger.committed(["key"]) == [pytest.approx(0.4)]
 
 
+def test_local_ledger_forgets_buckets_after_their_ttl():
+    now = [1000.0]
+    ledger = LocalLedger(clock=lambda: now[0])
+    ledger.PRUNE_EVERY = 1
+    ledger.reserve([(("old",), None)], 1.0, ttl_s=60)
+    now[0] += 61
+    ledger.reserve([(("new",), None)], 1.0, ttl_s=60)
+    assert ledger.num_buckets == 1 and ledger.committed(["old", "new"]) == [0.0, 1.0]
+
+
 def test_redis_ledger_is_atomic_across_threads(redis_url):
     import redis
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Sequence
 
 log = logging.getLogger("tokenops.keys")
@@ -25,19 +26,41 @@ Entry = tuple[Sequence[str], "float | None"]
 
 
 class LocalLedger:
-    def __init__(self) -> None:
+    """The ledger in this process. Buckets are forgotten ``ttl_s`` after their last write
+    (checked every :data:`PRUNE_EVERY` reservations), as Redis expires its keys."""
+
+    PRUNE_EVERY = 1024
+
+    def __init__(self, clock=time.monotonic) -> None:
         self._spent: dict[str, float] = {}
+        self._expires: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._clock = clock
+        self._num_reserved = 0
+
+    def _touch(self, key: str, ttl_s: float) -> None:
+        if ttl_s:
+            self._expires[key] = max(self._expires.get(key, 0.0), self._clock() + ttl_s)
+
+    def _prune(self) -> None:
+        now = self._clock()
+        for key in [k for k, t in self._expires.items() if t < now]:
+            self._expires.pop(key, None)
+            self._spent.pop(key, None)
 
     def reserve(self, entries: Sequence[Entry], amount: float, ttl_s: float = 0) -> tuple[int, list[float]]:
         """``(-1, committed sums after)`` when charged, else ``(index of the refusing entry, sums)``."""
         with self._lock:
+            self._num_reserved += 1
+            if self._num_reserved % self.PRUNE_EVERY == 0:
+                self._prune()
             sums = [sum(self._spent.get(k, 0.0) for k in keys) for keys, _ in entries]
             for i, ((_, limit), value) in enumerate(zip(entries, sums)):
                 if limit is not None and value >= limit:
                     return i, sums
             for keys, _ in entries:
                 self._spent[keys[-1]] = self._spent.get(keys[-1], 0.0) + amount
+                self._touch(keys[-1], ttl_s)
             return -1, [v + amount for v in sums]
 
     def adjust(self, keys: Sequence[str], delta: float, ttl_s: float = 0) -> None:
@@ -46,6 +69,7 @@ class LocalLedger:
         with self._lock:
             for k in keys:
                 self._spent[k] = self._spent.get(k, 0.0) + delta
+                self._touch(k, ttl_s)
 
     def committed(self, keys: Sequence[str], flush: bool = True) -> list[float]:
         with self._lock:
@@ -54,7 +78,13 @@ class LocalLedger:
     def seed(self, key: str, value: float, ttl_s: float = 0) -> None:
         """Start a bucket at ``value`` (spend recorded before a restart) unless it is known already."""
         with self._lock:
-            self._spent.setdefault(key, value)
+            if key not in self._spent:
+                self._spent[key] = value
+                self._touch(key, ttl_s)
+
+    @property
+    def num_buckets(self) -> int:
+        return len(self._spent)
 
 
 _RESERVE = """
