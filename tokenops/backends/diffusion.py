@@ -126,7 +126,9 @@ class DiffusionBackend:
         try:
             return self.pipeline.prompts.class_for(prompt)
         except PromptError as e:
-            raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
+            error = BackendError(str(e), kind="bad_request", status=400, backend=self.name)
+            error.param = "prompt"  # type: ignore[attr-defined]
+            raise error from None
 
     def plan_for(self, request: ImageRequest) -> Any:
         """Defaults of the folder, then plugins, then the request's overrides."""

@@ -179,8 +179,7 @@ async def generate(gw: Any, greq: GatewayRequest, req: ImageGenerationRequest, m
         except BackendError as e:
             hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, e.kind))
             status = e.status if 400 <= e.status < 600 else 502
-            param = "prompt" if "prompt" in str(e) else None
-            raise APIError(status, str(e), code=e.kind, param=param) from None
+            raise APIError(status, str(e), code=e.kind, param=getattr(e, "param", None)) from None
         finally:
             replica.in_flight -= 1
         hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None, 0, 0))
