@@ -8,6 +8,9 @@ grammar, compiled once; rows end when their JSON is complete), interleaved over
 spends computing the rows' bitmasks (llguidance) and applying them, measured inside
 the same runs; "overhead" is that time as a share of the constrained step.
 
+Then how many of 20 answers sampled at temperature 1 are valid JSON with the grammar
+alone and with the budget-aware close (tokenops/engine/grammar.py, steer_to_close).
+
 Then the two grammar libraries on the demo tokenizer, the peer comparison behind the
 choice of llguidance: schema compile time and mask time per token over a fixed JSON
 answer (xgrammar only when it is importable; it is not a tokenops dependency).
@@ -103,6 +106,29 @@ def engine_figures(args: argparse.Namespace) -> None:
               f"{c_step * 1e3:>15.2f} {mask * 1e3:>13.3f} {mask / c_step:>8.1%}")
 
 
+def validity_figures(args: argparse.Namespace) -> None:
+    """Valid answers out of 20 sampled at temperature 1, with and without the budget-aware close."""
+    engine = LLMEngine(EngineConfig(model=str(DEMO), device="cpu"))
+    tok = engine.tokenizer
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": f"Describe person number {i} as JSON."}]),
+                          add_special_tokens=False) for i in range(20)]
+    print(f"\nvalid JSON out of 20 prompts, temperature 1, max_tokens {args.max_tokens}")
+    for is_steered in (False, True):
+        matcher = engine.grammar_compiler.compile(GrammarSpec.json_schema(close_objects(SCHEMA)))
+        if not is_steered:
+            matcher.reserve_tokens = -1  # never steer
+        outs = engine.generate(prompts, SamplingParams(max_tokens=args.max_tokens, temperature=1.0, seed=11,
+                                                       grammar=matcher))
+        valid = 0
+        for out in outs:
+            try:
+                json.loads(out.outputs[0].text)
+                valid += 1
+            except ValueError:
+                pass
+        print(f"{'with the budget-aware close' if is_steered else 'grammar only':>28} {valid:>3}/20")
+
+
 def library_figures() -> None:
     import llguidance
     import llguidance.torch as llt
@@ -164,6 +190,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     engine_figures(args)
+    validity_figures(args)
     library_figures()
 
 

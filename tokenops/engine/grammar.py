@@ -238,10 +238,11 @@ def steer_to_close(logits: "torch.Tensor", rows: list[int], matchers: list[Gramm
     """Budget-aware completion for rows near their token limit (already masked by their
     grammar): keep only the allowed tokens of the first of the matcher's closing classes
     that has any (one that ends a string, one that closes an array or object, one that
-    closes or separates); a row that can take none (a forced key, a digit) is left as it is. Without it a model that never writes the
-    closing quote of a string (the demo models) runs out of tokens inside it and the
-    answer is not JSON; with it the grammar is completed in the tokens left (the grammar
-    forces the keys still required, this picks the shortest way through the values)."""
+    closes or separates); a row that can take none (a forced key, a digit) is left as it
+    is. Without it a model that never writes the closing quote of a string (the demo
+    models) runs out of tokens inside it and the answer is not JSON; with it the grammar
+    is completed in the tokens left (the grammar forces the keys still required, this
+    picks the shortest way through the values)."""
     import torch
 
     classes = next((m.closing_classes for m in matchers if m.closing_classes is not None), None)
