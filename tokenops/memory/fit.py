@@ -60,45 +60,62 @@ def fit_conversation(messages: list[dict[str, Any]], budget: int, count: Callabl
     """Messages that fit ``budget`` tokens, or None when even the system messages plus the
     last message do not. ``recalled`` are ``(role, text)`` entries, most relevant first;
     the newest turns get up to ``recent_share`` of the room left, recalled entries the
-    rest, then more turns if room remains."""
+    rest, then more turns if room remains.
+
+    Chat templates render message by message, so a message's cost is measured once, next
+    to the system messages and the last one only (short renders), and costs are summed;
+    the result is then counted whole and trimmed until it fits."""
     system = [m for m in messages[:-1] if m.get("role") in ("system", "developer")]
     history = [m for m in messages[:-1] if m.get("role") not in ("system", "developer")]
     last = messages[-1]
-    if count(system + [last]) > budget:
-        return None
     base = count(system + [last])
+    if base > budget:
+        return None
 
-    def cost(items: list[dict[str, Any]]) -> int:
-        return count(system + items + [last]) - base
+    def cost(m: dict[str, Any]) -> int:
+        return count(system + [m, last]) - base
 
     room = budget - base
-    # newest turns first, up to their share; each cost measured exactly on the whole list
     kept: list[dict[str, Any]] = []
-    for m in reversed(history):
-        if cost([m] + kept) > room * recent_share:
+    used = 0
+    for m in reversed(history):  # newest turns first, up to their share
+        c = cost(m)
+        if used + c > room * recent_share:
             break
         kept.insert(0, m)
-    shown = {message_text(m) for m in kept} | {message_text(last)}
+        used += c
+    shown = [message_text(m) for m in kept] + [message_text(last)]
     chosen: list[tuple[str, str]] = []
+    note_cost = 0
     for role, text in recalled:
-        if text in shown or any(text in s for s in shown):
+        if any(text in s for s in shown):
             continue
-        trial = chosen + [(role, text)]
-        if cost([_memory_message(trial)] + kept) > room:
-            continue
-        chosen = trial
-    note = [_memory_message(chosen)] if chosen else []
-    # room left: more of the older turns
-    for m in reversed(history[: len(history) - len(kept)]):
-        if cost(note + [m] + kept) > room:
+        c = cost(_memory_message(chosen + [(role, text)]))
+        if used + c <= room:
+            chosen.append((role, text))
+            note_cost = c
+    used += note_cost
+    older = history[: len(history) - len(kept)]
+    for m in reversed(older):  # room left: more of the older turns
+        c = cost(m)
+        if used + c > room:
             break
         kept.insert(0, m)
-    while kept and kept[0].get("role") not in ("user",):  # start the kept turns on a user turn
+        used += c
+    while kept and kept[0].get("role") != "user":  # start the kept turns on a user turn
         kept.pop(0)
-    fitted = system + note + kept + [last]
-    assert count(fitted) <= budget
+    while True:  # the sum of costs is an estimate: check the whole
+        note = [_memory_message(chosen)] if chosen else []
+        fitted = system + note + kept + [last]
+        total = count(fitted)
+        if total <= budget:
+            break
+        if kept:
+            kept.pop(0)
+        else:
+            chosen.pop()
     return fitted, {"dropped_turns": len(history) - len(kept), "injected": len(chosen), "kept_turns": len(kept),
-                    "tokens": count(fitted), "budget": budget}
+                    "tokens": total, "budget": budget}
 
 
 def _memory_message(entries: list[tuple[str, str]]) -> dict[str, Any]:
