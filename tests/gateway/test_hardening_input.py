@@ -176,3 +176,45 @@ async def test_a_patch_one_replica_refuses_changes_no_replica():
         assert values["engine.max_num_seqs"] != 7
         r = await c.patch("/admin/tunables", json={"values": {"engine.max_num_seqs": 9}}, headers=ADMIN)
         assert r.status_code == 200 and first.applied["engine.max_num_seqs"] == second.applied["engine.max_num_seqs"] == 9
+
+
+# -- defect 1: routing a huge prompt ------------------------------------------------------------------------------
+
+async def test_a_router_that_reads_a_huge_prompt_runs_off_the_event_loop(register_plugin):
+    import asyncio
+    import time
+
+    from tokenops import hookimpl
+    from tokenops.types import RouteDecision
+
+    class SlowClassifier:  # like the profile router's classifier: seconds of work on a 4 MB text
+        @hookimpl(tryfirst=True)
+        def tokenops_route(self, request, candidates, profiles):
+            if len(request.prompt_text()) > 100_000:
+                time.sleep(0.5)
+            if "refuse me" in request.prompt_text()[:20]:
+                raise ValueError("no route for that")
+            return RouteDecision("fake-model", "slow classifier", router="slow")
+
+    register_plugin(SlowClassifier(), "slow-classifier")
+    async with gateway_client() as c:
+        gaps: list[float] = []
+
+        async def heartbeat():
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0.005)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        beat = asyncio.create_task(heartbeat())
+        try:
+            big = _body(messages=[{"role": "user", "content": "w" * 200_000}])
+            r = await c.post(CHAT, json=big)
+            assert r.status_code == 200, r.text
+        finally:
+            beat.cancel()
+        assert max(gaps) < 0.25, max(gaps)  # the 0.5 s of routing did not block the loop
+        refused = _body(messages=[{"role": "user", "content": "refuse me " + "w" * 200_000}])
+        _openai_error(await c.post(CHAT, json=refused), 400, "invalid_model")

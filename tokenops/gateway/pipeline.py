@@ -24,9 +24,12 @@ from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.records import RequestRecord
 from tokenops.gateway.multi_model import run_cascade, run_ensemble
 from tokenops.routing.retry import RetryBudget, is_retryable
+from tokenops.backends.prompt_bound import prompt_chars
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, RouteDecision
 
 MAX_ITL_PER_REQUEST = 4096
+#: Prompts longer than this are routed in a worker thread (see Pipeline._decide).
+OFF_LOOP_PROMPT_CHARS = 64 * 1024
 
 
 def api_error(e: BackendError, kind: str = "chat") -> APIError:
@@ -116,6 +119,13 @@ class Pipeline:
         request.decisions["route"] = {"model": decision.model, "reason": decision.reason, "router": decision.router,
                                       "score": decision.score}
         return decision
+
+    async def _decide(self, request: GatewayRequest, rec: RequestRecord) -> RouteDecision:
+        """:meth:`_route`, in a worker thread for a large prompt: layer-1 routers may classify
+        the whole text (the profile router took 7 s on a 3.9 MB prompt, on the event loop)."""
+        if prompt_chars(request) > OFF_LOOP_PROMPT_CHARS:
+            return await asyncio.to_thread(self._route, request, rec)
+        return self._route(request, rec)
 
     async def _fit_context(self, request: GatewayRequest, decision: RouteDecision) -> None:
         """Layer 2 session memory: a plugin may fit the conversation into the routed model's context."""
@@ -232,7 +242,7 @@ class Pipeline:
         try:
             response = await self._admit_and_lookup(request, rec)
             if response is None:
-                decision = self._route(request, rec)
+                decision = await self._decide(request, rec)
                 await self._fit_context(request, decision)
                 response = await self.answer(request, rec, decision)
             else:
@@ -264,7 +274,7 @@ class Pipeline:
             if cached is not None:
                 self._account(rec, "", cached)
                 return await DeltaStream.start(self._replay(rec, cached)), rec
-            decision = self._route(request, rec)
+            decision = await self._decide(request, rec)
             await self._fit_context(request, decision)
             if decision.members or decision.escalate_to:  # needs whole answers: run, then replay
                 response = await self.answer(request, rec, decision)
