@@ -15,18 +15,21 @@ openai = pytest.importorskip("openai")
 FOLDER = Path(tokenops.__file__).parent / "demo_models" / "digits-diffusion"
 pytestmark = pytest.mark.skipif(not (FOLDER / "model_index.json").is_file(), reason="demo diffusion model not shipped")
 
-CONFIG = f"""
-[[models]]
-name = "digits-diffusion"
-backend = "diffusion"
-path = "{FOLDER}"
-engine = {{ torch_threads = 1 }}
-"""
+
+
+def _documented_config() -> str:
+    """The ``[[models]]`` example of docs/serve.md's Images section, pointed at the shipped folder."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text()
+    section = docs[docs.index("## Images"):]
+    block = section[section.index("```toml") + len("```toml"):]
+    block = block[:block.index("```")]
+    assert 'path = "tokenops/demo_models/digits-diffusion"' in block
+    return block.replace('path = "tokenops/demo_models/digits-diffusion"', f'path = "{FOLDER}"')
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with ServeProcess(tmp_path_factory.mktemp("images"), config=CONFIG) as srv:
+    with ServeProcess(tmp_path_factory.mktemp("images"), config=_documented_config()) as srv:
         yield srv
 
 
