@@ -14,8 +14,10 @@ answers through a running ``tokenops serve`` (see routing_eval.py for the simula
 4. On the test split: all-small and all-large (the answers from 2), the profile router
    (``auto``), the cascade and the ensembles are asked through the server; costs are the
    server's own per-request ``cost_usd`` (every tier and member added up). The threshold
-   router's decisions are replayed on the test answers of step 2 (one server runs one
-   ``use`` router), labelled as such.
+   router runs in a second server (one server runs one ``use`` router) with the win
+   predictor and threshold learned on the train split; ``tokenops route calibrate`` then
+   reports the share it would send on that server's recorded traffic. The threshold/cascade
+   curves over all thresholds are replayed on the test answers of step 2 (labelled).
 """
 
 from __future__ import annotations
@@ -36,11 +38,25 @@ MAX_TOKENS = {"code": 48, "extraction": 40, "instruction": 16}
 QUALITY_SLACK = 0.02
 
 
-def serve_config(profile_threshold: float, samples: int) -> str:
-    models = "".join(
+def models_config() -> str:
+    return "".join(
         f'[[models]]\nname = "{name}"\nbackend = "local"\npath = "{path}"\n'
         f"cost_input_per_1m = {PRICE[name][0]}\ncost_output_per_1m = {PRICE[name][1]}\n\n" for name, path in LADDER.items())
-    return models + f"""[plugins.router]
+
+
+def threshold_config(threshold: float) -> str:
+    return models_config() + f"""[plugins.router]
+use = "threshold"
+[plugins.router.threshold]
+strong = "large"
+weak = "small"
+predictor = "profiles/routers/win_predictor.json"
+threshold = {threshold}
+"""
+
+
+def serve_config(profile_threshold: float, samples: int) -> str:
+    return models_config() + f"""[plugins.router]
 use = "profile"
 default = "large"
 [plugins.router.profile]
@@ -216,9 +232,29 @@ def run(per_dimension: int, seed: int, ensemble_tasks: int, out=print) -> dict:
             # scaled to the test split's size so the cost column compares (measured on the subset)
             rows.append((f"ensemble:{method} ({len(sub)} tasks)", q, c * c_large / max(sub_large, 1e-12), float("nan"),
                          len(sub)))
+        subset = (  # the same subset answered by one model, for comparison
+sum(answers["small"][t.id].correct for t in sub) / len(sub),
+                  sum(answers["large"][t.id].correct for t in sub) / len(sub))
         grid_test = [(thr, *cascade_pick(test, thr)) for thr in grid[::5]]
         thr_test = [(thr, *threshold_pick(test, thr)) for thr in grid[::5]]
-    return {"rows": rows, "q_small": q_small, "q_large": q_large, "c_large": c_large, "train": len(train),
+    # The threshold router through its own server (one `use` router per server): the win
+    # predictor learned on the train split, the threshold chosen on it.
+    workdir2 = Path(tempfile.mkdtemp(prefix="routing-eval-threshold-"))
+    predictor.save((workdir2 / "profiles" / "routers").mkdir(parents=True, exist_ok=True)
+                   or workdir2 / "profiles" / "routers" / "win_predictor.json")
+    with ServeProcess(workdir2, config=threshold_config(router_thr)) as srv2:
+        client2 = openai.OpenAI(base_url=srv2.base_url, api_key="unused", max_retries=0, timeout=300)
+        routed = ask_all(client2, "auto", test)
+        server_costs(srv2, routed)
+        rows.insert(3, (f"threshold router (auto, t={router_thr:.2f})", *summarise(routed), len(test)))
+        import subprocess
+        import sys
+
+        calibrate = subprocess.run([sys.executable, "-m", "tokenops", "route", "calibrate", "--strong-share", "0.3",
+                                    "--store", str(srv2.store_path), "--out", str(workdir2 / "threshold.toml")],
+                                   capture_output=True, text=True, cwd=workdir2, timeout=120)
+        calibrate_line = (calibrate.stdout or calibrate.stderr).strip()
+    return {"rows": rows, "q_small": q_small, "subset": subset, "calibrate": calibrate_line, "q_large": q_large, "c_large": c_large, "train": len(train),
             "test": len(test), "cascade_curve": grid_test, "threshold_curve": thr_test, "profiles": profiles,
             "cascade_thr": cascade_thr, "router_thr": router_thr, "seconds": time.perf_counter() - t0,
             "ensembles": ensembles, "accuracy_test": {m: {d: quality([t for t in test if t.dimension == d], m)
@@ -246,7 +282,12 @@ def report(result: dict, apgr, out=print) -> bool:
         gap = q_large - q_small
         out(f"  APGR {apgr([(s, q) for _, q, _, s in points], q_small, q_large):.3f}" if gap > 0 else
             "  APGR undefined (large not better than small on the test split)")
-    learned = [r for r in result["rows"] if r[0].startswith(("threshold", "cascade"))]
+    out(f"\nensembles ran on the first {len(next(iter(result['ensembles'].values())))} test tasks, where all-small "
+        f"scores {result['subset'][0]:.3f} and all-large {result['subset'][1]:.3f}; their cost is scaled to the test "
+        f"split's size")
+    out(f"\n`tokenops route calibrate --strong-share 0.3` on the threshold server's recorded traffic:\n  "
+        f"{result['calibrate']}")
+    learned = [r for r in result["rows"] if r[0].startswith(("threshold", "cascade")) and "replayed" not in r[0]]
     ok = [r for r in learned if q_large - r[1] <= QUALITY_SLACK and 1 - r[2] / c_large >= 0.40]
     best = max(learned, key=lambda r: (q_large - r[1] <= QUALITY_SLACK, 1 - r[2] / c_large))
     out(f"\nbest learned strategy (threshold router or cascade): {best[0]} saves {1 - best[2] / c_large:.1%} "
