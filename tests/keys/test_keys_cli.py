@@ -94,14 +94,16 @@ def test_report_by_key_and_tenant_while_serving(server):
     for _ in range(2):
         client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi there"}], max_tokens=4)
     env = {"TOKENOPS_STORE": str(server.store_path), "TOKENOPS_URL": None}
-    for _ in range(50):  # the telemetry writer flushes about every 0.5 s
+    deadline = time.monotonic() + 30
+    while True:  # the telemetry writer flushes about every 0.5 s
         rows = json.loads(_cli("report", "--by", "key", "--since", "all", "--json", env=env).stdout)["spend_by_key"]
         mine = [r for r in rows["rows"] if r[1] == key["id"]]
-        if mine:
+        if mine or time.monotonic() > deadline:
             break
-        time.sleep(0.2)
+        time.sleep(0.3)
     cols = rows["columns"]
-    assert mine and mine[0][cols.index("requests")] == 2
+    assert mine, f"no telemetry row of {key['id']} reached the store in 30 s:\n{server.log()[-2000:]}"
+    assert mine[0][cols.index("requests")] == 2
     assert mine[0][cols.index("cost_usd")] == pytest.approx(2 * 0.013)
     text = _cli("report", "--by", "tenant", "--since", "all", env=env).stdout
     assert "Spend by tenant and model" in text and "report-co" in text
