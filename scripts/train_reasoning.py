@@ -98,6 +98,8 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--eval-n", type=int, default=HELDOUT_N)
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--resume", action="store_true", help="continue from the saved folder (a further phase; "
+                   "use another --seed for fresh pairs)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     folder = args.out / NAME
@@ -106,19 +108,29 @@ def main(argv=None) -> None:
         from tokenizers import Tokenizer
         from transformers import AutoModelForCausalLM
 
-        tok = Tokenizer.from_file(str(args.start / "tokenizer.json"))
-        model = AutoModelForCausalLM.from_pretrained(args.start, dtype=torch.float32)
-        add_tokens(tok, model)
+        start = folder if args.resume else args.start
+        tok = Tokenizer.from_file(str(start / "tokenizer.json"))
+        model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
+        if not args.resume:
+            add_tokens(tok, model)
         pairs = training_pairs(args.examples, args.seed, args.reflect_share)
         longest = max(len(tok.encode(a, add_special_tokens=False).ids) for _, _, a in pairs)
         cfg = FinetuneConfig(lr=args.lr, batch_size=args.batch_size, max_len=max(256, 2 * longest + 8),
                              steps=args.steps, minutes=args.minutes, seed=args.seed)
         print(f"== {len(pairs)} pairs, longest answer {longest} tokens", flush=True)
         info = finetune(model, tok, pairs, cfg, name="reasoning", log=lambda s: print(s, flush=True))
-        save_model(model, folder, args.start)
+        save_model(model, folder, start)
         tok.save(str(folder / "tokenizer.json"))
-        info |= {"started_from": "draft", "num_params": sum(q.numel() for q in model.parameters()),
+        info |= {"started_from": NAME if args.resume else "draft", "num_params": sum(q.numel() for q in model.parameters()),
                  "reflect_share": args.reflect_share, "examples_generated": len(pairs), "threads": args.threads}
+        phases = []
+        if args.resume and report_path.exists():
+            old = json.loads(report_path.read_text()).get("training", {})
+            phases = old.get("phases") or [old]
+        phases.append(dict(info))
+        info["phases"] = phases
+        info["num_steps"] = sum(ph["num_steps"] for ph in phases)
+        info["train_minutes"] = round(sum(ph["train_minutes"] for ph in phases), 2)
         report_path.write_text(json.dumps({"training": info}, indent=2) + "\n")
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     started = time.perf_counter()

@@ -108,3 +108,22 @@ def test_reflection_tokens_are_found_in_the_vocabulary():
             return self.vocab[i]
 
     assert reflection_token_ids(Tok(), ("Wait", "Hmm")) == (1, 2, 4)
+
+
+def test_the_shipped_reasoning_model_is_complete_and_served_by_default():
+    import json
+    from pathlib import Path
+
+    from tokenops.backends.registry import DEMO_REASONING_NAME, default_model_configs
+
+    folder = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "reasoning-small"
+    if not (folder / "config.json").is_file():
+        pytest.skip("reasoning-small not trained")
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    assert (folder / "model.safetensors").stat().st_size < 8 << 20
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert [len(tok.encode(t, add_special_tokens=False).ids) for t in ("<think>", "</think>", "Wait")] == [1, 1, 1]
+    entry = next(m for m in default_model_configs() if m.name == DEMO_REASONING_NAME)
+    assert entry.reasoning_parser == "think" and Path(entry.path) == folder

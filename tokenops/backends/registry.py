@@ -32,6 +32,9 @@ def get_backend_factories() -> dict[str, BackendFactory]:
     return factories
 
 
+DEMO_REASONING_NAME = "tokenops-reasoning-small"
+
+
 def default_model_configs() -> list[ModelConfig]:
     """The models served when no ``[[models]]`` are configured: the embedded demo
     model, when their weights are bundled the demo MoE and the task-trained ladder
@@ -55,6 +58,10 @@ def default_model_configs() -> list[ModelConfig]:
         if (ladder_dir / "config.json").is_file():
             models.append(ModelConfig(name=name, backend="local", path=str(ladder_dir),
                                       cost_input_per_1m=cost_in, cost_output_per_1m=cost_out))
+    reasoning_dir = moe_dir.parent / "reasoning-small"  # the ladder's reasoning member (docs/reasoning.md)
+    if (reasoning_dir / "config.json").is_file():
+        models.append(ModelConfig(name=DEMO_REASONING_NAME, backend="local", path=str(reasoning_dir),
+                                  reasoning_parser="think"))
     from tokenops.backends.embedding import DEFAULT_EMBEDDING_MODEL, is_default_available
 
     if is_default_available():  # the semantic extra's MiniLM, for /v1/embeddings; loads on first use
