@@ -153,3 +153,18 @@ def test_guard_estimate_bounds_the_cost_and_spend_stays_within_one_request(tmp_p
     assert 0.5 <= spent[0] < 0.5 + estimate
     refusal = guard.admit(request())
     assert refusal.status == 429 and refusal.code == "budget_exceeded" and refusal.retry_after_s > 0
+
+
+def test_a_tenant_budget_covers_the_tenants_config_keys_too():
+    from tokenops.gateway.auth import ApiKeys
+
+    registry = KeyRegistry(config_tenants={"team-a"}, clock=BudgetClock())
+    assert registry.is_known_tenant("team-a") and not registry.is_known_tenant("team-b")
+    registry.put_tenant("team-a", {"budget_usd": 0.001, "budget_period": "daily"})
+    guard = KeyGuard(registry, LocalLedger(), {"m": (0.0, 1000.0)})
+    tenant, key_id = ApiKeys({"sk-config": "team-a"}).tenant_for({"authorization": "Bearer sk-config"}, "10.0.0.1")
+    request = lambda: GatewayRequest(kind="completion", model="m", body={}, prompt="x", tenant=tenant,
+                                     api_key_id=key_id, max_tokens=1)
+    assert guard.admit(request()) is None  # 0.001 USD reserved: the budget is reached
+    refusal = guard.admit(request())
+    assert refusal.code == "budget_exceeded" and "tenant 'team-a'" in refusal.message
