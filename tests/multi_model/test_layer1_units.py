@@ -87,3 +87,14 @@ def test_shipped_weights_stay_light_and_the_ladder_shares_the_demo_tokenizer():
         assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
         assert (demo / name / "tokenizer.json").read_bytes() == (demo / "target" / "tokenizer.json").read_bytes()
         assert (demo / name / "tokenizer_config.json").read_bytes() == (demo / "target" / "tokenizer_config.json").read_bytes()
+
+
+def test_plain_serve_serves_the_ladder_with_its_prices():
+    from tokenops.backends.registry import LADDER_PRICES, default_model_configs
+
+    models = {m.name: m for m in default_model_configs()}
+    for name, (cost_in, cost_out) in LADDER_PRICES.items():
+        if name not in models:
+            pytest.skip("the ladder weights are not in this checkout")
+        assert (models[name].cost_input_per_1m, models[name].cost_output_per_1m) == (cost_in, cost_out)
+        assert models[name].path.endswith(name.removeprefix("tokenops-"))
