@@ -63,15 +63,15 @@ class KeyGuard:
 
     # -- what applies ---------------------------------------------------------
 
-    def budgets_for(self, tenant: str, key_id: str | None) -> list[tuple[str, str, Budget, float]]:
-        """``(scope, name, budget, anchor)`` of the key's and the tenant's budgets."""
+    def budgets_for(self, tenant: str, key_id: str | None) -> list[tuple[str, str, Budget]]:
+        """``(scope, name, budget)`` of the key's and the tenant's budgets."""
         out = []
         key = self.registry.get(key_id) if key_id else None
         if key is not None and key.budget.is_set:
-            out.append(("key", key.id, key.budget, key.created_at))
+            out.append(("key", key.id, key.budget))
         t = self.registry.tenant(tenant)
         if t is not None and t.budget.is_set:
-            out.append(("tenant", t.name, t.budget, t.created_at))
+            out.append(("tenant", t.name, t.budget))
         return out
 
     def ledger_keys(self, scope: str, name: str, period: str, w: Window) -> tuple[str, ...]:
@@ -119,8 +119,8 @@ class KeyGuard:
         if not budgets:
             return None
         now = self.clock()
-        windows = [window(b.period, now) for _, _, b, _ in budgets]
-        entries = [(self.ledger_keys(scope, name, b.period, w), b.usd) for (scope, name, b, _), w in zip(budgets, windows)]
+        windows = [window(b.period, now) for _, _, b in budgets]
+        entries = [(self.ledger_keys(scope, name, b.period, w), b.usd) for (scope, name, b), w in zip(budgets, windows)]
         ttl = max(self.ttl_s(w, now) for w in windows)
         estimate = self.estimate_usd(request)
         try:
@@ -129,7 +129,7 @@ class KeyGuard:
             return Rejection(503, f"The spend budget cannot be checked right now ({type(e).__name__}); retry shortly.",
                              code="budget_unavailable", retry_after_s=1.0)
         if refused >= 0:
-            scope, name, b, _ = budgets[refused]
+            scope, name, b = budgets[refused]
             w = windows[refused]
             try:
                 end = w.reset_at(self.ledger.committed(entries[refused][0], flush=False) if w.is_rolling else [],
@@ -149,7 +149,7 @@ class KeyGuard:
             self._pending[request.id] = _Reserved([keys[-1] for keys, _ in entries], estimate, ttl)
         request.decisions["budget"] = {"reserved_usd": estimate}
         # warn once the spend before this request has reached the soft budget
-        warned = [(scope, name, b, v - estimate) for (scope, name, b, _), v in zip(budgets, values)
+        warned = [(scope, name, b, v - estimate) for (scope, name, b), v in zip(budgets, values)
                   if b.soft_usd is not None and v - estimate >= b.soft_usd]
         if warned:
             headers = getattr(request, "response_headers", None)
@@ -184,7 +184,7 @@ class KeyGuard:
 
     # -- views ----------------------------------------------------------------
 
-    def usage(self, scope: str, name: str, budget: Budget, anchor: float = 0.0) -> dict[str, Any]:
+    def usage(self, scope: str, name: str, budget: Budget) -> dict[str, Any]:
         """Spend in the current period (or rolling window) and what remains of the budget;
         ``resets_at`` is None for a rolling window (spend leaves it bucket by bucket)."""
         w = window(budget.period, self.clock())

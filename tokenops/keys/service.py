@@ -93,9 +93,9 @@ class KeyService:
         if self.store is None:
             return
         now = self.registry.clock()
-        scopes = [("key", k.id, k.budget, k.created_at, "api_key_id") for k in self.registry.keys() if k.budget.is_set]
-        scopes += [("tenant", t.name, t.budget, t.created_at, "tenant") for t in self.registry.tenants() if t.budget.is_set]
-        for scope, name, budget, _, column in scopes:
+        scopes = [("key", k.id, k.budget, "api_key_id") for k in self.registry.keys() if k.budget.is_set]
+        scopes += [("tenant", t.name, t.budget, "tenant") for t in self.registry.tenants() if t.budget.is_set]
+        for scope, name, budget, column in scopes:
             w = window(budget.period, now)
             keys = self.guard.ledger_keys(scope, name, budget.period, w)
             try:
@@ -114,14 +114,14 @@ class KeyService:
     def key_view(self, key: Any) -> dict[str, Any]:
         view = key.public(self.registry.clock())
         if key.budget.is_set:
-            view["usage"] = self.guard.usage("key", key.id, key.budget, key.created_at)
+            view["usage"] = self.guard.usage("key", key.id, key.budget)
         return view
 
     def tenant_view(self, tenant: Any) -> dict[str, Any]:
         view = {"name": tenant.name, "budget_usd": tenant.budget.usd, "budget_period": tenant.budget.period,
                 "soft_budget_usd": tenant.budget.soft_usd, "created_at": iso(tenant.created_at)}
         if tenant.budget.is_set:
-            view["usage"] = self.guard.usage("tenant", tenant.name, tenant.budget, tenant.created_at)
+            view["usage"] = self.guard.usage("tenant", tenant.name, tenant.budget)
         return view
 
     def spend_rows(self) -> list[dict[str, Any]]:
@@ -160,7 +160,7 @@ class KeyService:
         if owner is not None:
             scope, name = ("key", owner.id) if key_id else ("tenant", owner.name)
             try:
-                usage = self.guard.usage(scope, name, owner.budget, owner.created_at)
+                usage = self.guard.usage(scope, name, owner.budget)
             except Exception as e:  # Redis blinked: show the spend without the budget
                 log.warning("budget usage of %s %s: %s", scope, name, e)
                 return row
@@ -183,13 +183,12 @@ class KeyService:
             yield f'{name}{{tenant="{_label(tenant)}",key_id="{_label(key)}"}} {_num(value)}'
         remaining = PREFIX + "budget_remaining_usd"
         spent = PREFIX + "budget_spent_usd"
-        budgets = [("key", k.id, k.budget, k.created_at) for k in self.registry.keys()
-                   if k.budget.is_set and k.revoked_at is None]
-        budgets += [("tenant", t.name, t.budget, t.created_at) for t in self.registry.tenants() if t.budget.is_set]
+        budgets = [("key", k.id, k.budget) for k in self.registry.keys() if k.budget.is_set and k.revoked_at is None]
+        budgets += [("tenant", t.name, t.budget) for t in self.registry.tenants() if t.budget.is_set]
         usage = []
-        for scope, who, budget, anchor in budgets:
+        for scope, who, budget in budgets:
             try:
-                usage.append((scope, who, self.guard.usage(scope, who, budget, anchor)))
+                usage.append((scope, who, self.guard.usage(scope, who, budget)))
             except Exception as e:  # a scrape must not fail because Redis blinked
                 log.warning("budget usage of %s %s: %s", scope, who, e)
         yield f"# HELP {spent} Spend committed in the current budget period, USD (shared across replicas with Redis)."
