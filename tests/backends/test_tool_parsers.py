@@ -86,7 +86,7 @@ def test_plan_follows_tool_choice_and_response_format():
     auto = plan_request({"tools": tools}, "hermes")
     assert auto.template_kwargs == {"tools": tools} and auto.parser is not None and auto.grammar is None
     named = plan_request({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "add"}}}, "hermes")
-    assert named.is_forced_call and '"const": "add"' in named.grammar.source and "get_weather" not in named.grammar.source
+    assert named.is_call_constrained and '"const": "add"' in named.grammar.source and "get_weather" not in named.grammar.source
     required = plan_request({"tools": tools, "tool_choice": "required", "parallel_tool_calls": True}, "hermes")
     assert "get_weather" in required.grammar.source and "call)*" in required.grammar.source
     rf = plan_request({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": ADD["parameters"]}}},
@@ -114,3 +114,19 @@ def test_an_unknown_parser_in_the_config_is_a_config_error():
 
     with pytest.raises(ConfigError, match="unknown tool_call_parser 'bogus'; known: hermes"):
         LocalBackend(ModelConfig(name="demo", tool_call_parser="bogus"), Settings())
+
+
+def test_auto_beside_a_response_format_allows_calls_or_the_json_answer():
+    from tokenops.engine.grammar import GrammarCompiler, GrammarSpec
+    from tokenops.engine.tokenizer import Tokenizer
+
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": ADD["parameters"]}}
+    plan = plan_request({"tools": [{"type": "function", "function": WEATHER}], "response_format": fmt}, "hermes")
+    assert plan.is_call_constrained and plan.template_kwargs
+    tok = Tokenizer.from_dir(DEMO)
+    compiler = GrammarCompiler.for_tokenizer(tok, 8192)
+    for text in (TWO_CALLS.split("\n<tool_call>")[0], '{"a":1,"b":2}'):
+        matcher = compiler.compile(plan.grammar)
+        assert all(matcher.accept(t) for t in tok.encode(text, add_special_tokens=False)), text
+    matcher = compiler.compile(plan.grammar)
+    assert not all(matcher.accept(t) for t in tok.encode('{"a":1,"c":2}', add_special_tokens=False))

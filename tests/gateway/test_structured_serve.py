@@ -115,6 +115,19 @@ def test_json_schema_response_validates_for_twenty_prompts(client, model):
         assert r.choices[0].finish_reason == "stop"
 
 
+def test_auto_tools_beside_a_json_schema_give_calls_or_valid_json(client, model):
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    for i in range(3):
+        choice = _ask(client, model, f"Person {i}?", tools=TOOLS, response_format=fmt, max_tokens=48).choices[0]
+        if choice.message.tool_calls:
+            assert choice.finish_reason == "tool_calls"
+            for call in choice.message.tool_calls:
+                params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}[call.function.name]
+                jsonschema.validate(json.loads(call.function.arguments), params)
+        else:
+            jsonschema.validate(json.loads(choice.message.content), PERSON)
+
+
 def test_json_object_response_is_an_object(client, model):
     r = _ask(client, model, response_format={"type": "json_object"}, max_tokens=48, stream=True)
     text = "".join(c.choices[0].delta.content or "" for c in r if c.choices)

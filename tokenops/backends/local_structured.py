@@ -11,7 +11,8 @@ The policy that maps an OpenAI chat request onto the engine's mechanisms:
   ``arguments`` match the function's ``parameters`` schema. ``"auto"`` leaves the model free.
 - ``response_format`` ``json_schema`` / ``json_object`` constrains decoding to JSON
   matching the schema (any object for ``json_object``); ``strict`` or not, the schema is
-  enforced. A forced tool call takes precedence over ``response_format``.
+  enforced. A forced tool call takes precedence over ``response_format``; with
+  ``tool_choice: "auto"`` the answer is either calls or JSON in the format.
 - As xgrammar's strict mode (vLLM's default) does, an object schema with ``properties``
   and no ``additionalProperties``/``patternProperties`` generates only its listed
   properties: the output still validates against the schema as sent, and a model cannot
@@ -23,6 +24,7 @@ they get here.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +38,11 @@ class StructuredPlan:
     template_kwargs: dict[str, Any]
     grammar: Any = None  # tokenops.engine.grammar.GrammarSpec
     parser: ToolCallParser | None = None
-    is_forced_call: bool = False
+    #: The grammar writes any call (forced, or auto beside a response_format): valid as it grows.
+    is_call_constrained: bool = False
 
     def new_stream(self) -> ToolCallStream | None:
-        return self.parser.stream(self.is_forced_call) if self.parser is not None else None
+        return self.parser.stream(self.is_call_constrained) if self.parser is not None else None
 
 
 def plan_request(body: dict[str, Any], parser_name: str) -> StructuredPlan:
@@ -59,13 +62,23 @@ def plan_request(body: dict[str, Any], parser_name: str) -> StructuredPlan:
             functions = _closed_functions(functions)
             plan.grammar = GrammarSpec("lark", plan.parser.grammar(functions, parallel=False),
                                        plan.parser.shortest(functions))
-            plan.is_forced_call = True
+            plan.is_call_constrained = True
         elif choice == "required":
             parallel = body.get("parallel_tool_calls") is True
             functions = _closed_functions(functions)
             plan.grammar = GrammarSpec("lark", plan.parser.grammar(functions, parallel=parallel),
                                        plan.parser.shortest(functions))
-            plan.is_forced_call = True
+            plan.is_call_constrained = True
+        elif (answer := response_format_grammar(body.get("response_format"))) is not None:
+            # auto beside a response_format: calls, or the answer in the format
+            functions = _closed_functions(functions)
+            schema = json.loads(answer.source)
+            if isinstance(schema, dict):
+                schema = {**schema, "x-guidance": {"whitespace_flexible": False}}
+            grammar = plan.parser.grammar(functions, parallel=body.get("parallel_tool_calls") is True,
+                                          answer=f"%json {json.dumps(schema)}")
+            plan.grammar = GrammarSpec("lark", grammar, max(plan.parser.shortest(functions), answer.shortest, key=len))
+            plan.is_call_constrained = True
     if plan.grammar is None:
         plan.grammar = response_format_grammar(body.get("response_format"))
     return plan

@@ -186,7 +186,9 @@ class ToolCallParser:
 
     name = ""
 
-    def grammar(self, functions: list[dict[str, Any]], parallel: bool) -> str:
+    def grammar(self, functions: list[dict[str, Any]], parallel: bool, answer: str | None = None) -> str:
+        """A Lark grammar of calls of ``functions``; with ``answer`` (a Lark expression),
+        that answer instead of calls is allowed too."""
         raise NotImplementedError
 
     def stream(self, is_constrained: bool) -> ToolCallStream:
@@ -201,9 +203,10 @@ class HermesToolCallParser(ToolCallParser):
     name = "hermes"
     open_tag, close_tag = "<tool_call>", "</tool_call>"
 
-    def grammar(self, functions: list[dict[str, Any]], parallel: bool) -> str:
+    def grammar(self, functions: list[dict[str, Any]], parallel: bool, answer: str | None = None) -> str:
         """One call (or several when ``parallel``) of ``functions`` (OpenAI ``function``
-        objects), each ``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``."""
+        objects), each ``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``,
+        or ``answer`` when given."""
         alternatives = []
         for fn in functions:
             params = fn.get("parameters") or {"type": "object", "properties": {}}
@@ -213,7 +216,8 @@ class HermesToolCallParser(ToolCallParser):
             alternatives.append(f"%json {json.dumps(schema)}")
         call = f'"{self.open_tag}\\n" ( {" | ".join(alternatives)} ) "\\n{self.close_tag}"'
         more = ' ("\\n" call)*' if parallel else ""
-        return f"start: call{more}\ncall: {call}\n"
+        other = f" | {answer}" if answer else ""
+        return f"start: call{more}{other}\ncall: {call}\n"
 
     def stream(self, is_constrained: bool) -> ToolCallStream:
         return ToolCallStream(self.open_tag, self.close_tag, is_constrained)
