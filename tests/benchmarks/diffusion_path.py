@@ -53,11 +53,14 @@ class Path_:
         return StepCachePolicy(threshold=self.threshold, max_reuse=self.max_reuse)
 
 
-def paths(full_steps: int, thresholds: list[float], max_reuse: int) -> list[Path_]:
+def paths(full_steps: int, thresholds: list[float], max_reuse: int, skip_full: bool = False) -> list[Path_]:
     out = [Path_(f"ddpm-{full_steps} (full)", "ddpm", full_steps),
            Path_("ddim-50", "ddim", 50), Path_("ddim-20", "ddim", 20),
            Path_("dpm-20", "dpm", 20), Path_("dpm-10", "dpm", 10)]
-    for base in (out[0], out[1], out[4]):
+    bases = (out[1], out[4]) if skip_full else (out[0], out[1], out[4])
+    if skip_full:
+        out = out[1:]
+    for base in bases:
         for th in thresholds:
             out.append(Path_(f"{base.name.split(' ')[0]} +cache {th:g}", base.sampler, base.steps, th, max_reuse,
                              peer=base.name))
@@ -75,18 +78,32 @@ def run(model: DiffusionModel, path: Path_, labels: torch.Tensor, batch: int, se
         deep += stats.num_deep * len(chunk)
         num_steps += stats.num_steps * len(chunk)
     elapsed = time.perf_counter() - start
-    latencies = []
-    for i in range(latency_runs):
-        t0 = time.perf_counter()
-        model.generate(labels[i % len(labels):][:1], sampler=path.sampler, num_steps=path.steps, seed=seed,
-                       policy=path.policy)
-        latencies.append(time.perf_counter() - t0)
     images_t = torch.cat(images)
     accuracy = float((model.classifier.predict(images_t) == labels).float().mean())
     return {"path": path.name, "sampler": path.sampler, "steps": path.steps, "threshold": path.threshold,
-            "images": len(labels), "seconds": elapsed, "images_per_s": len(labels) / elapsed,
-            "latency_s": statistics.median(latencies), "deep_steps": deep / len(labels),
+            "images": len(labels), "seconds": elapsed, "_rates": [len(labels) / elapsed],
+            "_latencies": latencies(model, path, labels, seed, latency_runs), "deep_steps": deep / len(labels),
             "reuse_ratio": 1 - deep / num_steps, "accuracy": accuracy, "_images": images_t}
+
+
+def latencies(model: DiffusionModel, path: Path_, labels: torch.Tensor, seed: int, runs: int) -> list[float]:
+    out = []
+    for i in range(runs):
+        t0 = time.perf_counter()
+        model.generate(labels[i % len(labels):][:1], sampler=path.sampler, num_steps=path.steps, seed=seed,
+                       policy=path.policy)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def rerun(model: DiffusionModel, path: Path_, row: dict, labels: torch.Tensor, batch: int, seed: int,
+          latency_runs: int) -> None:
+    """One more timing round of a path (same seeds, so the same images): throughput and latency."""
+    start = time.perf_counter()
+    for i, chunk in enumerate(labels.split(batch)):
+        model.generate(chunk, sampler=path.sampler, num_steps=path.steps, seed=seed + i, policy=path.policy)
+    row["_rates"].append(len(labels) / (time.perf_counter() - start))
+    row["_latencies"] += latencies(model, path, labels, seed, latency_runs)
 
 
 def main() -> None:
@@ -100,6 +117,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for this tiny UNet on a shared CPU)")
     p.add_argument("--quick", action="store_true", help="10 images per digit, 3 latency runs")
+    p.add_argument("--repeats", type=int, default=1, help="timing rounds, interleaved across paths (median reported)")
+    p.add_argument("--skip-full", action="store_true",
+                   help="leave out the 200-step DDPM paths (the slowest); ratios are then against ddim-50")
     p.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = p.parse_args()
     if args.quick:
@@ -112,17 +132,26 @@ def main() -> None:
     model.generate(labels[:args.batch], sampler="dpm", num_steps=3, seed=args.seed)  # warm-up: first calls pay set-up
     thresholds = [float(x) for x in args.thresholds.split(",") if x]
     rows: dict[str, dict] = {}
-    for path in paths(model.num_train_timesteps, thresholds, args.max_reuse):
+    todo = paths(model.num_train_timesteps, thresholds, args.max_reuse, args.skip_full)
+    for path in todo:
         row = run(model, path, labels, args.batch, args.seed, args.latency_runs)
         rows[path.name] = row
         row["peer"] = path.peer
         if path.peer:
             row["dist_peer"] = float(((row["_images"] - rows[path.peer]["_images"]).abs() / 2).mean())
-        print(f"  {path.name:<22} {row['images_per_s']:7.1f} img/s  acc {row['accuracy']:.3f}", file=sys.stderr,
+        print(f"  {path.name:<22} {row['_rates'][0]:7.1f} img/s  acc {row['accuracy']:.3f}", file=sys.stderr,
               flush=True)
+    for round_ in range(1, args.repeats):  # interleaved: load drift hits every path alike
+        for path in todo:
+            rerun(model, path, rows[path.name], labels, args.batch, args.seed, args.latency_runs)
+        print(f"  timing round {round_ + 1}/{args.repeats} done", file=sys.stderr, flush=True)
+    for row in rows.values():
+        row["images_per_s"] = statistics.median(row["_rates"])
+        row["latency_s"] = statistics.median(row["_latencies"])
     full = next(iter(rows.values()))
     print(f"digits-diffusion paths, {len(labels)} images each (seeded), batch {args.batch}, torch threads "
-          f"{args.threads}; CPU shared with other work: absolute times are disturbed, ratios are same-run")
+          f"{args.threads}, {args.repeats} timing round(s) (median); speedups vs {full['path']}; CPU shared with "
+          "other work: absolute times are disturbed, ratios are same-run")
     header = (f"{'path':<22} {'img/s':>7} {'speedup':>7} {'lat ms':>7} {'lat x':>6} {'deep/img':>8} {'reuse':>6} "
               f"{'acc':>6} {'Δacc pt':>7} {'Δfull':>6} {'Δpeer':>6}")
     print(header)
