@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
@@ -26,6 +27,8 @@ log = logging.getLogger("tokenops.keys")
 TEST_CLOCK_ENV = "TOKENOPS_BUDGET_TEST_CLOCK"
 
 active: "KeyService | None" = None
+#: How often an open server (no key known yet) asks Redis whether a key was created elsewhere.
+OPEN_RECHECK_S = 1.0
 
 
 def redis_url_of(settings: Any) -> str | None:
@@ -49,6 +52,7 @@ class KeyService:
         self.redis_url = redis_url
         self.store = store
         self.is_test_clock_enabled = os.environ.get(TEST_CLOCK_ENV) == "1"
+        self._open_checked_at = -OPEN_RECHECK_S
         registry.on_change.append(self.seed_from_store)
         self.seed_from_store()
 
@@ -68,7 +72,10 @@ class KeyService:
 
     @property
     def has_keys(self) -> bool:
-        if not self.registry.has_keys:  # a key created on another replica closes this one too
+        # A key created on another replica closes this (open, loopback-only) one too; asked at
+        # most once a second, so an open server with Redis does not pay a GET per request.
+        if not self.registry.has_keys and time.monotonic() - self._open_checked_at >= OPEN_RECHECK_S:
+            self._open_checked_at = time.monotonic()
             self.registry.refresh()
         return self.registry.has_keys
 
