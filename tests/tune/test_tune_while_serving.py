@@ -77,7 +77,8 @@ slo = ["ttft_p95=200ms"]
 def test_serve_profile_and_why_the_space_is_empty(tmp_path):
     (tmp_path / "profiles" / "engines").mkdir(parents=True)
     (tmp_path / "profiles" / "engines" / "small-batch.toml").write_text(PROFILE)
-    with ServeProcess(tmp_path, args=["--profile", "small-batch"]) as srv:  # found under ./profiles/engines
+    # [engine] profile in tokenops.toml (the slow test above uses --profile); found under ./profiles/engines
+    with ServeProcess(tmp_path, config='[engine]\nprofile = "small-batch"\n') as srv:
         live = httpx.get(f"{srv.url}/admin/tunables", headers=srv.admin_headers).json()["tunables"]
         values = {t["name"]: t["value"] for t in live}
         assert values["engine.max_num_seqs"] == 6 and values["engine.max_num_batched_tokens"] == 256
