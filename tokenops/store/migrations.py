@@ -104,6 +104,13 @@ CREATE TABLE image_requests (
 );
 """
 
+_DISTILL_PAIRS = """
+CREATE TABLE distill_pairs (
+    id VARCHAR NOT NULL, ts TIMESTAMP, tenant VARCHAR, model VARCHAR, messages VARCHAR, answer VARCHAR,
+    prompt_tokens INTEGER, completion_tokens INTEGER
+);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "telemetry tables", _TELEMETRY),
     (2, "config audit and capability profiles", _AUDIT_AND_PROFILES),
@@ -111,6 +118,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (4, "managed api keys and tenants", _API_KEYS),
     (5, "image requests", _IMAGE_REQUESTS),
     (6, "reasoning tokens per request", "ALTER TABLE requests ADD COLUMN reasoning_tokens BIGINT"),
+    (7, "captured teacher answers for distillation", _DISTILL_PAIRS),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -280,13 +280,29 @@ class ImageRequestRow(SQLModel, table=True):
     http_status: Optional[int] = _col(INT)
 
 
+class DistillPairRow(SQLModel, table=True):
+    """One captured (prompt messages, teacher answer) pair of an opted-in tenant and model
+    (``distill_capture`` plugin); ``messages`` is the request's chat messages as JSON."""
+
+    __tablename__ = "distill_pairs"
+
+    id: str = _col(STR, primary_key=True, nullable=False)
+    ts: Optional[datetime] = _col(TS)
+    tenant: Optional[str] = _col(STR)
+    model: Optional[str] = _col(STR)
+    messages: Optional[str] = _col(STR, is_json=True)
+    answer: Optional[str] = _col(STR)
+    prompt_tokens: Optional[int] = _col(INT)
+    completion_tokens: Optional[int] = _col(INT)
+
+
 #: Tables the batched writer accepts (the rest go through sessions).
 TELEMETRY_MODELS: dict[str, type[SQLModel]] = {
-    m.__tablename__: m for m in (RequestRow, EngineStatsRow, ExpertLoadRow, ImageRequestRow)}
+    m.__tablename__: m for m in (RequestRow, EngineStatsRow, ExpertLoadRow, ImageRequestRow, DistillPairRow)}
 ALL_MODELS: dict[str, type[SQLModel]] = {
     m.__tablename__: m
     for m in (RequestRow, EngineStatsRow, ExpertLoadRow, CapabilityProfile, ConfigChange, BenchRun, BenchResult, TuneTrial,
-              ApiKeyRow, TenantRow, ImageRequestRow)
+              ApiKeyRow, TenantRow, ImageRequestRow, DistillPairRow)
 }
 
 
