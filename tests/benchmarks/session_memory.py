@@ -76,7 +76,9 @@ def main() -> None:
     parser.add_argument("--embedder", default="minilm", choices=("minilm", "lexical"))
     parser.add_argument("--no-answers", action="store_true", help="retrieval accuracy only (no model runs)")
     args = parser.parse_args()
+    import torch
 
+    torch.set_num_threads(1)  # on a shared 2-core box extra threads only spin (MiniLM calls got 10x slower)
     import tokenops_plugins.model_optimization.session_memory as plugin
     from tokenops.engine.tokenizer import Tokenizer
     from tokenops.memory.fit import ContextWindow, fit_conversation, message_text

@@ -88,6 +88,7 @@ class SessionMemory:
         self._sessions: OrderedDict[tuple[str, str], list[MemoryEntry]] = OrderedDict()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> vector, newest last
         self.num_merged = 0
         self.num_expired = 0
         self.num_evicted = 0
@@ -111,7 +112,7 @@ class SessionMemory:
                     fresh.append((role, text))
         if not fresh:
             return 0
-        vectors = self.embed([text for _, text in fresh])  # outside the lock: the model is slow
+        vectors = self._embed([text for _, text in fresh])  # outside the lock: the model is slow
         num_new = 0
         with self._lock:
             entries = self._sessions.setdefault(key, [])
@@ -130,6 +131,21 @@ class SessionMemory:
             while len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
         return num_new
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """``embed`` with the last few texts' vectors kept (remember() then recall() of the
+        same last message embeds it once)."""
+        with self._lock:
+            found = {t: self._recent[t] for t in texts if t in self._recent}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            found.update(zip(missing, self.embed(missing)))
+            with self._lock:
+                for text in missing:
+                    self._recent[text] = found[text]
+                while len(self._recent) > 64:
+                    self._recent.popitem(last=False)
+        return np.stack([found[t] for t in texts])
 
     def _near_duplicate(self, entries: list[MemoryEntry], role: str, text: str, vector: np.ndarray) -> MemoryEntry | None:
         best, best_score = None, self.merge_threshold
@@ -168,7 +184,7 @@ class SessionMemory:
 
     def recall(self, tenant: str, session: str, query: str) -> list[tuple[float, MemoryEntry]]:
         """The session's entries, most similar to ``query`` first."""
-        vector = self.embed([query])[0]
+        vector = self._embed([query])[0]  # usually just embedded by remember(): the last turn
         with self._lock:
             entries = list(self._live((tenant, session), self.clock()))
         scored = [(float(e.vector @ vector), e) for e in entries]
