@@ -27,6 +27,7 @@ from tokenops.gateway.replica_health import prometheus_text as breaker_metrics, 
 from tokenops.gateway.errors import APIError, sse_error
 from tokenops.gateway.model_routes import readiness, router as model_router
 from tokenops.gateway.images import router as images_router
+from tokenops.gateway.distill_admin import router as distill_admin_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
 from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_request
 from tokenops.gateway.state import Gateway
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None, backends: Any = None, *, store:
     app.include_router(admin_router)
     app.include_router(model_router)  # /v1/embeddings, /v1/models/{id}
     app.include_router(images_router)  # /v1/images/generations
+    app.include_router(distill_admin_router)  # /admin/distill/pairs
     _install_openapi(app)
     return app
 

@@ -1,0 +1,96 @@
+"""``distill_capture``: keep the prompts and answers of chosen models for opted-in tenants.
+
+Off by default: nothing is captured until ``[plugins.distill_capture]`` names both the
+models and the tenants::
+
+    [plugins.distill_capture]
+    models = ["ladder-large"]      # teachers whose answers are kept
+    tenants = ["acme"]             # only these tenants' traffic; never anyone else's
+    retention_days = 30            # pairs older than this are pruned (distill commands, serve start)
+    max_rows = 100000              # newest rows kept per tenant
+
+Pairs go to the store's ``distill_pairs`` table through the telemetry writer (a queue
+append; the request path never waits for the disk). Finished non-streamed chat answers
+without tool calls are captured (the hook is ``tokenops_cache_store``, offered every
+finished answer). The plugin also registers the ``tokenops distill`` command group.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from tokenops import hookimpl
+
+TOKENOPS_LAYER = "model_optimization"
+
+
+@dataclass(slots=True)
+class CaptureConfig:
+    models: list[str] = field(default_factory=list)
+    tenants: list[str] = field(default_factory=list)
+    retention_days: float = 30.0
+    max_rows: int = 100_000
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.models, list) or not isinstance(self.tenants, list):
+            raise ValueError("models and tenants must be lists of names")
+        if self.retention_days <= 0 or self.max_rows <= 0:
+            raise ValueError("retention_days and max_rows must be > 0")
+
+    @property
+    def is_active(self) -> bool:
+        return self.enabled and bool(self.models) and bool(self.tenants)
+
+
+_config = CaptureConfig()
+num_captured = 0
+
+
+def parse_config(raw: dict) -> CaptureConfig:
+    from tokenops.config import ConfigError
+
+    try:
+        return CaptureConfig(**raw)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"[plugins.distill_capture]: {e}") from None
+
+
+def current_config() -> CaptureConfig:
+    return _config
+
+
+@hookimpl
+def tokenops_configure(settings):
+    global _config
+    _config = parse_config(dict(settings.plugin_settings("distill_capture")))
+
+
+def should_capture(cfg: CaptureConfig, request, response) -> bool:
+    return (cfg.is_active and request.kind == "chat" and request.messages is not None
+            and request.tenant in cfg.tenants and response.tool_calls is None and bool(response.text)
+            and (response.model in cfg.models or request.model in cfg.models))
+
+
+@hookimpl
+def tokenops_cache_store(request, response):
+    global num_captured
+    if not should_capture(_config, request, response):
+        return
+    from tokenops.plugins import get_plugin_manager
+    from tokenops.types import TelemetryEvent
+
+    model = response.model if response.model in _config.models else request.model
+    row = {"id": request.id, "tenant": request.tenant, "model": model, "messages": json.dumps(request.messages),
+           "answer": response.text, "prompt_tokens": response.prompt_tokens,
+           "completion_tokens": response.completion_tokens}
+    get_plugin_manager().hook.tokenops_record(event=TelemetryEvent("distill_pairs", row, ts=request.arrival))
+    num_captured += 1
+
+
+@hookimpl
+def tokenops_register_commands(app):
+    from tokenops_plugins.distill.cli import register
+
+    register(app)

@@ -1,0 +1,159 @@
+"""Knowledge distillation of a bundled student on captured teacher answers (CPU).
+
+Loss per answer token: ``(1 - w) * CE(student, captured answer)`` (sequence-level KD: the
+teacher's answers are the labels) ``+ w * T^2 * KL(teacher_T || student_T)`` (logit KD, only
+when the teacher is a bundled HF folder with the student's vocabulary: it is loaded and run
+on the same batch). Reuses the ladder's answer-only batching (``scripts/task_training.py``)
+and writes an HF folder like the ladder's. Resumable: ``checkpoint.pt`` in the output folder
+holds the weights, the optimizer and the step; ``resume=True`` continues from it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_MODELS = REPO / "tokenops" / "demo_models"
+
+
+def training_helpers():
+    """The ladder's training functions (``scripts/`` of the repository checkout)."""
+    scripts = REPO / "scripts"
+    if not (scripts / "task_training.py").exists():
+        raise FileNotFoundError(f"{scripts}/task_training.py not found: distill train needs a tokenops source checkout")
+    if str(scripts) not in sys.path:
+        sys.path.insert(0, str(scripts))
+    import task_training
+    import train_demo_models
+
+    return task_training, train_demo_models
+
+
+def resolve_model(name_or_path: str) -> Path:
+    """A bundled demo model name (``ladder-small``) or an HF folder path."""
+    for candidate in (Path(name_or_path).expanduser(), DEMO_MODELS / name_or_path):
+        if (candidate / "config.json").exists():
+            return candidate
+    raise FileNotFoundError(f"no HF model folder for {name_or_path!r} (a bundled name like ladder-small, or a path "
+                            f"holding config.json)")
+
+
+def load_hf(folder: Path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+
+
+@dataclass(slots=True)
+class KDConfig:
+    steps: int = 200
+    lr: float = 1e-3
+    batch_size: int = 16
+    max_len: int = 192
+    warmup: int = 20
+    kd_weight: float = 0.5  # share of the logit-KD term (0: sequence-level KD only)
+    temperature: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 50
+
+    def __post_init__(self) -> None:
+        assert self.steps > 0 and self.batch_size > 0 and self.max_len >= 16
+        assert 0.0 <= self.kd_weight <= 1.0 and self.temperature > 0
+
+
+def kd_loss(student, teacher, ids, att, labels, cfg: KDConfig) -> tuple[torch.Tensor, float, float]:
+    """(loss, ce, kl) on the answer positions only."""
+    target = labels[:, 1:]
+    keep = target != -100
+    hidden = student.model(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
+    logits = student.lm_head(hidden[:, :-1][keep]).float()
+    ce = torch.nn.functional.cross_entropy(logits, target[keep])
+    if teacher is None or cfg.kd_weight == 0:
+        return ce, ce.item(), 0.0
+    with torch.no_grad():
+        t_hidden = teacher.model(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
+        t_logits = teacher.lm_head(t_hidden[:, :-1][keep]).float()
+    t = cfg.temperature
+    kl = torch.nn.functional.kl_div(torch.log_softmax(logits / t, -1), torch.log_softmax(t_logits / t, -1),
+                                    log_target=True, reduction="batchmean") * t * t
+    return (1 - cfg.kd_weight) * ce + cfg.kd_weight * kl, ce.item(), kl.item()
+
+
+def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDConfig, teacher_dir: Path | None = None,
+          resume: bool = False, progress: bool = True, log: Callable[[str], None] = print) -> dict:
+    """Fine-tune the student in ``student_dir`` on (prompt, answer) ``pairs``; the result goes to ``out``."""
+    from tokenizers import Tokenizer
+
+    tt, tdm = training_helpers()
+    if not pairs:
+        raise ValueError("no captured pairs to train on (capture some traffic first, see docs/distillation.md)")
+    tok = Tokenizer.from_file(str(student_dir / "tokenizer.json"))
+    torch.manual_seed(cfg.seed)
+    student = load_hf(student_dir).train()
+    teacher = None
+    if teacher_dir is not None and cfg.kd_weight > 0:
+        teacher = load_hf(teacher_dir).eval()
+        if teacher.config.vocab_size != student.config.vocab_size:
+            log(f"teacher vocabulary {teacher.config.vocab_size} != student {student.config.vocab_size}: "
+                f"sequence-level KD only")
+            teacher = None
+    encoded = [tt.encode_pair(tok, p, a, cfg.max_len) for p, a in pairs]
+    decay = [p for p in student.parameters() if p.dim() >= 2]
+    no_decay = [p for p in student.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.95))
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt_path = out / "checkpoint.pt"
+    step = 0
+    rng = np.random.default_rng(cfg.seed)
+    if resume:
+        if not ckpt_path.exists():
+            raise FileNotFoundError(f"--resume: no checkpoint at {ckpt_path}")
+        ckpt = torch.load(ckpt_path, weights_only=False)
+        student.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        step = ckpt["step"]
+        rng.bit_generator.state = ckpt["rng"]
+        log(f"resumed at step {step} of {cfg.steps}")
+    batch = min(cfg.batch_size, len(encoded))
+    ces, kls, started = [], [], time.perf_counter()
+
+    def save_checkpoint() -> None:
+        torch.save({"model": student.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                    "rng": rng.bit_generator.state}, ckpt_path)
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("distill"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+               TimeRemainingColumn())
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        task = bar.add_task("train", total=cfg.steps, completed=step, info="")
+        while step < cfg.steps:
+            rows = [encoded[i] for i in rng.choice(len(encoded), size=batch, replace=False)]
+            ids, att, labels = tt.make_batch(rows)
+            for group in opt.param_groups:
+                group["lr"] = tdm.lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
+            loss, ce, kl = kd_loss(student, teacher, ids, att, labels, cfg)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+            opt.step()
+            ces.append(ce)
+            kls.append(kl)
+            step += 1
+            bar.update(task, advance=1, info=f"ce {np.mean(ces[-20:]):.3f} kl {np.mean(kls[-20:]):.3f}")
+            if step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                save_checkpoint()
+    save_checkpoint()
+    tdm.save_model(student, out, student_dir)
+    return {"steps": step, "pairs": len(pairs), "logit_kd": teacher is not None, "kd_weight": cfg.kd_weight,
+            "final_ce": float(np.mean(ces[-20:])) if ces else None,
+            "final_kl": float(np.mean(kls[-20:])) if kls else None,
+            "train_minutes": round((time.perf_counter() - started) / 60, 2), "out": str(out)}
