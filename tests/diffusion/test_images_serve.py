@@ -129,3 +129,8 @@ def test_store_records_image_requests(server, client):
     recent = httpx.get(f"{server.url}/admin/requests", headers=server.admin_headers).json()["requests"]
     image = next(r for r in recent if r["kind"] == "image" and r["status"] == "ok")
     assert image["decisions"]["image"]["steps"] >= 1
+    stats = httpx.get(f"{server.url}/admin/stats", headers=server.admin_headers)
+    assert stats.status_code == 200 and stats.json()["models"]["digits-diffusion"]["requests"] >= 1
+    engine = stats.json()["engines"]["digits-diffusion#0"]
+    assert engine["images_total"] >= 2 and engine["diffusion_steps_total"] >= 1
+    assert httpx.get(f"{server.url}/metrics").status_code == 200
