@@ -122,7 +122,9 @@ def diffusion_models(pipeline: Any) -> list[str]:
     return [m for m, rs in pipeline.replicas.items() if rs and getattr(rs[0].backend, "kind", None) == "diffusion"]
 
 
-@router.post("/v1/images/generations", tags=["openai"], summary="Create images (b64_json) with a diffusion model")
+@router.post("/v1/images/generations", tags=["openai"], summary="Create images (b64_json) with a diffusion model",
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": ImageGenerationRequest.model_json_schema()}}}})
 async def create_images(request: Request) -> Response:
     from tokenops.gateway.body import parse_json, read_body
 
