@@ -4,6 +4,9 @@ output as from the file once the server has stopped (the local store channel).""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import openai
@@ -61,6 +64,14 @@ def test_report_moe_route_bench_while_serving(tmp_path):
         runs = json.loads(after.stdout)["bench_runs"]
         assert run_id in [r[0] for r in runs["rows"]]  # a bench run made during serve lands in the store
         assert "in use by" not in bench.stderr + report.stderr + moe.stderr + route.stderr
+        from tokenops.bench.replay import load_recorded
+
+        assert len(load_recorded(str(srv.store_path), 100)) >= 2  # the replay workload reads it too
+        # a second server on the same store is refused with the first one's address
+        env = dict(os.environ, TOKENOPS_STORE=str(srv.store_path))
+        second = subprocess.run([sys.executable, "-m", "tokenops", "serve", "--port", "1"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2 and f"already served by `tokenops serve` at {srv.url}" in second.stderr
         during = {"report": after.stdout, "moe": moe.stdout, "route": (route.returncode, route.stdout, route.stderr)}
     # the same commands on the file itself, now that the server is gone
     srv_path_free = _cli(srv, "report", "--json", "--since", "all")
@@ -85,14 +96,3 @@ def test_profile_writes_the_store_while_serving(tmp_path):
         dims = store.execute("SELECT count(*) FROM capability_profiles WHERE model = 'tokenops-demo'").fetchone()[0]
     assert dims >= 1
 
-
-def test_a_second_serve_on_the_same_store_names_the_first(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    with ServeProcess(tmp_path) as srv:
-        env = dict(os.environ, TOKENOPS_STORE=str(srv.store_path))
-        second = subprocess.run([sys.executable, "-m", "tokenops", "serve", "--port", "1"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=120)
-    assert second.returncode == 2 and f"already served by `tokenops serve` at {srv.url}" in second.stderr

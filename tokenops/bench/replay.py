@@ -28,7 +28,13 @@ def load_recorded(store: str, limit: int) -> list[tuple[float, int, int]]:
     try:
         con = duckdb.connect(store, read_only=True)
     except duckdb.Error as e:
-        raise WorkloadError(f"cannot open store {store}: {e}") from None
+        from tokenops.store.errors import is_lock_error
+        from tokenops.store.remote import connect_server
+
+        # held by a running server: read through its store socket (same SELECTs, same rows)
+        con = connect_server(store) if is_lock_error(e) else None
+        if con is None:
+            raise WorkloadError(f"cannot open store {store}: {e}") from None
     try:
         cols = {r[0] for r in con.execute("select column_name from information_schema.columns "
                                           "where table_name = 'requests'").fetchall()}
