@@ -1,7 +1,10 @@
 """Circuit breaking, outlier ejection, health probes and degradation to a smaller model.
 
-Off unless ``[plugins.circuit_breaker]`` is configured or ``breaker.enabled`` is
-switched on. Settings: the :class:`~tokenops.resilience.breaker.BreakerConfig`
+On by default for models with two or more replicas (a dead replica then costs
+no client errors while a healthy one is left: LiteLLM's router cools deployments
+down by default too); ``[plugins.circuit_breaker]`` turns it on for single-replica
+models as well (whose only use is ``degrade_to``), ``enabled = false`` turns it
+off, and so does the ``breaker.enabled`` tunable. Settings: the :class:`~tokenops.resilience.breaker.BreakerConfig`
 fields, ``outlier = true`` (+ ``outlier_factor``, ``outlier_ejection_s``),
 ``health_probe_interval_s`` (> 0 polls ``/health`` of HTTP replicas),
 ``degrade_to = { "big-model" = "small-model" }`` and ``overload_in_flight``.
@@ -30,15 +33,20 @@ health: ReplicaHealth | None = None
 prober: HealthProber | None = None
 degrade_to: dict[str, str] = {}
 overload_in_flight: int | None = None
+#: Breakers also filter single-replica models (only when configured explicitly).
+every_model = False
+#: Replicas of multi-replica models (the ones breakers watch by default).
+_watched: set[str] = set()
 _TUNABLES = {"breaker.failure_rate": "failure_rate", "breaker.consecutive_failures": "consecutive_failures",
              "breaker.cooldown_s": "cooldown_s", "breaker.window_s": "window_s"}
 
 
 def configure(breaker: BreakerConfig | None = None, outlier: OutlierConfig | None = None,
               degrade: dict[str, str] | None = None, probe_interval_s: float = 0.0, max_in_flight: int | None = None,
-              **kw) -> ReplicaHealth:
-    """Install the breaker (tests pass a clock); returns the health board."""
-    global health, prober, degrade_to, overload_in_flight
+              all_models: bool = True, **kw) -> ReplicaHealth:
+    """Install the breaker (tests pass a clock); returns the health board. ``all_models=False``
+    leaves models with one replica unfiltered (the default deployment)."""
+    global health, prober, degrade_to, overload_in_flight, every_model
     if prober is not None:
         prober.stop()
     health = ReplicaHealth(breaker or BreakerConfig(), outlier, **kw)
@@ -46,6 +54,8 @@ def configure(breaker: BreakerConfig | None = None, outlier: OutlierConfig | Non
     prober = HealthProber(health, probe_interval_s)
     degrade_to = dict(degrade or {})
     overload_in_flight = max_in_flight
+    every_model = all_models
+    _watched.clear()
     return health
 
 
@@ -59,7 +69,12 @@ def disable() -> None:
 @hookimpl
 def tokenops_configure(settings):
     raw = dict(settings.plugin_settings("circuit_breaker"))
-    if not raw or not raw.pop("enabled", True):
+    if not raw:
+        if health is None:  # the default: breakers for multi-replica models (a board set up already stays)
+            configure(all_models=False)
+        return
+    if not raw.pop("enabled", True):
+        disable()
         return
     outlier = None
     if raw.pop("outlier", False):
@@ -78,7 +93,8 @@ def tokenops_configure(settings):
 
 @hookimpl
 def tokenops_register_tunables(register):
-    register(Tunable("breaker.enabled", "bool", False, "Stop sending traffic to failing replicas.", live=True,
+    register(Tunable("breaker.enabled", "bool", True, "Stop sending traffic to failing replicas (models with 2+ "
+                     "replicas; every model when [plugins.circuit_breaker] is configured).", live=True,
                      searchable=False))
     register(Tunable("breaker.failure_rate", "float", 0.5, "Failure rate in the window that opens a breaker.",
                      live=True, minimum=0.05, maximum=1.0, searchable=False))
@@ -116,8 +132,9 @@ def tokenops_apply_tunables(values):
 
 @hookimpl(wrapper=True)
 def tokenops_select_replica(request, replicas):
-    if health is None:
+    if health is None or (len(replicas) < 2 and not every_model):
         return (yield)
+    _watched.update(r.name for r in replicas)
     if prober is not None:
         prober.watch(replicas)
     allowed = health.available(replicas)
@@ -175,5 +192,5 @@ def tokenops_replica_states():
 
 @hookimpl
 def tokenops_backend_outcome(backend, outcome):
-    if health is not None:
+    if health is not None and (every_model or backend in _watched):
         health.record(backend, outcome)

@@ -7,7 +7,7 @@ from tokenops.config import ConfigError, Settings
 from tokenops.plugins import get_plugin_manager, get_tunables, hook
 from tokenops.types import BackendOutcome, TelemetryEvent
 
-from .helpers import chat, replicas
+from .helpers import FakeReplica, chat, replicas
 
 MINE = ("load_balance", "rate_limit", "semantic_cache", "circuit_breaker")
 
@@ -25,17 +25,31 @@ def test_plugins_are_registered_with_their_tunables():
         assert registry[name].live, name
 
 
-def test_defaults_change_nothing():
-    """Unconfigured, the layer-4 plugins pass: round robin, no cache, no limits, no breaker."""
-    r = chat("hello")
-    assert hook().tokenops_admit(request=r) is None
-    assert hook().tokenops_cache_lookup(request=r) is None
-    reps = replicas(3)
-    names = [hook().tokenops_select_replica(request=chat("x"), replicas=reps).name for _ in range(6)]
-    assert sorted(set(names)) == ["m#0", "m#1", "m#2"]  # the gateway's round robin still decides
-    for _ in range(10):
-        hook().tokenops_backend_outcome(backend="m#0", outcome=BackendOutcome(False, 0.1, "unavailable"))
-    assert "m#0" in {hook().tokenops_select_replica(request=chat("x"), replicas=reps).name for _ in range(6)}
+def test_defaults_change_nothing_but_breakers_on_replica_sets():
+    """Unconfigured, the layer-4 plugins pass: round robin, no cache, no limits; breakers
+    watch models with two or more replicas only (issue 17: a dead replica costs no errors)."""
+    from tokenops_plugins.compute_network import circuit_breaker
+
+    circuit_breaker.disable()
+    circuit_breaker.tokenops_configure(Settings())
+    try:
+        r = chat("hello")
+        assert hook().tokenops_admit(request=r) is None
+        assert hook().tokenops_cache_lookup(request=r) is None
+        reps = replicas(3)
+        names = [hook().tokenops_select_replica(request=chat("x"), replicas=reps).name for _ in range(6)]
+        assert sorted(set(names)) == ["m#0", "m#1", "m#2"]  # the gateway's round robin still decides
+        for _ in range(10):
+            hook().tokenops_backend_outcome(backend="m#0", outcome=BackendOutcome(False, 0.1, "unavailable"))
+        assert "m#0" not in {hook().tokenops_select_replica(request=chat("x"), replicas=reps).name for _ in range(6)}
+        # a model's only replica is never filtered by default (nothing to send its traffic to instead)
+        only = FakeReplica("solo#0", index=0)
+        for _ in range(10):
+            hook().tokenops_backend_outcome(backend=only.name, outcome=BackendOutcome(False, 0.1, "unavailable"))
+        assert hook().tokenops_select_replica(request=chat("x"), replicas=[only]) in (None, only)
+        assert circuit_breaker.health.states().get(only.name, "closed") == "closed"
+    finally:
+        circuit_breaker.disable()
 
 
 @pytest.fixture
