@@ -104,6 +104,8 @@ class StoreChannel:
 
     def start(self) -> "StoreChannel":
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.path.parent.stat().st_uid != os.getuid():  # a shared temp folder someone else made
+            raise OSError(f"{self.path.parent} belongs to another user")
         # the caller holds the store's lock, so a socket already here is left over from a crash
         self.path.unlink(missing_ok=True)
         old_umask = os.umask(0o177)
