@@ -32,18 +32,16 @@ class Pair:
 
 def prune(store: Any, retention_days: float, max_rows: int) -> int:
     """Delete pairs older than ``retention_days`` and all but the newest ``max_rows`` per tenant."""
-    before = count(store)
-    store.execute("DELETE FROM distill_pairs WHERE ts < now()::TIMESTAMP - to_seconds(?)", [float(retention_days) * 86400])
-    store.execute("DELETE FROM distill_pairs WHERE id IN (SELECT id FROM (SELECT id, row_number() OVER "
-                  "(PARTITION BY tenant ORDER BY ts DESC) AS k FROM distill_pairs) WHERE k > ?)", [int(max_rows)])
-    return before - count(store)
+    from tokenops.store.distill_pairs import delete
+
+    return delete(store, older_than_days=float(retention_days), max_rows_per_tenant=int(max_rows))
 
 
 def purge(store: Any, tenant: str) -> int:
     """Delete every captured pair of ``tenant``; returns how many there were."""
-    n = count(store, tenant)
-    store.execute("DELETE FROM distill_pairs WHERE tenant = ?", [tenant])
-    return n
+    from tokenops.store.distill_pairs import delete
+
+    return delete(store, tenant=tenant)
 
 
 def count(store: Any, tenant: str | None = None) -> int:

@@ -54,11 +54,7 @@ async def delete_pairs(request: Request, tenant: str | None = None) -> Response:
     if not tenant:
         raise APIError(400, "tenant is required: DELETE /admin/distill/pairs?tenant=NAME", param="tenant")
 
-    def purge() -> int:
-        _flush(request)
-        n = store.execute("SELECT count(*) FROM distill_pairs WHERE tenant = ?", [tenant]).fetchone()[0]
-        store.execute("DELETE FROM distill_pairs WHERE tenant = ?", [tenant])
-        return int(n)
+    from tokenops.store.distill_pairs import delete_local
 
-    deleted = await asyncio.to_thread(purge)
+    deleted = await asyncio.to_thread(delete_local, store, tenant=tenant)
     return _json({"tenant": tenant, "deleted": deleted})

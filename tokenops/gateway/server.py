@@ -103,6 +103,9 @@ def start_store_channel(store: Any, gw: Any, url: str) -> Any:
                     kinds={name: m.backend for name, m in gw.models.items()})
     channel.register("tunables", lambda _msg: _tunables_list(gw))
     channel.register("set_tunables", lambda msg: apply_tunables(gw, msg["values"], str(msg.get("actor") or "local")))
+    from tokenops.store import distill_pairs
+
+    channel.register(distill_pairs.CHANNEL_OP, distill_pairs.channel_op(store))
     try:
         return channel.start()
     except OSError as e:
