@@ -49,13 +49,14 @@ def add_tokens(tok, model) -> None:
     model.resize_token_embeddings(tok.get_vocab_size(with_added_tokens=True), pad_to_multiple_of=8)
 
 
-def training_pairs(num: int, seed: int, reflect_share: float) -> list[tuple[str, str, str]]:
+def training_pairs(num: int, seed: int, reflect_share: float,
+                   mix: dict[str, float] | None = None) -> list[tuple[str, str, str]]:
     heldout = {t.prompt for d in REASONING_DIMENSIONS for t in make_reasoning_suite(d, HELDOUT_N, HELDOUT_SEED)}
     rng = random.Random(f"reasoning-train:{seed}")
     pairs, suite_seed = [], 1000 + seed
     while len(pairs) < num:
         for dim in REASONING_DIMENSIONS:
-            for task in make_reasoning_suite(dim, 500, suite_seed):
+            for task in make_reasoning_suite(dim, int(1000 * (mix or {}).get(dim, 0.5)), suite_seed):
                 if task.prompt not in heldout:
                     pairs.append((dim, task.prompt, task.completion(reflect=rng.random() < reflect_share)))
         suite_seed += 1
@@ -90,6 +91,7 @@ def main(argv=None) -> None:
     p.add_argument("--start", type=Path, default=DEFAULT_OUT / "draft")
     p.add_argument("--examples", type=int, default=60_000)
     p.add_argument("--reflect-share", type=float, default=0.75)
+    p.add_argument("--multistep-share", type=float, default=0.5, help="share of arithmetic chains in the pairs")
     p.add_argument("--minutes", type=float, default=12.0)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--lr", type=float, default=3e-3)
@@ -113,7 +115,8 @@ def main(argv=None) -> None:
         model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
         if not args.resume:
             add_tokens(tok, model)
-        pairs = training_pairs(args.examples, args.seed, args.reflect_share)
+        mix = {"multistep": args.multistep_share, "maxof": 1 - args.multistep_share}
+        pairs = training_pairs(args.examples, args.seed, args.reflect_share, mix)
         longest = max(len(tok.encode(a, add_special_tokens=False).ids) for _, _, a in pairs)
         cfg = FinetuneConfig(lr=args.lr, batch_size=args.batch_size, max_len=max(256, 2 * longest + 8),
                              steps=args.steps, minutes=args.minutes, seed=args.seed)
@@ -122,7 +125,7 @@ def main(argv=None) -> None:
         save_model(model, folder, start)
         tok.save(str(folder / "tokenizer.json"))
         info |= {"started_from": NAME if args.resume else "draft", "num_params": sum(q.numel() for q in model.parameters()),
-                 "reflect_share": args.reflect_share, "examples_generated": len(pairs), "threads": args.threads}
+                 "reflect_share": args.reflect_share, "mix": mix, "examples_generated": len(pairs), "threads": args.threads}
         phases = []
         if args.resume and report_path.exists():
             old = json.loads(report_path.read_text()).get("training", {})
