@@ -149,7 +149,9 @@ class DiffusionBackend:
                 raise SamplerError(f"unknown sampler {plan.sampler!r}; one of: {', '.join(SAMPLERS)}")
             check_steps(plan.num_steps, self.pipeline.num_train_timesteps)
         except SamplerError as e:
-            raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
+            error = BackendError(str(e), kind="bad_request", status=400, backend=self.name)
+            error.param = "num_inference_steps" if request.num_steps is not None else None  # type: ignore[attr-defined]
+            raise error from None
         return plan
 
     async def generate_images(self, request: ImageRequest) -> ImageResult:
