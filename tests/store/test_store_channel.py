@@ -79,8 +79,7 @@ def test_other_users_are_refused(served, monkeypatch):
     store, channel = served
     monkeypatch.setattr("tokenops.store.channel.peer_uid", lambda sock: os.getuid() + 1)
     with socket.socket(socket.AF_UNIX) as s:
-        s.connect(str(channel.path))
-        s.sendall(wire.encode({"op": "hello"}))
+        s.connect(str(channel.path))  # the refusal comes at once, before any request (then the server hangs up)
         reply = json.loads(s.makefile("rb").readline())
     assert "refused" in reply["error"] and "result" not in reply
 
