@@ -106,6 +106,11 @@ def test_bad_requests_get_a_400_saying_why(client, kwargs, needle):
     assert needle in e.value.message
 
 
+def test_models_list_shows_the_diffusion_backend(client):
+    card = next(m for m in client.models.list().data if m.id == "digits-diffusion")
+    assert card.model_extra["backend"] == "diffusion"
+
+
 def test_chat_on_an_image_model_is_a_400(client):
     with pytest.raises(openai.BadRequestError, match="images/generations"):
         client.chat.completions.create(model="digits-diffusion", messages=[{"role": "user", "content": "hi"}])
