@@ -12,7 +12,7 @@ Writes ``tokenops/demo_models/digits-diffusion/``: a diffusers pipeline folder
 (how prompts map to classes) and ``training_report.json`` (losses, classifier test
 accuracy, sample accuracy).
 
-    nice -n 10 .venv/bin/python scripts/train_demo_diffusion.py            # ~15 min on 2 shared cores
+    nice -n 10 .venv/bin/python scripts/train_demo_diffusion.py            # 14 min budget (--minutes); 29 min on a busy 2-core box
     nice -n 10 .venv/bin/python scripts/train_demo_diffusion.py --report-only
 """
 
