@@ -66,22 +66,47 @@ def load_table(path: Path) -> BudgetTable | None:
         return None
 
 
-def learn(results: Iterable[tuple[str, dict[int | None, bool]]], tolerance: float = 0.0,
+def learn(results: Iterable[tuple[str, dict[int | None, bool], int]], tolerance: float = 0.0,
           min_items: int = 3) -> BudgetTable:
-    """A table from calibration ``results``: (prompt, {budget: correct}) with the key
-    None for the unlimited run. Groups with fewer than ``min_items`` items stay unlimited."""
-    groups: dict[tuple[str, int], list[dict]] = {}
-    for text, by_budget in results:
-        groups.setdefault(features(text), []).append(by_budget)
+    """A table from calibration ``results``: (prompt, {budget: correct}, unlimited thinking
+    tokens), the key None being the unlimited run.
+
+    Per group, first the smallest budget that loses no calibration item. Then, while the
+    items lost in all stay within ``tolerance`` of the calibration set, groups move to
+    smaller budgets in order of thinking tokens saved per item lost. Groups with fewer
+    than ``min_items`` items stay unlimited."""
+    groups: dict[tuple[str, int], list[tuple[dict, int]]] = {}
+    results = list(results)
+    for text, by_budget, thinking in results:
+        groups.setdefault(features(text), []).append((by_budget, thinking))
+
+    def lost(rows, b) -> int:
+        return sum(r[None] for r, _ in rows) - sum(r[b] for r, _ in rows)
+
+    def spent(rows, b) -> int:  # thinking tokens the group spends under budget b (None: unlimited)
+        return sum(t if b is None else min(t, b + 3) for _, t in rows)
+
+    choice: dict[tuple[str, int], int | None] = {}
+    for key, rows in groups.items():
+        budgets = sorted(b for b in rows[0][0] if b is not None)
+        choice[key] = None if len(rows) < min_items else next((b for b in budgets if lost(rows, b) <= 0), None)
+    allowed = int(tolerance * len(results) + 1e-9)
+    while allowed > 0:
+        best = None
+        for key, rows in groups.items():
+            if len(rows) < min_items:
+                continue
+            now = choice[key]
+            for b in sorted(b for b in rows[0][0] if b is not None and (now is None or b < now)):
+                extra = lost(rows, b) - lost(rows, now) if now is not None else lost(rows, b)
+                saved = spent(rows, now) - spent(rows, b)
+                if 0 < extra <= allowed and saved > 0 and (best is None or saved / extra > best[0]):
+                    best = (saved / extra, key, b, extra)
+        if best is None:
+            break
+        _, key, b, extra = best
+        choice[key], allowed = b, allowed - extra
     table = BudgetTable(meta={"tolerance": tolerance})
-    for (dim, words), rows in sorted(groups.items()):
-        budgets = sorted(b for b in rows[0] if b is not None)
-        choice: int | None = None
-        if len(rows) >= min_items:
-            full = sum(r[None] for r in rows) / len(rows)
-            for b in budgets:
-                if sum(r[b] for r in rows) / len(rows) >= full - tolerance:
-                    choice = b
-                    break
-        table.budgets.setdefault(dim, {})[words] = choice
+    for (dim, words), b in sorted(choice.items()):
+        table.budgets.setdefault(dim, {})[words] = b
     return table
