@@ -43,10 +43,23 @@ def default_model(candidates: list[str]) -> str | None:
     return model if model in candidates else None
 
 
+def _model_configs() -> list[Any]:
+    """The served models' configs: ``[[models]]``, or the defaults a plain ``serve`` runs
+    (the demo models and the priced ladder) when none are configured."""
+    settings = _state["settings"]
+    models = list(getattr(settings, "models", []) or [])
+    if models or settings is None:
+        return models
+    if _state.get("defaults") is None:
+        from tokenops.backends.registry import default_model_configs
+
+        _state["defaults"] = default_model_configs()
+    return _state["defaults"]
+
+
 def model_cost(name: str) -> float:
     """Blended price per 1M tokens (input + 3x output, a typical chat mix)."""
-    settings = _state["settings"]
-    for m in getattr(settings, "models", []) or []:
+    for m in _model_configs():
         if m.name == name:
             return m.cost_input_per_1m + 3 * m.cost_output_per_1m
     return 0.0

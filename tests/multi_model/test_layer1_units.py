@@ -98,3 +98,29 @@ def test_plain_serve_serves_the_ladder_with_its_prices():
             pytest.skip("the ladder weights are not in this checkout")
         assert (models[name].cost_input_per_1m, models[name].cost_output_per_1m) == (cost_in, cost_out)
         assert models[name].path.endswith(name.removeprefix("tokenops-"))
+
+
+def test_plain_serve_profile_router_uses_the_shipped_ladder_profiles_and_prices():
+    """`make serve` with only the README's [plugins.router] use = "profile": no [[models]], so
+    prices come from the default models and profiles from profiles/models/."""
+    from pathlib import Path
+
+    from tokenops.config import Settings
+    from tokenops_plugins.multi_model import _router_config as rc
+    from tokenops_plugins.multi_model._profiles import load_profiles
+    from tokenops_plugins.multi_model._suites import make_suite
+    from tokenops_plugins.multi_model.profile_router import choose
+
+    profiles = load_profiles(Path(__file__).resolve().parents[2] / "profiles" / "models")
+    ladder = ["tokenops-ladder-large", "tokenops-ladder-small"]
+    if not set(ladder) <= set(profiles):
+        pytest.skip("the ladder profiles are not in this checkout")
+    rc.configure(Settings())
+    rc._state["defaults"] = None
+    try:
+        assert rc.by_cost(ladder) == ["tokenops-ladder-small", "tokenops-ladder-large"]
+        pick = lambda d: choose(make_suite(d, 1, seed=42)[0].prompt, ladder, profiles, 0.9).model  # noqa: E731
+        assert pick("classification") == "tokenops-ladder-small"  # both 1.00: the cheaper one
+        assert pick("extraction") == "tokenops-ladder-large"  # small 0.03, large 1.00
+    finally:
+        rc._state["defaults"] = None
