@@ -26,8 +26,9 @@ TOKENOPS_LAYER = "model_optimization"
 
 DEFAULT_HOST_MB = 256.0
 
-_conf: dict[str, Any] = {"enabled": False, "host_mb": DEFAULT_HOST_MB, "host_blocks": 0,
-                         "disk_mb": 0.0, "disk_blocks": 0, "disk_path": None}
+_DEFAULTS: dict[str, Any] = {"enabled": False, "host_mb": DEFAULT_HOST_MB, "host_blocks": 0,
+                             "disk_mb": 0.0, "disk_blocks": 0, "disk_path": None}
+_conf: dict[str, Any] = dict(_DEFAULTS)
 
 
 @hookimpl
@@ -43,11 +44,11 @@ def tokenops_register_tunables(register):
 @hookimpl
 def tokenops_configure(settings):
     conf = settings.plugin_settings("kv_offload")
-    unknown = set(conf) - set(_conf)
+    unknown = set(conf) - set(_DEFAULTS)
     if unknown:
         raise ValueError(f"[plugins.kv_offload] unknown key(s) {', '.join(sorted(unknown))}; "
-                         f"allowed: {', '.join(sorted(_conf))}")
-    values = dict(_conf, enabled=False)
+                         f"allowed: {', '.join(sorted(_DEFAULTS))}")
+    values = dict(_DEFAULTS)
     values.update(conf)
     if not isinstance(values["enabled"], bool):
         raise ValueError("[plugins.kv_offload] enabled must be true or false")
