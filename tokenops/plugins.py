@@ -19,7 +19,6 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -267,7 +266,3 @@ def list_plugins() -> list[PluginInfo]:
         launchers = sorted(n for n, (owner, _) in launchers_by_name.items() if owner == name)
         out.append(PluginInfo(name, version, _layer_of(plugin, hooks), hooks, source, tunables, launchers))
     return sorted(out, key=lambda p: (hookspecs.LAYERS.index(p.layer) if p.layer in hookspecs.LAYERS else 99, p.name))
-
-
-def module_of(plugin: Any) -> ModuleType | None:
-    return plugin if isinstance(plugin, ModuleType) else inspect.getmodule(plugin)

@@ -47,10 +47,6 @@ class ModelNotFound(APIError):
                          code="model_not_found", param="model")
 
 
-def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
-    return APIError(status, message, code, param).body()
-
-
 def sse_error(err: APIError) -> bytes:
     """An error reported inside an already-started event stream (the status line is gone)."""
     return b"data: " + json.dumps(err.body()).encode() + b"\n\n"

@@ -231,7 +231,3 @@ class ReplicaSelector:
         if len(eligible) < len(replicas):
             reason += ":bounded"
         return best, reason
-
-    def forget_replica(self, name: str) -> None:
-        self.prefix_index.remove_replica(name)
-        self.kv_index.remove_replica(name)

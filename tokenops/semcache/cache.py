@@ -19,7 +19,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
 
 from tokenops.semcache.embedders import Embedder
 from tokenops.semcache.index import VectorIndex
@@ -247,6 +246,3 @@ class SemanticCache:
             self._exact.clear()
             self._indexes.clear()
             self.num_bytes = 0
-
-    def vector_of(self, text: str) -> np.ndarray:
-        return self.embedder.embed([text])[0]

@@ -63,10 +63,6 @@ class AdminClient:
         """``GET /admin/query/{name}``: ``{"name", "columns", "rows"}`` of a named store query."""
         return self._request("GET", f"/admin/query/{name}", params=params)
 
-    def recent_requests(self, limit: int = 50) -> list[dict[str, Any]]:
-        """``GET /admin/requests``: the newest requests from the server's ring buffer."""
-        return self._request("GET", "/admin/requests", params={"limit": limit})["requests"]
-
 
 def _error_message(response: httpx.Response) -> str:
     try:
