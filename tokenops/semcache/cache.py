@@ -19,7 +19,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-
 from tokenops.semcache.embedders import Embedder
 from tokenops.semcache.index import VectorIndex
 from tokenops.semcache.verifier import Signature, mismatch, signature
