@@ -47,6 +47,9 @@ def resolve_model(name_or_path: str) -> Path:
 
 def load_hf(folder: Path):
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress bar is the one shown
 
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
 
