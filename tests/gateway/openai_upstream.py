@@ -62,6 +62,7 @@ def build_app(bodies: list[dict[str, Any]]):
         elif "think" in last:  # a reasoning model as vLLM serves it (--reasoning-parser)
             message = {"role": "assistant", "content": "42", "reasoning_content": "6 times 7 is 42.", "refusal": None}
             finish = "stop"
+            usage = {**usage, "completion_tokens_details": {"reasoning_tokens": 6}}
         elif "refuse" in last:
             message = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
             finish = "stop"

@@ -115,15 +115,20 @@ def test_other_message_fields_pass_through(served):
     up, srv = served
     gateway, _ = _clients(up, srv)
     msg = [{"role": "user", "content": "think: 6 x 7?"}]
-    got = gateway.chat.completions.create(model="agent", messages=msg).choices[0].message
+    answer = gateway.chat.completions.create(model="agent", messages=msg)
+    got = answer.choices[0].message
     assert got.content == "42" and got.model_extra["reasoning_content"] == "6 times 7 is 42."
-    pieces, content = [], []
-    for chunk in gateway.chat.completions.create(model="agent", messages=msg, stream=True):
+    assert answer.usage.completion_tokens_details.reasoning_tokens == 6  # the upstream's count, passed on
+    pieces, content, usage = [], [], None
+    for chunk in gateway.chat.completions.create(model="agent", messages=msg, stream=True,
+                                                 stream_options={"include_usage": True}):
+        usage = chunk.usage or usage
         for c in chunk.choices:
             if (c.delta.model_extra or {}).get("reasoning_content"):
                 pieces.append(c.delta.model_extra["reasoning_content"])
             content.append(c.delta.content or "")
     assert pieces == ["6 times ", "7 is 42."] and "".join(content) == "42"
+    assert usage.completion_tokens_details.reasoning_tokens == 6
 
 
 def test_usage_cost_and_telemetry_count_tool_call_answers(served):
