@@ -4,7 +4,10 @@ enforced by budget forcing with the answer still produced, /metrics and the stor
 
 from pathlib import Path
 
+import re
+
 import duckdb
+import httpx
 import openai
 import pytest
 
@@ -24,6 +27,11 @@ name = "plain"
 backend = "local"
 path = "{MODEL_DIR}"
 """
+REPO = Path(__file__).resolve().parents[2]
+# the documented [plugins.reasoning_budget] block, with its table path made absolute (the server runs elsewhere)
+DOCS_BLOCK = re.search(r"```toml\n(\[plugins\.reasoning_budget\].*?)```", (REPO / "docs" / "reasoning.md").read_text(),
+                       re.S).group(1).replace('"profiles/', f'"{REPO}/profiles/')
+CONFIG += "\n" + DOCS_BLOCK
 pytestmark = pytest.mark.skipif(not (MODEL_DIR / "config.json").is_file(), reason="reasoning-small not trained")
 PROMPT = make_reasoning_suite("multistep", 1, seed=0, terms=(5, 5))[0].prompt  # held-out, 5 terms
 
@@ -91,3 +99,25 @@ def test_budget_fields_need_a_reasoning_model(served):
                                            temperature=0, max_tokens=160)
     assert "<think>" in plain.choices[0].message.content  # no parser: the text is left as it is
     assert plain.usage.completion_tokens_details is None
+
+
+def test_adaptive_policy_and_reflection_suppression_switched_on_live(served):
+    srv, client = served
+    maxof = make_reasoning_suite("maxof", 1, seed=0, terms=(5, 5))[0].prompt
+
+    def think(prompt):
+        r = client.chat.completions.create(model="reasoner", messages=[{"role": "user", "content": prompt}],
+                                           temperature=0, max_tokens=160)
+        return r.choices[0].message.reasoning_content, r.usage.completion_tokens_details.reasoning_tokens
+
+    full_text, full = think(maxof)
+    assert "Wait" in full_text  # the demo model re-checks its work
+    patch = lambda values: httpx.patch(f"{srv.url}/admin/tunables", headers=srv.admin_headers,  # noqa: E731
+                                       json={"values": values})
+    assert patch({"reasoning.suppress_reflection": True, "reasoning.adaptive": True}).status_code == 200
+    try:
+        text, spent = think(maxof)
+        assert "Wait" not in text and spent < full
+    finally:
+        assert patch({"reasoning.suppress_reflection": False, "reasoning.adaptive": False}).status_code == 200
+    assert think(maxof) == (full_text, full)
