@@ -10,13 +10,12 @@ and only those rows: their logprobs are those of the masked distribution.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
-
-    from tokenops.engine.sequence import Sequence
 
 #: Most top alternatives a request may ask for (OpenAI's limit).
 MAX_LOGPROBS = 20
@@ -111,6 +110,21 @@ class SampledToken:
     top: list[tuple[int, float]] | None = None
 
 
+class SamplingRow(Protocol):
+    """What the sampler reads of one batch row: :class:`tokenops.engine.sequence.Sequence` provides it.
+
+    Declared here, not imported, because ``sequence`` imports :class:`SamplingParams` from this module.
+    """
+
+    params: SamplingParams
+    grammar: Any  # grammar matcher (fill_bitmask, reserve_tokens) or None
+    thinking: Any  # thinking-budget state or None
+    generator: Any  # torch.Generator when the request is seeded, else None
+
+    @property
+    def num_output_tokens(self) -> int: ...
+
+
 class Sampler:
     """Turns logits ``[num_seqs, vocab]`` into one token per sequence."""
 
@@ -138,7 +152,7 @@ class Sampler:
 
         return torch.Generator().manual_seed(seed + output_index)
 
-    def sample(self, logits: "torch.Tensor", seqs: list[Sequence]) -> list[SampledToken]:
+    def sample(self, logits: "torch.Tensor", seqs: Sequence[SamplingRow]) -> list[SampledToken]:
         torch = self._torch
         assert logits.dim() == 2 and logits.shape[0] == len(seqs)
         logits = logits.float()
@@ -171,7 +185,7 @@ class Sampler:
             self._fill_logprobs(logits, lp_rows, seqs, out)
         return out
 
-    def _constrain(self, logits: "torch.Tensor", rows: list[int], seqs: list[Sequence]) -> "torch.Tensor":
+    def _constrain(self, logits: "torch.Tensor", rows: list[int], seqs: Sequence[SamplingRow]) -> "torch.Tensor":
         """``logits`` with the tokens each grammar row may not take next masked."""
         from tokenops.engine.grammar import apply_token_bitmasks, new_bitmask, steer_to_close
 
@@ -208,7 +222,7 @@ class Sampler:
             logits = logits.masked_fill(drop, float("-inf"))
         return logits.softmax(dim=-1)
 
-    def _fill_logprobs(self, logits: "torch.Tensor", rows: list[int], seqs: list[Sequence],
+    def _fill_logprobs(self, logits: "torch.Tensor", rows: list[int], seqs: Sequence[SamplingRow],
                        out: list[SampledToken]) -> None:
         torch = self._torch
         index = torch.tensor(rows, device=logits.device)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,7 +25,7 @@ from tokenops.gateway.guards import GuardMiddleware
 from tokenops.gateway.openapi_errors import add_error_responses
 from tokenops.gateway.replica_health import prometheus_text as breaker_metrics, replica_states
 from tokenops.gateway.errors import APIError, sse_error
-from tokenops.gateway.model_routes import readiness, router as model_router
+from tokenops.gateway.model_routes import model_cards, readiness, router as model_router
 from tokenops.gateway.images import router as images_router
 from tokenops.gateway.distill_admin import router as distill_admin_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
@@ -205,7 +205,7 @@ def _install_openai_routes(app: FastAPI) -> None:
         gw: Gateway = request.app.state.gateway
         client = request.client.host if request.client else None
         gw.api_keys.tenant_for(request.headers, client)
-        return Response(json.dumps({"object": "list", "data": list(_model_cards(gw))}), media_type=_JSON)
+        return Response(json.dumps({"object": "list", "data": list(model_cards(gw))}), media_type=_JSON)
 
     @app.get("/health", tags=["ops"], summary="Liveness")
     async def health() -> Response:
@@ -226,24 +226,6 @@ def _install_openai_routes(app: FastAPI) -> None:
         text = gw.prometheus.render({m: s for m, s in per_model.items() if s}, gw.replicas)
         text += breaker_metrics(replica_states(gw.replicas))
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
-
-
-def _model_cards(gw: Gateway) -> Iterable[dict[str, Any]]:
-    from tokenops.backends.registry import RANDOM_MODEL_NAME
-
-    for name, replicas in gw.replicas.items():
-        card: dict[str, Any] = {"id": name, "object": "model", "created": int(gw.started_at), "owned_by": "tokenops",
-                                "root": getattr(replicas[0].backend, "upstream_model", name) if replicas else name,
-                                "parent": None}
-        lens = [r.backend.max_model_len for r in replicas if getattr(r.backend, "max_model_len", None)]
-        if lens:
-            card["max_model_len"] = min(lens)
-        card["backend"] = getattr(replicas[0].backend, "kind", None) if replicas else None
-        card["replicas"] = len(replicas)
-        if name == RANDOM_MODEL_NAME:
-            card["random_weights"] = True
-            card["description"] = "random weights (demo model): the stack works offline; the text is gibberish"
-        yield card
 
 
 def _install_openapi(app: FastAPI) -> None:

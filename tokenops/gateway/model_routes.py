@@ -15,7 +15,7 @@ the cause.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterator
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -68,10 +68,27 @@ def model_failure(model: str, replicas: list[Any]) -> APIError | None:
                     code="model_load_failed", param="model")
 
 
-def model_card(gw: Any, model_id: str) -> dict[str, Any] | None:
-    from tokenops.gateway.app import _model_cards
+def model_cards(gw: Any) -> Iterator[dict[str, Any]]:
+    """The ``/v1/models`` cards of every configured model, in configuration order."""
+    from tokenops.backends.registry import RANDOM_MODEL_NAME
 
-    for card in _model_cards(gw):
+    for name, replicas in gw.replicas.items():
+        card: dict[str, Any] = {"id": name, "object": "model", "created": int(gw.started_at), "owned_by": "tokenops",
+                                "root": getattr(replicas[0].backend, "upstream_model", name) if replicas else name,
+                                "parent": None}
+        lens = [r.backend.max_model_len for r in replicas if getattr(r.backend, "max_model_len", None)]
+        if lens:
+            card["max_model_len"] = min(lens)
+        card["backend"] = getattr(replicas[0].backend, "kind", None) if replicas else None
+        card["replicas"] = len(replicas)
+        if name == RANDOM_MODEL_NAME:
+            card["random_weights"] = True
+            card["description"] = "random weights (demo model): the stack works offline; the text is gibberish"
+        yield card
+
+
+def model_card(gw: Any, model_id: str) -> dict[str, Any] | None:
+    for card in model_cards(gw):
         if card["id"] == model_id:
             cause = failed_models(gw).get(model_id)
             if cause:

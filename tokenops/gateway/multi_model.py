@@ -6,20 +6,31 @@ member, combine with ``tokenops_ensemble``)."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import Any, Mapping, Protocol
 
 from tokenops.gateway import hooks
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.records import RequestRecord
-import dataclasses
-
 from tokenops.types import EnsembleFollowUp, GatewayRequest, GatewayResponse, RouteDecision
 
-if TYPE_CHECKING:
-    from tokenops.gateway.pipeline import Pipeline
+
+class ModelCaller(Protocol):
+    """What orchestration needs from the request pipeline (:class:`tokenops.gateway.pipeline.Pipeline`).
+
+    Declared here so this module does not import the pipeline that imports it.
+    """
+
+    @property
+    def replicas(self) -> Mapping[str, Any]: ...
+
+    async def call_model(self, request: GatewayRequest, rec: RequestRecord,
+                         model: str) -> tuple[GatewayResponse, float | None]: ...
+
+    def cost(self, model: str | None, tokens_in: int, tokens_out: int) -> float: ...
 
 
-async def run_cascade(pipeline: Pipeline, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision,
+async def run_cascade(pipeline: ModelCaller, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision,
                       response: GatewayResponse, score: float | None) -> GatewayResponse:
     """Escalate along ``decision.escalate_to`` while the lowest validation score is below ``min_score``."""
     assert decision.min_score is not None
@@ -44,7 +55,7 @@ def member_request(request: GatewayRequest, index: int) -> GatewayRequest:
     return dataclasses.replace(request, id=f"{request.id}-m{index}", body=dict(request.body))
 
 
-async def run_ensemble(pipeline: Pipeline, request: GatewayRequest, rec: RequestRecord,
+async def run_ensemble(pipeline: ModelCaller, request: GatewayRequest, rec: RequestRecord,
                        decision: RouteDecision) -> GatewayResponse:
     """Ask every member concurrently; combine the answers that came back."""
     members = list(decision.members)
