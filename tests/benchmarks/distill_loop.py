@@ -82,6 +82,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--store", type=Path, default=None, help="reuse a store captured by an earlier run (skips capture)")
+    p.add_argument("--resume", action="store_true", help="continue the training run in WORKDIR (its checkpoint.pt)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the training subprocess")
     args = p.parse_args()
     import torch
 
@@ -94,14 +97,18 @@ def main() -> None:
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="distill-loop-"))
     t0 = time.perf_counter()
-    store_path, capture_s = capture(workdir, args.requests, args.seed, args.concurrency)
-    print(f"== captured {args.requests} teacher answers through tokenops serve in {capture_s:.0f}s", flush=True)
+    if args.store is None:
+        store_path, capture_s = capture(workdir, args.requests, args.seed, args.concurrency)
+        print(f"== captured {args.requests} teacher answers through tokenops serve in {capture_s:.0f}s", flush=True)
+    else:
+        store_path, capture_s = args.store, None
+        print(f"== reusing the pairs captured in {store_path}", flush=True)
     out = workdir / "distilled" / "ladder-small-distilled"
     cmd = [sys.executable, "-m", "tokenops", "distill", "train", "--teacher", "ladder-large", "--student", "ladder-small",
            "--store", str(store_path), "--out", str(out), "--steps", str(args.steps), "--kd-weight", str(args.kd_weight),
-           "--lr", str(args.lr), "--heldout", "0", "--json"]
+           "--lr", str(args.lr), "--heldout", "0", "--json"] + (["--resume"] if args.resume else [])
     started = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TOKENOPS_DEBUG="1"))
+    res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TOKENOPS_DEBUG="1", OMP_NUM_THREADS=str(args.threads)))
     if res.returncode != 0:
         sys.exit(f"distill train failed:\n{res.stderr[-3000:]}")
     info = json.loads(res.stdout.strip().splitlines()[-1])

@@ -97,3 +97,17 @@ def test_serve_takes_the_distilled_model_and_draft(distilled, tmp_path):
 
         stats = httpx.get(f"{srv.url}/admin/stats", headers=srv.admin_headers, timeout=10).json()
         assert "spec_decode" in json.dumps(stats)  # the teacher runs with the distilled draft
+
+
+def test_eval_reports_before_after_on_suites_and_captured_traffic(distilled, store_with_pairs):
+    from tokenops.cli import build_app
+
+    res = CliRunner().invoke(build_app(), ["distill", "eval", "--distilled", str(distilled), "--store",
+                                           str(store_with_pairs), "-n", "2", "--dimensions", "math,extraction",
+                                           "--heldout", "0.5", "--no-acceptance", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(re.search(r'\{"suites".*\}', res.output).group(0))
+    assert set(report["suites"]) == {"before", "after", "teacher"}
+    assert set(report["suites"]["after"]) == {"math", "extraction"}
+    traffic = report["traffic"]["after"]
+    assert traffic["n"] > 0 and 0.0 <= traffic["token_agreement"] <= 1.0
