@@ -63,8 +63,6 @@ class RequestRow(SQLModel, table=True):
     tokens_in: Optional[int] = _col(BIGINT)
     tokens_out: Optional[int] = _col(BIGINT)
     tokens_cached: Optional[int] = _col(BIGINT)
-    #: Of tokens_out, those spent thinking (reasoning models), when counted.
-    reasoning_tokens: Optional[int] = _col(BIGINT)
     ttft_s: Optional[float] = _col(DOUBLE)
     tpot_s: Optional[float] = _col(DOUBLE)
     e2e_s: Optional[float] = _col(DOUBLE)
@@ -74,6 +72,8 @@ class RequestRow(SQLModel, table=True):
     stream: Optional[bool] = _col(BOOL)
     cost_usd: Optional[float] = _col(DOUBLE)
     decisions: Optional[str] = _col(STR, is_json=True)
+    #: Of tokens_out, those spent thinking (reasoning models), when counted (migration 6 appends it).
+    reasoning_tokens: Optional[int] = _col(BIGINT)
 
 
 class EngineStatsRow(SQLModel, table=True):
