@@ -31,7 +31,9 @@ def render() -> str:
         "Every hook a plugin can implement, by layer. Implement one with `@tokenops.hookimpl` and a function",
         "of the same name taking any subset of the listed arguments (by name). Generated from",
         "`tokenops/hookspecs.py` by `scripts/gen_hooks_doc.py`; `tests/test_docs.py` fails when a hook is",
-        "missing here or its signature differs.",
+        "missing here or its signature differs. The signature blocks are marked",
+        "`<!-- docs-test: skip (signature) -->` so `tests/test_docs_examples.py`, which runs the docs' code",
+        "blocks, leaves them out.",
         "",
     ]
     for layer in hookspecs.LAYERS:
@@ -44,7 +46,9 @@ def render() -> str:
             out += [f"### `{name}`", ""]
             if flags:
                 out += [f"*{', '.join(flags)}*", ""]
-            out += ["```python", signature_line(fn), "```", "", inspect.cleandoc(fn.__doc__ or ""), ""]
+            # a signature, not code to run: tests/test_docs_examples.py skips it
+            out += ["<!-- docs-test: skip (signature) -->", "```python", signature_line(fn), "```", "",
+                    inspect.cleandoc(fn.__doc__ or ""), ""]
     return "\n".join(out)
 
 

@@ -133,9 +133,14 @@ def tokenops_route(request: Any, candidates: list[str], profiles: dict[str, Any]
 @hookspec
 @_layer("multi_model")
 def tokenops_validate(request: Any, response: Any) -> float | None:
-    """Score a response for cascading.
+    """Score a response: the gateway records the lowest score, and a cascade escalates on it.
 
-    Called after a backend answers, when a cascade is configured.
+    Called after every successful backend answer, whether or not a cascade is configured:
+    each non-streamed model call (every cascade step and ensemble member included) and each
+    completed stream, but not for answers served from the cache. The lowest score of all
+    validators goes into the request's decisions (``validate``); when the route is a cascade
+    (:class:`tokenops.types.RouteDecision` with ``escalate_to`` and ``min_score``), a score
+    below ``min_score`` asks the next model.
 
     :param request: the :class:`tokenops.types.GatewayRequest`.
     :param response: the :class:`tokenops.types.GatewayResponse`.
