@@ -91,6 +91,6 @@ def tokenops_cache_store(request, response):
 
 @hookimpl
 def tokenops_register_commands(app):
-    from tokenops_plugins.distill.cli import register
+    from tokenops_plugins.distill._cli import register
 
     register(app)

@@ -91,8 +91,8 @@ def main() -> None:
     torch.set_num_threads(1)
     from task_training import HELDOUT_SEED
 
-    from tokenops_plugins.distill.evaluation import draft_acceptance, suite_figures
-    from tokenops_plugins.distill.kd import resolve_model
+    from tokenops_plugins.distill._evaluation import draft_acceptance, suite_figures
+    from tokenops_plugins.distill._kd import resolve_model
     from tokenops_plugins.multi_model._suites import make_suite
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="distill-loop-"))

@@ -33,7 +33,7 @@ def _open(store: str | None, config: str | None, read_only: bool = False):
 
 def _retention(config: str | None, store) -> int:
     from tokenops_plugins.distill.capture import parse_config
-    from tokenops_plugins.distill.pairs import prune
+    from tokenops_plugins.distill._pairs import prune
 
     cfg = parse_config(dict(_settings(config).plugin_settings("distill_capture")))
     return prune(store, cfg.retention_days, cfg.max_rows)
@@ -57,7 +57,7 @@ def status(store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = 
 def purge(tenant: Annotated[str, typer.Option("--tenant", help="Delete every captured pair of this tenant.")],
           store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a tenant's captured pairs."""
-    from tokenops_plugins.distill.pairs import purge as purge_pairs
+    from tokenops_plugins.distill._pairs import purge as purge_pairs
 
     with _open(store, config) as s:
         n = purge_pairs(s, tenant)
@@ -70,7 +70,7 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines fil
            tenant: Annotated[Optional[str], typer.Option("--tenant", help="Only this tenant's pairs.")] = None,
            store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Write captured pairs as chat fine-tuning JSON Lines ({"messages": [...]} per line)."""
-    from tokenops_plugins.distill.pairs import export_jsonl, load
+    from tokenops_plugins.distill._pairs import export_jsonl, load
 
     with _open(store, config) as s:
         _retention(config, s)
@@ -80,7 +80,7 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines fil
 
 
 def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str | None, heldout: float, limit: int | None):
-    from tokenops_plugins.distill.pairs import load, split_heldout
+    from tokenops_plugins.distill._pairs import load, split_heldout
 
     with _open(store, config) as s:
         _retention(config, s)
@@ -108,7 +108,7 @@ def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model
           resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/checkpoint.pt.")] = False,
           store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Fine-tune the student on the teacher's captured answers (sequence + logit KD), on CPU."""
-    from tokenops_plugins.distill.kd import KDConfig, resolve_model, train as run_train
+    from tokenops_plugins.distill._kd import KDConfig, resolve_model, train as run_train
 
     student_dir = resolve_model(student)
     try:
@@ -136,8 +136,8 @@ def evaluate(distilled: Annotated[Path, typer.Option("--distilled", help="The di
              acceptance: Annotated[bool, typer.Option(help="Also measure draft acceptance on the engine.")] = True,
              store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Student before/after (and teacher) on held-out suites and held-out captured traffic."""
-    from tokenops_plugins.distill.evaluation import draft_acceptance, suite_figures, traffic_figures
-    from tokenops_plugins.distill.kd import resolve_model
+    from tokenops_plugins.distill._evaluation import draft_acceptance, suite_figures, traffic_figures
+    from tokenops_plugins.distill._kd import resolve_model
 
     models = {"before": resolve_model(student), "after": resolve_model(str(distilled))}
     teacher_dir = None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from tokenops_plugins.distill.kd import load_hf, training_helpers
+from tokenops_plugins.distill._kd import load_hf, training_helpers
 
 
 def suite_figures(model_dir: Path, dimensions: list[str], n: int) -> dict[str, dict]:
