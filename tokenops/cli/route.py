@@ -60,6 +60,7 @@ def train_command(
     strong: Annotated[str, typer.Option("--strong", help="The strong model's name.")],
     results_dir: Annotated[Path, typer.Option("--results", help="Folder with <model>.results.jsonl from `tokenops profile`.")] = Path("profiles/models"),
     out: Annotated[Path, typer.Option("--out")] = Path("profiles/routers/win_predictor.json"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Train the win predictor from two models' per-task profile results."""
     from tokenops.cli import UserError
@@ -78,6 +79,10 @@ def train_command(
     texts = [w[t]["prompt"] for t in common]
     targets = [float((not w[t]["correct"]) and s[t]["correct"]) for t in common]
     Logistic().fit(texts, targets).save(out.parent.mkdir(parents=True, exist_ok=True) or out)
+    if as_json:
+        typer.echo(json.dumps({"weak": weak, "strong": strong, "num_tasks": len(common),
+                               "num_need_strong": int(sum(targets)), "out": str(out)}))
+        return
     typer.echo(f"trained on {len(common)} tasks ({int(sum(targets))} need the strong model); wrote {out}")
 
 
