@@ -29,7 +29,7 @@ DEFERRED_CYCLES = {
     # `tune` loads its view only when it prints; the view formats with tune's table helpers
     frozenset({"tokenops.cli.tune", "tokenops.cli.tune_view"}),
     # capture registers the distill CLI in tokenops_register_commands; the CLI parses capture's config
-    frozenset({"tokenops_plugins.distill.capture", "tokenops_plugins.distill.cli"}),
+    frozenset({"tokenops_plugins.distill.capture", "tokenops_plugins.distill._cli"}),
 }
 
 
