@@ -23,7 +23,8 @@ from tokenops.types import RouteDecision
 
 TOKENOPS_LAYER = "multi_model"
 
-_conf: dict = {"alias": "cascade", "models": [], "threshold": 0.6}
+_DEFAULTS = {"alias": "cascade", "models": [], "threshold": 0.6}
+_conf: dict = dict(_DEFAULTS)
 
 
 @hookimpl
@@ -44,6 +45,8 @@ def tokenops_apply_tunables(values):
 @hookimpl
 def tokenops_configure(settings):
     conf = settings.plugin_settings("cascade")
+    if conf:  # a configured section replaces the whole cascade: keys it leaves out take their defaults
+        _conf.update(_DEFAULTS)
     for key in ("alias", "models", "threshold"):
         if key in conf:
             _conf[key] = conf[key]
