@@ -17,8 +17,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from tokenops.backends.base import Delta, Replica, merge_tool_calls
 from tokenops.config import ModelConfig
 from tokenops.gateway import hooks
+from tokenops.gateway.delta_stream import DeltaStream, aclose_quietly, is_cancel
 from tokenops.gateway.errors import APIError, ModelNotFound
-from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.confidence import fill_token_logprobs, needs_confidence, request_logprobs, strip_logprobs
 from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.records import RequestRecord
@@ -256,7 +256,7 @@ class Pipeline:
             self.finish(rec, e.status, e.message, e.code or e.type)
             raise
         except BaseException as e:
-            self.finish(rec, 499 if _is_cancel(e) else 500, f"{type(e).__name__}: {e}")
+            self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
             raise
         finally:
             self.num_in_flight -= 1
@@ -287,7 +287,7 @@ class Pipeline:
                 except StopAsyncIteration:
                     return it, None
                 except BaseException:
-                    await _aclose(it)
+                    await aclose_quietly(it)
                     raise
 
             replica, (it, first), t0 = await self._call(request, rec, decision.model, step)
@@ -297,7 +297,7 @@ class Pipeline:
             raise
         except BaseException as e:
             self.num_in_flight -= 1
-            self.finish(rec, 499 if _is_cancel(e) else 500, f"{type(e).__name__}: {e}")
+            self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
             raise
         replica.in_flight += 1
         return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0)), rec
@@ -346,10 +346,10 @@ class Pipeline:
             status, error, error_kind = err.status, str(e), err.code
             raise err from None
         except BaseException as e:
-            status, error = (499, "client disconnected") if _is_cancel(e) else (500, f"{type(e).__name__}: {e}")
+            status, error = (499, "client disconnected") if is_cancel(e) else (500, f"{type(e).__name__}: {e}")
             raise
         finally:
-            await _aclose(it)
+            await aclose_quietly(it)
             replica.in_flight -= 1
             self.num_in_flight -= 1
             rec.finish_reason = finish.get(0)
@@ -387,51 +387,3 @@ class Pipeline:
         finally:
             self.num_in_flight -= 1
             self.finish(rec, 200)
-
-
-class DeltaStream:
-    """A started delta generator: its ``finally`` (abort the backend, finish the record)
-    is armed, so ``aclose()`` cleans up even when nobody iterated (a client gone before
-    the first byte). An unstarted async generator would skip its ``finally`` entirely."""
-
-    def __init__(self, head: Delta | None, gen: Any) -> None:
-        self._head = head
-        self._gen = gen
-
-    @classmethod
-    async def start(cls, gen: Any) -> DeltaStream:
-        try:
-            return cls(await gen.__anext__(), gen)
-        except StopAsyncIteration:
-            return cls(None, None)
-
-    def __aiter__(self) -> DeltaStream:
-        return self
-
-    async def __anext__(self) -> Delta:
-        if self._head is not None:
-            head, self._head = self._head, None
-            return head
-        if self._gen is None:
-            raise StopAsyncIteration
-        return await self._gen.__anext__()
-
-    async def aclose(self) -> None:
-        self._head = None
-        if self._gen is not None:
-            await self._gen.aclose()
-
-
-def _is_cancel(e: BaseException) -> bool:
-    import asyncio
-
-    return isinstance(e, (asyncio.CancelledError, GeneratorExit))
-
-
-async def _aclose(it: Any) -> None:
-    close = getattr(it, "aclose", None)
-    if close is not None:
-        try:
-            await close()
-        except Exception:
-            pass
