@@ -7,7 +7,6 @@ chat engine) answer 400.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any, Literal
@@ -63,12 +62,8 @@ async def embed(gw: Any, request: GatewayRequest) -> dict[str, Any]:
     (telemetry, stats, cost of the input tokens) is finished whatever the outcome."""
     pipeline = gw.pipeline
     rec = pipeline.new_record(request)
-    pipeline.num_in_flight += 1
-    try:
-        rejection = await asyncio.to_thread(hooks.get_rejection, request)
-        if rejection is not None:
-            headers = {"retry-after": str(max(1, round(rejection.retry_after_s)))} if rejection.retry_after_s else None
-            raise APIError(rejection.status, rejection.message, code=rejection.code, headers=headers)
+    with pipeline.tracked(rec):
+        await pipeline.admit(request)
         if request.model not in pipeline.replicas:
             raise ModelNotFound(request.model, list(pipeline.replicas))
         rec.route_reason = "embeddings"
@@ -95,14 +90,6 @@ async def embed(gw: Any, request: GatewayRequest) -> dict[str, Any]:
         answer["model"] = request.model
         pipeline.finish(rec, 200)
         return answer
-    except APIError as e:
-        pipeline.finish(rec, e.status, e.message, e.code or e.type)
-        raise
-    except BaseException as e:
-        pipeline.finish(rec, 499 if isinstance(e, asyncio.CancelledError) else 500, f"{type(e).__name__}: {e}")
-        raise
-    finally:
-        pipeline.num_in_flight -= 1
 
 
 def embedding_models(pipeline: Any) -> list[str]:

@@ -22,7 +22,6 @@ cache's reuse ratio. Each request is one ``requests`` row (kind ``image``) and o
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import re
@@ -154,51 +153,41 @@ async def generate(gw: Any, greq: GatewayRequest, req: ImageGenerationRequest, m
     pipeline = gw.pipeline
     rec = pipeline.new_record(greq)
     image: dict[str, Any] = {"n": req.n, "size": req.size}
-    pipeline.num_in_flight += 1
     try:
-        rejection = await asyncio.to_thread(hooks.get_rejection, greq)
-        if rejection is not None:
-            headers = {"retry-after": str(max(1, round(rejection.retry_after_s)))} if rejection.retry_after_s else None
-            raise APIError(rejection.status, rejection.message, code=rejection.code, headers=headers)
-        if not greq.model:
-            raise APIError(400, "no diffusion model is configured: add [[models]] backend = \"diffusion\" with path = "
-                           "a diffusers pipeline folder", code="model_not_found", param="model")
-        if greq.model not in pipeline.replicas:
-            raise ModelNotFound(greq.model, list(pipeline.replicas))
-        rec.route_reason = "images"
-        replica = pipeline._choose(greq, rec, greq.model)
-        if not hasattr(replica.backend, "generate_images"):
-            raise APIError(400, f"The model `{greq.model}` does not generate images (backend {replica.backend.kind}); "
-                           f"use a diffusion model: {', '.join(models) or 'none is configured'}.",
-                           code="model_not_supported", param="model")
-        size = parse_size(req.size, replica.backend.native_size())
-        t0 = time.perf_counter()
-        replica.in_flight += 1
-        try:
-            result = await replica.backend.generate_images(ImageRequest(
-                prompt=req.prompt, n=req.n, size=size, seed=req.seed, sampler=req.sampler,
-                num_steps=req.num_inference_steps, cache_threshold=req.step_cache_threshold))
-        except BackendError as e:
-            hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, e.kind))
-            status = e.status if 400 <= e.status < 600 else 502
-            raise APIError(status, str(e), code=e.kind, param=getattr(e, "param", None)) from None
-        finally:
-            replica.in_flight -= 1
-        hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None, 0, 0))
-        image.update({"size": f"{size[0]}x{size[1]}", "class_index": result.class_index, **result.plan, **result.stats})
-        greq.decisions["image"] = image
-        pipeline.finish(rec, 200)
-        return {"created": int(time.time()), "data": [{"b64_json": base64.b64encode(p).decode()} for p in result.pngs],
-                "output_format": "png", "size": image["size"],
-                "tokenops": {"model": greq.model, "class": result.class_index, **result.plan, **result.stats}}
-    except APIError as e:
-        pipeline.finish(rec, e.status, e.message, e.code or e.type)
-        raise
-    except BaseException as e:
-        pipeline.finish(rec, 499 if isinstance(e, asyncio.CancelledError) else 500, f"{type(e).__name__}: {e}")
-        raise
+        with pipeline.tracked(rec):
+            await pipeline.admit(greq)
+            if not greq.model:
+                raise APIError(400, "no diffusion model is configured: add [[models]] backend = \"diffusion\" with path = "
+                               "a diffusers pipeline folder", code="model_not_found", param="model")
+            if greq.model not in pipeline.replicas:
+                raise ModelNotFound(greq.model, list(pipeline.replicas))
+            rec.route_reason = "images"
+            replica = pipeline._choose(greq, rec, greq.model)
+            if not hasattr(replica.backend, "generate_images"):
+                raise APIError(400, f"The model `{greq.model}` does not generate images (backend {replica.backend.kind}); "
+                               f"use a diffusion model: {', '.join(models) or 'none is configured'}.",
+                               code="model_not_supported", param="model")
+            size = parse_size(req.size, replica.backend.native_size())
+            t0 = time.perf_counter()
+            replica.in_flight += 1
+            try:
+                result = await replica.backend.generate_images(ImageRequest(
+                    prompt=req.prompt, n=req.n, size=size, seed=req.seed, sampler=req.sampler,
+                    num_steps=req.num_inference_steps, cache_threshold=req.step_cache_threshold))
+            except BackendError as e:
+                hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, e.kind))
+                status = e.status if 400 <= e.status < 600 else 502
+                raise APIError(status, str(e), code=e.kind, param=getattr(e, "param", None)) from None
+            finally:
+                replica.in_flight -= 1
+            hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None, 0, 0))
+            image.update({"size": f"{size[0]}x{size[1]}", "class_index": result.class_index, **result.plan, **result.stats})
+            greq.decisions["image"] = image
+            pipeline.finish(rec, 200)
+            return {"created": int(time.time()), "data": [{"b64_json": base64.b64encode(p).decode()} for p in result.pngs],
+                    "output_format": "png", "size": image["size"],
+                    "tokenops": {"model": greq.model, "class": result.class_index, **result.plan, **result.stats}}
     finally:
-        pipeline.num_in_flight -= 1
         hooks.record(TelemetryEvent("image_requests", image_row(rec, image), ts=rec.arrival))
 
 

@@ -11,8 +11,9 @@ delta before anything is sent, so errors up to that point keep their HTTP status
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from tokenops.backends.base import Delta, Replica, merge_tool_calls
 from tokenops.config import ModelConfig
@@ -71,13 +72,33 @@ class Pipeline:
 
     # -- steps ------------------------------------------------------------
 
-    async def _admit_and_lookup(self, request: GatewayRequest, rec: RequestRecord) -> GatewayResponse | None:
-        # Off the event loop: a rate limiter may queue (sleep) and a semantic cache embeds text.
+    @contextlib.contextmanager
+    def tracked(self, rec: RequestRecord) -> Iterator[None]:
+        """Counts a request in flight and finishes its record however the body ends
+        (an OpenAI error keeps its status; a cancelled request is 499, anything else 500)."""
+        self.num_in_flight += 1
+        try:
+            yield
+        except APIError as e:
+            self.finish(rec, e.status, e.message, e.code or e.type)
+            raise
+        except BaseException as e:
+            self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            self.num_in_flight -= 1
+
+    async def admit(self, request: GatewayRequest) -> None:
+        """Raises the OpenAI error of a ``tokenops_admit`` rejection. Off the event loop:
+        a rate limiter may queue (sleep) and admission plugins may read the store."""
         rejection = await asyncio.to_thread(hooks.get_rejection, request)
         if rejection is not None:
             request.decisions["admit"] = {"rejected": rejection.code}
             headers = {"retry-after": str(max(1, round(rejection.retry_after_s)))} if rejection.retry_after_s else None
             raise APIError(rejection.status, rejection.message, code=rejection.code, headers=headers)
+
+    async def _admit_and_lookup(self, request: GatewayRequest, rec: RequestRecord) -> GatewayResponse | None:
+        await self.admit(request)
         cached = await asyncio.to_thread(hooks.get_cached_response, request)
         request.decisions["cache"] = "hit" if cached is not None else "miss"
         if cached is not None:
@@ -238,8 +259,7 @@ class Pipeline:
     async def respond(self, request: GatewayRequest) -> tuple[GatewayResponse, RequestRecord]:
         rec = self.new_record(request)
         self.retry_budget.on_request()
-        self.num_in_flight += 1
-        try:
+        with self.tracked(rec):
             response = await self._admit_and_lookup(request, rec)
             if response is None:
                 decision = await self._decide(request, rec)
@@ -252,14 +272,6 @@ class Pipeline:
                 rec.first_token_at = time.perf_counter()
             self.finish(rec, 200)
             return response, rec
-        except APIError as e:
-            self.finish(rec, e.status, e.message, e.code or e.type)
-            raise
-        except BaseException as e:
-            self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
-            raise
-        finally:
-            self.num_in_flight -= 1
 
     # -- streamed ---------------------------------------------------------
 
