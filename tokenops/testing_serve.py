@@ -13,17 +13,23 @@ extra command-line arguments; ``env`` extra environment (``TOKENOPS_PLUGINS=file
 loads a test plugin). The store lives in ``workdir/store/tokenops.duckdb`` unless
 ``store=False``. When the server dies or does not become ready, the assertion error
 carries its log.
+
+``redis_server(workdir)`` starts a throwaway ``redis-server`` for tests of state shared
+by several gateway processes (rate limits, keys and budgets).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 ADMIN_KEY = "serve-test-admin-key"
@@ -110,3 +116,45 @@ class ServeProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class RedisUnavailable(RuntimeError):
+    """No ``redis-server`` binary or no ``redis`` client package (``make redis`` installs both)."""
+
+
+@contextlib.contextmanager
+def redis_server(workdir: Path | str, timeout_s: float = 5.0) -> Iterator[str]:
+    """A throwaway ``redis-server`` on a free loopback port (no persistence); yields its URL.
+
+    Raises :class:`RedisUnavailable` when the binary or the client is missing, and
+    ``RuntimeError`` when the server does not answer within ``timeout_s``.
+    """
+    binary = shutil.which("redis-server")
+    try:
+        import redis
+    except ImportError:
+        raise RedisUnavailable("the redis client is not installed (pip install 'tokenops[redis]')") from None
+    if binary is None:
+        raise RedisUnavailable("no redis-server binary (make redis, or apt-get install -y redis-server)")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"redis-server did not start on port {port}") from None
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -23,10 +23,7 @@ proxy keeps keys and budgets in Postgres and needs a database to compare against
 from __future__ import annotations
 
 import argparse
-import shutil
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 
@@ -34,12 +31,6 @@ import time
 def _percentile(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def measure(num_requests: int, redis_client=None) -> dict[str, float]:
@@ -121,29 +112,18 @@ def main() -> None:
     args = parser.parse_args()
     rows = [("in-process (no Redis)", measure(args.requests), 0.2)]
     parts: dict[str, float] = {}
-    binary = shutil.which("redis-server")
-    if not args.no_redis and binary is None:
-        print("redis-server not found (make redis): the Redis measurement is skipped")
-    elif not args.no_redis:
-        import redis
+    if not args.no_redis:
+        from tokenops.testing_serve import RedisUnavailable, redis_server
 
-        port = _free_port()
-        with tempfile.TemporaryDirectory() as tmp:
-            proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                                     "no", "--dir", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            try:
-                client = redis.Redis(port=port)
-                for _ in range(100):
-                    try:
-                        client.ping()
-                        break
-                    except redis.ConnectionError:
-                        time.sleep(0.05)
+        try:
+            with tempfile.TemporaryDirectory() as tmp, redis_server(tmp) as url:
+                import redis
+
+                client = redis.Redis.from_url(url)
                 rows.append(("Redis (loopback)", measure(args.requests, client), 1.0))
                 parts = redis_parts(client, args.requests)
-            finally:
-                proc.terminate()
-                proc.wait(timeout=5)
+        except RedisUnavailable as e:
+            print(f"{e}: the Redis measurement is skipped")
     print(f"key + budget checks per request, {args.requests} requests each (auth + admit + settle)")
     print(f"{'ledger':<24}{'added p50 ms':>14}{'managed p50':>13}{'managed p95':>13}{'baseline p50':>14}{'goal':>8}  verdict")
     for name, r, goal in rows:

@@ -2,7 +2,6 @@
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -43,34 +42,12 @@ print(json.dumps({"admitted": admitted, "rejected": rejected, "retry_ok": retry_
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def redis_url(tmp_path):
-    port = _free_port()
-    proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
+    from tokenops.testing_serve import redis_server
 
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("redis-server did not start")
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=5)
+    with redis_server(tmp_path) as url:
+        yield url
 
 
 def test_two_processes_share_one_limit(redis_url):

@@ -51,33 +51,10 @@ def admin(server):
 @pytest.fixture
 def redis_url(tmp_path):
     """A real redis-server on a free port (``make redis`` installs it)."""
-    import shutil
-    import subprocess
-    import time
+    from tokenops.testing_serve import RedisUnavailable, redis_server
 
-    from tokenops.testing_serve import free_port
-
-    pytest.importorskip("redis", reason="the redis client is not installed (pip install 'tokenops[redis]')")
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server binary (make redis)")
-    import redis
-
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
     try:
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            pytest.fail("redis-server did not start")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=5)
+        with redis_server(tmp_path) as url:
+            yield url
+    except RedisUnavailable as e:
+        pytest.skip(str(e))
