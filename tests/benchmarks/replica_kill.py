@@ -7,8 +7,9 @@
 Real processes throughout: two upstream ``tokenops serve`` processes (a fake engine
 answering 40 words at 25 ms per word, ``replica_kill_plugin.py``) behind a third
 ``tokenops serve`` whose model ``m`` has both as replicas (``backend = "openai"``,
-``urls = [...]``), with ``[plugins.circuit_breaker]`` (health probes every 0.5 s)
-unless ``--no-breaker``. Clients use the openai SDK (``max_retries=0``), closed loop.
+``urls = [...]``), with ``[plugins.circuit_breaker]`` (health probes every 0.5 s);
+``--default-breaker`` leaves that section out (the breaker a model with two replicas
+gets by default), ``--no-breaker`` turns breakers off (retries only). Clients use the openai SDK (``max_retries=0``), closed loop.
 
 Scenarios (fresh processes each):
 
@@ -47,17 +48,20 @@ def upstream(workdir: Path):
                         env={"TOKENOPS_PLUGINS": str(PLUGIN)})
 
 
-def gateway(workdir: Path, urls: list[str], breaker: bool):
+def gateway(workdir: Path, urls: list[str], breaker: str):
+    """``breaker``: "configured" (a [plugins.circuit_breaker] section), "default" (none) or "off"."""
     from tokenops.testing_serve import ServeProcess
 
     config = f'[[models]]\nname = "m"\nbackend = "openai"\nurls = {json.dumps(urls)}\n'
-    if breaker:
+    if breaker == "configured":
         config += ("\n[plugins.circuit_breaker]\nconsecutive_failures = 3\ncooldown_s = 2.0\n"
                    "health_probe_interval_s = 0.5\n")
+    elif breaker == "off":
+        config += "\n[plugins.circuit_breaker]\nenabled = false\n"
     return ServeProcess(workdir, config=config, store=False)
 
 
-def run(stream: bool, clients: int, seconds: float, kill_at: float, breaker: bool) -> dict:
+def run(stream: bool, clients: int, seconds: float, kill_at: float, breaker: str) -> dict:
     import openai
 
     base = Path(tempfile.mkdtemp(prefix="replica-kill-"))
@@ -121,12 +125,16 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--kill-at", type=float, default=3.0)
-    ap.add_argument("--no-breaker", action="store_true", help="retries only, no circuit breaker plugin")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--no-breaker", action="store_true", help="retries only: [plugins.circuit_breaker] enabled = false")
+    mode.add_argument("--default-breaker", action="store_true",
+                      help="no [plugins.circuit_breaker] section: the breaker two replicas get by default")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     out = {}
     for name, stream in (("between requests", False), ("mid-stream", True)):
-        r = out[name] = run(stream, args.clients, args.seconds, args.kill_at, not args.no_breaker)
+        r = out[name] = run(stream, args.clients, args.seconds, args.kill_at,
+                                  "off" if args.no_breaker else "default" if args.default_breaker else "configured")
         if not args.json:
             print(f"{name:>16}: {r['requests']} requests, {r['errors']} client-visible errors "
                   f"{r['error_kinds'] or ''}, errors until {r['error_seconds_after_kill']:.2f} s after the kill, "
