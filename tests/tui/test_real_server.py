@@ -47,7 +47,9 @@ def _counters(stats):
         "requests": (stats["requests"]["total"], stats["requests"]["errors"]),
         "tokens": (stats["tokens"]["total_input"], stats["tokens"]["total_output"]),
         "models": {n: (m["requests"], m["input_tokens"], m["output_tokens"], m["cost_usd"]) for n, m in stats["models"].items()},
-        "engines": {n: (e["total_prompt_tokens"], e["total_generation_tokens"], e["num_steps"], e["expert_load"]) for n, e in stats["engines"].items()},
+        # token engines only: the default model list also serves embeddings and images, whose stats differ
+        "engines": {n: (e["total_prompt_tokens"], e["total_generation_tokens"], e["num_steps"], e["expert_load"])
+                    for n, e in stats["engines"].items() if "total_prompt_tokens" in e},
         "routes": stats["routes"],
     }
 
