@@ -121,9 +121,18 @@ class Settings:
     def slos(self) -> list[SLO]:
         return parse_slos(self.slo)
 
-    def plugin_settings(self, name: str) -> dict[str, Any]:
+    def plugin_settings(self, name: str, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``[plugins.NAME]`` as a dict. With ``defaults``: those values overlaid by the
+        configured ones, and a ``ValueError`` naming any key not among the defaults."""
         value = self.plugins.get(name, {})
-        return value if isinstance(value, dict) else {}
+        conf = value if isinstance(value, dict) else {}
+        if defaults is None:
+            return conf
+        unknown = sorted(set(conf) - set(defaults))
+        if unknown:
+            raise ValueError(f"[plugins.{name}] unknown key(s) {', '.join(unknown)}; "
+                             f"allowed: {', '.join(sorted(defaults))}")
+        return {**defaults, **conf}
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:

@@ -43,13 +43,7 @@ def tokenops_register_tunables(register):
 
 @hookimpl
 def tokenops_configure(settings):
-    conf = settings.plugin_settings("kv_offload")
-    unknown = set(conf) - set(_DEFAULTS)
-    if unknown:
-        raise ValueError(f"[plugins.kv_offload] unknown key(s) {', '.join(sorted(unknown))}; "
-                         f"allowed: {', '.join(sorted(_DEFAULTS))}")
-    values = dict(_DEFAULTS)
-    values.update(conf)
+    values = settings.plugin_settings("kv_offload", _DEFAULTS)
     if not isinstance(values["enabled"], bool):
         raise ValueError("[plugins.kv_offload] enabled must be true or false")
     for key in ("host_mb", "disk_mb"):

@@ -53,12 +53,7 @@ def tokenops_register_tunables(register):
 
 @hookimpl
 def tokenops_configure(settings):
-    conf = settings.plugin_settings("session_memory")
-    unknown = set(conf) - set(_DEFAULTS)
-    if unknown:
-        raise ValueError(f"[plugins.session_memory] unknown key(s) {', '.join(sorted(unknown))}; "
-                         f"allowed: {', '.join(sorted(_DEFAULTS))}")
-    values = dict(_DEFAULTS, **conf)
+    values = settings.plugin_settings("session_memory", _DEFAULTS)
     if not isinstance(values["enabled"], bool):
         raise ValueError("[plugins.session_memory] enabled must be true or false")
     for key, low in (("ttl_s", 1e-3), ("recent_share", 0.0), ("min_score", -1.0)):

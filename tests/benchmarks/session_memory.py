@@ -86,9 +86,11 @@ def main() -> None:
     from tokenops.memory.store import get_session_memory, set_session_memory
     from tokenops.types import GatewayRequest
 
-    class Settings:
-        def plugin_settings(self, name):
-            return {"enabled": True, "embedder": args.embedder, "token_budget": args.budget} if name == "session_memory" else {}
+    from tokenops.config import Settings as RealSettings
+
+    def Settings():
+        return RealSettings(plugins={"session_memory": {"enabled": True, "embedder": args.embedder,
+                                                        "token_budget": args.budget}})
 
     model_dir = pick_model(args.model)
     tok = Tokenizer.from_dir(model_dir)

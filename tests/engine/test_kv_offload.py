@@ -185,12 +185,10 @@ def test_greedy_output_identical_with_and_without_the_tier(tiny_llama_dir, tmp_p
 def test_plugin_settings_reach_the_engine_config():
     import tokenops_plugins.model_optimization.kv_offload as plugin
 
-    class Settings:
-        def __init__(self, conf):
-            self.conf = conf
+    from tokenops.config import Settings as RealSettings
 
-        def plugin_settings(self, name):
-            return self.conf if name == "kv_offload" else {}
+    def Settings(conf):  # the real settings with only [plugins.kv_offload]
+        return RealSettings(plugins={"kv_offload": conf})
 
     saved = dict(plugin._conf)
     try:

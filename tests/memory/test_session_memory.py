@@ -104,12 +104,10 @@ def test_plugin_settings_are_checked():
     import tokenops_plugins.model_optimization.session_memory as plugin
     from tokenops.memory.store import get_session_memory, set_session_memory
 
-    class Settings:
-        def __init__(self, conf):
-            self.conf = conf
+    from tokenops.config import Settings as RealSettings
 
-        def plugin_settings(self, name):
-            return self.conf if name == "session_memory" else {}
+    def Settings(conf):  # the real settings with only [plugins.session_memory]
+        return RealSettings(plugins={"session_memory": conf})
 
     saved = dict(plugin._conf)
     try:
