@@ -82,22 +82,24 @@ class GatewaySettings:
     retry_budget_min_per_s: float = 5.0
 
 
-@dataclass(slots=True)
-class EngineSettings:
-    dtype: str = "float32"
-    device: str = "auto"
-    block_size: int = 16
-    kv_cache_tokens: int = 16384
-    max_num_batched_tokens: int = 512
-    max_num_seqs: int = 32
-    max_model_len: int | None = None
-    enable_prefix_caching: bool = True
-    schedule_policy: str = "fcfs"
-    torch_threads: int | None = None
-    seed: int = 0
-    attention_backend: str = "auto"
-    #: A tuned profile to start with: profiles/engines/NAME.toml (`tokenops serve --profile NAME`).
-    profile: str | None = None
+def _engine_settings_class() -> type:
+    """``[engine]``: the :class:`~tokenops.engine.config.EngineConfig` fields marked as
+    settings (same names, types and defaults: declared there once) plus ``profile``."""
+    from tokenops.engine.config import EngineConfig, setting_fields
+
+    hints = typing.get_type_hints(EngineConfig)
+    cls = dataclasses.make_dataclass(
+        "EngineSettings",
+        [(f.name, hints[f.name], field(default=f.default)) for f in setting_fields()]
+        # A tuned profile to start with: profiles/engines/NAME.toml (`tokenops serve --engine-profile NAME`).
+        + [("profile", str | None, field(default=None))],
+        slots=True)
+    cls.__module__ = __name__
+    cls.__doc__ = "The ``[engine]`` section: defaults of every local model's engine (tokenops/engine/config.py)."
+    return cls
+
+
+EngineSettings = _engine_settings_class()
 
 
 @dataclass(slots=True)

@@ -1,20 +1,28 @@
 """Engine configuration: one validated dataclass shared by the runner, scheduler and engine.
 
-Defaults match the tunables declared in ``plugins/compute_model/engine_params.py``
-and :class:`tokenops.config.EngineSettings`.
+Its fields are the one declaration of every engine setting. Field metadata says which
+fields are ``[engine]`` settings of ``tokenops.toml`` (``setting``; the rest are per
+model) and which are tunables (``tunable``: "live" applies on the next engine step,
+"restart" needs a new engine because the KV cache is preallocated from it) with their
+help, bounds and choices. :func:`engine_tunables` and
+:class:`tokenops.config.EngineSettings` are generated from them; nothing repeats a default.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
-#: Tunables that take effect on the next engine step.
-LIVE_TUNABLES = ("max_num_batched_tokens", "max_num_seqs", "enable_prefix_caching", "schedule_policy")
-#: Tunables that need a new engine (the KV cache is preallocated from them).
-RESTART_TUNABLES = ("block_size", "kv_cache_tokens", "torch_threads", "attention_backend")
+
+def _knob(default: Any, *, setting: bool = False, tunable: str | None = None, help: str = "", **bounds: Any) -> Any:
+    """A field with its metadata. ``bounds``: ``minimum``, ``maximum``, ``choices``, ``log``,
+    ``searchable`` and ``tunable_none`` (the tunable's value standing for a None default)."""
+    assert tunable in (None, "live", "restart"), tunable
+    assert not tunable or help, "a tunable needs its help text"
+    return field(default=default, metadata={"setting": setting or bool(tunable), "tunable": tunable,
+                                             "help": help, **bounds})
 
 
 @dataclass(slots=True)
@@ -26,17 +34,22 @@ class EngineConfig:
     """
 
     model: str | None = None
-    dtype: str = "float32"
-    device: str = "auto"
-    block_size: int = 16
-    kv_cache_tokens: int = 16384
-    max_num_batched_tokens: int = 512
-    max_num_seqs: int = 32
-    max_model_len: int | None = None
-    enable_prefix_caching: bool = True
-    schedule_policy: str = "fcfs"
-    torch_threads: int | None = None
-    seed: int = 0
+    dtype: str = _knob("float32", setting=True)
+    device: str = _knob("auto", setting=True)
+    block_size: int = _knob(16, tunable="restart", help="Tokens per KV-cache block.", minimum=1, maximum=256,
+                            choices=(8, 16, 32, 64))
+    kv_cache_tokens: int = _knob(16384, tunable="restart", help="KV-cache budget in tokens, preallocated.",
+                                 minimum=256, maximum=4_194_304, log=True)
+    max_num_batched_tokens: int = _knob(512, tunable="live", help="Token budget of one engine step (prefill chunks + decodes).",
+                                        minimum=16, maximum=65536, log=True)
+    max_num_seqs: int = _knob(32, tunable="live", help="Most sequences running in one batch.", minimum=1, maximum=1024,
+                              log=True)
+    max_model_len: int | None = _knob(None, setting=True)
+    enable_prefix_caching: bool = _knob(True, tunable="live", help="Reuse KV blocks of identical prompt prefixes.")
+    schedule_policy: str = _knob("fcfs", tunable="live", help="Order of the waiting queue.", choices=("fcfs", "priority"))
+    torch_threads: int | None = _knob(None, tunable="restart", help="torch intra-op threads; 0 keeps torch's default.",
+                                      minimum=0, maximum=512, searchable=False, tunable_none=0)
+    seed: int = _knob(0, setting=True)
     model_name: str | None = None
     allow_download: bool = False
     #: Speculative decoding: None (off), "ngram" (prompt lookup) or "draft" (a draft model).
@@ -52,7 +65,9 @@ class EngineConfig:
     #: Decode attention: "auto" (the compiled paged kernel of tokenops.engine.native
     #: when it builds and the cache is float32/bfloat16 on CPU, else PyTorch),
     #: "native" (that kernel or an error) or "torch" (gather + SDPA).
-    attention_backend: str = "auto"
+    attention_backend: str = _knob("auto", tunable="restart", choices=("auto", "native", "torch"), searchable=False,
+                                   help="Decode attention: compiled paged kernel (native), gather + SDPA (torch), "
+                                        "or native when it builds (auto).")
     #: KV offload tier (all 0 = off): evicted prefix-cache blocks go to host memory
     #: (``*_blocks`` wins over ``*_mb``), overflowing to disk; see offload_index.py.
     kv_offload_host_mb: float = 0.0
@@ -134,3 +149,32 @@ def _check_int(name: str, value: Any, minimum: int | None) -> None:
         raise ValueError(f"engine {name} must be an integer, not {value!r}")
     if minimum is not None and value < minimum:
         raise ValueError(f"engine {name} must be >= {minimum}, got {value}")
+
+
+def setting_fields() -> list[Field]:
+    """The fields that are ``[engine]`` settings (the others are set per model)."""
+    return [f for f in fields(EngineConfig) if f.metadata.get("setting")]
+
+
+def tunable_names(kind: str | None = None) -> tuple[str, ...]:
+    """Names (without ``engine.``) of the tunable fields; ``kind`` "live" or "restart" filters."""
+    return tuple(f.name for f in fields(EngineConfig)
+                 if f.metadata.get("tunable") and kind in (None, f.metadata["tunable"]))
+
+
+def engine_tunables() -> list[Any]:
+    """The engine's :class:`tokenops.tunables.Tunable` s, generated from the field metadata."""
+    from tokenops.tunables import Tunable
+
+    out = []
+    for f in fields(EngineConfig):
+        meta = f.metadata
+        if not meta.get("tunable"):
+            continue
+        assert f.default is not MISSING
+        default = meta.get("tunable_none") if f.default is None else f.default
+        live = meta["tunable"] == "live"
+        extra = {k: meta[k] for k in ("minimum", "maximum", "choices", "log", "searchable") if k in meta}
+        out.append(Tunable(f"engine.{f.name}", type(default).__name__, default,
+                           meta["help"] if live else meta["help"].rstrip(".") + " (restart).", live=live, **extra))
+    return out

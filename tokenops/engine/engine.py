@@ -16,7 +16,7 @@ import itertools
 import time
 from typing import Any
 
-from tokenops.engine.config import LIVE_TUNABLES, RESTART_TUNABLES, EngineConfig
+from tokenops.engine.config import EngineConfig, engine_tunables
 from tokenops.engine.output_processor import OutputProcessor, RequestState
 from tokenops.engine.outputs import RequestOutput
 from tokenops.engine.sampling import Sampler, SamplingParams
@@ -324,18 +324,18 @@ class LLMEngine:
     def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
         """Apply live engine tunables (names with or without ``engine.``); returns them
         as ``{"engine.<name>": value}``. Nothing is applied if any name or value is bad."""
-        from tokenops.plugins import get_tunables
         from tokenops.tunables import TunableError
 
-        registry = get_tunables()
+        tunables = {t.name: t for t in engine_tunables()}  # the EngineConfig field metadata
+        live = [name.removeprefix("engine.") for name, t in tunables.items() if t.live]
         applied: dict[str, Any] = {}
         for name, value in values.items():
-            short = name.removeprefix("engine.")
-            if short in RESTART_TUNABLES:
-                raise TunableError(f"engine.{short} needs an engine restart; set it in tokenops.toml [engine]")
-            if short not in LIVE_TUNABLES:
-                raise TunableError(f"unknown engine tunable {name!r}; live ones: {', '.join(LIVE_TUNABLES)}")
-            applied[f"engine.{short}"] = registry[f"engine.{short}"].validate(value)
+            tunable = tunables.get(f"engine.{name.removeprefix('engine.')}")
+            if tunable is None:
+                raise TunableError(f"unknown engine tunable {name!r}; live ones: {', '.join(live)}")
+            if not tunable.live:
+                raise TunableError(f"{tunable.name} needs an engine restart; set it in tokenops.toml [engine]")
+            applied[tunable.name] = tunable.validate(value)
         if "engine.schedule_policy" in applied:
             _check_policy(applied["engine.schedule_policy"], TunableError)
         for name, value in applied.items():
