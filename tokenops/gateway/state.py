@@ -16,6 +16,7 @@ from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
 from tokenops.gateway import hooks
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
+from tokenops.gateway.expert_plans import ExpertPlans
 from tokenops.gateway.metrics_window import MetricsWindow
 from tokenops.gateway.pipeline import Pipeline
 from tokenops.routing.retry import retry_budget
@@ -57,6 +58,7 @@ class Gateway:
         self.pipeline.retry_budget = retry_budget(settings.gateway)
         self.keys = self._key_service()
         self.engine_telemetry = EngineTelemetry(self.replicas, telemetry_interval_s)
+        self.expert_plans = ExpertPlans(settings.plugin_settings("eplb"))
         self.started_at = time.time()
         self.routes: dict[str, int] = {}
         self.cache = {"lookups": 0, "hits": 0}
@@ -194,25 +196,10 @@ class Gateway:
                     stats = self.engine_telemetry.latest.get(r.name)
                 if stats:
                     out[r.name] = stats
-                    plan = self._expert_plan(stats.get("expert_load"))
+                    plan = self.expert_plans.plan_for(r.name, stats.get("expert_load"))
                     if plan is not None:
                         out[r.name] = {**stats, "eplb": plan}
         return out
-
-    def _expert_plan(self, load: Any) -> dict[str, Any] | None:
-        """An EPLB plan for a MoE replica's recorded load, for the dashboard's Experts
-        screen; devices/redundant from ``[plugins.eplb]`` (default 4 and 4)."""
-        if not load or not any(any(row) for row in load):
-            return None
-        conf = self.settings.plugin_settings("eplb")
-        try:
-            plan = hooks.get_expert_plan([[float(x) for x in row] for row in load if any(row)],
-                                         int(conf.get("devices", 4)), int(conf.get("redundant", 4)), int(conf.get("nodes", 1)))
-        except ValueError:  # the expert count does not fit the configured devices
-            return None
-        if plan is None:
-            return None
-        return plan.summary() if hasattr(plan, "summary") else plan
 
     def stats(self) -> dict[str, Any]:
         """The ``GET /admin/stats`` document."""
