@@ -1,5 +1,5 @@
 """Layer 1 on the task-trained ladder through a real ``tokenops serve`` driven by the openai SDK:
-the README's profile router on ``auto`` (profiles from ``tokenops profile`` through the
+the README's profile router on ``auto`` (profiles from ``tokenops profile run`` through the
 store channel, picked up while serving), a cascade escalating a low-confidence answer, a
 vote ensemble with distinct samples and per-member costs, MoA within max_tokens."""
 
@@ -109,7 +109,7 @@ def test_profile_router_routes_auto_once_profiles_land(srv, client, tmp_path):
         client.chat.completions.create(model="auto", messages=[{"role": "user", "content": math_prompt}], max_tokens=4)
     profiles = srv.workdir / "profiles" / "models"
     for model in ("small", "large"):  # the real CLI, against the running server, into its folder and store
-        r = CliRunner().invoke(build_app(), ["profile", model, "--url", srv.base_url, "--n", "3", "--suite", "math",
+        r = CliRunner().invoke(build_app(), ["profile", "run", model, "--url", srv.base_url, "--n", "3", "--suite", "math",
                                              "--suite", "classification", "--out", str(profiles),
                                              "--store", str(srv.store_path), "--json"])
         assert r.exit_code == 0, r.output
@@ -121,7 +121,7 @@ def test_profile_router_routes_auto_once_profiles_land(srv, client, tmp_path):
                                                     max_tokens=4, temperature=0)
             break
         except openai.NotFoundError:
-            assert time.monotonic() < deadline, "profiles written by `tokenops profile` were not picked up"
+            assert time.monotonic() < deadline, "profiles written by `tokenops profile run` were not picked up"
             time.sleep(0.5)
     rec = record(srv, answer.id)
     assert rec["router"] == "profile" and rec["model_served"] in ("small", "large")

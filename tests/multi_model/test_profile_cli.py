@@ -1,4 +1,4 @@
-"""`tokenops profile` against a real HTTP server answering like a model with known skills."""
+"""`tokenops profile run/compare/show` against a real HTTP server answering like a model with known skills."""
 
 import json
 import re
@@ -54,7 +54,7 @@ def server():
 
 def test_profile_writes_toml_results_and_store(server, tmp_path):
     store = tmp_path / "s.duckdb"
-    args = ["profile", "small", "--url", server, "--n", "4", "--out", str(tmp_path / "profiles"), "--store", str(store),
+    args = ["profile", "run", "small", "--url", server, "--n", "4", "--out", str(tmp_path / "profiles"), "--store", str(store),
             "--cost-in", "0.15", "--cost-out", "0.6", "--json"]
     result = CliRunner().invoke(build_app(), args)
     assert result.exit_code == 0, result.output
@@ -78,15 +78,37 @@ def test_profile_writes_toml_results_and_store(server, tmp_path):
     from tokenops_plugins.multi_model._profiles import save_profile
 
     save_profile(big, tmp_path / "profiles")
-    result = CliRunner().invoke(build_app(), ["profile", "compare", "small", "big", "--out", str(tmp_path / "profiles"), "--json"])
+    result = CliRunner().invoke(build_app(), ["profile", "compare", "small", "big", "--dir", str(tmp_path / "profiles"), "--json"])
     assert result.exit_code == 0, result.output
     verdict = {r["dimension"]: r["better"] for r in json.loads(result.output)}
     assert verdict["code"] == "big"
+    result = CliRunner().invoke(build_app(), ["profile", "show", "big", "--dir", str(tmp_path / "profiles"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert [p["model"] for p in json.loads(result.output)] == ["big"]
+    result = CliRunner().invoke(build_app(), ["profile", "show", "--dir", str(tmp_path / "profiles")])
+    assert result.exit_code == 0 and "capability profile: small" in result.output and "capability profile: big" in result.output
 
 
 def test_profile_unknown_suite_and_dead_server(tmp_path):
-    r = CliRunner().invoke(build_app(), ["profile", "m", "--suite", "poetry"])
-    assert r.exit_code != 0
-    r = CliRunner().invoke(build_app(), ["profile", "m", "--url", "http://127.0.0.1:9/v1", "--n", "1", "--suite", "math", "--no-store",
+    r = CliRunner().invoke(build_app(), ["profile", "run", "m", "--suite", "poetry"])
+    assert r.exit_code != 0 and "unknown suite(s) poetry" in str(r.exception)
+    r = CliRunner().invoke(build_app(), ["profile", "run", "m", "--url", "http://127.0.0.1:9/v1", "--n", "1", "--suite", "math", "--no-store",
                                          "--out", str(tmp_path)])
     assert r.exit_code != 0 and "every request failed" in str(r.exception or r.output)
+
+
+def test_one_meaning_per_word(tmp_path, capsys):
+    """A model may be called "compare"; the old `tokenops profile MODEL` names the new spelling."""
+    from tokenops.cli import main
+
+    r = CliRunner().invoke(build_app(), ["profile", "run", "compare", "--url", "http://127.0.0.1:9/v1", "--n", "1",
+                                         "--suite", "math", "--no-store", "--out", str(tmp_path)])
+    assert "is http://127.0.0.1:9/v1 serving 'compare'?" in str(r.exception)
+    r = CliRunner().invoke(build_app(), ["profile", "show", "nope", "--dir", str(tmp_path)])
+    assert "no profile for nope" in str(r.exception) and "tokenops profile run MODEL" in str(r.exception)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", "small", "--n", "3"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: `tokenops profile small`: profiling a model is now `tokenops profile run small` "
+        "(subcommands: run, compare, show)"]

@@ -1,5 +1,5 @@
 """`tokenops tune` next to a running `tokenops serve` with no --url and no admin key (the
-server's store channel), --apply, and `tokenops serve --profile` starting from the winner."""
+server's store channel), --apply, and `tokenops serve --engine-profile` starting from the winner."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_tune_apply_and_serve_profile(tmp_path):
     custom = tmp_path / "profiles" / "custom.toml"
     custom.write_text(open(out["profile"]).read().replace(f'"engine.max_num_seqs" = {winner}',
                                                           '"engine.max_num_seqs" = 6'))
-    with ServeProcess(tmp_path / "b", args=["--profile", str(custom)]) as srv2:
+    with ServeProcess(tmp_path / "b", args=["--engine-profile", str(custom)]) as srv2:
         live = httpx.get(f"{srv2.url}/admin/tunables", headers=srv2.admin_headers).json()["tunables"]
         assert {t["name"]: t["value"] for t in live}["engine.max_num_seqs"] == 6
         assert "profile custom" in srv2.log()
@@ -77,13 +77,13 @@ slo = ["ttft_p95=200ms"]
 def test_serve_profile_and_why_the_space_is_empty(tmp_path):
     (tmp_path / "profiles" / "engines").mkdir(parents=True)
     (tmp_path / "profiles" / "engines" / "small-batch.toml").write_text(PROFILE)
-    # [engine] profile in tokenops.toml (the slow test above uses --profile); found under ./profiles/engines
+    # [engine] profile in tokenops.toml (the slow test above uses --engine-profile); found under ./profiles/engines
     with ServeProcess(tmp_path, config='[engine]\nprofile = "small-batch"\n') as srv:
         live = httpx.get(f"{srv.url}/admin/tunables", headers=srv.admin_headers).json()["tunables"]
         values = {t["name"]: t["value"] for t in live}
         assert values["engine.max_num_seqs"] == 6 and values["engine.max_num_batched_tokens"] == 256
         assert "profile small-batch" in srv.log()
-        assert "warning: profile small-batch was tuned for model some-other-model" in srv.log()
+        assert "warning: engine profile small-batch was tuned for model some-other-model" in srv.log()
         empty = _tune(srv, "--slo", "p95=3s", "--only", "quantization.weights")
         assert empty.returncode == 2 and "quantization.weights needs a restart" in empty.stderr
         routing = _tune(srv, "--slo", "p95=3s", "--only", "routing")
@@ -92,6 +92,10 @@ def test_serve_profile_and_why_the_space_is_empty(tmp_path):
 
 def test_serve_refuses_an_unknown_profile(tmp_path):
     env = dict(os.environ, TOKENOPS_STORE=str(tmp_path / "s.duckdb"))
-    r = subprocess.run([sys.executable, "-m", "tokenops", "serve", "--profile", "nope"], cwd=tmp_path, env=env,
+    r = subprocess.run([sys.executable, "-m", "tokenops", "serve", "--engine-profile", "nope"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "no engine profile 'nope'" in r.stderr and "Traceback" not in r.stderr
+    old = subprocess.run([sys.executable, "-m", "tokenops", "serve", "--profile", "nope"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert old.returncode == 2 and old.stderr.strip().splitlines() == [
+        "error: serve --profile is now --engine-profile: tokenops serve --engine-profile nope"]

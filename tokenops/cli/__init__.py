@@ -5,13 +5,30 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from tokenops import __version__
 
+
+class _RootGroup(TyperGroup):
+    """An unknown command while ``TOKENOPS_LOAD_PLUGINS`` leaves plugins out says that plugins
+    add commands too (one line, instead of click's usage error)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        allow = os.environ.get("TOKENOPS_LOAD_PLUGINS")
+        if allow is not None and args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
+            loaded = "only the plugins it lists" if allow.strip() else "no plugin"
+            raise UserError(f"no command {args[0]!r}: plugins add commands too, and TOKENOPS_LOAD_PLUGINS={allow!r} "
+                            f"loads {loaded} (`tokenops plugins` shows what is loaded)")
+        return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(
+    cls=_RootGroup,
     name="tokenops",
     help="Token operations: serve, benchmark, tune and watch LLM inference.",
     no_args_is_help=True,
@@ -19,8 +36,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Each module exposes ``register(app)``; a module not yet present is skipped.
-COMMAND_MODULES = ("plugins_cmd", "serve", "report", "bench", "tune", "dashboard", "models", "profile", "moe", "route",
+# Each module exposes ``register(app)``; a module not yet present is skipped. Technique
+# commands (``profile``, ``route``) come from their plugins through ``tokenops_register_commands``.
+COMMAND_MODULES = ("plugins_cmd", "serve", "report", "bench", "tune", "dashboard", "models", "engine_profile", "moe",
                    "keys")
 
 

@@ -26,9 +26,10 @@ def serve_command(
         "--allow-open", help="Serve non-loopback clients without API keys (otherwise refused).")] = False,
     no_store: Annotated[bool, typer.Option("--no-store", help="Run without the DuckDB store (no telemetry).")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "warning",
-    profile: Annotated[Optional[str], typer.Option(
-        "--profile", help="Start with a tuned profile: profiles/engines/NAME.toml from `tokenops tune` "
+    engine_profile: Annotated[Optional[str], typer.Option(
+        "--engine-profile", help="Start with a tuned engine profile: profiles/engines/NAME.toml from `tokenops tune` "
         "(or [engine] profile).")] = None,
+    old_profile: Annotated[Optional[str], typer.Option("--profile", hidden=True)] = None,
 ) -> None:
     """Serve /v1/chat/completions, /v1/completions, /v1/models, /metrics and /admin.
 
@@ -39,6 +40,10 @@ def serve_command(
     from tokenops.config import load_settings
     from tokenops.gateway.server import model_from_arg, run_server
 
+    if old_profile is not None:
+        from tokenops.cli import UserError
+
+        raise UserError(f"serve --profile is now --engine-profile: tokenops serve --engine-profile {old_profile}")
     settings = load_settings(config)
     if host:
         settings.gateway.host = host
@@ -57,16 +62,16 @@ def serve_command(
     if model:
         settings.models = [model_from_arg(m) for m in model]
     startup_tunables = None
-    if profile or settings.engine.profile:
+    if engine_profile or settings.engine.profile:
         from tokenops.tune.engine_profile import apply_to_settings, load_profile, mismatches
 
-        tuned = load_profile(profile or settings.engine.profile)
+        tuned = load_profile(engine_profile or settings.engine.profile)
         startup_tunables = apply_to_settings(tuned, settings)
-        typer.echo(f"profile {tuned.name} ({tuned.path}): {', '.join(f'{k}={v}' for k, v in tuned.tunables.items())}")
+        typer.echo(f"engine profile {tuned.name} ({tuned.path}): {', '.join(f'{k}={v}' for k, v in tuned.tunables.items())}")
         from tokenops.backends.registry import model_configs
 
         for problem in mismatches(tuned, settings, [m.name for m in model_configs(settings)]):
-            typer.echo(f"warning: profile {tuned.name} was {problem}; its values may not fit here", err=True)
+            typer.echo(f"warning: engine profile {tuned.name} was {problem}; its values may not fit here", err=True)
     run_server(settings, allow_open=allow_open, startup_tunables=startup_tunables, use_store=not no_store, log_level=log_level, echo=typer.echo)
 
 

@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:
             console = Console(width=160)
         print_outcome(console, report, trials_table, _short)
         if profile:
-            console.print(f"profile written to {profile}; start with it: tokenops serve --profile {profile.stem}",
+            console.print(f"profile written to {profile}; start with it: tokenops serve --engine-profile {profile.stem}",
                             markup=False, highlight=False)
         if stored:
             console.print(stored, markup=False, highlight=False)
@@ -177,7 +177,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"applied to {url or 'the server of this folder'}: {report.applied}", markup=False,
                             highlight=False)
         if restart_pending:
-            console.print(f"need a restart (take effect with `tokenops serve --profile "
+            console.print(f"need a restart (take effect with `tokenops serve --engine-profile "
                             f"{profile.stem if profile else 'NAME'}`): {', '.join(restart_pending)}",
                             markup=False, highlight=False)
 

@@ -1,4 +1,4 @@
-"""Starting a server with a tuned profile: ``tokenops serve --profile NAME`` or
+"""Starting a server with a tuned profile: ``tokenops serve --engine-profile NAME`` or
 ``[engine] profile = "NAME"`` loads ``profiles/engines/NAME.toml`` (written by
 ``tokenops tune``).
 

@@ -77,7 +77,7 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
     for v in report.validation:
         meta[f"validation_{v['name']}_met_at_{v['rate']:.3g}_rps".replace(".", "_")] = bool(v["met"])
     lines = [f"# Written by `tokenops tune` (study {report.study}). [tunables] holds the winning values.",
-             f"# Start with them: tokenops serve --profile {path.stem}   (or [engine] profile = \"{path.stem}\");",
+             f"# Start with them: tokenops serve --engine-profile {path.stem}   (or [engine] profile = \"{path.stem}\");",
              "# `tokenops tune --apply` pushes the live ones to a running server; launcher ones (vllm.*, sglang.*)",
              "# are that server's command-line flags (docs/tune.md). serve warns when model, hardware or SLO differ.",
              "", "[tune]"]
