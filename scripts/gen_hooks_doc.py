@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 
 from tokenops import hookspecs
+from tokenops.blocking import MAY_BLOCK_HOOKS
 
 TITLES = {
     "setup": "Setup and lifecycle",
@@ -24,6 +26,19 @@ def signature_line(fn) -> str:
     return f"def {fn.__name__}({params}) -> {sig.return_annotation}"
 
 
+def runs_on(fn) -> str:
+    """The ``Runs on:`` line of a hookspec's docstring (tests/test_hookspecs.py requires one)."""
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    found = re.search(r"^Runs on: (.+?)(?=\n\s*\n|\n:param|\n:returns|\Z)", doc, flags=re.M | re.S)
+    return " ".join(found.group(1).split()) if found else ""
+
+
+def thread_label(fn) -> str:
+    """The first sentence of :func:`runs_on`, for the summary table."""
+    text = re.split(r"\.\s|\.$", runs_on(fn))[0]
+    return re.sub(r":\w+:`([^`]+)`|``([^`]+)``", lambda m: f"`{m.group(1) or m.group(2)}`", text)
+
+
 def render() -> str:
     out = [
         "# Hook reference",
@@ -35,7 +50,31 @@ def render() -> str:
         "`<!-- docs-test: skip (signature) -->` so `tests/test_docs_examples.py`, which runs the docs' code",
         "blocks, leaves them out.",
         "",
+        "**firstresult**: the hook stops at the first implementation that returns something other than",
+        "`None` — the first non-None result wins; return `None` to pass. Implementations are called in",
+        "LIFO registration order, adjusted by `@hookimpl(tryfirst=True)` / `trylast=True`.",
+        "",
+        "**Runs on** says which thread calls the hook. On *the event loop* (the gateway's asyncio loop, which",
+        "serves every connection) an implementation that blocks — CPU work such as embedding a text, disk or",
+        "network I/O — stalls every client, `/health` included. Mark such an implementation",
+        "`@tokenops.may_block` (optionally `@may_block(when=predicate)`, the predicate taking any of the hook's",
+        "arguments by name): the gateway then calls that hook in a worker thread, while unmarked, cheap",
+        "implementations pay no thread hop. Only "
+        + ", ".join(f"`{n}`" for n in sorted(MAY_BLOCK_HOOKS))
+        + " honour the mark; on any other hook it is refused at load. *A worker thread* (`asyncio.to_thread`)",
+        "may block, but runs concurrently with other requests: guard shared state. *The engine thread* is the",
+        "bundled engine's step loop: time spent there delays the whole batch. *Build time* is once, while the",
+        "gateway, an engine or the CLI is set up. See docs/plugins.md, \"Blocking work\".",
+        "",
+        "| hook | layer | firstresult | runs on |",
+        "|---|---|---|---|",
     ]
+    for layer in hookspecs.LAYERS:
+        for name in [n for n, lay in hookspecs.HOOK_LAYERS.items() if lay == layer]:
+            fn = getattr(hookspecs, name)
+            first = "yes" if (getattr(fn, "tokenops_spec", {}) or {}).get("firstresult") else ""
+            out.append(f"| [`{name}`](#{name}) | {layer} | {first} | {thread_label(fn)} |")
+    out.append("")
     for layer in hookspecs.LAYERS:
         names = [n for n, lay in hookspecs.HOOK_LAYERS.items() if lay == layer]
         out += [f"## {TITLES[layer]}", ""]

@@ -7,15 +7,51 @@ Layers (see docs/architecture.md):
 3. compute-model fusion — how the engine runs on the hardware (engine + tuner)
 4. compute-network-model fusion — how traffic meets replicas (gateway)
 
-``docs/hooks.md`` documents each hook with its exact signature; a test fails
-when the two disagree.
+Each spec is typed (the types are imported only for type checkers, as pytest's
+hookspec.py does) and its docstring says when it is called, each parameter, what it
+returns, and on which thread it runs (the ``Runs on:`` line):
+
+- *the event loop*: the gateway's asyncio loop, which serves every connection; an
+  implementation that blocks (CPU work, disk or network I/O) stalls every client,
+  ``/health`` included. The hooks in :data:`tokenops.blocking.MAY_BLOCK_HOOKS` move to a
+  worker thread when an implementation is marked :func:`tokenops.may_block`; the others
+  must stay cheap.
+- *a worker thread*: ``asyncio.to_thread`` from the gateway; blocking is fine, but
+  implementations run concurrently for concurrent requests, so shared state needs a lock.
+- *the engine thread*: the bundled engine's step loop; time spent there delays every
+  sequence in the batch.
+- *build time*: once, while the gateway, an engine or the CLI is set up.
+
+``firstresult`` hooks stop at the first implementation that returns something other
+than None: the first non-None result wins, and None means "pass".
+
+``docs/hooks.md`` is generated from this file (``scripts/gen_hooks_doc.py``); a test
+fails when the two disagree.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import pluggy
+
+if TYPE_CHECKING:
+    import torch
+    import typer
+
+    from tokenops.backends.base import Replica
+    from tokenops.backends.registry import BackendFactory
+    from tokenops.bench.workloads import WorkloadFactory
+    from tokenops.config import Settings
+    from tokenops.diffusion.plan import DiffusionPlan
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.sequence import Sequence
+    from tokenops.engine.spec_decode import Proposer
+    from tokenops.memory.fit import ContextWindow
+    from tokenops.tune.launcher import LauncherFactory
+    from tokenops.tunables import Tunable
+    from tokenops.types import (BackendError, BackendOutcome, EnsembleFollowUp, GatewayRequest, GatewayResponse,
+                                ReasoningBudget, Rejection, RouteDecision, TelemetryEvent)
 
 hookspec = pluggy.HookspecMarker("tokenops")
 
@@ -25,11 +61,22 @@ HOOK_LAYERS: dict[str, str] = {}
 
 LAYERS = ("setup", "multi_model", "model_optimization", "compute_model", "compute_network", "telemetry")
 
+#: Parameters and returns typed ``Any`` on purpose, with the reason (a test fails on an
+#: ``Any`` that is not listed here).
+UNTYPED: dict[str, str] = {
+    "tokenops_kv_policy.return": "no KV-policy protocol yet: the engine calls "
+                                 "blocks_to_evict(num_tokens, block_size, block_table) -> block indexes",
+    "tokenops_expert_placement.return": "the plan type belongs to the eplb plugin; the gateway reads summary(), "
+                                        "the CLI to_dict(), layers and balancedness_before/after",
+}
 
-def _layer(name: str) -> Callable:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _layer(name: str) -> Callable[[F], F]:
     assert name in LAYERS
 
-    def mark(fn: Callable) -> Callable:
+    def mark(fn: F) -> F:
         HOOK_LAYERS[fn.__name__] = name
         return fn
 
@@ -43,10 +90,13 @@ def _layer(name: str) -> Callable:
 
 @hookspec
 @_layer("setup")
-def tokenops_register_backends(register: Callable[[str, Any], None]) -> None:
+def tokenops_register_backends(register: Callable[[str, BackendFactory], None]) -> None:
     """Contribute backend kinds (``local``, ``openai``, ...).
 
-    Called once when the gateway builds its backends.
+    Called once when the gateway builds its replicas (and by ``tokenops models``).
+
+    Runs on: build time. In the thread that builds the gateway app (``tokenops serve``'s main
+    thread), before any request.
 
     :param register: ``register(kind, factory)``; ``factory(model_config, settings)``
         returns an object implementing :class:`tokenops.backends.Backend`.
@@ -55,10 +105,13 @@ def tokenops_register_backends(register: Callable[[str, Any], None]) -> None:
 
 @hookspec
 @_layer("setup")
-def tokenops_register_tunables(register: Callable[[Any], None]) -> None:
+def tokenops_register_tunables(register: Callable[[Tunable], None]) -> None:
     """Declare tunables owned by this plugin.
 
-    Called once when the tunables registry is first read.
+    Called once, when the tunables registry is first read (serve, tune, the admin API).
+
+    Runs on: build time. In whichever thread first reads the registry (the CLI main thread
+    or a gateway worker thread); the registry is built once, under a lock.
 
     :param register: ``register(Tunable(...))`` with a :class:`tokenops.tunables.Tunable`.
     """
@@ -66,10 +119,12 @@ def tokenops_register_tunables(register: Callable[[Any], None]) -> None:
 
 @hookspec
 @_layer("setup")
-def tokenops_register_commands(app: Any) -> None:
+def tokenops_register_commands(app: typer.Typer) -> None:
     """Add CLI commands.
 
     Called while the ``tokenops`` typer app is built.
+
+    Runs on: the CLI main thread. At build time.
 
     :param app: the root :class:`typer.Typer`; call ``app.command()`` or ``app.add_typer()``.
     """
@@ -77,34 +132,45 @@ def tokenops_register_commands(app: Any) -> None:
 
 @hookspec
 @_layer("setup")
-def tokenops_register_workloads(register: Callable[[str, Any], None]) -> None:
+def tokenops_register_workloads(register: Callable[[str, WorkloadFactory], None]) -> None:
     """Contribute benchmark workloads.
 
     Called when ``tokenops bench`` or ``tokenops tune`` resolves a workload name.
 
-    :param register: ``register(name, factory)``; ``factory(**options)`` returns an
-        iterable of benchmark requests.
+    Runs on: the CLI main thread. At build time.
+
+    :param register: ``register(name, factory)``; ``factory(**options)`` returns a
+        list of :class:`tokenops.bench.workloads.BenchRequest`.
     """
 
 
 @hookspec
 @_layer("setup")
-def tokenops_apply_tunables(values: dict[str, Any]) -> None:
+def tokenops_apply_tunables(values: dict[str, bool | int | float | str]) -> None:
     """Apply live tunable changes owned by plugins.
 
-    Called after ``PATCH /admin/tunables`` (or the tuner) validated a patch against
-    the registry; each plugin picks the names it owns and ignores the rest.
+    Called after ``PATCH /admin/tunables`` (the dashboard and the tuner use it) validated
+    a patch against the registry; each plugin picks the names it owns and ignores the rest.
 
-    :param values: ``{tunable name: validated value}`` of the changed tunables.
+    Runs on: a worker thread. The admin handler applies the patch off the event loop, while
+    requests keep flowing: swap state in whole objects or under a lock.
+
+    :param values: ``{tunable name: validated value}`` of the changed tunables, each of its
+        tunable's declared type.
     """
 
 
 @hookspec(historic=True)
 @_layer("setup")
-def tokenops_configure(settings: Any) -> None:
+def tokenops_configure(settings: Settings) -> None:
     """Receive the loaded settings.
 
-    Historic: plugins registered after configuration still receive the call.
+    Called once when the gateway is built, before its replicas (plugins may adjust engine
+    configs), and by CLI commands that load settings. Historic: a plugin registered after
+    configuration still receives the call, at registration.
+
+    Runs on: build time. In the thread that builds the gateway app (``tokenops serve``'s main
+    thread) or the CLI main thread; a late registration calls it in the registering thread.
 
     :param settings: the :class:`tokenops.config.Settings` in force.
     """
@@ -117,22 +183,27 @@ def tokenops_configure(settings: Any) -> None:
 
 @hookspec(firstresult=True)
 @_layer("multi_model")
-def tokenops_route(request: Any, candidates: list[str], profiles: dict[str, Any]) -> Any:
+def tokenops_route(request: GatewayRequest, candidates: list[str],
+                   profiles: dict[str, dict[str, Any]]) -> RouteDecision | None:
     """Choose the model that answers a request.
 
     Called once per request after admission and cache lookup.
 
+    Runs on: the event loop, or a worker thread if an implementation is ``@may_block``. A
+    router that embeds or classifies the text is marked so; prompts over 64 KiB are routed in
+    a worker thread too. An unmarked implementation must not block.
+
     :param request: the :class:`tokenops.types.GatewayRequest`.
     :param candidates: model names that are configured and may serve it.
-    :param profiles: model name -> capability profile (may be empty).
-    :returns: a :class:`tokenops.types.RouteDecision`, or None to pass.
-        First non-None result wins.
+    :param profiles: model name -> capability profile (the parsed profile document; may be empty).
+    :returns: a :class:`tokenops.types.RouteDecision`, or None to pass. A ``ValueError``
+        refuses the request with a 400 naming the model. First non-None result wins.
     """
 
 
 @hookspec
 @_layer("multi_model")
-def tokenops_validate(request: Any, response: Any) -> float | None:
+def tokenops_validate(request: GatewayRequest, response: GatewayResponse) -> float | None:
     """Score a response: the gateway records the lowest score, and a cascade escalates on it.
 
     Called after every successful backend answer, whether or not a cascade is configured:
@@ -142,6 +213,9 @@ def tokenops_validate(request: Any, response: Any) -> float | None:
     (:class:`tokenops.types.RouteDecision` with ``escalate_to`` and ``min_score``), a score
     below ``min_score`` asks the next model.
 
+    Runs on: the event loop, or a worker thread if an implementation is ``@may_block``. Mark a
+    validator that calls a judge model or runs code; an unmarked implementation must not block.
+
     :param request: the :class:`tokenops.types.GatewayRequest`.
     :param response: the :class:`tokenops.types.GatewayResponse`.
     :returns: a quality score in [0, 1], or None when this validator does not apply.
@@ -150,23 +224,33 @@ def tokenops_validate(request: Any, response: Any) -> float | None:
 
 @hookspec(firstresult=True)
 @_layer("multi_model")
-def tokenops_ensemble(request: Any, responses: list[Any]) -> Any:
+def tokenops_ensemble(request: GatewayRequest,
+                      responses: list[GatewayResponse]) -> GatewayResponse | EnsembleFollowUp | None:
     """Combine several responses into one.
 
-    Called when a request asked for an ensemble alias (e.g. ``ensemble:vote``).
+    Called when the route is an ensemble (a :class:`tokenops.types.RouteDecision` with
+    ``members``, e.g. the alias ``ensemble:vote``), once every member answered.
+
+    Runs on: the event loop, or a worker thread if an implementation is ``@may_block``. An
+    unmarked implementation must not block.
 
     :param request: the :class:`tokenops.types.GatewayRequest`.
-    :param responses: the member :class:`tokenops.types.GatewayResponse` objects.
-    :returns: the combined response, or None to pass. First non-None result wins.
+    :param responses: the member :class:`tokenops.types.GatewayResponse` objects that answered.
+    :returns: the combined response; an :class:`tokenops.types.EnsembleFollowUp` when a judge
+        or aggregator model has the last word; or None to pass (the first member's answer is
+        used). First non-None result wins.
     """
 
 
 @hookspec(firstresult=True)
 @_layer("multi_model")
-def tokenops_fallback(request: Any, error: Any) -> str | None:
+def tokenops_fallback(request: GatewayRequest, error: BackendError) -> str | None:
     """Pick another model after a failure.
 
-    Called when the chosen backend failed (error, timeout, overload, context length).
+    Called when the chosen backend failed (error, timeout, overload, context length) and
+    no other replica of the same model could take the request.
+
+    Runs on: the event loop. Must not block.
 
     :param request: the :class:`tokenops.types.GatewayRequest` (``request.attempts`` lists tried models).
     :param error: the :class:`tokenops.types.BackendError`.
@@ -181,10 +265,14 @@ def tokenops_fallback(request: Any, error: Any) -> str | None:
 
 @hookspec
 @_layer("model_optimization")
-def tokenops_transform_model(model: Any, config: Any) -> Any:
+def tokenops_transform_model(model: torch.nn.Module, config: EngineConfig) -> torch.nn.Module | None:
     """Transform a model after loading (quantization, pruning).
 
-    Called once per loaded model, in plugin order.
+    Called once per loaded model by the bundled engine's model runner, in plugin order,
+    before compilation.
+
+    Runs on: build time. In the thread that builds the engine (a gateway worker thread
+    for ``tokenops serve``; the caller's thread for a directly built ``LLMEngine``).
 
     :param model: the ``torch.nn.Module``.
     :param config: the :class:`tokenops.engine.config.EngineConfig`.
@@ -194,25 +282,32 @@ def tokenops_transform_model(model: Any, config: Any) -> Any:
 
 @hookspec(firstresult=True)
 @_layer("model_optimization")
-def tokenops_draft_proposer(config: Any) -> Any:
+def tokenops_draft_proposer(config: EngineConfig) -> Proposer | None:
     """Provide a speculative-decoding proposer.
 
-    Called once when the engine starts.
+    Called once when an engine with ``speculative`` set is built.
+
+    Runs on: build time. In the thread that builds the engine (a gateway worker thread for
+    ``tokenops serve``); the proposer's own methods then run on the engine thread.
 
     :param config: the :class:`tokenops.engine.config.EngineConfig`.
-    :returns: a proposer object, or None. First non-None result wins.
+    :returns: a :class:`tokenops.engine.spec_decode.Proposer`, or None.
+        First non-None result wins.
     """
 
 
 @hookspec(firstresult=True)
 @_layer("model_optimization")
-def tokenops_fit_context(request: Any, window: Any) -> Any:
+def tokenops_fit_context(request: GatewayRequest, window: ContextWindow) -> dict[str, Any] | None:
     """Fit a chat conversation into the routed model's context (session memory).
 
     Called for every chat request that carries a session id (``x-session-id``
-    header or ``user``) after routing, before the backend call, in a worker thread. A plugin may store the request's turns and replace
-    ``request.messages`` (drop old turns, inject recalled ones) so the prompt plus
-    the completion fit, instead of the backend failing with context_length_exceeded.
+    header or ``user``) after routing, before the backend call. A plugin may store the
+    request's turns and replace ``request.messages`` (drop old turns, inject recalled ones)
+    so the prompt plus the completion fit, instead of the backend failing with
+    context_length_exceeded.
+
+    Runs on: a worker thread. Blocking work such as embedding is fine.
 
     :param request: the :class:`tokenops.types.GatewayRequest` (``tenant``, ``session_id``).
     :param window: a :class:`tokenops.memory.fit.ContextWindow`: ``max_model_len``
@@ -224,23 +319,31 @@ def tokenops_fit_context(request: Any, window: Any) -> Any:
 
 @hookspec(firstresult=True)
 @_layer("model_optimization")
-def tokenops_kv_policy(config: Any) -> Any:
+def tokenops_kv_policy(config: EngineConfig) -> Any:
     """Provide a KV-cache eviction or compression policy.
 
-    Called once when the engine allocates its KV cache.
+    Called once when an engine is built.
+
+    Runs on: build time. In the thread that builds the engine (a gateway worker thread for
+    ``tokenops serve``); the policy's ``blocks_to_evict`` then runs on the engine thread.
 
     :param config: the :class:`tokenops.engine.config.EngineConfig`.
-    :returns: a policy object, or None. First non-None result wins.
+    :returns: a policy object with ``blocks_to_evict(num_tokens, block_size, block_table)``
+        returning the block-table indexes to free, or None. First non-None result wins.
     """
 
 
 @hookspec(firstresult=True)
 @_layer("model_optimization")
-def tokenops_expert_placement(load: list[list[float]], num_devices: int, num_redundant: int, num_nodes: int) -> Any:
+def tokenops_expert_placement(load: list[list[float]], num_devices: int, num_redundant: int,
+                              num_nodes: int) -> Any:
     """Plan MoE expert replication and placement (EPLB).
 
     Called by ``tokenops moe plan`` and by the gateway when it shows a plan for a
-    MoE model's recorded load.
+    MoE model's recorded load (engine stats for ``/admin/stats`` and ``/metrics``).
+
+    Runs on: the CLI main thread, or the gateway thread that computes engine stats. That is a
+    worker thread for ``/admin/stats`` but the event loop for ``/metrics``: keep it fast.
 
     :param load: per-layer, per-expert token counts (``load[layer][expert]``).
     :param num_devices: devices (GPUs) the experts are spread over.
@@ -248,18 +351,20 @@ def tokenops_expert_placement(load: list[list[float]], num_devices: int, num_red
     :param num_nodes: nodes the devices are grouped in (1 = one flat pool).
     :returns: a :class:`tokenops_plugins.model_optimization.eplb.PlacementPlan`-like object
         with ``layers`` (per-layer placement) and ``balancedness_before/after``, or None.
-        First non-None result wins.
+        A ``ValueError`` says the experts do not fit the devices. First non-None result wins.
     """
 
 
 @hookspec
 @_layer("model_optimization")
-def tokenops_diffusion_plan(model: str, plan: Any) -> None:
+def tokenops_diffusion_plan(model: str, plan: DiffusionPlan) -> None:
     """Choose how one image generation walks its denoising path.
 
     Called by the ``diffusion`` backend for every image request, before the
     request's own overrides (``sampler``, ``num_inference_steps``,
     ``step_cache_threshold``) are applied.
+
+    Runs on: the event loop. Must not block (the denoising itself runs in a worker thread).
 
     :param model: the served model's name.
     :param plan: the mutable :class:`tokenops.diffusion.plan.DiffusionPlan` (``sampler``,
@@ -270,13 +375,15 @@ def tokenops_diffusion_plan(model: str, plan: Any) -> None:
 
 @hookspec(firstresult=True)
 @_layer("model_optimization")
-def tokenops_reasoning_budget(request: Any, model: str) -> Any:
+def tokenops_reasoning_budget(request: GatewayRequest, model: str) -> ReasoningBudget | None:
     """Pick the thinking budget of one chat request to a reasoning model.
 
-    Called by the bundled engine's adapter, in a worker thread, for every chat request
-    to a model with a ``reasoning_parser``, before the request enters the engine. The
-    engine enforces the answer by budget forcing: once the thinking block holds
-    ``max_thinking_tokens`` tokens it appends the closing tag itself and the model answers.
+    Called by the bundled engine's adapter for every chat request to a model with a
+    ``reasoning_parser``, before the request enters the engine. The engine enforces the
+    answer by budget forcing: once the thinking block holds ``max_thinking_tokens`` tokens
+    it appends the closing tag itself and the model answers.
+
+    Runs on: a worker thread. A budget model may run here.
 
     :param request: the :class:`tokenops.types.GatewayRequest` (its body may carry
         ``reasoning_effort`` or the ``max_thinking_tokens`` extension).
@@ -295,8 +402,15 @@ def tokenops_reasoning_budget(request: Any, model: str) -> Any:
 
 @hookspec
 @_layer("compute_model")
-def tokenops_engine_config(config: Any) -> None:
+def tokenops_engine_config(config: EngineConfig) -> None:
     """Adjust the engine configuration before the engine starts.
+
+    Called when the gateway builds a bundled-engine backend (so the combination is
+    checked at startup) and again when the engine builds its model runner: an
+    implementation must give the same result when applied twice.
+
+    Runs on: build time. In the thread that builds the gateway app, then in the thread that
+    builds the engine (a gateway worker thread for ``tokenops serve``).
 
     :param config: the mutable :class:`tokenops.engine.config.EngineConfig`.
     """
@@ -304,8 +418,14 @@ def tokenops_engine_config(config: Any) -> None:
 
 @hookspec(firstresult=True)
 @_layer("compute_model")
-def tokenops_compile_model(model: Any) -> Any:
+def tokenops_compile_model(model: torch.nn.Module) -> torch.nn.Module | None:
     """Compile the model's forward (e.g. ``torch.compile``).
+
+    Called once per loaded model by the bundled engine's model runner, after
+    ``tokenops_transform_model``.
+
+    Runs on: build time. In the thread that builds the engine (a gateway worker thread for
+    ``tokenops serve``); the compiled forward then runs on the engine thread.
 
     :param model: the ``torch.nn.Module``.
     :returns: the compiled module, or None. First non-None result wins.
@@ -314,10 +434,13 @@ def tokenops_compile_model(model: Any) -> Any:
 
 @hookspec(firstresult=True)
 @_layer("compute_model")
-def tokenops_schedule_order(waiting: list[Any], policy: str) -> list[Any] | None:
+def tokenops_schedule_order(waiting: list[Sequence], policy: str) -> list[Sequence] | None:
     """Order the engine's waiting queue.
 
-    Called each scheduler step that has waiting sequences.
+    Called in each scheduler step that has waiting sequences, and once with an empty list
+    when an engine is built or its policy changes, to check that some plugin owns ``policy``.
+
+    Runs on: the engine thread, in every scheduler step. Keep it fast: it delays the whole batch.
 
     :param waiting: the waiting :class:`tokenops.engine.sequence.Sequence` objects.
     :param policy: the configured policy name (``fcfs``, ``priority``, ...).
@@ -328,13 +451,15 @@ def tokenops_schedule_order(waiting: list[Any], policy: str) -> list[Any] | None
 
 @hookspec
 @_layer("compute_model")
-def tokenops_register_launchers(register: Callable[[str, Any], None]) -> None:
+def tokenops_register_launchers(register: Callable[[str, LauncherFactory], None]) -> None:
     """Contribute servers that ``tokenops tune --launch --engine NAME`` can start.
 
-    Called when the tuner resolves ``--engine`` (and by ``tokenops plugins``). A
-    launcher turns a configuration of restart tunables (those under its prefixes,
-    e.g. ``vllm.``) into a command line and environment; the tuner relaunches it
-    for every configuration it measures.
+    Called when the tuner resolves ``--engine``, by ``tokenops plugins`` and by
+    ``GET /admin/tunables``. A launcher turns a configuration of restart tunables (those
+    under its prefixes, e.g. ``vllm.``) into a command line and environment; the tuner
+    relaunches it for every configuration it measures.
+
+    Runs on: build time. The CLI main thread, or a gateway worker thread for the admin API.
 
     :param register: ``register(name, factory)``; ``factory(options)`` takes a
         :class:`tokenops.tune.launcher.LaunchOptions` (model, command, extra args,
@@ -350,10 +475,12 @@ def tokenops_register_launchers(register: Callable[[str, Any], None]) -> None:
 
 @hookspec(firstresult=True)
 @_layer("compute_network")
-def tokenops_admit(request: Any) -> Any:
+def tokenops_admit(request: GatewayRequest) -> Rejection | None:
     """Admit or reject a request (rate limits, quotas).
 
     Called first for every request.
+
+    Runs on: a worker thread. A rate limiter may queue here, an admission plugin read the store.
 
     :param request: the :class:`tokenops.types.GatewayRequest`.
     :returns: a :class:`tokenops.types.Rejection` to refuse it, or None to admit.
@@ -363,8 +490,12 @@ def tokenops_admit(request: Any) -> Any:
 
 @hookspec(firstresult=True)
 @_layer("compute_network")
-def tokenops_cache_lookup(request: Any) -> Any:
+def tokenops_cache_lookup(request: GatewayRequest) -> GatewayResponse | None:
     """Answer a request from a cache.
+
+    Called for every request after admission, before routing.
+
+    Runs on: a worker thread. A semantic cache embeds the prompt here.
 
     :param request: the :class:`tokenops.types.GatewayRequest`.
     :returns: a cached :class:`tokenops.types.GatewayResponse`, or None on a miss.
@@ -374,8 +505,14 @@ def tokenops_cache_lookup(request: Any) -> Any:
 
 @hookspec
 @_layer("compute_network")
-def tokenops_cache_store(request: Any, response: Any) -> None:
-    """Offer a finished response to caches.
+def tokenops_cache_store(request: GatewayRequest, response: GatewayResponse) -> None:
+    """Offer a finished response to caches (and to plugins that settle a request's cost).
+
+    Called after every successful backend answer, right after ``tokenops_validate`` (not for
+    answers served from the cache).
+
+    Runs on: the event loop, or a worker thread if an implementation is ``@may_block``. The
+    semantic cache is marked (it embeds the question); an unmarked implementation must not block.
 
     :param request: the :class:`tokenops.types.GatewayRequest`.
     :param response: the :class:`tokenops.types.GatewayResponse`.
@@ -384,19 +521,28 @@ def tokenops_cache_store(request: Any, response: Any) -> None:
 
 @hookspec(firstresult=True)
 @_layer("compute_network")
-def tokenops_select_replica(request: Any, replicas: list[Any]) -> Any:
+def tokenops_select_replica(request: GatewayRequest, replicas: list[Replica]) -> Replica | None:
     """Choose the replica of the routed model that serves the request.
 
+    Called for every backend call (fallbacks and retries included) with the replicas that
+    are ready.
+
+    Runs on: the event loop. Must not block.
+
     :param request: the :class:`tokenops.types.GatewayRequest`.
-    :param replicas: the healthy replicas (objects with ``name`` and ``backend``).
-    :returns: one of ``replicas``, or None to pass. First non-None result wins.
+    :param replicas: the ready :class:`tokenops.backends.base.Replica` objects.
+    :returns: one of ``replicas``, or None to pass (the first is used). First non-None result wins.
     """
 
 
 @hookspec
 @_layer("compute_network")
-def tokenops_backend_outcome(backend: str, outcome: Any) -> None:
+def tokenops_backend_outcome(backend: str, outcome: BackendOutcome) -> None:
     """Observe how a backend call ended (circuit breakers, load tracking).
+
+    Called after every backend call, failed or not (a client that went away counts as ok).
+
+    Runs on: the event loop. Must not block.
 
     :param backend: the replica name.
     :param outcome: the :class:`tokenops.types.BackendOutcome`.
@@ -408,7 +554,12 @@ def tokenops_backend_outcome(backend: str, outcome: Any) -> None:
 def tokenops_replica_states() -> dict[str, str] | None:
     """Health state of each replica a breaker tracks, for ``/admin/stats``, ``/metrics`` and the dashboard.
 
-    :returns: replica name -> ``closed``, ``open``, ``half_open`` or ``ejected``; first non-None result wins.
+    Called on every ``/metrics`` scrape and stats poll.
+
+    Runs on: the event loop or a worker thread. ``/metrics`` asks on the loop, ``/admin/stats``
+    in a worker thread: must not block.
+
+    :returns: replica name -> ``closed``, ``open``, ``half_open`` or ``ejected``. First non-None result wins.
     """
 
 
@@ -419,10 +570,15 @@ def tokenops_replica_states() -> dict[str, str] | None:
 
 @hookspec
 @_layer("telemetry")
-def tokenops_record(event: Any) -> None:
+def tokenops_record(event: TelemetryEvent) -> None:
     """Receive a telemetry event (a finished request, engine stats, expert load).
 
-    Must not block: sinks queue and write in the background.
+    Called when a request finishes (kind ``requests``, ``image_requests``), on every
+    telemetry tick (``engine_stats``, ``expert_load``) and by plugins that emit rows
+    (``distill_pairs``).
+
+    Runs on: the event loop or a worker thread. Finished requests are recorded on the loop,
+    telemetry ticks in a worker thread: must not block (sinks queue and write in the background).
 
     :param event: a :class:`tokenops.types.TelemetryEvent`.
     """

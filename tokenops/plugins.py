@@ -24,6 +24,7 @@ from typing import Any
 import pluggy
 
 from tokenops import hookspecs
+from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
 from tokenops.tunables import Tunable, TunableRegistry
 
 ENTRY_POINT_GROUP = "tokenops"
@@ -69,6 +70,14 @@ def _check(pm: pluggy.PluginManager, name: str, plugin: Any) -> None:
         if spec_caller is None or spec_caller.spec is None:
             raise PluginLoadError(f"plugin {name!r} implements unknown hook {attr!r}; see docs/hooks.md")
         allowed = set(spec_caller.spec.argnames)
+        mark = blocking_mark(impl)
+        if mark is not None and attr not in MAY_BLOCK_HOOKS:
+            raise PluginLoadError(f"plugin {name!r} marks {attr!r} @may_block, but only "
+                                  f"{', '.join(sorted(MAY_BLOCK_HOOKS))} can move off the event loop; see docs/hooks.md")
+        if mark is not None and mark.argnames is not None and not set(mark.argnames) <= allowed:
+            raise PluginLoadError(f"plugin {name!r} hook {attr!r}: the @may_block(when=...) predicate takes "
+                                  f"{', '.join(sorted(set(mark.argnames) - allowed))}; allowed: "
+                                  f"{', '.join(spec_caller.spec.argnames)}")
         params = [p for p in inspect.signature(impl).parameters if p != "self"]
         extra = [p for p in params if p not in allowed]
         if extra:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tokenops import hookimpl
+from tokenops import hookimpl, may_block
 from tokenops.ratelimit.config import Limit, RateLimitConfig
 from tokenops.ratelimit.limiter import RateLimiter
 from tokenops.tunables import Tunable, TunableError
@@ -97,7 +97,12 @@ def tokenops_admit(request):
     return limiter.admit(request)
 
 
+def _uses_redis() -> bool:
+    return limiter is not None and bool(limiter.config.redis_url)
+
+
 @hookimpl
+@may_block(when=_uses_redis)  # a Redis round trip settles the charge
 def tokenops_cache_store(request, response):
     if limiter is not None:
         limiter.complete(request.id, response.prompt_tokens + response.completion_tokens)

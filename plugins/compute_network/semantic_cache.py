@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-from tokenops import hookimpl
+from tokenops import hookimpl, may_block
 from tokenops.semcache.cache import CacheConfig, SemanticCache
 from tokenops.semcache.embedders import get_embedder
 from tokenops.tunables import Tunable, TunableError
@@ -125,7 +125,12 @@ def tokenops_cache_lookup(request):
     return dataclasses.replace(response, backend="cache", extra={**response.extra, "cache": decision})
 
 
+def _embeds_on_store() -> bool:
+    return cache is not None and cache.config.is_semantic
+
+
 @hookimpl
+@may_block(when=_embeds_on_store)  # a semantic cache embeds the question: the gateway stores in a worker thread
 def tokenops_cache_store(request, response):
     if cache is None or not _is_cacheable(request) or response.backend == "cache":
         return

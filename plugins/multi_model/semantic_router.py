@@ -24,7 +24,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from tokenops import hookimpl
+from tokenops import hookimpl, may_block
 from tokenops.types import RouteDecision
 from tokenops_plugins.multi_model import _router_config as rc
 
@@ -72,9 +72,14 @@ def tokenops_configure(settings):
     _index["index"] = None
 
 
+def _is_active(request) -> bool:
+    return rc.is_active("semantic", request)
+
+
 @hookimpl
+@may_block(when=_is_active)  # embeds the prompt (MiniLM: milliseconds of CPU): the gateway routes in a worker thread
 def tokenops_route(request, candidates, profiles):
-    if not rc.is_active("semantic", request):
+    if not _is_active(request):
         return None
     conf = rc.section("semantic")
     model, sim = get_index().nearest(request.prompt_text(), int(conf.get("k", 3)))

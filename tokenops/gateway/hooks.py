@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Callable, TypeVar
 
+from tokenops.blocking import blocking_mark
 from tokenops.plugins import hook
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, Rejection, RouteDecision, TelemetryEvent
+
+
+def is_blocking(hook_name: str, **kwargs: Any) -> bool:
+    """Whether an implementation of ``hook_name`` is marked ``@may_block`` for these arguments:
+    the caller then runs the hook in a worker thread (cheap hooks stay on the event loop).
+    A few microseconds; a thread hop costs tens."""
+    for impl in getattr(hook(), hook_name).get_hookimpls():
+        mark = blocking_mark(impl.function)
+        if mark is not None and mark.applies(kwargs):
+            return True
+    return False
+
+
+T = TypeVar("T")
+
+
+async def call(hook_name: str, accessor: Callable[..., T], **kwargs: Any) -> T:
+    """``accessor(**kwargs)`` on the event loop, or in a worker thread when an implementation
+    of ``hook_name`` is marked ``@may_block`` for these arguments."""
+    if is_blocking(hook_name, **kwargs):
+        return await asyncio.to_thread(accessor, **kwargs)
+    return accessor(**kwargs)
 
 
 def get_rejection(request: GatewayRequest) -> Rejection | None:

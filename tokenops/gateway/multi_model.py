@@ -76,7 +76,8 @@ async def run_ensemble(pipeline: ModelCaller, request: GatewayRequest, rec: Requ
         if isinstance(first, APIError):
             raise first
         raise APIError(502, f"every ensemble member failed: {failures}", code="ensemble_failed")
-    combined = hooks.get_ensemble(request, [a for _, a in answers]) or answers[0][1]
+    combined = await hooks.call("tokenops_ensemble", hooks.get_ensemble, request=request,
+                                responses=[a for _, a in answers]) or answers[0][1]
     if isinstance(combined, EnsembleFollowUp):  # a judge or an aggregator has the last word
         request.decisions["ensemble"]["follow_up"] = combined.model
         follow = dataclasses.replace(

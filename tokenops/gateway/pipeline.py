@@ -142,9 +142,11 @@ class Pipeline:
         return decision
 
     async def _decide(self, request: GatewayRequest, rec: RequestRecord) -> RouteDecision:
-        """:meth:`_route`, in a worker thread for a large prompt: layer-1 routers may classify
-        the whole text (the profile router took 7 s on a 3.9 MB prompt, on the event loop)."""
-        if prompt_chars(request) > OFF_LOOP_PROMPT_CHARS:
+        """:meth:`_route`, in a worker thread for a large prompt (layer-1 routers may classify
+        the whole text: the profile router took 7 s on a 3.9 MB prompt, on the event loop) or
+        when a router is marked ``@may_block`` (the semantic router embeds the prompt)."""
+        if prompt_chars(request) > OFF_LOOP_PROMPT_CHARS or hooks.is_blocking(
+                "tokenops_route", request=request, candidates=list(self.replicas), profiles=self.profiles):
             return await asyncio.to_thread(self._route, request, rec)
         return self._route(request, rec)
 
@@ -218,15 +220,17 @@ class Pipeline:
         request.decisions.setdefault("retries", []).append({"from": failed.name, "error": error.kind})
         return self._choose(request, rec, failed.model, candidates=others)
 
-    def _after(self, request: GatewayRequest, replica: Replica, response: GatewayResponse, t0: float) -> float | None:
-        """validate -> backend outcome -> cache store; returns the lowest validation score."""
-        scores = hooks.get_validation_scores(request, response)
+    async def _after(self, request: GatewayRequest, replica: Replica, response: GatewayResponse,
+                     t0: float) -> float | None:
+        """validate -> backend outcome -> cache store; returns the lowest validation score.
+        Validators and caches marked ``@may_block`` run in a worker thread."""
+        scores = await hooks.call("tokenops_validate", hooks.get_validation_scores, request=request, response=response)
         score = min(scores) if scores else None
         if score is not None:
             request.decisions["validate"] = score
         hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None,
                                                           response.prompt_tokens, response.completion_tokens))
-        hooks.offer_to_cache(request, response)
+        await hooks.call("tokenops_cache_store", hooks.offer_to_cache, request=request, response=response)
         return score
 
     async def call_model(self, request: GatewayRequest, rec: RequestRecord, model: str) -> tuple[GatewayResponse, float | None]:
@@ -240,7 +244,7 @@ class Pipeline:
             rec.first_token_at = first
         self._account(rec, replica.model, response)
         fill_token_logprobs(response)  # the validators score confidence from these
-        return response, self._after(request, replica, response, t0)
+        return response, await self._after(request, replica, response, t0)
 
     async def answer(self, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision) -> GatewayResponse:
         """The routed answer: one model, a cascade (``escalate_to``) or an ensemble (``members``)."""
@@ -373,13 +377,16 @@ class Pipeline:
                                            tool_calls=[calls[k] for k in sorted(calls)] or None,
                                            refusal="".join(refusal) if refusal else None)
                 rec.cost_usd += self.cost(replica.model, rec.tokens_in, rec.tokens_out)
-                self._after(request, replica, response, t0)
+                try:  # may wait for a worker thread (@may_block validators, caches): the record is finished regardless
+                    await self._after(request, replica, response, t0)
+                finally:
+                    self.finish(rec, status, error, error_kind)
             else:
                 # A client that went away is not the replica's failure (breakers must not count it).
                 is_replica_ok = status == 499
                 hooks.report_outcome(replica.name, BackendOutcome(is_replica_ok, time.perf_counter() - t0,
                                                                   "client_disconnected" if is_replica_ok else "error"))
-            self.finish(rec, status, error, error_kind)
+                self.finish(rec, status, error, error_kind)
 
     async def _replay(self, rec: RequestRecord, response: GatewayResponse) -> AsyncIterator[Delta]:
         """Stream an answer that is already complete (cache hit, cascade, ensemble)."""
