@@ -29,7 +29,7 @@ from train_demo_models import IM_END, IM_START, lr_at, render
 from tokenops_plugins.multi_model._profiles import wilson
 from tokenops_plugins.multi_model._suites import DIMENSIONS, Task, make_suite
 
-HELDOUT_SEED = 0  # the suites' seed 0 is what `tokenops profile` and routing_eval measure on
+HELDOUT_SEED = 0  # the suites' seed 0 is what `tokenops profile run` and routing_eval measure on
 HELDOUT_PER_DIMENSION = 100
 
 

@@ -2,7 +2,7 @@
 
 Every task is generated from a seeded RNG (no data files, nothing downloaded) and has
 a ``check(answer) -> bool`` that decides correctness from the model's text alone.
-Used by ``tokenops profile`` (capability profiles), by the profile router's dimension
+Used by ``tokenops profile run`` (capability profiles), by the profile router's dimension
 classifier (as labelled examples) and by ``tests/benchmarks/routing_eval.py``.
 """
 

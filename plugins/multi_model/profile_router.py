@@ -12,7 +12,7 @@ max_error_rate = 0.2   # skip models whose running error rate (profile_telemetry
 
 The dimension classifier is a naive-Bayes text model trained on the generated task
 suites (``_suites.py``), so it needs no data file. Profiles come from
-``tokenops profile MODEL`` (``profiles/models/*.toml``).
+``tokenops profile run MODEL`` (``profiles/models/*.toml``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Capability profiles for the routers, as ``serve`` sees them.
 
-Profiles come from two places: ``profiles/models/*.toml`` (what ``tokenops profile``
+Profiles come from two places: ``profiles/models/*.toml`` (what ``tokenops profile run``
 writes; ``[plugins.router.profile] profiles_dir`` or ``TOKENOPS_PROFILES_DIR`` move it)
 and the store's ``capability_profiles`` table (per model and dimension). For each
 dimension the newer of the two wins. :class:`ProfileSource` loads them when the gateway
