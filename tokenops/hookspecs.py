@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from tokenops.backends.base import Replica
     from tokenops.backends.registry import BackendFactory
-    from tokenops.bench.workloads import WorkloadFactory
+    from tokenops.bench.workloads import BenchRequest
     from tokenops.config import Settings
     from tokenops.diffusion.plan import DiffusionPlan
     from tokenops.engine.config import EngineConfig
@@ -132,7 +132,7 @@ def tokenops_register_commands(app: typer.Typer) -> None:
 
 @hookspec
 @_layer("setup")
-def tokenops_register_workloads(register: Callable[[str, WorkloadFactory], None]) -> None:
+def tokenops_register_workloads(register: Callable[[str, Callable[..., list[BenchRequest]]], None]) -> None:
     """Contribute benchmark workloads.
 
     Called when ``tokenops bench`` or ``tokenops tune`` resolves a workload name.
