@@ -96,10 +96,10 @@ def _load_plugin(block: Block) -> types.ModuleType:
     return module
 
 
-def _request(text: str):
+def _request(text: str, model: str = "m"):
     from tokenops.types import GatewayRequest
 
-    return GatewayRequest(kind="chat", model="m", body={}, messages=[{"role": "user", "content": text}])
+    return GatewayRequest(kind="chat", model=model, body={}, messages=[{"role": "user", "content": text}])
 
 
 @pytest.mark.parametrize("block", _of_kind("plugin"))
@@ -121,6 +121,17 @@ def test_plugin_block_registers_and_its_hooks_act(block, register_plugin):
         rejection = hooks.get_rejection(_request("please say something forbidden"))
         assert isinstance(rejection, Rejection) and 400 <= rejection.status < 500, rejection
         assert hooks.get_rejection(_request("please say hello")) is None
+    if "tokenops_route" in implemented:  # the "Blocking work" router: off the loop for its alias only
+        from tokenops.types import RouteDecision
+
+        def route_kwargs(model: str, text: str) -> dict:
+            return {"request": _request(text, model), "candidates": ["big", "small"], "profiles": {}}
+
+        assert hooks.is_blocking("tokenops_route", **route_kwargs("topic", "x"))
+        assert not hooks.is_blocking("tokenops_route", **route_kwargs("m", "x"))
+        decision = hooks.get_route(**route_kwargs("topic", "please prove this theorem"))
+        assert isinstance(decision, RouteDecision) and decision.model == "big", decision
+        assert hooks.get_route(**route_kwargs("topic", "translate good night to French")).model == "small"
     if "tokenops_apply_tunables" in implemented:
         module.tokenops_apply_tunables(values={"blocklist.words": "Zebra, okapi"})
         assert isinstance(hooks.get_rejection(_request("a ZEBRA crossing")), Rejection)
