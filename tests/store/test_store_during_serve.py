@@ -85,7 +85,7 @@ def test_report_moe_route_bench_while_serving(tmp_path):
 @pytest.mark.slow
 def test_profile_writes_the_store_while_serving(tmp_path):
     with ServeProcess(tmp_path) as srv:
-        result = _cli(srv, "profile", "tokenops-demo", "--n", "3", "--url", srv.base_url,
+        result = _cli(srv, "profile", "run", "tokenops-demo", "--n", "3", "--url", srv.base_url,
                       "--out", str(tmp_path / "profiles"))
         assert result.returncode == 0, result.stderr
         rows = _cli(srv, "report", "--json")  # the server is still up: read the profile rows through it
