@@ -14,17 +14,26 @@ class ExpertPlans:
     """Replica name -> the EPLB plan summary of its latest expert load.
 
     A plan is recomputed only when the replica's load differs from the one it was computed
-    for, and then at most once per ``min_interval_s`` (under traffic the counters move on
-    every step; between recomputes the last plan is served). ``[plugins.eplb]`` (devices,
-    redundant, nodes; defaults 4, 4, 1) is read once, here.
+    for, and then at most once per ``plan_interval_s`` (under traffic the counters move on
+    every step; between recomputes the last plan is served). ``[plugins.eplb]`` is read
+    once, here (see :data:`DEFAULTS`). Each plan carries ``computed_at`` (unix time).
     """
 
-    def __init__(self, eplb_settings: dict[str, Any], min_interval_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.num_devices = int(eplb_settings.get("devices", 4))
-        self.num_redundant = int(eplb_settings.get("redundant", 4))
-        self.num_nodes = int(eplb_settings.get("nodes", 1))
-        self.min_interval_s = min_interval_s
+    #: ``[plugins.eplb]`` keys: devices and redundant slots to plan for, nodes (hierarchical
+    #: placement when > 1), and the shortest time between two plans of one replica.
+    DEFAULTS = {"devices": 4, "redundant": 4, "nodes": 1, "plan_interval_s": 5.0}
+
+    def __init__(self, eplb_settings: dict[str, Any], clock: Callable[[], float] = time.monotonic) -> None:
+        unknown = sorted(set(eplb_settings) - set(self.DEFAULTS))
+        if unknown:
+            raise ValueError(f"[plugins.eplb] unknown key(s) {', '.join(unknown)}; allowed: {', '.join(self.DEFAULTS)}")
+        conf = {**self.DEFAULTS, **eplb_settings}
+        try:
+            self.num_devices, self.num_redundant, self.num_nodes = (int(conf[k]) for k in ("devices", "redundant", "nodes"))
+            self.min_interval_s = float(conf["plan_interval_s"])
+        except (TypeError, ValueError):
+            raise ValueError(f"[plugins.eplb] devices, redundant and nodes must be integers and plan_interval_s "
+                             f"a number of seconds, not {eplb_settings}") from None
         self.num_computed = 0
         self._clock = clock
         self._lock = threading.Lock()  # /metrics (event loop) and /admin/stats (threads) both read
@@ -53,4 +62,4 @@ class ExpertPlans:
             return None
         if plan is None:
             return None
-        return plan.summary() if hasattr(plan, "summary") else plan
+        return {**(plan.summary() if hasattr(plan, "summary") else plan), "computed_at": time.time()}

@@ -43,6 +43,10 @@ class Gateway:
             hooks.configure(settings)
         except ValueError as e:  # a plugin refusing its [plugins.*] table: one line at start
             raise ConfigError(str(e)) from None
+        try:
+            self.expert_plans = ExpertPlans(settings.plugin_settings("eplb"))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self.models = {m.name: m for m in model_configs(settings)} if replicas is None else {
             m.name: m for m in settings.models}
         self.replicas = replicas if replicas is not None else build_replicas(settings)
@@ -58,7 +62,6 @@ class Gateway:
         self.pipeline.retry_budget = retry_budget(settings.gateway)
         self.keys = self._key_service()
         self.engine_telemetry = EngineTelemetry(self.replicas, telemetry_interval_s)
-        self.expert_plans = ExpertPlans(settings.plugin_settings("eplb"))
         self.started_at = time.time()
         self.routes: dict[str, int] = {}
         self.cache = {"lookups": 0, "hits": 0}
