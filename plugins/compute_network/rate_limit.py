@@ -12,6 +12,7 @@ including streams and errors, on the ``requests`` telemetry event.
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 
 from tokenops import hookimpl, may_block
 from tokenops.ratelimit.config import Limit, RateLimitConfig
@@ -108,12 +109,28 @@ def tokenops_cache_store(request, response):
         limiter.complete(request.id, response.prompt_tokens + response.completion_tokens)
 
 
+_settler: ThreadPoolExecutor | None = None
+
+
+def _off_loop(fn, *args) -> None:
+    """tokenops_record runs on the event loop and cannot move: Redis round trips go to one background thread."""
+    global _settler
+    if _settler is None:
+        _settler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ratelimit-settle")
+    _settler.submit(fn, *args)
+
+
 @hookimpl
 def tokenops_record(event):
     if limiter is None or event.kind != "requests":
         return
     rows = event.data if isinstance(event.data, list) else [event.data]
+    complete = limiter.complete
     for row in rows:
         rid = row.get("id")
         if rid:
-            limiter.complete(rid, int(row.get("tokens_in") or 0) + int(row.get("tokens_out") or 0))
+            tokens = int(row.get("tokens_in") or 0) + int(row.get("tokens_out") or 0)
+            if _uses_redis():
+                _off_loop(complete, rid, tokens)
+            else:
+                complete(rid, tokens)

