@@ -93,7 +93,7 @@ def _layer(name: str) -> Callable[[F], F]:
 def tokenops_register_backends(register: Callable[[str, BackendFactory], None]) -> None:
     """Contribute backend kinds (``local``, ``openai``, ...).
 
-    Called once when the gateway builds its replicas (and by ``tokenops models``).
+    Called once when the gateway builds its replicas from the settings.
 
     Runs on: build time. In the thread that builds the gateway app (``tokenops serve``'s main
     thread), before any request.
@@ -166,8 +166,8 @@ def tokenops_configure(settings: Settings) -> None:
     """Receive the loaded settings.
 
     Called once when the gateway is built, before its replicas (plugins may adjust engine
-    configs), and by CLI commands that load settings. Historic: a plugin registered after
-    configuration still receives the call, at registration.
+    configs), and by ``tokenops keys`` (routers name their aliases). Historic: a plugin
+    registered after configuration still receives the call, at registration.
 
     Runs on: build time. In the thread that builds the gateway app (``tokenops serve``'s main
     thread) or the CLI main thread; a late registration calls it in the registering thread.
