@@ -207,3 +207,15 @@ def test_semantic_router_is_blocking_only_when_it_routes():
     finally:
         semantic_router.tokenops_configure(Settings())
     assert not blocking("auto")
+
+
+def test_docs_hooks_md_is_the_generated_reference():
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        from gen_hooks_doc import render
+    finally:
+        sys.path.pop(0)
+    assert (root / "docs" / "hooks.md").read_text() == render(), "docs/hooks.md is stale: run scripts/gen_hooks_doc.py"
