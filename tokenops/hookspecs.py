@@ -339,8 +339,9 @@ def tokenops_expert_placement(load: list[list[float]], num_devices: int, num_red
                               num_nodes: int) -> Any:
     """Plan MoE expert replication and placement (EPLB).
 
-    Called by ``tokenops moe plan`` and by the gateway when it shows a plan for a
-    MoE model's recorded load (engine stats for ``/admin/stats`` and ``/metrics``).
+    Called by ``tokenops moe plan``, and by the gateway when a MoE replica's recorded expert
+    load changed (at most once per ``[plugins.eplb] plan_interval_s`` per replica) as it
+    answers ``/metrics`` or ``/admin/stats``.
 
     Runs on: the CLI main thread, or the gateway thread that computes engine stats. That is a
     worker thread for ``/admin/stats`` but the event loop for ``/metrics``: keep it fast.
