@@ -30,6 +30,17 @@ with prefix caching on vs off (a follow-up prompt is the history so far, prompts
 generated tokens token for token as a chat client sends it back, plus the next user turn).
 
 Run: ``python tests/benchmarks/engine_throughput.py`` (``--quick`` for a small run).
+
+``--peer llamacpp`` measures the serve path instead, side by side with llama.cpp's
+``llama-server`` (built once from the PyPI sdist, see ``llamacpp_peer.py``) on the
+32M-parameter Llama of :data:`PEER_MODEL_CONFIG` converted to GGUF by llama.cpp's own
+converter: the same ``--requests`` (default 48) ShareGPT-shaped requests (prompts
+16-384 token ids, outputs 8-192, EOS ignored, greedy) sent at once as streamed
+``/v1/completions`` to a running ``tokenops serve`` and to ``llama-server``
+(``--parallel`` slots, default 16), both on ``--threads`` threads (default 2); then
+batch-1 decode (256 tokens after a 64-token prompt) and TTFT; then HF static batches
+of ``--concurrency`` in-process; fp32 rows plus an int8 row (tokenops int8 weights vs
+llama.cpp Q8_0; ``--skip-int8`` leaves it out).
 """
 
 from __future__ import annotations
@@ -54,6 +65,12 @@ MODEL_CONFIG = dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8
                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
 
 
+#: The model of the llama.cpp comparison (issue 23): 32.0M parameters, grouped-query heads.
+PEER_MODEL_CONFIG = dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
+                         intermediate_size=1408, vocab_size=8192, max_position_embeddings=4096,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+
+
 class Timer:
     """Wall time and this process's CPU time. On a shared, oversubscribed box the CPU
     time of a single-threaded run measures the work done; wall time also counts waiting."""
@@ -69,14 +86,14 @@ class Timer:
         return num_tokens / self.wall, num_tokens / self.cpu
 
 
-def build_model(path: Path, seed: int) -> int:
+def build_model(path: Path, seed: int, model_config: dict | None = None) -> int:
     """Write a random-weight Llama checkpoint with the demo tokenizer; returns its parameter count."""
     import shutil
 
     import transformers as tf
 
     torch.manual_seed(seed)
-    config = tf.LlamaConfig(**MODEL_CONFIG, bos_token_id=1, eos_token_id=4, pad_token_id=0)
+    config = tf.LlamaConfig(**(model_config or MODEL_CONFIG), bos_token_id=1, eos_token_id=4, pad_token_id=0)
     model = tf.LlamaForCausalLM(config)
     model.save_pretrained(str(path))
     for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -104,7 +121,7 @@ def conversations(count: int):
 
 
 def sample_requests(tok, n: int, seed: int, max_prompt: int, max_output: int, lengths: str = "clip",
-                    max_total: int = 2048):
+                    max_total: int = 2048, min_prompt: int = 8, min_output: int = 4):
     """``n`` (prompt ids, output length) pairs drawn from ShareGPT with ``seed``.
 
     ``lengths="filter"`` keeps the lengths and skips pairs whose prompt exceeds
@@ -138,8 +155,9 @@ def sample_requests(tok, n: int, seed: int, max_prompt: int, max_output: int, le
         p_scale = o_scale = 1.0
     requests = []
     for ids, out in raw:
-        num_prompt = min(max_prompt, max(8, round(len(ids) * p_scale)))
-        num_out = min(max_output, max(4, round(out * o_scale)))
+        num_prompt = min(max_prompt, max(min_prompt, round(len(ids) * p_scale)))
+        num_out = min(max_output, max(min_output, round(out * o_scale)))
+        ids = ids if len(ids) >= num_prompt else ids[:1] * (num_prompt - len(ids)) + ids
         requests.append((ids[-num_prompt:], num_out))  # keep the end: the generation prompt stays intact
     return requests
 
@@ -224,9 +242,72 @@ def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output:
     return ttfts
 
 
+def run_peer(args, tok) -> None:
+    """``--peer llamacpp``: tokenops serve vs llama-server vs HF static batches, same model and requests."""
+    import contextlib
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import llamacpp_peer as lp
+    from tokenops.testing_serve import ServeProcess
+
+    server_bin = lp.llama_server()  # builds once (~20 min on 2 cores) before anything is timed
+    requests = sample_requests(tok, args.requests, args.seed, 384, 192, "clip", min_prompt=16, min_output=8)
+    prompt_lens, out_lens = [len(i) for i, _ in requests], [n for _, n in requests]
+    batch1_prompt = requests[0][0][:64] if len(requests[0][0]) >= 64 else (requests[0][0] * 64)[:64]
+    with tempfile.TemporaryDirectory(prefix="tokenops-peer-") as tmp:
+        path = Path(tmp) / "llama-32m"
+        num_params = build_model(path, args.seed, PEER_MODEL_CONFIG)
+        print(f"model: random Llama {num_params / 1e6:.1f}M params (hidden 512, 8 layers, 8/4 heads, vocab 8192), "
+              f"{args.threads} threads per system, {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f}); "
+              f"llama-server: {server_bin}")
+        print(f"workload: {len(requests)} ShareGPT-shaped requests sent at once (seed {args.seed}): prompt tokens "
+              f"mean {statistics.mean(prompt_lens):.0f} [{min(prompt_lens)}, {max(prompt_lens)}], output tokens mean "
+              f"{statistics.mean(out_lens):.0f} [{min(out_lens)}, {max(out_lens)}], EOS ignored, greedy; "
+              f"llama-server --parallel {args.parallel}, tokenops max_num_seqs {args.concurrency}")
+        ggufs = {"fp32": lp.convert_to_gguf(path, Path(tmp) / "model-f32.gguf", "f32")}
+        if not args.skip_int8:
+            ggufs["int8"] = lp.convert_to_gguf(path, Path(tmp) / "model-q8_0.gguf", "q8_0")
+        ctx_per_slot = 384 + 192 + 64
+        rows: dict[str, dict] = {}
+        for precision, gguf in ggufs.items():
+            quant = '\n[plugins.quantization]\nweights = "int8"\n' if precision == "int8" else ""
+            config = (f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{path}"\n\n[engine]\n'
+                      f"max_num_seqs = {args.concurrency}\nmax_num_batched_tokens = {args.budget}\n"
+                      f"kv_cache_tokens = {args.kv_cache_tokens}\ntorch_threads = {args.threads}\n{quant}")
+            systems = [("tokenops serve", lambda: ServeProcess(Path(tmp) / f"serve-{precision}", config=config,
+                                                                 store=not args.no_store)),
+                       ("llama.cpp server", lambda: lp.LlamaServer(gguf, args.parallel, args.threads, ctx_per_slot))]
+            for name, make in systems:
+                with make() as srv:
+                    url = srv.url
+                    lp.run_requests(url, "bench", [(requests[0][0][:16], 4)] * 2)  # warm-up
+                    r = lp.run_requests(url, "bench", requests)
+                    b1 = lp.batch1_decode(url, "bench", batch1_prompt, 256)
+                rows[f"{name} {precision}"] = {**r, "b1": b1["tok_s"], "b1_ttft": b1["ttft"]}
+                print(f"{name + ' ' + precision:<24} {r['tok_s']:7.1f} output tok/s ({r['tokens']} tokens in "
+                      f"{r['wall']:.1f}s; TTFT median {r['ttft_median'] * 1000:.0f} ms, p90 "
+                      f"{r['ttft_p90'] * 1000:.0f} ms)  batch-1 decode {b1['tok_s']:6.1f} tok/s, "
+                      f"TTFT {b1['ttft'] * 1000:.0f} ms", flush=True)
+            t, l = rows[f"tokenops serve {precision}"], rows[f"llama.cpp server {precision}"]
+            goal = " (goals >= 1.0x, then >= 1.5x)" if precision == "fp32" else ""
+            print(f"ratio tokenops / llama.cpp, {precision}: throughput {t['tok_s'] / l['tok_s']:.2f}x{goal}; "
+                  f"batch-1 decode {t['b1'] / l['b1']:.2f}x{' (goal >= 0.8x)' if precision == 'fp32' else ''}; "
+                  f"TTFT median under load {t['ttft_median'] / l['ttft_median']:.2f}x (lower is better)", flush=True)
+        if not args.skip_hf:
+            import transformers as tf
+
+            hf = tf.LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+            timer, num_tokens, _ = run_hf(hf, requests, args.concurrency)
+            hf_rate = num_tokens / timer.wall
+            print(f"{'HF static batches fp32':<24} {hf_rate:7.1f} output tok/s (batch {args.concurrency}, "
+                  f"{timer.wall:.1f}s, in-process)")
+            print(f"ratio tokenops serve / HF static batching: {rows['tokenops serve fp32']['tok_s'] / hf_rate:.2f}x "
+                  f"(goal >= 4x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=None, help="default 64 (48 with --peer llamacpp)")
     ap.add_argument("--concurrency", type=int, default=16, help="engine max_num_seqs = HF static batch size")
     ap.add_argument("--budget", type=int, default=512, help="engine max_num_batched_tokens")
     ap.add_argument("--max-prompt-len", type=int, default=None, help="default: 1024 (filter), 256 (clip/scale)")
@@ -235,8 +316,9 @@ def main() -> None:
     ap.add_argument("--kv-cache-tokens", type=int, default=32768, help="engine KV budget")
     ap.add_argument("--sequential-requests", type=int, default=8)
     ap.add_argument("--ttft-conversations", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads for every system (1: on a shared, oversubscribed CPU more threads spin)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for every system; default 1 (on a shared, oversubscribed CPU more threads spin), "
+                         "2 with --peer llamacpp")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lengths", choices=("filter", "clip", "scale"), default="filter",
                     help="keep ShareGPT lengths and skip pairs over the context caps (filter), or fit them to "
@@ -245,7 +327,20 @@ def main() -> None:
     ap.add_argument("--skip-throughput", action="store_true", help="the TTFT comparison only")
     ap.add_argument("--skip-ttft", action="store_true", help="the throughput comparison only")
     ap.add_argument("--quick", action="store_true", help="16 requests, short lengths: a smoke run")
+    ap.add_argument("--peer", choices=("hf", "llamacpp"), default="hf",
+                    help="llamacpp: the serve path vs llama.cpp's llama-server (see the module docstring)")
+    ap.add_argument("--parallel", type=int, default=16, help="--peer llamacpp: llama-server slots")
+    ap.add_argument("--skip-int8", action="store_true", help="--peer llamacpp: fp32 rows only")
+    ap.add_argument("--no-store", action="store_true", help="--peer llamacpp: tokenops serve without its store")
     args = ap.parse_args()
+    if args.peer == "llamacpp":
+        args.requests = args.requests or 48
+        args.threads = args.threads or 2
+        from tokenops.engine.tokenizer import Tokenizer
+
+        torch.set_num_threads(args.threads)
+        return run_peer(args, Tokenizer.from_dir(TOKENIZER_DIR))
+    args.requests, args.threads = args.requests or 64, args.threads or 1
     if args.quick:
         args.requests, args.concurrency, args.max_prompt_len, args.max_output_len = 16, 8, 96, 32
         args.sequential_requests, args.ttft_conversations, args.lengths = 2, 3, "clip"
