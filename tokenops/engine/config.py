@@ -68,6 +68,11 @@ class EngineConfig:
     attention_backend: str = _knob("auto", tunable="restart", choices=("auto", "native", "torch"), searchable=False,
                                    help="Decode attention: compiled paged kernel (native), gather + SDPA (torch), "
                                         "or native when it builds (auto).")
+    #: Linear layers on CPU: "auto" (oneDNN with weights prepacked at load for float32 models, see
+    #: tokenops/engine/weight_layout.py), "onednn" (that or an error) or "plain" (F.linear).
+    weight_layout: str = _knob("auto", tunable="restart", choices=("auto", "onednn", "plain"), searchable=False,
+                               help="Linear layers on CPU: oneDNN with prepacked weights (onednn), F.linear (plain), "
+                                    "or onednn for float32 models when available (auto).")
     #: KV offload tier (all 0 = off): evicted prefix-cache blocks go to host memory
     #: (``*_blocks`` wins over ``*_mb``), overflowing to disk; see offload_index.py.
     kv_offload_host_mb: float = 0.0
@@ -103,6 +108,8 @@ class EngineConfig:
             raise ValueError(f"engine kv_cache_dtype must be 'auto' or 'int8', not {self.kv_cache_dtype!r}")
         if self.attention_backend not in ("auto", "native", "torch"):
             raise ValueError(f"engine attention_backend must be 'auto', 'native' or 'torch', not {self.attention_backend!r}")
+        if self.weight_layout not in ("auto", "onednn", "plain"):
+            raise ValueError(f"engine weight_layout must be 'auto', 'onednn' or 'plain', not {self.weight_layout!r}")
         _check_int("kv_sink_tokens", self.kv_sink_tokens, 0)
         _check_int("kv_window_tokens", self.kv_window_tokens, 0)
         if self.kv_window_tokens and self.kv_window_tokens < 2 * self.block_size:

@@ -16,6 +16,7 @@ from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.loader import load_model, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
+from tokenops.engine.weight_layout import pack_linear_weights
 
 if TYPE_CHECKING:
     from tokenops.engine.config import EngineConfig
@@ -84,6 +85,8 @@ class ModelRunner:
         self.kv_offload = self._make_offload_store()
         self.native_attention = self._pick_attention_kernel()
         model = get_transformed_model(model, config)
+        #: "onednn" when the linear layers multiply through prepacked oneDNN weights (see weight_layout.py).
+        self.weight_layout = pack_linear_weights(model, self.device, self.dtype, getattr(config, "weight_layout", "auto"))
         self.model = get_compiled_model(model)
         self.load_time_s = time.perf_counter() - start
 

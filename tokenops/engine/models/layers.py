@@ -34,10 +34,28 @@ def activation(name: str):
 
 class Linear(nn.Linear):
     """``nn.Linear`` without random initialisation: weights always come from a checkpoint,
-    and initialising billions of parameters only to overwrite them costs seconds."""
+    and initialising billions of parameters only to overwrite them costs seconds.
+
+    After :meth:`pack` (see :mod:`tokenops.engine.weight_layout`) the layer multiplies
+    through oneDNN with its weight prepacked in the GEMM's own blocked layout."""
+
+    #: The oneDNN-packed weight (an opaque ``mkldnn`` tensor), or None: plain ``F.linear``.
+    packed: torch.Tensor | None = None
 
     def reset_parameters(self) -> None:
         pass
+
+    def pack(self, release: bool = True) -> None:
+        """Reorder the weight for oneDNN once; ``release`` frees the dense copy (keep it
+        when another module shares the tensor, e.g. tied embeddings)."""
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+        if release:
+            self.weight = nn.Parameter(self.weight.new_empty((0,)), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
 
 
 class Embedding(nn.Embedding):

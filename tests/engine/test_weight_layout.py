@@ -1,0 +1,74 @@
+"""oneDNN prepacked linear weights (tokenops.engine.weight_layout) against plain F.linear."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tokenops.engine.config import EngineConfig
+from tokenops.engine.engine import LLMEngine
+from tokenops.engine.models.layers import Linear
+from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.weight_layout import onednn_available, pack_linear_weights
+
+from tiny_models import make_tiny_checkpoint
+
+needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [0, 1, 5, 64])
+def test_packed_linear_matches_f_linear(bias, rows):
+    torch.manual_seed(0)
+    layer = Linear(48, 80, bias=bias)
+    torch.nn.init.normal_(layer.weight)
+    if bias:
+        torch.nn.init.normal_(layer.bias)
+    x = torch.randn(rows, 96)[:, ::2]  # a non-contiguous input too
+    expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    layer.pack()
+    assert layer.packed is not None and layer.weight.numel() == 0  # the dense copy is released
+    torch.testing.assert_close(layer(x), expected, atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_engine_output_identical_with_and_without_packing(tmp_path):
+    path = make_tiny_checkpoint("llama", tmp_path)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13], list(range(20, 60))]
+    outs = {}
+    for layout in ("plain", "onednn"):
+        engine = LLMEngine(EngineConfig(model=str(path), device="cpu", weight_layout=layout, kv_cache_tokens=1024))
+        assert engine.runner.weight_layout == layout
+        packed = [m for m in engine.runner.model.modules() if type(m) is Linear and m.packed is not None]
+        assert bool(packed) == (layout == "onednn")
+        outs[layout] = engine.generate(prompts, params)
+    for plain, onednn in zip(outs["plain"], outs["onednn"]):
+        assert plain.outputs[0].token_ids == onednn.outputs[0].token_ids
+        for a, b in zip(plain.outputs[0].logprobs, onednn.outputs[0].logprobs):
+            assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-4)
+
+
+def test_tied_lm_head_keeps_the_shared_weight(tmp_path):
+    from tokenops.engine.loader import load_model
+
+    path = make_tiny_checkpoint("qwen2", tmp_path)  # the tiny qwen2 ties its embeddings
+    model, args, _ = load_model(path, torch.float32, torch.device("cpu"))
+    layout = pack_linear_weights(model, torch.device("cpu"), torch.float32)
+    if not onednn_available():
+        assert layout == "plain"
+        return
+    assert layout == "onednn"
+    if args.tie_word_embeddings:
+        assert model.lm_head.weight.numel() > 0 and model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_layout_choice_and_errors():
+    model = torch.nn.Sequential(Linear(4, 4))
+    assert pack_linear_weights(model, torch.device("cpu"), torch.bfloat16) == "plain"  # auto: fp32 only
+    with pytest.raises(ValueError, match="float32 weights only"):
+        pack_linear_weights(model, torch.device("cpu"), torch.bfloat16, "onednn")
+    assert pack_linear_weights(model, torch.device("cpu"), torch.float32, "plain") == "plain"
+    with pytest.raises(ValueError, match="weight_layout must be"):
+        EngineConfig(weight_layout="blocked")

@@ -1,0 +1,63 @@
+"""CPU weight layout: the model's linear layers through oneDNN with prepacked weights.
+
+On CPU, ``F.linear`` hands ``x @ W.T`` to a BLAS GEMM that re-reads the weight in its
+plain row-major layout every call. oneDNN (PyTorch's ``mkldnn`` backend, the path that
+``torch.compile`` takes on CPU when it freezes weights) can instead reorder each weight
+once, at load, into the blocked layout its GEMM kernels stream from. On this project's
+2-core AVX2 box that made the 32M benchmark Llama's matmuls 1.3-1.6x faster at every
+batch size that matters (1, 16 and 48 rows; ``docs/engine-optimizations.md``).
+
+:func:`pack_linear_weights` converts every :class:`tokenops.engine.models.layers.Linear`
+of a float32 model on CPU; a layer a transform plugin replaced (quantized layers) is left
+alone. The dense weight of a packed layer is released (it would double the memory) unless
+it is shared, e.g. a lm_head tied to the embeddings. Results match ``F.linear`` to float32
+rounding (about 1e-6 relative), and the HF greedy-parity tests run through this path.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+LAYOUTS = ("auto", "onednn", "plain")
+
+
+def onednn_available() -> bool:
+    """Whether this torch build has the oneDNN linear ops (CPU builds for x86/ARM do)."""
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+def pack_linear_weights(model: nn.Module, device: torch.device, dtype: torch.dtype, layout: str = "auto") -> str:
+    """Pack ``model``'s linear layers for oneDNN when ``layout`` allows it; returns the layout used
+    ("onednn" or "plain"). ``layout="onednn"`` raises when it cannot be used."""
+    from tokenops.engine.models.layers import Linear
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"engine weight_layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    if layout == "plain":
+        return "plain"
+    why = None
+    if device.type != "cpu":
+        why = "it is for CPU"
+    elif dtype != torch.float32:
+        why = "it is used for float32 weights only (bf16/fp16 GEMMs need AVX-512 BF16/AMX to gain)"
+    elif not onednn_available():
+        why = "this torch build has no oneDNN"
+    if why is not None:
+        if layout == "onednn":
+            raise ValueError(f"engine weight_layout 'onednn' is unavailable: {why}")
+        return "plain"
+    shared = {id(p) for m in model.modules() if not isinstance(m, Linear) for p in m.parameters(recurse=False)}
+    num = 0
+    with torch.no_grad():
+        for module in model.modules():
+            if type(module) is Linear and module.weight.dtype == torch.float32 and module.packed is None:
+                module.pack(release=id(module.weight) not in shared)
+                num += 1
+    log.debug("packed %d linear layers for oneDNN", num)
+    return "onednn" if num else "plain"
