@@ -101,12 +101,12 @@ def test_register_and_unregister_runtime_plugin(fresh_plugins):
 
 
 def test_trace_env_prints_hook_calls(tmp_path):
-    code = "from tokenops.plugins import hook; hook().tokenops_schedule_order(waiting=[], policy='fcfs')"
+    code = "from tokenops.plugins import hook; hook().tokenops_register_schedule_orders(register=lambda n, o: None)"
     env = {"TOKENOPS_TRACE_PLUGINS": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "[tokenops hook] tokenops_schedule_order" in out.stderr
-    assert "= []" in out.stderr
+    assert "[tokenops hook] tokenops_register_schedule_orders" in out.stderr
+    assert "-> ['schedule_fcfs', 'schedule_priority']" in out.stderr and "= []" in out.stderr
 
 
 def test_plugins_json_groups_by_layer():

@@ -45,8 +45,7 @@ if TYPE_CHECKING:
     from tokenops.config import Settings
     from tokenops.diffusion.plan import DiffusionPlan
     from tokenops.engine.config import EngineConfig
-    from tokenops.engine.sequence import Sequence
-    from tokenops.engine.spec_decode import Proposer
+    from tokenops.engine.protocols import KVPolicy, ProposerFactory, ScheduleOrder
     from tokenops.memory.fit import ContextWindow
     from tokenops.tune.launcher import LauncherFactory
     from tokenops.tunables import Tunable
@@ -64,8 +63,6 @@ LAYERS = ("setup", "multi_model", "model_optimization", "compute_model", "comput
 #: Parameters and returns typed ``Any`` on purpose, with the reason (a test fails on an
 #: ``Any`` that is not listed here).
 UNTYPED: dict[str, str] = {
-    "tokenops_kv_policy.return": "no KV-policy protocol yet: the engine calls "
-                                 "blocks_to_evict(num_tokens, block_size, block_table) -> block indexes",
     "tokenops_expert_placement.return": "the plan type belongs to the eplb plugin; the gateway reads summary(), "
                                         "the CLI to_dict(), layers and balancedness_before/after",
 }
@@ -268,11 +265,13 @@ def tokenops_fallback(request: GatewayRequest, error: BackendError) -> str | Non
 def tokenops_transform_model(model: torch.nn.Module, config: EngineConfig) -> torch.nn.Module | None:
     """Transform a model after loading (quantization, pruning).
 
-    Called once per loaded model by the bundled engine's model runner, in plugin order,
-    before compilation.
+    Called once per loaded model while the bundled engine is built, before its weights are
+    packed and the model compiled (``tokenops serve`` passes it to the engine as a weight
+    transform, see :mod:`tokenops.engine_policies`; an engine built without plugins has none).
+    Every implementation gets the loaded model; the last non-None replacement is kept.
 
     Runs on: build time. In the thread that builds the engine (a gateway worker thread
-    for ``tokenops serve``; the caller's thread for a directly built ``LLMEngine``).
+    for ``tokenops serve``).
 
     :param model: the ``torch.nn.Module``.
     :param config: the :class:`tokenops.engine.config.EngineConfig`.
@@ -280,19 +279,23 @@ def tokenops_transform_model(model: torch.nn.Module, config: EngineConfig) -> to
     """
 
 
-@hookspec(firstresult=True)
+@hookspec
 @_layer("model_optimization")
-def tokenops_draft_proposer(config: EngineConfig) -> Proposer | None:
-    """Provide a speculative-decoding proposer.
+def tokenops_register_proposers(register: Callable[[str, ProposerFactory], None]) -> None:
+    """Contribute speculative-decoding proposers, selectable by name.
 
-    Called once when an engine with ``speculative`` set is built.
+    Called once each time ``tokenops serve`` builds a bundled engine (and when it checks an
+    engine config at start): ``EngineConfig.speculative`` (``[engine] speculative`` or
+    ``[plugins.speculative] method``) picks one of the registered names. ``ngram`` and
+    ``draft`` are built into the engine; registering one of those names replaces the
+    built-in, registering a name another plugin registered is an error.
 
     Runs on: build time. In the thread that builds the engine (a gateway worker thread for
-    ``tokenops serve``); the proposer's own methods then run on the engine thread.
+    ``tokenops serve``); the proposer's methods then run on the engine thread.
 
-    :param config: the :class:`tokenops.engine.config.EngineConfig`.
-    :returns: a :class:`tokenops.engine.spec_decode.Proposer`, or None.
-        First non-None result wins.
+    :param register: ``register(name, factory)``; ``factory(config)`` gets the engine's final
+        :class:`tokenops.engine.config.EngineConfig` and returns a
+        :class:`tokenops.engine.protocols.Proposer`.
     """
 
 
@@ -319,17 +322,18 @@ def tokenops_fit_context(request: GatewayRequest, window: ContextWindow) -> dict
 
 @hookspec(firstresult=True)
 @_layer("model_optimization")
-def tokenops_kv_policy(config: EngineConfig) -> Any:
-    """Provide a KV-cache eviction or compression policy.
+def tokenops_kv_policy(config: EngineConfig) -> KVPolicy | None:
+    """Provide a KV-cache eviction or compression policy, replacing the built-in one.
 
-    Called once when an engine is built.
+    Called once each time ``tokenops serve`` builds a bundled engine. With no policy from
+    a plugin the engine uses its built-in sink + window eviction when ``kv_window_tokens`` is
+    set, and keeps every block otherwise.
 
     Runs on: build time. In the thread that builds the engine (a gateway worker thread for
     ``tokenops serve``); the policy's ``blocks_to_evict`` then runs on the engine thread.
 
     :param config: the :class:`tokenops.engine.config.EngineConfig`.
-    :returns: a policy object with ``blocks_to_evict(num_tokens, block_size, block_table)``
-        returning the block-table indexes to free, or None. First non-None result wins.
+    :returns: a :class:`tokenops.engine.protocols.KVPolicy`, or None. First non-None result wins.
     """
 
 
@@ -406,12 +410,11 @@ def tokenops_reasoning_budget(request: GatewayRequest, model: str) -> ReasoningB
 def tokenops_engine_config(config: EngineConfig) -> None:
     """Adjust the engine configuration before the engine starts.
 
-    Called when the gateway builds a bundled-engine backend (so the combination is
-    checked at startup) and again when the engine builds its model runner: an
-    implementation must give the same result when applied twice.
+    Called once per bundled-engine backend when the gateway builds it, so the combination
+    is checked at startup (:func:`tokenops.engine_policies.configure_engine`); an engine
+    built directly (``LLMEngine(config)``) does not call it.
 
-    Runs on: build time. In the thread that builds the gateway app, then in the thread that
-    builds the engine (a gateway worker thread for ``tokenops serve``).
+    Runs on: build time. In the thread that builds the gateway app.
 
     :param config: the mutable :class:`tokenops.engine.config.EngineConfig`.
     """
@@ -422,8 +425,9 @@ def tokenops_engine_config(config: EngineConfig) -> None:
 def tokenops_compile_model(model: torch.nn.Module) -> torch.nn.Module | None:
     """Compile the model's forward (e.g. ``torch.compile``).
 
-    Called once per loaded model by the bundled engine's model runner, after
-    ``tokenops_transform_model``.
+    Called once per loaded model while ``tokenops serve`` builds a bundled engine, after
+    ``tokenops_transform_model`` and weight packing (an engine built without plugins
+    compiles nothing).
 
     Runs on: build time. In the thread that builds the engine (a gateway worker thread for
     ``tokenops serve``); the compiled forward then runs on the engine thread.
@@ -433,20 +437,23 @@ def tokenops_compile_model(model: torch.nn.Module) -> torch.nn.Module | None:
     """
 
 
-@hookspec(firstresult=True)
+@hookspec
 @_layer("compute_model")
-def tokenops_schedule_order(waiting: list[Sequence], policy: str) -> list[Sequence] | None:
-    """Order the engine's waiting queue.
+def tokenops_register_schedule_orders(register: Callable[[str, ScheduleOrder], None]) -> None:
+    """Contribute waiting-queue orders, selectable by name.
 
-    Called in each scheduler step that has waiting sequences, and once with an empty list
-    when an engine is built or its policy changes, to check that some plugin owns ``policy``.
+    Called once each time ``tokenops serve`` builds a bundled engine (and when it checks an
+    engine config at start, and builds the tunables registry): ``[engine] schedule_policy``
+    (a live tunable) picks one of the registered names. ``fcfs`` and ``priority`` are built
+    into the engine; registering one of those names replaces the built-in, registering a
+    name another plugin registered is an error.
 
-    Runs on: the engine thread, in every scheduler step. Keep it fast: it delays the whole batch.
+    Runs on: build time. In the thread that builds the engine; the order itself then runs on
+    the engine thread in every scheduler step with waiting sequences: keep it fast.
 
-    :param waiting: the waiting :class:`tokenops.engine.sequence.Sequence` objects.
-    :param policy: the configured policy name (``fcfs``, ``priority``, ...).
-    :returns: the reordered list, or None when this plugin does not own ``policy``.
-        First non-None result wins.
+    :param register: ``register(name, order)``; ``order(waiting)`` takes the waiting
+        :class:`tokenops.engine.sequence.Sequence` objects and returns them in admission
+        order (a :class:`tokenops.engine.protocols.ScheduleOrder`).
     """
 
 

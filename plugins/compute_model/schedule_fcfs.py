@@ -1,12 +1,12 @@
-"""First come, first served: the default queue order."""
+"""First come, first served: the default queue order (built into the engine as ``fcfs``;
+registered here so `tokenops plugins` lists it with the other queue orders)."""
 
 from tokenops import hookimpl
+from tokenops.engine.policies import fcfs_order
 
 TOKENOPS_LAYER = "compute_model"
 
 
-@hookimpl(trylast=True)
-def tokenops_schedule_order(waiting, policy):
-    if policy != "fcfs":
-        return None
-    return sorted(waiting, key=lambda s: s.arrival_time)
+@hookimpl
+def tokenops_register_schedule_orders(register):
+    register("fcfs", fcfs_order)

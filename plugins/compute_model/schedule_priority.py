@@ -1,12 +1,12 @@
-"""Priority order: lower ``priority`` value first, then arrival (as in vLLM)."""
+"""Priority order: lower ``priority`` value first, then arrival (as in vLLM). Built into the
+engine as ``priority``; registered here so `tokenops plugins` lists it."""
 
 from tokenops import hookimpl
+from tokenops.engine.policies import priority_order
 
 TOKENOPS_LAYER = "compute_model"
 
 
 @hookimpl
-def tokenops_schedule_order(waiting, policy):
-    if policy != "priority":
-        return None
-    return sorted(waiting, key=lambda s: (s.priority, s.arrival_time))
+def tokenops_register_schedule_orders(register):
+    register("priority", priority_order)

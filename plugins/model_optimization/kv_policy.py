@@ -18,6 +18,10 @@ sequences fit in the cache together. Preempted sequences are recomputed in full
 and evicted again on their next decode step. Not combined with the draft-model
 proposer (its cache shares the block tables).
 
+The policy is built into the engine (:class:`tokenops.engine.policies.SinkWindowPolicy`,
+used whenever ``kv_window_tokens`` is set); this plugin maps ``[plugins.kv_policy]`` onto
+those engine settings.
+
 Enable: ``EngineConfig(kv_sink_tokens=4, kv_window_tokens=256)`` or in
 ``tokenops.toml``::
 
@@ -32,33 +36,14 @@ from __future__ import annotations
 from typing import Any
 
 from tokenops import hookimpl
+from tokenops.engine.policies import SinkWindowPolicy
 from tokenops.tunables import Tunable
+
+__all__ = ["SinkWindowPolicy"]
 
 TOKENOPS_LAYER = "model_optimization"
 
 _conf: dict[str, Any] = {"sink_tokens": 0, "window_tokens": 0, "cache_dtype": "auto"}
-
-
-class SinkWindowPolicy:
-    """Which blocks of a sequence to release (see the module doc)."""
-
-    def __init__(self, num_sink_tokens: int, window: int) -> None:
-        if num_sink_tokens < 0 or window < 1:
-            raise ValueError(f"sink + window policy needs sink >= 0 and window >= 1, got {num_sink_tokens}, {window}")
-        self.num_sink_tokens = num_sink_tokens
-        self.window = window
-
-    def blocks_to_evict(self, num_tokens: int, block_size: int, block_table: list[int]) -> list[int]:
-        """Indices of live blocks wholly after the sink blocks and before the window
-        of the next query (which sees positions ``< num_tokens``)."""
-        first = -(-self.num_sink_tokens // block_size)  # sink blocks, rounded up
-        end = max(0, num_tokens - self.window) // block_size  # blocks ending at or before the window start
-        end = min(end, len(block_table) - 1)  # the last block is never evicted
-        return [i for i in range(first, end) if block_table[i] >= 0]
-
-    def max_blocks(self, block_size: int) -> int:
-        """Most live blocks a decoding sequence holds after eviction."""
-        return -(-self.num_sink_tokens // block_size) + -(-self.window // block_size) + 1
 
 
 @hookimpl
@@ -89,11 +74,3 @@ def tokenops_engine_config(config):
     if _conf["window_tokens"] and not getattr(config, "kv_window_tokens", 0):
         config.kv_window_tokens = _conf["window_tokens"]
         config.kv_sink_tokens = _conf["sink_tokens"]
-
-
-@hookimpl
-def tokenops_kv_policy(config: Any):
-    window = getattr(config, "kv_window_tokens", 0)
-    if not window:
-        return None
-    return SinkWindowPolicy(getattr(config, "kv_sink_tokens", 0), window)

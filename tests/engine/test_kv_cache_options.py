@@ -77,7 +77,7 @@ def _generate_long(model_dir, max_tokens, **kw):
 
 
 def test_sink_window_keeps_generating_with_bounded_blocks(tiny_llama_dir):
-    from tokenops_plugins.model_optimization.kv_policy import SinkWindowPolicy
+    from tokenops.engine.policies import SinkWindowPolicy
 
     base, base_peak, _, _ = _generate_long(tiny_llama_dir, 80)
     outs, peak, per_seq, engine = _generate_long(tiny_llama_dir, 80, kv_sink_tokens=4, kv_window_tokens=16)
@@ -91,7 +91,7 @@ def test_sink_window_keeps_generating_with_bounded_blocks(tiny_llama_dir):
 
 
 def test_sink_window_policy_blocks():
-    from tokenops_plugins.model_optimization.kv_policy import SinkWindowPolicy
+    from tokenops.engine.policies import SinkWindowPolicy
 
     policy = SinkWindowPolicy(num_sink_tokens=4, window=8)
     table = list(range(10))
@@ -112,7 +112,7 @@ def test_config_rejects_bad_kv_options():
 
 
 def test_sink_window_with_ngram_speculation_and_int8(tiny_llama_dir):
-    from tokenops_plugins.model_optimization.kv_policy import SinkWindowPolicy
+    from tokenops.engine.policies import SinkWindowPolicy
 
     outs, _, per_seq, engine = _generate_long(tiny_llama_dir, 40, kv_sink_tokens=4, kv_window_tokens=16,
                                               speculative="ngram", kv_cache_dtype="int8")
@@ -135,9 +135,11 @@ def test_kv_plugin_settings_reach_the_engine_config():
         config = EngineConfig()
         plugin.tokenops_engine_config(config)
         assert (config.kv_sink_tokens, config.kv_window_tokens, config.kv_cache_dtype) == (4, 64, "int8")
-        policy = plugin.tokenops_kv_policy(config)
+        from tokenops.engine.policies import builtin_kv_policy
+
+        policy = builtin_kv_policy(config)  # the engine's built-in policy reads those settings
         assert (policy.num_sink_tokens, policy.window) == (4, 64)
-        assert plugin.tokenops_kv_policy(EngineConfig()) is None
+        assert builtin_kv_policy(EngineConfig()) is None
     finally:
         plugin._conf.clear()
         plugin._conf.update(saved)

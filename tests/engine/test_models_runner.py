@@ -81,16 +81,26 @@ class _Scaled(torch.nn.Module):
 
 
 def test_transform_and_compile_hooks(tiny_llama_dir, make_runner):
+    """The hooks reach the runner as the engine's policies, collected once (serve's way)."""
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine_policies import collect_policies
+
     plain = make_runner(tiny_llama_dir).execute([ChunkInput([1, 2, 3], 0, [0])])[0]
     plugin = _Hooks()
     name = register_plugin(plugin, name="test-engine-hooks")
+    config = EngineConfig(model=str(tiny_llama_dir), device="cpu", block_size=4, kv_cache_tokens=256)
     try:
-        runner = make_runner(tiny_llama_dir)
+        policies = collect_policies(config)
+        assert plugin.calls == []  # collected, not called yet
+        runner = ModelRunner(config, policies.transforms, policies.compile)
     finally:
         unregister_plugin(name)
     assert plugin.calls == [("transform", "CausalLM", 4), ("compile", "CausalLM")]
     hooked = runner.execute([ChunkInput([1, 2, 3], 0, [0])])[0]
     torch.testing.assert_close(hooked, 2 * plain)
+    # without policies the runner neither transforms nor compiles (no plugin machinery)
+    torch.testing.assert_close(make_runner(tiny_llama_dir).execute([ChunkInput([1, 2, 3], 0, [0])])[0], plain)
 
 
 def test_split_by_length_groups_similar_lengths():

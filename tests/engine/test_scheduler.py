@@ -9,14 +9,14 @@ from tokenops.engine.scheduler import Scheduler
 from tokenops.engine.sequence import Sequence, SequenceStatus
 
 
-def fcfs(waiting, policy):
+def fcfs(waiting):
     return sorted(waiting, key=lambda s: s.arrival_time)
 
 
-def make(num_blocks=32, block_size=4, budget=16, max_seqs=8, order_fn=fcfs, **kw):
+def make(num_blocks=32, block_size=4, budget=16, max_seqs=8, orders=None, **kw):
     config = EngineConfig(block_size=block_size, kv_cache_tokens=num_blocks * block_size,
                           max_num_batched_tokens=budget, max_num_seqs=max_seqs, **kw)
-    return Scheduler(config, num_blocks, order_fn=order_fn)
+    return Scheduler(config, num_blocks, orders if orders is not None else {"fcfs": fcfs})
 
 
 _clock = iter(range(10**9))
@@ -150,10 +150,10 @@ def test_a_lone_sequence_preempts_itself_and_no_new_prefill_starts():
     assert sched.waiting == [a, b] and sched.block_manager.num_free_blocks == 2
 
 
-def test_priority_policy_through_the_hook():
-    from tokenops.engine.scheduler import get_schedule_order
+def test_priority_policy_built_in_and_switched_live():
+    from tokenops.engine.policies import BUILTIN_SCHEDULE_ORDERS
 
-    sched = make(max_seqs=1, budget=64, schedule_policy="priority", order_fn=get_schedule_order)
+    sched = make(max_seqs=1, budget=64, schedule_policy="priority", orders=BUILTIN_SCHEDULE_ORDERS)
     low, high = seq(3, priority=5, max_tokens=1), seq(3, priority=0, max_tokens=1)
     sched.add(low)
     sched.add(high)
@@ -197,10 +197,10 @@ _ops = st.lists(
 @settings(max_examples=120, deadline=None)
 @given(ops=_ops, policy=st.sampled_from(["fcfs", "priority"]))
 def test_random_workloads_never_leak_blocks(ops, policy):
-    from tokenops.engine.scheduler import get_schedule_order
+    from tokenops.engine.policies import BUILTIN_SCHEDULE_ORDERS
 
     sched = make(num_blocks=10, block_size=2, budget=8, max_seqs=4, schedule_policy=policy,
-                 order_fn=get_schedule_order)
+                 orders=BUILTIN_SCHEDULE_ORDERS)
     seqs: list[Sequence] = []
     for op in ops:
         kind = op[0]

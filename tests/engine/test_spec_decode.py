@@ -39,11 +39,13 @@ def draft_dir(tiny_llama_dir, tmp_path_factory) -> Path:
     return path
 
 
+def _config_values(model_dir) -> dict:
+    return dict(model=str(model_dir), device="cpu", block_size=4, kv_cache_tokens=512,
+                max_num_batched_tokens=16, max_num_seqs=8, torch_threads=1)
+
+
 def _engine(model_dir, **overrides) -> LLMEngine:
-    values = dict(model=str(model_dir), device="cpu", block_size=4, kv_cache_tokens=512,
-                  max_num_batched_tokens=16, max_num_seqs=8, torch_threads=1)
-    values.update(overrides)
-    return LLMEngine(EngineConfig(**values))
+    return LLMEngine(EngineConfig(**{**_config_values(model_dir), **overrides}))
 
 
 def _greedy(engine, max_tokens=24):
@@ -98,7 +100,7 @@ def test_adaptive_k_shrinks_when_proposals_fail(tiny_llama_dir, tiny_checkpoint)
 
 
 def test_ngram_proposer_lookup():
-    from tokenops_plugins.model_optimization.ngram_proposer import NgramProposer
+    from tokenops.engine.proposers import NgramProposer
 
     p = NgramProposer(1, 3)
     assert p.find([1, 2, 3, 4, 9, 1, 2, 3], 2) == [4, 9]
@@ -153,11 +155,11 @@ def _exact_second_token_marginal(runner, prompt, params):
     sampler = Sampler(0)
     table = list(range(runner.num_blocks))[:8]
     logits = runner.execute([ChunkInput(list(prompt), 0, table)])
-    p1 = sampler._probs(logits, [params])[0]
+    p1 = sampler.probs(logits, [params])[0]
     marginal = torch.zeros_like(p1)
     for t1 in torch.nonzero(p1).view(-1).tolist():
         l2 = runner.execute([ChunkInput(list(prompt) + [t1], 0, table)])
-        marginal += p1[t1] * sampler._probs(l2, [params])[0]
+        marginal += p1[t1] * sampler.probs(l2, [params])[0]
     return marginal
 
 
@@ -211,11 +213,14 @@ def test_no_block_leaks_with_aborts_and_preemption(tiny_llama_dir, draft_dir, me
     bm.check_invariants([])
 
 
-def test_config_validation():
+def test_config_validation(tiny_llama_dir):
     with pytest.raises(ValueError, match="draft_model"):
         EngineConfig(speculative="draft")
     with pytest.raises(ValueError, match="speculative"):
-        EngineConfig(speculative="medusa")
+        EngineConfig(speculative="")
+    # any name is a valid config; the engine checks it against its proposers before loading weights
+    with pytest.raises(ValueError, match="'medusa' is not a known proposer; available: draft, ngram"):
+        _engine(tiny_llama_dir, speculative="medusa")
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         EngineConfig(speculative="ngram", num_speculative_tokens=0)
 
@@ -236,13 +241,14 @@ def test_plugin_settings_enable_speculation():
         config = EngineConfig()
         plugin.tokenops_engine_config(config)
         assert (config.speculative, config.num_speculative_tokens) == ("ngram", 3)
-        proposer = plugin.tokenops_draft_proposer(config)
-        assert proposer.max_ngram == 2
+        registered = {}
+        plugin.tokenops_register_proposers(register=registered.__setitem__)
+        assert list(registered) == ["ngram"] and registered["ngram"](config).max_ngram == 2
         explicit = EngineConfig(speculative="draft", draft_model="d")
         plugin.tokenops_engine_config(explicit)  # an explicit engine setting wins
-        assert explicit.speculative == "draft" and plugin.tokenops_draft_proposer(explicit) is None
+        assert explicit.speculative == "draft"
         with pytest.raises(ValueError, match="method"):
-            plugin.tokenops_configure(Settings({"method": "medusa"}))
+            plugin.tokenops_configure(Settings({"method": 3}))
         with pytest.raises(ValueError, match="num_tokens"):
             plugin.tokenops_configure(Settings({"method": "ngram", "num_tokens": 0}))
         with pytest.raises(ValueError, match="draft_model"):
@@ -330,8 +336,11 @@ def test_draft_min_confidence_cuts_proposals_and_stays_exact(tiny_llama_dir, dra
     base = _greedy(_engine(tiny_llama_dir))
     saved = settings_plugin._conf["draft_min_confidence"]
     settings_plugin._conf["draft_min_confidence"] = 0.3
-    try:
-        engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(draft_dir))
+    try:  # the plugin's setting reaches the engine the way serve builds one
+        from tokenops.engine_policies import build_engine
+
+        engine = build_engine(EngineConfig(**{**_config_values(tiny_llama_dir), "speculative": "draft",
+                                              "draft_model": str(draft_dir)}))
     finally:
         settings_plugin._conf["draft_min_confidence"] = saved
     assert engine.spec_decoder.proposer.min_confidence == 0.3

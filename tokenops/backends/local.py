@@ -27,18 +27,16 @@ from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 def engine_config_for(model: ModelConfig, settings: Settings) -> Any:
     """The :class:`EngineConfig` of one model: ``[engine]`` settings, then the model's overrides."""
     from tokenops.engine.config import EngineConfig
-    from tokenops.plugins import hook
+    from tokenops.engine_policies import configure_engine
 
     overrides = dict(model.engine)
     overrides.setdefault("model", model.path)
     overrides.setdefault("model_name", model.name)
     try:
         config = EngineConfig.from_settings(settings.engine, **overrides)
-        # plugins (kv_policy, speculative...) may set fields: check the combination they produce now,
-        # at start, rather than as a crash on the first long generation
-        hook().tokenops_engine_config(config=config)
-        config.__post_init__()
-        return config
+        # plugins (kv_policy, speculative...) may set fields: check the combination they produce
+        # (and the schedule policy / proposer names) now, at start, not on the first long generation
+        return configure_engine(config)
     except (TypeError, ValueError) as e:
         from tokenops.config import ConfigError
 
@@ -73,9 +71,12 @@ class LocalBackend:
     async def start(self) -> None:
         if self.engine is None:
             from tokenops.engine.async_engine import AsyncLLMEngine
+            from tokenops.engine_policies import build_engine
 
-            # Loading weights blocks for a while: keep the event loop (and /health) free.
-            self.engine = await asyncio.to_thread(AsyncLLMEngine, self.config)
+            # Loading weights blocks for a while: keep the event loop (and /health) free. The
+            # plugins' engine policies are collected once, here (the config is configured already).
+            self.engine = await asyncio.to_thread(
+                lambda: AsyncLLMEngine(build_engine(self.config, configured=True)))
         start = getattr(self.engine, "start", None)
         if start is not None:
             start()

@@ -52,7 +52,8 @@ class EngineConfig:
     seed: int = _knob(0, setting=True)
     model_name: str | None = None
     allow_download: bool = False
-    #: Speculative decoding: None (off), "ngram" (prompt lookup) or "draft" (a draft model).
+    #: Speculative decoding: None (off) or a proposer name: "ngram" (prompt lookup), "draft"
+    #: (a draft model) or one a plugin registers; the engine checks the name against its proposers.
     speculative: str | None = None
     num_speculative_tokens: int = 4  # the most tokens proposed per decode (adaptive k stays in [1, this])
     draft_model: str | None = None  # local HF folder of the draft model (same tokenizer)
@@ -99,8 +100,9 @@ class EngineConfig:
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError("engine enable_prefix_caching must be true or false")
         _check_int("seed", self.seed, None)
-        if self.speculative not in (None, "ngram", "draft"):
-            raise ValueError(f"engine speculative must be 'ngram', 'draft' or unset, not {self.speculative!r}")
+        if self.speculative is not None and (not isinstance(self.speculative, str) or not self.speculative):
+            raise ValueError(f"engine speculative must be a proposer name such as 'ngram' or 'draft', or unset, "
+                             f"not {self.speculative!r}")
         _check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
         if self.speculative == "draft" and not self.draft_model:
             raise ValueError("engine speculative = 'draft' needs draft_model (a local model folder)")

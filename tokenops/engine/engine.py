@@ -8,6 +8,11 @@ such requests instead; capping suits chat clients that send a large max_tokens).
 
 Failures are per request: if the batched forward raises, the chunks are retried one
 by one and only the requests whose chunk still fails are finished with ``error`` set.
+
+Policies (queue orders, speculative proposers, KV policy, weight transforms, compile) come
+in as the ``policies`` argument (:class:`tokenops.engine.policies.EnginePolicies`, the
+built-ins by default); the engine never consults the plugin manager. ``tokenops serve``
+builds them from the hooks with :func:`tokenops.engine_policies.build_engine`.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from typing import Any
 from tokenops.engine.config import EngineConfig, engine_tunables
 from tokenops.engine.output_processor import OutputProcessor, RequestState
 from tokenops.engine.outputs import RequestOutput
-from tokenops.engine.sampling import Sampler, SamplingParams
-from tokenops.engine.scheduler import Scheduler, SchedulerOutput, get_schedule_order
+from tokenops.engine.policies import EnginePolicies, builtin_kv_policy
+from tokenops.engine.sampling import SampledToken, Sampler, SamplingParams
+from tokenops.engine.scheduler import Scheduler, SchedulerOutput
 from tokenops.engine.sequence import Sequence, SequenceStatus
 
 
@@ -32,30 +38,31 @@ class EngineRequestError(RuntimeError):
     """The engine failed one request (the message says why); other requests go on."""
 
 
-def apply_engine_config_hooks(config: EngineConfig) -> None:
-    """Let plugins adjust the config before the runner is built."""
-    from tokenops.plugins import hook
-
-    hook().tokenops_engine_config(config=config)
-
-
 class LLMEngine:
-    """Continuous-batching engine over a :class:`ModelRunner`."""
+    """Continuous-batching engine over a :class:`ModelRunner`.
 
-    def __init__(self, config: EngineConfig, runner: Any = None) -> None:
+    ``runner`` None builds a :class:`~tokenops.engine.model_runner.ModelRunner` for
+    ``config`` (with ``policies.transforms`` and ``policies.compile``); ``policies`` None
+    means the built-ins (:class:`~tokenops.engine.policies.EnginePolicies`). Unknown
+    ``schedule_policy`` or ``speculative`` names raise ValueError naming the available ones.
+    """
+
+    def __init__(self, config: EngineConfig, runner: Any = None, *, policies: EnginePolicies | None = None) -> None:
+        policies = EnginePolicies() if policies is None else policies
+        policies.schedule_order(config.schedule_policy)  # names checked before the weights load
+        proposer_factory = policies.proposer_factory(config.speculative) if config.speculative else None
         if runner is None:
-            apply_engine_config_hooks(config)
             from tokenops.engine.model_runner import ModelRunner
 
-            runner = ModelRunner(config)
-        _check_policy(config.schedule_policy)
+            runner = ModelRunner(config, policies.transforms, policies.compile)
+        self.policies = policies
         self.config = config
         self.runner = runner
         self.tokenizer = runner.tokenizer
         self.model_name = config.model_name or runner.model_name
         kv_tokens = runner.num_blocks * runner.block_size
         self.max_model_len = min(x for x in (config.max_model_len, runner.max_model_len, kv_tokens) if x)
-        self.scheduler = Scheduler(config, runner.num_blocks)
+        self.scheduler = Scheduler(config, runner.num_blocks, policies.schedule_orders)
         self.sampler = Sampler(config.seed)
         self.output_processor = OutputProcessor(self.tokenizer, self.max_model_len)
         self._requests: dict[str, RequestState] = {}
@@ -66,15 +73,15 @@ class LLMEngine:
         self.last_batch_tokens = 0
         self.total_prompt_tokens = 0
         self.total_generation_tokens = 0
-        #: Speculative decoding (``config.speculative``), see spec_decode.py.
+        #: Speculative decoding (``config.speculative`` names the proposer), see spec_decode.py.
         self.spec_decoder: Any = None
-        if getattr(config, "speculative", None):
+        if proposer_factory is not None:
             from tokenops.engine.spec_decode import SpecDecoder
 
-            self.spec_decoder = SpecDecoder.from_engine(self)
+            self.spec_decoder = SpecDecoder(self, proposer_factory(config))
             self.scheduler.num_spec_tokens_fn = self.spec_decoder.num_tokens_for
-        #: KV policy (``tokenops_kv_policy``, e.g. sink + window eviction) or None.
-        self.kv_policy = get_kv_policy(config)
+        #: KV policy (``policies.kv_policy``, else sink + window when configured) or None.
+        self.kv_policy = policies.kv_policy if policies.kv_policy is not None else builtin_kv_policy(config)
         store = getattr(runner, "kv_offload", None)
         if store is not None:  # KV offload tier: the block manager keeps its books
             from tokenops.engine.offload_index import OffloadIndex
@@ -262,6 +269,31 @@ class LLMEngine:
                 self.scheduler.finish(seq)
             touched[seq.request_id] = state
 
+    def append_tokens(self, seq: Sequence, sampled: list[SampledToken], touched: dict[str, RequestState]) -> int:
+        """Append ``sampled`` to ``seq`` (speculative decoding: the accepted proposals and the
+        target's token) until one finishes it; returns how many were appended. A token the
+        output processor rejects fails the request. ``touched`` collects the request's state
+        for this step's outputs."""
+        state = self._requests.get(seq.request_id)
+        if state is None or seq.is_finished:
+            return 0
+        num = 0
+        for token in sampled:
+            try:
+                self.output_processor.append_token(seq, token)
+            except Exception as e:
+                self._fail(seq.request_id, f"{type(e).__name__}: {e}", None)
+                return num
+            num += 1
+            self.total_generation_tokens += 1
+            if state.first_token_time is None:
+                state.first_token_time = time.time()
+            touched[seq.request_id] = state
+            if seq.finish_reason is not None:
+                self.scheduler.finish(seq)
+                break
+        return num
+
     def _fail(self, request_id: str, error: str, outputs: list[RequestOutput] | None) -> None:
         state = self._requests.get(request_id)
         if state is None:
@@ -335,21 +367,12 @@ class LLMEngine:
                 raise TunableError(f"unknown engine tunable {name!r}; live ones: {', '.join(live)}")
             if not tunable.live:
                 raise TunableError(f"{tunable.name} needs an engine restart; set it in tokenops.toml [engine]")
+            if tunable.name == "engine.schedule_policy":  # any order this engine has, not only the built-in choices
+                self.policies.schedule_order(str(value), TunableError)
+                applied[tunable.name] = str(value)
+                continue
             applied[tunable.name] = tunable.validate(value)
-        if "engine.schedule_policy" in applied:
-            _check_policy(applied["engine.schedule_policy"], TunableError)
         for name, value in applied.items():
             setattr(self.config, name.removeprefix("engine."), value)
         return applied
 
-
-def get_kv_policy(config: EngineConfig) -> Any:
-    """The ``tokenops_kv_policy`` plugin's policy for ``config`` (None: keep every block)."""
-    from tokenops.plugins import hook
-
-    return hook().tokenops_kv_policy(config=config)
-
-
-def _check_policy(policy: str, error: type[Exception] = ValueError) -> None:
-    if get_schedule_order([], policy) is None:
-        raise error(f"no plugin provides the schedule policy {policy!r} (built in: fcfs, priority)")

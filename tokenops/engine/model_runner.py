@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
@@ -20,24 +20,16 @@ from tokenops.engine.weight_layout import pack_linear_weights
 
 if TYPE_CHECKING:
     from tokenops.engine.config import EngineConfig
+    from tokenops.engine.protocols import ModelCompiler, ModelTransform
 
 
-def get_transformed_model(model: torch.nn.Module, config: Any) -> torch.nn.Module:
-    """Apply every ``tokenops_transform_model`` plugin (quantization, pruning...)."""
-    from tokenops.plugins import hook
-
-    for replacement in hook().tokenops_transform_model(model=model, config=config):
+def apply_transforms(model: torch.nn.Module, config: Any, transforms: Sequence[ModelTransform]) -> torch.nn.Module:
+    """Run each weight transform (quantization, pruning...) in order; None keeps the model."""
+    for transform in transforms:
+        replacement = transform(model, config)
         if replacement is not None:
             model = replacement
     return model
-
-
-def get_compiled_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The ``tokenops_compile_model`` result, or ``model`` when no plugin compiles it."""
-    from tokenops.plugins import hook
-
-    compiled = hook().tokenops_compile_model(model=model)
-    return model if compiled is None else compiled
 
 
 def pick_device(name: str) -> torch.device:
@@ -56,9 +48,13 @@ class ModelRunner:
     Attributes: ``tokenizer``, ``model_name``, ``max_model_len``, ``num_blocks``,
     ``block_size``, ``vocab_size``, ``is_moe``, ``device``, ``hf_config``, ``model_dir``,
     ``load_time_s``.
+
+    ``transforms`` run on the loaded model in order (then its linear weights are packed) and
+    ``compile`` last; the engine passes them from its :class:`~tokenops.engine.policies.EnginePolicies`.
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, transforms: Sequence[ModelTransform] = (),
+                 compile: ModelCompiler | None = None) -> None:
         start = time.perf_counter()
         self.config = config
         if config.torch_threads:
@@ -84,10 +80,11 @@ class ModelRunner:
         self._allocate_kv_cache()
         self.kv_offload = self._make_offload_store()
         self.native_attention = self._pick_attention_kernel()
-        model = get_transformed_model(model, config)
+        model = apply_transforms(model, config, transforms)
         #: "onednn" when the linear layers multiply through prepacked oneDNN weights (see weight_layout.py).
         self.weight_layout = pack_linear_weights(model, self.device, self.dtype, getattr(config, "weight_layout", "auto"))
-        self.model = get_compiled_model(model)
+        compiled = compile(model) if compile is not None else None
+        self.model = model if compiled is None else compiled
         self.load_time_s = time.perf_counter() - start
 
     def _allocate_kv_cache(self) -> None:

@@ -168,7 +168,7 @@ class Sampler:
         random_rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if random_rows:
             rows = torch.tensor(random_rows, device=logits.device)
-            probs = self._probs(logits.index_select(0, rows), [seqs[i].params for i in random_rows]).cpu()
+            probs = self.probs(logits.index_select(0, rows), [seqs[i].params for i in random_rows]).cpu()
             # one uniform per row: unseeded rows from the shared generator (in row order), seeded rows from their own
             u = torch.empty(len(random_rows), dtype=torch.float64)
             shared = [j for j, i in enumerate(random_rows) if seqs[i].generator is None]
@@ -199,7 +199,9 @@ class Sampler:
             logits = steer_to_close(logits, closing, [seqs[i].grammar for i in closing])
         return logits
 
-    def _probs(self, logits: "torch.Tensor", params: list[SamplingParams]) -> "torch.Tensor":
+    def probs(self, logits: "torch.Tensor", params: list[SamplingParams]) -> "torch.Tensor":
+        """Per-row token probabilities after temperature, top-k and top-p ([rows, vocab]);
+        speculative decoding verifies proposals against them."""
         torch = self._torch
         temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype, device=logits.device)
         logits = logits / temps.unsqueeze(1)

@@ -2,7 +2,8 @@
 
 Each step fills ``max_num_batched_tokens``: running decodes first (one token each),
 then the next chunk of running sequences whose prompt is partly computed, then new
-sequences from the waiting queue (ordered by the ``tokenops_schedule_order`` hook).
+sequences from the waiting queue, in the order of ``config.schedule_policy`` (picked from
+the ``schedule_orders`` the engine passes in: fcfs and priority are built in).
 When a decode finds no free KV block, the latest-arrived running sequence is
 preempted by recompute: its blocks are freed and it goes back to the waiting queue.
 The config object is read every step, so live tunable changes apply on the next one.
@@ -13,20 +14,15 @@ from __future__ import annotations
 import time
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from tokenops.engine.block_manager import BlockManager
+from tokenops.engine.policies import BUILTIN_SCHEDULE_ORDERS, fcfs_order
 from tokenops.engine.sequence import Sequence, SequenceStatus
 
 if TYPE_CHECKING:
     from tokenops.engine.config import EngineConfig
-
-
-def get_schedule_order(waiting: list[Sequence], policy: str) -> list[Sequence] | None:
-    """The waiting queue ordered by the plugin owning ``policy`` (None: no such policy)."""
-    from tokenops.plugins import hook
-
-    return hook().tokenops_schedule_order(waiting=waiting, policy=policy)
+    from tokenops.engine.protocols import ScheduleOrder
 
 
 @dataclass(slots=True)
@@ -68,10 +64,11 @@ class Scheduler:
     """Owns the waiting and running queues and the block manager."""
 
     def __init__(self, config: EngineConfig, num_blocks: int,
-                 order_fn: Callable[[list[Sequence], str], list[Sequence] | None] = get_schedule_order) -> None:
+                 schedule_orders: Mapping[str, ScheduleOrder] = BUILTIN_SCHEDULE_ORDERS) -> None:
         self.config = config
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
-        self.order_fn = order_fn
+        #: Queue orders by name; ``config.schedule_policy`` picks one each step (a live tunable).
+        self.schedule_orders = schedule_orders
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
@@ -145,9 +142,8 @@ class Scheduler:
 
         if out.preempted or budget == 0 or not self.waiting:
             return out
-        ordered = self.order_fn(list(self.waiting), config.schedule_policy)
-        if ordered is None:  # unknown policy: the engine validates names, so only tests get here
-            ordered = sorted(self.waiting, key=lambda s: s.arrival_time)
+        # the engine validates names when built and when the tunable changes: fcfs is only a guard
+        ordered = self.schedule_orders.get(config.schedule_policy, fcfs_order)(list(self.waiting))
         num_seqs = len(self.running)
         for seq in ordered:
             if budget == 0:

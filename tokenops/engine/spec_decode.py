@@ -4,8 +4,9 @@ Every step, each decoding sequence may carry ``k`` proposed tokens:
 
 1. The scheduler budgets ``1 + k`` tokens for it and allocates slots for them
    (:meth:`SpecDecoder.num_tokens_for` picks ``k``, adaptive per sequence).
-2. :meth:`SpecDecoder.propose` asks the proposer (a ``tokenops_draft_proposer``
-   plugin: n-gram prompt lookup or a draft model) for up to ``k`` tokens per
+2. :meth:`SpecDecoder.propose` asks the proposer (a
+   :class:`tokenops.engine.protocols.Proposer` named by ``config.speculative``: n-gram
+   prompt lookup, a draft model, or one a plugin registers) for up to ``k`` tokens per
    sequence; a shorter proposal shrinks the chunk and frees the unused slots.
 3. The target computes the decode token and the ``k`` proposals in ONE forward (a
    chunk of ``1 + k`` tokens with logits at every position).
@@ -28,8 +29,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from tokenops.engine.protocols import Proposal, Proposer
 from tokenops.engine.rejection import verify_greedy, verify_proposal
 from tokenops.engine.sampling import SampledToken
 from tokenops.engine.sequence import SequenceStatus
@@ -44,28 +46,7 @@ if TYPE_CHECKING:
 EWMA_ALPHA = 0.5
 
 
-@dataclass(slots=True)
-class Proposal:
-    """Proposed tokens for one sequence; ``probs`` ``[len, vocab]`` are the
-    distributions they were drawn from (None: a deterministic proposer)."""
-
-    token_ids: list[int] = field(default_factory=list)
-    probs: Any = None
-
-
-class Proposer(Protocol):
-    """What a ``tokenops_draft_proposer`` plugin returns."""
-
-    def propose(self, seqs: list[Sequence], num_tokens: list[int]) -> list[Proposal]:
-        """Up to ``num_tokens[i]`` tokens to follow ``seqs[i].token_ids``. Slots for
-        positions ``len(seq) .. len(seq) + num_tokens[i] - 1`` are allocated in
-        ``seq.block_table``."""
-
-    def on_verified(self, seq: Sequence, num_proposed: int, num_accepted: int) -> None:
-        """Called after verification, before the sequence's tokens are extended."""
-
-    def release(self, seq: Sequence) -> None:
-        """The sequence finished or was aborted: drop any state for it."""
+__all__ = ["Proposal", "Proposer", "SpecDecodeStats", "SpecDecoder"]
 
 
 @dataclass(slots=True)
@@ -105,17 +86,22 @@ class SpecDecodeStats:
         }
 
 
-def get_proposer(config: Any) -> Any:
-    """The proposer of the first ``tokenops_draft_proposer`` plugin that offers one."""
-    from tokenops.plugins import hook
-
-    return hook().tokenops_draft_proposer(config=config)
-
-
 class SpecDecoder:
     """Proposes before the target forward and verifies after it (see module doc)."""
 
     def __init__(self, engine: Any, proposer: Proposer) -> None:
+        """``engine`` is the :class:`~tokenops.engine.engine.LLMEngine`; this reads its
+        ``config``, ``max_model_len``, ``runner.vocab_size``, ``scheduler`` (``running``,
+        ``block_manager``), ``sampler.probs`` and appends through ``append_tokens``."""
+        if not isinstance(proposer, Proposer):
+            missing = [m for m in ("vocab_size", "propose", "on_verified", "release", "retain")
+                       if not hasattr(proposer, m)]
+            raise TypeError(f"speculative proposer {engine.config.speculative!r} ({type(proposer).__name__}) lacks "
+                            f"{', '.join(missing)}; see tokenops.engine.protocols.Proposer")
+        target_vocab = getattr(engine.runner, "vocab_size", None)
+        if proposer.vocab_size is not None and target_vocab is not None and proposer.vocab_size != target_vocab:
+            raise ValueError(f"the proposer's vocabulary ({proposer.vocab_size}) differs from the target's "
+                             f"({target_vocab}); a draft model must share the target's tokenizer")
         self.engine = engine
         self.proposer = proposer
         self.max_k = engine.config.num_speculative_tokens
@@ -123,18 +109,6 @@ class SpecDecoder:
         self._ewma: dict[int, float] = {}  # seq_id -> accepted tokens per round
         self._probs: dict[int, Any] = {}  # seq_id -> proposal distributions of this step
         self._num_rounds = 0
-
-    @classmethod
-    def from_engine(cls, engine: Any) -> SpecDecoder:
-        proposer = get_proposer(engine.config)
-        if proposer is None:
-            raise ValueError(f"no plugin provides the speculative proposer {engine.config.speculative!r}")
-        draft_runner = getattr(proposer, "runner", None)
-        target_vocab = getattr(engine.runner, "vocab_size", None)
-        if draft_runner is not None and target_vocab is not None and draft_runner.vocab_size != target_vocab:
-            raise ValueError(f"the draft model's vocabulary ({draft_runner.vocab_size}) differs from the target's "
-                             f"({target_vocab}); the draft must share the target's tokenizer")
-        return cls(engine, proposer)
 
     # -- before scheduling ------------------------------------------------------------
 
@@ -160,9 +134,7 @@ class SpecDecoder:
         if self._num_rounds % 64 == 0:  # forget sequences that finished without a verify
             live = {s.seq_id for s in self.engine.scheduler.running}
             self._ewma = {i: v for i, v in self._ewma.items() if i in live}
-            retain = getattr(self.proposer, "retain", None)
-            if retain is not None:
-                retain(live)
+            self.proposer.retain(live)
         if not spec:
             return
         start = time.perf_counter()
@@ -195,7 +167,7 @@ class SpecDecoder:
             if params.is_greedy:
                 tokens = verify_greedy(rows, proposed)
             else:
-                probs = engine.sampler._probs(rows.float(), [params] * (k + 1))
+                probs = engine.sampler.probs(rows.float(), [params] * (k + 1))
                 generator = seq.generator if seq.generator is not None else engine.sampler.generator
                 tokens = verify_proposal(probs, proposed, self._probs.pop(seq.seq_id, None), generator)
             num_accepted = len(tokens) - 1
@@ -203,7 +175,7 @@ class SpecDecoder:
             old = self._ewma.get(seq.seq_id, float(self.max_k))
             self._ewma[seq.seq_id] = (1 - EWMA_ALPHA) * old + EWMA_ALPHA * num_accepted
             sampled = self._sampled_tokens(rows, tokens, params)
-            num_emitted = self._append(seq, sampled, touched)
+            num_emitted = engine.append_tokens(seq, sampled, touched)
             self.stats.record(k, num_accepted, num_emitted)
             if seq.status is not SequenceStatus.RUNNING:
                 self.release(seq)
@@ -230,29 +202,6 @@ class SpecDecoder:
             else:
                 s.top = []
         return out
-
-    def _append(self, seq: Sequence, sampled: list[SampledToken], touched: dict) -> int:
-        """Append tokens until one finishes the sequence; returns how many were added."""
-        engine = self.engine
-        state = engine._requests.get(seq.request_id)
-        if state is None or seq.is_finished:
-            return 0
-        num = 0
-        for token in sampled:
-            try:
-                engine.output_processor.append_token(seq, token)
-            except Exception as e:
-                engine._fail(seq.request_id, f"{type(e).__name__}: {e}", None)
-                return num
-            num += 1
-            engine.total_generation_tokens += 1
-            if state.first_token_time is None:
-                state.first_token_time = time.time()
-            touched[seq.request_id] = state
-            if seq.finish_reason is not None:
-                engine.scheduler.finish(seq)
-                break
-        return num
 
     def release(self, seq: Sequence) -> None:
         self._ewma.pop(seq.seq_id, None)
