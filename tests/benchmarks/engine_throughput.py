@@ -271,35 +271,47 @@ def run_peer(args, tok) -> None:
         rows: dict[str, dict] = {}
         for precision, gguf in ggufs.items():
             quant = '\n[plugins.quantization]\nweights = "int8"\n' if precision == "int8" else ""
-            config = (f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{path}"\n\n[engine]\n'
-                      f"max_num_seqs = {args.concurrency}\nmax_num_batched_tokens = {args.budget}\n"
-                      f"kv_cache_tokens = {args.kv_cache_tokens}\ntorch_threads = {args.threads}\n{quant}")
-            systems = [("tokenops serve", lambda: ServeProcess(Path(tmp) / f"serve-{precision}", config=config,
-                                                                 store=not args.no_store)),
-                       ("llama.cpp server", lambda: lp.LlamaServer(gguf, args.parallel, args.threads, ctx_per_slot))]
-            for name, make in systems:
+
+            def serve(num_seqs: int, precision=precision, quant=quant):
+                config = (f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{path}"\n\n[engine]\n'
+                          f"max_num_seqs = {num_seqs}\nmax_num_batched_tokens = {args.budget}\n"
+                          f"kv_cache_tokens = {args.kv_cache_tokens}\ntorch_threads = {args.threads}\n{quant}")
+                return ServeProcess(Path(tmp) / f"serve-{precision}-{num_seqs}", config=config, store=not args.no_store)
+
+            # tokenops at its batch (--concurrency, default: every request at once), at llama-server's
+            # slot count (fp32 only), then llama-server; batch-1 decode on the first and the last
+            systems = [(f"tokenops serve {precision}", lambda: serve(args.concurrency), True)]
+            if precision == "fp32" and args.concurrency != args.parallel:
+                systems.append((f"tokenops@{args.parallel} {precision}", lambda: serve(args.parallel), False))
+            systems.append((f"llama.cpp server {precision}",
+                            lambda gguf=gguf: lp.LlamaServer(gguf, args.parallel, args.threads, ctx_per_slot), True))
+            for name, make, with_b1 in systems:
                 with make() as srv:
                     url = srv.url
                     lp.run_requests(url, "bench", [(requests[0][0][:16], 4)] * 2)  # warm-up
                     r = lp.run_requests(url, "bench", requests)
-                    b1 = lp.batch1_decode(url, "bench", batch1_prompt, 256)
-                rows[f"{name} {precision}"] = {**r, "b1": b1["tok_s"], "b1_ttft": b1["ttft"]}
-                print(f"{name + ' ' + precision:<24} {r['tok_s']:7.1f} output tok/s ({r['tokens']} tokens in "
-                      f"{r['wall']:.1f}s; TTFT median {r['ttft_median'] * 1000:.0f} ms, p90 "
-                      f"{r['ttft_p90'] * 1000:.0f} ms)  batch-1 decode {b1['tok_s']:6.1f} tok/s, "
-                      f"TTFT {b1['ttft'] * 1000:.0f} ms", flush=True)
+                    b1 = lp.batch1_decode(url, "bench", batch1_prompt, 256) if with_b1 else None
+                rows[name] = {**r, "b1": b1 and b1["tok_s"]}
+                b1_text = (f"  batch-1 decode {b1['tok_s']:6.1f} tok/s, TTFT {b1['ttft'] * 1000:.0f} ms"
+                           if b1 else "")
+                print(f"{name:<24} {r['tok_s']:7.1f} output tok/s ({r['tokens']} tokens in {r['wall']:.1f}s; TTFT "
+                      f"median {r['ttft_median'] * 1000:.0f} ms, p90 {r['ttft_p90'] * 1000:.0f} ms){b1_text}", flush=True)
             t, l = rows[f"tokenops serve {precision}"], rows[f"llama.cpp server {precision}"]
             goal = " (goals >= 1.0x, then >= 1.5x)" if precision == "fp32" else ""
-            print(f"ratio tokenops / llama.cpp, {precision}: throughput {t['tok_s'] / l['tok_s']:.2f}x{goal}; "
-                  f"batch-1 decode {t['b1'] / l['b1']:.2f}x{' (goal >= 0.8x)' if precision == 'fp32' else ''}; "
-                  f"TTFT median under load {t['ttft_median'] / l['ttft_median']:.2f}x (lower is better)", flush=True)
+            same = rows.get(f"tokenops@{args.parallel} {precision}")
+            same_text = (f"; at {args.parallel} sequences like llama-server's slots {same['tok_s'] / l['tok_s']:.2f}x"
+                         if same else "")
+            print(f"ratio tokenops / llama.cpp, {precision}: throughput {t['tok_s'] / l['tok_s']:.2f}x at "
+                  f"max_num_seqs {args.concurrency}{goal}{same_text}; batch-1 decode {t['b1'] / l['b1']:.2f}x"
+                  f"{' (goal >= 0.8x)' if precision == 'fp32' else ''}; TTFT median under load "
+                  f"{t['ttft_median'] / l['ttft_median']:.2f}x (lower is better)", flush=True)
         if not args.skip_hf:
             import transformers as tf
 
             hf = tf.LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-            timer, num_tokens, _ = run_hf(hf, requests, args.concurrency)
+            timer, num_tokens, _ = run_hf(hf, requests, args.parallel)
             hf_rate = num_tokens / timer.wall
-            print(f"{'HF static batches fp32':<24} {hf_rate:7.1f} output tok/s (batch {args.concurrency}, "
+            print(f"{'HF static batches fp32':<24} {hf_rate:7.1f} output tok/s (batches of {args.parallel}, "
                   f"{timer.wall:.1f}s, in-process)")
             print(f"ratio tokenops serve / HF static batching: {rows['tokenops serve fp32']['tok_s'] / hf_rate:.2f}x "
                   f"(goal >= 4x)")
@@ -308,7 +320,8 @@ def run_peer(args, tok) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=None, help="default 64 (48 with --peer llamacpp)")
-    ap.add_argument("--concurrency", type=int, default=16, help="engine max_num_seqs = HF static batch size")
+    ap.add_argument("--concurrency", type=int, default=None,
+                    help="engine max_num_seqs = HF static batch size (default 16; with --peer llamacpp: --requests)")
     ap.add_argument("--budget", type=int, default=512, help="engine max_num_batched_tokens")
     ap.add_argument("--max-prompt-len", type=int, default=None, help="default: 1024 (filter), 256 (clip/scale)")
     ap.add_argument("--max-output-len", type=int, default=128, help="clip/scale only")
@@ -336,11 +349,12 @@ def main() -> None:
     if args.peer == "llamacpp":
         args.requests = args.requests or 48
         args.threads = args.threads or 2
+        args.concurrency = args.concurrency or args.requests
         from tokenops.engine.tokenizer import Tokenizer
 
         torch.set_num_threads(args.threads)
         return run_peer(args, Tokenizer.from_dir(TOKENIZER_DIR))
-    args.requests, args.threads = args.requests or 64, args.threads or 1
+    args.requests, args.threads, args.concurrency = args.requests or 64, args.threads or 1, args.concurrency or 16
     if args.quick:
         args.requests, args.concurrency, args.max_prompt_len, args.max_output_len = 16, 8, 96, 32
         args.sequential_requests, args.ttft_conversations, args.lengths = 2, 3, "clip"
