@@ -45,18 +45,18 @@ def test_missing_plugin_file(tmp_path):
 def test_technique_commands_come_from_their_plugin():
     import json
 
-    from tokenops.plugins import list_plugins
+    from tokenops.plugins import DEFAULT_PLUGINS, list_plugins
 
     cli_plugin = next(p for p in list_plugins() if p.name == "multi_model_cli")
     assert cli_plugin.hooks == ["tokenops_register_commands"] and cli_plugin.layer == "multi_model"
     env = {**__import__("os").environ, "TOKENOPS_LOAD_PLUGINS": ""}
     out = run_cli("profile", "run", "m", env=env)
     assert out.returncode == 2 and out.stderr.splitlines() == [
-        "error: no command 'profile': plugins add commands too, and TOKENOPS_LOAD_PLUGINS='' loads no plugin "
+        "error: no command 'profile': plugins add commands too, and TOKENOPS_LOAD_PLUGINS='' loads no plugin beyond the defaults "
         "(`tokenops plugins` shows what is loaded)"]
     only = {**env, "TOKENOPS_LOAD_PLUGINS": "multi_model_cli"}
     layers = json.loads(run_cli("plugins", "--json", env=only).stdout)["layers"]
-    assert [p["name"] for plugins in layers.values() for p in plugins] == ["multi_model_cli"]
+    assert {p["name"] for plugins in layers.values() for p in plugins} == {"multi_model_cli", *DEFAULT_PLUGINS}
     out = run_cli("route", "--help", env=only)  # the plugin alone brings its commands
     assert out.returncode == 0 and "calibrate" in out.stdout and "train" in out.stdout
 

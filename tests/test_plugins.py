@@ -56,7 +56,7 @@ def test_wrong_arguments_fail(fresh_plugins, tmp_path):
 def test_allow_list_limits_entry_points(fresh_plugins, monkeypatch):
     monkeypatch.setenv("TOKENOPS_LOAD_PLUGINS", "schedule_fcfs")
     names = {p.name for p in fresh_plugins.list_plugins()}
-    assert names == {"schedule_fcfs"}
+    assert names == {"schedule_fcfs"} | plugins.DEFAULT_PLUGINS  # the defaults always load
 
 
 def test_file_plugin_hooks_are_called_and_tunables_registered(fresh_plugins, tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ entry-point group, plus local plugin files (``--plugin PATH`` / ``TOKENOPS_PLUGI
 Environment:
 
 - ``TOKENOPS_LOAD_PLUGINS``: comma-separated allow-list of entry-point names to load
-  (empty string loads none); unset loads all.
+  (empty string loads none) besides :data:`DEFAULT_PLUGINS`, which always load; unset loads all.
 - ``TOKENOPS_PLUGINS``: comma- or ``os.pathsep``-separated ``.py`` files to load.
 - ``TOKENOPS_TRACE_PLUGINS``: print every hook call and result to stderr.
 """
@@ -28,6 +28,12 @@ from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
 from tokenops.tunables import Tunable, TunableRegistry
 
 ENTRY_POINT_GROUP = "tokenops"
+
+#: Built-in plugins loaded whatever ``TOKENOPS_LOAD_PLUGINS`` says (as llm's default plugins):
+#: with them a server answers on its own — backend kinds, routing by the requested model name,
+#: round-robin replicas, the engine tunables and the DuckDB telemetry sink. The bundled
+#: engine's own defaults (fcfs/priority, ngram/draft, sink + window) need no plugin at all.
+DEFAULT_PLUGINS = frozenset({"default_backends", "route_by_name", "round_robin", "engine_params", "duckdb_sink"})
 
 
 class PluginLoadError(RuntimeError):
@@ -117,7 +123,8 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
     allow_env = os.environ.get("TOKENOPS_LOAD_PLUGINS")
     allow = None if allow_env is None else {s.strip() for s in allow_env.split(",") if s.strip()}
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if allow is not None and ep.name not in allow:
+        is_default = ep.name in DEFAULT_PLUGINS and ep.value.startswith("tokenops_plugins.")
+        if allow is not None and ep.name not in allow and not is_default:
             continue
         if pm.has_plugin(ep.name):
             continue

@@ -21,7 +21,7 @@ class _RootGroup(TyperGroup):
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         allow = os.environ.get("TOKENOPS_LOAD_PLUGINS")
         if allow is not None and args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
-            loaded = "only the plugins it lists" if allow.strip() else "no plugin"
+            loaded = "only the plugins it lists" if allow.strip() else "no plugin beyond the defaults"
             raise UserError(f"no command {args[0]!r}: plugins add commands too, and TOKENOPS_LOAD_PLUGINS={allow!r} "
                             f"loads {loaded} (`tokenops plugins` shows what is loaded)")
         return super().resolve_command(ctx, args)
