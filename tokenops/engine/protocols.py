@@ -65,12 +65,13 @@ class Proposer(Protocol):
         ...
 
     def release(self, seq: Sequence) -> None:
-        """``seq`` finished or was aborted: drop any state kept for it."""
+        """``seq`` finished while its proposals were verified: drop any state kept for it.
+        Sequences that end otherwise (aborted, or finished by a step without proposals) are
+        not released one by one; :meth:`retain` drops them."""
         ...
 
     def retain(self, seq_ids: set[int]) -> None:
-        """Keep state only for these ``Sequence.seq_id`` s (called every 64 steps, so state
-        of sequences that ended without a :meth:`release` does not pile up)."""
+        """Keep state only for these running ``Sequence.seq_id`` s (called every 64 steps)."""
         ...
 
 
