@@ -132,6 +132,19 @@ def test_plugin_block_registers_and_its_hooks_act(block, register_plugin):
         decision = hooks.get_route(**route_kwargs("topic", "please prove this theorem"))
         assert isinstance(decision, RouteDecision) and decision.model == "big", decision
         assert hooks.get_route(**route_kwargs("topic", "translate good night to French")).model == "small"
+    if "tokenops_register_proposers" in implemented:  # the "Engine policies" plugin: selectable by name
+        from tokenops.engine.config import EngineConfig
+        from tokenops.engine.protocols import Proposer
+        from tokenops.engine.sampling import SamplingParams
+        from tokenops.engine.sequence import Sequence
+        from tokenops.engine_policies import configure_engine, proposers, schedule_orders
+
+        config = configure_engine(EngineConfig(speculative="repeat-last", schedule_policy="sjf"))
+        proposer = proposers()["repeat-last"](config)
+        assert isinstance(proposer, Proposer)
+        long, short = Sequence("a", [1, 2, 3], SamplingParams()), Sequence("b", [4, 5], SamplingParams())
+        assert [p.token_ids for p in proposer.propose([long, short], [2, 3])] == [[3, 3], [5, 5, 5]]
+        assert schedule_orders()["sjf"]([long, short]) == [short, long]
     if "tokenops_apply_tunables" in implemented:
         module.tokenops_apply_tunables(values={"blocklist.words": "Zebra, okapi"})
         assert isinstance(hooks.get_rejection(_request("a ZEBRA crossing")), Rejection)
