@@ -3,7 +3,8 @@ prefill, prefix caching, Hugging Face checkpoints (see DESIGN.md).
 
 Importing this package is cheap; the public classes load on first access:
 ``LLMEngine``, ``AsyncLLMEngine``, ``SamplingParams``, ``EngineConfig``,
-``ModelRunner``, ``ChunkInput``, ``Tokenizer``.
+``ModelRunner``, ``ChunkInput``, ``Tokenizer``, ``EnginePolicies`` (the policies an engine
+takes as constructor arguments; contracts in :mod:`tokenops.engine.protocols`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ _LAZY = {
     "AsyncLLMEngine": "tokenops.engine.async_engine",
     "SamplingParams": "tokenops.engine.sampling",
     "EngineConfig": "tokenops.engine.config",
+    "EnginePolicies": "tokenops.engine.policies",
     "RequestOutput": "tokenops.engine.outputs",
     "CompletionOutput": "tokenops.engine.outputs",
     "ModelRunner": "tokenops.engine.model_runner",
