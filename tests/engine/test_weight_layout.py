@@ -55,11 +55,10 @@ def test_tied_lm_head_keeps_the_shared_weight(tmp_path):
 
     path = make_tiny_checkpoint("qwen2", tmp_path)  # the tiny qwen2 ties its embeddings
     model, args, _ = load_model(path, torch.float32, torch.device("cpu"))
-    layout = pack_linear_weights(model, torch.device("cpu"), torch.float32)
     if not onednn_available():
-        assert layout == "plain"
+        assert pack_linear_weights(model, torch.device("cpu"), torch.float32) == "plain"
         return
-    assert layout == "onednn"
+    assert pack_linear_weights(model, torch.device("cpu"), torch.float32, "onednn") == "onednn"
     if args.tie_word_embeddings:
         assert model.lm_head.weight.numel() > 0 and model.lm_head.weight is model.model.embed_tokens.weight
 
@@ -72,3 +71,16 @@ def test_layout_choice_and_errors():
     assert pack_linear_weights(model, torch.device("cpu"), torch.float32, "plain") == "plain"
     with pytest.raises(ValueError, match="weight_layout must be"):
         EngineConfig(weight_layout="blocked")
+
+
+@needs_onednn
+def test_auto_packs_only_large_weights():
+    from tokenops.engine.weight_layout import MIN_PACKED_ELEMENTS
+
+    small, large = Linear(64, 64), Linear(512, MIN_PACKED_ELEMENTS // 512)
+    model = torch.nn.Sequential(small, large)
+    assert pack_linear_weights(model, torch.device("cpu"), torch.float32) == "onednn"
+    assert small.packed is None and large.packed is not None
+    forced = Linear(64, 64)
+    assert pack_linear_weights(torch.nn.Sequential(forced), torch.device("cpu"), torch.float32, "onednn") == "onednn"
+    assert forced.packed is not None
