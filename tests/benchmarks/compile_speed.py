@@ -23,12 +23,12 @@ DEMO = ROOT / "tokenops" / "demo_models" / "target"
 def run(model, batch: int, max_tokens: int, threads: int, compiled: bool) -> tuple[float, float]:
     import tokenops_plugins.compute_model.compile as compile_plugin
     from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine_policies import build_engine  # the plugins transform and compile, as in serve
     from tokenops.engine.sampling import SamplingParams
 
     compile_plugin._conf["enabled"] = compiled
     try:
-        engine = LLMEngine(EngineConfig(model=model, device="cpu", torch_threads=threads, max_num_seqs=batch,
+        engine = build_engine(EngineConfig(model=model, device="cpu", torch_threads=threads, max_num_seqs=batch,
                                         kv_cache_tokens=8192))
         prompts = [[1] + list(range(100 + 7 * i, 140 + 7 * i)) for i in range(batch)]
         params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)

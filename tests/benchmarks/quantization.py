@@ -83,7 +83,9 @@ def perplexity(runner, texts, chunk: int, policy=None) -> float:
 
 
 def weight_bytes(model) -> int:
-    seen, num = set(), 0
+    from tokenops.engine.weight_layout import packed_bytes
+
+    seen, num = set(), packed_bytes(model)
     for t in list(model.parameters()) + list(model.buffers()):
         if t.data_ptr() not in seen:
             seen.add(t.data_ptr())
@@ -92,10 +94,10 @@ def weight_bytes(model) -> int:
 
 
 def tokens_per_s(config, prompts, max_tokens: int) -> float:
-    from tokenops.engine.engine import LLMEngine
     from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine_policies import build_engine
 
-    engine = LLMEngine(config)
+    engine = build_engine(config)  # with the plugins' transforms, as tokenops serve builds it
     engine.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=2))
     start = time.perf_counter()
     outs = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True))
@@ -120,6 +122,7 @@ def main() -> None:
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.model_runner import ModelRunner
     from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine_policies import collect_policies
     from tokenops_plugins.model_optimization.kv_policy import SinkWindowPolicy
 
     if (DEMO / "model.safetensors").exists():
@@ -148,7 +151,8 @@ def main() -> None:
         quant._settings["weights"] = mode
         config = EngineConfig(model=str(model), device="cpu", torch_threads=args.threads, kv_cache_tokens=8192,
                               max_num_seqs=args.batch, **overrides)
-        runner = ModelRunner(config)
+        policies = collect_policies(config)  # the quantization plugin's transform, as serve applies it
+        runner = ModelRunner(config, policies.transforms, policies.compile)
         ppl = perplexity(runner, texts, args.chunk, policy)
         kv_per_token = runner.kv_cache_bytes // (runner.num_blocks * runner.block_size)
         wbytes = weight_bytes(runner.model)

@@ -84,3 +84,16 @@ def test_auto_packs_only_large_weights():
     forced = Linear(64, 64)
     assert pack_linear_weights(torch.nn.Sequential(forced), torch.device("cpu"), torch.float32, "onednn") == "onednn"
     assert forced.packed is not None
+
+
+@needs_onednn
+def test_auto_leaves_a_shared_weight_plain():
+    from tokenops.engine.models.layers import Embedding
+
+    embed, head = Embedding(1024, 512), Linear(512, 1024, bias=False)
+    head.weight = embed.weight  # tied, and large enough to pack
+    model = torch.nn.ModuleDict({"embed": embed, "head": head})
+    assert pack_linear_weights(model, torch.device("cpu"), torch.float32) == "plain"
+    assert head.packed is None
+    assert pack_linear_weights(model, torch.device("cpu"), torch.float32, "onednn") == "onednn"
+    assert head.packed is not None and head.weight is embed.weight and embed.weight.numel() == 1024 * 512

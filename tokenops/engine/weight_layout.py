@@ -11,7 +11,8 @@ batch size that matters (1, 16 and 48 rows; ``docs/engine-optimizations.md``).
 of a float32 model on CPU whose weight has at least :data:`MIN_PACKED_ELEMENTS` elements
 (smaller ones stay on ``F.linear``, cheaper per call; ``"onednn"`` packs them all); a layer a transform plugin replaced
 (quantized layers) is left alone. The dense weight of a packed layer is released (it would double the memory) unless
-it is shared, e.g. a lm_head tied to the embeddings. Results match ``F.linear`` to float32
+it is shared, e.g. a lm_head tied to the embeddings: ``"auto"`` leaves such a layer plain
+(a packed copy would double that memory), ``"onednn"`` packs it alongside. Results match ``F.linear`` to float32
 rounding (about 1e-6 relative), and the HF greedy-parity tests run through this path.
 """
 
@@ -60,9 +61,20 @@ def pack_linear_weights(model: nn.Module, device: torch.device, dtype: torch.dty
     num = 0
     with torch.no_grad():
         for module in model.modules():
-            if (type(module) is Linear and module.weight.dtype == torch.float32 and module.packed is None
-                    and (layout == "onednn" or module.weight.numel() >= MIN_PACKED_ELEMENTS)):
-                module.pack(release=id(module.weight) not in shared)
+            if type(module) is not Linear or module.weight.dtype != torch.float32 or module.packed is not None:
+                continue
+            is_shared = id(module.weight) in shared
+            # auto: large weights only, and never a shared one (a packed copy would double its memory)
+            if layout == "onednn" or (module.weight.numel() >= MIN_PACKED_ELEMENTS and not is_shared):
+                module.pack(release=not is_shared)
                 num += 1
     log.debug("packed %d linear layers for oneDNN", num)
     return "onednn" if num else "plain"
+
+
+def packed_bytes(model: nn.Module) -> int:
+    """Bytes held by packed weights (they are not parameters or buffers)."""
+    from tokenops.engine.models.layers import Linear
+
+    return sum(m.packed.numel() * m.packed.element_size() for m in model.modules()
+               if isinstance(m, Linear) and m.packed is not None)
