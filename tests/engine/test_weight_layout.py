@@ -87,12 +87,20 @@ def test_auto_packs_only_large_weights():
 
 
 @needs_onednn
-def test_auto_leaves_a_shared_weight_plain():
+def test_auto_packs_a_shared_weight_only_while_its_copy_is_small(monkeypatch):
+    from tokenops.engine import weight_layout
     from tokenops.engine.models.layers import Embedding
 
-    embed, head = Embedding(1024, 512), Linear(512, 1024, bias=False)
-    head.weight = embed.weight  # tied, and large enough to pack
-    model = torch.nn.ModuleDict({"embed": embed, "head": head})
+    def tied():
+        embed, head = Embedding(1024, 512), Linear(512, 1024, bias=False)
+        head.weight = embed.weight  # tied, and large enough to pack
+        return embed, head, torch.nn.ModuleDict({"embed": embed, "head": head})
+
+    embed, head, model = tied()
+    assert pack_linear_weights(model, torch.device("cpu"), torch.float32) == "onednn"  # a 2 MB copy
+    assert head.packed is not None and head.weight is embed.weight and embed.weight.numel() == 1024 * 512
+    monkeypatch.setattr(weight_layout, "MAX_SHARED_COPY_BYTES", 1 << 20)
+    embed, head, model = tied()
     assert pack_linear_weights(model, torch.device("cpu"), torch.float32) == "plain"
     assert head.packed is None
     assert pack_linear_weights(model, torch.device("cpu"), torch.float32, "onednn") == "onednn"
