@@ -10,8 +10,8 @@ models and the tenants::
     max_rows = 100000              # newest rows kept per tenant
 
 Pairs go to the store's ``distill_pairs`` table through the telemetry writer (a queue
-append; the request path never waits for the disk). Finished non-streamed chat answers
-without tool calls are captured (the hook is ``tokenops_cache_store``, offered every
+append; the request path never waits for the disk). Finished chat answers without tool
+calls, streamed or not, are captured (the hook is ``tokenops_cache_store``, offered every
 finished answer). The plugin also registers the ``tokenops distill`` command group.
 """
 

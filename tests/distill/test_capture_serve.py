@@ -86,3 +86,14 @@ def test_capture_opt_in_tenant_only_then_purge(tmp_path):
         assert res.exit_code == 0, res.output
         assert json.loads(res.output) == {"tenant": "acme", "deleted": 1}
         assert _pairs(srv) == {}
+
+        # a streamed answer is captured too, as the client received it
+        chunks = client.chat.completions.create(model="ladder-large", max_tokens=16, temperature=0, stream=True,
+                                                messages=[{"role": "user", "content": PROMPT}])
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert streamed and _pairs(srv) == {"acme": 1}
+        out_file = tmp_path / "streamed.jsonl"
+        res = CliRunner().invoke(build_app(), ["distill", "export", "--store", str(srv.store_path), "-o", str(out_file)])
+        assert res.exit_code == 0, res.output
+        (line,) = [json.loads(x) for x in out_file.read_text().splitlines()]
+        assert line["messages"][1]["content"] == streamed
