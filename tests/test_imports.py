@@ -28,3 +28,15 @@ def test_building_the_cli_loads_no_torch_or_textual():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False False"
+
+
+def test_core_imports_no_private_plugin_module():
+    """Core (``tokenops``) may use public plugin modules, never their private ``_`` ones (issue 24)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "tokenops"
+    private = re.compile(r"(?:from|import)\s+tokenops_plugins(?:\.\w+)*\.(_\w+)")
+    offenders = [f"{path.relative_to(root.parent)}: {m.group(0)}" for path in root.rglob("*.py")
+                 for m in private.finditer(path.read_text())]
+    assert not offenders, offenders

@@ -86,7 +86,7 @@ class ProfileSource:
 
     def load(self) -> dict[str, dict]:
         """Read both sources now (blocking); remembers what it read for :meth:`changed`."""
-        from tokenops_plugins.multi_model._profiles import load_profiles
+        from tokenops.routing.profiles import load_profiles
 
         rows = self._store_rows()
         self._signature = (self._file_signature(), tuple(map(tuple, rows)))
