@@ -17,6 +17,7 @@ or in ``tokenops.toml``::
     max_ngram = 4
     draft_model = "path/to/draft"   # method = "draft" only
     draft_min_confidence = 0.0      # draft only: stop a proposal at a token the draft gives < this probability
+    disable_by_batch_size = 0       # no proposals while this many sequences or more run (0: never)
 
 Tunables (restart): ``speculative.method``, ``speculative.num_tokens``.
 The draft-model proposer is registered by ``draft_proposer.py``; this module owns the
@@ -38,7 +39,7 @@ TOKENOPS_LAYER = "model_optimization"
 METHODS = ("ngram", "draft")
 
 _conf: dict[str, Any] = {"method": None, "num_tokens": 4, "min_ngram": 1, "max_ngram": 4, "draft_model": None,
-                         "draft_min_confidence": 0.0}
+                         "draft_min_confidence": 0.0, "disable_by_batch_size": 0}
 
 
 def settings() -> dict[str, Any]:
@@ -70,11 +71,15 @@ def tokenops_configure(settings):
         raise ValueError("[plugins.speculative] min_ngram must be <= max_ngram")
     if method == "draft" and not (conf.get("draft_model") or _conf["draft_model"]):
         raise ValueError("[plugins.speculative] method = 'draft' needs draft_model (a local model folder)")
+    disable = conf.get("disable_by_batch_size", 0)
+    if isinstance(disable, bool) or not isinstance(disable, int) or disable < 0:
+        raise ValueError(f"[plugins.speculative] disable_by_batch_size must be an integer >= 0 (0: never), "
+                         f"not {disable!r}")
     confidence = conf.get("draft_min_confidence", 0.0)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:
         raise ValueError("[plugins.speculative] draft_min_confidence must be a number in [0, 1)")
-    _conf.update({k: conf[k] for k in ("num_tokens", "min_ngram", "max_ngram", "draft_model", "draft_min_confidence")
-                  if k in conf})
+    _conf.update({k: conf[k] for k in ("num_tokens", "min_ngram", "max_ngram", "draft_model", "draft_min_confidence",
+                                       "disable_by_batch_size") if k in conf})
     _conf["method"] = None if method in (None, "off") else method
 
 
@@ -85,6 +90,7 @@ def tokenops_engine_config(config):
         return
     config.speculative = _conf["method"]
     config.num_speculative_tokens = int(_conf["num_tokens"])
+    config.speculative_disable_by_batch_size = int(_conf["disable_by_batch_size"])
     if _conf["draft_model"] and not config.draft_model:
         config.draft_model = _conf["draft_model"]
 

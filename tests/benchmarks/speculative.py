@@ -75,12 +75,12 @@ def draft_prompts(tok, convs, num: int) -> list[list[int]]:
 
 def make_engine(model: Path, batch: int, threads: int, **spec):
     from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
     from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine_policies import build_engine
 
     config = EngineConfig(model=str(model), device="cpu", torch_threads=threads, max_num_seqs=batch,
                           max_num_batched_tokens=1024, kv_cache_tokens=16384, **spec)
-    engine = LLMEngine(config)
+    engine = build_engine(config)  # as serve builds it: the plugins' proposers with their settings
     engine.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4))  # warm-up
     return engine
 
@@ -116,6 +116,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--min-confidence", type=float, default=0.0,
                    help="draft proposer: stop a proposal below this draft probability")
+    p.add_argument("--disable-by-batch-size", type=int, default=0,
+                   help="no proposals while this many sequences or more run (0: never)")
     args = p.parse_args()
     import os
 
@@ -131,7 +133,7 @@ def main() -> None:
     convs = heldout_messages(200)
     print(f"# conditions: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, torch threads {args.threads}, "
           f"greedy, {args.requests} requests x {args.max_tokens} tokens, k={args.k} (adaptive), "
-          f"draft min confidence {args.min_confidence}")
+          f"draft min confidence {args.min_confidence}, disabled at batch >= {args.disable_by_batch_size or 'never'}")
     print(f"{'method':<7}{'batch':>6}{'base tok/s':>12}{'spec tok/s':>12}{'speed-up':>10}{'accept':>8}"
           f"{'mean len':>10}{'identical':>10}")
     for method in args.methods.split(","):
@@ -140,7 +142,8 @@ def main() -> None:
             continue
         make = ngram_prompts if method == "ngram" else draft_prompts
         prompts = make(tok, convs, args.requests)
-        spec = dict(speculative=method, num_speculative_tokens=args.k)
+        spec = dict(speculative=method, num_speculative_tokens=args.k,
+                    speculative_disable_by_batch_size=args.disable_by_batch_size)
         if method == "draft":
             spec["draft_model"] = str(draft)
             import tokenops_plugins.model_optimization.ngram_proposer as settings_plugin

@@ -349,3 +349,45 @@ def test_draft_min_confidence_cuts_proposals_and_stays_exact(tiny_llama_dir, dra
     unconstrained = _engine(tiny_llama_dir, speculative="draft", draft_model=str(draft_dir))
     _greedy(unconstrained)
     assert stats["num_draft_tokens"] < unconstrained.stats()["spec_decode"]["num_draft_tokens"]
+
+
+def test_disable_by_batch_size_stops_proposals_in_large_batches_only(tiny_llama_dir, draft_dir):
+    base = _greedy(_engine(tiny_llama_dir))
+    batched = _engine(tiny_llama_dir, speculative="draft", draft_model=str(draft_dir),
+                      speculative_disable_by_batch_size=2)
+    assert _greedy(batched) == base  # still exact
+    # the prompts run together: proposals only in the steps where fewer than 2 sequences are running
+    many = batched.stats()["spec_decode"]["num_drafts"]
+    alone = _engine(tiny_llama_dir, speculative="draft", draft_model=str(draft_dir), speculative_disable_by_batch_size=2)
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    for prompt in PROMPTS:  # one at a time: never 2 running, so it proposes every round
+        alone.generate([prompt], params)
+    assert alone.stats()["spec_decode"]["num_drafts"] > many
+    never = _engine(tiny_llama_dir, speculative="draft", draft_model=str(draft_dir), speculative_disable_by_batch_size=1)
+    _greedy(never)
+    assert never.stats()["spec_decode"]["num_drafts"] == 0
+    with pytest.raises(ValueError, match="speculative_disable_by_batch_size"):
+        EngineConfig(speculative_disable_by_batch_size=-1)
+
+
+def test_plugin_disable_by_batch_size_setting():
+    import tokenops_plugins.model_optimization.ngram_proposer as plugin
+
+    class Settings:
+        def __init__(self, conf):
+            self.conf = conf
+
+        def plugin_settings(self, name):
+            return self.conf if name == "speculative" else {}
+
+    saved = dict(plugin._conf)
+    try:
+        plugin.tokenops_configure(Settings({"method": "ngram", "disable_by_batch_size": 4}))
+        config = EngineConfig()
+        plugin.tokenops_engine_config(config)
+        assert config.speculative_disable_by_batch_size == 4
+        with pytest.raises(ValueError, match="disable_by_batch_size"):
+            plugin.tokenops_configure(Settings({"method": "ngram", "disable_by_batch_size": -2}))
+    finally:
+        plugin._conf.clear()
+        plugin._conf.update(saved)

@@ -57,6 +57,10 @@ class EngineConfig:
     speculative: str | None = None
     num_speculative_tokens: int = 4  # the most tokens proposed per decode (adaptive k stays in [1, this])
     draft_model: str | None = None  # local HF folder of the draft model (same tokenizer)
+    #: No proposals while this many sequences or more are running (0: never): at larger batches the
+    #: verify forward of k + 1 tokens per sequence costs more than the accepted tokens save
+    #: (vLLM's speculative_disable_by_batch_size).
+    speculative_disable_by_batch_size: int = 0
     #: KV-cache storage: "auto" (the model dtype) or "int8" (per-token-per-head scales).
     kv_cache_dtype: str = "auto"
     #: Sink + window eviction (0 = off): keep the first ``kv_sink_tokens`` and the
@@ -104,6 +108,7 @@ class EngineConfig:
             raise ValueError(f"engine speculative must be a proposer name such as 'ngram' or 'draft', or unset, "
                              f"not {self.speculative!r}")
         _check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
+        _check_int("speculative_disable_by_batch_size", self.speculative_disable_by_batch_size, 0)
         if self.speculative == "draft" and not self.draft_model:
             raise ValueError("engine speculative = 'draft' needs draft_model (a local model folder)")
         if self.kv_cache_dtype not in ("auto", "int8"):

@@ -105,6 +105,7 @@ class SpecDecoder:
         self.engine = engine
         self.proposer = proposer
         self.max_k = engine.config.num_speculative_tokens
+        self.disable_at = engine.config.speculative_disable_by_batch_size
         self.stats = SpecDecodeStats(self.max_k)
         self._ewma: dict[int, float] = {}  # seq_id -> accepted tokens per round
         self._probs: dict[int, Any] = {}  # seq_id -> proposal distributions of this step
@@ -117,6 +118,8 @@ class SpecDecoder:
         ``max_tokens`` nor the context."""
         if seq.grammar is not None:  # a constrained row is sampled under its mask, one token a step
             return 0
+        if self.disable_at and self.engine.scheduler.num_running >= self.disable_at:
+            return 0  # a large batch: plain decoding is cheaper than verifying k + 1 tokens per row
         if seq.thinking is not None and (seq.thinking.is_thinking or seq.thinking.forced):
             return 0  # budget forcing and reflection masks act in the sampler, one token a step
         ewma = self._ewma.get(seq.seq_id)
