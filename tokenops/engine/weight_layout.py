@@ -9,11 +9,12 @@ batch size that matters (1, 16 and 48 rows; ``docs/engine-optimizations.md``).
 
 :func:`pack_linear_weights` converts every :class:`tokenops.engine.models.layers.Linear`
 of a float32 model on CPU whose weight has at least :data:`MIN_PACKED_ELEMENTS` elements
-(smaller ones stay on ``F.linear``, cheaper per call; ``"onednn"`` packs them all); a layer a transform plugin replaced
-(quantized layers) is left alone. The dense weight of a packed layer is released (it would double the memory) unless
-it is shared, e.g. a lm_head tied to the embeddings: ``"auto"`` packs such a layer alongside
-only while the copy is at most :data:`MAX_SHARED_COPY_BYTES`, ``"onednn"`` always does. Results match ``F.linear`` to float32
-rounding (about 1e-6 relative), and the HF greedy-parity tests run through this path.
+(smaller ones stay on ``F.linear``, cheaper per call; ``"onednn"`` packs them all). A layer
+that a transform plugin replaced (quantized layers) is left alone. The dense weight of a
+packed layer is released (it would double the memory) unless it is shared, e.g. a lm_head
+tied to the embeddings: ``"auto"`` packs such a layer alongside only while the copy is at
+most :data:`MAX_SHARED_COPY_BYTES`, ``"onednn"`` always does. Results match ``F.linear`` to
+float32 rounding (about 1e-6 relative), and the HF greedy-parity tests run through this path.
 """
 
 from __future__ import annotations
