@@ -69,3 +69,23 @@ def test_hook_applies_configured_mode(model):
         assert out is model and isinstance(model.up, Int8Linear)
     finally:
         q._settings["weights"] = "none"
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_int8_few_rows_use_the_native_kernel_and_match_dequantized(bias, monkeypatch):
+    from tokenops.engine.native import get_kernel
+    from tokenops_plugins.model_optimization import _quant_layers
+
+    if get_kernel() is None:
+        pytest.skip("no C compiler: Int8Linear dequantizes for every row count")
+    torch.manual_seed(0)
+    lin = nn.Linear(96, 40, bias=bias)
+    layer = Int8Linear(lin)
+    calls = []
+    real = _quant_layers._q8_kernel
+    monkeypatch.setattr(_quant_layers, "_q8_kernel", lambda: calls.append(1) or real())
+    for rows in (1, 2, 5):
+        x = torch.randn(rows, 96)
+        expected = nn.functional.linear(x, layer.dequantized(torch.float32), layer.bias)
+        torch.testing.assert_close(layer(x), expected, atol=1e-5, rtol=1e-5)
+    assert len(calls) == 2  # rows 1 and 2 went through the kernel, 5 rows dequantized
