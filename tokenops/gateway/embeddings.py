@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tokenops.gateway import hooks
-from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.gateway.capability import choose_capable_replica
+from tokenops.gateway.errors import APIError
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest
 
 #: OpenAI's limit on inputs per request.
@@ -64,15 +65,9 @@ async def embed(gw: Any, request: GatewayRequest) -> dict[str, Any]:
     rec = pipeline.new_record(request)
     with pipeline.tracked(rec):
         await pipeline.admit(request)
-        if request.model not in pipeline.replicas:
-            raise ModelNotFound(request.model, list(pipeline.replicas))
-        rec.route_reason = "embeddings"
-        replica = pipeline._choose(request, rec, request.model)
-        if not hasattr(replica.backend, "embed"):
-            raise APIError(400, f"The model `{request.model}` does not serve embeddings (backend "
-                           f"{replica.backend.kind}); use an embedding model: "
-                           f"{', '.join(embedding_models(pipeline)) or 'none is configured'}.",
-                           code="model_not_supported", param="model")
+        replica = choose_capable_replica(pipeline, request, rec, reason="embeddings", method="embed",
+                                         does="serve embeddings", use="an embedding model",
+                                         alternatives=embedding_models(pipeline))
         t0 = time.perf_counter()
         replica.in_flight += 1
         try:

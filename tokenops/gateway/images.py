@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 from tokenops.gateway import hooks
-from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.gateway.capability import choose_capable_replica
+from tokenops.gateway.errors import APIError
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, TelemetryEvent
 
 MAX_IMAGES = 10
@@ -159,14 +160,8 @@ async def generate(gw: Any, greq: GatewayRequest, req: ImageGenerationRequest, m
             if not greq.model:
                 raise APIError(400, "no diffusion model is configured: add [[models]] backend = \"diffusion\" with path = "
                                "a diffusers pipeline folder", code="model_not_found", param="model")
-            if greq.model not in pipeline.replicas:
-                raise ModelNotFound(greq.model, list(pipeline.replicas))
-            rec.route_reason = "images"
-            replica = pipeline._choose(greq, rec, greq.model)
-            if not hasattr(replica.backend, "generate_images"):
-                raise APIError(400, f"The model `{greq.model}` does not generate images (backend {replica.backend.kind}); "
-                               f"use a diffusion model: {', '.join(models) or 'none is configured'}.",
-                               code="model_not_supported", param="model")
+            replica = choose_capable_replica(pipeline, greq, rec, reason="images", method="generate_images",
+                                             does="generate images", use="a diffusion model", alternatives=models)
             size = parse_size(req.size, replica.backend.native_size())
             t0 = time.perf_counter()
             replica.in_flight += 1
