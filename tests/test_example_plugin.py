@@ -13,12 +13,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tokenops-blocklist
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    target = tmp_path_factory.mktemp("site")
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), str(EXAMPLE)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    env = dict(os.environ, PYTHONPATH=str(target))
+def installed(install_example):
+    env = dict(os.environ, PYTHONPATH=install_example(EXAMPLE.name))
     env.pop("TOKENOPS_LOAD_PLUGINS", None)
     return env
 

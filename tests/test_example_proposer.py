@@ -35,12 +35,8 @@ min_match = 2
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    target = tmp_path_factory.mktemp("site")
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), str(EXAMPLE)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return str(target)
+def site(install_example):
+    return install_example(EXAMPLE.name)
 
 
 def test_listed_with_its_engine_hooks(site):

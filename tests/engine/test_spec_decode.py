@@ -225,15 +225,18 @@ def test_config_validation(tiny_llama_dir):
         EngineConfig(speculative="ngram", num_speculative_tokens=0)
 
 
+class Settings:
+    """The ``[plugins.speculative]`` section alone, as :class:`tokenops.config.Settings` hands it out."""
+
+    def __init__(self, conf):
+        self.conf = conf
+
+    def plugin_settings(self, name):
+        return self.conf if name == "speculative" else {}
+
+
 def test_plugin_settings_enable_speculation():
     import tokenops_plugins.model_optimization.ngram_proposer as plugin
-
-    class Settings:
-        def __init__(self, conf):
-            self.conf = conf
-
-        def plugin_settings(self, name):
-            return self.conf if name == "speculative" else {}
 
     saved = dict(plugin._conf)
     try:
@@ -372,13 +375,6 @@ def test_disable_by_batch_size_stops_proposals_in_large_batches_only(tiny_llama_
 
 def test_plugin_disable_by_batch_size_setting():
     import tokenops_plugins.model_optimization.ngram_proposer as plugin
-
-    class Settings:
-        def __init__(self, conf):
-            self.conf = conf
-
-        def plugin_settings(self, name):
-            return self.conf if name == "speculative" else {}
 
     saved = dict(plugin._conf)
     try:
