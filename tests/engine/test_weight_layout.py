@@ -59,8 +59,9 @@ def test_tied_lm_head_keeps_the_shared_weight(tmp_path):
         assert pack_linear_weights(model, torch.device("cpu"), torch.float32) == "plain"
         return
     assert pack_linear_weights(model, torch.device("cpu"), torch.float32, "onednn") == "onednn"
-    if args.tie_word_embeddings:
-        assert model.lm_head.weight.numel() > 0 and model.lm_head.weight is model.model.embed_tokens.weight
+    assert args.tie_word_embeddings
+    assert model.lm_head.packed is not None
+    assert model.lm_head.weight.numel() > 0 and model.lm_head.weight is model.model.embed_tokens.weight
 
 
 def test_layout_choice_and_errors():

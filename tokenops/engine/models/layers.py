@@ -75,7 +75,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-            # one fused kernel instead of seven ops; the same float32 arithmetic (bit-identical in the tests)
+            # one dispatch instead of seven (on CPU still a composite inside: ~16 vs ~24 us per call at
+            # 1 x 512); the same float32 arithmetic, bit-identical in the tests
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         h = x.float()
