@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.protocols import KVPolicy, ProposerFactory, ScheduleOrder
     from tokenops.memory.fit import ContextWindow
+    from tokenops.store import Store
     from tokenops.tune.launcher import LauncherFactory
     from tokenops.tunables import Tunable
     from tokenops.types import (BackendError, BackendOutcome, EnsembleFollowUp, GatewayRequest, GatewayResponse,
@@ -154,6 +155,27 @@ def tokenops_apply_tunables(values: dict[str, bool | int | float | str]) -> None
 
     :param values: ``{tunable name: validated value}`` of the changed tunables, each of its
         tunable's declared type.
+    """
+
+
+@hookspec
+@_layer("setup")
+def tokenops_tenant_deleted(tenant: str, store: Store | None) -> dict[str, int] | None:
+    """Forget everything a plugin keeps for a tenant that is being deleted.
+
+    Called by ``DELETE /admin/tenants/{name}`` (and ``tokenops keys delete-tenant`` when no
+    server runs) after the tenant's keys are revoked and its record removed. A plugin that
+    keeps per-tenant data (session memory, captured distillation pairs, cached answers)
+    deletes it here; the caller reports the counts to the operator.
+
+    Runs on: a worker thread. The admin handler runs it off the event loop, so an
+    implementation may block (delete rows, flush a queue).
+
+    :param tenant: the tenant's name.
+    :param store: the :class:`tokenops.store.Store` the server or CLI writes (None with
+        ``--no-store``), for plugins whose data lives there.
+    :returns: ``{what: number deleted}`` (e.g. ``{"distill_pairs": 12}``), or None when the
+        plugin keeps nothing for tenants. All results are merged.
     """
 
 

@@ -99,6 +99,12 @@ def tokenops_apply_tunables(values):
         configure(config)
 
 
+@hookimpl
+def tokenops_tenant_deleted(tenant, store):
+    """A deleted tenant's cached answers are dropped."""
+    return None if cache is None else {"semantic_cache_entries": cache.delete_tenant(tenant)}
+
+
 def is_opted_out(request) -> bool:
     for name, value in (request.headers or {}).items():
         if name.lower() == "x-tokenops-cache" and str(value).strip().lower() in _OFF:

@@ -90,6 +90,16 @@ def tokenops_cache_store(request, response):
 
 
 @hookimpl
+def tokenops_tenant_deleted(tenant, store):
+    """A deleted tenant's captured pairs go with it (captured earlier, whatever the config says now)."""
+    if store is None:
+        return None
+    from tokenops.store.distill_pairs import delete
+
+    return {"distill_pairs": delete(store, tenant=tenant)}
+
+
+@hookimpl
 def tokenops_register_commands(app):
     from tokenops_plugins.distill._cli import register
 

@@ -135,6 +135,17 @@ def tokenops_cache_store(request, response):
     _background().submit(memory.remember, request.tenant, request.session_id, [("assistant", response.text)])
 
 
+@hookimpl
+def tokenops_tenant_deleted(tenant, store):
+    """A deleted tenant's sessions are forgotten (after turns still being stored land)."""
+    memory = get_session_memory()
+    if memory is None:
+        return None
+    if _executor is not None:
+        _executor.submit(lambda: None).result()  # one worker: earlier stores have run
+    return {"session_memory_entries": memory.delete_tenant(tenant)}
+
+
 _executor: Any = None
 
 

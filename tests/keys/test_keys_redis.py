@@ -60,6 +60,11 @@ def test_key_created_on_one_gateway_works_on_the_other_and_revoke_stops_it_every
             with pytest.raises(openai.AuthenticationError) as e:
                 _ask(client)
             assert e.value.body["code"] == "revoked_api_key"
+        # a tenant deleted on B is gone on A too (its record is shared through Redis)
+        assert "shared" in {t["name"] for t in admin_a.get("/admin/tenants").json()["tenants"]}
+        assert admin_b.delete("/admin/tenants/shared").json()["deleted"] is True
+        assert "shared" not in {t["name"] for t in admin_a.get("/admin/tenants").json()["tenants"]}
+        assert admin_a.post("/admin/keys", json={"tenant": "shared"}).json()["error"]["param"] == "tenant"
 
 
 @pytest.mark.slow

@@ -92,6 +92,9 @@ class _Target:
                     return admin_ops.revoke_key(service, args[0])
                 if op == "tenant":
                     return admin_ops.put_tenant(service, args[0], args[1])[0]
+                if op == "delete-tenant":
+                    return admin_ops.delete_tenant(service, args[0], set(settings.gateway.api_keys.values()),
+                                                   lambda tenant: hooks.forget_tenant(tenant, store))
             except admin_ops.KeyOpsError as e:
                 raise UserError(e.message) from None
         raise AssertionError(op)
@@ -232,6 +235,26 @@ def tenant(name: Annotated[str, typer.Argument(help="Tenant name.")], budget_usd
         target.close()
     budget = f"budget ${data['budget_usd']} {data['budget_period']}" if data.get("budget_usd") is not None else "no budget"
     _print(data, as_json, f"tenant {data['name']}: {budget}")
+
+
+@keys_app.command("delete-tenant")
+def delete_tenant(name: Annotated[str, typer.Argument(help="Tenant name.")],
+                  yes: Annotated[bool, typer.Option("--yes", help="Do it (without it, only say what would go).")] = False,
+                  url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
+                  as_json: JsonOpt = False) -> None:
+    """Delete a tenant: revoke its keys, remove its budget, and purge what plugins keep for it
+    (session memory, captured distillation pairs, cached answers). Spend already booked stays."""
+    from tokenops.cli import UserError
+
+    if not yes:
+        raise UserError(f"deleting tenant {name!r} revokes its keys and purges its data; add --yes to do it")
+    target = _Target(url, admin_key, config, store)
+    try:
+        data = target.call("DELETE", f"/admin/tenants/{name}", "delete-tenant", name)
+    finally:
+        target.close()
+    purged = ", ".join(f"{what} {count}" for what, count in sorted(data["purged"].items())) or "nothing kept"
+    _print(data, as_json, f"tenant {name} deleted: {len(data['revoked_keys'])} key(s) revoked; purged: {purged}")
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,9 @@
   (the same fields but ``tenant``; ``null`` clears one), ``DELETE /admin/keys/{id}`` (revoke).
 - ``GET /admin/tenants``, ``PUT /admin/tenants/{name}`` ``{"budget_usd", "budget_period",
   "soft_budget_usd"}``: create a tenant or set its budget.
+- ``DELETE /admin/tenants/{name}``: delete a tenant: its keys are revoked, its budget
+  record removed, and every plugin forgets its data (session memory, captured
+  distillation pairs; ``tokenops_tenant_deleted``); answers what was revoked and purged.
 - ``POST /admin/budget-clock`` ``{"offset_s"}``: for tests only, with
   ``TOKENOPS_BUDGET_TEST_CLOCK=1`` in the server's environment (else 404).
 
@@ -52,9 +55,14 @@ async def _body(request: Request) -> Any:
 
 
 async def _run(fn, *args: Any) -> Any:
-    """An operation off the event loop (it writes the store and may talk to Redis)."""
+    """An operation on ``args[0]`` (the key service) off the event loop (it writes the
+    store and may talk to Redis)."""
+    def run() -> Any:
+        args[0].registry.refresh()  # what another replica changed (with Redis) counts here too
+        return fn(*args)
+
     try:
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.to_thread(run)
     except KeyOpsError as e:
         raise APIError(e.status, e.message, code=e.code, param=e.param) from None
 
@@ -113,6 +121,16 @@ async def put_tenant(request: Request, name: str) -> Response:
     body = await _body(request)
     view, is_new = await _run(admin_ops.put_tenant, gw.keys, name, body)
     return _json(view, 201 if is_new else 200)
+
+
+@router.delete("/tenants/{name}", summary="Delete a tenant: revoke its keys, remove its budget, purge its data")
+async def delete_tenant(request: Request, name: str) -> Response:
+    gw = _gateway(request)
+    config_tenants = set(gw.settings.gateway.api_keys.values())
+    from tokenops.gateway import hooks
+
+    return _json(await _run(admin_ops.delete_tenant, gw.keys, name, config_tenants,
+                            lambda tenant: hooks.forget_tenant(tenant, gw.store)))
 
 
 @router.post("/budget-clock", summary="Tests only: move the budget clock (TOKENOPS_BUDGET_TEST_CLOCK=1)",

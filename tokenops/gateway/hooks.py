@@ -84,6 +84,15 @@ def apply_plugin_tunables(values: dict[str, Any]) -> None:
     hook().tokenops_apply_tunables(values=values)
 
 
+def forget_tenant(tenant: str, store: Any) -> dict[str, int]:
+    """Every plugin forgets the tenant; their counts merged (``{what: number deleted}``)."""
+    merged: dict[str, int] = {}
+    for result in hook().tokenops_tenant_deleted(tenant=tenant, store=store):
+        for what, count in (result or {}).items():
+            merged[what] = merged.get(what, 0) + int(count)
+    return merged
+
+
 def configure(settings: Any) -> None:
     hook().tokenops_configure.call_historic(kwargs={"settings": settings})
 

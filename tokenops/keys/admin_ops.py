@@ -77,9 +77,22 @@ def put_tenant(keys: Any, name: str, body: Any) -> tuple[dict[str, Any], bool]:
     return keys.tenant_view(keys.registry.put_tenant(name, fields)), current is None
 
 
+def delete_tenant(keys: Any, name: str, config_tenants: set[str],
+                  forget: Callable[[str], dict[str, int]]) -> dict[str, Any]:
+    """Delete a tenant: revoke its keys, drop its record and budget, then ``forget``
+    (every plugin deletes what it keeps for it: session memory, captured pairs, ...)."""
+    if name in config_tenants:
+        raise KeyOpsError(409, f"tenant {name!r} comes from [gateway] api_keys in the config; remove it there "
+                               "and restart (nothing was deleted)", "tenant_in_config", "name")
+    if not keys.registry.is_known_tenant(name):
+        raise KeyOpsError(404, f"no tenant {name!r}", "tenant_not_found", "name")
+    revoked = keys.registry.delete_tenant(name)
+    return {"tenant": name, "deleted": True, "revoked_keys": revoked, "purged": forget(name)}
+
+
 def list_tenants(keys: Any, config_tenants: set[str]) -> list[dict[str, Any]]:
     known = {t.name for t in keys.registry.tenants()}
     views = [keys.tenant_view(t) for t in keys.registry.tenants()]
-    names = (config_tenants | {k.tenant for k in keys.registry.keys()}) - known
+    names = (config_tenants | {k.tenant for k in keys.registry.keys() if k.revoked_at is None}) - known
     views += [{"name": n, "budget_usd": None, "budget_period": None, "soft_budget_usd": None} for n in names]
     return sorted(views, key=lambda v: v["name"])

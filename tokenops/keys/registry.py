@@ -183,7 +183,10 @@ class KeyRegistry:
         return bool(self._keys)
 
     def is_known_tenant(self, name: str) -> bool:
-        return name in self._tenants or name in self.config_tenants or any(k.tenant == name for k in self._keys.values())
+        """A tenant record, a tenant of the config's keys, or one a live key names (a tenant
+        whose keys are all revoked and whose record was deleted is gone)."""
+        return name in self._tenants or name in self.config_tenants or any(
+            k.tenant == name and k.revoked_at is None for k in self._keys.values())
 
     # -- changes ----------------------------------------------------------------
 
@@ -221,6 +224,27 @@ class KeyRegistry:
         _apply_budget(tenant.budget, fields)
         self._publish(tenant=tenant)
         return tenant
+
+    def delete_tenant(self, name: str) -> list[str]:
+        """Revoke the tenant's live keys (refused from the next request on every replica;
+        their records stay, revoked, as does the spend already booked) and remove the
+        tenant's record and budget. Returns the ids of the keys revoked here."""
+        revoked = [k.id for k in self.keys() if k.tenant == name and k.revoked_at is None]
+        for key_id in revoked:
+            self.revoke(key_id)
+        if name not in self._tenants:
+            return revoked
+        if self.store is not None:
+            self.store.execute("DELETE FROM tenants WHERE name = ?", [name])
+        if self.redis is not None:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.hdel(self.prefix + "tenants", name)
+            pipe.incr(self.prefix + "version")
+            pipe.execute()
+            self._reload_from_redis()
+        else:
+            self._install(dict(self._keys), {n: t for n, t in self._tenants.items() if n != name})
+        return revoked
 
     @staticmethod
     def _apply(key: ManagedKey, fields: dict[str, Any]) -> None:

@@ -236,6 +236,14 @@ class SemanticCache:
                 del self._indexes[entry.partition]
         self.num_bytes -= entry.num_bytes
 
+    def delete_tenant(self, tenant: str) -> int:
+        """Drop every cached answer of ``tenant`` (all its models); returns how many."""
+        with self._lock:
+            doomed = [e for e in self._entries.values() if e.partition[0] == str(tenant)]
+            for entry in doomed:
+                self._drop(entry)
+            return len(doomed)
+
     def __len__(self) -> int:
         return len(self._entries)
 
