@@ -62,6 +62,55 @@ def task_pairs(weights: dict[str, float], num: int, seed: int, exclude: set[str]
     return pairs
 
 
+_KEYS = ["vault access code", "gym locker code", "bike lock combination", "door PIN", "safe code",
+         "parking permit number", "badge number", "order number", "alarm code", "storage unit code"]
+_FILLER_THINGS = ["timber", "grain", "cement", "textile", "copper", "coffee", "paper", "glass", "steel", "cotton",
+                  "river", "maple", "harbor", "lantern", "silver"]
+_FILLER_CITIES = ["Lisbon", "Osaka", "Lagos", "Quito", "Oslo", "Perth", "Tunis", "Riga", "Lima", "Hanoi", "Paris",
+                  "Pune", "Sofia", "Turin"]
+
+
+def recall_pair(rng: random.Random) -> tuple[str, str | list[dict], str]:
+    """A training-only retrieval pair that teaches reading a number out of the context:
+    one to three facts ("the <key> is NNNN") with different keys among 0-8 filler notes in
+    one user message, or 0-4 as a multi-turn chat (user notes answered "Noted."; sized to
+    fit a 192-token training window), and a
+    question about one of the keys. The answer is the number with a leading space, so its
+    tokens are the very tokens that follow "is" in the context (the demo tokenizer splits
+    " 4821" and "4821" differently): a pure copy. The held-out suite (always the vault
+    code among 8 notes) is never generated here: its prompts are excluded by the caller."""
+    keys = rng.sample(_KEYS, rng.randint(1, 3))
+    codes = [rng.randint(1000, 9999) for _ in keys]
+    lead = ["Important: the", "By the way, the", "Also, the", "Remember: the", "The"]
+    facts = [f"{rng.choice(lead)} {k} is {c}." for k, c in zip(keys, codes)]
+    notes = [f"Note {i}: the {rng.choice(_FILLER_THINGS)} shipment to {rng.choice(_FILLER_CITIES)} is on schedule."
+             for i in range(rng.randint(0, 8))]
+    chat = rng.random() < 0.5
+    if chat:
+        notes = notes[:4]
+    for fact in facts:
+        notes.insert(rng.randint(0, len(notes)), fact)
+    ask = rng.randrange(len(keys))
+    question = f"What is the {keys[ask]}? Reply with the number only."
+    answer = f" {codes[ask]}"
+    if not chat:
+        return "retrieval", "\n".join(notes) + "\n\n" + question, answer
+    messages: list[dict] = [{"role": "system", "content": "You are a helpful assistant."}] if rng.random() < 0.5 else []
+    for note in notes:
+        messages += [{"role": "user", "content": note}, {"role": "assistant", "content": "Noted."}]
+    return "retrieval", messages + [{"role": "user", "content": question}], answer
+
+
+def recall_pairs(num: int, seed: int, exclude: set[str]) -> list[tuple]:
+    rng = random.Random(f"recall:{seed}")
+    out = []
+    while len(out) < num:
+        pair = recall_pair(rng)
+        if not (isinstance(pair[1], str) and pair[1] in exclude):
+            out.append(pair)
+    return out
+
+
 def chat_pairs(conversations: Iterable[list[dict]], num: int, max_chars: int = 600) -> list[tuple[str, str, str]]:
     """(\"chat\", user turn, assistant turn) from the first exchange of each conversation."""
     out = []
@@ -73,12 +122,14 @@ def chat_pairs(conversations: Iterable[list[dict]], num: int, max_chars: int = 6
     return out
 
 
-def prompt_text(prompt: str) -> str:
-    """The rendered chat prompt up to the assistant's turn (what the engine's template makes)."""
-    return render([{"role": "user", "content": prompt}]) + f"{IM_START}assistant\n"
+def prompt_text(prompt: str | list[dict]) -> str:
+    """The rendered chat prompt up to the assistant's turn (what the engine's template makes);
+    ``prompt`` is one user message or a whole message list."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    return render(messages) + f"{IM_START}assistant\n"
 
 
-def encode_pair(tok, prompt: str, answer: str, max_len: int) -> tuple[list[int], list[int]]:
+def encode_pair(tok, prompt: str | list[dict], answer: str, max_len: int) -> tuple[list[int], list[int]]:
     """Token ids of prompt + answer + <|im_end|> and the loss mask (1 on the answer only).
     A long prompt is cut from the left so the answer always fits."""
     p = tok.encode(prompt_text(prompt), add_special_tokens=False).ids

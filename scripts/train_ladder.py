@@ -25,8 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from task_training import (FinetuneConfig, chat_pairs, finetune, heldout_prompts, suite_accuracy,  # noqa: E402
-                           task_pairs, HELDOUT_SEED)
+from task_training import (FinetuneConfig, chat_pairs, finetune, heldout_prompts, recall_pairs,  # noqa: E402
+                           suite_accuracy, task_pairs, HELDOUT_SEED)
 from train_demo_models import DEFAULT_OUT, load_conversations, save_model, split_data, to_messages  # noqa: E402
 
 LADDER = {"large": "target", "small": "draft"}  # trained in this order  # ladder model -> checkpoint it starts from
@@ -67,6 +67,11 @@ def parse_args(argv=None):
                    help="continue from the saved ladder folders in --out (a further phase; use another --seed "
                         "for fresh task pairs)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mix", default=None,
+                   help="dimension weights for this phase, e.g. 'retrieval=0.5,math=0.1,...' (default: MIX)")
+    p.add_argument("--recall-share", type=float, default=0.0,
+                   help="share of the retrieval pairs drawn from the varied recall generator "
+                        "(task_training.recall_pair: several keys, distractors, multi-turn) instead of the suite")
     p.add_argument("--examples", type=int, default=40_000, help="training pairs generated (epochs reshuffle)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-len", type=int, default=192)
@@ -96,7 +101,14 @@ def main(argv=None) -> None:
 
         excluded = heldout_prompts()
         num_chat = int(args.examples * CHAT_SHARE)
-        pairs = task_pairs(MIX, args.examples - num_chat, args.seed, excluded)
+        mix = dict(MIX) if args.mix is None else {k: float(v) for k, v in
+                                                  (item.split("=") for item in args.mix.split(","))}
+        num_tasks = args.examples - num_chat
+        num_recall = int(num_tasks * mix.get("retrieval", 0) / sum(mix.values()) * args.recall_share)
+        suite_mix = {d: w * (1 - args.recall_share) if d == "retrieval" else w for d, w in mix.items()}
+        pairs = task_pairs(suite_mix, num_tasks - num_recall, args.seed, excluded)
+        if num_recall:
+            pairs += recall_pairs(num_recall, args.seed, excluded)
         _, train_convs, _ = split_data(load_conversations(), 0, 400, 2_000_000)
         pairs += chat_pairs(train_convs, num_chat, max_chars=300)
         print(f"== {len(pairs)} training pairs ({num_chat} ShareGPT first exchanges); "
@@ -114,7 +126,7 @@ def main(argv=None) -> None:
             save_model(model, args.out / f"ladder-{name}", start)
             info |= {"num_params": sum(p.numel() for p in model.parameters()),
                      "started_from": f"ladder-{name}" if args.resume else LADDER[name],
-                     "mix": MIX, "chat_share": CHAT_SHARE, "examples_generated": len(pairs), "threads": args.threads}
+                     "mix": mix, "recall_share": args.recall_share, "chat_share": CHAT_SHARE, "examples_generated": len(pairs), "threads": args.threads}
             previous = report["models"].get(f"ladder-{name}") if args.resume else None
             if previous is not None:  # one entry per phase; the totals cover them all
                 phases = previous.get("phases") or [{k: v for k, v in previous.items() if k != "phases"}]
