@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import re
 import sys
@@ -36,21 +35,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+# The chat template, schedule and HF-folder writer live in the package (``tokenops distill``
+# uses them from an installed wheel); imported here under their old names for the scripts.
+from tokenops.training.chat import (BOS, CHAT_TEMPLATE, EOS, IM_END, IM_START, PAD, SPECIAL_TOKENS,  # noqa: F401
+                                    lr_at, render, save_model)
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tokenops" / "demo_models"
-SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>"]
-PAD, BOS, EOS, IM_START, IM_END = SPECIAL_TOKENS
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
          "bing": "assistant", "bard": "assistant", "system": "system"}
-# ChatML-like; bos_token is part of the template so that encoding the rendered
-# prompt (with or without add_special_tokens) gives exactly one <|bos|>.
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 MAX_POSITIONS = 2048
 _SKIP_STEPS = 3  # the first steps pay one-off kernel set-up; not timed for calibration
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -122,12 +115,6 @@ def to_messages(conv: dict) -> list[dict]:
         if role and text:
             messages.append({"role": role, "content": text})
     return messages
-
-
-def render(messages: list[dict]) -> str:
-    """The chat template applied in Python (identical text, no jinja needed here)."""
-    body = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
-    return BOS + body
 
 
 def split_data(conversations: list[dict], seed: int, num_heldout: int, train_chars: int):
@@ -217,14 +204,6 @@ def model_class(arch: str):
     from transformers import LlamaForCausalLM, MixtralForCausalLM
 
     return LlamaForCausalLM if arch == "llama" else MixtralForCausalLM
-
-
-def lr_at(step: int, num_steps: int, peak: float, num_warmup: int) -> float:
-    """Linear warmup then cosine decay to 10% of peak; warmup does not depend on num_steps."""
-    if step < num_warmup:
-        return peak * (step + 1) / num_warmup
-    progress = min(1.0, (step - num_warmup) / max(1, num_steps - num_warmup))
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def train_model(spec: ModelSpec, stream: np.ndarray, vocab_size: int, args, num_steps: int | None,
@@ -328,20 +307,6 @@ def teacher_generations(teacher, tok, train: list[list[dict]], num: int, num_new
     print(f"[draft] {len(ids)} tokens of target greedy continuations in {time.perf_counter() - started:.0f}s",
           flush=True)
     return np.asarray(ids, dtype=np.int32)
-
-
-def save_model(model, out_dir: Path, tokenizer_dir: Path) -> None:
-    """bf16 safetensors + config + generation config + a copy of the tokenizer files."""
-    from transformers import GenerationConfig
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model = model.to(torch.bfloat16)
-    model.config.output_router_logits = False
-    model.save_pretrained(out_dir, safe_serialization=True)
-    GenerationConfig(bos_token_id=1, eos_token_id=[4, 2], pad_token_id=0, do_sample=False).save_pretrained(out_dir)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        if tokenizer_dir != out_dir:
-            (out_dir / name).write_bytes((tokenizer_dir / name).read_bytes())
 
 
 # ---------------------------------------------------------------- main

@@ -1,7 +1,7 @@
 """Before/after figures of a distilled student.
 
 - :func:`suite_figures`: per-dimension greedy accuracy on the ladder's held-out suites
-  (seed 0, never trained on), via ``task_training.suite_accuracy``;
+  (seed 0, never trained on), via :func:`tokenops.training.tasks.suite_accuracy`;
 - :func:`traffic_figures`: on held-out captured pairs, how often the student's greedy answer
   equals the teacher's, and the share of the teacher's answer tokens the student predicts
   (teacher forcing: the per-token acceptance of greedy speculative decoding);
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from tokenops_plugins.distill._kd import load_hf, training_helpers
+from tokenops_plugins.distill._kd import load_hf
 
 
 def suite_figures(model_dir: Path, dimensions: list[str], n: int) -> dict[str, dict]:
@@ -23,7 +23,8 @@ def suite_figures(model_dir: Path, dimensions: list[str], n: int) -> dict[str, d
 
     from tokenops_plugins.multi_model._suites import make_suite
 
-    tt, _ = training_helpers()
+    from tokenops.training import tasks as tt
+
     tasks = [t for d in dimensions for t in make_suite(d, n, tt.HELDOUT_SEED)]
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     return tt.suite_accuracy(load_hf(model_dir).eval(), tok, tasks)
@@ -33,7 +34,8 @@ def suite_figures(model_dir: Path, dimensions: list[str], n: int) -> dict[str, d
 def traffic_figures(model_dir: Path, pairs: list[tuple[str, str]], max_new_tokens: int = 48) -> dict:
     from tokenizers import Tokenizer
 
-    tt, _ = training_helpers()
+    from tokenops.training import tasks as tt
+
     if not pairs:
         return {"n": 0}
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -58,7 +60,8 @@ def draft_acceptance(teacher_dir: Path, draft_dir: Path, prompts: list[str], k: 
     from tokenops.engine.sampling import SamplingParams
     from tokenizers import Tokenizer
 
-    tt, _ = training_helpers()
+    from tokenops.training import tasks as tt
+
     tok = Tokenizer.from_file(str(teacher_dir / "tokenizer.json"))
     config = EngineConfig(model=str(teacher_dir), device="cpu", torch_threads=1, max_num_seqs=8,
                           max_num_batched_tokens=1024, kv_cache_tokens=8192, speculative="draft",

@@ -3,14 +3,13 @@
 Loss per answer token: ``(1 - w) * CE(student, captured answer)`` (sequence-level KD: the
 teacher's answers are the labels) ``+ w * T^2 * KL(teacher_T || student_T)`` (logit KD, only
 when the teacher is a bundled HF folder with the student's vocabulary: it is loaded and run
-on the same batch). Reuses the ladder's answer-only batching (``scripts/task_training.py``)
+on the same batch). Reuses the ladder's answer-only batching (:mod:`tokenops.training.tasks`)
 and writes an HF folder like the ladder's. Resumable: ``checkpoint.pt`` in the output folder
 holds the weights, the optimizer and the step; ``resume=True`` continues from it.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,21 +18,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-DEMO_MODELS = REPO / "tokenops" / "demo_models"
+import tokenops
 
-
-def training_helpers():
-    """The ladder's training functions (``scripts/`` of the repository checkout)."""
-    scripts = REPO / "scripts"
-    if not (scripts / "task_training.py").exists():
-        raise FileNotFoundError(f"{scripts}/task_training.py not found: distill train needs a tokenops source checkout")
-    if str(scripts) not in sys.path:
-        sys.path.insert(0, str(scripts))
-    import task_training
-    import train_demo_models
-
-    return task_training, train_demo_models
+DEMO_MODELS = Path(tokenops.__file__).resolve().parent / "demo_models"
 
 
 def resolve_model(name_or_path: str) -> Path:
@@ -94,7 +81,9 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
     """Fine-tune the student in ``student_dir`` on (prompt, answer) ``pairs``; the result goes to ``out``."""
     from tokenizers import Tokenizer
 
-    tt, tdm = training_helpers()
+    from tokenops.training import tasks as tt
+    from tokenops.training.chat import lr_at, save_model
+
     if not pairs:
         raise ValueError("no captured pairs to train on (capture some traffic first, see docs/distillation.md)")
     tok = Tokenizer.from_file(str(student_dir / "tokenizer.json"))
@@ -142,7 +131,7 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
             rows = [encoded[i] for i in rng.choice(len(encoded), size=batch, replace=False)]
             ids, att, labels = tt.make_batch(rows)
             for group in opt.param_groups:
-                group["lr"] = tdm.lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
+                group["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
             loss, ce, kl = kd_loss(student, teacher, ids, att, labels, cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -155,7 +144,7 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
             if step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 save_checkpoint()
     save_checkpoint()
-    tdm.save_model(student, out, student_dir)
+    save_model(student, out, student_dir)
     return {"steps": step, "pairs": len(pairs), "logit_kd": teacher is not None, "kd_weight": cfg.kd_weight,
             "final_ce": float(np.mean(ces[-20:])) if ces else None,
             "final_kl": float(np.mean(kls[-20:])) if kls else None,
