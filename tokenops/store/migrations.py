@@ -119,6 +119,10 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (5, "image requests", _IMAGE_REQUESTS),
     (6, "reasoning tokens per request", "ALTER TABLE requests ADD COLUMN reasoning_tokens BIGINT"),
     (7, "captured teacher answers for distillation", _DISTILL_PAIRS),
+    (8, "finish reason and teacher confidence of captured pairs",
+     "ALTER TABLE distill_pairs ADD COLUMN finish_reason VARCHAR; "
+     "ALTER TABLE distill_pairs ADD COLUMN mean_logprob DOUBLE; "
+     "ALTER TABLE distill_pairs ADD COLUMN num_logprobs INTEGER"),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -294,6 +294,12 @@ class DistillPairRow(SQLModel, table=True):
     answer: Optional[str] = _col(STR)
     prompt_tokens: Optional[int] = _col(INT)
     completion_tokens: Optional[int] = _col(INT)
+    #: Why the answer ended ("stop", "length": truncated at max_tokens) and the teacher's mean
+    #: token logprob over ``num_logprobs`` answer tokens (None when the backend gave none):
+    #: the quality filters of ``tokenops distill`` (migration 8).
+    finish_reason: Optional[str] = _col(STR)
+    mean_logprob: Optional[float] = _col(DOUBLE)
+    num_logprobs: Optional[int] = _col(INT)
 
 
 #: Tables the batched writer accepts (the rest go through sessions).
