@@ -422,6 +422,26 @@ def tokenops_reasoning_budget(request: GatewayRequest, model: str) -> ReasoningB
     """
 
 
+@hookspec
+@_layer("model_optimization")
+def tokenops_wants_logprobs(request: GatewayRequest, model: str) -> bool | None:
+    """Ask the backend for an answer's token logprobs on a plugin's behalf.
+
+    Called once per routed answer (a single model or a cascade's first tier; not for
+    ensembles or cache hits), streamed or not, before the backend call. When any
+    implementation returns True the gateway asks the backend for logprobs: choice 0's land
+    in ``GatewayResponse.token_logprobs`` for ``tokenops_cache_store``, and they are removed
+    from the client's answer (body or stream) when the client did not ask for logprobs.
+    The distillation capture uses it to keep the teacher's confidence with each pair.
+
+    Runs on: the event loop. Must not block.
+
+    :param request: the :class:`tokenops.types.GatewayRequest`.
+    :param model: the routed model's name.
+    :returns: True to ask for logprobs; False or None to leave the request as it is.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Layer 3: compute-model fusion (engine + tuner)
 # ---------------------------------------------------------------------------

@@ -43,14 +43,56 @@ def _emit(data: dict, as_json: bool, line: str) -> None:
     typer.echo(json.dumps(data) if as_json else line)
 
 
+MinConfidenceOpt = Annotated[Optional[float], typer.Option(
+    "--min-confidence", metavar="P", help="Keep pairs whose teacher's mean token probability exp(mean logprob) >= P "
+                                          "(pairs captured without logprobs are kept and counted).")]
+KeepTruncatedOpt = Annotated[bool, typer.Option(
+    "--keep-truncated", help="Keep answers cut at max_tokens (finish_reason length); dropped by default.")]
+
+
+def _min_confidence(value: float | None) -> float | None:
+    from tokenops.cli import UserError
+    from tokenops_plugins.distill._pairs import validate_min_confidence
+
+    try:
+        return validate_min_confidence(value)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+_STATUS_SQL = """
+SELECT tenant, model, count(*) AS pairs,
+       count(*) FILTER (WHERE coalesce(finish_reason, '') <> 'length') AS not_truncated,
+       count(mean_logprob) AS with_logprobs,
+       median(exp(mean_logprob)) AS median_confidence,
+       count(*) FILTER (WHERE mean_logprob IS NULL OR exp(mean_logprob) >= ?) AS confident,
+       count(*) FILTER (WHERE coalesce(finish_reason, '') <> 'length'
+                        AND (mean_logprob IS NULL OR exp(mean_logprob) >= ?)) AS kept
+FROM distill_pairs GROUP BY ALL ORDER BY ALL
+"""
+
+
 @distill_app.command("status")
-def status(store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
-    """Captured pairs per tenant and teacher model."""
+def status(min_confidence: MinConfidenceOpt = None, store: StoreOpt = None, config: ConfigOpt = None,
+           as_json: JsonOpt = False) -> None:
+    """Captured pairs per tenant and teacher model, and how many each quality filter keeps."""
+    p = _min_confidence(min_confidence) or 0.0
     with _open(store, config) as s:
         pruned = _retention(config, s)
-        rows = s.execute("SELECT tenant, model, count(*) FROM distill_pairs GROUP BY ALL ORDER BY ALL").fetchall()
-    data = {"pruned": pruned, "pairs": [{"tenant": t, "model": m, "count": c} for t, m, c in rows]}
-    _emit(data, as_json, "\n".join(f"{t}\t{m}\t{c}" for t, m, c in rows) or "no captured pairs")
+        rows = s.execute(_STATUS_SQL, [p, p]).fetchall()
+    pairs = [{"tenant": t, "model": m, "count": n, "not_truncated": nt, "with_logprobs": wl,
+              "median_confidence": None if med is None else round(float(med), 4),
+              "confident": conf, "kept": kept} for t, m, n, nt, wl, med, conf, kept in rows]
+    data = {"pruned": pruned, "min_confidence": min_confidence, "pairs": pairs}
+    lines = []
+    for r in pairs:
+        med = "-" if r["median_confidence"] is None else f"{r['median_confidence']:.2f}"
+        line = (f"{r['tenant']}\t{r['model']}\t{r['count']} pairs\tnot truncated {r['not_truncated']}\t"
+                f"with logprobs {r['with_logprobs']} (median confidence {med})")
+        if min_confidence:
+            line += f"\tconfidence >= {min_confidence:g}: {r['confident']}\tboth filters: {r['kept']}"
+        lines.append(line)
+    _emit(data, as_json, "\n".join(lines) or "no captured pairs")
 
 
 @distill_app.command("purge")
@@ -68,19 +110,26 @@ def purge(tenant: Annotated[str, typer.Option("--tenant", help="Delete every cap
 def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines file to write.")],
            model: Annotated[Optional[str], typer.Option("--model", help="Only this teacher's answers.")] = None,
            tenant: Annotated[Optional[str], typer.Option("--tenant", help="Only this tenant's pairs.")] = None,
+           min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
            store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Write captured pairs as chat fine-tuning JSON Lines ({"messages": [...]} per line)."""
-    from tokenops_plugins.distill._pairs import export_jsonl, load
+    from tokenops_plugins.distill._pairs import export_jsonl, load, quality_filter
 
+    min_confidence = _min_confidence(min_confidence)
     with _open(store, config) as s:
         _retention(config, s)
         pairs = load(s, model=model, tenant=tenant)
+    pairs, counts = quality_filter(pairs, min_confidence, keep_truncated)
     n = export_jsonl(pairs, out)
-    _emit({"out": str(out), "pairs": n}, as_json, f"wrote {n} pairs to {out}")
+    _emit({"out": str(out), "pairs": n, "filter": counts.as_dict()}, as_json,
+          f"wrote {n} pairs to {out} ({counts.line()})")
 
 
-def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str | None, heldout: float, limit: int | None):
-    from tokenops_plugins.distill._pairs import load, split_heldout
+def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str | None, heldout: float, limit: int | None,
+               min_confidence: float | None = None, keep_truncated: bool = False):
+    """(train, held-out, filter counts): the split is by request id over all pairs, then both sides are
+    filtered, so the held-out set does not move with the filter."""
+    from tokenops_plugins.distill._pairs import load, quality_filter, split_heldout
 
     with _open(store, config) as s:
         _retention(config, s)
@@ -88,7 +137,10 @@ def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str 
     if not pairs:
         raise FileNotFoundError(f"no captured pairs of model {teacher!r} in the store: enable [plugins.distill_capture] "
                                 f"and send traffic first (docs/distillation.md)")
-    return split_heldout(pairs, heldout)
+    train_pairs, held = split_heldout(pairs, heldout)
+    train_pairs, counts = quality_filter(train_pairs, min_confidence, keep_truncated)
+    held, _ = quality_filter(held, min_confidence, keep_truncated)
+    return train_pairs, held, counts
 
 
 @distill_app.command("train")
@@ -106,21 +158,28 @@ def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model
           limit: Annotated[Optional[int], typer.Option(help="Use the oldest N pairs only.")] = None,
           tenant: Annotated[Optional[str], typer.Option("--tenant")] = None,
           resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/checkpoint.pt.")] = False,
+          min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
           store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Fine-tune the student on the teacher's captured answers (sequence + logit KD), on CPU."""
     from tokenops_plugins.distill._kd import KDConfig, resolve_model, train as run_train
 
+    min_confidence = _min_confidence(min_confidence)
     student_dir = resolve_model(student)
     try:
         teacher_dir = resolve_model(teacher)
     except FileNotFoundError:
         teacher_dir = None  # an upstream teacher: its answers only
-    train_pairs, _ = _pairs_for(store, config, teacher, tenant, heldout, limit)
+    train_pairs, _, counts = _pairs_for(store, config, teacher, tenant, heldout, limit, min_confidence, keep_truncated)
+    if not train_pairs:
+        raise FileNotFoundError(f"no training pairs left after the quality filter ({counts.line()})")
+    if not as_json:
+        typer.echo(f"training pairs: {counts.line()}", err=True)
     name = name or f"{student}-from-{Path(teacher).name}"
     out = out or Path(_settings(config).store.path).expanduser().parent / "distilled" / name
     cfg = KDConfig(steps=steps, lr=lr, batch_size=batch_size, kd_weight=kd_weight, temperature=temperature)
     info = run_train(student_dir, [(p.prompt, p.answer) for p in train_pairs], out, cfg, teacher_dir=teacher_dir,
                      resume=resume, progress=not as_json, log=lambda s: typer.echo(s, err=True))
+    info["filter"] = counts.as_dict()
     (out / "distill_info.json").write_text(json.dumps(info | {"teacher": teacher, "student": student}, indent=2) + "\n")
     _emit(info, as_json, f"distilled {name}: {info['steps']} steps on {info['pairs']} pairs -> {out}\n"
                          f"serve it with [[models]] name = \"{name}\" path = \"{out}\"")
@@ -134,11 +193,13 @@ def evaluate(distilled: Annotated[Path, typer.Option("--distilled", help="The di
              n: Annotated[int, typer.Option("-n", min=1, help="Held-out tasks per dimension.")] = 50,
              heldout: Annotated[float, typer.Option(min=0.0, max=0.9)] = 0.1,
              acceptance: Annotated[bool, typer.Option(help="Also measure draft acceptance on the engine.")] = True,
+             min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
              store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Student before/after (and teacher) on held-out suites and held-out captured traffic."""
     from tokenops_plugins.distill._evaluation import draft_acceptance, suite_figures, traffic_figures
     from tokenops_plugins.distill._kd import resolve_model
 
+    min_confidence = _min_confidence(min_confidence)
     models = {"before": resolve_model(student), "after": resolve_model(str(distilled))}
     teacher_dir = None
     try:
@@ -148,7 +209,7 @@ def evaluate(distilled: Annotated[Path, typer.Option("--distilled", help="The di
         pass
     dims = [d.strip() for d in dimensions.split(",") if d.strip()]
     try:
-        _, held = _pairs_for(store, config, teacher, None, heldout, None)
+        _, held, _ = _pairs_for(store, config, teacher, None, heldout, None, min_confidence, keep_truncated)
     except FileNotFoundError:
         held = []
     held_pairs = [(p.prompt, p.answer) for p in held]

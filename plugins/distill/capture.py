@@ -8,16 +8,23 @@ models and the tenants::
     tenants = ["acme"]             # only these tenants' traffic; never anyone else's
     retention_days = 30            # pairs older than this are pruned (distill commands, serve start)
     max_rows = 100000              # newest rows kept per tenant
+    logprobs = true                # ask the backend for token logprobs (the teacher's confidence)
+    min_confidence = 0.0           # don't keep answers whose mean token probability is below this
 
 Pairs go to the store's ``distill_pairs`` table through the telemetry writer (a queue
 append; the request path never waits for the disk). Finished chat answers without tool
 calls, streamed or not, are captured (the hook is ``tokenops_cache_store``, offered every
-finished answer). The plugin also registers the ``tokenops distill`` command group.
+finished answer). Each pair keeps the answer's ``finish_reason`` and, when the backend
+returned token logprobs, their mean (``mean_logprob``): the plugin asks the backend for them
+through ``tokenops_wants_logprobs`` (the client's answer carries none unless it asked), and
+``tokenops distill`` filters on both (``--min-confidence``, truncated answers dropped). The
+plugin also registers the ``tokenops distill`` command group.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 from tokenops import hookimpl
@@ -31,6 +38,8 @@ class CaptureConfig:
     tenants: list[str] = field(default_factory=list)
     retention_days: float = 30.0
     max_rows: int = 100_000
+    logprobs: bool = True  # ask the backend for token logprobs (off for an upstream that rejects them)
+    min_confidence: float = 0.0  # mean token probability below which an answer is not kept
     enabled: bool = True
 
     def __post_init__(self) -> None:
@@ -38,6 +47,13 @@ class CaptureConfig:
             raise ValueError("models and tenants must be lists of names")
         if self.retention_days <= 0 or self.max_rows <= 0:
             raise ValueError("retention_days and max_rows must be > 0")
+        if not isinstance(self.logprobs, bool):
+            raise ValueError("logprobs must be true or false")
+        if isinstance(self.min_confidence, bool) or not isinstance(self.min_confidence, (int, float)) \
+                or not 0.0 <= self.min_confidence <= 1.0:
+            raise ValueError(f"min_confidence must be a mean token probability in [0, 1], got {self.min_confidence!r}")
+        if self.min_confidence > 0 and not self.logprobs:
+            raise ValueError("min_confidence needs logprobs = true (the confidence comes from the token logprobs)")
 
     @property
     def is_active(self) -> bool:
@@ -46,6 +62,7 @@ class CaptureConfig:
 
 _config = CaptureConfig()
 num_captured = 0
+num_below_confidence = 0  # answers not kept: mean token probability under min_confidence
 
 
 def parse_config(raw: dict) -> CaptureConfig:
@@ -67,10 +84,25 @@ def tokenops_configure(settings):
     _config = parse_config(dict(settings.plugin_settings("distill_capture")))
 
 
-def should_capture(cfg: CaptureConfig, request, response) -> bool:
+def _is_candidate(cfg: CaptureConfig, request, model: str) -> bool:
     return (cfg.is_active and request.kind == "chat" and request.messages is not None
-            and request.tenant in cfg.tenants and response.tool_calls is None and bool(response.text)
-            and (response.model in cfg.models or request.model in cfg.models))
+            and request.tenant in cfg.tenants and (model in cfg.models or request.model in cfg.models))
+
+
+def should_capture(cfg: CaptureConfig, request, response) -> bool:
+    return _is_candidate(cfg, request, response.model) and response.tool_calls is None and bool(response.text)
+
+
+def mean_logprob(values: list[float] | None) -> float | None:
+    """The mean token logprob of an answer (``exp`` of it: the mean token probability, geometric)."""
+    finite = [v for v in values or () if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
+
+
+@hookimpl
+def tokenops_wants_logprobs(request, model):
+    """The teacher's token logprobs for a pair that will be captured (its confidence)."""
+    return _config.logprobs and _is_candidate(_config, request, model)
 
 
 @hookimpl
@@ -81,10 +113,16 @@ def tokenops_cache_store(request, response):
     from tokenops.plugins import get_plugin_manager
     from tokenops.types import TelemetryEvent
 
+    global num_below_confidence
+    mean = mean_logprob(response.token_logprobs)
+    if mean is not None and math.exp(mean) < _config.min_confidence:
+        num_below_confidence += 1
+        return
     model = response.model if response.model in _config.models else request.model
     row = {"id": request.id, "tenant": request.tenant, "model": model, "messages": json.dumps(request.messages),
            "answer": response.text, "prompt_tokens": response.prompt_tokens,
-           "completion_tokens": response.completion_tokens}
+           "completion_tokens": response.completion_tokens, "finish_reason": response.finish_reason,
+           "mean_logprob": mean, "num_logprobs": len(response.token_logprobs or ()) or None}
     get_plugin_manager().hook.tokenops_record(event=TelemetryEvent("distill_pairs", row, ts=request.arrival))
     num_captured += 1
 

@@ -64,7 +64,7 @@ def test_capture_opt_in_tenant_only_then_purge(tmp_path):
         # export while the server holds the store (through its store channel)
         out_file = tmp_path / "pairs.jsonl"
         res = CliRunner().invoke(build_app(), ["distill", "export", "--store", str(srv.store_path), "-o", str(out_file),
-                                               "--json"])
+                                               "--json", "--keep-truncated"])
         assert res.exit_code == 0, res.output
         lines = [json.loads(x) for x in out_file.read_text().splitlines()]
         assert len(lines) == 2
@@ -93,7 +93,8 @@ def test_capture_opt_in_tenant_only_then_purge(tmp_path):
         streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert streamed and _pairs(srv) == {"acme": 1}
         out_file = tmp_path / "streamed.jsonl"
-        res = CliRunner().invoke(build_app(), ["distill", "export", "--store", str(srv.store_path), "-o", str(out_file)])
+        res = CliRunner().invoke(build_app(), ["distill", "export", "--store", str(srv.store_path), "-o", str(out_file),
+                                               "--keep-truncated"])  # max_tokens 16 may cut it (finish_reason length)
         assert res.exit_code == 0, res.output
         (line,) = [json.loads(x) for x in out_file.read_text().splitlines()]
         assert line["messages"][1]["content"] == streamed

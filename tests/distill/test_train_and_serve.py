@@ -30,7 +30,8 @@ def store_with_pairs(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("distill") / "tokenops.duckdb"
     with Store.open(path) as store:
         for i, (prompt, answer) in enumerate(PAIRS * 4):
-            store.execute("INSERT INTO distill_pairs VALUES (?, now()::TIMESTAMP, 'acme', 'ladder-large', ?, ?, 10, 5)",
+            store.execute("INSERT INTO distill_pairs (id, ts, tenant, model, messages, answer, prompt_tokens, "
+                          "completion_tokens) VALUES (?, now()::TIMESTAMP, 'acme', 'ladder-large', ?, ?, 10, 5)",
                           [f"req-{i}", json.dumps([{"role": "user", "content": prompt}]), answer])
     return path
 

@@ -64,6 +64,11 @@ def offer_to_cache(request: GatewayRequest, response: GatewayResponse) -> None:
     hook().tokenops_cache_store(request=request, response=response)
 
 
+def wants_logprobs(request: GatewayRequest, model: str) -> bool:
+    """Whether a plugin wants the answer's token logprobs (``tokenops_wants_logprobs``)."""
+    return any(hook().tokenops_wants_logprobs(request=request, model=model))
+
+
 def has_context_fitter() -> bool:
     return bool(hook().tokenops_fit_context.get_hookimpls())
 

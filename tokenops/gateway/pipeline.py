@@ -20,7 +20,8 @@ from tokenops.config import ModelConfig
 from tokenops.gateway import hooks
 from tokenops.gateway.delta_stream import DeltaStream, aclose_quietly, is_cancel
 from tokenops.gateway.errors import APIError, ModelNotFound
-from tokenops.gateway.confidence import fill_token_logprobs, needs_confidence, request_logprobs, strip_logprobs
+from tokenops.gateway.confidence import (fill_token_logprobs, needs_confidence, request_logprobs, strip_logprobs,
+                                         token_logprobs)
 from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.records import RequestRecord
 from tokenops.gateway.multi_model import run_cascade, run_ensemble
@@ -250,7 +251,8 @@ class Pipeline:
         """The routed answer: one model, a cascade (``escalate_to``) or an ensemble (``members``)."""
         if decision.members:
             return await run_ensemble(self, request, rec, decision)
-        is_stripped = needs_confidence(decision) and request_logprobs(request)
+        wants = needs_confidence(decision) or hooks.wants_logprobs(request, decision.model)
+        is_stripped = wants and request_logprobs(request)
         response, score = await self.call_model(request, rec, decision.model)
         if decision.escalate_to and decision.min_score is not None:
             response = await run_cascade(self, request, rec, decision, response, score)
@@ -306,6 +308,8 @@ class Pipeline:
                     await aclose_quietly(it)
                     raise
 
+            # a plugin (distill capture) wants choice 0's logprobs: asked for, hidden from a client that did not ask
+            hide_logprobs = hooks.wants_logprobs(request, decision.model) and request_logprobs(request)
             replica, (it, first), t0 = await self._call(request, rec, decision.model, step)
         except APIError as e:
             self.num_in_flight -= 1
@@ -316,11 +320,13 @@ class Pipeline:
             self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
             raise
         replica.in_flight += 1
-        return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0)), rec
+        return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0, hide_logprobs)), rec
 
     async def _deltas(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,
-                      it: AsyncIterator[Delta], first: Delta | None, t0: float) -> AsyncIterator[Delta]:
+                      it: AsyncIterator[Delta], first: Delta | None, t0: float,
+                      hide_logprobs: bool = False) -> AsyncIterator[Delta]:
         texts: dict[int, list[str]] = {}
+        logprobs: list[float] = []  # choice 0's token logprobs, for validators and caches
         finish: dict[int, str] = {}
         calls: dict[int, dict[str, Any]] = {}  # choice 0's tool calls, for validators and caches
         refusal: list[str] = []
@@ -353,6 +359,11 @@ class Pipeline:
                         refusal.append(delta.refusal)
                     if delta.finish_reason:
                         finish[delta.index] = delta.finish_reason
+                    if delta.logprobs:
+                        if delta.index == 0:
+                            logprobs.extend(token_logprobs(delta.logprobs) or ())
+                        if hide_logprobs:
+                            delta.logprobs = None
                 yield delta
                 delta = await it.__anext__()
         except StopAsyncIteration:
@@ -369,11 +380,13 @@ class Pipeline:
             replica.in_flight -= 1
             self.num_in_flight -= 1
             rec.finish_reason = finish.get(0)
+            if hide_logprobs:
+                request.body.pop("logprobs", None)
             if status == 200:
                 response = GatewayResponse(text="".join(texts.get(0, [])), model=rec.model_served or request.model,
                                            finish_reason=rec.finish_reason, prompt_tokens=rec.tokens_in,
                                            completion_tokens=rec.tokens_out, cached_tokens=rec.tokens_cached,
-                                           backend=replica.name,
+                                           backend=replica.name, token_logprobs=logprobs or None,
                                            tool_calls=[calls[k] for k in sorted(calls)] or None,
                                            refusal="".join(refusal) if refusal else None)
                 rec.cost_usd += self.cost(replica.model, rec.tokens_in, rec.tokens_out)
