@@ -31,8 +31,8 @@ class BudgetTable:
     default: int | None = None
     meta: dict = field(default_factory=dict)
 
-    def budget_for(self, text: str) -> tuple[int | None, str]:
-        dim, words = features(text)
+    def budget_for(self, text: str, feats: tuple[str, int] | None = None) -> tuple[int | None, str]:
+        dim, words = feats or features(text)
         row = self.budgets.get(dim)
         if not row:
             return self.default, f"{dim} not calibrated"

@@ -6,15 +6,18 @@ plugin decides it (``tokenops_reasoning_budget``), in this order:
 1. ``max_thinking_tokens`` in the request (extension): that many tokens;
 2. ``reasoning_effort``: ``none``/``minimal`` -> 0, ``low``/``medium``/``high`` -> the
    ``reasoning.budget_*`` tunables (a negative value means unlimited);
-3. with ``reasoning.adaptive`` on: the difficulty-adaptive budget learned by a calibration
-   run (:mod:`tokenops_plugins.model_optimization._adaptive_budget`, table in
-   ``profiles/reasoning/<model>.json``): the prompt's predicted dimension (the profile
-   router's classifier) and its length pick a budget;
+3. with ``reasoning.adaptive`` on: the difficulty-adaptive budget of the table in
+   ``profiles/reasoning/<model>.json`` (re-read when the file changes), learned by a
+   calibration run (:mod:`tokenops_plugins.model_optimization._adaptive_budget`) or from
+   recorded traffic (``tokenops reasoning learn``,
+   :mod:`tokenops_plugins.model_optimization._traffic_budget`): the prompt's predicted
+   dimension (the profile router's classifier) and its length pick a budget;
 4. otherwise unlimited.
 
 ``reasoning.suppress_reflection`` masks the tokens of ``reflection_words`` ("Wait",
 "Hmm") while the model thinks (NoWait-style). Off by default: without a request field,
-adaptive mode or suppression nothing changes.
+adaptive mode or suppression nothing changes. With ``record_features`` (on) the prompt's
+features go to the request's ``decisions`` (telemetry only), so the traffic can be learned.
 
 ```toml
 [plugins.reasoning_budget]
@@ -25,6 +28,7 @@ adaptive = false
 adaptive_table = "profiles/reasoning/reasoning-small.json"   # default: profiles/reasoning/<model>.json
 suppress_reflection = false
 reflection_words = ["Wait", "Hmm"]
+record_features = true     # note (dimension, words) per request in requests.decisions
 ```
 """
 
@@ -40,7 +44,8 @@ from tokenops.types import ReasoningBudget
 TOKENOPS_LAYER = "model_optimization"
 
 DEFAULTS: dict[str, Any] = {"low": 16, "medium": 48, "high": -1, "adaptive": False, "adaptive_table": None,
-                            "suppress_reflection": False, "reflection_words": ("Wait", "Hmm")}
+                            "suppress_reflection": False, "reflection_words": ("Wait", "Hmm"),
+                            "record_features": True}
 _conf: dict[str, Any] = dict(DEFAULTS)
 _TUNABLE_KEYS = {"reasoning.budget_low": "low", "reasoning.budget_medium": "medium", "reasoning.budget_high": "high",
                  "reasoning.adaptive": "adaptive", "reasoning.suppress_reflection": "suppress_reflection"}
@@ -68,7 +73,7 @@ def _set(values: dict[str, Any]) -> None:
             if isinstance(v, bool) or not isinstance(v, int) or v < -1:
                 raise ValueError(f"[plugins.reasoning_budget] {key} must be an integer >= -1 (-1 = unlimited)")
             _conf[key] = v
-    for key in ("adaptive", "suppress_reflection"):
+    for key in ("adaptive", "suppress_reflection", "record_features"):
         if key in values:
             if not isinstance(values[key], bool):
                 raise ValueError(f"[plugins.reasoning_budget] {key} must be true or false")
@@ -107,9 +112,23 @@ def _limit(value: int) -> int | None:
     return None if value < 0 else value
 
 
+@hookimpl
+def tokenops_register_commands(app):
+    from tokenops_plugins.model_optimization._reasoning_cli import reasoning_app
+
+    app.add_typer(reasoning_app, name="reasoning")
+
+
 @hookimpl(trylast=True)
 def tokenops_reasoning_budget(request, model):
     body = request.body
+    feats = None
+    if _conf["record_features"] or _conf["adaptive"]:
+        from tokenops_plugins.model_optimization._adaptive_budget import features
+
+        feats = features(request.prompt_text())
+        if _conf["record_features"]:
+            request.decisions["reasoning_features"] = {"dimension": feats[0], "words": feats[1]}
     suppress = tuple(_conf["reflection_words"]) if _conf["suppress_reflection"] else ()
     if body.get("max_thinking_tokens") is not None:
         limit = body["max_thinking_tokens"]
@@ -123,6 +142,6 @@ def tokenops_reasoning_budget(request, model):
 
         table = load_table(Path(_conf["adaptive_table"] or f"profiles/reasoning/{model}.json"))
         if table is not None:
-            limit, why = table.budget_for(request.prompt_text())
+            limit, why = table.budget_for(request.prompt_text(), feats)
             return ReasoningBudget(limit, suppress, f"adaptive: {why}")
     return ReasoningBudget(None, suppress, "unlimited") if suppress else None

@@ -16,6 +16,9 @@ from typing import Any
 from tokenops.types import BackendError, GatewayRequest, ReasoningBudget
 
 EFFORTS = ("none", "minimal", "low", "medium", "high")
+#: Words whose tokens mark a re-check: the engine notes where the first one falls (the end of
+#: the first pass) whatever the policy, so budgets can be learned from traffic.
+REFLECTION_WORDS = ("Wait", "Hmm")
 
 
 def requested_budget_fields(body: dict[str, Any]) -> dict[str, Any]:
@@ -88,4 +91,6 @@ def thinking_control(tokenizer: Any, open_tag: str, close_tag: str, budget: Reas
         budget=budget.max_thinking_tokens if budget is not None else None,
         suppress_ids=reflection_token_ids(tokenizer, tuple(budget.suppress)) if budget is not None else (),
         newline_ids=encode("\n"), line_end_ids=_line_end_ids(tokenizer), starts_thinking=starts_thinking,
+        reflection_ids=frozenset(reflection_token_ids(tokenizer, REFLECTION_WORDS + tuple(
+            budget.suppress if budget is not None else ()))),
     )

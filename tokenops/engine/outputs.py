@@ -22,6 +22,11 @@ class CompletionOutput:
     stop_reason: str | int | None = None
     #: Tokens of the thinking block so far (tags included), when the request has thinking control.
     num_reasoning_tokens: int = 0
+    #: How the thinking block ended: "model", "budget", or None (open, or no thinking control).
+    thinking_closed_by: str | None = None
+    #: Content tokens of the block's first pass (before the first reflection token or the
+    #: model's own close), when known.
+    thinking_first_pass: int | None = None
 
 
 @dataclass(slots=True)

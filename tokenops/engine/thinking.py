@@ -7,7 +7,9 @@ its first thinking block (between the ``open_ids`` and ``close_ids`` token runs,
 spent ``budget`` tokens, the sampler forces the closing run for that row (preceded by a
 line break when the last token did not end a line), then the model answers on its own:
 budget forcing. While thinking, ``suppress_ids`` (reflection words such as "Wait") are
-masked from the logits.
+masked from the logits. For telemetry the state also notes how the block ended (the model
+closed it, or the budget did) and how many tokens its first pass took (the content before
+the first ``reflection_ids`` token): what a policy learning budgets from traffic needs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class ThinkingControl:
     line_end_ids: frozenset[int] = field(default_factory=frozenset)
     #: The prompt already opened the block (templates that end with ``<think>``).
     starts_thinking: bool = False
+    #: Token ids that start a re-check (counted, not masked): they end the first pass.
+    reflection_ids: frozenset[int] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         assert self.open_ids and self.close_ids, "thinking tags need token ids"
@@ -45,7 +49,7 @@ class ThinkingState:
     """Where one sequence is with respect to its thinking block."""
 
     __slots__ = ("control", "is_thinking", "is_done", "num_reasoning_tokens", "num_spent", "forced",
-                 "num_forced", "_tail")
+                 "num_forced", "num_first_pass", "_tail")
 
     def __init__(self, control: ThinkingControl) -> None:
         self.control = control
@@ -58,6 +62,9 @@ class ThinkingState:
         #: Token ids still to force, in order.
         self.forced: list[int] = []
         self.num_forced = 0
+        #: Content tokens before the first reflection token (or before the model's own close);
+        #: None until one of them happens.
+        self.num_first_pass: int | None = None
         self._tail: list[int] = []
         if control.starts_thinking and control.budget == 0:
             self.forced = list(control.close_ids)
@@ -89,11 +96,22 @@ class ThinkingState:
         self.num_reasoning_tokens += 1
         if tuple(self._tail[-len(c.close_ids):]) == c.close_ids:
             self.is_thinking, self.is_done, self.forced = False, True, []
+            if self.num_first_pass is None and not self.num_forced:
+                self.num_first_pass = self.num_spent
             return
         if not self.forced:
+            if self.num_first_pass is None and token_id in c.reflection_ids:
+                self.num_first_pass = self.num_spent
             self.num_spent += 1
             if c.budget is not None and self.num_spent >= c.budget:
                 self.force_close()
+
+    @property
+    def closed_by(self) -> str | None:
+        """``"model"`` (it wrote the close itself), ``"budget"`` (forced) or None (still open)."""
+        if not self.is_done:
+            return None
+        return "budget" if self.num_forced else "model"
 
     def force_close(self) -> None:
         """Queue the closing run (the budget is spent, or the block must end now)."""
