@@ -13,8 +13,15 @@ thinking per item lost while the calibration accuracy stays within ``--tolerance
 table is written where the ``reasoning_budget`` plugin reads it
 (``profiles/reasoning/<model>.json``) unless ``--no-write``.
 
+The traffic-learned policy needs no ground truth: the calibration items sent with
+unlimited thinking stand for recorded traffic; of each request the engine's telemetry
+(the block closed by the model, its first-pass length) and the prompt's features are kept,
+exactly what the server records in ``requests.decisions``, and
+``_traffic_budget.learn_from_traffic`` (what ``tokenops reasoning learn`` runs on the
+store) turns them into a table: per group the ``--quantile`` of the first passes.
+
 Goal (issue 19): adaptive within 2 points of unlimited accuracy with >= 40% fewer
-thinking tokens.
+thinking tokens (checked for both adaptive policies).
 
     nice -n 10 .venv/bin/python tests/benchmarks/reasoning_budget.py            # 100 per suite
     nice -n 10 .venv/bin/python tests/benchmarks/reasoning_budget.py --n 40 --calibration-n 40
@@ -59,7 +66,8 @@ def run(engine, tasks, budget_for, suppress=(), max_tokens=200) -> list[dict]:
         params.append(SamplingParams(temperature=0, max_tokens=max_tokens, thinking=control))
     outs = engine.generate(prompts, params)
     return [{"correct": bool(t.check(o.outputs[0].text)), "thinking": o.outputs[0].num_reasoning_tokens,
-             "tokens": len(o.outputs[0].token_ids)} for t, o in zip(tasks, outs)]
+             "tokens": len(o.outputs[0].token_ids), "closed_by": o.outputs[0].thinking_closed_by,
+             "first_pass": o.outputs[0].thinking_first_pass} for t, o in zip(tasks, outs)]
 
 
 def summary(name: str, rows: list[dict]) -> dict:
@@ -85,7 +93,17 @@ def calibrate(engine, tasks, tolerance: float):
             results[i][b] = r["correct"]
         for i, r in enumerate(full):
             results[i].setdefault(b, r["correct"])
-    return learn([(t.prompt, r, f["thinking"]) for t, r, f in zip(tasks, results, full)], tolerance=tolerance)
+    return learn([(t.prompt, r, f["thinking"]) for t, r, f in zip(tasks, results, full)], tolerance=tolerance), full
+
+
+def learn_traffic(tasks, unlimited_rows, quantile_q: float, min_items: int):
+    """The traffic-learned table from unlimited answers (no correctness used)."""
+    from tokenops_plugins.model_optimization._adaptive_budget import features
+    from tokenops_plugins.model_optimization._traffic_budget import TrafficSample, learn_from_traffic
+
+    samples = [TrafficSample(*features(t.prompt), r["first_pass"]) for t, r in zip(tasks, unlimited_rows)
+               if r["closed_by"] == "model" and r["first_pass"] is not None]
+    return learn_from_traffic(samples, quantile_q, min_items)
 
 
 def main(argv=None) -> None:
@@ -96,6 +114,8 @@ def main(argv=None) -> None:
     p.add_argument("--tolerance", type=float, default=0.01,
                    help="calibration accuracy the adaptive table may give up in all (half the goal's 2 points)")
     p.add_argument("--budgets", default="0,8,16,32,64")
+    p.add_argument("--quantile", type=float, default=0.95, help="traffic-learned policy: quantile of first passes")
+    p.add_argument("--min-items", type=int, default=5, help="traffic-learned policy: smallest group given a budget")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--json", action="store_true")
@@ -106,7 +126,8 @@ def main(argv=None) -> None:
     engine = build_engine(args.model, args.threads)
     started = time.perf_counter()
     calib = [t for d in REASONING_DIMENSIONS for t in make_reasoning_suite(d, args.calibration_n, seed=7)]
-    table = calibrate(engine, calib, args.tolerance)
+    table, traffic_rows = calibrate(engine, calib, args.tolerance)
+    traffic_table = learn_traffic(calib, traffic_rows, args.quantile, args.min_items)
     table.meta.update({"model": MODEL, "calibration": {"seed": 7, "per_suite": args.calibration_n}, "grid": GRID})
     if not args.no_write:
         out = REPO / "profiles" / "reasoning" / f"{MODEL}.json"
@@ -114,28 +135,37 @@ def main(argv=None) -> None:
         out.write_text(json.dumps(table.to_json(), indent=2) + "\n")
     print(f"calibration: {len(calib)} items in {time.perf_counter() - started:.0f}s; table "
           + json.dumps(table.to_json()["budgets"]), flush=True)
+    print(f"traffic-learned (q={args.quantile}, from the same items sent unlimited, no ground truth): table "
+          + json.dumps(traffic_table.to_json()["budgets"]), flush=True)
 
     heldout = [t for d in REASONING_DIMENSIONS for t in make_reasoning_suite(d, args.n, seed=0)]
     configs = [(f"budget {b}", (lambda t, b=b: b), ()) for b in map(int, args.budgets.split(","))]
     configs += [("unlimited", lambda t: None, ()), ("unlimited, Wait suppressed", lambda t: None, ("Wait",)),
                 ("adaptive", lambda t: table.budget_for(t.prompt)[0], ()),
-                ("adaptive, Wait suppressed", lambda t: table.budget_for(t.prompt)[0], ("Wait",))]
+                ("adaptive, Wait suppressed", lambda t: table.budget_for(t.prompt)[0], ("Wait",)),
+                ("traffic-learned", lambda t: traffic_table.budget_for(t.prompt)[0], ()),
+                ("traffic-learned, Wait suppr.", lambda t: traffic_table.budget_for(t.prompt)[0], ("Wait",))]
     rows = [summary(name, run(engine, heldout, fn, suppress)) for name, fn, suppress in configs]
     full = next(r for r in rows if r["config"] == "unlimited")
-    adaptive = next(r for r in rows if r["config"] == "adaptive")
     print(f"\nreasoning-small, held-out seed 0, {len(heldout)} items ({args.n} per suite: "
           f"{', '.join(REASONING_DIMENSIONS)}), greedy, engine in-process (CPU, {args.threads} thread)")
     print(f"{'config':28} {'accuracy':>9} {'95% CI':>14} {'thinking tok':>13} {'tok/correct':>12}")
     for r in rows:
         print(f"{r['config']:28} {r['accuracy']:9.3f} {str(r['ci']):>14} {r['mean_thinking_tokens']:13.1f} "
               f"{r['tokens_per_correct']:12.1f}")
-    saved = 1 - adaptive["mean_thinking_tokens"] / full["mean_thinking_tokens"] if full["mean_thinking_tokens"] else 0.0
-    drop = full["accuracy"] - adaptive["accuracy"]
-    ok = drop <= 0.02 and saved >= 0.40
-    print(f"\nadaptive vs unlimited: accuracy {-drop * 100:+.1f} points, thinking tokens -{saved * 100:.0f}% "
-          f"-> goal (<= 2 points lost, >= 40% fewer) {'MET' if ok else 'NOT met'}")
+    goals = {}
+    print()
+    for r in rows:
+        if not r["config"].startswith(("adaptive", "traffic")):
+            continue
+        saved = 1 - r["mean_thinking_tokens"] / full["mean_thinking_tokens"] if full["mean_thinking_tokens"] else 0.0
+        drop = full["accuracy"] - r["accuracy"]
+        ok = drop <= 0.02 and saved >= 0.40
+        goals[r["config"]] = {"saving": saved, "accuracy_drop": drop, "goal_met": ok}
+        print(f"{r['config']} vs unlimited: accuracy {-drop * 100:+.1f} points, thinking tokens -{saved * 100:.0f}% "
+              f"-> goal (<= 2 points lost, >= 40% fewer) {'MET' if ok else 'NOT met'}")
     if args.json:
-        print(json.dumps({"rows": rows, "adaptive_saving": saved, "adaptive_accuracy_drop": drop, "goal_met": ok}))
+        print(json.dumps({"rows": rows, "goals": goals, "traffic_table": traffic_table.to_json()}))
 
 
 if __name__ == "__main__":
