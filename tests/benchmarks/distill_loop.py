@@ -85,6 +85,9 @@ def main() -> None:
     p.add_argument("--store", type=Path, default=None, help="reuse a store captured by an earlier run (skips capture)")
     p.add_argument("--resume", action="store_true", help="continue the training run in WORKDIR (its checkpoint.pt)")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the training subprocess")
+    p.add_argument("--min-confidence", type=float, default=None,
+                   help="passed to distill train: keep pairs whose teacher confidence >= P (docs/distillation.md)")
+    p.add_argument("--keep-truncated", action="store_true", help="passed to distill train")
     args = p.parse_args()
     import torch
 
@@ -107,13 +110,15 @@ def main() -> None:
     cmd = [sys.executable, "-m", "tokenops", "distill", "train", "--teacher", "ladder-large", "--student", "ladder-small",
            "--store", str(store_path), "--out", str(out), "--steps", str(args.steps), "--kd-weight", str(args.kd_weight),
            "--lr", str(args.lr), "--heldout", "0", "--json"] + (["--resume"] if args.resume else [])
+    cmd += (["--min-confidence", str(args.min_confidence)] if args.min_confidence is not None else []) + \
+        (["--keep-truncated"] if args.keep_truncated else [])
     started = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TOKENOPS_DEBUG="1", OMP_NUM_THREADS=str(args.threads)))
     if res.returncode != 0:
         sys.exit(f"distill train failed:\n{res.stderr[-3000:]}")
     info = json.loads(res.stdout.strip().splitlines()[-1])
     print(f"== distill train: {info['steps']} steps on {info['pairs']} pairs, logit KD {info['logit_kd']}, "
-          f"{time.perf_counter() - started:.0f}s", flush=True)
+          f"{time.perf_counter() - started:.0f}s; filter: {info.get('filter')}", flush=True)
 
     folders = {"before": resolve_model("ladder-small"), "after": out, "teacher": resolve_model("ladder-large")}
     suites = {k: {d: v["accuracy"] for d, v in suite_figures(f, STRONG, args.eval_n).items()} for k, f in folders.items()}
