@@ -39,6 +39,19 @@ logprobs = true
 min_confidence = 0.0
 """
 
+def test_documented_capture_block_is_the_one_tested():
+    """Every key line of docs/distillation.md's [plugins.distill_capture] example is in CONFIG."""
+    import re
+    import tomllib
+
+    doc = (REPO / "docs" / "distillation.md").read_text()
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", doc, re.S) if "[plugins.distill_capture]" in b)
+    documented = tomllib.loads(block)["plugins"]["distill_capture"]
+    tested = tomllib.loads(CONFIG)["plugins"]["distill_capture"]
+    assert documented == tested
+    assert {"logprobs", "min_confidence"} <= set(documented)
+
+
 PROMPT = 'Extract a JSON object with keys "name" and "city" from: "Dana moved to Oslo." Reply with JSON only.'
 
 
