@@ -72,6 +72,9 @@ def parse_args(argv=None):
     p.add_argument("--recall-share", type=float, default=0.0,
                    help="share of the retrieval pairs drawn from the varied recall generator "
                         "(task_training.recall_pair: several keys, distractors, multi-turn) instead of the suite")
+    p.add_argument("--recall-variant", choices=("short", "long"), default="short",
+                   help="short: task_training.recall_pair (<= ~230 tokens); long: recall_training.long_recall_pair "
+                        "(up to --max-len tokens, 4 layouts incl. recalled-memory and system-prompt facts)")
     p.add_argument("--examples", type=int, default=40_000, help="training pairs generated (epochs reshuffle)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-len", type=int, default=192)
@@ -107,7 +110,18 @@ def main(argv=None) -> None:
         num_recall = int(num_tasks * mix.get("retrieval", 0) / sum(mix.values()) * args.recall_share)
         suite_mix = {d: w * (1 - args.recall_share) if d == "retrieval" else w for d, w in mix.items()}
         pairs = task_pairs(suite_mix, num_tasks - num_recall, args.seed, excluded)
-        if num_recall:
+        if num_recall and args.recall_variant == "long":
+            from tokenizers import Tokenizer as _Tok
+
+            from recall_training import long_recall_pairs
+            from task_training import prompt_text
+
+            _tok = _Tok.from_file(str(args.start / "target" / "tokenizer.json"))
+            limit = args.max_len - 8  # room for the answer: a pair is never cut
+
+            pairs += long_recall_pairs(num_recall, args.seed,
+                                       lambda m: len(_tok.encode(prompt_text(m), add_special_tokens=False).ids) <= limit)
+        elif num_recall:
             pairs += recall_pairs(num_recall, args.seed, excluded)
         _, train_convs, _ = split_data(load_conversations(), 0, 400, 2_000_000)
         pairs += chat_pairs(train_convs, num_chat, max_chars=300)
@@ -126,7 +140,7 @@ def main(argv=None) -> None:
             save_model(model, args.out / f"ladder-{name}", start)
             info |= {"num_params": sum(p.numel() for p in model.parameters()),
                      "started_from": f"ladder-{name}" if args.resume else LADDER[name],
-                     "mix": mix, "recall_share": args.recall_share, "chat_share": CHAT_SHARE, "examples_generated": len(pairs), "threads": args.threads}
+                     "mix": mix, "recall_share": args.recall_share, "recall_variant": args.recall_variant, "chat_share": CHAT_SHARE, "examples_generated": len(pairs), "threads": args.threads}
             previous = report["models"].get(f"ladder-{name}") if args.resume else None
             if previous is not None:  # one entry per phase; the totals cover them all
                 phases = previous.get("phases") or [{k: v for k, v in previous.items() if k != "phases"}]

@@ -18,12 +18,18 @@ Two ways to fit the prompt into the budget:
 Measured: (1) retrieval accuracy — the fitted prompt contains the right code; (2) answer
 accuracy — the model's greedy answer contains the right code (bundled engine, exact
 token counts from the model's chat template). The default model is issue 18's
-ladder-large when present (else the ShareGPT demo target); neither answers the suites'
-retrieval task even with the fact in the prompt (ladder-large: 0% held-out, see
-ladder_report.json), so (2) measures the model; (1) is what memory changes. Run::
+ladder-large (retrained to read a fact out of prompts of up to 512 tokens: held-out
+retrieval in ladder_report.json); ``--model`` takes any HF folder. Run::
 
     .venv/bin/python tests/benchmarks/session_memory.py                       # 20 conversations, budget 512
     .venv/bin/python tests/benchmarks/session_memory.py --model PATH --budget 1024 --num 100
+    .venv/bin/python tests/benchmarks/session_memory.py --through-serve       # the same, through tokenops serve
+
+``--through-serve`` asks a real ``tokenops serve`` (the model's context set to the budget,
+``[plugins.session_memory]`` on) with the openai SDK, three ways per conversation: the whole
+history without a session (the server's answer: 400 context_length_exceeded), the
+client-truncated history (as above) and the whole history with an ``x-session-id`` (the
+server fits it with memory); answer accuracy of the last two.
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ def main() -> None:
     parser.add_argument("--filler", type=int, default=50, help="filler turns per conversation")
     parser.add_argument("--embedder", default="minilm", choices=("minilm", "lexical"))
     parser.add_argument("--no-answers", action="store_true", help="retrieval accuracy only (no model runs)")
+    parser.add_argument("--through-serve", action="store_true",
+                        help="answers through a running tokenops serve and the openai SDK (see the module doc)")
     args = parser.parse_args()
     import torch
 
@@ -138,7 +146,12 @@ def main() -> None:
     for way in ("truncation", "memory"):
         results[way] = {"retrieval": sum(has(r[way], r["code"]) for r in rows) / len(rows)}
         print(f"retrieval accuracy, {way}: {100 * results[way]['retrieval']:.0f}%", flush=True)
-    if not args.no_answers:
+    if args.through_serve:
+        served = through_serve(model_dir, rows, args.budget, max_tokens, args.embedder)
+        results["refused"] = served.pop("refused")
+        for way, res in served.items():
+            results[way].update(res)
+    elif not args.no_answers:
         from tokenops.engine.config import EngineConfig
         from tokenops.engine.engine import LLMEngine
         from tokenops.engine.sampling import SamplingParams
@@ -153,10 +166,52 @@ def main() -> None:
             answers = [o.outputs[0].text for o in outs]
             results[way]["answer"] = sum(r["code"] in a for r, a in zip(rows, answers)) / len(rows)
             results[way]["example"] = answers[0].strip()[:40]
+    if "refused" in results:
+        print(f"whole history without a session: {results.pop('refused')} of {len(rows)} refused "
+              f"(context_length_exceeded) by the server")
     print(f"\n{'':>12} {'prompt holds the fact':>22} {'answer correct':>15}  example answer")
     for way, res in results.items():
         answer = f"{100 * res['answer']:>14.0f}%" if "answer" in res else f"{'-':>15}"
         print(f"{way:>12} {100 * res['retrieval']:>21.0f}% {answer}  {res.get('example', '')!r}")
+
+
+def through_serve(model_dir: Path, rows: list[dict], budget: int, max_tokens: int, embedder: str) -> dict:
+    """Answer accuracy through a real ``tokenops serve`` driven by the openai SDK."""
+    import tempfile
+
+    import openai
+
+    from tokenops.testing_serve import ServeProcess
+
+    config = f"""
+[[models]]
+name = "m"
+path = "{model_dir}"
+engine = {{ max_model_len = {budget} }}
+
+[plugins.session_memory]
+enabled = true
+embedder = "{embedder}"
+"""
+    out = {"truncation": {}, "memory": {}}
+    with tempfile.TemporaryDirectory() as workdir, ServeProcess(Path(workdir), config=config, ready_timeout_s=300) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=120)
+        refused, answers = 0, {"truncation": [], "memory": []}
+        for i, r in enumerate(rows):
+            try:
+                client.chat.completions.create(model="m", messages=r["all"], max_tokens=max_tokens, temperature=0)
+            except openai.BadRequestError as e:
+                refused += e.code == "context_length_exceeded"
+            for way, messages, headers in (("truncation", r["truncation"], {}),
+                                           ("memory", r["all"], {"x-session-id": f"serve-{i}"})):
+                reply = client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens,
+                                                       temperature=0, extra_headers=headers)
+                answers[way].append(reply.choices[0].message.content or "")
+    for way, texts in answers.items():
+        out[way]["answer"] = sum(r["code"] in a for r, a in zip(rows, texts)) / len(rows)
+        out[way]["example"] = texts[0].strip()[:40]
+    out["refused"] = refused
+    return out
 
 
 if __name__ == "__main__":
