@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 LARGE = REPO / "tokenops" / "demo_models" / "ladder-large"
 
 
-def config_text(model: Path) -> str:
+def config_text(model: Path, logprobs: bool = True) -> str:
     return f"""
 [[models]]
 name = "ladder-large"
@@ -43,7 +43,7 @@ api_keys = {{ "bench-key" = "bench" }}
 [plugins.distill_capture]
 models = ["ladder-large"]
 tenants = ["bench"]
-logprobs = true
+logprobs = {"true" if logprobs else "false"}
 """
 
 
@@ -62,14 +62,14 @@ def model_version(folder: Path) -> str:
     return f"{folder.name} (last commit {commit}; model.safetensors sha256 {digest})"
 
 
-def capture(workdir: Path, tasks: list, concurrency: int) -> tuple[list[tuple], float]:
+def capture(workdir: Path, tasks: list, concurrency: int, logprobs: bool = True) -> tuple[list[tuple], float]:
     import openai
 
     from tokenops.store import open_store
     from tokenops.testing_serve import ServeProcess
     from tokenops.training.tasks import MAX_NEW_TOKENS
 
-    with ServeProcess(workdir, config=config_text(LARGE)) as srv:
+    with ServeProcess(workdir, config=config_text(LARGE, logprobs)) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="bench-key")
 
         def ask(task):
@@ -97,6 +97,8 @@ def main() -> None:
     p.add_argument("--thresholds", default="0.5,0.7,0.8,0.9", help="min-confidence values P to tabulate")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--overhead", action="store_true",
+                   help="also capture the same prompts with logprobs = false and print the time ratio")
     args = p.parse_args()
 
     from tokenops.training.tasks import HELDOUT_SEED
@@ -150,6 +152,15 @@ def main() -> None:
           "(0.5 none, 1 perfect);\nconf R/W: mean confidence of right/wrong answers; kept: share of all answers "
           "kept by both filters (not truncated, confidence >= P);\nacc kept/drop: accuracy of the kept and of the "
           "dropped (not truncated) answers.")
+    if args.overhead:  # alternate the order so the machine's drift does not favour one side
+        times = {True: [seconds], False: []}
+        for logprobs in (False, False, True):
+            _, s = capture(Path(tempfile.mkdtemp(prefix="distill-filter-")), tasks, args.concurrency, logprobs)
+            times[logprobs].append(s)
+        on, off = min(times[True]), min(times[False])
+        report["overhead"] = {"with_logprobs_s": times[True], "without_logprobs_s": times[False]}
+        print(f"\ncapture of {len(tasks)} requests, best of 2: with logprobs {on:.1f}s, without {off:.1f}s "
+              f"(x{on / off:.2f}; shared machine: disturbed)")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
