@@ -20,8 +20,8 @@ reasoning_app = typer.Typer(help="Reasoning models: thinking budgets learned fro
 
 @reasoning_app.command("learn")
 def learn(model: Annotated[str, typer.Option("--model", help="The reasoning model (its served name).")],
-          quantile: Annotated[float, typer.Option("--quantile", help="Per group, the budget is this quantile of "
-                                                  "the first-pass thinking lengths.")] = 0.95,
+          coverage: Annotated[float, typer.Option("--coverage", help="Share of a group's requests the budget must "
+                                                  "leave whole (stopped right after the first pass, or not at all).")] = 0.95,
           min_items: Annotated[int, typer.Option("--min-items", help="Groups with fewer learnable requests "
                                                  "stay unlimited.")] = 5,
           out: Annotated[Optional[Path], typer.Option("--out", help="Table to write (default: the plugin's "
@@ -33,8 +33,8 @@ def learn(model: Annotated[str, typer.Option("--model", help="The reasoning mode
     from tokenops_plugins.model_optimization._traffic_budget import learn_from_traffic, samples_from_store
 
     settings = load_settings(config)
-    if not 0 < quantile <= 1:
-        raise typer.BadParameter(f"must be in (0, 1], got {quantile}", param_hint="--quantile")
+    if not 0 < coverage <= 1:
+        raise typer.BadParameter(f"must be in (0, 1], got {coverage}", param_hint="--coverage")
     if min_items < 1:
         raise typer.BadParameter(f"must be >= 1, got {min_items}", param_hint="--min-items")
     with open_store(store or settings.store.path, read_only=True) as s:
@@ -42,7 +42,7 @@ def learn(model: Annotated[str, typer.Option("--model", help="The reasoning mode
     if not samples:
         raise typer.BadParameter(f"no learnable requests of {model!r} in the store: send it chat requests with "
                                  "unlimited thinking first (reasoning model, record_features on)", param_hint="--model")
-    table = learn_from_traffic(samples, quantile, min_items)
+    table = learn_from_traffic(samples, coverage, min_items)
     table.meta["model"] = model
     path = out or Path(settings.plugin_settings("reasoning_budget").get("adaptive_table")
                        or f"profiles/reasoning/{model}.json")

@@ -18,7 +18,8 @@ unlimited thinking stand for recorded traffic; of each request the engine's tele
 (the block closed by the model, its first-pass length) and the prompt's features are kept,
 exactly what the server records in ``requests.decisions``, and
 ``_traffic_budget.learn_from_traffic`` (what ``tokenops reasoning learn`` runs on the
-store) turns them into a table: per group the ``--quantile`` of the first passes.
+store) turns them into a table: per group the smallest budget that leaves ``--coverage`` of
+its traffic whole (stopped right after the first pass, or not at all).
 
 Goal (issue 19): adaptive within 2 points of unlimited accuracy with >= 40% fewer
 thinking tokens (checked for both adaptive policies).
@@ -67,7 +68,8 @@ def run(engine, tasks, budget_for, suppress=(), max_tokens=200) -> list[dict]:
     outs = engine.generate(prompts, params)
     return [{"correct": bool(t.check(o.outputs[0].text)), "thinking": o.outputs[0].num_reasoning_tokens,
              "tokens": len(o.outputs[0].token_ids), "closed_by": o.outputs[0].thinking_closed_by,
-             "first_pass": o.outputs[0].thinking_first_pass} for t, o in zip(tasks, outs)]
+             "first_pass": o.outputs[0].thinking_first_pass, "spent": o.outputs[0].thinking_spent}
+            for t, o in zip(tasks, outs)]
 
 
 def summary(name: str, rows: list[dict]) -> dict:
@@ -96,14 +98,32 @@ def calibrate(engine, tasks, tolerance: float):
     return learn([(t.prompt, r, f["thinking"]) for t, r, f in zip(tasks, results, full)], tolerance=tolerance), full
 
 
-def learn_traffic(tasks, unlimited_rows, quantile_q: float, min_items: int):
+def learn_traffic(tasks, unlimited_rows, coverage: float, min_items: int):
     """The traffic-learned table from unlimited answers (no correctness used)."""
     from tokenops_plugins.model_optimization._adaptive_budget import features
     from tokenops_plugins.model_optimization._traffic_budget import TrafficSample, learn_from_traffic
 
-    samples = [TrafficSample(*features(t.prompt), r["first_pass"]) for t, r in zip(tasks, unlimited_rows)
+    samples = [TrafficSample(*features(t.prompt), r["first_pass"], r["spent"]) for t, r in zip(tasks, unlimited_rows)
                if r["closed_by"] == "model" and r["first_pass"] is not None]
-    return learn_from_traffic(samples, quantile_q, min_items)
+    return learn_from_traffic(samples, coverage, min_items)
+
+
+def terms_table(tasks, per_item: dict[str, list[dict]]) -> dict[str, dict[int, float]]:
+    """Multistep accuracy per number of terms, per config (prints it): where a budget cuts
+    the first pass of the longer chains."""
+    terms = sorted({t.difficulty for t in tasks if t.dimension == "multistep"})
+    print(f"\nmultistep accuracy by number of terms (items per column: "
+          f"{[sum(t.dimension == 'multistep' and t.difficulty == k for t in tasks) for k in terms]})")
+    print(f"{'config':28} " + " ".join(f"{k:>6}" for k in terms))
+    out = {}
+    for name, items in per_item.items():
+        acc = {}
+        for k in terms:
+            rows = [r for t, r in zip(tasks, items) if t.dimension == "multistep" and t.difficulty == k]
+            acc[k] = sum(r["correct"] for r in rows) / max(len(rows), 1)
+        out[name] = acc
+        print(f"{name:28} " + " ".join(f"{acc[k]:6.2f}" for k in terms))
+    return out
 
 
 def main(argv=None) -> None:
@@ -114,7 +134,8 @@ def main(argv=None) -> None:
     p.add_argument("--tolerance", type=float, default=0.01,
                    help="calibration accuracy the adaptive table may give up in all (half the goal's 2 points)")
     p.add_argument("--budgets", default="0,8,16,32,64")
-    p.add_argument("--quantile", type=float, default=0.95, help="traffic-learned policy: quantile of first passes")
+    p.add_argument("--coverage", type=float, default=0.95,
+                   help="traffic-learned policy: share of a group's traffic its budget must leave whole")
     p.add_argument("--min-items", type=int, default=5, help="traffic-learned policy: smallest group given a budget")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-write", action="store_true")
@@ -127,7 +148,7 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     calib = [t for d in REASONING_DIMENSIONS for t in make_reasoning_suite(d, args.calibration_n, seed=7)]
     table, traffic_rows = calibrate(engine, calib, args.tolerance)
-    traffic_table = learn_traffic(calib, traffic_rows, args.quantile, args.min_items)
+    traffic_table = learn_traffic(calib, traffic_rows, args.coverage, args.min_items)
     table.meta.update({"model": MODEL, "calibration": {"seed": 7, "per_suite": args.calibration_n}, "grid": GRID})
     if not args.no_write:
         out = REPO / "profiles" / "reasoning" / f"{MODEL}.json"
@@ -135,7 +156,7 @@ def main(argv=None) -> None:
         out.write_text(json.dumps(table.to_json(), indent=2) + "\n")
     print(f"calibration: {len(calib)} items in {time.perf_counter() - started:.0f}s; table "
           + json.dumps(table.to_json()["budgets"]), flush=True)
-    print(f"traffic-learned (q={args.quantile}, from the same items sent unlimited, no ground truth): table "
+    print(f"traffic-learned (coverage {args.coverage}, from the same items sent unlimited, no ground truth): table "
           + json.dumps(traffic_table.to_json()["budgets"]), flush=True)
 
     heldout = [t for d in REASONING_DIMENSIONS for t in make_reasoning_suite(d, args.n, seed=0)]
@@ -145,7 +166,8 @@ def main(argv=None) -> None:
                 ("adaptive, Wait suppressed", lambda t: table.budget_for(t.prompt)[0], ("Wait",)),
                 ("traffic-learned", lambda t: traffic_table.budget_for(t.prompt)[0], ()),
                 ("traffic-learned, Wait suppr.", lambda t: traffic_table.budget_for(t.prompt)[0], ("Wait",))]
-    rows = [summary(name, run(engine, heldout, fn, suppress)) for name, fn, suppress in configs]
+    per_item = {name: run(engine, heldout, fn, suppress) for name, fn, suppress in configs}
+    rows = [summary(name, items) for name, items in per_item.items()]
     full = next(r for r in rows if r["config"] == "unlimited")
     print(f"\nreasoning-small, held-out seed 0, {len(heldout)} items ({args.n} per suite: "
           f"{', '.join(REASONING_DIMENSIONS)}), greedy, engine in-process (CPU, {args.threads} thread)")
@@ -153,6 +175,7 @@ def main(argv=None) -> None:
     for r in rows:
         print(f"{r['config']:28} {r['accuracy']:9.3f} {str(r['ci']):>14} {r['mean_thinking_tokens']:13.1f} "
               f"{r['tokens_per_correct']:12.1f}")
+    by_terms = terms_table(heldout, per_item)
     goals = {}
     print()
     for r in rows:
@@ -165,7 +188,8 @@ def main(argv=None) -> None:
         print(f"{r['config']} vs unlimited: accuracy {-drop * 100:+.1f} points, thinking tokens -{saved * 100:.0f}% "
               f"-> goal (<= 2 points lost, >= 40% fewer) {'MET' if ok else 'NOT met'}")
     if args.json:
-        print(json.dumps({"rows": rows, "goals": goals, "traffic_table": traffic_table.to_json()}))
+        print(json.dumps({"rows": rows, "goals": goals, "multistep_by_terms": by_terms,
+                          "traffic_table": traffic_table.to_json()}))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from tokenops.engine.thinking import ThinkingControl
 from tokenops.testing_serve import ServeProcess
 from tokenops_plugins.model_optimization._adaptive_budget import BudgetTable, features
 from tokenops_plugins.model_optimization._traffic_budget import (
-    TrafficSample, learn_from_traffic, quantile, samples_from_decisions)
+    TrafficSample, group_budget, is_whole, learn_from_traffic, samples_from_decisions)
 from tokenops_plugins.model_optimization._reasoning_tasks import make_reasoning_suite
 
 OPEN, CLOSE, WAIT, X, NL = 1, 2, 9, 5, 7
@@ -45,35 +45,38 @@ def test_the_engine_notes_the_first_pass_and_who_closed_the_block():
     assert feed(ThinkingControl(**CONTROL), [OPEN, X, X]).closed_by is None  # still open (max_tokens)
 
 
-def decisions(dim, words, closed_by, first_pass, budget=None):
+def decisions(dim, words, closed_by, first_pass, spent, budget=None):
     d = {"reasoning_features": {"dimension": dim, "words": words},
-         "thinking": {"closed_by": closed_by, "first_pass": first_pass}}
+         "thinking": {"closed_by": closed_by, "first_pass": first_pass, "spent": spent}}
     if budget is not None:
         d["reasoning_budget"] = budget
     return d
 
 
 def test_only_unlimited_naturally_closed_requests_are_learned_from():
-    rows = [decisions("math", 9, ["model"], [14]),
-            decisions("math", 9, ["model", "budget"], [16, None]),  # n=2: the forced choice is left out
-            decisions("math", 9, [None], [None]),  # cut by max_tokens
-            decisions("math", 9, ["model"], [30], {"max_thinking_tokens": 40, "suppress": [], "reason": ""}),
-            decisions("math", 9, ["model"], [12], {"max_thinking_tokens": None, "suppress": ["Wait"], "reason": ""}),
-            {"thinking": {"closed_by": ["model"], "first_pass": [3]}}]  # no features recorded
-    assert samples_from_decisions(rows) == [TrafficSample("math", 9, 14), TrafficSample("math", 9, 16),
-                                            TrafficSample("math", 9, 12)]
+    rows = [decisions("math", 9, ["model"], [14], [30]),
+            decisions("math", 9, ["model", "budget"], [16, None], [33, 8]),  # n=2: the forced choice is left out
+            decisions("math", 9, [None], [None], [200]),  # cut by max_tokens
+            decisions("math", 9, ["model"], [30], [40], {"max_thinking_tokens": 40, "suppress": [], "reason": ""}),
+            decisions("math", 9, ["model"], [12], [12], {"max_thinking_tokens": None, "suppress": ["Wait"], "reason": ""}),
+            {"thinking": {"closed_by": ["model"], "first_pass": [3], "spent": [7]}}]  # no features recorded
+    assert samples_from_decisions(rows) == [TrafficSample("math", 9, 14, 30), TrafficSample("math", 9, 16, 33),
+                                            TrafficSample("math", 9, 12, 12)]
 
 
-def test_a_group_gets_the_quantile_of_its_first_passes_and_small_groups_stay_unlimited():
-    assert quantile([5, 1, 3, 2, 4], 0.6) == 3 and quantile([5, 1, 3, 2, 4], 1.0) == 5 and quantile([7], 0.5) == 7
-    samples = [TrafficSample("math", 9, n) for n in (10, 11, 12, 13, 30)]
-    samples += [TrafficSample("math", 13, 20)] * 2 + [TrafficSample("retrieval", 12, 18)] * 5
-    table = learn_from_traffic(samples, quantile_q=0.8, min_items=3)
-    assert table.budgets == {"math": {9: 13, 13: None}, "retrieval": {12: 18}}
-    assert learn_from_traffic(samples, quantile_q=1.0, min_items=3).budgets["math"][9] == 30
-    assert table.meta["samples"] == 12 and table.meta["source"] == "traffic"
+def test_a_group_gets_the_smallest_budget_that_leaves_enough_of_it_whole():
+    same = [TrafficSample("math", 9, 14, 30)] * 9 + [TrafficSample("math", 9, 16, 34)]
+    # all alike but one: stop the nine right after their first pass (the tenth would be cut mid-re-check)
+    assert group_budget(same, 0.9) == 14 and group_budget(same, 1.0) == 34
+    # two kinds of item in one group (short 15/30, long 24/50): 24 would cut every short one mid-re-check
+    mixed = [TrafficSample("math", 13, 15, 30)] * 4 + [TrafficSample("math", 13, 24, 50)] * 6
+    assert group_budget(mixed, 0.6) == 24 and group_budget(mixed, 0.95) == 50 and group_budget(mixed, 0.4) == 15
+    assert is_whole(24, TrafficSample("m", 1, 24, 50)) and not is_whole(30, TrafficSample("m", 1, 24, 50))
+    table = learn_from_traffic(same + mixed + [TrafficSample("retrieval", 12, 18, 40)] * 2, coverage=0.9, min_items=3)
+    assert table.budgets == {"math": {9: 14, 13: 50}, "retrieval": {12: None}}
+    assert table.meta["samples"] == 22 and table.meta["source"] == "traffic"
     with pytest.raises(ValueError):
-        learn_from_traffic(samples, quantile_q=0)
+        learn_from_traffic(same, coverage=0)
 
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "reasoning-small"

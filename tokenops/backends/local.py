@@ -223,7 +223,8 @@ class LocalBackend:
             raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
         if params.thinking is not None:  # telemetry for budgets learned from traffic (requests.decisions)
             request.decisions["thinking"] = {"closed_by": [c.thinking_closed_by for c in last.outputs],
-                                             "first_pass": [c.thinking_first_pass for c in last.outputs]}
+                                             "first_pass": [c.thinking_first_pass for c in last.outputs],
+                                             "spent": [c.thinking_spent for c in last.outputs]}
         scheduled, first = last.first_scheduled_time, last.first_token_time
         yield Delta(prompt_tokens=len(last.prompt_token_ids), completion_tokens=sum(seen.values()),
                     cached_tokens=last.num_cached_tokens or 0,

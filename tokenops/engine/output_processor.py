@@ -126,6 +126,7 @@ class OutputProcessor:
                 num_reasoning_tokens=seq.thinking.num_reasoning_tokens if seq.thinking is not None else 0,
                 thinking_closed_by=seq.thinking.closed_by if seq.thinking is not None else None,
                 thinking_first_pass=seq.thinking.num_first_pass if seq.thinking is not None else None,
+                thinking_spent=seq.thinking.num_spent if seq.thinking is not None else None,
             ))
             seq.num_emitted_chars = visible
             seq.num_emitted_tokens = len(output_ids)

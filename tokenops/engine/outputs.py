@@ -27,6 +27,8 @@ class CompletionOutput:
     #: Content tokens of the block's first pass (before the first reflection token or the
     #: model's own close), when known.
     thinking_first_pass: int | None = None
+    #: Content tokens of the block (tags and forced tokens excluded), when there is thinking control.
+    thinking_spent: int | None = None
 
 
 @dataclass(slots=True)
