@@ -1,4 +1,5 @@
-"""The difficulty-adaptive thinking budget: learned from a calibration run, applied per request.
+"""The difficulty-adaptive thinking budget: learned from a calibration run (:func:`learn`, with
+ground truth) or from recorded traffic (:mod:`._traffic_budget`, without), applied per request.
 
 Features of a prompt: its dimension as the profile router's classifier predicts it
 (``profile_router.dimension_classifier``) and its length in words (longer prompts of one
