@@ -126,9 +126,10 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines fil
 
 
 def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str | None, heldout: float, limit: int | None,
-               min_confidence: float | None = None, keep_truncated: bool = False):
+               min_confidence: float | None = None, keep_truncated: bool = False, dropped: list | None = None):
     """(train, held-out, filter counts): the split is by request id over all pairs, then both sides are
-    filtered, so the held-out set does not move with the filter."""
+    filtered, so the held-out set does not move with the filter. The training pairs the filter
+    dropped are appended to ``dropped`` when given."""
     from tokenops_plugins.distill._pairs import load, quality_filter, split_heldout
 
     with _open(store, config) as s:
@@ -138,7 +139,11 @@ def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str 
         raise FileNotFoundError(f"no captured pairs of model {teacher!r} in the store: enable [plugins.distill_capture] "
                                 f"and send traffic first (docs/distillation.md)")
     train_pairs, held = split_heldout(pairs, heldout)
+    candidates = train_pairs
     train_pairs, counts = quality_filter(train_pairs, min_confidence, keep_truncated)
+    if dropped is not None:
+        kept_ids = {p.id for p in train_pairs}
+        dropped += [p for p in candidates if p.id not in kept_ids]
     held, _ = quality_filter(held, min_confidence, keep_truncated)
     return train_pairs, held, counts
 
@@ -159,6 +164,9 @@ def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model
           tenant: Annotated[Optional[str], typer.Option("--tenant")] = None,
           resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/checkpoint.pt.")] = False,
           min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
+          replay_dropped: Annotated[bool, typer.Option(
+              "--replay-dropped", help="Train on the student's own answers to the prompts the quality filter "
+                                       "dropped (no logit KD there), so it does not forget those kinds of prompt.")] = False,
           store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Fine-tune the student on the teacher's captured answers (sequence + logit KD), on CPU."""
     from tokenops_plugins.distill._kd import KDConfig, resolve_model, train as run_train
@@ -169,7 +177,9 @@ def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model
         teacher_dir = resolve_model(teacher)
     except FileNotFoundError:
         teacher_dir = None  # an upstream teacher: its answers only
-    train_pairs, _, counts = _pairs_for(store, config, teacher, tenant, heldout, limit, min_confidence, keep_truncated)
+    dropped: list = []
+    train_pairs, _, counts = _pairs_for(store, config, teacher, tenant, heldout, limit, min_confidence, keep_truncated,
+                                        dropped)
     if not train_pairs:
         raise FileNotFoundError(f"no training pairs left after the quality filter ({counts.line()})")
     if not as_json:
@@ -178,7 +188,8 @@ def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model
     out = out or Path(_settings(config).store.path).expanduser().parent / "distilled" / name
     cfg = KDConfig(steps=steps, lr=lr, batch_size=batch_size, kd_weight=kd_weight, temperature=temperature)
     info = run_train(student_dir, [(p.prompt, p.answer) for p in train_pairs], out, cfg, teacher_dir=teacher_dir,
-                     resume=resume, progress=not as_json, log=lambda s: typer.echo(s, err=True))
+                     resume=resume, progress=not as_json, log=lambda s: typer.echo(s, err=True),
+                     replay_prompts=[p.prompt for p in dropped] if replay_dropped else None)
     info["filter"] = counts.as_dict()
     (out / "distill_info.json").write_text(json.dumps(info | {"teacher": teacher, "student": student}, indent=2) + "\n")
     _emit(info, as_json, f"distilled {name}: {info['steps']} steps on {info['pairs']} pairs -> {out}\n"

@@ -58,8 +58,10 @@ class KDConfig:
         assert 0.0 <= self.kd_weight <= 1.0 and self.temperature > 0
 
 
-def kd_loss(student, teacher, ids, att, labels, cfg: KDConfig) -> tuple[torch.Tensor, float, float]:
-    """(loss, ce, kl) on the answer positions only."""
+def kd_loss(student, teacher, ids, att, labels, cfg: KDConfig,
+            kd_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, float, float]:
+    """(loss, ce, kl) on the answer positions only; ``kd_rows`` (bool per row, default all)
+    limits the logit-KD term to those rows (replayed student answers get none)."""
     target = labels[:, 1:]
     keep = target != -100
     hidden = student.model(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
@@ -71,14 +73,25 @@ def kd_loss(student, teacher, ids, att, labels, cfg: KDConfig) -> tuple[torch.Te
         t_hidden = teacher.model(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
         t_logits = teacher.lm_head(t_hidden[:, :-1][keep]).float()
     t = cfg.temperature
-    kl = torch.nn.functional.kl_div(torch.log_softmax(logits / t, -1), torch.log_softmax(t_logits / t, -1),
-                                    log_target=True, reduction="batchmean") * t * t
+    per_token = torch.nn.functional.kl_div(torch.log_softmax(logits / t, -1), torch.log_softmax(t_logits / t, -1),
+                                           log_target=True, reduction="none").sum(-1) * t * t
+    if kd_rows is not None:
+        rows = torch.arange(ids.shape[0]).unsqueeze(1).expand_as(target)[keep]
+        per_token = per_token[kd_rows[rows]]
+    if per_token.numel() == 0:
+        return ce, ce.item(), 0.0
+    kl = per_token.mean()
     return (1 - cfg.kd_weight) * ce + cfg.kd_weight * kl, ce.item(), kl.item()
 
 
 def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDConfig, teacher_dir: Path | None = None,
-          resume: bool = False, progress: bool = True, log: Callable[[str], None] = print) -> dict:
-    """Fine-tune the student in ``student_dir`` on (prompt, answer) ``pairs``; the result goes to ``out``."""
+          resume: bool = False, progress: bool = True, log: Callable[[str], None] = print,
+          replay_prompts: list[str] | None = None) -> dict:
+    """Fine-tune the student in ``student_dir`` on (prompt, answer) ``pairs``; the result goes to ``out``.
+
+    ``replay_prompts`` (the prompts of pairs the quality filter dropped) are answered by the
+    student itself before training (greedy) and trained on with cross-entropy only: the
+    student keeps what it did on them instead of forgetting that kind of prompt."""
     from tokenizers import Tokenizer
 
     from tokenops.training import tasks as tt
@@ -97,6 +110,16 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
                 f"sequence-level KD only")
             teacher = None
     encoded = [tt.encode_pair(tok, p, a, cfg.max_len) for p, a in pairs]
+    is_kd = [True] * len(encoded)
+    if replay_prompts:
+        started_replay = time.perf_counter()
+        own = tt.generate_greedy(student, tok, replay_prompts, max(tt.MAX_NEW_TOKENS.values()))
+        student.train()
+        encoded += [tt.encode_pair(tok, p, a, cfg.max_len) for p, a in zip(replay_prompts, own)]
+        is_kd += [False] * len(own)
+        log(f"replay: the student answered {len(own)} dropped prompts itself "
+            f"({time.perf_counter() - started_replay:.0f}s)")
+    kd_flags = torch.tensor(is_kd)
     decay = [p for p in student.parameters() if p.dim() >= 2]
     no_decay = [p for p in student.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -128,11 +151,13 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
     with Progress(*columns, disable=not progress, transient=False) as bar:
         task = bar.add_task("train", total=cfg.steps, completed=step, info="")
         while step < cfg.steps:
-            rows = [encoded[i] for i in rng.choice(len(encoded), size=batch, replace=False)]
+            picked = rng.choice(len(encoded), size=batch, replace=False)
+            rows = [encoded[i] for i in picked]
             ids, att, labels = tt.make_batch(rows)
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
-            loss, ce, kl = kd_loss(student, teacher, ids, att, labels, cfg)
+            loss, ce, kl = kd_loss(student, teacher, ids, att, labels, cfg,
+                                   kd_flags[torch.from_numpy(picked)] if replay_prompts else None)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
@@ -145,7 +170,7 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
                 save_checkpoint()
     save_checkpoint()
     save_model(student, out, student_dir)
-    return {"steps": step, "pairs": len(pairs), "logit_kd": teacher is not None, "kd_weight": cfg.kd_weight,
+    return {"steps": step, "pairs": len(pairs), "replayed": len(encoded) - len(pairs), "logit_kd": teacher is not None, "kd_weight": cfg.kd_weight,
             "final_ce": float(np.mean(ces[-20:])) if ces else None,
             "final_kl": float(np.mean(kls[-20:])) if kls else None,
             "train_minutes": round((time.perf_counter() - started) / 60, 2), "out": str(out)}

@@ -88,6 +88,7 @@ def main() -> None:
     p.add_argument("--min-confidence", type=float, default=None,
                    help="passed to distill train: keep pairs whose teacher confidence >= P (docs/distillation.md)")
     p.add_argument("--keep-truncated", action="store_true", help="passed to distill train")
+    p.add_argument("--replay-dropped", action="store_true", help="passed to distill train")
     args = p.parse_args()
     import torch
 
@@ -111,7 +112,7 @@ def main() -> None:
            "--store", str(store_path), "--out", str(out), "--steps", str(args.steps), "--kd-weight", str(args.kd_weight),
            "--lr", str(args.lr), "--heldout", "0", "--json"] + (["--resume"] if args.resume else [])
     cmd += (["--min-confidence", str(args.min_confidence)] if args.min_confidence is not None else []) + \
-        (["--keep-truncated"] if args.keep_truncated else [])
+        (["--keep-truncated"] if args.keep_truncated else []) + (["--replay-dropped"] if args.replay_dropped else [])
     started = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TOKENOPS_DEBUG="1", OMP_NUM_THREADS=str(args.threads)))
     if res.returncode != 0:

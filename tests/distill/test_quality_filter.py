@@ -219,3 +219,44 @@ def test_capture_config_and_min_confidence_at_capture(monkeypatch):
     assert recorded[1]["mean_logprob"] is None and recorded[1]["finish_reason"] == "stop"
     monkeypatch.setattr(capture, "_config", capture.parse_config({"models": ["m"], "tenants": ["t"], "logprobs": False}))
     assert not capture.tokenops_wants_logprobs(request=request, model="m")
+
+
+def test_kd_loss_rows_mask():
+    """Logit KD only on the rows it is asked for (replayed student answers get cross-entropy only)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tokenops_plugins.distill._kd import KDConfig, kd_loss
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)
+    student, teacher = LlamaForCausalLM(config), LlamaForCausalLM(config)
+    ids = torch.randint(5, 64, (3, 10))
+    att = torch.ones_like(ids)
+    labels = torch.full_like(ids, -100)
+    labels[:, 6:] = ids[:, 6:]
+    cfg = KDConfig(kd_weight=0.5)
+    _, ce, kl_all = kd_loss(student, teacher, ids, att, labels, cfg)
+    _, ce2, kl_mask_all = kd_loss(student, teacher, ids, att, labels, cfg, torch.tensor([True, True, True]))
+    assert kl_all > 0 and kl_mask_all == pytest.approx(kl_all, rel=1e-5) and ce2 == pytest.approx(ce)
+    loss, _, kl_none = kd_loss(student, teacher, ids, att, labels, cfg, torch.tensor([False, False, False]))
+    assert kl_none == 0.0 and loss.item() == pytest.approx(ce)
+    _, _, kl_one = kd_loss(student, teacher, ids, att, labels, cfg, torch.tensor([True, False, False]))
+    _, _, kl_first = kd_loss(student, teacher, ids[:1], att[:1], labels[:1], cfg)
+    assert kl_one == pytest.approx(kl_first, rel=1e-4)
+
+
+def test_train_replays_dropped_prompts(store_path, tmp_path):
+    from tokenops.cli import build_app
+
+    out = tmp_path / "distilled"
+    res = CliRunner().invoke(build_app(), ["distill", "train", "--teacher", "ladder-large", "--student", "ladder-small",
+                                           "--store", str(store_path), "--out", str(out), "--steps", "1",
+                                           "--batch-size", "4", "--heldout", "0", "--min-confidence", "0.5",
+                                           "--replay-dropped", "--kd-weight", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.output.strip().splitlines()[-1])
+    # kept: a, d, e; dropped: b (below 0.5) and c (truncated), answered by the student itself
+    assert (info["pairs"], info["replayed"], info["filter"]["kept"]) == (3, 2, 3)
+    assert (out / "config.json").exists()
