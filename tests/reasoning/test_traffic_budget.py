@@ -138,3 +138,12 @@ def test_budgets_learned_from_the_servers_own_traffic_are_served(tmp_path):
         recent = httpx.get(f"{srv.url}/admin/requests", headers=srv.admin_headers).json()
         reasons = [(e["decisions"].get("reasoning_budget") or {}).get("reason", "") for e in recent["requests"][:asked]]
         assert asked >= 2 and all(r.startswith("adaptive") for r in reasons), reasons
+
+        # learned again with a stricter --min-items: every group now stays unlimited, and the
+        # running server picks the rewritten table up on the next request (no restart)
+        relearn = subprocess.run([a if a != "3" else "4" for a in learn],
+                                 cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert relearn.returncode == 0, relearn.stderr
+        assert all(b is None for row in json.loads(relearn.stdout)["budgets"].values() for b in row.values())
+        again, _ = ask(probes[0].prompt)
+        assert again > 1 + budgets[0] + 2  # thinks past the old budget: re-checks, unlimited again
