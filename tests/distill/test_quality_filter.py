@@ -37,6 +37,9 @@ retention_days = 30
 max_rows = 100000
 logprobs = true
 min_confidence = 0.0
+
+[plugins.semantic_cache]
+embedder = "lexical"
 """
 
 def test_documented_capture_block_is_the_one_tested():
@@ -65,6 +68,18 @@ def _rows(store_path: Path, n: int) -> dict[str, tuple]:
                              "FROM distill_pairs").fetchall()
         if len(rows) >= n or time.monotonic() > deadline:
             return {r[1]: r for r in rows}
+        time.sleep(0.3)
+
+
+def _cache_hits(store_path: Path, n: int) -> list[bool]:
+    from tokenops.store import open_store
+
+    deadline = time.monotonic() + 60
+    while True:
+        with open_store(store_path) as s:
+            hits = [bool(r[0]) for r in s.execute("SELECT cache_hit FROM requests ORDER BY ts").fetchall()]
+        if len(hits) >= n or time.monotonic() > deadline:
+            return hits
         time.sleep(0.3)
 
 
@@ -99,6 +114,15 @@ def test_capture_keeps_finish_reason_and_confidence_through_serve(tmp_path):
         assert rows[cut.choices[0].message.content][2] == "length"
         assert rows[streamed][4] >= 1  # a streamed answer's logprobs are collected from its deltas
         assert rows[asked.choices[0].message.content][3] == pytest.approx(sum(client_lps) / len(client_lps), abs=1e-4)
+
+        # the logprobs the gateway asked for neither change the semantic cache's key nor leak through it
+        again = client.chat.completions.create(model="ladder-large", max_tokens=48, temperature=0, messages=msgs)
+        chunks = list(client.chat.completions.create(model="ladder-large", max_tokens=32, temperature=0, stream=True,
+                                                     messages=[{"role": "user", "content": "What is 2 + 3?"}]))
+        assert again.choices[0].message.content == plain.choices[0].message.content
+        assert again.choices[0].logprobs is None and all(c.choices[0].logprobs is None for c in chunks if c.choices)
+        hits = _cache_hits(srv.store_path, 6)
+        assert hits[-2:] == [True, True], hits
 
         # the filters, while the server holds the store
         res = CliRunner().invoke(build_app(), ["distill", "status", "--store", str(srv.store_path), "--json",

@@ -9,7 +9,8 @@ answer again when the client did not ask for logprobs.
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from tokenops.types import GatewayRequest, GatewayResponse, RouteDecision
 
@@ -55,3 +56,32 @@ def strip_logprobs(request: GatewayRequest, response: GatewayResponse) -> None:
     for choice in response.extra.get("choices") or []:
         choice["logprobs"] = None
     request.body.pop("logprobs", None)
+
+
+def is_added(request: GatewayRequest) -> bool:
+    """Whether the gateway, not the client, asked for this request's logprobs."""
+    return bool(request.decisions.get("logprobs_for_validation"))
+
+
+def hide_added_logprobs(request: GatewayRequest, response: GatewayResponse) -> None:
+    """Clear the choices' logprobs the gateway asked for (``token_logprobs`` keeps choice 0's),
+    before validators and caches see the answer: a cache must not replay them to a client."""
+    if is_added(request):
+        for choice in response.extra.get("choices") or []:
+            choice["logprobs"] = None
+
+
+@contextmanager
+def client_body(request: GatewayRequest) -> Iterator[None]:
+    """The request body as the client sent it (without the logprobs the gateway added) for the
+    duration of the block: what a cache keys on."""
+    if not is_added(request) or "logprobs" not in request.body:
+        yield
+        return
+    value = request.body.pop("logprobs")
+    if request.kind == "chat":
+        request.body["logprobs"] = False  # the validated chat body's default: what the client's body held
+    try:
+        yield
+    finally:
+        request.body["logprobs"] = value

@@ -20,8 +20,8 @@ from tokenops.config import ModelConfig
 from tokenops.gateway import hooks
 from tokenops.gateway.delta_stream import DeltaStream, aclose_quietly, is_cancel
 from tokenops.gateway.errors import APIError, ModelNotFound
-from tokenops.gateway.confidence import (fill_token_logprobs, needs_confidence, request_logprobs, strip_logprobs,
-                                         token_logprobs)
+from tokenops.gateway.confidence import (client_body, fill_token_logprobs, hide_added_logprobs, needs_confidence,
+                                         request_logprobs, strip_logprobs, token_logprobs)
 from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.records import RequestRecord
 from tokenops.gateway.multi_model import run_cascade, run_ensemble
@@ -231,7 +231,8 @@ class Pipeline:
             request.decisions["validate"] = score
         hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None,
                                                           response.prompt_tokens, response.completion_tokens))
-        await hooks.call("tokenops_cache_store", hooks.offer_to_cache, request=request, response=response)
+        with client_body(request):  # a cache keys on what the client asked, not on the gateway's logprobs
+            await hooks.call("tokenops_cache_store", hooks.offer_to_cache, request=request, response=response)
         return score
 
     async def call_model(self, request: GatewayRequest, rec: RequestRecord, model: str) -> tuple[GatewayResponse, float | None]:
@@ -245,6 +246,7 @@ class Pipeline:
             rec.first_token_at = first
         self._account(rec, replica.model, response)
         fill_token_logprobs(response)  # the validators score confidence from these
+        hide_added_logprobs(request, response)
         return response, await self._after(request, replica, response, t0)
 
     async def answer(self, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision) -> GatewayResponse:
@@ -380,8 +382,6 @@ class Pipeline:
             replica.in_flight -= 1
             self.num_in_flight -= 1
             rec.finish_reason = finish.get(0)
-            if hide_logprobs:
-                request.body.pop("logprobs", None)
             if status == 200:
                 response = GatewayResponse(text="".join(texts.get(0, [])), model=rec.model_served or request.model,
                                            finish_reason=rec.finish_reason, prompt_tokens=rec.tokens_in,
