@@ -1,5 +1,6 @@
-"""The ladder's task training, for the scripts: a re-export of :mod:`tokenops.training.tasks`
-(the code lives in the package so ``tokenops distill`` works from an installed wheel)."""
+"""The ladder's task training, for the scripts: a re-export of
+``tokenops_plugins.multi_model._task_training`` (the code ships in the package, next to the
+suites, so ``tokenops distill`` works from an installed wheel)."""
 
-from tokenops.training.tasks import *  # noqa: F401,F403
-from tokenops.training.tasks import _FILLER_CITIES, _FILLER_THINGS, _KEYS  # noqa: F401
+from tokenops_plugins.multi_model._task_training import *  # noqa: F401,F403
+from tokenops_plugins.multi_model._task_training import _FILLER_CITIES, _FILLER_THINGS, _KEYS  # noqa: F401

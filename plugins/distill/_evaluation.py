@@ -1,7 +1,7 @@
 """Before/after figures of a distilled student.
 
 - :func:`suite_figures`: per-dimension greedy accuracy on the ladder's held-out suites
-  (seed 0, never trained on), via :func:`tokenops.training.tasks.suite_accuracy`;
+  (seed 0, never trained on), via ``multi_model._task_training.suite_accuracy``;
 - :func:`traffic_figures`: on held-out captured pairs, how often the student's greedy answer
   equals the teacher's, and the share of the teacher's answer tokens the student predicts
   (teacher forcing: the per-token acceptance of greedy speculative decoding);
@@ -23,7 +23,7 @@ def suite_figures(model_dir: Path, dimensions: list[str], n: int) -> dict[str, d
 
     from tokenops_plugins.multi_model._suites import make_suite
 
-    from tokenops.training import tasks as tt
+    from tokenops_plugins.multi_model import _task_training as tt
 
     tasks = [t for d in dimensions for t in make_suite(d, n, tt.HELDOUT_SEED)]
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -34,7 +34,7 @@ def suite_figures(model_dir: Path, dimensions: list[str], n: int) -> dict[str, d
 def traffic_figures(model_dir: Path, pairs: list[tuple[str, str]], max_new_tokens: int = 48) -> dict:
     from tokenizers import Tokenizer
 
-    from tokenops.training import tasks as tt
+    from tokenops_plugins.multi_model import _task_training as tt
 
     if not pairs:
         return {"n": 0}
@@ -60,7 +60,7 @@ def draft_acceptance(teacher_dir: Path, draft_dir: Path, prompts: list[str], k: 
     from tokenops.engine.sampling import SamplingParams
     from tokenizers import Tokenizer
 
-    from tokenops.training import tasks as tt
+    from tokenops_plugins.multi_model import _task_training as tt
 
     tok = Tokenizer.from_file(str(teacher_dir / "tokenizer.json"))
     config = EngineConfig(model=str(teacher_dir), device="cpu", torch_threads=1, max_num_seqs=8,

@@ -3,7 +3,7 @@
 Loss per answer token: ``(1 - w) * CE(student, captured answer)`` (sequence-level KD: the
 teacher's answers are the labels) ``+ w * T^2 * KL(teacher_T || student_T)`` (logit KD, only
 when the teacher is a bundled HF folder with the student's vocabulary: it is loaded and run
-on the same batch). Reuses the ladder's answer-only batching (:mod:`tokenops.training.tasks`)
+on the same batch). Reuses the ladder's answer-only batching (``tokenops_plugins.multi_model._task_training``)
 and writes an HF folder like the ladder's. Resumable: ``checkpoint.pt`` in the output folder
 holds the weights, the optimizer and the step; ``resume=True`` continues from it.
 """
@@ -94,7 +94,7 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
     student keeps what it did on them instead of forgetting that kind of prompt."""
     from tokenizers import Tokenizer
 
-    from tokenops.training import tasks as tt
+    from tokenops_plugins.multi_model import _task_training as tt
     from tokenops.training.chat import lr_at, save_model
 
     if not pairs:

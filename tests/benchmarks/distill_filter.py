@@ -67,7 +67,7 @@ def capture(workdir: Path, tasks: list, concurrency: int, logprobs: bool = True)
 
     from tokenops.store import open_store
     from tokenops.testing_serve import ServeProcess
-    from tokenops.training.tasks import MAX_NEW_TOKENS
+    from tokenops_plugins.multi_model._task_training import MAX_NEW_TOKENS
 
     with ServeProcess(workdir, config=config_text(LARGE, logprobs)) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="bench-key")
@@ -101,7 +101,7 @@ def main() -> None:
                    help="also capture the same prompts with logprobs = false and print the time ratio")
     args = p.parse_args()
 
-    from tokenops.training.tasks import HELDOUT_SEED
+    from tokenops_plugins.multi_model._task_training import HELDOUT_SEED
     from tokenops_plugins.multi_model._suites import DIMENSIONS, make_suite
 
     thresholds = [float(x) for x in args.thresholds.split(",")]

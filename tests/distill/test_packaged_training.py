@@ -1,7 +1,9 @@
 """Issue 21: ``tokenops distill train|eval`` run from an installed wheel, not only a checkout.
 
-The training code lives in ``tokenops/training/`` (``scripts/task_training.py`` re-exports it):
-the distill modules must never reach into ``scripts/``, and the wheel must carry the package."""
+The training code lives in the package: ``tokenops/training/chat.py`` (chat template, schedule,
+HF writer) and ``tokenops_plugins/multi_model/_task_training.py`` (the task training, next to
+the suites; ``scripts/task_training.py`` re-exports it). The distill modules must never reach
+into ``scripts/``, and the wheel must carry both."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 _PROBE = """
 import json, sys
-import tokenops.training, tokenops.training.chat, tokenops.training.tasks
+import tokenops.training, tokenops.training.chat, tokenops_plugins.multi_model._task_training
 import tokenops_plugins.distill._kd, tokenops_plugins.distill._evaluation, tokenops_plugins.distill._cli
 from tokenops_plugins.distill._kd import resolve_model
 scripts = {m: getattr(mod, "__file__", None) for m, mod in list(sys.modules.items())
@@ -45,7 +47,8 @@ def test_scripts_reexport_the_package_code():
         import train_demo_models
     finally:
         sys.path.remove(str(REPO / "scripts"))
-    from tokenops.training import chat, tasks
+    from tokenops.training import chat
+    from tokenops_plugins.multi_model import _task_training as tasks
 
     assert task_training.finetune is tasks.finetune and task_training.recall_pair is tasks.recall_pair
     assert train_demo_models.render is chat.render and train_demo_models.save_model is chat.save_model
@@ -67,7 +70,8 @@ def test_wheel_contains_the_training_package(tmp_path):
     wheel = next((tmp_path / "dist").glob("tokenops-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {f"tokenops/training/{p.name}" for p in (REPO / "tokenops" / "training").glob("*.py")}
-    assert {"tokenops/training/__init__.py", "tokenops/training/tasks.py", "tokenops/training/chat.py"} <= expected
+    assert {"tokenops/training/__init__.py", "tokenops/training/chat.py"} <= expected
+    expected |= {"tokenops_plugins/multi_model/_task_training.py", "tokenops_plugins/multi_model/_suites.py"}
     assert expected <= names, sorted(expected - names)
     assert "tokenops_plugins/distill/_kd.py" in names
     assert not any(n.startswith("scripts/") for n in names)

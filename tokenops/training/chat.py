@@ -1,7 +1,7 @@
 """The demo models' chat template, learning-rate schedule and HF-folder writer.
 
 Shared by ``scripts/train_demo_models.py`` (which trains the demo family), the task
-training in :mod:`tokenops.training.tasks` and ``tokenops distill train``. Light to import:
+training in ``tokenops_plugins.multi_model._task_training`` and ``tokenops distill train``. Light to import:
 torch and transformers load inside :func:`save_model` only.
 """
 

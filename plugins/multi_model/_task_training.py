@@ -2,7 +2,9 @@
 
 The task-trained ladder (``scripts/train_ladder.py``) is built from these functions, and the
 reasoning-budget, memory and distillation work (``tokenops distill train|eval``) reuse them;
-``scripts/task_training.py`` re-exports this module for the scripts:
+``scripts/task_training.py`` re-exports this module for the scripts. It ships in the wheel
+(``tokenops distill`` needs no source checkout); the chat template and the schedule it uses
+are core (:mod:`tokenops.training.chat`):
 
 - :func:`heldout_prompts` / :func:`task_pairs` — (prompt, answer) pairs generated from
   ``tokenops_plugins.multi_model._suites`` with training seeds, never a held-out prompt;
