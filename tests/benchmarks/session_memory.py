@@ -49,11 +49,11 @@ CITIES = ["Lisbon", "Osaka", "Lagos", "Quito", "Oslo", "Perth", "Tunis", "Riga",
 QUESTION = "What is the vault access code? Reply with the number only."
 
 
-def conversation(rng: random.Random, num_filler: int) -> tuple[list[dict], str]:
+def conversation(rng: random.Random, num_filler: int, distractors: int = 2) -> tuple[list[dict], str]:
     code = str(rng.randint(1000, 9999))
     facts = [f"Important: the vault access code is {code}.",
              f"By the way, the gym locker code is {rng.randint(1000, 9999)}.",
-             f"Also, my bike lock combination is {rng.randint(1000, 9999)}."]
+             f"Also, my bike lock combination is {rng.randint(1000, 9999)}."][:1 + distractors]
     rng.shuffle(facts)
     turns = [f"Note {k}: the {rng.choice(THINGS)} shipment to {rng.choice(CITIES)} is on schedule."
              for k in range(num_filler)]
@@ -81,6 +81,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=512, help="prompt token budget (the model's context stand-in)")
     parser.add_argument("--filler", type=int, default=50, help="filler turns per conversation")
     parser.add_argument("--embedder", default="minilm", choices=("minilm", "lexical"))
+    parser.add_argument("--distractors", type=int, default=2, choices=(0, 1, 2),
+                        help="other codes stated next to the vault code (gym locker, bike lock)")
     parser.add_argument("--no-answers", action="store_true", help="retrieval accuracy only (no model runs)")
     parser.add_argument("--through-serve", action="store_true",
                         help="answers through a running tokenops serve and the openai SDK (see the module doc)")
@@ -115,7 +117,7 @@ def main() -> None:
     embed_s = fit_s = 0.0
     memory = get_session_memory()
     for i in range(args.num):
-        msgs, code = conversation(rng, args.filler)
+        msgs, code = conversation(rng, args.filler, args.distractors)
         request = GatewayRequest(kind="chat", model="m", body={"messages": msgs, "max_tokens": max_tokens},
                                  messages=msgs, session_id=f"s{i}", tenant="bench")
         # the earlier requests of the session stored its turns (one new turn each, as a client
