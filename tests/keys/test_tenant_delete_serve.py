@@ -113,6 +113,7 @@ def globex_alive(admin: httpx.Client) -> bool:
     return "globex" in {t["name"] for t in admin.get("/admin/tenants").json()["tenants"]}
 
 
+@pytest.mark.slow  # ~13 s of CLI start-ups; the server path above runs by default
 def test_delete_tenant_on_the_store_when_no_server_runs(tmp_path):
     """``tokenops keys delete-tenant`` without a server works on the store file: keys
     revoked, record gone, captured pairs purged (another tenant's stay)."""
