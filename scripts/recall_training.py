@@ -24,13 +24,13 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-KEYS = ["vault access code", "gym locker code", "bike lock combination", "door PIN", "safe code",
-        "parking permit number", "badge number", "order number", "alarm code", "storage unit code",
-        "flight number", "room number", "invoice number", "ticket number"]
-THINGS = ["timber", "grain", "cement", "textile", "copper", "coffee", "paper", "glass", "steel", "cotton",
-          "river", "maple", "harbor", "lantern", "silver", "wool", "rice", "salt"]
-CITIES = ["Lisbon", "Osaka", "Lagos", "Quito", "Oslo", "Perth", "Tunis", "Riga", "Lima", "Hanoi", "Paris",
-          "Pune", "Sofia", "Turin", "Cairo", "Leeds"]
+from task_training import _FILLER_CITIES, _FILLER_THINGS, _KEYS
+
+# the short generator's lists (task_training.recall_pair), extended: same order, so the data
+# these phases were trained on is reproduced exactly
+KEYS = _KEYS + ["flight number", "room number", "invoice number", "ticket number"]
+THINGS = _FILLER_THINGS + ["wool", "rice", "salt"]
+CITIES = _FILLER_CITIES + ["Cairo", "Leeds"]
 LEADS = ["Important: the", "By the way, the", "Also, the", "Remember: the", "The", "Also, my", "Note that my"]
 HEADERS = ["Earlier in this conversation (recalled from session memory):", "Notes from earlier:",
            "Recalled context:", "Things the user said before:"]
