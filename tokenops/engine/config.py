@@ -78,6 +78,12 @@ class EngineConfig:
     weight_layout: str = _knob("auto", tunable="restart", choices=("auto", "onednn", "plain"), searchable=False,
                                help="Linear layers on CPU: oneDNN with prepacked weights (onednn), F.linear (plain), "
                                     "or onednn for float32 models when available (auto).")
+    #: Decode-only steps of 1-2 sequences: "auto" (one native call for the whole step on CPU for
+    #: float32 dense models, see tokenops/engine/fused_decode.py; it keeps the dense weights that
+    #: the oneDNN layout releases, while they are <= 512 MiB), "native" (that or an error) or "torch".
+    decode_kernel: str = _knob("auto", tunable="restart", choices=("auto", "native", "torch"), searchable=False,
+                               help="Few-row decode steps: one native call per step (native), the PyTorch "
+                                    "forward (torch), or native for small float32 models on CPU (auto).")
     #: KV offload tier (all 0 = off): evicted prefix-cache blocks go to host memory
     #: (``*_blocks`` wins over ``*_mb``), overflowing to disk; see offload_index.py.
     kv_offload_host_mb: float = 0.0
@@ -115,6 +121,8 @@ class EngineConfig:
             raise ValueError(f"engine kv_cache_dtype must be 'auto' or 'int8', not {self.kv_cache_dtype!r}")
         if self.attention_backend not in ("auto", "native", "torch"):
             raise ValueError(f"engine attention_backend must be 'auto', 'native' or 'torch', not {self.attention_backend!r}")
+        if self.decode_kernel not in ("auto", "native", "torch"):
+            raise ValueError(f"engine decode_kernel must be 'auto', 'native' or 'torch', not {self.decode_kernel!r}")
         if self.weight_layout not in ("auto", "onednn", "plain"):
             raise ValueError(f"engine weight_layout must be 'auto', 'onednn' or 'plain', not {self.weight_layout!r}")
         _check_int("kv_sink_tokens", self.kv_sink_tokens, 0)

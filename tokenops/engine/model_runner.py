@@ -14,6 +14,7 @@ import torch
 
 from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
+from tokenops.engine.fused_decode import make_fused_decoder
 from tokenops.engine.loader import load_model, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
@@ -81,10 +82,19 @@ class ModelRunner:
         self.kv_offload = self._make_offload_store()
         self.native_attention = self._pick_attention_kernel()
         model = apply_transforms(model, config, transforms)
+        #: Decode-only steps of one or two sequences in one native call (fused_decode.py); built
+        #: before packing, which releases the dense weights it reads.
+        self.fused_decode = make_fused_decoder(model, self.kv_cache, self.block_size, self.device,
+                                               getattr(config, "decode_kernel", "auto"),
+                                               packed=getattr(config, "weight_layout", "auto") != "plain")
         #: "onednn" when the linear layers multiply through prepacked oneDNN weights (see weight_layout.py).
         self.weight_layout = pack_linear_weights(model, self.device, self.dtype, getattr(config, "weight_layout", "auto"))
         compiled = compile(model) if compile is not None else None
         self.model = model if compiled is None else compiled
+        if compiled is not None and self.fused_decode is not None:  # a compiled forward is the user's choice
+            if getattr(config, "decode_kernel", "auto") == "native":
+                raise ValueError("engine decode_kernel 'native' is unavailable: the model's forward is compiled")
+            self.fused_decode = None
         self.load_time_s = time.perf_counter() - start
 
     def _allocate_kv_cache(self) -> None:
@@ -157,6 +167,8 @@ class ModelRunner:
         for c in chunks:
             if c.end_pos > self.max_model_len:
                 raise ValueError(f"sequence of {c.end_pos} tokens exceeds max_model_len {self.max_model_len}")
+        if self.fused_decode is not None and self.fused_decode.accepts(chunks):
+            return self.fused_decode(chunks)
         # Decodes go first, longest context first, so the attention layer can batch them
         # as contiguous slices of similar length.
         order = sorted(range(len(chunks)), key=lambda i: (not chunks[i].is_decode, -chunks[i].end_pos))

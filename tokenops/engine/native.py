@@ -170,21 +170,22 @@ def _cache_dir() -> Path:
     return Path(root)
 
 
-def build_library(compiler: str | None = None) -> Path:
-    """Compile the kernel (or find it compiled) and return the shared library's path."""
+def build_library(compiler: str | None = None, source: str = _SOURCE, stem: str = "paged_decode") -> Path:
+    """Compile ``source`` (the paged decode kernel by default; :mod:`tokenops.engine.fused_decode`
+    passes its own) or find it compiled, and return the shared library's path."""
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise RuntimeError("no C compiler (cc/gcc) on PATH")
-    key = hashlib.sha256("\0".join([_SOURCE, " ".join(_FLAGS), cc, platform.machine(), _cpu_signature()])
+    key = hashlib.sha256("\0".join([source, " ".join(_FLAGS), cc, platform.machine(), _cpu_signature()])
                          .encode()).hexdigest()[:16]
     out_dir = _cache_dir()
-    lib = out_dir / f"paged_decode-{key}.so"
+    lib = out_dir / f"{stem}-{key}.so"
     if lib.is_file():
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        src = Path(tmp) / "paged_decode.c"
-        src.write_text(_SOURCE)
+        src = Path(tmp) / f"{stem}.c"
+        src.write_text(source)
         tmp_lib = Path(tmp) / lib.name
         r = subprocess.run([cc, *_FLAGS, str(src), "-o", str(tmp_lib), "-lm"], capture_output=True, text=True,
                            timeout=120)
