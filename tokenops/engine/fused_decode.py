@@ -16,21 +16,24 @@ Qwen3's q/k norms, rotary embedding (from the same cos/sin table the PyTorch pat
 the cache write, paged attention with grouped-query heads, sliding windows and evicted
 blocks, the output projection with the residual added in place, the gated SiLU MLP, and the
 final norm and vocabulary projection. Matrix-vector products stream each weight row once
-(four rows at a time, vectorised, split over OpenMP threads inside one parallel region), so
-a step pays one thread fork instead of dozens.
+(AVX2 with four independent accumulators where the CPU has it; each OpenMP thread a contiguous
+range of rows, inside one parallel region, so a step pays one thread fork instead of dozens).
+Attention splits each sequence's context between the threads (each streams its own stretch of
+the cache, reading every K and V row once for all heads) and merges the partial softmaxes.
 
-The products need the plain row-major weights, which the oneDNN layout
-(:mod:`tokenops.engine.weight_layout`) releases; the decoder keeps them, so with
-``weight_layout = "onednn"`` the linear weights are held twice. ``[engine] decode_kernel =
-"auto"`` therefore uses it only while that second copy stays under
-:data:`AUTO_MAX_EXTRA_BYTES` (or costs nothing, with ``weight_layout = "plain"``);
-``"native"`` always (or an error when the model is not eligible), ``"torch"`` never. Steps
-with prefill chunks, speculative verify chunks or more rows take the PyTorch path, which
-stays the reference: greedy output is the same either way in the tests, and results agree to
-float32 rounding (the sums run in another order).
+The products read plain row-major weights, which the oneDNN layout
+(:mod:`tokenops.engine.weight_layout`) releases, so the decoder copies the linear weights at load
+into one arena of its own, in the order a step reads them, 2 MiB aligned and advised onto
+transparent huge pages: the linear weights are held twice. ``[engine] decode_kernel = "auto"``
+therefore uses the decoder only while that copy stays under :data:`AUTO_MAX_EXTRA_BYTES`;
+``"native"`` always (or an error when the model is not eligible), ``"torch"`` never. Steps with
+prefill chunks, speculative verify chunks or more rows take the PyTorch path, which stays the
+reference: greedy output is the same either way in the tests, and logits agree to float32
+rounding (the sums run in another order).
 
 Eligible: a dense (not MoE) model in float32 on CPU, SiLU MLP, float32 KV cache, no weight
-transform (quantized layers) and no compiled forward.
+transform (quantized layers) and no compiled forward (the runner drops the decoder when a
+compile plugin returns a model).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DECODE_KERNELS = ("auto", "native", "torch")
-#: ``auto`` keeps a dense copy of oneDNN-packed weights for this decoder only up to this size.
+#: ``auto`` makes the decoder's copy of the linear weights only up to this size.
 AUTO_MAX_EXTRA_BYTES = 512 << 20
 #: Most decode rows one fused step takes (measured crossover with oneDNN; see docs).
 MAX_ROWS = 2
@@ -396,7 +399,7 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
 
 
 def dense_linear_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the float32 linear weights (what the decoder holds a second copy of when packed)."""
+    """Bytes of the float32 linear weights (what the decoder holds a copy of)."""
     return sum(m.weight.numel() * 4 for m in model.modules() if type(m) is Linear)
 
 
@@ -531,15 +534,15 @@ class FusedDecoder:
 
 
 def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_size: int, device: torch.device,
-                       mode: str, packed: bool) -> FusedDecoder | None:
+                       mode: str) -> FusedDecoder | None:
     """The decoder for ``[engine] decode_kernel = mode``, or None (logged when ``auto`` declines)."""
     if mode not in DECODE_KERNELS:
         raise ValueError(f"engine decode_kernel must be one of {', '.join(DECODE_KERNELS)}, not {mode!r}")
     if mode == "torch":
         return None
     why = ineligible_reason(model, kv_cache, device)
-    if why is None and packed and mode == "auto" and dense_linear_bytes(model) > AUTO_MAX_EXTRA_BYTES:
-        why = (f"its dense weight copy ({dense_linear_bytes(model) / 2**20:.0f} MiB) would exceed "
+    if why is None and mode == "auto" and dense_linear_bytes(model) > AUTO_MAX_EXTRA_BYTES:
+        why = (f"its weight copy ({dense_linear_bytes(model) / 2**20:.0f} MiB) would exceed "
                f"{AUTO_MAX_EXTRA_BYTES >> 20} MiB (decode_kernel = 'native' forces it)")
     if why is None and _library() is None:
         why = "the library could not be built (see the log)"

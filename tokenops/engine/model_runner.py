@@ -83,10 +83,10 @@ class ModelRunner:
         self.native_attention = self._pick_attention_kernel()
         model = apply_transforms(model, config, transforms)
         #: Decode-only steps of one or two sequences in one native call (fused_decode.py); built
-        #: before packing, which releases the dense weights it reads.
+        #: before packing, which releases the dense weights it copies.
         self.fused_decode = make_fused_decoder(model, self.kv_cache, self.block_size, self.device,
-                                               getattr(config, "decode_kernel", "auto"),
-                                               packed=getattr(config, "weight_layout", "auto") != "plain")
+                                               getattr(config, "decode_kernel", "auto"))
+        self.num_fused_steps = 0
         #: "onednn" when the linear layers multiply through prepacked oneDNN weights (see weight_layout.py).
         self.weight_layout = pack_linear_weights(model, self.device, self.dtype, getattr(config, "weight_layout", "auto"))
         compiled = compile(model) if compile is not None else None
@@ -168,6 +168,7 @@ class ModelRunner:
             if c.end_pos > self.max_model_len:
                 raise ValueError(f"sequence of {c.end_pos} tokens exceeds max_model_len {self.max_model_len}")
         if self.fused_decode is not None and self.fused_decode.accepts(chunks):
+            self.num_fused_steps += 1
             return self.fused_decode(chunks)
         # Decodes go first, longest context first, so the attention layer can batch them
         # as contiguous slices of similar length.

@@ -1,0 +1,132 @@
+"""The fused decode step (tokenops.engine.fused_decode) against the PyTorch forward."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+import torch
+
+from tokenops.engine import fused_decode
+from tokenops.engine.batch import ChunkInput
+from tokenops.engine.config import EngineConfig
+from tokenops.engine.engine import LLMEngine
+from tokenops.engine.sampling import SamplingParams
+from tokenops.testing_serve import ServeProcess
+
+needs_lib = pytest.mark.skipif(fused_decode._library() is None, reason="no C compiler: decodes use the PyTorch path")
+DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "mistral")
+
+
+def _prefill(runner, prompts, tables):
+    runner.execute([ChunkInput(p, 0, t) for p, t in zip(prompts, tables)])
+
+
+def _decode_both(runner, chunks):
+    """Logits of the same decode step through the fused call and through the PyTorch forward
+    (which rewrites the same K/V slots with the same values)."""
+    fused = runner.fused_decode(chunks)
+    saved, runner.fused_decode = runner.fused_decode, None
+    try:
+        reference = runner.execute(chunks)
+    finally:
+        runner.fused_decode = saved
+    return fused, reference
+
+
+@needs_lib
+@pytest.mark.parametrize("arch", DENSE)
+def test_fused_step_matches_pytorch_forward(arch, tiny_checkpoint, make_runner):
+    runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=512)
+    assert runner.fused_decode is not None
+    g = torch.Generator().manual_seed(0)
+    vocab = runner.vocab_size
+    lengths = (70, 9)  # 70 tokens: the window is split between threads, and crosses qwen2_sliding's window
+    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+    tables = [list(range(0, 20)), list(range(40, 44))]
+    _prefill(runner, prompts, tables)
+    for rows in ([0], [0, 1], [1, 0]):  # one row, two rows, and the order kept
+        chunks = [ChunkInput([int(torch.randint(0, vocab, (1,), generator=g))], lengths[i], tables[i]) for i in rows]
+        fused, reference = _decode_both(runner, chunks)
+        assert fused.shape == reference.shape == (len(rows), vocab)
+        torch.testing.assert_close(fused, reference, atol=2e-4, rtol=1e-4)
+
+
+@needs_lib
+def test_fused_step_skips_evicted_blocks(tiny_llama_dir, make_runner):
+    runner = make_runner(tiny_llama_dir, decode_kernel="native", block_size=4, kv_cache_tokens=512)
+    prompt = list(range(3, 43))
+    table = list(range(10, 21))
+    _prefill(runner, [prompt], [table])
+    evicted = table.copy()
+    evicted[2] = evicted[3] = -1  # blocks a sink + window policy dropped
+    chunk = [ChunkInput([7], 40, evicted)]
+    fused, reference = _decode_both(runner, chunk)
+    torch.testing.assert_close(fused, reference, atol=2e-4, rtol=1e-4)
+    full, _ = _decode_both(runner, [ChunkInput([7], 40, table)])
+    assert not torch.allclose(full, fused, atol=1e-3)  # the evicted positions really were left out
+
+
+@needs_lib
+@pytest.mark.parametrize("threads", [1, 2])
+def test_engine_output_identical_with_and_without_the_fused_step(tiny_llama_dir, threads):
+    torch_threads = torch.get_num_threads()
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=2)
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13], list(range(20, 60))]
+    outs, engines = {}, {}
+    try:
+        for kernel in ("torch", "native"):
+            engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", decode_kernel=kernel,
+                                            torch_threads=threads, kv_cache_tokens=1024))
+            # one at a time (fused, one row), two together (fused, two rows), three (PyTorch path)
+            outs[kernel] = ([engine.generate([p], params)[0] for p in prompts] + engine.generate(prompts[:2], params)
+                            + engine.generate(prompts, params))
+            engines[kernel] = engine
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert "fused_decode_steps" not in engines["torch"].stats()
+    assert engines["native"].stats()["fused_decode_steps"] >= 3 * 23 + 23
+    for a, b in zip(outs["torch"], outs["native"]):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+        for x, y in zip(a.outputs[0].logprobs, b.outputs[0].logprobs):
+            assert x["logprob"] == pytest.approx(y["logprob"], abs=1e-4)
+
+
+def test_auto_declines_and_native_refuses_what_it_cannot_run(tiny_checkpoint, make_runner):
+    moe = tiny_checkpoint("mixtral")
+    assert make_runner(moe).fused_decode is None
+    with pytest.raises(ValueError, match="decode_kernel 'native' is unavailable: the model has mixture-of-experts"):
+        make_runner(moe, decode_kernel="native")
+    llama = tiny_checkpoint("llama")
+    assert make_runner(llama, kv_cache_dtype="int8").fused_decode is None
+    assert make_runner(llama, dtype="bfloat16").fused_decode is None
+    assert make_runner(llama, decode_kernel="torch").fused_decode is None
+    with pytest.raises(ValueError, match="float32 KV cache"):
+        make_runner(llama, kv_cache_dtype="int8", decode_kernel="native")
+    with pytest.raises(ValueError, match="decode_kernel must be 'auto', 'native' or 'torch'"):
+        EngineConfig(model=str(llama), decode_kernel="fast")
+
+
+def test_auto_declines_a_large_weight_copy(tiny_llama_dir, make_runner, monkeypatch):
+    monkeypatch.setattr(fused_decode, "AUTO_MAX_EXTRA_BYTES", 1024)
+    assert make_runner(tiny_llama_dir).fused_decode is None
+    if fused_decode._library() is not None:
+        assert make_runner(tiny_llama_dir, decode_kernel="native").fused_decode is not None
+
+
+@needs_lib
+def test_serve_decodes_through_the_fused_step(tmp_path, tiny_llama_dir):
+    """A default ``tokenops serve`` streams a lone request through the fused step, and answers
+    exactly what the PyTorch forward generates."""
+    config = f'[[models]]\nname = "tiny"\nbackend = "local"\npath = "{tiny_llama_dir}"\n'
+    with ServeProcess(tmp_path, config=config, store=False) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        stream = client.completions.create(model="tiny", prompt=[5, 6, 7, 8, 9], max_tokens=16, temperature=0,
+                                           stream=True, extra_body={"ignore_eos": True})
+        text = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+        stats = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers).json()
+    steps = [e["fused_decode_steps"] for e in stats["engines"].values() if "fused_decode_steps" in e]
+    assert steps and steps[0] >= 15, stats["engines"]
+    engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", decode_kernel="torch"))
+    reference = engine.generate([[5, 6, 7, 8, 9]], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))[0]
+    assert text == reference.outputs[0].text
