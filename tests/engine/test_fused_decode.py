@@ -41,11 +41,16 @@ def test_fused_step_matches_pytorch_forward(arch, tiny_checkpoint, make_runner):
     assert runner.fused_decode is not None
     g = torch.Generator().manual_seed(0)
     vocab = runner.vocab_size
-    lengths = (70, 9)  # 70 tokens: the window is split between threads, and crosses qwen2_sliding's window
+    # 70 tokens: the context is split between threads, and crosses qwen2_sliding's window
+    lengths = (70, 9, 5, 12, 33, 8, 21)
     prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
-    tables = [list(range(0, 20)), list(range(40, 44))]
+    tables, start = [], 0
+    for n in lengths:
+        tables.append(list(range(start, start + n // 4 + 1)))
+        start += n // 4 + 1
     _prefill(runner, prompts, tables)
-    for rows in ([0], [0, 1], [1, 0]):  # one row, two rows, and the order kept
+    # one row, two, the order kept, and 7 rows (products over 4 + 2 + 1 inputs per weight row)
+    for rows in ([0], [0, 1], [1, 0], [3, 1, 0, 2, 6, 4, 5]):
         chunks = [ChunkInput([int(torch.randint(0, vocab, (1,), generator=g))], lengths[i], tables[i]) for i in rows]
         fused, reference = _decode_both(runner, chunks)
         assert fused.shape == reference.shape == (len(rows), vocab)
@@ -78,14 +83,17 @@ def test_engine_output_identical_with_and_without_the_fused_step(tiny_llama_dir,
         for kernel in ("torch", "native"):
             engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", decode_kernel=kernel,
                                             torch_threads=threads, kv_cache_tokens=1024))
-            # one at a time (fused, one row), two together (fused, two rows), three (PyTorch path)
-            outs[kernel] = ([engine.generate([p], params)[0] for p in prompts] + engine.generate(prompts[:2], params)
-                            + engine.generate(prompts, params))
+            # one at a time (fused, one row), three together (fused, three rows), and with max_rows
+            # lowered, three on the PyTorch path
+            outs[kernel] = [engine.generate([p], params)[0] for p in prompts] + engine.generate(prompts, params)
+            if engine.runner.fused_decode is not None:
+                engine.runner.fused_decode.max_rows = 2
+            outs[kernel] += engine.generate(prompts, params)
             engines[kernel] = engine
     finally:
         torch.set_num_threads(torch_threads)
     assert "fused_decode_steps" not in engines["torch"].stats()
-    assert engines["native"].stats()["fused_decode_steps"] >= 3 * 23 + 23
+    assert engines["native"].stats()["fused_decode_steps"] == 4 * 23
     for a, b in zip(outs["torch"], outs["native"]):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
         for x, y in zip(a.outputs[0].logprobs, b.outputs[0].logprobs):

@@ -1,4 +1,4 @@
-"""A whole decode step in one native call, for the few-row steps of batch-1 serving.
+"""A whole decode step in one native call, for the decode-only steps of small batches.
 
 At batch 1 on CPU a decode step reads every weight once and does little arithmetic, so it is
 bound by memory bandwidth, and everything else it does is overhead: through PyTorch a step of
@@ -57,8 +57,9 @@ log = logging.getLogger(__name__)
 DECODE_KERNELS = ("auto", "native", "torch")
 #: ``auto`` makes the decoder's copy of the linear weights only up to this size.
 AUTO_MAX_EXTRA_BYTES = 512 << 20
-#: Most decode rows one fused step takes (measured crossover with oneDNN; see docs).
-MAX_ROWS = 2
+#: Most decode rows one fused step takes: on the 32M benchmark Llama (2 threads) the fused step
+#: beat the PyTorch forward (oneDNN) up to 16 rows and tied at 24 (docs/engine-optimizations.md).
+MAX_ROWS = 16
 
 _SOURCE = r"""
 #include <math.h>
@@ -111,6 +112,21 @@ static inline void dot2(const float *w, const float *x0, const float *x1, int64_
     for (; k < K; k++) { s += w[k] * x0[k]; t += w[k] * x1[k]; }
     *o0 = s; *o1 = t;
 }
+static inline void dot4(const float *w, const float *x, int64_t xs, int64_t K, float *o) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+    const float *x0 = x, *x1 = x + xs, *x2 = x + 2 * xs, *x3 = x + 3 * xs;
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m256 w0 = _mm256_loadu_ps(w + k), w1 = _mm256_loadu_ps(w + k + 8);
+        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + k), a0); a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + k + 8), a1);
+        b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + k), b0); b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + k + 8), b1);
+        c0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + k), c0); c1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x2 + k + 8), c1);
+        d0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + k), d0); d1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x3 + k + 8), d1);
+    }
+    o[0] = hsum8(_mm256_add_ps(a0, a1)); o[1] = hsum8(_mm256_add_ps(b0, b1));
+    o[2] = hsum8(_mm256_add_ps(c0, c1)); o[3] = hsum8(_mm256_add_ps(d0, d1));
+    for (; k < K; k++) { o[0] += w[k] * x0[k]; o[1] += w[k] * x1[k]; o[2] += w[k] * x2[k]; o[3] += w[k] * x3[k]; }
+}
 #else
 static inline float dot1(const float *w, const float *x, int64_t K) {
     float s = 0.f;
@@ -121,11 +137,14 @@ static inline float dot1(const float *w, const float *x, int64_t K) {
 static inline void dot2(const float *w, const float *x0, const float *x1, int64_t K, float *o0, float *o1) {
     *o0 = dot1(w, x0, K); *o1 = dot1(w, x1, K);
 }
+static inline void dot4(const float *w, const float *x, int64_t xs, int64_t K, float *o) {
+    for (int j = 0; j < 4; j++) o[j] = dot1(w, x + j * xs, K);
+}
 #endif
 
 /* y[m, n] (+)= W[n, :] . x[m, :] (+ b[n]) for m < M; W is [N, K] row-major, x rows xs apart.
    Called inside a parallel region: each thread streams a contiguous range of W's rows once
-   (the rows of a pair of inputs share each read; a third input re-reads the row from L1). */
+   (up to four inputs share each read of a row; more re-read it from L1). */
 static void gemv(const float *restrict x, int64_t xs, int64_t M, const float *restrict W,
                  const float *restrict b, float *restrict y, int64_t N, int64_t K, int acc) {
     _Pragma("omp for schedule(static)")
@@ -133,6 +152,13 @@ static void gemv(const float *restrict x, int64_t xs, int64_t M, const float *re
         const float *w = W + n * K;
         float bias = b ? b[n] : 0.f;
         int64_t m = 0;
+        for (; m + 4 <= M; m += 4) {
+            float o[4];
+            dot4(w, x + m * xs, xs, K, o);
+            for (int j = 0; j < 4; j++) {
+                if (acc) y[(m + j) * N + n] += o[j] + bias; else y[(m + j) * N + n] = o[j] + bias;
+            }
+        }
         for (; m + 2 <= M; m += 2) {
             float s, t;
             dot2(w, x + m * xs, x + (m + 1) * xs, K, &s, &t);
@@ -420,7 +446,8 @@ def _hugepage_arena(num_floats: int) -> tuple[mmap.mmap, torch.Tensor]:
 
 
 class FusedDecoder:
-    """Runs decode-only steps of up to :attr:`max_rows` sequences in one native call.
+    """Runs decode-only steps of up to :attr:`max_rows` sequences in one native call (the PyTorch
+    path keeps steps with prefill or verify chunks, and larger decode batches).
 
     Build it before the linear weights are packed: it copies the dense weights, in the order a
     step reads them, into one huge-page arena (so it holds its own copy of the linear weights)."""
