@@ -58,6 +58,22 @@ def test_fused_step_matches_pytorch_forward(arch, tiny_checkpoint, make_runner):
 
 
 @needs_lib
+def test_fused_step_runs_verify_chunks_causally(tiny_checkpoint, make_runner):
+    """Speculative decoding's verify chunks (k + 1 tokens, logits for each) are rows of the fused
+    step; each attends to the chunk's earlier tokens only, as in the PyTorch forward."""
+    runner = make_runner(tiny_checkpoint("qwen2_sliding"), decode_kernel="native", block_size=4, kv_cache_tokens=512)
+    prompts, tables = [list(range(3, 40)), list(range(50, 61))], [list(range(0, 12)), list(range(20, 26))]
+    _prefill(runner, prompts, tables)
+    chunks = [ChunkInput([7, 8, 9, 10], 37, tables[0], num_logits=4), ChunkInput([11], 11, tables[1])]
+    assert runner.fused_decode.accepts(chunks)
+    fused, reference = _decode_both(runner, chunks)
+    assert fused.shape == (5, runner.vocab_size)
+    torch.testing.assert_close(fused, reference, atol=2e-4, rtol=1e-4)
+    # a prefill chunk wants one row of logits: not the fused step's
+    assert not runner.fused_decode.accepts([ChunkInput([7, 8], 41, tables[0])])
+
+
+@needs_lib
 def test_fused_step_skips_evicted_blocks(tiny_llama_dir, make_runner):
     runner = make_runner(tiny_llama_dir, decode_kernel="native", block_size=4, kv_cache_tokens=512)
     prompt = list(range(3, 43))
@@ -107,6 +123,12 @@ def test_auto_declines_and_native_refuses_what_it_cannot_run(tiny_checkpoint, ma
         make_runner(moe, decode_kernel="native")
     llama = tiny_checkpoint("llama")
     assert make_runner(llama, kv_cache_dtype="int8").fused_decode is None
+    from tokenops_plugins.model_optimization._quant_layers import quantize_model  # int8 weights: a transform
+
+    runner = make_runner(llama, decode_kernel="torch")
+    assert quantize_model(runner._raw_model, "int8") > 0
+    assert "weight transform replaced a linear layer (Int8Linear)" in fused_decode.ineligible_reason(
+        runner._raw_model, runner.kv_cache, runner.device)
     assert make_runner(llama, dtype="bfloat16").fused_decode is None
     assert make_runner(llama, decode_kernel="torch").fused_decode is None
     with pytest.raises(ValueError, match="float32 KV cache"):

@@ -26,9 +26,10 @@ The products read plain row-major weights, which the oneDNN layout
 into one arena of its own, in the order a step reads them, 2 MiB aligned and advised onto
 transparent huge pages: the linear weights are held twice. ``[engine] decode_kernel = "auto"``
 therefore uses the decoder only while that copy stays under :data:`AUTO_MAX_EXTRA_BYTES`;
-``"native"`` always (or an error when the model is not eligible), ``"torch"`` never. Steps with
-prefill chunks, speculative verify chunks or more rows take the PyTorch path, which stays the
-reference: greedy output is the same either way in the tests, and logits agree to float32
+``"native"`` always (or an error when the model is not eligible), ``"torch"`` never. Steps of
+decodes and of speculative decoding's verify chunks (every token wants logits; each becomes a row
+that attends causally) take the fused call up to :attr:`FusedDecoder.max_rows` tokens; steps
+with prefill chunks or more rows take the PyTorch path, which stays the reference: greedy output is the same either way in the tests, and logits agree to float32
 rounding (the sums run in another order).
 
 Eligible: a dense (not MoE) model in float32 on CPU, SiLU MLP, float32 KV cache, no weight
@@ -414,8 +415,10 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "it needs a float32 KV cache"
     if args.hidden_act not in ("silu", "swish"):
         return f"activation {args.hidden_act!r} (only SiLU)"
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and type(module) is not Linear:
+    layers = [m for layer in model.model.layers
+              for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)]
+    for module in layers + [model.lm_head]:
+        if type(module) is not Linear:
             return f"a weight transform replaced a linear layer ({type(module).__name__})"
     if any(param.dtype != torch.float32 for param in model.parameters()):
         return "it needs float32 weights"
@@ -528,26 +531,31 @@ class FusedDecoder:
         self._rope_len = n
 
     def accepts(self, chunks: list[ChunkInput]) -> bool:
-        return len(chunks) <= self.max_rows and all(
-            c.num_logits == 1 and len(c.token_ids) == 1 and c.start_pos > 0 for c in chunks)
+        """Steps whose chunks all want logits for every token: decodes, and the verify chunks of
+        speculative decoding (their tokens become rows that attend causally, since every row's
+        K/V is written before any row attends), up to :attr:`max_rows` tokens in all."""
+        return sum(len(c.token_ids) for c in chunks) <= self.max_rows and all(
+            c.num_logits == len(c.token_ids) for c in chunks)
 
     @torch.inference_mode()
     def __call__(self, chunks: list[ChunkInput]) -> torch.Tensor:
-        """float32 logits ``[len(chunks), vocab]`` of decode-only ``chunks`` (order kept)."""
+        """float32 logits of every token of ``chunks`` (``[sum of their lengths, vocab]``, in order)."""
         bs = self.block_size
-        rows = len(chunks)
-        lens = [c.end_pos for c in chunks]
+        tokens = [t for c in chunks for t in c.token_ids]
+        positions = [c.start_pos + j for c in chunks for j in range(len(c.token_ids))]
+        owners = [c for c in chunks for _ in c.token_ids]
+        rows = len(tokens)
+        lens = [p + 1 for p in positions]
         max_len = max(lens)
         width = (max_len + bs - 1) // bs
-        positions = [c.start_pos for c in chunks]
         self._rope_tables(max(positions))
         dims = self._dims
         meta = [rows, *dims[:7], width, dims[8], max_len]
-        meta += [c.token_ids[0] for c in chunks]
-        meta += [c.block_table[p // bs] * bs + p % bs for c, p in zip(chunks, positions)]
+        meta += tokens
+        meta += [c.block_table[p // bs] * bs + p % bs for c, p in zip(owners, positions)]
         meta += lens
         meta += positions
-        for c in chunks:
+        for c in owners:
             meta += c.block_table[:width]
             meta += [0] * (width - min(len(c.block_table), width))
         meta_t = torch.tensor(meta, dtype=torch.long)
