@@ -28,8 +28,9 @@ transparent huge pages: the linear weights are held twice. ``[engine] decode_ker
 therefore uses the decoder only while that copy stays under :data:`AUTO_MAX_EXTRA_BYTES`;
 ``"native"`` always (or an error when the model is not eligible), ``"torch"`` never. Steps of
 decodes and of speculative decoding's verify chunks (every token wants logits; each becomes a row
-that attends causally) take the fused call up to :attr:`FusedDecoder.max_rows` tokens; steps
-with prefill chunks or more rows take the PyTorch path, which stays the reference: greedy output is the same either way in the tests, and logits agree to float32
+that attends causally), and short chunks such as a draft model catching up on accepted tokens, take
+the fused call up to :attr:`FusedDecoder.max_rows` tokens in all; longer steps take the PyTorch
+path, which stays the reference: greedy output is the same either way in the tests, and logits agree to float32
 rounding (the sums run in another order).
 
 Eligible: a dense (not MoE) model in float32 on CPU, SiLU MLP, float32 KV cache, no weight
@@ -531,15 +532,15 @@ class FusedDecoder:
         self._rope_len = n
 
     def accepts(self, chunks: list[ChunkInput]) -> bool:
-        """Steps whose chunks all want logits for every token: decodes, and the verify chunks of
-        speculative decoding (their tokens become rows that attend causally, since every row's
-        K/V is written before any row attends), up to :attr:`max_rows` tokens in all."""
-        return sum(len(c.token_ids) for c in chunks) <= self.max_rows and all(
-            c.num_logits == len(c.token_ids) for c in chunks)
+        """Steps of at most :attr:`max_rows` tokens in all: decodes, speculative decoding's verify
+        chunks and short chunks such as a draft model catching up on accepted tokens. Every token
+        becomes a row; rows attend causally (each row's K/V is written before any row attends)."""
+        return sum(len(c.token_ids) for c in chunks) <= self.max_rows
 
     @torch.inference_mode()
     def __call__(self, chunks: list[ChunkInput]) -> torch.Tensor:
-        """float32 logits of every token of ``chunks`` (``[sum of their lengths, vocab]``, in order)."""
+        """float32 logits of the last ``num_logits`` tokens of each chunk, in order (as
+        :meth:`ModelRunner.execute` returns them)."""
         bs = self.block_size
         tokens = [t for c in chunks for t in c.token_ids]
         positions = [c.start_pos + j for c in chunks for j in range(len(c.token_ids))]
@@ -565,7 +566,13 @@ class FusedDecoder:
                       self._work.data_ptr(), torch.get_num_threads())
         if rc != 0:
             raise MemoryError("fused decode step could not allocate its buffers")
-        return logits
+        if rows == len(chunks) or all(c.num_logits == len(c.token_ids) for c in chunks):
+            return logits
+        keep, at = [], 0
+        for c in chunks:  # the last num_logits rows of each chunk, as the PyTorch forward returns them
+            at += len(c.token_ids)
+            keep.extend(range(at - c.num_logits, at))
+        return logits[keep]
 
 
 def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_size: int, device: torch.device,
