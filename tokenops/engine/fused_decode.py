@@ -542,6 +542,10 @@ class FusedDecoder:
         """float32 logits of the last ``num_logits`` tokens of each chunk, in order (as
         :meth:`ModelRunner.execute` returns them)."""
         bs = self.block_size
+        for c in chunks:
+            if c.end_pos > len(c.block_table) * bs:
+                raise ValueError(f"block table of {len(c.block_table)} blocks cannot hold {c.end_pos} tokens "
+                                 f"(block_size {bs})")
         tokens = [t for c in chunks for t in c.token_ids]
         positions = [c.start_pos + j for c in chunks for j in range(len(c.token_ids))]
         owners = [c for c in chunks for _ in c.token_ids]
