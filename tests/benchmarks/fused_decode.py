@@ -1,0 +1,141 @@
+"""The fused decode step (``tokenops/engine/fused_decode.py``) in-process: where its time goes,
+and how it compares with the PyTorch forward at 1-24 decode rows.
+
+Builds the 32M-parameter Llama of ``engine_throughput.py --peer llamacpp`` (random weights,
+hidden 512, 8 layers, 8/4 heads, vocab 8192, float32), then
+
+- ``phases``: compiles a copy of the fused step's C source with timers after each phase
+  (thread 0, after a barrier) and prints milliseconds per step for the QKV product, rotary +
+  attention, the output projection, the gate/up product, the down projection and the
+  vocabulary projection, at one row and the given context length, plus the bandwidth the
+  matrix-vector products reach (their weight bytes over their time);
+- ``rows``: the same step for 1-24 decode rows through the fused call and through the
+  PyTorch forward (oneDNN linear layers, the paged attention kernel), best of three
+  interleaved rounds.
+
+Run: ``.venv/bin/python tests/benchmarks/fused_decode.py [--context 200] [--threads 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+PHASES = ["qkv", "rope + attention", "o_proj", "gate_up", "down", "lm_head"]
+
+
+def _instrument(source: str) -> str:
+    src = source.replace("#include <stdlib.h>", "#include <stdlib.h>\n#include <omp.h>\ndouble tk_t[16];\n"
+                         "static double tk_last;\n#define TP(i) do { _Pragma(\"omp barrier\") if (omp_get_thread_num() "
+                         "== 0) { double n = omp_get_wtime(); if ((i) >= 0) tk_t[(i)] += n - tk_last; tk_last = n; } } "
+                         "while (0)", 1)
+    # each phase is timed from the previous mark to the end of its product
+    marks = [("gemv(h, HD, M, ly->wqkv", "TP(-1); ", " TP(0);"),
+             ("gemv(att, H * D, M, ly->wo", "TP(1); ", " TP(2);"),
+             ("gemv(h, HD, M, ly->wgu", "TP(-1); ", " TP(3);"),
+             ("gemv(gu, 2 * I, M, ly->wd", "TP(-1); ", " TP(4);"),
+             ("gemv(h, HD, M, lm_head", "TP(-1); ", " TP(5);")]
+    for call, before, after in marks:
+        at = src.index(call)
+        end = src.index(";", at) + 1
+        src = src[:at] + before + src[at:end] + after + src[end:]
+    return src
+
+
+def phases(runner, context: int, threads: int, steps: int = 200) -> None:
+    from tokenops.engine import fused_decode
+    from tokenops.engine.batch import ChunkInput
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, lib_path = Path(tmp) / "fd.c", Path(tmp) / "fd.so"
+        src.write_text(_instrument(fused_decode._SOURCE))
+        subprocess.run(["cc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", str(src), "-o",
+                        str(lib_path), "-lm"], check=True)
+        lib = ctypes.CDLL(str(lib_path))
+    p = ctypes.c_void_p
+    lib.fused_decode_f32.argtypes = [p, p, ctypes.c_float, ctypes.c_float, p, p, p, p, p, p, p, ctypes.c_int]
+    lib.fused_decode_f32.restype = ctypes.c_int
+    decoder = runner.fused_decode
+    decoder._fn = lib.fused_decode_f32
+    chunk = [ChunkInput([5], context, list(range(context // runner.block_size + 1)))]
+    for _ in range(5):
+        decoder(chunk)
+    timers = (ctypes.c_double * 16).in_dll(lib, "tk_t")
+    for i in range(16):
+        timers[i] = 0.0
+    start = time.perf_counter()
+    for _ in range(steps):
+        decoder(chunk)
+    total = (time.perf_counter() - start) / steps * 1e3
+    args = runner.args
+    qkv = (args.num_heads + 2 * args.num_kv_heads) * args.head_dim
+    weight_bytes = 4 * (args.num_layers * args.hidden_size * (qkv + args.num_heads * args.head_dim
+                                                               + 3 * args.intermediate_size)
+                        + args.vocab_size * args.hidden_size)
+    print(f"fused step, 1 row, context {context}, {threads} threads: {total:.2f} ms per call "
+          f"({1e3 / total:.0f} steps/s)")
+    gemv_ms = 0.0
+    for i, name in enumerate(PHASES):
+        ms = timers[i] / steps * 1e3
+        gemv_ms += ms if name != "rope + attention" else 0.0
+        print(f"  {name:<18} {ms:6.3f} ms")
+    print(f"  matrix-vector products: {gemv_ms:.2f} ms for {weight_bytes / 1e6:.0f} MB of weights = "
+          f"{weight_bytes / gemv_ms / 1e6:.1f} GB/s; the rest of the call {total - sum(timers[i] for i in range(6)) / steps * 1e3:.2f} ms")
+
+
+def rows(runner, sizes: list[int]) -> None:
+    from tokenops.engine.batch import ChunkInput
+
+    decoder = runner.fused_decode
+    chunks = [ChunkInput([5 + i], 150 + 10 * i, list(range(26 * i, 26 * i + 26))) for i in range(max(sizes))]
+    print("decode rows  fused step  PyTorch forward  ratio (best of 3 interleaved rounds, 40 steps each)")
+    for m in sizes:
+        best = {}
+        for _ in range(3):
+            for name in ("fused", "torch"):
+                runner.fused_decode = decoder if name == "fused" else None
+                for _ in range(3):
+                    runner.execute(chunks[:m])
+                start = time.perf_counter()
+                for _ in range(40):
+                    runner.execute(chunks[:m])
+                ms = (time.perf_counter() - start) / 40 * 1e3
+                best[name] = min(best.get(name, ms), ms)
+        print(f"{m:>11}  {best['fused']:7.2f} ms  {best['torch']:12.2f} ms  {best['torch'] / best['fused']:5.2f}x")
+    runner.fused_decode = decoder
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--context", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rows", default="1,2,4,8,12,16,24")
+    args = ap.parse_args()
+    import torch
+
+    from engine_throughput import PEER_MODEL_CONFIG, build_model
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.engine import LLMEngine
+
+    torch.set_num_threads(args.threads)
+    sizes = [int(x) for x in args.rows.split(",") if x]
+    with tempfile.TemporaryDirectory(prefix="tokenops-fused-") as tmp:
+        path = Path(tmp) / "llama-32m"
+        build_model(path, 0, PEER_MODEL_CONFIG)
+        engine = LLMEngine(EngineConfig(model=str(path), device="cpu", decode_kernel="native", torch_threads=args.threads,
+                                        kv_cache_tokens=16384))
+        engine.runner.fused_decode.max_rows = max(sizes + [16])
+        engine.runner.fused_decode._work = torch.empty(engine.runner.fused_decode._work.numel() // 16 * max(sizes + [16]))
+        phases(engine.runner, args.context, args.threads)
+        rows(engine.runner, sizes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
