@@ -129,6 +129,37 @@ static inline void dot4(const float *w, const float *x, int64_t xs, int64_t K, f
     o[2] = hsum8(_mm256_add_ps(c0, c1)); o[3] = hsum8(_mm256_add_ps(d0, d1));
     for (; k < K; k++) { o[0] += w[k] * x0[k]; o[1] += w[k] * x1[k]; o[2] += w[k] * x2[k]; o[3] += w[k] * x3[k]; }
 }
+/* four weight rows (K apart) against two inputs: eight accumulators, six loads per eight FMAs */
+static inline void dot4x2(const float *w, int64_t K, const float *x0, const float *x1, float *o0, float *o1) {
+    const float *w1 = w + K, *w2 = w1 + K, *w3 = w2 + K;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 u = _mm256_loadu_ps(x0 + k), v = _mm256_loadu_ps(x1 + k), r;
+        r = _mm256_loadu_ps(w + k);  a0 = _mm256_fmadd_ps(r, u, a0); b0 = _mm256_fmadd_ps(r, v, b0);
+        r = _mm256_loadu_ps(w1 + k); a1 = _mm256_fmadd_ps(r, u, a1); b1 = _mm256_fmadd_ps(r, v, b1);
+        r = _mm256_loadu_ps(w2 + k); a2 = _mm256_fmadd_ps(r, u, a2); b2 = _mm256_fmadd_ps(r, v, b2);
+        r = _mm256_loadu_ps(w3 + k); a3 = _mm256_fmadd_ps(r, u, a3); b3 = _mm256_fmadd_ps(r, v, b3);
+    }
+    o0[0] = hsum8(a0); o0[1] = hsum8(a1); o0[2] = hsum8(a2); o0[3] = hsum8(a3);
+    o1[0] = hsum8(b0); o1[1] = hsum8(b1); o1[2] = hsum8(b2); o1[3] = hsum8(b3);
+    for (; k < K; k++) {
+        o0[0] += w[k] * x0[k]; o0[1] += w1[k] * x0[k]; o0[2] += w2[k] * x0[k]; o0[3] += w3[k] * x0[k];
+        o1[0] += w[k] * x1[k]; o1[1] += w1[k] * x1[k]; o1[2] += w2[k] * x1[k]; o1[3] += w3[k] * x1[k];
+    }
+}
+static inline void dot4x1(const float *w, int64_t K, const float *x0, float *o0) {
+    const float *w1 = w + K, *w2 = w1 + K, *w3 = w2 + K;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 u = _mm256_loadu_ps(x0 + k);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), u, a0); a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), u, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), u, a2); a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), u, a3);
+    }
+    o0[0] = hsum8(a0); o0[1] = hsum8(a1); o0[2] = hsum8(a2); o0[3] = hsum8(a3);
+    for (; k < K; k++) { o0[0] += w[k] * x0[k]; o0[1] += w1[k] * x0[k]; o0[2] += w2[k] * x0[k]; o0[3] += w3[k] * x0[k]; }
+}
 #else
 static inline float dot1(const float *w, const float *x, int64_t K) {
     float s = 0.f;
@@ -142,11 +173,19 @@ static inline void dot2(const float *w, const float *x0, const float *x1, int64_
 static inline void dot4(const float *w, const float *x, int64_t xs, int64_t K, float *o) {
     for (int j = 0; j < 4; j++) o[j] = dot1(w, x + j * xs, K);
 }
+static inline void dot4x2(const float *w, int64_t K, const float *x0, const float *x1, float *o0, float *o1) {
+    for (int j = 0; j < 4; j++) { o0[j] = dot1(w + j * K, x0, K); o1[j] = dot1(w + j * K, x1, K); }
+}
+static inline void dot4x1(const float *w, int64_t K, const float *x0, float *o0) {
+    for (int j = 0; j < 4; j++) o0[j] = dot1(w + j * K, x0, K);
+}
 #endif
 
 /* y[m, n] (+)= W[n, :] . x[m, :] (+ b[n]) for m < M; W is [N, K] row-major, x rows xs apart.
    Called inside a parallel region: each thread streams a contiguous range of W's rows once
    (up to four inputs share each read of a row; more re-read it from L1). */
+static inline void put(float *y, float v, int acc) { if (acc) *y += v; else *y = v; }
+
 static void gemv(const float *restrict x, int64_t xs, int64_t M, const float *restrict W,
                  const float *restrict b, float *restrict y, int64_t N, int64_t K, int acc) {
     _Pragma("omp for schedule(static)")
@@ -242,35 +281,48 @@ static inline void axpy(float *o, float w, const float *v, int64_t D) {
 }
 #endif
 
-/* Split-KV decode attention: one sequence's H query heads over positions [a, b) of its context
-   (a part of the window [start, L)). Every K row (all KV heads, contiguous in the cache) is read
-   once, in order, then every V row: each thread streams its own stretch of the cache. Writes the
-   part's per-head max and exp-sum (part[0..H), part[H..2H)) and its unnormalised output
-   (part + 2H, [H, D]); merge() combines the parts. */
-static void attend_part(const float *q, const float *kc, const float *vc, const int64_t *tab, int64_t a,
-                        int64_t b, float *part, float *scores, int64_t H, int64_t KVH, int64_t D, int64_t BS,
-                        float scale) {
+/* Split-KV attention for R consecutive rows of one sequence (a decode is one row; a verify or
+   catch-up chunk several, at consecutive positions): their R x H query heads over positions
+   [a, b), a stretch of the union of their windows. Every K row (all KV heads, contiguous in the
+   cache) is read once, in order, for all R rows, then every V row: each thread streams its own
+   stretch of the cache once. Row r sees positions in [lo[r], ctx[r]) (causal, sliding window).
+   Writes each row's part (parts + r * pstride): per-head max and exp-sum (part[0..H),
+   part[H..2H)) and its unnormalised output (part + 2H, [H, D]); merge() combines the parts. */
+static void attend_part(const float *q, int64_t qs, int64_t R, const int64_t *lo, const int64_t *ctx,
+                        const float *kc, const float *vc, const int64_t *tab, int64_t a, int64_t b,
+                        float *parts, int64_t pstride, float *scores, int64_t H, int64_t KVH, int64_t D,
+                        int64_t BS, float scale) {
     int64_t n = b - a, G = H / KVH;
-    float *mx = part, *sum = part + H, *acc = part + 2 * H;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = a + i, blk = tab[p / BS];
-        if (blk < 0) { for (int64_t h = 0; h < H; h++) scores[h * n + i] = -INFINITY; continue; }
-        const float *row = kc + (blk * BS + p % BS) * KVH * D;
-        for (int64_t h = 0; h < H; h++) scores[h * n + i] = dot1(q + h * D, row + (h / G) * D, D) * scale;
+        const float *row = blk < 0 ? NULL : kc + (blk * BS + p % BS) * KVH * D;
+        for (int64_t r = 0; r < R; r++) {
+            float *sr = scores + r * H * n;
+            if (!row || p >= ctx[r] || p < lo[r]) { for (int64_t h = 0; h < H; h++) sr[h * n + i] = -INFINITY; continue; }
+            for (int64_t h = 0; h < H; h++) sr[h * n + i] = dot1(q + r * qs + h * D, row + (h / G) * D, D) * scale;
+        }
     }
-    for (int64_t h = 0; h < H; h++) {
-        float *sh = scores + h * n, m = -INFINITY;
-        for (int64_t i = 0; i < n; i++) m = sh[i] > m ? sh[i] : m;
-        mx[h] = m;
-        sum[h] = m == -INFINITY ? 0.f : exp_shift_sum(sh, n, m);
-        if (m == -INFINITY) for (int64_t i = 0; i < n; i++) sh[i] = 0.f;
+    for (int64_t r = 0; r < R; r++) {
+        float *part = parts + r * pstride, *mx = part, *sum = part + H;
+        for (int64_t h = 0; h < H; h++) {
+            float *sh = scores + (r * H + h) * n, m = -INFINITY;
+            for (int64_t i = 0; i < n; i++) m = sh[i] > m ? sh[i] : m;
+            mx[h] = m;
+            sum[h] = m == -INFINITY ? 0.f : exp_shift_sum(sh, n, m);
+            if (m == -INFINITY) for (int64_t i = 0; i < n; i++) sh[i] = 0.f;
+        }
+        memset(part + 2 * H, 0, sizeof(float) * H * D);
     }
-    memset(acc, 0, sizeof(float) * H * D);
     for (int64_t i = 0; i < n; i++) {
         int64_t p = a + i, blk = tab[p / BS];
         if (blk < 0) continue;
         const float *row = vc + (blk * BS + p % BS) * KVH * D;
-        for (int64_t h = 0; h < H; h++) axpy(acc + h * D, scores[h * n + i], row + (h / G) * D, D);
+        for (int64_t r = 0; r < R; r++) {
+            if (p >= ctx[r] || p < lo[r]) continue;
+            float *acc = parts + r * pstride + 2 * H;
+            const float *sr = scores + r * H * n;
+            for (int64_t h = 0; h < H; h++) axpy(acc + h * D, sr[h * n + i], row + (h / G) * D, D);
+        }
     }
 }
 
@@ -292,14 +344,18 @@ static void merge(const float *parts, int64_t S, int64_t stride, int64_t h, int6
 }
 
 /* meta: M, hidden, H, KVH, D, I, V, BS, MB (table width), layers, max_len, then tokens[M], slots[M],
-   context lengths[M], positions[M] and block tables[M][MB]. cos/sin: [positions, D] tables.
+   context lengths[M], positions[M], group lengths[M] (rows of one sequence at consecutive positions:
+   the first row holds the count, the others 0) and block tables[M][MB]. cos/sin: [positions, D].
    work: x[M*hidden] h[M*hidden] qkv[M*(H+2KVH)*D] att[M*H*D] gu[M*2I]. */
 int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale,
                      const float *embed, const float *final_norm, const float *lm_head,
                      const float *cos_tab, const float *sin_tab, float *logits, float *work, int nthreads) {
     int64_t M = meta[0], HD = meta[1], H = meta[2], KVH = meta[3], D = meta[4], I = meta[5], V = meta[6];
     int64_t BS = meta[7], MB = meta[8], NL = meta[9], max_len = meta[10];
-    const int64_t *tokens = meta + 11, *slots = tokens + M, *ctx = slots + M, *pos = ctx + M, *tables = pos + M;
+    const int64_t *tokens = meta + 11, *slots = tokens + M, *ctx = slots + M, *pos = ctx + M, *glen = pos + M;
+    const int64_t *tables = glen + M;
+    int64_t rmax = 1;
+    for (int64_t m = 0; m < M; m++) rmax = glen[m] > rmax ? glen[m] : rmax;
     int64_t QKV = (H + 2 * KVH) * D;
     float *x = work, *h = x + M * HD, *qkv = h + M * HD, *att = qkv + M * QKV, *gu = att + M * H * D;
     int failed = 0;
@@ -308,7 +364,8 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
     if (!partbuf) return -1;
     _Pragma("omp parallel num_threads(nthreads) if(nthreads > 1)")
     {
-        float *scores = (float *)malloc(sizeof(float) * (size_t)(H * (max_len > 0 ? max_len : 1)));
+        float *scores = (float *)malloc(sizeof(float) * (size_t)(rmax * H * (max_len > 0 ? max_len : 1)));
+        int64_t lo[rmax > 0 ? rmax : 1];
         if (!scores) failed = 1;
         _Pragma("omp for schedule(static)")
         for (int64_t m = 0; m < M; m++) memcpy(x + m * HD, embed + tokens[m] * HD, sizeof(float) * HD);
@@ -332,16 +389,24 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
                 memcpy(ly->kc + slots[m] * KVH * D, k, sizeof(float) * KVH * D);
                 memcpy(ly->vc + slots[m] * KVH * D, v, sizeof(float) * KVH * D);
             }
-            /* each sequence's window split into S stretches of at least 32 positions, one per thread */
+            /* each group's window split into S stretches of at least 32 positions, one per thread */
             _Pragma("omp for schedule(static)")
             for (int64_t u = 0; u < M * S; u++) {
-                int64_t m = u / S, sp = u % S, L = ctx[m];
-                int64_t start = (ly->window > 0 && L > ly->window) ? L - ly->window : 0;
-                int64_t n = L - start, parts = n / 32 < S ? (n / 32 > 0 ? n / 32 : 1) : S;
-                float *part = partbuf + u * PS;
-                if (sp >= parts || !scores) { part[0] = -INFINITY; for (int64_t h = 0; h < H; h++) part[h] = -INFINITY; continue; }
+                int64_t m = u / S, sp = u % S, R = glen[m];
+                if (R == 0) continue;  /* a later row of a group: its leader does it */
+                for (int64_t r = 0; r < R; r++) {
+                    int64_t L = ctx[m + r];
+                    lo[r] = (ly->window > 0 && L > ly->window) ? L - ly->window : 0;
+                }
+                int64_t start = lo[0], end = ctx[m + R - 1];
+                int64_t n = end - start, parts = n / 32 < S ? (n / 32 > 0 ? n / 32 : 1) : S;
+                if (sp >= parts || !scores) {
+                    for (int64_t r = 0; r < R; r++) for (int64_t h = 0; h < H; h++) partbuf[((m + r) * S + sp) * PS + h] = -INFINITY;
+                    continue;
+                }
                 int64_t a = start + n * sp / parts, b = start + n * (sp + 1) / parts;
-                attend_part(qkv + m * QKV, ly->kc, ly->vc, tables + m * MB, a, b, part, scores, H, KVH, D, BS, scale);
+                attend_part(qkv + m * QKV, QKV, R, lo, ctx + m, ly->kc, ly->vc, tables + m * MB, a, b,
+                            partbuf + (m * S + sp) * PS, S * PS, scores, H, KVH, D, BS, scale);
             }
             _Pragma("omp for schedule(static)")
             for (int64_t u = 0; u < M * H; u++)
@@ -560,6 +625,8 @@ class FusedDecoder:
         meta += [c.block_table[p // bs] * bs + p % bs for c, p in zip(owners, positions)]
         meta += lens
         meta += positions
+        for c in chunks:  # the rows of one chunk share one pass over its cache
+            meta += [len(c.token_ids)] + [0] * (len(c.token_ids) - 1)
         for c in owners:
             meta += c.block_table[:width]
             meta += [0] * (width - min(len(c.block_table), width))
