@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-STRONG = ["extraction", "code", "instruction"]  # ladder-large > ladder-small there (ladder_report.json)
+STRONG = ["extraction", "code", "instruction"]  # ladder-large > ladder-small there before small's phase 7 (docs/distillation.md)
 
 
 def config_text(large: Path) -> str:
