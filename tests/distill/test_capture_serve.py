@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 from typer.testing import CliRunner
 
 from tokenops.testing_serve import ServeProcess
@@ -48,6 +49,9 @@ def _pairs(srv: ServeProcess) -> dict[str, int]:
         time.sleep(0.3)
 
 
+# 29 s; capture through serve stays in the default run in test_quality_filter.py, and a tenant's
+# purge in tests/keys/test_tenant_delete_serve.py
+@pytest.mark.slow
 def test_capture_opt_in_tenant_only_then_purge(tmp_path):
     from tokenops.cli import build_app
 

@@ -4,6 +4,7 @@ import json
 import tomllib
 
 import duckdb
+import pytest
 from fake_server import FakeEngine, FakeServer
 from typer.testing import CliRunner
 
@@ -66,6 +67,8 @@ def test_tune_user_errors(tmp_path):
     assert r.exit_code != 0 and "needs a running server" in str(r.exception)
 
 
+# 18 s; the other tests here run tune end to end in the default run
+@pytest.mark.slow
 def test_tune_finds_a_better_non_default_and_validates_it(tmp_path):
     # prefix caching (on by default) costs 60 ms a step here and 4 slots bind, so turning it off must win:
     # capacity about 4 / (8 tokens * 64 ms) = 8 req/s against about 100 req/s
