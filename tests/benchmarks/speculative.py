@@ -111,8 +111,9 @@ def main() -> None:
     p.add_argument("--batch-sizes", default="1,8")
     p.add_argument("--requests", type=int, default=8, help="requests per run")
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--k", type=int, default=5,
-                   help="num_speculative_tokens (5: the demo pair's best, 1.52-1.55x at batch 1 against 1.45-1.49x with 4)")
+    p.add_argument("--k", type=int, default=6,
+                   help="num_speculative_tokens (6: the demo pair's best with the fused decode step, 1.53-1.59x at "
+                        "batch 1 against 1.46-1.50x with 5; docs/engine-optimizations.md)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--min-confidence", type=float, default=0.0,
                    help="draft proposer: stop a proposal below this draft probability")
