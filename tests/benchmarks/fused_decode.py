@@ -87,7 +87,8 @@ def phases(runner, context: int, threads: int, steps: int = 200) -> None:
         gemv_ms += ms if name != "rope + attention" else 0.0
         print(f"  {name:<18} {ms:6.3f} ms")
     print(f"  matrix-vector products: {gemv_ms:.2f} ms for {weight_bytes / 1e6:.0f} MB of weights = "
-          f"{weight_bytes / gemv_ms / 1e6:.1f} GB/s; the rest of the call {total - sum(timers[i] for i in range(6)) / steps * 1e3:.2f} ms")
+          f"{weight_bytes / gemv_ms / 1e6:.1f} GB/s; the rest of the call "
+          f"{total - sum(timers[i] for i in range(6)) / steps * 1e3:.2f} ms")
 
 
 def rows(runner, sizes: list[int]) -> None:
@@ -131,8 +132,10 @@ def main() -> None:
         build_model(path, 0, PEER_MODEL_CONFIG)
         engine = LLMEngine(EngineConfig(model=str(path), device="cpu", decode_kernel="native", torch_threads=args.threads,
                                         kv_cache_tokens=16384))
-        engine.runner.fused_decode.max_rows = max(sizes + [16])
-        engine.runner.fused_decode._work = torch.empty(engine.runner.fused_decode._work.numel() // 16 * max(sizes + [16]))
+        decoder = engine.runner.fused_decode
+        per_row = decoder._work.numel() // decoder.max_rows
+        decoder.max_rows = max(sizes + [decoder.max_rows])
+        decoder._work = torch.empty(per_row * decoder.max_rows)
         phases(engine.runner, args.context, args.threads)
         rows(engine.runner, sizes)
 

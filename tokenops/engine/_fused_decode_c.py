@@ -68,37 +68,6 @@ static inline void dot4(const float *w, const float *x, int64_t xs, int64_t K, f
     o[2] = hsum8(_mm256_add_ps(c0, c1)); o[3] = hsum8(_mm256_add_ps(d0, d1));
     for (; k < K; k++) { o[0] += w[k] * x0[k]; o[1] += w[k] * x1[k]; o[2] += w[k] * x2[k]; o[3] += w[k] * x3[k]; }
 }
-/* four weight rows (K apart) against two inputs: eight accumulators, six loads per eight FMAs */
-static inline void dot4x2(const float *w, int64_t K, const float *x0, const float *x1, float *o0, float *o1) {
-    const float *w1 = w + K, *w2 = w1 + K, *w3 = w2 + K;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    int64_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 u = _mm256_loadu_ps(x0 + k), v = _mm256_loadu_ps(x1 + k), r;
-        r = _mm256_loadu_ps(w + k);  a0 = _mm256_fmadd_ps(r, u, a0); b0 = _mm256_fmadd_ps(r, v, b0);
-        r = _mm256_loadu_ps(w1 + k); a1 = _mm256_fmadd_ps(r, u, a1); b1 = _mm256_fmadd_ps(r, v, b1);
-        r = _mm256_loadu_ps(w2 + k); a2 = _mm256_fmadd_ps(r, u, a2); b2 = _mm256_fmadd_ps(r, v, b2);
-        r = _mm256_loadu_ps(w3 + k); a3 = _mm256_fmadd_ps(r, u, a3); b3 = _mm256_fmadd_ps(r, v, b3);
-    }
-    o0[0] = hsum8(a0); o0[1] = hsum8(a1); o0[2] = hsum8(a2); o0[3] = hsum8(a3);
-    o1[0] = hsum8(b0); o1[1] = hsum8(b1); o1[2] = hsum8(b2); o1[3] = hsum8(b3);
-    for (; k < K; k++) {
-        o0[0] += w[k] * x0[k]; o0[1] += w1[k] * x0[k]; o0[2] += w2[k] * x0[k]; o0[3] += w3[k] * x0[k];
-        o1[0] += w[k] * x1[k]; o1[1] += w1[k] * x1[k]; o1[2] += w2[k] * x1[k]; o1[3] += w3[k] * x1[k];
-    }
-}
-static inline void dot4x1(const float *w, int64_t K, const float *x0, float *o0) {
-    const float *w1 = w + K, *w2 = w1 + K, *w3 = w2 + K;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 u = _mm256_loadu_ps(x0 + k);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), u, a0); a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), u, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), u, a2); a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), u, a3);
-    }
-    o0[0] = hsum8(a0); o0[1] = hsum8(a1); o0[2] = hsum8(a2); o0[3] = hsum8(a3);
-    for (; k < K; k++) { o0[0] += w[k] * x0[k]; o0[1] += w1[k] * x0[k]; o0[2] += w2[k] * x0[k]; o0[3] += w3[k] * x0[k]; }
-}
 #else
 static inline float dot1(const float *w, const float *x, int64_t K) {
     float s = 0.f;
@@ -112,19 +81,11 @@ static inline void dot2(const float *w, const float *x0, const float *x1, int64_
 static inline void dot4(const float *w, const float *x, int64_t xs, int64_t K, float *o) {
     for (int j = 0; j < 4; j++) o[j] = dot1(w, x + j * xs, K);
 }
-static inline void dot4x2(const float *w, int64_t K, const float *x0, const float *x1, float *o0, float *o1) {
-    for (int j = 0; j < 4; j++) { o0[j] = dot1(w + j * K, x0, K); o1[j] = dot1(w + j * K, x1, K); }
-}
-static inline void dot4x1(const float *w, int64_t K, const float *x0, float *o0) {
-    for (int j = 0; j < 4; j++) o0[j] = dot1(w + j * K, x0, K);
-}
 #endif
 
 /* y[m, n] (+)= W[n, :] . x[m, :] (+ b[n]) for m < M; W is [N, K] row-major, x rows xs apart.
    Called inside a parallel region: each thread streams a contiguous range of W's rows once
    (up to four inputs share each read of a row; more re-read it from L1). */
-static inline void put(float *y, float v, int acc) { if (acc) *y += v; else *y = v; }
-
 static void gemv(const float *restrict x, int64_t xs, int64_t M, const float *restrict W,
                  const float *restrict b, float *restrict y, int64_t N, int64_t K, int acc) {
     _Pragma("omp for schedule(static)")

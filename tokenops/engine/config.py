@@ -78,12 +78,13 @@ class EngineConfig:
     weight_layout: str = _knob("auto", tunable="restart", choices=("auto", "onednn", "plain"), searchable=False,
                                help="Linear layers on CPU: oneDNN with prepacked weights (onednn), F.linear (plain), "
                                     "or onednn for float32 models when available (auto).")
-    #: Decode-only steps of up to 16 sequences: "auto" (one native call for the whole step on CPU for
+    #: Steps of up to 16 tokens (decodes, verify chunks): "auto" (one native call for the whole step on CPU for
     #: float32 dense models, see tokenops/engine/fused_decode.py; it holds its own copy of the
     #: linear weights, made only while that is <= 512 MiB), "native" (that or an error) or "torch".
     decode_kernel: str = _knob("auto", tunable="restart", choices=("auto", "native", "torch"), searchable=False,
-                               help="Decode-only steps of <= 16 sequences: one native call per step (native), the PyTorch "
-                                    "forward (torch), or native for small float32 models on CPU (auto).")
+                               help="Steps of <= 16 tokens (decodes, verify chunks): one native call per step "
+                                    "(native), the PyTorch forward (torch), or native for small float32 models on "
+                                    "CPU (auto).")
     #: KV offload tier (all 0 = off): evicted prefix-cache blocks go to host memory
     #: (``*_blocks`` wins over ``*_mb``), overflowing to disk; see offload_index.py.
     kv_offload_host_mb: float = 0.0

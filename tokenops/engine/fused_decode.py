@@ -43,7 +43,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import mmap
-import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -81,6 +80,8 @@ def _library() -> ctypes.CDLL | None:
         return _lib  # type: ignore[return-value]
     with _lock:
         if _lib is False:
+            import subprocess
+
             from tokenops.engine.native import build_library
 
             try:
@@ -89,7 +90,7 @@ def _library() -> ctypes.CDLL | None:
                 lib.fused_decode_f32.argtypes = [p, p, ctypes.c_float, ctypes.c_float, p, p, p, p, p, p, p, ctypes.c_int]
                 lib.fused_decode_f32.restype = ctypes.c_int
                 _lib = lib
-            except (RuntimeError, OSError) as e:
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 log.warning("fused decode step unavailable, decodes use the PyTorch path: %s", e)
                 _lib = None
     return _lib  # type: ignore[return-value]
@@ -98,8 +99,9 @@ def _library() -> ctypes.CDLL | None:
 def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: torch.device) -> str | None:
     """Why ``model`` cannot use the fused decode step, or None when it can."""
     from tokenops.engine.models.llama import CausalLM
+    from tokenops.engine.native import disabled
 
-    if os.environ.get("TOKENOPS_NATIVE_ATTENTION", "1").strip().lower() in ("0", "false", "no", "off"):
+    if disabled():
         return "native kernels are disabled (TOKENOPS_NATIVE_ATTENTION=0)"
     if device.type != "cpu":
         return "it is for CPU"
@@ -146,8 +148,8 @@ def _hugepage_arena(num_floats: int) -> tuple[mmap.mmap, torch.Tensor]:
 
 
 class FusedDecoder:
-    """Runs decode-only steps of up to :attr:`max_rows` sequences in one native call (the PyTorch
-    path keeps steps with prefill or verify chunks, and larger decode batches).
+    """Runs steps of up to :attr:`max_rows` tokens in one native call (see :meth:`accepts`; the
+    PyTorch path keeps longer steps).
 
     Build it before the linear weights are packed: it copies the dense weights, in the order a
     step reads them, into one huge-page arena (so it holds its own copy of the linear weights)."""
@@ -206,14 +208,11 @@ class FusedDecoder:
         hidden, inter = args.hidden_size, args.intermediate_size
         qkv = (args.num_heads + 2 * args.num_kv_heads) * args.head_dim
         self._work = torch.empty(max_rows * (2 * hidden + qkv + args.num_heads * args.head_dim + 2 * inter))
+        #: meta[1:8] of every call (see the C source)
         self._dims = [args.hidden_size, args.num_heads, args.num_kv_heads, args.head_dim, args.intermediate_size,
-                      args.vocab_size, block_size, 0, args.num_layers]
+                      args.vocab_size, block_size]
         self._rope_len = 0
         self._cos = self._sin = torch.empty(0)
-
-    def nbytes(self) -> int:
-        """Bytes of the decoder's weight copy."""
-        return self.arena.numel() * 4
 
     def _rope_tables(self, max_pos: int) -> None:
         """cos/sin rows for positions [0, max_pos] (grown by doubling; the same function and
@@ -250,8 +249,7 @@ class FusedDecoder:
         max_len = max(lens)
         width = (max_len + bs - 1) // bs
         self._rope_tables(max(positions))
-        dims = self._dims
-        meta = [rows, *dims[:7], width, dims[8], max_len]
+        meta = [rows, *self._dims, width, self.args.num_layers, max_len]
         meta += tokens
         meta += [c.block_table[p // bs] * bs + p % bs for c, p in zip(owners, positions)]
         meta += lens
@@ -285,8 +283,9 @@ def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_siz
     if mode == "torch":
         return None
     why = ineligible_reason(model, kv_cache, device)
-    if why is None and mode == "auto" and dense_linear_bytes(model) > AUTO_MAX_EXTRA_BYTES:
-        why = (f"its weight copy ({dense_linear_bytes(model) / 2**20:.0f} MiB) would exceed "
+    copy_bytes = dense_linear_bytes(model) if why is None else 0
+    if mode == "auto" and copy_bytes > AUTO_MAX_EXTRA_BYTES:
+        why = (f"its weight copy ({copy_bytes / 2**20:.0f} MiB) would exceed "
                f"{AUTO_MAX_EXTRA_BYTES >> 20} MiB (decode_kernel = 'native' forces it)")
     if why is None and _library() is None:
         why = "the library could not be built (see the log)"

@@ -247,6 +247,12 @@ class PagedDecodeKernel:
         return out if q.dtype == torch.float32 else out.to(q.dtype)
 
 
+def disabled() -> bool:
+    """Whether ``TOKENOPS_NATIVE_ATTENTION=0`` (or false/no/off) turns the native kernels off (this
+    one and the fused decode step of :mod:`tokenops.engine.fused_decode`)."""
+    return os.environ.get("TOKENOPS_NATIVE_ATTENTION", "1").strip().lower() in ("0", "false", "no", "off")
+
+
 def get_kernel() -> PagedDecodeKernel | None:
     """The compiled kernel, or ``None`` (disabled, or no compiler: logged once)."""
     global _kernel
@@ -255,7 +261,7 @@ def get_kernel() -> PagedDecodeKernel | None:
     with _lock:
         if _kernel is not False:
             return _kernel  # type: ignore[return-value]
-        if os.environ.get("TOKENOPS_NATIVE_ATTENTION", "1").strip().lower() in ("0", "false", "no", "off"):
+        if disabled():
             _kernel = None
             return None
         try:
