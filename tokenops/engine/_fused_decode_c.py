@@ -39,35 +39,6 @@ static inline float dot1(const float *w, const float *x, int64_t K) {
     for (; k < K; k++) s += w[k] * x[k];
     return s;
 }
-static inline void dot2(const float *w, const float *x0, const float *x1, int64_t K, float *o0, float *o1) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        __m256 w0 = _mm256_loadu_ps(w + k), w1 = _mm256_loadu_ps(w + k + 8);
-        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + k), a0);
-        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + k + 8), a1);
-        b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + k), b0);
-        b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + k + 8), b1);
-    }
-    float s = hsum8(_mm256_add_ps(a0, a1)), t = hsum8(_mm256_add_ps(b0, b1));
-    for (; k < K; k++) { s += w[k] * x0[k]; t += w[k] * x1[k]; }
-    *o0 = s; *o1 = t;
-}
-static inline void dot4(const float *w, const float *x, int64_t xs, int64_t K, float *o) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
-    const float *x0 = x, *x1 = x + xs, *x2 = x + 2 * xs, *x3 = x + 3 * xs;
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        __m256 w0 = _mm256_loadu_ps(w + k), w1 = _mm256_loadu_ps(w + k + 8);
-        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + k), a0); a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + k + 8), a1);
-        b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + k), b0); b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + k + 8), b1);
-        c0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + k), c0); c1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x2 + k + 8), c1);
-        d0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + k), d0); d1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x3 + k + 8), d1);
-    }
-    o[0] = hsum8(_mm256_add_ps(a0, a1)); o[1] = hsum8(_mm256_add_ps(b0, b1));
-    o[2] = hsum8(_mm256_add_ps(c0, c1)); o[3] = hsum8(_mm256_add_ps(d0, d1));
-    for (; k < K; k++) { o[0] += w[k] * x0[k]; o[1] += w[k] * x1[k]; o[2] += w[k] * x2[k]; o[3] += w[k] * x3[k]; }
-}
 #else
 static inline float dot1(const float *w, const float *x, int64_t K) {
     float s = 0.f;
@@ -75,40 +46,79 @@ static inline float dot1(const float *w, const float *x, int64_t K) {
     for (int64_t k = 0; k < K; k++) s += w[k] * x[k];
     return s;
 }
-static inline void dot2(const float *w, const float *x0, const float *x1, int64_t K, float *o0, float *o1) {
-    *o0 = dot1(w, x0, K); *o1 = dot1(w, x1, K);
+#endif
+
+/* Linear weights are packed in panels of 16 output features: P[N/16][K][16] (the last panel
+   zero-padded), so one step down K reads 16 consecutive floats. tile_R computes R (1-6) input
+   rows against one panel: R x 2 accumulators of 8 lanes, each input element broadcast once
+   (the register tile of BLIS-style AVX2 kernels). Every output is one FMA chain down K in
+   order, so a row's result does not depend on how many rows share the call. */
+#if defined(__AVX2__) && defined(__FMA__)
+static inline __attribute__((always_inline)) void tile_R(const int R, const float *x, int64_t xs, const float *p,
+                                                         int64_t K, float *t) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const float *x1 = x + xs, *x2 = x + 2 * xs, *x3 = x + 3 * xs, *x4 = x + 4 * xs, *x5 = x + 5 * xs;
+    for (int64_t k = 0; k < K; k++) {
+        __m256 b0 = _mm256_loadu_ps(p + k * 16), b1 = _mm256_loadu_ps(p + k * 16 + 8), a;
+        a = _mm256_broadcast_ss(x + k); c00 = _mm256_fmadd_ps(a, b0, c00); c01 = _mm256_fmadd_ps(a, b1, c01);
+        if (R > 1) { a = _mm256_broadcast_ss(x1 + k); c10 = _mm256_fmadd_ps(a, b0, c10); c11 = _mm256_fmadd_ps(a, b1, c11); }
+        if (R > 2) { a = _mm256_broadcast_ss(x2 + k); c20 = _mm256_fmadd_ps(a, b0, c20); c21 = _mm256_fmadd_ps(a, b1, c21); }
+        if (R > 3) { a = _mm256_broadcast_ss(x3 + k); c30 = _mm256_fmadd_ps(a, b0, c30); c31 = _mm256_fmadd_ps(a, b1, c31); }
+        if (R > 4) { a = _mm256_broadcast_ss(x4 + k); c40 = _mm256_fmadd_ps(a, b0, c40); c41 = _mm256_fmadd_ps(a, b1, c41); }
+        if (R > 5) { a = _mm256_broadcast_ss(x5 + k); c50 = _mm256_fmadd_ps(a, b0, c50); c51 = _mm256_fmadd_ps(a, b1, c51); }
+    }
+    _mm256_storeu_ps(t, c00); _mm256_storeu_ps(t + 8, c01);
+    if (R > 1) { _mm256_storeu_ps(t + 16, c10); _mm256_storeu_ps(t + 24, c11); }
+    if (R > 2) { _mm256_storeu_ps(t + 32, c20); _mm256_storeu_ps(t + 40, c21); }
+    if (R > 3) { _mm256_storeu_ps(t + 48, c30); _mm256_storeu_ps(t + 56, c31); }
+    if (R > 4) { _mm256_storeu_ps(t + 64, c40); _mm256_storeu_ps(t + 72, c41); }
+    if (R > 5) { _mm256_storeu_ps(t + 80, c50); _mm256_storeu_ps(t + 88, c51); }
 }
-static inline void dot4(const float *w, const float *x, int64_t xs, int64_t K, float *o) {
-    for (int j = 0; j < 4; j++) o[j] = dot1(w, x + j * xs, K);
+#else
+static inline void tile_R(const int R, const float *x, int64_t xs, const float *p, int64_t K, float *t) {
+    for (int r = 0; r < R; r++) {
+        float c[16] = {0};
+        const float *xr = x + r * xs;
+        for (int64_t k = 0; k < K; k++) {
+            _Pragma("omp simd")
+            for (int j = 0; j < 16; j++) c[j] += xr[k] * p[k * 16 + j];
+        }
+        memcpy(t + r * 16, c, sizeof c);
+    }
 }
 #endif
 
-/* y[m, n] (+)= W[n, :] . x[m, :] (+ b[n]) for m < M; W is [N, K] row-major, x rows xs apart.
-   Called inside a parallel region: each thread streams a contiguous range of W's rows once
-   (up to four inputs share each read of a row; more re-read it from L1). */
-static void gemv(const float *restrict x, int64_t xs, int64_t M, const float *restrict W,
+/* y[m, n] (+)= W[n, :] . x[m, :] (+ b[n]) for m < M, x rows xs apart, W packed in panels (above).
+   Called inside a parallel region: the threads share out the panels; each panel is read from
+   memory once and stays in cache while every input row passes over it, six at a time. */
+static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *restrict P,
                  const float *restrict b, float *restrict y, int64_t N, int64_t K, int acc) {
+    int64_t num_panels = (N + 15) / 16;
     _Pragma("omp for schedule(static)")
-    for (int64_t n = 0; n < N; n++) {
-        const float *w = W + n * K;
-        float bias = b ? b[n] : 0.f;
-        int64_t m = 0;
-        for (; m + 4 <= M; m += 4) {
-            float o[4];
-            dot4(w, x + m * xs, xs, K, o);
-            for (int j = 0; j < 4; j++) {
-                if (acc) y[(m + j) * N + n] += o[j] + bias; else y[(m + j) * N + n] = o[j] + bias;
+    for (int64_t pn = 0; pn < num_panels; pn++) {
+        const float *p = P + pn * K * 16;
+        int64_t n0 = pn * 16, nn = N - n0 < 16 ? N - n0 : 16;
+        float t[6 * 16];
+        for (int64_t m = 0; m < M; m += 6) {
+            int64_t R = M - m < 6 ? M - m : 6;
+            const float *xm = x + m * xs;
+            switch (R) {
+                case 1: tile_R(1, xm, xs, p, K, t); break;
+                case 2: tile_R(2, xm, xs, p, K, t); break;
+                case 3: tile_R(3, xm, xs, p, K, t); break;
+                case 4: tile_R(4, xm, xs, p, K, t); break;
+                case 5: tile_R(5, xm, xs, p, K, t); break;
+                default: tile_R(6, xm, xs, p, K, t); break;
             }
-        }
-        for (; m + 2 <= M; m += 2) {
-            float s, t;
-            dot2(w, x + m * xs, x + (m + 1) * xs, K, &s, &t);
-            if (acc) { y[m * N + n] += s + bias; y[(m + 1) * N + n] += t + bias; }
-            else { y[m * N + n] = s + bias; y[(m + 1) * N + n] = t + bias; }
-        }
-        if (m < M) {
-            float s = dot1(w, x + m * xs, K) + bias;
-            if (acc) y[m * N + n] += s; else y[m * N + n] = s;
+            for (int64_t r = 0; r < R; r++) {
+                float *yr = y + (m + r) * N + n0;
+                const float *tr = t + r * 16;
+                for (int64_t j = 0; j < nn; j++) {
+                    float v = tr[j] + (b ? b[n0 + j] : 0.f);
+                    yr[j] = acc ? yr[j] + v : v;
+                }
+            }
         }
     }
 }
@@ -169,6 +179,16 @@ static inline void axpy(float *o, float w, const float *v, int64_t D) {
     for (; d + 8 <= D; d += 8) _mm256_storeu_ps(o + d, _mm256_fmadd_ps(w8, _mm256_loadu_ps(v + d), _mm256_loadu_ps(o + d)));
     for (; d < D; d++) o[d] += w * v[d];
 }
+/* row[i] = silu(row[i]) * row[I + i] for i < I (gate and up halves of one gate/up output row) */
+static inline void silu_mul(float *row, int64_t I) {
+    int64_t i = 0;
+    for (; i + 8 <= I; i += 8) {
+        __m256 g = _mm256_loadu_ps(row + i), e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        __m256 s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e));
+        _mm256_storeu_ps(row + i, _mm256_mul_ps(s, _mm256_loadu_ps(row + I + i)));
+    }
+    for (; i < I; i++) row[i] = row[i] / (1.f + expf(-row[i])) * row[I + i];
+}
 #else
 static inline float exp_shift_sum(float *sh, int64_t n, float mx) {
     float sum = 0.f;
@@ -178,6 +198,9 @@ static inline float exp_shift_sum(float *sh, int64_t n, float mx) {
 static inline void axpy(float *o, float w, const float *v, int64_t D) {
     _Pragma("omp simd")
     for (int64_t d = 0; d < D; d++) o[d] += w * v[d];
+}
+static inline void silu_mul(float *row, int64_t I) {
+    for (int64_t i = 0; i < I; i++) row[i] = row[i] / (1.f + expf(-row[i])) * row[I + i];
 }
 #endif
 
@@ -273,7 +296,7 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
             const tk_layer *ly = layers + l;
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->in_norm, h + m * HD, HD, eps);
-            gemv(h, HD, M, ly->wqkv, ly->bqkv, qkv, QKV, HD, 0);
+            gemm(h, HD, M, ly->wqkv, ly->bqkv, qkv, QKV, HD, 0);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) {
                 float *q = qkv + m * QKV, *k = q + H * D, *v = k + KVH * D;
@@ -311,21 +334,17 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
             _Pragma("omp for schedule(static)")
             for (int64_t u = 0; u < M * H; u++)
                 merge(partbuf + (u / H) * S * PS, S, PS, u % H, H, D, att + u * D);
-            gemv(att, H * D, M, ly->wo, ly->bo, x, HD, H * D, 1);
+            gemm(att, H * D, M, ly->wo, ly->bo, x, HD, H * D, 1);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->post_norm, h + m * HD, HD, eps);
-            gemv(h, HD, M, ly->wgu, ly->bgu, gu, 2 * I, HD, 0);
+            gemm(h, HD, M, ly->wgu, ly->bgu, gu, 2 * I, HD, 0);
             _Pragma("omp for schedule(static)")
-            for (int64_t i = 0; i < M * I; i++) {
-                float *row = gu + (i / I) * 2 * I;
-                float g0 = row[i % I];
-                row[i % I] = g0 / (1.f + expf(-g0)) * row[I + i % I];
-            }
-            gemv(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1);
+            for (int64_t m = 0; m < M; m++) silu_mul(gu + m * 2 * I, I);
+            gemm(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1);
         }
         _Pragma("omp for schedule(static)")
         for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, final_norm, h + m * HD, HD, eps);
-        gemv(h, HD, M, lm_head, NULL, logits, V, HD, 0);
+        gemm(h, HD, M, lm_head, NULL, logits, V, HD, 0);
         free(scores);
     }
     free(partbuf);

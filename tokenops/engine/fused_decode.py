@@ -59,9 +59,13 @@ log = logging.getLogger(__name__)
 DECODE_KERNELS = ("auto", "native", "torch")
 #: ``auto`` makes the decoder's copy of the linear weights only up to this size.
 AUTO_MAX_EXTRA_BYTES = 512 << 20
-#: Most decode rows one fused step takes: on the 32M benchmark Llama (2 threads) the fused step
-#: beat the PyTorch forward (oneDNN) up to 16 rows and tied at 24 (docs/engine-optimizations.md).
-MAX_ROWS = 16
+#: Most rows (tokens) one fused step takes, and most tokens of one chunk in it: decode batches of
+#: any size the scheduler forms up to MAX_ROWS, verify and catch-up chunks up to MAX_CHUNK tokens.
+#: Longer chunks (prefill) keep the PyTorch path, whose attention runs them through SDPA.
+MAX_ROWS = 512
+MAX_CHUNK = 16
+#: Output features per weight panel (the C products' register tile is 16 wide)
+PANEL = 16
 
 
 class _Layer(ctypes.Structure):
@@ -147,6 +151,26 @@ def _hugepage_arena(num_floats: int) -> tuple[mmap.mmap, torch.Tensor]:
     return buf, torch.frombuffer(buf, dtype=torch.float32, count=num_floats, offset=offset)
 
 
+def _panelled_size(w: torch.Tensor) -> int:
+    """Floats of ``w`` ([N, K]) packed in panels of :data:`PANEL` rows (the last zero-padded)."""
+    return -(-w.shape[0] // PANEL) * PANEL * w.shape[1]
+
+
+def _pack_panels(w: torch.Tensor, out: torch.Tensor) -> None:
+    """Write ``w`` ([N, K], row-major) into ``out`` as ``[N / PANEL][K][PANEL]``: the layout the C
+    products stream (one step down K reads PANEL consecutive output features)."""
+    n, k = w.shape
+    panels = -(-n // PANEL)
+    view = out.view(panels, k, PANEL)
+    full = n // PANEL
+    if full:
+        view[:full].copy_(w[:full * PANEL].reshape(full, PANEL, k).transpose(1, 2))
+    if n % PANEL:
+        tail = torch.zeros(PANEL, k, dtype=w.dtype)
+        tail[:n % PANEL] = w[full * PANEL:]
+        view[full].copy_(tail.t())
+
+
 class FusedDecoder:
     """Runs steps of up to :attr:`max_rows` tokens in one native call (see :meth:`accepts`; the
     PyTorch path keeps longer steps).
@@ -172,14 +196,17 @@ class FusedDecoder:
         big = [w for layer in stack.layers for w in (layer.self_attn.qkv_proj.weight, layer.self_attn.o_proj.weight,
                                                        layer.mlp.gate_up_proj.weight, layer.mlp.down_proj.weight)]
         big.append(model.lm_head.weight)
-        self._arena_buf, self.arena = _hugepage_arena(sum(w.numel() for w in big))
+        self._arena_buf, self.arena = _hugepage_arena(sum(_panelled_size(w) for w in big))
         copies: dict[int, int] = {}
         at = 0
         with torch.no_grad():
             for w in big:
-                self.arena[at:at + w.numel()].copy_(w.detach().reshape(-1))
+                if id(w) in copies:
+                    continue
+                size = _panelled_size(w)
+                _pack_panels(w.detach(), self.arena[at:at + size])
                 copies[id(w)] = self.arena[at:].data_ptr()
-                at += w.numel()
+                at += size
 
         def ptr(t: torch.Tensor | None) -> int | None:
             if t is None:
@@ -202,12 +229,15 @@ class FusedDecoder:
                 ptr(mlp.gate_up_proj.weight), ptr(mlp.gate_up_proj.bias), ptr(mlp.down_proj.weight),
                 ptr(mlp.down_proj.bias), ptr(kv_cache[0, i]), ptr(kv_cache[1, i]), int(attn.window or 0))
         self._layers = layers
-        self._embed = ptr(stack.embed_tokens.weight)
+        embed = stack.embed_tokens.weight.detach()  # rows, as they are (a tied lm_head's panels are a copy)
+        self._keep.append(embed)
+        self._embed = embed.data_ptr()
         self._final_norm = ptr(stack.norm.weight)
         self._lm_head = ptr(model.lm_head.weight)
         hidden, inter = args.hidden_size, args.intermediate_size
         qkv = (args.num_heads + 2 * args.num_kv_heads) * args.head_dim
-        self._work = torch.empty(max_rows * (2 * hidden + qkv + args.num_heads * args.head_dim + 2 * inter))
+        self._work_per_row = 2 * hidden + qkv + args.num_heads * args.head_dim + 2 * inter
+        self._work = torch.empty(0)
         #: meta[1:8] of every call (see the C source)
         self._dims = [args.hidden_size, args.num_heads, args.num_kv_heads, args.head_dim, args.intermediate_size,
                       args.vocab_size, block_size]
@@ -227,10 +257,16 @@ class FusedDecoder:
         self._rope_len = n
 
     def accepts(self, chunks: list[ChunkInput]) -> bool:
-        """Steps of at most :attr:`max_rows` tokens in all: decodes, speculative decoding's verify
-        chunks and short chunks such as a draft model catching up on accepted tokens. Every token
-        becomes a row; rows attend causally (each row's K/V is written before any row attends)."""
-        return sum(len(c.token_ids) for c in chunks) <= self.max_rows
+        """Steps of at most :attr:`max_rows` tokens in all, none of whose chunks is longer than
+        :data:`MAX_CHUNK`: decodes, speculative decoding's verify chunks and short chunks such as a
+        draft model catching up on accepted tokens. Every token becomes a row; rows attend causally
+        (each row's K/V is written before any row attends)."""
+        total = 0
+        for c in chunks:
+            if len(c.token_ids) > MAX_CHUNK:
+                return False
+            total += len(c.token_ids)
+        return total <= self.max_rows
 
     @torch.inference_mode()
     def __call__(self, chunks: list[ChunkInput]) -> torch.Tensor:
@@ -260,6 +296,8 @@ class FusedDecoder:
             meta += c.block_table[:width]
             meta += [0] * (width - min(len(c.block_table), width))
         meta_t = torch.tensor(meta, dtype=torch.long)
+        if self._work.numel() < rows * self._work_per_row:
+            self._work = torch.empty(rows * self._work_per_row)
         logits = torch.empty(rows, self.args.vocab_size, dtype=torch.float32)
         rc = self._fn(ctypes.addressof(self._layers), meta_t.data_ptr(), self.eps, self.scale, self._embed,
                       self._final_norm, self._lm_head, self._cos.data_ptr(), self._sin.data_ptr(), logits.data_ptr(),
