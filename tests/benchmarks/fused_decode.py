@@ -49,7 +49,7 @@ def _instrument(source: str) -> str:
     return src
 
 
-def phases(runner, context: int, threads: int, steps: int = 200) -> None:
+def phases(runner, context: int, threads: int, num_rows: int = 1, steps: int = 200) -> None:
     from tokenops.engine import fused_decode
     from tokenops.engine.batch import ChunkInput
 
@@ -64,7 +64,8 @@ def phases(runner, context: int, threads: int, steps: int = 200) -> None:
     lib.fused_decode_f32.restype = ctypes.c_int
     decoder = runner.fused_decode
     decoder._fn = lib.fused_decode_f32
-    chunk = [ChunkInput([5], context, list(range(context // runner.block_size + 1)))]
+    width = context // runner.block_size + 1  # num_rows decodes at the same context, each its own blocks
+    chunk = [ChunkInput([5 + i], context, list(range(width * i, width * (i + 1)))) for i in range(num_rows)]
     for _ in range(5):
         decoder(chunk)
     timers = (ctypes.c_double * 16).in_dll(lib, "tk_t")
@@ -79,7 +80,7 @@ def phases(runner, context: int, threads: int, steps: int = 200) -> None:
     weight_bytes = 4 * (args.num_layers * args.hidden_size * (qkv + args.num_heads * args.head_dim
                                                                + 3 * args.intermediate_size)
                         + args.vocab_size * args.hidden_size)
-    print(f"fused step, 1 row, context {context}, {threads} threads: {total:.2f} ms per call "
+    print(f"fused step, {num_rows} row(s), context {context}, {threads} threads: {total:.2f} ms per call "
           f"({1e3 / total:.0f} steps/s)")
     gemv_ms = 0.0
     for i, name in enumerate(PHASES):
@@ -118,6 +119,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--phase-rows", type=int, default=1, help="decode rows of the per-phase timing")
     ap.add_argument("--rows", default="1,2,4,8,16,24,48,96")
     args = ap.parse_args()
     import torch
@@ -132,8 +134,8 @@ def main() -> None:
         path = Path(tmp) / "llama-32m"
         build_model(path, 0, PEER_MODEL_CONFIG)
         engine = LLMEngine(EngineConfig(model=str(path), device="cpu", decode_kernel="native", torch_threads=args.threads,
-                                        kv_cache_tokens=max(16384, 400 * max(sizes))))
-        phases(engine.runner, args.context, args.threads)
+                                        kv_cache_tokens=max(16384, 400 * max(sizes), (args.context + 16) * args.phase_rows)))
+        phases(engine.runner, args.context, args.threads, args.phase_rows)
         rows(engine.runner, sizes)
 
 

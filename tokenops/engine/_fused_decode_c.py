@@ -123,6 +123,14 @@ static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *re
     }
 }
 
+/* A linear layer on its own (the PyTorch forward's prefill steps): y = x W^T (+ b), x [M, K]. */
+int linear_panels(const float *x, int64_t M, const float *P, const float *b, float *y, int64_t N, int64_t K,
+                  int nthreads) {
+    _Pragma("omp parallel num_threads(nthreads) if(nthreads > 1)")
+    gemm(x, K, M, P, b, y, N, K, 0);
+    return 0;
+}
+
 static void rmsnorm(const float *x, const float *w, float *out, int64_t n, float eps) {
     float ss = 0.f;
     for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];

@@ -73,11 +73,14 @@ class EngineConfig:
     attention_backend: str = _knob("auto", tunable="restart", choices=("auto", "native", "torch"), searchable=False,
                                    help="Decode attention: compiled paged kernel (native), gather + SDPA (torch), "
                                         "or native when it builds (auto).")
-    #: Linear layers on CPU: "auto" (oneDNN with weights prepacked at load for float32 models, see
-    #: tokenops/engine/weight_layout.py), "onednn" (that or an error) or "plain" (F.linear).
-    weight_layout: str = _knob("auto", tunable="restart", choices=("auto", "onednn", "plain"), searchable=False,
-                               help="Linear layers on CPU: oneDNN with prepacked weights (onednn), F.linear (plain), "
-                                    "or onednn for float32 models when available (auto).")
+    #: Linear layers on CPU: "auto" (the fused decode step's packed weights when that step is on,
+    #: else oneDNN with weights prepacked at load for float32 models; see
+    #: tokenops/engine/weight_layout.py), "panels" or "onednn" (that or an error) or "plain" (F.linear).
+    weight_layout: str = _knob("auto", tunable="restart", choices=("auto", "panels", "onednn", "plain"),
+                               searchable=False,
+                               help="Linear layers on CPU: the fused decode step's packed weights (panels), oneDNN "
+                                    "with prepacked weights (onednn), F.linear (plain), or the first of panels and "
+                                    "onednn that applies (auto).")
     #: Steps of up to 16 tokens (decodes, verify chunks): "auto" (one native call for the whole step on CPU for
     #: float32 dense models, see tokenops/engine/fused_decode.py; it holds its own copy of the
     #: linear weights, made only while that is <= 512 MiB), "native" (that or an error) or "torch".
@@ -124,8 +127,9 @@ class EngineConfig:
             raise ValueError(f"engine attention_backend must be 'auto', 'native' or 'torch', not {self.attention_backend!r}")
         if self.decode_kernel not in ("auto", "native", "torch"):
             raise ValueError(f"engine decode_kernel must be 'auto', 'native' or 'torch', not {self.decode_kernel!r}")
-        if self.weight_layout not in ("auto", "onednn", "plain"):
-            raise ValueError(f"engine weight_layout must be 'auto', 'onednn' or 'plain', not {self.weight_layout!r}")
+        if self.weight_layout not in ("auto", "panels", "onednn", "plain"):
+            raise ValueError("engine weight_layout must be 'auto', 'panels', 'onednn' or 'plain', "
+                             f"not {self.weight_layout!r}")
         _check_int("kv_sink_tokens", self.kv_sink_tokens, 0)
         _check_int("kv_window_tokens", self.kv_window_tokens, 0)
         if self.kv_window_tokens and self.kv_window_tokens < 2 * self.block_size:

@@ -93,6 +93,9 @@ def _library() -> ctypes.CDLL | None:
                 p = ctypes.c_void_p
                 lib.fused_decode_f32.argtypes = [p, p, ctypes.c_float, ctypes.c_float, p, p, p, p, p, p, p, ctypes.c_int]
                 lib.fused_decode_f32.restype = ctypes.c_int
+                i64 = ctypes.c_int64
+                lib.linear_panels.argtypes = [p, i64, p, p, p, i64, i64, ctypes.c_int]
+                lib.linear_panels.restype = ctypes.c_int
                 _lib = lib
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 log.warning("fused decode step unavailable, decodes use the PyTorch path: %s", e)
@@ -171,6 +174,31 @@ def _pack_panels(w: torch.Tensor, out: torch.Tensor) -> None:
         view[full].copy_(tail.t())
 
 
+class PanelWeight:
+    """A linear layer's weight in the decoder's arena: ``(x, bias) -> x @ W.T + bias`` through the
+    fused step's products (one native call; ``x`` float32 on CPU, any leading shape)."""
+
+    __slots__ = ("decoder", "address", "out_features", "in_features")
+
+    def __init__(self, decoder: FusedDecoder, address: int, out_features: int, in_features: int) -> None:
+        self.decoder = decoder  # keeps the arena alive
+        self.address = address
+        self.out_features = out_features
+        self.in_features = in_features
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        lead = x.shape[:-1]
+        rows = x.reshape(-1, self.in_features)
+        if rows.dtype != torch.float32 or not rows.is_contiguous():
+            rows = rows.to(torch.float32).contiguous()
+        y = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
+        if rows.shape[0]:
+            self.decoder._linear_fn(rows.data_ptr(), rows.shape[0], self.address,
+                                    None if bias is None else bias.data_ptr(), y.data_ptr(), self.out_features,
+                                    self.in_features, torch.get_num_threads())
+        return y.view(*lead, self.out_features)
+
+
 class FusedDecoder:
     """Runs steps of up to :attr:`max_rows` tokens in one native call (see :meth:`accepts`; the
     PyTorch path keeps longer steps).
@@ -207,6 +235,8 @@ class FusedDecoder:
                 _pack_panels(w.detach(), self.arena[at:at + size])
                 copies[id(w)] = self.arena[at:].data_ptr()
                 at += size
+        self._panels = copies  # id(weight) -> address of its panels
+        self._linear_fn = lib.linear_panels
 
         def ptr(t: torch.Tensor | None) -> int | None:
             if t is None:
@@ -243,6 +273,26 @@ class FusedDecoder:
                       args.vocab_size, block_size]
         self._rope_len = 0
         self._cos = self._sin = torch.empty(0)
+
+    def attach_linear_layers(self, model: torch.nn.Module) -> int:
+        """Make ``model``'s linear layers whose weights this decoder holds multiply through its
+        panels (:class:`PanelWeight`: the PyTorch forward's prefill steps then use the same products
+        as the fused step) and release their dense weights, unless shared (a tied lm_head): the
+        linear weights are then held once. Returns how many layers were attached."""
+        num = 0
+        shared = {id(p) for m in model.modules() if not isinstance(m, Linear) for p in m.parameters(recurse=False)}
+        for module in model.modules():
+            weight = getattr(module, "weight", None)
+            if type(module) is not Linear or weight is None or id(weight) not in self._panels:
+                continue
+            bias = module.bias
+            if bias is not None:
+                assert bias.dtype == torch.float32 and bias.is_contiguous()
+            module.panel = PanelWeight(self, self._panels[id(weight)], weight.shape[0], weight.shape[1])
+            if id(weight) not in shared:
+                module.weight = torch.nn.Parameter(weight.new_empty((0,)), requires_grad=False)
+            num += 1
+        return num
 
     def _rope_tables(self, max_pos: int) -> None:
         """cos/sin rows for positions [0, max_pos] (grown by doubling; the same function and

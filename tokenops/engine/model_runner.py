@@ -87,8 +87,11 @@ class ModelRunner:
         self.fused_decode = make_fused_decoder(model, self.kv_cache, self.block_size, self.device,
                                                getattr(config, "decode_kernel", "auto"))
         self.num_fused_steps = 0
-        #: "onednn" when the linear layers multiply through prepacked oneDNN weights (see weight_layout.py).
-        self.weight_layout = pack_linear_weights(model, self.device, self.dtype, getattr(config, "weight_layout", "auto"))
+        #: "panels" when the linear layers multiply through the fused step's copy of their weights, "onednn"
+        #: through prepacked oneDNN weights, else "plain" (see weight_layout.py). A compiled forward keeps
+        #: to torch operators (no panels).
+        self.weight_layout = pack_linear_weights(model, self.device, self.dtype, getattr(config, "weight_layout", "auto"),
+                                                 panels=self.fused_decode if compile is None else None)
         compiled = compile(model) if compile is not None else None
         self.model = model if compiled is None else compiled
         if compiled is not None and self.fused_decode is not None:  # a compiled forward is the user's choice

@@ -26,7 +26,7 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
-LAYOUTS = ("auto", "onednn", "plain")
+LAYOUTS = ("auto", "panels", "onednn", "plain")
 #: Smallest weight (elements) packed: a oneDNN call has a fixed cost of ~20 us against ~4 us for
 #: F.linear, which only pays off on weights this size and up (measured at 1 and 2 threads).
 MIN_PACKED_ELEMENTS = 1 << 18
@@ -43,15 +43,28 @@ def onednn_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
-def pack_linear_weights(model: nn.Module, device: torch.device, dtype: torch.dtype, layout: str = "auto") -> str:
-    """Pack ``model``'s linear layers for oneDNN when ``layout`` allows it; returns the layout used
-    ("onednn" or "plain"). ``layout="onednn"`` raises when it cannot be used."""
+def pack_linear_weights(model: nn.Module, device: torch.device, dtype: torch.dtype, layout: str = "auto",
+                        panels=None) -> str:
+    """Pack ``model``'s linear layers; returns the layout used ("panels", "onednn" or "plain").
+
+    ``panels`` is the runner's fused decode step (:class:`tokenops.engine.fused_decode.FusedDecoder`)
+    or None: with one, ``"auto"`` and ``"panels"`` make the linear layers multiply through the
+    copy of their weights it already holds (its 16-wide panels; the dense weights are released, so
+    they are held once). Otherwise ``"auto"`` packs for oneDNN when it can. ``"panels"`` and
+    ``"onednn"`` raise when they cannot be used."""
     from tokenops.engine.models.layers import Linear
 
     if layout not in LAYOUTS:
         raise ValueError(f"engine weight_layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     if layout == "plain":
         return "plain"
+    if layout in ("auto", "panels") and panels is not None:
+        num = panels.attach_linear_layers(model)
+        log.debug("%d linear layers multiply through the fused decode step's panels", num)
+        return "panels"
+    if layout == "panels":
+        raise ValueError("engine weight_layout 'panels' is unavailable: it needs the fused decode step "
+                         "(decode_kernel 'auto' or 'native', on a model it accepts, without a compiled forward)")
     why = None
     if device.type != "cpu":
         why = "it is for CPU"

@@ -37,10 +37,14 @@ class Linear(nn.Linear):
     and initialising billions of parameters only to overwrite them costs seconds.
 
     After :meth:`pack` (see :mod:`tokenops.engine.weight_layout`) the layer multiplies
-    through oneDNN with its weight prepacked in the GEMM's own blocked layout."""
+    through oneDNN with its weight prepacked in the GEMM's own blocked layout; with a
+    :attr:`panel`, through the fused decode step's products over its packed copy."""
 
     #: The oneDNN-packed weight (an opaque ``mkldnn`` tensor), or None: plain ``F.linear``.
     packed: torch.Tensor | None = None
+    #: The weight as the fused decode step packs it (a callable ``(x, bias) -> y``, see
+    #: tokenops/engine/fused_decode.py), or None.
+    panel = None
 
     def reset_parameters(self) -> None:
         pass
@@ -53,6 +57,8 @@ class Linear(nn.Linear):
             self.weight = nn.Parameter(self.weight.new_empty((0,)), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.panel is not None:
+            return self.panel(x, self.bias)
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
