@@ -95,7 +95,7 @@ static inline void tile_R(const int R, const float *x, int64_t xs, const float *
 static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *restrict P,
                  const float *restrict b, float *restrict y, int64_t N, int64_t K, int acc) {
     int64_t num_panels = (N + 15) / 16;
-    _Pragma("omp for schedule(static)")
+    _Pragma("omp for schedule(dynamic, 2)")
     for (int64_t pn = 0; pn < num_panels; pn++) {
         const float *p = P + pn * K * 16;
         int64_t n0 = pn * 16, nn = N - n0 < 16 ? N - n0 : 16;
@@ -321,7 +321,7 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
                 memcpy(ly->vc + slots[m] * KVH * D, v, sizeof(float) * KVH * D);
             }
             /* each group's window split into S stretches of at least 32 positions, one per thread */
-            _Pragma("omp for schedule(static)")
+            _Pragma("omp for schedule(dynamic, 1)")
             for (int64_t u = 0; u < M * S; u++) {
                 int64_t m = u / S, sp = u % S, R = glen[m];
                 if (R == 0) continue;  /* a later row of a group: its leader does it */

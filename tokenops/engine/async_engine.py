@@ -146,8 +146,7 @@ class AsyncLLMEngine:
                 log.exception("engine step failed")
                 self._fail_all(e)
                 continue
-            for out in outputs:
-                self._dispatch(out.request_id, out, out.finished)
+            self._dispatch_step(outputs)
 
     def _drain_inbox(self, block: bool) -> None:
         try:
@@ -188,6 +187,25 @@ class AsyncLLMEngine:
             with self._engine_lock:
                 self.engine.abort(request_id)
 
+    def _dispatch_step(self, outputs: list) -> None:
+        """A step's outputs, handed to each event loop in ONE call (every ``call_soon_threadsafe``
+        writes to the loop's wake-up pipe; a step of 48 decodes would otherwise make 48)."""
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any, str]]] = {}
+        with self._streams_lock:
+            for out in outputs:
+                rid = out.request_id
+                stream = self._streams.pop(rid, None) if out.finished else self._streams.get(rid)
+                if stream is not None:
+                    batches.setdefault(stream[0], []).append((stream[1], out, rid))
+        for loop, items in batches.items():
+            if _deliver_all(loop, items):
+                continue
+            for _, _, rid in items:  # the caller's loop is gone
+                with self._streams_lock:
+                    self._streams.pop(rid, None)
+                with self._engine_lock:
+                    self.engine.abort(rid)
+
     def _fail_all(self, error: Exception) -> None:
         with self._streams_lock:
             request_ids = list(self._streams)
@@ -199,6 +217,19 @@ class AsyncLLMEngine:
                     log.exception("abort after a failed step failed")
             self._dispatch(request_id, EngineRequestError(f"engine step failed: {type(error).__name__}: {error}"),
                            True)
+
+
+def _put_all(items: list[tuple[asyncio.Queue, Any, str]]) -> None:
+    for q, item, _ in items:
+        q.put_nowait(item)
+
+
+def _deliver_all(loop: asyncio.AbstractEventLoop, items: list[tuple[asyncio.Queue, Any, str]]) -> bool:
+    try:
+        loop.call_soon_threadsafe(_put_all, items)
+        return True
+    except RuntimeError:  # loop closed
+        return False
 
 
 def _deliver(loop: asyncio.AbstractEventLoop, q: asyncio.Queue, item: Any) -> bool:
