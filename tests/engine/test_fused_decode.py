@@ -37,8 +37,10 @@ def _decode_both(runner, chunks):
 @needs_lib
 @pytest.mark.parametrize("arch", DENSE)
 def test_fused_step_matches_pytorch_forward(arch, tiny_checkpoint, make_runner):
-    runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=512)
-    assert runner.fused_decode is not None
+    # the reference multiplies with F.linear (under "auto" its linear layers would share the fused products)
+    runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=512,
+                         weight_layout="plain")
+    assert runner.fused_decode is not None and runner.weight_layout == "plain"
     g = torch.Generator().manual_seed(0)
     vocab = runner.vocab_size
     # 70 tokens: the context is split between threads, and crosses qwen2_sliding's window
@@ -61,7 +63,8 @@ def test_fused_step_matches_pytorch_forward(arch, tiny_checkpoint, make_runner):
 def test_fused_step_runs_verify_chunks_causally(tiny_checkpoint, make_runner):
     """Speculative decoding's verify chunks (k + 1 tokens, logits for each) are rows of the fused
     step; each attends to the chunk's earlier tokens only, as in the PyTorch forward."""
-    runner = make_runner(tiny_checkpoint("qwen2_sliding"), decode_kernel="native", block_size=4, kv_cache_tokens=512)
+    runner = make_runner(tiny_checkpoint("qwen2_sliding"), decode_kernel="native", block_size=4, kv_cache_tokens=512,
+                         weight_layout="plain")
     prompts, tables = [list(range(3, 40)), list(range(50, 61))], [list(range(0, 12)), list(range(20, 26))]
     _prefill(runner, prompts, tables)
     chunks = [ChunkInput([7, 8, 9, 10], 37, tables[0], num_logits=4), ChunkInput([11], 11, tables[1])]
@@ -75,6 +78,85 @@ def test_fused_step_runs_verify_chunks_causally(tiny_checkpoint, make_runner):
     assert fused.shape == (2, runner.vocab_size)
     torch.testing.assert_close(fused, reference, atol=2e-4, rtol=1e-4)
     assert not runner.fused_decode.accepts([ChunkInput(list(range(17)), 44, tables[0])])  # > 16 tokens
+
+
+@needs_lib
+def test_large_decode_batches_and_verify_chunks_in_one_fused_step(tiny_checkpoint, make_runner):
+    """Decode steps of any size (here 29 rows: 25 decodes and a 4-token verify chunk) take the
+    fused call; a chunk over MAX_CHUNK tokens sends the step to the PyTorch forward."""
+    runner = make_runner(tiny_checkpoint("qwen2"), decode_kernel="native", block_size=4, kv_cache_tokens=1024,
+                         weight_layout="plain")
+    g = torch.Generator().manual_seed(1)
+    vocab = runner.vocab_size
+    lengths = [int(n) for n in torch.randint(3, 30, (26,), generator=g)]
+    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+    tables, start = [], 0
+    for n in lengths:
+        tables.append(list(range(start, start + n // 4 + 3)))
+        start += n // 4 + 3
+    _prefill(runner, prompts, tables)
+    chunks = [ChunkInput([int(torch.randint(0, vocab, (1,), generator=g))], lengths[i], tables[i]) for i in range(25)]
+    chunks.append(ChunkInput([3, 4, 5, 6], lengths[25], tables[25], num_logits=4))
+    assert runner.fused_decode.accepts(chunks)
+    fused, reference = _decode_both(runner, chunks)
+    assert fused.shape == (29, vocab)
+    torch.testing.assert_close(fused, reference, atol=2e-4, rtol=1e-4)
+    assert not runner.fused_decode.accepts(chunks[:3] + [ChunkInput(list(range(fused_decode.MAX_CHUNK + 1)), 0,
+                                                                    tables[0])])
+
+
+@needs_lib
+@pytest.mark.parametrize("bias", [False, True])
+def test_panel_products_match_a_matmul_at_every_shape(bias):
+    """The C products over 16-wide panels: every tile height (1-6 rows and more), output widths
+    that leave a partial last panel, odd input widths, with and without a bias."""
+    g = torch.Generator().manual_seed(2)
+    for n, k in ((1, 1), (15, 7), (16, 64), (17, 33), (40, 100), (96, 3)):
+        weight = torch.randn(n, k, generator=g)
+        b = torch.randn(n, generator=g) if bias else None
+        arena = torch.empty(fused_decode._panelled_size(weight))
+        fused_decode._pack_panels(weight, arena)
+        panel = fused_decode.PanelWeight(_ArenaOwner(arena), arena.data_ptr(), n, k)
+        for m in (1, 2, 3, 5, 6, 7, 13):
+            x = torch.randn(2, m, k, generator=g)  # any leading shape
+            got = panel(x, b)
+            assert got.shape == (2, m, n)
+            torch.testing.assert_close(got, torch.nn.functional.linear(x, weight, b), atol=1e-4, rtol=1e-4)
+            # a row's result does not depend on the rows beside it
+            torch.testing.assert_close(panel(x[:, :1], b), got[:, :1], atol=0, rtol=0)
+    assert panel(torch.empty(0, 3), None).shape == (0, 96)
+
+
+class _ArenaOwner:
+    """Stands in for a FusedDecoder: keeps the arena alive and exposes the library's product."""
+
+    def __init__(self, arena):
+        self.arena = arena
+        self._linear_fn = fused_decode._library().linear_panels
+
+
+@needs_lib
+def test_panels_layout_holds_the_linear_weights_once(tiny_checkpoint, make_runner):
+    """Under "auto" the PyTorch forward's linear layers multiply through the fused step's panels and
+    their dense weights are released (a tied lm_head keeps its tensor: the embedding is the same
+    one); logits agree with F.linear; "panels" without the fused step is an error."""
+    for arch in ("llama", "qwen2"):
+        path = tiny_checkpoint(arch)
+        runner = make_runner(path)
+        assert runner.fused_decode is not None and runner.weight_layout == "panels"
+        model = runner._raw_model
+        linears = [m for m in model.modules() if type(m).__name__ == "Linear"]
+        assert linears and all(m.panel is not None for m in linears)
+        tied = model.lm_head.weight is model.model.embed_tokens.weight
+        assert tied == (arch == "qwen2")
+        assert all(m.weight.numel() == 0 for m in linears if not (tied and m is model.lm_head))
+        plain = make_runner(path, weight_layout="plain")
+        prompt = [ChunkInput(list(range(5, 45)), 0, list(range(0, 11))), ChunkInput([7, 8, 9], 0, [11, 12])]
+        torch.testing.assert_close(runner.execute(prompt), plain.execute(prompt), atol=2e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="weight_layout 'panels' is unavailable: it needs the fused decode step"):
+        make_runner(tiny_checkpoint("llama"), decode_kernel="torch", weight_layout="panels")
+    with pytest.raises(ValueError, match="weight_layout must be 'auto', 'panels', 'onednn' or 'plain'"):
+        EngineConfig(model=str(tiny_checkpoint("llama")), weight_layout="blocked")
 
 
 @needs_lib

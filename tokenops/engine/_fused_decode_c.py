@@ -99,7 +99,8 @@ static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *re
     for (int64_t pn = 0; pn < num_panels; pn++) {
         const float *p = P + pn * K * 16;
         int64_t n0 = pn * 16, nn = N - n0 < 16 ? N - n0 : 16;
-        float t[6 * 16];
+        float t[6 * 16], bias[16] = {0};
+        if (b) for (int64_t j = 0; j < nn; j++) bias[j] = b[n0 + j];
         for (int64_t m = 0; m < M; m += 6) {
             int64_t R = M - m < 6 ? M - m : 6;
             const float *xm = x + m * xs;
@@ -114,9 +115,14 @@ static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *re
             for (int64_t r = 0; r < R; r++) {
                 float *yr = y + (m + r) * N + n0;
                 const float *tr = t + r * 16;
-                for (int64_t j = 0; j < nn; j++) {
-                    float v = tr[j] + (b ? b[n0 + j] : 0.f);
-                    yr[j] = acc ? yr[j] + v : v;
+                if (nn == 16 && acc) {
+                    _Pragma("omp simd")
+                    for (int j = 0; j < 16; j++) yr[j] += tr[j] + bias[j];
+                } else if (nn == 16) {
+                    _Pragma("omp simd")
+                    for (int j = 0; j < 16; j++) yr[j] = tr[j] + bias[j];
+                } else {
+                    for (int64_t j = 0; j < nn; j++) yr[j] = acc ? yr[j] + (tr[j] + bias[j]) : tr[j] + bias[j];
                 }
             }
         }
