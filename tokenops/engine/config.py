@@ -81,13 +81,14 @@ class EngineConfig:
                                help="Linear layers on CPU: the fused decode step's packed weights (panels), oneDNN "
                                     "with prepacked weights (onednn), F.linear (plain), or the first of panels and "
                                     "onednn that applies (auto).")
-    #: Steps of up to 16 tokens (decodes, verify chunks): "auto" (one native call for the whole step on CPU for
-    #: float32 dense models, see tokenops/engine/fused_decode.py; it holds its own copy of the
-    #: linear weights, made only while that is <= 512 MiB), "native" (that or an error) or "torch".
+    #: Decode steps (decodes, verify chunks: no chunk over 16 tokens): "auto" (one native call for the whole
+    #: step on CPU for float32 dense models, see tokenops/engine/fused_decode.py; it packs its own copy of
+    #: the linear weights, made only while that is <= 512 MiB, which weight_layout "auto" then uses for
+    #: every linear layer), "native" (that or an error) or "torch".
     decode_kernel: str = _knob("auto", tunable="restart", choices=("auto", "native", "torch"), searchable=False,
-                               help="Steps of <= 16 tokens (decodes, verify chunks): one native call per step "
-                                    "(native), the PyTorch forward (torch), or native for small float32 models on "
-                                    "CPU (auto).")
+                               help="Decode steps (chunks of <= 16 tokens: decodes, verify chunks): one native call "
+                                    "per step (native), the PyTorch forward (torch), or native for float32 models "
+                                    "on CPU whose weights are <= 512 MiB (auto).")
     #: KV offload tier (all 0 = off): evicted prefix-cache blocks go to host memory
     #: (``*_blocks`` wins over ``*_mb``), overflowing to disk; see offload_index.py.
     kv_offload_host_mb: float = 0.0

@@ -1,37 +1,40 @@
-"""A whole decode step in one native call, for the decode-only steps of small batches.
+"""A whole decode step in one native call, for the decode steps of any batch size.
 
-At batch 1 on CPU a decode step reads every weight once and does little arithmetic, so it is
-bound by memory bandwidth, and everything else it does is overhead: through PyTorch a step of
-the 32M benchmark Llama makes ~15 operator calls per layer (norms, rotary, cache write,
-attention, activation, residuals), each with dispatch costs of a few microseconds, and its
-matrix-vector products run through GEMM kernels built for larger batches (oneDNN reaches
-~22 GB/s here, against ~31 GB/s for llama.cpp's hand-written dot products;
-``docs/engine-optimizations.md``).
+A decode step on CPU does little arithmetic per weight at small batches (bound by memory
+bandwidth) and, through PyTorch, makes ~15 operator calls per layer (norms, rotary, cache write,
+attention, activation, residuals), each with dispatch costs of a few microseconds
+(``docs/engine-optimizations.md``).
 
-:class:`FusedDecoder` runs the step's decodes (one new token each, at most
-:attr:`FusedDecoder.max_rows` of them) through all layers of a float32 Llama-family model in
+:class:`FusedDecoder` runs a step's rows (one per token of every chunk: decodes, speculative
+decoding's verify chunks, a draft's catch-up chunks; no chunk over :data:`MAX_CHUNK` tokens, at
+most :attr:`FusedDecoder.max_rows` rows) through all layers of a float32 Llama-family model in
 ONE call into a small C library compiled like the paged attention kernel
 (:mod:`tokenops.engine.native`): embedding lookup, RMSNorm, the fused QKV product (+ bias),
 Qwen3's q/k norms, rotary embedding (from the same cos/sin table the PyTorch path computes),
 the cache write, paged attention with grouped-query heads, sliding windows and evicted
 blocks, the output projection with the residual added in place, the gated SiLU MLP, and the
-final norm and vocabulary projection. Matrix-vector products stream each weight row once
-(AVX2 with four independent accumulators where the CPU has it; each OpenMP thread a contiguous
-range of rows, inside one parallel region, so a step pays one thread fork instead of dozens).
-Attention splits each sequence's context between the threads (each streams its own stretch of
-the cache, reading every K and V row once for all heads) and merges the partial softmaxes.
+final norm and vocabulary projection, inside one OpenMP parallel region.
 
-The products read plain row-major weights, which the oneDNN layout
-(:mod:`tokenops.engine.weight_layout`) releases, so the decoder copies the linear weights at load
-into one arena of its own, in the order a step reads them, 2 MiB aligned and advised onto
-transparent huge pages: the linear weights are held twice. ``[engine] decode_kernel = "auto"``
-therefore uses the decoder only while that copy stays under :data:`AUTO_MAX_EXTRA_BYTES`;
-``"native"`` always (or an error when the model is not eligible), ``"torch"`` never. Steps of
-decodes and of speculative decoding's verify chunks (every token wants logits; each becomes a row
-that attends causally), and short chunks such as a draft model catching up on accepted tokens, take
-the fused call up to :attr:`FusedDecoder.max_rows` tokens in all; longer steps take the PyTorch
-path, which stays the reference: greedy output is the same either way in the tests, and logits agree to float32
-rounding (the sums run in another order).
+Products read the linear weights packed in panels of 16 output features (``[N/16][K][16]``):
+an AVX2 register tile of 6 input rows x 16 outputs broadcasts each input element once against two
+8-wide loads of the panel, and each panel is read from memory once while every row passes over
+it, so the same code is a matrix-vector product at batch 1 and a GEMM at 48 rows (faster than
+oneDNN at these shapes). Every output is one FMA chain down K, so a row's logits do not depend
+on the rows beside it. Threads take panels (and attention units) dynamically: a thread that the
+event loop preempts does not hold up half of every product. Attention splits each sequence's
+context between the threads (each streams its own stretch of the cache, reading every K and V
+row once for all heads and all rows of its chunk) and merges the partial softmaxes.
+
+The decoder packs its copy of the linear weights at load into one arena, 2 MiB aligned and
+advised onto transparent huge pages. ``[engine] weight_layout = "auto"`` then makes the PyTorch
+forward's linear layers (prefill steps) multiply through the same panels (:class:`PanelWeight`)
+and releases their dense weights, so the weights are held once; with ``weight_layout = "onednn"``
+or ``"plain"`` they are held twice. ``[engine] decode_kernel = "auto"`` uses the decoder only
+while that copy stays under :data:`AUTO_MAX_EXTRA_BYTES` (the load briefly holds both);
+``"native"`` always (or an error when the model is not eligible), ``"torch"`` never. Steps with
+a longer chunk (prefill) take the PyTorch path, which stays the reference: greedy output is the
+same either way in the tests, and logits agree to float32 rounding (the sums run in another
+order).
 
 Eligible: a dense (not MoE) model in float32 on CPU, SiLU MLP, float32 KV cache, no weight
 transform (quantized layers) and no compiled forward (the runner drops the decoder when a
