@@ -15,7 +15,7 @@ from tokenops.engine.sampling import SamplingParams
 from tokenops.testing_serve import ServeProcess
 
 needs_lib = pytest.mark.skipif(fused_decode._library() is None, reason="no C compiler: decodes use the PyTorch path")
-DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "mistral")
+DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "qwen3_hd128", "mistral")
 
 
 def _prefill(runner, prompts, tables):
@@ -81,10 +81,11 @@ def test_fused_step_runs_verify_chunks_causally(tiny_checkpoint, make_runner):
 
 
 @needs_lib
-def test_large_decode_batches_and_verify_chunks_in_one_fused_step(tiny_checkpoint, make_runner):
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3_hd128"])
+def test_large_decode_batches_and_verify_chunks_in_one_fused_step(arch, tiny_checkpoint, make_runner):
     """Decode steps of any size (here 29 rows: 25 decodes and a 4-token verify chunk) take the
     fused call; a chunk over MAX_CHUNK tokens sends the step to the PyTorch forward."""
-    runner = make_runner(tiny_checkpoint("qwen2"), decode_kernel="native", block_size=4, kv_cache_tokens=1024,
+    runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=1024,
                          weight_layout="plain")
     g = torch.Generator().manual_seed(1)
     vocab = runner.vocab_size

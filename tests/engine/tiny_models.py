@@ -62,6 +62,8 @@ def hf_config(arch: str):
         return tf.Qwen2Config(**c, use_sliding_window=True, sliding_window=5, max_window_layers=1)
     if arch == "qwen3":  # head_dim != hidden/heads, q/k norm
         return tf.Qwen3Config(**c, head_dim=32)
+    if arch == "qwen3_hd128":  # the head size of most released models (the fused step's 64-lane value pass)
+        return tf.Qwen3Config(**c, head_dim=128)
     if arch == "mistral":
         return tf.MistralConfig(**c, sliding_window=6)
     if arch == "mixtral":
@@ -79,7 +81,7 @@ def hf_model_class(arch: str):
 
     return {
         "llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen2_sliding": tf.Qwen2ForCausalLM,
-        "qwen3": tf.Qwen3ForCausalLM, "mistral": tf.MistralForCausalLM, "mixtral": tf.MixtralForCausalLM,
+        "qwen3": tf.Qwen3ForCausalLM, "qwen3_hd128": tf.Qwen3ForCausalLM, "mistral": tf.MistralForCausalLM, "mixtral": tf.MixtralForCausalLM,
         "qwen2_moe": tf.Qwen2MoeForCausalLM, "qwen3_moe": tf.Qwen3MoeForCausalLM,
     }[arch]  # fmt: skip
 
