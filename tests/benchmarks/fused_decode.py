@@ -1,5 +1,5 @@
 """The fused decode step (``tokenops/engine/fused_decode.py``) in-process: where its time goes,
-and how it compares with the PyTorch forward at 1-24 decode rows.
+and how it compares with the PyTorch forward at 1-96 decode rows.
 
 Builds the 32M-parameter Llama of ``engine_throughput.py --peer llamacpp`` (random weights,
 hidden 512, 8 layers, 8/4 heads, vocab 8192, float32), then
@@ -7,13 +7,16 @@ hidden 512, 8 layers, 8/4 heads, vocab 8192, float32), then
 - ``phases``: compiles a copy of the fused step's C source with timers after each phase
   (thread 0, after a barrier) and prints milliseconds per step for the QKV product, rotary +
   attention, the output projection, the gate/up product, the down projection and the
-  vocabulary projection, at one row and the given context length, plus the bandwidth the
-  matrix-vector products reach (their weight bytes over their time);
-- ``rows``: the same step for 1-24 decode rows through the fused call and through the
+  vocabulary projection, at ``--phase-rows`` decode rows (default 1) and the given context
+  length, plus the bandwidth the products reach (their weight bytes over their time);
+- ``rows``: the same step for 1-96 decode rows through the fused call and through the
   PyTorch forward (oneDNN linear layers, the paged attention kernel), best of three
   interleaved rounds.
 
-Run: ``.venv/bin/python tests/benchmarks/fused_decode.py [--context 200] [--threads 2]``.
+``--products`` instead times the panel products alone against oneDNN with prepacked weights on
+the model's weight shapes at 1-512 rows.
+
+Run: ``.venv/bin/python tests/benchmarks/fused_decode.py [--context 200] [--threads 2] [--products]``.
 """
 
 from __future__ import annotations
@@ -115,11 +118,50 @@ def rows(runner, sizes: list[int]) -> None:
     runner.fused_decode = decoder
 
 
+def products(threads: int, sizes: list[int]) -> None:
+    """The panel products (``linear_panels``) against oneDNN with prepacked weights on the benchmark
+    model's five weight shapes, at each row count: GFLOP/s over all five, best of 10 calls each,
+    the two interleaved per shape."""
+    import torch
+
+    from tokenops.engine import fused_decode
+
+    lib = fused_decode._library()
+    shapes = [(1024, 512), (512, 512), (2816, 512), (512, 1408), (8192, 512)]  # qkv, o, gate/up, down, vocab
+
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(10):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    print("rows  panel products  oneDNN (GFLOP/s over the five weight shapes of one layer + vocabulary)")
+    for m in sizes:
+        flops = spent_p = spent_o = 0.0
+        for n, k in shapes:
+            w, x = torch.randn(n, k), torch.randn(m, k)
+            arena = torch.empty(fused_decode._panelled_size(w))
+            fused_decode._pack_panels(w, arena)
+            y = torch.empty(m, n)
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+            for _ in range(2):
+                spent_p += best(lambda: lib.linear_panels(x.data_ptr(), m, arena.data_ptr(), None, y.data_ptr(), n, k,
+                                                          threads)) / 2
+                spent_o += best(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")) / 2
+            flops += 2 * m * n * k
+        print(f"{m:>4}  {flops / spent_p / 1e9:9.1f}  {flops / spent_o / 1e9:12.1f}   {spent_o / spent_p:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--phase-rows", type=int, default=1, help="decode rows of the per-phase timing")
+    ap.add_argument("--products", action="store_true",
+                    help="only the panel products against oneDNN at 1, 16, 48, 128 and 512 rows")
     ap.add_argument("--rows", default="1,2,4,8,16,24,48,96")
     args = ap.parse_args()
     import torch
@@ -130,10 +172,15 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     sizes = [int(x) for x in args.rows.split(",") if x]
+    if args.products:
+        return products(args.threads, [1, 16, 48, 128, 512])
     with tempfile.TemporaryDirectory(prefix="tokenops-fused-") as tmp:
         path = Path(tmp) / "llama-32m"
         build_model(path, 0, PEER_MODEL_CONFIG)
-        engine = LLMEngine(EngineConfig(model=str(path), device="cpu", decode_kernel="native", torch_threads=args.threads,
+        # the PyTorch forward of the comparison multiplies through oneDNN (under weight_layout "auto" it
+        # would share the fused step's panel products)
+        engine = LLMEngine(EngineConfig(model=str(path), device="cpu", decode_kernel="native", weight_layout="onednn",
+                                        torch_threads=args.threads,
                                         kv_cache_tokens=max(16384, 400 * max(sizes), (args.context + 16) * args.phase_rows)))
         phases(engine.runner, args.context, args.threads, args.phase_rows)
         rows(engine.runner, sizes)
