@@ -75,6 +75,22 @@ static inline __attribute__((always_inline)) void tile_R(const int R, const floa
     if (R > 4) { _mm256_storeu_ps(t + 64, c40); _mm256_storeu_ps(t + 72, c41); }
     if (R > 5) { _mm256_storeu_ps(t + 80, c50); _mm256_storeu_ps(t + 88, c51); }
 }
+/* One input row against four consecutive panels (64 outputs): eight FMA chains, enough to keep both
+   FMA pipes busy when the weights sit in cache (a small draft model); tile_R(1) has two. Each
+   output is still one chain down K in order: the same result as tile_R. */
+static inline void tile_1x4(const float *x, const float *p, int64_t K, float *t) {
+    const float *p1 = p + K * 16, *p2 = p1 + K * 16, *p3 = p2 + K * 16;
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+    for (int64_t k = 0; k < K; k++) {
+        __m256 a = _mm256_broadcast_ss(x + k);
+        c0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p + k * 16), c0); c1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p + k * 16 + 8), c1);
+        c2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p1 + k * 16), c2); c3 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p1 + k * 16 + 8), c3);
+        c4 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p2 + k * 16), c4); c5 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p2 + k * 16 + 8), c5);
+        c6 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p3 + k * 16), c6); c7 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p3 + k * 16 + 8), c7);
+    }
+    _mm256_storeu_ps(t, c0); _mm256_storeu_ps(t + 8, c1); _mm256_storeu_ps(t + 16, c2); _mm256_storeu_ps(t + 24, c3);
+    _mm256_storeu_ps(t + 32, c4); _mm256_storeu_ps(t + 40, c5); _mm256_storeu_ps(t + 48, c6); _mm256_storeu_ps(t + 56, c7);
+}
 #else
 static inline void tile_R(const int R, const float *x, int64_t xs, const float *p, int64_t K, float *t) {
     for (int r = 0; r < R; r++) {
@@ -87,7 +103,26 @@ static inline void tile_R(const int R, const float *x, int64_t xs, const float *
         memcpy(t + r * 16, c, sizeof c);
     }
 }
+static inline void tile_1x4(const float *x, const float *p, int64_t K, float *t) {
+    for (int q = 0; q < 4; q++) tile_R(1, x, 0, p + q * K * 16, K, t + q * 16);
+}
 #endif
+
+/* y row (16 outputs from n0, nn of them real) (+)= tile row + bias */
+static inline void put_row(float *restrict yr, const float *restrict tr, const float *restrict b, int64_t n0,
+                           int64_t nn, int acc) {
+    float bias[16] = {0};
+    if (b) for (int64_t j = 0; j < nn; j++) bias[j] = b[n0 + j];
+    if (nn == 16 && acc) {
+        _Pragma("omp simd")
+        for (int j = 0; j < 16; j++) yr[j] += tr[j] + bias[j];
+    } else if (nn == 16) {
+        _Pragma("omp simd")
+        for (int j = 0; j < 16; j++) yr[j] = tr[j] + bias[j];
+    } else {
+        for (int64_t j = 0; j < nn; j++) yr[j] = acc ? yr[j] + (tr[j] + bias[j]) : tr[j] + bias[j];
+    }
+}
 
 /* y[m, n] (+)= W[n, :] . x[m, :] (+ b[n]) for m < M, x rows xs apart, W packed in panels (above).
    Called inside a parallel region: the threads share out the panels; each panel is read from
@@ -95,14 +130,30 @@ static inline void tile_R(const int R, const float *x, int64_t xs, const float *
 static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *restrict P,
                  const float *restrict b, float *restrict y, int64_t N, int64_t K, int acc) {
     int64_t num_panels = (N + 15) / 16;
+    if (M == 1) {  /* one row: four panels at a time */
+        int64_t groups = (num_panels + 3) / 4;
+        _Pragma("omp for schedule(dynamic, 1)")
+        for (int64_t g = 0; g < groups; g++) {
+            int64_t p0 = g * 4, np = num_panels - p0 < 4 ? num_panels - p0 : 4;
+            float t[4 * 16];
+            if (np == 4) tile_1x4(x, P + p0 * K * 16, K, t);
+            else for (int64_t q = 0; q < np; q++) tile_R(1, x, xs, P + (p0 + q) * K * 16, K, t + q * 16);
+            for (int64_t q = 0; q < np; q++) {
+                int64_t n0 = (p0 + q) * 16;
+                put_row(y + n0, t + q * 16, b, n0, N - n0 < 16 ? N - n0 : 16, acc);
+            }
+        }
+        return;
+    }
     _Pragma("omp for schedule(dynamic, 2)")
     for (int64_t pn = 0; pn < num_panels; pn++) {
         const float *p = P + pn * K * 16;
         int64_t n0 = pn * 16, nn = N - n0 < 16 ? N - n0 : 16;
         float t[6 * 16], bias[16] = {0};
         if (b) for (int64_t j = 0; j < nn; j++) bias[j] = b[n0 + j];
-        for (int64_t m = 0; m < M; m += 6) {
-            int64_t R = M - m < 6 ? M - m : 6;
+        int64_t tiles = (M + 5) / 6;  /* rows shared evenly between the tiles: 7 rows are 3 + 4, not 6 + 1 */
+        for (int64_t ti = 0; ti < tiles; ti++) {
+            int64_t m = M * ti / tiles, R = M * (ti + 1) / tiles - m;
             const float *xm = x + m * xs;
             switch (R) {
                 case 1: tile_R(1, xm, xs, p, K, t); break;
