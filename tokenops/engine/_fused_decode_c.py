@@ -108,11 +108,14 @@ static inline void tile_1x4(const float *x, const float *p, int64_t K, float *t)
 }
 #endif
 
-/* y row (16 outputs from n0, nn of them real) (+)= tile row + bias */
-static inline void put_row(float *restrict yr, const float *restrict tr, const float *restrict b, int64_t n0,
-                           int64_t nn, int acc) {
-    float bias[16] = {0};
-    if (b) for (int64_t j = 0; j < nn; j++) bias[j] = b[n0 + j];
+/* the bias of one panel (16 outputs from n0, nn of them real; zeros without a bias) */
+static inline void panel_bias(const float *b, int64_t n0, int64_t nn, float *bias) {
+    for (int j = 0; j < 16; j++) bias[j] = b && j < nn ? b[n0 + j] : 0.f;
+}
+
+/* one row of a panel's output, nn of its 16 real: yr (+)= tr + bias */
+static inline void put_row(float *restrict yr, const float *restrict tr, const float *restrict bias, int64_t nn,
+                           int acc) {
     if (nn == 16 && acc) {
         _Pragma("omp simd")
         for (int j = 0; j < 16; j++) yr[j] += tr[j] + bias[j];
@@ -139,8 +142,10 @@ static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *re
             if (np == 4) tile_1x4(x, P + p0 * K * 16, K, t);
             else for (int64_t q = 0; q < np; q++) tile_R(1, x, xs, P + (p0 + q) * K * 16, K, t + q * 16);
             for (int64_t q = 0; q < np; q++) {
-                int64_t n0 = (p0 + q) * 16;
-                put_row(y + n0, t + q * 16, b, n0, N - n0 < 16 ? N - n0 : 16, acc);
+                int64_t n0 = (p0 + q) * 16, nn = N - n0 < 16 ? N - n0 : 16;
+                float bias[16];
+                panel_bias(b, n0, nn, bias);
+                put_row(y + n0, t + q * 16, bias, nn, acc);
             }
         }
         return;
@@ -149,8 +154,8 @@ static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *re
     for (int64_t pn = 0; pn < num_panels; pn++) {
         const float *p = P + pn * K * 16;
         int64_t n0 = pn * 16, nn = N - n0 < 16 ? N - n0 : 16;
-        float t[6 * 16], bias[16] = {0};
-        if (b) for (int64_t j = 0; j < nn; j++) bias[j] = b[n0 + j];
+        float t[6 * 16], bias[16];
+        panel_bias(b, n0, nn, bias);
         int64_t tiles = (M + 5) / 6;  /* rows shared evenly between the tiles: 7 rows are 3 + 4, not 6 + 1 */
         for (int64_t ti = 0; ti < tiles; ti++) {
             int64_t m = M * ti / tiles, R = M * (ti + 1) / tiles - m;
@@ -163,19 +168,7 @@ static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *re
                 case 5: tile_R(5, xm, xs, p, K, t); break;
                 default: tile_R(6, xm, xs, p, K, t); break;
             }
-            for (int64_t r = 0; r < R; r++) {
-                float *yr = y + (m + r) * N + n0;
-                const float *tr = t + r * 16;
-                if (nn == 16 && acc) {
-                    _Pragma("omp simd")
-                    for (int j = 0; j < 16; j++) yr[j] += tr[j] + bias[j];
-                } else if (nn == 16) {
-                    _Pragma("omp simd")
-                    for (int j = 0; j < 16; j++) yr[j] = tr[j] + bias[j];
-                } else {
-                    for (int64_t j = 0; j < nn; j++) yr[j] = acc ? yr[j] + (tr[j] + bias[j]) : tr[j] + bias[j];
-                }
-            }
+            for (int64_t r = 0; r < R; r++) put_row(y + (m + r) * N + n0, t + r * 16, bias, nn, acc);
         }
     }
 }

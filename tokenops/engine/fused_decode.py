@@ -283,7 +283,9 @@ class FusedDecoder:
         as the fused step) and release their dense weights, unless shared (a tied lm_head): the
         linear weights are then held once. Returns how many layers were attached."""
         num = 0
-        shared = {id(p) for m in model.modules() if not isinstance(m, Linear) for p in m.parameters(recurse=False)}
+        from tokenops.engine.weight_layout import shared_param_ids
+
+        shared = shared_param_ids(model)
         for module in model.modules():
             weight = getattr(module, "weight", None)
             if type(module) is not Linear or weight is None or id(weight) not in self._panels:

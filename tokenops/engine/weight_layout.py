@@ -81,7 +81,7 @@ def pack_linear_weights(model: nn.Module, device: torch.device, dtype: torch.dty
         if layout == "onednn":
             raise ValueError(f"engine weight_layout 'onednn' is unavailable: {why}")
         return "plain"
-    shared = {id(p) for m in model.modules() if not isinstance(m, Linear) for p in m.parameters(recurse=False)}
+    shared = shared_param_ids(model)
     num = 0
     with torch.no_grad():
         for module in model.modules():
@@ -96,6 +96,14 @@ def pack_linear_weights(model: nn.Module, device: torch.device, dtype: torch.dty
                 num += 1
     log.debug("packed %d linear layers for oneDNN", num)
     return "onednn" if num else "plain"
+
+
+def shared_param_ids(model: nn.Module) -> set[int]:
+    """ids of the parameters that modules other than linear layers hold (a lm_head tied to the
+    embeddings): a layer that packs such a weight must keep the dense tensor."""
+    from tokenops.engine.models.layers import Linear
+
+    return {id(p) for m in model.modules() if not isinstance(m, Linear) for p in m.parameters(recurse=False)}
 
 
 def packed_bytes(model: nn.Module) -> int:
