@@ -49,64 +49,83 @@ static inline float dot1(const float *w, const float *x, int64_t K) {
 #endif
 
 /* Linear weights are packed in panels of 16 output features: P[N/16][K][16] (the last panel
-   zero-padded), so one step down K reads 16 consecutive floats. tile_R computes R (1-6) input
-   rows against one panel: R x 2 accumulators of 8 lanes, each input element broadcast once
-   (the register tile of BLIS-style AVX2 kernels). Every output is one FMA chain down K in
-   order, so a row's result does not depend on how many rows share the call. */
+   zero-padded), so one step down K reads 16 consecutive floats (one cache line). tile_RP computes R
+   input rows against P consecutive panels (R * P <= 6): 2RP accumulators of 8 lanes, the register
+   tile of BLIS-style AVX2 kernels. Twelve accumulators are twelve independent FMA chains, enough to
+   cover the FMA latency on both pipes, and a tile of few rows reads several panels at once, so a
+   small step (a decode of one or two sequences, a verify chunk) keeps several memory streams going.
+   Every output is one FMA chain down K in order, so a row's result does not depend on how many
+   rows share the call nor on the tile it lands in. */
 #if defined(__AVX2__) && defined(__FMA__)
-static inline __attribute__((always_inline)) void tile_R(const int R, const float *x, int64_t xs, const float *p,
-                                                         int64_t K, float *t) {
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    const float *x1 = x + xs, *x2 = x + 2 * xs, *x3 = x + 3 * xs, *x4 = x + 4 * xs, *x5 = x + 5 * xs;
+static inline __attribute__((always_inline)) void tile_RP(const int R, const int P, const float *x, int64_t xs,
+                                                          const float *p, int64_t K, float *t) {
+    __m256 c[6][2];
+    _Pragma("GCC unroll 6")
+    for (int i = 0; i < 6; i++) c[i][0] = c[i][1] = _mm256_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
-        __m256 b0 = _mm256_loadu_ps(p + k * 16), b1 = _mm256_loadu_ps(p + k * 16 + 8), a;
-        a = _mm256_broadcast_ss(x + k); c00 = _mm256_fmadd_ps(a, b0, c00); c01 = _mm256_fmadd_ps(a, b1, c01);
-        if (R > 1) { a = _mm256_broadcast_ss(x1 + k); c10 = _mm256_fmadd_ps(a, b0, c10); c11 = _mm256_fmadd_ps(a, b1, c11); }
-        if (R > 2) { a = _mm256_broadcast_ss(x2 + k); c20 = _mm256_fmadd_ps(a, b0, c20); c21 = _mm256_fmadd_ps(a, b1, c21); }
-        if (R > 3) { a = _mm256_broadcast_ss(x3 + k); c30 = _mm256_fmadd_ps(a, b0, c30); c31 = _mm256_fmadd_ps(a, b1, c31); }
-        if (R > 4) { a = _mm256_broadcast_ss(x4 + k); c40 = _mm256_fmadd_ps(a, b0, c40); c41 = _mm256_fmadd_ps(a, b1, c41); }
-        if (R > 5) { a = _mm256_broadcast_ss(x5 + k); c50 = _mm256_fmadd_ps(a, b0, c50); c51 = _mm256_fmadd_ps(a, b1, c51); }
+        /* 2 KiB ahead in the first panel: without it a tile of many rows waits on memory */
+        _mm_prefetch((const char *)(p + k * 16) + 2048, _MM_HINT_T0);
+        if (R == 1) {  /* one broadcast for every panel; the panel loads fold into the FMAs */
+            __m256 a = _mm256_broadcast_ss(x + k);
+            _Pragma("GCC unroll 6")
+            for (int q = 0; q < P; q++) {
+                c[q][0] = _mm256_fmadd_ps(a, _mm256_loadu_ps(p + q * K * 16 + k * 16), c[q][0]);
+                c[q][1] = _mm256_fmadd_ps(a, _mm256_loadu_ps(p + q * K * 16 + k * 16 + 8), c[q][1]);
+            }
+        } else {  /* one panel's line in two registers, each row's element broadcast to meet it */
+            _Pragma("GCC unroll 6")
+            for (int q = 0; q < P; q++) {
+                __m256 b0 = _mm256_loadu_ps(p + q * K * 16 + k * 16), b1 = _mm256_loadu_ps(p + q * K * 16 + k * 16 + 8);
+                _Pragma("GCC unroll 6")
+                for (int r = 0; r < R; r++) {
+                    __m256 a = _mm256_broadcast_ss(x + r * xs + k);
+                    c[r * P + q][0] = _mm256_fmadd_ps(a, b0, c[r * P + q][0]);
+                    c[r * P + q][1] = _mm256_fmadd_ps(a, b1, c[r * P + q][1]);
+                }
+            }
+        }
     }
-    _mm256_storeu_ps(t, c00); _mm256_storeu_ps(t + 8, c01);
-    if (R > 1) { _mm256_storeu_ps(t + 16, c10); _mm256_storeu_ps(t + 24, c11); }
-    if (R > 2) { _mm256_storeu_ps(t + 32, c20); _mm256_storeu_ps(t + 40, c21); }
-    if (R > 3) { _mm256_storeu_ps(t + 48, c30); _mm256_storeu_ps(t + 56, c31); }
-    if (R > 4) { _mm256_storeu_ps(t + 64, c40); _mm256_storeu_ps(t + 72, c41); }
-    if (R > 5) { _mm256_storeu_ps(t + 80, c50); _mm256_storeu_ps(t + 88, c51); }
-}
-/* One input row against four consecutive panels (64 outputs): eight FMA chains, enough to keep both
-   FMA pipes busy when the weights sit in cache (a small draft model); tile_R(1) has two. Each
-   output is still one chain down K in order: the same result as tile_R. */
-static inline void tile_1x4(const float *x, const float *p, int64_t K, float *t) {
-    const float *p1 = p + K * 16, *p2 = p1 + K * 16, *p3 = p2 + K * 16;
-    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
-    for (int64_t k = 0; k < K; k++) {
-        __m256 a = _mm256_broadcast_ss(x + k);
-        c0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p + k * 16), c0); c1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p + k * 16 + 8), c1);
-        c2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p1 + k * 16), c2); c3 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p1 + k * 16 + 8), c3);
-        c4 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p2 + k * 16), c4); c5 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p2 + k * 16 + 8), c5);
-        c6 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p3 + k * 16), c6); c7 = _mm256_fmadd_ps(a, _mm256_loadu_ps(p3 + k * 16 + 8), c7);
+    _Pragma("GCC unroll 6")
+    for (int i = 0; i < R * P; i++) {
+        _mm256_storeu_ps(t + i * 16, c[i][0]);
+        _mm256_storeu_ps(t + i * 16 + 8, c[i][1]);
     }
-    _mm256_storeu_ps(t, c0); _mm256_storeu_ps(t + 8, c1); _mm256_storeu_ps(t + 16, c2); _mm256_storeu_ps(t + 24, c3);
-    _mm256_storeu_ps(t + 32, c4); _mm256_storeu_ps(t + 40, c5); _mm256_storeu_ps(t + 48, c6); _mm256_storeu_ps(t + 56, c7);
 }
 #else
-static inline void tile_R(const int R, const float *x, int64_t xs, const float *p, int64_t K, float *t) {
-    for (int r = 0; r < R; r++) {
-        float c[16] = {0};
-        const float *xr = x + r * xs;
-        for (int64_t k = 0; k < K; k++) {
-            _Pragma("omp simd")
-            for (int j = 0; j < 16; j++) c[j] += xr[k] * p[k * 16 + j];
+static inline void tile_RP(const int R, const int P, const float *x, int64_t xs, const float *p, int64_t K, float *t) {
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < P; q++) {
+            float c[16] = {0};
+            const float *xr = x + r * xs, *pq = p + q * K * 16;
+            for (int64_t k = 0; k < K; k++) {
+                _Pragma("omp simd")
+                for (int j = 0; j < 16; j++) c[j] += xr[k] * pq[k * 16 + j];
+            }
+            memcpy(t + (r * P + q) * 16, c, sizeof c);
         }
-        memcpy(t + r * 16, c, sizeof c);
-    }
-}
-static inline void tile_1x4(const float *x, const float *p, int64_t K, float *t) {
-    for (int q = 0; q < 4; q++) tile_R(1, x, 0, p + q * K * 16, K, t + q * 16);
 }
 #endif
+
+/* t[(r * P + q) * 16 ..] = rows r < R of x against panels q < P from p (R * P <= 6; the shapes
+   gemm uses, each compiled with its registers fixed) */
+static void tile(int64_t R, int64_t P, const float *x, int64_t xs, const float *p, int64_t K, float *t) {
+    switch (R * 8 + P) {
+        case 8 + 1: tile_RP(1, 1, x, xs, p, K, t); break;
+        case 8 + 2: tile_RP(1, 2, x, xs, p, K, t); break;
+        case 8 + 3: tile_RP(1, 3, x, xs, p, K, t); break;
+        case 8 + 4: tile_RP(1, 4, x, xs, p, K, t); break;
+        case 8 + 5: tile_RP(1, 5, x, xs, p, K, t); break;
+        case 8 + 6: tile_RP(1, 6, x, xs, p, K, t); break;
+        case 16 + 1: tile_RP(2, 1, x, xs, p, K, t); break;
+        case 16 + 2: tile_RP(2, 2, x, xs, p, K, t); break;
+        case 16 + 3: tile_RP(2, 3, x, xs, p, K, t); break;
+        case 24 + 1: tile_RP(3, 1, x, xs, p, K, t); break;
+        case 24 + 2: tile_RP(3, 2, x, xs, p, K, t); break;
+        case 32 + 1: tile_RP(4, 1, x, xs, p, K, t); break;
+        case 40 + 1: tile_RP(5, 1, x, xs, p, K, t); break;
+        default: tile_RP(6, 1, x, xs, p, K, t); break;
+    }
+}
 
 /* the bias of one panel (16 outputs from n0, nn of them real; zeros without a bias) */
 static inline void panel_bias(const float *b, int64_t n0, int64_t nn, float *bias) {
@@ -128,47 +147,34 @@ static inline void put_row(float *restrict yr, const float *restrict tr, const f
 }
 
 /* y[m, n] (+)= W[n, :] . x[m, :] (+ b[n]) for m < M, x rows xs apart, W packed in panels (above).
-   Called inside a parallel region: the threads share out the panels; each panel is read from
-   memory once and stays in cache while every input row passes over it, six at a time. */
+   Called inside a parallel region of nt threads: they share out groups of panels; each group is read
+   from memory once and stays in cache while every row tile passes over it. The rows go in tiles of
+   six, the rest (1-5 rows) in one tile, except that 4 rows are two tiles of 2 (a 4-row tile has only
+   eight FMA chains). A tile of R rows takes 6 / R panels at a time, so a group is 6 / R panels for
+   the smallest tile (capped so that every thread gets at least two groups). */
 static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *restrict P,
-                 const float *restrict b, float *restrict y, int64_t N, int64_t K, int acc) {
+                 const float *restrict b, float *restrict y, int64_t N, int64_t K, int acc, int nt) {
     int64_t num_panels = (N + 15) / 16;
-    if (M == 1) {  /* one row: four panels at a time */
-        int64_t groups = (num_panels + 3) / 4;
-        _Pragma("omp for schedule(dynamic, 1)")
-        for (int64_t g = 0; g < groups; g++) {
-            int64_t p0 = g * 4, np = num_panels - p0 < 4 ? num_panels - p0 : 4;
-            float t[4 * 16];
-            if (np == 4) tile_1x4(x, P + p0 * K * 16, K, t);
-            else for (int64_t q = 0; q < np; q++) tile_R(1, x, xs, P + (p0 + q) * K * 16, K, t + q * 16);
-            for (int64_t q = 0; q < np; q++) {
-                int64_t n0 = (p0 + q) * 16, nn = N - n0 < 16 ? N - n0 : 16;
-                float bias[16];
-                panel_bias(b, n0, nn, bias);
-                put_row(y + n0, t + q * 16, bias, nn, acc);
-            }
-        }
-        return;
-    }
-    _Pragma("omp for schedule(dynamic, 2)")
-    for (int64_t pn = 0; pn < num_panels; pn++) {
-        const float *p = P + pn * K * 16;
-        int64_t n0 = pn * 16, nn = N - n0 < 16 ? N - n0 : 16;
+    int64_t rest = M % 6, full = M / 6, last = rest == 4 ? 2 : rest;
+    int64_t tiles = full + (rest == 4 ? 2 : rest > 0), G = 6 / (last ? last : 6);
+    int64_t cap = num_panels / (2 * (nt > 1 ? nt : 1));
+    if (G > cap) G = cap > 1 ? cap : 1;
+    int64_t groups = (num_panels + G - 1) / G;
+    _Pragma("omp for schedule(dynamic, 1)")
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t p0 = g * G, np = num_panels - p0 < G ? num_panels - p0 : G;
         float t[6 * 16], bias[16];
-        panel_bias(b, n0, nn, bias);
-        int64_t tiles = (M + 5) / 6;  /* rows shared evenly between the tiles: 7 rows are 3 + 4, not 6 + 1 */
         for (int64_t ti = 0; ti < tiles; ti++) {
-            int64_t m = M * ti / tiles, R = M * (ti + 1) / tiles - m;
-            const float *xm = x + m * xs;
-            switch (R) {
-                case 1: tile_R(1, xm, xs, p, K, t); break;
-                case 2: tile_R(2, xm, xs, p, K, t); break;
-                case 3: tile_R(3, xm, xs, p, K, t); break;
-                case 4: tile_R(4, xm, xs, p, K, t); break;
-                case 5: tile_R(5, xm, xs, p, K, t); break;
-                default: tile_R(6, xm, xs, p, K, t); break;
+            int64_t R = ti < full ? 6 : last, m = ti < full ? ti * 6 : full * 6 + (ti - full) * last;
+            for (int64_t q0 = 0; q0 < np; q0 += 6 / R) {
+                int64_t nq = np - q0 < 6 / R ? np - q0 : 6 / R;
+                tile(R, nq, x + m * xs, xs, P + (p0 + q0) * K * 16, K, t);
+                for (int64_t q = 0; q < nq; q++) {
+                    int64_t n0 = (p0 + q0 + q) * 16, nn = N - n0 < 16 ? N - n0 : 16;
+                    panel_bias(b, n0, nn, bias);
+                    for (int64_t r = 0; r < R; r++) put_row(y + (m + r) * N + n0, t + (r * nq + q) * 16, bias, nn, acc);
+                }
             }
-            for (int64_t r = 0; r < R; r++) put_row(y + (m + r) * N + n0, t + r * 16, bias, nn, acc);
         }
     }
 }
@@ -177,7 +183,7 @@ static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *re
 int linear_panels(const float *x, int64_t M, const float *P, const float *b, float *y, int64_t N, int64_t K,
                   int nthreads) {
     _Pragma("omp parallel num_threads(nthreads) if(nthreads > 1)")
-    gemm(x, K, M, P, b, y, N, K, 0);
+    gemm(x, K, M, P, b, y, N, K, 0, nthreads);
     return 0;
 }
 
@@ -354,7 +360,7 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
             const tk_layer *ly = layers + l;
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->in_norm, h + m * HD, HD, eps);
-            gemm(h, HD, M, ly->wqkv, ly->bqkv, qkv, QKV, HD, 0);
+            gemm(h, HD, M, ly->wqkv, ly->bqkv, qkv, QKV, HD, 0, nthreads);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) {
                 float *q = qkv + m * QKV, *k = q + H * D, *v = k + KVH * D;
@@ -392,17 +398,17 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
             _Pragma("omp for schedule(static)")
             for (int64_t u = 0; u < M * H; u++)
                 merge(partbuf + (u / H) * S * PS, S, PS, u % H, H, D, att + u * D);
-            gemm(att, H * D, M, ly->wo, ly->bo, x, HD, H * D, 1);
+            gemm(att, H * D, M, ly->wo, ly->bo, x, HD, H * D, 1, nthreads);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->post_norm, h + m * HD, HD, eps);
-            gemm(h, HD, M, ly->wgu, ly->bgu, gu, 2 * I, HD, 0);
+            gemm(h, HD, M, ly->wgu, ly->bgu, gu, 2 * I, HD, 0, nthreads);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) silu_mul(gu + m * 2 * I, I);
-            gemm(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1);
+            gemm(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1, nthreads);
         }
         _Pragma("omp for schedule(static)")
         for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, final_norm, h + m * HD, HD, eps);
-        gemm(h, HD, M, lm_head, NULL, logits, V, HD, 0);
+        gemm(h, HD, M, lm_head, NULL, logits, V, HD, 0, nthreads);
         free(scores);
     }
     free(partbuf);
