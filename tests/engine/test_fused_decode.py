@@ -15,7 +15,7 @@ from tokenops.engine.sampling import SamplingParams
 from tokenops.testing_serve import ServeProcess
 
 needs_lib = pytest.mark.skipif(fused_decode._library() is None, reason="no C compiler: decodes use the PyTorch path")
-DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "qwen3_hd128", "mistral")
+DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "qwen3_hd128", "mistral", "mistral_h12")
 
 
 def _prefill(runner, prompts, tables):
@@ -60,10 +60,13 @@ def test_fused_step_matches_pytorch_forward(arch, tiny_checkpoint, make_runner):
 
 
 @needs_lib
-def test_fused_step_runs_verify_chunks_causally(tiny_checkpoint, make_runner):
+@pytest.mark.parametrize("arch", ["qwen2_sliding", "mistral_h12"])
+def test_fused_step_runs_verify_chunks_causally(arch, tiny_checkpoint, make_runner):
     """Speculative decoding's verify chunks (k + 1 tokens, logits for each) are rows of the fused
-    step; each attends to the chunk's earlier tokens only, as in the PyTorch forward."""
-    runner = make_runner(tiny_checkpoint("qwen2_sliding"), decode_kernel="native", block_size=4, kv_cache_tokens=512,
+    step; each attends to the chunk's earlier tokens only (and within the sliding window), as in
+    the PyTorch forward. mistral_h12 has 12 heads on 3 KV heads (heads scored 8 to a vector plus 4
+    alone; a chunk's value pass takes 3 + 1 heads per KV head)."""
+    runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=512,
                          weight_layout="plain")
     prompts, tables = [list(range(3, 40)), list(range(50, 61))], [list(range(0, 12)), list(range(20, 26))]
     _prefill(runner, prompts, tables)

@@ -66,6 +66,9 @@ def hf_config(arch: str):
         return tf.Qwen3Config(**c, head_dim=128)
     if arch == "mistral":
         return tf.MistralConfig(**c, sliding_window=6)
+    if arch == "mistral_h12":  # 12 heads of 8 on 3 KV heads: the fused step scores 8 heads per vector + 4 alone
+        return tf.MistralConfig(**{**c, "hidden_size": 96, "num_attention_heads": 12, "num_key_value_heads": 3},
+                                head_dim=8, sliding_window=6)
     if arch == "mixtral":
         return tf.MixtralConfig(**c, num_local_experts=4, num_experts_per_tok=2)
     if arch == "qwen2_moe":  # layer 1 dense via mlp_only_layers; shared expert
@@ -81,7 +84,7 @@ def hf_model_class(arch: str):
 
     return {
         "llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen2_sliding": tf.Qwen2ForCausalLM,
-        "qwen3": tf.Qwen3ForCausalLM, "qwen3_hd128": tf.Qwen3ForCausalLM, "mistral": tf.MistralForCausalLM, "mixtral": tf.MixtralForCausalLM,
+        "qwen3": tf.Qwen3ForCausalLM, "qwen3_hd128": tf.Qwen3ForCausalLM, "mistral": tf.MistralForCausalLM, "mistral_h12": tf.MistralForCausalLM, "mixtral": tf.MixtralForCausalLM,
         "qwen2_moe": tf.Qwen2MoeForCausalLM, "qwen3_moe": tf.Qwen3MoeForCausalLM,
     }[arch]  # fmt: skip
 

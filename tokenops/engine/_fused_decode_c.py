@@ -268,38 +268,165 @@ static inline void silu_mul(float *row, int64_t I) {
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* scale * q_h . k_(h/G) for the 8 query heads h0..h0+7 of one row, k the cache row of one position
+   (all KV heads), D a multiple of 8: eight dot products side by side, their lanes summed by one
+   transpose-and-add (lane j holds head h0 + j) */
+static inline __m256 dot8(const float *q, const float *k, int64_t h0, int64_t G, int64_t D, float scale) {
+    __m256 a[8];
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < 8; j++) {
+        const float *qh = q + (h0 + j) * D, *kh = k + ((h0 + j) / G) * D;
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_loadu_ps(kh));
+        for (int64_t d = 8; d < D; d += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kh + d), s);
+        a[j] = s;
+    }
+    __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    return _mm256_mul_ps(s, _mm256_set1_ps(scale));
+}
+#define TK_VEC 8
+#else
+#define TK_VEC 0
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* out[h][0..8ND) = sum over positions a + i, i in [i0, i1), of w[i * ws + h] * v(p)[0..8ND) for the NH
+   heads h < NH that share one KV head; v(p) is that head's slice of the cache row of position p
+   (vs floats per cache row, found through the block table). The NH x ND accumulators stay in
+   registers down the whole stretch, each position's slice is loaded once for all NH heads. */
+static inline __attribute__((always_inline)) void value_tile(const int NH, const int ND, const float *w, int64_t ws,
+        const float *v, int64_t vs, const int64_t *tab, int64_t BS, int64_t a, int64_t i0, int64_t i1, float *out,
+        int64_t os) {
+    __m256 c[3][4];
+    _Pragma("GCC unroll 3")
+    for (int h = 0; h < 3; h++) c[h][0] = c[h][1] = c[h][2] = c[h][3] = _mm256_setzero_ps();
+    for (int64_t i = i0; i < i1;) {
+        int64_t p = a + i, blk = tab[p / BS], off = p % BS, cnt = BS - off < i1 - i ? BS - off : i1 - i;
+        if (blk >= 0) {
+            const float *row = v + (blk * BS + off) * vs;
+            for (int64_t t = 0; t < cnt; t++, row += vs) {
+                const float *wi = w + (i + t) * ws;
+                _Pragma("GCC unroll 4")
+                for (int d = 0; d < ND; d++) {
+                    __m256 x = _mm256_loadu_ps(row + d * 8);
+                    _Pragma("GCC unroll 3")
+                    for (int h = 0; h < NH; h++) c[h][d] = _mm256_fmadd_ps(_mm256_broadcast_ss(wi + h), x, c[h][d]);
+                }
+            }
+        }
+        i += cnt;
+    }
+    _Pragma("GCC unroll 3")
+    for (int h = 0; h < NH; h++) {
+        _Pragma("GCC unroll 4")
+        for (int d = 0; d < ND; d++) _mm256_storeu_ps(out + h * os + d * 8, c[h][d]);
+    }
+}
+static void value_pass(int shape, const float *w, int64_t ws, const float *v, int64_t vs, const int64_t *tab, int64_t BS,
+                       int64_t a, int64_t i0, int64_t i1, float *out, int64_t os) {
+    switch (shape) {
+        case 8 + 1: value_tile(1, 1, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 8 + 2: value_tile(1, 2, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 8 + 3: value_tile(1, 3, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 8 + 4: value_tile(1, 4, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 16 + 1: value_tile(2, 1, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 16 + 2: value_tile(2, 2, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 16 + 3: value_tile(2, 3, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 16 + 4: value_tile(2, 4, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 24 + 1: value_tile(3, 1, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 24 + 2: value_tile(3, 2, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        case 24 + 3: value_tile(3, 3, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        default: value_tile(3, 4, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+    }
+}
+#endif
+
 /* Split-KV attention for R consecutive rows of one sequence (a decode is one row; a verify or
    catch-up chunk several, at consecutive positions): their R x H query heads over positions
    [a, b), a stretch of the union of their windows. Every K row (all KV heads, contiguous in the
    cache) is read once, in order, for all R rows, then every V row: each thread streams its own
    stretch of the cache once. Row r sees positions in [lo[r], ctx[r]) (causal, sliding window).
-   Writes each row's part (parts + r * pstride): per-head max and exp-sum (part[0..H),
-   part[H..2H)) and its unnormalised output (part + 2H, [H, D]); merge() combines the parts. */
+   Scores are kept per row as [position][head], so eight heads are scored, maxed and exponentiated
+   in one vector. Writes each row's part (parts + r * pstride): per-head max and exp-sum
+   (part[0..H), part[H..2H)) and its unnormalised output (part + 2H, [H, D]); merge() combines the
+   parts. */
 static void attend_part(const float *q, int64_t qs, int64_t R, const int64_t *lo, const int64_t *ctx,
                         const float *kc, const float *vc, const int64_t *tab, int64_t a, int64_t b,
                         float *parts, int64_t pstride, float *scores, int64_t H, int64_t KVH, int64_t D,
                         int64_t BS, float scale) {
-    int64_t n = b - a, G = H / KVH;
+    int64_t n = b - a, G = H / KVH, H8 = (TK_VEC && D % 8 == 0) ? H / 8 * 8 : 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = a + i, blk = tab[p / BS];
         const float *row = blk < 0 ? NULL : kc + (blk * BS + p % BS) * KVH * D;
         for (int64_t r = 0; r < R; r++) {
-            float *sr = scores + r * H * n;
-            if (!row || p >= ctx[r] || p < lo[r]) { for (int64_t h = 0; h < H; h++) sr[h * n + i] = -INFINITY; continue; }
-            for (int64_t h = 0; h < H; h++) sr[h * n + i] = dot1(q + r * qs + h * D, row + (h / G) * D, D) * scale;
+            float *si = scores + (r * n + i) * H;
+            const float *qr = q + r * qs;
+            if (!row || p >= ctx[r] || p < lo[r]) { for (int64_t h = 0; h < H; h++) si[h] = -INFINITY; continue; }
+            int64_t h = 0;
+#if TK_VEC
+            for (; h < H8; h += 8) _mm256_storeu_ps(si + h, dot8(qr, row, h, G, D, scale));
+#endif
+            for (; h < H; h++) si[h] = dot1(qr + h * D, row + (h / G) * D, D) * scale;
         }
     }
     for (int64_t r = 0; r < R; r++) {
-        float *part = parts + r * pstride, *mx = part, *sum = part + H;
-        for (int64_t h = 0; h < H; h++) {
-            float *sh = scores + (r * H + h) * n, m = -INFINITY;
-            for (int64_t i = 0; i < n; i++) m = sh[i] > m ? sh[i] : m;
-            mx[h] = m;
-            sum[h] = m == -INFINITY ? 0.f : exp_shift_sum(sh, n, m);
-            if (m == -INFINITY) for (int64_t i = 0; i < n; i++) sh[i] = 0.f;
-        }
+        float *part = parts + r * pstride, *mx = part, *sum = part + H, *sr = scores + r * n * H;
         memset(part + 2 * H, 0, sizeof(float) * H * D);
+        /* masking is per position, the same for every head: a row sees all or none of its heads */
+        int64_t seen = 0;
+        for (int64_t i = 0; i < n && !seen; i++) seen = sr[i * H] != -INFINITY;
+        if (!seen) {
+            for (int64_t h = 0; h < H; h++) { mx[h] = -INFINITY; sum[h] = 0.f; }
+            for (int64_t i = 0; i < n * H; i++) sr[i] = 0.f;
+            continue;
+        }
+        int64_t h = 0;
+#if TK_VEC
+        for (; h < H8; h += 8) {
+            __m256 m8 = _mm256_set1_ps(-INFINITY), s8 = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n; i++) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sr + i * H + h));
+            for (int64_t i = 0; i < n; i++) {
+                __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sr + i * H + h), m8));
+                _mm256_storeu_ps(sr + i * H + h, e);
+                s8 = _mm256_add_ps(s8, e);
+            }
+            _mm256_storeu_ps(mx + h, m8);
+            _mm256_storeu_ps(sum + h, s8);
+        }
+#endif
+        for (; h < H; h++) {
+            float m = -INFINITY, s = 0.f;
+            for (int64_t i = 0; i < n; i++) m = sr[i * H + h] > m ? sr[i * H + h] : m;
+            for (int64_t i = 0; i < n; i++) {
+                float e = sr[i * H + h] == -INFINITY ? 0.f : expf(sr[i * H + h] - m);
+                sr[i * H + h] = e;
+                s += e;
+            }
+            mx[h] = m;
+            sum[h] = s;
+        }
     }
+#if TK_VEC
+    /* rows of one chunk: per row, the stretch of V read once per KV head (from cache after the first
+       row), the outputs in registers. A lone decode row keeps the position-major pass below, which
+       streams each V row once: per KV head passes were slower on 48 single-row sequences. */
+    if (D % 8 == 0 && R > 1) {
+        for (int64_t r = 0; r < R; r++) {
+            int64_t i0 = (lo[r] > a ? lo[r] : a) - a, i1 = (ctx[r] < b ? ctx[r] : b) - a;
+            float *acc = parts + r * pstride + 2 * H;
+            for (int64_t j = 0; j < KVH; j++)
+                for (int64_t g = 0; g < G; g += 3)
+                    for (int64_t d = 0; d < D; d += 32) {
+                        int64_t nh = G - g < 3 ? G - g : 3, nd = (D - d) / 8 < 4 ? (D - d) / 8 : 4;
+                        value_pass(nh * 8 + nd, scores + r * n * H + j * G + g, H, vc + j * D + d, KVH * D, tab, BS,
+                                   a, i0, i1, acc + (j * G + g) * D + d, D);
+                    }
+        }
+        return;
+    }
+#endif
     for (int64_t i = 0; i < n; i++) {
         int64_t p = a + i, blk = tab[p / BS];
         if (blk < 0) continue;
@@ -307,8 +434,8 @@ static void attend_part(const float *q, int64_t qs, int64_t R, const int64_t *lo
         for (int64_t r = 0; r < R; r++) {
             if (p >= ctx[r] || p < lo[r]) continue;
             float *acc = parts + r * pstride + 2 * H;
-            const float *sr = scores + r * H * n;
-            for (int64_t h = 0; h < H; h++) axpy(acc + h * D, sr[h * n + i], row + (h / G) * D, D);
+            const float *si = scores + (r * n + i) * H;
+            for (int64_t h = 0; h < H; h++) axpy(acc + h * D, si[h], row + (h / G) * D, D);
         }
     }
 }
