@@ -163,6 +163,60 @@ def test_panels_layout_holds_the_linear_weights_once(tiny_checkpoint, make_runne
         EngineConfig(model=str(tiny_checkpoint("llama")), weight_layout="blocked")
 
 
+def _draft_token_by_token(decoder, chunks, want, min_confidence):
+    """What the draft proposer did before drafting went native: one fused call per token,
+    argmax of each chunk's last row fed back, a stop under ``min_confidence``."""
+    tokens, steps, live = [[] for _ in chunks], [0] * len(chunks), list(range(len(chunks)))
+    cur = list(chunks)
+    while live:
+        logits = decoder([cur[i] for i in live])
+        ends = torch.tensor([len(cur[i].token_ids) for i in live]).cumsum(0) - 1
+        rows = logits[ends] if logits.shape[0] != len(live) else logits
+        still = []
+        for row, i in zip(rows, live):
+            steps[i] += 1
+            best = int(row.argmax())
+            if min_confidence and float(row.softmax(-1)[best]) < min_confidence:
+                continue
+            tokens[i].append(best)
+            if len(tokens[i]) < want[i]:
+                cur[i] = ChunkInput([best], cur[i].end_pos, cur[i].block_table)
+                still.append(i)
+        live = still
+    return tokens, steps
+
+
+@needs_lib
+def test_greedy_drafting_in_one_call_matches_token_by_token(tiny_checkpoint, make_runner):
+    """A draft model's proposals in one native call (speculative decoding's draft steps) are the
+    tokens, and the steps, of one fused call per token: chunks of 1-3 tokens (a catch-up after an
+    accepted round), each with its own count, across block boundaries, with and without the
+    confidence stop."""
+    runner = make_runner(tiny_checkpoint("qwen2_sliding"), decode_kernel="native", block_size=4, kv_cache_tokens=512)
+    decoder = runner.fused_decode
+    prompts = [list(range(3, 40)), list(range(50, 61)), list(range(70, 79))]
+    tables = [list(range(0, 12)), list(range(20, 26)), list(range(30, 36))]
+    _prefill(runner, prompts, tables)
+    chunks = [ChunkInput([7, 8], 37, tables[0]), ChunkInput([11], 11, tables[1]), ChunkInput([12, 13, 14], 9, tables[2])]
+    want = [6, 1, 4]
+    drafted, steps = decoder.draft_greedy(chunks, want)
+    assert [len(t) for t in drafted] == want and steps == want
+    assert (drafted, steps) == _draft_token_by_token(decoder, chunks, want, 0.0)
+    # a confidence bar between the probabilities of the drafted tokens stops some chunks early
+    probs = []
+    for chunk, toks in zip(chunks, drafted):
+        seq = chunk.token_ids + toks
+        logits = runner.execute([ChunkInput(seq[:-1], chunk.start_pos, chunk.block_table, num_logits=len(toks))])
+        probs += [float(p) for p in logits.softmax(-1).gather(1, torch.tensor(toks)[:, None]).flatten()]
+    bar = sorted(probs)[len(probs) // 2]
+    bar = (bar + max(p for p in probs if p < bar)) / 2
+    stopped, stopped_steps = decoder.draft_greedy(chunks, want, bar)
+    assert (stopped, stopped_steps) == _draft_token_by_token(decoder, chunks, want, bar)
+    assert sum(map(len, stopped)) < sum(want) and stopped_steps != steps
+    with pytest.raises(ValueError, match="cannot hold"):
+        decoder.draft_greedy([ChunkInput([11], 11, tables[1][:3])], [3])
+
+
 @needs_lib
 def test_fused_step_skips_evicted_blocks(tiny_llama_dir, make_runner):
     runner = make_runner(tiny_llama_dir, decode_kernel="native", block_size=4, kv_cache_tokens=512)

@@ -541,4 +541,68 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
     free(partbuf);
     return failed ? -1 : 0;
 }
+
+/* Greedy drafting in one call: fused steps, each feeding every chunk's argmax back as its next
+   token (a draft model proposing for speculative decoding, without a return to Python per token).
+   meta is the first step's (above): nchunks chunks of consecutive rows, their table width MB
+   covering every position they will write. Chunk c drafts want[c] tokens, or stops at one whose
+   probability is under min_conf (0: never). Writes the tokens to out[c * kmax ..], their number
+   to count[c] and the steps chunk c ran to steps[c]; step j > 0 computed position
+   (first step's last position) + j. logits: [M, V] scratch of the first step's M rows. */
+int fused_draft_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale, const float *embed,
+                    const float *final_norm, const float *lm_head, const float *cos_tab, const float *sin_tab,
+                    float *logits, float *work, int nthreads, int64_t nchunks, const int64_t *want, int64_t kmax,
+                    float min_conf, int64_t *out, int64_t *count, int64_t *steps) {
+    int64_t M = meta[0], V = meta[6], BS = meta[7], MB = meta[8];
+    const int64_t *glen = meta + 11 + 4 * M, *tables = glen + M;
+    int64_t *row = (int64_t *)malloc(sizeof(int64_t) * (size_t)(4 * nchunks));
+    int64_t *next = (int64_t *)malloc(sizeof(int64_t) * (size_t)(11 + nchunks * (5 + MB)));
+    if (!row || !next) { free(row); free(next); return -1; }
+    int64_t *pos = row + nchunks, *live = pos + nchunks, *lead = live + nchunks;  /* lead: first-step row */
+    for (int64_t m = 0, c = 0; m < M; m++)
+        if (glen[m] > 0) { lead[c] = m; row[c] = m + glen[m] - 1; pos[c] = meta[11 + 3 * M + row[c]]; live[c] = 1; c++; }
+    for (int64_t c = 0; c < nchunks; c++) count[c] = steps[c] = 0;
+    const int64_t *cur = meta;
+    int rc = 0;
+    for (;;) {
+        if ((rc = fused_decode_f32(layers, cur, eps, scale, embed, final_norm, lm_head, cos_tab, sin_tab, logits,
+                                   work, nthreads)) != 0) break;
+        int64_t n = 0, max_len = 0;
+        for (int64_t c = 0; c < nchunks; c++) {
+            if (!live[c]) continue;
+            float *lg = logits + row[c] * V;
+            int64_t best = 0;
+            for (int64_t v = 1; v < V; v++) best = lg[v] > lg[best] ? v : best;
+            steps[c]++;
+            /* p(best) = 1 / sum_v e^(l_v - l_best) (the row is scratch: exponentiated in place) */
+            if (min_conf > 0.f && 1.f / exp_shift_sum(lg, V, lg[best]) < min_conf) { live[c] = 0; continue; }
+            out[c * kmax + count[c]++] = best;
+            if (count[c] >= want[c]) { live[c] = 0; continue; }
+            pos[c]++;
+            row[c] = n;
+            const int64_t *tab = tables + lead[c] * MB;
+            next[11 + n] = best;                                                  /* token */
+            next[11 + nchunks + n] = tab[pos[c] / BS] * BS + pos[c] % BS;         /* slot */
+            next[11 + 2 * nchunks + n] = pos[c] + 1;                              /* context */
+            next[11 + 3 * nchunks + n] = pos[c];                                  /* position */
+            next[11 + 4 * nchunks + n] = 1;                                       /* one row */
+            memcpy(next + 11 + 5 * nchunks + n * MB, tab, sizeof(int64_t) * (size_t)MB);
+            max_len = pos[c] + 1 > max_len ? pos[c] + 1 : max_len;
+            n++;
+        }
+        if (n == 0) break;
+        /* the row arrays were laid out for nchunks rows: close them up to n */
+        if (n < nchunks) {
+            for (int a = 1; a < 5; a++) memmove(next + 11 + a * n, next + 11 + a * nchunks, sizeof(int64_t) * (size_t)n);
+            memmove(next + 11 + 5 * n, next + 11 + 5 * nchunks, sizeof(int64_t) * (size_t)(n * MB));
+        }
+        memcpy(next, meta, sizeof(int64_t) * 11);
+        next[0] = n;
+        next[10] = max_len;
+        cur = next;
+    }
+    free(row);
+    free(next);
+    return rc;
+}
 """

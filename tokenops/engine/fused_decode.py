@@ -99,6 +99,8 @@ def _library() -> ctypes.CDLL | None:
                 i64 = ctypes.c_int64
                 lib.linear_panels.argtypes = [p, i64, p, p, p, i64, i64, ctypes.c_int]
                 lib.linear_panels.restype = ctypes.c_int
+                lib.fused_draft_f32.argtypes = [*lib.fused_decode_f32.argtypes, i64, p, i64, ctypes.c_float, p, p, p]
+                lib.fused_draft_f32.restype = ctypes.c_int
                 _lib = lib
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 log.warning("fused decode step unavailable, decodes use the PyTorch path: %s", e)
@@ -215,6 +217,7 @@ class FusedDecoder:
         if lib is None:
             raise RuntimeError("the fused decode library could not be built (see the log)")
         self._fn = lib.fused_decode_f32
+        self._draft_fn = lib.fused_draft_f32
         self.model = model
         args = model.args
         self.args = args
@@ -323,14 +326,14 @@ class FusedDecoder:
             total += len(c.token_ids)
         return total <= self.max_rows
 
-    @torch.inference_mode()
-    def __call__(self, chunks: list[ChunkInput]) -> torch.Tensor:
-        """float32 logits of the last ``num_logits`` tokens of each chunk, in order (as
-        :meth:`ModelRunner.execute` returns them)."""
+    def _meta(self, chunks: list[ChunkInput], ahead: list[int] | None = None) -> tuple[torch.Tensor, int]:
+        """The native step's int64 description of ``chunks`` (layout in the C source) and its row
+        count; ``ahead[i]`` more positions of chunk i are made addressable (drafting past it)."""
         bs = self.block_size
-        for c in chunks:
-            if c.end_pos > len(c.block_table) * bs:
-                raise ValueError(f"block table of {len(c.block_table)} blocks cannot hold {c.end_pos} tokens "
+        ahead = ahead or [0] * len(chunks)
+        for c, a in zip(chunks, ahead):
+            if c.end_pos + a > len(c.block_table) * bs:
+                raise ValueError(f"block table of {len(c.block_table)} blocks cannot hold {c.end_pos + a} tokens "
                                  f"(block_size {bs})")
         tokens = [t for c in chunks for t in c.token_ids]
         positions = [c.start_pos + j for c in chunks for j in range(len(c.token_ids))]
@@ -338,8 +341,8 @@ class FusedDecoder:
         rows = len(tokens)
         lens = [p + 1 for p in positions]
         max_len = max(lens)
-        width = (max_len + bs - 1) // bs
-        self._rope_tables(max(positions))
+        width = (max(c.end_pos + a for c, a in zip(chunks, ahead)) + bs - 1) // bs
+        self._rope_tables(max(c.end_pos - 1 + a for c, a in zip(chunks, ahead)))
         meta = [rows, *self._dims, width, self.args.num_layers, max_len]
         meta += tokens
         meta += [c.block_table[p // bs] * bs + p % bs for c, p in zip(owners, positions)]
@@ -350,14 +353,22 @@ class FusedDecoder:
         for c in owners:
             meta += c.block_table[:width]
             meta += [0] * (width - min(len(c.block_table), width))
-        meta_t = torch.tensor(meta, dtype=torch.long)
         if self._work.numel() < rows * self._work_per_row:
             self._work = torch.empty(rows * self._work_per_row)
+        return torch.tensor(meta, dtype=torch.long), rows
+
+    def _args(self, meta: torch.Tensor, logits: torch.Tensor) -> tuple:
+        return (ctypes.addressof(self._layers), meta.data_ptr(), self.eps, self.scale, self._embed, self._final_norm,
+                self._lm_head, self._cos.data_ptr(), self._sin.data_ptr(), logits.data_ptr(), self._work.data_ptr(),
+                torch.get_num_threads())
+
+    @torch.inference_mode()
+    def __call__(self, chunks: list[ChunkInput]) -> torch.Tensor:
+        """float32 logits of the last ``num_logits`` tokens of each chunk, in order (as
+        :meth:`ModelRunner.execute` returns them)."""
+        meta, rows = self._meta(chunks)
         logits = torch.empty(rows, self.args.vocab_size, dtype=torch.float32)
-        rc = self._fn(ctypes.addressof(self._layers), meta_t.data_ptr(), self.eps, self.scale, self._embed,
-                      self._final_norm, self._lm_head, self._cos.data_ptr(), self._sin.data_ptr(), logits.data_ptr(),
-                      self._work.data_ptr(), torch.get_num_threads())
-        if rc != 0:
+        if self._fn(*self._args(meta, logits)) != 0:
             raise MemoryError("fused decode step could not allocate its buffers")
         if rows == len(chunks) or all(c.num_logits == len(c.token_ids) for c in chunks):
             return logits
@@ -366,6 +377,30 @@ class FusedDecoder:
             at += len(c.token_ids)
             keep.extend(range(at - c.num_logits, at))
         return logits[keep]
+
+    @torch.inference_mode()
+    def draft_greedy(self, chunks: list[ChunkInput], num_tokens: list[int],
+                     min_confidence: float = 0.0) -> tuple[list[list[int]], list[int]]:
+        """Greedy proposals of a draft model in one native call: each chunk's argmax is fed back
+        as its next token until it has ``num_tokens`` of them (each >= 1), or stops at a token of
+        probability under ``min_confidence``. The same steps and argmax as calling this decoder
+        once per token. Returns the tokens per chunk and the steps each ran (step ``j > 0`` wrote
+        the K/V of position ``end_pos - 1 + j``)."""
+        assert len(chunks) == len(num_tokens) and all(k >= 1 for k in num_tokens), num_tokens
+        kmax = max(num_tokens)
+        meta, rows = self._meta(chunks, ahead=[k - 1 for k in num_tokens])
+        logits = torch.empty(rows, self.args.vocab_size, dtype=torch.float32)
+        n = len(chunks)
+        out = torch.zeros(n * kmax, dtype=torch.long)
+        counts = torch.zeros(n, dtype=torch.long)
+        steps = torch.zeros(n, dtype=torch.long)
+        want = torch.tensor(num_tokens, dtype=torch.long)
+        rc = self._draft_fn(*self._args(meta, logits), n, want.data_ptr(), kmax, float(min_confidence),
+                            out.data_ptr(), counts.data_ptr(), steps.data_ptr())
+        if rc != 0:
+            raise MemoryError("fused draft steps could not allocate their buffers")
+        flat, counts_l = out.tolist(), counts.tolist()
+        return [flat[i * kmax:i * kmax + counts_l[i]] for i in range(n)], steps.tolist()
 
 
 def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_size: int, device: torch.device,

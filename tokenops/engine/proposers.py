@@ -119,12 +119,23 @@ class DraftModelProposer:
         proposals = [Proposal([], [] if not s.params.is_greedy else None) for s in seqs]
         states = [self._state(s) for s in seqs]
         active = [i for i, k in enumerate(num_tokens) if k > 0 and len(seqs[i].token_ids) <= self.runner.max_model_len - k]
+        fused = getattr(self.runner, "fused_decode", None)
+        greedy = all(s.params.is_greedy for s in seqs)
         while active:
             chunks = []
             for i in active:
                 seq, state, proposal = seqs[i], states[i], proposals[i]
                 tokens = seq.token_ids + proposal.token_ids
                 chunks.append(ChunkInput(tokens[state.num_computed:], state.num_computed, seq.block_table))
+            if greedy and fused is not None and fused.accepts(chunks):
+                # the remaining steps in one native call: no return to Python per drafted token
+                left = [num_tokens[i] - len(proposals[i].token_ids) for i in active]
+                drafted, steps = fused.draft_greedy(chunks, left, self.min_confidence)
+                self.runner.num_fused_steps += max(steps)
+                for row, i in enumerate(active):
+                    proposals[i].token_ids.extend(drafted[row])
+                    states[i].num_computed = chunks[row].end_pos + steps[row] - 1
+                break
             logits = self.runner.execute(chunks)
             picked = self._pick(logits, [seqs[i] for i in active])
             confident = self._confident(logits, picked)
