@@ -111,32 +111,37 @@ def test_large_decode_batches_and_verify_chunks_in_one_fused_step(arch, tiny_che
 
 @needs_lib
 @pytest.mark.parametrize("bias", [False, True])
-def test_panel_products_match_a_matmul_at_every_shape(bias):
-    """The C products over 16-wide panels: every tile height (1-6 rows and more), output widths
-    that leave a partial last panel, odd input widths, with and without a bias."""
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_panel_products_match_a_matmul_at_every_shape(bias, dtype):
+    """The C products over 16-wide panels: every tile shape (1-8 rows and more; 4 rows run as two
+    tiles of 2), output widths that leave a partial last panel, odd input widths, with and without
+    a bias; bfloat16 panels give the product with the weights rounded to bfloat16."""
     g = torch.Generator().manual_seed(2)
-    for n, k in ((1, 1), (15, 7), (16, 64), (17, 33), (40, 100), (96, 3)):
+    for n, k in ((1, 1), (15, 7), (16, 64), (17, 33), (40, 100), (96, 3), (200, 24)):
         weight = torch.randn(n, k, generator=g)
         b = torch.randn(n, generator=g) if bias else None
-        arena = torch.empty(fused_decode._panelled_size(weight))
+        arena = torch.empty(fused_decode._panelled_size(weight), dtype=fused_decode.PANEL_DTYPES[dtype])
         fused_decode._pack_panels(weight, arena)
-        panel = fused_decode.PanelWeight(_ArenaOwner(arena), arena.data_ptr(), n, k)
-        for m in (1, 2, 3, 5, 6, 7, 13):
+        panel = fused_decode.PanelWeight(_ArenaOwner(arena, dtype), arena.data_ptr(), n, k)
+        reference = weight.to(arena.dtype).float()
+        if dtype == "bfloat16":
+            assert not torch.equal(reference, weight)
+        for m in (1, 2, 3, 4, 5, 6, 7, 8, 13):
             x = torch.randn(2, m, k, generator=g)  # any leading shape
             got = panel(x, b)
             assert got.shape == (2, m, n)
-            torch.testing.assert_close(got, torch.nn.functional.linear(x, weight, b), atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(got, torch.nn.functional.linear(x, reference, b), atol=1e-4, rtol=1e-4)
             # a row's result does not depend on the rows beside it
             torch.testing.assert_close(panel(x[:, :1], b), got[:, :1], atol=0, rtol=0)
-    assert panel(torch.empty(0, 3), None).shape == (0, 96)
+    assert panel(torch.empty(0, 24), None).shape == (0, 200)
 
 
 class _ArenaOwner:
     """Stands in for a FusedDecoder: keeps the arena alive and exposes the library's product."""
 
-    def __init__(self, arena):
+    def __init__(self, arena, dtype="float32"):
         self.arena = arena
-        self._linear_fn = fused_decode._library().linear_panels
+        self._linear_fn = fused_decode._library(dtype).linear_panels
 
 
 @needs_lib
@@ -161,6 +166,33 @@ def test_panels_layout_holds_the_linear_weights_once(tiny_checkpoint, make_runne
         make_runner(tiny_checkpoint("llama"), decode_kernel="torch", weight_layout="panels")
     with pytest.raises(ValueError, match="weight_layout must be 'auto', 'panels', 'onednn' or 'plain'"):
         EngineConfig(model=str(tiny_checkpoint("llama")), weight_layout="blocked")
+
+
+@needs_lib
+def test_bfloat16_panels_run_the_model_with_rounded_weights(tiny_checkpoint, make_runner):
+    """panel_dtype = "bfloat16": the fused step (decodes and a verify chunk) and, under "auto", the
+    prefill's linear layers compute the model whose linear weights are rounded to bfloat16."""
+    path = tiny_checkpoint("qwen3")
+    runner = make_runner(path, decode_kernel="native", panel_dtype="bfloat16", block_size=4, kv_cache_tokens=512,
+                         weight_layout="plain")
+    assert runner.fused_decode.panel_dtype == "bfloat16" and runner.fused_decode.arena.dtype == torch.bfloat16
+    with torch.no_grad():  # the PyTorch forward's (plain) weights rounded the same way: the reference
+        for m in runner._raw_model.modules():
+            if type(m).__name__ == "Linear":
+                m.weight.copy_(m.weight.to(torch.bfloat16).float())
+    prompts, tables = [list(range(3, 40)), list(range(50, 61))], [list(range(0, 12)), list(range(20, 26))]
+    _prefill(runner, prompts, tables)
+    chunks = [ChunkInput([7, 8, 9, 10], 37, tables[0], num_logits=4), ChunkInput([11], 11, tables[1])]
+    fused, reference = _decode_both(runner, chunks)
+    torch.testing.assert_close(fused, reference, atol=2e-4, rtol=1e-4)
+    auto = make_runner(path, panel_dtype="bfloat16", block_size=4, kv_cache_tokens=512)
+    assert auto.weight_layout == "panels"
+    prompt = [ChunkInput(list(range(5, 45)), 0, list(range(0, 11)))]
+    torch.testing.assert_close(auto.execute(prompt), runner.execute(prompt), atol=2e-4, rtol=1e-4)
+    fp32 = make_runner(path, block_size=4, kv_cache_tokens=512)
+    assert not torch.allclose(fp32.execute(prompt), auto.execute(prompt), atol=1e-4)
+    with pytest.raises(ValueError, match="engine panel_dtype must be 'float32' or 'bfloat16', not 'float16'"):
+        EngineConfig(model=str(path), panel_dtype="float16")
 
 
 def _draft_token_by_token(decoder, chunks, want, min_confidence):

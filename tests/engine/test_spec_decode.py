@@ -68,8 +68,21 @@ def test_greedy_output_identical_with_batching_and_chunked_prefill(tiny_llama_di
     bm.check_invariants([])
 
 
-def test_identical_draft_accepts_everything_and_keeps_max_k(tiny_llama_dir):
-    engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(tiny_llama_dir), num_speculative_tokens=3)
+@pytest.mark.parametrize("draft_panel_dtype", ["float32", "bfloat16"])
+def test_identical_draft_accepts_everything_and_keeps_max_k(tiny_llama_dir, draft_panel_dtype):
+    # the target as its own draft; with bfloat16 draft weights (the default) the proposals are the
+    # rounded model's: the outputs stay the target's, and most proposals are accepted (this random
+    # tiny model's logits are close together, so rounding flips more of its argmaxes than a trained
+    # model's)
+    engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(tiny_llama_dir), num_speculative_tokens=3,
+                     draft_panel_dtype=draft_panel_dtype)
+    if draft_panel_dtype == "bfloat16":
+        assert engine.spec_decoder.proposer.runner.fused_decode.panel_dtype == "bfloat16"
+        base = _greedy(_engine(tiny_llama_dir, max_num_seqs=1), max_tokens=30)[2]
+        params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+        assert engine.generate([PROMPTS[2]], params)[0].outputs[0].token_ids == base
+        assert engine.stats()["spec_decode"]["acceptance_rate"] >= 0.6
+        return
     engine.add_request("r", PROMPTS[2], SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
     for _ in range(6):
         engine.step()

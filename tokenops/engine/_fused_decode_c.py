@@ -8,9 +8,33 @@ SOURCE = r"""
 #include <string.h>
 #include <stdlib.h>
 
+/* Weight panels (below) hold float32, or bfloat16 when compiled with TK_PANEL_BF16: the top 16 bits
+   of the float32, half the bytes to stream, products still in float32. A bfloat16 panel row stores
+   its 16 features in the order 0-3, 8-11, 4-7, 12-15, so that interleaving it with zeros (one
+   in-lane unpack per 8 features) gives features 0-7 and 8-15 in order. */
+#ifdef TK_PANEL_BF16
+typedef uint16_t panel_t;
+static inline float panel_at(const panel_t *row, int j) {  /* feature j of a panel row */
+    uint32_t u = (uint32_t)row[(j & 3) | ((j & 4) << 1) | ((j & 8) >> 1)] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+#else
+typedef float panel_t;
+static inline float panel_at(const panel_t *row, int j) { return row[j]; }
+#endif
+
 typedef struct {
     const float *in_norm, *post_norm, *q_norm, *k_norm;
-    const float *wqkv, *bqkv, *wo, *bo, *wgu, *bgu, *wd, *bd;
+    const panel_t *wqkv;
+    const float *bqkv;
+    const panel_t *wo;
+    const float *bo;
+    const panel_t *wgu;
+    const float *bgu;
+    const panel_t *wd;
+    const float *bd;
     float *kc, *vc;          /* this layer's cache, [num_blocks, BS, KVH, D] */
     int64_t window;          /* 0: full attention */
 } tk_layer;
@@ -57,8 +81,19 @@ static inline float dot1(const float *w, const float *x, int64_t K) {
    Every output is one FMA chain down K in order, so a row's result does not depend on how many
    rows share the call nor on the tile it lands in. */
 #if defined(__AVX2__) && defined(__FMA__)
+/* one panel row: features 0-7 in lo, 8-15 in hi */
+static inline __attribute__((always_inline)) void panel_row(const panel_t *p, __m256 *lo, __m256 *hi) {
+#ifdef TK_PANEL_BF16
+    __m256i w = _mm256_loadu_si256((const __m256i *)p), z = _mm256_setzero_si256();
+    *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, w));
+    *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, w));
+#else
+    *lo = _mm256_loadu_ps(p);
+    *hi = _mm256_loadu_ps(p + 8);
+#endif
+}
 static inline __attribute__((always_inline)) void tile_RP(const int R, const int P, const float *x, int64_t xs,
-                                                          const float *p, int64_t K, float *t) {
+                                                          const panel_t *p, int64_t K, float *t) {
     __m256 c[6][2];
     _Pragma("GCC unroll 6")
     for (int i = 0; i < 6; i++) c[i][0] = c[i][1] = _mm256_setzero_ps();
@@ -69,13 +104,16 @@ static inline __attribute__((always_inline)) void tile_RP(const int R, const int
             __m256 a = _mm256_broadcast_ss(x + k);
             _Pragma("GCC unroll 6")
             for (int q = 0; q < P; q++) {
-                c[q][0] = _mm256_fmadd_ps(a, _mm256_loadu_ps(p + q * K * 16 + k * 16), c[q][0]);
-                c[q][1] = _mm256_fmadd_ps(a, _mm256_loadu_ps(p + q * K * 16 + k * 16 + 8), c[q][1]);
+                __m256 b0, b1;
+                panel_row(p + q * K * 16 + k * 16, &b0, &b1);
+                c[q][0] = _mm256_fmadd_ps(a, b0, c[q][0]);
+                c[q][1] = _mm256_fmadd_ps(a, b1, c[q][1]);
             }
         } else {  /* one panel's line in two registers, each row's element broadcast to meet it */
             _Pragma("GCC unroll 6")
             for (int q = 0; q < P; q++) {
-                __m256 b0 = _mm256_loadu_ps(p + q * K * 16 + k * 16), b1 = _mm256_loadu_ps(p + q * K * 16 + k * 16 + 8);
+                __m256 b0, b1;
+                panel_row(p + q * K * 16 + k * 16, &b0, &b1);
                 _Pragma("GCC unroll 6")
                 for (int r = 0; r < R; r++) {
                     __m256 a = _mm256_broadcast_ss(x + r * xs + k);
@@ -92,14 +130,16 @@ static inline __attribute__((always_inline)) void tile_RP(const int R, const int
     }
 }
 #else
-static inline void tile_RP(const int R, const int P, const float *x, int64_t xs, const float *p, int64_t K, float *t) {
+static inline void tile_RP(const int R, const int P, const float *x, int64_t xs, const panel_t *p, int64_t K,
+                           float *t) {
     for (int r = 0; r < R; r++)
         for (int q = 0; q < P; q++) {
             float c[16] = {0};
-            const float *xr = x + r * xs, *pq = p + q * K * 16;
+            const float *xr = x + r * xs;
+            const panel_t *pq = p + q * K * 16;
             for (int64_t k = 0; k < K; k++) {
                 _Pragma("omp simd")
-                for (int j = 0; j < 16; j++) c[j] += xr[k] * pq[k * 16 + j];
+                for (int j = 0; j < 16; j++) c[j] += xr[k] * panel_at(pq + k * 16, j);
             }
             memcpy(t + (r * P + q) * 16, c, sizeof c);
         }
@@ -108,7 +148,7 @@ static inline void tile_RP(const int R, const int P, const float *x, int64_t xs,
 
 /* t[(r * P + q) * 16 ..] = rows r < R of x against panels q < P from p (R * P <= 6; the shapes
    gemm uses, each compiled with its registers fixed) */
-static void tile(int64_t R, int64_t P, const float *x, int64_t xs, const float *p, int64_t K, float *t) {
+static void tile(int64_t R, int64_t P, const float *x, int64_t xs, const panel_t *p, int64_t K, float *t) {
     switch (R * 8 + P) {
         case 8 + 1: tile_RP(1, 1, x, xs, p, K, t); break;
         case 8 + 2: tile_RP(1, 2, x, xs, p, K, t); break;
@@ -152,7 +192,7 @@ static inline void put_row(float *restrict yr, const float *restrict tr, const f
    six, the rest (1-5 rows) in one tile, except that 4 rows are two tiles of 2 (a 4-row tile has only
    eight FMA chains). A tile of R rows takes 6 / R panels at a time, so a group is 6 / R panels for
    the smallest tile (capped so that every thread gets at least two groups). */
-static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *restrict P,
+static void gemm(const float *restrict x, int64_t xs, int64_t M, const panel_t *restrict P,
                  const float *restrict b, float *restrict y, int64_t N, int64_t K, int acc, int nt) {
     int64_t num_panels = (N + 15) / 16;
     int64_t rest = M % 6, full = M / 6, last = rest == 4 ? 2 : rest;
@@ -180,7 +220,7 @@ static void gemm(const float *restrict x, int64_t xs, int64_t M, const float *re
 }
 
 /* A linear layer on its own (the PyTorch forward's prefill steps): y = x W^T (+ b), x [M, K]. */
-int linear_panels(const float *x, int64_t M, const float *P, const float *b, float *y, int64_t N, int64_t K,
+int linear_panels(const float *x, int64_t M, const panel_t *P, const float *b, float *y, int64_t N, int64_t K,
                   int nthreads) {
     _Pragma("omp parallel num_threads(nthreads) if(nthreads > 1)")
     gemm(x, K, M, P, b, y, N, K, 0, nthreads);
@@ -462,7 +502,7 @@ static void merge(const float *parts, int64_t S, int64_t stride, int64_t h, int6
    the first row holds the count, the others 0) and block tables[M][MB]. cos/sin: [positions, D].
    work: x[M*hidden] h[M*hidden] qkv[M*(H+2KVH)*D] att[M*H*D] gu[M*2I]. */
 int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale,
-                     const float *embed, const float *final_norm, const float *lm_head,
+                     const float *embed, const float *final_norm, const panel_t *lm_head,
                      const float *cos_tab, const float *sin_tab, float *logits, float *work, int nthreads) {
     int64_t M = meta[0], HD = meta[1], H = meta[2], KVH = meta[3], D = meta[4], I = meta[5], V = meta[6];
     int64_t BS = meta[7], MB = meta[8], NL = meta[9], max_len = meta[10];
@@ -550,7 +590,7 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
    to count[c] and the steps chunk c ran to steps[c]; step j > 0 computed position
    (first step's last position) + j. logits: [M, V] scratch of the first step's M rows. */
 int fused_draft_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale, const float *embed,
-                    const float *final_norm, const float *lm_head, const float *cos_tab, const float *sin_tab,
+                    const float *final_norm, const panel_t *lm_head, const float *cos_tab, const float *sin_tab,
                     float *logits, float *work, int nthreads, int64_t nchunks, const int64_t *want, int64_t kmax,
                     float min_conf, int64_t *out, int64_t *count, int64_t *steps) {
     int64_t M = meta[0], V = meta[6], BS = meta[7], MB = meta[8];

@@ -89,6 +89,16 @@ class EngineConfig:
                                help="Decode steps (chunks of <= 16 tokens: decodes, verify chunks): one native call "
                                     "per step (native), the PyTorch forward (torch), or native for float32 models "
                                     "on CPU whose weights are <= 512 MiB (auto).")
+    #: The fused decode step's copy of the linear weights (and so, under weight_layout "auto", every
+    #: linear layer's): "float32", or "bfloat16": half the bytes each decode step streams, the weights
+    #: rounded to bfloat16 (the model's numbers change; greedy output can differ from HF's).
+    panel_dtype: str = _knob("float32", tunable="restart", choices=("float32", "bfloat16"), searchable=False,
+                             help="Weights of the fused decode step: float32, or bfloat16 (half the memory traffic, "
+                                  "rounded weights).")
+    #: panel_dtype of a speculative draft model (speculative = "draft"): its proposals are verified by
+    #: the target, so rounding its weights changes how many are accepted, never the output. bfloat16
+    #: halves what each draft step reads (measured in docs/engine-optimizations.md).
+    draft_panel_dtype: str = "bfloat16"
     #: KV offload tier (all 0 = off): evicted prefix-cache blocks go to host memory
     #: (``*_blocks`` wins over ``*_mb``), overflowing to disk; see offload_index.py.
     kv_offload_host_mb: float = 0.0
@@ -128,6 +138,9 @@ class EngineConfig:
             raise ValueError(f"engine attention_backend must be 'auto', 'native' or 'torch', not {self.attention_backend!r}")
         if self.decode_kernel not in ("auto", "native", "torch"):
             raise ValueError(f"engine decode_kernel must be 'auto', 'native' or 'torch', not {self.decode_kernel!r}")
+        for name in ("panel_dtype", "draft_panel_dtype"):
+            if getattr(self, name) not in ("float32", "bfloat16"):
+                raise ValueError(f"engine {name} must be 'float32' or 'bfloat16', not {getattr(self, name)!r}")
         if self.weight_layout not in ("auto", "panels", "onednn", "plain"):
             raise ValueError("engine weight_layout must be 'auto', 'panels', 'onednn' or 'plain', "
                              f"not {self.weight_layout!r}")

@@ -77,22 +77,32 @@ class _Layer(ctypes.Structure):
         ("window", ctypes.c_int64)]
 
 
+#: The panels' storage types: float32, or bfloat16 (half the bytes each step streams; the weights
+#: rounded to 8 mantissa bits, so the model's numbers change).
+PANEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+#: Where a bfloat16 panel row stores output feature j (see the C source: an in-lane unpack with
+#: zeros then yields features 0-7 and 8-15 in order).
+_BF16_ORDER = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15]
+
 _lock = threading.Lock()
-_lib: ctypes.CDLL | None | bool = False  # False: not tried yet
+_libs: dict[str, ctypes.CDLL | None] = {}  # panel dtype -> library (None: could not be built)
 
 
-def _library() -> ctypes.CDLL | None:
-    global _lib
-    if _lib is not False:
-        return _lib  # type: ignore[return-value]
+def _library(panel_dtype: str = "float32") -> ctypes.CDLL | None:
+    if panel_dtype in _libs:
+        return _libs[panel_dtype]
     with _lock:
-        if _lib is False:
+        if panel_dtype not in _libs:
             import subprocess
 
             from tokenops.engine.native import build_library
 
+            source, stem = _SOURCE, "fused_decode"
+            if panel_dtype == "bfloat16":
+                source, stem = "#define TK_PANEL_BF16 1\n" + _SOURCE, "fused_decode_bf16"
+            lib = None
             try:
-                lib = ctypes.CDLL(str(build_library(source=_SOURCE, stem="fused_decode")))
+                lib = ctypes.CDLL(str(build_library(source=source, stem=stem)))
                 p = ctypes.c_void_p
                 lib.fused_decode_f32.argtypes = [p, p, ctypes.c_float, ctypes.c_float, p, p, p, p, p, p, p, ctypes.c_int]
                 lib.fused_decode_f32.restype = ctypes.c_int
@@ -101,11 +111,11 @@ def _library() -> ctypes.CDLL | None:
                 lib.linear_panels.restype = ctypes.c_int
                 lib.fused_draft_f32.argtypes = [*lib.fused_decode_f32.argtypes, i64, p, i64, ctypes.c_float, p, p, p]
                 lib.fused_draft_f32.restype = ctypes.c_int
-                _lib = lib
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 log.warning("fused decode step unavailable, decodes use the PyTorch path: %s", e)
-                _lib = None
-    return _lib  # type: ignore[return-value]
+                lib = None
+            _libs[panel_dtype] = lib
+    return _libs[panel_dtype]
 
 
 def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: torch.device) -> str | None:
@@ -166,17 +176,19 @@ def _panelled_size(w: torch.Tensor) -> int:
 
 def _pack_panels(w: torch.Tensor, out: torch.Tensor) -> None:
     """Write ``w`` ([N, K], row-major) into ``out`` as ``[N / PANEL][K][PANEL]``: the layout the C
-    products stream (one step down K reads PANEL consecutive output features)."""
+    products stream (one step down K reads PANEL consecutive output features). A bfloat16 ``out``
+    gets the weights rounded to nearest and each panel row's features in :data:`_BF16_ORDER`."""
     n, k = w.shape
     panels = -(-n // PANEL)
     view = out.view(panels, k, PANEL)
+    order = _BF16_ORDER if out.dtype == torch.bfloat16 else slice(None)
     full = n // PANEL
     if full:
-        view[:full].copy_(w[:full * PANEL].reshape(full, PANEL, k).transpose(1, 2))
+        view[:full].copy_(w[:full * PANEL].reshape(full, PANEL, k).transpose(1, 2)[..., order])
     if n % PANEL:
         tail = torch.zeros(PANEL, k, dtype=w.dtype)
         tail[:n % PANEL] = w[full * PANEL:]
-        view[full].copy_(tail.t())
+        view[full].copy_(tail.t()[..., order])
 
 
 class PanelWeight:
@@ -212,10 +224,13 @@ class FusedDecoder:
     step reads them, into one huge-page arena (so it holds its own copy of the linear weights)."""
 
     def __init__(self, model: torch.nn.Module, kv_cache: torch.Tensor, block_size: int,
-                 max_rows: int = MAX_ROWS) -> None:
-        lib = _library()
+                 max_rows: int = MAX_ROWS, panel_dtype: str = "float32") -> None:
+        if panel_dtype not in PANEL_DTYPES:
+            raise ValueError(f"panel dtype must be one of {', '.join(PANEL_DTYPES)}, not {panel_dtype!r}")
+        lib = _library(panel_dtype)
         if lib is None:
             raise RuntimeError("the fused decode library could not be built (see the log)")
+        self.panel_dtype = panel_dtype
         self._fn = lib.fused_decode_f32
         self._draft_fn = lib.fused_draft_f32
         self.model = model
@@ -230,7 +245,12 @@ class FusedDecoder:
         big = [w for layer in stack.layers for w in (layer.self_attn.qkv_proj.weight, layer.self_attn.o_proj.weight,
                                                        layer.mlp.gate_up_proj.weight, layer.mlp.down_proj.weight)]
         big.append(model.lm_head.weight)
-        self._arena_buf, self.arena = _hugepage_arena(sum(_panelled_size(w) for w in big))
+        num = sum(_panelled_size(w) for w in big)
+        if panel_dtype == "bfloat16":
+            self._arena_buf, arena = _hugepage_arena((num + 1) // 2)
+            self.arena = arena.view(torch.bfloat16)[:num]
+        else:
+            self._arena_buf, self.arena = _hugepage_arena(num)
         copies: dict[int, int] = {}
         at = 0
         with torch.no_grad():
@@ -404,8 +424,9 @@ class FusedDecoder:
 
 
 def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_size: int, device: torch.device,
-                       mode: str) -> FusedDecoder | None:
-    """The decoder for ``[engine] decode_kernel = mode``, or None (logged when ``auto`` declines)."""
+                       mode: str, panel_dtype: str = "float32") -> FusedDecoder | None:
+    """The decoder for ``[engine] decode_kernel = mode`` with its weights in ``panel_dtype``, or None
+    (logged when ``auto`` declines)."""
     if mode not in DECODE_KERNELS:
         raise ValueError(f"engine decode_kernel must be one of {', '.join(DECODE_KERNELS)}, not {mode!r}")
     if mode == "torch":
@@ -415,11 +436,11 @@ def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_siz
     if mode == "auto" and copy_bytes > AUTO_MAX_EXTRA_BYTES:
         why = (f"its weight copy ({copy_bytes / 2**20:.0f} MiB) would exceed "
                f"{AUTO_MAX_EXTRA_BYTES >> 20} MiB (decode_kernel = 'native' forces it)")
-    if why is None and _library() is None:
+    if why is None and _library(panel_dtype) is None:
         why = "the library could not be built (see the log)"
     if why is not None:
         if mode == "native":
             raise ValueError(f"engine decode_kernel 'native' is unavailable: {why}")
         log.info("fused decode step off: %s", why)
         return None
-    return FusedDecoder(model, kv_cache, block_size)
+    return FusedDecoder(model, kv_cache, block_size, panel_dtype=panel_dtype)

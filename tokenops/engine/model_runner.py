@@ -85,7 +85,8 @@ class ModelRunner:
         #: Decode steps (chunks of <= 16 tokens: decodes, verify chunks) in one native call (fused_decode.py);
         #: built before packing, which releases the dense weights it copies.
         self.fused_decode = make_fused_decoder(model, self.kv_cache, self.block_size, self.device,
-                                               getattr(config, "decode_kernel", "auto"))
+                                               getattr(config, "decode_kernel", "auto"),
+                                               getattr(config, "panel_dtype", "float32"))
         self.num_fused_steps = 0
         #: "panels" when the linear layers multiply through the fused step's copy of their weights, "onednn"
         #: through prepacked oneDNN weights, else "plain" (see weight_layout.py). A compiled forward keeps

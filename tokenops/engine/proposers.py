@@ -91,7 +91,7 @@ class DraftModelProposer:
             if not config.draft_model:
                 raise ValueError("speculative = 'draft' needs draft_model (a local model folder with the target's tokenizer)")
             draft_config = replace(config, model=config.draft_model, model_name=None, speculative=None,
-                                   draft_model=None, max_model_len=None)
+                                   draft_model=None, max_model_len=None, panel_dtype=config.draft_panel_dtype)
             runner = ModelRunner(draft_config)
         self.runner = runner
         self.vocab_size: int | None = runner.vocab_size
