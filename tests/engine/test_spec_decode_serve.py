@@ -43,3 +43,31 @@ def test_documented_speculative_block_serves_with_drafts(tmp_path):
         assert out.choices[0].message.content
         stats = _spec_stats(httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers).json())
         assert stats is not None and stats["num_drafts"] > 0, stats
+
+
+DRAFT_BLOCK = re.search(r"```toml\n(# the demo pair's best measured settings.*?)```",
+                        (REPO / "docs" / "engine-optimizations.md").read_text(), re.S)
+
+
+def test_documented_draft_block_serves_the_targets_greedy_output(tmp_path):
+    """The recommended draft settings (k = 8, the confidence stop at 0.1, the draft's weights in
+    bfloat16 by default) through ``tokenops serve`` with the openai SDK: the target's own greedy
+    tokens, with drafts proposed and accepted."""
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.sampling import SamplingParams
+
+    assert DRAFT_BLOCK is not None, "the draft block is gone from docs/engine-optimizations.md"
+    block = DRAFT_BLOCK.group(1).replace('"tokenops/demo_models/', f'"{REPO}/tokenops/demo_models/')
+    assert "num_tokens = 8" in block and "draft_min_confidence = 0.1" in block
+    config = f'[[models]]\nname = "target"\nbackend = "local"\npath = "{TARGET}"\n\n{block}'
+    prompt = [1, 44, 316, 1070, 301, 620, 282, 3097, 16, 4, 75, 281]
+    with ServeProcess(tmp_path, config=config, store=False) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        out = client.completions.create(model="target", prompt=prompt, max_tokens=48, temperature=0,
+                                         extra_body={"ignore_eos": True})
+        stats = _spec_stats(httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers).json())
+    assert stats is not None and stats["num_drafts"] > 0 and stats["num_accepted_tokens"] > 0, stats
+    engine = LLMEngine(EngineConfig(model=str(TARGET), device="cpu"))
+    reference = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))[0]
+    assert out.choices[0].text == reference.outputs[0].text
