@@ -124,7 +124,7 @@ def products(threads: int, sizes: list[int]) -> None:
     the two interleaved per shape."""
     import torch
 
-    from tokenops.engine import fused_decode
+    from tokenops.engine import fused_decode, panels
 
     lib = fused_decode._library()
     shapes = [(1024, 512), (512, 512), (2816, 512), (512, 1408), (8192, 512)]  # qkv, o, gate/up, down, vocab
@@ -143,8 +143,8 @@ def products(threads: int, sizes: list[int]) -> None:
         flops = spent_p = spent_o = 0.0
         for n, k in shapes:
             w, x = torch.randn(n, k), torch.randn(m, k)
-            arena = torch.empty(fused_decode._panelled_size(w))
-            fused_decode._pack_panels(w, arena)
+            arena = torch.empty(panels._panelled_size(w))
+            panels._pack_panels(w, arena)
             y = torch.empty(m, n)
             packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
             for _ in range(2):

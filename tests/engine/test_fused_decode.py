@@ -7,7 +7,7 @@ import openai
 import pytest
 import torch
 
-from tokenops.engine import fused_decode
+from tokenops.engine import fused_decode, panels
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.config import EngineConfig
 from tokenops.engine.engine import LLMEngine
@@ -120,9 +120,9 @@ def test_panel_products_match_a_matmul_at_every_shape(bias, dtype):
     for n, k in ((1, 1), (15, 7), (16, 64), (17, 33), (40, 100), (96, 3), (200, 24)):
         weight = torch.randn(n, k, generator=g)
         b = torch.randn(n, generator=g) if bias else None
-        arena = torch.empty(fused_decode._panelled_size(weight), dtype=fused_decode.PANEL_DTYPES[dtype])
-        fused_decode._pack_panels(weight, arena)
-        panel = fused_decode.PanelWeight(_ArenaOwner(arena, dtype), arena.data_ptr(), n, k)
+        arena = torch.empty(panels._panelled_size(weight), dtype=panels.PANEL_DTYPES[dtype])
+        panels._pack_panels(weight, arena)
+        panel = panels.PanelWeight(_ArenaOwner(arena, dtype), arena.data_ptr(), n, k)
         reference = weight.to(arena.dtype).float()
         if dtype == "bfloat16":
             assert not torch.equal(reference, weight)

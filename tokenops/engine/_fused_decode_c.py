@@ -149,22 +149,13 @@ static inline void tile_RP(const int R, const int P, const float *x, int64_t xs,
 /* t[(r * P + q) * 16 ..] = rows r < R of x against panels q < P from p (R * P <= 6; the shapes
    gemm uses, each compiled with its registers fixed) */
 static void tile(int64_t R, int64_t P, const float *x, int64_t xs, const panel_t *p, int64_t K, float *t) {
+#define TK_TILE(R_, P_) case R_ * 8 + P_: tile_RP(R_, P_, x, xs, p, K, t); break;
     switch (R * 8 + P) {
-        case 8 + 1: tile_RP(1, 1, x, xs, p, K, t); break;
-        case 8 + 2: tile_RP(1, 2, x, xs, p, K, t); break;
-        case 8 + 3: tile_RP(1, 3, x, xs, p, K, t); break;
-        case 8 + 4: tile_RP(1, 4, x, xs, p, K, t); break;
-        case 8 + 5: tile_RP(1, 5, x, xs, p, K, t); break;
-        case 8 + 6: tile_RP(1, 6, x, xs, p, K, t); break;
-        case 16 + 1: tile_RP(2, 1, x, xs, p, K, t); break;
-        case 16 + 2: tile_RP(2, 2, x, xs, p, K, t); break;
-        case 16 + 3: tile_RP(2, 3, x, xs, p, K, t); break;
-        case 24 + 1: tile_RP(3, 1, x, xs, p, K, t); break;
-        case 24 + 2: tile_RP(3, 2, x, xs, p, K, t); break;
-        case 32 + 1: tile_RP(4, 1, x, xs, p, K, t); break;
-        case 40 + 1: tile_RP(5, 1, x, xs, p, K, t); break;
+        TK_TILE(1, 1) TK_TILE(1, 2) TK_TILE(1, 3) TK_TILE(1, 4) TK_TILE(1, 5) TK_TILE(1, 6)
+        TK_TILE(2, 1) TK_TILE(2, 2) TK_TILE(2, 3) TK_TILE(3, 1) TK_TILE(3, 2) TK_TILE(4, 1) TK_TILE(5, 1)
         default: tile_RP(6, 1, x, xs, p, K, t); break;
     }
+#undef TK_TILE
 }
 
 /* the bias of one panel (16 outputs from n0, nn of them real; zeros without a bias) */
@@ -366,20 +357,13 @@ static inline __attribute__((always_inline)) void value_tile(const int NH, const
 }
 static void value_pass(int shape, const float *w, int64_t ws, const float *v, int64_t vs, const int64_t *tab, int64_t BS,
                        int64_t a, int64_t i0, int64_t i1, float *out, int64_t os) {
+#define TK_VALUE(NH_, ND_) case NH_ * 8 + ND_: value_tile(NH_, ND_, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
     switch (shape) {
-        case 8 + 1: value_tile(1, 1, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 8 + 2: value_tile(1, 2, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 8 + 3: value_tile(1, 3, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 8 + 4: value_tile(1, 4, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 16 + 1: value_tile(2, 1, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 16 + 2: value_tile(2, 2, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 16 + 3: value_tile(2, 3, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 16 + 4: value_tile(2, 4, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 24 + 1: value_tile(3, 1, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 24 + 2: value_tile(3, 2, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
-        case 24 + 3: value_tile(3, 3, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
+        TK_VALUE(1, 1) TK_VALUE(1, 2) TK_VALUE(1, 3) TK_VALUE(1, 4) TK_VALUE(2, 1) TK_VALUE(2, 2)
+        TK_VALUE(2, 3) TK_VALUE(2, 4) TK_VALUE(3, 1) TK_VALUE(3, 2) TK_VALUE(3, 3)
         default: value_tile(3, 4, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
     }
+#undef TK_VALUE
 }
 #endif
 

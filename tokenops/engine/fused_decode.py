@@ -16,11 +16,14 @@ blocks, the output projection with the residual added in place, the gated SiLU M
 final norm and vocabulary projection, inside one OpenMP parallel region.
 
 Products read the linear weights packed in panels of 16 output features (``[N/16][K][16]``):
-an AVX2 register tile of 6 input rows x 16 outputs broadcasts each input element once against two
-8-wide loads of the panel, and each panel is read from memory once while every row passes over
-it, so the same code is a matrix-vector product at batch 1 and a GEMM at 48 rows (faster than
-oneDNN at these shapes). Every output is one FMA chain down K, so a row's logits do not depend
-on the rows beside it. Threads take panels (and attention units) dynamically: a thread that the
+AVX2 register tiles of R input rows x 6 / R panels (twelve accumulators from 1 to 6 rows)
+broadcast each input element once against 8-wide loads of the panels, and each group of panels
+is read from memory once while every row passes over it, so the same code is a matrix-vector
+product at batch 1, a verify chunk's product at 7 rows and a GEMM at 48 rows (faster than oneDNN
+at these shapes). Every output is one FMA chain down K, so a row's logits do not depend on the
+rows beside it. The panels hold float32, or bfloat16 (``panel_dtype``: half the bytes, the
+weights rounded; a speculative draft's default). A draft model's greedy proposals run as
+consecutive steps in one call (:meth:`FusedDecoder.draft_greedy`). Threads take panels (and attention units) dynamically: a thread that the
 event loop preempts does not hold up half of every product. Attention splits each sequence's
 context between the threads (each streams its own stretch of the cache, reading every K and V
 row once for all heads and all rows of its chunk) and merges the partial softmaxes.
@@ -45,7 +48,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import mmap
 import threading
 from typing import TYPE_CHECKING
 
@@ -53,6 +55,7 @@ import torch
 
 from tokenops.engine._fused_decode_c import SOURCE as _SOURCE
 from tokenops.engine.models.layers import Linear, rope_cos_sin
+from tokenops.engine.panels import PANEL_DTYPES, PanelWeight, _hugepage_arena, _pack_panels, _panelled_size
 
 if TYPE_CHECKING:
     from tokenops.engine.batch import ChunkInput
@@ -67,8 +70,6 @@ AUTO_MAX_EXTRA_BYTES = 512 << 20
 #: Longer chunks (prefill) keep the PyTorch path, whose attention runs them through SDPA.
 MAX_ROWS = 512
 MAX_CHUNK = 16
-#: Output features per weight panel (the C products' register tile is 16 wide)
-PANEL = 16
 
 
 class _Layer(ctypes.Structure):
@@ -76,13 +77,6 @@ class _Layer(ctypes.Structure):
         "in_norm", "post_norm", "q_norm", "k_norm", "wqkv", "bqkv", "wo", "bo", "wgu", "bgu", "wd", "bd", "kc", "vc")] + [
         ("window", ctypes.c_int64)]
 
-
-#: The panels' storage types: float32, or bfloat16 (half the bytes each step streams; the weights
-#: rounded to 8 mantissa bits, so the model's numbers change).
-PANEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-#: Where a bfloat16 panel row stores output feature j (see the C source: an in-lane unpack with
-#: zeros then yields features 0-7 and 8-15 in order).
-_BF16_ORDER = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15]
 
 _lock = threading.Lock()
 _libs: dict[str, ctypes.CDLL | None] = {}  # panel dtype -> library (None: could not be built)
@@ -151,69 +145,6 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
 def dense_linear_bytes(model: torch.nn.Module) -> int:
     """Bytes of the float32 linear weights (what the decoder holds a copy of)."""
     return sum(m.weight.numel() * 4 for m in model.modules() if type(m) is Linear)
-
-
-def _hugepage_arena(num_floats: int) -> tuple[mmap.mmap, torch.Tensor]:
-    """A float32 tensor of ``num_floats`` in anonymous memory, 2 MiB aligned and advised to use
-    transparent huge pages (Linux; elsewhere plain pages): streaming ~100 MB of weights per token
-    through 4 KiB pages costs a TLB miss every 4 KiB, and huge pages measured ~15% faster here."""
-    align = 2 << 20
-    buf = mmap.mmap(-1, num_floats * 4 + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    offset = (-address) % align
-    if hasattr(buf, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            buf.madvise(mmap.MADV_HUGEPAGE, offset, num_floats * 4 - (num_floats * 4) % mmap.PAGESIZE or mmap.PAGESIZE)
-        except OSError:
-            pass
-    return buf, torch.frombuffer(buf, dtype=torch.float32, count=num_floats, offset=offset)
-
-
-def _panelled_size(w: torch.Tensor) -> int:
-    """Floats of ``w`` ([N, K]) packed in panels of :data:`PANEL` rows (the last zero-padded)."""
-    return -(-w.shape[0] // PANEL) * PANEL * w.shape[1]
-
-
-def _pack_panels(w: torch.Tensor, out: torch.Tensor) -> None:
-    """Write ``w`` ([N, K], row-major) into ``out`` as ``[N / PANEL][K][PANEL]``: the layout the C
-    products stream (one step down K reads PANEL consecutive output features). A bfloat16 ``out``
-    gets the weights rounded to nearest and each panel row's features in :data:`_BF16_ORDER`."""
-    n, k = w.shape
-    panels = -(-n // PANEL)
-    view = out.view(panels, k, PANEL)
-    order = _BF16_ORDER if out.dtype == torch.bfloat16 else slice(None)
-    full = n // PANEL
-    if full:
-        view[:full].copy_(w[:full * PANEL].reshape(full, PANEL, k).transpose(1, 2)[..., order])
-    if n % PANEL:
-        tail = torch.zeros(PANEL, k, dtype=w.dtype)
-        tail[:n % PANEL] = w[full * PANEL:]
-        view[full].copy_(tail.t()[..., order])
-
-
-class PanelWeight:
-    """A linear layer's weight in the decoder's arena: ``(x, bias) -> x @ W.T + bias`` through the
-    fused step's products (one native call; ``x`` float32 on CPU, any leading shape)."""
-
-    __slots__ = ("decoder", "address", "out_features", "in_features")
-
-    def __init__(self, decoder: FusedDecoder, address: int, out_features: int, in_features: int) -> None:
-        self.decoder = decoder  # keeps the arena alive
-        self.address = address
-        self.out_features = out_features
-        self.in_features = in_features
-
-    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        lead = x.shape[:-1]
-        rows = x.reshape(-1, self.in_features)
-        if rows.dtype != torch.float32 or not rows.is_contiguous():
-            rows = rows.to(torch.float32).contiguous()
-        y = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
-        if rows.shape[0]:
-            self.decoder._linear_fn(rows.data_ptr(), rows.shape[0], self.address,
-                                    None if bias is None else bias.data_ptr(), y.data_ptr(), self.out_features,
-                                    self.in_features, torch.get_num_threads())
-        return y.view(*lead, self.out_features)
 
 
 class FusedDecoder:
