@@ -193,6 +193,8 @@ def test_bfloat16_panels_run_the_model_with_rounded_weights(tiny_checkpoint, mak
     assert not torch.allclose(fp32.execute(prompt), auto.execute(prompt), atol=1e-4)
     with pytest.raises(ValueError, match="engine panel_dtype must be 'float32' or 'bfloat16', not 'float16'"):
         EngineConfig(model=str(path), panel_dtype="float16")
+    with pytest.raises(ValueError, match="panel_dtype 'bfloat16' is unavailable: it is the fused decode step's"):
+        make_runner(path, decode_kernel="torch", panel_dtype="bfloat16")
 
 
 def _draft_token_by_token(decoder, chunks, want, min_confidence):

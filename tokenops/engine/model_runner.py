@@ -15,6 +15,7 @@ import torch
 from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
+from tokenops.engine.panels import PanelDtypeUnavailable
 from tokenops.engine.loader import load_model, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
@@ -99,6 +100,12 @@ class ModelRunner:
             if getattr(config, "decode_kernel", "auto") == "native":
                 raise ValueError("engine decode_kernel 'native' is unavailable: the model's forward is compiled")
             self.fused_decode = None
+        panel_dtype = getattr(config, "panel_dtype", "float32")
+        if panel_dtype != "float32" and self.fused_decode is None:
+            raise PanelDtypeUnavailable(
+                f"engine panel_dtype {panel_dtype!r} is unavailable: it is the fused decode step's weights, and "
+                "that step is off for this model (decode_kernel, a model it cannot run or a compiled forward; "
+                "see the log)")
         self.load_time_s = time.perf_counter() - start
 
     def _allocate_kv_cache(self) -> None:

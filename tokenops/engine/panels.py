@@ -22,6 +22,11 @@ PANEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _BF16_ORDER = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15]
 
 
+
+class PanelDtypeUnavailable(ValueError):
+    """A bfloat16 ``panel_dtype`` was asked for a model the fused decode step does not run."""
+
+
 def _hugepage_arena(num_floats: int) -> tuple[mmap.mmap, torch.Tensor]:
     """A float32 tensor of ``num_floats`` in anonymous memory, 2 MiB aligned and advised to use
     transparent huge pages (Linux; elsewhere plain pages): streaming ~100 MB of weights per token

@@ -90,9 +90,14 @@ class DraftModelProposer:
         if runner is None:
             if not config.draft_model:
                 raise ValueError("speculative = 'draft' needs draft_model (a local model folder with the target's tokenizer)")
+            from tokenops.engine.panels import PanelDtypeUnavailable
+
             draft_config = replace(config, model=config.draft_model, model_name=None, speculative=None,
                                    draft_model=None, max_model_len=None, panel_dtype=config.draft_panel_dtype)
-            runner = ModelRunner(draft_config)
+            try:
+                runner = ModelRunner(draft_config)
+            except PanelDtypeUnavailable:  # the draft runs without the fused step: its own weights, as loaded
+                runner = ModelRunner(replace(draft_config, panel_dtype="float32"))
         self.runner = runner
         self.vocab_size: int | None = runner.vocab_size
         self.block_size = runner.block_size
