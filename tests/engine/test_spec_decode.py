@@ -68,13 +68,18 @@ def test_greedy_output_identical_with_batching_and_chunked_prefill(tiny_llama_di
     bm.check_invariants([])
 
 
-def test_a_draft_without_the_fused_step_keeps_its_weights(tiny_llama_dir):
+def test_a_draft_without_the_fused_step_keeps_its_weights(tiny_llama_dir, tiny_checkpoint):
     # decode_kernel = "torch": no fused step for the target nor the draft, so the draft's bfloat16
     # default does not apply (the target's own panel_dtype would be an error)
     engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(tiny_llama_dir), decode_kernel="torch")
     assert engine.spec_decoder.proposer.runner.fused_decode is None
     assert _greedy(engine) == _greedy(_engine(tiny_llama_dir, decode_kernel="torch"))
     assert engine.stats()["spec_decode"]["acceptance_rate"] == 1.0
+    # a draft the fused step cannot run (mixture of experts) under "auto": loaded as it is
+    engine = _engine(tiny_llama_dir, speculative="draft", draft_model=str(tiny_checkpoint("mixtral")))
+    assert engine.spec_decoder.proposer.runner.fused_decode is None
+    assert _greedy(engine) == _greedy(_engine(tiny_llama_dir))
+    assert engine.stats()["spec_decode"]["num_drafts"] > 0
 
 
 @pytest.mark.parametrize("draft_panel_dtype", ["float32", "bfloat16"])

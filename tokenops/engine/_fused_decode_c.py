@@ -73,7 +73,7 @@ static inline float dot1(const float *w, const float *x, int64_t K) {
 #endif
 
 /* Linear weights are packed in panels of 16 output features: P[N/16][K][16] (the last panel
-   zero-padded), so one step down K reads 16 consecutive floats (one cache line). tile_RP computes R
+   zero-padded), so one step down K reads 16 consecutive weights (one cache line in float32). tile_RP computes R
    input rows against P consecutive panels (R * P <= 6): 2RP accumulators of 8 lanes, the register
    tile of BLIS-style AVX2 kernels. Twelve accumulators are twelve independent FMA chains, enough to
    cover the FMA latency on both pipes, and a tile of few rows reads several panels at once, so a
@@ -100,7 +100,7 @@ static inline __attribute__((always_inline)) void tile_RP(const int R, const int
     for (int64_t k = 0; k < K; k++) {
         /* 2 KiB ahead in the first panel: without it a tile of many rows waits on memory */
         _mm_prefetch((const char *)(p + k * 16) + 2048, _MM_HINT_T0);
-        if (R == 1) {  /* one broadcast for every panel; the panel loads fold into the FMAs */
+        if (R == 1) {  /* one broadcast for every panel (float32 panel loads fold into the FMAs) */
             __m256 a = _mm256_broadcast_ss(x + k);
             _Pragma("GCC unroll 6")
             for (int q = 0; q < P; q++) {
@@ -317,12 +317,7 @@ static inline __m256 dot8(const float *q, const float *k, int64_t h0, int64_t G,
     __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
     return _mm256_mul_ps(s, _mm256_set1_ps(scale));
 }
-#define TK_VEC 8
-#else
-#define TK_VEC 0
-#endif
 
-#if defined(__AVX2__) && defined(__FMA__)
 /* out[h][0..8ND) = sum over positions a + i, i in [i0, i1), of w[i * ws + h] * v(p)[0..8ND) for the NH
    heads h < NH that share one KV head; v(p) is that head's slice of the cache row of position p
    (vs floats per cache row, found through the block table). The NH x ND accumulators stay in
@@ -365,6 +360,9 @@ static void value_pass(int shape, const float *w, int64_t ws, const float *v, in
     }
 #undef TK_VALUE
 }
+#define TK_VEC 8
+#else
+#define TK_VEC 0
 #endif
 
 /* Split-KV attention for R consecutive rows of one sequence (a decode is one row; a verify or

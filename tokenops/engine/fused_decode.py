@@ -23,8 +23,9 @@ product at batch 1, a verify chunk's product at 7 rows and a GEMM at 48 rows (fa
 at these shapes). Every output is one FMA chain down K, so a row's logits do not depend on the
 rows beside it. The panels hold float32, or bfloat16 (``panel_dtype``: half the bytes, the
 weights rounded; a speculative draft's default). A draft model's greedy proposals run as
-consecutive steps in one call (:meth:`FusedDecoder.draft_greedy`). Threads take panels (and attention units) dynamically: a thread that the
-event loop preempts does not hold up half of every product. Attention splits each sequence's
+consecutive steps in one call (:meth:`FusedDecoder.draft_greedy`). Threads take panels (and
+attention units) dynamically: a thread that the event loop preempts does not hold up half of
+every product. Attention splits each sequence's
 context between the threads (each streams its own stretch of the cache, reading every K and V
 row once for all heads and all rows of its chunk) and merges the partial softmaxes.
 

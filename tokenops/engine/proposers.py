@@ -92,11 +92,13 @@ class DraftModelProposer:
                 raise ValueError("speculative = 'draft' needs draft_model (a local model folder with the target's tokenizer)")
             from tokenops.engine.panels import PanelDtypeUnavailable
 
+            # draft_panel_dtype is the fused step's: with that step off by config the draft keeps its weights
+            panel_dtype = "float32" if config.decode_kernel == "torch" else config.draft_panel_dtype
             draft_config = replace(config, model=config.draft_model, model_name=None, speculative=None,
-                                   draft_model=None, max_model_len=None, panel_dtype=config.draft_panel_dtype)
+                                   draft_model=None, max_model_len=None, panel_dtype=panel_dtype)
             try:
                 runner = ModelRunner(draft_config)
-            except PanelDtypeUnavailable:  # the draft runs without the fused step: its own weights, as loaded
+            except PanelDtypeUnavailable:  # a draft the fused step cannot run (logged): its weights, as loaded
                 runner = ModelRunner(replace(draft_config, panel_dtype="float32"))
         self.runner = runner
         self.vocab_size: int | None = runner.vocab_size
