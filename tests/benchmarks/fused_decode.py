@@ -44,7 +44,7 @@ def _instrument(source: str) -> str:
              ("gemm(att, H * D, M, ly->wo", "TP(1); ", " TP(2);"),
              ("gemm(h, HD, M, ly->wgu", "TP(-1); ", " TP(3);"),
              ("gemm(gu, 2 * I, M, ly->wd", "TP(-1); ", " TP(4);"),
-             ("gemm(h, HD, M, lm_head", "TP(-1); ", " TP(5);")]
+             ("gemm(h, HD, L, lm_head", "TP(-1); ", " TP(5);")]
     for call, before, after in marks:
         at = src.index(call)
         end = src.index(";", at) + 1

@@ -80,14 +80,55 @@ def test_fused_step_runs_verify_chunks_causally(arch, tiny_checkpoint, make_runn
     fused, reference = _decode_both(runner, chunks)
     assert fused.shape == (2, runner.vocab_size)
     torch.testing.assert_close(fused, reference, atol=2e-4, rtol=1e-4)
-    assert not runner.fused_decode.accepts([ChunkInput(list(range(17)), 44, tables[0])])  # > 16 tokens
+
+
+@needs_lib
+@pytest.mark.parametrize("arch", ["llama", "qwen2_sliding", "mistral_h12"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_prefill_chunks_take_the_fused_step(arch, threads, tiny_checkpoint, make_runner):
+    """Prefill chunks are rows of the fused step too: the same logits (only the last row of each
+    chunk, or the last num_logits) and the same K/V as the PyTorch forward, for chunks attended by
+    rows split between the threads (over 16 tokens, in blocks of 64 rows), a prefill continuing a
+    cached prefix, next to decodes and a verify chunk, across qwen2_sliding's window; a step over
+    max_rows tokens keeps the PyTorch forward."""
+    runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=1024,
+                         weight_layout="plain")
+    g = torch.Generator().manual_seed(3)
+    vocab = runner.vocab_size
+    lengths = (70, 9, 130, 17)
+    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+    tables = [list(range(0, 60)), list(range(60, 70)), list(range(70, 130)), list(range(130, 145))]
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        steps = [[ChunkInput(p, 0, t) for p, t in zip(prompts, tables)],
+                 # a prefill after a cached prefix, a decode, a verify chunk, a chunk that wants 3 rows
+                 [ChunkInput(prompts[0][:40], 70, tables[0]), ChunkInput([5], 9, tables[1]),
+                  ChunkInput([6, 7, 8, 9], 130, tables[2], num_logits=4),
+                  ChunkInput(prompts[1] * 3, 17, tables[3], num_logits=3)]]
+        for chunks in steps:
+            assert runner.fused_decode.accepts(chunks)
+            fused = runner.fused_decode(chunks)
+            cache = runner.kv_cache.clone()
+            saved_decoder, runner.fused_decode = runner.fused_decode, None
+            try:
+                reference = runner.execute(chunks)
+            finally:
+                runner.fused_decode = saved_decoder
+            assert fused.shape == reference.shape == (sum(c.num_logits for c in chunks), vocab)
+            torch.testing.assert_close(fused, reference, atol=3e-4, rtol=1e-4)
+            torch.testing.assert_close(cache, runner.kv_cache, atol=1e-4, rtol=1e-4)
+    finally:
+        torch.set_num_threads(saved)
+    runner.fused_decode.max_rows = 64
+    assert not runner.fused_decode.accepts([ChunkInput(prompts[0], 0, tables[0])])
 
 
 @needs_lib
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3_hd128"])
 def test_large_decode_batches_and_verify_chunks_in_one_fused_step(arch, tiny_checkpoint, make_runner):
     """Decode steps of any size (here 29 rows: 25 decodes and a 4-token verify chunk) take the
-    fused call; a chunk over MAX_CHUNK tokens sends the step to the PyTorch forward."""
+    fused call."""
     runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=1024,
                          weight_layout="plain")
     g = torch.Generator().manual_seed(1)
@@ -105,8 +146,6 @@ def test_large_decode_batches_and_verify_chunks_in_one_fused_step(arch, tiny_che
     fused, reference = _decode_both(runner, chunks)
     assert fused.shape == (29, vocab)
     torch.testing.assert_close(fused, reference, atol=2e-4, rtol=1e-4)
-    assert not runner.fused_decode.accepts(chunks[:3] + [ChunkInput(list(range(fused_decode.MAX_CHUNK + 1)), 0,
-                                                                    tables[0])])
 
 
 @needs_lib

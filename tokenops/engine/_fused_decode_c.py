@@ -479,19 +479,56 @@ static void merge(const float *parts, int64_t S, int64_t stride, int64_t h, int6
     for (int64_t d = 0; d < D; d++) out[d] *= inv;
 }
 
+/* The attention of a long chunk (R rows of sequence m from row m, a prefill), part sp of S: the rows
+   that start in the sp-th S-th of the chunk's work (positions seen, summed over rows), in blocks of at
+   most TK_ROW_BLOCK rows over the stretch their windows span. Rows owned elsewhere are skipped; the
+   other parts of the owned rows are marked empty for merge(). */
+#define TK_ROW_BLOCK 64
+static void attend_rows(const tk_layer *ly, const float *qkv, int64_t QKV, int64_t m, int64_t R, int64_t sp,
+                        int64_t S, const int64_t *ctx, const int64_t *tab, float *partbuf, int64_t PS, float *scores,
+                        int64_t *lo, int64_t H, int64_t KVH, int64_t D, int64_t BS, float scale) {
+    int64_t total = 0, r0 = -1, r1 = 0, seen = 0;
+    for (int64_t r = 0; r < R; r++) {
+        int64_t L = ctx[m + r];
+        total += (ly->window > 0 && L > ly->window) ? ly->window : L;
+    }
+    for (int64_t r = 0; r < R; r++) {  /* row r is part (work before it) * S / total's */
+        int64_t L = ctx[m + r], w = (ly->window > 0 && L > ly->window) ? ly->window : L, t = seen * S / total;
+        if (t > sp) break;
+        if (t == sp) { r0 = r0 < 0 ? r : r0; r1 = r + 1; }
+        seen += w;
+    }
+    if (r0 < 0) return;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t t = 0; t < S; t++)
+            if (t != sp) for (int64_t h = 0; h < H; h++) partbuf[((m + r) * S + t) * PS + h] = -INFINITY;
+    for (int64_t b0 = r0; b0 < r1; b0 += TK_ROW_BLOCK) {
+        int64_t nb = r1 - b0 < TK_ROW_BLOCK ? r1 - b0 : TK_ROW_BLOCK, a = -1;
+        for (int64_t r = 0; r < nb; r++) {
+            int64_t L = ctx[m + b0 + r];
+            lo[r] = (ly->window > 0 && L > ly->window) ? L - ly->window : 0;
+            a = a < 0 || lo[r] < a ? lo[r] : a;
+        }
+        attend_part(qkv + (m + b0) * QKV, QKV, nb, lo, ctx + m + b0, ly->kc, ly->vc, tab, a, ctx[m + b0 + nb - 1],
+                    partbuf + ((m + b0) * S + sp) * PS, S * PS, scores, H, KVH, D, BS, scale);
+    }
+}
+
 /* meta: M, hidden, H, KVH, D, I, V, BS, MB (table width), layers, max_len, then tokens[M], slots[M],
    context lengths[M], positions[M], group lengths[M] (rows of one sequence at consecutive positions:
-   the first row holds the count, the others 0) and block tables[M][MB]. cos/sin: [positions, D].
-   work: x[M*hidden] h[M*hidden] qkv[M*(H+2KVH)*D] att[M*H*D] gu[M*2I]. */
+   the first row holds the count, the others 0), block tables[M][MB], then L and the L rows whose
+   logits are wanted (logits [L, V] in that order: a prefill chunk needs only its last row's).
+   cos/sin: [positions, D]. work: x[M*hidden] h[M*hidden] qkv[M*(H+2KVH)*D] att[M*H*D] gu[M*2I]. */
 int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale,
                      const float *embed, const float *final_norm, const panel_t *lm_head,
                      const float *cos_tab, const float *sin_tab, float *logits, float *work, int nthreads) {
     int64_t M = meta[0], HD = meta[1], H = meta[2], KVH = meta[3], D = meta[4], I = meta[5], V = meta[6];
     int64_t BS = meta[7], MB = meta[8], NL = meta[9], max_len = meta[10];
     const int64_t *tokens = meta + 11, *slots = tokens + M, *ctx = slots + M, *pos = ctx + M, *glen = pos + M;
-    const int64_t *tables = glen + M;
-    int64_t rmax = 1;
+    const int64_t *tables = glen + M, *lrows = tables + M * MB + 1;
+    int64_t L = lrows[-1], rmax = 1;
     for (int64_t m = 0; m < M; m++) rmax = glen[m] > rmax ? glen[m] : rmax;
+    if (rmax > TK_ROW_BLOCK) rmax = TK_ROW_BLOCK;  /* a long chunk attends in blocks of rows */
     int64_t QKV = (H + 2 * KVH) * D;
     float *x = work, *h = x + M * HD, *qkv = h + M * HD, *att = qkv + M * QKV, *gu = att + M * H * D;
     int failed = 0;
@@ -525,11 +562,17 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
                 memcpy(ly->kc + slots[m] * KVH * D, k, sizeof(float) * KVH * D);
                 memcpy(ly->vc + slots[m] * KVH * D, v, sizeof(float) * KVH * D);
             }
-            /* each group's window split into S stretches of at least 32 positions, one per thread */
+            /* each group's window split into S stretches of at least 32 positions, one per thread; a
+               long chunk (a prefill) is split by rows instead, into S parts of about equal work */
             _Pragma("omp for schedule(dynamic, 1)")
             for (int64_t u = 0; u < M * S; u++) {
                 int64_t m = u / S, sp = u % S, R = glen[m];
                 if (R == 0) continue;  /* a later row of a group: its leader does it */
+                if (R > TK_ROW_BLOCK / 4) {
+                    attend_rows(ly, qkv, QKV, m, R, sp, S, ctx, tables + m * MB, partbuf, PS, scores, lo, H, KVH, D,
+                                BS, scale);
+                    continue;
+                }
                 for (int64_t r = 0; r < R; r++) {
                     int64_t L = ctx[m + r];
                     lo[r] = (ly->window > 0 && L > ly->window) ? L - ly->window : 0;
@@ -556,8 +599,8 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
             gemm(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1, nthreads);
         }
         _Pragma("omp for schedule(static)")
-        for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, final_norm, h + m * HD, HD, eps);
-        gemm(h, HD, M, lm_head, NULL, logits, V, HD, 0, nthreads);
+        for (int64_t j = 0; j < L; j++) rmsnorm(x + lrows[j] * HD, final_norm, h + j * HD, HD, eps);
+        gemm(h, HD, L, lm_head, NULL, logits, V, HD, 0, nthreads);
         free(scores);
     }
     free(partbuf);
@@ -567,10 +610,10 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
 /* Greedy drafting in one call: fused steps, each feeding every chunk's argmax back as its next
    token (a draft model proposing for speculative decoding, without a return to Python per token).
    meta is the first step's (above): nchunks chunks of consecutive rows, their table width MB
-   covering every position they will write. Chunk c drafts want[c] tokens, or stops at one whose
+   covering every position they will write, its logit rows each chunk's last row in order. Chunk c drafts want[c] tokens, or stops at one whose
    probability is under min_conf (0: never). Writes the tokens to out[c * kmax ..], their number
    to count[c] and the steps chunk c ran to steps[c]; step j > 0 computed position
-   (first step's last position) + j. logits: [M, V] scratch of the first step's M rows. */
+   (first step's last position) + j. logits: [nchunks, V] scratch. */
 int fused_draft_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale, const float *embed,
                     const float *final_norm, const panel_t *lm_head, const float *cos_tab, const float *sin_tab,
                     float *logits, float *work, int nthreads, int64_t nchunks, const int64_t *want, int64_t kmax,
@@ -578,11 +621,11 @@ int fused_draft_f32(const tk_layer *layers, const int64_t *meta, float eps, floa
     int64_t M = meta[0], V = meta[6], BS = meta[7], MB = meta[8];
     const int64_t *glen = meta + 11 + 4 * M, *tables = glen + M;
     int64_t *row = (int64_t *)malloc(sizeof(int64_t) * (size_t)(4 * nchunks));
-    int64_t *next = (int64_t *)malloc(sizeof(int64_t) * (size_t)(11 + nchunks * (5 + MB)));
+    int64_t *next = (int64_t *)malloc(sizeof(int64_t) * (size_t)(12 + nchunks * (6 + MB)));
     if (!row || !next) { free(row); free(next); return -1; }
     int64_t *pos = row + nchunks, *live = pos + nchunks, *lead = live + nchunks;  /* lead: first-step row */
     for (int64_t m = 0, c = 0; m < M; m++)
-        if (glen[m] > 0) { lead[c] = m; row[c] = m + glen[m] - 1; pos[c] = meta[11 + 3 * M + row[c]]; live[c] = 1; c++; }
+        if (glen[m] > 0) { lead[c] = m; row[c] = c; pos[c] = meta[11 + 3 * M + m + glen[m] - 1]; live[c] = 1; c++; }
     for (int64_t c = 0; c < nchunks; c++) count[c] = steps[c] = 0;
     const int64_t *cur = meta;
     int rc = 0;
@@ -613,11 +656,13 @@ int fused_draft_f32(const tk_layer *layers, const int64_t *meta, float eps, floa
             n++;
         }
         if (n == 0) break;
-        /* the row arrays were laid out for nchunks rows: close them up to n */
+        /* the row arrays were laid out for nchunks rows: close them up to n; every row's logits */
         if (n < nchunks) {
             for (int a = 1; a < 5; a++) memmove(next + 11 + a * n, next + 11 + a * nchunks, sizeof(int64_t) * (size_t)n);
             memmove(next + 11 + 5 * n, next + 11 + 5 * nchunks, sizeof(int64_t) * (size_t)(n * MB));
         }
+        next[11 + 5 * n + n * MB] = n;
+        for (int64_t j = 0; j < n; j++) next[12 + 5 * n + n * MB + j] = j;
         memcpy(next, meta, sizeof(int64_t) * 11);
         next[0] = n;
         next[10] = max_len;

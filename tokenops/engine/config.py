@@ -81,12 +81,12 @@ class EngineConfig:
                                help="Linear layers on CPU: the fused decode step's packed weights (panels), oneDNN "
                                     "with prepacked weights (onednn), F.linear (plain), or the first of panels and "
                                     "onednn that applies (auto).")
-    #: Decode steps (decodes, verify chunks: no chunk over 16 tokens): "auto" (one native call for the whole
+    #: Engine steps (decodes, prefill chunks, verify chunks; up to 2048 tokens): "auto" (one native call for the whole
     #: step on CPU for float32 dense models, see tokenops/engine/fused_decode.py; it packs its own copy of
     #: the linear weights, made only while that is <= 512 MiB, which weight_layout "auto" then uses for
     #: every linear layer), "native" (that or an error) or "torch".
     decode_kernel: str = _knob("auto", tunable="restart", choices=("auto", "native", "torch"), searchable=False,
-                               help="Decode steps (chunks of <= 16 tokens: decodes, verify chunks): one native call "
+                               help="Engine steps of up to 2048 tokens (decodes, prefill, verify chunks): one native call "
                                     "per step (native), the PyTorch forward (torch), or native for float32 models "
                                     "on CPU whose weights are <= 512 MiB (auto).")
     #: The fused decode step's copy of the linear weights (and so, under weight_layout "auto", every

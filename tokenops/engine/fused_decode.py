@@ -5,9 +5,9 @@ bandwidth) and, through PyTorch, makes ~15 operator calls per layer (norms, rota
 attention, activation, residuals), each with dispatch costs of a few microseconds
 (``docs/engine-optimizations.md``).
 
-:class:`FusedDecoder` runs a step's rows (one per token of every chunk: decodes, speculative
-decoding's verify chunks, a draft's catch-up chunks; no chunk over :data:`MAX_CHUNK` tokens, at
-most :attr:`FusedDecoder.max_rows` rows) through all layers of a float32 Llama-family model in
+:class:`FusedDecoder` runs a step's rows (one per token of every chunk: decodes, prefill chunks,
+speculative decoding's verify chunks, a draft's catch-up chunks; at most
+:attr:`FusedDecoder.max_rows` rows) through all layers of a float32 Llama-family model in
 ONE call into a small C library compiled like the paged attention kernel
 (:mod:`tokenops.engine.native`): embedding lookup, RMSNorm, the fused QKV product (+ bias),
 Qwen3's q/k norms, rotary embedding (from the same cos/sin table the PyTorch path computes),
@@ -27,7 +27,10 @@ consecutive steps in one call (:meth:`FusedDecoder.draft_greedy`). Threads take 
 attention units) dynamically: a thread that the event loop preempts does not hold up half of
 every product. Attention splits each sequence's
 context between the threads (each streams its own stretch of the cache, reading every K and V
-row once for all heads and all rows of its chunk) and merges the partial softmaxes.
+row once for all heads and all rows of its chunk) and merges the partial softmaxes; a long chunk
+(a prefill) is split between the threads by rows instead, in parts of equal work. Only the rows
+whose logits are wanted (a prefill chunk's last) go through the final norm and the vocabulary
+projection.
 
 The decoder packs its copy of the linear weights at load into one arena, 2 MiB aligned and
 advised onto transparent huge pages. ``[engine] weight_layout = "auto"`` then makes the PyTorch
@@ -35,10 +38,10 @@ forward's linear layers (prefill steps) multiply through the same panels (:class
 and releases their dense weights, so the weights are held once; with ``weight_layout = "onednn"``
 or ``"plain"`` they are held twice. ``[engine] decode_kernel = "auto"`` uses the decoder only
 while that copy stays under :data:`AUTO_MAX_EXTRA_BYTES` (the load briefly holds both);
-``"native"`` always (or an error when the model is not eligible), ``"torch"`` never. Steps with
-a longer chunk (prefill) take the PyTorch path, which stays the reference: greedy output is the
-same either way in the tests, and logits agree to float32 rounding (the sums run in another
-order).
+``"native"`` always (or an error when the model is not eligible), ``"torch"`` never. Steps of
+more than ``max_rows`` tokens (a token budget over :data:`MAX_ROWS`) take the PyTorch path, which
+stays the reference: greedy output is the same either way in the tests, and logits and K/V agree
+to float32 rounding (the sums run in another order).
 
 Eligible: a dense (not MoE) model in float32 on CPU, SiLU MLP, float32 KV cache, no weight
 transform (quantized layers) and no compiled forward (the runner drops the decoder when a
@@ -66,11 +69,9 @@ log = logging.getLogger(__name__)
 DECODE_KERNELS = ("auto", "native", "torch")
 #: ``auto`` makes the decoder's copy of the linear weights only up to this size.
 AUTO_MAX_EXTRA_BYTES = 512 << 20
-#: Most rows (tokens) one fused step takes, and most tokens of one chunk in it: decode batches of
-#: any size the scheduler forms up to MAX_ROWS, verify and catch-up chunks up to MAX_CHUNK tokens.
-#: Longer chunks (prefill) keep the PyTorch path, whose attention runs them through SDPA.
-MAX_ROWS = 512
-MAX_CHUNK = 16
+#: Most rows (tokens) one fused step takes: every step of the default budget (512 tokens) and of
+#: budgets up to this; a larger step keeps the PyTorch forward (through the same panel products).
+MAX_ROWS = 2048
 
 
 class _Layer(ctypes.Structure):
@@ -267,20 +268,16 @@ class FusedDecoder:
         self._rope_len = n
 
     def accepts(self, chunks: list[ChunkInput]) -> bool:
-        """Steps of at most :attr:`max_rows` tokens in all, none of whose chunks is longer than
-        :data:`MAX_CHUNK`: decodes, speculative decoding's verify chunks and short chunks such as a
-        draft model catching up on accepted tokens. Every token becomes a row; rows attend causally
-        (each row's K/V is written before any row attends)."""
-        total = 0
-        for c in chunks:
-            if len(c.token_ids) > MAX_CHUNK:
-                return False
-            total += len(c.token_ids)
-        return total <= self.max_rows
+        """Steps of at most :attr:`max_rows` tokens in all: decodes, prefill chunks, speculative
+        decoding's verify chunks, a draft model catching up on accepted tokens. Every token becomes a
+        row; rows attend causally (each row's K/V is written before any row attends)."""
+        return sum(len(c.token_ids) for c in chunks) <= self.max_rows
 
-    def _meta(self, chunks: list[ChunkInput], ahead: list[int] | None = None) -> tuple[torch.Tensor, int]:
-        """The native step's int64 description of ``chunks`` (layout in the C source) and its row
-        count; ``ahead[i]`` more positions of chunk i are made addressable (drafting past it)."""
+    def _meta(self, chunks: list[ChunkInput], ahead: list[int] | None = None,
+              num_logits: list[int] | None = None) -> tuple[torch.Tensor, int]:
+        """The native step's int64 description of ``chunks`` (layout in the C source) and its number
+        of logit rows: the last ``num_logits[i]`` rows of chunk i (default: each chunk's own
+        ``num_logits``); ``ahead[i]`` more positions of chunk i are made addressable (drafting past it)."""
         bs = self.block_size
         ahead = ahead or [0] * len(chunks)
         for c, a in zip(chunks, ahead):
@@ -305,9 +302,14 @@ class FusedDecoder:
         for c in owners:
             meta += c.block_table[:width]
             meta += [0] * (width - min(len(c.block_table), width))
+        keep, at = [], 0
+        for c, n in zip(chunks, num_logits or [c.num_logits for c in chunks]):
+            at += len(c.token_ids)
+            keep.extend(range(at - n, at))
+        meta += [len(keep), *keep]
         if self._work.numel() < rows * self._work_per_row:
             self._work = torch.empty(rows * self._work_per_row)
-        return torch.tensor(meta, dtype=torch.long), rows
+        return torch.tensor(meta, dtype=torch.long), len(keep)
 
     def _args(self, meta: torch.Tensor, logits: torch.Tensor) -> tuple:
         return (ctypes.addressof(self._layers), meta.data_ptr(), self.eps, self.scale, self._embed, self._final_norm,
@@ -318,17 +320,11 @@ class FusedDecoder:
     def __call__(self, chunks: list[ChunkInput]) -> torch.Tensor:
         """float32 logits of the last ``num_logits`` tokens of each chunk, in order (as
         :meth:`ModelRunner.execute` returns them)."""
-        meta, rows = self._meta(chunks)
-        logits = torch.empty(rows, self.args.vocab_size, dtype=torch.float32)
+        meta, num_rows = self._meta(chunks)
+        logits = torch.empty(num_rows, self.args.vocab_size, dtype=torch.float32)
         if self._fn(*self._args(meta, logits)) != 0:
             raise MemoryError("fused decode step could not allocate its buffers")
-        if rows == len(chunks) or all(c.num_logits == len(c.token_ids) for c in chunks):
-            return logits
-        keep, at = [], 0
-        for c in chunks:  # the last num_logits rows of each chunk, as the PyTorch forward returns them
-            at += len(c.token_ids)
-            keep.extend(range(at - c.num_logits, at))
-        return logits[keep]
+        return logits
 
     @torch.inference_mode()
     def draft_greedy(self, chunks: list[ChunkInput], num_tokens: list[int],
@@ -340,9 +336,9 @@ class FusedDecoder:
         the K/V of position ``end_pos - 1 + j``)."""
         assert len(chunks) == len(num_tokens) and all(k >= 1 for k in num_tokens), num_tokens
         kmax = max(num_tokens)
-        meta, rows = self._meta(chunks, ahead=[k - 1 for k in num_tokens])
-        logits = torch.empty(rows, self.args.vocab_size, dtype=torch.float32)
         n = len(chunks)
+        meta, _ = self._meta(chunks, ahead=[k - 1 for k in num_tokens], num_logits=[1] * n)
+        logits = torch.empty(n, self.args.vocab_size, dtype=torch.float32)
         out = torch.zeros(n * kmax, dtype=torch.long)
         counts = torch.zeros(n, dtype=torch.long)
         steps = torch.zeros(n, dtype=torch.long)

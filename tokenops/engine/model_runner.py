@@ -83,7 +83,7 @@ class ModelRunner:
         self.kv_offload = self._make_offload_store()
         self.native_attention = self._pick_attention_kernel()
         model = apply_transforms(model, config, transforms)
-        #: Decode steps (chunks of <= 16 tokens: decodes, verify chunks) in one native call (fused_decode.py);
+        #: Engine steps of up to 2048 tokens (decodes, prefill and verify chunks) in one native call (fused_decode.py);
         #: built before packing, which releases the dense weights it copies.
         self.fused_decode = make_fused_decoder(model, self.kv_cache, self.block_size, self.device,
                                                getattr(config, "decode_kernel", "auto"),
