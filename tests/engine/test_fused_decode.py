@@ -187,7 +187,8 @@ class _ArenaOwner:
 def test_panels_layout_holds_the_linear_weights_once(tiny_checkpoint, make_runner):
     """Under "auto" the PyTorch forward's linear layers multiply through the fused step's panels and
     their dense weights are released (a tied lm_head keeps its tensor: the embedding is the same
-    one); logits agree with F.linear; "panels" without the fused step is an error."""
+    one); logits of the PyTorch forward (a step over the fused step's max_rows) agree with F.linear;
+    "panels" without the fused step is an error."""
     for arch in ("llama", "qwen2"):
         path = tiny_checkpoint(arch)
         runner = make_runner(path)
@@ -198,9 +199,13 @@ def test_panels_layout_holds_the_linear_weights_once(tiny_checkpoint, make_runne
         tied = model.lm_head.weight is model.model.embed_tokens.weight
         assert tied == (arch == "qwen2")
         assert all(m.weight.numel() == 0 for m in linears if not (tied and m is model.lm_head))
-        plain = make_runner(path, weight_layout="plain")
+        plain = make_runner(path, weight_layout="plain", decode_kernel="torch")
         prompt = [ChunkInput(list(range(5, 45)), 0, list(range(0, 11))), ChunkInput([7, 8, 9], 0, [11, 12])]
+        runner.fused_decode.max_rows = 0  # the PyTorch forward (a step over max_rows), through the panels
         torch.testing.assert_close(runner.execute(prompt), plain.execute(prompt), atol=2e-4, rtol=1e-4)
+        assert runner.num_fused_steps == 0
+        # the CPU KV cache sits in 2 MiB-aligned memory advised onto huge pages
+        assert runner.kv_cache.data_ptr() % (2 << 20) == 0 and plain.kv_cache.data_ptr() % (2 << 20) == 0
     with pytest.raises(ValueError, match="weight_layout 'panels' is unavailable: it needs the fused decode step"):
         make_runner(tiny_checkpoint("llama"), decode_kernel="torch", weight_layout="panels")
     with pytest.raises(ValueError, match="weight_layout must be 'auto', 'panels', 'onednn' or 'plain'"):

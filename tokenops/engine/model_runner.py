@@ -6,6 +6,7 @@ This is the only engine module that knows about devices: everything above it
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -15,7 +16,7 @@ import torch
 from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
-from tokenops.engine.panels import PanelDtypeUnavailable
+from tokenops.engine.panels import PanelDtypeUnavailable, _hugepage_arena
 from tokenops.engine.loader import load_model, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
@@ -117,6 +118,12 @@ class ModelRunner:
         if getattr(self.config, "kv_cache_dtype", "auto") == "int8":
             self.kv_cache = torch.zeros(shape, dtype=torch.int8, device=self.device)
             self.kv_scales = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
+        elif self.device.type == "cpu":
+            # on huge pages, like the fused step's weights: a decode step streams the whole context's
+            # K/V (a 48-row step of the llama.cpp benchmark ~200 MB), a TLB miss every 4 KiB otherwise
+            count = math.prod(shape)
+            self._kv_buf, flat = _hugepage_arena(-(-count * self.dtype.itemsize // 4))
+            self.kv_cache = flat.view(self.dtype)[:count].view(shape)  # anonymous memory: zeros
         else:
             self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         for i, attn in enumerate(self._raw_model.attention_layers()):
