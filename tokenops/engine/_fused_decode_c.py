@@ -210,7 +210,7 @@ static void gemm(const float *restrict x, int64_t xs, int64_t M, const panel_t *
     }
 }
 
-/* A linear layer on its own (the PyTorch forward's prefill steps): y = x W^T (+ b), x [M, K]. */
+/* A linear layer on its own (the PyTorch forward, for steps over the fused step's rows): y = x W^T (+ b), x [M, K]. */
 int linear_panels(const float *x, int64_t M, const panel_t *P, const float *b, float *y, int64_t N, int64_t K,
                   int nthreads) {
     _Pragma("omp parallel num_threads(nthreads) if(nthreads > 1)")

@@ -34,7 +34,7 @@ projection.
 
 The decoder packs its copy of the linear weights at load into one arena, 2 MiB aligned and
 advised onto transparent huge pages. ``[engine] weight_layout = "auto"`` then makes the PyTorch
-forward's linear layers (prefill steps) multiply through the same panels (:class:`PanelWeight`)
+forward's linear layers (steps over max_rows) multiply through the same panels (:class:`PanelWeight`)
 and releases their dense weights, so the weights are held once; with ``weight_layout = "onednn"``
 or ``"plain"`` they are held twice. ``[engine] decode_kernel = "auto"`` uses the decoder only
 while that copy stays under :data:`AUTO_MAX_EXTRA_BYTES` (the load briefly holds both);
@@ -235,7 +235,7 @@ class FusedDecoder:
 
     def attach_linear_layers(self, model: torch.nn.Module) -> int:
         """Make ``model``'s linear layers whose weights this decoder holds multiply through its
-        panels (:class:`PanelWeight`: the PyTorch forward's prefill steps then use the same products
+        panels (:class:`PanelWeight`: the PyTorch forward's steps over max_rows then use the same products
         as the fused step) and release their dense weights, unless shared (a tied lm_head): the
         linear weights are then held once. Returns how many layers were attached."""
         num = 0

@@ -2,8 +2,8 @@
 
 With the fused decode step on (:mod:`tokenops.engine.fused_decode`), ``"auto"`` (and
 ``"panels"``) makes every linear layer multiply through the copy of its weight that step packs
-in 16-wide panels, and releases the dense weight: one copy of the weights, and prefill steps use
-the same products as decode steps. Otherwise, the layers go through oneDNN with prepacked weights:
+in 16-wide panels, and releases the dense weight: one copy of the weights, and steps too large for
+the fused step use the same products. Otherwise, the layers go through oneDNN with prepacked weights:
 
 On CPU, ``F.linear`` hands ``x @ W.T`` to a BLAS GEMM that re-reads the weight in its
 plain row-major layout every call. oneDNN (PyTorch's ``mkldnn`` backend, the path that
