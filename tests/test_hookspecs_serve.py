@@ -75,7 +75,8 @@ def _worst_health_latency_during_chat(server: ServeProcess, prompt: str) -> tupl
 def test_a_slow_router_marked_may_block_does_not_stall_health(server):
     worst, text = _worst_health_latency_during_chat(server, "slow and marked")
     assert text.startswith("routed fine")
-    assert worst < 0.5, f"/health took {worst:.2f} s while a @may_block router slept 1 s"
+    # a stalled loop answers after the router's full second; 0.54 s was seen on a loaded 2-core box
+    assert worst < 0.8, f"/health took {worst:.2f} s while a @may_block router slept 1 s"
 
 
 def test_the_same_router_unmarked_stalls_health(server):
