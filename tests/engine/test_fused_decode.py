@@ -366,27 +366,31 @@ def test_auto_declines_a_large_weight_copy(tiny_llama_dir, make_runner, monkeypa
         assert make_runner(tiny_llama_dir, decode_kernel="native").fused_decode is not None
 
 
+PROMPT_40 = [(7 * i) % 50 + 5 for i in range(40)]
+
+
 @needs_lib
 @pytest.mark.parametrize("panel_dtype", [None, "bfloat16"])
 def test_serve_decodes_through_the_fused_step(tmp_path, tiny_llama_dir, panel_dtype):
-    """A default ``tokenops serve`` streams a lone request through the fused step, and answers
-    exactly what the PyTorch forward generates; with ``[engine] panel_dtype = "bfloat16"`` what
-    the engine with bfloat16 panels generates."""
+    """A default ``tokenops serve`` streams a lone request through the fused step, every step of it
+    (a 40-token prompt: a prefill whose attention is split by rows), and answers exactly what the
+    PyTorch forward generates; with ``[engine] panel_dtype = "bfloat16"`` what the engine with
+    bfloat16 panels generates."""
     config = f'[[models]]\nname = "tiny"\nbackend = "local"\npath = "{tiny_llama_dir}"\n'
     if panel_dtype:
         config += f'\n[engine]\npanel_dtype = "{panel_dtype}"\n'
     with ServeProcess(tmp_path, config=config, store=False) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
-        stream = client.completions.create(model="tiny", prompt=[5, 6, 7, 8, 9], max_tokens=16, temperature=0,
+        stream = client.completions.create(model="tiny", prompt=PROMPT_40, max_tokens=16, temperature=0,
                                            stream=True, extra_body={"ignore_eos": True})
         text = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
         stats = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers).json()
     engines = [e for e in stats["engines"].values() if "fused_decode_steps" in e]
-    assert engines and engines[0]["fused_decode_steps"] >= 15, stats["engines"]
+    assert engines and engines[0]["fused_decode_steps"] == engines[0]["num_steps"] >= 16, stats["engines"]
     assert engines[0]["panel_dtype"] == (panel_dtype or "float32")
     if panel_dtype:  # the same engine in process: the rounded weights, through the fused step
         engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", panel_dtype=panel_dtype))
     else:
         engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", decode_kernel="torch"))
-    reference = engine.generate([[5, 6, 7, 8, 9]], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))[0]
+    reference = engine.generate([PROMPT_40], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))[0]
     assert text == reference.outputs[0].text

@@ -479,24 +479,29 @@ static void merge(const float *parts, int64_t S, int64_t stride, int64_t h, int6
     for (int64_t d = 0; d < D; d++) out[d] *= inv;
 }
 
-/* The attention of a long chunk (R rows of sequence m from row m, a prefill), part sp of S: the rows
-   that start in the sp-th S-th of the chunk's work (positions seen, summed over rows), in blocks of at
-   most TK_ROW_BLOCK rows over the stretch their windows span. Rows owned elsewhere are skipped; the
-   other parts of the owned rows are marked empty for merge(). */
+/* the first position a row with context length L sees (a sliding window starts later) */
+static inline int64_t window_start(const tk_layer *ly, int64_t L) {
+    return (ly->window > 0 && L > ly->window) ? L - ly->window : 0;
+}
+
+/* Chunks over TK_ROW_SPLIT rows (prefills) split their attention between the threads by rows
+   (attend_rows), attending in blocks of at most TK_ROW_BLOCK rows; shorter ones by positions. */
+#define TK_ROW_SPLIT 16
 #define TK_ROW_BLOCK 64
+/* The attention of a long chunk (R rows of sequence m from row m), part sp of S: the rows that start
+   in the sp-th S-th of the chunk's work (positions seen, summed over rows), in blocks of rows over
+   the stretch their windows span. Rows owned elsewhere are skipped; the other parts of the owned
+   rows are marked empty for merge(). */
 static void attend_rows(const tk_layer *ly, const float *qkv, int64_t QKV, int64_t m, int64_t R, int64_t sp,
                         int64_t S, const int64_t *ctx, const int64_t *tab, float *partbuf, int64_t PS, float *scores,
                         int64_t *lo, int64_t H, int64_t KVH, int64_t D, int64_t BS, float scale) {
     int64_t total = 0, r0 = -1, r1 = 0, seen = 0;
-    for (int64_t r = 0; r < R; r++) {
-        int64_t L = ctx[m + r];
-        total += (ly->window > 0 && L > ly->window) ? ly->window : L;
-    }
+    for (int64_t r = 0; r < R; r++) total += ctx[m + r] - window_start(ly, ctx[m + r]);
     for (int64_t r = 0; r < R; r++) {  /* row r is part (work before it) * S / total's */
-        int64_t L = ctx[m + r], w = (ly->window > 0 && L > ly->window) ? ly->window : L, t = seen * S / total;
+        int64_t t = seen * S / total;
         if (t > sp) break;
         if (t == sp) { r0 = r0 < 0 ? r : r0; r1 = r + 1; }
-        seen += w;
+        seen += ctx[m + r] - window_start(ly, ctx[m + r]);
     }
     if (r0 < 0) return;
     for (int64_t r = r0; r < r1; r++)
@@ -505,8 +510,7 @@ static void attend_rows(const tk_layer *ly, const float *qkv, int64_t QKV, int64
     for (int64_t b0 = r0; b0 < r1; b0 += TK_ROW_BLOCK) {
         int64_t nb = r1 - b0 < TK_ROW_BLOCK ? r1 - b0 : TK_ROW_BLOCK, a = -1;
         for (int64_t r = 0; r < nb; r++) {
-            int64_t L = ctx[m + b0 + r];
-            lo[r] = (ly->window > 0 && L > ly->window) ? L - ly->window : 0;
+            lo[r] = window_start(ly, ctx[m + b0 + r]);
             a = a < 0 || lo[r] < a ? lo[r] : a;
         }
         attend_part(qkv + (m + b0) * QKV, QKV, nb, lo, ctx + m + b0, ly->kc, ly->vc, tab, a, ctx[m + b0 + nb - 1],
@@ -568,15 +572,12 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
             for (int64_t u = 0; u < M * S; u++) {
                 int64_t m = u / S, sp = u % S, R = glen[m];
                 if (R == 0) continue;  /* a later row of a group: its leader does it */
-                if (R > TK_ROW_BLOCK / 4) {
+                if (R > TK_ROW_SPLIT) {
                     attend_rows(ly, qkv, QKV, m, R, sp, S, ctx, tables + m * MB, partbuf, PS, scores, lo, H, KVH, D,
                                 BS, scale);
                     continue;
                 }
-                for (int64_t r = 0; r < R; r++) {
-                    int64_t L = ctx[m + r];
-                    lo[r] = (ly->window > 0 && L > ly->window) ? L - ly->window : 0;
-                }
+                for (int64_t r = 0; r < R; r++) lo[r] = window_start(ly, ctx[m + r]);
                 int64_t start = lo[0], end = ctx[m + R - 1];
                 int64_t n = end - start, parts = n / 32 < S ? (n / 32 > 0 ? n / 32 : 1) : S;
                 if (sp >= parts || !scores) {
@@ -610,10 +611,10 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
 /* Greedy drafting in one call: fused steps, each feeding every chunk's argmax back as its next
    token (a draft model proposing for speculative decoding, without a return to Python per token).
    meta is the first step's (above): nchunks chunks of consecutive rows, their table width MB
-   covering every position they will write, its logit rows each chunk's last row in order. Chunk c drafts want[c] tokens, or stops at one whose
-   probability is under min_conf (0: never). Writes the tokens to out[c * kmax ..], their number
-   to count[c] and the steps chunk c ran to steps[c]; step j > 0 computed position
-   (first step's last position) + j. logits: [nchunks, V] scratch. */
+   covering every position they will write, its logit rows each chunk's last row in order. Chunk c
+   drafts want[c] tokens, or stops at one whose probability is under min_conf (0: never). Writes the
+   tokens to out[c * kmax ..], their number to count[c] and the steps chunk c ran to steps[c]; step
+   j > 0 computed position (first step's last position) + j. logits: [nchunks, V] scratch. */
 int fused_draft_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale, const float *embed,
                     const float *final_norm, const panel_t *lm_head, const float *cos_tab, const float *sin_tab,
                     float *logits, float *work, int nthreads, int64_t nchunks, const int64_t *want, int64_t kmax,

@@ -179,11 +179,7 @@ class FusedDecoder:
                                                        layer.mlp.gate_up_proj.weight, layer.mlp.down_proj.weight)]
         big.append(model.lm_head.weight)
         num = sum(_panelled_size(w) for w in big)
-        if panel_dtype == "bfloat16":
-            self._arena_buf, arena = _hugepage_arena((num + 1) // 2)
-            self.arena = arena.view(torch.bfloat16)[:num]
-        else:
-            self._arena_buf, self.arena = _hugepage_arena(num)
+        self._arena_buf, self.arena = _hugepage_arena(num, PANEL_DTYPES[panel_dtype])
         copies: dict[int, int] = {}
         at = 0
         with torch.no_grad():

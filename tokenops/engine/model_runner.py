@@ -121,9 +121,8 @@ class ModelRunner:
         elif self.device.type == "cpu":
             # on huge pages, like the fused step's weights: a decode step streams the whole context's
             # K/V (a 48-row step of the llama.cpp benchmark ~200 MB), a TLB miss every 4 KiB otherwise
-            count = math.prod(shape)
-            self._kv_buf, flat = _hugepage_arena(-(-count * self.dtype.itemsize // 4))
-            self.kv_cache = flat.view(self.dtype)[:count].view(shape)  # anonymous memory: zeros
+            self._kv_buf, flat = _hugepage_arena(math.prod(shape), self.dtype)
+            self.kv_cache = flat.view(shape)
         else:
             self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         for i, attn in enumerate(self._raw_model.attention_layers()):

@@ -27,20 +27,21 @@ class PanelDtypeUnavailable(ValueError):
     """A bfloat16 ``panel_dtype`` was asked for a model the fused decode step does not run."""
 
 
-def _hugepage_arena(num_floats: int) -> tuple[mmap.mmap, torch.Tensor]:
-    """A float32 tensor of ``num_floats`` in anonymous memory, 2 MiB aligned and advised to use
-    transparent huge pages (Linux; elsewhere plain pages): streaming ~100 MB of weights per token
-    through 4 KiB pages costs a TLB miss every 4 KiB, and huge pages measured ~15% faster here."""
-    align = 2 << 20
-    buf = mmap.mmap(-1, num_floats * 4 + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+def _hugepage_arena(num: int, dtype: torch.dtype = torch.float32) -> tuple[mmap.mmap, torch.Tensor]:
+    """A tensor of ``num`` elements of ``dtype`` in anonymous memory (zeros, committed as it is
+    touched), 2 MiB aligned and advised to use transparent huge pages (Linux; elsewhere plain
+    pages): streaming ~100 MB of weights per token through 4 KiB pages costs a TLB miss every 4 KiB,
+    and huge pages measured ~15% faster here. Returns the mapping too: keep it while the tensor lives."""
+    align, size = 2 << 20, num * dtype.itemsize
+    buf = mmap.mmap(-1, size + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     offset = (-address) % align
     if hasattr(buf, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
         try:
-            buf.madvise(mmap.MADV_HUGEPAGE, offset, num_floats * 4 - (num_floats * 4) % mmap.PAGESIZE or mmap.PAGESIZE)
+            buf.madvise(mmap.MADV_HUGEPAGE, offset, size - size % mmap.PAGESIZE or mmap.PAGESIZE)
         except OSError:
             pass
-    return buf, torch.frombuffer(buf, dtype=torch.float32, count=num_floats, offset=offset)
+    return buf, torch.frombuffer(buf, dtype=dtype, count=num, offset=offset)
 
 
 def _panelled_size(w: torch.Tensor) -> int:
