@@ -59,7 +59,7 @@ import torch
 
 from tokenops.engine._fused_decode_c import SOURCE as _SOURCE
 from tokenops.engine.models.layers import Linear, rope_cos_sin
-from tokenops.engine.panels import PANEL_DTYPES, PanelWeight, _hugepage_arena, _pack_panels, _panelled_size
+from tokenops.engine.panels import PANEL_DTYPES, PanelWeight, _pack_panels, _panelled_size, hugepage_arena
 
 if TYPE_CHECKING:
     from tokenops.engine.batch import ChunkInput
@@ -179,7 +179,7 @@ class FusedDecoder:
                                                        layer.mlp.gate_up_proj.weight, layer.mlp.down_proj.weight)]
         big.append(model.lm_head.weight)
         num = sum(_panelled_size(w) for w in big)
-        self._arena_buf, self.arena = _hugepage_arena(num, PANEL_DTYPES[panel_dtype])
+        self._arena_buf, self.arena = hugepage_arena(num, PANEL_DTYPES[panel_dtype])
         copies: dict[int, int] = {}
         at = 0
         with torch.no_grad():

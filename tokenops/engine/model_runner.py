@@ -16,7 +16,7 @@ import torch
 from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
-from tokenops.engine.panels import PanelDtypeUnavailable, _hugepage_arena
+from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
 from tokenops.engine.loader import load_model, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
@@ -121,7 +121,7 @@ class ModelRunner:
         elif self.device.type == "cpu":
             # on huge pages, like the fused step's weights: a decode step streams the whole context's
             # K/V (a 48-row step of the llama.cpp benchmark ~200 MB), a TLB miss every 4 KiB otherwise
-            self._kv_buf, flat = _hugepage_arena(math.prod(shape), self.dtype)
+            self._kv_buf, flat = hugepage_arena(math.prod(shape), self.dtype)
             self.kv_cache = flat.view(shape)
         else:
             self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)

@@ -1,8 +1,8 @@
 """Weights packed in panels of 16 output features, the layout the fused decode step's products
 stream (:mod:`tokenops.engine.fused_decode`, C source in :mod:`tokenops.engine._fused_decode_c`):
 ``[N/16][K][16]`` in float32, or in bfloat16 with each panel row's features reordered for the C
-side's widening. Also the huge-page arena they live in, and :class:`PanelWeight`, which lets a
-PyTorch linear layer multiply through them."""
+side's widening. Also the huge-page arena they live in (the CPU KV cache is allocated the same
+way), and :class:`PanelWeight`, which lets a PyTorch linear layer multiply through them."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class PanelDtypeUnavailable(ValueError):
     """A bfloat16 ``panel_dtype`` was asked for a model the fused decode step does not run."""
 
 
-def _hugepage_arena(num: int, dtype: torch.dtype = torch.float32) -> tuple[mmap.mmap, torch.Tensor]:
+def hugepage_arena(num: int, dtype: torch.dtype = torch.float32) -> tuple[mmap.mmap, torch.Tensor]:
     """A tensor of ``num`` elements of ``dtype`` in anonymous memory (zeros, committed as it is
     touched), 2 MiB aligned and advised to use transparent huge pages (Linux; elsewhere plain
     pages): streaming ~100 MB of weights per token through 4 KiB pages costs a TLB miss every 4 KiB,
