@@ -35,6 +35,10 @@ class GatewayRequest:
     decisions: dict[str, Any] = field(default_factory=dict)
     #: Headers a pipeline step adds to the client's response (e.g. a budget warning).
     response_headers: dict[str, str] = field(default_factory=dict)
+    #: The client's own API when it is not chat/completions (``"responses"``), and its body
+    #: in that API's shape: a backend whose upstream serves that API sends this instead of ``body``.
+    api: str | None = None
+    native_body: dict[str, Any] | None = None
 
     def prompt_text(self) -> str:
         """The request's text, for routers and caches that look at content."""

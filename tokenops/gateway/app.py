@@ -28,6 +28,7 @@ from tokenops.gateway.errors import APIError, sse_error
 from tokenops.gateway.model_routes import model_cards, readiness, router as model_router
 from tokenops.gateway.images import router as images_router
 from tokenops.gateway.distill_admin import router as distill_admin_router
+from tokenops.gateway.responses_api import router as responses_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
 from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_request
 from tokenops.gateway.state import Gateway
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None, backends: Any = None, *, store:
     app.include_router(model_router)  # /v1/embeddings, /v1/models/{id}
     app.include_router(images_router)  # /v1/images/generations
     app.include_router(distill_admin_router)  # /admin/distill/pairs
+    app.include_router(responses_router)  # /v1/responses (OpenAI's Responses API)
     _install_openapi(app)
     return app
 
