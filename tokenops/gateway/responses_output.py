@@ -17,7 +17,9 @@ from tokenops.types import GatewayResponse
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
           reasoning_tokens: int | None = None) -> dict[str, Any]:
-    return {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": cached_tokens},
+    # cache_write_tokens: 0, the prefix cache has no separate price for the tokens it keeps
+    return {"input_tokens": prompt_tokens,
+            "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
             "output_tokens": completion_tokens, "output_tokens_details": {"reasoning_tokens": reasoning_tokens or 0},
             "total_tokens": prompt_tokens + completion_tokens}
 
