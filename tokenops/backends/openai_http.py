@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator
 
 import httpx
 
+from tokenops.backends import openai_responses
 from tokenops.backends.base import Delta
 from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.registry import replica_name
@@ -80,6 +81,8 @@ class OpenAIBackend:
         self._timeout = httpx.Timeout(connect=5.0, read=model.timeout_s, write=30.0, pool=60.0)
         self._client: httpx.AsyncClient | None = None
         self._is_ready = False
+        #: Whether the upstream serves /v1/responses: None until a Responses request finds out.
+        self.serves_responses: bool | None = None
 
     @property
     def ready(self) -> bool:
@@ -136,7 +139,10 @@ class OpenAIBackend:
 
     # -- requests ---------------------------------------------------------
 
-    def _payload(self, request: GatewayRequest, stream: bool) -> dict[str, Any]:
+    def _payload(self, request: GatewayRequest, stream: bool, native: bool = False) -> dict[str, Any]:
+        if native:
+            assert request.native_body is not None
+            return openai_responses.payload(request.native_body, self.upstream_model, request.max_tokens, stream)
         # ``cache`` is the gateway's own switch (semantic cache), not the upstream's
         body = {k: v for k, v in request.body.items() if v is not None and k != "cache"}
         body["model"] = self.upstream_model
@@ -155,23 +161,25 @@ class OpenAIBackend:
             body.pop("stream_options", None)
         return body
 
-    def _path(self, request: GatewayRequest) -> str:
+    def _path(self, request: GatewayRequest, native: bool = False) -> str:
+        if native:
+            return self.url + "/responses"
         return self.url + {"chat": "/chat/completions", "embedding": "/embeddings"}.get(request.kind, "/completions")
 
-    async def _send(self, request: GatewayRequest, stream: bool) -> httpx.Response:
+    async def _send(self, request: GatewayRequest, stream: bool, native: bool = False) -> httpx.Response:
         """POST with retries on connect errors and 5xx. A streamed response is open
         (the caller closes it); a non-streamed one is already read."""
         if self._client is None:
             raise BackendError(f"backend {self.name} is not started", kind="unavailable", status=503, backend=self.name)
         if not self._has_listed_models:
             await self._learn_models()
-        content = json.dumps(self._payload(request, stream), separators=(",", ":")).encode()
+        content = json.dumps(self._payload(request, stream, native), separators=(",", ":")).encode()
         last: BackendError | None = None
         for attempt in range(self.num_retries + 1):
             if attempt:
                 await asyncio.sleep(min(0.05 * 2 ** (attempt - 1), 1.0))
             try:
-                req = self._client.build_request("POST", self._path(request), content=content, headers=self._headers,
+                req = self._client.build_request("POST", self._path(request, native), content=content, headers=self._headers,
                                                  timeout=self._timeout)
                 response = await self._client.send(req, stream=stream)
             except httpx.ConnectError as e:
@@ -198,7 +206,30 @@ class OpenAIBackend:
         assert last is not None
         raise last
 
+    def _is_native(self, request: GatewayRequest) -> bool:
+        return request.api == "responses" and request.native_body is not None and self.serves_responses is not False
+
+    async def _send_native(self, request: GatewayRequest, stream: bool) -> httpx.Response | None:
+        """The upstream's /v1/responses answer, or None when it has no such route (remembered)."""
+        try:
+            response = await self._send(request, stream, native=True)
+        except BackendError as e:
+            if not openai_responses.is_not_served(e):
+                raise
+            log.info("model %s: upstream %s has no /v1/responses; Responses requests are translated to chat",
+                     self.model, self.url)
+            self.serves_responses = False
+            return None
+        self.serves_responses = True
+        return response
+
     async def chat(self, request: GatewayRequest) -> GatewayResponse:
+        if self._is_native(request) and (response := await self._send_native(request, stream=False)) is not None:
+            try:
+                data = json.loads(response.content)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise BackendError(f"{self.name}: bad upstream answer: {e}", "error", 502, self.name) from None
+            return openai_responses.answer(data, self.model, self.name)
         return await self._one(request)
 
     async def embed(self, request: GatewayRequest) -> dict[str, Any]:
@@ -242,6 +273,17 @@ class OpenAIBackend:
         )
 
     async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
+        if self._is_native(request) and (native := await self._send_native(request, stream=True)) is not None:
+            try:
+                async for delta in openai_responses.deltas(_sse_data(native), self.name):
+                    yield delta
+            except httpx.TimeoutException:
+                raise BackendError(f"{self.name}: upstream timed out mid-stream", "timeout", 504, self.name) from None
+            except httpx.HTTPError as e:
+                raise BackendError(f"{self.name}: stream broke: {type(e).__name__}", "error", 502, self.name) from None
+            finally:
+                await native.aclose()
+            return
         response = await self._send(request, stream=True)
         num_tokens = 0
         usage: dict[str, Any] | None = None
