@@ -27,7 +27,7 @@ from tokenops.gateway.errors import APIError
 from tokenops.gateway.responses_output import ResponseFrame
 from tokenops.gateway.responses_request import ResponsesRequest, chat_body, input_items, parse
 from tokenops.gateway.responses_stream import EventWriter
-from tokenops.store.stored_responses import Limits, ResponseStore, StoredResponse
+from tokenops.store.stored_responses import Limits, ResponseStore, StoredResponse, purge_stored_responses
 from tokenops.types import GatewayRequest
 
 router = APIRouter()
@@ -54,7 +54,7 @@ def response_store(app: Any) -> ResponseStore:
 
 def purge_tenant(app: Any, tenant: str) -> dict[str, int]:
     """``DELETE /admin/tenants/{name}``: the tenant's stored responses go with it."""
-    return {"stored_responses": response_store(app).purge_tenant(tenant)}
+    return purge_stored_responses(response_store(app).store, tenant)
 
 
 def _tenant(request: Request) -> tuple[Any, str, str | None]:

@@ -184,7 +184,8 @@ class EventWriter:
 
     def failed(self, code: str | None, message: str) -> list[bytes]:
         """An ``error`` event and ``response.failed``: the stream broke after it started."""
-        error = {"code": code or "server_error", "message": message}
+        # Response.error.code is one of OpenAI's own codes: the gateway's goes in the error event
+        error = {"code": "rate_limit_exceeded" if code == "rate_limit_exceeded" else "server_error", "message": message}
         return [self._event("error", code=code, message=message, param=None),
                 self._event("response.failed", response=self.frame.body("failed", self.output, None,
                                                                         error=error))]

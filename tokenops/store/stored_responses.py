@@ -102,3 +102,8 @@ class ResponseStore:
         if tenant is None:
             return int(self.store.execute("SELECT count(*) FROM stored_responses").fetchone()[0])
         return int(self.store.execute("SELECT count(*) FROM stored_responses WHERE tenant = ?", [tenant]).fetchone()[0])
+
+
+def purge_stored_responses(store: Any, tenant: str) -> dict[str, int]:
+    """What deleting a tenant reports for its stored responses (``{"stored_responses": n}``)."""
+    return {"stored_responses": ResponseStore(store).purge_tenant(tenant) if store is not None else 0}
