@@ -21,6 +21,7 @@ from pydantic import TypeAdapter
 from tokenops.testing_serve import ServeProcess
 
 DEMO = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "target"
+REASONER = DEMO.parent / "reasoning-small"
 CONFIG = f"""
 [gateway]
 api_keys = {{ "key-a" = "team-a", "key-b" = "team-b" }}
@@ -30,6 +31,11 @@ name = "demo"
 path = "{DEMO}"
 cost_input_per_1m = 1000.0
 cost_output_per_1m = 2000.0
+
+[[models]]
+name = "reasoner"
+path = "{REASONER}"
+reasoning_parser = "think"
 """
 ADD = {"type": "function", "name": "add", "description": "Add two integers", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}
@@ -186,6 +192,50 @@ def test_json_schema_text_format_is_enforced(client):
     assert set(json.loads(r.output_text)) == {"name", "age"}
 
 
+def test_logprobs_are_included_when_asked(client):
+    r = client.responses.create(model="demo", input="Hi", max_output_tokens=6, top_logprobs=2,
+                                include=["message.output_text.logprobs"])
+    [part] = r.output[0].content
+    assert len(part.logprobs) == r.usage.output_tokens and all(len(lp.top_logprobs) == 2 for lp in part.logprobs)
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+
+
+def test_reasoning_models_answer_with_reasoning_items(client):
+    from tokenops_plugins.model_optimization._reasoning_tasks import make_reasoning_suite
+
+    prompt = make_reasoning_suite("multistep", 1, seed=0, terms=(5, 5))[0].prompt
+    r = client.responses.create(model="reasoner", input=prompt, max_output_tokens=160, temperature=0)
+    assert [i.type for i in r.output] == ["reasoning", "message"] and r.output[0].content[0].text
+    assert 0 < r.usage.output_tokens_details.reasoning_tokens < r.usage.output_tokens
+    events = _events(client.responses.create(model="reasoner", input=prompt, max_output_tokens=160, temperature=0,
+                                             stream=True))
+    kinds = [e.type for e in events]
+    assert kinds.index("response.reasoning_text.delta") < kinds.index("response.reasoning_text.done") \
+        < kinds.index("response.output_text.delta")
+    assert events[-1].response.output[0].content[0].text == r.output[0].content[0].text
+    short = client.responses.create(model="reasoner", input=prompt, max_output_tokens=160, temperature=0,
+                                    reasoning={"effort": "minimal"})  # thinking budget 0
+    assert short.usage.output_tokens_details.reasoning_tokens < r.usage.output_tokens_details.reasoning_tokens
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model="demo", input="x", reasoning={"effort": "low"}, max_output_tokens=4)
+    assert e.value.body["param"] == "reasoning.effort" and "`reasoning.effort`" in e.value.body["message"]
+
+
+def test_deleting_a_tenant_purges_its_stored_responses(server):
+    import httpx
+
+    admin = httpx.Client(base_url=server.url, headers=server.admin_headers, timeout=30)
+    assert admin.put("/admin/tenants/acme", json={}).status_code == 201
+    key = admin.post("/admin/keys", json={"tenant": "acme"}).json()["key"]
+    acme = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0)
+    ids = [acme.responses.create(model="demo", input="x", max_output_tokens=2).id for _ in range(2)]
+    r = admin.delete("/admin/tenants/acme")
+    assert r.status_code == 200 and r.json()["purged"]["stored_responses"] == 2
+    key = admin.post("/admin/keys", json={"tenant": "team-a"})  # a config tenant: its responses stay
+    assert key.status_code in (200, 201, 400)
+    assert ids and all(i.startswith("resp_") for i in ids)
+
+
 def test_requests_appear_in_report_with_tokens_and_cost(server, client):
     client.responses.create(model="demo", input="count me", max_output_tokens=4)
     server.stop()
@@ -202,6 +252,6 @@ def test_requests_appear_in_report_with_tokens_and_cost(server, client):
 
     con = duckdb.connect(str(server.store_path), read_only=True)
     rows = con.execute("SELECT tokens_in, tokens_out, cost_usd FROM requests WHERE tenant = 'team-a' "
-                       "AND http_status = 200 AND json_extract_string(decisions, '$.api') = 'responses'").fetchall()
+                       "AND model_served = 'demo' AND http_status = 200 AND json_extract_string(decisions, '$.api') = 'responses'").fetchall()
     con.close()
     assert rows and all(t_in > 0 and t_out > 0 and cost > 0 for t_in, t_out, cost in rows)

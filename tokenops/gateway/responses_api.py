@@ -25,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.responses_output import ResponseFrame
-from tokenops.gateway.responses_request import ResponsesRequest, chat_body, input_items, parse
+from tokenops.gateway.responses_request import ResponsesRequest, chat_body, input_items, parse, responses_error
 from tokenops.gateway.responses_stream import EventWriter
 from tokenops.store.stored_responses import Limits, ResponseStore, StoredResponse, purge_stored_responses
 from tokenops.types import GatewayRequest
@@ -118,9 +118,12 @@ async def create_response(request: Request) -> Response:
     greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
     greq.session_id = greq.headers.get("x-session-id") or greq.session_id
     store = response_store(request.app)
-    if greq.stream:
-        return await _stream(gw, store, req, greq, items)
-    answer, rec = await gw.pipeline.respond(greq)
+    try:
+        if greq.stream:
+            return await _stream(gw, store, req, greq, items)
+        answer, rec = await gw.pipeline.respond(greq)
+    except APIError as e:
+        raise responses_error(e) from None
     frame = ResponseFrame(req, rec.model_served or req.model)
     body = frame.finished(answer)
     if req.store:
@@ -146,6 +149,7 @@ async def _stream(gw: Any, store: ResponseStore, req: ResponsesRequest, greq: Ga
                     for event in writer.push(d):
                         yield event
             except APIError as e:
+                e = responses_error(e)
                 for event in writer.failed(e.code, e.message):
                     yield event
                 return

@@ -237,13 +237,27 @@ def _response_format(text: dict[str, Any]) -> dict[str, Any] | None:
     raise _bad(f"text.format.type must be text, json_object or json_schema; got {kind!r}", "text.format.type")
 
 
-def _remap(e: APIError) -> APIError:
-    """A chat-shaped parameter name of :func:`check_structured` in the Responses shape."""
-    def fix(s: str) -> str:
-        return (s.replace(".function.", ".").replace("response_format.json_schema", "text.format")
-                .replace("response_format", "text.format"))
+_CHAT_NAMES = {"reasoning_effort": "reasoning.effort", "max_tokens": "max_output_tokens",
+               "max_completion_tokens": "max_output_tokens", "messages": "input", "logprobs": "include"}
 
-    return APIError(e.status, fix(e.message), code=e.code, param=fix(e.param) if e.param else None)
+
+def responses_error(e: APIError) -> APIError:
+    """An error about the chat request (its checks, the backend's 400s) in the Responses
+    API's field names: ``tools[0].function.parameters`` -> ``tools[0].parameters``,
+    ``response_format`` -> ``text.format``, ``reasoning_effort`` -> ``reasoning.effort``."""
+    def fix(s: str) -> str:
+        s = (s.replace(".function.", ".").replace("response_format.json_schema", "text.format")
+             .replace("response_format", "text.format"))
+        for chat, ours in _CHAT_NAMES.items():
+            s = s.replace(f"`{chat}`", f"`{ours}`")
+        return s
+
+    param = e.param
+    if param is None:  # a backend's 400 that names the field only in its message
+        param = next((ours for chat, ours in _CHAT_NAMES.items() if f"`{chat}`" in e.message), None)
+    else:
+        param = _CHAT_NAMES.get(param, fix(param))
+    return APIError(e.status, fix(e.message), code=e.code, param=param, type=e.type, headers=e.headers)
 
 
 def chat_body(req: ResponsesRequest, items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -294,7 +308,7 @@ def chat_body(req: ResponsesRequest, items: list[dict[str, Any]]) -> dict[str, A
     try:
         check_structured(body)
     except APIError as e:
-        raise _remap(e) from None
+        raise responses_error(e) from None
     return body
 
 
