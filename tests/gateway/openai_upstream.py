@@ -55,7 +55,7 @@ def _responses_route(bodies: list[dict[str, Any]]):
                            "content": [{"type": "reasoning_text", "text": "6 times 7 is 42."}]})
         if body.get("tools"):
             output.append({"id": "fc_up", "type": "function_call", "call_id": "call_up_1", "status": "completed",
-                           "name": body["tools"][0]["name"], "arguments": '{"city": "Paris"}'})
+                           "name": body["tools"][0].get("name", body["tools"][0]["type"]), "arguments": '{"city": "Paris"}'})
         else:
             output.append({"id": "msg_up", "type": "message", "role": "assistant", "status": "completed",
                            "content": [{"type": "output_text", "text": "upstream: " + last, "annotations": []}]})

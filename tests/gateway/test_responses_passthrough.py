@@ -41,6 +41,18 @@ def test_an_upstream_serving_responses_gets_the_request_as_written(served):
     assert sent["input"][1]["content"][0]["text"] == "upstream: hello" and second.output_text == "upstream: again"
 
 
+def test_what_only_the_responses_api_expresses_passes_through(served):
+    """Built-in tools and image parts have no chat form: the bundled engine refuses them
+    (test_responses_serve.py); an upstream serving /v1/responses gets them as sent."""
+    native, _, client = served
+    image = {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "low"}
+    r = client.responses.create(model="native", tools=[{"type": "web_search"}], max_output_tokens=8,
+                                input=[{"role": "user", "content": [{"type": "input_text", "text": "what is it"}, image]}])
+    sent = native.bodies[-1]
+    assert sent["tools"] == [{"type": "web_search"}] and sent["input"][0]["content"][1] == image
+    assert r.output[0].type == "function_call"  # the fake upstream calls the first tool it is given
+
+
 def test_an_upstream_serving_responses_streams_reasoning_text_and_calls(served):
     _, _, client = served
     events = list(client.responses.create(model="native", input="think about 6 times 7", stream=True))
@@ -69,3 +81,8 @@ def test_an_upstream_without_responses_gets_chat_completions(served):
     assert [c.name for c in calls] == ["get_weather", "get_time"]  # the fake upstream's two calls
     assert chat_only.bodies[-1]["tools"] == [{"type": "function", "function": {
         "name": "get_weather", "parameters": WEATHER["parameters"]}}]
+    client.responses.create(model="chat-only", max_output_tokens=8, input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "what is it"}, {"type": "input_image", "image_url": "https://example.com/a.png"}]}])
+    assert chat_only.bodies[-1]["messages"][0]["content"] == [  # chat's own image part
+        {"type": "text", "text": "what is it"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "auto"}}]

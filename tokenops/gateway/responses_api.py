@@ -25,7 +25,8 @@ from starlette.responses import Response, StreamingResponse
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.responses_output import ResponseFrame
-from tokenops.gateway.responses_request import ResponsesRequest, chat_body, input_items, parse, responses_error
+from tokenops.gateway.responses_request import (ResponsesRequest, Translation, chat_body, deferred_error, input_items,
+                                                 parse)
 from tokenops.gateway.responses_stream import EventWriter
 from tokenops.store.stored_responses import Limits, ResponseStore, StoredResponse, purge_stored_responses
 from tokenops.types import GatewayRequest
@@ -79,15 +80,16 @@ async def _stored(request: Request, tenant: str, response_id: str, param: str | 
 
 
 def _build(data: dict[str, Any], history: list[dict[str, Any]], default_max_tokens: int
-           ) -> tuple[ResponsesRequest, GatewayRequest, list[dict[str, Any]]]:
+           ) -> tuple[ResponsesRequest, GatewayRequest, list[dict[str, Any]], Translation]:
     req = parse(data)
     items = history + input_items(req)
-    body = chat_body(req, items)
+    tr = Translation(offset=len(history))
+    body = chat_body(req, items, tr)
     greq = GatewayRequest(kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
                           max_tokens=req.max_output_tokens or default_max_tokens, session_id=req.user,
                           api="responses", native_body=_native(data, items))
     greq.decisions["api"] = "responses"
-    return req, greq, items
+    return req, greq, items, tr
 
 
 def _native(data: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -112,7 +114,7 @@ async def create_response(request: Request) -> Response:
     if isinstance(previous, str) and previous:
         found = await _stored(request, tenant, previous, "previous_response_id")
         history = found.input_items + found.response.get("output", [])
-    req, greq, items = await build_off_loop(raw, lambda _: _build(data, history, conf.default_max_tokens))
+    req, greq, items, tr = await build_off_loop(raw, lambda _: _build(data, history, conf.default_max_tokens))
     greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
     greq.api_key_id = key_id
     greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
@@ -120,10 +122,10 @@ async def create_response(request: Request) -> Response:
     store = response_store(request.app)
     try:
         if greq.stream:
-            return await _stream(gw, store, req, greq, items)
+            return await _stream(gw, store, req, greq, items, tr)
         answer, rec = await gw.pipeline.respond(greq)
     except APIError as e:
-        raise responses_error(e) from None
+        raise deferred_error(e, tr) from None
     frame = ResponseFrame(req, rec.model_served or req.model)
     body = frame.finished(answer)
     if req.store:
@@ -132,7 +134,7 @@ async def create_response(request: Request) -> Response:
 
 
 async def _stream(gw: Any, store: ResponseStore, req: ResponsesRequest, greq: GatewayRequest,
-                  items: list[dict[str, Any]]) -> Response:
+                  items: list[dict[str, Any]], tr: Translation) -> Response:
     deltas, rec = await gw.pipeline.open_stream(greq)
     writer = EventWriter(ResponseFrame(req, rec.model_served or req.model))
 
@@ -149,7 +151,7 @@ async def _stream(gw: Any, store: ResponseStore, req: ResponsesRequest, greq: Ga
                     for event in writer.push(d):
                         yield event
             except APIError as e:
-                e = responses_error(e)
+                e = deferred_error(e, tr)
                 for event in writer.failed(e.code, e.message):
                     yield event
                 return

@@ -115,23 +115,36 @@ def new_id(prefix: str) -> str:
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
-def _text_of(content: Any, param: str) -> str:
-    """The text of a message's content (a string or text parts); other parts are a 400."""
+class Translation:
+    """What the chat translation could not express, kept for later: an upstream serving
+    ``/v1/responses`` takes the request as written, so these are 400s only where the
+    translated request is answered. Each goes into the chat body under its parameter
+    name (the bundled engine refuses that key, naming it: :func:`deferred_error` then
+    answers with the precise error kept here)."""
+
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset  # items of earlier turns before this request's input
+        self.errors: dict[str, APIError] = {}
+        self.markers: dict[str, Any] = {}
+
+    def defer(self, param: str, value: Any, message: str, code: str) -> None:
+        self.errors.setdefault(param, _bad(message, param, code))
+        self.markers.setdefault(param, value)
+
+    def item_param(self, index: int) -> str:
+        return f"input[{index - self.offset}]" if index >= self.offset else f"previous_response_id (item {index})"
+
+
+def _content(content: Any, param: str) -> list[dict[str, Any]]:
+    """A message's content as parts (a string is one ``input_text``); text parts need text."""
     if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
+        return [{"type": "input_text", "text": content}]
+    if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
         raise _bad(f"{param} must be a string or a list of content parts", param)
-    texts = []
     for i, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
-        else:
-            raise _bad(f"{param}[{i}]: content parts of type {kind!r} are not supported: the models served here "
-                       "read text only (input_text)", f"{param}[{i}].type", code="unsupported_content_type")
-    return "".join(texts)
+        if part.get("type") in _TEXT_PARTS and not isinstance(part.get("text"), str):
+            raise _bad(f"{param}[{i}].text must be a string", f"{param}[{i}].text")
+    return content
 
 
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
@@ -148,11 +161,10 @@ def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
             role = raw.get("role")
             if role not in ("user", "system", "developer", "assistant"):
                 raise _bad(f"{param}.role must be user, system, developer or assistant; got {role!r}", f"{param}.role")
-            text = _text_of(raw.get("content"), f"{param}.content")
-            part = "output_text" if role == "assistant" else "input_text"
-            content: list[dict[str, Any]] = [{"type": part, "text": text}]
+            content = _content(raw.get("content"), f"{param}.content")
             if role == "assistant":
-                content[0]["annotations"] = []
+                content = [{"type": "output_text", "text": p["text"], "annotations": p.get("annotations", [])}
+                           if p.get("type") in _TEXT_PARTS else p for p in content]
             item = {"id": raw.get("id") or new_id("msg"), "type": "message", "role": role,
                     "status": raw.get("status") or "completed", "content": content}
         elif kind == "function_call":
@@ -164,26 +176,50 @@ def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
         elif kind == "function_call_output":
             if not isinstance(raw.get("call_id"), str):
                 raise _bad(f"{param}.call_id must be a string", f"{param}.call_id")
-            output = raw.get("output")
-            item["output"] = output if isinstance(output, str) else _text_of(output, f"{param}.output")
+            if not isinstance(raw.get("output"), str):
+                item["output"] = _content(raw.get("output"), f"{param}.output")
             item.setdefault("id", new_id("fco"))
             item.setdefault("status", "completed")
-        elif kind != "reasoning":
-            raise _bad(f"{param}: input items of type {kind!r} are not supported here (message, function_call, "
-                       "function_call_output and reasoning are)", f"{param}.type", code="unsupported_item_type")
         items.append(item)
     return items
 
 
-def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
+_CHAT_PARTS = {"input_image": "image_url", "input_file": "file", "input_audio": "input_audio"}
+
+
+def _chat_content(parts: list[dict[str, Any]], param: str, tr: Translation) -> str | list[dict[str, Any]]:
+    """Content parts as chat content: text joined into a string, or chat parts (images as
+    ``image_url`` ...) which a text-only model refuses, naming the part."""
+    if all(p.get("type") in _TEXT_PARTS or p.get("type") == "refusal" for p in parts):
+        return "".join(p.get("text") or p.get("refusal") or "" for p in parts)
+    out: list[dict[str, Any]] = []
+    for i, part in enumerate(parts):
+        kind = part.get("type")
+        if kind in _TEXT_PARTS or kind == "refusal":
+            out.append({"type": "text", "text": part.get("text") or part.get("refusal") or ""})
+            continue
+        tr.defer(f"{param}[{i}].type", kind, f"{param}[{i}]: content parts of type {kind!r} are not supported by "
+                 "this model: it reads text only (input_text)", "unsupported_content_type")
+        if kind == "input_image" and part.get("image_url"):
+            out.append({"type": "image_url", "image_url": {"url": part["image_url"],
+                                                           "detail": part.get("detail") or "auto"}})
+        elif kind == "input_file":
+            out.append({"type": "file", "file": {k: part[k] for k in ("file_id", "file_data", "filename") if k in part}})
+        elif kind == "input_audio":
+            out.append({"type": "input_audio", "input_audio": part.get("input_audio")})
+    return out
+
+
+def chat_messages(items: list[dict[str, Any]], instructions: str | None, tr: Translation) -> list[dict[str, Any]]:
     """Items -> chat messages: consecutive ``function_call`` items become one assistant
     message's ``tool_calls`` (after that turn's assistant text, when there is one)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
-    for item in items:
+    for index, item in enumerate(items):
         kind = item.get("type", "message")
+        param = tr.item_param(index)
         if kind == "message":
             role = "system" if item["role"] == "developer" else item["role"]
-            messages.append({"role": role, "content": _text_of(item["content"], "input")})
+            messages.append({"role": role, "content": _chat_content(item["content"], f"{param}.content", tr)})
         elif kind == "function_call":
             call = {"id": item["call_id"], "type": "function",
                     "function": {"name": item["name"], "arguments": item["arguments"]}}
@@ -194,7 +230,12 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
+            output = item["output"]
+            content = output if isinstance(output, str) else _chat_content(output, f"{param}.output", tr)
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
+        elif kind != "reasoning":  # reasoning stays in the conversation, unseen by the model
+            tr.defer(f"{param}.type", kind, f"{param}: input items of type {kind!r} are not supported by this model "
+                     "(message, function_call, function_call_output and reasoning are)", "unsupported_item_type")
     if not messages:
         raise _bad("input is empty: send a string or at least one message", "input")
     return messages
@@ -203,22 +244,25 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list
 # -- the other fields -----------------------------------------------------------
 
 
-def _chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _chat_tools(tools: list[dict[str, Any]], tr: Translation) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(tools):
         if tool.get("type") != "function":
-            raise _bad(f"tools[{i}]: tools of type {tool.get('type')!r} are not supported here (function tools are)",
-                       f"tools[{i}].type", code="unsupported_tool_type")
+            tr.defer(f"tools[{i}].type", tool.get("type"), f"tools[{i}]: tools of type {tool.get('type')!r} are not "
+                     "supported by this model (function tools are)", "unsupported_tool_type")
+            continue
         fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
         out.append({"type": "function", "function": fn})
     return out
 
 
-def _chat_tool_choice(choice: Any) -> Any:
+def _chat_tool_choice(choice: Any, tr: Translation) -> Any:
     if isinstance(choice, dict) and choice.get("type") == "function":
         return {"type": "function", "function": {"name": choice.get("name")}}
     if isinstance(choice, dict):
-        raise _bad(f"tool_choice of type {choice.get('type')!r} is not supported here", "tool_choice")
+        tr.defer("tool_choice.type", choice.get("type"), f"tool_choice of type {choice.get('type')!r} is not "
+                 "supported by this model", "unsupported_tool_type")
+        return None
     return choice
 
 
@@ -260,16 +304,17 @@ def responses_error(e: APIError) -> APIError:
     return APIError(e.status, fix(e.message), code=e.code, param=param, type=e.type, headers=e.headers)
 
 
-def chat_body(req: ResponsesRequest, items: list[dict[str, Any]]) -> dict[str, Any]:
-    """The chat completions body answering ``req`` over the conversation ``items``."""
-    body: dict[str, Any] = {"model": req.model, "messages": chat_messages(items, req.instructions)}
+def chat_body(req: ResponsesRequest, items: list[dict[str, Any]], tr: Translation) -> dict[str, Any]:
+    """The chat completions body answering ``req`` over the conversation ``items``
+    (what it cannot express is kept in ``tr``)."""
+    body: dict[str, Any] = {"model": req.model, "messages": chat_messages(items, req.instructions, tr)}
     for name in ("temperature", "top_p", "parallel_tool_calls", "user"):
         if getattr(req, name) is not None:
             body[name] = getattr(req, name)
-    if req.tools:
-        body["tools"] = _chat_tools(req.tools)
-    if req.tool_choice is not None:
-        body["tool_choice"] = _chat_tool_choice(req.tool_choice)
+    if req.tools and (tools := _chat_tools(req.tools, tr)):
+        body["tools"] = tools
+    if req.tool_choice is not None and (choice := _chat_tool_choice(req.tool_choice, tr)) is not None:
+        body["tool_choice"] = choice
     if req.text:
         extra_text = {k: v for k, v in req.text.items() if k not in ("format", "verbosity")}
         if extra_text:
@@ -309,7 +354,13 @@ def chat_body(req: ResponsesRequest, items: list[dict[str, Any]]) -> dict[str, A
         check_structured(body)
     except APIError as e:
         raise responses_error(e) from None
+    body.update(tr.markers)  # after the checks: the bundled engine refuses them by name
     return body
+
+
+def deferred_error(e: APIError, tr: Translation) -> APIError:
+    """The error of a pipeline failure, with a deferred translation problem's own message."""
+    return tr.errors.get(e.param or "") or responses_error(e)
 
 
 def markdown() -> str:
