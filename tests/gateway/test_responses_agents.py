@@ -1,7 +1,8 @@
 """openai-agents in its default mode (the Responses API) against a real ``tokenops serve``
 on the embedded default model (SmolLM2-135M-Instruct from the packaged GGUF): an agent
 whose function tool takes a nested pydantic argument (its schema has ``$defs``/``$ref``),
-run and streamed with ``Runner.run_streamed``.
+run and streamed with ``Runner.run_streamed``; and ``client.responses.create`` turns
+chained by ``previous_response_id`` that the model answers with the earlier turns in mind.
 """
 
 from __future__ import annotations
@@ -115,3 +116,21 @@ def test_agent_streams_with_run_streamed(server, shop):
     assert "response.function_call_arguments.delta" in raw and "response.output_text.delta" in raw
     assert raw.count("response.created") == 2 and raw.count("response.completed") + raw.count("response.incomplete") == 2
     assert isinstance(result.final_output, str) and result.final_output
+
+
+@pytest.mark.slow  # three short answers of the real model (~40 s on a loaded 2-core box)
+def test_a_conversation_by_previous_response_id_reaches_the_model(server):
+    """The earlier turns really are in the prompt: the model answers a follow-up that only
+    makes sense with them."""
+    import openai
+
+    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    model = client.models.list().data[0].id
+    first = client.responses.create(model=model, input="What is the capital of France?", max_output_tokens=24,
+                                    temperature=0)
+    assert "Paris" in first.output_text
+    second = client.responses.create(model=model, input="And of Germany?", previous_response_id=first.id,
+                                     max_output_tokens=24, temperature=0)
+    assert "Berlin" in second.output_text
+    alone = client.responses.create(model=model, input="And of Germany?", max_output_tokens=24, temperature=0)
+    assert second.usage.input_tokens > alone.usage.input_tokens
