@@ -101,7 +101,13 @@ def _native(data: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]
     return body
 
 
-@router.post("/v1/responses", tags=["openai"], summary="Create a model response (OpenAI Responses API; SSE when stream)")
+def _openapi_body() -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": ResponsesRequest.model_json_schema()}}}}
+
+
+@router.post("/v1/responses", tags=["openai"], summary="Create a model response (OpenAI Responses API; SSE when stream)",
+             openapi_extra=_openapi_body())
 async def create_response(request: Request) -> Response:
     gw, tenant, key_id = _tenant(request)
     if gw.is_draining:
