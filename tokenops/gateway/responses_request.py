@@ -30,7 +30,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "model": ("acts: picks the model (routers may choose another)", "acts: sent as the upstream's own id"),
     "input": ("acts: a string, or items: `message` (text parts), `function_call`, `function_call_output`; "
               "`reasoning` items are kept in the conversation but not shown to the model; image, file and "
-              "audio parts and other item types are a 400 naming them", "acts: sent with the earlier turns"),
+              "audio parts (chat's `image_url`, `file`, `input_audio` parts for a chat upstream) and other item "
+              "types are a 400 naming them", "acts: sent with the earlier turns"),
     "instructions": ("acts: a system message before the input (not carried into the next turn, as OpenAI)",
                      _PASS_NATIVE),
     "previous_response_id": ("acts: the stored conversation (this tenant's only) goes before the input; "
@@ -38,7 +39,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "store": ("acts (default true): kept in the store per tenant, bounded by `[store] responses_*`",
               "acts as on the bundled engine; the upstream gets `store: false`"),
     "metadata": ("acts: kept with the response", _PASS_NATIVE),
-    "tools": ("acts: `function` tools (as chat tools); other tool types are a 400", _PASS_NATIVE),
+    "tools": ("acts: `function` tools (as chat tools); other tool types (`web_search`, ...) are a 400 naming them",
+              _PASS_NATIVE),
     "tool_choice": ("acts: `auto`, `none`, `required`, `{\"type\": \"function\", \"name\": ...}` "
                     "(grammar-constrained)", _PASS_NATIVE),
     "parallel_tool_calls": ("acts", _PASS_NATIVE),
@@ -365,8 +367,9 @@ def deferred_error(e: APIError, tr: Translation) -> APIError:
 
 def markdown() -> str:
     """The field table of docs/serve.md."""
-    rows = ["`POST /v1/responses`", "", "| field | bundled engine (`local`), and upstreams without `/v1/responses` "
-            "(translated to chat completions) | upstream serving `/v1/responses` |", "|---|---|---|"]
+    rows = ["`POST /v1/responses`", "", "| field | bundled engine (`local`); an upstream without `/v1/responses` gets "
+            "the same chat translation, the fields refused here passed through | upstream serving `/v1/responses` |",
+            "|---|---|---|"]
     rows += [f"| `{name}` | {bundled} | {native} |" for name, (bundled, native) in FIELDS.items()]
     rows.append("| any other field | 400 naming it (`unsupported_parameter`) | passes through |")
     return "\n".join(rows) + "\n"
