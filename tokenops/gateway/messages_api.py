@@ -1,0 +1,126 @@
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: Anthropic's Messages API.
+
+A request is translated to the gateway's one internal request (a chat-completions
+body, :mod:`tokenops.gateway.messages_schema`) and runs through the same pipeline as
+``/v1/chat/completions``: keys and tenants, admission (rate limits, budgets), cache,
+routing, fallback and telemetry (the record's ``decisions["api"]`` is ``messages``).
+The original body rides along (``GatewayRequest.native``): an ``openai`` upstream
+that serves ``/v1/messages`` gets it as sent; the bundled engine and chat-only
+upstreams get the translation. Answers and errors are in Anthropic's shapes
+(:mod:`tokenops.gateway.messages_stream`); the API key may come as ``x-api-key``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response, StreamingResponse
+
+from tokenops.gateway.body import build_off_loop, checked_body, read_body
+from tokenops.gateway.errors import APIError
+from tokenops.gateway.messages_schema import chat_body, check_fields
+from tokenops.gateway.messages_stream import encode_stream, error_body, message_body
+from tokenops.gateway.schemas import chat_request
+from tokenops.types import GatewayRequest, NativeRequest
+
+router = APIRouter()
+_JSON = "application/json"
+_SECRET_HEADERS = ("authorization", "x-api-key", "x-admin-key", "cookie")
+
+
+def anthropic_error(err: APIError) -> Response:
+    return Response(json.dumps(error_body(err)), status_code=err.status, media_type=_JSON, headers=err.headers)
+
+
+def _upstream_only(gw: Any, model: Any) -> bool:
+    """Every replica of ``model`` is an upstream that may serve /v1/messages (not known not to)."""
+    replicas = gw.replicas.get(model) if isinstance(model, str) else None
+    return bool(replicas) and all(getattr(r.backend, "kind", None) == "openai"
+                                  and getattr(r.backend, "serves_messages", None) is not False for r in replicas)
+
+
+def _is_reasoning(gw: Any, model: Any) -> bool:
+    replicas = gw.replicas.get(model) if isinstance(model, str) else None
+    return bool(replicas) and getattr(replicas[0].backend, "reasoning_parser", None) is not None
+
+
+def messages_request(gw: Any, data: dict[str, Any], default_max_tokens: int) -> GatewayRequest:
+    """The internal request of a Messages body; what the translation cannot carry is a 400
+    now, unless the model's upstreams may take the body as sent."""
+    body, untranslatable = chat_body(data, is_reasoning_model=_is_reasoning(gw, data.get("model")))
+    err = untranslatable.error()
+    if err is not None and not _upstream_only(gw, data.get("model")):
+        raise err
+    greq = chat_request(body, default_max_tokens)
+    greq.native = NativeRequest(api="messages", path="/messages", body=data, untranslatable=list(untranslatable))
+    greq.decisions["api"] = "messages"
+    return greq
+
+
+async def authorized_body(request: Request) -> tuple[Any, tuple[str, str | None], bytes]:
+    """The gateway, ``(tenant, key id)`` and the raw body (401/413/408 first, as on chat completions)."""
+    gw = request.app.state.gateway
+    if gw.is_draining:
+        raise APIError(503, "The server is shutting down.", code="shutting_down")
+    client = request.client.host if request.client else None
+    who = gw.api_keys.tenant_for(request.headers, client)
+    conf = gw.settings.gateway
+    return gw, who, await read_body(request, conf.max_body_bytes, conf.body_timeout_s)
+
+
+@router.post("/v1/messages", tags=["anthropic"], summary="Create a Message (Anthropic's API; SSE when stream is true)")
+async def create_message(request: Request) -> Response:
+    try:
+        return await _create(request)
+    except APIError as e:
+        return anthropic_error(e)
+
+
+async def _create(request: Request) -> Response:
+    gw, (tenant, key_id), raw = await authorized_body(request)
+    conf = gw.settings.gateway
+    greq = await build_off_loop(raw, lambda b: messages_request(gw, checked_body(b, conf), conf.default_max_tokens))
+    greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
+    greq.api_key_id = key_id
+    greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
+    greq.session_id = greq.headers.get("x-session-id") or greq.session_id
+    if greq.stream:
+        deltas, rec = await gw.pipeline.open_stream(greq)
+        body = encode_stream(greq, deltas, rec, rec.model_served or greq.model)
+        return _EventStream(body, deltas, media_type="text/event-stream",
+                            headers={"cache-control": "no-cache", "x-accel-buffering": "no", "request-id": greq.id,
+                                     **greq.response_headers})
+    response, rec = await gw.pipeline.respond(greq)
+    answer = message_body(greq, response, rec.model_served or greq.model)
+    return Response(json.dumps(answer, ensure_ascii=False), media_type=_JSON,
+                    headers={"request-id": greq.id, **greq.response_headers})
+
+
+class _EventStream(StreamingResponse):
+    """Closes the pipeline's delta stream however the response ends (the engine request is aborted)."""
+
+    def __init__(self, content: AsyncIterator[bytes], deltas: Any, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._deltas = deltas
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._deltas.aclose()
+
+
+@router.post("/v1/messages/count_tokens", tags=["anthropic"], summary="Count a Message's input tokens")
+async def count_tokens(request: Request) -> Response:
+    from tokenops.gateway.tokenize_api import count_message_tokens
+
+    try:
+        gw, _, raw = await authorized_body(request)
+        data = checked_body(raw, gw.settings.gateway)
+        check_fields(data, is_count=True)
+        count = await count_message_tokens(gw, data, dict(request.headers))
+        return Response(json.dumps({"input_tokens": count}), media_type=_JSON)
+    except APIError as e:
+        return anthropic_error(e)
