@@ -342,10 +342,14 @@ def chat_body(data: dict[str, Any], *, is_reasoning_model: bool = False,
 
 def markdown() -> str:
     """The field table of docs/serve.md."""
-    rows = ["`POST /v1/messages` (and `/v1/messages/count_tokens`: `model`, `messages`, `system`, `tools`, "
-            "`tool_choice`, `thinking`)\n",
+    counted = ", ".join(f"`{name}`" for name in COUNT_FIELDS)
+    rows = [f"`POST /v1/messages` (`POST /v1/messages/count_tokens` takes {counted}, the same way)\n",
             "| field | bundled engine, chat-only upstreams (translated) | upstream serving `/v1/messages` |",
             "|---|---|---|"]
     rows += [f"| `{f.name}` | {f.translated} | {f.native} |" for f in FIELDS]
     rows.append("| any other field | 400 naming it (as Anthropic answers) | 400 naming it |")
     return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
