@@ -12,15 +12,16 @@ serve it: the backend remembers, and this request and the next get the chat tran
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
+
+import httpx
 
 from tokenops.backends.base import Delta
+from tokenops.backends.sse import sse_data
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
-if TYPE_CHECKING:
-    import httpx
-
-    from tokenops.backends.openai_http import OpenAIBackend
+#: An ``OpenAIBackend`` (tokenops.backends.openai_http, which imports this module).
+OpenAIBackend = Any
 
 DEFAULT_VERSION = "2023-06-01"
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
@@ -101,14 +102,10 @@ async def native_open(backend: OpenAIBackend, request: GatewayRequest) -> httpx.
 
 async def native_deltas(backend: OpenAIBackend, response: httpx.Response) -> AsyncIterator[Delta]:
     """Each upstream event as a delta carrying it, then the usage delta."""
-    import httpx
-
-    from tokenops.backends.openai_http import _sse_data
-
     tool_blocks: dict[int, int] = {}  # block index -> tool call index
     prompt = cached = output = 0
     try:
-        async for line in _sse_data(response):
+        async for line in sse_data(response):
             try:
                 ev = json.loads(line[5:].strip())
             except json.JSONDecodeError:

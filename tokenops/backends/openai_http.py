@@ -19,6 +19,7 @@ from tokenops.backends.anthropic_upstream import native_deltas, native_once, nat
 from tokenops.backends.base import Delta
 from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.registry import replica_name
+from tokenops.backends.sse import sse_data as _sse_data
 from tokenops.config import ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
@@ -307,22 +308,6 @@ class OpenAIBackend:
                     completion_tokens=usage.get("completion_tokens") or num_tokens,
                     cached_tokens=details.get("cached_tokens") or 0,
                     reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"))
-
-
-async def _sse_data(response: httpx.Response) -> AsyncIterator[bytes]:
-    """The ``data:`` lines of an event stream, as bytes, each as soon as it is complete."""
-    buf = b""
-    async for chunk in response.aiter_bytes():
-        buf += chunk
-        start = 0
-        while (end := buf.find(b"\n", start)) >= 0:
-            line = buf[start:end]
-            start = end + 1
-            if line.startswith(b"data:"):
-                yield line
-        buf = buf[start:]
-    if buf.startswith(b"data:"):
-        yield buf
 
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "refusal")

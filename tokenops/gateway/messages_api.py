@@ -18,11 +18,13 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from starlette.responses import Response, StreamingResponse
 
-from tokenops.gateway.body import build_off_loop, checked_body, read_body
+from tokenops.gateway.body import build_off_loop, checked_body
+from tokenops.gateway.keyed_body import authorized_body
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.messages_schema import chat_body, check_fields
 from tokenops.gateway.messages_stream import encode_stream, error_body, message_body
 from tokenops.gateway.schemas import chat_request
+from tokenops.gateway.tokenize_api import count_message_tokens
 from tokenops.types import GatewayRequest, NativeRequest
 
 router = APIRouter()
@@ -57,17 +59,6 @@ def messages_request(gw: Any, data: dict[str, Any], default_max_tokens: int) -> 
     greq.native = NativeRequest(api="messages", path="/messages", body=data, untranslatable=list(untranslatable))
     greq.decisions["api"] = "messages"
     return greq
-
-
-async def authorized_body(request: Request) -> tuple[Any, tuple[str, str | None], bytes]:
-    """The gateway, ``(tenant, key id)`` and the raw body (401/413/408 first, as on chat completions)."""
-    gw = request.app.state.gateway
-    if gw.is_draining:
-        raise APIError(503, "The server is shutting down.", code="shutting_down")
-    client = request.client.host if request.client else None
-    who = gw.api_keys.tenant_for(request.headers, client)
-    conf = gw.settings.gateway
-    return gw, who, await read_body(request, conf.max_body_bytes, conf.body_timeout_s)
 
 
 @router.post("/v1/messages", tags=["anthropic"], summary="Create a Message (Anthropic's API; SSE when stream is true)")
@@ -114,8 +105,6 @@ class _EventStream(StreamingResponse):
 
 @router.post("/v1/messages/count_tokens", tags=["anthropic"], summary="Count a Message's input tokens")
 async def count_tokens(request: Request) -> Response:
-    from tokenops.gateway.tokenize_api import count_message_tokens
-
     try:
         gw, _, raw = await authorized_body(request)
         data = checked_body(raw, gw.settings.gateway)

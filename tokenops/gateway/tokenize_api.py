@@ -20,7 +20,9 @@ from starlette.responses import Response
 from tokenops.backends.base import Replica
 from tokenops.gateway.body import checked_body
 from tokenops.gateway.errors import APIError, ModelNotFound
-from tokenops.gateway.schemas import ChatMessage
+from tokenops.gateway.keyed_body import authorized_body
+from tokenops.gateway.messages_schema import chat_body
+from tokenops.gateway.schemas import ChatMessage, chat_request
 from tokenops.types import BackendError
 
 router = APIRouter()
@@ -133,8 +135,6 @@ def _upstream_error(replica: Replica, path: str, status: int, data: Any) -> APIE
 
 
 async def _auth_and_body(request: Request) -> tuple[Any, dict[str, Any]]:
-    from tokenops.gateway.messages_api import authorized_body
-
     gw, _, raw = await authorized_body(request)
     return gw, checked_body(raw, gw.settings.gateway)
 
@@ -190,9 +190,6 @@ async def detokenize(request: Request) -> Response:
 async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str, str]) -> int:
     """``input_tokens`` of a count_tokens body: the engine's count for bundled models; upstreams
     are asked (their /v1/messages/count_tokens, else their /tokenize on the translation)."""
-    from tokenops.gateway.messages_schema import chat_body
-    from tokenops.gateway.schemas import chat_request
-
     replica = replica_for(gw, data.get("model"))
     backend = replica.backend
     if backend.kind == "openai":
