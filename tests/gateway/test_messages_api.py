@@ -182,3 +182,19 @@ def test_docs_carry_the_generated_table_and_every_sdk_field_has_a_row():
     # sampling fields the API takes that this SDK version no longer lists as arguments (sent in extra_body)
     assert sdk | {"temperature", "top_p", "top_k"} <= rows, sdk - rows
     assert set(typing.get_type_hints(message_count_tokens_params.MessageCountTokensParams)) <= set(COUNT_FIELDS)
+
+
+async def test_unknown_paths_and_methods_under_messages_are_anthropic_errors():
+    async with gateway_client([FakeBackend()]) as c:
+        _is_anthropic_error(await c.post("/v1/messages/batches", json={}), 404, "not_found_error")
+        _is_anthropic_error(await c.get("/v1/messages"), 405, "invalid_request_error")
+        msg = _is_anthropic_error(await c.post("/v1/messages", json=_body(model="fake-model", messages=[
+            {"role": "user", "content": [{"type": "text", "text": "x", "citations": [{"type": "x"}]}]}])),
+            400, "invalid_request_error")
+        assert "citations" in msg  # a block field the translation would lose is named, not dropped
+
+
+def test_thinking_on_a_model_known_not_to_think_is_named():
+    _, problems = chat_body(_body(thinking={"type": "enabled", "budget_tokens": 9}), is_reasoning_model=False)
+    assert [p for p, _ in problems] == ["thinking"]
+    assert chat_body(_body(thinking={"type": "enabled", "budget_tokens": 9}), is_reasoning_model=None)[1] == []

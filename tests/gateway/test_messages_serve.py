@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import anthropic
 import httpx
@@ -22,10 +23,13 @@ from tests.gateway.anthropic_upstream import MODEL_ID, SIGNATURE, TEXT, THINKING
 from tests.gateway.openai_upstream import Upstream
 from tests.gateway.smollm2 import smollm2_dir
 from tokenops.testing_serve import ServeProcess
+from tokenops_plugins.model_optimization._reasoning_tasks import make_reasoning_suite
 
 #: The real model these tests run (switch to the embedded default once `tokenops serve` ships it).
 MODEL_PATH = smollm2_dir
 KEY = "sk-anthropic-test"
+#: The demo reasoning model (``<think>`` blocks), for thinking on the bundled engine.
+REASONER = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "reasoning-small"
 WEATHER = {"name": "get_weather", "description": "Current weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"},
                                                               "unit": {"enum": ["celsius", "fahrenheit"]}},
@@ -39,6 +43,7 @@ def served(tmp_path_factory):
     with AnthropicUpstream() as native, Upstream() as chat_only:
         config = (f'[gateway]\napi_keys = {{"{KEY}" = "acme"}}\n'
                   f'[[models]]\nname = "smol"\npath = "{path}"\ncost_input_per_1m = 1.0\ncost_output_per_1m = 2.0\n'
+                  f'[[models]]\nname = "reasoner"\npath = "{REASONER}"\nreasoning_parser = "think"\n'
                   f'[[models]]\nname = "claude-up"\nbackend = "openai"\nurl = "{native.url}"\napi_key = "sk-upstream"\n'
                   f'[[models]]\nname = "chat-up"\nbackend = "openai"\nurl = "{chat_only.url}"\n')
         with ServeProcess(tmp_path_factory.mktemp("messages"), config=config) as srv:
@@ -148,6 +153,25 @@ def test_errors_are_anthropic_errors(served, client):
     with pytest.raises(anthropic.RateLimitError) as e:
         budgeted.messages.create(model="smol", max_tokens=2, messages=ASK)
     assert e.value.body["error"]["type"] == "rate_limit_error" and e.value.response.headers.get("retry-after")
+
+
+def test_thinking_blocks_from_a_reasoning_model_on_the_bundled_engine(client):
+    kw = dict(model="reasoner", max_tokens=160, extra_body={"temperature": 0},
+              messages=[{"role": "user", "content": make_reasoning_suite("multistep", 1, seed=0, terms=(5, 5))[0].prompt}])
+    created = client.messages.create(**kw, thinking={"type": "enabled", "budget_tokens": 1024})
+    assert [b.type for b in created.content] == ["thinking", "text"]
+    assert created.content[0].thinking and "<think>" not in created.content[0].thinking + created.content[1].text
+    with client.messages.stream(**kw, thinking={"type": "enabled", "budget_tokens": 1024}) as stream:
+        kinds = {e.type for e in stream}
+        final = stream.get_final_message()
+    assert "thinking" in kinds and [b.model_dump() for b in final.content] == [b.model_dump() for b in created.content]
+    short = client.messages.create(**kw, thinking={"type": "enabled", "budget_tokens": 4})
+    assert len(short.content[0].thinking) < len(created.content[0].thinking)  # the budget acts
+    off = client.messages.create(**kw, thinking={"type": "disabled"})
+    assert not [b for b in off.content if b.type == "thinking" and b.thinking.strip()]
+    with pytest.raises(anthropic.BadRequestError) as e:  # a model without a reasoning parser does not think
+        client.messages.create(model="smol", max_tokens=4, messages=ASK, thinking={"type": "enabled", "budget_tokens": 9})
+    assert "thinking" in e.value.body["error"]["message"]
 
 
 def test_upstream_serving_messages_gets_the_request_as_sent(served, client):

@@ -211,6 +211,8 @@ class OpenAIBackend:
             answer = await native_once(self, request)
             if answer is not None:
                 return answer
+        elif request.native is not None:  # known not to serve it: what the translation lost is a 400
+            request.native.check_translatable(self.name)
         return await self._one(request)
 
     async def embed(self, request: GatewayRequest) -> dict[str, Any]:
@@ -260,6 +262,8 @@ class OpenAIBackend:
                 async for delta in native_deltas(self, response):
                     yield delta
                 return
+        elif request.native is not None:
+            request.native.check_translatable(self.name)
         async for delta in self._stream_chat(request):
             yield delta
 

@@ -13,7 +13,9 @@ upstreams get the translation. Answers and errors are in Anthropic's shapes
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+import logging
+import secrets
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response, StreamingResponse
@@ -28,6 +30,7 @@ from tokenops.gateway.tokenize_api import count_message_tokens
 from tokenops.types import GatewayRequest, NativeRequest
 
 router = APIRouter()
+log = logging.getLogger("tokenops.gateway")
 _JSON = "application/json"
 _SECRET_HEADERS = ("authorization", "x-api-key", "x-admin-key", "cookie")
 
@@ -43,9 +46,12 @@ def _upstream_only(gw: Any, model: Any) -> bool:
                                   and getattr(r.backend, "serves_messages", None) is not False for r in replicas)
 
 
-def _is_reasoning(gw: Any, model: Any) -> bool:
+def _is_reasoning(gw: Any, model: Any) -> bool | None:
+    """Whether ``model`` thinks: known for bundled models (a ``reasoning_parser``), else None."""
     replicas = gw.replicas.get(model) if isinstance(model, str) else None
-    return bool(replicas) and getattr(replicas[0].backend, "reasoning_parser", None) is not None
+    if not replicas or any(getattr(r.backend, "kind", None) != "local" for r in replicas):
+        return None
+    return replicas[0].backend.reasoning_parser is not None
 
 
 def messages_request(gw: Any, data: dict[str, Any], default_max_tokens: int) -> GatewayRequest:
@@ -61,12 +67,22 @@ def messages_request(gw: Any, data: dict[str, Any], default_max_tokens: int) -> 
     return greq
 
 
-@router.post("/v1/messages", tags=["anthropic"], summary="Create a Message (Anthropic's API; SSE when stream is true)")
-async def create_message(request: Request) -> Response:
+async def _answer(request: Request, handler: Callable[[Request], Awaitable[Response]]) -> Response:
+    """``handler``'s response, or its error in Anthropic's shape (a 500 keeps its traceback in the log)."""
     try:
-        return await _create(request)
+        return await handler(request)
     except APIError as e:
         return anthropic_error(e)
+    except Exception as e:
+        error_id = secrets.token_hex(6)
+        log.error("internal error %s on %s", error_id, request.url.path, exc_info=e)
+        return anthropic_error(APIError(500, f"The server had an error while processing your request (error id "
+                                             f"{error_id}); retry, and report the id if it persists."))
+
+
+@router.post("/v1/messages", tags=["anthropic"], summary="Create a Message (Anthropic's API; SSE when stream is true)")
+async def create_message(request: Request) -> Response:
+    return await _answer(request, _create)
 
 
 async def _create(request: Request) -> Response:
@@ -105,11 +121,24 @@ class _EventStream(StreamingResponse):
 
 @router.post("/v1/messages/count_tokens", tags=["anthropic"], summary="Count a Message's input tokens")
 async def count_tokens(request: Request) -> Response:
-    try:
-        gw, _, raw = await authorized_body(request)
-        data = checked_body(raw, gw.settings.gateway)
-        check_fields(data, is_count=True)
-        count = await count_message_tokens(gw, data, dict(request.headers))
-        return Response(json.dumps({"input_tokens": count}), media_type=_JSON)
-    except APIError as e:
-        return anthropic_error(e)
+    return await _answer(request, _count)
+
+
+async def _count(request: Request) -> Response:
+    gw, _, raw = await authorized_body(request)
+    data = checked_body(raw, gw.settings.gateway)
+    check_fields(data, is_count=True)
+    count = await count_message_tokens(gw, data, dict(request.headers))
+    return Response(json.dumps({"input_tokens": count}), media_type=_JSON)
+
+
+@router.api_route("/v1/messages", methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+async def wrong_method(request: Request) -> Response:
+    return anthropic_error(APIError(405, f"Method {request.method} is not allowed on /v1/messages: use POST."))
+
+
+@router.api_route("/v1/messages/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                  include_in_schema=False)
+async def unknown_path(request: Request, rest: str) -> Response:
+    # e.g. the Message Batches API, which this server does not implement
+    return anthropic_error(APIError(404, f"Unknown path {request.url.path}"))

@@ -145,11 +145,29 @@ def _tool_result(block: dict[str, Any], param: str, problems: Untranslatable) ->
     return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": text}
 
 
+#: The fields of each block type the translation carries (or, like ``cache_control``, needs not).
+_BLOCK_FIELDS = {"text": {"type", "text", "cache_control", "citations"}, "image": {"type", "source", "cache_control"},
+                 "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
+                 "tool_use": {"type", "id", "name", "input", "cache_control"},
+                 "thinking": {"type", "thinking", "signature"}, "redacted_thinking": {"type", "data"}}
+
+
+def _check_block(block: dict[str, Any], where: str, problems: Untranslatable) -> None:
+    known = _BLOCK_FIELDS.get(block.get("type") or "")
+    extra = sorted(k for k, v in block.items() if known is not None and k not in known and v is not None)
+    if block.get("citations"):
+        extra.append("citations")
+    if extra:
+        problems.note(f"{where}: `{extra[0]}` of a {block.get('type')} block cannot be translated to chat "
+                      "completions; remove it, or use a model whose upstream serves /v1/messages", f"{where}.{extra[0]}")
+
+
 def _user(content: list[dict[str, Any]], param: str, problems: Untranslatable) -> list[dict[str, Any]]:
     tools: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     for i, block in enumerate(content):
         where, kind = f"{param}[{i}]", block.get("type")
+        _check_block(block, where, problems)
         if kind == "text":
             _require(isinstance(block.get("text"), str), "a text block needs a string text", f"{where}.text")
             parts.append({"type": "text", "text": block["text"]})
@@ -173,6 +191,7 @@ def _assistant(content: list[dict[str, Any]], param: str, problems: Untranslatab
     calls: list[dict[str, Any]] = []
     for i, block in enumerate(content):
         where, kind = f"{param}[{i}]", block.get("type")
+        _check_block(block, where, problems)
         if kind == "text":
             _require(isinstance(block.get("text"), str), "a text block needs a string text", f"{where}.text")
             texts.append(block["text"])
@@ -258,7 +277,7 @@ def _tool_choice(choice: Any, body: dict[str, Any]) -> None:
         body["parallel_tool_calls"] = not choice.get("disable_parallel_tool_use", False)
 
 
-def _thinking(thinking: Any, body: dict[str, Any], is_reasoning_model: bool) -> None:
+def _thinking(thinking: Any, body: dict[str, Any], is_reasoning_model: bool | None, problems: Untranslatable) -> None:
     _require(isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled", "adaptive",
                                                                      "between_tools"),
              "must be {\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"disabled\"} or "
@@ -269,6 +288,9 @@ def _thinking(thinking: Any, body: dict[str, Any], is_reasoning_model: bool) -> 
         _require(isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0,
                  "must be an integer >= 0", "thinking.budget_tokens")
         body["max_thinking_tokens"] = budget
+        if is_reasoning_model is False:
+            problems.note("thinking: this model does not think (it has no `reasoning_parser` in [[models]]); "
+                          "remove `thinking` or use a reasoning model", "thinking")
     elif kind == "disabled" and is_reasoning_model:
         body["max_thinking_tokens"] = 0
 
@@ -288,7 +310,7 @@ def _output_config(config: Any, body: dict[str, Any]) -> None:
         body["reasoning_effort"] = _EFFORT[effort]
 
 
-def chat_body(data: dict[str, Any], *, is_reasoning_model: bool = False,
+def chat_body(data: dict[str, Any], *, is_reasoning_model: bool | None = None,
               is_count: bool = False) -> tuple[dict[str, Any], Untranslatable]:
     """The chat-completions body of a Messages request, and the 400s of what it could not carry
     (malformed requests raise at once)."""
@@ -334,7 +356,7 @@ def chat_body(data: dict[str, Any], *, is_reasoning_model: bool = False,
     if data.get("tool_choice") is not None:
         _tool_choice(data["tool_choice"], body)
     if data.get("thinking") is not None:
-        _thinking(data["thinking"], body, is_reasoning_model)
+        _thinking(data["thinking"], body, is_reasoning_model, problems)
     if data.get("output_config") is not None:
         _output_config(data["output_config"], body)
     return body, problems

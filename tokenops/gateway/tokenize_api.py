@@ -199,8 +199,7 @@ async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str,
             return answer["input_tokens"]
         if status not in (404, 405):
             raise _upstream_error(replica, "/v1/messages/count_tokens", status, answer)
-    body, untranslatable = chat_body(data, is_reasoning_model=getattr(backend, "reasoning_parser", None) is not None,
-                                     is_count=True)
+    body, untranslatable = chat_body(data, is_count=True)
     err = untranslatable.error()
     if err is not None:
         raise err
