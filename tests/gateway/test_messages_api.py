@@ -198,3 +198,39 @@ def test_thinking_on_a_model_known_not_to_think_is_named():
     _, problems = chat_body(_body(thinking={"type": "enabled", "budget_tokens": 9}), is_reasoning_model=False)
     assert [p for p, _ in problems] == ["thinking"]
     assert chat_body(_body(thinking={"type": "enabled", "budget_tokens": 9}), is_reasoning_model=None)[1] == []
+
+
+async def test_cache_and_routing_plugins_see_messages_requests_as_chat_requests(register_plugin):
+    from tokenops import hookimpl
+    from tokenops.types import GatewayResponse, RouteDecision
+
+    seen = []
+
+    class Plugins:
+        @hookimpl(tryfirst=True)
+        def tokenops_route(self, request, candidates, profiles):
+            seen.append(request.messages)
+            return RouteDecision(model="cheap", reason="test") if request.model == "auto" else None
+
+        @hookimpl
+        def tokenops_cache_lookup(self, request):
+            if request.prompt_text().endswith("cached?"):
+                return GatewayResponse(text="from the cache", model="cheap", prompt_tokens=5, completion_tokens=3)
+            return None
+
+    register_plugin(Plugins(), "test-messages-plugins")
+    async with gateway_client({"cheap": [FakeBackend("cheap", reply="routed answer")]}) as c:
+        r = await c.post("/v1/messages", json=_body(model="auto", system="S"))
+        assert r.status_code == 200 and r.json()["content"] == [{"type": "text", "text": "routed answer "}]
+        assert r.json()["model"] == "cheap" and seen[-1] == [{"role": "system", "content": "S"},
+                                                             {"role": "user", "content": "hi"}]
+        r = await c.post("/v1/messages", json=_body(model="auto", messages=[{"role": "user", "content": "cached?"}]))
+        assert r.json()["content"] == [{"type": "text", "text": "from the cache"}]
+        r = await c.post("/v1/messages", json=_body(model="auto", stream=True,
+                                                    messages=[{"role": "user", "content": "cached?"}]))
+        texts = [json.loads(line[6:])["delta"].get("text") for line in r.text.splitlines()
+                 if line.startswith("data: ") and '"content_block_delta"' in line]
+        assert texts == ["from the cache"] and "event: message_stop" in r.text
+        recent = (await c.get("/admin/requests", headers={"Authorization": "Bearer test-admin-key"})).json()["requests"]
+        assert [q["decisions"]["api"] for q in recent[:3]] == ["messages"] * 3
+        assert recent[0]["decisions"]["cache"] == "hit"
