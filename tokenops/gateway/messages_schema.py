@@ -119,16 +119,17 @@ def _text_of(blocks: Any, param: str) -> str:
     return "\n".join(out)
 
 
-def _image_part(block: dict[str, Any], param: str) -> dict[str, Any]:
+def _image_part(block: dict[str, Any], param: str, problems: Untranslatable) -> dict[str, Any] | None:
     source = block.get("source")
     _require(isinstance(source, dict), "an image block needs a source", f"{param}.source")
     if source.get("type") == "base64":
         url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
     elif source.get("type") == "url":
         url = source.get("url")
-    else:
-        raise bad(f"{param}.source.type {source.get('type')!r} is not supported: send base64 or url",
-                  param=f"{param}.source.type")
+    else:  # e.g. "file" (Anthropic's Files API)
+        problems.note(f"{param}.source.type {source.get('type')!r} cannot be translated: send base64 or url",
+                      f"{param}.source.type")
+        return None
     return {"type": "image_url", "image_url": {"url": url}}
 
 
@@ -172,7 +173,9 @@ def _user(content: list[dict[str, Any]], param: str, problems: Untranslatable) -
             _require(isinstance(block.get("text"), str), "a text block needs a string text", f"{where}.text")
             parts.append({"type": "text", "text": block["text"]})
         elif kind == "image":
-            parts.append(_image_part(block, where))
+            part = _image_part(block, where, problems)
+            if part is not None:
+                parts.append(part)
         elif kind == "tool_result":
             tools.append(_tool_result(block, where, problems))
         else:
