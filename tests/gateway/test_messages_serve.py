@@ -1,9 +1,10 @@
 """Anthropic's Messages API and vLLM's /tokenize through a real ``tokenops serve``, driven by
 the anthropic SDK (its own event parser reads the streams).
 
-One server holds three models: ``smol`` (SmolLM2-135M-Instruct on the bundled engine,
-the translated path), ``claude-up`` (an upstream serving /v1/messages: pass-through) and
-``chat-up`` (a chat-completions-only upstream: translated over HTTP, with thinking).
+One server holds four models: ``smol`` (SmolLM2-135M-Instruct, the embedded default, on
+the bundled engine: the translated path), ``reasoner`` (the demo reasoning model),
+``claude-up`` (an upstream serving /v1/messages: pass-through) and ``chat-up`` (a
+chat-completions-only upstream: translated over HTTP, with thinking).
 The server has an API key, sent by the SDK as ``x-api-key``.
 """
 
@@ -21,12 +22,12 @@ import pytest
 
 from tests.gateway.anthropic_upstream import MODEL_ID, SIGNATURE, TEXT, THINKING, TOOL_ID, AnthropicUpstream
 from tests.gateway.openai_upstream import Upstream
-from tests.gateway.smollm2 import smollm2_dir
+from tokenops.engine.default_model import smollm2_path
 from tokenops.testing_serve import ServeProcess
 from tokenops_plugins.model_optimization._reasoning_tasks import make_reasoning_suite
 
-#: The real model these tests run (switch to the embedded default once `tokenops serve` ships it).
-MODEL_PATH = smollm2_dir
+#: The real model these tests run: the embedded default, SmolLM2-135M-Instruct (its packaged GGUF).
+MODEL_PATH = smollm2_path
 KEY = "sk-anthropic-test"
 #: The demo reasoning model (``<think>`` blocks), for thinking on the bundled engine.
 REASONER = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "reasoning-small"
@@ -56,7 +57,7 @@ def client(served):
 
 
 def test_create_and_stream_give_the_same_greedy_message(client):
-    kw = dict(model="smol", max_tokens=16, system="Answer in one short sentence.", messages=ASK,
+    kw = dict(model="smol", max_tokens=12, system="Answer in one short sentence.", messages=ASK,
               extra_body={"temperature": 0})
     created = client.messages.create(**kw)
     assert created.type == "message" and created.role == "assistant" and created.model == "smol"
@@ -98,7 +99,7 @@ def test_forced_tool_use_then_tool_result_round_trip(client):
     history = [*ASK, {"role": "assistant", "content": first.content},
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
                                              "content": "18 degrees celsius and sunny"}]}]
-    answer = client.messages.create(**kw, messages=history, tool_choice={"type": "none"})
+    answer = client.messages.create(**{**kw, "max_tokens": 8}, messages=history, tool_choice={"type": "none"})
     assert answer.stop_reason in ("end_turn", "max_tokens")
     assert [b.type for b in answer.content] == ["text"] and answer.content[0].text
 
