@@ -197,6 +197,8 @@ def test_upstream_serving_messages_gets_the_request_as_sent(served, client):
     created = client.messages.create(model="claude-up", **kw)
     assert created.model == "claude-up" and created.content[1].text == TEXT and created.content[0].thinking == THINKING
     assert client.messages.count_tokens(model="claude-up", messages=ASK).input_tokens == 42
+    path, body, headers = native.seen[-1]
+    assert path == "/v1/messages/count_tokens" and body["model"] == MODEL_ID and headers["x-api-key"] == "sk-upstream"
     r = httpx.post(srv.url + "/tokenize", json={"model": "claude-up", "prompt": "x"}, headers={"x-api-key": KEY})
     assert r.json()["tokens"] == [7, 8, 9] and native.seen[-1][1]["model"] == MODEL_ID
 

@@ -193,7 +193,10 @@ async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str,
     replica = replica_for(gw, data.get("model"))
     backend = replica.backend
     if backend.kind == "openai":
-        forwarded = {k: v for k, v in headers.items() if k.startswith("anthropic-")}
+        forwarded = {k: v for k, v in headers.items() if k in ("anthropic-version", "anthropic-beta")}
+        bearer = backend._headers.get("authorization", "")
+        if bearer.startswith("Bearer "):  # as on /v1/messages: Anthropic-native servers read x-api-key
+            forwarded["x-api-key"] = bearer[len("Bearer "):]
         status, answer = await _upstream(replica, "/messages/count_tokens", data, forwarded, root=False)
         if status < 400 and isinstance(answer, dict) and isinstance(answer.get("input_tokens"), int):
             return answer["input_tokens"]
