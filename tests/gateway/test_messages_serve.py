@@ -123,8 +123,9 @@ def test_count_tokens_is_the_engines_prompt_count(served, client):
     assert body["count"] == len(body["tokens"]) == len(body["token_strs"]) and body["max_model_len"] > 0
     r = httpx.post(srv.url + "/detokenize", json={"model": "smol", "tokens": body["tokens"]}, headers=headers)
     assert r.json() == {"prompt": "Hello, Paris!"}
-    r = httpx.post(srv.url + "/tokenize", json={"model": "smol", "prompt": "x", "bogus": 1}, headers=headers)
-    assert r.status_code == 400 and "bogus" in r.json()["error"]["message"]
+    for field, value in (("bogus", 1), ("chat_template", "{{ messages }}")):
+        r = httpx.post(srv.url + "/tokenize", json={"model": "smol", "prompt": "x", field: value}, headers=headers)
+        assert r.status_code == 400 and field in r.json()["error"]["message"], r.text
 
 
 def test_errors_are_anthropic_errors(served, client):
@@ -199,8 +200,11 @@ def test_upstream_serving_messages_gets_the_request_as_sent(served, client):
     assert client.messages.count_tokens(model="claude-up", messages=ASK).input_tokens == 42
     path, body, headers = native.seen[-1]
     assert path == "/v1/messages/count_tokens" and body["model"] == MODEL_ID and headers["x-api-key"] == "sk-upstream"
-    r = httpx.post(srv.url + "/tokenize", json={"model": "claude-up", "prompt": "x"}, headers={"x-api-key": KEY})
-    assert r.json()["tokens"] == [7, 8, 9] and native.seen[-1][1]["model"] == MODEL_ID
+    r = httpx.post(srv.url + "/tokenize", json={"model": "claude-up", "prompt": "x", "cache_salt": "s"},
+                   headers={"x-api-key": KEY})
+    assert r.json()["tokens"] == [7, 8, 9] and native.seen[-1][1] == {"model": MODEL_ID, "prompt": "x", "cache_salt": "s"}
+    r = httpx.post(srv.url + "/detokenize", json={"model": "claude-up", "tokens": [7, 8, 9]}, headers={"x-api-key": KEY})
+    assert r.json() == {"prompt": "seven eight nine"} and native.seen[-1][0] == "/detokenize"
 
 
 def test_chat_only_upstream_is_translated_with_thinking_and_tool_use(client):

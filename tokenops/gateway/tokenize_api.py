@@ -49,7 +49,19 @@ class DetokenizeRequest(BaseModel):
     tokens: list[int]
 
 
+#: vLLM request fields the bundled engine does not implement, and why (a 400 names them).
+_NOT_IMPLEMENTED = {"chat_template": "custom chat templates are not supported: the model's own template is used",
+                    "continue_final_message": "not implemented; false is accepted",
+                    "mm_processor_kwargs": "text-only models", "media_io_kwargs": "text-only models",
+                    "documents": "not implemented", "cache_salt": "not implemented"}
+
+
 def _parsed(model: type[BaseModel], data: dict[str, Any]) -> Any:
+    for name, reason in _NOT_IMPLEMENTED.items():
+        if data.get(name) not in (None, False):
+            raise APIError(400, f"Unsupported parameter `{name}` for a bundled model: {reason}.",
+                           code="unsupported_parameter", param=name)
+    data = {k: v for k, v in data.items() if k not in _NOT_IMPLEMENTED}
     try:
         return model.model_validate(data, strict=True)
     except ValidationError as e:
@@ -57,6 +69,14 @@ def _parsed(model: type[BaseModel], data: dict[str, Any]) -> Any:
         loc = ".".join(str(x) for x in err.get("loc", ()))
         msg = "unknown field (not part of vLLM's request)" if err.get("type") == "extra_forbidden" else err.get("msg")
         raise APIError(400, f"{loc}: {msg}", code="invalid_value", param=loc or None) from None
+
+
+async def _passed_through(replica: Replica, path: str, data: dict[str, Any]) -> Response:
+    """An upstream's answer to ``data`` as sent (it validates its own fields)."""
+    status, answer = await _upstream(replica, path, data)
+    if status >= 400:
+        raise _upstream_error(replica, path, status, answer)
+    return Response(json.dumps(answer), media_type=_JSON)
 
 
 def replica_for(gw: Any, model: str | None) -> Replica:
@@ -136,21 +156,21 @@ def _upstream_error(replica: Replica, path: str, status: int, data: Any) -> APIE
 
 async def _auth_and_body(request: Request) -> tuple[Any, dict[str, Any]]:
     gw, _, raw = await authorized_body(request)
-    return gw, checked_body(raw, gw.settings.gateway)
+    data = checked_body(raw, gw.settings.gateway)
+    if data.get("model") is not None and not isinstance(data["model"], str):
+        raise APIError(400, "model: must be a string", param="model")
+    return gw, data
 
 
 @router.post("/tokenize", tags=["vllm"], summary="Token ids of a prompt or chat (vLLM's shape)")
 async def tokenize(request: Request) -> Response:
     gw, data = await _auth_and_body(request)
+    replica = replica_for(gw, data.get("model"))
+    if replica.backend.kind == "openai":
+        return await _passed_through(replica, "/tokenize", data)
     req: TokenizeRequest = _parsed(TokenizeRequest, data)
     if (req.prompt is None) == (req.messages is None):
         raise APIError(400, "send exactly one of `prompt` and `messages`", param="prompt")
-    replica = replica_for(gw, req.model)
-    if replica.backend.kind == "openai":
-        status, answer = await _upstream(replica, "/tokenize", req.model_dump(exclude_none=True))
-        if status >= 400:
-            raise _upstream_error(replica, "/tokenize", status, answer)
-        return Response(json.dumps(answer), media_type=_JSON)
     if req.prompt is not None:
         tok = _tokenizer(replica)
         special = True if req.add_special_tokens is None else req.add_special_tokens
@@ -171,13 +191,10 @@ async def tokenize(request: Request) -> Response:
 @router.post("/detokenize", tags=["vllm"], summary="Text of token ids (vLLM's shape)")
 async def detokenize(request: Request) -> Response:
     gw, data = await _auth_and_body(request)
-    req: DetokenizeRequest = _parsed(DetokenizeRequest, data)
-    replica = replica_for(gw, req.model)
+    replica = replica_for(gw, data.get("model"))
     if replica.backend.kind == "openai":
-        status, answer = await _upstream(replica, "/detokenize", req.model_dump(exclude_none=True))
-        if status >= 400:
-            raise _upstream_error(replica, "/detokenize", status, answer)
-        return Response(json.dumps(answer), media_type=_JSON)
+        return await _passed_through(replica, "/detokenize", data)
+    req: DetokenizeRequest = _parsed(DetokenizeRequest, data)
     tok = _tokenizer(replica)
     bad = [t for t in req.tokens if not 0 <= t < tok.vocab_size]
     if bad:
