@@ -169,6 +169,9 @@ def test_thinking_blocks_from_a_reasoning_model_on_the_bundled_engine(client):
     assert "thinking" in kinds and [b.model_dump() for b in final.content] == [b.model_dump() for b in created.content]
     short = client.messages.create(**kw, thinking={"type": "enabled", "budget_tokens": 4})
     assert len(short.content[0].thinking) < len(created.content[0].thinking)  # the budget acts
+    hidden = client.messages.create(**kw, thinking={"type": "enabled", "budget_tokens": 1024, "display": "omitted"})
+    assert [b.model_dump() for b in hidden.content] == [created.content[1].model_dump()]
+    assert hidden.usage.output_tokens == created.usage.output_tokens  # it still thought
     off = client.messages.create(**kw, thinking={"type": "disabled"})
     assert not [b for b in off.content if b.type == "thinking" and b.thinking.strip()]
     with pytest.raises(anthropic.BadRequestError) as e:  # a model without a reasoning parser does not think

@@ -46,7 +46,7 @@ FIELDS = [
           "forced calls are grammar-constrained; `disable_parallel_tool_use` acts"),
     Field("thinking", "acts on models with a `reasoning_parser`: `enabled` sets the thinking budget "
           "(`budget_tokens`), `disabled` turns thinking off, `adaptive` leaves it to the model; `enabled` on "
-          "other models 400"),
+          "other models 400; `display: \"omitted\"` leaves the thinking text out of the answer"),
     Field("output_config", "acts: `format` (`json_schema`) as `response_format`, `effort` as `reasoning_effort` "
           "(`xhigh`/`max` as `high`)"),
     Field("metadata", "acts: `user_id` is the session hint (the tenant on an open server)"),
@@ -286,6 +286,10 @@ def _thinking(thinking: Any, body: dict[str, Any], is_reasoning_model: bool | No
              "must be {\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"disabled\"} or "
              "{\"type\": \"adaptive\"}", "thinking")
     kind = thinking["type"]
+    extra = set(thinking) - {"type", "budget_tokens", "display"}
+    _require(not extra, f"unknown field(s) {', '.join(sorted(extra))}", "thinking")
+    _require(thinking.get("display") in (None, "summarized", "omitted"), "must be \"summarized\" or \"omitted\"",
+             "thinking.display")
     if kind == "enabled":
         budget = thinking.get("budget_tokens")
         _require(isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0,

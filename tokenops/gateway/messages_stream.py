@@ -68,13 +68,19 @@ def tool_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_arguments": arguments}
 
 
+def shows_thinking(request: GatewayRequest) -> bool:
+    """False when the client asked for ``thinking.display: "omitted"``."""
+    thinking = request.native.body.get("thinking") if request.native is not None else None
+    return not (isinstance(thinking, dict) and thinking.get("display") == "omitted")
+
+
 def message_body(request: GatewayRequest, response: GatewayResponse, model: str) -> dict[str, Any]:
     """The non-streamed Message."""
     native = response.extra.get("anthropic_message")
     if isinstance(native, dict):
         return {**native, "model": model}
     choice = (response.extra.get("choices") or [{}])[0]
-    thinking = (choice.get("message_extra") or {}).get("reasoning_content")
+    thinking = (choice.get("message_extra") or {}).get("reasoning_content") if shows_thinking(request) else None
     content: list[dict[str, Any]] = []
     if thinking:
         content.append({"type": "thinking", "thinking": thinking, "signature": ""})
@@ -120,9 +126,9 @@ class _Blocks:
         return out
 
 
-def _translated(d: Delta, blocks: _Blocks) -> list[bytes]:
+def _translated(d: Delta, blocks: _Blocks, show_thinking: bool) -> list[bytes]:
     out: list[bytes] = []
-    reasoning = (d.extra or {}).get("reasoning_content")
+    reasoning = (d.extra or {}).get("reasoning_content") if show_thinking else None
     if reasoning:
         out += blocks.delta("thinking", {"type": "thinking", "thinking": "", "signature": ""},
                             {"type": "thinking_delta", "thinking": reasoning})
@@ -147,6 +153,7 @@ async def encode_stream(request: GatewayRequest, deltas: AsyncIterator[Delta], r
                         model: str) -> AsyncIterator[bytes]:
     """The event stream of a streamed Messages request (``deltas`` from ``Pipeline.open_stream``)."""
     blocks = _Blocks()
+    show_thinking = shows_thinking(request)
     is_started = is_native = False
     finish: str | None = None
     has_calls = False
@@ -169,7 +176,7 @@ async def encode_stream(request: GatewayRequest, deltas: AsyncIterator[Delta], r
                 is_started = True
                 yield _message_start(request, model)
                 yield event("ping", {"type": "ping"})
-            for chunk in _translated(d, blocks):
+            for chunk in _translated(d, blocks, show_thinking):
                 yield chunk
             has_calls = has_calls or bool(d.tool_calls)
             finish = d.finish_reason or finish
