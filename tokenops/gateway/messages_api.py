@@ -61,6 +61,8 @@ def messages_request(gw: Any, data: dict[str, Any], default_max_tokens: int) -> 
     err = untranslatable.error()
     if err is not None and not _upstream_only(gw, data.get("model")):
         raise err
+    if untranslatable:  # the chat body does not hold the whole request: a cache keyed on it must not answer it
+        body["cache"] = False
     greq = chat_request(body, default_max_tokens)
     greq.native = NativeRequest(api="messages", path="/messages", body=data, untranslatable=list(untranslatable))
     greq.decisions["api"] = "messages"
