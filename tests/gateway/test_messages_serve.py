@@ -238,3 +238,14 @@ def test_messages_requests_are_recorded_with_tokens_and_cost(served, client):
                          capture_output=True, text=True, timeout=120)
     report = json.loads(out.stdout)
     assert report["requests"] > 0 and report["tokens_in"] > 0 and report["cost_usd"] > 0
+
+
+def test_the_documented_example_runs(served, capsys):
+    srv = served[0]
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text()
+    code = docs.split("<!-- messages-example -->\n```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace('"http://127.0.0.1:8000"', repr(srv.url)).replace('"unused"', repr(KEY))
+    exec(compile(code.replace('"smollm2-135m-instruct"', '"smol"'), "docs/serve.md", "exec"), {})
+    text, summary = capsys.readouterr().out.rsplit("\n", 2)[:2]
+    reason, num_in, num_out = summary.split()
+    assert text.strip() and reason in ("end_turn", "max_tokens") and int(num_in) > 0 and 0 < int(num_out) <= 32
