@@ -9,7 +9,7 @@ import torch
 from tiny_models import load_hf_model
 from tokenops.testing_serve import ServeProcess
 
-MESSAGES = [{"role": "user", "content": "hello world! the quick brown fox"}]
+MESSAGES = [{"role": "user", "content": "the lazy dog. hello there."}]  # a varied greedy answer
 MAX_TOKENS = 12
 
 
