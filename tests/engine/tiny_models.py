@@ -85,8 +85,16 @@ def hf_config(arch: str):
                 "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0}}
         return tf.Gemma3TextConfig(**c, head_dim=16, query_pre_attn_scalar=24, sliding_window=5, rope_parameters=rope,
                                    layer_types=["sliding_attention", "full_attention"])
+    if arch == "gemma2_gguf":  # what transformers assumes of a Gemma 2 GGUF: head_dim 256 = query_pre_attn_scalar, caps 50/30
+        return tf.Gemma2Config(**{**c, "num_attention_heads": 2, "num_key_value_heads": 1}, head_dim=256,
+                               query_pre_attn_scalar=256, sliding_window=5)
+    if arch == "gemma3_gguf":  # six layers: five local, the sixth global (the pattern a GGUF implies)
+        return tf.Gemma3TextConfig(**{**c, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 6},
+                                   head_dim=256, query_pre_attn_scalar=256, sliding_window=5)
     if arch == "phi3":  # fused qkv/gate_up weights, window 7, full rotation: the fused step runs it
         return tf.Phi3Config(**c, sliding_window=7)
+    if arch == "phi3_gguf":  # no window: transformers reads none from a Phi-3 GGUF
+        return tf.Phi3Config(**c)
     if arch == "phi3_longrope":  # half the head rotates; LongRoPE (short factors below 64 tokens)
         factors = {"short_factor": [1.0, 1.5, 2.0, 4.0], "long_factor": [2.0, 3.0, 5.0, 9.0]}
         rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, **factors}
@@ -102,7 +110,8 @@ def hf_model_class(arch: str):
         "qwen3": tf.Qwen3ForCausalLM, "qwen3_hd128": tf.Qwen3ForCausalLM, "mistral": tf.MistralForCausalLM, "mistral_h12": tf.MistralForCausalLM, "mixtral": tf.MixtralForCausalLM,
         "qwen2_moe": tf.Qwen2MoeForCausalLM, "qwen3_moe": tf.Qwen3MoeForCausalLM,
         "gemma2": tf.Gemma2ForCausalLM, "gemma3": tf.Gemma3ForCausalLM, "phi3": tf.Phi3ForCausalLM,
-        "phi3_longrope": tf.Phi3ForCausalLM,
+        "phi3_longrope": tf.Phi3ForCausalLM, "gemma2_gguf": tf.Gemma2ForCausalLM, "gemma3_gguf": tf.Gemma3ForCausalLM,
+        "phi3_gguf": tf.Phi3ForCausalLM,
     }[arch]  # fmt: skip
 
 
