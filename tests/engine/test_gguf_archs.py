@@ -1,8 +1,8 @@
-"""Gemma 2, Gemma 3 and Phi-3 GGUF files (tiny, random, written as llama.cpp's converter writes
+"""Gemma (1, 2, 3) and Phi-3 GGUF files (tiny, random, written as llama.cpp's converter writes
 them: tests/engine/tiny_gguf.py) against transformers loading the same file (``gguf_file=``):
 prefill logits and greedy tokens through chunked prefill and paged decodes, weights as F32 and
-Q8_0. Phi-3's LongRoPE and partial rotation, which transformers does not read from a GGUF, are
-compared with the Hugging Face folder the file was written from."""
+Q8_0. Phi-3's LongRoPE and partial rotation, which transformers does not read from a GGUF, and
+Gemma 1, whose GGUFs it does not load, are compared with the folder the file was written from."""
 
 from __future__ import annotations
 
@@ -43,13 +43,16 @@ def test_gguf_greedy_matches_transformers_on_the_same_file(arch, quant, tiny_che
 
 
 @torch.no_grad()
-def test_phi3_longrope_gguf_matches_its_source_folder(tiny_checkpoint, gguf_dir, make_runner):
-    """Rope factors as tensors, the attention factor and rope.dimension_count: the same greedy
-    tokens as transformers on the folder, past the original 64-token context too."""
-    folder = tiny_checkpoint("phi3_longrope")
-    path = write_tiny_gguf(folder, gguf_dir / "phi3_longrope.gguf")
+@pytest.mark.parametrize("arch", ["phi3_longrope", "gemma"])
+def test_gguf_matches_its_source_folder_where_transformers_cannot_read_it(arch, tiny_checkpoint, gguf_dir, make_runner):
+    """Phi-3's rope factors as tensors, attention factor and rope.dimension_count (past the original
+    64-token context too), and Gemma 1, whose GGUFs transformers does not load: the same logits and
+    greedy tokens as transformers on the folder the file was written from."""
+    folder = tiny_checkpoint(arch)
+    path = write_tiny_gguf(folder, gguf_dir / f"{arch}.gguf")
     runner, hf = make_runner(path, kv_cache_tokens=256), load_hf_model(folder)
-    assert runner.args.rotary_dim == 8 and runner.args.rope_scaling["rope_type"] == "longrope"
+    if arch == "phi3_longrope":
+        assert runner.args.rotary_dim == 8 and runner.args.rope_scaling["rope_type"] == "longrope"
     for n in (13, 70):
         ids = prompt(9, n)
         table = scattered_blocks(22, n)

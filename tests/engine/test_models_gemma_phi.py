@@ -1,4 +1,4 @@
-"""Gemma 2, Gemma 3 and Phi-3 beyond the shared parity tests (test_models_parity.py runs
+"""Gemma (1, 2, 3) and Phi-3 beyond the shared parity tests (test_models_parity.py runs
 them against transformers like every family): LongRoPE past the original context, which
 step each model takes (fused C step or PyTorch forward), and config spellings."""
 
@@ -40,7 +40,7 @@ def test_each_model_takes_the_step_it_can_run(tiny_checkpoint, make_runner):
     activation and soft caps, and Phi-3's partial rotation and LongRoPE keep the PyTorch forward;
     Gemma 2's soft-capped scores keep the compiled attention kernel off too."""
     assert make_runner(tiny_checkpoint("phi3")).fused_decode is not None
-    for arch in ("gemma2", "gemma3", "phi3_longrope"):
+    for arch in ("gemma", "gemma2", "gemma3", "phi3_longrope"):
         assert make_runner(tiny_checkpoint(arch)).fused_decode is None, arch
     gemma2 = make_runner(tiny_checkpoint("gemma2"))
     assert gemma2.native_attention is None
@@ -71,7 +71,8 @@ def _cfg(tiny_checkpoint, arch: str) -> dict:
 def test_older_config_spellings_give_the_same_args(tiny_checkpoint):
     """Hub configs written before transformers 5: no layer_types (Gemma 2 slides on even
     layers, Gemma 3 on all but every sliding_window_pattern-th), Gemma 3's rope_theta +
-    rope_local_base_freq + rope_scaling, Phi-3's "su" for LongRoPE."""
+    rope_local_base_freq + rope_scaling, Phi-3's "su" for LongRoPE, Gemma 1's "gelu" and
+    implied head_dim 256."""
     g2 = _cfg(tiny_checkpoint, "gemma2")
     old = {k: v for k, v in g2.items() if k != "layer_types"}
     assert model_args(old) == model_args(g2)
@@ -85,6 +86,13 @@ def test_older_config_spellings_give_the_same_args(tiny_checkpoint):
     assert legacy == new
     assert (new.rope_theta, new.local_rope_theta, new.layer_windows) == (1_000_000.0, 10000.0, [5, None])
     assert new.attn_softcap is None and new.final_softcap is None and new.qk_norm
+
+    g1 = _cfg(tiny_checkpoint, "gemma")
+    early = {k: v for k, v in g1.items() if k != "head_dim"}
+    early["hidden_act"] = "gelu"  # as the first Gemma releases wrote it: transformers reads the tanh approximation
+    args = model_args(early)
+    assert args.hidden_act == "gelu_pytorch_tanh" and args.head_dim == 256 and args.norm_offset == 1.0
+    assert not args.sandwich_norms and args.query_pre_attn_scalar is None and args.tie_word_embeddings
 
     phi = _cfg(tiny_checkpoint, "phi3_longrope")
     rope = dict(phi.pop("rope_parameters"))

@@ -1,4 +1,4 @@
-"""Tiny random GGUF files of Gemma 2, Gemma 3 and Phi-3, written with ggml-org's ``gguf``
+"""Tiny random GGUF files of Gemma (1, 2, 3) and Phi-3, written with ggml-org's ``gguf``
 writer the way llama.cpp's converter writes those architectures: its tensor names (gguf's own
 name map), Gemma's norms stored as ``1 + weight``, Phi-3's fused ``attn_qkv``/``ffn_up`` and
 LongRoPE factors as tensors, and the tiny byte-level BPE vocabulary as ``tokenizer.ggml.*``.
@@ -15,7 +15,7 @@ import numpy as np
 
 from tiny_models import CHAT_TEMPLATE, SPECIAL_TOKENS, tiny_tokenizer
 
-_ARCH = {"gemma2": "GEMMA2", "gemma3_text": "GEMMA3", "phi3": "PHI3"}
+_ARCH = {"gemma": "GEMMA", "gemma2": "GEMMA2", "gemma3_text": "GEMMA3", "phi3": "PHI3"}
 
 
 def write_tiny_gguf(hf_dir: Path, out: Path, quant: str = "F32") -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 ARCHS = ("llama", "qwen2", "qwen2_sliding", "qwen3", "mistral", "mixtral", "qwen2_moe", "qwen3_moe",
-         "gemma2", "gemma3", "phi3", "phi3_longrope")
+         "gemma", "gemma2", "gemma3", "phi3", "phi3_longrope")
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 VOCAB_SIZE = 320
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -77,6 +77,8 @@ def hf_config(arch: str):
                                  shared_expert_intermediate_size=96, norm_topk_prob=False, mlp_only_layers=[1])  # fmt: skip
     if arch == "qwen3_moe":
         return tf.Qwen3MoeConfig(**c, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True)
+    if arch == "gemma":  # Gemma 1: scaled embeddings, (1 + w) norms, GELU, tied; head_dim 16 (not hidden / heads)
+        return tf.GemmaConfig(**{**c, "num_attention_heads": 2, "num_key_value_heads": 1}, head_dim=16)
     if arch == "gemma2":  # soft caps low enough to bite, a 5-token window on layer 0, scale from 24 not 16
         return tf.Gemma2Config(**c, head_dim=16, query_pre_attn_scalar=24, sliding_window=5,
                                attn_logit_softcapping=3.0, final_logit_softcapping=5.0)
@@ -109,7 +111,7 @@ def hf_model_class(arch: str):
         "llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen2_sliding": tf.Qwen2ForCausalLM,
         "qwen3": tf.Qwen3ForCausalLM, "qwen3_hd128": tf.Qwen3ForCausalLM, "mistral": tf.MistralForCausalLM, "mistral_h12": tf.MistralForCausalLM, "mixtral": tf.MixtralForCausalLM,
         "qwen2_moe": tf.Qwen2MoeForCausalLM, "qwen3_moe": tf.Qwen3MoeForCausalLM,
-        "gemma2": tf.Gemma2ForCausalLM, "gemma3": tf.Gemma3ForCausalLM, "phi3": tf.Phi3ForCausalLM,
+        "gemma": tf.GemmaForCausalLM, "gemma2": tf.Gemma2ForCausalLM, "gemma3": tf.Gemma3ForCausalLM, "phi3": tf.Phi3ForCausalLM,
         "phi3_longrope": tf.Phi3ForCausalLM, "gemma2_gguf": tf.Gemma2ForCausalLM, "gemma3_gguf": tf.Gemma3ForCausalLM,
         "phi3_gguf": tf.Phi3ForCausalLM,
     }[arch]  # fmt: skip

@@ -4,7 +4,7 @@ Configs written by different ``transformers`` versions disagree on spelling
 (``rope_scaling`` + ``rope_theta`` vs ``rope_parameters``; ``layer_types`` vs
 ``use_sliding_window``/``max_window_layers`` vs Gemma's alternating patterns);
 :meth:`ModelArgs.from_hf` reads them all so the model code sees one shape. Gemma 2/3
-and Phi-3 are Llama-shaped decoders with a few switches (see the Gemma fields below).
+and Phi-3 (and Gemma 1) are Llama-shaped decoders with a few switches (see the Gemma fields below).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from tokenops.engine.models.rope import SUPPORTED_ROPE_TYPES, RopeSpec
 __all__ = ["SUPPORTED_ROPE_TYPES", "ModelArgs"]
 
 _QWEN_STYLE_WINDOW = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
-_GEMMA = ("gemma2", "gemma3_text")
+_GEMMA = ("gemma", "gemma2", "gemma3_text")
+_GEMMA_SANDWICH = ("gemma2", "gemma3_text")  # norms after attention and around the MLP, query_pre_attn_scalar
 
 
 @dataclass(slots=True)
@@ -53,7 +54,7 @@ class ModelArgs:
     moe_layers: list[bool] = field(default_factory=list)
     # Phi-3 (partial_rotary_factor): leading dimensions of each head that rotate (0: all)
     rotary_dim: int = 0
-    # Gemma 2/3
+    # Gemma (1, 2, 3; the sandwich norms, scalar and caps from Gemma 2)
     norm_offset: float = 0.0  # RMSNorm scales by (offset + weight), in float32
     embed_scale: float = 1.0  # embeddings multiplied by sqrt(hidden_size)
     sandwich_norms: bool = False  # norms after attention and around the MLP (pre/post_feedforward_layernorm)
@@ -108,7 +109,11 @@ class ModelArgs:
             raise ValueError("use_bidirectional_attention (an embedding model, not a causal LM) is not supported")
         rope, local_rope = _rope_fields(cfg, model_type)
         is_gemma = model_type in _GEMMA
-        head_dim = cfg.get("head_dim") or hidden // num_heads
+        is_sandwich = model_type in _GEMMA_SANDWICH
+        head_dim = cfg.get("head_dim") or (256 if is_gemma else hidden // num_heads)  # Gemma's default
+        act = cfg.get("hidden_activation") or cfg.get("hidden_act") or ("gelu_pytorch_tanh" if is_gemma else "silu")
+        if is_gemma and act == "gelu":  # early Gemma configs: "gelu" meant the tanh approximation (as transformers reads it)
+            act = "gelu_pytorch_tanh"
         rotary_dim = int(head_dim * rope.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
         is_qwen = model_type in _QWEN_STYLE_WINDOW
         is_qwen2_family = model_type in ("qwen2", "qwen2_moe")
@@ -127,7 +132,7 @@ class ModelArgs:
             max_position_embeddings=cfg.get("max_position_embeddings", 2048),
             rope_theta=float(rope.pop("rope_theta", 10000.0)),
             rope_scaling=rope,
-            hidden_act=cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu",
+            hidden_act=act,
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_gemma)),
             qkv_bias=bool(cfg.get("qkv_bias", True)) if is_qwen2_family else bool(cfg.get("attention_bias", False)),
             o_bias=False if is_qwen2_family or model_type == "mistral" else bool(cfg.get("attention_bias", False)),
@@ -137,8 +142,8 @@ class ModelArgs:
             rotary_dim=rotary_dim,
             norm_offset=1.0 if is_gemma else 0.0,
             embed_scale=hidden**0.5 if is_gemma else 1.0,
-            sandwich_norms=is_gemma,
-            query_pre_attn_scalar=cfg.get("query_pre_attn_scalar", 256) if is_gemma else None,
+            sandwich_norms=is_sandwich,
+            query_pre_attn_scalar=cfg.get("query_pre_attn_scalar", 256) if is_sandwich else None,
             # absent keys take transformers' defaults (Gemma 2 caps both; null turns a cap off)
             attn_softcap=cfg.get("attn_logit_softcapping", 50.0 if model_type == "gemma2" else None) or None,
             final_softcap=cfg.get("final_logit_softcapping", 30.0 if model_type == "gemma2" else None) or None,
