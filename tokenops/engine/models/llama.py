@@ -1,6 +1,6 @@
 """The Llama-shaped decoder shared by every supported family.
 
-Llama 2/3, Qwen2/2.5, Qwen3, Mistral, Phi-3, Gemma 2 and Gemma 3 differ only in flags
+Llama 2/3, Qwen2/2.5, Qwen3, Mistral, Phi-3 and Gemma 1/2/3 differ only in flags
 carried by :class:`ModelArgs` (attention bias, q/k norm, sliding window, RoPE scaling and
 partial rotation, tied embeddings; Gemma's scaled embeddings, (1 + w) norms, norms after
 attention and around the MLP, soft-capped scores and logits, per-layer rotary bases);
