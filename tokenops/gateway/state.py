@@ -128,6 +128,8 @@ class Gateway:
             self.start_failure = nothing_to_serve(self.replicas)
             if self.on_nothing_to_serve is not None:
                 self.on_nothing_to_serve(self.start_failure)
+            else:  # an app embedded elsewhere keeps running: say it in the log
+                log.error("%s", self.start_failure)
         # what is alive now (weights, modules, tokenizers) lives as long as the server: freezing
         # it keeps full collections, triggered by a request's many small objects, from walking it
         # (a ~0.3 s pause of every request on the demo engine, measured in tests/benchmarks/hostile_load.py)
