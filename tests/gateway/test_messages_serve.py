@@ -240,6 +240,7 @@ def test_messages_requests_are_recorded_with_tokens_and_cost(served, client):
     assert report["requests"] > 0 and report["tokens_in"] > 0 and report["cost_usd"] > 0
 
 
+@pytest.mark.slow  # 32 sampled tokens on SmolLM2; test_create_and_stream... proves the same path by default
 def test_the_documented_example_runs(served, capsys):
     srv = served[0]
     docs = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text()
