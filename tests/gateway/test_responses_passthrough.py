@@ -86,3 +86,11 @@ def test_an_upstream_without_responses_gets_chat_completions(served):
     assert chat_only.bodies[-1]["messages"][0]["content"] == [  # chat's own image part
         {"type": "text", "text": "what is it"},
         {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "auto"}}]
+
+
+def test_what_chat_cannot_carry_is_a_400_for_a_chat_only_upstream(served):
+    _, _, client = served
+    for _ in range(2):  # learning that the upstream has no /v1/responses, then knowing it
+        with pytest.raises(openai.BadRequestError) as e:
+            client.responses.create(model="chat-only", input="x", tools=[{"type": "web_search"}], max_output_tokens=4)
+        assert e.value.body["param"] == "tools[0].type" and "web_search" in e.value.body["message"]

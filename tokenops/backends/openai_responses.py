@@ -1,9 +1,10 @@
-"""An upstream's ``/v1/responses`` answers read into the gateway's own shapes.
+"""Responses API requests passed through to an ``openai`` upstream that serves
+``/v1/responses`` (vLLM, SGLang, llama.cpp's server, Ollama, another tokenops).
 
-The ``openai`` backend sends a ``/v1/responses`` request to an upstream that serves the
-Responses API as the client wrote it (``GatewayRequest.native_body``: every field, the
-conversation resolved by the gateway); an upstream that answers 404 or 405 there is
-remembered as one that does not, and gets the translated chat request from then on.
+The upstream gets the request as the client wrote it (``GatewayRequest.native``: every
+field, the conversation resolved by the gateway); an upstream that answers 404 or 405
+there is remembered as one that does not, and gets the translated chat request from
+then on (what the translation could not carry is then a 400 naming it).
 A non-streamed answer keeps the upstream's output items as they came
 (``extra["responses_output"]``); a streamed one becomes :class:`Delta` objects, so the
 gateway's accounting, caches and validators see it like any chat stream.
@@ -14,25 +15,70 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator
 
-from tokenops.backends.base import Delta
-from tokenops.types import BackendError, GatewayResponse
+import httpx
 
+from tokenops.backends.base import Delta
+from tokenops.backends.sse import sse_data
+from tokenops.types import BackendError, GatewayRequest, GatewayResponse
+
+#: An ``OpenAIBackend`` (tokenops.backends.openai_http, which imports this module).
+OpenAIBackend = Any
 #: Status codes of an upstream without a ``/v1/responses`` route.
 NOT_SERVED = (404, 405)
 
 
-def is_not_served(error: BackendError) -> bool:
-    """The upstream has no ``/v1/responses`` (not: the model or a response id is unknown)."""
-    message = str(getattr(error, "upstream_message", "") or "").lower()
-    return error.status in NOT_SERVED and "model" not in message
+def wants_responses(backend: OpenAIBackend, request: GatewayRequest) -> bool:
+    return request.native is not None and request.native.api == "responses" and backend.serves_responses is not False
 
 
-def payload(native: dict[str, Any], model: str, max_tokens: int, stream: bool) -> dict[str, Any]:
-    body = {k: v for k, v in native.items() if v is not None and k != "cache"}
-    body["model"] = model
-    body["max_output_tokens"] = native.get("max_output_tokens") or max_tokens
-    body["stream"] = stream
-    return body
+async def _post(backend: OpenAIBackend, request: GatewayRequest, stream: bool) -> httpx.Response | None:
+    """The upstream's answer, or None when it has no ``/v1/responses`` (remembered)."""
+    assert request.native is not None
+    native = request.native.body
+    payload = {**native, "stream": stream, "max_output_tokens": native.get("max_output_tokens") or request.max_tokens}
+    try:
+        response = await backend._send(request, stream, path=request.native.path, payload=payload)
+    except BackendError as e:
+        message = str(getattr(e, "upstream_message", "") or "")
+        if e.status in NOT_SERVED and "model" not in message.lower():  # an unknown path, not an unknown model
+            backend.serves_responses = False
+            request.native.check_translatable(backend.name)
+            return None
+        raise
+    backend.serves_responses = True
+    return response
+
+
+async def responses_once(backend: OpenAIBackend, request: GatewayRequest) -> GatewayResponse | None:
+    """The upstream's Response as the gateway's answer, or None when it does not serve the API."""
+    response = await _post(backend, request, stream=False)
+    if response is None:
+        return None
+    try:
+        data = json.loads(response.content)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BackendError(f"{backend.name}: bad upstream answer: {e}", "error", 502, backend.name) from None
+    return answer(data, backend.model, backend.name)
+
+
+async def responses_stream(backend: OpenAIBackend, request: GatewayRequest) -> AsyncIterator[Delta] | None:
+    """The upstream's events as deltas, or None when it does not serve the API."""
+    response = await _post(backend, request, stream=True)
+    if response is None:
+        return None
+
+    async def run() -> AsyncIterator[Delta]:
+        try:
+            async for delta in deltas(sse_data(response), backend.name):
+                yield delta
+        except httpx.TimeoutException:
+            raise BackendError(f"{backend.name}: upstream timed out mid-stream", "timeout", 504, backend.name) from None
+        except httpx.HTTPError as e:
+            raise BackendError(f"{backend.name}: stream broke: {type(e).__name__}", "error", 502, backend.name) from None
+        finally:
+            await response.aclose()
+
+    return run()
 
 
 def _finish(data: dict[str, Any], has_calls: bool) -> str:
@@ -49,9 +95,9 @@ def _usage(usage: dict[str, Any] | None) -> tuple[int, int, int, int | None]:
             (usage.get("output_tokens_details") or {}).get("reasoning_tokens"))
 
 
-def answer(data: dict[str, Any], model: str, backend: str) -> GatewayResponse:
+def answer(data: Any, model: str, backend: str) -> GatewayResponse:
     """A non-streamed Response from the upstream as the gateway's answer."""
-    output = data.get("output")
+    output = data.get("output") if isinstance(data, dict) else None
     if not isinstance(output, list):
         raise BackendError(f"{backend}: upstream Response has no output list", "error", 502, backend)
     texts, refusals, reasoning, calls = [], [], [], []

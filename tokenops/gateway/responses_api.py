@@ -29,7 +29,7 @@ from tokenops.gateway.responses_request import (ResponsesRequest, Translation, c
                                                  parse)
 from tokenops.gateway.responses_stream import EventWriter
 from tokenops.store.stored_responses import Limits, ResponseStore, StoredResponse, purge_stored_responses
-from tokenops.types import GatewayRequest
+from tokenops.types import GatewayRequest, NativeRequest
 
 router = APIRouter()
 _JSON = "application/json"
@@ -79,15 +79,30 @@ async def _stored(request: Request, tenant: str, response_id: str, param: str | 
     return found
 
 
-def _build(data: dict[str, Any], history: list[dict[str, Any]], default_max_tokens: int
+def _replica_kinds(gw: Any, model: Any) -> list[tuple[str | None, Any]]:
+    replicas = gw.replicas.get(model) if isinstance(model, str) else None
+    return [(getattr(r.backend, "kind", None), getattr(r.backend, "serves_responses", None)) for r in replicas or ()]
+
+
+def _build(gw: Any, data: dict[str, Any], history: list[dict[str, Any]], default_max_tokens: int
            ) -> tuple[ResponsesRequest, GatewayRequest, list[dict[str, Any]], Translation]:
     req = parse(data)
     items = history + input_items(req)
     tr = Translation(offset=len(history))
     body = chat_body(req, items, tr)
+    kinds = _replica_kinds(gw, req.model)
+    is_upstream = bool(kinds) and all(kind == "openai" for kind, _ in kinds)
+    # what only the Responses API carries is a 400 now, unless the model's upstreams may take the body as sent
+    if tr.untranslatable and not (is_upstream and all(serves is not False for _, serves in kinds)):
+        raise next(iter(tr.untranslatable.values()))
+    if tr.text_only and not is_upstream:  # the bundled engine reads text only
+        raise next(iter(tr.text_only.values()))
+    if tr.untranslatable:  # the chat body does not hold the whole request: a cache keyed on it must not answer it
+        body["cache"] = False
     greq = GatewayRequest(kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
-                          max_tokens=req.max_output_tokens or default_max_tokens, session_id=req.user,
-                          api="responses", native_body=_native(data, items))
+                          max_tokens=req.max_output_tokens or default_max_tokens, session_id=req.user)
+    greq.native = NativeRequest(api="responses", path="/responses", body=_native(data, items),
+                                untranslatable=[(param, e.message) for param, e in tr.untranslatable.items()])
     greq.decisions["api"] = "responses"
     return req, greq, items, tr
 
@@ -120,7 +135,7 @@ async def create_response(request: Request) -> Response:
     if isinstance(previous, str) and previous:
         found = await _stored(request, tenant, previous, "previous_response_id")
         history = found.input_items + found.response.get("output", [])
-    req, greq, items, tr = await build_off_loop(raw, lambda _: _build(data, history, conf.default_max_tokens))
+    req, greq, items, tr = await build_off_loop(raw, lambda _: _build(gw, data, history, conf.default_max_tokens))
     greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
     greq.api_key_id = key_id
     greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}

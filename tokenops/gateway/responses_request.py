@@ -4,11 +4,12 @@ chat request, so admission, routing, caching, budgets and telemetry run as for c
 :func:`parse` validates the body (a 400 naming the field for a wrong type or value);
 :func:`input_items` turns ``input`` into items in OpenAI's stored shape (ids added);
 :func:`chat_body` translates the conversation (earlier turns, then this input) and the
-fields into a chat completions body. Fields with no chat equivalent are put into the
-chat body under their own names: the bundled engine answers them with its 400 naming
-the field (``tokenops.gateway.fields``), an OpenAI-compatible upstream gets them as
-sent. An upstream that serves ``/v1/responses`` itself gets the Responses body instead
-(:mod:`tokenops.backends.openai_responses`).
+fields into a chat completions body. Top-level fields with no chat equivalent are put
+into the chat body under their own names: the bundled engine answers them with its 400
+naming the field (``tokenops.gateway.fields``), an OpenAI-compatible upstream gets them
+as sent. What chat cannot carry at all is kept in a :class:`Translation`. An upstream
+that serves ``/v1/responses`` itself gets the Responses body instead
+(``GatewayRequest.native``, :mod:`tokenops.backends.openai_responses`).
 
 :data:`FIELDS` says what happens to every field; docs/serve.md carries
 :func:`markdown` (a test compares them).
@@ -118,20 +119,19 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 class Translation:
-    """What the chat translation could not express, kept for later: an upstream serving
-    ``/v1/responses`` takes the request as written, so these are 400s only where the
-    translated request is answered. Each goes into the chat body under its parameter
-    name (the bundled engine refuses that key, naming it: :func:`deferred_error` then
-    answers with the precise error kept here)."""
+    """What the chat translation could not carry. An upstream serving ``/v1/responses``
+    takes the request as written, so these are 400s only where the translation is
+    answered: ``untranslatable`` (built-in tools, other item types, ...) on the bundled
+    engine and chat-only upstreams; ``text_only`` (image, file and audio parts, which
+    become chat's own parts for a chat upstream) on the bundled engine."""
 
     def __init__(self, offset: int = 0) -> None:
         self.offset = offset  # items of earlier turns before this request's input
-        self.errors: dict[str, APIError] = {}
-        self.markers: dict[str, Any] = {}
+        self.untranslatable: dict[str, APIError] = {}
+        self.text_only: dict[str, APIError] = {}
 
-    def defer(self, param: str, value: Any, message: str, code: str) -> None:
-        self.errors.setdefault(param, _bad(message, param, code))
-        self.markers.setdefault(param, value)
+    def defer(self, param: str, message: str, code: str) -> None:
+        self.untranslatable.setdefault(param, _bad(message, param, code))
 
     def item_param(self, index: int) -> str:
         return f"input[{index - self.offset}]" if index >= self.offset else f"previous_response_id (item {index})"
@@ -200,8 +200,9 @@ def _chat_content(parts: list[dict[str, Any]], param: str, tr: Translation) -> s
         if kind in _TEXT_PARTS or kind == "refusal":
             out.append({"type": "text", "text": part.get("text") or part.get("refusal") or ""})
             continue
-        tr.defer(f"{param}[{i}].type", kind, f"{param}[{i}]: content parts of type {kind!r} are not supported by "
-                 "this model: it reads text only (input_text)", "unsupported_content_type")
+        where = f"{param}[{i}].type"
+        tr.text_only.setdefault(where, _bad(f"{param}[{i}]: content parts of type {kind!r} are not supported by this "
+                                            "model: it reads text only (input_text)", where, "unsupported_content_type"))
         if kind == "input_image" and part.get("image_url"):
             out.append({"type": "image_url", "image_url": {"url": part["image_url"],
                                                            "detail": part.get("detail") or "auto"}})
@@ -236,7 +237,7 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None, tr: Tra
             content = output if isinstance(output, str) else _chat_content(output, f"{param}.output", tr)
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
         elif kind != "reasoning":  # reasoning stays in the conversation, unseen by the model
-            tr.defer(f"{param}.type", kind, f"{param}: input items of type {kind!r} are not supported by this model "
+            tr.defer(f"{param}.type", f"{param}: input items of type {kind!r} are not supported by this model "
                      "(message, function_call, function_call_output and reasoning are)", "unsupported_item_type")
     if not messages:
         raise _bad("input is empty: send a string or at least one message", "input")
@@ -250,7 +251,7 @@ def _chat_tools(tools: list[dict[str, Any]], tr: Translation) -> list[dict[str, 
     out = []
     for i, tool in enumerate(tools):
         if tool.get("type") != "function":
-            tr.defer(f"tools[{i}].type", tool.get("type"), f"tools[{i}]: tools of type {tool.get('type')!r} are not "
+            tr.defer(f"tools[{i}].type", f"tools[{i}]: tools of type {tool.get('type')!r} are not "
                      "supported by this model (function tools are)", "unsupported_tool_type")
             continue
         fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
@@ -262,7 +263,7 @@ def _chat_tool_choice(choice: Any, tr: Translation) -> Any:
     if isinstance(choice, dict) and choice.get("type") == "function":
         return {"type": "function", "function": {"name": choice.get("name")}}
     if isinstance(choice, dict):
-        tr.defer("tool_choice.type", choice.get("type"), f"tool_choice of type {choice.get('type')!r} is not "
+        tr.defer("tool_choice.type", f"tool_choice of type {choice.get('type')!r} is not "
                  "supported by this model", "unsupported_tool_type")
         return None
     return choice
@@ -318,9 +319,8 @@ def chat_body(req: ResponsesRequest, items: list[dict[str, Any]], tr: Translatio
     if req.tool_choice is not None and (choice := _chat_tool_choice(req.tool_choice, tr)) is not None:
         body["tool_choice"] = choice
     if req.text:
-        extra_text = {k: v for k, v in req.text.items() if k not in ("format", "verbosity")}
-        if extra_text:
-            body["text." + sorted(extra_text)[0]] = True  # an unknown key of `text`: named by the 400
+        for key in sorted(k for k in req.text if k not in ("format", "verbosity")):
+            tr.defer(f"text.{key}", f"text.{key} is not a field this model knows", "unsupported_parameter")
         if (fmt := _response_format(req.text)) is not None:
             body["response_format"] = fmt
         if req.text.get("verbosity") not in (None, "medium"):
@@ -340,7 +340,8 @@ def chat_body(req: ResponsesRequest, items: list[dict[str, Any]], tr: Translatio
         if rest:
             body["reasoning"] = rest
     if (req.stream_options or {}).get("include_obfuscation"):
-        body["stream_options.include_obfuscation"] = True
+        tr.defer("stream_options.include_obfuscation", "stream_options.include_obfuscation: no obfuscation padding "
+                 "is sent here; send false", "unsupported_parameter")
     if req.truncation not in (None, "disabled"):
         body["truncation"] = req.truncation
     if req.background:
@@ -356,13 +357,12 @@ def chat_body(req: ResponsesRequest, items: list[dict[str, Any]], tr: Translatio
         check_structured(body)
     except APIError as e:
         raise responses_error(e) from None
-    body.update(tr.markers)  # after the checks: the bundled engine refuses them by name
     return body
 
 
 def deferred_error(e: APIError, tr: Translation) -> APIError:
     """The error of a pipeline failure, with a deferred translation problem's own message."""
-    return tr.errors.get(e.param or "") or responses_error(e)
+    return tr.untranslatable.get(e.param or "") or responses_error(e)
 
 
 def markdown() -> str:
