@@ -20,14 +20,16 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "serve.md"
 
 #: A value that changes something, for every field the bundled backends reject.
 SAMPLES = {
-    "frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"50": 5},
     "functions": [{"name": "f", "parameters": {"type": "object"}}], "function_call": "auto",
     "audio": {"voice": "alloy", "format": "wav"}, "modalities": ["text", "audio"],
     "prediction": {"type": "content", "content": "x"}, "web_search_options": {},
     "verbosity": "low", "store": True, "metadata": {"k": "v"}, "service_tier": "flex", "prompt_cache_key": "k",
     "prompt_cache_retention": "24h", "prompt_cache_options": {"mode": "x"}, "safety_identifier": "s",
-    "moderation": {"mode": "x"}, "echo": True, "suffix": "!", "best_of": 2,
+    "moderation": {"mode": "x"}, "suffix": "!", "best_of": 2,
 }
+#: Fields the bundled engine acts on that an upstream must get unchanged too.
+ACTED = {"frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"50": 5}, "repetition_penalty": 1.1,
+         "min_tokens": 1}
 #: Values that change nothing, accepted by the bundled engine.
 NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "store": False, "service_tier": "auto",
            "modalities": ["text"]}
@@ -95,7 +97,7 @@ def test_bundled_engine_rejects_what_it_does_not_do(served, kind):
 def test_upstream_gets_every_field_unchanged(served):
     up, client = served
     kind = "chat"  # the test upstream serves chat; completions share the same pass-through code
-    extra = {**SAMPLES, "min_p": 0.1, "top_k": 5, "ignore_eos": True}
+    extra = {**SAMPLES, **ACTED, "min_p": 0.1, "top_k": 5, "ignore_eos": True}
     extra = {k: v for k, v in extra.items() if k not in ("echo", "suffix", "best_of")}
     _call(client, kind, "up", {**extra, "cache": False})
     sent = up.bodies[-1]

@@ -60,6 +60,8 @@ class LLMEngine:
         self.config = config
         self.runner = runner
         self.tokenizer = runner.tokenizer
+        #: Rows of the model's logits (``logit_bias`` token ids must be below it).
+        self.vocab_size: int | None = getattr(runner, "vocab_size", None)
         self.model_name = config.model_name or runner.model_name
         kv_tokens = runner.num_blocks * runner.block_size
         self.max_model_len = min(x for x in (config.max_model_len, runner.max_model_len, kv_tokens) if x)
@@ -119,6 +121,8 @@ class LLMEngine:
                 raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
         if not token_ids:
             raise ValueError("the prompt is empty")
+        if params.logit_bias and self.vocab_size and max(params.logit_bias) >= self.vocab_size:
+            raise ValueError(f"logit_bias token id {max(params.logit_bias)} is outside the vocabulary [0, {self.vocab_size})")
         if len(token_ids) >= self.max_model_len:
             raise PromptTooLongError(
                 f"prompt has {len(token_ids)} tokens but the model's context is {self.max_model_len} tokens "
