@@ -114,3 +114,15 @@ def test_completion_fields_the_engine_rejects_pass_through_to_upstreams(served):
     assert (sent["echo"], sent["suffix"], sent["best_of"], sent["min_p"]) == (True, "!", 2, 0.1)
     assert sent["logit_bias"] == {"50": 1} and sent["presence_penalty"] == 0.5
     assert got.choices[0].text == "Once and so on!" and got.usage.completion_tokens == 4
+
+
+def test_non_text_content_parts_pass_through_to_upstreams(served):
+    up, client = served
+    parts = [{"type": "text", "text": "What is this?"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+             {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]
+    client.chat.completions.create(model="up", max_tokens=2, messages=[{"role": "user", "content": parts}])
+    assert up.bodies[-1]["messages"][0]["content"] == parts
+    with pytest.raises(openai.BadRequestError) as e:  # the bundled demo model is text-only
+        client.chat.completions.create(model="demo", max_tokens=2, messages=[{"role": "user", "content": parts}])
+    assert e.value.param == "messages.0.content.1.type" and e.value.code == "unsupported_content_type"

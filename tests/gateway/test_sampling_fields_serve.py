@@ -62,13 +62,15 @@ def test_penalties_and_logit_bias_change_greedy_output(client, hf_model):
 
 
 def test_min_tokens_holds_off_the_end(client):
-    short = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say just: hi"}],
-                                           temperature=0, max_tokens=40)
-    n = short.usage.completion_tokens
-    assert short.choices[0].finish_reason == "stop" and n < 30
-    longer = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say just: hi"}],
-                                            temperature=0, max_tokens=40, extra_body={"min_tokens": n + 6})
-    assert longer.usage.completion_tokens >= n + 6
+    def count(**extra):
+        got = client.completions.create(model=MODEL, prompt="Count: 1, 2, 3,", max_tokens=20, temperature=0,
+                                        stop=[","], extra_body=extra)
+        return got.usage.completion_tokens, got.choices[0].text
+
+    n, text = count()
+    assert n <= 3, text  # " 4" then the stop string
+    more, text = count(min_tokens=n + 6)
+    assert more >= n + 6 and "," in text, text  # the stop string could not end it before min_tokens
 
 
 def test_penalties_keep_structured_outputs_valid(client):
