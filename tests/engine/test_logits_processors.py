@@ -146,11 +146,12 @@ def test_engine_greedy_with_penalties_equals_the_reference(tiny_llama_dir, specu
         assert engine.stats()["spec_decode"]["num_drafts"] > 0
 
 
-def test_prompt_logprobs_equal_the_model_and_max_tokens_zero_scores_only(tiny_llama_dir):
+@pytest.mark.parametrize("decode_kernel", ["auto", "torch"])  # the fused native step and the PyTorch forward
+def test_prompt_logprobs_equal_the_model_and_max_tokens_zero_scores_only(tiny_llama_dir, decode_kernel):
     hf = load_hf_model(tiny_llama_dir)
     # a small token budget: the long prompt is computed in several chunks; caching is on
     engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", torch_threads=1, block_size=4,
-                                    kv_cache_tokens=512, max_num_batched_tokens=8))
+                                    kv_cache_tokens=512, max_num_batched_tokens=8, decode_kernel=decode_kernel))
     engine.generate([PROMPTS[2]], SamplingParams(temperature=0, max_tokens=2))  # its blocks are cached now
     scored, generated = engine.generate(
         [PROMPTS[2], PROMPTS[0]],
@@ -158,6 +159,8 @@ def test_prompt_logprobs_equal_the_model_and_max_tokens_zero_scores_only(tiny_ll
          SamplingParams(temperature=0, max_tokens=3, prompt_logprobs=0, logprobs=0)])
     assert scored.outputs[0].token_ids == [] and scored.outputs[0].finish_reason == "length"
     assert len(generated.outputs[0].token_ids) == 3
+    if decode_kernel == "auto":
+        assert engine.runner.num_fused_steps > 0
     for out, prompt, k in ((scored, PROMPTS[2], 2), (generated, PROMPTS[0], 0)):
         entries = out.prompt_logprobs
         assert entries is not None and len(entries) == len(prompt) and entries[0] is None

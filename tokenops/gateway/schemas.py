@@ -70,7 +70,7 @@ class _CommonRequest(BaseModel):
     def _logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         # OpenAI's rule: keys are token ids, values in [-100, 100]; the bundled engine checks the vocabulary
         for key, bias in (value or {}).items():
-            if not key.isdigit():
+            if not (key.isascii() and key.isdigit()):
                 raise ValueError(f"keys must be token ids (integers as strings), got {key!r}")
             if not -100 <= bias <= 100:
                 raise ValueError(f"values must be in [-100, 100], got {bias} for token {key}")
