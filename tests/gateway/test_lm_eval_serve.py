@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_model import MODEL, serve_args, smollm2_folder
+from tests.real_model import MODEL, SERVE_ENV, serve_args, smollm2_folder
 from tokenops.testing_serve import ServeProcess
 
 TASK_DIR = Path(__file__).resolve().parents[1] / "data" / "lm_eval_task"
@@ -38,7 +38,7 @@ def test_lm_eval_multiple_choice_equals_transformers(tmp_path):
     workdir = tmp_path / "task"
     shutil.copytree(TASK_DIR, workdir)
     folder = smollm2_folder()
-    with ServeProcess(tmp_path / "serve", args=serve_args(), store=False) as srv:
+    with ServeProcess(tmp_path / "serve", args=serve_args(), env=SERVE_ENV, store=False) as srv:
         served = _lm_eval(workdir, tmp_path / "served", "local-completions",
                           f"base_url={srv.base_url}/completions,model={MODEL},tokenizer={folder},"
                           "tokenizer_backend=huggingface,num_concurrent=1,max_retries=1")

@@ -11,7 +11,7 @@ from collections import Counter
 import openai
 import pytest
 
-from tests.real_model import MODEL, serve_args, smollm2_folder
+from tests.real_model import MODEL, SERVE_ENV, serve_args, smollm2_folder
 from tokenops.testing_serve import ServeProcess
 
 QUESTION = [{"role": "user", "content": "List the days of the week, one per line."}]
@@ -19,7 +19,7 @@ QUESTION = [{"role": "user", "content": "List the days of the week, one per line
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    with ServeProcess(tmp_path_factory.mktemp("fields36"), args=serve_args(), store=False) as srv:
+    with ServeProcess(tmp_path_factory.mktemp("fields36"), args=serve_args(), env=SERVE_ENV, store=False) as srv:
         yield openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300)
 
 
