@@ -38,15 +38,17 @@ def _chat(client, **kw):
 
 
 def test_penalties_and_logit_bias_change_greedy_output(client, hf_model):
-    plain = _chat(client, max_tokens=24, logprobs=True)
-    tokens = [t.token for t in plain.choices[0].logprobs.content]
-    top_count = Counter(tokens).most_common(1)[0][1]
-    assert top_count >= 3, tokens  # the list repeats its newline tokens: something for a penalty to act on
-    penalised = _chat(client, max_tokens=24, logprobs=True, frequency_penalty=2.0, presence_penalty=1.0)
-    got = [t.token for t in penalised.choices[0].logprobs.content]
-    assert got != tokens and Counter(got).most_common(1)[0][1] < top_count, got
-    repeated = _chat(client, max_tokens=24, logprobs=True, extra_body={"repetition_penalty": 3.0})
-    assert [t.token for t in repeated.choices[0].logprobs.content] != tokens
+    def tokens(**extra):
+        got = client.completions.create(model=MODEL, prompt="Monday, Monday, Monday, Monday, Monday,", max_tokens=12,
+                                        temperature=0, logprobs=0, extra_body=extra)
+        return got.choices[0].logprobs.tokens
+
+    plain = tokens()
+    top_count = Counter(plain).most_common(1)[0][1]
+    assert top_count >= 6, plain  # " Monday" again and again: something for a penalty to act on
+    penalised = tokens(frequency_penalty=2.0, presence_penalty=1.0)
+    assert penalised != plain and Counter(penalised).most_common(1)[0][1] < top_count, penalised
+    assert tokens(repetition_penalty=3.0)[0] != plain[0]  # the prompt's tokens count too: " Monday" is penalised at once
     # a +100 bias on one token makes it the greedy choice everywhere; -100 on the first token moves it
     forced = client.completions.create(model=MODEL, prompt="Hello", max_tokens=3, temperature=0,
                                        logit_bias={"28": 100}, logprobs=0)
