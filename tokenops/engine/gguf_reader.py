@@ -44,6 +44,13 @@ GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "mistral": GGUFArchitecture("MistralForCausalLM", "mistral", permuted_qk=True),
     "qwen2": GGUFArchitecture("Qwen2ForCausalLM", "qwen2", permuted_qk=False),
     "qwen3": GGUFArchitecture("Qwen3ForCausalLM", "qwen3", permuted_qk=False),
+    "gemma": GGUFArchitecture("GemmaForCausalLM", "gemma", permuted_qk=False,
+                              hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)),
+    "gemma2": GGUFArchitecture("Gemma2ForCausalLM", "gemma2", permuted_qk=False,
+                               hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)),
+    "gemma3": GGUFArchitecture("Gemma3ForCausalLM", "gemma3_text", permuted_qk=False,
+                               hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)),
+    "phi3": GGUFArchitecture("Phi3ForCausalLM", "phi3", permuted_qk=False),
 }
 
 
@@ -180,7 +187,54 @@ def hf_config(file: GGUFFile) -> dict[str, Any]:
         if row.model_type.startswith("qwen"):
             cfg["use_sliding_window"] = True
     cfg.update(dict(row.hf_config))
+    if arch_name in ("gemma2", "gemma3"):
+        cfg.update(_gemma_config(file, arch_name, cfg))
+    elif arch_name == "phi3":
+        cfg.update(_phi3_config(file, cfg))
     return cfg
+
+
+def _gemma_config(file: GGUFFile, arch_name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """What llama.cpp derives for Gemma rather than reading: the attention scale (1/sqrt(head_dim),
+    but hidden/heads for the 27B models: 46 layers of Gemma 2, 62 of Gemma 3), Gemma 3's local
+    rotary base (10 000) and its one-global-in-six layer pattern; the soft caps are metadata."""
+    key = file.arch_key
+    is_27b = cfg["num_hidden_layers"] == (46 if arch_name == "gemma2" else 62)
+    out: dict[str, Any] = {
+        "query_pre_attn_scalar": cfg["hidden_size"] // cfg["num_attention_heads"] if is_27b else cfg["head_dim"],
+        "attn_logit_softcapping": key("attn_logit_softcapping"),
+        "final_logit_softcapping": key("final_logit_softcapping"),
+    }
+    if arch_name == "gemma3":
+        out["rope_local_base_freq"] = 10000.0
+        pattern = key("attention.sliding_window_pattern")
+        if isinstance(pattern, list):  # one flag per layer: True where the layer slides
+            out["layer_types"] = ["sliding_attention" if p else "full_attention" for p in pattern]
+        else:
+            out["sliding_window_pattern"] = int(pattern or 6)
+    return out
+
+
+def _phi3_config(file: GGUFFile, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Phi-3's partial rotation (``rope.dimension_count``) and LongRoPE, whose factors llama.cpp
+    stores as the tensors ``rope_factors_long``/``rope_factors_short``."""
+    key = file.arch_key
+    out: dict[str, Any] = {}
+    rotary = key("rope.dimension_count")
+    if rotary:
+        out["partial_rotary_factor"] = int(rotary) / cfg["head_dim"]
+    if file.has_tensor("rope_factors_long.weight"):
+        rope: dict[str, Any] = {
+            "rope_type": "longrope",
+            "long_factor": file.float_tensor("rope_factors_long.weight").tolist(),
+            "short_factor": file.float_tensor("rope_factors_short.weight").tolist(),
+            "original_max_position_embeddings": int(key("rope.scaling.original_context_length")
+                                                    or cfg["max_position_embeddings"]),
+        }
+        if key("rope.scaling.attn_factor") is not None:
+            rope["attention_factor"] = float(key("rope.scaling.attn_factor"))
+        out["rope_scaling"] = rope
+    return out
 
 
 def gguf_model_args(file: GGUFFile) -> tuple[ModelArgs, dict[str, Any]]:

@@ -35,6 +35,22 @@ _LAYER_NORMS = {
     "self_attn.q_norm": "attn_q_norm",
     "self_attn.k_norm": "attn_k_norm",
 }
+# Gemma: HF's post_attention_layernorm follows attention; the MLP's input norm is ffn_norm
+_SANDWICH_NORMS = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffw_norm",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+}
+# Phi-3: llama.cpp keeps Q|K|V and gate|up fused, in HF's order
+_FUSED_LINEARS = {
+    "self_attn.qkv_proj": ("attn_qkv",),
+    "self_attn.o_proj": ("attn_output",),
+    "mlp.gate_up_proj": ("ffn_up",),
+    "mlp.down_proj": ("ffn_down",),
+}
 
 
 def load_gguf_model(path: Path, dtype: torch.dtype, device: torch.device) -> tuple[CausalLM, ModelArgs, dict[str, Any]]:
@@ -107,8 +123,9 @@ def _attach_weights(model: CausalLM, file: GGUFFile, args: ModelArgs, permuted_q
         model.lm_head = QuantizedLinear([_quantized(file, "output.weight", device)])  # type: ignore[assignment]
     else:  # tied: the output product reads the embedding's blocks
         model.lm_head = QuantizedLinear([embed])  # type: ignore[assignment]
+    linears = _FUSED_LINEARS if file.has_tensor("blk.0.attn_qkv.weight") else _LAYER_LINEARS
     for i, layer in enumerate(model.model.layers):
-        for ours, theirs in _LAYER_LINEARS.items():
+        for ours, theirs in linears.items():
             parts = []
             biases = []
             for part in theirs:
@@ -147,11 +164,17 @@ def _materialise(model: nn.Module, device: torch.device) -> None:
 
 
 def _fill_floats(model: CausalLM, file: GGUFFile) -> None:
-    """Copy the norms (float tensors) in; every one the model has must be in the file."""
+    """Copy the norms (float tensors) in; every one the model has must be in the file. llama.cpp's
+    converter stores Gemma's norms as ``1 + weight``; the model adds the 1 itself, so it comes off."""
+    offset = model.args.norm_offset
+
+    def norm(name: str) -> torch.Tensor:
+        return torch.from_numpy(file.float_tensor(name)) - offset
+
     with torch.no_grad():
-        model.model.norm.weight.copy_(torch.from_numpy(file.float_tensor("output_norm.weight")))
+        model.model.norm.weight.copy_(norm("output_norm.weight"))
         for i, layer in enumerate(model.model.layers):
-            for ours, theirs in _LAYER_NORMS.items():
+            for ours, theirs in (_SANDWICH_NORMS if model.args.sandwich_norms else _LAYER_NORMS).items():
                 holder, attr = _parent(layer, ours)
                 module = getattr(holder, attr)
                 if module is None:
@@ -159,7 +182,7 @@ def _fill_floats(model: CausalLM, file: GGUFFile) -> None:
                 name = f"blk.{i}.{theirs}.weight"
                 if not file.has_tensor(name):
                     raise GGUFError(f"GGUF file lacks tensor {name!r}")
-                module.weight.copy_(torch.from_numpy(file.float_tensor(name)))
+                module.weight.copy_(norm(name))
 
 
 def _parent(root: nn.Module, dotted: str) -> tuple[nn.Module, str]:

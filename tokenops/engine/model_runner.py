@@ -153,9 +153,15 @@ class ModelRunner:
 
     def _pick_attention_kernel(self):
         """The compiled paged decode kernel (see :mod:`tokenops.engine.native`), or None for
-        the PyTorch path (``attention_backend = "torch"``, an int8 cache, a GPU, fp16)."""
+        the PyTorch path (``attention_backend = "torch"``, an int8 cache, a GPU, fp16, or
+        soft-capped attention scores, which the kernel does not compute)."""
         backend = getattr(self.config, "attention_backend", "auto")
         if backend == "torch":
+            return None
+        if self.args.attn_softcap is not None:
+            if backend == "native":
+                raise ValueError("engine attention_backend 'native' is unavailable: the model soft-caps attention "
+                                 "scores (Gemma 2)")
             return None
         from tokenops.engine.native import PagedDecodeKernel, get_kernel
 

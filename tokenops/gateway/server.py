@@ -132,7 +132,9 @@ def _exit_cleanly_on_sigterm() -> None:
 
 def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool = True, log_level: str = "warning",
                echo=print, startup_tunables: dict[str, Any] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry."""
+    """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry. When every
+    configured model fails to load, stop and raise :class:`ConfigError` naming the cause (the
+    CLI prints it as one line and exits non-zero)."""
     import uvicorn
 
     from tokenops.gateway.app import create_app
@@ -171,7 +173,12 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
                                 access_log=False, timeout_graceful_shutdown=30, lifespan="on",
                                 **uvicorn_limits(settings.gateway))
         _exit_cleanly_on_sigterm()
-        uvicorn.Server(config).run()
+        server = uvicorn.Server(config)
+        # every configured model failed to load: stop rather than answer /health with nothing to serve
+        gw.on_nothing_to_serve = lambda _cause: setattr(server, "should_exit", True)
+        server.run()
+        if gw.start_failure is not None:
+            raise ConfigError(gw.start_failure)
     finally:
         if channel is not None:
             channel.close()
