@@ -1,8 +1,7 @@
 """instructor (1.17.0) in TOOLS mode through a real ``tokenops serve`` on SmolLM2-135M-Instruct: it forces
 a call of one function whose parameters are the pydantic model's JSON schema, then validates the
-arguments into the model. The nested model's schema has ``$defs``/``$ref``; until the tool grammar
-resolves them (colleague t36r's fix in tool_parsers.py) that request is a 400 and the test is an
-expected failure for exactly that reason, and for no other."""
+arguments into the model. The nested model's schema has ``$defs``/``$ref``, which the forced call's
+grammar resolves against the tool's own parameters (a 400 "Pointer '/$defs/City' does not exist" before)."""
 
 from __future__ import annotations
 
@@ -49,12 +48,5 @@ def test_instructor_tools_mode_flat_model(client):
 
 
 def test_instructor_tools_mode_nested_model(client):
-    from instructor.core.exceptions import InstructorRetryException
-
-    try:
-        got = _extract(client, Country, "France: its capital is Paris, with 2 million people.")
-    except (openai.BadRequestError, InstructorRetryException) as e:  # instructor wraps the 400 it got
-        if "Pointer '/$defs/City' does not exist" in str(e):  # the forced call's grammar cannot resolve "$defs" yet
-            pytest.xfail("needs t36r's $defs fix")
-        raise
+    got = _extract(client, Country, "France: its capital is Paris, with 2 million people.")
     assert isinstance(got, Country) and isinstance(got.capital, City) and got.capital.name
