@@ -19,6 +19,7 @@ from tokenops.backends.base import Delta
 from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.registry import replica_name
 from tokenops.config import ModelConfig, Settings
+from tokenops.gateway import tracing
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 log = logging.getLogger("tokenops.backends")
@@ -166,12 +167,14 @@ class OpenAIBackend:
         if not self._has_listed_models:
             await self._learn_models()
         content = json.dumps(self._payload(request, stream), separators=(",", ":")).encode()
+        headers = dict(self._headers)
+        tracing.inject(headers)  # the attempt's traceparent: a traced upstream (vLLM) joins the request's trace
         last: BackendError | None = None
         for attempt in range(self.num_retries + 1):
             if attempt:
                 await asyncio.sleep(min(0.05 * 2 ** (attempt - 1), 1.0))
             try:
-                req = self._client.build_request("POST", self._path(request), content=content, headers=self._headers,
+                req = self._client.build_request("POST", self._path(request), content=content, headers=headers,
                                                  timeout=self._timeout)
                 response = await self._client.send(req, stream=stream)
             except httpx.ConnectError as e:

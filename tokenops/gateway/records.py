@@ -43,6 +43,8 @@ class RequestRecord:
     #: inter-token gaps (seconds per token) measured between streamed deltas
     itl: list[float] = field(default_factory=list)
     decisions: dict[str, Any] = field(default_factory=dict)
+    #: The request's open trace (tokenops.gateway.tracing), None while tracing is off.
+    trace: Any = None
 
     @property
     def is_ok(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
-from tokenops.gateway import hooks
+from tokenops.gateway import hooks, tracing
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.expert_plans import ExpertPlans
 from tokenops.gateway.metrics_window import MetricsWindow
@@ -100,6 +100,7 @@ class Gateway:
         """Start the backends in the background: /health answers at once, /ready (and
         requests) once the models are loaded. :meth:`wait_started` awaits it."""
         if self._start_task is None:
+            tracing.configure(self.settings.telemetry.otlp_endpoint, self.settings.telemetry.service_name)
             self._start_task = asyncio.get_running_loop().create_task(self.start(), name="tokenops-start-backends")
 
     async def wait_started(self) -> None:
@@ -157,6 +158,7 @@ class Gateway:
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
         await self.engine_telemetry.stop()
+        await asyncio.to_thread(tracing.shutdown)  # flushes queued spans, bounded by the exporter's timeout
         if getattr(self, "profile_source", None) is not None:
             await self.profile_source.stop()
         for rs in self.replicas.values():
