@@ -20,6 +20,7 @@ from tokenops import __version__
 from tokenops.backends.base import Replica
 from tokenops.config import Settings
 from tokenops.gateway.admin import router as admin_router
+from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.guards import GuardMiddleware
 from tokenops.gateway.openapi_errors import add_error_responses
@@ -161,11 +162,14 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
                 yield sse_error(e)
                 yield DONE
                 return
+        final = decision_values(rec) if gw.pipeline.decision_headers else None
         if writer.include_usage:
             prompt = usage.prompt_tokens if usage else rec.tokens_in
             completion = usage.completion_tokens if usage and usage.completion_tokens is not None else rec.tokens_out
             yield writer.usage(prompt or 0, completion or 0, (usage.cached_tokens if usage else rec.tokens_cached) or 0,
-                               usage.reasoning_tokens if usage else rec.reasoning_tokens)
+                               usage.reasoning_tokens if usage else rec.reasoning_tokens, final)
+        elif final:
+            yield writer.decisions(final)
         yield DONE
 
     return _EventStream(body(), deltas, media_type="text/event-stream",

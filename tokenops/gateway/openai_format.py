@@ -91,11 +91,14 @@ class ChunkWriter:
             "system_fingerprint": None,
         }
 
-    def _chunk(self, choices: list[dict[str, Any]], usage_value: Any = None) -> bytes:
+    def _chunk(self, choices: list[dict[str, Any]], usage_value: Any = None,
+               decisions: dict[str, Any] | None = None) -> bytes:
         body = dict(self._head)
         body["choices"] = choices
         if self.include_usage:
             body["usage"] = usage_value
+        if decisions:
+            body["tokenops"] = decisions
         return b"data: " + _dumps(body).encode("utf-8") + b"\n\n"
 
     def role(self, index: int) -> bytes:
@@ -130,8 +133,13 @@ class ChunkWriter:
         return self._chunk([choice])
 
     def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
-              reasoning_tokens: int | None = None) -> bytes:
+              reasoning_tokens: int | None = None, decisions: dict[str, Any] | None = None) -> bytes:
         assert self.include_usage
-        return self._chunk([], usage(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens))
+        return self._chunk([], usage(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens), decisions)
+
+    def decisions(self, values: dict[str, Any]) -> bytes:
+        """The gateway's decisions (model, replica, cache, route, cost) as a last chunk without choices,
+        for a stream that asked for no usage chunk to carry them."""
+        return self._chunk([], None, values)
 
 

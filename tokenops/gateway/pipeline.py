@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from tokenops.backends.base import Delta, Replica, merge_tool_calls
 from tokenops.config import ModelConfig
 from tokenops.gateway import hooks, tracing
+from tokenops.gateway.decision_headers import decision_headers
 from tokenops.gateway.delta_stream import DeltaStream, aclose_quietly, is_cancel
 from tokenops.gateway.errors import APIError, ModelNotFound
 from tokenops.gateway.confidence import (client_body, fill_token_logprobs, hide_added_logprobs, needs_confidence,
@@ -56,6 +57,8 @@ class Pipeline:
         self.profiles = profiles or {}
         self.num_in_flight = 0
         self.retry_budget = RetryBudget()
+        #: ``[gateway] decision_headers``: the x-tokenops-* response headers (tokenops.gateway.decision_headers)
+        self.decision_headers = True
 
     # -- records ----------------------------------------------------------
 
@@ -301,7 +304,12 @@ class Pipeline:
             if rec.first_token_at is None:
                 rec.first_token_at = time.perf_counter()
             self.finish(rec, 200)
+            self._show_decisions(request, rec)
             return response, rec
+
+    def _show_decisions(self, request: GatewayRequest, rec: RequestRecord, *, with_cost: bool = True) -> None:
+        if self.decision_headers:
+            request.response_headers.update(decision_headers(rec, with_cost=with_cost))
 
     # -- streamed ---------------------------------------------------------
 
@@ -315,11 +323,13 @@ class Pipeline:
             cached = await self._admit_and_lookup(request, rec)
             if cached is not None:
                 self._account(rec, "", cached)
+                self._show_decisions(request, rec)
                 return await DeltaStream.start(self._replay(rec, cached)), rec
             decision = await self._decide(request, rec)
             await self._fit_context(request, decision)
             if decision.members or decision.escalate_to:  # needs whole answers: run, then replay
                 response = await self.answer(request, rec, decision)
+                self._show_decisions(request, rec)
                 return await DeltaStream.start(self._replay(rec, response)), rec
 
             async def step(r: Replica) -> tuple[AsyncIterator[Delta], Delta | None]:
@@ -344,6 +354,7 @@ class Pipeline:
             self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
             raise
         replica.in_flight += 1
+        self._show_decisions(request, rec, with_cost=False)  # a stream's cost is known at its end (final chunk)
         return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0, hide_logprobs)), rec
 
     async def _deltas(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,

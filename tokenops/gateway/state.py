@@ -61,6 +61,7 @@ class Gateway:
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
         self.pipeline = Pipeline(self.replicas, self.models, self.on_finish)
         self.pipeline.retry_budget = retry_budget(settings.gateway)
+        self.pipeline.decision_headers = settings.gateway.decision_headers
         self.keys = self._key_service()
         self.engine_telemetry = EngineTelemetry(self.replicas, telemetry_interval_s)
         self.started_at = time.time()
