@@ -125,21 +125,16 @@ class ChunkWriter:
         """An upstream's other delta fields (``Delta.extra``), forwarded as they came."""
         return self._chunk([{"index": index, "delta": dict(fields), "logprobs": None, "finish_reason": None}])
 
-    def finish(self, index: int, reason: str) -> bytes:
+    def finish(self, index: int, reason: str, decisions: dict[str, Any] | None = None) -> bytes:
         if self.is_chat:
             choice = {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": index, "text": "", "logprobs": None, "finish_reason": reason}
-        return self._chunk([choice])
+        return self._chunk([choice], None, decisions)
 
     def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
               reasoning_tokens: int | None = None, decisions: dict[str, Any] | None = None) -> bytes:
         assert self.include_usage
         return self._chunk([], usage(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens), decisions)
-
-    def decisions(self, values: dict[str, Any]) -> bytes:
-        """The gateway's decisions (model, replica, cache, route, cost) as a last chunk without choices,
-        for a stream that asked for no usage chunk to carry them."""
-        return self._chunk([], None, values)
 
 
