@@ -118,7 +118,7 @@ def start_request(request: Any, rec: Any) -> None:
     from opentelemetry import trace
 
     parent = _propagator.extract(request.headers) if request.headers.get("traceparent") else None
-    operation = {"chat": "chat", "completion": "text_completion"}.get(request.kind, request.kind)
+    operation = _operation(request.kind)
     attrs = {"gen_ai.operation.name": operation, "gen_ai.request.model": request.model,
              "tokenops.request_id": request.id, "tokenops.tenant": request.tenant,
              "tokenops.stream": bool(request.stream), "gen_ai.request.max_tokens": request.max_tokens}
@@ -169,9 +169,9 @@ def attempt(rec: Any, request: Any, replica: Any, why: str) -> Iterator[None]:
     elif why == "primary" and request.id != rec.id:
         why = "follow_up" if request.id.endswith("-follow") else "ensemble_member"
     span = _tracer.start_span(
-        f"{'chat' if request.kind == 'chat' else 'text_completion'} {replica.model}", context=state.ctx,
+        f"{_operation(request.kind)} {replica.model}", context=state.ctx,
         kind=trace.SpanKind.CLIENT,
-        attributes=_clean({"gen_ai.operation.name": request.kind, "gen_ai.request.model": replica.model,
+        attributes=_clean({"gen_ai.operation.name": _operation(request.kind), "gen_ai.request.model": replica.model,
                            "tokenops.replica": replica.name, "tokenops.backend": getattr(replica.backend, "kind", None),
                            "tokenops.attempt": state.num_attempts, "tokenops.attempt.reason": why,
                            "tokenops.request_id": request.id}))
@@ -247,6 +247,11 @@ def inject(headers: dict[str, str]) -> None:
     ctx = _attempt_ctx.get()
     if ctx is not None and _propagator is not None:
         _propagator.inject(headers, context=ctx)
+
+
+def _operation(kind: str) -> str:
+    """``gen_ai.operation.name`` of a request kind."""
+    return {"completion": "text_completion", "embedding": "embeddings"}.get(kind, kind)
 
 
 def _span_ctx(span: Any) -> Any:
