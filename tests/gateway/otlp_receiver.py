@@ -43,7 +43,7 @@ def decode(body: bytes) -> list[dict[str, Any]]:
 class Receiver:
     """``with Receiver() as r: r.url, r.spans`` (``wait_for`` polls until a condition holds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.spans: list[dict[str, Any]] = []
         self.num_posts = 0
         lock = threading.Lock()
@@ -70,7 +70,7 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
