@@ -78,10 +78,14 @@ class RequestRecord:
 
     @property
     def outcome(self) -> str:
-        """``ok``, ``rejected`` (admission, auth, validation: 4xx) or ``error``."""
+        """The one definition of an error, shared by ``report`` (the store's ``status``), the dashboard
+        (``/admin/stats``) and ``/metrics``: ``ok``; ``rejected`` (admission, auth, validation: 4xx);
+        ``disconnected`` (499: the client left; not the server's failure); ``error`` (5xx)."""
         if self.status < 400:
             return "ok"
-        return "rejected" if self.status < 500 and self.status != 499 else "error"
+        if self.status == 499:
+            return "disconnected"
+        return "rejected" if self.status < 500 else "error"
 
     def row(self) -> dict[str, Any]:
         """The ``requests`` telemetry row (columns of the store's ``requests`` table)."""

@@ -188,10 +188,12 @@ class Gateway:
             self.cache["hits"] += 1 if rec.is_cache_hit else 0
         self.num_escalations += 1 if rec.is_escalated else 0
         model = rec.model_served or rec.model_requested
-        m = self.per_model.setdefault(model, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0,
-                                              "cost_usd": 0.0})
+        m = self.per_model.setdefault(model, {"requests": 0, "errors": 0, "rejected": 0, "disconnected": 0,
+                                              "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
         m["requests"] += 1
-        m["errors"] += 0 if rec.is_ok else 1
+        outcome = rec.outcome  # one definition of an error everywhere (RequestRecord.outcome)
+        if outcome != "ok":
+            m[outcome + "s" if outcome == "error" else outcome] += 1
         m["input_tokens"] += rec.tokens_in
         m["output_tokens"] += rec.tokens_out
         if rec.reasoning_tokens is not None:  # reasoning models: the share of output spent thinking
@@ -236,6 +238,8 @@ class Gateway:
         for name in sorted(set(self.replicas) | set(per_model)):
             m = per_model.get(name, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
             models[name] = {"requests": int(m["requests"]), "errors": int(m["errors"]),
+                            "rejected": int(m.get("rejected", 0)), "disconnected": int(m.get("disconnected", 0)),
+                            "error_rate": m["errors"] / m["requests"] if m["requests"] else 0.0,
                             "input_tokens": int(m["input_tokens"]), "output_tokens": int(m["output_tokens"]),
                             "cost_usd": m["cost_usd"], "share": m["requests"] / total,
                             "reasoning_tokens": m.get("reasoning_tokens"),
