@@ -88,3 +88,25 @@ async def test_a_dead_collector_costs_only_spans():
     finally:
         tracing.shutdown()
     assert not tracing.is_on()
+
+
+def test_one_definition_of_an_error_in_stats_metrics_and_store_rows():
+    from tokenops.gateway.metrics_window import MetricsWindow
+    from tokenops.gateway.prometheus import PrometheusMetrics
+    from tokenops.gateway.records import RequestRecord
+
+    window, prom = MetricsWindow(window_s=60), PrometheusMetrics()
+    statuses = [200, 200, 404, 429, 499, 499, 500, 502]
+    for status in statuses:
+        rec = RequestRecord(id="r", kind="chat", tenant="t", model_requested="m", arrival=0.0, start=1.0,
+                            model_served="m", status=status)
+        rec.end = 2.0
+        window.add(rec, now=1000.0)
+        prom.observe(rec)
+    requests = window.snapshot(now=1000.0)["requests"]
+    assert (requests["errors"], requests["rejected"], requests["disconnected"]) == (2, 2, 2)
+    assert requests["error_rate"] == 2 / len(statuses)  # the same denominator as the counts beside it
+    text = prom.render({}, ["m"])
+    assert 'request_failure_total{model_name="m"} 2' in text and 'request_disconnected_total{model_name="m"} 2' in text
+    row = RequestRecord(id="r", kind="chat", tenant="t", model_requested="m", arrival=0.0, start=1.0, status=499).row()
+    assert row["status"] == "disconnected"  # `report` counts status = 'error' only
