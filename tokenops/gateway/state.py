@@ -71,6 +71,7 @@ class Gateway:
         self.per_model: dict[str, dict[str, float]] = {}
         self._model_costs: deque[tuple[float, str, float]] = deque()
         self.tunable_values: dict[str, Any] = {}
+        self.tunables_per_model: dict[str, dict[str, Any]] = {}  # name -> {model: value} where models differ
         self.is_ready = False
         self.is_draining = False
         self._lock = threading.Lock()  # on_finish (event loop) vs stats() (admin thread)
@@ -117,6 +118,7 @@ class Gateway:
         await self._start_profiles()
         backends = [r.backend for rs in self.replicas.values() for r in rs]
         results = await asyncio.gather(*(b.start() for b in backends), return_exceptions=True)
+        self._show_running_tunables()
         is_any_up = any(not isinstance(result, BaseException) for result in results)
         for backend, result in zip(backends, results):
             if isinstance(result, BaseException):
@@ -249,6 +251,27 @@ class Gateway:
                 "models": models, "routes": routes, "cache": cache, "escalations": num_escalations,
                 "spend": self.keys.dashboard_rows(),
                 "breakers": replica_states(self.replicas), "history": history}
+
+    def _show_running_tunables(self) -> None:
+        """Tunables as the started engines run them (``[plugins.*]`` tables and per-model ``engine``
+        included), not the registry's defaults; where models differ, ``tunables_per_model`` says how."""
+        from tokenops.plugins import get_tunables, hook
+
+        names = {t.name for t in get_tunables()}
+        per_model: dict[str, dict[str, Any]] = {}
+        for model, replicas in self.replicas.items():
+            config = next((r.backend.config for r in replicas if getattr(r.backend, "config", None) is not None
+                           and getattr(r.backend, "ready", False)), None)
+            if config is None:  # not a bundled engine, or it failed to load
+                continue
+            values = {n: getattr(config, n[len("engine."):]) for n in names
+                      if n.startswith("engine.") and hasattr(config, n[len("engine."):])}
+            for part in hook().tokenops_tunable_values(config=config):
+                values.update({k: v for k, v in (part or {}).items() if k in names})
+            for name, value in values.items():
+                per_model.setdefault(name, {})[model] = value
+        self.tunables_per_model = {n: v for n, v in per_model.items() if len({repr(x) for x in v.values()}) > 1}
+        self.tunable_values.update({n: next(iter(v.values())) for n, v in per_model.items()})
 
     def _initial_tunables(self) -> dict[str, Any]:
         from tokenops.plugins import get_tunables
