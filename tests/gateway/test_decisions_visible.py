@@ -110,3 +110,18 @@ def test_one_definition_of_an_error_in_stats_metrics_and_store_rows():
     assert 'request_failure_total{model_name="m"} 2' in text and 'request_disconnected_total{model_name="m"} 2' in text
     row = RequestRecord(id="r", kind="chat", tenant="t", model_requested="m", arrival=0.0, start=1.0, status=499).row()
     assert row["status"] == "disconnected"  # `report` counts status = 'error' only
+
+
+async def test_decision_headers_on_embeddings():
+    from tests.gateway.openai_upstream import Upstream
+    from tokenops.backends.openai_http import OpenAIBackend
+    from tokenops.config import ModelConfig
+
+    with Upstream() as up:
+        backend = OpenAIBackend(ModelConfig(name="emb", backend="openai", url=f"{up.url}/v1", cost_input_per_1m=1.0),
+                                Settings())
+        async with gateway_client({"emb": [backend]}) as c:
+            r = await c.post("/v1/embeddings", json={"model": "emb", "input": "one two"})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-tokenops-model"] == "emb" and r.headers["x-tokenops-replica"] == backend.name
+            assert "x-tokenops-cost-usd" in r.headers and r.headers["x-tokenops-cache"] == "bypass"

@@ -304,10 +304,11 @@ class Pipeline:
             if rec.first_token_at is None:
                 rec.first_token_at = time.perf_counter()
             self.finish(rec, 200)
-            self._show_decisions(request, rec)
+            self.show_decisions(request, rec)
             return response, rec
 
-    def _show_decisions(self, request: GatewayRequest, rec: RequestRecord, *, with_cost: bool = True) -> None:
+    def show_decisions(self, request: GatewayRequest, rec: RequestRecord, *, with_cost: bool = True) -> None:
+        """Add the ``x-tokenops-*`` headers to the client's response (every endpoint calls this)."""
         if self.decision_headers:
             request.response_headers.update(decision_headers(rec, with_cost=with_cost))
 
@@ -323,13 +324,13 @@ class Pipeline:
             cached = await self._admit_and_lookup(request, rec)
             if cached is not None:
                 self._account(rec, "", cached)
-                self._show_decisions(request, rec)
+                self.show_decisions(request, rec)
                 return await DeltaStream.start(self._replay(rec, cached)), rec
             decision = await self._decide(request, rec)
             await self._fit_context(request, decision)
             if decision.members or decision.escalate_to:  # needs whole answers: run, then replay
                 response = await self.answer(request, rec, decision)
-                self._show_decisions(request, rec)
+                self.show_decisions(request, rec)
                 return await DeltaStream.start(self._replay(rec, response)), rec
 
             async def step(r: Replica) -> tuple[AsyncIterator[Delta], Delta | None]:
@@ -354,7 +355,7 @@ class Pipeline:
             self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
             raise
         replica.in_flight += 1
-        self._show_decisions(request, rec, with_cost=False)  # a stream's cost is known at its end (final chunk)
+        self.show_decisions(request, rec, with_cost=False)  # a stream's cost is known at its end (final chunk)
         return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0, hide_logprobs)), rec
 
     async def _deltas(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,
