@@ -289,6 +289,7 @@ class _Builder:
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
             from opentelemetry.sdk.trace.id_generator import IdGenerator
+            from opentelemetry.sdk.trace.sampling import ALWAYS_ON
         except ImportError as e:
             raise RuntimeError(f"tracing to {url} needs the OpenTelemetry SDK: pip install 'tokenops[telemetry]' ({e})")
 
@@ -316,7 +317,9 @@ class _Builder:
 
         base = Resource.create({"service.name": service})
         self.ids = Recorded()
-        self.provider = TracerProvider(resource=FixedResource(base.attributes, base.schema_url), id_generator=self.ids)
+        # every request is traced (the sampling decision is the collector's): ALWAYS_ON skips the parent lookup
+        self.provider = TracerProvider(resource=FixedResource(base.attributes, base.schema_url), id_generator=self.ids,
+                                       sampler=ALWAYS_ON)
         # a short export timeout: a dead collector costs the export thread 2 s per batch, never a request
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url, timeout=2)))
         self.tracer = self.provider.get_tracer("tokenops")
