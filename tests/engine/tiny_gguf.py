@@ -33,6 +33,18 @@ _K_SCALE = {"Q4_K": (2e-4, 6e-4), "Q5_K": (1e-4, 3e-4), "Q6_K": (1e-5, 3e-5)}
 _K_SCALE_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
+SPM_PIECES = ["\u2581", "t", "h", "e", "a", "o", "n", "l", "s", "\u2581t", "he", "\u2581the", "\u2581a", "on",
+              "\u2581on", "ll", "lo", "\u2581he", "\u2581hell", "\u2581hello", "\u2581s", "es", "\u2581n"]
+
+
+def spm_vocab() -> tuple[list[str], list[float], list[int]]:
+    """A SentencePiece-style vocabulary: unk, BOS, EOS, the 256 byte-fallback tokens, pieces by score."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + SPM_PIECES + SPECIALS[1:]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(SPM_PIECES) + [3, 3]
+    scores = [0.0] * 259 + [-float(i) for i in range(len(SPM_PIECES))] + [0.0, 0.0]
+    return tokens, scores, types
+
+
 def byte_tokens() -> list[str]:
     from tokenizers import pre_tokenizers
 
@@ -67,7 +79,7 @@ def _encode(w: np.ndarray, qtype: str, rng: np.random.Generator) -> tuple[np.nda
 
 
 def write_tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", seed: int = 0, tied: bool = False,
-                    tensor_types: dict[str, str] | None = None) -> Path:
+                    tensor_types: dict[str, str] | None = None, tokenizer: str = "gpt2") -> Path:
     """Write the model to ``path`` (a ``.gguf`` file) and return it; ``tensor_types`` gives
     some tensors another type (any that ``gguf.quants.quantize`` writes)."""
     import gguf
@@ -75,7 +87,7 @@ def write_tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", seed: 
     assert arch in GGUF_ARCHS and qtype in QTYPES, (arch, qtype)
     rng = np.random.default_rng(seed)
     file_arch = "llama" if arch == "mistral" else arch
-    tokens = byte_tokens()
+    tokens = byte_tokens() if tokenizer == "gpt2" else spm_vocab()[0]
     vocab = len(tokens)
     heads, kv_heads = HEADS[arch]
     head_dim = HIDDEN // heads
@@ -98,14 +110,24 @@ def write_tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", seed: 
     else:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_list(tokens)
-    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
-    w.add_token_merges(MERGES)
-    w.add_bos_token_id(tokens.index("<|endoftext|>"))
+    if tokenizer == "gpt2":
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+        w.add_token_merges(MERGES)
+        w.add_bos_token_id(tokens.index("<|endoftext|>"))
+        w.add_add_bos_token(False)
+    else:  # SentencePiece (Llama 2 style): scores, byte fallback, BOS added, a space prefixed
+        _, scores, types = spm_vocab()
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_unk_token_id(0)
+        w.add_add_bos_token(True)
     w.add_eos_token_id(tokens.index("<|im_end|>"))
-    w.add_add_bos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
 
     def weight(name: str, out: int, inp: int, permute_heads: int | None = None) -> None:
