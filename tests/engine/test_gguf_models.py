@@ -133,3 +133,27 @@ def test_native_decode_kernel_refuses_quantized_weights(tmp_path):
     with pytest.raises(ValueError, match="decode_kernel 'native' is unavailable: its weights stay quantized"):
         ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=64,
                                  decode_kernel="native"))
+
+
+def test_unsupported_architecture_and_non_gguf_files_are_one_line_errors(tmp_path):
+    import gguf
+
+    from tokenops.config import ConfigError
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.loader import UnsupportedModelError
+    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.gateway.server import model_from_arg
+
+    w = gguf.GGUFWriter(str(tmp_path / "phi.gguf"), "phi3")
+    w.add_block_count(1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(UnsupportedModelError, match=r"GGUF architecture 'phi3' is not supported; supported: llama"):
+        ModelRunner(EngineConfig(model=str(tmp_path / "phi.gguf"), device="cpu", block_size=4, kv_cache_tokens=64))
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(ConfigError, match="a file but not a GGUF model"):
+        model_from_arg(str(tmp_path / "notes.txt"))
+    assert model_from_arg(f"x={tmp_path / 'phi.gguf'}").name == "x"
+    assert model_from_arg(str(tmp_path / "phi.gguf")).name == "phi"
