@@ -76,6 +76,11 @@ class GatewaySettings:
     max_connections: int = 4096
     max_connections_per_client: int = 256
     max_messages: int = 10000
+    # what a request's JSON schemas may force or hold (tokenops/gateway/schema_budget.py)
+    schema_max_output_chars: int = 65536
+    schema_max_nodes: int = 10000
+    schema_max_depth: int = 64
+    schema_max_enum_values: int = 2000
     # a request whose replica fails before answering is retried on another replica of its model
     retry_max_attempts: int = 3
     retry_budget_ratio: float = 0.2

@@ -8,13 +8,13 @@ import json
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from tokenops.gateway import hooks
-from tokenops.gateway.body import parse_json
+from tokenops.gateway.body import admin_body
 from tokenops.gateway.errors import APIError
-from tokenops.gateway.state import Gateway
+from tokenops.gateway.state import RECENT_REQUESTS, Gateway
 from tokenops.gateway.tunable_patch import apply_everywhere
 from tokenops.tunables import TunableError
 
@@ -59,7 +59,7 @@ async def get_tunables_route(request: Request) -> Response:
 async def patch_tunables(request: Request) -> Response:
     gw = _gateway(request)
     try:
-        body = parse_json(await request.body())  # refuses NaN/Infinity, which json.loads would accept
+        body = await admin_body(request)  # refuses NaN/Infinity, which json.loads would accept
     except APIError as e:
         raise APIError(400, f"{e.message} The body must be {{\"values\": {{name: value}}, \"actor\": str}}.",
                        code="invalid_json") from None
@@ -103,10 +103,8 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
 
 
 @router.get("/requests", summary="Most recent requests, newest first (memory ring, not the store)")
-async def recent_requests(request: Request, limit: int = 50) -> Response:
+async def recent_requests(request: Request, limit: int = Query(50, ge=1, le=RECENT_REQUESTS)) -> Response:
     gw = _gateway(request)
-    if limit < 1:
-        raise APIError(400, "limit must be >= 1", param="limit")
     items = list(gw.recent)[-limit:]
     return _json({"requests": [r.summary() for r in reversed(items)]})
 
@@ -124,7 +122,7 @@ async def store_query(request: Request, name: str) -> Response:
     params = dict(request.query_params)
     try:
         result = await asyncio.to_thread(gw.store.run_query, name, **params)
-    except (QueryError, TypeError, ValueError) as e:
+    except (QueryError, TypeError, ValueError, OverflowError) as e:
         raise APIError(400, str(e), code="invalid_value") from None
     return _json(_query_result(name, result))
 

@@ -82,6 +82,10 @@ def _check_finite(data: dict[str, Any]) -> None:
     if _has_infinity(data):
         raise APIError(400, "We could not parse the JSON body of your request: it holds a number too large for "
                        "a 64-bit float.", code="invalid_json")
+    if _has_huge_int(data):  # found again, with its place, only when there is one
+        where = _huge_int_path(data)
+        raise APIError(400, f"{where}: integers must fit in 64 bits (-2^63 to 2^64-1).", code="invalid_value",
+                       param=where)
 
 
 def checked_body(raw: bytes, conf: Any) -> dict[str, Any]:
@@ -129,6 +133,46 @@ def _reason(message: str) -> str:
     if "recursion limit" in message:
         return "it is nested too deeply"
     return message
+
+
+#: Integers a JSON body may hold: 64 bits, signed or not. Bigger ones mean nothing to any
+#: field, and Python cannot even print one past 4,300 digits.
+_MIN_INT, _MAX_INT = -(2**63), 2**64 - 1
+
+
+def _has_huge_int(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is int and not _MIN_INT <= v <= _MAX_INT:
+            return True
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def _huge_int_path(value: Any) -> str:
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        v, path = stack.pop()
+        if type(v) is int and not _MIN_INT <= v <= _MAX_INT:
+            return path or "body"
+        if isinstance(v, dict):
+            stack.extend((x, f"{path}.{k}" if path else str(k)) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((x, f"{path}.{i}" if path else str(i)) for i, x in enumerate(v))
+    return "body"
+
+
+async def admin_body(request: Request, limit: int = 1024 * 1024, timeout_s: float = 30.0) -> dict[str, Any]:
+    """An admin request's body as a JSON object ({} when empty), read and parsed as
+    ``/v1`` bodies are: size limit, deadline, depth limit, no NaN, 64-bit integers."""
+    raw = await read_body(request, limit, timeout_s)
+    if not raw.strip():
+        return {}
+    return parse_json(raw)
 
 
 def _has_infinity(value: Any) -> bool:

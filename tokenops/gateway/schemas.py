@@ -51,7 +51,8 @@ class _CommonRequest(BaseModel):
     top_k: int | None = Field(None, ge=-1, description="Extension: sample from the k most likely tokens (0 or -1: off).")
     n: int = Field(1, ge=1, le=16)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1, description="A 64-bit signed integer.")
+    cache: bool | None = Field(None, description="Extension: false skips the semantic cache.")
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="End-user id; used as the session hint (and tenant on an open server).")
@@ -71,6 +72,10 @@ class CompletionRequest(_CommonRequest):
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool | None = False
     suffix: str | None = None
+
+
+#: Only an assistant message may come without content (it holds tool_calls then).
+_MAY_OMIT_CONTENT = frozenset({"assistant"})
 
 
 def _format_validation(e: ValidationError) -> APIError:
@@ -96,9 +101,14 @@ def chat_request(data: dict[str, Any], default_max_tokens: int) -> GatewayReques
         raise _format_validation(e) from None
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", code="invalid_value", param="top_logprobs")
+    for i, message in enumerate(req.messages):
+        if message.content is None and message.role not in _MAY_OMIT_CONTENT:
+            raise APIError(400, f"messages.{i}.content: a {message.role} message needs content (a string or a list "
+                           "of parts)", code="invalid_value", param=f"messages.{i}.content")
     body = req.model_dump(exclude_none=True)
-    check_structured(body)  # response_format / tools / tool_choice: a 400 before any backend
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    # response_format / tools / tool_choice, and the output their schemas force: a 400 before any backend
+    check_structured(body, asked if asked is not None else default_max_tokens)
     return GatewayRequest(
         kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
         max_tokens=asked if asked is not None else default_max_tokens, session_id=req.user, priority=req.priority,

@@ -14,7 +14,7 @@ from typing import Any
 from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
-from tokenops.gateway import hooks
+from tokenops.gateway import hooks, schema_budget
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.expert_plans import ExpertPlans
 from tokenops.gateway.metrics_window import MetricsWindow
@@ -38,6 +38,7 @@ class Gateway:
                  admin_key_hash: str | None = None, allow_open: bool = False, window_s: float = 60.0,
                  telemetry_interval_s: float = 1.0) -> None:
         self.settings = settings
+        schema_budget.configure(schema_budget.SchemaBudget.from_settings(settings.gateway))
         # plugins first: they adjust engine configs, which are checked as the replicas are built
         try:
             hooks.configure(settings)
