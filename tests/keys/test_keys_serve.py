@@ -153,7 +153,9 @@ def test_non_finite_numbers_and_bad_updates_get_400(admin):
 def test_metrics_show_spend_and_budget_remaining(server, admin):
     key = _key(admin, budget_usd=1.0)
     _ask(_client(server, key["key"]))
-    text = httpx.get(server.url + "/metrics").text
+    assert httpx.get(server.url + "/metrics").status_code == 401  # tenant names and spend: behind the admin key
+    assert httpx.get(server.url + "/metrics", headers={"authorization": f"Bearer {key['key']}"}).status_code == 401
+    text = admin.get("/metrics").text
     spend = [l for l in text.splitlines() if l.startswith("tokenops:spend_usd_total{") and key["id"] in l]
     assert spend and float(spend[0].rsplit(" ", 1)[1]) == pytest.approx(COST_SMALL)
     remaining = [l for l in text.splitlines() if l.startswith("tokenops:budget_remaining_usd{") and key["id"] in l]

@@ -219,6 +219,7 @@ def _install_openai_routes(app: FastAPI) -> None:
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (vLLM names under tokenops:)")
     async def metrics(request: Request) -> Response:
         gw: Gateway = request.app.state.gateway
+        gw.metrics_auth.check(request.headers)  # the admin key or [gateway] metrics_key once keys exist
         per_model: dict[str, list[dict[str, Any]]] = {}
         stats = gw.engine_stats()
         for model, rs in gw.replicas.items():

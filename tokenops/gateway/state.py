@@ -15,6 +15,7 @@ from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
 from tokenops.gateway import hooks, schema_budget
+from tokenops.gateway.metrics_auth import MetricsAuth
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.expert_plans import ExpertPlans
 from tokenops.gateway.metrics_window import MetricsWindow
@@ -56,6 +57,7 @@ class Gateway:
         if admin_key_hash is None:
             admin_key_hash, _ = resolve_admin_key(settings.gateway.admin_key, settings.gateway.admin_key_hash, None)
         self.admin = AdminAuth(admin_key_hash)
+        self.metrics_auth = MetricsAuth(self.api_keys, self.admin, settings.gateway.metrics_key)
         self.window = MetricsWindow(window_s=window_s, slos=settings.slos)
         self.prometheus = PrometheusMetrics()
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
@@ -86,7 +88,8 @@ class Gateway:
             self.settings, self.store, prices,
             route=lambda request: hooks.get_route(request, list(self.replicas), self.pipeline.profiles))
         self.api_keys.managed = keys
-        self.prometheus.sections.append(keys.prometheus_lines)
+        per_tenant = self.settings.gateway.metrics_per_tenant
+        self.prometheus.sections.append(lambda: keys.prometheus_lines(per_tenant=per_tenant))
         service.active = keys
         return keys
 
