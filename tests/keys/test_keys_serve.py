@@ -116,8 +116,6 @@ def test_expired_key_gets_401_saying_so(server, admin):
 
 
 @pytest.mark.parametrize("body, param", [
-    ({"tenant": "nobody-knows-me"}, "tenant"),
-    ({"models": ["no-such-model"]}, "models"),
     ({"budget_usd": -1}, "budget_usd"),
     ({"rpm": 0}, "rpm"),
     ({"tpm": "many"}, "tpm"),
@@ -132,6 +130,19 @@ def test_bad_key_fields_get_400(admin, body, param):
     r = admin.post("/admin/keys", json=body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("body, param, code", [
+    ({"tenant": "nobody-knows-me"}, "tenant", "tenant_not_found"),
+    ({"models": ["no-such-model"]}, "models", "model_not_found"),
+])
+def test_key_fields_naming_what_does_not_exist_get_404(admin, body, param, code):
+    # the body is well formed (as the OpenAPI document says); what it names is not there
+    if "tenant" not in body:
+        body = {"tenant": _tenant(admin), **body}
+    r = admin.post("/admin/keys", json=body)
+    assert r.status_code == 404, r.text
+    assert r.json()["error"]["param"] == param and r.json()["error"]["code"] == code
 
 
 def test_non_finite_numbers_and_bad_updates_get_400(admin):

@@ -67,7 +67,14 @@ async def patch_tunables(request: Request) -> Response:
     if not isinstance(values, dict) or not values:
         raise APIError(400, "the body needs a non-empty \"values\" object: {\"values\": {\"engine.max_num_seqs\": 16}}",
                        code="invalid_value", param="values")
-    actor = body.get("actor") or "admin"
+    unknown = sorted(set(body) - {"values", "actor"})
+    if unknown:
+        raise APIError(400, f"unknown field(s) {', '.join(map(repr, unknown))[:200]}; the body takes values and actor",
+                       code="invalid_value", param=unknown[0][:64])
+    actor = body.get("actor", "admin")
+    if not isinstance(actor, str):
+        raise APIError(400, "actor must be a string (who made the change, for the audit)", code="invalid_value",
+                       param="actor")
     applied = await asyncio.to_thread(apply_tunables, gw, values, str(actor))
     return _json({"applied": applied, "tunables": _tunables_list(gw)})
 

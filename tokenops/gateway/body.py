@@ -61,8 +61,10 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
     return b"".join(chunks)
 
 
-def parse_json(raw: bytes, check_finite: bool = True) -> dict[str, Any]:
-    """A JSON object from ``raw``, or a 400 saying what is wrong with it."""
+def parse_json(raw: bytes, check_finite: bool = True, max_int_bits: int | None = None) -> dict[str, Any]:
+    """A JSON object from ``raw``, or a 400 saying what is wrong with it. Integers wider
+    than ``max_int_bits`` are refused (default :data:`MAX_INT_BITS`: one Python could not
+    even print, which a field's own bounds then never see)."""
     try:
         data = from_json(raw, allow_inf_nan=False)
     except ValueError as e:
@@ -72,20 +74,21 @@ def parse_json(raw: bytes, check_finite: bool = True) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
     if check_finite:
-        _check_finite(data)
+        _check_finite(data, max_int_bits or MAX_INT_BITS)
     return data
 
 
-def _check_finite(data: dict[str, Any]) -> None:
+def _check_finite(data: dict[str, Any], max_int_bits: int = 0) -> None:
     # from_json turns 1e999 into inf even with allow_inf_nan=False; a walk of the parsed
     # tree is cheaper than scanning the raw bytes (a regex over 4 MB of text takes ~90 ms)
     if _has_infinity(data):
         raise APIError(400, "We could not parse the JSON body of your request: it holds a number too large for "
                        "a 64-bit float.", code="invalid_json")
-    if _has_huge_int(data):  # found again, with its place, only when there is one
-        where = _huge_int_path(data)
-        raise APIError(400, f"{where}: integers must fit in 64 bits (-2^63 to 2^64-1).", code="invalid_value",
-                       param=where)
+    max_int_bits = max_int_bits or MAX_INT_BITS
+    if _has_huge_int(data, max_int_bits):  # found again, with its place, only when there is one
+        where = _huge_int_path(data, max_int_bits)
+        limit = "64 bits (-2^63 to 2^64-1)" if max_int_bits <= 64 else f"{max_int_bits} bits"
+        raise APIError(400, f"{where}: integers must fit in {limit}.", code="invalid_value", param=where)
 
 
 def checked_body(raw: bytes, conf: Any) -> dict[str, Any]:
@@ -99,7 +102,7 @@ def checked_body(raw: bytes, conf: Any) -> dict[str, Any]:
     messages = data.get("messages")
     if isinstance(messages, list):
         _check_message_count(len(messages), conf.max_messages)
-    _check_finite(data)
+    _check_finite(data, MAX_INT_BITS)
     return data
 
 
@@ -135,16 +138,26 @@ def _reason(message: str) -> str:
     return message
 
 
-#: Integers a JSON body may hold: 64 bits, signed or not. Bigger ones mean nothing to any
-#: field, and Python cannot even print one past 4,300 digits.
-_MIN_INT, _MAX_INT = -(2**63), 2**64 - 1
+#: The widest integer a ``/v1`` body may hold anywhere (declared fields have their own,
+#: narrower bounds): Python cannot print one past 4,300 digits (~14,000 bits).
+MAX_INT_BITS = 13_000
+#: Admin bodies are all declared fields: 64 bits, signed or not.
+ADMIN_INT_BITS = 64
 
 
-def _has_huge_int(value: Any) -> bool:
+def _is_huge(v: Any, max_bits: int) -> bool:
+    if type(v) is not int:
+        return False
+    if max_bits <= 64:
+        return not -(2**63) <= v <= 2**64 - 1
+    return v.bit_length() > max_bits
+
+
+def _has_huge_int(value: Any, max_bits: int) -> bool:
     stack = [value]
     while stack:
         v = stack.pop()
-        if type(v) is int and not _MIN_INT <= v <= _MAX_INT:
+        if type(v) is int and _is_huge(v, max_bits):
             return True
         if isinstance(v, dict):
             stack.extend(v.values())
@@ -153,11 +166,11 @@ def _has_huge_int(value: Any) -> bool:
     return False
 
 
-def _huge_int_path(value: Any) -> str:
+def _huge_int_path(value: Any, max_bits: int) -> str:
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         v, path = stack.pop()
-        if type(v) is int and not _MIN_INT <= v <= _MAX_INT:
+        if _is_huge(v, max_bits):
             return path or "body"
         if isinstance(v, dict):
             stack.extend((x, f"{path}.{k}" if path else str(k)) for k, x in v.items())
@@ -172,7 +185,7 @@ async def admin_body(request: Request, limit: int = 1024 * 1024, timeout_s: floa
     raw = await read_body(request, limit, timeout_s)
     if not raw.strip():
         return {}
-    return parse_json(raw)
+    return parse_json(raw, max_int_bits=ADMIN_INT_BITS)
 
 
 def _has_infinity(value: Any) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -25,7 +25,11 @@ MAX_INPUTS = 2048
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(min_length=1)
-    input: str | list[str] | list[int] | list[list[int]]
+    input: (Annotated[str, Field(min_length=1)]
+            | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_INPUTS)]
+            | Annotated[list[Annotated[int, Field(ge=0, le=2**31 - 1)]], Field(min_length=1)]
+            | Annotated[list[Annotated[list[Annotated[int, Field(ge=0, le=2**31 - 1)]], Field(min_length=1)]],
+                        Field(min_length=1, max_length=MAX_INPUTS)])
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None

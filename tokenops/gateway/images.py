@@ -35,6 +35,7 @@ from starlette.responses import Response
 from tokenops.gateway import hooks
 from tokenops.gateway.capability import choose_capable_replica
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.json_types import JsonInt
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, TelemetryEvent
 
 MAX_IMAGES = 10
@@ -56,7 +57,7 @@ class ImageGenerationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     prompt: str = Field(min_length=1, max_length=32000)
     model: str | None = None
-    n: int = Field(1, ge=1, le=MAX_IMAGES)
+    n: JsonInt = Field(1, ge=1, le=MAX_IMAGES)
     size: str | None = None
     response_format: Literal["b64_json", "url"] | None = None
     output_format: Literal["png", "jpeg", "webp"] | None = None
@@ -66,10 +67,10 @@ class ImageGenerationRequest(BaseModel):
     moderation: Literal["auto", "low"] | None = None
     stream: bool | None = None
     # tokenops extensions
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    seed: JsonInt | None = Field(None, ge=0, le=2**63 - 1)
     sampler: Literal["ddpm", "ddim", "dpm"] | None = None
-    num_inference_steps: int | None = Field(None, ge=1)
-    step_cache_threshold: float | None = Field(None, ge=0.0, le=100.0)
+    num_inference_steps: JsonInt | None = Field(None, ge=1, le=10_000)
+    step_cache_threshold: float | None = Field(None, ge=0.0, le=100.0, strict=True)
 
 
 def parse_request(data: Any) -> ImageGenerationRequest:

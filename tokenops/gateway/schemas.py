@@ -9,11 +9,12 @@ extensions, as in vLLM.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.json_types import JsonInt
 from tokenops.gateway.structured import check_structured
 from tokenops.types import GatewayRequest
 
@@ -23,8 +24,31 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+def _message_schema(schema: dict[str, Any]) -> None:
+    # what the validators below and chat_request enforce, declared: content parts have a
+    # string type (text parts a string text), and only an assistant message may omit content
+    content = schema["properties"]["content"]
+    for option in content.get("anyOf", ()):
+        if option.get("type") == "array":
+            option["items"] = {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}},
+                               "if": {"properties": {"type": {"const": "text"}}},
+                               "then": {"required": ["text"], "properties": {"text": {"type": "string"}}}}
+    schema["if"] = {"properties": {"role": {"const": "assistant"}}}
+    schema["else"] = {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}}
+
+
+def _chat_schema(schema: dict[str, Any]) -> None:
+    schema["if"] = {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer"}}}
+    schema["then"] = {"required": ["logprobs"], "properties": {"logprobs": {"const": True}},
+                      "description": "top_logprobs needs logprobs: true"}
+
+
+#: A token id as a prompt may carry it (the vocabulary sizes served fit in 31 bits).
+TokenId = Annotated[JsonInt, Field(ge=0, le=2**31 - 1)]
+
+
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_message_schema)
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
@@ -45,31 +69,35 @@ class ChatMessage(BaseModel):
 class _CommonRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: JsonInt | None = Field(None, ge=1, le=2**31 - 1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1, description="Extension: sample from the k most likely tokens (0 or -1: off).")
-    n: int = Field(1, ge=1, le=16)
+    top_k: JsonInt | None = Field(None, ge=-1, le=2**31 - 1, description="Extension: sample from the k most likely tokens (0 or -1: off).")
+    n: JsonInt = Field(1, ge=1, le=16)
     stop: str | list[str] | None = None
-    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1, description="A 64-bit signed integer.")
+    seed: JsonInt | None = Field(None, ge=-(2**63), le=2**63 - 1, description="A 64-bit signed integer.")
     cache: bool | None = Field(None, description="Extension: false skips the semantic cache.")
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="End-user id; used as the session hint (and tenant on an open server).")
     ignore_eos: bool | None = Field(None, description="Extension: keep generating past end-of-sequence.")
-    priority: int = Field(0, description="Extension: lower runs first under the `priority` schedule policy.")
+    priority: JsonInt = Field(0, ge=-(2**31), le=2**31 - 1, description="Extension: lower runs first under the `priority` schedule policy.")
 
 
 class ChatCompletionRequest(_CommonRequest):
+    model_config = ConfigDict(extra="allow", json_schema_extra=_chat_schema)
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: JsonInt | None = Field(None, ge=1, le=2**31 - 1)
     logprobs: bool | None = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: JsonInt | None = Field(None, ge=0, le=20)
 
 
 class CompletionRequest(_CommonRequest):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    logprobs: int | None = Field(None, ge=0, le=20)
+    # one prompt per request: a list of strings or of token-id lists holds exactly one
+    prompt: (str | Annotated[list[str], Field(min_length=1, max_length=1)]
+             | Annotated[list[TokenId], Field(min_length=1)]
+             | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=1)])
+    logprobs: JsonInt | None = Field(None, ge=0, le=20)
     echo: bool | None = False
     suffix: str | None = None
 
