@@ -84,6 +84,11 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
     from tokenops.plugins import get_tunables
 
     registry = get_tunables()
+    for name, value in values.items():  # over HTTP a value has its JSON type ("yes" is no bool, 1 no str)
+        t = registry[name] if name in registry else None  # unknown names: the registry says which exist
+        if t is not None and not _is_json_type(t.type, value):
+            raise APIError(400, f"{name}: expected a JSON {t.type}, got {value!r}"[:300], code="invalid_tunable",
+                           param=name)
     try:
         checked = registry.validate(values)
     except TunableError as e:
@@ -107,6 +112,16 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
             except Exception as e:  # the change is live; a failed audit must be visible, not fatal
                 log.error("audit of %s failed: %s", name, e)
     return checked
+
+
+def _is_json_type(kind: str, value: Any) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+    if kind == "float":
+        return not isinstance(value, bool) and isinstance(value, (int, float))
+    return isinstance(value, str)
 
 
 @router.get("/requests", summary="Most recent requests, newest first (memory ring, not the store)")

@@ -183,7 +183,7 @@ async def admin_body(request: Request, limit: int = 1024 * 1024, timeout_s: floa
     """An admin request's body as a JSON object ({} when empty), read and parsed as
     ``/v1`` bodies are: size limit, deadline, depth limit, no NaN, 64-bit integers."""
     raw = await read_body(request, limit, timeout_s)
-    if not raw.strip():
+    if not raw:  # no body at all; whitespace is no JSON
         return {}
     return parse_json(raw, max_int_bits=ADMIN_INT_BITS)
 

@@ -19,4 +19,11 @@ def _json_int(value: Any) -> Any:
     return value  # anything else is judged by the strict int check that follows
 
 
-JsonInt = Annotated[int, BeforeValidator(_json_int), Field(strict=True)]
+JsonInt = Annotated[int, Field(strict=True), BeforeValidator(_json_int)]
+
+
+def json_int(**bounds: Any) -> Any:
+    """:data:`JsonInt` with bounds (``ge``, ``le``) that the OpenAPI document shows as
+    ``minimum``/``maximum`` also inside ``X | None``."""
+    # the bounds before the validator: after it, the JSON schema shows them as raw ge/le
+    return Annotated[int, Field(strict=True, **bounds), BeforeValidator(_json_int)]

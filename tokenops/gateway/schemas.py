@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tokenops.gateway.errors import APIError
-from tokenops.gateway.json_types import JsonInt
+from tokenops.gateway.json_types import json_int
 from tokenops.gateway.structured import check_structured
 from tokenops.types import GatewayRequest
 
@@ -44,7 +44,7 @@ def _chat_schema(schema: dict[str, Any]) -> None:
 
 
 #: A token id as a prompt may carry it (the vocabulary sizes served fit in 31 bits).
-TokenId = Annotated[JsonInt, Field(ge=0, le=2**31 - 1)]
+TokenId = json_int(ge=0, le=2**31 - 1)
 
 
 class ChatMessage(BaseModel):
@@ -69,27 +69,27 @@ class ChatMessage(BaseModel):
 class _CommonRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(min_length=1)
-    max_tokens: JsonInt | None = Field(None, ge=1, le=2**31 - 1)
+    max_tokens: json_int(ge=1, le=2**31 - 1) | None = Field(None)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: JsonInt | None = Field(None, ge=-1, le=2**31 - 1, description="Extension: sample from the k most likely tokens (0 or -1: off).")
-    n: JsonInt = Field(1, ge=1, le=16)
+    top_k: json_int(ge=-1, le=2**31 - 1) | None = Field(None, description="Extension: sample from the k most likely tokens (0 or -1: off).")
+    n: json_int(ge=1, le=16) = Field(1)
     stop: str | list[str] | None = None
-    seed: JsonInt | None = Field(None, ge=-(2**63), le=2**63 - 1, description="A 64-bit signed integer.")
+    seed: json_int(ge=-(2**63), le=2**63 - 1) | None = Field(None, description="A 64-bit signed integer.")
     cache: bool | None = Field(None, description="Extension: false skips the semantic cache.")
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="End-user id; used as the session hint (and tenant on an open server).")
     ignore_eos: bool | None = Field(None, description="Extension: keep generating past end-of-sequence.")
-    priority: JsonInt = Field(0, ge=-(2**31), le=2**31 - 1, description="Extension: lower runs first under the `priority` schedule policy.")
+    priority: json_int(ge=-(2**31), le=2**31 - 1) = Field(0, description="Extension: lower runs first under the `priority` schedule policy.")
 
 
 class ChatCompletionRequest(_CommonRequest):
     model_config = ConfigDict(extra="allow", json_schema_extra=_chat_schema)
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: JsonInt | None = Field(None, ge=1, le=2**31 - 1)
+    max_completion_tokens: json_int(ge=1, le=2**31 - 1) | None = Field(None)
     logprobs: bool | None = False
-    top_logprobs: JsonInt | None = Field(None, ge=0, le=20)
+    top_logprobs: json_int(ge=0, le=20) | None = Field(None)
 
 
 class CompletionRequest(_CommonRequest):
@@ -97,7 +97,7 @@ class CompletionRequest(_CommonRequest):
     prompt: (str | Annotated[list[str], Field(min_length=1, max_length=1)]
              | Annotated[list[TokenId], Field(min_length=1)]
              | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=1)])
-    logprobs: JsonInt | None = Field(None, ge=0, le=20)
+    logprobs: json_int(ge=0, le=20) | None = Field(None)
     echo: bool | None = False
     suffix: str | None = None
 
