@@ -49,14 +49,14 @@ _IMAGE_VALUES = {"response_format": ["b64_json"], "output_format": ["png"], "bac
                  "quality": ["auto"], "stream": [False]}
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
 def allowed_methods(app: Any, scope: dict[str, Any]) -> list[str]:
     """Methods some route takes at this path (for a 405's ``Allow``)."""
-    methods: set[str] = set()
-    for route in getattr(app.router, "routes", ()):
-        match, _ = route.matches(scope)  # PARTIAL: the path matches, the method does not
-        if match is not Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    routes = [r for r in getattr(app.router, "routes", ()) if r.matches(scope)[0] is not Match.NONE]
+    # each method asked of the routes whose path matches (included routers hide their methods)
+    return [m for m in _METHODS if any(r.matches({**scope, "method": m})[0] is Match.FULL for r in routes)]
 
 
 def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
