@@ -163,14 +163,7 @@ class EmbeddingBackend:
         # an input that certainly exceeds the context is refused before tokenizing (a 3.9 MB one took 11 s
         # to tokenize and refuse); the rest is tokenized off the event loop: 2048 long inputs take a while
         await asyncio.to_thread(self._check_lengths, st, texts, isinstance(raw, str))
-        encoded = await asyncio.to_thread(st.tokenizer, texts, add_special_tokens=True)
-        counts = [len(ids) for ids in encoded["input_ids"]]
-        limit = self.max_model_len
-        for i, n in enumerate(counts):
-            if limit is not None and n > limit:
-                where = f"input[{i}]" if not isinstance(raw, str) else "input"
-                raise _bad("input", f"This model's maximum context length is {limit} tokens, however {where} has "
-                           f"{n} tokens. Please reduce the length of the input.", code="context_length_exceeded")
+        counts = await asyncio.to_thread(_count_tokens, st.tokenizer, texts, self.max_model_len, isinstance(raw, str))
 
         def encode() -> Any:
             with self._encode_lock:
@@ -185,6 +178,44 @@ class EmbeddingBackend:
         return {"object": "list", "model": self.model, "usage": {"prompt_tokens": total, "total_tokens": total},
                 "data": [{"object": "embedding", "index": i, "embedding": encode_vector(v, fmt)}
                          for i, v in enumerate(vectors)]}
+
+
+def _count_tokens(tokenizer: Any, texts: list[str], limit: int | None, is_single: bool) -> list[int]:
+    """Tokens of each text (special tokens included), refusing the first one over
+    ``limit``. Counted in the Rust tokenizer, a batch at a time (it releases the GIL),
+    without building Python lists of ids: 2,048 inputs of 2 kB took 6 s and 200 MB that way."""
+    backend = _counting_tokenizer(tokenizer)
+    counts: list[int] = []
+    for start in range(0, len(texts), 64):
+        batch = texts[start:start + 64]
+        if backend is not None:
+            numbers = [len(e) for e in backend.encode_batch(batch, add_special_tokens=True)]
+        else:
+            numbers = [len(ids) for ids in tokenizer(batch, add_special_tokens=True)["input_ids"]]
+        for i, n in enumerate(numbers, start):
+            if limit is not None and n > limit:
+                where = "input" if is_single else f"input[{i}]"
+                raise _bad("input", f"This model's maximum context length is {limit} tokens, however {where} has "
+                           f"{n} tokens. Please reduce the length of the input.", code="context_length_exceeded")
+        counts += numbers
+    return counts
+
+
+def _counting_tokenizer(tokenizer: Any) -> Any:
+    """A private copy of the Rust tokenizer with no truncation or padding (the shared one
+    keeps whatever the last encode set: sentence-transformers truncates), or None."""
+    cached = getattr(tokenizer, "_tokenops_counter", None)
+    if cached is None:
+        import copy
+
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return None
+        cached = copy.deepcopy(backend)
+        cached.no_truncation()
+        cached.no_padding()
+        tokenizer._tokenops_counter = cached
+    return cached
 
 
 def _longest_token_chars(tokenizer: Any) -> int:
