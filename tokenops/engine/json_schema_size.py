@@ -197,22 +197,22 @@ class _Sizer:
         if kind == "object":
             props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
             required = [r for r in schema.get("required") or [] if isinstance(r, str)]
-            total: float = 2
-            for name in dict.fromkeys(required):
+            total: float = 1  # {} less the comma the first member does not need
+            for name in dict.fromkeys(required):  # "name":value,
                 total += len(json.dumps(name)) + 2 + self.size(props.get(name, {}), f"{where}/properties/{name}", active)
                 if total > self.cap:
                     return self.over(total, "required", where)
             extra = max(0, int(min(schema.get("minProperties") or 0, self.cap)) - len(required))
-            return total + extra * 5  # "":0,
+            return max(2, total + extra * 5)  # "":0,
         if kind == "array":
-            total = 2
+            total = 1  # [] less the comma the first item does not need
             prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else []
             for i, item in enumerate(prefix):
                 total += 1 + self.size(item, f"{where}/prefixItems/{i}", active)
             num_rest = max(0, int(min(schema.get("minItems") or 0, self.cap)) - len(prefix))
             if num_rest:
                 total += num_rest * (1 + self.size(schema.get("items", {}), f"{where}/items", active))
-            return total
+            return max(2, total)
         if kind == "string":
             return 2 + min(schema.get("minLength") or 0, self.cap + 1) + self.pattern_chars(schema)
         if kind in ("boolean", "null"):
