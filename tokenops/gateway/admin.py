@@ -84,7 +84,7 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
     from tokenops.plugins import get_tunables
 
     registry = get_tunables()
-    for name, value in values.items():  # over HTTP a value has its JSON type ("yes" is no bool, 1 no str)
+    for name, value in values.items():  # over HTTP a value has its JSON type or is text (1 is no bool)
         t = registry[name] if name in registry else None  # unknown names: the registry says which exist
         if t is not None and not _is_json_type(t.type, value):
             raise APIError(400, f"{name}: expected a JSON {t.type}, got {value!r}"[:300], code="invalid_tunable",
@@ -115,6 +115,10 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
 
 
 def _is_json_type(kind: str, value: Any) -> bool:
+    """The tunable's own JSON type, or a string the registry parses (the dashboard's
+    editor sends what was typed); never a boolean for a number or a number for a boolean."""
+    if isinstance(value, str):
+        return True
     if kind == "bool":
         return isinstance(value, bool)
     if kind == "int":

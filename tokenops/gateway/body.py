@@ -61,18 +61,23 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
     return b"".join(chunks)
 
 
-def parse_json(raw: bytes, check_finite: bool = True, max_int_bits: int | None = None) -> dict[str, Any]:
+def parse_json(raw: bytes, check_finite: bool = True, max_int_bits: int | None = None,
+               name_non_finite: bool = False) -> dict[str, Any]:
     """A JSON object from ``raw``, or a 400 saying what is wrong with it. Integers wider
     than ``max_int_bits`` are refused (default :data:`MAX_INT_BITS`: one Python could not
     even print, which a field's own bounds then never see)."""
     try:
-        data = from_json(raw, allow_inf_nan=False)
+        data = from_json(raw, allow_inf_nan=name_non_finite)
     except ValueError as e:
         reason = "NaN and Infinity are not JSON numbers" if b"NaN" in raw or b"Infinity" in raw else _reason(str(e))
         raise APIError(400, f"We could not parse the JSON body of your request: {reason}.",
                        code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
+    if name_non_finite and _has_infinity(data):  # NaN / Infinity / 1e999 refused naming the field
+        where = _path_of(data, lambda v: isinstance(v, float) and not math.isfinite(v))
+        raise APIError(400, f"{where} must be a finite number (NaN and Infinity are not JSON numbers).",
+                       code="invalid_value", param=where)
     if check_finite:
         _check_finite(data, max_int_bits or MAX_INT_BITS)
     return data
@@ -167,10 +172,15 @@ def _has_huge_int(value: Any, max_bits: int) -> bool:
 
 
 def _huge_int_path(value: Any, max_bits: int) -> str:
+    return _path_of(value, lambda v: _is_huge(v, max_bits))
+
+
+def _path_of(value: Any, is_bad: Callable[[Any], bool]) -> str:
+    """Where in ``value`` the first value ``is_bad`` sits (``a.0.b``), for ``param``."""
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         v, path = stack.pop()
-        if _is_huge(v, max_bits):
+        if is_bad(v):
             return path or "body"
         if isinstance(v, dict):
             stack.extend((x, f"{path}.{k}" if path else str(k)) for k, x in v.items())
@@ -185,7 +195,7 @@ async def admin_body(request: Request, limit: int = 1024 * 1024, timeout_s: floa
     raw = await read_body(request, limit, timeout_s)
     if not raw:  # no body at all; whitespace is no JSON
         return {}
-    return parse_json(raw, max_int_bits=ADMIN_INT_BITS)
+    return parse_json(raw, max_int_bits=ADMIN_INT_BITS, name_non_finite=True)
 
 
 def _has_infinity(value: Any) -> bool:

@@ -72,14 +72,15 @@ def tunables_schema() -> dict[str, Any]:
     for t in get_tunables():
         if not t.live:
             continue
-        prop: dict[str, Any] = {"type": types.get(t.type, "string"), "description": t.help}
+        prop: dict[str, Any] = {"type": types.get(t.type, "string")}
         if t.choices is not None:
             prop["enum"] = list(t.choices)
         if t.minimum is not None:
             prop["minimum"] = t.minimum
         if t.maximum is not None:
             prop["maximum"] = t.maximum
-        props[t.name] = prop
+        # or the value as text, which the registry parses (what the dashboard's editor sends)
+        props[t.name] = prop if t.type == "str" else {"anyOf": [prop, {"type": "string"}], "description": t.help}
     return {"type": "object", "required": ["values"], "additionalProperties": False, "properties": {
         "values": {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": props},
         "actor": {"type": "string", "description": "Who made the change (audited)."}}}
