@@ -264,10 +264,16 @@ class LocalBackend:
         """A matcher for ``spec``, compiled off the event loop and the engine thread."""
         from tokenops.engine.grammar import GrammarError
 
+        from tokenops.engine.grammar import COMPILE_TIMEOUT_S
+
         try:
-            return await self.engine.grammar_compiler.compile_async(spec)
+            return await asyncio.wait_for(self.engine.grammar_compiler.compile_async(spec), COMPILE_TIMEOUT_S)
         except GrammarError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
+        except asyncio.TimeoutError:  # llguidance's fuel limits bound it; this bounds what they let through
+            raise BackendError(f"the request's schema took more than {COMPILE_TIMEOUT_S:g} s to compile; simplify "
+                               "response_format or the tool parameters", kind="bad_request", status=400,
+                               backend=self.name) from None
 
 
 def _engine_failure(backend: str, e: Exception) -> BackendError:

@@ -41,6 +41,8 @@ ENTRY_OVERHEAD_BYTES = 64 * 1024
 #: smaller lexer (states take 1-2 kB each) and errors without the parser's state (they
 #: reach clients as 400 messages; the state is internals).
 MAX_LEXER_STATES = 50_000
+#: The longest a request waits for its grammar (the compiler's fuel limits make this rare).
+COMPILE_TIMEOUT_S = 10.0
 MAX_GRAMMAR_SIZE = 200_000
 #: Budget-aware close: tokens kept beyond the grammar's shortest text (a string to close,
 #: multi-token keys), and the reserve of a grammar with no shortest text.

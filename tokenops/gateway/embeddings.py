@@ -37,7 +37,7 @@ class EmbeddingRequest(BaseModel):
     dimensions: json_int(ge=1, le=2**31 - 1) | None = None
     user: str | None = None
 
-    @field_validator("input")
+    @field_validator("input", mode="before")  # before the union: its own words, not the branches'
     @classmethod
     def _non_empty(cls, value: Any) -> Any:
         if value == "" or value == []:
