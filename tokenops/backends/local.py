@@ -192,6 +192,8 @@ class LocalBackend:
                         seen[c.index] = len(c.token_ids)
                         if new_finish:
                             sent_finish.add(c.index)
+                            if c.index == 0 and isinstance(c.stop_reason, str):  # Anthropic's stop_sequence
+                                request.decisions["stop_sequence"] = c.stop_reason
                         lp = openai_logprobs(request.kind, c.logprobs[start:] if c.logprobs else None)
                         reason = "stop" if c.finish_reason == "abort" else c.finish_reason
                         text, calls = c.delta_text or "", None

@@ -29,6 +29,8 @@ from tokenops.gateway.errors import APIError, sse_error
 from tokenops.gateway.model_routes import model_cards, readiness, router as model_router
 from tokenops.gateway.images import router as images_router
 from tokenops.gateway.distill_admin import router as distill_admin_router
+from tokenops.gateway.messages_api import router as messages_router
+from tokenops.gateway.tokenize_api import router as tokenize_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
 from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_request
 from tokenops.gateway.state import Gateway
@@ -85,6 +87,8 @@ def create_app(settings: Settings | None = None, backends: Any = None, *, store:
     app.include_router(model_router)  # /v1/embeddings, /v1/models/{id}
     app.include_router(images_router)  # /v1/images/generations
     app.include_router(distill_admin_router)  # /admin/distill/pairs
+    app.include_router(messages_router)  # /v1/messages, /v1/messages/count_tokens (Anthropic)
+    app.include_router(tokenize_router)  # /tokenize, /detokenize (vLLM)
     _install_openapi(app)
     return app
 

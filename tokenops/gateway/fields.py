@@ -146,6 +146,8 @@ def check_bundled_fields(request: GatewayRequest, backend: str) -> None:
     """400 (as a ``BackendError`` of kind ``bad_request``) for the first field of the
     request that the bundled backend would not act on: a rejected field with a value
     that changes something, or a field neither the table nor the schema knows."""
+    if request.native is not None:  # e.g. an Anthropic request: what its chat translation lost is a 400 here
+        request.native.check_translatable(backend)
     known = fields(request.kind)
     schema_fields: set[str] | None = None
     for name, value in request.body.items():

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from tokenops.backends.base import Replica
@@ -78,6 +79,10 @@ class Gateway:
         self._start_task: asyncio.Task | None = None
         #: gc.freeze() once the models are loaded (tokenops serve sets it; tests building many apps do not)
         self.freezes_heap = False
+        #: Why nothing can be served, once every configured model has failed to load (else None);
+        #: ``on_nothing_to_serve(cause)`` is then called (tokenops serve stops and exits non-zero).
+        self.start_failure: str | None = None
+        self.on_nothing_to_serve: Callable[[str], None] | None = None
 
     def _key_service(self) -> Any:
         """Managed keys and spend budgets (:mod:`tokenops.keys`); enforced by the key_budgets plugin."""
@@ -114,13 +119,21 @@ class Gateway:
         await self._start_profiles()
         backends = [r.backend for rs in self.replicas.values() for r in rs]
         results = await asyncio.gather(*(b.start() for b in backends), return_exceptions=True)
+        is_any_up = any(not isinstance(result, BaseException) for result in results)
         for backend, result in zip(backends, results):
             if isinstance(result, BaseException):
                 # kept on the backend: /ready lists it and requests to the model get this cause
                 cause = " ".join(f"{type(result).__name__}: {result}".split())
                 backend.load_error = cause
-                log.error("model %s failed to load (the other models keep serving): %s",
-                          getattr(backend, "name", backend), cause)
+                if is_any_up:
+                    log.error("model %s failed to load (the other models keep serving): %s",
+                              getattr(backend, "name", backend), cause)
+        if backends and not is_any_up:
+            self.start_failure = nothing_to_serve(self.replicas)
+            if self.on_nothing_to_serve is not None:
+                self.on_nothing_to_serve(self.start_failure)
+            else:  # an app embedded elsewhere keeps running: say it in the log
+                log.error("%s", self.start_failure)
         # what is alive now (weights, modules, tokenizers) lives as long as the server: freezing
         # it keeps full collections, triggered by a request's many small objects, from walking it
         # (a ~0.3 s pause of every request on the demo engine, measured in tests/benchmarks/hostile_load.py)
@@ -246,3 +259,11 @@ class Gateway:
                     value = configured
             values[t.name] = value
         return values
+
+
+def nothing_to_serve(replicas: dict[str, list[Any]]) -> str:
+    """One line naming why no configured model loaded (each model's first cause)."""
+    causes = [f"model {name!r} failed to load: {rs[0].backend.load_error}" for name, rs in replicas.items() if rs]
+    if len(causes) == 1:
+        return f"nothing to serve: {causes[0]}"
+    return f"nothing to serve: all {len(causes)} models failed to load; " + "; ".join(causes)
