@@ -20,6 +20,8 @@ whose path matches (Starlette names only the first route's).
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any
 
 from starlette.routing import Match
@@ -53,10 +55,39 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 def allowed_methods(app: Any, scope: dict[str, Any]) -> list[str]:
-    """Methods some route takes at this path (for a 405's ``Allow``)."""
+    """Methods of this path (for a 405's ``Allow``): the OpenAPI document's, which is what
+    clients read (hidden catch-all routes that answer 405 or 404 themselves are not methods
+    of the path); routes asked directly for a path the document does not list."""
+    path = scope.get("path", "")
+    declared = [m.upper() for template, item in app.openapi().get("paths", {}).items()
+                if _template(template).fullmatch(path) for m in item if m.upper() in _METHODS]
+    if declared:
+        return [m for m in _METHODS if m in declared]
     routes = [r for r in getattr(app.router, "routes", ()) if r.matches(scope)[0] is not Match.NONE]
     # each method asked of the routes whose path matches (included routers hide their methods)
     return [m for m in _METHODS if any(r.matches({**scope, "method": m})[0] is Match.FULL for r in routes)]
+
+
+@functools.lru_cache(maxsize=256)
+def _template(path: str) -> re.Pattern[str]:
+    parts = re.split(r"(\{[^}]+\})", path)
+    return re.compile("".join((".+" if p.endswith(":path}") else "[^/]+") if p.startswith("{") else re.escape(p)
+                              for p in parts))
+
+
+def _declare_model_bodies(schema: dict[str, Any]) -> None:
+    """Bodies of routes that read their own (vLLM's /tokenize, /detokenize), from their models."""
+    from tokenops.gateway.tokenize_api import DetokenizeRequest, TokenizeRequest
+
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for path, model in (("/tokenize", TokenizeRequest), ("/detokenize", DetokenizeRequest)):
+        op = schema.get("paths", {}).get(path, {}).get("post")
+        if op is None or "requestBody" in op:
+            continue
+        full = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(full.pop("$defs", {}))
+        components[model.__name__] = full
+        op["requestBody"] = _body({"$ref": f"#/components/schemas/{model.__name__}"})
 
 
 def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
@@ -86,9 +117,29 @@ def tunables_schema() -> dict[str, Any]:
         "actor": {"type": "string", "description": "Who made the change (audited)."}}}
 
 
+#: The Anthropic Messages API's error body (``/v1/messages`` answers in its clients' shape).
+ANTHROPIC_ERROR = {"type": "object", "required": ["type", "error"], "properties": {
+    "type": {"const": "error"},
+    "error": {"type": "object", "required": ["type", "message"], "properties": {
+        "type": {"type": "string", "examples": ["invalid_request_error", "not_found_error"]},
+        "message": {"type": "string"}}}}}
+
+
 def declare(schema: dict[str, Any]) -> dict[str, Any]:
     """Put what the hand-read routes enforce into the generated ``schema`` (in place)."""
     paths = schema.get("paths", {})
+    schema.setdefault("components", {}).setdefault("schemas", {})["AnthropicError"] = ANTHROPIC_ERROR
+    for path, item in paths.items():
+        for method, op in item.items():
+            if not isinstance(op, dict):
+                continue
+            if method == "post" and "requestBody" in op:  # every POST reads a JSON body: none is a 400
+                op["requestBody"]["required"] = True
+            if path.startswith("/v1/messages"):
+                for status, response in op.get("responses", {}).items():
+                    if status[0] in "45" and "application/json" in response.get("content", {}):
+                        response["content"]["application/json"]["schema"] = {
+                            "$ref": "#/components/schemas/AnthropicError"}
     metrics = paths.get("/metrics", {}).get("get")
     if metrics is not None:
         metrics["responses"]["200"] = {"description": "Prometheus text exposition format",
@@ -114,6 +165,7 @@ def declare(schema: dict[str, Any]) -> dict[str, Any]:
         for name, values in _IMAGE_VALUES.items():
             if name in props:
                 props[name] = {"enum": [*values, None], "description": props[name].get("description", "")}
+    _declare_model_bodies(schema)
     tenant = paths.get("/admin/tenants/{name}", {})
     for op in tenant.values():
         for param in op.get("parameters", ()):

@@ -122,7 +122,9 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return parse_json(raw)
 
 
-def chat_request(data: dict[str, Any], default_max_tokens: int) -> GatewayRequest:
+def chat_request(data: dict[str, Any], default_max_tokens: int, *, is_generating: bool = True) -> GatewayRequest:
+    """The validated request; ``is_generating=False`` (counting tokens) leaves the output its
+    schemas force unchecked against ``max_tokens`` (the server's ceilings still apply)."""
     try:
         req = ChatCompletionRequest.model_validate(data, strict=True)  # JSON types as sent: "yes" is no bool
     except ValidationError as e:
@@ -136,7 +138,7 @@ def chat_request(data: dict[str, Any], default_max_tokens: int) -> GatewayReques
     body = req.model_dump(exclude_none=True)
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     # response_format / tools / tool_choice, and the output their schemas force: a 400 before any backend
-    check_structured(body, asked if asked is not None else default_max_tokens)
+    check_structured(body, (asked if asked is not None else default_max_tokens) if is_generating else None)
     return GatewayRequest(
         kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
         max_tokens=asked if asked is not None else default_max_tokens, session_id=req.user, priority=req.priority,

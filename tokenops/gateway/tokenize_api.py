@@ -223,7 +223,7 @@ async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str,
     err = untranslatable.error()
     if err is not None:
         raise err
-    greq = chat_request(body, 1)  # validates the translation (tools, tool_choice) as a chat request
+    greq = chat_request(body, 1, is_generating=False)  # validates the translation (tools, tool_choice)
     if backend.kind == "openai":
         upstream_body = {k: v for k, v in greq.body.items() if k in ("messages", "tools")}
         status, answer = await _upstream(replica, "/tokenize", upstream_body)
