@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.json_types import json_int
@@ -22,6 +22,10 @@ from tokenops.types import GatewayRequest
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
     include_usage: bool = False
+
+
+#: Only an assistant message may come without content (it holds tool_calls then).
+_MAY_OMIT_CONTENT = frozenset({"assistant"})
 
 
 def _message_schema(schema: dict[str, Any]) -> None:
@@ -50,12 +54,16 @@ TokenId = json_int(ge=0, le=2**31 - 1)
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow", json_schema_extra=_message_schema)
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    # validated when absent too: only an assistant message (with tool_calls) may omit it
+    content: str | list[dict[str, Any]] | None = Field(None, validate_default=True)
     name: str | None = None
 
     @field_validator("content")
     @classmethod
-    def _content_parts(cls, value: Any) -> Any:
+    def _content_parts(cls, value: Any, info: ValidationInfo) -> Any:
+        role = info.data.get("role")
+        if value is None and role is not None and role not in _MAY_OMIT_CONTENT:
+            raise ValueError(f"a {role} message needs content (a string or a list of parts)")
         # a part's own fields are checked here so no backend meets a non-string text
         for i, part in enumerate(value if isinstance(value, list) else ()):
             kind = part.get("type")
@@ -102,10 +110,6 @@ class CompletionRequest(_CommonRequest):
     suffix: str | None = None
 
 
-#: Only an assistant message may come without content (it holds tool_calls then).
-_MAY_OMIT_CONTENT = frozenset({"assistant"})
-
-
 def _format_validation(e: ValidationError) -> APIError:
     err = e.errors(include_url=False)[0]
     if err.get("type") == "json_invalid":
@@ -131,10 +135,6 @@ def chat_request(data: dict[str, Any], default_max_tokens: int, *, is_generating
         raise _format_validation(e) from None
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", code="invalid_value", param="top_logprobs")
-    for i, message in enumerate(req.messages):
-        if message.content is None and message.role not in _MAY_OMIT_CONTENT:
-            raise APIError(400, f"messages.{i}.content: a {message.role} message needs content (a string or a list "
-                           "of parts)", code="invalid_value", param=f"messages.{i}.content")
     body = req.model_dump(exclude_none=True)
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     # response_format / tools / tool_choice, and the output their schemas force: a 400 before any backend
