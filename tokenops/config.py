@@ -115,6 +115,10 @@ class StoreSettings:
     path: str = "store/tokenops.duckdb"
     flush_interval_s: float = 0.5
     batch_rows: int = 5000
+    #: Stored /v1/responses answers (tokenops/store/stored_responses.py): dropped after this
+    #: age, and beyond this many per tenant (its oldest first).
+    responses_max_age_hours: float = 720.0
+    responses_max_per_tenant: int = 10000
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator
 import httpx
 
 from tokenops.backends.anthropic_upstream import native_deltas, native_once, native_open, wants_native
+from tokenops.backends.openai_responses import responses_once, responses_stream, wants_responses
 from tokenops.backends.base import Delta
 from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.registry import replica_name
@@ -84,6 +85,8 @@ class OpenAIBackend:
         self._is_ready = False
         #: Whether the upstream serves Anthropic's /v1/messages: None until a request finds out.
         self.serves_messages: bool | None = None
+        #: Whether the upstream serves OpenAI's /v1/responses: None until a request finds out.
+        self.serves_responses: bool | None = None
 
     @property
     def ready(self) -> bool:
@@ -211,6 +214,10 @@ class OpenAIBackend:
             answer = await native_once(self, request)
             if answer is not None:
                 return answer
+        elif wants_responses(self, request):
+            answer = await responses_once(self, request)
+            if answer is not None:
+                return answer
         elif request.native is not None:  # known not to serve it: what the translation lost is a 400
             request.native.check_translatable(self.name)
         return await self._one(request)
@@ -260,6 +267,12 @@ class OpenAIBackend:
             response = await native_open(self, request)
             if response is not None:
                 async for delta in native_deltas(self, response):
+                    yield delta
+                return
+        elif wants_responses(self, request):
+            events = await responses_stream(self, request)
+            if events is not None:
+                async for delta in events:
                     yield delta
                 return
         elif request.native is not None:

@@ -29,6 +29,7 @@ from tokenops.gateway.errors import APIError, sse_error
 from tokenops.gateway.model_routes import model_cards, readiness, router as model_router
 from tokenops.gateway.images import router as images_router
 from tokenops.gateway.distill_admin import router as distill_admin_router
+from tokenops.gateway.responses_api import router as responses_router
 from tokenops.gateway.messages_api import router as messages_router
 from tokenops.gateway.tokenize_api import router as tokenize_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None, backends: Any = None, *, store:
     app.include_router(model_router)  # /v1/embeddings, /v1/models/{id}
     app.include_router(images_router)  # /v1/images/generations
     app.include_router(distill_admin_router)  # /admin/distill/pairs
+    app.include_router(responses_router)  # /v1/responses (OpenAI's Responses API)
     app.include_router(messages_router)  # /v1/messages, /v1/messages/count_tokens (Anthropic)
     app.include_router(tokenize_router)  # /tokenize, /detokenize (vLLM)
     _install_openapi(app)
