@@ -121,7 +121,14 @@ class ChatCompletionRequest(_CommonRequest):
     top_logprobs: json_int(ge=0, le=20) | None = Field(None)
 
 
+def _completion_schema(schema: dict[str, Any]) -> None:
+    schema["if"] = {"required": ["max_tokens"], "properties": {"max_tokens": {"const": 0}}}
+    schema["then"] = {"required": ["echo"], "properties": {"echo": {"const": True}},
+                      "description": "max_tokens 0 scores the prompt: it needs echo: true"}
+
+
 class CompletionRequest(_CommonRequest):
+    model_config = ConfigDict(extra="allow", json_schema_extra=_completion_schema)
     # one prompt per request: a list of strings or of token-id lists holds exactly one
     prompt: (str | Annotated[list[str], Field(min_length=1, max_length=1)]
              | Annotated[list[TokenId], Field(min_length=1)]
