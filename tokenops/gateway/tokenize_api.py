@@ -116,6 +116,10 @@ def chat_token_ids(replica: Replica, body: dict[str, Any], *, add_generation_pro
     from tokenops.backends.local_structured import plan_request
 
     tok = _tokenizer(replica)
+    taken = sorted({"messages", "add_generation_prompt"} & set(template_kwargs or {}))
+    if taken:  # the template's own arguments (was a 500: "got multiple values for argument")
+        raise APIError(400, f"chat_template_kwargs may not set {', '.join(taken)}: the request's own fields do",
+                       code="invalid_value", param="chat_template_kwargs")
     plan = plan_request(body, replica.backend.tool_call_parser)
     kwargs = {**plan.template_kwargs, **(template_kwargs or {})}
     try:
