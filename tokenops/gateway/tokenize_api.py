@@ -182,6 +182,9 @@ async def tokenize(request: Request) -> Response:
     else:
         body = {"messages": [m.model_dump(exclude_none=True) for m in req.messages or []]}
         if req.tools is not None:
+            from tokenops.gateway.structured import check_tools
+
+            check_tools(req.tools)  # as a chat request's: a tool without "function" was a 500 (KeyError)
             body["tools"] = req.tools
         ids = await asyncio.to_thread(lambda: chat_token_ids(
             replica, body, add_generation_prompt=req.add_generation_prompt,
