@@ -1,0 +1,193 @@
+"""C source, part 1 of the quantized linear kernels (:mod:`tokenops.engine.quant_kernels`): the GGUF
+block formats, decoded to float32 (the GEMM path and the plain-C fallback) and the 8-bit quantization
+of activations that the integer GEMV path multiplies against.
+
+Block layouts are ggml's, byte for byte (``gguf.quants`` decodes the same bytes in numpy):
+
+===== ====== ===== ===========================================================================
+type  values bytes layout
+===== ====== ===== ===========================================================================
+Q8_0  32     34    f16 d, int8 q[32]; v = d*q
+Q4_0  32     18    f16 d, q[16] nibbles (low: values 0-15, high: 16-31); v = d*(q-8)
+Q4_1  32     20    f16 d, f16 m, nibbles as Q4_0; v = d*q + m
+Q4_K  256    144   f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) for 8 sub-blocks of 32, q[128]
+                   nibbles (32 bytes per two sub-blocks: low nibbles the first); v = d*sc*q - dmin*mn
+Q5_K  256    176   as Q4_K plus qh[32] before q: bit 2i / 2i+1 of qh[l] is bit 4 of value l of
+                   sub-block 2i / 2i+1
+Q6_K  256    210   ql[128] low nibbles, qh[64] 2-bit highs, int8 scales[16] (one per 16 values),
+                   f16 d; v = d*sc*(q-32)
+===== ====== ===== ===========================================================================
+"""
+
+SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+#if !defined(TK_PLAIN) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define TK_AVX2 1
+#endif
+
+#define TK_INLINE static inline __attribute__((always_inline))
+enum { TK_Q4_0 = 2, TK_Q4_1 = 3, TK_Q8_0 = 8, TK_Q4_K = 12, TK_Q5_K = 13, TK_Q6_K = 14 };
+
+static inline float h2f(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+#ifdef TK_AVX2
+    return _cvtsh_ss(h);
+#else
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {  /* zero or subnormal: m * 2^-24 */
+        float f = (float)m * 5.9604644775390625e-8f;
+        memcpy(&u, &f, 4);
+        u |= s;
+    } else if (e == 31) {
+        u = s | 0x7f800000u | (m << 13);
+    } else {
+        u = s | ((e + 112u) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+/* the 6-bit scale and min of sub-block j (0-7) of a Q4_K / Q5_K super-block */
+TK_INLINE void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* values per block, bytes per block */
+static int qk_block(int t) {
+    return t == TK_Q4_K || t == TK_Q5_K || t == TK_Q6_K ? 256 : 32;
+}
+static int qk_bytes(int t) {
+    switch (t) {
+        case TK_Q8_0: return 34;
+        case TK_Q4_0: return 18;
+        case TK_Q4_1: return 20;
+        case TK_Q4_K: return 144;
+        case TK_Q5_K: return 176;
+        case TK_Q6_K: return 210;
+        default: return 0;
+    }
+}
+
+/* One weight row (K values, K a multiple of the block) as float32. Plain loops the compiler
+   vectorizes: they run once per weight per call on the GEMM path, amortized over its rows. */
+static void dequant_row(int t, const uint8_t *restrict w, float *restrict y, int64_t K) {
+    int64_t nb = K / qk_block(t);
+    for (int64_t b = 0; b < nb; b++) {
+        switch (t) {
+        case TK_Q8_0: {
+            const uint8_t *p = w + b * 34;
+            float d = h2f(p);
+            const int8_t *q = (const int8_t *)(p + 2);
+            float *o = y + b * 32;
+            _Pragma("omp simd")
+            for (int l = 0; l < 32; l++) o[l] = d * (float)q[l];
+            break;
+        }
+        case TK_Q4_0:
+        case TK_Q4_1: {
+            const uint8_t *p = w + b * (t == TK_Q4_0 ? 18 : 20);
+            float d = h2f(p), m = t == TK_Q4_0 ? -8.f * d : h2f(p + 2);
+            const uint8_t *q = p + (t == TK_Q4_0 ? 2 : 4);
+            float *o = y + b * 32;
+            _Pragma("omp simd")
+            for (int l = 0; l < 16; l++) {
+                o[l] = d * (float)(q[l] & 15) + m;
+                o[l + 16] = d * (float)(q[l] >> 4) + m;
+            }
+            break;
+        }
+        case TK_Q4_K:
+        case TK_Q5_K: {
+            const uint8_t *p = w + b * (t == TK_Q4_K ? 144 : 176);
+            float d = h2f(p), dmin = h2f(p + 2);
+            const uint8_t *sc = p + 4, *qh = p + 16, *q = p + (t == TK_Q4_K ? 16 : 48);
+            float *o = y + b * 256;
+            for (int i = 0; i < 4; i++) {
+                int s0, m0, s1, m1;
+                scale_min_k4(2 * i, sc, &s0, &m0);
+                scale_min_k4(2 * i + 1, sc, &s1, &m1);
+                float d0 = d * s0, c0 = dmin * m0, d1 = d * s1, c1 = dmin * m1;
+                const uint8_t *qi = q + 32 * i;
+                if (t == TK_Q4_K) {
+                    _Pragma("omp simd")
+                    for (int l = 0; l < 32; l++) {
+                        o[64 * i + l] = d0 * (float)(qi[l] & 15) - c0;
+                        o[64 * i + 32 + l] = d1 * (float)(qi[l] >> 4) - c1;
+                    }
+                } else {
+                    _Pragma("omp simd")
+                    for (int l = 0; l < 32; l++) {
+                        int h0 = (qh[l] >> (2 * i)) & 1, h1 = (qh[l] >> (2 * i + 1)) & 1;
+                        o[64 * i + l] = d0 * (float)((qi[l] & 15) | (h0 << 4)) - c0;
+                        o[64 * i + 32 + l] = d1 * (float)((qi[l] >> 4) | (h1 << 4)) - c1;
+                    }
+                }
+            }
+            break;
+        }
+        case TK_Q6_K: {
+            const uint8_t *p = w + b * 210;
+            const uint8_t *ql = p, *qh = p + 128;
+            const int8_t *sc = (const int8_t *)(p + 192);
+            float d = h2f(p + 208);
+            float *o = y + b * 256;
+            for (int n = 0; n < 2; n++) {
+                const uint8_t *l0 = ql + 64 * n, *h = qh + 32 * n;
+                const int8_t *s = sc + 8 * n;
+                float *on = o + 128 * n;
+                _Pragma("omp simd")
+                for (int l = 0; l < 32; l++) {
+                    int is = l / 16;
+                    on[l] = d * s[is] * (float)(((l0[l] & 15) | ((h[l] & 3) << 4)) - 32);
+                    on[l + 32] = d * s[is + 2] * (float)(((l0[l + 32] & 15) | (((h[l] >> 2) & 3) << 4)) - 32);
+                    on[l + 64] = d * s[is + 4] * (float)(((l0[l] >> 4) | (((h[l] >> 4) & 3) << 4)) - 32);
+                    on[l + 96] = d * s[is + 6] * (float)(((l0[l + 32] >> 4) | (((h[l] >> 6) & 3) << 4)) - 32);
+                }
+            }
+            break;
+        }
+        }
+    }
+}
+
+/* Activations quantized for the integer GEMV: per block of 32, q = round(x / d) with d = max|x| / 127,
+   and the block's sums already scaled by d (s32 per 32 values, s16 per 16: the offset terms of the
+   formats, v = scale * q + offset, need sum(x) over the block and Q6_K's scales cover 16). */
+typedef struct {
+    int8_t *q;
+    float *d, *s32, *s16;
+} tk_act;
+
+static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
+    for (int64_t b = 0; b < K / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0.f;
+        _Pragma("omp simd reduction(max:amax)")
+        for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(xb[l]));
+        float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+        int8_t *q = a.q + b * 32;
+        int s0 = 0, s1 = 0;
+        _Pragma("omp simd reduction(+:s0)")
+        for (int l = 0; l < 16; l++) { q[l] = (int8_t)lrintf(xb[l] * id); s0 += q[l]; }
+        _Pragma("omp simd reduction(+:s1)")
+        for (int l = 16; l < 32; l++) { q[l] = (int8_t)lrintf(xb[l] * id); s1 += q[l]; }
+        a.d[b] = d;
+        a.s16[2 * b] = d * (float)s0;
+        a.s16[2 * b + 1] = d * (float)s1;
+        a.s32[b] = d * (float)(s0 + s1);
+    }
+}
+"""

@@ -1,0 +1,160 @@
+"""Linear layers straight from GGUF block encodings: ``y = x @ dequantize(W).T`` without ever holding
+``W`` in float32.
+
+Batch-1 decode on a CPU is bound by the bytes of weights it reads per token. A Q4_1 layer is 5 bits a
+weight, a sixth of float32, so a kernel that multiplies the blocks where they lie reads a sixth of the
+bytes. Two paths, picked by the number of rows:
+
+* **GEMV** (up to :data:`GEMV_MAX_ROWS` rows: decode and verify steps). The activations are quantized
+  to 8 bits per block of 32 and multiplied against the weight blocks with integer byte products
+  (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``), as llama.cpp does; up to four rows share each unpacked
+  weight block. The 8-bit activations cost about 0.3% relative error per product, llama.cpp's own.
+* **GEMM** (more rows: prefill chunks, batched decode). A panel of weight rows is decoded to
+  float32 once into an L2-sized tile and every row runs against it at the float32 FMA rate, so the
+  decoding is paid once per call however many rows there are; the products are float32-exact.
+
+The C source (:mod:`._quant_formats_c`, :mod:`._quant_gemv_c`, :mod:`._quant_gemm_c`) is compiled at
+first use by :func:`tokenops.engine.native.build_library` with ``-march=native``, into a cache keyed
+by the source and the CPU's feature flags, so the instructions used are the ones this CPU has (the
+run-time check). A CPU without AVX2 gets the plain-C GEMM; ``TK_PLAIN`` builds that fallback on any
+CPU, and the tests run it. With no C compiler (or ``TOKENOPS_NATIVE_ATTENTION=0``) :func:`linear`
+falls back to ``gguf``'s numpy decoder and ``torch``'s matmul, slowly but correctly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import logging
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from tokenops.engine import _quant_formats_c, _quant_gemm_c, _quant_gemv_c
+
+log = logging.getLogger(__name__)
+
+SUPPORTED = frozenset({GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1,
+                       GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K})
+GEMV_MAX_ROWS = 8
+"""Up to this many rows take the integer GEMV; more take the GEMM (see docs/engine-optimizations.md)."""
+
+SOURCE = _quant_formats_c.SOURCE + _quant_gemv_c.SOURCE + _quant_gemm_c.SOURCE
+
+
+class Method(enum.IntEnum):
+    """Which product :meth:`QuantKernels.linear` runs (the C side's ``method``)."""
+
+    AUTO = 0
+    GEMV = 1  # 8-bit activations, integer products (VNNI where the CPU has it)
+    GEMV_MADDUBS = 2  # the same without VNNI: AVX2 maddubs + madd
+    GEMM = 3  # float32 panels
+
+
+class QuantKernels:
+    """The loaded library. ``plain`` builds are the no-SIMD fallback (every method is their GEMM)."""
+
+    def __init__(self, path: Path, plain: bool = False) -> None:
+        self.path, self.plain = path, plain
+        self.lib = ctypes.CDLL(str(path))
+        p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+        self.lib.qk_linear.argtypes = [i32, i32, p, i64, p, i64, p, i64, i64, i32]
+        self.lib.qk_dequantize.argtypes = [i32, p, i64, p, i64, i64]
+        for fn in (self.lib.qk_linear, self.lib.qk_dequantize, self.lib.qk_features, self.lib.qk_block_values,
+                   self.lib.qk_block_bytes):
+            fn.restype = i32
+        features = self.lib.qk_features()
+        self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
+
+    def row_bytes(self, qtype: int, in_features: int) -> int:
+        """Bytes of one encoded row of ``in_features`` values (ValueError if it cannot be encoded)."""
+        values, nbytes = self.lib.qk_block_values(int(qtype)), self.lib.qk_block_bytes(int(qtype))
+        if not values:
+            raise ValueError(f"quantization type {qtype} has no kernel (supported: "
+                             f"{', '.join(sorted(t.name for t in SUPPORTED))})")
+        if in_features % values:
+            raise ValueError(f"in_features={in_features} is not a multiple of the {values}-value block of {qtype}")
+        return in_features // values * nbytes
+
+    def _check_raw(self, raw: torch.Tensor, qtype: int, in_features: int) -> torch.Tensor:
+        row_bytes = self.row_bytes(qtype, in_features)
+        if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] != row_bytes:
+            raise ValueError(f"raw must be uint8 [out_features, {row_bytes}], got {raw.dtype} {list(raw.shape)}")
+        return raw.contiguous()
+
+    def linear(self, x: torch.Tensor, raw: torch.Tensor, qtype: int, in_features: int,
+               method: Method = Method.AUTO, num_threads: int | None = None) -> torch.Tensor:
+        """``x`` float32 ``[..., in_features]`` times the encoded weight ``raw`` (uint8
+        ``[out_features, row_bytes]``, GGUF's block layout) transposed: float32 ``[..., out_features]``."""
+        raw = self._check_raw(raw, qtype, in_features)
+        if x.dtype != torch.float32 or x.shape[-1] != in_features:
+            raise ValueError(f"x must be float32 [..., {in_features}], got {x.dtype} {list(x.shape)}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, in_features).contiguous()
+        num_rows, out_features = x2.shape[0], raw.shape[0]
+        y = torch.empty(num_rows, out_features, dtype=torch.float32)
+        if num_rows and out_features:
+            if method == Method.AUTO:
+                method = Method.GEMV if num_rows <= GEMV_MAX_ROWS else Method.GEMM
+            rc = self.lib.qk_linear(int(qtype), int(method), x2.data_ptr(), num_rows, raw.data_ptr(), raw.shape[1],
+                                    y.data_ptr(), out_features, in_features,
+                                    num_threads or torch.get_num_threads())
+            if rc == -1:
+                raise MemoryError("quantized linear kernel could not allocate its buffers")
+            assert rc == 0, rc
+        return y.reshape(*lead, out_features)
+
+    def dequantize(self, raw: torch.Tensor, qtype: int, in_features: int) -> torch.Tensor:
+        """The float32 weight ``[out_features, in_features]`` that ``raw`` encodes."""
+        raw = self._check_raw(raw, qtype, in_features)
+        out = torch.empty(raw.shape[0], in_features, dtype=torch.float32)
+        rc = self.lib.qk_dequantize(int(qtype), raw.data_ptr(), raw.shape[1], out.data_ptr(), raw.shape[0],
+                                    in_features)
+        assert rc == 0, rc
+        return out
+
+
+_lock = threading.Lock()
+_loaded: dict[bool, QuantKernels | None] = {}
+
+
+def get_kernels(plain: bool = False) -> QuantKernels | None:
+    """The compiled kernels (``plain``: the no-SIMD fallback build), or ``None`` when disabled or no
+    compiler is available (logged once)."""
+    if plain in _loaded:
+        return _loaded[plain]
+    with _lock:
+        if plain not in _loaded:
+            from tokenops.engine.native import build_library, disabled
+
+            kernels = None
+            if not disabled():
+                try:
+                    source = ("#define TK_PLAIN 1\n" if plain else "") + SOURCE
+                    kernels = QuantKernels(build_library(source=source, stem="quant_plain" if plain else "quant"),
+                                           plain)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                    log.warning("quantized linear kernels unavailable, dequantizing with numpy: %s", e)
+            _loaded[plain] = kernels
+    return _loaded[plain]
+
+
+def dequantize_reference(raw: torch.Tensor, qtype: int, in_features: int) -> torch.Tensor:
+    """``gguf``'s numpy decoding of ``raw`` as float32 ``[out_features, in_features]`` (the oracle)."""
+    values = gguf_dequantize(raw.numpy(), GGMLQuantizationType(qtype))
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).reshape(raw.shape[0], in_features)
+
+
+def linear(x: torch.Tensor, raw: torch.Tensor, qtype: int, in_features: int,
+           method: Method = Method.AUTO) -> torch.Tensor:
+    """``x @ W.T`` for the GGUF-encoded ``W`` in ``raw``: the compiled kernels when they are available,
+    else ``gguf``'s decoder and ``torch``'s matmul."""
+    kernels = get_kernels()
+    if kernels is not None and int(qtype) in SUPPORTED:
+        return kernels.linear(x, raw, qtype, in_features, method)
+    return torch.nn.functional.linear(x, dequantize_reference(raw, qtype, in_features))
