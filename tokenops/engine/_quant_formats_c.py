@@ -30,6 +30,14 @@ SOURCE = r"""
 #endif
 
 #define TK_INLINE static inline __attribute__((always_inline))
+#ifdef TK_AVX2
+static inline float hsum8(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+#endif
 enum { TK_Q4_0 = 2, TK_Q4_1 = 3, TK_Q8_0 = 8, TK_Q4_K = 12, TK_Q5_K = 13, TK_Q6_K = 14 };
 
 static inline float h2f(const uint8_t *p) {
@@ -172,6 +180,33 @@ typedef struct {
 } tk_act;
 
 static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
+#ifdef TK_AVX2
+    /* the same arithmetic 8 lanes at a time (cvtps rounds half to even, as lrintf does) */
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < K / 32; b++) {
+        const float *xb = x + b * 32;
+        __m256 v[4], mx = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(xb + 8 * i);
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float d = _mm_cvtss_f32(m4) / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+        float s0 = hsum8(_mm256_cvtepi32_ps(_mm256_add_epi32(q[0], q[1])));
+        float s1 = hsum8(_mm256_cvtepi32_ps(_mm256_add_epi32(q[2], q[3])));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(a.q + b * 32), _mm256_permutevar8x32_epi32(p, order));
+        a.d[b] = d;
+        a.s16[2 * b] = d * s0;
+        a.s16[2 * b + 1] = d * s1;
+        a.s32[b] = d * (s0 + s1);
+    }
+#else
     for (int64_t b = 0; b < K / 32; b++) {
         const float *xb = x + b * 32;
         float amax = 0.f;
@@ -189,5 +224,6 @@ static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
         a.s16[2 * b + 1] = d * (float)s1;
         a.s32[b] = d * (float)(s0 + s1);
     }
+#endif
 }
 """

@@ -67,9 +67,10 @@ static void tile(int simd, int R, int C, const float *x, int64_t xs, const float
 #undef TK_TILE
 }
 
-/* y[M, N] = x[M, K] . W[N, K]^T, W in format t with rb bytes per row, through float32 panels */
-static int gemm(int t, int simd, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y, int64_t N,
-                int64_t K, int nt) {
+/* y[M, N] = x[M, K] . W[N, K]^T through float32 panels; W in format t with rb bytes per row, or
+   (packed) in groups of 8 rows of rb bytes each */
+static int gemm(int t, int simd, int packed, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y,
+                int64_t N, int64_t K, int nt) {
     int64_t num_panels = (N + TK_PANEL - 1) / TK_PANEL;
     int failed = 0;
     _Pragma("omp parallel num_threads(nt) if(nt > 1 && num_panels > 1)")
@@ -80,7 +81,10 @@ static int gemm(int t, int simd, const float *x, int64_t M, const uint8_t *W, in
         for (int64_t p = 0; p < num_panels; p++) {
             if (!panel) continue;
             int64_t n0 = p * TK_PANEL, nn = N - n0 < TK_PANEL ? N - n0 : TK_PANEL;
-            for (int64_t i = 0; i < nn; i++) dequant_row(t, W + (n0 + i) * rb, panel + i * K, K);
+            if (packed)  /* TK_PANEL is a multiple of 8: the panel holds whole groups */
+                for (int64_t i = 0; i < nn; i += 8) dequant_group(t, W + (n0 + i) / 8 * rb, K, panel + i * K);
+            else
+                for (int64_t i = 0; i < nn; i++) dequant_row(t, W + (n0 + i) * rb, panel + i * K, K);
             for (int64_t m = 0; m < M; m += 4) {
                 int R = M - m < 4 ? (int)(M - m) : 4;
                 for (int64_t c = 0; c < nn; c += 3) {
@@ -98,32 +102,65 @@ static int gemm(int t, int simd, const float *x, int64_t M, const uint8_t *W, in
 }
 
 #ifdef TK_AVX2
-/* y[M, N] = x . W^T through 8-bit activations and integer block products (few rows) */
-static int gemv(int t, int vnni, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y, int64_t N,
-                int64_t K, int nt) {
-    int64_t nbk = K / 32, nb = K / qk_block(t);
-    int8_t *q = (int8_t *)malloc((size_t)(M * K));
-    float *f = (float *)malloc(sizeof(float) * (size_t)(M * nbk * 4));
-    tk_act *a = (tk_act *)malloc(sizeof(tk_act) * (size_t)M);
-    if (!q || !f || !a) { free(q); free(f); free(a); return -1; }
+/* The activations of M rows quantized for the integer GEMV, in one allocation (NULL if it failed). */
+static tk_act *quantize_rows(const float *x, int64_t M, int64_t K, int nt) {
+    int64_t nbk = K / 32;
+    size_t head = sizeof(tk_act) * (size_t)M, floats = sizeof(float) * (size_t)(M * nbk * 4);
+    char *mem = (char *)malloc(head + floats + (size_t)(M * K));
+    if (!mem) return NULL;
+    tk_act *a = (tk_act *)mem;
+    float *f = (float *)(mem + head);
+    _Pragma("omp parallel for num_threads(nt) schedule(static) if(nt > 1 && M >= 16)")
     for (int64_t m = 0; m < M; m++) {
-        a[m].q = q + m * K;
         a[m].d = f + m * nbk * 4;
         a[m].s32 = a[m].d + nbk;
         a[m].s16 = a[m].s32 + nbk;
+        a[m].q = (int8_t *)(mem + head + floats) + m * K;
         quantize_act(x + m * K, K, a[m]);
     }
-    tk_gemv_fn fn = gemv_fn(t);
-    _Pragma("omp parallel for num_threads(nt) schedule(static) if(nt > 1)")
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t m = 0; m < M; m += 4) {
-            int R = M - m < 4 ? (int)(M - m) : 4;
-            float out[4];
-            fn(R, vnni, W + n * rb, nb, a + m, out);
-            for (int r = 0; r < R; r++) y[(m + r) * N + n] = out[r];
+    return a;
+}
+
+/* y[M, N] = x . W^T through 8-bit activations and integer block products (few rows); W as in gemm */
+static int gemv(int t, int vnni, int packed, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y,
+                int64_t N, int64_t K, int nt) {
+    tk_act *a = quantize_rows(x, M, K, nt);
+    if (!a) return -1;
+    if (packed) {
+        int64_t G = (N + 7) / 8, nb = K / 32;
+        tk_gemv_packed_fn fn = gemv_packed_fn(t);
+        _Pragma("omp parallel for num_threads(nt) schedule(static) if(nt > 1)")
+        for (int64_t g = 0; g < G; g++) {
+            int64_t nn = N - g * 8 < 8 ? N - g * 8 : 8;
+            for (int64_t m = 0; m < M; m += 4) {
+                int R = M - m < 4 ? (int)(M - m) : 4;
+                __m256 out[4];
+                float o[8];
+                fn(R, vnni, W + g * rb, nb, a + m, out);
+                for (int r = 0; r < R; r++) {
+                    if (nn == 8) {
+                        _mm256_storeu_ps(y + (m + r) * N + g * 8, out[r]);
+                    } else {
+                        _mm256_storeu_ps(o, out[r]);
+                        memcpy(y + (m + r) * N + g * 8, o, sizeof(float) * (size_t)nn);
+                    }
+                }
+            }
+        }
+    } else {
+        int64_t nb = K / qk_block(t);
+        tk_gemv_fn fn = gemv_fn(t);
+        _Pragma("omp parallel for num_threads(nt) schedule(static) if(nt > 1)")
+        for (int64_t n = 0; n < N; n++) {
+            for (int64_t m = 0; m < M; m += 4) {
+                int R = M - m < 4 ? (int)(M - m) : 4;
+                float out[4];
+                fn(R, vnni, W + n * rb, nb, a + m, out);
+                for (int r = 0; r < R; r++) y[(m + r) * N + n] = out[r];
+            }
         }
     }
-    free(q); free(f); free(a);
+    free(a);
     return 0;
 }
 #endif
@@ -139,18 +176,20 @@ int qk_features(void) {
 
 int qk_block_values(int t) { return qk_bytes(t) ? qk_block(t) : 0; }
 int qk_block_bytes(int t) { return qk_bytes(t); }
+int qk_packable(int t) { return qk_packed_bytes(t) != 0; }
 
 /* method: 1 integer GEMV (VNNI where built), 2 integer GEMV with maddubs, 3 GEMM; a build without AVX2
-   runs its plain GEMM for all three. Returns 0, -1 on allocation failure, -2 for an unknown format. */
-int qk_linear(int t, int method, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y, int64_t N,
-              int64_t K, int nt) {
-    if (!qk_bytes(t) || K % qk_block(t)) return -2;
+   runs its plain GEMM for all three. packed: W is qk_pack's output (groups of 8 rows, rb bytes each).
+   Returns 0, -1 on allocation failure, -2 for an unknown (or unpackable) format or a ragged K. */
+int qk_linear(int t, int packed, int method, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y,
+              int64_t N, int64_t K, int nt) {
+    if (!qk_bytes(t) || K % qk_block(t) || (packed && !qk_packed_bytes(t))) return -2;
 #ifdef TK_AVX2
-    if (method == 1 || method == 2) return gemv(t, method == 1 && TK_HAVE_VNNI, x, M, W, rb, y, N, K, nt);
-    return gemm(t, 1, x, M, W, rb, y, N, K, nt);
+    if (method == 1 || method == 2) return gemv(t, method == 1 && TK_HAVE_VNNI, packed, x, M, W, rb, y, N, K, nt);
+    return gemm(t, 1, packed, x, M, W, rb, y, N, K, nt);
 #else
     (void)method;
-    return gemm(t, 0, x, M, W, rb, y, N, K, nt);
+    return gemm(t, 0, packed, x, M, W, rb, y, N, K, nt);
 #endif
 }
 

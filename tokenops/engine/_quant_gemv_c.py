@@ -28,13 +28,6 @@ TK_INLINE __m256i dot_us(__m256i u, __m256i s, const int vnni) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-static inline float hsum8(__m256 v) {
-    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-    a = _mm_add_ss(a, _mm_movehdup_ps(a));
-    return _mm_cvtss_f32(a);
-}
-
 /* two nibble halves of 16 bytes: low nibbles in the low lane, high nibbles in the high lane */
 TK_INLINE __m256i nibbles16(const uint8_t *q) {
     __m128i raw = _mm_loadu_si128((const __m128i *)q);

@@ -28,6 +28,7 @@ import enum
 import logging
 import subprocess
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,16 +36,18 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from tokenops.engine import _quant_formats_c, _quant_gemm_c, _quant_gemv_c
+from tokenops.engine import _quant_formats_c, _quant_gemm_c, _quant_gemv_c, _quant_packed_c
 
 log = logging.getLogger(__name__)
 
 SUPPORTED = frozenset({GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1,
                        GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K})
 GEMV_MAX_ROWS = 8
-"""Up to this many rows take the integer GEMV; more take the GEMM (see docs/engine-optimizations.md)."""
+"""Up to this many rows of a weight in GGUF's layout take the integer GEMV, more take the GEMM. A packed
+weight takes the integer path at every row count: four rows per pass over a group of eight weight
+rows out-run the float32 GEMM (docs/engine-optimizations.md has the figures)."""
 
-SOURCE = _quant_formats_c.SOURCE + _quant_gemv_c.SOURCE + _quant_gemm_c.SOURCE
+SOURCE = _quant_formats_c.SOURCE + _quant_gemv_c.SOURCE + _quant_packed_c.SOURCE + _quant_gemm_c.SOURCE
 
 
 class Method(enum.IntEnum):
@@ -56,6 +59,17 @@ class Method(enum.IntEnum):
     GEMM = 3  # float32 panels
 
 
+@dataclass(frozen=True, slots=True)
+class PackedWeight:
+    """A weight repacked by :meth:`QuantKernels.pack`: ``data`` is uint8 ``[ceil(out_features / 8),
+    8 * row_bytes]``, groups of eight rows interleaved (see :mod:`._quant_packed_c`)."""
+
+    data: torch.Tensor
+    qtype: int
+    in_features: int
+    out_features: int
+
+
 class QuantKernels:
     """The loaded library. ``plain`` builds are the no-SIMD fallback (every method is their GEMM)."""
 
@@ -63,10 +77,11 @@ class QuantKernels:
         self.path, self.plain = path, plain
         self.lib = ctypes.CDLL(str(path))
         p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-        self.lib.qk_linear.argtypes = [i32, i32, p, i64, p, i64, p, i64, i64, i32]
+        self.lib.qk_linear.argtypes = [i32, i32, i32, p, i64, p, i64, p, i64, i64, i32]
         self.lib.qk_dequantize.argtypes = [i32, p, i64, p, i64, i64]
+        self.lib.qk_pack.argtypes = [i32, p, i64, i64, i64, p]
         for fn in (self.lib.qk_linear, self.lib.qk_dequantize, self.lib.qk_features, self.lib.qk_block_values,
-                   self.lib.qk_block_bytes):
+                   self.lib.qk_block_bytes, self.lib.qk_pack, self.lib.qk_packable):
             fn.restype = i32
         features = self.lib.qk_features()
         self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
@@ -87,22 +102,42 @@ class QuantKernels:
             raise ValueError(f"raw must be uint8 [out_features, {row_bytes}], got {raw.dtype} {list(raw.shape)}")
         return raw.contiguous()
 
-    def linear(self, x: torch.Tensor, raw: torch.Tensor, qtype: int, in_features: int,
-               method: Method = Method.AUTO, num_threads: int | None = None) -> torch.Tensor:
-        """``x`` float32 ``[..., in_features]`` times the encoded weight ``raw`` (uint8
-        ``[out_features, row_bytes]``, GGUF's block layout) transposed: float32 ``[..., out_features]``."""
+    def pack(self, raw: torch.Tensor, qtype: int, in_features: int) -> PackedWeight | None:
+        """``raw`` repacked into groups of eight interleaved rows, for a faster GEMV (``None`` for a
+        type without a packed kernel: Q8_0, Q4_0 and Q4_1 have one)."""
         raw = self._check_raw(raw, qtype, in_features)
+        if not self.lib.qk_packable(int(qtype)):
+            return None
+        out_features = raw.shape[0]
+        data = torch.empty((out_features + 7) // 8, 8 * raw.shape[1], dtype=torch.uint8)
+        rc = self.lib.qk_pack(int(qtype), raw.data_ptr(), raw.shape[1], out_features, in_features, data.data_ptr())
+        assert rc == 0, rc
+        return PackedWeight(data, int(qtype), in_features, out_features)
+
+    def linear(self, x: torch.Tensor, raw: torch.Tensor | None, qtype: int, in_features: int,
+               method: Method = Method.AUTO, num_threads: int | None = None,
+               packed: PackedWeight | None = None) -> torch.Tensor:
+        """``x`` float32 ``[..., in_features]`` times the encoded weight transposed: float32
+        ``[..., out_features]``. The weight is ``packed`` when given (``raw`` may then be ``None``),
+        else ``raw``: uint8 ``[out_features, row_bytes]`` in GGUF's block layout."""
+        if packed is not None:
+            assert packed.qtype == int(qtype) and packed.in_features == in_features, "packed weight of another layer"
+            weight, out_features, row_bytes = packed.data, packed.out_features, packed.data.shape[1]
+        else:
+            assert raw is not None, "linear needs raw or packed"
+            weight = self._check_raw(raw, qtype, in_features)
+            out_features, row_bytes = weight.shape
         if x.dtype != torch.float32 or x.shape[-1] != in_features:
             raise ValueError(f"x must be float32 [..., {in_features}], got {x.dtype} {list(x.shape)}")
         lead = x.shape[:-1]
         x2 = x.reshape(-1, in_features).contiguous()
-        num_rows, out_features = x2.shape[0], raw.shape[0]
+        num_rows = x2.shape[0]
         y = torch.empty(num_rows, out_features, dtype=torch.float32)
         if num_rows and out_features:
             if method == Method.AUTO:
-                method = Method.GEMV if num_rows <= GEMV_MAX_ROWS else Method.GEMM
-            rc = self.lib.qk_linear(int(qtype), int(method), x2.data_ptr(), num_rows, raw.data_ptr(), raw.shape[1],
-                                    y.data_ptr(), out_features, in_features,
+                method = Method.GEMV if packed is not None or num_rows <= GEMV_MAX_ROWS else Method.GEMM
+            rc = self.lib.qk_linear(int(qtype), packed is not None, int(method), x2.data_ptr(), num_rows,
+                                    weight.data_ptr(), row_bytes, y.data_ptr(), out_features, in_features,
                                     num_threads or torch.get_num_threads())
             if rc == -1:
                 raise MemoryError("quantized linear kernel could not allocate its buffers")
@@ -150,11 +185,19 @@ def dequantize_reference(raw: torch.Tensor, qtype: int, in_features: int) -> tor
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).reshape(raw.shape[0], in_features)
 
 
-def linear(x: torch.Tensor, raw: torch.Tensor, qtype: int, in_features: int,
-           method: Method = Method.AUTO) -> torch.Tensor:
-    """``x @ W.T`` for the GGUF-encoded ``W`` in ``raw``: the compiled kernels when they are available,
-    else ``gguf``'s decoder and ``torch``'s matmul."""
+def pack(raw: torch.Tensor, qtype: int, in_features: int) -> PackedWeight | None:
+    """:meth:`QuantKernels.pack` with the compiled kernels (``None`` without them, or for a type that
+    has no packed kernel: keep ``raw`` then)."""
+    kernels = get_kernels()
+    return kernels.pack(raw, qtype, in_features) if kernels is not None and int(qtype) in SUPPORTED else None
+
+
+def linear(x: torch.Tensor, raw: torch.Tensor | None, qtype: int, in_features: int,
+           packed: PackedWeight | None = None, method: Method = Method.AUTO) -> torch.Tensor:
+    """``x @ W.T`` for the GGUF-encoded ``W`` (``packed`` by :func:`pack` when given, else ``raw``):
+    the compiled kernels when they are available, else ``gguf``'s decoder and ``torch``'s matmul."""
     kernels = get_kernels()
     if kernels is not None and int(qtype) in SUPPORTED:
-        return kernels.linear(x, raw, qtype, in_features, method)
+        return kernels.linear(x, raw, qtype, in_features, method, packed=packed)
+    assert raw is not None and packed is None, "a packed weight needs the compiled kernels"
     return torch.nn.functional.linear(x, dequantize_reference(raw, qtype, in_features))
