@@ -31,7 +31,7 @@ SOURCE = r"""
 
 #define TK_INLINE static inline __attribute__((always_inline))
 #ifdef TK_AVX2
-static inline float hsum8(__m256 v) {
+static inline float qk_hsum8(__m256 v) {
     __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     a = _mm_add_ps(a, _mm_movehl_ps(a, a));
     a = _mm_add_ss(a, _mm_movehdup_ps(a));
@@ -197,8 +197,8 @@ static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
         float d = _mm_cvtss_f32(m4) / 127.f, id = d > 0.f ? 1.f / d : 0.f;
         __m256i q[4];
         for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
-        float s0 = hsum8(_mm256_cvtepi32_ps(_mm256_add_epi32(q[0], q[1])));
-        float s1 = hsum8(_mm256_cvtepi32_ps(_mm256_add_epi32(q[2], q[3])));
+        float s0 = qk_hsum8(_mm256_cvtepi32_ps(_mm256_add_epi32(q[0], q[1])));
+        float s1 = qk_hsum8(_mm256_cvtepi32_ps(_mm256_add_epi32(q[2], q[3])));
         __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         _mm256_storeu_si256((__m256i *)(a.q + b * 32), _mm256_permutevar8x32_epi32(p, order));
         a.d[b] = d;

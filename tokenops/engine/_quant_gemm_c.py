@@ -14,7 +14,7 @@ SOURCE = r"""
 #define TK_PANEL 24
 
 /* t[r * 3 + c] = x row r . panel row c, R <= 4 rows (xs apart) and C <= 3 panel rows (K apart) */
-TK_INLINE void tile_plain(const int R, const int C, const float *x, int64_t xs, const float *w, int64_t K,
+TK_INLINE void qk_tile_plain(const int R, const int C, const float *x, int64_t xs, const float *w, int64_t K,
                           float *t) {
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) {
@@ -27,7 +27,7 @@ TK_INLINE void tile_plain(const int R, const int C, const float *x, int64_t xs, 
 }
 
 #ifdef TK_AVX2
-TK_INLINE void tile_avx2(const int R, const int C, const float *x, int64_t xs, const float *w, int64_t K,
+TK_INLINE void qk_tile_avx2(const int R, const int C, const float *x, int64_t xs, const float *w, int64_t K,
                          float *t) {
     __m256 acc[4][3];
     _Pragma("GCC unroll 4")
@@ -48,122 +48,127 @@ TK_INLINE void tile_avx2(const int R, const int C, const float *x, int64_t xs, c
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
         _Pragma("GCC unroll 3")
-        for (int c = 0; c < C; c++) t[r * 3 + c] = hsum8(acc[r][c]);
+        for (int c = 0; c < C; c++) t[r * 3 + c] = qk_hsum8(acc[r][c]);
 }
 #endif
 
-static void tile(int simd, int R, int C, const float *x, int64_t xs, const float *w, int64_t K, float *t) {
+static void qk_tile(int simd, int R, int C, const float *x, int64_t xs, const float *w, int64_t K, float *t) {
 #ifdef TK_AVX2
-#define TK_TILE(R_, C_) case R_ * 4 + C_: if (simd) tile_avx2(R_, C_, x, xs, w, K, t); \
-                                          else tile_plain(R_, C_, x, xs, w, K, t); break;
+#define QK_TILE(R_, C_) case R_ * 4 + C_: if (simd) qk_tile_avx2(R_, C_, x, xs, w, K, t); \
+                                          else qk_tile_plain(R_, C_, x, xs, w, K, t); break;
 #else
-#define TK_TILE(R_, C_) case R_ * 4 + C_: tile_plain(R_, C_, x, xs, w, K, t); break;
+#define QK_TILE(R_, C_) case R_ * 4 + C_: qk_tile_plain(R_, C_, x, xs, w, K, t); break;
 #endif
     switch (R * 4 + C) {
-        TK_TILE(1, 1) TK_TILE(1, 2) TK_TILE(1, 3) TK_TILE(2, 1) TK_TILE(2, 2) TK_TILE(2, 3)
-        TK_TILE(3, 1) TK_TILE(3, 2) TK_TILE(3, 3) TK_TILE(4, 1) TK_TILE(4, 2)
-        default: TK_TILE(4, 3)
+        QK_TILE(1, 1) QK_TILE(1, 2) QK_TILE(1, 3) QK_TILE(2, 1) QK_TILE(2, 2) QK_TILE(2, 3)
+        QK_TILE(3, 1) QK_TILE(3, 2) QK_TILE(3, 3) QK_TILE(4, 1) QK_TILE(4, 2)
+        default: QK_TILE(4, 3)
     }
-#undef TK_TILE
+#undef QK_TILE
 }
 
-/* y[M, N] = x[M, K] . W[N, K]^T through float32 panels; W in format t with rb bytes per row, or
-   (packed) in groups of 8 rows of rb bytes each */
-static int gemm(int t, int simd, int packed, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y,
-                int64_t N, int64_t K, int nt) {
-    int64_t num_panels = (N + TK_PANEL - 1) / TK_PANEL;
-    int failed = 0;
-    _Pragma("omp parallel num_threads(nt) if(nt > 1 && num_panels > 1)")
-    {
-        float *panel = (float *)malloc(sizeof(float) * TK_PANEL * K);
-        if (!panel) failed = 1;
-        _Pragma("omp for schedule(dynamic, 1)")
-        for (int64_t p = 0; p < num_panels; p++) {
-            if (!panel) continue;
-            int64_t n0 = p * TK_PANEL, nn = N - n0 < TK_PANEL ? N - n0 : TK_PANEL;
-            if (packed)  /* TK_PANEL is a multiple of 8: the panel holds whole groups */
-                for (int64_t i = 0; i < nn; i += 8) dequant_group(t, W + (n0 + i) / 8 * rb, K, panel + i * K);
-            else
-                for (int64_t i = 0; i < nn; i++) dequant_row(t, W + (n0 + i) * rb, panel + i * K, K);
-            for (int64_t m = 0; m < M; m += 4) {
-                int R = M - m < 4 ? (int)(M - m) : 4;
-                for (int64_t c = 0; c < nn; c += 3) {
-                    int C = nn - c < 3 ? (int)(nn - c) : 3;
-                    float tt[12];
-                    tile(simd, R, C, x + m * K, K, panel + c * K, K, tt);
-                    for (int r = 0; r < R; r++)
-                        for (int j = 0; j < C; j++) y[(m + r) * N + n0 + c + j] = tt[r * 3 + j];
-                }
-            }
-        }
-        free(panel);
+/* A weight as the products read it: format t, rb bytes per row (packed: per group of 8 rows). */
+typedef struct {
+    const uint8_t *data;
+    int64_t rb, N, K;
+    int32_t t, packed;
+} qk_weight;
+
+/* y row m's outputs [n0, n0 + nn) (+)= v (+ bias) */
+static inline void qk_put(float *restrict y, const float *restrict v, const float *restrict b, int64_t n0, int64_t nn,
+                          int acc) {
+    for (int64_t j = 0; j < nn; j++) {
+        float val = v[j] + (b ? b[n0 + j] : 0.f);
+        y[n0 + j] = acc ? y[n0 + j] + val : val;
     }
-    return failed ? -1 : 0;
 }
 
-#ifdef TK_AVX2
-/* The activations of M rows quantized for the integer GEMV, in one allocation (NULL if it failed). */
-static tk_act *quantize_rows(const float *x, int64_t M, int64_t K, int nt) {
+/* Bytes of scratch a product of M rows needs (the quantized activations), and its layout. */
+size_t qk_scratch_bytes(int64_t M, int64_t K) {
+    return sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * (K / 32) * 4) + (size_t)(M * K);
+}
+static inline tk_act qk_act_at(void *scratch, int64_t M, int64_t K, int64_t m) {
     int64_t nbk = K / 32;
-    size_t head = sizeof(tk_act) * (size_t)M, floats = sizeof(float) * (size_t)(M * nbk * 4);
-    char *mem = (char *)malloc(head + floats + (size_t)(M * K));
-    if (!mem) return NULL;
-    tk_act *a = (tk_act *)mem;
-    float *f = (float *)(mem + head);
-    _Pragma("omp parallel for num_threads(nt) schedule(static) if(nt > 1 && M >= 16)")
-    for (int64_t m = 0; m < M; m++) {
-        a[m].d = f + m * nbk * 4;
-        a[m].s32 = a[m].d + nbk;
-        a[m].s16 = a[m].s32 + nbk;
-        a[m].q = (int8_t *)(mem + head + floats) + m * K;
-        quantize_act(x + m * K, K, a[m]);
-    }
+    char *mem = (char *)scratch;
+    float *f = (float *)(mem + sizeof(tk_act) * (size_t)M) + m * nbk * 4;
+    tk_act a = {(int8_t *)(mem + sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * nbk * 4)) + m * K,
+                f, f + nbk, f + 2 * nbk};
     return a;
 }
 
-/* y[M, N] = x . W^T through 8-bit activations and integer block products (few rows); W as in gemm */
-static int gemv(int t, int vnni, int packed, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y,
-                int64_t N, int64_t K, int nt) {
-    tk_act *a = quantize_rows(x, M, K, nt);
-    if (!a) return -1;
-    if (packed) {
-        int64_t G = (N + 7) / 8, nb = K / 32;
-        tk_gemv_packed_fn fn = gemv_packed_fn(t);
-        _Pragma("omp parallel for num_threads(nt) schedule(static) if(nt > 1)")
-        for (int64_t g = 0; g < G; g++) {
-            int64_t nn = N - g * 8 < 8 ? N - g * 8 : 8;
-            for (int64_t m = 0; m < M; m += 4) {
-                int R = M - m < 4 ? (int)(M - m) : 4;
-                __m256 out[4];
-                float o[8];
-                fn(R, vnni, W + g * rb, nb, a + m, out);
-                for (int r = 0; r < R; r++) {
-                    if (nn == 8) {
-                        _mm256_storeu_ps(y + (m + r) * N + g * 8, out[r]);
-                    } else {
+/* y[m * ys + n] (+)= x[m * xs ..] . W[n] (+ b[n]) for m < M, n < N. Called by every thread of a
+   parallel region (or outside one); the threads share out the weight. method 1/2: integer products
+   (scratch: qk_scratch_bytes, shared), 3: float32 panels (panel: TK_PANEL * K floats, per thread). */
+static void qk_product(const qk_weight *w, int method, const float *x, int64_t xs, int64_t M, const float *b,
+                       float *y, int64_t ys, int acc, void *scratch, float *panel) {
+    const int64_t N = w->N, K = w->K, rb = w->rb;
+    const int t = w->t;
+    const uint8_t *W = w->data;
+#ifdef TK_AVX2
+    if (method == 1 || method == 2) {
+        int vnni = method == 1 && TK_HAVE_VNNI;
+        tk_act *a = (tk_act *)scratch;
+        _Pragma("omp for schedule(static)")
+        for (int64_t m = 0; m < M; m++) {
+            a[m] = qk_act_at(scratch, M, K, m);
+            quantize_act(x + m * xs, K, a[m]);
+        }
+        if (w->packed) {
+            int64_t G = (N + 7) / 8, nb = K / 32;
+            tk_gemv_packed_fn fn = gemv_packed_fn(t);
+            _Pragma("omp for schedule(dynamic, 4)")
+            for (int64_t g = 0; g < G; g++) {
+                int64_t nn = N - g * 8 < 8 ? N - g * 8 : 8;
+                for (int64_t m = 0; m < M; m += 4) {
+                    int R = M - m < 4 ? (int)(M - m) : 4;
+                    __m256 out[4];
+                    float o[8];
+                    fn(R, vnni, W + g * rb, nb, a + m, out);
+                    for (int r = 0; r < R; r++) {
                         _mm256_storeu_ps(o, out[r]);
-                        memcpy(y + (m + r) * N + g * 8, o, sizeof(float) * (size_t)nn);
+                        qk_put(y + (m + r) * ys, o, b, g * 8, nn, acc);
                     }
                 }
             }
+        } else {
+            int64_t nb = K / qk_block(t);
+            tk_gemv_fn fn = gemv_fn(t);
+            _Pragma("omp for schedule(dynamic, 16)")
+            for (int64_t n = 0; n < N; n++) {
+                for (int64_t m = 0; m < M; m += 4) {
+                    int R = M - m < 4 ? (int)(M - m) : 4;
+                    float out[4];
+                    fn(R, vnni, W + n * rb, nb, a + m, out);
+                    for (int r = 0; r < R; r++) qk_put(y + (m + r) * ys, out + r, b, n, 1, acc);
+                }
+            }
         }
-    } else {
-        int64_t nb = K / qk_block(t);
-        tk_gemv_fn fn = gemv_fn(t);
-        _Pragma("omp parallel for num_threads(nt) schedule(static) if(nt > 1)")
-        for (int64_t n = 0; n < N; n++) {
-            for (int64_t m = 0; m < M; m += 4) {
-                int R = M - m < 4 ? (int)(M - m) : 4;
-                float out[4];
-                fn(R, vnni, W + n * rb, nb, a + m, out);
-                for (int r = 0; r < R; r++) y[(m + r) * N + n] = out[r];
+        return;
+    }
+    const int simd = 1;
+#else
+    (void)method; (void)scratch;
+    const int simd = 0;
+#endif
+    int64_t num_panels = (N + TK_PANEL - 1) / TK_PANEL;
+    _Pragma("omp for schedule(dynamic, 1)")
+    for (int64_t p = 0; p < num_panels; p++) {
+        int64_t n0 = p * TK_PANEL, nn = N - n0 < TK_PANEL ? N - n0 : TK_PANEL;
+        if (w->packed)  /* TK_PANEL is a multiple of 8: the panel holds whole groups */
+            for (int64_t i = 0; i < nn; i += 8) dequant_group(t, W + (n0 + i) / 8 * rb, K, panel + i * K);
+        else
+            for (int64_t i = 0; i < nn; i++) dequant_row(t, W + (n0 + i) * rb, panel + i * K, K);
+        for (int64_t m = 0; m < M; m += 4) {
+            int R = M - m < 4 ? (int)(M - m) : 4;
+            for (int64_t c = 0; c < nn; c += 3) {
+                int C = nn - c < 3 ? (int)(nn - c) : 3;
+                float tt[12];
+                qk_tile(simd, R, C, x + m * xs, xs, panel + c * K, K, tt);
+                for (int r = 0; r < R; r++) qk_put(y + (m + r) * ys, tt + r * 3, b, n0 + c, C, acc);
             }
         }
     }
-    free(a);
-    return 0;
 }
-#endif
 
 /* What this build can do: bit 0 AVX2 (integer GEMV, SIMD GEMM), bit 1 VNNI. */
 int qk_features(void) {
@@ -178,19 +183,28 @@ int qk_block_values(int t) { return qk_bytes(t) ? qk_block(t) : 0; }
 int qk_block_bytes(int t) { return qk_bytes(t); }
 int qk_packable(int t) { return qk_packed_bytes(t) != 0; }
 
-/* method: 1 integer GEMV (VNNI where built), 2 integer GEMV with maddubs, 3 GEMM; a build without AVX2
-   runs its plain GEMM for all three. packed: W is qk_pack's output (groups of 8 rows, rb bytes each).
-   Returns 0, -1 on allocation failure, -2 for an unknown (or unpackable) format or a ragged K. */
+/* y[M, N] = x[M, K] . W^T. method: 1 integer GEMV (VNNI where built), 2 integer GEMV with maddubs,
+   3 GEMM; a build without AVX2 runs its plain GEMM for all three. packed: W is qk_pack's output (groups
+   of 8 rows, rb bytes each). Returns 0, -1 on allocation failure, -2 for an unknown (or unpackable)
+   format or a ragged K. */
 int qk_linear(int t, int packed, int method, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y,
               int64_t N, int64_t K, int nt) {
     if (!qk_bytes(t) || K % qk_block(t) || (packed && !qk_packed_bytes(t))) return -2;
-#ifdef TK_AVX2
-    if (method == 1 || method == 2) return gemv(t, method == 1 && TK_HAVE_VNNI, packed, x, M, W, rb, y, N, K, nt);
-    return gemm(t, 1, packed, x, M, W, rb, y, N, K, nt);
-#else
-    (void)method;
-    return gemm(t, 0, packed, x, M, W, rb, y, N, K, nt);
-#endif
+    qk_weight w = {W, rb, N, K, t, packed};
+    int gemm_path = method == 3 || !(qk_features() & 1);
+    void *scratch = gemm_path ? NULL : malloc(qk_scratch_bytes(M, K));
+    if (!gemm_path && !scratch) return -1;
+    int failed = 0;
+    _Pragma("omp parallel num_threads(nt) if(nt > 1)")
+    {
+        float *panel = gemm_path ? (float *)malloc(sizeof(float) * TK_PANEL * (size_t)K) : NULL;
+        if (gemm_path && !panel) failed = 1;  /* every thread must meet the work-sharing loops */
+        _Pragma("omp barrier")
+        if (!failed) qk_product(&w, method, x, K, M, NULL, y, N, 0, scratch, panel);
+        free(panel);
+    }
+    free(scratch);
+    return failed ? -1 : 0;
 }
 
 /* W rows [n0, n0 + nn) decoded to float32, y[nn, K] (tests and the slow path) */

@@ -128,7 +128,7 @@ TK_INLINE void gemv_row(const int T, const int R, const int vnni, const uint8_t 
         }
     }
     _Pragma("GCC unroll 4")
-    for (int r = 0; r < R; r++) out[r] = hsum8(acc[r]) + off[r];
+    for (int r = 0; r < R; r++) out[r] = qk_hsum8(acc[r]) + off[r];
 }
 
 /* rows m0..m0+R of y for output n, one format: R and vnni fixed per instance */
