@@ -125,6 +125,8 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "it is for CPU"
     if not isinstance(model, CausalLM):
         return "the model was replaced by a transform"
+    if getattr(model, "quantized_format", None):
+        return f"its weights stay quantized ({model.quantized_format}); the PyTorch forward runs them"
     args = model.args
     if args.is_moe:
         return "the model has mixture-of-experts layers"

@@ -17,7 +17,7 @@ from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
 from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
-from tokenops.engine.loader import load_model, parse_dtype, resolve_model_dir
+from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
 
@@ -67,7 +67,9 @@ class ModelRunner:
         self.model_dir = resolve_model_dir(config.model, getattr(config, "allow_download", False))
         self.model_name = config.model_name or _served_name(config.model)
         model, self.args, self.hf_config = load_model(self.model_dir, self.dtype, self.device)
-        self.tokenizer = Tokenizer.from_dir(self.model_dir)
+        self.tokenizer: Tokenizer = load_tokenizer(self.model_dir)
+        #: e.g. "gguf Q4_1x210/Q8_0x1" when the weights stay quantized (the PyTorch forward runs them), else None
+        self.weight_format: str | None = getattr(model, "quantized_format", None)
         self.vocab_size = self.args.vocab_size
         self.is_moe = self.args.is_moe
         self.block_size = config.block_size
@@ -236,4 +238,6 @@ def _served_name(model: str | None) -> str:
         return default_model_name()
     # A local folder is served under its name; a hub id as written (org/name).
     path = Path(model).expanduser()
+    if path.is_file():  # a GGUF file: its name without the extension
+        return path.resolve().stem
     return path.resolve().name if path.is_dir() else model

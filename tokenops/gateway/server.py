@@ -17,15 +17,21 @@ log = logging.getLogger("tokenops.gateway")
 
 
 def model_from_arg(value: str, name: str | None = None) -> ModelConfig:
-    """``--model``: ``[NAME=]PATH`` (a local HF folder) or ``[NAME=]URL`` (an OpenAI-compatible server)."""
+    """``--model``: ``[NAME=]PATH`` (a local HF folder or GGUF file) or ``[NAME=]URL`` (an OpenAI-compatible server)."""
     if "=" in value.split("://", 1)[0]:
         name, value = value.split("=", 1)
     if value.startswith(("http://", "https://")):
         served = name or _first_upstream_model(value)
         return ModelConfig(name=served, backend="openai", url=value)
     path = Path(value).expanduser()
+    if path.is_file():
+        from tokenops.engine.gguf_reader import is_gguf
+
+        if not is_gguf(path):
+            raise ConfigError(f"--model {value}: a file but not a GGUF model (a .gguf file, a model folder or a URL)")
+        return ModelConfig(name=name or path.resolve().stem, backend="local", path=str(path))
     if not (path / "config.json").is_file():
-        raise ConfigError(f"--model {value}: not a model folder (no config.json) and not an http(s) URL")
+        raise ConfigError(f"--model {value}: not a model folder (no config.json), not a GGUF file and not an http(s) URL")
     return ModelConfig(name=name or path.resolve().name, backend="local", path=str(path))
 
 
