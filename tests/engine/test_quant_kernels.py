@@ -74,6 +74,19 @@ def test_linear_matches_reference(kernels: QuantKernels, qtype: QT, threads: int
     print(f"{qtype.name}: max relative error of the 8-bit-activation paths vs float32: {worst:.2e}")
 
 
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
+def test_packed_rows_decode_like_the_raw_ones(kernels: QuantKernels, qtype: QT) -> None:
+    raw = random_raw(qtype, OUT_FEATURES, 64, seed=3)
+    packed = kernels.pack(raw, qtype, 64)
+    assert packed is not None and packed.data.numel() == (OUT_FEATURES + 7) // 8 * 8 * raw.shape[1]
+    ref = quant_kernels.dequantize_reference(raw, qtype, 64)
+    assert torch.equal(kernels.unpack_rows(packed), ref)
+    ids = torch.tensor([[42, 0], [7, 8]])
+    assert torch.equal(kernels.unpack_rows(packed, ids), ref[ids])
+    with pytest.raises(IndexError):
+        kernels.unpack_rows(packed, torch.tensor([OUT_FEATURES]))
+
+
 def test_simd_build_uses_the_cpu(kernels: QuantKernels) -> None:
     flags = open("/proc/cpuinfo").read() if not kernels.plain else ""
     assert kernels.has_avx2 == (" avx2" in flags and " fma" in flags and " f16c" in flags)

@@ -45,26 +45,36 @@ int qk_pack(int t, const uint8_t *raw, int64_t rb, int64_t N, int64_t K, uint8_t
     return 0;
 }
 
-/* the 8 rows of group g as float32, y[8][K] */
-static void dequant_group(int t, const uint8_t *restrict g, int64_t K, float *restrict y) {
+/* row r (0-7) of group g as float32, y[K] */
+static void dequant_group_row(int t, const uint8_t *restrict g, int64_t K, int r, float *restrict y) {
     int64_t nb = K / 32;
     int pb = qk_packed_bytes(t), hdr = t == TK_Q4_1 ? 32 : 16;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = g + b * pb;
-        for (int r = 0; r < 8; r++) {
-            float d = h2f(p + 2 * r), m = t == TK_Q4_1 ? h2f(p + 16 + 2 * r) : -8.f * d;
-            float *o = y + r * K + b * 32;
-            if (t == TK_Q8_0) {
-                for (int v = 0; v < 32; v++) o[v] = d * (float)(int8_t)p[hdr + 32 * (v / 4) + 4 * r + v % 4];
-            } else {
-                for (int v = 0; v < 16; v++) {
-                    uint8_t byte = p[hdr + 32 * (v / 4) + 4 * r + v % 4];
-                    o[v] = d * (float)(byte & 15) + m;
-                    o[v + 16] = d * (float)(byte >> 4) + m;
-                }
+        float d = h2f(p + 2 * r), m = t == TK_Q4_1 ? h2f(p + 16 + 2 * r) : -8.f * d;
+        float *o = y + b * 32;
+        if (t == TK_Q8_0) {
+            for (int v = 0; v < 32; v++) o[v] = d * (float)(int8_t)p[hdr + 32 * (v / 4) + 4 * r + v % 4];
+        } else {
+            for (int v = 0; v < 16; v++) {
+                uint8_t byte = p[hdr + 32 * (v / 4) + 4 * r + v % 4];
+                o[v] = d * (float)(byte & 15) + m;
+                o[v + 16] = d * (float)(byte >> 4) + m;
             }
         }
     }
+}
+
+/* the 8 rows of group g as float32, y[8][K] */
+static void dequant_group(int t, const uint8_t *restrict g, int64_t K, float *restrict y) {
+    for (int r = 0; r < 8; r++) dequant_group_row(t, g, K, r, y + r * K);
+}
+
+/* rows ids[0..n) of a packed weight (rb bytes per group) as float32 y[n][K]: an embedding lookup */
+int qk_unpack_rows(int t, const uint8_t *P, int64_t rb, const int64_t *ids, int64_t n, int64_t K, float *y) {
+    if (!qk_packed_bytes(t) || K % 32) return -2;
+    for (int64_t i = 0; i < n; i++) dequant_group_row(t, P + ids[i] / 8 * rb, K, (int)(ids[i] % 8), y + i * K);
+    return 0;
 }
 
 #ifdef TK_AVX2

@@ -80,8 +80,9 @@ class QuantKernels:
         self.lib.qk_linear.argtypes = [i32, i32, i32, p, i64, p, i64, p, i64, i64, i32]
         self.lib.qk_dequantize.argtypes = [i32, p, i64, p, i64, i64]
         self.lib.qk_pack.argtypes = [i32, p, i64, i64, i64, p]
+        self.lib.qk_unpack_rows.argtypes = [i32, p, i64, p, i64, i64, p]
         for fn in (self.lib.qk_linear, self.lib.qk_dequantize, self.lib.qk_features, self.lib.qk_block_values,
-                   self.lib.qk_block_bytes, self.lib.qk_pack, self.lib.qk_packable):
+                   self.lib.qk_block_bytes, self.lib.qk_pack, self.lib.qk_packable, self.lib.qk_unpack_rows):
             fn.restype = i32
         features = self.lib.qk_features()
         self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
@@ -113,6 +114,20 @@ class QuantKernels:
         rc = self.lib.qk_pack(int(qtype), raw.data_ptr(), raw.shape[1], out_features, in_features, data.data_ptr())
         assert rc == 0, rc
         return PackedWeight(data, int(qtype), in_features, out_features)
+
+    def unpack_rows(self, packed: PackedWeight, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows ``ids`` (int64, any shape; all rows when None) of a packed weight as float32
+        ``[*ids.shape, in_features]``: an embedding lookup, or the whole weight for a slow path."""
+        if ids is None:
+            ids = torch.arange(packed.out_features)
+        flat = ids.reshape(-1).to(torch.int64).contiguous()
+        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= packed.out_features):
+            raise IndexError(f"row ids out of range [0, {packed.out_features})")
+        out = torch.empty(flat.numel(), packed.in_features, dtype=torch.float32)
+        rc = self.lib.qk_unpack_rows(packed.qtype, packed.data.data_ptr(), packed.data.shape[1], flat.data_ptr(),
+                                     flat.numel(), packed.in_features, out.data_ptr())
+        assert rc == 0, rc
+        return out.reshape(*ids.shape, packed.in_features)
 
     def linear(self, x: torch.Tensor, raw: torch.Tensor | None, qtype: int, in_features: int,
                method: Method = Method.AUTO, num_threads: int | None = None,
