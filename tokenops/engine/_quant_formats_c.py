@@ -174,6 +174,19 @@ static void dequant_row(int t, const uint8_t *restrict w, float *restrict y, int
 /* Activations quantized for the integer GEMV: per block of 32, q = round(x / d) with d = max|x| / 127,
    and the block's sums already scaled by d (s32 per 32 values, s16 per 16: the offset terms of the
    formats, v = scale * q + offset, need sum(x) over the block and Q6_K's scales cover 16). */
+/* x rounded as quantize_act rounds it, back in float32: what the GEMM multiplies when its results
+   must match the integer GEMV's (to float32 rounding) */
+static void round_act(const float *restrict x, int64_t K, float *restrict y) {
+    for (int64_t b = 0; b < K / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0.f;
+        _Pragma("omp simd reduction(max:amax)")
+        for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(xb[l]));
+        float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+        for (int l = 0; l < 32; l++) y[b * 32 + l] = (float)lrintf(xb[l] * id) * d;
+    }
+}
+
 typedef struct {
     int8_t *q;
     float *d, *s32, *s16;

@@ -83,9 +83,12 @@ static inline void qk_put(float *restrict y, const float *restrict v, const floa
     }
 }
 
-/* Bytes of scratch a product of M rows needs (the quantized activations), and its layout. */
+/* Bytes of scratch a product of M rows needs (the quantized activations, or the GEMM's rounded
+   ones), and the integer path's layout. */
 size_t qk_scratch_bytes(int64_t M, int64_t K) {
-    return sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * (K / 32) * 4) + (size_t)(M * K);
+    size_t ints = sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * (K / 32) * 4) + (size_t)(M * K);
+    size_t floats = sizeof(float) * (size_t)(M * K);
+    return ints > floats ? ints : floats;
 }
 static inline tk_act qk_act_at(void *scratch, int64_t M, int64_t K, int64_t m) {
     int64_t nbk = K / 32;
@@ -97,8 +100,11 @@ static inline tk_act qk_act_at(void *scratch, int64_t M, int64_t K, int64_t m) {
 }
 
 /* y[m * ys + n] (+)= x[m * xs ..] . W[n] (+ b[n]) for m < M, n < N. Called by every thread of a
-   parallel region (or outside one); the threads share out the weight. method 1/2: integer products
-   (scratch: qk_scratch_bytes, shared), 3: float32 panels (panel: TK_PANEL * K floats, per thread). */
+   parallel region (or outside one); the threads share out the weight. method 1/2: integer products,
+   3: float32 panels, 4: float32 panels on the activations rounded to 8 bits per block as 1/2 round
+   them (the same function as 1/2 to float32 rounding, so results do not depend on the path the row
+   count picks). scratch: qk_scratch_bytes, shared (none for 3); panel: TK_PANEL * K floats per
+   thread (3/4). A build without AVX2 runs 1/2 as 4. */
 static void qk_product(const qk_weight *w, int method, const float *x, int64_t xs, int64_t M, const float *b,
                        float *y, int64_t ys, int acc, void *scratch, float *panel) {
     const int64_t N = w->N, K = w->K, rb = w->rb;
@@ -147,9 +153,15 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
     }
     const int simd = 1;
 #else
-    (void)method; (void)scratch;
     const int simd = 0;
 #endif
+    if (method != 3) {  /* the rounded activations (1/2 in a plain build, 4) */
+        float *xr = (float *)scratch;
+        _Pragma("omp for schedule(static)")
+        for (int64_t m = 0; m < M; m++) round_act(x + m * xs, K, xr + m * K);
+        x = xr;
+        xs = K;
+    }
     int64_t num_panels = (N + TK_PANEL - 1) / TK_PANEL;
     _Pragma("omp for schedule(dynamic, 1)")
     for (int64_t p = 0; p < num_panels; p++) {
@@ -183,17 +195,16 @@ int qk_block_values(int t) { return qk_bytes(t) ? qk_block(t) : 0; }
 int qk_block_bytes(int t) { return qk_bytes(t); }
 int qk_packable(int t) { return qk_packed_bytes(t) != 0; }
 
-/* y[M, N] = x[M, K] . W^T. method: 1 integer GEMV (VNNI where built), 2 integer GEMV with maddubs,
-   3 GEMM; a build without AVX2 runs its plain GEMM for all three. packed: W is qk_pack's output (groups
-   of 8 rows, rb bytes each). Returns 0, -1 on allocation failure, -2 for an unknown (or unpackable)
-   format or a ragged K. */
+/* y[M, N] = x[M, K] . W^T, method as for qk_product. packed: W is qk_pack's output (groups of 8 rows,
+   rb bytes each). Returns 0, -1 on allocation failure, -2 for an unknown (or unpackable) format, a
+   ragged K or an unknown method. */
 int qk_linear(int t, int packed, int method, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y,
               int64_t N, int64_t K, int nt) {
-    if (!qk_bytes(t) || K % qk_block(t) || (packed && !qk_packed_bytes(t))) return -2;
+    if (!qk_bytes(t) || K % qk_block(t) || (packed && !qk_packed_bytes(t)) || method < 1 || method > 4) return -2;
     qk_weight w = {W, rb, N, K, t, packed};
-    int gemm_path = method == 3 || !(qk_features() & 1);
-    void *scratch = gemm_path ? NULL : malloc(qk_scratch_bytes(M, K));
-    if (!gemm_path && !scratch) return -1;
+    int gemm_path = method >= 3 || !(qk_features() & 1);
+    void *scratch = method == 3 ? NULL : malloc(qk_scratch_bytes(M, K));
+    if (method != 3 && !scratch) return -1;
     int failed = 0;
     _Pragma("omp parallel num_threads(nt) if(nt > 1)")
     {

@@ -5,20 +5,29 @@ Batch-1 decode on a CPU is bound by the bytes of weights it reads per token. A Q
 weight, a sixth of float32, so a kernel that multiplies the blocks where they lie reads a sixth of the
 bytes. Two paths, picked by the number of rows:
 
-* **GEMV** (up to :data:`GEMV_MAX_ROWS` rows: decode and verify steps). The activations are quantized
-  to 8 bits per block of 32 and multiplied against the weight blocks with integer byte products
-  (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``), as llama.cpp does; up to four rows share each unpacked
-  weight block. The 8-bit activations cost about 0.3% relative error per product, llama.cpp's own.
-* **GEMM** (more rows: prefill chunks, batched decode). A panel of weight rows is decoded to
-  float32 once into an L2-sized tile and every row runs against it at the float32 FMA rate, so the
-  decoding is paid once per call however many rows there are; the products are float32-exact.
+* **GEMV** (up to :data:`GEMV_MAX_ROWS` rows: decode and verify steps; every row count for weights
+  repacked by :func:`pack`). The activations are quantized to 8 bits per block of 32 and multiplied
+  against the weight blocks with integer byte products (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``),
+  as llama.cpp does; up to four rows share each unpacked weight block. The 8-bit activations cost
+  about 0.3% relative error per product (under 1% of the largest output), llama.cpp's own.
+* **GEMM** (more rows of a weight in GGUF's layout: prefill chunks, batched decode). A panel of
+  weight rows is decoded to float32 once into an L2-sized tile and every row runs against it at the
+  float32 FMA rate, so the decoding is paid once per call however many rows there are.
 
-The C source (:mod:`._quant_formats_c`, :mod:`._quant_gemv_c`, :mod:`._quant_gemm_c`) is compiled at
+Both multiply the activations rounded to 8 bits the same way, so which path a row count picks does
+not change a row's result beyond float32 rounding (a batched or speculative step yields the tokens
+a single decode would). ``TOKENOPS_QUANT_EXACT=1`` (:attr:`Method.EXACT`) multiplies the float32
+activations instead, through the GEMM: the products of a float32 reference, for parity checks
+against another implementation.
+
+The C source (:mod:`._quant_formats_c`, :mod:`._quant_gemv_c`, :mod:`._quant_packed_c`,
+:mod:`._quant_gemm_c`) is compiled at
 first use by :func:`tokenops.engine.native.build_library` with ``-march=native``, into a cache keyed
 by the source and the CPU's feature flags, so the instructions used are the ones this CPU has (the
-run-time check). A CPU without AVX2 gets the plain-C GEMM; ``TK_PLAIN`` builds that fallback on any
-CPU, and the tests run it. With no C compiler (or ``TOKENOPS_NATIVE_ATTENTION=0``) :func:`linear`
-falls back to ``gguf``'s numpy decoder and ``torch``'s matmul, slowly but correctly.
+run-time check). A CPU without AVX2 gets the plain-C GEMM for every path (on rounded activations
+but for ``EXACT``); ``TK_PLAIN`` builds that fallback on any CPU, and the tests run it. With no C
+compiler (or ``TOKENOPS_NATIVE_ATTENTION=0``) :func:`linear` falls back to ``gguf``'s numpy decoder
+and ``torch``'s matmul on the float32 activations.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import logging
+import os
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -51,12 +61,15 @@ SOURCE = _quant_formats_c.SOURCE + _quant_gemv_c.SOURCE + _quant_packed_c.SOURCE
 
 
 class Method(enum.IntEnum):
-    """Which product :meth:`QuantKernels.linear` runs (the C side's ``method``)."""
+    """Which product :meth:`QuantKernels.linear` runs (the C side's ``method``). All but ``EXACT``
+    compute one function, ``W @ round8(x)`` (activations rounded to 8 bits per block of 32), to
+    float32 rounding, so a row's result does not depend on which path its batch's size picked."""
 
     AUTO = 0
-    GEMV = 1  # 8-bit activations, integer products (VNNI where the CPU has it)
+    GEMV = 1  # integer products (VNNI where the CPU has it)
     GEMV_MADDUBS = 2  # the same without VNNI: AVX2 maddubs + madd
-    GEMM = 3  # float32 panels
+    EXACT = 3  # float32 panels on the float32 activations: W @ x to float32 rounding
+    GEMM = 4  # float32 panels on the rounded activations
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +163,10 @@ class QuantKernels:
         y = torch.empty(num_rows, out_features, dtype=torch.float32)
         if num_rows and out_features:
             if method == Method.AUTO:
-                method = Method.GEMV if packed is not None or num_rows <= GEMV_MAX_ROWS else Method.GEMM
+                if exact():
+                    method = Method.EXACT
+                else:
+                    method = Method.GEMV if packed is not None or num_rows <= GEMV_MAX_ROWS else Method.GEMM
             rc = self.lib.qk_linear(int(qtype), packed is not None, int(method), x2.data_ptr(), num_rows,
                                     weight.data_ptr(), row_bytes, y.data_ptr(), out_features, in_features,
                                     num_threads or torch.get_num_threads())
@@ -167,6 +183,11 @@ class QuantKernels:
                                     in_features)
         assert rc == 0, rc
         return out
+
+
+def exact() -> bool:
+    """Whether ``TOKENOPS_QUANT_EXACT`` asks for float32 activations (see the module docstring)."""
+    return os.environ.get("TOKENOPS_QUANT_EXACT", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 _lock = threading.Lock()
