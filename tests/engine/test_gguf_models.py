@@ -24,10 +24,15 @@ NUM_NEW = 8
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """One intra-op thread: these models are tiny, and on a loaded 2-core box two threads wait on each
-    other at every operator (a step took 40x longer in a measurement here)."""
+    other at every operator (a step took 40x longer in a measurement here). Float32 activations in
+    the native quantized products (``TOKENOPS_QUANT_EXACT``): transformers multiplies float32 ones,
+    and the comparison is to float32 rounding (``test_rounded_activations_stay_close`` checks the
+    default 8-bit path)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOKENOPS_QUANT_EXACT", "1")
+        yield
     torch.set_num_threads(before)
 
 
@@ -45,6 +50,20 @@ def pair(request, tmp_path_factory):
     path = write_tiny_gguf(folder / "model.gguf", arch, qtype, tied=qtype == "Q4_1")
     runner = ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=256))
     return arch, qtype, runner, load_hf_gguf(path), path
+
+
+@torch.no_grad()
+def test_rounded_activations_stay_close(pair, monkeypatch):
+    """The default products round activations to 8 bits per block (llama.cpp's scheme): the logits
+    stay within that rounding of the float32 ones."""
+    _, qtype, runner, _, _ = pair
+    ids = _prompt()
+    exact = runner.execute([ChunkInput(ids, 0, list(range(8)))])[0]
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
+    rounded = runner.execute([ChunkInput(ids, 0, list(range(8)))])[0]
+    err = (rounded - exact).abs().max().item() / exact.abs().max().item()
+    assert err < 5e-2
+    assert (err > 0) == (qtype not in ("F32", "F16", "BF16"))  # float weights multiply in torch
 
 
 @torch.no_grad()

@@ -18,7 +18,8 @@ from torch import nn
 from tokenops.engine.gguf_reader import GGUFError, GGUFFile, gguf_architecture, gguf_model_args
 from tokenops.engine.models.args import ModelArgs
 from tokenops.engine.models.llama import CausalLM
-from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, stack_parts
+from tokenops.engine.quantized_linear import (QuantizedEmbedding, QuantizedLinear, QuantizedWeight, pack_weights,
+                                              stack_parts)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ def load_gguf_model(path: Path, dtype: torch.dtype, device: torch.device) -> tup
     if rope_freqs is not None:  # llama 3's frequency factors, stored as a tensor by llama.cpp
         model.inv_freq = model.inv_freq / torch.from_numpy(rope_freqs).to(model.inv_freq)
     model.eval().requires_grad_(False)
+    pack_weights(model)
     model.quantized_format = "gguf " + "/".join(f"{k}x{v}" for k, v in cfg["gguf"]["types"].items())
     return model, args, cfg
 
