@@ -65,9 +65,42 @@ static void dequant_group_row(int t, const uint8_t *restrict g, int64_t K, int r
     }
 }
 
-/* the 8 rows of group g as float32, y[8][K] */
+/* the 8 rows of group g as float32, y[8][K] (the GEMM's panels: rows two at a time, as 8 lanes) */
 static void dequant_group(int t, const uint8_t *restrict g, int64_t K, float *restrict y) {
+#ifdef TK_AVX2
+    int64_t nb = K / 32;
+    int pb = qk_packed_bytes(t), hdr = t == TK_Q4_1 ? 32 : 16;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = g + b * pb;
+        __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        __m256 mv = t == TK_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))
+                                 : _mm256_mul_ps(dv, _mm256_set1_ps(-8.f));
+        for (int r = 0; r < 8; r += 2) {
+            __m256i pick = _mm256_setr_epi32(r, r, r, r, r + 1, r + 1, r + 1, r + 1);
+            __m256 d2 = _mm256_permutevar8x32_ps(dv, pick), m2 = _mm256_permutevar8x32_ps(mv, pick);
+            float *y0 = y + r * K + b * 32, *y1 = y0 + K;
+            for (int j = 0; j < (t == TK_Q8_0 ? 8 : 4); j++) {
+                __m128i q = _mm_loadl_epi64((const __m128i *)(p + hdr + 32 * j + 4 * r));  /* rows r, r+1 */
+                if (t == TK_Q8_0) {
+                    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d2);
+                    _mm_storeu_ps(y0 + 4 * j, _mm256_castps256_ps128(v));
+                    _mm_storeu_ps(y1 + 4 * j, _mm256_extractf128_ps(v, 1));
+                } else {
+                    __m128i lo = _mm_and_si128(q, _mm_set1_epi8(15));
+                    __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(15));
+                    __m256 vl = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), d2, m2);
+                    __m256 vh = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), d2, m2);
+                    _mm_storeu_ps(y0 + 4 * j, _mm256_castps256_ps128(vl));
+                    _mm_storeu_ps(y1 + 4 * j, _mm256_extractf128_ps(vl, 1));
+                    _mm_storeu_ps(y0 + 16 + 4 * j, _mm256_castps256_ps128(vh));
+                    _mm_storeu_ps(y1 + 16 + 4 * j, _mm256_extractf128_ps(vh, 1));
+                }
+            }
+        }
+    }
+#else
     for (int r = 0; r < 8; r++) dequant_group_row(t, g, K, r, y + r * K);
+#endif
 }
 
 /* rows ids[0..n) of a packed weight (rb bytes per group) as float32 y[n][K]: an embedding lookup */
