@@ -87,6 +87,9 @@ def test_packed_rows_decode_like_the_raw_ones(kernels: QuantKernels, qtype: QT) 
     assert packed is not None and packed.data.numel() == (OUT_FEATURES + 7) // 8 * 8 * raw.shape[1]
     ref = quant_kernels.dequantize_reference(raw, qtype, 64)
     assert torch.equal(kernels.unpack_rows(packed), ref)
+    arena = torch.zeros(kernels.packed_bytes(qtype, OUT_FEATURES, 64) + 5, dtype=torch.uint8)
+    into = kernels.pack(raw, qtype, 64, out=arena[5:])
+    assert into is not None and into.data.data_ptr() == arena[5:].data_ptr() and torch.equal(into.data, packed.data)
     ids = torch.tensor([[42, 0], [7, 8]])
     assert torch.equal(kernels.unpack_rows(packed, ids), ref[ids])
     with pytest.raises(IndexError):
