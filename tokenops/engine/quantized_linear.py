@@ -51,23 +51,29 @@ class QuantizedWeight(nn.Module):
         self.out_features = raw.shape[0]
         #: set by :meth:`pack`: ``raw`` then holds the packed groups (``packed.data``), not the file's rows
         self.packed: PackedWeight | None = None
+        self._arena: object = None  # the mapping a packed ``raw`` lives in
 
     @property
     def ggml_type(self) -> int:
         return self.qtype.ggml_type
 
-    def pack(self) -> bool:
-        """Repack ``raw`` into the native kernels' row groups when they have a packed kernel for this
-        type and the weight is on CPU (the file's layout is released). Returns whether it did."""
+    def packed_bytes(self) -> int:
+        """Bytes :meth:`pack` needs (0: this weight stays in the file's layout)."""
         kernels = quant_kernels.get_kernels()
-        if self.packed is not None or kernels is None or self.raw.device.type != "cpu":
+        if (self.packed is not None or kernels is None or self.raw.device.type != "cpu"
+                or self.ggml_type not in quant_kernels.SUPPORTED):
+            return 0
+        return kernels.packed_bytes(self.ggml_type, self.out_features, self.in_features)
+
+    def pack(self, out: torch.Tensor | None = None, arena: object = None) -> bool:
+        """Repack ``raw`` (into ``out``, :meth:`packed_bytes` bytes, when given; ``arena`` is kept
+        alive with it) into the native kernels' row groups when they have a packed kernel for this
+        type and the weight is on CPU (the file's layout is released). Returns whether it did."""
+        if not self.packed_bytes():
             return self.packed is not None
-        if self.ggml_type not in quant_kernels.SUPPORTED:
-            return False
-        packed = kernels.pack(self.raw, self.ggml_type, self.in_features)
-        if packed is None:
-            return False
-        self.packed, self.raw = packed, packed.data
+        packed = _packed_kernels().pack(self.raw, self.ggml_type, self.in_features, out=out)
+        assert packed is not None
+        self.packed, self.raw, self._arena = packed, packed.data, arena
         return True
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -94,9 +100,21 @@ def _packed_kernels() -> quant_kernels.QuantKernels:
 
 
 def pack_weights(model: nn.Module) -> int:
-    """:meth:`QuantizedWeight.pack` every quantized weight of ``model`` (shared ones once); returns
-    how many were packed."""
-    return sum(m.pack() for m in model.modules() if isinstance(m, QuantizedWeight))
+    """:meth:`QuantizedWeight.pack` every quantized weight of ``model`` (shared ones once) into one
+    huge-page arena, in the order a step reads them; returns how many were packed."""
+    from tokenops.engine.panels import hugepage_arena
+
+    weights = list({id(m): m for m in model.modules() if isinstance(m, QuantizedWeight)}.values())
+    sizes = [w.packed_bytes() for w in weights]
+    if not any(sizes):
+        return 0
+    buf, arena = hugepage_arena(sum(sizes), torch.uint8)
+    at = 0
+    for weight, size in zip(weights, sizes):
+        if size:
+            weight.pack(arena[at:at + size], buf)
+            at += size
+    return sum(1 for s in sizes if s)
 
 
 def quantized_linear(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
