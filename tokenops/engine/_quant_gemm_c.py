@@ -182,6 +182,12 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
     }
 }
 
+/* row tok of w as float32 (an embedding lookup; w packed or in GGUF's layout) */
+static inline void qk_embed_row(const qk_weight *w, int64_t tok, float *out) {
+    if (w->packed) dequant_group_row(w->t, w->data + tok / 8 * w->rb, w->K, (int)(tok % 8), out);
+    else dequant_row(w->t, w->data + tok * w->rb, out, w->K);
+}
+
 /* What this build can do: bit 0 AVX2 (integer GEMV, SIMD GEMM), bit 1 VNNI. */
 int qk_features(void) {
 #ifdef TK_AVX2
