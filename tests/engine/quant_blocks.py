@@ -34,11 +34,16 @@ def random_raw(qtype: QT, out_features: int, in_features: int, seed: int = 0) ->
 
 
 def quantize_activations(x: torch.Tensor) -> torch.Tensor:
-    """``x`` as the integer GEMV sees it: rounded to 8 bits per block of 32 (scale max|x| / 127,
-    round half to even), back in float32. The kernels' GEMV equals ``quantize_activations(x) @ W.T``
-    up to float rounding."""
+    """``x`` as the integer GEMV sees it, back in float32: per block of 32, ``q d + q2 d2`` with
+    ``d = max|x| / 127``, ``q = round(x / d)``, ``d2 = d / 254``, ``q2 = round((x - q d) / d2)``
+    (round half to even, the C side's float32 operations in its order). The kernels' products equal
+    ``quantize_activations(x) @ W.T`` up to float rounding."""
     num_rows, k = x.shape
     xb = x.reshape(num_rows, k // 32, 32)
     d = xb.abs().amax(-1, keepdim=True) / 127.0
     inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
-    return (torch.round(xb * inv) * d).reshape(num_rows, k)
+    q = torch.round(xb * inv)
+    d2 = d / 254.0
+    inv2 = torch.where(d2 > 0, 1.0 / d2, torch.zeros_like(d2))
+    q2 = torch.round((xb - q * d) * inv2).clamp(-127, 127)
+    return (q * d + q2 * d2).reshape(num_rows, k)

@@ -86,16 +86,16 @@ static inline void qk_put(float *restrict y, const float *restrict v, const floa
 /* Bytes of scratch a product of M rows needs (the quantized activations, or the GEMM's rounded
    ones), and the integer path's layout. */
 size_t qk_scratch_bytes(int64_t M, int64_t K) {
-    size_t ints = sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * (K / 32) * 4) + (size_t)(M * K);
+    size_t ints = sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * (K / 32) * 5) + (size_t)(2 * M * K);
     size_t floats = sizeof(float) * (size_t)(M * K);
     return ints > floats ? ints : floats;
 }
 static inline tk_act qk_act_at(void *scratch, int64_t M, int64_t K, int64_t m) {
     int64_t nbk = K / 32;
     char *mem = (char *)scratch;
-    float *f = (float *)(mem + sizeof(tk_act) * (size_t)M) + m * nbk * 4;
-    tk_act a = {(int8_t *)(mem + sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * nbk * 4)) + m * K,
-                f, f + nbk, f + 2 * nbk};
+    float *f = (float *)(mem + sizeof(tk_act) * (size_t)M) + m * nbk * 5;
+    int8_t *q = (int8_t *)(mem + sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * nbk * 5)) + 2 * m * K;
+    tk_act a = {q, q + K, f, f + nbk, f + 2 * nbk, f + 3 * nbk};  /* q q2 | d d2 s32 s16 (2 per block) */
     return a;
 }
 

@@ -54,9 +54,14 @@ TK_INLINE void gemv_row(const int T, const int R, const int vnni, const uint8_t 
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
                 __m256i s = _mm256_loadu_si256((const __m256i *)(a[r].q + b * 32));
-                if (T == TK_Q8_0) s = _mm256_sign_epi8(s, q);  /* |w| * (x * sign w) = w * x */
-                __m256 f = _mm256_cvtepi32_ps(dot_us(u, s, vnni));
+                __m256i s2 = _mm256_loadu_si256((const __m256i *)(a[r].q2 + b * 32));
+                if (T == TK_Q8_0) {  /* |w| * (x * sign w) = w * x */
+                    s = _mm256_sign_epi8(s, q);
+                    s2 = _mm256_sign_epi8(s2, q);
+                }
+                __m256 f = _mm256_cvtepi32_ps(dot_us(u, s, vnni)), f2 = _mm256_cvtepi32_ps(dot_us(u, s2, vnni));
                 acc[r] = _mm256_fmadd_ps(f, _mm256_set1_ps(d * a[r].d[b]), acc[r]);
+                acc[r] = _mm256_fmadd_ps(f2, _mm256_set1_ps(d * a[r].d2[b]), acc[r]);
                 if (T != TK_Q8_0) off[r] += m * a[r].s32[b];
             }
         } else if (T == TK_Q4_K || T == TK_Q5_K) {
@@ -84,12 +89,16 @@ TK_INLINE void gemv_row(const int T, const int R, const int vnni, const uint8_t 
                 int64_t c = b * 8 + 2 * i;  /* activation block of the low sub-block */
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < R; r++) {
-                    __m256i s0 = _mm256_loadu_si256((const __m256i *)(a[r].q + c * 32));
-                    __m256i s1 = _mm256_loadu_si256((const __m256i *)(a[r].q + c * 32 + 32));
-                    __m256 f0 = _mm256_cvtepi32_ps(dot_us(lo, s0, vnni));
-                    __m256 f1 = _mm256_cvtepi32_ps(dot_us(hi, s1, vnni));
-                    acc[r] = _mm256_fmadd_ps(f0, _mm256_set1_ps(ds[2 * i] * a[r].d[c]), acc[r]);
-                    acc[r] = _mm256_fmadd_ps(f1, _mm256_set1_ps(ds[2 * i + 1] * a[r].d[c + 1]), acc[r]);
+                    for (int h = 0; h < 2; h++) {  /* the activations' two bytes */
+                        const int8_t *aq = h ? a[r].q2 : a[r].q;
+                        const float *ad = h ? a[r].d2 : a[r].d;
+                        __m256i s0 = _mm256_loadu_si256((const __m256i *)(aq + c * 32));
+                        __m256i s1 = _mm256_loadu_si256((const __m256i *)(aq + c * 32 + 32));
+                        __m256 f0 = _mm256_cvtepi32_ps(dot_us(lo, s0, vnni));
+                        __m256 f1 = _mm256_cvtepi32_ps(dot_us(hi, s1, vnni));
+                        acc[r] = _mm256_fmadd_ps(f0, _mm256_set1_ps(ds[2 * i] * ad[c]), acc[r]);
+                        acc[r] = _mm256_fmadd_ps(f1, _mm256_set1_ps(ds[2 * i + 1] * ad[c + 1]), acc[r]);
+                    }
                     off[r] -= mins[2 * i] * a[r].s32[c] + mins[2 * i + 1] * a[r].s32[c + 1];
                 }
             }
@@ -118,9 +127,13 @@ TK_INLINE void gemv_row(const int T, const int R, const int vnni, const uint8_t 
                     int64_t c = b * 8 + 4 * n + j;
                     _Pragma("GCC unroll 4")
                     for (int r = 0; r < R; r++) {
-                        __m256i s = _mm256_loadu_si256((const __m256i *)(a[r].q + c * 32));
-                        __m256i i32 = _mm256_madd_epi16(_mm256_maddubs_epi16(c4[j], s), scv);
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_set1_ps(d * a[r].d[c]), acc[r]);
+                        for (int h = 0; h < 2; h++) {  /* the activations' two bytes */
+                            const int8_t *aq = h ? a[r].q2 : a[r].q;
+                            __m256i s = _mm256_loadu_si256((const __m256i *)(aq + c * 32));
+                            __m256i i32 = _mm256_madd_epi16(_mm256_maddubs_epi16(c4[j], s), scv);
+                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32),
+                                                     _mm256_set1_ps(d * (h ? a[r].d2[c] : a[r].d[c])), acc[r]);
+                        }
                         off[r] -= 32.f * d * ((float)sa * a[r].s16[2 * c] + (float)sb * a[r].s16[2 * c + 1]);
                     }
                 }

@@ -137,17 +137,19 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = g + b * pb;
         __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-        __m256i s[4];
+        __m256i s[4], s2[4];
         _Pragma("GCC unroll 4")
-        for (int r = 0; r < 4; r++) s[r] = _mm256_setzero_si256();
+        for (int r = 0; r < 4; r++) s[r] = s2[r] = _mm256_setzero_si256();
         if (T == TK_Q8_0) {
             _Pragma("GCC unroll 8")
             for (int j = 0; j < 8; j++) {
                 __m256i w = _mm256_loadu_si256((const __m256i *)(p + hdr + 32 * j));
                 __m256i u = _mm256_sign_epi8(w, w);
                 _Pragma("GCC unroll 4")
-                for (int r = 0; r < R; r++)
+                for (int r = 0; r < R; r++) {
                     s[r] = dot_acc(s[r], u, _mm256_sign_epi8(bcast4(a[r].q + b * 32 + 4 * j), w), vnni);
+                    s2[r] = dot_acc(s2[r], u, _mm256_sign_epi8(bcast4(a[r].q2 + b * 32 + 4 * j), w), vnni);
+                }
             }
         } else {
             _Pragma("GCC unroll 4")
@@ -158,6 +160,8 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
                 for (int r = 0; r < R; r++) {
                     s[r] = dot_acc(s[r], lo, bcast4(a[r].q + b * 32 + 4 * j), vnni);
                     s[r] = dot_acc(s[r], hi, bcast4(a[r].q + b * 32 + 16 + 4 * j), vnni);
+                    s2[r] = dot_acc(s2[r], lo, bcast4(a[r].q2 + b * 32 + 4 * j), vnni);
+                    s2[r] = dot_acc(s2[r], hi, bcast4(a[r].q2 + b * 32 + 16 + 4 * j), vnni);
                 }
             }
         }
@@ -165,7 +169,9 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
                                  : _mm256_mul_ps(dv, _mm256_set1_ps(-8.f));
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), _mm256_mul_ps(dv, _mm256_set1_ps(a[r].d[b])), acc[r]);
+            __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2[r]), _mm256_set1_ps(a[r].d2[b]),
+                                       _mm256_mul_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(a[r].d[b])));
+            acc[r] = _mm256_fmadd_ps(f, dv, acc[r]);
             if (T != TK_Q8_0) acc[r] = _mm256_fmadd_ps(mv, _mm256_set1_ps(a[r].s32[b]), acc[r]);
         }
     }
