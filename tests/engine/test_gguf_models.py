@@ -1,7 +1,8 @@
 """GGUF files run by the engine against transformers loading the same file.
 
 Tiny random GGUFs of every supported architecture and weight type (``tiny_gguf.py``): the
-engine keeps the blocks quantized and dequantizes per product; transformers dequantizes
+engine keeps the blocks quantized and multiplies them with the quantized kernels (float32
+activations here, ``TOKENOPS_QUANT_EXACT``) or dequantizes per product; transformers dequantizes
 the whole file to float32 at load. Prefill logits agree to float32 rounding and greedy
 decoding (chunked prefill + paged decode) gives the same tokens.
 """
@@ -144,11 +145,22 @@ def test_unsupported_tensor_type_is_one_line_error(tmp_path):
     assert "blk.1.ffn_up.weight" in message and "Q5_0" in message and "\n" not in message
 
 
-def test_native_decode_kernel_refuses_quantized_weights(tmp_path):
+def test_native_decode_kernel_runs_quantized_weights(tmp_path, monkeypatch):
+    """The fused step runs GGUF weights through the quantized kernels (two-byte activations): its
+    logits match the PyTorch forward's; with float32 activations asked for it declines."""
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.model_runner import ModelRunner
 
     path = write_tiny_gguf(tmp_path / "m.gguf", "llama", "Q4_0")
-    with pytest.raises(ValueError, match="decode_kernel 'native' is unavailable: its weights stay quantized"):
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
+    runners = [ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=64,
+                                        decode_kernel=kernel)) for kernel in ("native", "torch")]
+    assert runners[0].fused_decode is not None and runners[1].fused_decode is None
+    ids = _prompt()
+    fused, torch_path = (r.execute([ChunkInput(ids, 0, list(range(8)), num_logits=len(ids))]) for r in runners)
+    assert runners[0].num_fused_steps == 1
+    assert ((fused - torch_path).abs().max() / torch_path.abs().max()).item() < 1e-3
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "1")
+    with pytest.raises(ValueError, match="decode_kernel 'native' is unavailable: TOKENOPS_QUANT_EXACT"):
         ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=64,
                                  decode_kernel="native"))

@@ -1,11 +1,10 @@
 """The quantized kernels on the real default model (SmolLM2-135M-Instruct, Q4_1 layers and a Q8_0
 embedding/lm_head from the packaged GGUF): weights packed at load, the fused decode step running the
-model, and its 8-bit-activation products agreeing with float32 activations (``TOKENOPS_QUANT_EXACT``,
-the PyTorch forward): the next token at every position of a greedy continuation, teacher-forced.
-
-8-bit activations move this model's logits by about 3% of the largest (llama.cpp's CPU products
-round the same way), so two paths may part at a near-tie; what must hold is agreement at nearly
-every position, which a wrong code, scale or row would destroy."""
+model, and its two-byte-activation products agreeing with float32 activations
+(``TOKENOPS_QUANT_EXACT``, the PyTorch forward) on the next token at every position of a greedy
+continuation, teacher-forced. (8-bit activations alone, llama.cpp's, moved these logits by ~3% of
+the largest and flipped near ties: "What is the capital of France?" began "L'Étoile" instead of
+"The capital of France is Paris".)"""
 
 from __future__ import annotations
 
@@ -63,4 +62,4 @@ def test_real_model_fused_8bit_step_agrees_with_float32(monkeypatch: pytest.Monk
     agree = (ours.argmax(-1) == ref.argmax(-1)).float().mean().item()
     err = ((ours - ref).abs().amax(-1) / ref.abs().amax(-1)).max().item()
     print(f"top-1 agreement {agree:.3f}, largest logit difference {err:.3f} of the largest logit")
-    assert agree >= 0.9 and err < 0.1, (agree, err)
+    assert agree == 1.0 and err < 1e-2, (agree, err)
