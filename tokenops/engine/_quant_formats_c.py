@@ -1,5 +1,5 @@
 """C source, part 1 of the quantized linear kernels (:mod:`tokenops.engine.quant_kernels`): the GGUF
-block formats, decoded to float32 (the GEMM path and the plain-C fallback) and the 8-bit quantization
+block formats, decoded to float32 (the GEMM path and the plain-C fallback) and the two-byte quantization
 of activations that the integer GEMV path multiplies against.
 
 Block layouts are ggml's, byte for byte (``gguf.quants`` decodes the same bytes in numpy):

@@ -101,7 +101,7 @@ static inline tk_act qk_act_at(void *scratch, int64_t M, int64_t K, int64_t m) {
 
 /* y[m * ys + n] (+)= x[m * xs ..] . W[n] (+ b[n]) for m < M, n < N. Called by every thread of a
    parallel region (or outside one); the threads share out the weight. method 1/2: integer products,
-   3: float32 panels, 4: float32 panels on the activations rounded to 8 bits per block as 1/2 round
+   3: float32 panels, 4: float32 panels on the activations rounded per block as 1/2 round
    them (the same function as 1/2 to float32 rounding, so results do not depend on the path the row
    count picks). scratch: qk_scratch_bytes, shared (none for 3); panel: TK_PANEL * K floats per
    thread (3/4). A build without AVX2 runs 1/2 as 4. */

@@ -2,7 +2,7 @@
 verify steps), AVX2 only (the plain-C build leaves it out and takes the dequantizing path).
 
 Each weight block is unpacked once into 32 unsigned bytes (its 4-, 5- or 6-bit codes, or |q| for
-Q8_0) and multiplied against up to four rows of 8-bit activations with ``maddubs`` + ``madd`` (or one
+Q8_0) and multiplied against up to four rows of activations (both bytes of each) with ``maddubs`` + ``madd`` (or one
 ``dpbusd`` where the CPU has AVX-VNNI): 32 multiply-adds in two instructions, integer-exact. The
 block's scale turns the 8 int32 lanes into float once per block; the formats' offsets (Q4_0's -8,
 Q4_1's min, the K-quants' mins, Q6_K's -32) become one scalar product per block with the activation

@@ -6,15 +6,17 @@ weight, a sixth of float32, so a kernel that multiplies the blocks where they li
 bytes. Two paths, picked by the number of rows:
 
 * **GEMV** (up to :data:`GEMV_MAX_ROWS` rows: decode and verify steps; every row count for weights
-  repacked by :func:`pack`). The activations are quantized to 8 bits per block of 32 and multiplied
-  against the weight blocks with integer byte products (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``),
-  as llama.cpp does; up to four rows share each unpacked weight block. The 8-bit activations cost
-  about 0.3% relative error per product (under 1% of the largest output), llama.cpp's own.
+  repacked by :func:`pack`). The activations are rounded to two bytes per value (per block of 32,
+  ``q d + q2 d2``: an int8 code and an int8 remainder on a 254x finer scale) and multiplied against
+  the weight blocks with integer byte products (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``), as
+  llama.cpp does with one byte; up to four rows share each unpacked weight block. The error is
+  ~3e-5 of the largest output (one byte, llama.cpp's Q8 activations: ~7e-3, enough to flip
+  near-tied greedy tokens of a real model).
 * **GEMM** (more rows of a weight in GGUF's layout: prefill chunks, batched decode). A panel of
   weight rows is decoded to float32 once into an L2-sized tile and every row runs against it at the
   float32 FMA rate, so the decoding is paid once per call however many rows there are.
 
-Both multiply the activations rounded to 8 bits the same way, so which path a row count picks does
+Both multiply the activations rounded the same way, so which path a row count picks does
 not change a row's result beyond float32 rounding (a batched or speculative step yields the tokens
 a single decode would). ``TOKENOPS_QUANT_EXACT=1`` (:attr:`Method.EXACT`) multiplies the float32
 activations instead, through the GEMM: the products of a float32 reference, for parity checks
@@ -62,7 +64,7 @@ SOURCE = _quant_formats_c.SOURCE + _quant_gemv_c.SOURCE + _quant_packed_c.SOURCE
 
 class Method(enum.IntEnum):
     """Which product :meth:`QuantKernels.linear` runs (the C side's ``method``). All but ``EXACT``
-    compute one function, ``W @ round8(x)`` (activations rounded to 8 bits per block of 32), to
+    compute one function, ``W @ round(x)`` (activations rounded to two bytes per block of 32), to
     float32 rounding, so a row's result does not depend on which path its batch's size picked."""
 
     AUTO = 0
