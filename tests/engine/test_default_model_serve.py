@@ -56,7 +56,8 @@ def test_default_serve_answers_capital_of_france(tmp_path):
         engine = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers, timeout=30).json()["engines"]
         stats = engine[f"{MODEL}#0"]
         # the GGUF's blocks are what the engine multiplies by: Q4_1 layers and the Q8_0 embedding
-        assert stats["weight_format"].startswith("gguf Q4_1x210/Q8_0x1") and stats["forward"] == "torch"
+        assert stats["weight_format"].startswith("gguf Q4_1x210/Q8_0x1") and stats["forward"] == "fused"
+        assert stats["panel_dtype"] == "gguf" and stats["fused_decode_steps"] > 0  # the quantized kernels' step
 
 
 def test_default_is_smollm2_and_a_missing_package_says_how_to_install(monkeypatch):

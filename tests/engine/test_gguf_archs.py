@@ -22,6 +22,13 @@ def _hf_from_gguf(path):
     return model.eval()
 
 
+@pytest.fixture(autouse=True)
+def exact_activations(monkeypatch):
+    """Float32 activations in the native quantized products: transformers multiplies float32 ones, and
+    these comparisons are to float32 rounding (test_gguf_models checks the default rounded activations)."""
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "1")
+
+
 @pytest.fixture(scope="module")
 def gguf_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("gguf")

@@ -1,7 +1,8 @@
 """GGUF files run by the engine against transformers loading the same file.
 
 Tiny random GGUFs of every supported architecture and weight type (``tiny_gguf.py``): the
-engine keeps the blocks quantized and dequantizes per product; transformers dequantizes
+engine keeps the blocks quantized and multiplies them with the quantized kernels (float32
+activations here, ``TOKENOPS_QUANT_EXACT``) or dequantizes per product; transformers dequantizes
 the whole file to float32 at load. Prefill logits agree to float32 rounding and greedy
 decoding (chunked prefill + paged decode) gives the same tokens.
 """
@@ -24,10 +25,15 @@ NUM_NEW = 8
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """One intra-op thread: these models are tiny, and on a loaded 2-core box two threads wait on each
-    other at every operator (a step took 40x longer in a measurement here)."""
+    other at every operator (a step took 40x longer in a measurement here). Float32 activations in
+    the native quantized products (``TOKENOPS_QUANT_EXACT``): transformers multiplies float32 ones,
+    and the comparison is to float32 rounding (``test_rounded_activations_stay_close`` checks the
+    default two-byte activations)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOKENOPS_QUANT_EXACT", "1")
+        yield
     torch.set_num_threads(before)
 
 
@@ -45,6 +51,20 @@ def pair(request, tmp_path_factory):
     path = write_tiny_gguf(folder / "model.gguf", arch, qtype, tied=qtype == "Q4_1")
     runner = ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=256))
     return arch, qtype, runner, load_hf_gguf(path), path
+
+
+@torch.no_grad()
+def test_rounded_activations_stay_close(pair, monkeypatch):
+    """The default products round activations to two bytes per value (per block of 32): the logits
+    stay within that rounding of the float32 ones."""
+    _, qtype, runner, _, _ = pair
+    ids = _prompt()
+    exact = runner.execute([ChunkInput(ids, 0, list(range(8)))])[0]
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
+    rounded = runner.execute([ChunkInput(ids, 0, list(range(8)))])[0]
+    err = (rounded - exact).abs().max().item() / exact.abs().max().item()
+    assert err < 1e-3
+    assert (err > 0) == (qtype not in ("F32", "F16", "BF16"))  # float weights multiply in torch
 
 
 @torch.no_grad()
@@ -125,12 +145,23 @@ def test_unsupported_tensor_type_is_one_line_error(tmp_path):
     assert "blk.1.ffn_up.weight" in message and "Q5_0" in message and "\n" not in message
 
 
-def test_native_decode_kernel_refuses_quantized_weights(tmp_path):
+def test_native_decode_kernel_runs_quantized_weights(tmp_path, monkeypatch):
+    """The fused step runs GGUF weights through the quantized kernels (two-byte activations): its
+    logits match the PyTorch forward's; with float32 activations asked for it declines."""
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.model_runner import ModelRunner
 
     path = write_tiny_gguf(tmp_path / "m.gguf", "llama", "Q4_0")
-    with pytest.raises(ValueError, match="decode_kernel 'native' is unavailable: its weights stay quantized"):
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
+    runners = [ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=64,
+                                        decode_kernel=kernel)) for kernel in ("native", "torch")]
+    assert runners[0].fused_decode is not None and runners[1].fused_decode is None
+    ids = _prompt()
+    fused, torch_path = (r.execute([ChunkInput(ids, 0, list(range(8)), num_logits=len(ids))]) for r in runners)
+    assert runners[0].num_fused_steps == 1
+    assert ((fused - torch_path).abs().max() / torch_path.abs().max()).item() < 1e-3
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "1")
+    with pytest.raises(ValueError, match="decode_kernel 'native' is unavailable: TOKENOPS_QUANT_EXACT"):
         ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=64,
                                  decode_kernel="native"))
 

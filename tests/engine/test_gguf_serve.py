@@ -12,7 +12,8 @@ from tokenops.testing_serve import ServeProcess
 
 NUM_NEW = 6
 PROMPT = "the then there"
-ONE_THREAD = {"TOKENOPS_ENGINE__TORCH_THREADS": "1"}  # tiny models on a loaded 2-core box
+# tiny models on a loaded 2-core box; float32 activations in the quantized products, as transformers'
+ONE_THREAD = {"TOKENOPS_ENGINE__TORCH_THREADS": "1", "TOKENOPS_QUANT_EXACT": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def test_gguf_files_served_from_the_command_line_and_the_config(tmp_path, files)
         assert _complete(client, "my-llama") == expected["llama"]
         assert _complete(client, "tiny-qwen2") == expected["qwen2"]
     config = f'[engine]\ntorch_threads = 1\n\n[[models]]\nname = "qwen-gguf"\npath = "{files["qwen2"]}"\n'
-    with ServeProcess(tmp_path / "config", config=config, store=False) as srv:
+    with ServeProcess(tmp_path / "config", config=config, env=ONE_THREAD, store=False) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused")
         assert _complete(client, "qwen-gguf") == expected["qwen2"]
         chat = client.chat.completions.create(model="qwen-gguf", messages=[{"role": "user", "content": "the"}],

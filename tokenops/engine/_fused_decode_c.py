@@ -523,6 +523,18 @@ static void attend_rows(const tk_layer *ly, const float *qkv, int64_t QKV, int64
    the first row holds the count, the others 0), block tables[M][MB], then L and the L rows whose
    logits are wanted (logits [L, V] in that order: a prefill chunk needs only its last row's).
    cos/sin: [positions, D]. work: x[M*hidden] h[M*hidden] qkv[M*(H+2KVH)*D] att[M*H*D] gu[M*2I]. */
+/* The step's products and embedding lookup: float32 panels, or (TK_QUANT: tokenops.engine.quant_kernels'
+   source is prepended) GGUF blocks, where every weight pointer (the layers', lm_head, embed) is a
+   qk_weight and the products are its integer GEMV on 8-bit activations, for any number of rows. */
+#ifdef TK_QUANT
+#define TK_LINEAR(x, xs, M, w, b, y, N, K, acc, nt) \
+    qk_product((const qk_weight *)(const void *)(w), 1, x, xs, M, b, y, N, acc, qscratch, NULL)
+#define TK_EMBED(out, embed, tok, HD) qk_embed_row((const qk_weight *)(const void *)(embed), tok, out)
+#else
+#define TK_LINEAR(x, xs, M, w, b, y, N, K, acc, nt) gemm(x, xs, M, w, b, y, N, K, acc, nt)
+#define TK_EMBED(out, embed, tok, HD) memcpy(out, (embed) + (tok) * (HD), sizeof(float) * (HD))
+#endif
+
 int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale,
                      const float *embed, const float *final_norm, const panel_t *lm_head,
                      const float *cos_tab, const float *sin_tab, float *logits, float *work, int nthreads) {
@@ -539,18 +551,23 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
     int64_t S = nthreads > 1 ? nthreads : 1, PS = H * (D + 2);
     float *partbuf = (float *)malloc(sizeof(float) * (size_t)(M * S * PS));
     if (!partbuf) return -1;
+#ifdef TK_QUANT
+    int64_t kmax = HD > H * D ? HD : H * D;
+    void *qscratch = malloc(qk_scratch_bytes(M, kmax > I ? kmax : I));  /* the rows' 8-bit activations */
+    if (!qscratch) { free(partbuf); return -1; }
+#endif
     _Pragma("omp parallel num_threads(nthreads) if(nthreads > 1)")
     {
         float *scores = (float *)malloc(sizeof(float) * (size_t)(rmax * H * (max_len > 0 ? max_len : 1)));
         int64_t lo[rmax > 0 ? rmax : 1];
         if (!scores) failed = 1;
         _Pragma("omp for schedule(static)")
-        for (int64_t m = 0; m < M; m++) memcpy(x + m * HD, embed + tokens[m] * HD, sizeof(float) * HD);
+        for (int64_t m = 0; m < M; m++) TK_EMBED(x + m * HD, embed, tokens[m], HD);
         for (int64_t l = 0; l < NL; l++) {
             const tk_layer *ly = layers + l;
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->in_norm, h + m * HD, HD, eps);
-            gemm(h, HD, M, ly->wqkv, ly->bqkv, qkv, QKV, HD, 0, nthreads);
+            TK_LINEAR(h, HD, M, ly->wqkv, ly->bqkv, qkv, QKV, HD, 0, nthreads);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) {
                 float *q = qkv + m * QKV, *k = q + H * D, *v = k + KVH * D;
@@ -591,20 +608,23 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
             _Pragma("omp for schedule(static)")
             for (int64_t u = 0; u < M * H; u++)
                 merge(partbuf + (u / H) * S * PS, S, PS, u % H, H, D, att + u * D);
-            gemm(att, H * D, M, ly->wo, ly->bo, x, HD, H * D, 1, nthreads);
+            TK_LINEAR(att, H * D, M, ly->wo, ly->bo, x, HD, H * D, 1, nthreads);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->post_norm, h + m * HD, HD, eps);
-            gemm(h, HD, M, ly->wgu, ly->bgu, gu, 2 * I, HD, 0, nthreads);
+            TK_LINEAR(h, HD, M, ly->wgu, ly->bgu, gu, 2 * I, HD, 0, nthreads);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) silu_mul(gu + m * 2 * I, I);
-            gemm(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1, nthreads);
+            TK_LINEAR(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1, nthreads);
         }
         _Pragma("omp for schedule(static)")
         for (int64_t j = 0; j < L; j++) rmsnorm(x + lrows[j] * HD, final_norm, h + j * HD, HD, eps);
-        gemm(h, HD, L, lm_head, NULL, logits, V, HD, 0, nthreads);
+        TK_LINEAR(h, HD, L, lm_head, NULL, logits, V, HD, 0, nthreads);
         free(scores);
     }
     free(partbuf);
+#ifdef TK_QUANT
+    free(qscratch);
+#endif
     return failed ? -1 : 0;
 }
 

@@ -382,9 +382,11 @@ class LLMEngine:
             **({"spec_decode": self.spec_decoder.stats.as_dict()} if self.spec_decoder is not None else {}),
             **({"fused_decode_steps": self.runner.num_fused_steps, "panel_dtype": self.runner.fused_decode.panel_dtype}
                if getattr(self.runner, "fused_decode", None) is not None else {}),
-            # GGUF weights kept quantized: the PyTorch forward runs them (the fused step cannot)
             **self._run_settings(),
-            **({"weight_format": self.runner.weight_format, "forward": "torch"}
+            # GGUF weights kept quantized: the fused step runs them through the quantized kernels when it
+            # can (panel_dtype "gguf"), else the PyTorch forward
+            **({"weight_format": self.runner.weight_format,
+                "forward": "fused" if getattr(self.runner, "fused_decode", None) is not None else "torch"}
                if getattr(self.runner, "weight_format", None) else {}),
             **({"kv_policy_evicted_blocks": bm.num_policy_evictions} if self.kv_policy is not None else {}),
             **({"kv_offload": {**bm.offload.stats(), "hit_tokens": bm.num_offload_hits}} if bm.offload is not None else {}),

@@ -74,6 +74,13 @@ AUTO_MAX_EXTRA_BYTES = 512 << 20
 MAX_ROWS = 2048
 
 
+class _QkWeight(ctypes.Structure):
+    """``qk_weight`` of the quantized kernels' C source: a GGUF-encoded weight as the fused step reads it."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("rb", ctypes.c_int64), ("N", ctypes.c_int64), ("K", ctypes.c_int64),
+                ("t", ctypes.c_int32), ("packed", ctypes.c_int32)]
+
+
 class _Layer(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in (
         "in_norm", "post_norm", "q_norm", "k_norm", "wqkv", "bqkv", "wo", "bo", "wgu", "bgu", "wd", "bd", "kc", "vc")] + [
@@ -96,6 +103,10 @@ def _library(panel_dtype: str = "float32") -> ctypes.CDLL | None:
             source, stem = _SOURCE, "fused_decode"
             if panel_dtype == "bfloat16":
                 source, stem = "#define TK_PANEL_BF16 1\n" + _SOURCE, "fused_decode_bf16"
+            elif panel_dtype == "gguf":  # the products from GGUF blocks (quant_kernels' source, TK_QUANT)
+                from tokenops.engine.quant_kernels import SOURCE as quant_source
+
+                source, stem = quant_source + "#define TK_QUANT 1\n" + _SOURCE, "fused_decode_gguf"
             lib = None
             try:
                 lib = ctypes.CDLL(str(build_library(source=source, stem=stem)))
@@ -125,8 +136,6 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "it is for CPU"
     if not isinstance(model, CausalLM):
         return "the model was replaced by a transform"
-    if getattr(model, "quantized_format", None):
-        return f"its weights stay quantized ({model.quantized_format}); the PyTorch forward runs them"
     args = model.args
     if args.is_moe:
         return "the model has mixture-of-experts layers"
@@ -136,9 +145,14 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return f"activation {args.hidden_act!r} (only SiLU)"
     layers = [m for layer in model.model.layers
               for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)]
-    for module in layers + [model.lm_head]:
-        if type(module) is not Linear:
-            return f"a weight transform replaced a linear layer ({type(module).__name__})"
+    if is_quantized(model):
+        why = _quantized_reason(model, layers + [model.lm_head])
+        if why is not None:
+            return why
+    else:
+        for module in layers + [model.lm_head]:
+            if type(module) is not Linear:
+                return f"a weight transform replaced a linear layer ({type(module).__name__})"
     if any(param.dtype != torch.float32 for param in model.parameters()):
         return "it needs float32 weights"
     if args.num_heads % args.num_kv_heads:
@@ -157,6 +171,41 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
     return None
 
 
+def is_quantized(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds GGUF-encoded weights (a GGUF file's model): the fused step then runs
+    its products through the quantized kernels (:mod:`tokenops.engine.quant_kernels`)."""
+    from tokenops.engine.quantized_linear import QuantizedLinear
+
+    return isinstance(getattr(model, "lm_head", None), QuantizedLinear)
+
+
+def _quantized_reason(model: torch.nn.Module, linears: list[torch.nn.Module]) -> str | None:
+    from tokenops.engine import quant_kernels
+    from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedLinear
+
+    kernels = quant_kernels.get_kernels()
+    if kernels is None or not kernels.has_avx2:
+        return "the quantized kernels need AVX2 and a C compiler"
+    if quant_kernels.exact():
+        return "TOKENOPS_QUANT_EXACT asks for float32 activations"
+    embed = model.model.embed_tokens
+    if not isinstance(embed, QuantizedEmbedding) or embed.dtype != torch.float32:
+        return "its embedding is not quantized"
+    for module in [*linears, embed]:
+        weights = [embed.weight_q] if module is embed else getattr(module, "parts", [])
+        if not isinstance(module, (QuantizedLinear, QuantizedEmbedding)) or len(weights) != 1:
+            return f"a layer mixes encodings or is not quantized ({type(module).__name__})"
+        if weights[0].ggml_type not in quant_kernels.SUPPORTED:
+            return f"no kernel for {weights[0].qtype.name} weights"
+    return None
+
+
+def _weight(linear: torch.nn.Module) -> object:
+    """What the fused step multiplies by: a Linear's weight, a QuantizedLinear's one encoded weight."""
+    parts = getattr(linear, "parts", None)
+    return parts[0] if parts is not None else linear.weight
+
+
 def dense_linear_bytes(model: torch.nn.Module) -> int:
     """Bytes of the float32 linear weights (what the decoder holds a copy of)."""
     return sum(m.weight.numel() * 4 for m in model.modules() if type(m) is Linear)
@@ -171,7 +220,10 @@ class FusedDecoder:
 
     def __init__(self, model: torch.nn.Module, kv_cache: torch.Tensor, block_size: int,
                  max_rows: int = MAX_ROWS, panel_dtype: str = "float32") -> None:
-        if panel_dtype not in PANEL_DTYPES:
+        quantized = is_quantized(model)
+        if quantized:
+            panel_dtype = "gguf"  # no panels: the products read the model's own blocks
+        elif panel_dtype not in PANEL_DTYPES:
             raise ValueError(f"panel dtype must be one of {', '.join(PANEL_DTYPES)}, not {panel_dtype!r}")
         lib = _library(panel_dtype)
         if lib is None:
@@ -188,29 +240,37 @@ class FusedDecoder:
         self.scale = float(args.head_dim ** -0.5)
         self._keep: list[torch.Tensor] = []  # small tensors the native side points into
         stack = model.model
-        big = [w for layer in stack.layers for w in (layer.self_attn.qkv_proj.weight, layer.self_attn.o_proj.weight,
-                                                       layer.mlp.gate_up_proj.weight, layer.mlp.down_proj.weight)]
-        big.append(model.lm_head.weight)
-        num = sum(_panelled_size(w) for w in big)
-        self._arena_buf, self.arena = hugepage_arena(num, PANEL_DTYPES[panel_dtype])
+        big = [_weight(m) for layer in stack.layers for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
+                                                              layer.mlp.gate_up_proj, layer.mlp.down_proj)]
+        big.append(_weight(model.lm_head))
         copies: dict[int, int] = {}
-        at = 0
-        with torch.no_grad():
-            for w in big:
-                if id(w) in copies:
-                    continue
-                size = _panelled_size(w)
-                _pack_panels(w.detach(), self.arena[at:at + size])
-                copies[id(w)] = self.arena[at:].data_ptr()
-                at += size
-        self._panels = copies  # id(weight) -> address of its panels
+        if quantized:  # the weights stay where the loader put them; the step reads qk_weight records
+            big.append(stack.embed_tokens.weight_q)
+            self._qweights = [_QkWeight(w.raw.data_ptr(), w.raw.shape[1], w.out_features, w.in_features, w.ggml_type,
+                                        int(w.packed is not None)) for w in {id(w): w for w in big}.values()]
+            for w, rec in zip({id(w): w for w in big}.values(), self._qweights):
+                copies[id(w)] = ctypes.addressof(rec)
+        else:
+            num = sum(_panelled_size(w) for w in big)
+            self._arena_buf, self.arena = hugepage_arena(num, PANEL_DTYPES[panel_dtype])
+            at = 0
+            with torch.no_grad():
+                for w in big:
+                    if id(w) in copies:
+                        continue
+                    size = _panelled_size(w)
+                    _pack_panels(w.detach(), self.arena[at:at + size])
+                    copies[id(w)] = self.arena[at:].data_ptr()
+                    at += size
+        self._panels = {} if quantized else copies  # id(weight) -> address of its panels
         self._linear_fn = lib.linear_panels
 
-        def ptr(t: torch.Tensor | None) -> int | None:
+        def ptr(t: torch.Tensor | object | None) -> int | None:
             if t is None:
                 return None
             if id(t) in copies:
                 return copies[id(t)]
+            assert isinstance(t, torch.Tensor)
             t = t.detach()
             assert t.dtype == torch.float32 and t.is_contiguous(), (t.dtype, t.shape)
             self._keep.append(t)
@@ -223,15 +283,18 @@ class FusedDecoder:
                 ptr(layer.input_layernorm.weight), ptr(layer.post_attention_layernorm.weight),
                 ptr(attn.q_norm.weight if attn.q_norm is not None else None),
                 ptr(attn.k_norm.weight if attn.k_norm is not None else None),
-                ptr(attn.qkv_proj.weight), ptr(attn.qkv_proj.bias), ptr(attn.o_proj.weight), ptr(attn.o_proj.bias),
-                ptr(mlp.gate_up_proj.weight), ptr(mlp.gate_up_proj.bias), ptr(mlp.down_proj.weight),
+                ptr(_weight(attn.qkv_proj)), ptr(attn.qkv_proj.bias), ptr(_weight(attn.o_proj)), ptr(attn.o_proj.bias),
+                ptr(_weight(mlp.gate_up_proj)), ptr(mlp.gate_up_proj.bias), ptr(_weight(mlp.down_proj)),
                 ptr(mlp.down_proj.bias), ptr(kv_cache[0, i]), ptr(kv_cache[1, i]), int(attn.window or 0))
         self._layers = layers
-        embed = stack.embed_tokens.weight.detach()  # rows, as they are (a tied lm_head's panels are a copy)
-        self._keep.append(embed)
-        self._embed = embed.data_ptr()
+        if quantized:
+            self._embed = copies[id(stack.embed_tokens.weight_q)]
+        else:
+            embed = stack.embed_tokens.weight.detach()  # rows, as they are (a tied lm_head's panels are a copy)
+            self._keep.append(embed)
+            self._embed = embed.data_ptr()
         self._final_norm = ptr(stack.norm.weight)
-        self._lm_head = ptr(model.lm_head.weight)
+        self._lm_head = ptr(_weight(model.lm_head))
         hidden, inter = args.hidden_size, args.intermediate_size
         qkv = (args.num_heads + 2 * args.num_kv_heads) * args.head_dim
         self._work_per_row = 2 * hidden + qkv + args.num_heads * args.head_dim + 2 * inter

@@ -19,7 +19,7 @@ from torch import nn
 from tokenops.engine.gguf_reader import GGUFError, GGUFFile, gguf_architecture, gguf_model_args
 from tokenops.engine.models.args import ModelArgs
 from tokenops.engine.models.llama import CausalLM
-from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedLinear, QuantizedWeight
+from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, pack_weights
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ def load_gguf_model(path: Path, dtype: torch.dtype, device: torch.device) -> tup
     if rope_freqs is not None:  # llama 3's frequency factors, stored as a tensor by llama.cpp
         model.inv_freq = model.inv_freq / torch.from_numpy(rope_freqs).to(model.inv_freq)
     model.eval().requires_grad_(False)
+    pack_weights(model)  # into the kernels' row groups (the file's layout is released)
     _release_freed_heap()
     model.quantized_format = "gguf " + "/".join(f"{k}x{v}" for k, v in cfg["gguf"]["types"].items())
     return model, args, cfg

@@ -1,0 +1,137 @@
+"""The quantized linear kernels (``tokenops/engine/quant_kernels.py``) against ``gguf``'s own decoder
+and torch's matmul: every format, 1-64 rows and ragged output counts, one and two threads, every path
+(integer GEMV with and without VNNI, float32 GEMM, weights packed or in GGUF's layout), in the SIMD
+build and in the plain-C fallback build."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as QT
+from quant_blocks import K_QUANTS, quantize_activations, random_raw
+
+from tokenops.engine import quant_kernels
+from tokenops.engine.quant_kernels import Method, QuantKernels
+
+QTYPES = [QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+ROWS = [1, 3, 7, 16, 64]
+OUT_FEATURES = 43  # not a multiple of 8 (a packed group) nor of 3 / 24 (the GEMM's tile and panel)
+IN_FEATURES = 512  # two K-quant super-blocks, sixteen 32-blocks
+
+
+def _kernels(plain: bool) -> QuantKernels:
+    kernels = quant_kernels.get_kernels(plain=plain)
+    if kernels is None:
+        pytest.skip("no C compiler: the kernels cannot be built")
+    return kernels
+
+
+@pytest.fixture(params=[False, True], ids=["simd", "plain"])
+def kernels(request: pytest.FixtureRequest) -> QuantKernels:
+    return _kernels(request.param)
+
+
+def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.double() - ref).abs().max() / ref.abs().max())
+
+
+@pytest.mark.parametrize("qtype", QTYPES, ids=lambda t: t.name)
+def test_dequantize_matches_gguf(kernels: QuantKernels, qtype: QT) -> None:
+    raw = random_raw(qtype, OUT_FEATURES, IN_FEATURES, seed=1)
+    ref = quant_kernels.dequantize_reference(raw, qtype, IN_FEATURES)
+    assert torch.equal(kernels.dequantize(raw, qtype, IN_FEATURES), ref)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("qtype", QTYPES, ids=lambda t: t.name)
+def test_linear_matches_reference(kernels: QuantKernels, qtype: QT, threads: int) -> None:
+    """EXACT is float32-exact up to summation order; every other path equals the product with the
+    activations rounded to two bytes per value (so any wrong code, scale or offset shows, and the path
+    a row count picks does not change a row's result), within that rounding of the float32 product."""
+    raw = random_raw(qtype, OUT_FEATURES, IN_FEATURES, seed=2)
+    w = quant_kernels.dequantize_reference(raw, qtype, IN_FEATURES).double()
+    packed = kernels.pack(raw, qtype, IN_FEATURES)
+    assert (packed is not None) == (qtype not in K_QUANTS)
+    worst = 0.0
+    for num_rows in ROWS:
+        x = torch.randn(num_rows, IN_FEATURES, generator=torch.Generator().manual_seed(num_rows))
+        exact = x.double() @ w.T
+        rounded = quantize_activations(x).double() @ w.T
+        for method in Method:
+            for pw in ([None, packed] if packed is not None else [None]):
+                y = kernels.linear(x, None if pw else raw, qtype, IN_FEATURES, method, threads, pw)
+                assert y.shape == (num_rows, OUT_FEATURES) and y.dtype == torch.float32
+                if method == Method.EXACT:
+                    assert _rel_err(y, exact) < 1e-5, (num_rows, pw is not None)
+                else:
+                    assert _rel_err(y, rounded) < 1e-5, (num_rows, method, pw is not None)
+                    worst = max(worst, _rel_err(y, exact))
+    assert worst < 1e-4
+    print(f"{qtype.name}: max relative error of the two-byte-activation paths vs float32: {worst:.2e}")
+
+
+def test_exact_env_switches_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernels = _kernels(False)
+    raw = random_raw(QT.Q4_K, 16, 256)
+    x = torch.randn(2, 256)
+    exact = x.double() @ quant_kernels.dequantize_reference(raw, QT.Q4_K, 256).double().T
+    assert _rel_err(kernels.linear(x, raw, QT.Q4_K, 256), exact) > 1e-7
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "1")
+    assert _rel_err(kernels.linear(x, raw, QT.Q4_K, 256), exact) < 1e-5
+
+
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
+def test_packed_rows_decode_like_the_raw_ones(kernels: QuantKernels, qtype: QT) -> None:
+    raw = random_raw(qtype, OUT_FEATURES, 64, seed=3)
+    packed = kernels.pack(raw, qtype, 64)
+    assert packed is not None and packed.data.numel() == (OUT_FEATURES + 7) // 8 * 8 * raw.shape[1]
+    ref = quant_kernels.dequantize_reference(raw, qtype, 64)
+    assert torch.equal(kernels.unpack_rows(packed), ref)
+    arena = torch.zeros(kernels.packed_bytes(qtype, OUT_FEATURES, 64) + 5, dtype=torch.uint8)
+    into = kernels.pack(raw, qtype, 64, out=arena[5:])
+    assert into is not None and into.data.data_ptr() == arena[5:].data_ptr() and torch.equal(into.data, packed.data)
+    ids = torch.tensor([[42, 0], [7, 8]])
+    assert torch.equal(kernels.unpack_rows(packed, ids), ref[ids])
+    with pytest.raises(IndexError):
+        kernels.unpack_rows(packed, torch.tensor([OUT_FEATURES]))
+
+
+def test_simd_build_uses_the_cpu(kernels: QuantKernels) -> None:
+    flags = open("/proc/cpuinfo").read() if not kernels.plain else ""
+    assert kernels.has_avx2 == (" avx2" in flags and " fma" in flags and " f16c" in flags)
+    if kernels.plain:
+        assert not kernels.has_vnni
+
+
+def test_leading_dims_and_empty_batches() -> None:
+    kernels = _kernels(False)
+    raw = random_raw(QT.Q4_1, 16, 64)
+    x = torch.randn(2, 3, 64)
+    y = kernels.linear(x, raw, QT.Q4_1, 64)
+    assert y.shape == (2, 3, 16)
+    assert torch.allclose(y.reshape(6, 16), kernels.linear(x.reshape(6, 64), raw, QT.Q4_1, 64))
+    assert kernels.linear(torch.empty(0, 64), raw, QT.Q4_1, 64).shape == (0, 16)
+
+
+def test_bad_inputs_say_what_is_wrong() -> None:
+    kernels = _kernels(False)
+    raw = random_raw(QT.Q4_0, 8, 64)
+    with pytest.raises(ValueError, match="multiple of the 256-value block"):
+        kernels.row_bytes(QT.Q4_K, 576)
+    with pytest.raises(ValueError, match="no kernel"):
+        kernels.row_bytes(QT.Q5_0, 64)
+    with pytest.raises(ValueError, match=r"raw must be uint8 \[out_features, 36\]"):
+        kernels.linear(torch.randn(1, 64), raw[:, :30], QT.Q4_0, 64)
+    with pytest.raises(ValueError, match="x must be float32"):
+        kernels.linear(torch.randn(1, 64, dtype=torch.float64), raw, QT.Q4_0, 64)
+
+
+def test_module_linear_falls_back_without_a_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = random_raw(QT.Q8_0, 24, 96)
+    x = torch.randn(2, 96)
+    fast = quant_kernels.linear(x, raw, QT.Q8_0, 96)
+    monkeypatch.setattr(quant_kernels, "get_kernels", lambda plain=False: None)
+    assert quant_kernels.pack(raw, QT.Q8_0, 96) is None
+    slow = quant_kernels.linear(x, raw, QT.Q8_0, 96)
+    assert _rel_err(fast, slow.double()) < 1e-4
+    assert torch.allclose(slow, x @ quant_kernels.dequantize_reference(raw, QT.Q8_0, 96).T)

@@ -1,0 +1,233 @@
+"""C source, part 3 of the quantized linear kernels: the GEMM for many rows (prefill chunks, batched
+decode steps) and the entry point that picks a path.
+
+The GEMM decodes a panel of 24 weight rows to float32 once (at most 24 x K x 4 bytes: 147 KiB for
+K = 1536, an L2-sized tile) and runs every input row against it, four rows by three weight rows at a
+time: twelve accumulators, twelve independent FMA chains, the x rows in L1 and the panel in L2. The
+cost of decoding a weight is paid once per call, whatever the number of rows, so from a few dozen
+rows on the step runs at the float32 FMA rate. Threads share out the panels.
+
+The same loop with plain-C tiles is the whole of a build without AVX2 (``TK_PLAIN`` forces one on any
+CPU, so that the fallback stays tested)."""
+
+SOURCE = r"""
+#define TK_PANEL 24
+
+/* t[r * 3 + c] = x row r . panel row c, R <= 4 rows (xs apart) and C <= 3 panel rows (K apart) */
+TK_INLINE void qk_tile_plain(const int R, const int C, const float *x, int64_t xs, const float *w, int64_t K,
+                          float *t) {
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float s = 0.f;
+            const float *xr = x + r * xs, *wc = w + c * K;
+            _Pragma("omp simd reduction(+:s)")
+            for (int64_t k = 0; k < K; k++) s += xr[k] * wc[k];
+            t[r * 3 + c] = s;
+        }
+}
+
+#ifdef TK_AVX2
+TK_INLINE void qk_tile_avx2(const int R, const int C, const float *x, int64_t xs, const float *w, int64_t K,
+                         float *t) {
+    __m256 acc[4][3];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < 4; r++)
+        _Pragma("GCC unroll 3")
+        for (int c = 0; c < 3; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k += 8) {  /* K is a multiple of 32 */
+        __m256 wv[3];
+        _Pragma("GCC unroll 3")
+        for (int c = 0; c < C; c++) wv[c] = _mm256_loadu_ps(w + c * K + k);
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++) {
+            __m256 xv = _mm256_loadu_ps(x + r * xs + k);
+            _Pragma("GCC unroll 3")
+            for (int c = 0; c < C; c++) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 3")
+        for (int c = 0; c < C; c++) t[r * 3 + c] = qk_hsum8(acc[r][c]);
+}
+#endif
+
+static void qk_tile(int simd, int R, int C, const float *x, int64_t xs, const float *w, int64_t K, float *t) {
+#ifdef TK_AVX2
+#define QK_TILE(R_, C_) case R_ * 4 + C_: if (simd) qk_tile_avx2(R_, C_, x, xs, w, K, t); \
+                                          else qk_tile_plain(R_, C_, x, xs, w, K, t); break;
+#else
+#define QK_TILE(R_, C_) case R_ * 4 + C_: qk_tile_plain(R_, C_, x, xs, w, K, t); break;
+#endif
+    switch (R * 4 + C) {
+        QK_TILE(1, 1) QK_TILE(1, 2) QK_TILE(1, 3) QK_TILE(2, 1) QK_TILE(2, 2) QK_TILE(2, 3)
+        QK_TILE(3, 1) QK_TILE(3, 2) QK_TILE(3, 3) QK_TILE(4, 1) QK_TILE(4, 2)
+        default: QK_TILE(4, 3)
+    }
+#undef QK_TILE
+}
+
+/* A weight as the products read it: format t, rb bytes per row (packed: per group of 8 rows). */
+typedef struct {
+    const uint8_t *data;
+    int64_t rb, N, K;
+    int32_t t, packed;
+} qk_weight;
+
+/* y row m's outputs [n0, n0 + nn) (+)= v (+ bias) */
+static inline void qk_put(float *restrict y, const float *restrict v, const float *restrict b, int64_t n0, int64_t nn,
+                          int acc) {
+    for (int64_t j = 0; j < nn; j++) {
+        float val = v[j] + (b ? b[n0 + j] : 0.f);
+        y[n0 + j] = acc ? y[n0 + j] + val : val;
+    }
+}
+
+/* Bytes of scratch a product of M rows needs (the quantized activations, or the GEMM's rounded
+   ones), and the integer path's layout. */
+size_t qk_scratch_bytes(int64_t M, int64_t K) {
+    size_t ints = sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * (K / 32) * 5) + (size_t)(2 * M * K);
+    size_t floats = sizeof(float) * (size_t)(M * K);
+    return ints > floats ? ints : floats;
+}
+static inline tk_act qk_act_at(void *scratch, int64_t M, int64_t K, int64_t m) {
+    int64_t nbk = K / 32;
+    char *mem = (char *)scratch;
+    float *f = (float *)(mem + sizeof(tk_act) * (size_t)M) + m * nbk * 5;
+    int8_t *q = (int8_t *)(mem + sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * nbk * 5)) + 2 * m * K;
+    tk_act a = {q, q + K, f, f + nbk, f + 2 * nbk, f + 3 * nbk};  /* q q2 | d d2 s32 s16 (2 per block) */
+    return a;
+}
+
+/* y[m * ys + n] (+)= x[m * xs ..] . W[n] (+ b[n]) for m < M, n < N. Called by every thread of a
+   parallel region (or outside one); the threads share out the weight. method 1/2: integer products,
+   3: float32 panels, 4: float32 panels on the activations rounded per block as 1/2 round
+   them (the same function as 1/2 to float32 rounding, so results do not depend on the path the row
+   count picks). scratch: qk_scratch_bytes, shared (none for 3); panel: TK_PANEL * K floats per
+   thread (3/4). A build without AVX2 runs 1/2 as 4. */
+static void qk_product(const qk_weight *w, int method, const float *x, int64_t xs, int64_t M, const float *b,
+                       float *y, int64_t ys, int acc, void *scratch, float *panel) {
+    const int64_t N = w->N, K = w->K, rb = w->rb;
+    const int t = w->t;
+    const uint8_t *W = w->data;
+#ifdef TK_AVX2
+    if (method == 1 || method == 2) {
+        int vnni = method == 1 && TK_HAVE_VNNI;
+        tk_act *a = (tk_act *)scratch;
+        _Pragma("omp for schedule(static)")
+        for (int64_t m = 0; m < M; m++) {
+            a[m] = qk_act_at(scratch, M, K, m);
+            quantize_act(x + m * xs, K, a[m]);
+        }
+        if (w->packed) {
+            int64_t G = (N + 7) / 8, nb = K / 32;
+            tk_gemv_packed_fn fn = gemv_packed_fn(t);
+            _Pragma("omp for schedule(dynamic, 4)")
+            for (int64_t g = 0; g < G; g++) {
+                int64_t nn = N - g * 8 < 8 ? N - g * 8 : 8;
+                for (int64_t m = 0; m < M; m += 4) {
+                    int R = M - m < 4 ? (int)(M - m) : 4;
+                    __m256 out[4];
+                    float o[8];
+                    fn(R, vnni, W + g * rb, nb, a + m, out);
+                    for (int r = 0; r < R; r++) {
+                        _mm256_storeu_ps(o, out[r]);
+                        qk_put(y + (m + r) * ys, o, b, g * 8, nn, acc);
+                    }
+                }
+            }
+        } else {
+            int64_t nb = K / qk_block(t);
+            tk_gemv_fn fn = gemv_fn(t);
+            _Pragma("omp for schedule(dynamic, 16)")
+            for (int64_t n = 0; n < N; n++) {
+                for (int64_t m = 0; m < M; m += 4) {
+                    int R = M - m < 4 ? (int)(M - m) : 4;
+                    float out[4];
+                    fn(R, vnni, W + n * rb, nb, a + m, out);
+                    for (int r = 0; r < R; r++) qk_put(y + (m + r) * ys, out + r, b, n, 1, acc);
+                }
+            }
+        }
+        return;
+    }
+    const int simd = 1;
+#else
+    const int simd = 0;
+#endif
+    if (method != 3) {  /* the rounded activations (1/2 in a plain build, 4) */
+        float *xr = (float *)scratch;
+        _Pragma("omp for schedule(static)")
+        for (int64_t m = 0; m < M; m++) round_act(x + m * xs, K, xr + m * K);
+        x = xr;
+        xs = K;
+    }
+    int64_t num_panels = (N + TK_PANEL - 1) / TK_PANEL;
+    _Pragma("omp for schedule(dynamic, 1)")
+    for (int64_t p = 0; p < num_panels; p++) {
+        int64_t n0 = p * TK_PANEL, nn = N - n0 < TK_PANEL ? N - n0 : TK_PANEL;
+        if (w->packed)  /* TK_PANEL is a multiple of 8: the panel holds whole groups */
+            for (int64_t i = 0; i < nn; i += 8) dequant_group(t, W + (n0 + i) / 8 * rb, K, panel + i * K);
+        else
+            for (int64_t i = 0; i < nn; i++) dequant_row(t, W + (n0 + i) * rb, panel + i * K, K);
+        for (int64_t m = 0; m < M; m += 4) {
+            int R = M - m < 4 ? (int)(M - m) : 4;
+            for (int64_t c = 0; c < nn; c += 3) {
+                int C = nn - c < 3 ? (int)(nn - c) : 3;
+                float tt[12];
+                qk_tile(simd, R, C, x + m * xs, xs, panel + c * K, K, tt);
+                for (int r = 0; r < R; r++) qk_put(y + (m + r) * ys, tt + r * 3, b, n0 + c, C, acc);
+            }
+        }
+    }
+}
+
+/* row tok of w as float32 (an embedding lookup; w packed or in GGUF's layout) */
+static inline void qk_embed_row(const qk_weight *w, int64_t tok, float *out) {
+    if (w->packed) dequant_group_row(w->t, w->data + tok / 8 * w->rb, w->K, (int)(tok % 8), out);
+    else dequant_row(w->t, w->data + tok * w->rb, out, w->K);
+}
+
+/* What this build can do: bit 0 AVX2 (integer GEMV, SIMD GEMM), bit 1 VNNI. */
+int qk_features(void) {
+#ifdef TK_AVX2
+    return 1 | (TK_HAVE_VNNI ? 2 : 0);
+#else
+    return 0;
+#endif
+}
+
+int qk_block_values(int t) { return qk_bytes(t) ? qk_block(t) : 0; }
+int qk_block_bytes(int t) { return qk_bytes(t); }
+int qk_packable(int t) { return qk_packed_bytes(t) != 0; }
+
+/* y[M, N] = x[M, K] . W^T, method as for qk_product. packed: W is qk_pack's output (groups of 8 rows,
+   rb bytes each). Returns 0, -1 on allocation failure, -2 for an unknown (or unpackable) format, a
+   ragged K or an unknown method. */
+int qk_linear(int t, int packed, int method, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y,
+              int64_t N, int64_t K, int nt) {
+    if (!qk_bytes(t) || K % qk_block(t) || (packed && !qk_packed_bytes(t)) || method < 1 || method > 4) return -2;
+    qk_weight w = {W, rb, N, K, t, packed};
+    int gemm_path = method >= 3 || !(qk_features() & 1);
+    void *scratch = method == 3 ? NULL : malloc(qk_scratch_bytes(M, K));
+    if (method != 3 && !scratch) return -1;
+    int failed = 0;
+    _Pragma("omp parallel num_threads(nt) if(nt > 1)")
+    {
+        float *panel = gemm_path ? (float *)malloc(sizeof(float) * TK_PANEL * (size_t)K) : NULL;
+        if (gemm_path && !panel) failed = 1;  /* every thread must meet the work-sharing loops */
+        _Pragma("omp barrier")
+        if (!failed) qk_product(&w, method, x, K, M, NULL, y, N, 0, scratch, panel);
+        free(panel);
+    }
+    free(scratch);
+    return failed ? -1 : 0;
+}
+
+/* W rows [n0, n0 + nn) decoded to float32, y[nn, K] (tests and the slow path) */
+int qk_dequantize(int t, const uint8_t *W, int64_t rb, float *y, int64_t nn, int64_t K) {
+    if (!qk_bytes(t) || K % qk_block(t)) return -2;
+    for (int64_t i = 0; i < nn; i++) dequant_row(t, W + i * rb, y + i * K, K);
+    return 0;
+}
+"""
