@@ -16,6 +16,7 @@ import math
 import os
 import re
 import threading
+from collections import OrderedDict
 from typing import Protocol
 
 import numpy as np
@@ -85,6 +86,8 @@ class MiniLMEmbedder:
 
     name = "all-MiniLM-L6-v2"
     dim = 384
+    #: its word vectors tell synonyms apart from other words (the verifier's synonym check)
+    has_word_similarity = True
     #: calibrated on tests/data/semantic_cache_pairs.jsonl with the verifier on
     default_threshold = 0.8
 
@@ -112,6 +115,46 @@ class MiniLMEmbedder:
         model = self.load()._model
         vectors = model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+class WordSimilarity:
+    """Cosine between single words embedded alone, for the verifier's synonym check.
+
+    Words are embedded once and kept (LRU, ``max_words``), so a lookup that needs a
+    synonym pays for the words it has not seen before only.
+    """
+
+    def __init__(self, embedder: Embedder, max_words: int = 50_000) -> None:
+        self.embedder = embedder
+        self.max_words = max_words
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def vectors(self, words: list[str]) -> list[np.ndarray]:
+        with self._lock:
+            missing = [w for w in dict.fromkeys(words) if w not in self._vectors]
+        if missing:
+            fresh = self.embedder.embed(missing)
+            with self._lock:
+                for w, v in zip(missing, fresh):
+                    self._vectors[w] = v
+                while len(self._vectors) > self.max_words:
+                    self._vectors.popitem(last=False)
+        with self._lock:
+            out = []
+            for w in words:
+                v = self._vectors.get(w)
+                if v is None:  # evicted meanwhile by another thread: embed it again
+                    v = self.embedder.embed([w])[0]
+                else:
+                    self._vectors.move_to_end(w)
+                out.append(v)
+            return out
+
+    def __call__(self, words_a: list[str], words_b: list[str]) -> np.ndarray:
+        va = np.stack(self.vectors(list(words_a)))
+        vb = np.stack(self.vectors(list(words_b)))
+        return va @ vb.T
 
 
 def get_embedder(name: str = "auto") -> Embedder:

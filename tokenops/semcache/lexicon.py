@@ -74,13 +74,13 @@ _SYMBOLS = [(r"\s*(->|→|=>|⟶)\s*", " to "), (r"%", " percent "), (r"\$", " d
 _FRAMES = [
     r"^(hey|hi|hello)\b[\s,!.]*",
     r"\b(can|could|would|will) you (please |kindly )?(tell|show|explain to|give|teach|remind|let) (me|us)\b( know)?",
-    r"\b(can|could|would|will) you (please |kindly )?(explain|describe|clarify|outline)\b",
+    r"\b(can|could|would|will) you (please |kindly )?(explain|describe|clarify|outline)\b(?= (how|why|what|when|where|who|which|whether|if)\b)",
     r"\b(please )?(tell|show|explain to|give|teach|remind) (me|us)\b",
     r"\b(i|we) (would|'d|want|wanna|need|wish|am trying|'m trying)( like)? to (know|understand|learn|find out|figure out)\b",
     r"\b(i am|i'm) (curious|wondering)( about)?\b", r"\bi (was )?wonder(ing)?\b( if| whether)?",
     r"\bdo you (happen to )?know\b", r"\bany idea\b", r"\bi have a question\b:?", r"\bquick question\b:?",
     r"\bhelp me (to )?(understand )?", r"\b(could|can) you help\b", r"\bin simple terms\b", r"\bbriefly\b",
-    r"^(please )?(explain|describe)\b",
+    r"^(please )?(explain|describe)\b(?= (how|why|what|when|where|who|which|whether|if)\b)",
 ]
 #: question shapes with the same answer, rewritten to one form
 _REWRITES = [
@@ -91,6 +91,8 @@ _REWRITES = [
      r"( be)?( able to| possible to| supposed to| going to)?", "how to"),
     (r"\bhow to go about\b", "how to"), (r"\bin what way (can|do) (i|you|we)\b", "how to"),
     (r"\bwhat does (.+?) (mean|stand for)\b", r"what is \1"), (r"^define\b", "what is"),
+    # "explain X" with no question word asks what X is
+    (r"^((can|could|would|will) you )?(please )?(explain|describe|clarify|tell me about)\b", "what is"),
     (r"\b(the )?(meaning|definition) of\b", "what is"),
     (r"\bis it possible (for (me|us|you) )?to\b", "can i"),
     (r"\b(am i|are we|are you) (allowed|able|permitted) to\b", "can i"),
