@@ -90,7 +90,7 @@ def main() -> int:
     pairs = [json.loads(line) for line in EVAL.read_text().splitlines()]
     pairs = [r for r in pairs if r["split"] == "tune"]
     emb = _Memo(get_embedder(args.embedder))
-    grid = [0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9] if args.embedder != "lexical" else [0.4, 0.5, 0.6, 0.7, 0.8]
+    grid = [0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9] if args.embedder != "lexical" else [0.3, 0.35, 0.4, 0.5, 0.6, 0.7]
     synonyms = [0.0]
     if emb.has_word_similarity:
         worst = max(substitution_similarities(pairs, emb), default=0.0)

@@ -40,8 +40,9 @@ class CacheConfig:
     is_semantic: bool = True
     is_verified: bool = True
     top_k: int = 4
-    #: cosine two words' embeddings need to count as synonyms in the verifier (0.0: no synonyms)
-    synonym_threshold: float = 0.86
+    #: cosine two words' embeddings need to count as synonyms in the verifier (0.0: no synonyms);
+    #: above every word swap in the tune look-alikes plus a margin (scripts/tune_semantic_cache.py)
+    synonym_threshold: float = 0.83
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not 0.0 < self.threshold <= 1.0:

@@ -34,8 +34,6 @@ PREPOSITIONS = frozenset(
 #: France" / "France's capital", "a recipe for pancakes" / "a pancake recipe"): left over, they are
 #: not a change; matched, they still order their operands
 OPTIONAL_PARTICLES = frozenset({"of", "for"})
-#: prepositions between two operands whose order matters ("from A to B", "A than B", "A by B")
-ORDER_MARKERS = PREPOSITIONS - frozenset("back away apart forward backward backwards ahead aside together".split())
 
 NEGATORS = {"not": "not", "no": "not", "never": "never", "none": "none", "nobody": "nobody",
             "nothing": "nothing", "neither": "neither", "nor": "nor", "nowhere": "nowhere", "cannot": "not"}
@@ -81,6 +79,9 @@ _FRAMES = [
     r"\bdo you (happen to )?know\b", r"\bany idea\b", r"\bi have a question\b:?", r"\bquick question\b:?",
     r"\bhelp me (to )?(understand )?", r"\b(could|can) you help\b", r"\bin simple terms\b", r"\bbriefly\b",
     r"^(please )?(explain|describe)\b(?= (how|why|what|when|where|who|which|whether|if)\b)",
+    # a request to the assistant ("can you recommend a book") is the imperative ("recommend a book")
+    r"^(can|could|would) you (please |kindly )?(?=(recommend|suggest|write|list|give|summari[sz]e|translate|name|"
+    r"find|make|create|generate|draft|compose|help)\b)",
 ]
 #: question shapes with the same answer, rewritten to one form
 _REWRITES = [
@@ -93,7 +94,7 @@ _REWRITES = [
     (r"\bwhat does (.+?) (mean|stand for)\b", r"what is \1"), (r"^define\b", "what is"),
     # "explain X" with no question word asks what X is
     (r"^((can|could|would|will) you )?(please )?(explain|describe|clarify|tell me about)\b", "what is"),
-    (r"\b(the )?(meaning|definition) of\b", "what is"),
+    (r"\bwhat (is|are) (the )?(meaning|definition) of\b", "what is"), (r"\b(the )?(meaning|definition) of\b", "what is"),
     (r"\bis it possible (for (me|us|you) )?to\b", "can i"),
     (r"\b(am i|are we|are you) (allowed|able|permitted) to\b", "can i"),
     (r"\bgoing to\b", "will"),

@@ -18,8 +18,9 @@ an alignment of the two prompts' *content tokens*:
    one-to-one, and never between a word and its own derivation ("encrypt"/"decrypt",
    "larger"/"largest", "safe"/"unsafe") nor between names or numbers. Anything left
    unmatched is a miss — a new antonym, particle, entity or unit needs no list entry.
-4. Operand order: two matched tokens that a matched preposition separates in both
-   prompts must keep their order ("euros to dollars" vs "dollars to euros").
+4. Operand order: two matched tokens that a matched token (a preposition or a verb)
+   separates in both prompts must keep their order ("euros to dollars" vs "dollars to
+   euros", "a lion beat a tiger" vs "a tiger beat a lion").
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ _REASONS = {"negation": "negation", "number": "numbers", "particle": "particle",
 class Verifier:
     """Content-token alignment; ``word_similarity`` (optional) supplies synonyms."""
 
-    def __init__(self, word_similarity: WordSimilarity | None = None, synonym_threshold: float = 0.86,
+    def __init__(self, word_similarity: WordSimilarity | None = None, synonym_threshold: float = 0.83,
                  max_synonyms: int = 3) -> None:
         self.word_similarity = word_similarity
         self.synonym_threshold = synonym_threshold
@@ -219,16 +220,21 @@ class Verifier:
 
 
 def _swapped(ta: tuple[Token, ...], tb: tuple[Token, ...], pairs: list[tuple[int, int]]) -> bool:
-    """Two operands changed sides of a preposition that sits between them in both prompts."""
-    where = dict(pairs)
+    """Two operands changed sides of a pivot that sits between them in both prompts.
+
+    The pivot is any matched token: a preposition ("euros *to* dollars" / "dollars *to*
+    euros") or a verb ("can a lion *beat* a tiger" / "can a tiger *beat* a lion"). Moves
+    that keep meaning do not swap sides of a shared pivot: a particle after its object
+    ("turn the light on"), a fronted phrase ("on Windows, how do I..."), a genitive
+    ("France's capital"), or two phrases trading places ("to London from Paris").
+    """
     operands = sorted((i, j) for i, j in pairs if ta[i].kind != "particle")
-    markers = [(i, where[i]) for i, t in enumerate(ta) if t.kind == "particle" and t.key in lx.ORDER_MARKERS
-               and i in where]
+    pivots = sorted(pairs)
     for x, (i1, j1) in enumerate(operands):
         for i2, j2 in operands[x + 1:]:
             if j1 < j2:
                 continue
-            if any(i1 < mi < i2 and j2 < mj < j1 for mi, mj in markers):
+            if any(i1 < mi < i2 and j2 < mj < j1 for mi, mj in pivots):
                 return True
     return False
 
