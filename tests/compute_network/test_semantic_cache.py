@@ -16,6 +16,7 @@ from tokenops.types import GatewayResponse
 from .helpers import chat
 
 PAIRS = Path(__file__).resolve().parents[1] / "data" / "semantic_cache_pairs.jsonl"
+EVAL = Path(__file__).resolve().parents[1] / "data" / "semantic_cache_eval.jsonl"
 
 
 def answer(text="an answer", **kw):
@@ -36,8 +37,50 @@ def test_labelled_set_is_balanced_and_large_enough():
 
 def test_precision_on_labelled_pairs_lexical():
     score = score_pairs(SemanticCache(LexicalEmbedder()), load_pairs(PAIRS))
-    assert score.precision >= 0.95, score.false_hits
-    assert score.recall >= 0.45, score.missed  # lexical features only catch reworded text
+    assert score.precision == 1.0, score.false_hits
+    # the old set's paraphrases often swap prepositions ("in Windows" / "on Windows"), which
+    # the verifier refuses on purpose: recall there is the price of no false hits
+    assert score.recall >= 0.4, score.missed
+
+
+def test_eval_set_is_generated_and_current():
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "make_semantic_cache_eval.py"
+    out = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pairs = load_pairs(EVAL)
+    assert sum(not p["should_hit"] for p in pairs) >= 300 and sum(p["should_hit"] for p in pairs) >= 150
+    kinds = {p["kind"] for p in pairs}
+    assert {"particle", "antonym", "direction", "entity", "language", "unit", "quantity", "tense", "degree",
+            "modal", "preposition", "negation"} <= kinds
+    held = [p for p in pairs if p["split"] == "heldout"]
+    assert sum(not p["should_hit"] for p in held) >= 90 and sum(p["should_hit"] for p in held) >= 50
+    # the split is by seed: no template or core is on both sides
+    assert not {p["seed"] for p in held} & {p["seed"] for p in pairs if p["split"] == "tune"}
+
+
+def _score_splits(embedder) -> dict[str, object]:
+    pairs = load_pairs(EVAL)
+    return {split: score_pairs(SemanticCache(embedder), [p for p in pairs if p["split"] == split], is_isolated=True)
+            for split in ("tune", "heldout", "fresh")}
+
+
+def test_new_set_no_false_hits_and_recall_lexical():
+    scores = _score_splits(LexicalEmbedder())
+    for split, score in scores.items():
+        assert not score.false_hits, (split, score.false_hits)
+    assert scores["heldout"].recall >= 0.6, scores["heldout"].missed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MiniLMEmbedder.is_available(), reason="the semantic extra is not installed")
+def test_new_set_no_false_hits_and_recall_minilm():
+    scores = _score_splits(MiniLMEmbedder())
+    for split, score in scores.items():
+        assert not score.false_hits, (split, score.false_hits)
+    assert scores["heldout"].recall >= 0.6, scores["heldout"].missed
 
 
 def test_verifier_is_what_keeps_precision():

@@ -47,6 +47,11 @@ def _ask(client: openai.OpenAI, text: str) -> str:
     return out.choices[0].message.content or ""
 
 
+def _decisions(row: dict) -> dict:
+    raw = row.get("decisions") or {}
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
 @pytest.mark.skipif(not MiniLMEmbedder.is_available(), reason="the semantic extra is not installed")
 def test_lookalikes_miss_paraphrases_hit_per_tenant_through_serve(tmp_path):
     with ServeProcess(tmp_path, config=CONFIG) as srv, \
@@ -64,8 +69,7 @@ def test_lookalikes_miss_paraphrases_hit_per_tenant_through_serve(tmp_path):
 
         rows = admin.get("/admin/requests", params={"limit": 100}).json()["requests"]
         rows = sorted((r for r in rows if r.get("tenant") in PAIRS), key=lambda r: r["ts"])
-        decisions = [(r["tenant"], r["cache_hit"], json.loads(r["decisions"] or "{}").get("semantic_cache", {}))
-                     for r in rows]
+        decisions = [(r["tenant"], r["cache_hit"], _decisions(r).get("semantic_cache", {})) for r in rows]
         assert len(decisions) == 3 * len(PAIRS) + 1, decisions
         for n, tenant in enumerate(PAIRS):
             (t1, hit1, d1), (t2, hit2, d2), (t3, hit3, d3) = decisions[3 * n: 3 * n + 3]
