@@ -103,8 +103,8 @@ def main() -> int:
         for syn in synonyms:
             cache = SemanticCache(emb, CacheConfig(threshold=threshold, synonym_threshold=syn))
             s = score_pairs(cache, pairs, is_isolated=True)
-            print(flush=True, *[f"threshold {threshold:.2f} synonyms {syn:.2f}: precision {s.precision:.3f} recall {s.recall:.3f} "
-                  f"false hits {len(s.false_hits)}"])
+            print(f"threshold {threshold:.2f} synonyms {syn:.2f}: precision {s.precision:.3f} "
+                  f"recall {s.recall:.3f} false hits {len(s.false_hits)}", flush=True)
             if not s.false_hits and (best is None or s.recall >= best[0]):
                 best = (s.recall, threshold, syn, s)
     if best is None:

@@ -68,17 +68,18 @@ _SYMBOLS = [(r"\s*(->|→|=>|⟶)\s*", " to "), (r"%", " percent "), (r"\$", " d
             (r"£", " pound "), (r"°\s*c\b", " celsius "), (r"°\s*f\b", " fahrenheit "), (r"\s&\s", " and "),
             (r"\s\+\s", " plus "), (r"\s-\s(?=\d)", " minus "), (r"(?<=\d)\s*x\s*(?=\d)", " times ")]
 
+_WH = r"(?= (how|why|what|when|where|who|which|whether|if)\b)"
 #: request frames around the question itself, removed before tokens are read
 _FRAMES = [
     r"^(hey|hi|hello)\b[\s,!.]*",
     r"\b(can|could|would|will) you (please |kindly )?(tell|show|explain to|give|teach|remind|let) (me|us)\b( know)?",
-    r"\b(can|could|would|will) you (please |kindly )?(explain|describe|clarify|outline)\b(?= (how|why|what|when|where|who|which|whether|if)\b)",
+    r"\b(can|could|would|will) you (please |kindly )?(explain|describe|clarify|outline)\b" + _WH,
     r"\b(please )?(tell|show|explain to|give|teach|remind) (me|us)\b",
-    r"\b(i|we) (would|'d|want|wanna|need|wish|am trying|'m trying)( like)? to (know|understand|learn|find out|figure out)\b",
+    r"\b(i|we) (would|want|wanna|need|wish|am trying)( like)? to (know|understand|learn|find out|figure out)\b",
     r"\b(i am|i'm) (curious|wondering)( about)?\b", r"\bi (was )?wonder(ing)?\b( if| whether)?",
     r"\bdo you (happen to )?know\b", r"\bany idea\b", r"\bi have a question\b:?", r"\bquick question\b:?",
     r"\bhelp me (to )?(understand )?", r"\b(could|can) you help\b", r"\bin simple terms\b", r"\bbriefly\b",
-    r"^(please )?(explain|describe)\b(?= (how|why|what|when|where|who|which|whether|if)\b)",
+    r"^(please )?(explain|describe)\b" + _WH,
     # a request to the assistant ("can you recommend a book") is the imperative ("recommend a book")
     r"^(can|could|would) you (please |kindly )?(?=(recommend|suggest|write|list|give|summari[sz]e|translate|name|"
     r"find|make|create|generate|draft|compose|help)\b)",
@@ -94,7 +95,8 @@ _REWRITES = [
     (r"\bwhat does (.+?) (mean|stand for)\b", r"what is \1"), (r"^define\b", "what is"),
     # "explain X" with no question word asks what X is
     (r"^((can|could|would|will) you )?(please )?(explain|describe|clarify|tell me about)\b", "what is"),
-    (r"\bwhat (is|are) (the )?(meaning|definition) of\b", "what is"), (r"\b(the )?(meaning|definition) of\b", "what is"),
+    (r"\bwhat (is|are) (the )?(meaning|definition) of\b", "what is"),
+    (r"\b(the )?(meaning|definition) of\b", "what is"),
     (r"\bis it possible (for (me|us|you) )?to\b", "can i"),
     (r"\b(am i|are we|are you) (allowed|able|permitted) to\b", "can i"),
     (r"\bgoing to\b", "will"),
