@@ -127,6 +127,9 @@ def test_precision_on_labelled_pairs_minilm():
     ("What is a black hole?", "Can you tell me what a black hole is?", None),
     ("What is a black hole?", "Explain a black hole.", None),
     ("Why is the sky blue?", "Could you explain why the sky is blue?", None),
+    # too little content to align: only an exact repeat is served
+    ("How are you?", "Hello! How have you been?", "too_short"),
+    ("Thanks!", "Thank you", "too_short"),
 ])
 def test_verifier(a, b, reason):
     assert mismatch(a, b) == reason

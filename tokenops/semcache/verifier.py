@@ -166,8 +166,9 @@ class Verifier:
     """Content-token alignment; ``word_similarity`` (optional) supplies synonyms."""
 
     def __init__(self, word_similarity: WordSimilarity | None = None, synonym_threshold: float = 0.83,
-                 max_synonyms: int = 3) -> None:
+                 max_synonyms: int = 3, min_content_tokens: int = 2) -> None:
         self.word_similarity = word_similarity
+        self.min_content_tokens = min_content_tokens
         self.synonym_threshold = synonym_threshold
         self.max_synonyms = max_synonyms
 
@@ -176,6 +177,8 @@ class Verifier:
         sa = a if isinstance(a, Signature) else signature(a)
         sb = b if isinstance(b, Signature) else signature(b)
         ta, tb = sa.tokens, sb.tokens
+        if min(len(ta), len(tb)) < self.min_content_tokens:
+            return "too_short"  # "hi", "thanks", "how are you": too little to align, exact repeats only
         pairs: list[tuple[int, int]] = []
         free_b = list(range(len(tb)))
         rest_a: list[int] = []
