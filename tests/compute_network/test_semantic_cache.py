@@ -93,8 +93,8 @@ def test_verifier_is_what_keeps_precision():
 @pytest.mark.skipif(not MiniLMEmbedder.is_available(), reason="the semantic extra is not installed")
 def test_precision_on_labelled_pairs_minilm():
     score = score_pairs(SemanticCache(MiniLMEmbedder()), load_pairs(PAIRS))
-    assert score.precision >= 0.95, score.false_hits
-    assert score.recall >= 0.7, score.missed
+    assert score.precision == 1.0, score.false_hits
+    assert score.recall >= 0.4, score.missed  # the verifier refuses the old set's freer rewordings
 
 
 @pytest.mark.parametrize("a,b,reason", [
