@@ -35,6 +35,8 @@ class _Memo:
         self.inner, self.name, self.dim = inner, inner.name, inner.dim
         self.has_word_similarity = getattr(inner, "has_word_similarity", False)
         self.default_threshold = inner.default_threshold
+        if hasattr(inner, "word_vectors"):
+            self.word_vectors = inner.word_vectors
         self._memo: dict = {}
 
     def embed(self, texts):
@@ -79,6 +81,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--embedder", default="minilm")
     p.add_argument("--show-errors", action="store_true")
+    p.add_argument("--thresholds", type=float, nargs="*", help="similarity thresholds to try (default: a grid)")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -91,10 +94,12 @@ def main() -> int:
     pairs = [r for r in pairs if r["split"] == "tune"]
     emb = _Memo(get_embedder(args.embedder))
     grid = [0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9] if args.embedder != "lexical" else [0.3, 0.35, 0.4, 0.5, 0.6, 0.7]
+    grid = args.thresholds or grid
     synonyms = [0.0]
     if emb.has_word_similarity:
         worst = max(substitution_similarities(pairs, emb), default=0.0)
-        pick = next(x for x in (0.8, 0.83, 0.86, 0.9, 0.95, 1.0) if x >= worst + 0.05)
+        pick = next(x for x in (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.83, 0.86, 0.9, 0.95, 1.0)
+                    if x >= worst + 0.05)
         print(f"highest word similarity among the tune look-alikes' substitutions: {worst:.3f} -> "
               f"synonym_threshold {pick}")
         synonyms = [0.0, pick]

@@ -72,7 +72,7 @@ def tokenops_register_tunables(register):
     register(Tunable("cache.semantic_threshold", "float", 0.0,
                      "Cosine similarity a semantic hit needs; 0 = the embedder's calibrated default.",
                      live=True, minimum=0.0, maximum=1.0, searchable=False))
-    register(Tunable("cache.synonym_threshold", "float", 0.83,
+    register(Tunable("cache.synonym_threshold", "float", 0.65,
                      "Cosine two words need to count as synonyms when the verifier aligns prompts; 0 = no synonyms.",
                      live=True, minimum=0.0, maximum=1.0, searchable=False))
     register(Tunable("cache.ttl_s", "float", 3600.0, "Seconds a cached answer lives.", live=True,

@@ -226,6 +226,8 @@ class _Precomputed:
         self.vectors: dict[str, np.ndarray] = {}
         self.words_from = words_from
         self.has_word_similarity = words_from is not None
+        if hasattr(words_from, "word_vectors"):
+            self.word_vectors = words_from.word_vectors
 
     def embed(self, texts):
         known = [self.vectors.get(t) for t in texts]

@@ -42,7 +42,7 @@ class CacheConfig:
     top_k: int = 4
     #: cosine two words' embeddings need to count as synonyms in the verifier (0.0: no synonyms);
     #: above every word swap in the tune look-alikes plus a margin (scripts/tune_semantic_cache.py)
-    synonym_threshold: float = 0.83
+    synonym_threshold: float = 0.65
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not 0.0 < self.threshold <= 1.0:

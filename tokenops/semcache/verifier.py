@@ -165,7 +165,7 @@ _REASONS = {"negation": "negation", "number": "numbers", "particle": "particle",
 class Verifier:
     """Content-token alignment; ``word_similarity`` (optional) supplies synonyms."""
 
-    def __init__(self, word_similarity: WordSimilarity | None = None, synonym_threshold: float = 0.83,
+    def __init__(self, word_similarity: WordSimilarity | None = None, synonym_threshold: float = 0.65,
                  max_synonyms: int = 3, min_content_tokens: int = 2) -> None:
         self.word_similarity = word_similarity
         self.min_content_tokens = min_content_tokens
