@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,14 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+#: The suite's default model: the in-repo toy (``tokenops-demo``), so that every test that starts an
+#: engine or ``tokenops serve`` without naming a model stays fast. Set before any test runs, so
+#: ``ServeProcess`` children inherit it. Tests of the real embedded default (SmolLM2) clear it:
+#: ``ServeProcess(..., env=REAL_DEFAULT_ENV)`` or ``monkeypatch.delenv(DEFAULT_MODEL_ENV)``.
+DEFAULT_MODEL_ENV = "TOKENOPS_DEFAULT_MODEL"
+TOY_DEFAULT_MODEL = "tokenops-demo"
+os.environ[DEFAULT_MODEL_ENV] = TOY_DEFAULT_MODEL
 
 
 @pytest.fixture(scope="session")

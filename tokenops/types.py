@@ -13,6 +13,26 @@ def new_request_id(prefix: str = "req") -> str:
 
 
 @dataclass(slots=True)
+class NativeRequest:
+    """A request in a wire API other than chat completions, kept for pass-through."""
+
+    api: str  # "messages" (Anthropic)
+    path: str  # under the upstream's /v1, e.g. "/messages"
+    body: dict[str, Any]
+    #: What the chat translation could not carry, as (param, message): a backend that serves
+    #: the translation (not the native body) answers 400 with the first.
+    untranslatable: list[tuple[str, str]] = field(default_factory=list)
+
+    def check_translatable(self, backend: str) -> None:
+        """Raise the 400 (``BackendError``) of the first thing the translation lost, if any."""
+        if self.untranslatable:
+            param, message = self.untranslatable[0]
+            err = BackendError(message, kind="bad_request", status=400, backend=backend)
+            err.upstream_message, err.upstream_code, err.param = message, "unsupported_parameter", param  # type: ignore[attr-defined]
+            raise err
+
+
+@dataclass(slots=True)
 class GatewayRequest:
     """A normalised chat or completion request as it moves through the pipeline."""
 
@@ -35,6 +55,9 @@ class GatewayRequest:
     decisions: dict[str, Any] = field(default_factory=dict)
     #: Headers a pipeline step adds to the client's response (e.g. a budget warning).
     response_headers: dict[str, str] = field(default_factory=dict)
+    #: The body as the client sent it in another wire API (e.g. Anthropic's ``/v1/messages``),
+    #: for upstreams that serve that API as is; ``body`` holds its chat translation.
+    native: NativeRequest | None = None
 
     def prompt_text(self) -> str:
         """The request's text, for routers and caches that look at content."""

@@ -15,7 +15,7 @@ from tokenops.engine.sampling import SamplingParams
 from tokenops.testing_serve import ServeProcess
 
 needs_lib = pytest.mark.skipif(fused_decode._library() is None, reason="no C compiler: decodes use the PyTorch path")
-DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "qwen3_hd128", "mistral", "mistral_h12")
+DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "qwen3_hd128", "mistral", "mistral_h12", "phi3")
 
 
 def _prefill(runner, prompts, tables):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-ARCHS = ("llama", "qwen2", "qwen2_sliding", "qwen3", "mistral", "mixtral", "qwen2_moe", "qwen3_moe")
+ARCHS = ("llama", "qwen2", "qwen2_sliding", "qwen3", "mistral", "mixtral", "qwen2_moe", "qwen3_moe",
+         "gemma", "gemma2", "gemma3", "phi3", "phi3_longrope")
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 VOCAB_SIZE = 320
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -76,6 +77,30 @@ def hf_config(arch: str):
                                  shared_expert_intermediate_size=96, norm_topk_prob=False, mlp_only_layers=[1])  # fmt: skip
     if arch == "qwen3_moe":
         return tf.Qwen3MoeConfig(**c, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True)
+    if arch == "gemma":  # Gemma 1: scaled embeddings, (1 + w) norms, GELU, tied; head_dim 16 (not hidden / heads)
+        return tf.GemmaConfig(**{**c, "num_attention_heads": 2, "num_key_value_heads": 1}, head_dim=16)
+    if arch == "gemma2":  # soft caps low enough to bite, a 5-token window on layer 0, scale from 24 not 16
+        return tf.Gemma2Config(**c, head_dim=16, query_pre_attn_scalar=24, sliding_window=5,
+                               attn_logit_softcapping=3.0, final_logit_softcapping=5.0)
+    if arch == "gemma3":  # q/k norms; local layer 0 (theta 1e4, window 5), global layer 1 (theta 1e6, linear x8)
+        rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0}}
+        return tf.Gemma3TextConfig(**c, head_dim=16, query_pre_attn_scalar=24, sliding_window=5, rope_parameters=rope,
+                                   layer_types=["sliding_attention", "full_attention"])
+    if arch == "gemma2_gguf":  # what transformers assumes of a Gemma 2 GGUF: head_dim 256 = query_pre_attn_scalar, caps 50/30
+        return tf.Gemma2Config(**{**c, "num_attention_heads": 2, "num_key_value_heads": 1}, head_dim=256,
+                               query_pre_attn_scalar=256, sliding_window=5)
+    if arch == "gemma3_gguf":  # six layers: five local, the sixth global (the pattern a GGUF implies)
+        return tf.Gemma3TextConfig(**{**c, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 6},
+                                   head_dim=256, query_pre_attn_scalar=256, sliding_window=5)
+    if arch == "phi3":  # fused qkv/gate_up weights, window 7, full rotation: the fused step runs it
+        return tf.Phi3Config(**c, sliding_window=7)
+    if arch == "phi3_gguf":  # no window: transformers reads none from a Phi-3 GGUF
+        return tf.Phi3Config(**c)
+    if arch == "phi3_longrope":  # half the head rotates; LongRoPE (short factors below 64 tokens)
+        factors = {"short_factor": [1.0, 1.5, 2.0, 4.0], "long_factor": [2.0, 3.0, 5.0, 9.0]}
+        rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, **factors}
+        return tf.Phi3Config(**c, rope_parameters=rope, original_max_position_embeddings=64)
     raise ValueError(f"unknown tiny arch {arch!r}; choose from {ARCHS}")
 
 
@@ -86,6 +111,9 @@ def hf_model_class(arch: str):
         "llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen2_sliding": tf.Qwen2ForCausalLM,
         "qwen3": tf.Qwen3ForCausalLM, "qwen3_hd128": tf.Qwen3ForCausalLM, "mistral": tf.MistralForCausalLM, "mistral_h12": tf.MistralForCausalLM, "mixtral": tf.MixtralForCausalLM,
         "qwen2_moe": tf.Qwen2MoeForCausalLM, "qwen3_moe": tf.Qwen3MoeForCausalLM,
+        "gemma": tf.GemmaForCausalLM, "gemma2": tf.Gemma2ForCausalLM, "gemma3": tf.Gemma3ForCausalLM, "phi3": tf.Phi3ForCausalLM,
+        "phi3_longrope": tf.Phi3ForCausalLM, "gemma2_gguf": tf.Gemma2ForCausalLM, "gemma3_gguf": tf.Gemma3ForCausalLM,
+        "phi3_gguf": tf.Phi3ForCausalLM,
     }[arch]  # fmt: skip
 
 

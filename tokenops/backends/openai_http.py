@@ -15,10 +15,14 @@ from typing import Any, AsyncIterator
 
 import httpx
 
+from tokenops.backends.anthropic_upstream import native_deltas, native_once, native_open, wants_native
+from tokenops.backends.openai_responses import responses_once, responses_stream, wants_responses
 from tokenops.backends.base import Delta
 from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.registry import replica_name
+from tokenops.backends.sse import sse_data as _sse_data
 from tokenops.config import ModelConfig, Settings
+from tokenops.gateway import tracing
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 log = logging.getLogger("tokenops.backends")
@@ -80,6 +84,10 @@ class OpenAIBackend:
         self._timeout = httpx.Timeout(connect=5.0, read=model.timeout_s, write=30.0, pool=60.0)
         self._client: httpx.AsyncClient | None = None
         self._is_ready = False
+        #: Whether the upstream serves Anthropic's /v1/messages: None until a request finds out.
+        self.serves_messages: bool | None = None
+        #: Whether the upstream serves OpenAI's /v1/responses: None until a request finds out.
+        self.serves_responses: bool | None = None
 
     @property
     def ready(self) -> bool:
@@ -158,20 +166,25 @@ class OpenAIBackend:
     def _path(self, request: GatewayRequest) -> str:
         return self.url + {"chat": "/chat/completions", "embedding": "/embeddings"}.get(request.kind, "/completions")
 
-    async def _send(self, request: GatewayRequest, stream: bool) -> httpx.Response:
+    async def _send(self, request: GatewayRequest, stream: bool, *, path: str | None = None,
+                    payload: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> httpx.Response:
         """POST with retries on connect errors and 5xx. A streamed response is open
-        (the caller closes it); a non-streamed one is already read."""
+        (the caller closes it); a non-streamed one is already read. ``path``/``payload``/``headers``
+        replace the chat-completions ones (Anthropic pass-through)."""
         if self._client is None:
             raise BackendError(f"backend {self.name} is not started", kind="unavailable", status=503, backend=self.name)
         if not self._has_listed_models:
             await self._learn_models()
-        content = json.dumps(self._payload(request, stream), separators=(",", ":")).encode()
+        body = self._payload(request, stream) if payload is None else {**payload, "model": self.upstream_model}
+        content = json.dumps(body, separators=(",", ":")).encode()
+        url, send_headers = self._path(request) if path is None else self.url + path, {**self._headers, **(headers or {})}
+        tracing.inject(send_headers)  # the attempt's traceparent: a traced upstream (vLLM) joins the request's trace
         last: BackendError | None = None
         for attempt in range(self.num_retries + 1):
             if attempt:
                 await asyncio.sleep(min(0.05 * 2 ** (attempt - 1), 1.0))
             try:
-                req = self._client.build_request("POST", self._path(request), content=content, headers=self._headers,
+                req = self._client.build_request("POST", url, content=content, headers=send_headers,
                                                  timeout=self._timeout)
                 response = await self._client.send(req, stream=stream)
             except httpx.ConnectError as e:
@@ -199,6 +212,16 @@ class OpenAIBackend:
         raise last
 
     async def chat(self, request: GatewayRequest) -> GatewayResponse:
+        if wants_native(self, request):
+            answer = await native_once(self, request)
+            if answer is not None:
+                return answer
+        elif wants_responses(self, request):
+            answer = await responses_once(self, request)
+            if answer is not None:
+                return answer
+        elif request.native is not None:  # known not to serve it: what the translation lost is a 400
+            request.native.check_translatable(self.name)
         return await self._one(request)
 
     async def embed(self, request: GatewayRequest) -> dict[str, Any]:
@@ -242,6 +265,24 @@ class OpenAIBackend:
         )
 
     async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
+        if wants_native(self, request):
+            response = await native_open(self, request)
+            if response is not None:
+                async for delta in native_deltas(self, response):
+                    yield delta
+                return
+        elif wants_responses(self, request):
+            events = await responses_stream(self, request)
+            if events is not None:
+                async for delta in events:
+                    yield delta
+                return
+        elif request.native is not None:
+            request.native.check_translatable(self.name)
+        async for delta in self._stream_chat(request):
+            yield delta
+
+    async def _stream_chat(self, request: GatewayRequest) -> AsyncIterator[Delta]:
         response = await self._send(request, stream=True)
         num_tokens = 0
         usage: dict[str, Any] | None = None
@@ -286,22 +327,6 @@ class OpenAIBackend:
                     completion_tokens=usage.get("completion_tokens") or num_tokens,
                     cached_tokens=details.get("cached_tokens") or 0,
                     reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"))
-
-
-async def _sse_data(response: httpx.Response) -> AsyncIterator[bytes]:
-    """The ``data:`` lines of an event stream, as bytes, each as soon as it is complete."""
-    buf = b""
-    async for chunk in response.aiter_bytes():
-        buf += chunk
-        start = 0
-        while (end := buf.find(b"\n", start)) >= 0:
-            line = buf[start:end]
-            start = end + 1
-            if line.startswith(b"data:"):
-                yield line
-        buf = buf[start:]
-    if buf.startswith(b"data:"):
-        yield buf
 
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "refusal")

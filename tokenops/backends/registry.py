@@ -36,8 +36,9 @@ DEMO_REASONING_NAME = "tokenops-reasoning-small"
 
 
 def default_model_configs() -> list[ModelConfig]:
-    """The models served when no ``[[models]]`` are configured: the embedded demo
-    model, when their weights are bundled the demo MoE and the task-trained ladder
+    """The models served when no ``[[models]]`` are configured: the embedded default
+    model (SmolLM2-135M-Instruct from its GGUF; the toy ``tokenops-demo`` when
+    ``TOKENOPS_DEFAULT_MODEL`` says so), when their weights are bundled the demo MoE and the task-trained ladder
     (``tokenops-ladder-small``/``-large``), with the ``semantic`` extra the
     MiniLM embedding model (``all-minilm-l6-v2``), and with the ``diffusion`` extra the
     demo image model (``digits-diffusion``, for ``/v1/images/generations``)."""

@@ -19,6 +19,11 @@ each costs few kernel calls per layer:
 
 Everything that depends only on the step (gather indices, masks) is built once in
 :meth:`AttentionMetadata.build` and shared by all layers.
+
+Gemma 2 caps attention scores (``cap * tanh(scores / cap)``, before the mask), which
+SDPA cannot do: layers with a ``softcap`` attend through :func:`softcapped_attention`,
+the same two matmuls and softmax written out (the runner keeps the compiled decode kernel
+off for such models).
 """
 
 from __future__ import annotations
@@ -228,6 +233,7 @@ def paged_attention(
     scale: float,
     window: int | None = None,
     kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Write ``k``/``v`` into the cache, then attend.
 
@@ -236,13 +242,15 @@ def paged_attention(
     :param k_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]`` (``v_cache`` likewise).
     :param kv_scales: int8 cache only: the ``[num_blocks, block_size, num_kv_heads]``
         float32 scales of K and V (see :mod:`tokenops.engine.kv_quant`).
+    :param softcap: Gemma 2's attention logit soft-capping, or None.
     :returns: ``[T, num_heads, head_dim]``.
     """
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     group_size = num_heads // num_kv_heads
     if kv_scales is not None:
-        return _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta, scale, window)
+        return _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta, scale, window, softcap)
+    assert softcap is None or meta.native is None, "the compiled decode kernel does not soft-cap scores"
     k_flat = k_cache.view(-1, num_kv_heads, head_dim)
     v_flat = v_cache.view(-1, num_kv_heads, head_dim)
     k_flat.index_copy_(0, meta.slot_mapping, k)
@@ -257,12 +265,12 @@ def paged_attention(
         out = torch.empty_like(q)
         out[:nd] = decoded
     elif len(meta.decode_groups) == 1 and not meta.prefills:
-        return _decode(q, k_flat, v_flat, meta.decode_groups[0], meta, scale, window, group_size)
+        return _decode(q, k_flat, v_flat, meta.decode_groups[0], meta, scale, window, group_size, softcap)
     else:
         out = torch.empty_like(q)
     for group in meta.decode_groups:
         rows = slice(group.row_start, group.row_end)
-        out[rows] = _decode(q[rows], k_flat, v_flat, group, meta, scale, window, group_size)
+        out[rows] = _decode(q[rows], k_flat, v_flat, group, meta, scale, window, group_size, softcap)
     for span in meta.prefills:
         s, e = span.token_start, span.token_end
         if span.context_slots is None:
@@ -271,20 +279,33 @@ def paged_attention(
             ks = k_flat.index_select(0, span.context_slots)
             vs = v_flat.index_select(0, span.context_slots)
         mask = span.masks[window]
-        o = F.scaled_dot_product_attention(
-            q[s:e].transpose(0, 1).unsqueeze(0),
-            ks.transpose(0, 1).unsqueeze(0),
-            vs.transpose(0, 1).unsqueeze(0),
-            attn_mask=mask,
-            is_causal=mask is None,
-            scale=scale,
-            enable_gqa=group_size > 1,
-        )
+        qs, kt, vt = (x.transpose(0, 1).unsqueeze(0) for x in (q[s:e], ks, vs))
+        if softcap is not None:
+            if group_size > 1:  # query head h reads KV head h // group_size
+                kt, vt = kt.repeat_interleave(group_size, dim=1), vt.repeat_interleave(group_size, dim=1)
+            if mask is None:  # a fresh chunk from position 0: plain causal
+                n = e - s
+                mask = _additive(torch.ones(n, n, dtype=torch.bool, device=q.device).tril(), q.dtype)
+            o = softcapped_attention(qs, kt, vt, mask, scale, softcap)
+        else:
+            o = F.scaled_dot_product_attention(qs, kt, vt, attn_mask=mask, is_causal=mask is None, scale=scale,
+                                               enable_gqa=group_size > 1)
         out[s:e] = o[0].transpose(0, 1)
     return out
 
 
-def _decode(q, k_flat, v_flat, group: DecodeGroup, meta: AttentionMetadata, scale: float, window, group_size: int):
+def softcapped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
+                         softcap: float) -> torch.Tensor:
+    """Attention with scores capped to ``(-softcap, softcap)`` by ``softcap * tanh(s / softcap)``
+    before the additive ``mask`` (Gemma 2); softmax in float32. ``k``/``v`` have as many heads
+    as ``q`` or broadcast to them."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / softcap) * softcap + mask
+    return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
+
+
+def _decode(q, k_flat, v_flat, group: DecodeGroup, meta: AttentionMetadata, scale: float, window, group_size: int,
+            softcap: float | None = None):
     num_rows, num_heads, head_dim = q.shape
     num_kv_heads = num_heads // group_size
     # One gather buffer serves every group and layer of the step; index_select into
@@ -298,11 +319,15 @@ def _decode(q, k_flat, v_flat, group: DecodeGroup, meta: AttentionMetadata, scal
     ks = torch.index_select(k_flat, 0, group.slots, out=meta.workspace[0, :num_slots]).view(shape).transpose(1, 2)
     vs = torch.index_select(v_flat, 0, group.slots, out=meta.workspace[1, :num_slots]).view(shape).transpose(1, 2)
     qs = q.view(num_rows, num_kv_heads, group_size, head_dim)
-    o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=group.masks[window], scale=scale)
+    if softcap is not None:
+        o = softcapped_attention(qs, ks, vs, group.masks[window], scale, softcap)
+    else:
+        o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=group.masks[window], scale=scale)
     return o.reshape(num_rows, num_heads, head_dim)
 
 
-def _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta: AttentionMetadata, scale: float, window):
+def _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta: AttentionMetadata, scale: float, window,
+                    softcap: float | None = None):
     """int8 cache: quantize the step's K/V into the cache, then attend over a dequantized
     copy of the slots this step reads (the step's own chunks at position 0 use exact K/V)."""
     from tokenops.engine.kv_quant import dequantize_kv, quantize_kv
@@ -319,7 +344,8 @@ def _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta: AttentionMetadat
     needed = [g.slots for g in meta.decode_groups] + [p.context_slots for p in meta.prefills if p.context_slots is not None]
     if not needed:
         return paged_attention(q, k, v, k.new_zeros((1, 1, num_kv_heads, head_dim)),
-                               v.new_zeros((1, 1, num_kv_heads, head_dim)), _local(meta, None), scale, window)
+                               v.new_zeros((1, 1, num_kv_heads, head_dim)), _local(meta, None), scale, window,
+                               softcap=softcap)
     slots = torch.cat(needed).unique()
     pad = k.new_zeros((1, num_kv_heads, head_dim))  # scratch row for writes nobody reads
     k_local = torch.cat([dequantize_kv(k_flat.index_select(0, slots), ks_flat.index_select(0, slots), q.dtype), pad])
@@ -327,7 +353,7 @@ def _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta: AttentionMetadat
     remap = torch.full((k_flat.shape[0],), -1, dtype=torch.long, device=slots.device)
     remap[slots] = torch.arange(len(slots), device=slots.device)
     local = _local(meta, remap)
-    return paged_attention(q, k, v, k_local.unsqueeze(1), v_local.unsqueeze(1), local, scale, window)
+    return paged_attention(q, k, v, k_local.unsqueeze(1), v_local.unsqueeze(1), local, scale, window, softcap=softcap)
 
 
 def _local(meta: AttentionMetadata, remap: torch.Tensor | None) -> AttentionMetadata:

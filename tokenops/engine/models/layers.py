@@ -1,5 +1,5 @@
-"""Building blocks shared by the model families: RMSNorm, rotary embeddings, the
-gated MLP and the paged self-attention layer.
+"""Building blocks shared by the model families: RMSNorm, the gated MLP and the paged
+self-attention layer (rotary embeddings are in :mod:`tokenops.engine.models.rope`).
 
 Projections that read the same input are fused (``qkv_proj``, ``gate_up_proj``) so a
 layer makes fewer, larger matmuls; the loader splits Hugging Face weights into them.
@@ -7,14 +7,15 @@ layer makes fewer, larger matmuls; the loader splits Hugging Face weights into t
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tokenops.engine.attention import AttentionMetadata, paged_attention
 from tokenops.engine.models.args import ModelArgs
+from tokenops.engine.models.rope import apply_rope, rope_cos_sin
+
+__all__ = ["Embedding", "GatedMLP", "Linear", "RMSNorm", "SelfAttention", "activation", "apply_rope", "rope_cos_sin"]
 
 _ACTIVATIONS = {
     "silu": F.silu,
@@ -72,14 +73,22 @@ class Embedding(nn.Embedding):
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm computed in float32, as the reference implementation does."""
+    """Root-mean-square norm computed in float32, as the reference implementation does.
 
-    def __init__(self, dim: int, eps: float, **factory) -> None:
+    With ``offset`` (Gemma's 1.0) the scale is ``offset + weight`` and is applied before
+    the cast back, as Gemma's reference does."""
+
+    def __init__(self, dim: int, eps: float, offset: float = 0.0, **factory) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim, **factory))
         self.eps = eps
+        self.offset = offset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.offset:
+            h = x.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+            return (h * (self.offset + self.weight.float())).to(x.dtype)
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
             # one dispatch instead of seven (on CPU still a composite inside: ~16 vs ~24 us per call at
             # 1 x 512); the same float32 arithmetic, bit-identical in the tests
@@ -88,42 +97,6 @@ class RMSNorm(nn.Module):
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)
-
-
-def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
-    """Inverse frequencies for ``args.rope_scaling`` (default, linear or llama3)."""
-    dim = args.head_dim
-    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-    scaling = args.rope_scaling
-    rope_type = scaling.get("rope_type", "default")
-    if rope_type == "linear":
-        return inv_freq / scaling["factor"]
-    if rope_type == "llama3":
-        factor = scaling["factor"]
-        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
-        old_len = scaling["original_max_position_embeddings"]
-        wavelen = 2 * math.pi / inv_freq
-        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
-        # Between the two wavelengths the frequency is interpolated smoothly.
-        smooth = (old_len / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        is_medium = ~(wavelen < old_len / high) * ~(wavelen > old_len / low)
-        return torch.where(is_medium, smoothed, scaled)
-    assert rope_type == "default", rope_type
-    return inv_freq
-
-
-def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[T, 1, head_dim]`` cos and sin for the step's positions (computed once per step)."""
-    freqs = positions.float()[:, None] * inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
 
 
 class GatedMLP(nn.Module):
@@ -141,7 +114,8 @@ class GatedMLP(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head attention with GQA, optional q/k RMSNorm (Qwen3) and a sliding window.
+    """Multi-head attention with GQA, optional q/k RMSNorm (Qwen3, Gemma 3), a sliding
+    window and Gemma 2's score soft-capping.
 
     ``k_cache``/``v_cache`` are views into the runner's preallocated cache, bound by
     :meth:`bind_cache`; the layer never allocates cache memory itself.
@@ -152,14 +126,18 @@ class SelfAttention(nn.Module):
         self.num_heads = args.num_heads
         self.num_kv_heads = args.num_kv_heads
         self.head_dim = args.head_dim
-        self.scale = args.head_dim**-0.5
+        self.scale = args.attn_scale
+        self.softcap = args.attn_softcap
         self.window = args.layer_windows[layer_idx]
+        #: which rotary table the layer uses (Gemma 3's sliding layers have their own base)
+        self.rope_kind = "local" if args.uses_local_rope(layer_idx) else "global"
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.split_sizes = [q_size, kv_size, kv_size]
         self.qkv_proj = Linear(args.hidden_size, q_size + 2 * kv_size, bias=args.qkv_bias, **factory)
         self.o_proj = Linear(q_size, args.hidden_size, bias=args.o_bias, **factory)
-        self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps, **factory) if args.qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps, **factory) if args.qk_norm else None
+        norm = args.rms_norm_eps, args.norm_offset
+        self.q_norm = RMSNorm(self.head_dim, *norm, **factory) if args.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, *norm, **factory) if args.qk_norm else None
         self.k_cache: torch.Tensor | None = None
         self.v_cache: torch.Tensor | None = None
         self.kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None  # int8 cache only
@@ -185,5 +163,6 @@ class SelfAttention(nn.Module):
             qk = apply_rope(qkv[:, :q_size + kv_size].view(num_tokens, self.num_heads + self.num_kv_heads,
                                                             self.head_dim), cos, sin)
             q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
-        out = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window, self.kv_scales)
+        out = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window, self.kv_scales,
+                              self.softcap)
         return self.o_proj(out.reshape(num_tokens, -1))

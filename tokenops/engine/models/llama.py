@@ -1,11 +1,13 @@
 """The Llama-shaped decoder shared by every supported family.
 
-Llama 2/3, Qwen2/2.5, Qwen3 and Mistral differ only in flags carried by
-:class:`ModelArgs` (attention bias, q/k norm, sliding window, RoPE scaling, tied
-embeddings); Mixtral and the Qwen MoE models swap the MLP of some layers for a
-:class:`SparseMoeBlock`. Module names follow Hugging Face's so checkpoint names map
-one to one, except the fused ``qkv_proj`` / ``gate_up_proj`` / stacked experts,
-which :meth:`CausalLM.load_weights` fills shard by shard.
+Llama 2/3, Qwen2/2.5, Qwen3, Mistral, Phi-3 and Gemma 1/2/3 differ only in flags
+carried by :class:`ModelArgs` (attention bias, q/k norm, sliding window, RoPE scaling and
+partial rotation, tied embeddings; Gemma's scaled embeddings, (1 + w) norms, norms after
+attention and around the MLP, soft-capped scores and logits, per-layer rotary bases);
+Mixtral and the Qwen MoE models swap the MLP of some layers for a :class:`SparseMoeBlock`.
+Module names follow Hugging Face's so checkpoint names map one to one, except the fused
+``qkv_proj`` / ``gate_up_proj`` / stacked experts, which :meth:`CausalLM.load_weights`
+fills shard by shard (Phi-3 stores them fused already).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from torch import nn
 
 from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.models.args import ModelArgs
-from tokenops.engine.models.layers import Embedding, GatedMLP, Linear, RMSNorm, SelfAttention, rope_cos_sin, rope_inv_freq
+from tokenops.engine.models.layers import Embedding, GatedMLP, Linear, RMSNorm, SelfAttention
 from tokenops.engine.models.moe import SparseMoeBlock
+from tokenops.engine.models.rope import rope_cos_sin
 
 # HF suffix -> (our suffix, shard index along dim 0 in units of the shard sizes)
 _FUSED = {
@@ -37,10 +40,15 @@ _EXPERT_PART = {"w1": ("w_gate_up", 0), "gate_proj": ("w_gate_up", 0), "w3": ("w
                 "up_proj": ("w_gate_up", 1), "w2": ("w_down", None), "down_proj": ("w_down", None)}  # fmt: skip
 # transformers >= 5 may also store experts already stacked.
 _STACKED = {"mlp.experts.gate_up_proj": "mlp.w_gate_up", "mlp.experts.down_proj": "mlp.w_down"}
+# Fused parameters and their number of shards (a checkpoint may hold them whole: Phi-3).
+_NUM_SHARDS = {"qkv_proj": 3, "gate_up_proj": 2}
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm attention + MLP (dense or MoE) with residuals."""
+    """Pre-norm attention + MLP (dense or MoE) with residuals; with ``sandwich_norms``
+    (Gemma) the outputs of attention and MLP are normed too, and HF's
+    ``post_attention_layernorm`` is the one after attention (the MLP's input norm is
+    ``pre_feedforward_layernorm``)."""
 
     def __init__(self, args: ModelArgs, layer_idx: int, **factory) -> None:
         super().__init__()
@@ -49,10 +57,18 @@ class DecoderLayer(nn.Module):
             self.mlp: nn.Module = SparseMoeBlock(args, **factory)
         else:
             self.mlp = GatedMLP(args.hidden_size, args.intermediate_size, args.hidden_act, args.mlp_bias, **factory)
-        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, **factory)
-        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, **factory)
+        norm = args.hidden_size, args.rms_norm_eps, args.norm_offset
+        self.input_layernorm = RMSNorm(*norm, **factory)
+        self.post_attention_layernorm = RMSNorm(*norm, **factory)
+        self.is_sandwich = args.sandwich_norms
+        if self.is_sandwich:
+            self.pre_feedforward_layernorm = RMSNorm(*norm, **factory)
+            self.post_feedforward_layernorm = RMSNorm(*norm, **factory)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        if self.is_sandwich:
+            x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, meta))
+            return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -64,7 +80,7 @@ class DecoderStack(nn.Module):
         super().__init__()
         self.embed_tokens = Embedding(args.vocab_size, args.hidden_size, **factory)
         self.layers = nn.ModuleList(DecoderLayer(args, i, **factory) for i in range(args.num_layers))
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, **factory)
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, args.norm_offset, **factory)
 
 
 class CausalLM(nn.Module):
@@ -84,7 +100,14 @@ class CausalLM(nn.Module):
         factory = {"device": device, "dtype": dtype}
         self.model = DecoderStack(args, **factory)
         self.lm_head = Linear(args.hidden_size, args.vocab_size, bias=False, **factory)
-        self.register_buffer("inv_freq", rope_inv_freq(args).to(device), persistent=False)
+        # Rotary tables in float32: ``inv_freq`` of the global layers (what the fused step reads),
+        # LongRoPE's long-sequence table, Gemma 3's local table.
+        self.rope = args.rope_spec()
+        self.local_rope = args.rope_spec(local=True) if args.local_rope_theta is not None else None
+        self.register_buffer("inv_freq", self.rope.inv_freq().to(device), persistent=False)
+        self.register_buffer("inv_freq_long", self.rope.inv_freq(long=True).to(device), persistent=False)
+        self.register_buffer("inv_freq_local", self.local_rope.inv_freq().to(device) if self.local_rope else None,
+                             persistent=False)
 
     @property
     def attention_windows(self) -> set[int | None]:
@@ -99,7 +122,11 @@ class CausalLM(nn.Module):
     def reset_buffers(self) -> None:
         """Recompute the rotary table in float32 (a ``.to(dtype)`` would have cast it) and
         zero the expert counters."""
-        self.inv_freq = rope_inv_freq(self.args).to(self.inv_freq.device)
+        device = self.inv_freq.device
+        self.inv_freq = self.rope.inv_freq().to(device)
+        self.inv_freq_long = self.rope.inv_freq(long=True).to(device)
+        if self.local_rope is not None:
+            self.inv_freq_local = self.local_rope.inv_freq().to(device)
         for block in self.moe_blocks():
             if block is not None:
                 block.expert_counts.zero_()
@@ -112,10 +139,35 @@ class CausalLM(nn.Module):
         logits_index: torch.Tensor,
     ) -> torch.Tensor:
         x = self.model.embed_tokens(input_ids)
-        cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
+        if self.args.embed_scale != 1.0:
+            x = x * torch.tensor(self.args.embed_scale, dtype=x.dtype)
+        tables = {"global": self._cos_sin(positions, meta, x.dtype)}
+        if self.local_rope is not None:
+            tables["local"] = rope_cos_sin(self.inv_freq_local, positions, x.dtype, self.local_rope.attention_factor())
         for layer in self.model.layers:
-            x = layer(x, cos, sin, meta)
-        return self.lm_head(self.model.norm(x[logits_index])).float()
+            x = layer(x, *tables[layer.self_attn.rope_kind], meta)
+        logits = self.lm_head(self.model.norm(x[logits_index]))
+        cap = self.args.final_softcap
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits.float()
+
+    def _cos_sin(self, positions: torch.Tensor, meta: AttentionMetadata, dtype: torch.dtype):
+        """The global layers' cos/sin. LongRoPE switches a chunk to the long factors when the
+        sequence it ends is longer than the original context, as transformers does per forward
+        (a chunked prefill that crosses that length rotates its early chunks with the short ones)."""
+        factor = self.rope.attention_factor()
+        cos, sin = rope_cos_sin(self.inv_freq, positions, dtype, factor)
+        if not self.rope.is_longrope:
+            return cos, sin
+        ends = positions + 1  # a decode ends its sequence at its own position
+        for span in meta.prefills:
+            ends[span.token_start:span.token_end] = span.start_pos + span.token_end - span.token_start
+        is_long = (ends > self.rope.original_max_positions)[:, None, None]
+        if not bool(is_long.any()):
+            return cos, sin
+        cos_l, sin_l = rope_cos_sin(self.inv_freq_long, positions, dtype, factor)
+        return torch.where(is_long, cos_l, cos), torch.where(is_long, sin_l, sin)
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -168,6 +220,12 @@ class CausalLM(nn.Module):
                         yield target, shard, e
                 return
         base, _, kind = name.rpartition(".")
+        num_shards = _NUM_SHARDS.get(base.rpartition(".")[2])
+        if num_shards is not None:  # stored fused (Phi-3): same layout as ours, q|k|v and gate|up
+            _copy_shard(_param(params, name, hf_name).data, tensor, None, None)
+            for shard in range(num_shards):
+                yield name, shard, None
+            return
         for hf_part, (ours, shard) in _FUSED.items():
             if base.endswith(hf_part):
                 target = f"{base[: -len(hf_part)]}{ours}.{kind}"

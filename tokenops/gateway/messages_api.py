@@ -1,0 +1,146 @@
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: Anthropic's Messages API.
+
+A request is translated to the gateway's one internal request (a chat-completions
+body, :mod:`tokenops.gateway.messages_schema`) and runs through the same pipeline as
+``/v1/chat/completions``: keys and tenants, admission (rate limits, budgets), cache,
+routing, fallback and telemetry (the record's ``decisions["api"]`` is ``messages``).
+The original body rides along (``GatewayRequest.native``): an ``openai`` upstream
+that serves ``/v1/messages`` gets it as sent; the bundled engine and chat-only
+upstreams get the translation. Answers and errors are in Anthropic's shapes
+(:mod:`tokenops.gateway.messages_stream`); the API key may come as ``x-api-key``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response, StreamingResponse
+
+from tokenops.gateway.body import build_off_loop, checked_body
+from tokenops.gateway.keyed_body import authorized_body
+from tokenops.gateway.errors import APIError
+from tokenops.gateway.messages_schema import chat_body, check_fields
+from tokenops.gateway.messages_stream import encode_stream, error_body, message_body
+from tokenops.gateway.schemas import chat_request
+from tokenops.gateway.tokenize_api import count_message_tokens
+from tokenops.types import GatewayRequest, NativeRequest
+
+router = APIRouter()
+log = logging.getLogger("tokenops.gateway")
+_JSON = "application/json"
+_SECRET_HEADERS = ("authorization", "x-api-key", "x-admin-key", "cookie")
+
+
+def anthropic_error(err: APIError) -> Response:
+    return Response(json.dumps(error_body(err)), status_code=err.status, media_type=_JSON, headers=err.headers)
+
+
+def _upstream_only(gw: Any, model: Any) -> bool:
+    """Every replica of ``model`` is an upstream that may serve /v1/messages (not known not to)."""
+    replicas = gw.replicas.get(model) if isinstance(model, str) else None
+    return bool(replicas) and all(getattr(r.backend, "kind", None) == "openai"
+                                  and getattr(r.backend, "serves_messages", None) is not False for r in replicas)
+
+
+def _is_reasoning(gw: Any, model: Any) -> bool | None:
+    """Whether ``model`` thinks: known for bundled models (a ``reasoning_parser``), else None."""
+    replicas = gw.replicas.get(model) if isinstance(model, str) else None
+    if not replicas or any(getattr(r.backend, "kind", None) != "local" for r in replicas):
+        return None
+    return replicas[0].backend.reasoning_parser is not None
+
+
+def messages_request(gw: Any, data: dict[str, Any], default_max_tokens: int) -> GatewayRequest:
+    """The internal request of a Messages body; what the translation cannot carry is a 400
+    now, unless the model's upstreams may take the body as sent."""
+    body, untranslatable = chat_body(data, is_reasoning_model=_is_reasoning(gw, data.get("model")))
+    err = untranslatable.error()
+    if err is not None and not _upstream_only(gw, data.get("model")):
+        raise err
+    if untranslatable:  # the chat body does not hold the whole request: a cache keyed on it must not answer it
+        body["cache"] = False
+    greq = chat_request(body, default_max_tokens)
+    greq.native = NativeRequest(api="messages", path="/messages", body=data, untranslatable=list(untranslatable))
+    greq.decisions["api"] = "messages"
+    return greq
+
+
+async def _answer(request: Request, handler: Callable[[Request], Awaitable[Response]]) -> Response:
+    """``handler``'s response, or its error in Anthropic's shape (a 500 keeps its traceback in the log)."""
+    try:
+        return await handler(request)
+    except APIError as e:
+        return anthropic_error(e)
+    except Exception as e:
+        error_id = secrets.token_hex(6)
+        log.error("internal error %s on %s", error_id, request.url.path, exc_info=e)
+        return anthropic_error(APIError(500, f"The server had an error while processing your request (error id "
+                                             f"{error_id}); retry, and report the id if it persists."))
+
+
+@router.post("/v1/messages", tags=["anthropic"], summary="Create a Message (Anthropic's API; SSE when stream is true)")
+async def create_message(request: Request) -> Response:
+    return await _answer(request, _create)
+
+
+async def _create(request: Request) -> Response:
+    gw, (tenant, key_id), raw = await authorized_body(request)
+    conf = gw.settings.gateway
+    greq = await build_off_loop(raw, lambda b: messages_request(gw, checked_body(b, conf), conf.default_max_tokens))
+    greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
+    greq.api_key_id = key_id
+    greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
+    greq.session_id = greq.headers.get("x-session-id") or greq.session_id
+    if greq.stream:
+        deltas, rec = await gw.pipeline.open_stream(greq)
+        body = encode_stream(greq, deltas, rec, rec.model_served or greq.model)
+        return _EventStream(body, deltas, media_type="text/event-stream",
+                            headers={"cache-control": "no-cache", "x-accel-buffering": "no", "request-id": greq.id,
+                                     **greq.response_headers})
+    response, rec = await gw.pipeline.respond(greq)
+    answer = message_body(greq, response, rec.model_served or greq.model)
+    return Response(json.dumps(answer, ensure_ascii=False), media_type=_JSON,
+                    headers={"request-id": greq.id, **greq.response_headers})
+
+
+class _EventStream(StreamingResponse):
+    """Closes the pipeline's delta stream however the response ends (the engine request is aborted)."""
+
+    def __init__(self, content: AsyncIterator[bytes], deltas: Any, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._deltas = deltas
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._deltas.aclose()
+
+
+@router.post("/v1/messages/count_tokens", tags=["anthropic"], summary="Count a Message's input tokens")
+async def count_tokens(request: Request) -> Response:
+    return await _answer(request, _count)
+
+
+async def _count(request: Request) -> Response:
+    gw, _, raw = await authorized_body(request)
+    data = checked_body(raw, gw.settings.gateway)
+    check_fields(data, is_count=True)
+    count = await count_message_tokens(gw, data, dict(request.headers))
+    return Response(json.dumps({"input_tokens": count}), media_type=_JSON)
+
+
+@router.api_route("/v1/messages", methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+async def wrong_method(request: Request) -> Response:
+    return anthropic_error(APIError(405, f"Method {request.method} is not allowed on /v1/messages: use POST."))
+
+
+@router.api_route("/v1/messages/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                  include_in_schema=False)
+async def unknown_path(request: Request, rest: str) -> Response:
+    # e.g. the Message Batches API, which this server does not implement
+    return anthropic_error(APIError(404, f"Unknown path {request.url.path}"))

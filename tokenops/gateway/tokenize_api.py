@@ -1,0 +1,237 @@
+"""``POST /tokenize`` and ``POST /detokenize`` in vLLM's shapes, and the token count of
+``/v1/messages/count_tokens``.
+
+Bundled models answer from the engine's own tokenizer and chat template (tools
+rendered as the engine renders them), so a count here is the count the engine
+will see. ``openai`` upstreams get the request passed through (vLLM and SGLang
+serve ``/tokenize``; a 404 from the upstream is passed on as one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.responses import Response
+
+from tokenops.backends.base import Replica
+from tokenops.gateway.body import checked_body
+from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.gateway.keyed_body import authorized_body
+from tokenops.gateway.messages_schema import chat_body
+from tokenops.gateway.schemas import ChatMessage, chat_request
+from tokenops.types import BackendError
+
+router = APIRouter()
+_JSON = "application/json"
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's ``TokenizeCompletionRequest`` / ``TokenizeChatRequest`` (one of prompt, messages)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
+    add_special_tokens: bool | None = Field(None, description="Default: true for a prompt, false for messages.")
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    tokens: list[int]
+
+
+#: vLLM request fields the bundled engine does not implement, and why (a 400 names them).
+_NOT_IMPLEMENTED = {"chat_template": "custom chat templates are not supported: the model's own template is used",
+                    "continue_final_message": "not implemented; false is accepted",
+                    "mm_processor_kwargs": "text-only models", "media_io_kwargs": "text-only models",
+                    "documents": "not implemented", "cache_salt": "not implemented"}
+
+
+def _parsed(model: type[BaseModel], data: dict[str, Any]) -> Any:
+    for name, reason in _NOT_IMPLEMENTED.items():
+        if data.get(name) not in (None, False):
+            raise APIError(400, f"Unsupported parameter `{name}` for a bundled model: {reason}.",
+                           code="unsupported_parameter", param=name)
+    data = {k: v for k, v in data.items() if k not in _NOT_IMPLEMENTED}
+    try:
+        return model.model_validate(data, strict=True)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = "unknown field (not part of vLLM's request)" if err.get("type") == "extra_forbidden" else err.get("msg")
+        raise APIError(400, f"{loc}: {msg}", code="invalid_value", param=loc or None) from None
+
+
+async def _passed_through(replica: Replica, path: str, data: dict[str, Any]) -> Response:
+    """An upstream's answer to ``data`` as sent (it validates its own fields)."""
+    status, answer = await _upstream(replica, path, data)
+    if status >= 400:
+        raise _upstream_error(replica, path, status, answer)
+    return Response(json.dumps(answer), media_type=_JSON)
+
+
+def replica_for(gw: Any, model: str | None) -> Replica:
+    """A ready replica of ``model`` (the only model when None)."""
+    if model is None:
+        if len(gw.replicas) != 1:
+            raise APIError(400, "model: required when the server serves several models", param="model")
+        model = next(iter(gw.replicas))
+    if model not in gw.replicas:
+        raise ModelNotFound(model, list(gw.replicas))
+    ready = [r for r in gw.replicas[model] if r.ready]
+    if not ready:
+        raise APIError(503, f"The model `{model}` is not ready yet (still loading); retry shortly.",
+                       code="model_not_ready")
+    return ready[0]
+
+
+def _tokenizer(replica: Replica) -> Any:
+    backend = replica.backend
+    tok = getattr(getattr(backend, "engine", None), "tokenizer", None) if backend.kind == "local" else None
+    if tok is None:
+        raise APIError(400, f"The model `{replica.model}` has no tokenizer here (a {backend.kind} backend).",
+                       code="unsupported_model", param="model")
+    return tok
+
+
+def _plain(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, list):  # text parts joined, as the bundled engine renders them
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return {**message, "content": content or ""}
+
+
+def chat_token_ids(replica: Replica, body: dict[str, Any], *, add_generation_prompt: bool = True,
+                   add_special_tokens: bool = False, template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """Token ids of a chat body (``messages``, ``tools``, ``tool_choice``) as the bundled engine renders it."""
+    from tokenops.backends.local_structured import plan_request
+
+    tok = _tokenizer(replica)
+    plan = plan_request(body, replica.backend.tool_call_parser)
+    kwargs = {**plan.template_kwargs, **(template_kwargs or {})}
+    try:
+        text = tok.apply_chat_template([_plain(m) for m in body["messages"]],
+                                       add_generation_prompt=add_generation_prompt, **kwargs)
+    except ValueError as e:  # the template raised (e.g. roles out of order)
+        raise APIError(400, str(e), code="invalid_value", param="messages") from None
+    return tok.encode(text, add_special_tokens=add_special_tokens)
+
+
+async def _upstream(replica: Replica, path: str, body: dict[str, Any], headers: dict[str, str] | None = None,
+                    *, root: bool = True) -> tuple[int, Any]:
+    """POST ``body`` to an ``openai`` upstream (at its root, or under ``/v1``); ``(status, JSON)``."""
+    backend = replica.backend
+    client = backend._client
+    if client is None:
+        raise APIError(503, f"The model `{replica.model}` is not ready yet.", code="model_not_ready")
+    url = (backend.url[: -len("/v1")] if root else backend.url) + path
+    try:
+        r = await client.post(url, json={**body, "model": backend.upstream_model},
+                              headers={**backend._headers, **(headers or {})}, timeout=backend._timeout)
+    except Exception as e:  # noqa: BLE001 - any transport failure is the upstream's
+        raise APIError(502, f"{backend.name}: cannot reach {url}: {type(e).__name__}", code="upstream_error") from None
+    try:
+        data = r.json()
+    except ValueError:
+        data = None
+    return r.status_code, data
+
+
+def _upstream_error(replica: Replica, path: str, status: int, data: Any) -> APIError:
+    err = data.get("error") if isinstance(data, dict) else None
+    message = (err.get("message") if isinstance(err, dict) else err) or f"upstream answered {status}"
+    if status == 404 and not isinstance(err, (dict, str)):
+        message = f"the upstream of `{replica.model}` does not serve {path}"
+    return APIError(status if 400 <= status < 600 else 502, str(message), code="upstream_error")
+
+
+async def _auth_and_body(request: Request) -> tuple[Any, dict[str, Any]]:
+    gw, _, raw = await authorized_body(request)
+    data = checked_body(raw, gw.settings.gateway)
+    if data.get("model") is not None and not isinstance(data["model"], str):
+        raise APIError(400, "model: must be a string", param="model")
+    return gw, data
+
+
+@router.post("/tokenize", tags=["vllm"], summary="Token ids of a prompt or chat (vLLM's shape)")
+async def tokenize(request: Request) -> Response:
+    gw, data = await _auth_and_body(request)
+    replica = replica_for(gw, data.get("model"))
+    if replica.backend.kind == "openai":
+        return await _passed_through(replica, "/tokenize", data)
+    req: TokenizeRequest = _parsed(TokenizeRequest, data)
+    if (req.prompt is None) == (req.messages is None):
+        raise APIError(400, "send exactly one of `prompt` and `messages`", param="prompt")
+    if req.prompt is not None:
+        tok = _tokenizer(replica)
+        special = True if req.add_special_tokens is None else req.add_special_tokens
+        ids = await asyncio.to_thread(tok.encode, req.prompt, special)
+    else:
+        body = {"messages": [m.model_dump(exclude_none=True) for m in req.messages or []]}
+        if req.tools is not None:
+            body["tools"] = req.tools
+        ids = await asyncio.to_thread(lambda: chat_token_ids(
+            replica, body, add_generation_prompt=req.add_generation_prompt,
+            add_special_tokens=bool(req.add_special_tokens), template_kwargs=req.chat_template_kwargs))
+    answer: dict[str, Any] = {"count": len(ids), "max_model_len": replica.backend.max_model_len, "tokens": ids,
+                              "token_strs": [_tokenizer(replica).id_to_token(i) for i in ids]
+                              if req.return_token_strs else None}
+    return Response(json.dumps(answer), media_type=_JSON)
+
+
+@router.post("/detokenize", tags=["vllm"], summary="Text of token ids (vLLM's shape)")
+async def detokenize(request: Request) -> Response:
+    gw, data = await _auth_and_body(request)
+    replica = replica_for(gw, data.get("model"))
+    if replica.backend.kind == "openai":
+        return await _passed_through(replica, "/detokenize", data)
+    req: DetokenizeRequest = _parsed(DetokenizeRequest, data)
+    tok = _tokenizer(replica)
+    bad = [t for t in req.tokens if not 0 <= t < tok.vocab_size]
+    if bad:
+        raise APIError(400, f"tokens: {bad[0]} is not a token id of `{replica.model}` (0-{tok.vocab_size - 1})",
+                       param="tokens")
+    text = await asyncio.to_thread(tok.decode, req.tokens, False)
+    return Response(json.dumps({"prompt": text}, ensure_ascii=False), media_type=_JSON)
+
+
+async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str, str]) -> int:
+    """``input_tokens`` of a count_tokens body: the engine's count for bundled models; upstreams
+    are asked (their /v1/messages/count_tokens, else their /tokenize on the translation)."""
+    replica = replica_for(gw, data.get("model"))
+    backend = replica.backend
+    if backend.kind == "openai":
+        forwarded = {k: v for k, v in headers.items() if k in ("anthropic-version", "anthropic-beta")}
+        bearer = backend._headers.get("authorization", "")
+        if bearer.startswith("Bearer "):  # as on /v1/messages: Anthropic-native servers read x-api-key
+            forwarded["x-api-key"] = bearer[len("Bearer "):]
+        status, answer = await _upstream(replica, "/messages/count_tokens", data, forwarded, root=False)
+        if status < 400 and isinstance(answer, dict) and isinstance(answer.get("input_tokens"), int):
+            return answer["input_tokens"]
+        if status not in (404, 405):
+            raise _upstream_error(replica, "/v1/messages/count_tokens", status, answer)
+    body, untranslatable = chat_body(data, is_count=True)
+    err = untranslatable.error()
+    if err is not None:
+        raise err
+    greq = chat_request(body, 1)  # validates the translation (tools, tool_choice) as a chat request
+    if backend.kind == "openai":
+        upstream_body = {k: v for k, v in greq.body.items() if k in ("messages", "tools")}
+        status, answer = await _upstream(replica, "/tokenize", upstream_body)
+        if status >= 400 or not isinstance(answer, dict) or not isinstance(answer.get("count"), int):
+            raise _upstream_error(replica, "/v1/messages/count_tokens or /tokenize", status, answer)
+        return answer["count"]
+    try:
+        ids = await asyncio.to_thread(chat_token_ids, replica, greq.body)
+    except BackendError as e:
+        raise APIError(400, str(e), param="model") from None
+    return len(ids)
