@@ -1,9 +1,11 @@
 """Semantic response cache: exact match, then embedding similarity above a
-threshold plus a verifier against look-alikes (negation, numbers, names,
-opposites); TTL, a byte budget, isolation per tenant and model. Off unless
-``[plugins.semantic_cache]`` is configured (``enabled = true``, ``threshold``,
-``ttl_s``, ``max_bytes``, ``embedder = "auto"|"minilm"|"lexical"``, ``semantic``)
-or the ``cache.enabled`` tunable is switched on.
+threshold plus a verifier that aligns the two prompts' content tokens (every word,
+particle, negator, number, modal and tense marker matched by itself or a synonym,
+operand order kept; docs/semantic-cache.md); TTL, a byte budget, isolation per tenant
+and model. Off unless ``[plugins.semantic_cache]`` is configured (``enabled = true``,
+``threshold``, ``synonym_threshold``, ``ttl_s``, ``max_bytes``,
+``embedder = "auto"|"minilm"|"lexical"``, ``semantic``) or the ``cache.enabled``
+tunable is switched on.
 
 A request opts out with the header ``x-tokenops-cache: off`` or ``"cache": false``
 in its body (neither looked up nor stored). The outcome goes to
@@ -25,7 +27,7 @@ TOKENOPS_LAYER = "compute_network"
 cache: SemanticCache | None = None
 _embedder_name = "auto"
 _FIELDS = {"cache.semantic_threshold": "threshold", "cache.ttl_s": "ttl_s", "cache.max_bytes": "max_bytes",
-           "cache.semantic": "is_semantic"}
+           "cache.semantic": "is_semantic", "cache.synonym_threshold": "synonym_threshold"}
 _OFF = ("off", "false", "0", "no", "no-cache", "no-store", "bypass")
 
 
@@ -69,6 +71,9 @@ def tokenops_register_tunables(register):
                      live=True, searchable=False))
     register(Tunable("cache.semantic_threshold", "float", 0.0,
                      "Cosine similarity a semantic hit needs; 0 = the embedder's calibrated default.",
+                     live=True, minimum=0.0, maximum=1.0, searchable=False))
+    register(Tunable("cache.synonym_threshold", "float", 0.65,
+                     "Cosine two words need to count as synonyms when the verifier aligns prompts; 0 = no synonyms.",
                      live=True, minimum=0.0, maximum=1.0, searchable=False))
     register(Tunable("cache.ttl_s", "float", 3600.0, "Seconds a cached answer lives.", live=True,
                      minimum=1.0, maximum=30 * 86400.0, searchable=False))

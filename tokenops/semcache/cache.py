@@ -19,9 +19,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tokenops.semcache.embedders import Embedder
+from tokenops.semcache.embedders import Embedder, WordSimilarity
 from tokenops.semcache.index import VectorIndex
-from tokenops.semcache.verifier import Signature, mismatch, signature
+from tokenops.semcache.verifier import Signature, Verifier, signature
 
 #: Bytes charged per entry on top of its texts and vector (dict slots, keys, response object).
 ENTRY_OVERHEAD_BYTES = 512
@@ -40,10 +40,15 @@ class CacheConfig:
     is_semantic: bool = True
     is_verified: bool = True
     top_k: int = 4
+    #: cosine two words' embeddings need to count as synonyms in the verifier (0.0: no synonyms);
+    #: above every word swap in the tune look-alikes plus a margin (scripts/tune_semantic_cache.py)
+    synonym_threshold: float = 0.65
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"semantic_cache: threshold must be in (0, 1], got {self.threshold}")
+        if not 0.0 <= self.synonym_threshold <= 1.0:
+            raise ValueError(f"semantic_cache: synonym_threshold must be in [0, 1], got {self.synonym_threshold}")
         if self.ttl_s <= 0 or self.max_bytes <= 0 or self.top_k < 1:
             raise ValueError("semantic_cache: ttl_s, max_bytes and top_k must be > 0")
 
@@ -108,6 +113,13 @@ class SemanticCache:
         self._ids = itertools.count()
         self.num_bytes = 0
         self._lock = threading.RLock()
+        has_words = bool(getattr(embedder, "has_word_similarity", False))
+        self.word_similarity = WordSimilarity(embedder) if has_words else None
+
+    def verifier(self) -> Verifier:
+        """The verifier for the current config (synonyms only from an embedder that has them)."""
+        words = self.word_similarity if self.config.synonym_threshold > 0 else None
+        return Verifier(words, synonym_threshold=self.config.synonym_threshold or 1.0)
 
     @property
     def threshold(self) -> float:
@@ -143,30 +155,38 @@ class SemanticCache:
             if not self.config.is_semantic or partition not in self._indexes:
                 return None, {"result": "miss"}
         vector = self.embedder.embed([question])[0]
+        threshold = self.threshold
         with self._lock:
             index = self._indexes.get(partition)
             candidates = index.search(vector, self.config.top_k) if index is not None else []
-            mine = signature(question) if self.config.is_verified else None
-            rejected = None
-            threshold = self.threshold
+            entries = []
             for key, score in candidates:
                 if score < threshold:
                     break
                 entry = self._live(key, now)
-                if entry is None or entry.context_key != context_key:
-                    continue
-                reason = mismatch(mine, entry.signature) if mine is not None else None
-                if reason is not None:
-                    rejected = rejected or (reason, score)
+                if entry is not None and entry.context_key == context_key:
+                    entries.append((entry, score))
+        # verification may embed words (synonyms): outside the lock
+        verifier = self.verifier() if self.config.is_verified else None
+        mine = signature(question) if verifier is not None else None
+        rejected = None
+        for entry, score in entries:
+            reason = verifier.mismatch(mine, entry.signature) if verifier is not None and mine is not None else None
+            if reason is not None:
+                rejected = rejected or (reason, score)
+                continue
+            with self._lock:
+                if entry.key not in self._entries:  # dropped meanwhile
                     continue
                 self.stats.semantic_hits += 1
-                return entry.response, {"result": "hit", "match": "semantic", "similarity": round(score, 4)}
+            return entry.response, {"result": "hit", "match": "semantic", "similarity": round(score, 4)}
+        with self._lock:
             if rejected is not None:
                 self.stats.verifier_rejections += 1
                 self.stats.by_reason[rejected[0]] = self.stats.by_reason.get(rejected[0], 0) + 1
                 return None, {"result": "miss", "rejected": rejected[0], "similarity": round(rejected[1], 4)}
-            best = round(candidates[0][1], 4) if candidates else None
-            return None, {"result": "miss", "similarity": best}
+        best = round(candidates[0][1], 4) if candidates else None
+        return None, {"result": "miss", "similarity": best}
 
     def _live(self, key: int | None, now: float) -> _Entry | None:
         if key is None:

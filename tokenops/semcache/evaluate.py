@@ -23,7 +23,7 @@ class PairScore:
     num_hits: int = 0
     num_correct: int = 0
     false_hits: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, prompt served, b)
-    missed: list[tuple[str, str, float | None]] = field(default_factory=list)
+    missed: list[tuple[str, str, float | None, str | None]] = field(default_factory=list)  # (a, b, similarity, why)
     by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [pairs, hits]
 
     @property
@@ -44,13 +44,25 @@ def _request(text: str, tenant: str = "eval") -> GatewayRequest:
     return GatewayRequest(kind="chat", model="eval-model", body={"messages": messages}, messages=messages, tenant=tenant)
 
 
-def score_pairs(cache: Any, pairs: list[dict[str, Any]], on_lookup: Callable[[], None] | None = None) -> PairScore:
-    """Fill ``cache`` (a :class:`SemanticCache`) with the pairs' ``a`` prompts and look up every ``b``."""
-    for a in dict.fromkeys(p["a"] for p in pairs):
-        cache.store(_request(a), GatewayResponse(text=f"answer to: {a}", model="eval-model"))
+def score_pairs(cache: Any, pairs: list[dict[str, Any]], on_lookup: Callable[[], None] | None = None,
+                is_isolated: bool = False) -> PairScore:
+    """Fill ``cache`` (a :class:`SemanticCache`) with the pairs' ``a`` prompts and look up every ``b``.
+
+    ``is_isolated``: each pair in its own tenant (its ``a`` is the only candidate), as a
+    user who asks one question and then its look-alike sees the cache; otherwise every
+    ``a`` is in one tenant and the others act as distractors.
+    """
+    def tenant(i: int) -> str:
+        return f"pair-{i}" if is_isolated else "eval"
+
+    stored: set[tuple[str, str]] = set()
+    for i, p in enumerate(pairs):
+        if (tenant(i), p["a"]) not in stored:
+            stored.add((tenant(i), p["a"]))
+            cache.store(_request(p["a"], tenant(i)), GatewayResponse(text=f"answer to: {p['a']}", model="eval-model"))
     score = PairScore()
-    for p in pairs:
-        response, decision = cache.lookup(_request(p["b"]))
+    for i, p in enumerate(pairs):
+        response, decision = cache.lookup(_request(p["b"], tenant(i)))
         if on_lookup is not None:
             on_lookup()
         score.num_pairs += 1
@@ -59,7 +71,7 @@ def score_pairs(cache: Any, pairs: list[dict[str, Any]], on_lookup: Callable[[],
         kind[0] += 1
         if response is None:
             if p["should_hit"]:
-                score.missed.append((p["a"], p["b"], decision.get("similarity")))
+                score.missed.append((p["a"], p["b"], decision.get("similarity"), decision.get("rejected")))
             continue
         kind[1] += 1
         score.num_hits += 1

@@ -1,0 +1,82 @@
+"""The semantic cache through a real ``tokenops serve``, driven by the openai SDK: in each
+tenant one question, then a look-alike that asks something else (must be answered by
+the model, not the cache), then a paraphrase (must be answered from the cache); another
+tenant never gets the first tenant's answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tokenops.semcache.embedders import MiniLMEmbedder
+from tokenops.testing_serve import ServeProcess
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "ladder-small"
+MODEL_PATH = REPO / "tokenops" / "demo_models" / "ladder-small"
+
+CONFIG = f"""
+[[models]]
+name = "{MODEL}"
+path = "{MODEL_PATH}"
+
+[gateway]
+api_keys = {{ "key-static" = "static" }}
+
+[plugins.semantic_cache]
+enabled = true
+"""
+
+#: tenant -> (question, look-alike that must miss, paraphrase that must hit)
+PAIRS = {
+    "kitchen": ("How do I turn on the lights in the kitchen?", "How do I turn off the lights in the kitchen?",
+                "Can you tell me how to turn the lights on in the kitchen?"),
+    "money": ("Convert 100 euros to dollars.", "Convert 100 dollars to euros.", "Please convert 100 euros to dollars"),
+    "pharmacy": ("Can I take ibuprofen with alcohol?", "Can I take ibuprofen after alcohol?",
+                 "can i take ibuprofen with alcohol"),
+}
+
+
+def _ask(client: openai.OpenAI, text: str) -> str:
+    out = client.chat.completions.create(model=MODEL, max_tokens=8, temperature=0,
+                                         messages=[{"role": "user", "content": text}])
+    return out.choices[0].message.content or ""
+
+
+def _decisions(row: dict) -> dict:
+    raw = row.get("decisions") or {}
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
+@pytest.mark.skipif(not MiniLMEmbedder.is_available(), reason="the semantic extra is not installed")
+def test_lookalikes_miss_paraphrases_hit_per_tenant_through_serve(tmp_path):
+    with ServeProcess(tmp_path, config=CONFIG) as srv, \
+            httpx.Client(base_url=srv.url, headers=srv.admin_headers, timeout=60) as admin:
+        clients = {}
+        for tenant in PAIRS:
+            assert admin.put(f"/admin/tenants/{tenant}", json={"budget_usd": 5}).status_code == 201
+            key = admin.post("/admin/keys", json={"tenant": tenant}).json()["key"]
+            clients[tenant] = openai.OpenAI(base_url=srv.base_url, api_key=key, max_retries=0, timeout=120)
+        for tenant, (question, lookalike, paraphrase) in PAIRS.items():
+            for text in (question, lookalike, paraphrase):
+                _ask(clients[tenant], text)
+        # another tenant asks the first tenant's exact question: its own miss
+        _ask(clients["money"], PAIRS["kitchen"][0])
+
+        rows = admin.get("/admin/requests", params={"limit": 100}).json()["requests"]
+        rows = sorted((r for r in rows if r.get("tenant") in PAIRS), key=lambda r: r["ts"])
+        decisions = [(r["tenant"], r["cache_hit"], _decisions(r).get("semantic_cache", {})) for r in rows]
+        assert len(decisions) == 3 * len(PAIRS) + 1, decisions
+        for n, tenant in enumerate(PAIRS):
+            (t1, hit1, d1), (t2, hit2, d2), (t3, hit3, d3) = decisions[3 * n: 3 * n + 3]
+            assert t1 == t2 == t3 == tenant
+            assert not hit1 and d1["result"] == "miss"
+            assert not hit2 and d2["result"] == "miss", (tenant, d2)  # the look-alike went to the model
+            assert d2.get("rejected"), d2  # ... because the verifier told them apart, not by chance
+            assert hit3 and d3 == {**d3, "result": "hit", "match": "semantic"}, (tenant, d3)
+        tenant, hit, decision = decisions[-1]
+        assert tenant == "money" and not hit and decision["result"] == "miss"
