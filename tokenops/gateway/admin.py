@@ -49,10 +49,20 @@ def _tunables_list(gw: Gateway) -> list[dict[str, Any]]:
             if not (foreign and t.name.startswith(foreign))]
 
 
-@router.get("/tunables", summary="Every tunable in the registry with its current value")
+def deployment_facts(gw: Gateway) -> dict[str, Any]:
+    """What ``tokenops tune`` needs to know to search only tunables that can act here; the
+    store channel's ``hello`` carries the same object (one builder for both paths)."""
+    from tokenops.tune.deployment import server_facts
+
+    return server_facts(gw.settings, {m: len(r) for m, r in gw.replicas.items()},
+                        {name: m.backend for name, m in gw.models.items()})
+
+
+@router.get("/tunables", summary="Every tunable in the registry with its current value, and the deployment facts "
+            "that decide which of them can act")
 async def get_tunables_route(request: Request) -> Response:
     gw = _gateway(request)
-    return _json({"tunables": _tunables_list(gw)})
+    return _json({"tunables": _tunables_list(gw), "deployment": deployment_facts(gw)})
 
 
 @router.patch("/tunables", summary="Apply live tunables to every replica (validated as a whole, audited)")

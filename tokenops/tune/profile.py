@@ -86,7 +86,9 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
         if v is not None:
             lines.append(f"workload_{k} = {_toml_value(v)}")
     lines += ["", "[tunables]"]
-    lines += [f'"{k}" = {_toml_value(v)}' for k, v in sorted(best.params.items())]
+    # only what the study searched: a value it never varied (or could not measure) is no finding
+    searched = set(report.space.names)
+    lines += [f'"{k}" = {_toml_value(v)}' for k, v in sorted(best.params.items()) if k in searched]
     path.write_text("\n".join(lines) + "\n")
     return path
 
