@@ -116,6 +116,12 @@ def register(app: typer.Typer) -> None:
             else:
                 launch = True
                 say("no `tokenops serve` of this folder is running: launching the bundled engine per configuration")
+        if launch:  # a launched engine starts from this folder's configuration: refuse what it would ignore
+            from tokenops.config import load_settings
+            from tokenops.plugin_sections import check_plugin_sections
+
+            settings = load_settings()
+            check_plugin_sections(settings.plugins, settings.source or "settings")
         try:
             plan = TunePlan(
                 slos=parse_slos(slo), budget=Budget.parse(budget), url=url, admin_key=admin_key, launch=launch,
