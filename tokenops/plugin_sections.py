@@ -10,7 +10,8 @@ pattern, so third-party plugins can do the same)::
 
 Several plugins may share a section (the routers share ``[plugins.router]``); the
 allowed keys are the union. A loaded plugin that declares nothing owns the section
-named after it (its entry-point name, or a ``--plugin`` file's stem) with any keys.
+named after it (its entry-point name, or a ``--plugin`` file's stem) with any keys; a
+built-in that declares nothing reads nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def known_sections() -> dict[str, Section]:
     sections: dict[str, Section] = {}
     for plugin_name, plugin in get_plugin_manager().list_name_plugin():
         declared = getattr(plugin, "TOKENOPS_SETTINGS", None)
+        if declared is None and str(getattr(plugin, "__name__", "")).startswith("tokenops_plugins."):
+            continue  # a built-in that declares nothing reads nothing
         if declared is None:
             own = plugin_name.removeprefix("file:")
             sections.setdefault(own, Section(own)).plugins.append(plugin_name)
