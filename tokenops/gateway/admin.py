@@ -112,6 +112,36 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
     return checked
 
 
+@router.post("/store/rows", summary="Append bench/tune runs measured against this server to its store")
+async def add_store_rows(request: Request) -> Response:
+    """``tokenops bench --url`` / ``tune --url`` from another folder save their runs here, so this
+    server's ``tokenops report`` lists them (tokenops/store/run_target.py)."""
+    from tokenops.store import wire
+    from tokenops.store.remote import model_class
+    from tokenops.store.run_target import RUN_TABLES
+
+    gw = _gateway(request)
+    if gw.store is None:
+        raise APIError(503, "this server runs without a store", code="store_unavailable")
+    try:
+        objects = wire.decode(await request.body())["objects"]
+        assert isinstance(objects, list)
+    except (ValueError, KeyError, TypeError, AssertionError):
+        raise APIError(400, 'body must be {"objects": [{"table": ..., "values": {...}}]}', param="objects") from None
+    rows = []
+    for i, item in enumerate(objects):
+        table = item.get("table") if isinstance(item, dict) else None
+        if table not in RUN_TABLES:
+            raise APIError(400, f"objects[{i}].table {table!r}: only {', '.join(sorted(RUN_TABLES))} take rows here",
+                           param=f"objects[{i}].table")
+        try:
+            rows.append(model_class(table)(**item["values"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise APIError(400, f"objects[{i}].values: {e}", param=f"objects[{i}].values") from None
+    await asyncio.to_thread(gw.store.add, *rows)
+    return _json({"added": len(rows)})
+
+
 @router.get("/requests", summary="Most recent requests, newest first (memory ring, not the store)")
 async def recent_requests(request: Request, limit: int = 50) -> Response:
     gw = _gateway(request)
