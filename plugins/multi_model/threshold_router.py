@@ -30,7 +30,7 @@ from tokenops_plugins.multi_model._text_model import Logistic
 
 TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"router": ("use", "alias", "threshold")}
+TOKENOPS_SETTINGS = {"router": ("use", "alias", "default", "threshold")}
 CALIBRATION_FILE = Path("profiles/routers/threshold.toml")
 
 _live: dict[str, float] = {}
