@@ -315,10 +315,18 @@ def _check_reasoning(srv, client) -> None:
     assert r.usage.completion_tokens_details.reasoning_tokens <= 6 + 3
 
 
+def _check_images(srv, client) -> None:
+    image = client.images.generate(model="digits-diffusion", prompt="3", response_format="b64_json")
+    plan = image.model_extra["tokenops"]
+    assert (plan["sampler"], plan["steps"]) == ("ddim", 20), plan  # the block's, not the model's defaults
+    assert plan["cache_threshold"] == 0.1, plan
+
+
 CHECKS = {"router": _check_router, "cascade": _check_cascade, "validators": _check_cascade,
           "ensemble": _check_ensemble, "semantic_cache": _check_cache, "fallback": _check_replicas,
           "load_balance": _check_replicas, "circuit_breaker": _check_replicas, "rate_limit": _check_rate_limit,
-          "speculative": _check_engine, "kv_policy": _check_engine, "reasoning_budget": _check_reasoning}
+          "speculative": _check_engine, "kv_policy": _check_engine, "reasoning_budget": _check_reasoning,
+          "diffusion_sampler": _check_images, "step_cache": _check_images}
 
 
 def _prepare(workdir: Path) -> None:
