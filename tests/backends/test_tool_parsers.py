@@ -86,7 +86,7 @@ def test_plan_follows_tool_choice_and_response_format():
     auto = plan_request({"tools": tools}, "hermes")
     assert auto.template_kwargs == {"tools": tools} and auto.parser is not None and auto.grammar is None
     named = plan_request({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "add"}}}, "hermes")
-    assert named.is_call_constrained and '"const": "add"' in named.grammar.source and "get_weather" not in named.grammar.source
+    assert named.is_call_constrained and '\\"name\\":\\"add\\"' in named.grammar.source and "get_weather" not in named.grammar.source
     required = plan_request({"tools": tools, "tool_choice": "required", "parallel_tool_calls": True}, "hermes")
     assert "get_weather" in required.grammar.source and "call)*" in required.grammar.source
     rf = plan_request({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": ADD["parameters"]}}},
@@ -130,3 +130,36 @@ def test_auto_beside_a_response_format_allows_calls_or_the_json_answer():
         assert all(matcher.accept(t) for t in tok.encode(text, add_special_tokens=False)), text
     matcher = compiler.compile(plan.grammar)
     assert not all(matcher.accept(t) for t in tok.encode('{"a":1,"c":2}', add_special_tokens=False))
+
+
+_NODE = {"type": "object", "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+         "required": ["name", "children"], "$defs": {"Node": {"type": "object", "properties": {
+             "name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+             "required": ["name", "children"]}}}
+_LINKED = {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+           "required": ["v", "next"]}
+
+
+@pytest.mark.parametrize("params, good, bad", [
+    (_NODE, '{"name":"a","children":[{"name":"b","children":[]}]}', '{"name":"a","children":[{"name":"b","children":[1]}]}'),
+    (_LINKED, '{"v":1,"next":{"v":2,"next":null}}', '{"v":1,"next":{"v":2,"next":3}}'),
+])
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "f"}}])
+def test_forced_calls_resolve_defs_and_recursive_refs_against_the_parameters(params, good, bad, choice):
+    """``$ref`` pointers are relative to the function's parameters (as pydantic writes
+    them), not to the call envelope the grammar wraps them in."""
+    from tokenops.engine.grammar import GrammarCompiler
+    from tokenops.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(DEMO)
+    compiler = GrammarCompiler.for_tokenizer(tok, 8192)
+    plan = plan_request({"tools": [{"type": "function", "function": {"name": "f", "parameters": params}}],
+                         "tool_choice": choice}, "hermes")
+
+    def accepts(arguments: str) -> bool:
+        matcher = compiler.compile(plan.grammar)
+        text = '<tool_call>\n{"name":"f","arguments":' + arguments + '}\n</tool_call>'
+        return all(matcher.accept(t) for t in tok.encode(text, add_special_tokens=False)) and matcher.is_finished
+
+    assert accepts(good)
+    assert not accepts(bad)

@@ -7,6 +7,10 @@ parallel tool calls whose arguments stream in several pieces; a message containi
 "refuse" gets a refusal, one containing "think" a ``reasoning_content`` (as vLLM's
 reasoning parsers send it); otherwise an echo of the last message. ``/v1/completions``
 honours ``echo`` and ``suffix``; ``/v1/embeddings`` answers float or base64 vectors. Every request body is kept in ``bodies``.
+
+With ``responses=True`` it serves ``/v1/responses`` too (as vLLM does): a request with
+``tools`` gets a ``function_call`` of the first tool, one whose last input says "think" a
+``reasoning`` item, else an echo; streamed as OpenAI's typed events. Without, that path is a 404.
 """
 
 from __future__ import annotations
@@ -31,7 +35,72 @@ def _vector(text: str) -> list[float]:
     return [float((len(text) * (i + 1)) % 7) / 7.0 for i in range(EMBED_DIM)]
 
 
-def build_app(bodies: list[dict[str, Any]]):
+def _responses_route(bodies: list[dict[str, Any]]):
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+
+    async def responses(request: Request):
+        body = await request.json()
+        bodies.append(body)
+        if body.get("model") != MODEL_ID:
+            return JSONResponse({"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                           "type": "invalid_request_error", "param": None, "code": "model_not_found"}},
+                                status_code=404)
+        items = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
+        last = items[-1].get("content") or items[-1].get("output") or ""
+        last = last if isinstance(last, str) else "".join(p.get("text", "") for p in last)
+        output: list[dict[str, Any]] = []
+        if "think" in last:
+            output.append({"id": "rs_up", "type": "reasoning", "summary": [],
+                           "content": [{"type": "reasoning_text", "text": "6 times 7 is 42."}]})
+        if body.get("tools"):
+            output.append({"id": "fc_up", "type": "function_call", "call_id": "call_up_1", "status": "completed",
+                           "name": body["tools"][0].get("name", body["tools"][0]["type"]), "arguments": '{"city": "Paris"}'})
+        else:
+            output.append({"id": "msg_up", "type": "message", "role": "assistant", "status": "completed",
+                           "content": [{"type": "output_text", "text": "upstream: " + last, "annotations": []}]})
+        usage = {"input_tokens": 13, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                 "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 3 if "think" in last else 0},
+                 "total_tokens": 20}
+        done = {"id": "resp_upstream", "object": "response", "created_at": int(time.time()), "model": MODEL_ID,
+                "status": "completed", "output": output, "usage": usage, "parallel_tool_calls": True,
+                "tool_choice": "auto", "tools": body.get("tools") or []}
+        if not body.get("stream"):
+            return JSONResponse(done)
+
+        def events():
+            seq = 0
+
+            def event(kind: str, **fields: Any) -> bytes:
+                nonlocal seq
+                seq += 1
+                return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': seq - 1, **fields})}\n\n".encode()
+
+            yield event("response.created", response={**done, "status": "in_progress", "output": []})
+            for i, item in enumerate(output):
+                if item["type"] == "function_call":
+                    yield event("response.output_item.added", output_index=i, item={**item, "arguments": ""})
+                    for piece in ('{"city"', ': "Paris"}'):
+                        yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=i,
+                                    delta=piece)
+                elif item["type"] == "reasoning":
+                    yield event("response.output_item.added", output_index=i, item={**item, "content": []})
+                    yield event("response.reasoning_text.delta", item_id=item["id"], output_index=i, content_index=0,
+                                delta=item["content"][0]["text"])
+                else:
+                    yield event("response.output_item.added", output_index=i, item={**item, "content": []})
+                    for word in item["content"][0]["text"].split(" "):
+                        yield event("response.output_text.delta", item_id=item["id"], output_index=i,
+                                    content_index=0, delta=word + " ", logprobs=[])
+                yield event("response.output_item.done", output_index=i, item=item)
+            yield event("response.completed", response=done)
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return responses
+
+
+def build_app(bodies: list[dict[str, Any]], responses: bool = False, headers: list[dict[str, str]] | None = None):
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, StreamingResponse
@@ -48,6 +117,8 @@ def build_app(bodies: list[dict[str, Any]]):
     async def chat(request: Request):
         body = await request.json()
         bodies.append(body)
+        if headers is not None:
+            headers.append(dict(request.headers))
         if body.get("model") != MODEL_ID:
             return error(404, f"The model `{body.get('model')}` does not exist.", "model_not_found")
         created = int(time.time())
@@ -133,15 +204,18 @@ def build_app(bodies: list[dict[str, Any]]):
         return JSONResponse({"object": "list", "data": data, "model": MODEL_ID,
                              "usage": {"prompt_tokens": n, "total_tokens": n}})
 
-    return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"]),
-                             Route("/v1/completions", completions, methods=["POST"]),
-                             Route("/v1/embeddings", embeddings, methods=["POST"])])
+    routes = [Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"]),
+              Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/embeddings", embeddings, methods=["POST"])]
+    if responses:
+        routes.append(Route("/v1/responses", _responses_route(bodies), methods=["POST"]))
+    return Starlette(routes=routes)
 
 
 class Upstream:
     """The upstream running in a thread: ``with Upstream() as up: up.url, up.bodies``."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, responses: bool = False) -> None:
         import socket
 
         import uvicorn
@@ -152,7 +226,9 @@ class Upstream:
                 port = s.getsockname()[1]
         self.port = port
         self.bodies: list[dict[str, Any]] = []
-        self.server = uvicorn.Server(uvicorn.Config(build_app(self.bodies), host="127.0.0.1", port=self.port,
+        self.headers: list[dict[str, str]] = []  # each chat request's headers (a forwarded traceparent)
+        self.server = uvicorn.Server(uvicorn.Config(build_app(self.bodies, responses, self.headers), host="127.0.0.1",
+                                                    port=self.port,
                                                     log_level="error", access_log=False, lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -51,6 +51,12 @@ common = {
     "user": st.one_of(text, json_values),
     "logprobs": json_values,
     "top_logprobs": json_values,
+    "frequency_penalty": st.one_of(st.floats(-3, 3), json_values),
+    "presence_penalty": st.one_of(st.floats(allow_nan=True), json_values),
+    "repetition_penalty": st.one_of(st.floats(-1, 3), json_values),
+    "logit_bias": st.one_of(st.dictionaries(st.one_of(text, st.integers(-5, 10**20).map(str)),
+                                            st.one_of(st.floats(-200, 200), json_values), max_size=3), json_values),
+    "min_tokens": st.one_of(st.integers(-5, 100), json_values),
 }
 hostile_chat = st.fixed_dictionaries({"model": common["model"], "messages": st.one_of(messages, json_values)},
                                      optional={**{k: v for k, v in common.items() if k != "model"},

@@ -20,14 +20,16 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "serve.md"
 
 #: A value that changes something, for every field the bundled backends reject.
 SAMPLES = {
-    "frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"50": 5},
     "functions": [{"name": "f", "parameters": {"type": "object"}}], "function_call": "auto",
     "audio": {"voice": "alloy", "format": "wav"}, "modalities": ["text", "audio"],
     "prediction": {"type": "content", "content": "x"}, "web_search_options": {},
     "verbosity": "low", "store": True, "metadata": {"k": "v"}, "service_tier": "flex", "prompt_cache_key": "k",
     "prompt_cache_retention": "24h", "prompt_cache_options": {"mode": "x"}, "safety_identifier": "s",
-    "moderation": {"mode": "x"}, "echo": True, "suffix": "!", "best_of": 2,
+    "moderation": {"mode": "x"}, "suffix": "!", "best_of": 2,
 }
+#: Fields the bundled engine acts on that an upstream must get unchanged too.
+ACTED = {"frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"50": 5}, "repetition_penalty": 1.1,
+         "min_tokens": 1}
 #: Values that change nothing, accepted by the bundled engine.
 NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "store": False, "service_tier": "auto",
            "modalities": ["text"]}
@@ -95,7 +97,7 @@ def test_bundled_engine_rejects_what_it_does_not_do(served, kind):
 def test_upstream_gets_every_field_unchanged(served):
     up, client = served
     kind = "chat"  # the test upstream serves chat; completions share the same pass-through code
-    extra = {**SAMPLES, "min_p": 0.1, "top_k": 5, "ignore_eos": True}
+    extra = {**SAMPLES, **ACTED, "min_p": 0.1, "top_k": 5, "ignore_eos": True}
     extra = {k: v for k, v in extra.items() if k not in ("echo", "suffix", "best_of")}
     _call(client, kind, "up", {**extra, "cache": False})
     sent = up.bodies[-1]
@@ -112,3 +114,15 @@ def test_completion_fields_the_engine_rejects_pass_through_to_upstreams(served):
     assert (sent["echo"], sent["suffix"], sent["best_of"], sent["min_p"]) == (True, "!", 2, 0.1)
     assert sent["logit_bias"] == {"50": 1} and sent["presence_penalty"] == 0.5
     assert got.choices[0].text == "Once and so on!" and got.usage.completion_tokens == 4
+
+
+def test_non_text_content_parts_pass_through_to_upstreams(served):
+    up, client = served
+    parts = [{"type": "text", "text": "What is this?"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+             {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]
+    client.chat.completions.create(model="up", max_tokens=2, messages=[{"role": "user", "content": parts}])
+    assert up.bodies[-1]["messages"][0]["content"] == parts
+    with pytest.raises(openai.BadRequestError) as e:  # the bundled demo model is text-only
+        client.chat.completions.create(model="demo", max_tokens=2, messages=[{"role": "user", "content": parts}])
+    assert e.value.param == "messages.0.content.1.type" and e.value.code == "unsupported_content_type"

@@ -60,6 +60,57 @@ def test_named_tool_choice_returns_a_call_whose_arguments_validate(client, model
     jsonschema.validate(json.loads(call.function.arguments), WEATHER_PARAMS)
 
 
+def test_pydantic_function_tool_with_defs_and_recursion_is_a_valid_forced_call(client, model):
+    """``openai.pydantic_function_tool`` of a model with a nested model (``$defs``) and a
+    recursive one (a ``$ref`` back to itself): the forced call's arguments parse back
+    into the pydantic model."""
+    from pydantic import BaseModel
+
+    class Address(BaseModel):
+        city: str
+        zip_code: str
+
+    class Folder(BaseModel):
+        name: str
+        subfolders: list["Folder"]
+
+    class FileAway(BaseModel):
+        """Store a letter for a person at an address, in a folder."""
+        person: str
+        address: Address
+        folder: Folder
+
+    tool = openai.pydantic_function_tool(FileAway)
+    assert "$defs" in tool["function"]["parameters"]
+    for choice in ({"type": "function", "function": {"name": "FileAway"}}, "required"):
+        r = _ask(client, model, "File the letter to Ada in Paris.", tools=[tool], tool_choice=choice, max_tokens=200)
+        [call] = r.choices[0].message.tool_calls
+        assert call.function.name == "FileAway"
+        FileAway.model_validate_json(call.function.arguments)  # raises when the $refs were not followed
+
+
+def test_instructor_tools_mode_with_a_nested_model(client, model):
+    """instructor's TOOLS mode forces a call of a tool whose parameters are the model's schema
+    (``$defs`` for the nested model); the reply validates into the pydantic model."""
+    instructor = pytest.importorskip("instructor")
+    from pydantic import BaseModel
+
+    class Address(BaseModel):
+        city: str
+        country: str
+
+    class Person(BaseModel):
+        name: str
+        age: int
+        home: Address
+
+    assert "$defs" in Person.model_json_schema()
+    patched = instructor.from_openai(client, mode=instructor.Mode.TOOLS)
+    person = patched.chat.completions.create(model=model, response_model=Person, max_retries=0, max_tokens=120,
+                                             messages=[{"role": "user", "content": "Ada, 36, lives in Paris, France."}])
+    assert isinstance(person, Person) and isinstance(person.home, Address)
+
+
 def test_required_tool_choice_streams_openai_tool_call_deltas(client, model):
     stream = _ask(client, model, tools=TOOLS, tool_choice="required", stream=True,
                   stream_options={"include_usage": True})

@@ -13,6 +13,7 @@ import contextlib
 from typing import Any, AsyncIterator
 
 from tokenops.backends.base import Delta, collect
+from tokenops.backends.local_fields import check_content_parts, echo_delta, echo_logprobs, processor_params
 from tokenops.backends.local_structured import plan_request
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
 from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser
@@ -140,6 +141,7 @@ class LocalBackend:
             logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
         else:
             logprobs = body.get("logprobs")
+        extras = processor_params(body, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
         try:
             return SamplingParams(
                 n=body.get("n") or 1, max_tokens=max_tokens,
@@ -148,6 +150,7 @@ class LocalBackend:
                 top_k=body.get("top_k") or 0, seed=body.get("seed"),
                 stop=[stop] if isinstance(stop, str) else list(stop or []),
                 ignore_eos=bool(body.get("ignore_eos")), logprobs=logprobs,
+                prompt_logprobs=echo_logprobs(request), **extras,
             )
         except ValueError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
@@ -156,6 +159,8 @@ class LocalBackend:
         if self.engine is None:
             raise BackendError(f"{self.name} is still loading", kind="unavailable", status=503, backend=self.name)
         check_bundled_fields(request, self.name)  # a 400 for fields the engine cannot act on (gateway/fields.py)
+        if request.kind == "chat":
+            check_content_parts(request, self.name)  # a text-only model: an image is a 400, never dropped
         # a prompt that cannot fit is refused before tokenizing; the rest is tokenized (and the
         # chat template rendered) in a worker thread so a huge prompt does not stall the event loop
         check_prompt_fits(request, getattr(self.engine, "tokenizer", None), self.max_model_len, self.name)
@@ -171,6 +176,7 @@ class LocalBackend:
         num_reasoning: dict[int, int] = {}
         tool_streams: dict[int, Any] = {}  # choice index -> ToolCallStream (when tools are on)
         seen: dict[int, int] = {}  # choice index -> tokens already sent
+        echoed: set[int] | None = set() if request.kind == "completion" and request.body.get("echo") else None
         sent_finish: set[int] = set()
         last = None
         gen = self.engine.generate(prompt_ids, params, request_id=request.id, tenant=request.tenant, priority=request.priority)
@@ -179,6 +185,9 @@ class LocalBackend:
                 async for out in gen:
                     last = out
                     for c in out.outputs:
+                        if echoed is not None and c.index not in echoed:  # the prompt first (completions' echo)
+                            echoed.add(c.index)
+                            yield echo_delta(request, c.index, prompt_ids, out.prompt_logprobs, self.engine.tokenizer)
                         start = seen.get(c.index, 0)
                         num_new = len(c.token_ids) - start
                         new_finish = c.finish_reason is not None and c.index not in sent_finish
@@ -262,8 +271,8 @@ class LocalBackend:
 def _plain(message: dict[str, Any]) -> dict[str, Any]:
     """Content given as parts (``[{"type": "text", "text": ...}]``) becomes one string."""
     content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if isinstance(content, list):  # text and refusal parts only (check_content_parts refused the others)
+        content = "".join(p.get("text") or p.get("refusal") or "" for p in content if isinstance(p, dict))
     return {**message, "content": content or ""}
 
 

@@ -16,11 +16,13 @@ from typing import Any, AsyncIterator
 import httpx
 
 from tokenops.backends.anthropic_upstream import native_deltas, native_once, native_open, wants_native
+from tokenops.backends.openai_responses import responses_once, responses_stream, wants_responses
 from tokenops.backends.base import Delta
 from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.registry import replica_name
 from tokenops.backends.sse import sse_data as _sse_data
 from tokenops.config import ModelConfig, Settings
+from tokenops.gateway import tracing
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 log = logging.getLogger("tokenops.backends")
@@ -88,6 +90,8 @@ class OpenAIBackend:
         #: ``/ready`` lists it and does not count this replica as serving until it answers again.
         self.unreachable: str | None = None
         self._probe: asyncio.Task | None = None
+        #: Whether the upstream serves OpenAI's /v1/responses: None until a request finds out.
+        self.serves_responses: bool | None = None
 
     @property
     def ready(self) -> bool:
@@ -197,6 +201,7 @@ class OpenAIBackend:
         body = self._payload(request, stream) if payload is None else {**payload, "model": self.upstream_model}
         content = json.dumps(body, separators=(",", ":")).encode()
         url, send_headers = self._path(request) if path is None else self.url + path, {**self._headers, **(headers or {})}
+        tracing.inject(send_headers)  # the attempt's traceparent: a traced upstream (vLLM) joins the request's trace
         last: BackendError | None = None
         for attempt in range(self.num_retries + 1):
             if attempt:
@@ -234,6 +239,10 @@ class OpenAIBackend:
     async def chat(self, request: GatewayRequest) -> GatewayResponse:
         if wants_native(self, request):
             answer = await native_once(self, request)
+            if answer is not None:
+                return answer
+        elif wants_responses(self, request):
+            answer = await responses_once(self, request)
             if answer is not None:
                 return answer
         elif request.native is not None:  # known not to serve it: what the translation lost is a 400
@@ -285,6 +294,12 @@ class OpenAIBackend:
             response = await native_open(self, request)
             if response is not None:
                 async for delta in native_deltas(self, response):
+                    yield delta
+                return
+        elif wants_responses(self, request):
+            events = await responses_stream(self, request)
+            if events is not None:
+                async for delta in events:
                     yield delta
                 return
         elif request.native is not None:

@@ -205,16 +205,21 @@ class HermesToolCallParser(ToolCallParser):
 
     def grammar(self, functions: list[dict[str, Any]], parallel: bool, answer: str | None = None) -> str:
         """One call (or several when ``parallel``) of ``functions`` (OpenAI ``function``
-        objects), each ``<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>``,
-        or ``answer`` when given."""
+        objects), each ``<tool_call>\\n{"name":NAME,"arguments":ARGS}\\n</tool_call>``,
+        or ``answer`` when given.
+
+        The call's envelope is literal text and ``ARGS`` its own ``%json`` with the
+        function's ``parameters`` as the root schema: pointers such as ``#/$defs/Item``
+        (every pydantic model with a nested model) and ``#`` (recursive schemas) resolve
+        against the parameters as the client wrote them, with no rewriting."""
         alternatives = []
         for fn in functions:
             params = fn.get("parameters") or {"type": "object", "properties": {}}
-            schema = {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
-                      "required": ["name", "arguments"], "additionalProperties": False}
-            schema["x-guidance"] = {"whitespace_flexible": False}
-            alternatives.append(f"%json {json.dumps(schema)}")
-        call = f'"{self.open_tag}\\n" ( {" | ".join(alternatives)} ) "\\n{self.close_tag}"'
+            if isinstance(params, dict):
+                params = {**params, "x-guidance": {"whitespace_flexible": False}}
+            head = json.dumps(f'{{"name":{json.dumps(fn["name"])},"arguments":')
+            alternatives.append(f'{head} %json {json.dumps(params)} "}}"')
+        call = f'"{self.open_tag}\\n" ( {" | ".join(f"( {a} )" for a in alternatives)} ) "\\n{self.close_tag}"'
         more = ' ("\\n" call)*' if parallel else ""
         other = f" | {answer}" if answer else ""
         return f"start: call{more}{other}\ncall: {call}\n"

@@ -76,6 +76,7 @@ class _Target:
 
         settings = load_settings(self.config)
         from tokenops.gateway import hooks
+        from tokenops.store.stored_responses import purge_stored_responses
 
         hooks.configure(settings)  # routers learn their aliases
         names = [m.name for m in settings.models] or _demo_names()
@@ -94,7 +95,8 @@ class _Target:
                     return admin_ops.put_tenant(service, args[0], args[1])[0]
                 if op == "delete-tenant":
                     return admin_ops.delete_tenant(service, args[0], set(settings.gateway.api_keys.values()),
-                                                   lambda tenant: hooks.forget_tenant(tenant, store))
+                                                   lambda tenant: {**hooks.forget_tenant(tenant, store),
+                                                                   **purge_stored_responses(store, tenant)})
             except admin_ops.KeyOpsError as e:
                 raise UserError(e.message) from None
         raise AssertionError(op)

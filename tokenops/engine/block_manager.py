@@ -102,8 +102,8 @@ class BlockManager:
         """Cached blocks holding the longest prefix of ``seq`` (None: a block the offload
         tier holds); the last token is never a hit, because the step must compute it to
         get logits."""
-        if not self.enable_prefix_caching:
-            return []
+        if not self.enable_prefix_caching or seq.params.prompt_logprobs is not None:
+            return []  # a prompt whose logprobs are asked needs logits at every position: all computed
         hits: list[int | None] = []
         for i in range((len(seq.token_ids) - 1) // self.block_size):
             block_hash, tokens = self._hash_of(seq, i), self._block_tokens(seq, i)

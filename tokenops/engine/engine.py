@@ -25,6 +25,7 @@ from tokenops.engine.config import EngineConfig, engine_tunables
 from tokenops.engine.output_processor import OutputProcessor, RequestState
 from tokenops.engine.outputs import RequestOutput
 from tokenops.engine.policies import EnginePolicies, builtin_kv_policy
+from tokenops.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logits
 from tokenops.engine.sampling import SampledToken, Sampler, SamplingParams
 from tokenops.engine.scheduler import Scheduler, SchedulerOutput
 from tokenops.engine.sequence import Sequence, SequenceStatus
@@ -59,11 +60,13 @@ class LLMEngine:
         self.config = config
         self.runner = runner
         self.tokenizer = runner.tokenizer
+        #: Rows of the model's logits (``logit_bias`` token ids must be below it).
+        self.vocab_size: int | None = getattr(runner, "vocab_size", None)
         self.model_name = config.model_name or runner.model_name
         kv_tokens = runner.num_blocks * runner.block_size
         self.max_model_len = min(x for x in (config.max_model_len, runner.max_model_len, kv_tokens) if x)
         self.scheduler = Scheduler(config, runner.num_blocks, policies.schedule_orders)
-        self.sampler = Sampler(config.seed)
+        self.sampler = Sampler(config.seed, getattr(self.tokenizer, "eos_token_ids", ()) or ())
         self.output_processor = OutputProcessor(self.tokenizer, self.max_model_len)
         self._requests: dict[str, RequestState] = {}
         self._pending: list[RequestOutput] = []  # aborts, reported by the next step
@@ -118,6 +121,8 @@ class LLMEngine:
                 raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
         if not token_ids:
             raise ValueError("the prompt is empty")
+        if params.logit_bias and self.vocab_size and max(params.logit_bias) >= self.vocab_size:
+            raise ValueError(f"logit_bias token id {max(params.logit_bias)} is outside the vocabulary [0, {self.vocab_size})")
         if len(token_ids) >= self.max_model_len:
             raise PromptTooLongError(
                 f"prompt has {len(token_ids)} tokens but the model's context is {self.max_model_len} tokens "
@@ -171,6 +176,8 @@ class LLMEngine:
         if spec_chunks:  # verified (and their computed counts rolled back) below
             batch.chunks = [c for c in batch.chunks if not c.num_spec_tokens]
         self.scheduler.update_computed(batch)
+        if any(c.num_logits > 1 for c in batch.chunks):
+            record_prompt_logprobs(logits, batch.chunks, self.output_processor.logprob_entry)
         rows, seqs = [], []
         for chunk in batch.chunks:
             if not chunk.is_last:
@@ -183,7 +190,10 @@ class LLMEngine:
             for member in family:
                 if member is not seq and seq.params.seed is not None:
                     member.generator = Sampler.new_generator(seq.params.seed, member.output_index)
-                rows.append(chunk.row)
+                if member.params.max_tokens == 0:  # scoring only: the prompt's logprobs are all it asked for
+                    self._finish_unsampled(member, touched)
+                    continue
+                rows.append(chunk.row + chunk.num_logits - 1)
                 seqs.append(member)
         if seqs:
             self._sample_and_append(logits, rows, seqs, touched)
@@ -215,8 +225,10 @@ class LLMEngine:
 
         chunks = batch.chunks
         # a speculative decode chunk is the decode token plus the proposals, with logits at each
+        for c in chunks:  # a prompt whose logprobs are asked: logits at every position
+            c.num_logits = c.num_tokens if wants_prompt_logits(c.seq) and not c.num_spec_tokens else 1 + c.num_spec_tokens
         inputs = [ChunkInput(c.seq.token_ids[c.start_pos:c.start_pos + c.num_tokens - c.num_spec_tokens]
-                             + c.spec_token_ids, c.start_pos, c.seq.block_table, 1 + c.num_spec_tokens)
+                             + c.spec_token_ids, c.start_pos, c.seq.block_table, c.num_logits)
                   for c in chunks]
         row = 0
         for chunk, one in zip(chunks, inputs):
@@ -268,6 +280,17 @@ class LLMEngine:
             if seq.finish_reason is not None:
                 self.scheduler.finish(seq)
             touched[seq.request_id] = state
+
+    def _finish_unsampled(self, seq: Sequence, touched: dict[str, RequestState]) -> None:
+        """End a ``max_tokens == 0`` sequence once its prompt is computed (nothing is sampled)."""
+        state = self._requests.get(seq.request_id)
+        if state is None or seq.is_finished:
+            return
+        seq.finish_reason = "length"
+        if state.first_token_time is None:
+            state.first_token_time = time.time()
+        self.scheduler.finish(seq)
+        touched[seq.request_id] = state
 
     def append_tokens(self, seq: Sequence, sampled: list[SampledToken], touched: dict[str, RequestState]) -> int:
         """Append ``sampled`` to ``seq`` (speculative decoding: the accepted proposals and the
@@ -329,6 +352,14 @@ class LLMEngine:
 
     # -- introspection and tuning ------------------------------------------------------
 
+    def _run_settings(self) -> dict[str, Any]:
+        """How this engine runs its model, as configured and loaded (not the registry's defaults)."""
+        runner, config = self.runner, self.config
+        kv = config.kv_cache_dtype
+        return {"weight_encoding": getattr(runner, "weight_encoding", None),
+                "kv_dtype": str(getattr(runner, "dtype", config.dtype)).removeprefix("torch.") if kv == "auto" else kv,
+                "speculative": config.speculative or "off", "compiled": bool(getattr(runner, "is_compiled", False))}
+
     def stats(self) -> dict[str, Any]:
         bm = self.scheduler.block_manager
         expert_load = getattr(self.runner, "expert_load", None)
@@ -352,6 +383,7 @@ class LLMEngine:
             **({"fused_decode_steps": self.runner.num_fused_steps, "panel_dtype": self.runner.fused_decode.panel_dtype}
                if getattr(self.runner, "fused_decode", None) is not None else {}),
             # GGUF weights kept quantized: the PyTorch forward runs them (the fused step cannot)
+            **self._run_settings(),
             **({"weight_format": self.runner.weight_format, "forward": "torch"}
                if getattr(self.runner, "weight_format", None) else {}),
             **({"kv_policy_evicted_blocks": bm.num_policy_evictions} if self.kv_policy is not None else {}),

@@ -63,17 +63,18 @@ class OutputProcessor:
         if seq.thinking is not None:
             seq.thinking.accept(token_id)
         if seq.logprobs is not None:
-            seq.logprobs.append(self._logprob_entry(sampled))
-        if not params.ignore_eos and token_id in self._eos_token_ids:
+            seq.logprobs.append(self.logprob_entry(sampled))
+        is_short = seq.num_output_tokens < params.min_tokens  # no stop rule ends it yet (vLLM's min_tokens)
+        if not params.ignore_eos and token_id in self._eos_token_ids and not is_short:
             seq.finish_reason = "stop"
-        elif token_id in params.stop_token_ids:
+        elif token_id in params.stop_token_ids and not is_short:
             seq.finish_reason, seq.stop_reason = "stop", token_id
         else:
             if seq.detokenizer is None:
                 seq.detokenizer = new_detokenizer(self.tokenizer)
             num_old_chars = len(seq.text)
             seq.text += seq.detokenizer.push(token_id)
-            if params.stop:
+            if params.stop and not is_short:
                 self._check_stop_strings(seq, num_old_chars)
         if seq.finish_reason is None and seq.grammar is not None and seq.grammar.is_finished:
             seq.finish_reason = "stop"  # only end-of-sequence could follow: save the step
@@ -96,7 +97,7 @@ class OutputProcessor:
             seq.text = seq.text[:best[0]]
             seq.finish_reason, seq.stop_reason = "stop", best[1]
 
-    def _logprob_entry(self, sampled: SampledToken) -> dict:
+    def logprob_entry(self, sampled: SampledToken) -> dict:
         # the token's own text (" hello"), as OpenAI reports it; the vocab entry otherwise
         token = getattr(self.tokenizer, "token_text", None) or self.tokenizer.id_to_token
         return {
@@ -131,6 +132,7 @@ class OutputProcessor:
             seq.num_emitted_chars = visible
             seq.num_emitted_tokens = len(output_ids)
         is_finished = state.is_finished
+        prompt_logprobs = next((s.prompt_logprobs for s in state.seqs if s.output_index == 0), None)
         if is_finished and state.finished_time is None:
             state.finished_time = time.time()
         return RequestOutput(
@@ -143,6 +145,7 @@ class OutputProcessor:
             first_token_time=state.first_token_time,
             finished_time=state.finished_time,
             error=state.error,
+            prompt_logprobs=list(prompt_logprobs) if prompt_logprobs is not None else None,
             first_scheduled_time=min((s.first_scheduled_time for s in state.seqs if s.first_scheduled_time is not None),
                                      default=None),
         )

@@ -47,6 +47,9 @@ class RequestOutput:
     first_scheduled_time: float | None = None
     #: Set when the engine failed this request (it finishes with ``finish_reason="abort"``).
     error: str | None = None
+    #: ``SamplingParams.prompt_logprobs``: one entry per prompt token (the first None), shaped as
+    #: ``CompletionOutput.logprobs`` entries; all of them once the prompt is computed.
+    prompt_logprobs: list[dict | None] | None = None
 
     @property
     def num_generated_tokens(self) -> int:

@@ -2,7 +2,7 @@
 
 Every transform is row-wise, and seeded requests draw from their own
 ``torch.Generator``, so a seeded request yields the same tokens whatever else is in
-the batch. Logprobs are ``log_softmax`` of the raw logits (before temperature,
+the batch. Logprobs are ``log_softmax`` of the raw logits (before penalties, bias, temperature,
 top-k and top-p), as the OpenAI API and vLLM report them. Rows of sequences that
 decode under a grammar are masked first (only the tokens the grammar allows stay),
 and only those rows: their logprobs are those of the masked distribution.
@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from tokenops.engine.logits_processors import apply_processors
 
 if TYPE_CHECKING:
     import torch
@@ -59,10 +61,25 @@ class SamplingParams:
     #: A :class:`tokenops.engine.thinking.ThinkingControl` (count the thinking block, force it closed
     #: at a budget, mask reflection tokens while thinking). None: no thinking control.
     thinking: Any = None
+    #: Penalties, bias and ``min_tokens``: see :mod:`tokenops.engine.logits_processors`.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # 1 = off
+    logit_bias: dict[int, float] | None = None
+    min_tokens: int = 0
+    #: Logprobs of the prompt's tokens (the first has none) with k alternatives, as vLLM's
+    #: ``prompt_logprobs``; the prompt then skips the prefix cache (its logits are needed).
+    #: With it, ``max_tokens`` may be 0: the prompt is scored and nothing is generated.
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         _int("n", self.n, 1)
-        _int("max_tokens", self.max_tokens, 1)
+        if self.prompt_logprobs is not None:
+            _int("prompt_logprobs", self.prompt_logprobs, 0)
+            if self.prompt_logprobs > MAX_LOGPROBS:
+                raise ValueError(f"prompt_logprobs must be at most {MAX_LOGPROBS}, got {self.prompt_logprobs}")
+        _int("max_tokens", self.max_tokens, 0 if self.prompt_logprobs is not None else 1)
+        self._check_processors()
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
         if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
@@ -88,6 +105,28 @@ class SamplingParams:
             _int("logprobs", self.logprobs, 0)
             if self.logprobs > MAX_LOGPROBS:
                 raise ValueError(f"logprobs must be at most {MAX_LOGPROBS}, got {self.logprobs}")
+
+    def _check_processors(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not -2 <= value <= 2:
+                raise ValueError(f"{name} must be a number in [-2, 2], got {value!r}")
+        rep = self.repetition_penalty
+        if isinstance(rep, bool) or not isinstance(rep, (int, float)) or not 0 < rep < float("inf"):
+            raise ValueError(f"repetition_penalty must be a number > 0, got {rep!r}")
+        _int("min_tokens", self.min_tokens, 0)
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        if self.logit_bias:
+            bias = {}
+            for token, value in self.logit_bias.items():
+                _int("logit_bias key", token, 0)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+                    raise ValueError(f"logit_bias values must be numbers in [-100, 100], got {value!r} for {token}")
+                bias[token] = float(value)
+            self.logit_bias = bias
+        else:
+            self.logit_bias = None
 
     @property
     def is_greedy(self) -> bool:
@@ -120,6 +159,8 @@ class SamplingRow(Protocol):
     grammar: Any  # grammar matcher (fill_bitmask, reserve_tokens) or None
     thinking: Any  # thinking-budget state or None
     generator: Any  # torch.Generator when the request is seeded, else None
+    token_ids: list[int]  # prompt then output (the penalties read them)
+    num_prompt_tokens: int
 
     @property
     def num_output_tokens(self) -> int: ...
@@ -128,10 +169,12 @@ class SamplingRow(Protocol):
 class Sampler:
     """Turns logits ``[num_seqs, vocab]`` into one token per sequence."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, eos_token_ids: Sequence[int] = ()) -> None:
         import torch
 
         self._torch = torch
+        #: The tokens ``min_tokens`` keeps out (with each request's ``stop_token_ids``).
+        self.eos_token_ids = tuple(eos_token_ids)
         #: Shared generator for unseeded sampling: engine runs are reproducible for a config seed.
         self.generator = torch.Generator().manual_seed(seed)
         self._cdf: "torch.Tensor | None" = None
@@ -164,6 +207,8 @@ class Sampler:
             from tokenops.engine.thinking import apply_thinking
 
             logits = apply_thinking(logits, thinking_rows, [seqs[i].thinking for i in thinking_rows])
+        raw = logits  # what logprobs report (vLLM's raw_logprobs): masked, not penalised
+        logits = apply_processors(logits, seqs, self.eos_token_ids)
         token_ids = logits.argmax(dim=-1).tolist()  # greedy rows keep these
         random_rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if random_rows:
@@ -182,7 +227,7 @@ class Sampler:
         out = [SampledToken(t) for t in token_ids]
         lp_rows = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
         if lp_rows:
-            self._fill_logprobs(logits, lp_rows, seqs, out)
+            self._fill_logprobs(raw, lp_rows, seqs, out)
         return out
 
     def _constrain(self, logits: "torch.Tensor", rows: list[int], seqs: Sequence[SamplingRow]) -> "torch.Tensor":

@@ -37,6 +37,9 @@ class ScheduledChunk:
     #: are allocated; ``num_tokens`` counts them). The engine fills ``spec_token_ids``.
     num_spec_tokens: int = 0
     spec_token_ids: list[int] = field(default_factory=list)
+    #: Logits rows this chunk gets (set by the engine): 1, ``1 + k`` for a verify chunk, every
+    #: position for a prompt whose logprobs were asked (``SamplingParams.prompt_logprobs``).
+    num_logits: int = 1
 
     @property
     def is_last(self) -> bool:

@@ -36,7 +36,7 @@ class Sequence:
         "block_table", "block_hashes", "status", "generator", "logprobs", "detokenizer",
         "text", "num_emitted_tokens", "num_emitted_chars", "finish_reason", "stop_reason",
         "num_pending_forks", "first_token_time", "error", "grammar", "first_scheduled_time",
-        "thinking",
+        "thinking", "prompt_logprobs",
     )
 
     def __init__(
@@ -84,6 +84,9 @@ class Sequence:
         self.grammar: Any = params.grammar.copy() if params.grammar is not None else None
         #: This sequence's :class:`tokenops.engine.thinking.ThinkingState` (budget forcing), or None.
         self.thinking: Any = params.thinking.new_state() if params.thinking is not None else None
+        #: Logprob entries of the prompt's tokens (``params.prompt_logprobs``), the first None; filled by
+        #: :mod:`tokenops.engine.prompt_logprobs` as the prefill runs.
+        self.prompt_logprobs: list[dict | None] | None = [None] if params.prompt_logprobs is not None else None
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -124,4 +127,5 @@ class Sequence:
         child.block_hashes = list(self.block_hashes)
         child.status = self.status
         child.num_pending_forks = 0
+        child.prompt_logprobs = self.prompt_logprobs  # complete by now: the request reports the parent's
         return child

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tokenops.engine.logits_processors import needs_processing
 from tokenops.engine.protocols import Proposal, Proposer
 from tokenops.engine.rejection import verify_greedy, verify_proposal
 from tokenops.engine.sampling import SampledToken
@@ -117,6 +118,8 @@ class SpecDecoder:
         """Adaptive k for ``seq``, capped so a fully accepted round neither passes
         ``max_tokens`` nor the context."""
         if seq.grammar is not None:  # a constrained row is sampled under its mask, one token a step
+            return 0
+        if needs_processing(seq.params):  # penalties, bias, min_tokens change each position's logits: the sampler's
             return 0
         if self.disable_at and self.engine.scheduler.num_running >= self.disable_at:
             return 0  # a large batch: plain decoding is cheaper than verifying k + 1 tokens per row

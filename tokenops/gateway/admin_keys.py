@@ -128,9 +128,11 @@ async def delete_tenant(request: Request, name: str) -> Response:
     gw = _gateway(request)
     config_tenants = set(gw.settings.gateway.api_keys.values())
     from tokenops.gateway import hooks
+    from tokenops.gateway.responses_api import purge_tenant as purge_responses
 
     return _json(await _run(admin_ops.delete_tenant, gw.keys, name, config_tenants,
-                            lambda tenant: hooks.forget_tenant(tenant, gw.store)))
+                            lambda tenant: {**hooks.forget_tenant(tenant, gw.store),
+                                            **purge_responses(request.app, tenant)}))
 
 
 @router.post("/budget-clock", summary="Tests only: move the budget clock (TOKENOPS_BUDGET_TEST_CLOCK=1)",

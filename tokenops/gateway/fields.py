@@ -38,22 +38,19 @@ class Field:
         return self.bundled.startswith("400")
 
 
-def _zero(v: Any) -> bool:
-    return v == 0
-
-
-def _empty(v: Any) -> bool:
-    return v in ({}, [], "", False)
-
-
 def _rejected(reason: str) -> str:
     return f"400 ({reason})"
 
 
 _PENALTIES = [
-    Field("frequency_penalty", _rejected("penalties are not implemented; 0 is accepted"), is_neutral=_zero),
-    Field("presence_penalty", _rejected("penalties are not implemented; 0 is accepted"), is_neutral=_zero),
-    Field("logit_bias", _rejected("not implemented; {} is accepted"), is_neutral=_empty),
+    Field("frequency_penalty", "acts: minus the value times each token's count in the output so far ([-2, 2], else 400)"),
+    Field("presence_penalty", "acts: minus the value for each token already in the output ([-2, 2], else 400)"),
+    Field("logit_bias", "acts: token id -> value in [-100, 100] added to its logit (an id outside the vocabulary, "
+          "400)", "passes through (the range is checked first)"),
+    Field("repetition_penalty", "acts (extension, as vLLM): logits of the prompt's and output's tokens divided by "
+          "it (multiplied when negative); > 0, 1 is off"),
+    Field("min_tokens", "acts (extension, as vLLM): end-of-sequence, stop strings and stop tokens end nothing "
+          "before it; at most `max_tokens`"),
 ]
 _SAMPLING = [
     Field("model", "acts: picks the model (routers may choose another)",
@@ -71,7 +68,9 @@ _SAMPLING = [
 ]
 
 CHAT = [
-    Field("messages", "acts: rendered through the model's chat template"),
+    Field("messages", "acts: rendered through the model's chat template; `text` content parts only: an "
+          "`image_url`, `input_audio` or `file` part is a 400 naming it (the bundled models are text-only)",
+          "passes through (every content part)"),
     *_SAMPLING,
     Field("max_tokens", "acts", "acts: sent as `max_tokens` (the gateway's default when absent)"),
     Field("max_completion_tokens", "acts (wins over `max_tokens`)", "acts: sent as `max_tokens`"),
@@ -106,10 +105,11 @@ COMPLETIONS = [
     Field("prompt", "acts: one prompt (a string or token ids) per request; a list of several is a 400",
           "acts: the same check, then passes through"),
     *_SAMPLING,
-    Field("max_tokens", "acts", "acts: sent as `max_tokens` (the gateway's default when absent)"),
+    Field("max_tokens", "acts (0 only with `echo`)", "acts: sent as `max_tokens` (the gateway's default when absent)"),
     Field("logprobs", "acts (0-20)"),
     *_PENALTIES,
-    Field("echo", _rejected("not implemented; false is accepted"), is_neutral=lambda v: v is False),
+    Field("echo", "acts: the prompt before the completion and, with `logprobs`, its tokens' logprobs (the first "
+          "null); `max_tokens: 0` scores the prompt without generating (lm-eval's loglikelihood)"),
     Field("suffix", _rejected("insertion is not implemented")),
     Field("best_of", _rejected("not implemented; 1 is accepted"), is_neutral=lambda v: v == 1),
 ]

@@ -3,8 +3,9 @@ to :class:`tokenops.types.GatewayRequest`.
 
 Unknown fields are kept (``extra="allow"``) so an ``openai`` backend passes them
 upstream; the bundled engine answers 400 for the ones it does not implement
-(:mod:`tokenops.gateway.fields` says which, per field). ``top_k``, ``ignore_eos`` and ``priority`` are
-extensions, as in vLLM.
+(:mod:`tokenops.gateway.fields` says which, per field). ``top_k``, ``ignore_eos``, ``priority``,
+``repetition_penalty`` and ``min_tokens`` are extensions, as in vLLM. The ranges are OpenAI's
+(penalties in [-2, 2], ``logit_bias`` values in [-100, 100]) and apply to upstreams as well.
 """
 
 from __future__ import annotations
@@ -57,6 +58,23 @@ class _CommonRequest(BaseModel):
     user: str | None = Field(None, description="End-user id; used as the session hint (and tenant on an open server).")
     ignore_eos: bool | None = Field(None, description="Extension: keep generating past end-of-sequence.")
     priority: int = Field(0, description="Extension: lower runs first under the `priority` schedule policy.")
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = Field(None, description="Token id (as a string) -> bias in [-100, 100].")
+    repetition_penalty: float | None = Field(
+        None, gt=0, description="Extension (vLLM): divide the logits of prompt and output tokens by it (1: off).")
+    min_tokens: int | None = Field(None, ge=0, description="Extension (vLLM): no stop rule ends the output before it.")
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        # OpenAI's rule: keys are token ids, values in [-100, 100]; the bundled engine checks the vocabulary
+        for key, bias in (value or {}).items():
+            if not (key.isascii() and key.isdigit()):
+                raise ValueError(f"keys must be token ids (integers as strings), got {key!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"values must be in [-100, 100], got {bias} for token {key}")
+        return value
 
 
 class ChatCompletionRequest(_CommonRequest):
@@ -68,6 +86,7 @@ class ChatCompletionRequest(_CommonRequest):
 
 class CompletionRequest(_CommonRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(None, ge=0, description="0 (with `echo`): score the prompt, generate nothing.")
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool | None = False
     suffix: str | None = None
@@ -115,6 +134,9 @@ def completion_request(data: dict[str, Any], default_max_tokens: int) -> Gateway
         if len(prompt) != 1:
             raise APIError(400, "batched prompts are not supported: send one prompt per request", param="prompt")
         prompt = prompt[0]
+    if req.max_tokens == 0 and not req.echo:
+        raise APIError(400, "max_tokens: 0 is only accepted with echo (scoring the prompt)", code="invalid_value",
+                       param="max_tokens")
     body = req.model_dump(exclude_none=True)
     body["prompt"] = prompt
     return GatewayRequest(

@@ -28,7 +28,7 @@ ENTRY_OVERHEAD_BYTES = 512
 #: Request fields that change the answer and so belong in the exact-match key.
 _ANSWER_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
                   "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", "presence_penalty",
-                  "frequency_penalty", "logit_bias", "suffix", "echo")
+                  "frequency_penalty", "logit_bias", "suffix", "echo", "repetition_penalty", "min_tokens")
 
 
 @dataclass(slots=True)

@@ -111,6 +111,14 @@ CREATE TABLE distill_pairs (
 );
 """
 
+_STORED_RESPONSES = """
+CREATE TABLE stored_responses (
+    id VARCHAR PRIMARY KEY, tenant VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL, model VARCHAR,
+    previous_response_id VARCHAR, input_items VARCHAR, response VARCHAR, num_bytes BIGINT
+);
+CREATE INDEX stored_responses_tenant ON stored_responses (tenant, created_at);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "telemetry tables", _TELEMETRY),
     (2, "config audit and capability profiles", _AUDIT_AND_PROFILES),
@@ -123,6 +131,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
      "ALTER TABLE distill_pairs ADD COLUMN finish_reason VARCHAR; "
      "ALTER TABLE distill_pairs ADD COLUMN mean_logprob DOUBLE; "
      "ALTER TABLE distill_pairs ADD COLUMN num_logprobs INTEGER"),
+    (9, "stored responses of /v1/responses", _STORED_RESPONSES),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

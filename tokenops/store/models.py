@@ -66,7 +66,7 @@ class RequestRow(SQLModel, table=True):
     ttft_s: Optional[float] = _col(DOUBLE)
     tpot_s: Optional[float] = _col(DOUBLE)
     e2e_s: Optional[float] = _col(DOUBLE)
-    status: Optional[str] = _col(STR)  # ok | error | rejected
+    status: Optional[str] = _col(STR)  # ok | error | rejected | disconnected (RequestRecord.outcome)
     error_kind: Optional[str] = _col(STR)
     http_status: Optional[int] = _col(INT)
     stream: Optional[bool] = _col(BOOL)
@@ -253,6 +253,24 @@ class TenantRow(SQLModel, table=True):
     created_at: Optional[datetime] = _col(TS)
 
 
+class StoredResponseRow(SQLModel, table=True):
+    """A ``/v1/responses`` answer kept for ``previous_response_id`` and ``GET /v1/responses/{id}``
+    (:mod:`tokenops.store.stored_responses`). ``input_items`` is the whole conversation the
+    answer was made from (earlier turns included), so a response never needs the ones before it;
+    ``response`` the Response object as sent, both JSON."""
+
+    __tablename__ = "stored_responses"
+
+    id: str = _col(STR, primary_key=True, nullable=False)
+    tenant: str = _col(STR, nullable=False)
+    created_at: datetime = _col(TS, nullable=False)
+    model: Optional[str] = _col(STR)
+    previous_response_id: Optional[str] = _col(STR)
+    input_items: Optional[str] = _col(STR, is_json=True)
+    response: Optional[str] = _col(STR, is_json=True)
+    num_bytes: Optional[int] = _col(BIGINT)
+
+
 class ImageRequestRow(SQLModel, table=True):
     """One row per ``/v1/images/generations`` request: the denoising path it ran.
 
@@ -308,7 +326,7 @@ TELEMETRY_MODELS: dict[str, type[SQLModel]] = {
 ALL_MODELS: dict[str, type[SQLModel]] = {
     m.__tablename__: m
     for m in (RequestRow, EngineStatsRow, ExpertLoadRow, CapabilityProfile, ConfigChange, BenchRun, BenchResult, TuneTrial,
-              ApiKeyRow, TenantRow, ImageRequestRow, DistillPairRow)
+              ApiKeyRow, TenantRow, ImageRequestRow, DistillPairRow, StoredResponseRow)
 }
 
 

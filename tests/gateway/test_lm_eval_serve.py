@@ -1,0 +1,50 @@
+"""lm-eval's ``local-completions`` runs a multiple-choice task from a local JSON file against a real
+``tokenops serve``, and every choice's loglikelihood equals what lm-eval's own ``hf`` model computes
+with transformers on the same weights (the default-run test of the request shape lm-eval sends is
+``test_sampling_fields_serve.py::test_lm_eval_request_shape``)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.real_model import MODEL, SERVE_ENV, serve_args, smollm2_folder
+from tokenops.testing_serve import ServeProcess
+
+TASK_DIR = Path(__file__).resolve().parents[1] / "data" / "lm_eval_task"
+
+pytestmark = pytest.mark.slow
+
+
+def _lm_eval(workdir: Path, out: Path, model: str, model_args: str) -> list[dict]:
+    """Run the lm-eval CLI on the task (offline, from ``workdir``); the per-sample records."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(workdir / "datasets"))
+    cmd = [sys.executable, "-m", "lm_eval", "--model", model, "--model_args", model_args, "--tasks", "tokenops_capitals",
+           "--include_path", str(workdir), "--output_path", str(out), "--log_samples", "--device", "cpu"]
+    done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [samples] = glob.glob(str(out / "*" / "samples_tokenops_capitals_*.jsonl"))
+    return [json.loads(line) for line in Path(samples).read_text().splitlines()]
+
+
+def test_lm_eval_multiple_choice_equals_transformers(tmp_path):
+    workdir = tmp_path / "task"
+    shutil.copytree(TASK_DIR, workdir)
+    folder = smollm2_folder()
+    with ServeProcess(tmp_path / "serve", args=serve_args(), env=SERVE_ENV, store=False) as srv:
+        served = _lm_eval(workdir, tmp_path / "served", "local-completions",
+                          f"base_url={srv.base_url}/completions,model={MODEL},tokenizer={folder},"
+                          "tokenizer_backend=huggingface,num_concurrent=1,max_retries=1")
+    reference = _lm_eval(workdir, tmp_path / "hf", "hf", f"pretrained={folder},dtype=float32")
+    assert len(served) == len(reference) == 6
+    for got, want in zip(served, reference):
+        assert got["acc"] == want["acc"] and got["acc_norm"] == want["acc_norm"]
+        for (ll, greedy), (ll_ref, greedy_ref) in zip([r[0] for r in got["resps"]], [r[0] for r in want["resps"]]):
+            assert float(ll) == pytest.approx(float(ll_ref), abs=2e-3) and greedy == greedy_ref

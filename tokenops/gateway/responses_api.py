@@ -1,0 +1,245 @@
+"""OpenAI's Responses API: ``POST /v1/responses``, ``GET``/``DELETE /v1/responses/{id}``,
+``GET /v1/responses/{id}/input_items``.
+
+A thin layer: the body is translated into the gateway's one chat request
+(:mod:`tokenops.gateway.responses_request`), which runs through the same pipeline as
+``/v1/chat/completions`` (keys, admission, budgets, routing, caching, telemetry: the
+``requests`` row says ``"api": "responses"`` in its decisions); the answer is written
+back as a Response (:mod:`tokenops.gateway.responses_output`) or as typed events
+(:mod:`tokenops.gateway.responses_stream`). With ``store`` (the default) the Response
+and the conversation it answered are kept per tenant
+(:mod:`tokenops.store.stored_responses`), in the server's store, or in memory with
+``--no-store``; ``previous_response_id`` reads them back, for this tenant only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response, StreamingResponse
+
+from tokenops.gateway.body import build_off_loop, checked_body, read_body
+from tokenops.gateway.errors import APIError
+from tokenops.gateway.responses_output import ResponseFrame
+from tokenops.gateway.responses_request import (ResponsesRequest, Translation, chat_body, deferred_error, input_items,
+                                                 parse)
+from tokenops.gateway.responses_stream import EventWriter
+from tokenops.store.stored_responses import Limits, ResponseStore, StoredResponse, purge_stored_responses
+from tokenops.types import GatewayRequest, NativeRequest
+
+router = APIRouter()
+_JSON = "application/json"
+_SECRET_HEADERS = ("authorization", "x-api-key", "x-admin-key", "cookie")
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def response_store(app: Any) -> ResponseStore:
+    """The app's stored responses: in its store, or an in-memory one without a store."""
+    rs = getattr(app.state, "response_store", None)
+    if rs is None:
+        gw = app.state.gateway
+        store = gw.store
+        if store is None:
+            from tokenops.store import Store
+
+            store = app.state.response_memory_store = Store.open(":memory:")
+        conf = gw.settings.store
+        rs = app.state.response_store = ResponseStore(store, Limits(
+            max_age_s=float(conf.responses_max_age_hours) * 3600.0, max_per_tenant=int(conf.responses_max_per_tenant)))
+    return rs
+
+
+def purge_tenant(app: Any, tenant: str) -> dict[str, int]:
+    """``DELETE /admin/tenants/{name}``: the tenant's stored responses go with it."""
+    return purge_stored_responses(response_store(app).store, tenant)
+
+
+def _tenant(request: Request) -> tuple[Any, str, str | None]:
+    gw = request.app.state.gateway
+    client = request.client.host if request.client else None
+    tenant, key_id = gw.api_keys.tenant_for(request.headers, client)
+    return gw, tenant, key_id
+
+
+def _not_found(response_id: str, param: str | None = None) -> APIError:
+    return APIError(404, f"Response with id '{response_id}' not found.", code="response_not_found", param=param)
+
+
+async def _stored(request: Request, tenant: str, response_id: str, param: str | None = None) -> StoredResponse:
+    found = await asyncio.to_thread(response_store(request.app).get, tenant, response_id)
+    if found is None:
+        if param == "previous_response_id":
+            raise APIError(404, f"Previous response with id '{response_id}' not found.",
+                           code="previous_response_not_found", param=param)
+        raise _not_found(response_id)
+    return found
+
+
+def _replica_kinds(gw: Any, model: Any) -> list[tuple[str | None, Any]]:
+    replicas = gw.replicas.get(model) if isinstance(model, str) else None
+    return [(getattr(r.backend, "kind", None), getattr(r.backend, "serves_responses", None)) for r in replicas or ()]
+
+
+def _build(gw: Any, data: dict[str, Any], history: list[dict[str, Any]], default_max_tokens: int
+           ) -> tuple[ResponsesRequest, GatewayRequest, list[dict[str, Any]], Translation]:
+    req = parse(data)
+    items = history + input_items(req)
+    tr = Translation(offset=len(history))
+    body = chat_body(req, items, tr)
+    kinds = _replica_kinds(gw, req.model)
+    is_upstream = bool(kinds) and all(kind == "openai" for kind, _ in kinds)
+    # what only the Responses API carries is a 400 now, unless the model's upstreams may take the body as sent
+    if tr.untranslatable and not (is_upstream and all(serves is not False for _, serves in kinds)):
+        raise next(iter(tr.untranslatable.values()))
+    if tr.text_only and not is_upstream:  # the bundled engine reads text only
+        raise next(iter(tr.text_only.values()))
+    if tr.untranslatable:  # the chat body does not hold the whole request: a cache keyed on it must not answer it
+        body["cache"] = False
+    greq = GatewayRequest(kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
+                          max_tokens=req.max_output_tokens or default_max_tokens, session_id=req.user)
+    greq.native = NativeRequest(api="responses", path="/responses", body=_native(data, items),
+                                untranslatable=[(param, e.message) for param, e in tr.untranslatable.items()])
+    greq.decisions["api"] = "responses"
+    return req, greq, items, tr
+
+
+def _native(data: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The body an upstream serving ``/v1/responses`` gets: the whole conversation as
+    ``input``, nothing for it to store or look up."""
+    body = {k: v for k, v in data.items() if k not in ("previous_response_id", "store", "stream")}
+    body["input"] = items
+    body["store"] = False
+    return body
+
+
+def _openapi_body() -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": ResponsesRequest.model_json_schema()}}}}
+
+
+@router.post("/v1/responses", tags=["openai"], summary="Create a model response (OpenAI Responses API; SSE when stream)",
+             openapi_extra=_openapi_body())
+async def create_response(request: Request) -> Response:
+    gw, tenant, key_id = _tenant(request)
+    if gw.is_draining:
+        raise APIError(503, "The server is shutting down.", code="shutting_down")
+    conf = gw.settings.gateway
+    raw = await read_body(request, conf.max_body_bytes, conf.body_timeout_s)
+    data = await build_off_loop(raw, lambda b: checked_body(b, conf))
+    previous = data.get("previous_response_id")
+    history: list[dict[str, Any]] = []
+    if isinstance(previous, str) and previous:
+        found = await _stored(request, tenant, previous, "previous_response_id")
+        history = found.input_items + found.response.get("output", [])
+    req, greq, items, tr = await build_off_loop(raw, lambda _: _build(gw, data, history, conf.default_max_tokens))
+    greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
+    greq.api_key_id = key_id
+    greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
+    greq.session_id = greq.headers.get("x-session-id") or greq.session_id
+    store = response_store(request.app)
+    try:
+        if greq.stream:
+            return await _stream(gw, store, req, greq, items, tr)
+        answer, rec = await gw.pipeline.respond(greq)
+    except APIError as e:
+        raise deferred_error(e, tr) from None
+    frame = ResponseFrame(req, rec.model_served or req.model)
+    body = frame.finished(answer)
+    if req.store:
+        await asyncio.to_thread(store.save, greq.tenant, body, items, req.previous_response_id)
+    return Response(_dumps(body), media_type=_JSON, headers=greq.response_headers or None)
+
+
+async def _stream(gw: Any, store: ResponseStore, req: ResponsesRequest, greq: GatewayRequest,
+                  items: list[dict[str, Any]], tr: Translation) -> Response:
+    deltas, rec = await gw.pipeline.open_stream(greq)
+    writer = EventWriter(ResponseFrame(req, rec.model_served or req.model))
+
+    async def body() -> AsyncIterator[bytes]:
+        usage = None
+        for event in writer.start():
+            yield event
+        async with contextlib.aclosing(deltas):
+            try:
+                async for d in deltas:
+                    if d.is_usage:
+                        usage = d
+                        continue
+                    for event in writer.push(d):
+                        yield event
+            except APIError as e:
+                e = deferred_error(e, tr)
+                for event in writer.failed(e.code, e.message):
+                    yield event
+                return
+        completion = usage.completion_tokens if usage and usage.completion_tokens is not None else rec.tokens_out
+        events, final = writer.finish(usage.prompt_tokens if usage else rec.tokens_in, completion or 0,
+                                      (usage.cached_tokens if usage else rec.tokens_cached) or 0,
+                                      usage.reasoning_tokens if usage else rec.reasoning_tokens)
+        if req.store:  # before the last event: the client's next turn finds it
+            await asyncio.to_thread(store.save, greq.tenant, final, items, req.previous_response_id)
+        for event in events:
+            yield event
+
+    return _Events(body(), deltas, media_type="text/event-stream",
+                   headers={"cache-control": "no-cache", "x-accel-buffering": "no", **greq.response_headers})
+
+
+class _Events(StreamingResponse):
+    """Closes the request's delta stream even when the client left before the body started."""
+
+    def __init__(self, content: Any, deltas: Any, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._deltas = deltas
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._deltas.aclose()
+
+
+@router.get("/v1/responses/{response_id}", tags=["openai"], summary="A stored response (this tenant's)")
+async def retrieve_response(request: Request, response_id: str) -> Response:
+    _, tenant, _ = _tenant(request)
+    found = await _stored(request, tenant, response_id)
+    return Response(_dumps(found.response), media_type=_JSON)
+
+
+@router.delete("/v1/responses/{response_id}", tags=["openai"], summary="Delete a stored response (this tenant's)")
+async def delete_response(request: Request, response_id: str) -> Response:
+    _, tenant, _ = _tenant(request)
+    if not await asyncio.to_thread(response_store(request.app).delete, tenant, response_id):
+        raise _not_found(response_id)
+    return Response(_dumps({"id": response_id, "object": "response", "deleted": True}), media_type=_JSON)
+
+
+@router.get("/v1/responses/{response_id}/input_items", tags=["openai"],
+            summary="The conversation a stored response answered (earlier turns included)")
+async def list_input_items(request: Request, response_id: str) -> Response:
+    _, tenant, _ = _tenant(request)
+    q = request.query_params
+    order = q.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise APIError(400, "order must be asc or desc", code="invalid_value", param="order")
+    try:
+        limit = int(q.get("limit", "20"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        raise APIError(400, "limit must be an integer from 1 to 100", code="invalid_value", param="limit")
+    found = await _stored(request, tenant, response_id)
+    items = found.input_items if order == "asc" else list(reversed(found.input_items))
+    if after := q.get("after"):
+        ids = [i.get("id") for i in items]
+        if after not in ids:
+            raise APIError(400, f"after: no input item {after!r} in this response", code="invalid_value", param="after")
+        items = items[ids.index(after) + 1:]
+    page = items[:limit]
+    return Response(_dumps({"object": "list", "data": page, "first_id": page[0].get("id") if page else None,
+                            "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit}),
+                    media_type=_JSON)
