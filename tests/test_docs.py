@@ -40,3 +40,20 @@ def test_every_hookspec_has_a_docstring_with_params():
         assert doc.strip(), name
         for param in fn.__code__.co_varnames[: fn.__code__.co_argcount]:
             assert f":param {param}:" in doc, f"{name} does not document {param}"
+
+
+def test_plugins_md_objects_are_generated_from_the_types():
+    from tokenops.type_reference import current, render
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    assert current(text) == render(), "docs/plugins.md drifted: run python -m tokenops.type_reference docs/plugins.md"
+
+
+def test_last_user_message_is_what_the_user_asks_now():
+    from tokenops.types import GatewayRequest
+
+    turns = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"},
+             {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "image_url", "image_url": {}}]},
+             {"role": "assistant", "content": "done"}]
+    assert GatewayRequest(kind="chat", model="m", body={}, messages=turns).last_user_message() == "second"
+    assert GatewayRequest(kind="completion", model="m", body={}, prompt="p").last_user_message() == "p"

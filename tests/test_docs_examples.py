@@ -200,3 +200,169 @@ def test_config_block_agrees_with_the_file_it_names(block):
             assert part == whole, f"{block.id}: {where.rstrip('.')} is {part!r} in the docs, {whole!r} in the file"
 
     contained(doc, real, "")
+
+
+# -- docs/configuration.md: every plugin block acts through a real `tokenops serve` ----------------
+
+CONFIG_DOC = ROOT / "docs" / "configuration.md"
+GROUP = re.compile(r"<!--\s*docs-test:\s*(serve|patch)\s+(\w+)\s*-->")
+
+
+def _marked(kind: str) -> dict[str, list[Block]]:
+    """Blocks of docs/configuration.md by group, for the ``<!-- docs-test: KIND GROUP -->`` above each."""
+    lines = CONFIG_DOC.read_text().splitlines()
+    out: dict[str, list[Block]] = {}
+    for b in blocks(CONFIG_DOC):
+        previous = next((lines[j] for j in range(b.line - 2, -1, -1) if lines[j].strip()), "")
+        m = GROUP.search(previous)
+        if m and m.group(1) == kind:
+            out.setdefault(m.group(2), []).append(b)
+    return out
+
+
+def _sections(code: str) -> set[str]:
+    return set(tomllib.loads(code).get("plugins", {}))
+
+
+def test_every_block_of_the_reference_runs_or_says_why():
+    served = {b.line for bs in _marked("serve").values() for b in bs}
+    for b in blocks(CONFIG_DOC):
+        if b.language == "toml":
+            assert b.line in served or b.is_skipped, f"{b.id}: mark it docs-test: serve GROUP, or skip (why)"
+    documented = set().union(*(_sections(b.code) for b in blocks(CONFIG_DOC) if b.language == "toml"))
+    from tokenops.plugin_sections import known_sections
+
+    assert set(known_sections()) - {"blocklist", "history_proposer"} <= documented  # every built-in section
+    checked = set().union(*(_sections(b.code) for bs in _marked("serve").values() for b in bs))
+    assert checked <= set(CHECKS), f"no check for {checked - set(CHECKS)}"
+
+
+def _chat(client, model: str, text: str, **kw):
+    return client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}],
+                                          max_tokens=kw.pop("max_tokens", 4), temperature=0, **kw)
+
+
+def _rows(srv) -> list[dict]:
+    import httpx
+
+    return httpx.get(f"{srv.url}/admin/requests?limit=500", headers=srv.admin_headers).json()["requests"]
+
+
+def _stats(srv) -> dict:
+    import httpx
+
+    return httpx.get(f"{srv.url}/admin/stats", headers=srv.admin_headers).json()
+
+
+def _check_router(srv, client) -> None:
+    _chat(client, "auto", "prove the theorem about prime numbers")
+    _chat(client, "auto", "say hello to my friend")
+    hard, easy = _rows(srv)[1], _rows(srv)[0]
+    assert hard["router"] == easy["router"] == "threshold", (hard, easy)
+    assert (hard["model_served"], easy["model_served"]) == ("tokenops-ladder-large", "tokenops-ladder-small")
+
+
+def _check_cascade(srv, client) -> None:
+    _chat(client, "cascade", "What is 2 + 2?")
+    row = _rows(srv)[0]
+    steps = row["decisions"]["cascade"]["steps"]
+    assert steps and steps[0]["model"] == "tokenops-ladder-small", row
+
+
+def _check_ensemble(srv, client) -> None:
+    _chat(client, "ensemble:best_of_n", "Name a colour.")
+    assert _rows(srv)[0]["ensemble_members"] == ["tokenops-ladder-small", "tokenops-ladder-large"]
+
+
+def _check_cache(srv, client) -> None:
+    for _ in range(2):
+        _chat(client, "tokenops-demo", "a question asked twice")
+    assert [r["cache_hit"] for r in _rows(srv)[:2]] == [True, False]
+
+
+def _check_replicas(srv, client) -> None:
+    for _ in range(2):  # remote fails: the chain answers, and the breaker counts
+        assert _chat(client, "remote", "hello").choices[0].message.content is not None
+    assert [r["model_served"] for r in _rows(srv)[:2]] == ["chat", "chat"]
+    assert _stats(srv)["breakers"]["remote#0"] == "open"
+    for _ in range(3):
+        _chat(client, "chat", "hi", user="alice")
+    assert len({r["replica"] for r in _rows(srv)[:3]}) == 1  # sticky: one session, one replica
+    for i in range(10):
+        _chat(client, "chat", "hi", user=f"user-{i}")
+    assert {r["replica"] for r in _rows(srv)[:10]} == {"chat#0", "chat#1"}
+
+
+def _check_rate_limit(srv, client) -> None:
+    import httpx
+
+    body = {"model": "tokenops-demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    statuses = [httpx.post(f"{srv.base_url}/chat/completions", json=body, timeout=60) for _ in range(3)]
+    assert statuses[0].status_code == 200 and [r.status_code for r in statuses[1:]] == [429, 429]
+    assert float(statuses[1].headers["retry-after"]) > 0
+
+
+def _check_engine(srv, client) -> None:
+    _chat(client, "tokenops-demo", "word " * 150, max_tokens=8)
+    engine = _stats(srv)["engines"]["tokenops-demo#0"]
+    assert len(engine["spec_decode"]["accepted_per_position"]) == 3  # num_tokens (default 4)
+    assert engine["kv_policy_evicted_blocks"] > 0  # the window dropped the long prompt's middle
+
+
+def _check_reasoning(srv, client) -> None:
+    r = _chat(client, "tokenops-reasoning-small", "What is 17 + 25?", max_tokens=300, reasoning_effort="low")
+    # the block's low budget (6; the default 16 gave 18 here), plus the tokens that close the thinking block
+    assert r.usage.completion_tokens_details.reasoning_tokens <= 6 + 3
+
+
+def _check_images(srv, client) -> None:
+    image = client.images.generate(model="digits-diffusion", prompt="3", response_format="b64_json")
+    plan = image.model_extra["tokenops"]
+    assert (plan["sampler"], plan["steps"]) == ("ddim", 20), plan  # the block's, not the model's defaults
+    assert plan["cache_threshold"] == 0.1, plan
+
+
+CHECKS = {"router": _check_router, "cascade": _check_cascade, "validators": _check_cascade,
+          "ensemble": _check_ensemble, "semantic_cache": _check_cache, "fallback": _check_replicas,
+          "load_balance": _check_replicas, "circuit_breaker": _check_replicas, "rate_limit": _check_rate_limit,
+          "speculative": _check_engine, "kv_policy": _check_engine, "reasoning_budget": _check_reasoning,
+          "diffusion_sampler": _check_images, "step_cache": _check_images}
+
+
+def _prepare(workdir: Path) -> None:
+    """What the blocks expect of the folder they run in: the repository's models, and a win
+    predictor (`tokenops route train` writes one from recorded traffic; a tiny one here)."""
+    from tokenops_plugins.multi_model._text_model import Logistic
+
+    (workdir / "tokenops").symlink_to(ROOT / "tokenops")
+    (workdir / "profiles" / "routers").mkdir(parents=True)
+    Logistic().fit(["prove the theorem", "prove this lemma about primes", "say hello", "hello my friend"],
+                   [1.0, 1.0, 0.0, 0.0]).save(workdir / "profiles" / "routers" / "win_predictor.json")
+
+
+@pytest.mark.parametrize("group", sorted(_marked("serve")))
+def test_reference_blocks_act_through_serve(group, tmp_path):
+    import httpx
+    import openai
+
+    from tokenops.testing_serve import ServeProcess
+
+    found = _marked("serve")[group]
+    _prepare(tmp_path)
+    config = "\n".join(b.code for b in found)
+    with ServeProcess(tmp_path, config=config) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        done = set()
+        for section in sorted(set().union(*(_sections(b.code) for b in found))):
+            if CHECKS[section] not in done:
+                CHECKS[section](srv, client)
+                done.add(CHECKS[section])
+        for patch in _marked("patch").get(group, []):
+            import json
+
+            body = json.loads(patch.code)
+            r = httpx.patch(f"{srv.url}/admin/tunables", json=body, headers=srv.admin_headers)
+            assert r.status_code == 200, r.text
+            live = {t["name"]: t["value"] for t in httpx.get(f"{srv.url}/admin/tunables",
+                                                             headers=srv.admin_headers).json()["tunables"]}
+            assert {k: live[k] for k in body["values"]} == body["values"]

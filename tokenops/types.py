@@ -36,20 +36,20 @@ class NativeRequest:
 class GatewayRequest:
     """A normalised chat or completion request as it moves through the pipeline."""
 
-    kind: str  # "chat" | "completion"
+    kind: str  # "chat" | "completion" | "embedding" | "image"
     model: str  # as asked by the client
     body: dict[str, Any]  # the validated OpenAI request body
-    messages: list[dict[str, Any]] | None = None
-    prompt: str | list[int] | None = None
-    tenant: str = "default"
-    api_key_id: str | None = None
-    session_id: str | None = None
+    messages: list[dict[str, Any]] | None = None  # chat: the OpenAI messages (None for completions)
+    prompt: str | list[int] | None = None  # completions: the prompt text or token ids
+    tenant: str = "default"  # from the API key ([gateway] api_keys or a managed key); "default" without keys
+    api_key_id: str | None = None  # the managed key's id, when a managed key was used
+    session_id: str | None = None  # x-session-id header or the body's user, for sticky routing and memory
     stream: bool = False
-    max_tokens: int = 256
-    priority: int = 0
-    id: str = field(default_factory=new_request_id)
-    arrival: float = field(default_factory=time.time)
-    headers: dict[str, str] = field(default_factory=dict)
+    max_tokens: int = 256  # the answer's token limit after defaults were applied
+    priority: int = 0  # the body's priority extension: lower runs first under the priority schedule policy
+    id: str = field(default_factory=new_request_id)  # the request id, also in the response and the store
+    arrival: float = field(default_factory=time.time)  # unix time the gateway received it
+    headers: dict[str, str] = field(default_factory=dict)  # the client's HTTP headers (credentials removed)
     attempts: list[str] = field(default_factory=list)  # models tried so far (fallback)
     #: Decisions of each pipeline step, copied into the telemetry row.
     decisions: dict[str, Any] = field(default_factory=dict)
@@ -73,20 +73,33 @@ class GatewayRequest:
             return self.prompt
         return ""
 
+    def last_user_message(self) -> str:
+        """The text of the last ``user`` message (a completion's prompt): what the user asks
+        now, for plugins that should not re-judge the whole conversation on every turn."""
+        if self.messages is None:
+            return self.prompt if isinstance(self.prompt, str) else ""
+        for m in reversed(self.messages):
+            if m.get("role") == "user":
+                c = m.get("content")
+                if isinstance(c, list):
+                    return " ".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
+                return str(c or "")
+        return ""
+
 
 @dataclass(slots=True)
 class GatewayResponse:
     """A finished (non-streamed, or fully collected) answer."""
 
-    text: str
-    model: str
-    finish_reason: str | None = "stop"
+    text: str  # choice 0's content
+    model: str  # the model that answered
+    finish_reason: str | None = "stop"  # stop | length | tool_calls | content_filter
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_tokens: int = 0
-    token_logprobs: list[float] | None = None
-    backend: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    token_logprobs: list[float] | None = None  # choice 0's token log-probabilities (cascades' confidence)
+    backend: str | None = None  # the replica that answered, e.g. "tokenops-demo#0"
+    extra: dict[str, Any] = field(default_factory=dict)  # more choices, votes, samples: plugin-specific extras
     #: Chat only: choice 0's complete tool calls in OpenAI's message shape,
     #: ``[{"id": "call_..", "type": "function", "function": {"name": .., "arguments": "<json text>"}}]``,
     #: or None when the model called no tool (``text`` is then the content). Any backend
@@ -108,14 +121,14 @@ class RouteDecision:
     of ``escalate_to``. ``members`` makes it an ensemble: the pipeline asks every member
     and combines the answers with ``tokenops_ensemble`` (``method`` names how)."""
 
-    model: str
-    reason: str
-    router: str | None = None
-    score: float | None = None
-    escalate_to: tuple[str, ...] = ()
-    min_score: float | None = None
-    members: tuple[str, ...] = ()
-    method: str | None = None
+    model: str  # the model that answers (the first tier of a cascade, the first member of an ensemble)
+    reason: str  # why, in words: route_reason in /admin/requests and the store
+    router: str | None = None  # the deciding plugin's name (the requests table's router column)
+    score: float | None = None  # the router's own number (a win probability, a similarity): decisions.route.score
+    escalate_to: tuple[str, ...] = ()  # cascade: the next tiers, cheapest first
+    min_score: float | None = None  # cascade: the validators' score below which a tier escalates
+    members: tuple[str, ...] = ()  # ensemble: every model asked
+    method: str | None = None  # ensemble: vote | best_of_n | moa
 
 
 @dataclass(slots=True, frozen=True)
@@ -134,9 +147,9 @@ class Rejection:
     """Returned by ``tokenops_admit`` to refuse a request."""
 
     status: int  # 429, 403, 413, ...
-    message: str
-    code: str = "rate_limit_exceeded"
-    retry_after_s: float | None = None
+    message: str  # the OpenAI-style error message the client gets
+    code: str = "rate_limit_exceeded"  # error.code in the answer
+    retry_after_s: float | None = None  # sent as Retry-After
 
 
 class BackendError(RuntimeError):
@@ -152,9 +165,11 @@ class BackendError(RuntimeError):
 
 @dataclass(slots=True, frozen=True)
 class BackendOutcome:
+    """Passed to ``tokenops_backend_outcome`` after every backend call (breakers, load balancing)."""
+
     ok: bool
     latency_s: float
-    error_kind: str | None = None
+    error_kind: str | None = None  # a BackendError kind: error, timeout, overload, context_length, ...
     prompt_tokens: int = 0
     completion_tokens: int = 0
 

@@ -23,6 +23,8 @@ from tokenops import hookimpl
 from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "compute_model"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"compile": ("enabled", "mode", "dynamic", "scope")}
 MODES = ("default", "reduce-overhead", "max-autotune")
 
 SCOPES = ("mlp", "model")

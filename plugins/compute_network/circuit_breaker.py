@@ -28,6 +28,10 @@ from tokenops.resilience.outlier import OutlierConfig
 from tokenops.tunables import Tunable, TunableError
 
 TOKENOPS_LAYER = "compute_network"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"circuit_breaker": (
+    "enabled", "outlier", "degrade_to", "health_probe_interval_s", "overload_in_flight",
+    *(f.name for f in dataclasses.fields(BreakerConfig)), *(f"outlier_{f.name}" for f in dataclasses.fields(OutlierConfig)))}
 
 health: ReplicaHealth | None = None
 prober: HealthProber | None = None

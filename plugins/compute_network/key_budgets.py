@@ -15,6 +15,8 @@ from tokenops import hookimpl
 from tokenops.keys import service
 
 TOKENOPS_LAYER = "compute_network"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"keys": ("redis_url",)}
 
 _synced: set[str] = set()
 _synced_state: tuple = ()

@@ -14,6 +14,9 @@ from tokenops.routing.selector import POLICIES, ReplicaSelector, SelectorConfig
 from tokenops.tunables import Tunable, TunableError
 
 TOKENOPS_LAYER = "compute_network"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"load_balance": ("policy", "sticky_load_factor", "prefix_load_weight", "prefix_load_factor",
+                                    "prefix_block_chars", "prefix_max_blocks", "kv_block_size", "seed")}
 
 #: tunable name -> SelectorConfig field
 FIELDS = {

@@ -20,6 +20,9 @@ from tokenops.ratelimit.limiter import RateLimiter
 from tokenops.tunables import Tunable, TunableError
 
 TOKENOPS_LAYER = "compute_network"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"rate_limit": ("enabled", "mode", "queue_timeout_s", "burst_s", "redis_url", "key_prefix", "fair_share",
+                                  "tenant", "tenants", "key", "keys", "model", "models")}
 
 limiter: RateLimiter | None = None
 _config = RateLimitConfig()

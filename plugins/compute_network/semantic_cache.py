@@ -23,6 +23,9 @@ from tokenops.semcache.embedders import get_embedder
 from tokenops.tunables import Tunable, TunableError
 
 TOKENOPS_LAYER = "compute_network"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"semantic_cache": ("enabled", "embedder", "semantic",
+                                      *(f.name for f in dataclasses.fields(CacheConfig)))}
 
 cache: SemanticCache | None = None
 _embedder_name = "auto"

@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 from tokenops import hookimpl
 
 TOKENOPS_LAYER = "model_optimization"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"distill_capture": ("models", "tenants", "retention_days", "max_rows", "logprobs", "min_confidence",
+                                       "enabled")}
 
 
 @dataclass(slots=True)

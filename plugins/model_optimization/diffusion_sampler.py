@@ -24,6 +24,8 @@ from tokenops import hookimpl
 from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "model_optimization"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"diffusion_sampler": ("sampler", "steps")}
 
 CHOICES = ("default", "ddpm", "ddim", "dpm")
 _conf: dict[str, Any] = {"sampler": "dpm", "steps": 10}

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from tokenops import hookimpl
 
 TOKENOPS_LAYER = "model_optimization"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"eplb": ("devices", "redundant", "nodes", "plan_interval_s")}
 
 
 class PlacementError(ValueError):

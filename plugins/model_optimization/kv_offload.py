@@ -29,6 +29,8 @@ DEFAULT_HOST_MB = 256.0
 _DEFAULTS: dict[str, Any] = {"enabled": False, "host_mb": DEFAULT_HOST_MB, "host_blocks": 0,
                              "disk_mb": 0.0, "disk_blocks": 0, "disk_path": None}
 _conf: dict[str, Any] = dict(_DEFAULTS)
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"kv_offload": tuple(_DEFAULTS)}
 
 
 @hookimpl

@@ -42,6 +42,8 @@ from tokenops.tunables import Tunable
 __all__ = ["SinkWindowPolicy"]
 
 TOKENOPS_LAYER = "model_optimization"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"kv_policy": ("sink_tokens", "window_tokens", "cache_dtype")}
 
 _conf: dict[str, Any] = {"sink_tokens": 0, "window_tokens": 0, "cache_dtype": "auto"}
 

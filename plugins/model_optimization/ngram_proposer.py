@@ -36,6 +36,9 @@ from tokenops.tunables import Tunable
 __all__ = ["NgramProposer", "settings"]
 
 TOKENOPS_LAYER = "model_optimization"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"speculative": ("method", "num_tokens", "min_ngram", "max_ngram", "draft_model",
+                                   "draft_min_confidence", "disable_by_batch_size")}
 METHODS = ("ngram", "draft")
 
 _conf: dict[str, Any] = {"method": None, "num_tokens": 4, "min_ngram": 1, "max_ngram": 4, "draft_model": None,

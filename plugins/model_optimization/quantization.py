@@ -22,6 +22,8 @@ from tokenops import hookimpl
 from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "model_optimization"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"quantization": ("weights", "group_size")}
 MODES = ("none", "int8", "int4")
 
 _settings = {"weights": "none", "group_size": 128}

@@ -42,6 +42,9 @@ from tokenops.tunables import Tunable
 from tokenops.types import ReasoningBudget
 
 TOKENOPS_LAYER = "model_optimization"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"reasoning_budget": ("low", "medium", "high", "adaptive", "suppress_reflection",
+                                        "record_features", "reflection_words", "adaptive_table")}
 
 DEFAULTS: dict[str, Any] = {"low": 16, "medium": 48, "high": -1, "adaptive": False, "adaptive_table": None,
                             "suppress_reflection": False, "reflection_words": ("Wait", "Hmm"),

@@ -34,6 +34,10 @@ from tokenops.memory.store import SessionMemory, get_session_memory, set_session
 from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "model_optimization"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"session_memory": ("enabled", "ttl_s", "max_session_kb", "max_sessions", "token_budget",
+                                      "reserve_tokens", "recent_share", "embedder", "chunk_chars", "max_recalled",
+                                      "min_score")}
 
 _DEFAULTS: dict[str, Any] = {"enabled": False, "ttl_s": 3600.0, "max_session_kb": 1024, "max_total_mb": 256, "max_sessions": 10_000,
                              "token_budget": 0, "reserve_tokens": 128, "recent_share": 0.5, "embedder": "auto",

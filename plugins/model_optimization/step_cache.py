@@ -27,6 +27,8 @@ from tokenops import hookimpl
 from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "model_optimization"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"step_cache": ("threshold", "max_reuse", "warmup_steps")}
 
 _conf: dict[str, Any] = {"threshold": 0.0, "max_reuse": 2, "warmup_steps": 1}
 

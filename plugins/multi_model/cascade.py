@@ -22,6 +22,8 @@ from tokenops.tunables import Tunable
 from tokenops.types import RouteDecision
 
 TOKENOPS_LAYER = "multi_model"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"cascade": ("alias", "models", "threshold")}
 
 _DEFAULTS = {"alias": "cascade", "models": [], "threshold": 0.6}
 _conf: dict = dict(_DEFAULTS)

@@ -29,6 +29,8 @@ from tokenops.types import EnsembleFollowUp, GatewayResponse, RouteDecision
 from tokenops_plugins.multi_model.validators import normalise_answer
 
 TOKENOPS_LAYER = "multi_model"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"ensemble": ("members", "samples", "temperature", "judge", "aggregator")}
 METHODS = ("vote", "best_of_n", "moa")
 
 _conf: dict = {"members": [], "samples": 5, "temperature": 0.8, "judge": None, "aggregator": None}

@@ -19,6 +19,8 @@ from __future__ import annotations
 from tokenops import hookimpl
 
 TOKENOPS_LAYER = "multi_model"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"fallback": ("chains", "on")}
 DEFAULT_ON = ("error", "timeout", "overload", "context_length", "unavailable")
 
 _conf: dict = {"chains": {}, "on": DEFAULT_ON}

@@ -27,6 +27,8 @@ from tokenops_plugins.multi_model._suites import make_mixed
 from tokenops_plugins.multi_model._text_model import NaiveBayes
 
 TOKENOPS_LAYER = "multi_model"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"router": ("use", "alias", "default", "profile")}
 
 
 @lru_cache(maxsize=1)

@@ -29,6 +29,8 @@ from tokenops.types import RouteDecision
 from tokenops_plugins.multi_model import _router_config as rc
 
 TOKENOPS_LAYER = "multi_model"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"router": ("use", "alias", "default", "semantic")}
 
 
 class ExampleIndex:

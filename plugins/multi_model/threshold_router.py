@@ -29,6 +29,8 @@ from tokenops_plugins.multi_model import _router_config as rc
 from tokenops_plugins.multi_model._text_model import Logistic
 
 TOKENOPS_LAYER = "multi_model"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"router": ("use", "alias", "default", "threshold")}
 CALIBRATION_FILE = Path("profiles/routers/threshold.toml")
 
 _live: dict[str, float] = {}

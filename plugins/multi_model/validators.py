@@ -21,6 +21,8 @@ from collections import Counter
 from tokenops import hookimpl
 
 TOKENOPS_LAYER = "multi_model"
+#: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
+TOKENOPS_SETTINGS = {"validators": ("use", "regex")}
 
 _conf: dict = {"use": None, "regex": None}
 

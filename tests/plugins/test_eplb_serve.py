@@ -54,4 +54,4 @@ def test_unknown_eplb_key_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tokenops", "serve", "--no-store", "--port", "1"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "error: [plugins.eplb] unknown key(s) device; allowed: devices, redundant, nodes, plan_interval_s"]
+        "error: tokenops.toml: [plugins.eplb] has unknown key 'device'; did you mean devices?"]

@@ -54,3 +54,9 @@ def test_tunable_json_carries_no_code():
         d = t.to_dict()
         assert "relevant" not in d
         json.dumps(d)
+
+
+def test_images_knobs_need_images_in_the_workload():
+    served = ({"chat": 1, "img": 1}, {}, {"chat": "local", "img": "diffusion"})
+    assert "diffusion.steps" in _dropped(Deployment(*served, work={"text"}))
+    assert "diffusion.steps" not in _dropped(Deployment(*served, work={"images"}))

@@ -86,6 +86,10 @@ class OpenAIBackend:
         self._is_ready = False
         #: Whether the upstream serves Anthropic's /v1/messages: None until a request finds out.
         self.serves_messages: bool | None = None
+        #: Why the upstream cannot be reached (the last contact failed to connect), else None:
+        #: ``/ready`` lists it and does not count this replica as serving until it answers again.
+        self.unreachable: str | None = None
+        self._probe: asyncio.Task | None = None
         #: Whether the upstream serves OpenAI's /v1/responses: None until a request finds out.
         self.serves_responses: bool | None = None
 
@@ -108,8 +112,10 @@ class OpenAIBackend:
         assert self._client is not None
         try:
             r = await self._client.get(self.url + "/models", headers=self._headers, timeout=2.0)
-        except Exception:  # not reachable (yet)
+        except Exception as e:  # not reachable (yet)
+            self._lost(e)
             return
+        self.unreachable = None
         if r.status_code >= 500:  # still starting
             return
         self._has_listed_models = True  # any other answer, list or not, is not asked for again
@@ -130,7 +136,24 @@ class OpenAIBackend:
             if m["id"] == self.upstream_model and isinstance(m.get("max_model_len"), int):
                 self.max_model_len = m["max_model_len"]
 
+    def _lost(self, error: Exception) -> None:
+        """Note the upstream as unreachable and ask it again every 2 s until it answers."""
+        self.unreachable = f"cannot reach {self.url}: {type(error).__name__}"
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._reprobe(), name=f"probe {self.name}")
+
+    async def _reprobe(self) -> None:
+        while self.unreachable is not None and self._client is not None:
+            await asyncio.sleep(2.0)
+            try:
+                await self._client.get(self.url + "/models", headers=self._headers, timeout=2.0)
+            except Exception:  # still down
+                continue
+            self.unreachable = None
+
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
         if self._client is not None:
             self._client = None
             self._is_ready = False
@@ -190,6 +213,7 @@ class OpenAIBackend:
             except httpx.ConnectError as e:
                 # refused or unresolvable: the same URL will not answer 50 ms later; the gateway
                 # retries another replica of the model at once (tokenops.routing.retry)
+                self._lost(e)
                 raise BackendError(f"{self.name}: cannot reach {self.url}: {type(e).__name__}", "unavailable", 503,
                                    self.name) from None
             except (httpx.ConnectTimeout, httpx.RemoteProtocolError) as e:
@@ -200,6 +224,7 @@ class OpenAIBackend:
             except httpx.TransportError as e:  # the connection broke while the answer was read (a killed upstream)
                 raise BackendError(f"{self.name}: connection to {self.url} broke: {type(e).__name__}", "error", 502,
                                    self.name) from None
+            self.unreachable = None
             if response.status_code >= 400:
                 body = await response.aread()
                 await response.aclose()

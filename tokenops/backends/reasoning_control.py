@@ -91,6 +91,7 @@ def thinking_control(tokenizer: Any, open_tag: str, close_tag: str, budget: Reas
         budget=budget.max_thinking_tokens if budget is not None else None,
         suppress_ids=reflection_token_ids(tokenizer, tuple(budget.suppress)) if budget is not None else (),
         newline_ids=encode("\n"), line_end_ids=_line_end_ids(tokenizer), starts_thinking=starts_thinking,
+        eos_ids=tuple(getattr(tokenizer, "eos_token_ids", ()) or ()),
         reflection_ids=frozenset(reflection_token_ids(tokenizer, REFLECTION_WORDS + tuple(
             budget.suppress if budget is not None else ()))),
     )

@@ -34,39 +34,42 @@ def _fallback_dir(store_path: str) -> Path:
     return Path(store_path).expanduser().parent / "bench-runs"
 
 
-def save_run(run: BenchRun, store_path: str) -> str:
-    """Store ``run``; returns where it went (one line for the user)."""
-    from tokenops.store import StoreError, open_store
+def run_rows(run: BenchRun) -> list[Any]:
+    """The ``bench_runs`` row and one ``bench_results`` row per level."""
     from tokenops.store import models as m
 
+    ts = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    opts = _clean({"model": run.model, "settings": run.settings, "slos": run.slos,
+                   "levels": [lv.to_dict(with_requests=False) for lv in run.levels]})
+    rows: list[Any] = [m.BenchRun(id=run.id, ts=ts, target=run.url, workload=run.workload,
+                                  options=json.dumps(opts), notes=None)]
+    for step, lv in enumerate(run.levels):
+        s = lv.summary
+        rate = s.offered_rate if s.concurrency is None else float(s.concurrency)
+        lat = {f"{k}_{p}": s.latency[k][p] for k in ("ttft", "tpot", "itl", "e2e") for p in ("p50", "p90", "p95", "p99")}
+        rows.append(m.BenchResult(
+            run_id=run.id, step=step, mode="concurrency" if s.concurrency is not None else run.settings.get("arrival"),
+            rate=rate if rate is not None and math.isfinite(rate) else None, num_requests=s.num_requests,
+            num_errors=s.num_errors, duration_s=s.duration_s, throughput_rps=s.request_rate,
+            input_tok_s=s.input_tps, output_tok_s=s.output_tps, goodput_rps=s.goodput_rps,
+            slo_attainment=s.attainment, **lat))
+    return rows
+
+
+def save_run(run: BenchRun, store_path: str, target: Any = None) -> str:
+    """Store ``run`` (in ``target``, a :class:`~tokenops.store.run_target.RunTarget`: the measured
+    server's store; else ``store_path``); returns where it went (one line for the user)."""
+    from tokenops.store import StoreError
+    from tokenops.store.run_target import RunTarget, save_rows
+
     try:
-        store = open_store(store_path)  # through the server when one holds the file
+        return f"saved to {save_rows(target or RunTarget(store_path), run_rows(run))} (bench_runs id {run.id})"
     except StoreError as e:
         d = _fallback_dir(store_path)
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{run.id}.json"
         run.save_json(path)
         return f"store unavailable ({e}); saved {path}"
-    try:
-        ts = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        opts = _clean({"model": run.model, "settings": run.settings, "slos": run.slos,
-                       "levels": [lv.to_dict(with_requests=False) for lv in run.levels]})
-        rows: list[Any] = [m.BenchRun(id=run.id, ts=ts, target=run.url, workload=run.workload,
-                                      options=json.dumps(opts), notes=None)]
-        for step, lv in enumerate(run.levels):
-            s = lv.summary
-            rate = s.offered_rate if s.concurrency is None else float(s.concurrency)
-            lat = {f"{k}_{p}": s.latency[k][p] for k in ("ttft", "tpot", "itl", "e2e") for p in ("p50", "p90", "p95", "p99")}
-            rows.append(m.BenchResult(
-                run_id=run.id, step=step, mode="concurrency" if s.concurrency is not None else run.settings.get("arrival"),
-                rate=rate if rate is not None and math.isfinite(rate) else None, num_requests=s.num_requests,
-                num_errors=s.num_errors, duration_s=s.duration_s, throughput_rps=s.request_rate,
-                input_tok_s=s.input_tps, output_tok_s=s.output_tps, goodput_rps=s.goodput_rps,
-                slo_attainment=s.attainment, **lat))
-        store.add(*rows)
-    finally:
-        store.close()
-    return f"saved to {store_path} (bench_runs id {run.id})"
 
 
 def load_run(ref: str, store_path: str) -> BenchRun:

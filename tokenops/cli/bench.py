@@ -64,6 +64,9 @@ def bench(
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the full run (with every request) as JSON.")] = None,
     store: StoreOpt = None,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not save the run in the store.")] = False,
+    admin_key_file: Annotated[Optional[str], typer.Option("--admin-key-file", help="With --url of another tokenops server: "
+                              "its admin key (first line of the file; or TOKENOPS_ADMIN_KEY), to save the run in that "
+                              "server's store.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Load-test a server and print latency percentiles, throughput and goodput."""
@@ -138,9 +141,18 @@ def bench(
         raise UserError(str(e)) from None
     where = None
     if not no_store:
-        from tokenops.store import default_path
+        import os
 
-        where = save_run(run, store or default_path())
+        from tokenops.store import default_path
+        from tokenops.store.run_target import run_target
+
+        key = os.environ.get("TOKENOPS_ADMIN_KEY") or None
+        if admin_key_file:
+            from tokenops.gateway.admin_key import read_key_file
+
+            key = read_key_file(admin_key_file)
+        # the run goes to the store of the server it measured (its report lists it)
+        where = save_run(run, store or default_path(), run_target(url, key, store))
     if output:
         run.save_json(output)
     if plot:
@@ -151,7 +163,7 @@ def bench(
     if as_json:
         from tokenops.bench.storage import _clean
 
-        typer.echo(json.dumps(_clean(run.to_dict(with_requests=False)), indent=1))
+        typer.echo(json.dumps(_clean({**run.to_dict(with_requests=False), "saved": where}), indent=1))
         return
     console = Console()
     console.print(levels_table(run))

@@ -44,7 +44,10 @@ def serve_command(
         from tokenops.cli import UserError
 
         raise UserError(f"serve --profile is now --engine-profile: tokenops serve --engine-profile {old_profile}")
+    from tokenops.plugin_sections import check_plugin_sections
+
     settings = load_settings(config)
+    check_plugin_sections(settings.plugins, settings.source or "settings")
     if host:
         settings.gateway.host = host
     if port is not None:

@@ -116,6 +116,12 @@ def register(app: typer.Typer) -> None:
             else:
                 launch = True
                 say("no `tokenops serve` of this folder is running: launching the bundled engine per configuration")
+        if launch:  # a launched engine starts from this folder's configuration: refuse what it would ignore
+            from tokenops.config import load_settings
+            from tokenops.plugin_sections import check_plugin_sections
+
+            settings = load_settings()
+            check_plugin_sections(settings.plugins, settings.source or "settings")
         try:
             plan = TunePlan(
                 slos=parse_slos(slo), budget=Budget.parse(budget), url=url, admin_key=admin_key, launch=launch,
@@ -146,8 +152,11 @@ def register(app: typer.Typer) -> None:
         stored = None
         if not no_store:
             from tokenops.store import default_path
+            from tokenops.store.run_target import run_target
 
-            stored = save_trials(report, store or default_path())
+            # trials go to the store of the server they measured (its report lists them)
+            stored = save_trials(report, store or default_path(),
+                                 run_target(None if launch else url, admin_key, store))
         restart_pending: list[str] = []
         if apply and best is not None:
             report.applied, restart_pending = _apply(best.params, url if not launch else None, admin_key, store)
@@ -159,7 +168,7 @@ def register(app: typer.Typer) -> None:
                 "dropped": dict(session.irrelevant + report.space.dropped),
                 "default": out.default.to_dict() if out.default else None, "best": best.to_dict() if best else None,
                 "ratio": out.ratio, "profile": str(profile) if profile else None, "applied": report.applied,
-                "restart_pending": restart_pending,
+                "restart_pending": restart_pending, "saved": stored,
                 "validation": report.validation, "engine": plan.engine if plan.launch else None,
                 "launch_flags": report.launch_flags,
                 "trials": [t.to_dict() for t in out.trials]}, indent=1, default=str))

@@ -6,7 +6,10 @@ its first thinking block (between the ``open_ids`` and ``close_ids`` token runs,
 ``<think>`` … ``</think>``) and how many tokens that block holds. When the block has
 spent ``budget`` tokens, the sampler forces the closing run for that row (preceded by a
 line break when the last token did not end a line), then the model answers on its own:
-budget forcing. While thinking, ``suppress_ids`` (reflection words such as "Wait") are
+budget forcing; the budget is spent *before* the answer, not instead of it, so until the
+first answer token after a forced close the ``eos_ids`` are masked (a model trained to
+always think ends its turn at once after a block it did not close itself, which left a
+``reasoning_effort: "none"`` request with an empty answer). While thinking, ``suppress_ids`` (reflection words such as "Wait") are
 masked from the logits. For telemetry the state also notes how the block ended (the model
 closed it, or the budget did) and how many tokens its first pass took (the content before
 the first ``reflection_ids`` token): what a policy learning budgets from traffic needs.
@@ -34,6 +37,8 @@ class ThinkingControl:
     starts_thinking: bool = False
     #: Token ids that start a re-check (counted, not masked): they end the first pass.
     reflection_ids: frozenset[int] = field(default_factory=frozenset)
+    #: End-of-turn ids, masked after a forced close until the answer has begun.
+    eos_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         assert self.open_ids and self.close_ids, "thinking tags need token ids"
@@ -49,7 +54,7 @@ class ThinkingState:
     """Where one sequence is with respect to its thinking block."""
 
     __slots__ = ("control", "is_thinking", "is_done", "num_reasoning_tokens", "num_spent", "forced",
-                 "num_forced", "num_first_pass", "_tail")
+                 "num_forced", "num_first_pass", "is_answer_pending", "_tail")
 
     def __init__(self, control: ThinkingControl) -> None:
         self.control = control
@@ -65,6 +70,8 @@ class ThinkingState:
         #: Content tokens before the first reflection token (or before the model's own close);
         #: None until one of them happens.
         self.num_first_pass: int | None = None
+        #: The budget closed the block and no answer token has come yet (end of turn masked).
+        self.is_answer_pending = False
         self._tail: list[int] = []
         if control.starts_thinking and control.budget == 0:
             self.forced = list(control.close_ids)
@@ -85,6 +92,8 @@ class ThinkingState:
             self.num_forced += 1
         self._tail = (self._tail + [token_id])[-max(len(c.open_ids), len(c.close_ids)):]
         if self.is_done:
+            if self.is_answer_pending and token_id not in c.line_end_ids and token_id not in c.eos_ids:
+                self.is_answer_pending = False
             return
         if not self.is_thinking:
             if tuple(self._tail[-len(c.open_ids):]) == c.open_ids:
@@ -96,6 +105,7 @@ class ThinkingState:
         self.num_reasoning_tokens += 1
         if tuple(self._tail[-len(c.close_ids):]) == c.close_ids:
             self.is_thinking, self.is_done, self.forced = False, True, []
+            self.is_answer_pending = bool(self.num_forced and c.eos_ids)
             if self.num_first_pass is None and not self.num_forced:
                 self.num_first_pass = self.num_spent
             return
@@ -125,6 +135,7 @@ def apply_thinking(logits, rows: list[int], states: list[ThinkingState]):
     without their reflection tokens (``rows[j]`` is the logits row of ``states[j]``)."""
     forced = [(i, s.forced_token) for i, s in zip(rows, states) if s.forced_token is not None]
     masked = [(i, s.control.suppress_ids) for i, s in zip(rows, states) if s.is_suppressing]
+    masked += [(i, s.control.eos_ids) for i, s in zip(rows, states) if s.is_answer_pending]
     if not forced and not masked:
         return logits
     logits = logits.clone()

@@ -50,10 +50,20 @@ def _tunables_list(gw: Gateway) -> list[dict[str, Any]]:
             for t in get_tunables() if not (foreign and t.name.startswith(foreign))]
 
 
-@router.get("/tunables", summary="Every tunable in the registry with its current value")
+def deployment_facts(gw: Gateway) -> dict[str, Any]:
+    """What ``tokenops tune`` needs to know to search only tunables that can act here; the
+    store channel's ``hello`` carries the same object (one builder for both paths)."""
+    from tokenops.tune.deployment import server_facts
+
+    return server_facts(gw.settings, {m: len(r) for m, r in gw.replicas.items()},
+                        {name: m.backend for name, m in gw.models.items()})
+
+
+@router.get("/tunables", summary="Every tunable in the registry with its current value, and the deployment facts "
+            "that decide which of them can act")
 async def get_tunables_route(request: Request) -> Response:
     gw = _gateway(request)
-    return _json({"tunables": _tunables_list(gw)})
+    return _json({"tunables": _tunables_list(gw), "deployment": deployment_facts(gw)})
 
 
 @router.patch("/tunables", summary="Apply live tunables to every replica (validated as a whole, audited)")
@@ -127,6 +137,36 @@ def _is_json_type(kind: str, value: Any) -> bool:
     if kind == "float":
         return not isinstance(value, bool) and isinstance(value, (int, float))
     return isinstance(value, str)
+
+
+@router.post("/store/rows", summary="Append bench/tune runs measured against this server to its store")
+async def add_store_rows(request: Request) -> Response:
+    """``tokenops bench --url`` / ``tune --url`` from another folder save their runs here, so this
+    server's ``tokenops report`` lists them (tokenops/store/run_target.py)."""
+    from tokenops.store import wire
+    from tokenops.store.remote import model_class
+    from tokenops.store.run_target import RUN_TABLES
+
+    gw = _gateway(request)
+    if gw.store is None:
+        raise APIError(503, "this server runs without a store", code="store_unavailable")
+    try:
+        objects = wire.decode(await request.body())["objects"]
+        assert isinstance(objects, list)
+    except (ValueError, KeyError, TypeError, AssertionError):
+        raise APIError(400, 'body must be {"objects": [{"table": ..., "values": {...}}]}', param="objects") from None
+    rows = []
+    for i, item in enumerate(objects):
+        table = item.get("table") if isinstance(item, dict) else None
+        if table not in RUN_TABLES:
+            raise APIError(400, f"objects[{i}].table {table!r}: only {', '.join(sorted(RUN_TABLES))} take rows here",
+                           param=f"objects[{i}].table")
+        try:
+            rows.append(model_class(table)(**item["values"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise APIError(400, f"objects[{i}].values: {e}", param=f"objects[{i}].values") from None
+    await asyncio.to_thread(gw.store.add, *rows)
+    return _json({"added": len(rows)})
 
 
 @router.get("/requests", summary="Most recent requests, newest first (memory ring, not the store)")

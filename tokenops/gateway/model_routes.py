@@ -9,7 +9,10 @@ cause), each failed replica under ``failed_replicas`` (also those of a model tha
 still serves on its other replicas) and says ``"degraded": true``. It is 503 while
 any model is still loading, when every model failed, and while draining. Requests
 to a failed model get a 503 OpenAI error with code ``model_load_failed`` naming
-the cause.
+the cause. An upstream (``backend = "openai"``) that cannot be reached counts as a failed
+replica while it is down: listed under ``unreachable`` and ``failed_replicas``, not
+serving (so a server whose only model is that upstream answers 503), and back as soon
+as the upstream answers again (it is asked every 2 s).
 """
 
 from __future__ import annotations
@@ -43,8 +46,11 @@ def failed_models(gw: Any) -> dict[str, str]:
 
 def readiness(gw: Any) -> tuple[int, dict[str, Any]]:
     """``(status, body)`` of ``GET /ready`` (see the module docstring)."""
-    states = {r.name: bool(r.ready) for rs in gw.replicas.values() for r in rs}
-    errors = {r.name: load_error(r) for rs in gw.replicas.values() for r in rs}
+    # an upstream that cannot be reached is not serving, and not loading either: it is listed
+    unreachable = {r.name: cause for rs in gw.replicas.values() for r in rs
+                   if isinstance(cause := getattr(r.backend, "unreachable", None), str)}
+    states = {r.name: bool(r.ready) and r.name not in unreachable for rs in gw.replicas.values() for r in rs}
+    errors = {r.name: load_error(r) or unreachable.get(r.name) for rs in gw.replicas.values() for r in rs}
     failed = failed_models(gw)
     is_loading = any(not ok and not errors[name] for name, ok in states.items())
     is_serving = any(states.values())
@@ -56,6 +62,8 @@ def readiness(gw: Any) -> tuple[int, dict[str, Any]]:
     if failed_replicas:
         body["failed_replicas"] = failed_replicas  # includes replicas of models that still serve on others
         body["degraded"] = True
+    if unreachable:
+        body["unreachable"] = unreachable
     return (200 if is_ready else 503), body
 
 

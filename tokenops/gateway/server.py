@@ -104,9 +104,10 @@ def start_store_channel(store: Any, gw: Any, url: str) -> Any:
     channel = StoreChannel(store)
     for wildcard in ("//0.0.0.0:", "//[::]:"):  # local clients reach a wildcard bind on loopback
         url = url.replace(wildcard, "//127.0.0.1:")
-    channel.publish(url=url, models=list(gw.replicas), replicas={m: len(r) for m, r in gw.replicas.items()},
-                    plugins=gw.settings.plugins, profile=getattr(gw.settings.engine, "profile", None),
-                    kinds={name: m.backend for name, m in gw.models.items()})
+    from tokenops.gateway.admin import deployment_facts
+
+    channel.publish(url=url, models=list(gw.replicas), profile=getattr(gw.settings.engine, "profile", None),
+                    **deployment_facts(gw))
     channel.register("tunables", lambda _msg: _tunables_list(gw))
     channel.register("set_tunables", lambda msg: apply_tunables(gw, msg["values"], str(msg.get("actor") or "local")))
     from tokenops.store import distill_pairs

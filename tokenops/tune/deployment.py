@@ -3,9 +3,12 @@ target, so the tuner searches only tunables that can change it.
 
 A tunable declares ``relevant(deployment)`` (and ``needs``, the words for what it
 needs); the cascade threshold needs a cascade, router knobs a router in use, replica
-policies a model with two or more replicas. A fact the tuner could not learn (a remote
-URL that is not a tokenops server of this folder) is None and keeps every tunable that
-depends on it.
+policies a model with two or more replicas, diffusion knobs an images workload on a
+diffusion model. The same facts come from every way the tuner reaches its target: a
+server of this folder (its store channel's ``hello``), a server given by ``--url`` (the
+``deployment`` object of ``GET /admin/tunables``, built by the same function) and a
+launched engine. A fact the tuner could not learn (a URL that is not a tokenops server)
+is None and keeps every tunable that depends on it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ class Deployment:
     plugins: dict[str, Any] | None = None
     #: model name -> backend kind (local, openai, diffusion, ...; None: unknown)
     kinds: dict[str, str] | None = None
+    #: the kinds of work the measured workload sends ("text", "images"; None: unknown)
+    work: set[str] | None = None
 
     @classmethod
     def from_settings(cls, settings: Any) -> "Deployment":
@@ -34,11 +39,14 @@ class Deployment:
                    {m.name: m.backend for m in models})
 
     @classmethod
-    def from_server_info(cls, info: dict[str, Any]) -> "Deployment":
-        """From the ``hello`` of a server's store channel (:mod:`tokenops.store.channel`)."""
-        replicas, kinds = info.get("replicas"), info.get("kinds")
-        return cls(dict(replicas) if isinstance(replicas, dict) else None, info.get("plugins"),
-                   dict(kinds) if isinstance(kinds, dict) else None)
+    def from_server_info(cls, info: dict[str, Any] | None, work: set[str] | None = None) -> "Deployment":
+        """From :func:`server_facts` as a server reports them (its store channel's ``hello``
+        or ``GET /admin/tunables``); None (not a tokenops server) keeps everything unknown."""
+        info = info or {}
+        replicas, kinds, plugins = info.get("replicas"), info.get("kinds"), info.get("plugins")
+        return cls(dict(replicas) if isinstance(replicas, dict) else None,
+                   dict(plugins) if isinstance(plugins, dict) else None,
+                   dict(kinds) if isinstance(kinds, dict) else None, work)
 
     @property
     def num_models(self) -> int | None:
@@ -62,6 +70,20 @@ class Deployment:
         return f"{len(self.replicas)} model(s): {', '.join(parts)}"
 
 
+def server_facts(settings: Any, replicas: dict[str, int], kinds: dict[str, str]) -> dict[str, Any]:
+    """What a running server tells the tuner about itself, on every path (one builder, so the
+    socket and ``--url`` paths decide alike): models' replica counts, backend kinds, ``[plugins]``."""
+    return {"replicas": dict(replicas), "kinds": dict(kinds), "plugins": dict(settings.plugins)}
+
+
+#: bench/tune endpoints -> the kind of work they send
+WORK_OF_ENDPOINT = {"chat": "text", "completions": "text", "images": "images"}
+
+
+def work_of(endpoint: str) -> set[str]:
+    return {WORK_OF_ENDPOINT.get(endpoint, "text")}
+
+
 # -- predicates plugins attach to their tunables ------------------------------------
 
 
@@ -81,8 +103,24 @@ def has_backend(kind: str):
     return relevant
 
 
-#: ``**DIFFUSION`` in a ``Tunable(...)``: it matters only where a diffusion model is served.
-DIFFUSION = {"relevant": has_backend("diffusion"), "needs": 'a diffusion model ([[models]] backend = "diffusion")'}
+def does_work(kind: str):
+    """Relevant only when the measured workload sends ``kind`` work ("text", "images")."""
+    def relevant(d: Deployment) -> bool:
+        return d.work is None or kind in d.work
+
+    return relevant
+
+
+def serves_work(kind: str, backend: str):
+    """Relevant when a ``backend`` model is served *and* the workload sends ``kind`` work:
+    a knob of images measured by a chat workload would be a value the study never measured."""
+    has, does = has_backend(backend), does_work(kind)
+    return lambda d: has(d) and does(d)
+
+
+#: ``**DIFFUSION`` in a ``Tunable(...)``: it matters only for images work on a diffusion model.
+DIFFUSION = {"relevant": serves_work("images", "diffusion"),
+             "needs": 'images in the workload, served by a diffusion model ([[models]] backend = "diffusion")'}
 
 
 def router_in_use(name: str):

@@ -86,7 +86,9 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
         if v is not None:
             lines.append(f"workload_{k} = {_toml_value(v)}")
     lines += ["", "[tunables]"]
-    lines += [f'"{k}" = {_toml_value(v)}' for k, v in sorted(best.params.items())]
+    # only what the study searched: a value it never varied (or could not measure) is no finding
+    searched = set(report.space.names)
+    lines += [f'"{k}" = {_toml_value(v)}' for k, v in sorted(best.params.items()) if k in searched]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -105,22 +107,21 @@ def trial_rows(report: TuneReport) -> list[dict[str, Any]]:
     return rows
 
 
-def save_trials(report: TuneReport, store_path: str) -> str:
-    """Insert the study's trials into ``tune_trials`` (or a JSON file beside the store when it is held)."""
-    from tokenops.store import StoreError, open_store
+def save_trials(report: TuneReport, store_path: str, target: Any = None) -> str:
+    """Insert the study's trials into ``tune_trials`` of ``target`` (the tuned server's store, a
+    :class:`~tokenops.store.run_target.RunTarget`) or ``store_path`` (a JSON file beside the
+    store when it cannot be opened); returns where they went."""
+    from tokenops.store import StoreError
     from tokenops.store.models import TuneTrial
+    from tokenops.store.run_target import RunTarget, save_rows
 
     rows = trial_rows(report)
     try:
-        store = open_store(store_path)  # through the server when one holds the file
+        where = save_rows(target or RunTarget(store_path), [TuneTrial(**r) for r in rows])
     except StoreError as e:
         d = Path(store_path).expanduser().parent / "tune-trials"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{report.study}.json"
         path.write_text(json.dumps(rows, default=str, indent=1))
         return f"store unavailable ({e}); trials saved to {path}"
-    try:
-        store.add(*[TuneTrial(**r) for r in rows])
-    finally:
-        store.close()
-    return f"{len(rows)} trials saved to {store_path} (tune_trials study {report.study})"
+    return f"{len(rows)} trials saved to {where} (tune_trials study {report.study})"

@@ -22,7 +22,7 @@ from tokenops.bench.loadgen import fetch_model
 from tokenops.bench.runner import BenchPlan, run_level
 from tokenops.bench.workloads import build_workload
 from tokenops.slo import SLO
-from tokenops.tune.deployment import Deployment, filter_relevant
+from tokenops.tune.deployment import Deployment, filter_relevant, work_of
 from tokenops.tune.goodput import BracketConfig, GoodputResult, find_goodput, overrun
 from tokenops.tune.launcher import CommandLineLauncher, Launcher, LaunchOptions, ServerProcess
 from tokenops.tune.search import Budget, Trial, TuneOutcome, Tuner
@@ -167,20 +167,22 @@ class TuneSession:
                     raise TuneError(f"--param {name}: the {launcher.name} launcher cannot set it; its tunables "
                                     f"start with {' or '.join(launcher.prefixes)}")
             # a launched server is one fresh engine: nothing to cascade, route or balance
-            tunables = self._relevant(tunables, Deployment({"launched": 1}, {}, {"launched": "local"}))
+            tunables = self._relevant(tunables, Deployment({"launched": 1}, {}, {"launched": "local"}, self.work))
             space = SearchSpace.build(tunables, True, p.only, p.exclude, p.overrides, p.span)
             self.restart_names = {d.name for d in space.dims if not (d.tunable.live and launcher.has_admin_api)}
             return space
-        if p.local_admin is not None:
-            self.admin = p.local_admin
-            deployment = Deployment.from_server_info(p.local_admin.info)
-        else:
-            self.admin = AdminClient(p.url, p.admin_key)
-            deployment = Deployment()  # a remote server's models and plugins are not known here
+        # the same facts whether the server is found by its socket or given by --url
+        self.admin = p.local_admin if p.local_admin is not None else AdminClient(p.url, p.admin_key)
+        deployment = Deployment.from_server_info(self.admin.info, self.work)
         tunables, self.original = tunables_from_server(self.admin.tunables())
         self.current = dict(self.original)
         tunables = self._relevant(tunables, deployment)
         return SearchSpace.build(tunables, False, p.only, p.exclude, p.overrides, p.span)
+
+    @property
+    def work(self) -> set[str]:
+        """The kinds of work the measured workload sends (tunables of other kinds are not searched)."""
+        return work_of(self.plan.endpoint)
 
     def _relevant(self, tunables: list, deployment: Deployment) -> list:
         from tokenops.plugins import get_tunables

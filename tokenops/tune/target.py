@@ -38,12 +38,22 @@ class AdminClient:
             raise TuneError(f"{what} failed with HTTP {r.status_code}: {_error_message(r)}")
         return r.json()
 
-    def tunables(self) -> list[dict[str, Any]]:
+    def _get_tunables(self) -> dict[str, Any]:
         try:
             r = self.client.get(f"{self.url}/admin/tunables")
         except httpx.HTTPError as e:
             raise TuneError(f"cannot reach {self.url}: {type(e).__name__}: {e}") from None
-        return self._check(r, "GET /admin/tunables")["tunables"]
+        return self._check(r, "GET /admin/tunables")
+
+    def tunables(self) -> list[dict[str, Any]]:
+        return self._get_tunables()["tunables"]
+
+    @property
+    def info(self) -> dict[str, Any] | None:
+        """The server's deployment facts (as :attr:`tokenops.tune.local.LocalAdmin.info`);
+        None from a server that does not report them."""
+        facts = self._get_tunables().get("deployment")
+        return facts if isinstance(facts, dict) else None
 
     def patch(self, values: dict[str, Any], actor: str = "tune") -> dict[str, Any]:
         if not values:

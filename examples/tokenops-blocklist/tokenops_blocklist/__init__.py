@@ -5,6 +5,8 @@ from tokenops.tunables import Tunable
 from tokenops.types import Rejection
 
 TOKENOPS_LAYER = "compute_network"
+#: [plugins.blocklist] words = [...]: the only key; serve refuses a misspelt one (docs/plugins.md).
+TOKENOPS_SETTINGS = {"blocklist": ("words",)}
 
 _words: set[str] = {"forbidden"}
 
@@ -24,7 +26,8 @@ def tokenops_configure(settings):
 
 @hookimpl
 def tokenops_admit(request):
-    text = request.prompt_text().lower()
+    # what the user asks now: a word quoted from an earlier turn does not refuse every later one
+    text = request.last_user_message().lower()
     hit = next((w for w in sorted(_words) if w in text), None)
     if hit is None:
         return None
