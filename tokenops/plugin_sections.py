@@ -79,10 +79,19 @@ def _closest(word: str, names: list[str]) -> str:
     return f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(names))}"
 
 
+#: Keys of the ``[plugins]`` table itself that the core reads (not plugin sections): ``replace``
+#: names the built-ins another installed plugin may take (:func:`tokenops.plugins.replacements`).
+CORE_KEYS = {"replace"}
+
+
 def check_plugin_sections(plugins: dict[str, Any], where: str = "config") -> None:
     """Raise :class:`ConfigError` (one line) for the first section or key nobody reads."""
     if not plugins:
         return
+    replace = plugins.get("replace", [])
+    if not (isinstance(replace, list) and all(isinstance(n, str) for n in replace)):
+        raise ConfigError(f"{where}: [plugins] replace must be a list of plugin names, got {replace!r}")
+    plugins = {k: v for k, v in plugins.items() if k not in CORE_KEYS}
     sections = known_sections()
     from tokenops.plugins import get_plugin_manager
 

@@ -35,7 +35,7 @@ from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "model_optimization"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"session_memory": ("enabled", "ttl_s", "max_session_kb", "max_sessions", "token_budget",
+TOKENOPS_SETTINGS = {"session_memory": ("enabled", "ttl_s", "max_session_kb", "max_total_mb", "max_sessions", "token_budget",
                                       "reserve_tokens", "recent_share", "embedder", "chunk_chars", "max_recalled",
                                       "min_score")}
 

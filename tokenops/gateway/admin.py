@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from tokenops.gateway import hooks
-from tokenops.gateway.body import admin_body
+from tokenops.gateway.body import admin_body, read_body
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.state import RECENT_REQUESTS, Gateway
 from tokenops.gateway.tunable_patch import apply_everywhere
@@ -150,22 +150,32 @@ async def add_store_rows(request: Request) -> Response:
     gw = _gateway(request)
     if gw.store is None:
         raise APIError(503, "this server runs without a store", code="store_unavailable")
+    # the store's wire format (NaN for a missing figure, tagged dates), read with the /v1 body's size
+    # limit and deadline and parsed off the loop; too deep a body is a 400 like a malformed one
+    raw = await read_body(request, 8 * 1024 * 1024, 30.0)
     try:
-        objects = wire.decode(await request.body())["objects"]
+        objects = (await asyncio.to_thread(wire.decode, raw))["objects"]
         assert isinstance(objects, list)
-    except (ValueError, KeyError, TypeError, AssertionError):
+    except (ValueError, KeyError, TypeError, AssertionError, RecursionError):
         raise APIError(400, 'body must be {"objects": [{"table": ..., "values": {...}}]}', param="objects") from None
     rows = []
     for i, item in enumerate(objects):
         table = item.get("table") if isinstance(item, dict) else None
-        if table not in RUN_TABLES:
+        if not isinstance(table, str) or table not in RUN_TABLES:
             raise APIError(400, f"objects[{i}].table {table!r}: only {', '.join(sorted(RUN_TABLES))} take rows here",
                            param=f"objects[{i}].table")
         try:
-            rows.append(model_class(table)(**item["values"]))
+            # validated: a table model's constructor alone checks nothing (SQLModel), and a row the
+            # store then refuses would be a 500
+            rows.append(model_class(table).model_validate(item["values"]))
         except (KeyError, TypeError, ValueError) as e:
-            raise APIError(400, f"objects[{i}].values: {e}", param=f"objects[{i}].values") from None
-    await asyncio.to_thread(gw.store.add, *rows)
+            first = str(e).splitlines()[:3]
+            raise APIError(400, f"objects[{i}].values: {' '.join(first)}", param=f"objects[{i}].values") from None
+    try:
+        await asyncio.to_thread(gw.store.add, *rows)
+    except Exception as e:  # a constraint of the table (a repeated id, a missing column)
+        raise APIError(400, f"the store refused the rows: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                       param="objects") from None
     return _json({"added": len(rows)})
 
 

@@ -45,6 +45,10 @@ KEY_CREATE = {"type": "object", "additionalProperties": False, "required": ["ten
               "properties": {"tenant": _TENANT_NAME, **_KEY_FIELDS}}
 KEY_UPDATE = {"type": "object", "additionalProperties": False, "properties": _KEY_FIELDS}
 TENANT_PUT = {"type": "object", "additionalProperties": False, "properties": _BUDGET}
+#: POST /admin/store/rows: bench/tune runs measured against this server (tokenops/store/run_target.py)
+STORE_ROWS = {"type": "object", "required": ["objects"], "properties": {"objects": {"type": "array", "items": {
+    "type": "object", "required": ["table", "values"], "properties": {
+        "table": {"enum": ["bench_results", "bench_runs", "tune_trials"]}, "values": {"type": "object"}}}}}}
 
 
 _IMAGE_VALUES = {"response_format": ["b64_json"], "output_format": ["png"], "background": ["auto", "opaque"],
@@ -145,7 +149,8 @@ def declare(schema: dict[str, Any]) -> dict[str, Any]:
         metrics["responses"]["200"] = {"description": "Prometheus text exposition format",
                                        "content": {"text/plain": {"schema": {"type": "string"}}}}
     bodies = {("/admin/keys", "post"): KEY_CREATE, ("/admin/keys/{key_id}", "patch"): KEY_UPDATE,
-              ("/admin/tenants/{name}", "put"): TENANT_PUT, ("/admin/tunables", "patch"): tunables_schema()}
+              ("/admin/tenants/{name}", "put"): TENANT_PUT, ("/admin/tunables", "patch"): tunables_schema(),
+              ("/admin/store/rows", "post"): STORE_ROWS}
     for (path, method), body in bodies.items():
         op = paths.get(path, {}).get(method)
         if op is not None:
