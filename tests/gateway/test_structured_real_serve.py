@@ -84,8 +84,13 @@ def _report(kind: str, failures: list[str | None], wall_s: float) -> None:
 
 
 def test_one_json_schema_and_one_forced_call_are_valid(base_url):
+    async def both() -> list[str | None]:
+        json_failures, tool_failures = await asyncio.gather(_run_json(base_url, JSON_CASES[:1]),
+                                                            _run_tools(base_url, TOOL_CASES[:1]))
+        return json_failures + tool_failures
+
     start = time.monotonic()
-    failures = asyncio.run(_run_json(base_url, JSON_CASES[:1])) + asyncio.run(_run_tools(base_url, TOOL_CASES[:1]))
+    failures = asyncio.run(both())
     _report("json_schema + forced tool call", failures, time.monotonic() - start)
 
 
