@@ -76,6 +76,14 @@ class GatewaySettings:
     max_connections: int = 4096
     max_connections_per_client: int = 256
     max_messages: int = 10000
+    # what a request's JSON schemas may force or hold (tokenops/gateway/schema_budget.py)
+    schema_max_output_chars: int = 65536
+    schema_max_nodes: int = 10000
+    schema_max_depth: int = 64
+    schema_max_enum_values: int = 2000
+    # /metrics behind a key when API keys exist (tokenops/gateway/metrics_auth.py)
+    metrics_key: str | None = None
+    metrics_per_tenant: bool = True
     # a request whose replica fails before answering is retried on another replica of its model
     retry_max_attempts: int = 3
     retry_budget_ratio: float = 0.2
@@ -262,4 +270,11 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
         settings.slos
     except ValueError as e:
         raise ConfigError(f"{where} [slo]: {e}") from None
+    replace = settings.plugins.get("replace", [])
+    if not isinstance(replace, list) or not all(isinstance(n, str) for n in replace):
+        raise ConfigError(f"{where} [plugins] replace: a list of built-in plugin names another plugin may take")
+    if replace:
+        from tokenops.plugins import allow_replacing
+
+        allow_replacing(replace)
     return settings

@@ -56,6 +56,7 @@ _pm: pluggy.PluginManager | None = None
 _sources: dict[str, tuple[str, str | None, Any]] = {}  # name -> (source, version, plugin obj)
 _tunables: TunableRegistry | None = None
 _extra_files: list[str] = []
+_replacements: set[str] = set()
 
 
 def _new_manager() -> pluggy.PluginManager:
@@ -119,11 +120,77 @@ def _load_file(pm: pluggy.PluginManager, path: str) -> None:
     _register(pm, module, name, "file", None)
 
 
+def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
+    return ep.value.startswith("tokenops_plugins.")
+
+
+def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
+    dist = ep.dist
+    name = (dist.metadata["Name"] if dist is not None else None) or ""
+    return name.lower().replace("_", "-")
+
+
+def replacements() -> set[str]:
+    """Built-in plugin names the operator lets another plugin take: ``TOKENOPS_REPLACE_PLUGINS``
+    (comma-separated), ``[plugins] replace = [...]`` of the configuration file (read here
+    because the plugin manager loads before the CLI reads settings) and :func:`allow_replacing`."""
+    names = {s.strip() for s in os.environ.get("TOKENOPS_REPLACE_PLUGINS", "").split(",") if s.strip()}
+    path = os.environ.get("TOKENOPS_CONFIG") or "tokenops.toml"
+    try:
+        import tomllib
+
+        configured = tomllib.loads(Path(path).read_text()).get("plugins", {}).get("replace", [])
+    except (OSError, ValueError, AttributeError):  # no file or a broken one: load_settings says what is wrong
+        configured = []
+    if isinstance(configured, list):
+        names |= {n for n in configured if isinstance(n, str)}
+    return names | _replacements
+
+
+def allow_replacing(names: list[str]) -> None:
+    """Let a plugin take each built-in name in ``names`` (``[plugins] replace``)."""
+    with _lock:
+        _replacements.update(names)
+
+
+def _chosen_entry_points() -> list[importlib.metadata.EntryPoint]:
+    """One entry point per name. A name held by a built-in and by another distribution's
+    entry point (or a plugin file of that name) is refused with one line unless the
+    operator named it in :func:`replacements`; then the other one replaces the built-in.
+    The same entry point seen twice (one distribution on ``sys.path`` twice, as in an
+    editable install beside a build) is one entry point, not a clash."""
+    by_name: dict[str, list[importlib.metadata.EntryPoint]] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        same = by_name.setdefault(ep.name, [])
+        if not any(e.value == ep.value and _dist_name(e) == _dist_name(ep) for e in same):
+            same.append(ep)
+    allowed = replacements()
+    files = {Path(p).stem: p for p in _file_paths()}
+    chosen = []
+    for name, eps in by_name.items():
+        builtin = [e for e in eps if _is_builtin(e)]
+        others = [e for e in eps if not _is_builtin(e)]
+        claimants = [f"{e.value} ({_dist_name(e) or 'unknown distribution'})" for e in others]
+        if builtin and name in files:
+            claimants.append(f"the plugin file {files[name]}")
+        if builtin and claimants:
+            if name not in allowed:
+                raise PluginLoadError(
+                    f"plugin name {name!r} is the built-in {builtin[0].value} but is also claimed by "
+                    f"{', '.join(claimants)}; to let it replace the built-in, name it in tokenops.toml "
+                    f"([plugins] replace = [\"{name}\"]) or TOKENOPS_REPLACE_PLUGINS={name}")
+            if others:
+                chosen.append(others[0])
+            continue  # a plugin file of that name loads as the file; the built-in stays out
+        chosen.append(eps[0])
+    return chosen
+
+
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
     allow_env = os.environ.get("TOKENOPS_LOAD_PLUGINS")
     allow = None if allow_env is None else {s.strip() for s in allow_env.split(",") if s.strip()}
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        is_default = ep.name in DEFAULT_PLUGINS and ep.value.startswith("tokenops_plugins.")
+    for ep in _chosen_entry_points():
+        is_default = ep.name in DEFAULT_PLUGINS and _is_builtin(ep)
         if allow is not None and ep.name not in allow and not is_default:
             continue
         if pm.has_plugin(ep.name):
@@ -212,6 +279,7 @@ def reset() -> None:
         _pm = None
         _sources.clear()
         _extra_files.clear()
+        _replacements.clear()
         _reset_tunables()
 
 

@@ -15,6 +15,7 @@ Off by default. ``tokenops.toml``::
     enabled = true
     ttl_s = 3600              # entries expire this long after they were last seen
     max_session_kb = 1024     # per-session byte budget (text + vectors); oldest-seen go first
+    max_total_mb = 256        # all sessions of this process together; least recently used go first
     token_budget = 0          # 0: the model's context; else the smaller of the two
     reserve_tokens = 128      # room kept for the completion when the request sets no max_tokens
     embedder = "auto"         # auto (MiniLM when installed), minilm, lexical
@@ -34,7 +35,7 @@ from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "model_optimization"
 
-_DEFAULTS: dict[str, Any] = {"enabled": False, "ttl_s": 3600.0, "max_session_kb": 1024, "max_sessions": 10_000,
+_DEFAULTS: dict[str, Any] = {"enabled": False, "ttl_s": 3600.0, "max_session_kb": 1024, "max_total_mb": 256, "max_sessions": 10_000,
                              "token_budget": 0, "reserve_tokens": 128, "recent_share": 0.5, "embedder": "auto",
                              "chunk_chars": 400, "max_recalled": 32, "min_score": 0.0}
 _conf: dict[str, Any] = dict(_DEFAULTS)
@@ -62,7 +63,7 @@ def tokenops_configure(settings):
             raise ValueError(f"[plugins.session_memory] {key} must be a number >= {low}")
     if values["recent_share"] > 1:
         raise ValueError("[plugins.session_memory] recent_share must be between 0 and 1")
-    for key, low in (("max_session_kb", 1), ("max_sessions", 1), ("token_budget", 0), ("reserve_tokens", 1),
+    for key, low in (("max_session_kb", 1), ("max_total_mb", 1), ("max_sessions", 1), ("token_budget", 0), ("reserve_tokens", 1),
                      ("chunk_chars", 16), ("max_recalled", 1)):
         v = values[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
@@ -78,7 +79,8 @@ def tokenops_configure(settings):
     embedder = get_embedder(values["embedder"])  # MiniLM loads on first use, in a worker thread
     set_session_memory(SessionMemory(embedder.embed, ttl_s=float(values["ttl_s"]),
                                      max_session_bytes=values["max_session_kb"] * 1024,
-                                     max_sessions=values["max_sessions"], chunk_chars=values["chunk_chars"]))
+                                     max_sessions=values["max_sessions"], chunk_chars=values["chunk_chars"],
+                                     max_total_bytes=values["max_total_mb"] << 20))
 
 
 @hookimpl

@@ -39,7 +39,11 @@ def test_a_huge_prompt_is_selected_in_milliseconds_and_keeps_its_affinity(policy
     shared = "the same long system prompt " * (MAX_AFFINITY_CHARS // 20)
     first = selector.select(_chat(shared + "x" * 3_900_000), replicas)
     selector.finished(first.name)
+    prompt = shared + "y" * 3_900_000
     t0 = time.perf_counter()
-    second = selector.select(_chat(shared + "y" * 3_900_000), replicas)
-    assert time.perf_counter() - t0 < 0.2  # was 0.3 s (prefix) and 1.4 s (kv) for 3.9 MB
+    second = selector.select(_chat(prompt), replicas)
+    took = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    engine.tokenizer.encode(prompt[: len(prompt) // 4])  # a quarter of what selecting once cost (0.3 s / 1.4 s)
+    assert took < time.perf_counter() - t0  # relative: a loaded machine slows both alike
     assert second.name == first.name  # the shared head decides

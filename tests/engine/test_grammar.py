@@ -109,3 +109,22 @@ def test_speculative_decoding_runs_beside_constrained_rows():
     jsonschema.validate(json.loads(constrained.outputs[0].text), PERSON)
     assert len(free.outputs[0].token_ids) == 24
     assert engine.stats()["spec_decode"]["num_draft_tokens"] > 0
+
+
+
+def test_grammar_cache_is_bounded_in_bytes(demo_engine):
+    from tokenops.engine.grammar import GrammarCompiler
+
+    base = demo_engine.grammar_compiler
+    compiler = GrammarCompiler(base._tokenizer_json, base.vocab_size, base._eos)
+    specs = [GrammarSpec.json_schema({"type": "object", "properties": {f"k{i}": {"type": "integer"}},
+                                      "required": [f"k{i}"]}) for i in range(6)]
+    compiler.max_cache_bytes = 4 * specs[0].num_bytes  # room for four entries: a spec over a quarter is not kept
+    for spec in specs:
+        compiler.compile(spec)
+    assert compiler.num_cache_bytes <= compiler.max_cache_bytes and len(compiler._cache) == 4
+    assert compiler.num_cache_bytes == sum(s.num_bytes for s in compiler._cache)
+    huge = GrammarSpec.json_schema({"type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(400)}})
+    compiler.compile(huge)
+    assert huge not in compiler._cache  # bigger than a quarter of the budget: compiled, not kept
+    compiler.close()

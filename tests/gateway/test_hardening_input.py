@@ -215,6 +215,6 @@ async def test_a_router_that_reads_a_huge_prompt_runs_off_the_event_loop(registe
             assert r.status_code == 200, r.text
         finally:
             beat.cancel()
-        assert max(gaps) < 0.25, max(gaps)  # the 0.5 s of routing did not block the loop
+        assert max(gaps) < 0.5, max(gaps)  # the 0.5 s of routing did not block the loop (it would show whole)
         refused = _body(messages=[{"role": "user", "content": "refuse me " + "w" * 200_000}])
         _openai_error(await c.post(CHAT, json=refused), 400, "invalid_model")

@@ -116,8 +116,6 @@ def test_expired_key_gets_401_saying_so(server, admin):
 
 
 @pytest.mark.parametrize("body, param", [
-    ({"tenant": "nobody-knows-me"}, "tenant"),
-    ({"models": ["no-such-model"]}, "models"),
     ({"budget_usd": -1}, "budget_usd"),
     ({"rpm": 0}, "rpm"),
     ({"tpm": "many"}, "tpm"),
@@ -132,6 +130,19 @@ def test_bad_key_fields_get_400(admin, body, param):
     r = admin.post("/admin/keys", json=body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("body, param, code", [
+    ({"tenant": "nobody-knows-me"}, "tenant", "tenant_not_found"),
+    ({"models": ["no-such-model"]}, "models", "model_not_found"),
+])
+def test_key_fields_naming_what_does_not_exist_get_404(admin, body, param, code):
+    # the body is well formed (as the OpenAPI document says); what it names is not there
+    if "tenant" not in body:
+        body = {"tenant": _tenant(admin), **body}
+    r = admin.post("/admin/keys", json=body)
+    assert r.status_code == 404, r.text
+    assert r.json()["error"]["param"] == param and r.json()["error"]["code"] == code
 
 
 def test_non_finite_numbers_and_bad_updates_get_400(admin):
@@ -153,7 +164,9 @@ def test_non_finite_numbers_and_bad_updates_get_400(admin):
 def test_metrics_show_spend_and_budget_remaining(server, admin):
     key = _key(admin, budget_usd=1.0)
     _ask(_client(server, key["key"]))
-    text = httpx.get(server.url + "/metrics").text
+    assert httpx.get(server.url + "/metrics").status_code == 401  # tenant names and spend: behind the admin key
+    assert httpx.get(server.url + "/metrics", headers={"authorization": f"Bearer {key['key']}"}).status_code == 401
+    text = admin.get("/metrics").text
     spend = [l for l in text.splitlines() if l.startswith("tokenops:spend_usd_total{") and key["id"] in l]
     assert spend and float(spend[0].rsplit(" ", 1)[1]) == pytest.approx(COST_SMALL)
     remaining = [l for l in text.splitlines() if l.startswith("tokenops:budget_remaining_usd{") and key["id"] in l]

@@ -122,3 +122,16 @@ def test_plugin_settings_are_checked():
         plugin._conf.clear()
         plugin._conf.update(saved)
         set_session_memory(None)
+
+
+def test_total_byte_budget_drops_least_recently_used_sessions():
+    clock = Clock()
+    mem = memory(max_total_bytes=40_000, clock=clock)
+    for i in range(30):  # each session a few entries of text plus vectors
+        clock.now += 1
+        mem.remember("t", f"s{i}", [("user", f"session {i} says " + "word " * 60), ("assistant", f"reply {i} " * 20)])
+        assert mem.num_bytes <= 40_000
+    kept = {s["session"] for s in mem.sessions("t")}
+    assert "s29" in kept and "s0" not in kept and mem.stats()["bytes"] == sum(s["bytes"] for s in mem.sessions("t"))
+    mem.delete_tenant("t")
+    assert mem.num_bytes == 0 and mem.stats()["sessions"] == 0

@@ -147,7 +147,7 @@ class DiffusionBackend:
         try:
             if plan.sampler not in SAMPLERS:
                 raise SamplerError(f"unknown sampler {plan.sampler!r}; one of: {', '.join(SAMPLERS)}")
-            check_steps(plan.num_steps, self.pipeline.num_train_timesteps)
+            check_steps(plan.num_steps, self.pipeline.num_train_timesteps, plan.sampler)
         except SamplerError as e:
             error = BackendError(str(e), kind="bad_request", status=400, backend=self.name)
             error.param = "num_inference_steps" if request.num_steps is not None else None  # type: ignore[attr-defined]
@@ -166,14 +166,19 @@ class DiffusionBackend:
         finally:
             with self._lock:
                 self.num_waiting -= 1
-        try:
-            with self._lock:
-                self.num_running += 1
-            images, stats = await asyncio.to_thread(self._generate, class_index, request, plan)
-        finally:
+        with self._lock:
+            self.num_running += 1
+
+        def done(_: Any) -> None:
             with self._lock:
                 self.num_running -= 1
             self._slot.release()
+
+        # the slot is held until the computation ends, not until the client leaves: a client
+        # that gave up must not let the next request run beside a generation still going
+        work = asyncio.ensure_future(asyncio.to_thread(self._generate, class_index, request, plan))
+        work.add_done_callback(done)
+        images, stats = await asyncio.shield(work)
         size = request.size or self.native_size()
         pngs = await asyncio.to_thread(encode_pngs, images, size)
         with self._lock:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import secrets
 from typing import Any, AsyncIterator
 
 from tokenops.backends.base import Delta, collect
@@ -23,6 +25,8 @@ from tokenops.backends.registry import replica_name
 from tokenops.config import ModelConfig, Settings
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
+
+log = logging.getLogger("tokenops.backends")
 
 
 def engine_config_for(model: ModelConfig, settings: Settings) -> Any:
@@ -164,7 +168,8 @@ class LocalBackend:
         # a prompt that cannot fit is refused before tokenizing; the rest is tokenized (and the
         # chat template rendered) in a worker thread so a huge prompt does not stall the event loop
         check_prompt_fits(request, getattr(self.engine, "tokenizer", None), self.max_model_len, self.name)
-        plan = plan_request(request.body, self.tool_call_parser) if request.kind == "chat" else None
+        # the plan measures and samples the schemas (json_shortest): off the loop, like tokenizing
+        plan = await asyncio.to_thread(self._plan, request) if request.kind == "chat" else None
         prompt_ids = await asyncio.to_thread(self._prompt_ids, request, plan.template_kwargs if plan else None)
         params = self._sampling(request, len(prompt_ids))
         if plan is not None and plan.grammar is not None:
@@ -229,7 +234,7 @@ class LocalBackend:
         except (asyncio.CancelledError, GeneratorExit):
             raise
         except Exception as e:
-            raise BackendError(f"{self.name}: engine error: {type(e).__name__}: {e}", "error", 500, self.name) from None
+            raise _engine_failure(self.name, e) from None
         if last is None:
             raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
         if params.thinking is not None:  # telemetry for budgets learned from traffic (requests.decisions)
@@ -258,14 +263,43 @@ class LocalBackend:
                                                      "suppress": list(budget.suppress), "reason": budget.reason}
         return thinking_control(tok, p.open_tag, p.close_tag, budget, starts)
 
+    def _plan(self, request: GatewayRequest) -> Any:
+        from tokenops.engine.grammar import GrammarError
+
+        try:
+            return plan_request(request.body, self.tool_call_parser)
+        except GrammarError as e:
+            raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
+
     async def _compile(self, spec: Any) -> Any:
         """A matcher for ``spec``, compiled off the event loop and the engine thread."""
         from tokenops.engine.grammar import GrammarError
 
+        from tokenops.engine.grammar import COMPILE_TIMEOUT_S
+
         try:
-            return await self.engine.grammar_compiler.compile_async(spec)
+            return await asyncio.wait_for(self.engine.grammar_compiler.compile_async(spec), COMPILE_TIMEOUT_S)
         except GrammarError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
+        except asyncio.TimeoutError:  # llguidance's fuel limits bound it; this bounds what they let through
+            raise BackendError(f"the request's schema took more than {COMPILE_TIMEOUT_S:g} s to compile; simplify "
+                               "response_format or the tool parameters", kind="bad_request", status=400,
+                               backend=self.name) from None
+
+
+def _engine_failure(backend: str, e: Exception) -> BackendError:
+    """What a client is told when the engine failed its request: a grammar the matcher
+    gave up on is the schema's doing (400); anything else is ours (500). Neither message
+    carries the engine's own text (parser state, internals): that goes to the log, under
+    an id the message gives."""
+    error_id = secrets.token_hex(6)
+    log.error("engine error %s on %s: %s: %s", error_id, backend, type(e).__name__, e)
+    if "breaks the request's grammar" in str(e):
+        return BackendError(f"The answer could not be kept inside the request's schema: the grammar matcher gave up "
+                            f"(error id {error_id}). Simplify response_format or the tool parameters (fewer "
+                            "alternatives, no required recursion).", kind="bad_request", status=400, backend=backend)
+    return BackendError(f"{backend}: the engine failed this request (error id {error_id}); retry, and report the id "
+                        "if it persists.", "error", 500, backend)
 
 
 def _plain(message: dict[str, Any]) -> dict[str, Any]:

@@ -98,6 +98,7 @@ class DiffusionModel:
     def generate(self, class_labels: torch.Tensor, *, sampler: str | None = None, num_steps: int | None = None,
                  seed: int | None = None, policy: StepCachePolicy | None = None) -> tuple[torch.Tensor, GenerationStats]:
         """Images in [-1, 1], ``(N, C, H, W)``, one per class label."""
-        steps = check_steps(num_steps if num_steps is not None else self.default_steps, self.num_train_timesteps)
+        steps = check_steps(num_steps if num_steps is not None else self.default_steps, self.num_train_timesteps,
+                            sampler or self.default_sampler)
         return generate(self.split, self.scheduler_config, class_labels, sampler=sampler or self.default_sampler,
                         num_steps=steps, seed=seed, policy=policy)

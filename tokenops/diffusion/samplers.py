@@ -32,8 +32,11 @@ def make_scheduler(name: str, config: Any) -> Any:
     return cls.from_config(config)
 
 
-def check_steps(num_steps: int, num_train_timesteps: int) -> int:
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or not 1 <= num_steps <= num_train_timesteps:
-        raise SamplerError(f"steps must be an integer in [1, {num_train_timesteps}] (the model's training "
-                           f"timesteps), got {num_steps!r}")
+def check_steps(num_steps: int, num_train_timesteps: int, sampler: str | None = None) -> int:
+    # DPM-Solver++ (multistep) reads one sigma past its last step: at every training
+    # timestep it indexes beyond the schedule (diffusers raises IndexError), so it stops one short
+    most = num_train_timesteps - 1 if sampler == "dpm" else num_train_timesteps
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or not 1 <= num_steps <= most:
+        raise SamplerError(f"steps must be an integer in [1, {most}] (the model's training timesteps"
+                           f"{', less one for dpm' if most < num_train_timesteps else ''}), got {num_steps!r}")
     return num_steps

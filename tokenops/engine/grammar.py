@@ -30,8 +30,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-#: Compiled grammars kept per engine (least recently used dropped first).
+#: Compiled grammars kept per engine (least recently used dropped first) ...
 GRAMMAR_CACHE_SIZE = 128
+#: ... and the bytes they may hold in all: each entry is charged its source, its sample
+#: text and :data:`ENTRY_OVERHEAD_BYTES` (llguidance's compiled lexer and parser tables,
+#: which grow with the source: charged 16 bytes per source byte on top).
+GRAMMAR_CACHE_BYTES = 64 * 1024 * 1024
+ENTRY_OVERHEAD_BYTES = 64 * 1024
+#: llguidance's resource limits for every grammar compiled here: its defaults, but a
+#: smaller lexer (states take 1-2 kB each) and errors without the parser's state (they
+#: reach clients as 400 messages; the state is internals).
+MAX_LEXER_STATES = 50_000
+#: The longest a request waits for its grammar (the compiler's fuel limits make this rare).
+COMPILE_TIMEOUT_S = 10.0
+MAX_GRAMMAR_SIZE = 200_000
 #: Budget-aware close: tokens kept beyond the grammar's shortest text (a string to close,
 #: multi-token keys), and the reserve of a grammar with no shortest text.
 CLOSING_MARGIN_TOKENS = 8
@@ -59,10 +71,21 @@ class GrammarSpec:
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any] | bool) -> "GrammarSpec":
+        from tokenops.engine.json_schema_size import SchemaSizeError
         from tokenops.engine.json_shortest import shortest_json
 
+        try:
+            shortest = shortest_json(schema)
+        except SchemaSizeError as e:
+            where = f" (at {e.where})" if e.where else ""
+            raise GrammarError(f"the schema {e}{where}") from None
         # key order is property order
-        return cls("json_schema", json.dumps(schema, separators=(",", ":")), shortest_json(schema))
+        return cls("json_schema", json.dumps(schema, separators=(",", ":")), shortest)
+
+    @property
+    def num_bytes(self) -> int:
+        """What a cache entry of this spec is charged (see :data:`GRAMMAR_CACHE_BYTES`)."""
+        return 17 * len(self.source) + len(self.shortest) + ENTRY_OVERHEAD_BYTES
 
 
 class GrammarMatcher:
@@ -115,6 +138,8 @@ class GrammarCompiler:
         self._lltok: Any = None
         self._lock = threading.Lock()
         self._cache: OrderedDict[GrammarSpec, tuple[Any, int]] = OrderedDict()  # -> (matcher, reserve)
+        self.num_cache_bytes = 0
+        self.max_cache_bytes = GRAMMAR_CACHE_BYTES
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tokenops-grammar")
         self.num_compiled = 0
         self.num_cache_hits = 0
@@ -177,20 +202,24 @@ class GrammarCompiler:
             else:
                 grammar = llguidance.LLMatcher.grammar_from_lark(spec.source)
         except ValueError as e:
-            raise GrammarError(f"cannot compile the schema: {e}") from None
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, lltok)
+            raise GrammarError(f"cannot compile the schema: {_first_line(str(e))}") from None
+        limits = parser_limits()
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, lltok, limits=limits)
         if is_error:
             raise GrammarError(f"cannot compile the schema: {_first_line(messages[0])}")
-        pristine = llguidance.LLMatcher(lltok, grammar, log_level=0)
+        pristine = llguidance.LLMatcher(lltok, grammar, log_level=0, limits=limits)
         if pristine.is_error():
             raise GrammarError(f"cannot compile the schema: {_first_line(pristine.get_error())}")
         reserve = (len(lltok.tokenize_str(spec.shortest)) + CLOSING_MARGIN_TOKENS if spec.shortest
                    else DEFAULT_RESERVE_TOKENS)
         with self._lock:
-            self._cache[spec] = (pristine, reserve)
             self.num_compiled += 1
-            while len(self._cache) > GRAMMAR_CACHE_SIZE:
-                self._cache.popitem(last=False)
+            if spec.num_bytes <= self.max_cache_bytes // 4 and spec not in self._cache:  # a huge one is not kept
+                self._cache[spec] = (pristine, reserve)
+                self.num_cache_bytes += spec.num_bytes
+            while self._cache and (len(self._cache) > GRAMMAR_CACHE_SIZE or self.num_cache_bytes > self.max_cache_bytes):
+                old, _ = self._cache.popitem(last=False)
+                self.num_cache_bytes -= old.num_bytes
         return GrammarMatcher(pristine.deep_copy(), closing, reserve)
 
     async def compile_async(self, spec: GrammarSpec) -> GrammarMatcher:
@@ -202,8 +231,18 @@ class GrammarCompiler:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def parser_limits() -> Any:
+    """The :class:`llguidance.LLParserLimits` of every matcher (see :data:`MAX_LEXER_STATES`)."""
+    import llguidance
+
+    return llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE,
+                                     verbose_errors=False)
+
+
 def _first_line(message: str) -> str:
-    return message.strip().splitlines()[0] if message.strip() else "invalid grammar"
+    # one line, bounded: llguidance messages may quote the grammar
+    line = message.strip().splitlines()[0] if message.strip() else "invalid grammar"
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def new_bitmask(num_rows: int, vocab_size: int) -> "torch.Tensor":

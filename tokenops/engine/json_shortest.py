@@ -5,6 +5,12 @@ Only an estimate of the shortest answer, not a validator: required properties on
 empty strings (or ``minLength`` letters), the smallest allowed number, ``minItems``
 items, the shortest ``enum``/``anyOf``/``oneOf`` choice, local ``$ref`` followed a
 few levels deep.
+
+Never larger than ``max_chars`` (:data:`MAX_SAMPLE_CHARS` unless told): the size the
+schema forces is measured first (:mod:`tokenops.engine.json_schema_size`, no text
+built), and a schema whose shortest answer is longer is a
+:class:`~tokenops.engine.json_schema_size.SchemaSizeError` before any string or list
+is made.
 """
 
 from __future__ import annotations
@@ -12,7 +18,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tokenops.engine.json_schema_size import SchemaSizeError, check_shape, min_json_chars, ShapeLimits
+
 _MAX_DEPTH = 8
+#: The longest sample built (characters of compact JSON).
+MAX_SAMPLE_CHARS = 64 * 1024
 
 
 def shortest_instance(schema: Any, root: Any = None, depth: int = 0) -> Any:
@@ -49,9 +59,13 @@ def shortest_instance(schema: Any, root: Any = None, depth: int = 0) -> Any:
         return {name: shortest_instance(props.get(name, {}), root, depth + 1) for name in schema.get("required") or []}
     if kind == "array":
         item = shortest_instance(schema.get("items", {}), root, depth + 1)
-        return [item] * int(schema.get("minItems") or 0)
+        num_items = int(min(schema.get("minItems") or 0, MAX_SAMPLE_CHARS))
+        if num_items * (len(json.dumps(item)) + 1) > MAX_SAMPLE_CHARS:
+            raise SchemaSizeError(f"minItems {num_items} makes the sample longer than {MAX_SAMPLE_CHARS} characters",
+                                  "minItems")
+        return [item] * num_items
     if kind == "string":
-        return "a" * int(schema.get("minLength") or 0)
+        return "a" * int(min(schema.get("minLength") or 0, MAX_SAMPLE_CHARS))
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum"))
         return low if isinstance(low, (int, float)) and low > 0 else 0
@@ -60,6 +74,16 @@ def shortest_instance(schema: Any, root: Any = None, depth: int = 0) -> Any:
     return None
 
 
-def shortest_json(schema: Any) -> str:
-    """Compact JSON text of :func:`shortest_instance`."""
-    return json.dumps(shortest_instance(schema), separators=(",", ":"))
+def shortest_json(schema: Any, max_chars: int = MAX_SAMPLE_CHARS) -> str:
+    """Compact JSON text of :func:`shortest_instance`.
+
+    :raises SchemaSizeError: when the shortest answer is longer than ``max_chars`` (or
+        has no finite length) or the schema itself is too big to walk.
+    """
+    check_shape(schema, ShapeLimits(), max_chars)
+    if min_json_chars(schema, max_chars) > max_chars:
+        raise SchemaSizeError("has no finite instance: a $ref is required inside itself", "$ref")
+    text = json.dumps(shortest_instance(schema), separators=(",", ":"))
+    if len(text) > max_chars:
+        raise SchemaSizeError(f"its shortest answer is longer than {max_chars} characters", "minLength")
+    return text

@@ -8,13 +8,13 @@ import json
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from tokenops.gateway import hooks
-from tokenops.gateway.body import parse_json
+from tokenops.gateway.body import admin_body
 from tokenops.gateway.errors import APIError
-from tokenops.gateway.state import Gateway
+from tokenops.gateway.state import RECENT_REQUESTS, Gateway
 from tokenops.gateway.tunable_patch import apply_everywhere
 from tokenops.tunables import TunableError
 
@@ -60,7 +60,7 @@ async def get_tunables_route(request: Request) -> Response:
 async def patch_tunables(request: Request) -> Response:
     gw = _gateway(request)
     try:
-        body = parse_json(await request.body())  # refuses NaN/Infinity, which json.loads would accept
+        body = await admin_body(request)  # refuses NaN/Infinity, which json.loads would accept
     except APIError as e:
         raise APIError(400, f"{e.message} The body must be {{\"values\": {{name: value}}, \"actor\": str}}.",
                        code="invalid_json") from None
@@ -68,7 +68,14 @@ async def patch_tunables(request: Request) -> Response:
     if not isinstance(values, dict) or not values:
         raise APIError(400, "the body needs a non-empty \"values\" object: {\"values\": {\"engine.max_num_seqs\": 16}}",
                        code="invalid_value", param="values")
-    actor = body.get("actor") or "admin"
+    unknown = sorted(set(body) - {"values", "actor"})
+    if unknown:
+        raise APIError(400, f"unknown field(s) {', '.join(map(repr, unknown))[:200]}; the body takes values and actor",
+                       code="invalid_value", param=unknown[0][:64])
+    actor = body.get("actor", "admin")
+    if not isinstance(actor, str):
+        raise APIError(400, "actor must be a string (who made the change, for the audit)", code="invalid_value",
+                       param="actor")
     applied = await asyncio.to_thread(apply_tunables, gw, values, str(actor))
     return _json({"applied": applied, "tunables": _tunables_list(gw)})
 
@@ -78,6 +85,11 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
     from tokenops.plugins import get_tunables
 
     registry = get_tunables()
+    for name, value in values.items():  # over HTTP a value has its JSON type or is text (1 is no bool)
+        t = registry[name] if name in registry else None  # unknown names: the registry says which exist
+        if t is not None and not _is_json_type(t.type, value):
+            raise APIError(400, f"{name}: expected a JSON {t.type}, got {value!r}"[:300], code="invalid_tunable",
+                           param=name)
     try:
         checked = registry.validate(values)
     except TunableError as e:
@@ -103,11 +115,23 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
     return checked
 
 
+def _is_json_type(kind: str, value: Any) -> bool:
+    """The tunable's own JSON type, or a string the registry parses (the dashboard's
+    editor sends what was typed); never a boolean for a number or a number for a boolean."""
+    if isinstance(value, str):
+        return True
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+    if kind == "float":
+        return not isinstance(value, bool) and isinstance(value, (int, float))
+    return isinstance(value, str)
+
+
 @router.get("/requests", summary="Most recent requests, newest first (memory ring, not the store)")
-async def recent_requests(request: Request, limit: int = 50) -> Response:
+async def recent_requests(request: Request, limit: int = Query(50, ge=1, le=RECENT_REQUESTS)) -> Response:
     gw = _gateway(request)
-    if limit < 1:
-        raise APIError(400, "limit must be >= 1", param="limit")
     items = list(gw.recent)[-limit:]
     return _json({"requests": [r.summary() for r in reversed(items)]})
 
@@ -125,7 +149,7 @@ async def store_query(request: Request, name: str) -> Response:
     params = dict(request.query_params)
     try:
         result = await asyncio.to_thread(gw.store.run_query, name, **params)
-    except (QueryError, TypeError, ValueError) as e:
+    except (QueryError, TypeError, ValueError, OverflowError) as e:
         raise APIError(400, str(e), code="invalid_value") from None
     return _json(_query_result(name, result))
 

@@ -27,6 +27,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from tokenops.gateway.body import admin_body
 from tokenops.gateway.errors import APIError
 from tokenops.keys import admin_ops
 from tokenops.keys.admin_ops import KeyOpsError
@@ -45,13 +46,7 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 async def _body(request: Request) -> Any:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError(400, "the body must be a JSON object", code="invalid_json") from None
+    return await admin_body(request)  # the /v1 parser's limits (depth, size, NaN, 64-bit integers)
 
 
 async def _run(fn, *args: Any) -> Any:

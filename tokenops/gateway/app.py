@@ -23,6 +23,7 @@ from tokenops.gateway.admin import router as admin_router
 from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.guards import GuardMiddleware
+from tokenops.gateway.openapi_contract import allowed_methods, declare
 from tokenops.gateway.openapi_errors import add_error_responses
 from tokenops.gateway.replica_health import prometheus_text as breaker_metrics, replica_states
 from tokenops.gateway.errors import APIError, sse_error
@@ -112,7 +113,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         if exc.status_code == 404:
             message = f"Unknown path {request.url.path}"
-        return APIError(exc.status_code, message, code=None, headers=dict(exc.headers or {})).response()
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every route of the path, not only the first one's methods
+            headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
+        return APIError(exc.status_code, message, code=None, headers=headers).response()
 
     # anything else: tokenops.gateway.guards.GuardMiddleware answers a 500 without internals
 
@@ -239,6 +243,7 @@ def _install_openai_routes(app: FastAPI) -> None:
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (vLLM names under tokenops:)")
     async def metrics(request: Request) -> Response:
         gw: Gateway = request.app.state.gateway
+        gw.metrics_auth.check(request.headers)  # the admin key or [gateway] metrics_key once keys exist
         per_model: dict[str, list[dict[str, Any]]] = {}
         stats = gw.engine_stats()
         for model, rs in gw.replicas.items():
@@ -260,7 +265,7 @@ def _install_openapi(app: FastAPI) -> None:
                 full = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(full.pop("$defs", {}))
                 components[model.__name__] = full
-            app.openapi_schema = add_error_responses(schema)
+            app.openapi_schema = declare(add_error_responses(schema))  # what hand-read routes enforce
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -61,27 +61,39 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
     return b"".join(chunks)
 
 
-def parse_json(raw: bytes, check_finite: bool = True) -> dict[str, Any]:
-    """A JSON object from ``raw``, or a 400 saying what is wrong with it."""
+def parse_json(raw: bytes, check_finite: bool = True, max_int_bits: int | None = None,
+               name_non_finite: bool = False) -> dict[str, Any]:
+    """A JSON object from ``raw``, or a 400 saying what is wrong with it. Integers wider
+    than ``max_int_bits`` are refused (default :data:`MAX_INT_BITS`: one Python could not
+    even print, which a field's own bounds then never see)."""
     try:
-        data = from_json(raw, allow_inf_nan=False)
+        data = from_json(raw, allow_inf_nan=name_non_finite)
     except ValueError as e:
         reason = "NaN and Infinity are not JSON numbers" if b"NaN" in raw or b"Infinity" in raw else _reason(str(e))
         raise APIError(400, f"We could not parse the JSON body of your request: {reason}.",
                        code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
+    if name_non_finite and _has_infinity(data):  # NaN / Infinity / 1e999 refused naming the field
+        where = _path_of(data, lambda v: isinstance(v, float) and not math.isfinite(v))
+        raise APIError(400, f"{where} must be a finite number (NaN and Infinity are not JSON numbers).",
+                       code="invalid_value", param=where)
     if check_finite:
-        _check_finite(data)
+        _check_finite(data, max_int_bits or MAX_INT_BITS)
     return data
 
 
-def _check_finite(data: dict[str, Any]) -> None:
+def _check_finite(data: dict[str, Any], max_int_bits: int = 0) -> None:
     # from_json turns 1e999 into inf even with allow_inf_nan=False; a walk of the parsed
     # tree is cheaper than scanning the raw bytes (a regex over 4 MB of text takes ~90 ms)
     if _has_infinity(data):
         raise APIError(400, "We could not parse the JSON body of your request: it holds a number too large for "
                        "a 64-bit float.", code="invalid_json")
+    max_int_bits = max_int_bits or MAX_INT_BITS
+    if _has_huge_int(data, max_int_bits):  # found again, with its place, only when there is one
+        where = _huge_int_path(data, max_int_bits)
+        limit = "64 bits (-2^63 to 2^64-1)" if max_int_bits <= 64 else f"{max_int_bits} bits"
+        raise APIError(400, f"{where}: integers must fit in {limit}.", code="invalid_value", param=where)
 
 
 def checked_body(raw: bytes, conf: Any) -> dict[str, Any]:
@@ -95,7 +107,7 @@ def checked_body(raw: bytes, conf: Any) -> dict[str, Any]:
     messages = data.get("messages")
     if isinstance(messages, list):
         _check_message_count(len(messages), conf.max_messages)
-    _check_finite(data)
+    _check_finite(data, MAX_INT_BITS)
     return data
 
 
@@ -129,6 +141,61 @@ def _reason(message: str) -> str:
     if "recursion limit" in message:
         return "it is nested too deeply"
     return message
+
+
+#: The widest integer a ``/v1`` body may hold anywhere (declared fields have their own,
+#: narrower bounds): Python cannot print one past 4,300 digits (~14,000 bits).
+MAX_INT_BITS = 13_000
+#: Admin bodies are all declared fields: 64 bits, signed or not.
+ADMIN_INT_BITS = 64
+
+
+def _is_huge(v: Any, max_bits: int) -> bool:
+    if type(v) is not int:
+        return False
+    if max_bits <= 64:
+        return not -(2**63) <= v <= 2**64 - 1
+    return v.bit_length() > max_bits
+
+
+def _has_huge_int(value: Any, max_bits: int) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is int and _is_huge(v, max_bits):
+            return True
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def _huge_int_path(value: Any, max_bits: int) -> str:
+    return _path_of(value, lambda v: _is_huge(v, max_bits))
+
+
+def _path_of(value: Any, is_bad: Callable[[Any], bool]) -> str:
+    """Where in ``value`` the first value ``is_bad`` sits (``a.0.b``), for ``param``."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        v, path = stack.pop()
+        if is_bad(v):
+            return path or "body"
+        if isinstance(v, dict):
+            stack.extend((x, f"{path}.{k}" if path else str(k)) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((x, f"{path}.{i}" if path else str(i)) for i, x in enumerate(v))
+    return "body"
+
+
+async def admin_body(request: Request, limit: int = 1024 * 1024, timeout_s: float = 30.0) -> dict[str, Any]:
+    """An admin request's body as a JSON object ({} when empty), read and parsed as
+    ``/v1`` bodies are: size limit, deadline, depth limit, no NaN, 64-bit integers."""
+    raw = await read_body(request, limit, timeout_s)
+    if not raw:  # no body at all; whitespace is no JSON
+        return {}
+    return parse_json(raw, max_int_bits=ADMIN_INT_BITS, name_non_finite=True)
 
 
 def _has_infinity(value: Any) -> bool:

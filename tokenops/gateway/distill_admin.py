@@ -10,7 +10,7 @@ import asyncio
 import json
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from tokenops.gateway.errors import APIError
@@ -49,10 +49,8 @@ async def list_pairs(request: Request) -> Response:
 
 
 @router.delete("/pairs", summary="Delete one tenant's captured distillation pairs")
-async def delete_pairs(request: Request, tenant: str | None = None) -> Response:
+async def delete_pairs(request: Request, tenant: str = Query(..., min_length=1)) -> Response:
     store = _store(request)
-    if not tenant:
-        raise APIError(400, "tenant is required: DELETE /admin/distill/pairs?tenant=NAME", param="tenant")
 
     from tokenops.store.distill_pairs import delete_local
 

@@ -9,28 +9,35 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tokenops.gateway import hooks
 from tokenops.gateway.capability import choose_capable_replica
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.json_types import json_int
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest
 
 #: OpenAI's limit on inputs per request.
 MAX_INPUTS = 2048
 
 
+_TokenId = json_int(ge=0, le=2**31 - 1)
+
+
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(min_length=1)
-    input: str | list[str] | list[int] | list[list[int]]
+    input: (Annotated[str, Field(min_length=1)]
+            | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_INPUTS)]
+            | Annotated[list[_TokenId], Field(min_length=1)]
+            | Annotated[list[Annotated[list[_TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_INPUTS)])
     encoding_format: Literal["float", "base64"] | None = None
-    dimensions: int | None = Field(None, ge=1)
+    dimensions: json_int(ge=1, le=2**31 - 1) | None = None
     user: str | None = None
 
-    @field_validator("input")
+    @field_validator("input", mode="before")  # before the union: its own words, not the branches'
     @classmethod
     def _non_empty(cls, value: Any) -> Any:
         if value == "" or value == []:
@@ -45,7 +52,7 @@ class EmbeddingRequest(BaseModel):
 
 def embedding_request(data: dict[str, Any]) -> GatewayRequest:
     try:
-        req = EmbeddingRequest.model_validate(data)
+        req = EmbeddingRequest.model_validate(data, strict=True)  # JSON types as sent: true is no number
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         loc = ".".join(str(x) for x in err.get("loc", ()))

@@ -110,11 +110,23 @@ class GuardMiddleware:
             return APIError(421, f"Host {host!r} is not served: a server without API keys answers only the names in "
                             "[gateway] allowed_hosts (default localhost, 127.0.0.1, ::1); add it there, or configure "
                             "API keys.", code="host_not_allowed", type="invalid_request_error")
-        if scope.get("method") in _BODY_METHODS and not is_json_content_type(headers.get("content-type")):
+        if scope.get("method") in _BODY_METHODS and not is_json_content_type(headers.get("content-type")) \
+                and _is_routed(scope):  # an undeclared method or path gets its 405 / 404 from routing
             return APIError(415, f"Content-Type {headers.get('content-type') or '(none)'!r} is not accepted: send the "
                             "body as JSON with 'Content-Type: application/json'.", code="unsupported_media_type",
                             type="invalid_request_error")
         return None
+
+
+def _is_routed(scope: dict) -> bool:
+    """Some route takes this method and path (asked only of a body with the wrong type)."""
+    from starlette.routing import Match
+
+    app = scope.get("app")
+    routes = getattr(getattr(app, "router", None), "routes", None)
+    if routes is None:
+        return True
+    return any(route.matches(scope)[0] is Match.FULL for route in routes)
 
 
 def _headers(scope: dict) -> dict[str, str]:

@@ -35,6 +35,7 @@ from starlette.responses import Response
 from tokenops.gateway import hooks
 from tokenops.gateway.capability import choose_capable_replica
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.json_types import json_int
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, TelemetryEvent
 
 MAX_IMAGES = 10
@@ -56,7 +57,7 @@ class ImageGenerationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     prompt: str = Field(min_length=1, max_length=32000)
     model: str | None = None
-    n: int = Field(1, ge=1, le=MAX_IMAGES)
+    n: json_int(ge=1, le=MAX_IMAGES) = Field(1)
     size: str | None = None
     response_format: Literal["b64_json", "url"] | None = None
     output_format: Literal["png", "jpeg", "webp"] | None = None
@@ -66,10 +67,10 @@ class ImageGenerationRequest(BaseModel):
     moderation: Literal["auto", "low"] | None = None
     stream: bool | None = None
     # tokenops extensions
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    seed: json_int(ge=0, le=2**63 - 1) | None = Field(None)
     sampler: Literal["ddpm", "ddim", "dpm"] | None = None
-    num_inference_steps: int | None = Field(None, ge=1)
-    step_cache_threshold: float | None = Field(None, ge=0.0, le=100.0)
+    num_inference_steps: json_int(ge=1, le=10_000) | None = Field(None)
+    step_cache_threshold: float | None = Field(None, ge=0.0, le=100.0, strict=True)
 
 
 def parse_request(data: Any) -> ImageGenerationRequest:
@@ -80,7 +81,7 @@ def parse_request(data: Any) -> ImageGenerationRequest:
         if data.get(name) is not None:
             raise APIError(400, f"{name} is not supported: {why}", code="unsupported_parameter", param=name)
     try:
-        req = ImageGenerationRequest.model_validate(data)
+        req = ImageGenerationRequest.model_validate(data, strict=True)  # JSON types as sent: 0 is no bool
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         loc = ".".join(str(x) for x in err.get("loc", ()))

@@ -136,11 +136,15 @@ async def _count(request: Request) -> Response:
 
 @router.api_route("/v1/messages", methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False)
 async def wrong_method(request: Request) -> Response:
-    return anthropic_error(APIError(405, f"Method {request.method} is not allowed on /v1/messages: use POST."))
+    return anthropic_error(APIError(405, f"Method {request.method} is not allowed on /v1/messages: use POST.",
+                                    headers={"Allow": "POST"}))
 
 
 @router.api_route("/v1/messages/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                   include_in_schema=False)
 async def unknown_path(request: Request, rest: str) -> Response:
     # e.g. the Message Batches API, which this server does not implement
+    if rest == "count_tokens":  # the path exists: another method is a 405, as the OpenAPI document says
+        return anthropic_error(APIError(405, f"Method {request.method} is not allowed on {request.url.path}: use POST.",
+                                        headers={"Allow": "POST"}))
     return anthropic_error(APIError(404, f"Unknown path {request.url.path}"))

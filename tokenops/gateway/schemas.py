@@ -10,11 +10,12 @@ upstream; the bundled engine answers 400 for the ones it does not implement
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.json_types import json_int
 from tokenops.gateway.structured import check_structured
 from tokenops.types import GatewayRequest
 
@@ -24,15 +25,46 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+#: Only an assistant message may come without content (it holds tool_calls then).
+_MAY_OMIT_CONTENT = frozenset({"assistant"})
+
+
+def _message_schema(schema: dict[str, Any]) -> None:
+    # what the validators below and chat_request enforce, declared: content parts have a
+    # string type (text parts a string text), and only an assistant message may omit content
+    content = schema["properties"]["content"]
+    for option in content.get("anyOf", ()):
+        if option.get("type") == "array":
+            option["items"] = {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}},
+                               "if": {"properties": {"type": {"const": "text"}}},
+                               "then": {"required": ["text"], "properties": {"text": {"type": "string"}}}}
+    schema["if"] = {"properties": {"role": {"const": "assistant"}}}
+    schema["else"] = {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}}
+
+
+def _chat_schema(schema: dict[str, Any]) -> None:
+    schema["if"] = {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer"}}}
+    schema["then"] = {"required": ["logprobs"], "properties": {"logprobs": {"const": True}},
+                      "description": "top_logprobs needs logprobs: true"}
+
+
+#: A token id as a prompt may carry it (the vocabulary sizes served fit in 31 bits).
+TokenId = json_int(ge=0, le=2**31 - 1)
+
+
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_message_schema)
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    # validated when absent too: only an assistant message (with tool_calls) may omit it
+    content: str | list[dict[str, Any]] | None = Field(None, validate_default=True)
     name: str | None = None
 
     @field_validator("content")
     @classmethod
-    def _content_parts(cls, value: Any) -> Any:
+    def _content_parts(cls, value: Any, info: ValidationInfo) -> Any:
+        role = info.data.get("role")
+        if value is None and role is not None and role not in _MAY_OMIT_CONTENT:
+            raise ValueError(f"a {role} message needs content (a string or a list of parts)")
         # a part's own fields are checked here so no backend meets a non-string text
         for i, part in enumerate(value if isinstance(value, list) else ()):
             kind = part.get("type")
@@ -46,24 +78,28 @@ class ChatMessage(BaseModel):
 class _CommonRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: json_int(ge=1, le=2**31 - 1) | None = Field(None)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1, description="Extension: sample from the k most likely tokens (0 or -1: off).")
-    n: int = Field(1, ge=1, le=16)
+    top_k: json_int(ge=-1, le=2**31 - 1) | None = Field(None, description="Extension: sample from the k most likely tokens (0 or -1: off).")
+    n: json_int(ge=1, le=16) = Field(1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: json_int(ge=-(2**63), le=2**63 - 1) | None = Field(None, description="A 64-bit signed integer.")
+    cache: bool | None = Field(None, description="Extension: false skips the semantic cache.")
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="End-user id; used as the session hint (and tenant on an open server).")
     ignore_eos: bool | None = Field(None, description="Extension: keep generating past end-of-sequence.")
-    priority: int = Field(0, description="Extension: lower runs first under the `priority` schedule policy.")
+    priority: json_int(ge=-(2**31), le=2**31 - 1) = Field(0, description="Extension: lower runs first under the `priority` schedule policy.")
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = Field(None, description="Token id (as a string) -> bias in [-100, 100].")
+    logit_bias: dict[str, float] | None = Field(None, description="Token id (as a string) -> bias in [-100, 100].",
+                                                json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"},
+                                                                   "additionalProperties": {"minimum": -100,
+                                                                                            "maximum": 100}})
     repetition_penalty: float | None = Field(
         None, gt=0, description="Extension (vLLM): divide the logits of prompt and output tokens by it (1: off).")
-    min_tokens: int | None = Field(None, ge=0, description="Extension (vLLM): no stop rule ends the output before it.")
+    min_tokens: json_int(ge=0, le=2**31 - 1) | None = Field(None, description="Extension (vLLM): no stop rule ends the output before it.")
 
     @field_validator("logit_bias")
     @classmethod
@@ -78,16 +114,28 @@ class _CommonRequest(BaseModel):
 
 
 class ChatCompletionRequest(_CommonRequest):
+    model_config = ConfigDict(extra="allow", json_schema_extra=_chat_schema)
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: json_int(ge=1, le=2**31 - 1) | None = Field(None)
     logprobs: bool | None = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: json_int(ge=0, le=20) | None = Field(None)
+
+
+def _completion_schema(schema: dict[str, Any]) -> None:
+    schema["if"] = {"required": ["max_tokens"], "properties": {"max_tokens": {"const": 0}}}
+    schema["then"] = {"required": ["echo"], "properties": {"echo": {"const": True}},
+                      "description": "max_tokens 0 scores the prompt: it needs echo: true"}
 
 
 class CompletionRequest(_CommonRequest):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(None, ge=0, description="0 (with `echo`): score the prompt, generate nothing.")
-    logprobs: int | None = Field(None, ge=0, le=20)
+    model_config = ConfigDict(extra="allow", json_schema_extra=_completion_schema)
+    # one prompt per request: a list of strings or of token-id lists holds exactly one
+    prompt: (str | Annotated[list[str], Field(min_length=1, max_length=1)]
+             | Annotated[list[TokenId], Field(min_length=1)]
+             | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=1)])
+    max_tokens: json_int(ge=0, le=2**31 - 1) | None = Field(
+        None, description="0 (with `echo`): score the prompt, generate nothing.")
+    logprobs: json_int(ge=0, le=20) | None = Field(None)
     echo: bool | None = False
     suffix: str | None = None
 
@@ -108,7 +156,9 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return parse_json(raw)
 
 
-def chat_request(data: dict[str, Any], default_max_tokens: int) -> GatewayRequest:
+def chat_request(data: dict[str, Any], default_max_tokens: int, *, is_generating: bool = True) -> GatewayRequest:
+    """The validated request; ``is_generating=False`` (counting tokens) leaves the output its
+    schemas force unchecked against ``max_tokens`` (the server's ceilings still apply)."""
     try:
         req = ChatCompletionRequest.model_validate(data, strict=True)  # JSON types as sent: "yes" is no bool
     except ValidationError as e:
@@ -116,8 +166,9 @@ def chat_request(data: dict[str, Any], default_max_tokens: int) -> GatewayReques
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", code="invalid_value", param="top_logprobs")
     body = req.model_dump(exclude_none=True)
-    check_structured(body)  # response_format / tools / tool_choice: a 400 before any backend
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    # response_format / tools / tool_choice, and the output their schemas force: a 400 before any backend
+    check_structured(body, (asked if asked is not None else default_max_tokens) if is_generating else None)
     return GatewayRequest(
         kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
         max_tokens=asked if asked is not None else default_max_tokens, session_id=req.user, priority=req.priority,

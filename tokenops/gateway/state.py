@@ -15,7 +15,8 @@ from typing import Any
 from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
-from tokenops.gateway import hooks, tracing
+from tokenops.gateway import hooks, schema_budget, tracing
+from tokenops.gateway.metrics_auth import MetricsAuth
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.expert_plans import ExpertPlans
 from tokenops.gateway.metrics_window import MetricsWindow
@@ -39,6 +40,7 @@ class Gateway:
                  admin_key_hash: str | None = None, allow_open: bool = False, window_s: float = 60.0,
                  telemetry_interval_s: float = 1.0) -> None:
         self.settings = settings
+        schema_budget.configure(schema_budget.SchemaBudget.from_settings(settings.gateway))
         # plugins first: they adjust engine configs, which are checked as the replicas are built
         try:
             hooks.configure(settings)
@@ -56,6 +58,7 @@ class Gateway:
         if admin_key_hash is None:
             admin_key_hash, _ = resolve_admin_key(settings.gateway.admin_key, settings.gateway.admin_key_hash, None)
         self.admin = AdminAuth(admin_key_hash)
+        self.metrics_auth = MetricsAuth(self.api_keys, self.admin, settings.gateway.metrics_key)
         self.window = MetricsWindow(window_s=window_s, slos=settings.slos)
         self.prometheus = PrometheusMetrics()
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
@@ -92,7 +95,8 @@ class Gateway:
             self.settings, self.store, prices,
             route=lambda request: hooks.get_route(request, list(self.replicas), self.pipeline.profiles))
         self.api_keys.managed = keys
-        self.prometheus.sections.append(keys.prometheus_lines)
+        per_tenant = self.settings.gateway.metrics_per_tenant
+        self.prometheus.sections.append(lambda: keys.prometheus_lines(per_tenant=per_tenant))
         service.active = keys
         return keys
 

@@ -28,6 +28,9 @@ def check_schema(schema: Any, param: str) -> None:
 
     if not isinstance(schema, (dict, bool)):
         raise _bad(f"{param} must be a JSON Schema object, got {type(schema).__name__}", param)
+    from tokenops.gateway.schema_budget import check_schema_shape
+
+    check_schema_shape(schema, param)  # cheap bounds first: a 100k-value enum never meets the meta-schema
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as e:
@@ -109,11 +112,16 @@ def check_tool_choice(tool_choice: Any, names: list[str]) -> None:
         raise _bad(f"tool_choice names the function {name!r}, which is not in tools ({known})", param)
 
 
-def check_structured(body: dict[str, Any]) -> None:
-    """Check a chat request body's structured-output and tool fields; raises a 400 APIError."""
+def check_structured(body: dict[str, Any], max_tokens: int | None = None) -> None:
+    """Check a chat request body's structured-output and tool fields, then the output
+    their schemas force against ``max_tokens`` (:mod:`tokenops.gateway.schema_budget`);
+    raises a 400 APIError."""
+    from tokenops.gateway.schema_budget import check_request_schemas
+
     check_response_format(body.get("response_format"))
     names = check_tools(body.get("tools"))
     check_tool_choice(body.get("tool_choice"), names)
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise _bad("parallel_tool_calls must be true or false", "parallel_tool_calls")
+    check_request_schemas(body, max_tokens)

@@ -116,6 +116,10 @@ def chat_token_ids(replica: Replica, body: dict[str, Any], *, add_generation_pro
     from tokenops.backends.local_structured import plan_request
 
     tok = _tokenizer(replica)
+    taken = sorted({"messages", "add_generation_prompt"} & set(template_kwargs or {}))
+    if taken:  # the template's own arguments (was a 500: "got multiple values for argument")
+        raise APIError(400, f"chat_template_kwargs may not set {', '.join(taken)}: the request's own fields do",
+                       code="invalid_value", param="chat_template_kwargs")
     plan = plan_request(body, replica.backend.tool_call_parser)
     kwargs = {**plan.template_kwargs, **(template_kwargs or {})}
     try:
@@ -178,6 +182,9 @@ async def tokenize(request: Request) -> Response:
     else:
         body = {"messages": [m.model_dump(exclude_none=True) for m in req.messages or []]}
         if req.tools is not None:
+            from tokenops.gateway.structured import check_tools
+
+            check_tools(req.tools)  # as a chat request's: a tool without "function" was a 500 (KeyError)
             body["tools"] = req.tools
         ids = await asyncio.to_thread(lambda: chat_token_ids(
             replica, body, add_generation_prompt=req.add_generation_prompt,
@@ -223,7 +230,7 @@ async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str,
     err = untranslatable.error()
     if err is not None:
         raise err
-    greq = chat_request(body, 1)  # validates the translation (tools, tool_choice) as a chat request
+    greq = chat_request(body, 1, is_generating=False)  # validates the translation (tools, tool_choice)
     if backend.kind == "openai":
         upstream_body = {k: v for k, v in greq.body.items() if k in ("messages", "tools")}
         status, answer = await _upstream(replica, "/tokenize", upstream_body)

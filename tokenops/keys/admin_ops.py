@@ -19,7 +19,7 @@ class KeyOpsError(Exception):
 
 
 def _bad(e: FieldError) -> KeyOpsError:
-    return KeyOpsError(400, str(e), "invalid_value", e.param)
+    return KeyOpsError(e.status, str(e), e.code, e.param)
 
 
 def _key(keys: Any, key_id: str) -> Any:

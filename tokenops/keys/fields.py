@@ -17,9 +17,14 @@ TENANT_FIELDS = ("budget_usd", "budget_period", "soft_budget_usd")
 
 
 class FieldError(ValueError):
-    def __init__(self, message: str, param: str | None = None) -> None:
+    """A field the API answers 400 for; ``status`` 404 when it names something that does
+    not exist (a tenant, a model): the body's shape was right."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str = "invalid_value") -> None:
         super().__init__(message)
         self.param = param
+        self.status = status
+        self.code = code
 
 
 def _number(name: str, value: Any, *, positive: bool) -> float | None:
@@ -87,7 +92,8 @@ def parse_key_fields(body: Any, *, is_new: bool, is_known_model: Callable[[str],
             raise FieldError("tenant is required (a non-empty string)", "tenant")
         if not is_known_tenant(tenant):
             raise FieldError(f"unknown tenant {tenant!r}: create it first (PUT /admin/tenants/{tenant}, or "
-                             "`tokenops keys tenant NAME`) or use a tenant of [gateway] api_keys", "tenant")
+                             "`tokenops keys tenant NAME`) or use a tenant of [gateway] api_keys", "tenant",
+                             status=404, code="tenant_not_found")
         out["tenant"] = tenant
     elif "tenant" in body:
         raise FieldError("a key's tenant cannot change; create a new key for the other tenant", "tenant")
@@ -104,7 +110,7 @@ def parse_key_fields(body: Any, *, is_new: bool, is_known_model: Callable[[str],
             unknown_models = [m for m in models if not is_known_model(m)]
             if unknown_models:
                 raise FieldError(f"unknown model(s) {', '.join(map(repr, unknown_models))}: not served by this "
-                                 "gateway and no router accepts the name", "models")
+                                 "gateway and no router accepts the name", "models", status=404, code="model_not_found")
             models = list(dict.fromkeys(models))
         out["models"] = models
     for name in ("rpm", "tpm"):

@@ -177,13 +177,23 @@ class KeyService:
 
     # -- /metrics ----------------------------------------------------------------
 
-    def prometheus_lines(self) -> Iterable[str]:
+    def prometheus_lines(self, per_tenant: bool = True) -> Iterable[str]:
+        """The spend and budget series; without ``per_tenant`` only the total spend and
+        refusal counts, with no tenant, key or budget label (``[gateway] metrics_per_tenant``)."""
         from tokenops.gateway.prometheus import PREFIX, _label, _num
 
         stats = self.guard.stats
         with self.guard._lock:
             spend, warnings, refusals = dict(stats.spend), dict(stats.warnings), dict(stats.refusals)
         name = PREFIX + "spend_usd_total"
+        if not per_tenant:
+            yield f"# HELP {name} Cost of the requests served by this gateway, USD."
+            yield f"# TYPE {name} counter"
+            yield f"{name} {_num(sum(spend.values()))}"
+            for metric, values in (("budget_soft_warnings_total", warnings), ("budget_rejections_total", refusals)):
+                yield f"# TYPE {PREFIX + metric} counter"
+                yield f"{PREFIX + metric} {sum(values.values())}"
+            return
         yield f"# HELP {name} Cost of the requests served by this gateway, USD, by tenant and API key."
         yield f"# TYPE {name} counter"
         for (tenant, key), value in sorted(spend.items()):

@@ -6,7 +6,9 @@ Evolution: a chunk that is already stored (same role and text, as when a client 
 its history every turn) only refreshes the entry; a near-duplicate (cosine >=
 ``merge_threshold``, same role) is merged into it (the longer text is kept). Entries
 expire ``ttl_s`` after they were last seen, and a session over ``max_session_bytes``
-(text plus vector) drops its least recently seen entries. Retrieval ranks entries by
+(text plus vector) drops its least recently seen entries; and when all sessions together
+hold more than ``max_total_bytes`` (the process's budget: 10,000 sessions of 1 MiB would
+be 10 GiB), the least recently used sessions go whole. Retrieval ranks entries by
 cosine similarity to a query. Sessions of different tenants never meet: every call
 names the tenant.
 
@@ -76,12 +78,16 @@ class SessionMemory:
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray], *, ttl_s: float = 3600.0,
                  max_session_bytes: int = 1 << 20, max_sessions: int = 10_000, chunk_chars: int = 400,
-                 merge_threshold: float = 0.97, clock: Callable[[], float] = time.time) -> None:
-        assert ttl_s > 0 and max_session_bytes > 0 and max_sessions > 0 and chunk_chars > 0
+                 merge_threshold: float = 0.97, clock: Callable[[], float] = time.time,
+                 max_total_bytes: int = 256 << 20) -> None:
+        assert ttl_s > 0 and max_session_bytes > 0 and max_sessions > 0 and chunk_chars > 0 and max_total_bytes > 0
         self.embed = embed
         self.ttl_s = ttl_s
         self.max_session_bytes = max_session_bytes
         self.max_sessions = max_sessions
+        self.max_total_bytes = max_total_bytes
+        self._bytes: dict[tuple[str, str], int] = {}  # per session, kept with its entries
+        self.num_bytes = 0
         self.chunk_chars = chunk_chars
         self.merge_threshold = merge_threshold
         self.clock = clock
@@ -128,9 +134,19 @@ class SessionMemory:
                 entries.append(MemoryEntry(next(self._ids), role, text, vector, now, now))
                 num_new += 1
             self._fit_budget(entries)
-            while len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
+            self._count(key, entries)
+            while len(self._sessions) > self.max_sessions or (self.num_bytes > self.max_total_bytes
+                                                               and len(self._sessions) > 1):
+                old, _ = self._sessions.popitem(last=False)
+                self._count(old, None)
         return num_new
+
+    def _count(self, key: tuple[str, str], entries: list[MemoryEntry] | None) -> None:
+        """Keep :attr:`num_bytes` in step with ``key``'s entries (None: it is gone); under the lock."""
+        size = sum(e.num_bytes for e in entries) if entries else 0
+        self.num_bytes += size - self._bytes.pop(key, 0)
+        if size:
+            self._bytes[key] = size
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         """``embed`` with the last few texts' vectors kept (remember() then recall() of the
@@ -173,11 +189,14 @@ class SessionMemory:
         if entries is None:
             return []
         alive = [e for e in entries if now - e.last_seen <= self.ttl_s]
+        if len(alive) == len(entries):
+            return alive
         self.num_expired += len(entries) - len(alive)
         if not alive:
             del self._sessions[key]
         else:
             entries[:] = alive
+        self._count(key, alive)
         return alive
 
     # -- retrieval ---------------------------------------------------------------------
@@ -214,16 +233,20 @@ class SessionMemory:
 
     def delete_session(self, tenant: str, session: str) -> int:
         with self._lock:
+            self._count((tenant, session), None)
             return len(self._sessions.pop((tenant, session), []))
 
     def delete_tenant(self, tenant: str) -> int:
         with self._lock:
             keys = [k for k in self._sessions if k[0] == tenant]
+            for k in keys:
+                self._count(k, None)
             return sum(len(self._sessions.pop(k)) for k in keys)
 
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {"sessions": len(self._sessions), "entries": sum(len(v) for v in self._sessions.values()),
+                    "bytes": self.num_bytes,
                     "merged": self.num_merged, "expired": self.num_expired, "evicted": self.num_evicted}
 
 

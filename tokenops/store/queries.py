@@ -261,6 +261,8 @@ _QUERIES += [_spend_query("spend_by_tenant", "tenant", "tenant"),
 QUERIES: dict[str, NamedQuery] = {q.name: q for q in _QUERIES}
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+#: Window starts are clamped to these (earlier ones mean "all", later ones "nothing yet").
+_EPOCH, _END = datetime(1970, 1, 1), datetime(9999, 1, 1)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -275,13 +277,20 @@ def parse_since(value: str | datetime | date | None, now: datetime | None = None
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
     m = _RELATIVE.match(value)
-    if m:
-        return now - timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
     try:
+        if m:
+            return max(_EPOCH, now - timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)]))
         parsed = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise QueryError(f"cannot read since={value!r}; use 7d, 24h, 30m, 2026-11-01, an ISO time, or all") from None
-    return parse_since(parsed)
+        return min(max(_EPOCH, parse_since(parsed)), _END)
+    except (ValueError, OverflowError):
+        # a window reaching before year 1 (since=999999999999d) or a date a time zone
+        # moves out of the calendar: say what can be read
+        raise QueryError(f"cannot read since={value[:64]!r}; use 7d, 24h, 30m, 2026-11-01, an ISO time "
+                         "(year 1970 to 9999), or all") from None
+
+
+#: Integer parameters (row limits, counts) stay in DuckDB's INTEGER range.
+_MAX_INT_PARAM = 2**31 - 1
 
 
 def _convert(param: QueryParam, value: Any) -> Any:
@@ -291,15 +300,18 @@ def _convert(param: QueryParam, value: Any) -> Any:
         if param.kind == "since":
             return parse_since(value)
         if param.kind == "int":
-            number = int(value)
-            if number < 0:
+            number = int(str(value)[:20])
+            if not 0 <= number <= _MAX_INT_PARAM:
                 raise ValueError
             return number
         if param.kind == "float":
-            return float(value)
+            number = float(value)
+            if not math.isfinite(number):
+                raise ValueError
+            return number
         return str(value)
     except (TypeError, ValueError):
-        raise QueryError(f"parameter {param.name}={value!r} is not a valid {param.kind} ({param.help})") from None
+        raise QueryError(f"parameter {param.name}={str(value)[:64]!r} is not a valid {param.kind} ({param.help})") from None
 
 
 def _jsonable(value: Any) -> Any:
