@@ -225,15 +225,19 @@ class ModelRunner:
         finally:
             self.lora.end_step()
 
-    def load_lora(self, name: str, path: str | Path, check_base: bool = True) -> LoraAdapter:
-        """Load and validate the PEFT adapter folder ``path`` as ``name`` (an :class:`AdapterError`
-        leaves the loaded set unchanged)."""
+    def prepare_lora(self, name: str, path: str | Path, check_base: bool = True) -> LoraAdapter:
+        """Read and validate the PEFT adapter folder ``path`` as ``name``, changing nothing (the
+        slow part of a load, safe beside a running step); :meth:`LoraSet.add` then serves it."""
         if name in self.lora:
             raise AdapterError(f"LoRA adapter {name!r} is already loaded")
         if name == self.model_name:
             raise AdapterError(f"LoRA adapter name {name!r} is the base model's name")
         served = [self.model_name, Path(str(self.model_dir)).stem, Path(str(self.model_dir)).name]
-        adapter = load_adapter(name, path, self.args, served, self._lora_dtype, self.device, check_base)
+        return load_adapter(name, path, self.args, served, self._lora_dtype, self.device, check_base)
+
+    def load_lora(self, name: str, path: str | Path, check_base: bool = True) -> LoraAdapter:
+        """:meth:`prepare_lora` and add it (an :class:`AdapterError` leaves the loaded set unchanged)."""
+        adapter = self.prepare_lora(name, path, check_base)
         self.lora.add(adapter)
         return adapter
 
