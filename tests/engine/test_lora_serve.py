@@ -62,3 +62,48 @@ def test_adapter_by_name_streamed_through_serve(served):
     assert chunks and all(c.model == "alpha" for c in chunks)
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="gamma", prompt="x", max_tokens=1)
+
+
+def _cli(srv, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tokenops", "lora", *args, "--url", srv.url],
+                          env={**__import__("os").environ, "TOKENOPS_ADMIN_KEY": srv.admin_key},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_runtime_load_and_unload_through_cli_and_admin_api(served, tmp_path):
+    import httpx
+
+    srv, base_dir, _ = served
+    client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120)
+    beta = make_adapter(base_dir, tmp_path / "beta", *ADAPTERS["beta"])
+    bad = make_adapter(base_dir, tmp_path / "bad", *ADAPTERS["beta"])
+    cfg = bad / "adapter_config.json"
+    cfg.write_text(cfg.read_text().replace('"r": 4', '"r": 16'))
+    out = _cli(srv, "load", f"bad={bad}")
+    assert out.returncode != 0 and "rank 16" in out.stderr + out.stdout
+    out = _cli(srv, "load", f"beta={beta}", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json_of(out)["parent"] == "tiny"
+    listed = json_of(_cli(srv, "list", "--json"))["adapters"]
+    assert {a["name"] for a in listed} == {"alpha", "beta"}
+    assert "beta" in {m.id for m in client.models.list().data} and "bad" not in {m.id for m in client.models.list().data}
+    with torch.no_grad():
+        want = Tokenizer.from_dir(base_dir).decode(hf_greedy(merged(base_dir, beta), prompts()[0]))
+    stream = client.completions.create(model="beta", prompt=prompts()[0], max_tokens=NUM_NEW, temperature=0,
+                                       stream=True, extra_body={"ignore_eos": True})
+    assert "".join(c.text for chunk in stream for c in chunk.choices) == want
+    assert _cli(srv, "unload", "beta").returncode == 0
+    assert "beta" not in {m.id for m in client.models.list().data}
+    r = httpx.delete(f"{srv.url}/admin/lora/beta", headers=srv.admin_headers)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "lora_not_found"
+    r = httpx.post(f"{srv.url}/admin/lora", headers=srv.admin_headers, json={"name": "x", "path": str(beta), "rank": 3})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "rank"
+
+
+def json_of(out):
+    import json
+
+    return json.loads(out.stdout)
