@@ -50,6 +50,9 @@ class ModelConfig:
     #: Bundled engine: LoRA adapters served on this model, name -> PEFT adapter folder
     #: (tokenops/engine/lora.py); each name is a model of its own in every endpoint.
     lora: dict[str, str] = field(default_factory=dict)
+    #: Bundled engine: LoRA adapters held in memory at once (0: all); the least recently used one
+    #: is unloaded to make room and reloaded from its folder when asked again.
+    max_loras: int = 0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -59,6 +62,8 @@ class ModelConfig:
             raise ConfigError(f"model {self.name!r}: lora must be a table of adapter name = \"folder\"")
         if self.lora and self.backend != "local":
             raise ConfigError(f"model {self.name!r}: lora adapters need backend 'local' (the bundled engine)")
+        if not isinstance(self.max_loras, int) or self.max_loras < 0:
+            raise ConfigError(f"model {self.name!r}: max_loras must be an integer >= 0 (0: no bound)")
         if self.name in self.lora:
             raise ConfigError(f"model {self.name!r}: a lora adapter cannot have the base model's name")
         if self.backend == "openai" and not (self.url or self.urls):

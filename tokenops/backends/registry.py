@@ -113,7 +113,7 @@ def build_replicas(settings: Settings, factories: dict[str, BackendFactory] | No
 
     for model in model_configs(settings):
         if model.lora:
-            add_lora_replicas(out, model.name, model.lora)
+            add_lora_replicas(out, model.name, model.lora, model.max_loras)
     return out
 
 

@@ -13,7 +13,6 @@ the adapter to the engine's set waits for the end of a step (tokenops/engine/asy
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -44,7 +43,7 @@ def _adapters(gw: Any) -> dict[str, list[Replica]]:
 def _card(name: str, replicas: list[Replica]) -> dict[str, Any]:
     b = replicas[0].backend
     return {"name": name, "parent": b.parent, "path": b.path, "loaded": all(r.backend.is_loaded for r in replicas),
-            "replicas": len(replicas), "bytes": (b.info or {}).get("bytes"), "rank": (b.info or {}).get("rank"),
+            "replicas": len(replicas), "resident": all(name in r.backend.pool.resident for r in replicas), "bytes": (b.info or {}).get("bytes"), "rank": (b.info or {}).get("rank"),
             "targets": (b.info or {}).get("targets")}
 
 
@@ -83,19 +82,19 @@ async def load_lora(request: Request) -> Response:
     if base not in bases:
         raise APIError(400, f"base {base!r} is not a bundled-engine model; choose one of: {', '.join(bases) or 'none'}",
                        code="invalid_value", param="base")
-    replicas = [Replica(name=f"{name}#{r.index}", model=name, backend=LoraBackend(name, path, r.backend, r.index),
-                        index=r.index) for r in gw.replicas[base]]
+    replicas = [Replica(name=f"{name}#{r.index}", model=name, index=r.index,
+                        backend=LoraBackend(name, path, r.backend, r.index, check_base=check_base))
+                for r in gw.replicas[base]]
     loaded: list[Replica] = []
     try:
         for r in replicas:
             if r.backend.base.engine is None:
                 raise ValueError(f"base replica {r.backend.base.name} is not loaded")
-            r.backend.info = await asyncio.to_thread(r.backend.base.engine.load_lora, name, path, check_base)
-            r.backend.is_loaded = True
+            await r.backend.load()
             loaded.append(r)
     except ValueError as e:  # AdapterError and friends: undo the replicas already loaded
         for r in loaded:
-            await asyncio.to_thread(r.backend.base.engine.unload_lora, name)
+            await r.backend.pool.drop(name)
         raise APIError(400, str(e), code="invalid_lora_adapter", param="path") from None
     gw.replicas[name] = replicas
     return _json(_card(name, replicas), status=201)
@@ -107,23 +106,13 @@ async def unload_lora(request: Request, name: str) -> Response:
     replicas = _adapters(gw).get(name)
     if replicas is None:
         raise APIError(404, f"no LoRA adapter named {name!r} is served", code="lora_not_found", param="name")
-    engines = [r.backend.base.engine for r in replicas if r.backend.is_loaded]
-    busy = [e for e in engines if e is not None and _in_use(e, name)]
-    if busy:
-        raise APIError(409, f"LoRA adapter {name!r} has requests running; retry when they end", code="lora_in_use")
     del gw.replicas[name]  # new requests for it are a 404 from here on
     for r in replicas:
-        engine = r.backend.base.engine
-        if engine is not None and name in engine.lora_names():
-            try:
-                await asyncio.to_thread(engine.unload_lora, name)
-            except ValueError as e:  # a request slipped in: serve the adapter on, as before
-                gw.replicas[name] = replicas
-                raise APIError(409, str(e), code="lora_in_use") from None
+        try:
+            await r.backend.pool.drop(name)
+        except ValueError as e:  # requests run on it: serve the adapter on, as before
+            gw.replicas[name] = replicas
+            raise APIError(409, f"{e}; retry when they end", code="lora_in_use") from None
         r.backend.is_loaded = False
     return _json({"name": name, "deleted": True})
 
-
-def _in_use(engine: Any, name: str) -> bool:
-    inner = getattr(engine, "engine", engine)  # AsyncLLMEngine wraps the LLMEngine
-    return any(s.lora == name for st in getattr(inner, "_requests", {}).values() for s in st.seqs)
