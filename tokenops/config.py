@@ -95,6 +95,17 @@ class GatewaySettings:
     retry_max_attempts: int = 3
     retry_budget_ratio: float = 0.2
     retry_budget_min_per_s: float = 5.0
+    # x-tokenops-* response headers (model, replica, cache, route, cost); off where routing must stay private
+    decision_headers: bool = True
+
+
+@dataclass(slots=True)
+class TelemetrySettings:
+    """``[telemetry]``: OpenTelemetry traces (tokenops/gateway/tracing.py). Off unless a collector is named
+    here or in the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``."""
+
+    otlp_endpoint: str | None = None  # OTLP/HTTP collector, e.g. http://localhost:4318
+    service_name: str = "tokenops"
 
 
 def _engine_settings_class() -> type:
@@ -134,6 +145,7 @@ class Settings:
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     plugins: dict[str, Any] = field(default_factory=dict)  # [plugins] enable/disable + per-plugin tables
     slo: list[str] = field(default_factory=list)
     source: str | None = None  # the file these came from
@@ -238,7 +250,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
             raise ConfigError(f"{p}: invalid TOML: {e}") from None
     where = str(path) if path else "settings"
     _env_overrides(data, environ)
-    allowed = {"models", "gateway", "engine", "store", "plugins", "slo"}
+    allowed = {"models", "gateway", "engine", "store", "telemetry", "plugins", "slo"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
@@ -256,6 +268,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
         gateway=_build(GatewaySettings, data.get("gateway", {}), f"{where} [gateway]"),
         engine=_build(EngineSettings, data.get("engine", {}), f"{where} [engine]"),
         store=_build(StoreSettings, data.get("store", {}), f"{where} [store]"),
+        telemetry=_build(TelemetrySettings, data.get("telemetry", {}), f"{where} [telemetry]"),
         plugins=data.get("plugins", {}),
         slo=list(slo_list),
         source=str(path) if path else None,

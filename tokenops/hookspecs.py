@@ -117,6 +117,25 @@ def tokenops_register_tunables(register: Callable[[Tunable], None]) -> None:
 
 @hookspec
 @_layer("setup")
+def tokenops_tunable_values(config: EngineConfig) -> dict[str, Any] | None:
+    """The values this plugin's tunables have in one running bundled engine.
+
+    A restart tunable's registry default says nothing about what runs: ``[plugins.NAME]`` tables
+    and per-model ``engine = {...}`` set it. The admin API (``GET /admin/tunables``), the dashboard's
+    Tuning screen and ``tokenops models --url`` show what this returns for the engines serving.
+
+    Called once per bundled-engine replica after the backends started.
+
+    Runs on: the event loop (the gateway's start-up task), after every backend started.
+
+    :param config: the engine's final :class:`tokenops.engine.config.EngineConfig` (after
+        ``tokenops_engine_config``).
+    :returns: ``{tunable name: value}`` for the tunables this plugin owns, or None.
+    """
+
+
+@hookspec
+@_layer("setup")
 def tokenops_register_commands(app: typer.Typer) -> None:
     """Add CLI commands.
 

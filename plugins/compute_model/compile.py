@@ -48,6 +48,11 @@ def tokenops_configure(settings):
 
 
 @hookimpl
+def tokenops_tunable_values(config):
+    return {"compile.enabled": bool(_conf["enabled"])}
+
+
+@hookimpl
 def tokenops_compile_model(model):
     if not _conf["enabled"]:
         return None

@@ -62,6 +62,13 @@ def tokenops_configure(settings):
 
 
 @hookimpl
+def tokenops_tunable_values(config):
+    """The tiers the engine runs with (tiers sized in blocks instead of MB show as 0 MB here and as
+    blocks in the engine's ``kv_offload`` stats)."""
+    return {"kv_offload.host_mb": float(config.kv_offload_host_mb), "kv_offload.disk_mb": float(config.kv_offload_disk_mb)}
+
+
+@hookimpl
 def tokenops_engine_config(config):
     if not _conf["enabled"] or config.kv_offload_host_blocks or config.kv_offload_host_mb:
         return  # off, or set per model ([[models]] engine = {...}), which wins

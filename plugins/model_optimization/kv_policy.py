@@ -68,6 +68,11 @@ def tokenops_configure(settings):
 
 
 @hookimpl
+def tokenops_tunable_values(config):
+    return {"kv_policy.window_tokens": config.kv_window_tokens}
+
+
+@hookimpl
 def tokenops_engine_config(config):
     if _conf["cache_dtype"] != "auto" and getattr(config, "kv_cache_dtype", "auto") == "auto":
         config.kv_cache_dtype = _conf["cache_dtype"]

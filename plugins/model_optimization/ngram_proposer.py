@@ -96,5 +96,11 @@ def tokenops_engine_config(config):
 
 
 @hookimpl
+def tokenops_tunable_values(config):
+    """What runs: the engine's proposer (from this table or the model's own ``engine = {...}``)."""
+    return {"speculative.method": config.speculative or "off", "speculative.num_tokens": config.num_speculative_tokens}
+
+
+@hookimpl
 def tokenops_register_proposers(register):
     register("ngram", lambda config: NgramProposer(int(_conf["min_ngram"]), int(_conf["max_ngram"])))

@@ -45,12 +45,23 @@ def tokenops_configure(settings):
         _settings["group_size"] = int(conf["group_size"])
 
 
+def _mode(config) -> str:
+    return getattr(config, "quantization", None) or _settings["weights"]
+
+
+@hookimpl
+def tokenops_tunable_values(config):
+    return {"quantization.weights": _mode(config), "quantization.group_size": _settings["group_size"]}
+
+
 @hookimpl
 def tokenops_transform_model(model, config):
-    mode = getattr(config, "quantization", None) or _settings["weights"]
+    mode = _mode(config)
     if mode == "none":
         return None
     from tokenops_plugins.model_optimization._quant_layers import quantize_model
 
     quantize_model(model, mode, _settings["group_size"])
+    # what the engine's stats call the weights (the model runner reads this attribute)
+    model.weight_encoding = f"{mode} weight-only" + (f" (groups of {_settings['group_size']})" if mode == "int4" else "")
     return model

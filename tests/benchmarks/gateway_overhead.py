@@ -18,10 +18,13 @@ Measured per target (the upstream called directly is the baseline):
   requests; the highest completed requests/second.
 
 Goal (issue 4): tokenops adds at most 1/5 of LiteLLM's p50 overhead and
-sustains at least 2x its RPS. Run::
+sustains at least 2x its RPS. ``--tracing`` adds a second tokenops exporting every request's
+trace (OpenTelemetry, OTLP/HTTP) to a real receiver in its own process (tests/gateway/otlp_receiver.py,
+decoding each export); goal (issue 37): tracing adds at most 0.3 ms p50. Run::
 
     .venv/bin/python tests/benchmarks/gateway_overhead.py            # full run
     .venv/bin/python tests/benchmarks/gateway_overhead.py --quick    # fewer requests
+    .venv/bin/python tests/benchmarks/gateway_overhead.py --quick --skip-litellm --tracing
 """
 
 from __future__ import annotations
@@ -220,14 +223,17 @@ def ensure_litellm() -> Path:
     return exe
 
 
-def start_tokenops(upstream: int, port: int, workdir: Path) -> subprocess.Popen:
+def start_tokenops(upstream: int, port: int, workdir: Path, otlp_port: int | None = None) -> subprocess.Popen:
     env = dict(os.environ, TOKENOPS_ADMIN_KEY="bench-admin")
-    cfg = workdir / "tokenops.toml"
-    cfg.write_text(f'[gateway.api_keys]\n"{API_KEY}" = "bench"\n')
-    log = open(workdir / "tokenops.log", "w")
+    cfg = workdir / f"tokenops-{port}.toml"
+    text = f'[gateway.api_keys]\n"{API_KEY}" = "bench"\n'
+    if otlp_port is not None:
+        text += f'[telemetry]\notlp_endpoint = "http://127.0.0.1:{otlp_port}"\n'
+    cfg.write_text(text)
+    log = open(workdir / f"tokenops-{port}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "tokenops", "serve", "--config", str(cfg),
                              "--model", f"{MODEL}=http://127.0.0.1:{upstream}",
-                             "--port", str(port), "--store", str(workdir / "store" / "bench.duckdb")],
+                             "--port", str(port), "--store", str(workdir / "store" / f"bench-{port}.duckdb")],
                             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
 
 
@@ -259,16 +265,41 @@ def measure(name: str, port: int, args: argparse.Namespace) -> dict:
     return row
 
 
+def tracing_rounds(plain: int, traced: int, args: argparse.Namespace, rounds: int = 7) -> list[dict]:
+    """Tracing's added p50, in rounds that alternate the two servers (plain first, then traced, then
+    the other way round), so a shared machine's changing load hits both alike; the median is reported."""
+    out = []
+    for i in range(rounds):
+        order = [(plain, "plain"), (traced, "traced")]
+        p50 = {}
+        for stream in (False, True):
+            for port, name in (order if i % 2 == 0 else order[::-1]):
+                p50[(name, stream)] = _pct(asyncio.run(_latency(port, args.num_latency // 2, stream=stream)), 50) * 1e3
+        out.append({"added_p50_ms": p50[("traced", False)] - p50[("plain", False)],
+                    "added_stream_p50_ms": p50[("traced", True)] - p50[("plain", True)]})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests (smoke run)")
     ap.add_argument("--skip-litellm", action="store_true", help="measure tokenops only")
     ap.add_argument("--mock-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
+    ap.add_argument("--tracing", action="store_true", help="also tokenops exporting traces to an OTLP receiver")
+    ap.add_argument("--otlp-receiver", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.mock_upstream:
         asyncio.run(_serve_upstream(args.mock_upstream))
         return
+    if args.otlp_receiver:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from tests.gateway.otlp_receiver import Receiver
+
+        with Receiver(args.otlp_receiver) as receiver:
+            while True:
+                time.sleep(5)
+                receiver.spans.clear()  # decoded and dropped: memory stays flat over a long run
     args.num_latency = 200 if args.quick else 1000
     args.num_rps = 1000 if args.quick else 4000
     args.concurrency = (16,) if args.quick else (8, 32, 128)
@@ -282,13 +313,21 @@ def main() -> None:
         procs.append(start_tokenops(up_port, to_port, workdir))
         if litellm:
             procs.append(start_litellm(litellm, up_port, ll_port, workdir))
+        if args.tracing:
+            otlp_port, tr_port = _free_port(), _free_port()
+            procs.append(subprocess.Popen([sys.executable, __file__, "--otlp-receiver", str(otlp_port)]))
+            procs.append(start_tokenops(up_port, tr_port, workdir, otlp_port))
+            _wait_port(tr_port, procs[-1], "tokenops serve (tracing)", path="/ready")
         _wait_port(to_port, procs[1], "tokenops serve", path="/ready")
         if litellm:
             _wait_port(ll_port, procs[2], "litellm", path="/health/liveliness")
         time.sleep(5.0)  # let start-up work (imports, first cost-map loads) finish before timing
         print(f"gateway overhead benchmark (logs in {workdir}); {os.cpu_count()} CPUs, loopback", flush=True)
         targets = [("direct", up_port), ("tokenops", to_port)] + ([("litellm", ll_port)] if litellm else [])
+        targets += [("tok+otel", tr_port)] if args.tracing else []
         rows = [measure(name, port, args) for name, port in targets]
+        if args.tracing:
+            rows[0]["tracing_rounds"] = tracing_rounds(to_port, tr_port, args)
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -320,6 +359,14 @@ def report(rows: list[dict], as_json: bool = False) -> None:
               f"{'met' if ratio <= 0.2 else 'NOT met'})")
         print(f"tokenops max RPS / LiteLLM max RPS          = {rps_ratio:.2f}  (goal >= 2: "
               f"{'met' if rps_ratio >= 2 else 'NOT met'})")
+    if "tok+otel" in by:
+        rounds = direct.get("tracing_rounds") or []
+        added = statistics.median(r["added_p50_ms"] for r in rounds)
+        added_s = statistics.median(r["added_stream_p50_ms"] for r in rounds)
+        each = ", ".join(f"{r['added_p50_ms']:.2f}" for r in rounds)
+        print(f"tracing adds {added:.3f} ms p50 ({added_s:.3f} ms streamed), median of {len(rounds)} alternating rounds "
+              f"(each: {each})  (goal <= 0.3: "
+              f"{'met' if added <= 0.3 else 'NOT met'})")
     if as_json:
         print(json.dumps(rows, indent=2))
 

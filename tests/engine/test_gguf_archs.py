@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from test_models_parity import greedy_paged, hf_greedy, prompt, scattered_blocks
-from tiny_gguf import write_tiny_gguf
+from tiny_gguf_hf import write_gguf_from_hf
 from tiny_models import load_hf_model
 from tokenops.engine.batch import ChunkInput
 
@@ -31,7 +31,7 @@ def gguf_dir(tmp_path_factory):
 @pytest.mark.parametrize(("arch", "quant"), [("gemma2_gguf", "F32"), ("gemma2_gguf", "Q8_0"), ("gemma3_gguf", "Q8_0"),
                                              ("phi3_gguf", "F32"), ("phi3_gguf", "Q8_0")])
 def test_gguf_greedy_matches_transformers_on_the_same_file(arch, quant, tiny_checkpoint, gguf_dir, make_runner):
-    path = write_tiny_gguf(tiny_checkpoint(arch), gguf_dir / f"{arch}-{quant}.gguf", quant)
+    path = write_gguf_from_hf(tiny_checkpoint(arch), gguf_dir / f"{arch}-{quant}.gguf", quant)
     runner, hf = make_runner(path, kv_cache_tokens=256), _hf_from_gguf(path)
     assert runner.weight_format.startswith(f"gguf {quant}x")  # the weights stay in the file's encoding
     ids = prompt(2)
@@ -49,7 +49,7 @@ def test_gguf_matches_its_source_folder_where_transformers_cannot_read_it(arch, 
     64-token context too), and Gemma 1, whose GGUFs transformers does not load: the same logits and
     greedy tokens as transformers on the folder the file was written from."""
     folder = tiny_checkpoint(arch)
-    path = write_tiny_gguf(folder, gguf_dir / f"{arch}.gguf")
+    path = write_gguf_from_hf(folder, gguf_dir / f"{arch}.gguf")
     runner, hf = make_runner(path, kv_cache_tokens=256), load_hf_model(folder)
     if arch == "phi3_longrope":
         assert runner.args.rotary_dim == 8 and runner.args.rope_scaling["rope_type"] == "longrope"
@@ -62,7 +62,7 @@ def test_gguf_matches_its_source_folder_where_transformers_cannot_read_it(arch, 
 
 
 def test_gguf_gemma_and_phi3_take_the_pytorch_forward(tiny_checkpoint, gguf_dir, make_runner):
-    path = write_tiny_gguf(tiny_checkpoint("gemma2_gguf"), gguf_dir / "gemma2-route.gguf")
+    path = write_gguf_from_hf(tiny_checkpoint("gemma2_gguf"), gguf_dir / "gemma2-route.gguf")
     runner = make_runner(path)
     assert runner.fused_decode is None and runner.native_attention is None  # soft caps: PyTorch attention
     assert runner.args.attn_softcap == 50.0 and runner.args.final_softcap == 30.0

@@ -100,7 +100,7 @@ def _responses_route(bodies: list[dict[str, Any]]):
     return responses
 
 
-def build_app(bodies: list[dict[str, Any]], responses: bool = False):
+def build_app(bodies: list[dict[str, Any]], responses: bool = False, headers: list[dict[str, str]] | None = None):
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, StreamingResponse
@@ -117,6 +117,8 @@ def build_app(bodies: list[dict[str, Any]], responses: bool = False):
     async def chat(request: Request):
         body = await request.json()
         bodies.append(body)
+        if headers is not None:
+            headers.append(dict(request.headers))
         if body.get("model") != MODEL_ID:
             return error(404, f"The model `{body.get('model')}` does not exist.", "model_not_found")
         created = int(time.time())
@@ -224,7 +226,9 @@ class Upstream:
                 port = s.getsockname()[1]
         self.port = port
         self.bodies: list[dict[str, Any]] = []
-        self.server = uvicorn.Server(uvicorn.Config(build_app(self.bodies, responses), host="127.0.0.1", port=self.port,
+        self.headers: list[dict[str, str]] = []  # each chat request's headers (a forwarded traceparent)
+        self.server = uvicorn.Server(uvicorn.Config(build_app(self.bodies, responses, self.headers), host="127.0.0.1",
+                                                    port=self.port,
                                                     log_level="error", access_log=False, lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

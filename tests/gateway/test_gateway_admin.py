@@ -28,7 +28,9 @@ async def test_stats_document_has_the_contract_shape():
         await c.post("/v1/chat/completions", json={"model": "missing", "messages": MSG})
         s = (await c.get("/admin/stats", headers=ADMIN)).json()
     assert s["window_s"] == 60.0 and s["uptime_s"] >= 0
-    assert s["requests"]["total"] == 4 and s["requests"]["errors"] == 1 and s["requests"]["in_flight"] == 0
+    # an unknown model is the client's mistake: rejected, not an error (one definition everywhere)
+    assert s["requests"]["total"] == 4 and s["requests"]["errors"] == 0 and s["requests"]["rejected"] == 1
+    assert s["requests"]["in_flight"] == 0 and s["requests"]["error_rate"] == 0.0
     assert s["tokens"]["total_output"] == 9
     for metric in ("ttft", "tpot", "itl", "e2e"):
         assert set(s["latency"][metric]) == {"p50", "p90", "p95", "p99"}

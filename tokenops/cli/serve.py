@@ -14,7 +14,7 @@ def serve_command(
     host: Annotated[Optional[str], typer.Option("--host", help="Address to bind (default 127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option("--port", "-p", help="Port (default 8000).")] = None,
     model: Annotated[Optional[list[str]], typer.Option(
-        "--model", "-m", help="[NAME=]PATH of a local HF model folder, or [NAME=]URL of an OpenAI-compatible "
+        "--model", "-m", help="[NAME=]PATH of a local HF model folder or GGUF file, or [NAME=]URL of an OpenAI-compatible "
         "server; repeatable; replaces \\[\\[models]].")] = None,
     store: StoreOpt = None,
     admin_key: Annotated[Optional[str], typer.Option(

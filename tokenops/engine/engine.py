@@ -376,6 +376,14 @@ class LLMEngine:
 
     # -- introspection and tuning ------------------------------------------------------
 
+    def _run_settings(self) -> dict[str, Any]:
+        """How this engine runs its model, as configured and loaded (not the registry's defaults)."""
+        runner, config = self.runner, self.config
+        kv = config.kv_cache_dtype
+        return {"weight_encoding": getattr(runner, "weight_encoding", None),
+                "kv_dtype": str(getattr(runner, "dtype", config.dtype)).removeprefix("torch.") if kv == "auto" else kv,
+                "speculative": config.speculative or "off", "compiled": bool(getattr(runner, "is_compiled", False))}
+
     def stats(self) -> dict[str, Any]:
         bm = self.scheduler.block_manager
         expert_load = getattr(self.runner, "expert_load", None)
@@ -399,6 +407,7 @@ class LLMEngine:
             **({"fused_decode_steps": self.runner.num_fused_steps, "panel_dtype": self.runner.fused_decode.panel_dtype}
                if getattr(self.runner, "fused_decode", None) is not None else {}),
             # GGUF weights kept quantized: the PyTorch forward runs them (the fused step cannot)
+            **self._run_settings(),
             **({"weight_format": self.runner.weight_format, "forward": "torch"}
                if getattr(self.runner, "weight_format", None) else {}),
             **({"lora": self.runner.lora.stats()} if getattr(self.runner, "lora", None) is not None

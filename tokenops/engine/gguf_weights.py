@@ -1,9 +1,10 @@
 """Build the engine's :class:`CausalLM` from a GGUF file with its weights left quantized.
 
-The model is first built on the ``meta`` device (no memory), its linear layers and token
-embedding are swapped for :class:`QuantizedLinear` / :class:`QuantizedEmbedding` holding the
-file's blocks as they are, and only the small float tensors (norms, biases) are materialised.
-Resident weight memory is the file's size plus those few float32 vectors.
+The model is first built without weight memory (uninitialised, never-touched tensors on CPU;
+the ``meta`` device elsewhere), its linear layers and token embedding are swapped for
+:class:`QuantizedLinear` / :class:`QuantizedEmbedding` holding the file's blocks as they are,
+and only the small float tensors (norms, biases) are filled. Resident weight memory is the
+file's size plus those few float32 vectors.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch import nn
 from tokenops.engine.gguf_reader import GGUFError, GGUFFile, gguf_architecture, gguf_model_args
 from tokenops.engine.models.args import ModelArgs
 from tokenops.engine.models.llama import CausalLM
-from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, stack_parts
+from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedLinear, QuantizedWeight
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,13 @@ def load_gguf_model(path: Path, dtype: torch.dtype, device: torch.device) -> tup
         if args.is_moe:
             raise GGUFError("GGUF mixture-of-experts models are not supported yet")
         _, row = gguf_architecture(file)
-        with torch.device("meta"):
-            model = CausalLM(args, dtype=dtype)
+        # On CPU the dense linear weights are created uninitialised (never touched, so never resident)
+        # and replaced below; the meta device would cost ~50 MiB of torch's Python meta kernels.
+        # On a GPU they would be real allocations: build on meta there.
+        build_on = device if device.type == "cpu" else torch.device("meta")
+        model = CausalLM(args, device=build_on, dtype=dtype)
         _attach_weights(model, file, args, row.permuted_qk, device, dtype)
-        _materialise(model, device)  # what is left on meta: the norms and the rotary buffer
+        _materialise(model, device)  # what is left on meta (GPU): the norms and the rotary buffer
         _fill_floats(model, file)
         rope_freqs = file.float_tensor("rope_freqs.weight") if file.has_tensor("rope_freqs.weight") else None
         cfg["gguf"] = {"file": str(path), "file_bytes": file.num_bytes, "types": _type_counts(file)}
@@ -78,8 +82,22 @@ def load_gguf_model(path: Path, dtype: torch.dtype, device: torch.device) -> tup
     if rope_freqs is not None:  # llama 3's frequency factors, stored as a tensor by llama.cpp
         model.inv_freq = model.inv_freq / torch.from_numpy(rope_freqs).to(model.inv_freq)
     model.eval().requires_grad_(False)
+    _release_freed_heap()
     model.quantized_format = "gguf " + "/".join(f"{k}x{v}" for k, v in cfg["gguf"]["types"].items())
     return model, args, cfg
+
+
+def _release_freed_heap() -> None:
+    """Hand the loader's freed scratch memory (header parsing, the file's vocabulary as Python
+    objects) back to the OS: glibc keeps freed heap pages otherwise, and they count in the RSS."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl): nothing to do
+            pass
 
 
 def _type_counts(file: GGUFFile) -> dict[str, int]:
@@ -94,57 +112,69 @@ def _type_counts(file: GGUFFile) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _quantized(file: GGUFFile, name: str, device: torch.device, permute_heads: int | None = None) -> QuantizedWeight:
-    if not file.has_tensor(name):
-        raise GGUFError(f"GGUF file lacks tensor {name!r}")
-    t = file.tensors[name]
-    in_features = int(t.shape[0])
-    raw = torch.from_numpy(file.raw_rows(name))
-    if permute_heads is not None:
-        raw = _unpermute_rows(raw, permute_heads)
-    return QuantizedWeight(raw.to(device), file.tensor_type(name), in_features, name)
+def _stacked(file: GGUFFile, names: list[str], device: torch.device,
+             permute_heads: list[int | None]) -> list[QuantizedWeight]:
+    """The weights ``names`` stacked along their rows, one :class:`QuantizedWeight` per run of
+    neighbours in the same encoding: each is copied once from the file mapping into its final
+    buffer (no transient copies, which would stay in the allocator's heap and inflate the RSS)."""
+    for name in names:
+        if not file.has_tensor(name):
+            raise GGUFError(f"GGUF file lacks tensor {name!r}")
+    groups: list[list[int]] = []
+    for i, name in enumerate(names):
+        if groups and file.tensor_type(names[groups[-1][-1]]) == file.tensor_type(name):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    out = []
+    for group in groups:
+        views = [file.raw_view(names[i]) for i in group]
+        if len({v.shape[1] for v in views}) != 1:
+            raise GGUFError(f"GGUF tensors {', '.join(names[i] for i in group)} differ in row length")
+        raw = torch.empty((sum(v.shape[0] for v in views), views[0].shape[1]), dtype=torch.uint8, device=device)
+        at = 0
+        for i, view in zip(group, views):
+            src = torch.from_numpy(view)  # copy-on-write mapping: read here, never written
+            if permute_heads[i] is not None:
+                src = src.index_select(0, _unpermute_index(view.shape[0], permute_heads[i]))
+            raw[at:at + view.shape[0]].copy_(src)
+            at += view.shape[0]
+        first = names[group[0]]
+        out.append(QuantizedWeight(raw, file.tensor_type(first), int(file.tensors[first].shape[0]), first))
+    return out
 
 
-def _unpermute_rows(raw: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Undo llama.cpp's Q/K row order (pairs interleaved per head) back to Hugging Face's halves.
-
-    Rows are output features; a quantized row is self-contained, so rows move as byte strings."""
-    rows = raw.shape[0]
+def _unpermute_index(rows: int, num_heads: int) -> torch.Tensor:
+    """Row order that undoes llama.cpp's Q/K permutation (pairs interleaved per head) back to
+    Hugging Face's rotary halves. A quantized row is self-contained, so rows move as bytes."""
     half = rows // num_heads // 2
-    index = torch.arange(rows).reshape(num_heads, half, 2).transpose(1, 2).reshape(-1)
-    return raw.index_select(0, index)
+    return torch.arange(rows).reshape(num_heads, half, 2).transpose(1, 2).reshape(-1)
 
 
 def _attach_weights(model: CausalLM, file: GGUFFile, args: ModelArgs, permuted_qk: bool, device: torch.device,
                     dtype: torch.dtype) -> None:
-    embed = _quantized(file, "token_embd.weight", device)
+    [embed] = _stacked(file, ["token_embd.weight"], device, [None])
     model.model.embed_tokens = QuantizedEmbedding(embed, dtype)  # type: ignore[assignment]
     if file.has_tensor("output.weight"):
-        model.lm_head = QuantizedLinear([_quantized(file, "output.weight", device)])  # type: ignore[assignment]
+        model.lm_head = QuantizedLinear(_stacked(file, ["output.weight"], device, [None]))  # type: ignore[assignment]
     else:  # tied: the output product reads the embedding's blocks
         model.lm_head = QuantizedLinear([embed])  # type: ignore[assignment]
+    heads = {"attn_q": args.num_heads, "attn_k": args.num_kv_heads} if permuted_qk else {}
     linears = _FUSED_LINEARS if file.has_tensor("blk.0.attn_qkv.weight") else _LAYER_LINEARS
     for i, layer in enumerate(model.model.layers):
         for ours, theirs in linears.items():
-            parts = []
-            biases = []
-            for part in theirs:
-                heads = None
-                if permuted_qk and part == "attn_q":
-                    heads = args.num_heads
-                elif permuted_qk and part == "attn_k":
-                    heads = args.num_kv_heads
-                parts.append(_quantized(file, f"blk.{i}.{part}.weight", device, heads))
-                bias_name = f"blk.{i}.{part}.bias"
-                biases.append(bias_name if file.has_tensor(bias_name) else None)
+            names = [f"blk.{i}.{part}.weight" for part in theirs]
+            parts = _stacked(file, names, device, [heads.get(part) for part in theirs])
+            biases = [f"blk.{i}.{part}.bias" for part in theirs]
+            present = [file.has_tensor(b) for b in biases]
             bias = None
-            if any(biases):
-                if not all(biases):
+            if any(present):
+                if not all(present):
                     raise GGUFError(f"GGUF layer {i}: only some of {', '.join(theirs)} have a bias")
                 bias = torch.cat([torch.from_numpy(file.float_tensor(b)) for b in biases]).to(device, dtype)
             holder, attr = _parent(layer, ours)
             expected = getattr(holder, attr)
-            linear = QuantizedLinear(stack_parts(parts), bias)
+            linear = QuantizedLinear(parts, bias)
             if (linear.out_features, linear.in_features) != (expected.out_features, expected.in_features):
                 raise GGUFError(f"GGUF layer {i} {ours}: shape {(linear.out_features, linear.in_features)} "
                                 f"does not match the metadata's {(expected.out_features, expected.in_features)}")

@@ -140,12 +140,13 @@ def load_model(path: Path, dtype: torch.dtype, device: torch.device) -> tuple[Ca
     :returns: the model (eval mode, no grad), its :class:`ModelArgs` and the raw HF config.
     """
     if path.is_file():
+        from tokenops.engine.gguf_quants import UnsupportedQuantType
         from tokenops.engine.gguf_reader import GGUFError
         from tokenops.engine.gguf_weights import load_gguf_model
 
         try:
             return load_gguf_model(path, dtype, device)
-        except GGUFError as e:
+        except (GGUFError, UnsupportedQuantType) as e:
             raise UnsupportedModelError(f"{path.name}: {e}") from None
     hf_config = read_hf_config(path)
     args = model_args(hf_config)

@@ -103,6 +103,11 @@ class ModelRunner:
         self._lora_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
         compiled = compile(model) if compile is not None else None
         self.model = model if compiled is None else compiled
+        #: what the stats show: the weights' encoding (a GGUF's quant types, a transform's
+        #: ``weight_encoding`` such as int8 weight-only, else the dtype) and whether the forward is compiled
+        self.weight_encoding: str = (self.weight_format or getattr(model, "weight_encoding", None)
+                                     or str(self.dtype).removeprefix("torch."))
+        self.is_compiled = compiled is not None
         if compiled is not None and self.fused_decode is not None:  # a compiled forward is the user's choice
             if getattr(config, "decode_kernel", "auto") == "native":
                 raise ValueError("engine decode_kernel 'native' is unavailable: the model's forward is compiled")

@@ -107,15 +107,3 @@ class QuantizedEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.weight_q.rows(ids, self.dtype)
-
-
-def stack_parts(parts: list[QuantizedWeight]) -> list[QuantizedWeight]:
-    """Merge neighbouring parts of the same encoding into one weight (one product instead of several)."""
-    merged: list[QuantizedWeight] = []
-    for part in parts:
-        if merged and merged[-1].ggml_type == part.ggml_type:
-            last = merged.pop()
-            raw = torch.cat((last.raw, part.raw), dim=0)
-            part = QuantizedWeight(raw, part.ggml_type, part.in_features)
-        merged.append(part)
-    return merged

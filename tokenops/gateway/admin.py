@@ -45,8 +45,9 @@ def _tunables_list(gw: Gateway) -> list[dict[str, Any]]:
     # `tokenops tune --engine ...`; this server has nothing to show or set for them
     foreign = tuple(p for name, launcher in get_launchers().items() if name != "tokenops"
                     for p in getattr(launcher, "prefixes", ()))
-    return [{**t.to_dict(), "value": gw.tunable_values.get(t.name, t.default)} for t in get_tunables()
-            if not (foreign and t.name.startswith(foreign))]
+    return [{**t.to_dict(), "value": gw.tunable_values.get(t.name, t.default),
+             **({"per_model": gw.tunables_per_model[t.name]} if t.name in gw.tunables_per_model else {})}
+            for t in get_tunables() if not (foreign and t.name.startswith(foreign))]
 
 
 @router.get("/tunables", summary="Every tunable in the registry with its current value")

@@ -20,6 +20,7 @@ from tokenops import __version__
 from tokenops.backends.base import Replica
 from tokenops.config import Settings
 from tokenops.gateway.admin import router as admin_router
+from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.guards import GuardMiddleware
 from tokenops.gateway.openapi_errors import add_error_responses
@@ -144,9 +145,15 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
     async def body() -> AsyncIterator[bytes]:
         started: set[int] = set()
         usage = None
+        # without a usage chunk, the last finish chunk carries the decisions: it is held until the end
+        hold = gw.pipeline.decision_headers and not writer.include_usage
+        held: tuple[int, str] | None = None
         async with contextlib.aclosing(deltas):
             try:
                 async for d in deltas:
+                    if held is not None and not d.is_usage:
+                        yield writer.finish(*held)
+                        held = None
                     if d.is_usage:
                         usage = d
                         continue
@@ -161,17 +168,24 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
                         yield writer.refusal(d.index, d.refusal)
                     if d.tool_calls and writer.is_chat:
                         yield writer.tool_calls(d.index, d.tool_calls)
-                    if d.finish_reason:
+                    if d.finish_reason and hold:
+                        held = (d.index, d.finish_reason)
+                    elif d.finish_reason:
                         yield writer.finish(d.index, d.finish_reason)
             except APIError as e:
+                if held is not None:
+                    yield writer.finish(*held)
                 yield sse_error(e)
                 yield DONE
                 return
+        final = decision_values(rec) if gw.pipeline.decision_headers else None
         if writer.include_usage:
             prompt = usage.prompt_tokens if usage else rec.tokens_in
             completion = usage.completion_tokens if usage and usage.completion_tokens is not None else rec.tokens_out
             yield writer.usage(prompt or 0, completion or 0, (usage.cached_tokens if usage else rec.tokens_cached) or 0,
-                               usage.reasoning_tokens if usage else rec.reasoning_tokens)
+                               usage.reasoning_tokens if usage else rec.reasoning_tokens, final)
+        elif held is not None:
+            yield writer.finish(*held, final)
         yield DONE
 
     return _EventStream(body(), deltas, media_type="text/event-stream",

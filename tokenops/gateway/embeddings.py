@@ -84,6 +84,7 @@ async def embed(gw: Any, request: GatewayRequest) -> dict[str, Any]:
         hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None, rec.tokens_in, 0))
         answer["model"] = request.model
         pipeline.finish(rec, 200)
+        pipeline.show_decisions(request, rec)
         return answer
 
 

@@ -179,6 +179,7 @@ async def generate(gw: Any, greq: GatewayRequest, req: ImageGenerationRequest, m
             image.update({"size": f"{size[0]}x{size[1]}", "class_index": result.class_index, **result.plan, **result.stats})
             greq.decisions["image"] = image
             pipeline.finish(rec, 200)
+            pipeline.show_decisions(greq, rec)
             return {"created": int(time.time()), "data": [{"b64_json": base64.b64encode(p).decode()} for p in result.pngs],
                     "output_format": "png", "size": image["size"],
                     "tokenops": {"model": greq.model, "class": result.class_index, **result.plan, **result.stats}}

@@ -34,6 +34,7 @@ def percentile(values: list[float], pct: float) -> float | None:
 class _Sample:
     t: float
     is_ok: bool
+    is_error: bool  # outcome "error" (RequestRecord.outcome): rejections and disconnects are not errors
     tokens_in: int
     tokens_out: int
     ttft: float | None
@@ -77,6 +78,8 @@ class MetricsWindow:
         self._lock = threading.Lock()
         self.num_total = 0
         self.num_errors = 0
+        self.num_rejected = 0
+        self.num_disconnected = 0
         self.total_input = 0
         self.total_output = 0
         self._first_second: int | None = None  # history starts at the first request
@@ -89,13 +92,17 @@ class MetricsWindow:
 
     def add(self, rec: RequestRecord, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        sample = _Sample(now, rec.is_ok, rec.tokens_in, rec.tokens_out, rec.ttft_s, rec.tpot_s, rec.e2e_s, self._slo_met(rec))
+        outcome = rec.outcome
+        is_error = outcome == "error"
+        sample = _Sample(now, rec.is_ok, is_error, rec.tokens_in, rec.tokens_out, rec.ttft_s, rec.tpot_s, rec.e2e_s, self._slo_met(rec))
         sec = int(now)
         with self._lock:
             self.num_total += 1
             if self._first_second is None:
                 self._first_second = sec
-            self.num_errors += 0 if rec.is_ok else 1
+            self.num_errors += is_error
+            self.num_rejected += outcome == "rejected"
+            self.num_disconnected += outcome == "disconnected"
             self.total_input += rec.tokens_in
             self.total_output += rec.tokens_out
             self._samples.append(sample)
@@ -106,7 +113,7 @@ class MetricsWindow:
             bucket = self._seconds[-1] if self._seconds[-1].t == sec else self._find(sec)
             if bucket is not None:
                 bucket.num_requests += 1
-                bucket.num_errors += 0 if rec.is_ok else 1
+                bucket.num_errors += is_error
                 bucket.tokens_in += rec.tokens_in
                 bucket.tokens_out += rec.tokens_out
                 for name, value in (("ttft", sample.ttft), ("tpot", sample.tpot), ("e2e", sample.e2e)):
@@ -139,6 +146,7 @@ class MetricsWindow:
             itl = [g for _, g in self._itl]
             seconds = list(self._seconds)
             totals = (self.num_total, self.num_errors, self.total_input, self.total_output)
+            others = {"rejected": self.num_rejected, "disconnected": self.num_disconnected}
         span = self.window_s
         ok = [s for s in samples if s.is_ok]
         series = {
@@ -154,12 +162,12 @@ class MetricsWindow:
             targets.append({"label": slo.label, "metric": slo.metric, "percentile": slo.percentile,
                             "threshold_s": slo.threshold_s, "value_s": value,
                             "met": None if value is None else slo.is_met(value)})
-        num_errors = sum(1 for s in samples if not s.is_ok)
         return {
             "window_s": span,
             "requests": {
-                "rate_rps": len(samples) / span, "total": totals[0], "errors": totals[1],
-                "error_rate": (num_errors / len(samples)) if samples else 0.0, "in_flight": in_flight,
+                "rate_rps": len(samples) / span, "total": totals[0], "errors": totals[1], **others,
+                # over the same requests as the counts beside it (since start), so "errors 4 (x%)" agree
+                "error_rate": (totals[1] / totals[0]) if totals[0] else 0.0, "in_flight": in_flight,
             },
             "tokens": {
                 "input_tps": sum(s.tokens_in for s in samples) / span,

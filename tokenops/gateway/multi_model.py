@@ -78,6 +78,10 @@ async def run_ensemble(pipeline: ModelCaller, request: GatewayRequest, rec: Requ
         raise APIError(502, f"every ensemble member failed: {failures}", code="ensemble_failed")
     combined = await hooks.call("tokenops_ensemble", hooks.get_ensemble, request=request,
                                 responses=[a for _, a in answers]) or answers[0][1]
+    # (model, answer) of every call billed for this request, with its usage as it came back
+    # (a combiner may rewrite an answer's usage in place)
+    calls_made = list(answers)
+    billed = [_usage(a) for _, a in answers]
     if isinstance(combined, EnsembleFollowUp):  # a judge or an aggregator has the last word
         request.decisions["ensemble"]["follow_up"] = combined.model
         follow = dataclasses.replace(
@@ -89,7 +93,20 @@ async def run_ensemble(pipeline: ModelCaller, request: GatewayRequest, rec: Requ
         request.decisions["ensemble"]["follow_up_cost"] = {
             "model": combined.model, "prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
             "cost_usd": pipeline.cost(combined.model, answer.prompt_tokens, answer.completion_tokens)}
+        calls_made.append((combined.model, answer))
+        billed.append(_usage(answer))
         combined = combined.finish(answer)
-    rec.model_served = decision.model
+    # the model whose text is returned: the member (or the aggregator) whose answer object came back
+    answered_by = next((m for m, a in reversed(calls_made) if a is combined), None)
+    rec.model_served = answered_by or (combined.model if combined.model in pipeline.replicas else decision.model)
     rec.backend = "ensemble"
-    return combined
+    request.decisions["ensemble"]["answered_by"] = rec.model_served
+    # usage is what was billed: every member's call plus the judge's/aggregator's
+    reasoning = [u[3] for u in billed if u[3] is not None]
+    return dataclasses.replace(combined, model=rec.model_served, prompt_tokens=sum(u[0] for u in billed),
+                               completion_tokens=sum(u[1] for u in billed), cached_tokens=sum(u[2] for u in billed),
+                               reasoning_tokens=sum(reasoning) if reasoning else None)
+
+
+def _usage(response: GatewayResponse) -> tuple[int, int, int, int | None]:
+    return response.prompt_tokens, response.completion_tokens, response.cached_tokens, response.reasoning_tokens

@@ -91,11 +91,14 @@ class ChunkWriter:
             "system_fingerprint": None,
         }
 
-    def _chunk(self, choices: list[dict[str, Any]], usage_value: Any = None) -> bytes:
+    def _chunk(self, choices: list[dict[str, Any]], usage_value: Any = None,
+               decisions: dict[str, Any] | None = None) -> bytes:
         body = dict(self._head)
         body["choices"] = choices
         if self.include_usage:
             body["usage"] = usage_value
+        if decisions:
+            body["tokenops"] = decisions
         return b"data: " + _dumps(body).encode("utf-8") + b"\n\n"
 
     def role(self, index: int) -> bytes:
@@ -122,16 +125,16 @@ class ChunkWriter:
         """An upstream's other delta fields (``Delta.extra``), forwarded as they came."""
         return self._chunk([{"index": index, "delta": dict(fields), "logprobs": None, "finish_reason": None}])
 
-    def finish(self, index: int, reason: str) -> bytes:
+    def finish(self, index: int, reason: str, decisions: dict[str, Any] | None = None) -> bytes:
         if self.is_chat:
             choice = {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": index, "text": "", "logprobs": None, "finish_reason": reason}
-        return self._chunk([choice])
+        return self._chunk([choice], None, decisions)
 
     def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
-              reasoning_tokens: int | None = None) -> bytes:
+              reasoning_tokens: int | None = None, decisions: dict[str, Any] | None = None) -> bytes:
         assert self.include_usage
-        return self._chunk([], usage(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens))
+        return self._chunk([], usage(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens), decisions)
 
 

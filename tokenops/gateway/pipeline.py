@@ -17,7 +17,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from tokenops.backends.base import Delta, Replica, merge_tool_calls
 from tokenops.config import ModelConfig
-from tokenops.gateway import hooks
+from tokenops.gateway import hooks, tracing
+from tokenops.gateway.decision_headers import decision_headers
 from tokenops.gateway.delta_stream import DeltaStream, aclose_quietly, is_cancel
 from tokenops.gateway.errors import APIError, ModelNotFound
 from tokenops.gateway.confidence import (client_body, fill_token_logprobs, hide_added_logprobs, needs_confidence,
@@ -56,19 +57,24 @@ class Pipeline:
         self.profiles = profiles or {}
         self.num_in_flight = 0
         self.retry_budget = RetryBudget()
+        #: ``[gateway] decision_headers``: the x-tokenops-* response headers (tokenops.gateway.decision_headers)
+        self.decision_headers = True
 
     # -- records ----------------------------------------------------------
 
     def new_record(self, request: GatewayRequest) -> RequestRecord:
-        return RequestRecord(id=request.id, kind=request.kind, tenant=request.tenant, api_key_id=request.api_key_id,
+        rec = RequestRecord(id=request.id, kind=request.kind, tenant=request.tenant, api_key_id=request.api_key_id,
                              model_requested=request.model,
                              arrival=request.arrival, start=time.perf_counter(), is_stream=request.stream,
                              decisions=request.decisions)
+        tracing.start_request(request, rec)
+        return rec
 
     def finish(self, rec: RequestRecord, status: int | None = None, error: str | None = None,
                error_kind: str | None = None) -> None:
         rec.finish(status, error, error_kind)
         rec.is_escalated = bool(rec.decisions.get("escalated") or rec.decisions.get("fallbacks"))
+        tracing.end_request(rec)
         self.on_finish(rec)
 
     # -- steps ------------------------------------------------------------
@@ -99,9 +105,12 @@ class Pipeline:
             raise APIError(rejection.status, rejection.message, code=rejection.code, headers=headers)
 
     async def _admit_and_lookup(self, request: GatewayRequest, rec: RequestRecord) -> GatewayResponse | None:
-        await self.admit(request)
-        cached = await asyncio.to_thread(hooks.get_cached_response, request)
-        request.decisions["cache"] = "hit" if cached is not None else "miss"
+        with tracing.step(rec, "tokenops.admission"):
+            await self.admit(request)
+        with tracing.step(rec, "tokenops.cache_lookup") as span:
+            cached = await asyncio.to_thread(hooks.get_cached_response, request)
+            request.decisions["cache"] = "hit" if cached is not None else "miss"
+            tracing.annotate(span, **{"tokenops.cache": request.decisions["cache"]})
         if cached is not None:
             rec.is_cache_hit = True
             rec.model_served = cached.model
@@ -146,10 +155,17 @@ class Pipeline:
         """:meth:`_route`, in a worker thread for a large prompt (layer-1 routers may classify
         the whole text: the profile router took 7 s on a 3.9 MB prompt, on the event loop) or
         when a router is marked ``@may_block`` (the semantic router embeds the prompt)."""
-        if prompt_chars(request) > OFF_LOOP_PROMPT_CHARS or hooks.is_blocking(
-                "tokenops_route", request=request, candidates=list(self.replicas), profiles=self.profiles):
-            return await asyncio.to_thread(self._route, request, rec)
-        return self._route(request, rec)
+        with tracing.step(rec, "tokenops.route") as span:
+            if prompt_chars(request) > OFF_LOOP_PROMPT_CHARS or hooks.is_blocking(
+                    "tokenops_route", request=request, candidates=list(self.replicas), profiles=self.profiles):
+                decision = await asyncio.to_thread(self._route, request, rec)
+            else:
+                decision = self._route(request, rec)
+            tracing.annotate(span, **{"tokenops.router": decision.router, "tokenops.route_reason": decision.reason,
+                                      "tokenops.route.model": decision.model,
+                                      "tokenops.route.escalate_to": list(decision.escalate_to) or None,
+                                      "tokenops.route.members": list(decision.members) or None})
+            return decision
 
     async def _fit_context(self, request: GatewayRequest, decision: RouteDecision) -> None:
         """Layer 2 session memory: a plugin may fit the conversation into the routed model's context."""
@@ -181,11 +197,13 @@ class Pipeline:
         """Run ``step`` on a replica of ``model``; on BackendError ask ``tokenops_fallback``."""
         replica = self._choose(request, rec, model)
         tried = {replica.name}
+        why = "primary"
         while True:
             t0 = time.perf_counter()
             replica.in_flight += 1
             try:
-                result = await step(replica)
+                with tracing.attempt(rec, request, replica, why):
+                    result = await step(replica)
             except BackendError as e:
                 replica.in_flight -= 1
                 hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, e.kind))
@@ -193,6 +211,7 @@ class Pipeline:
                 if other is not None:  # nothing reached the client yet: another replica may answer it
                     replica = other
                     tried.add(other.name)
+                    why = "retry"
                     continue
                 request.attempts.append(replica.model)
                 target = hooks.get_fallback_model(request, e)
@@ -202,6 +221,7 @@ class Pipeline:
                 rec.route_reason = f"fallback:{e.kind}"
                 replica = self._choose(request, rec, target)
                 tried.add(replica.name)
+                why = "fallback"
                 continue
             except BaseException:
                 replica.in_flight -= 1
@@ -247,7 +267,12 @@ class Pipeline:
         self._account(rec, replica.model, response)
         fill_token_logprobs(response)  # the validators score confidence from these
         hide_added_logprobs(request, response)
-        return response, await self._after(request, replica, response, t0)
+        score = await self._after(request, replica, response, t0)
+        tracing.end_attempt(rec, request.id, model=response.model, tokens_in=response.prompt_tokens,
+                            tokens_out=response.completion_tokens, queue_s=response.extra.get("queue_s"),
+                            prefill_s=response.extra.get("prefill_s"), score=score,
+                            finish_reason=response.finish_reason)
+        return response, score
 
     async def answer(self, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision) -> GatewayResponse:
         """The routed answer: one model, a cascade (``escalate_to``) or an ensemble (``members``)."""
@@ -279,7 +304,13 @@ class Pipeline:
             if rec.first_token_at is None:
                 rec.first_token_at = time.perf_counter()
             self.finish(rec, 200)
+            self.show_decisions(request, rec)
             return response, rec
+
+    def show_decisions(self, request: GatewayRequest, rec: RequestRecord, *, with_cost: bool = True) -> None:
+        """Add the ``x-tokenops-*`` headers to the client's response (every endpoint calls this)."""
+        if self.decision_headers:
+            request.response_headers.update(decision_headers(rec, with_cost=with_cost))
 
     # -- streamed ---------------------------------------------------------
 
@@ -293,11 +324,13 @@ class Pipeline:
             cached = await self._admit_and_lookup(request, rec)
             if cached is not None:
                 self._account(rec, "", cached)
+                self.show_decisions(request, rec)
                 return await DeltaStream.start(self._replay(rec, cached)), rec
             decision = await self._decide(request, rec)
             await self._fit_context(request, decision)
             if decision.members or decision.escalate_to:  # needs whole answers: run, then replay
                 response = await self.answer(request, rec, decision)
+                self.show_decisions(request, rec)
                 return await DeltaStream.start(self._replay(rec, response)), rec
 
             async def step(r: Replica) -> tuple[AsyncIterator[Delta], Delta | None]:
@@ -322,6 +355,7 @@ class Pipeline:
             self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
             raise
         replica.in_flight += 1
+        self.show_decisions(request, rec, with_cost=False)  # a stream's cost is known at its end (final chunk)
         return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0, hide_logprobs)), rec
 
     async def _deltas(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,

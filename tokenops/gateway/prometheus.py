@@ -67,7 +67,9 @@ _COUNTERS = {
     "prompt_tokens_total": "Number of prefill tokens processed.",
     "generation_tokens_total": "Number of generation tokens processed.",
     "reasoning_tokens_total": "Of the generation tokens, those spent thinking (reasoning models).",
-    "request_failure_total": "Count of failed requests (any error status).",
+    "request_failure_total": "Count of failed requests (5xx: the server's or an upstream's failure).",
+    "request_rejected_total": "Count of rejected requests (4xx: admission, auth, validation).",
+    "request_disconnected_total": "Count of requests whose client went away (499); not failures.",
 }
 _ENGINE_GAUGES = {
     "num_requests_running": ("num_running", "Number of requests in model execution batches."),
@@ -130,8 +132,9 @@ class PrometheusMetrics:
                 itl = self._histogram("inter_token_latency_seconds", model)
                 for gap in rec.itl:
                     itl.observe(gap)
-            else:
-                self._count("request_failure_total", model, 1)
+            else:  # one definition of an error (RequestRecord.outcome)
+                self._count({"error": "request_failure_total", "rejected": "request_rejected_total",
+                             "disconnected": "request_disconnected_total"}[rec.outcome], model, 1)
 
     def _observe_phases(self, rec: RequestRecord, model: str) -> None:
         """TPOT, token counts, and queue/prefill/decode times where the engine reported them."""

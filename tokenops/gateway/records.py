@@ -43,6 +43,8 @@ class RequestRecord:
     #: inter-token gaps (seconds per token) measured between streamed deltas
     itl: list[float] = field(default_factory=list)
     decisions: dict[str, Any] = field(default_factory=dict)
+    #: The request's open trace (tokenops.gateway.tracing), None while tracing is off.
+    trace: Any = None
 
     @property
     def is_ok(self) -> bool:
@@ -76,10 +78,14 @@ class RequestRecord:
 
     @property
     def outcome(self) -> str:
-        """``ok``, ``rejected`` (admission, auth, validation: 4xx) or ``error``."""
+        """The one definition of an error, shared by ``report`` (the store's ``status``), the dashboard
+        (``/admin/stats``) and ``/metrics``: ``ok``; ``rejected`` (admission, auth, validation: 4xx);
+        ``disconnected`` (499: the client left; not the server's failure); ``error`` (5xx)."""
         if self.status < 400:
             return "ok"
-        return "rejected" if self.status < 500 and self.status != 499 else "error"
+        if self.status == 499:
+            return "disconnected"
+        return "rejected" if self.status < 500 else "error"
 
     def row(self) -> dict[str, Any]:
         """The ``requests`` telemetry row (columns of the store's ``requests`` table)."""

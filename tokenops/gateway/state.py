@@ -15,7 +15,7 @@ from typing import Any
 from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
-from tokenops.gateway import hooks
+from tokenops.gateway import hooks, tracing
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.expert_plans import ExpertPlans
 from tokenops.gateway.metrics_window import MetricsWindow
@@ -61,6 +61,7 @@ class Gateway:
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
         self.pipeline = Pipeline(self.replicas, self.models, self.on_finish)
         self.pipeline.retry_budget = retry_budget(settings.gateway)
+        self.pipeline.decision_headers = settings.gateway.decision_headers
         self.keys = self._key_service()
         self.engine_telemetry = EngineTelemetry(self.replicas, telemetry_interval_s)
         self.started_at = time.time()
@@ -70,6 +71,7 @@ class Gateway:
         self.per_model: dict[str, dict[str, float]] = {}
         self._model_costs: deque[tuple[float, str, float]] = deque()
         self.tunable_values: dict[str, Any] = {}
+        self.tunables_per_model: dict[str, dict[str, Any]] = {}  # name -> {model: value} where models differ
         self.is_ready = False
         self.is_draining = False
         self._lock = threading.Lock()  # on_finish (event loop) vs stats() (admin thread)
@@ -100,6 +102,7 @@ class Gateway:
         """Start the backends in the background: /health answers at once, /ready (and
         requests) once the models are loaded. :meth:`wait_started` awaits it."""
         if self._start_task is None:
+            tracing.configure(self.settings.telemetry.otlp_endpoint, self.settings.telemetry.service_name)
             self._start_task = asyncio.get_running_loop().create_task(self.start(), name="tokenops-start-backends")
 
     async def wait_started(self) -> None:
@@ -115,6 +118,7 @@ class Gateway:
         await self._start_profiles()
         backends = [r.backend for rs in self.replicas.values() for r in rs]
         results = await asyncio.gather(*(b.start() for b in backends), return_exceptions=True)
+        self._show_running_tunables()
         is_any_up = any(not isinstance(result, BaseException) for result in results)
         for backend, result in zip(backends, results):
             if isinstance(result, BaseException):
@@ -157,6 +161,7 @@ class Gateway:
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
         await self.engine_telemetry.stop()
+        await asyncio.to_thread(tracing.shutdown)  # flushes queued spans, bounded by the exporter's timeout
         if getattr(self, "profile_source", None) is not None:
             await self.profile_source.stop()
         for rs in self.replicas.values():
@@ -185,10 +190,12 @@ class Gateway:
             self.cache["hits"] += 1 if rec.is_cache_hit else 0
         self.num_escalations += 1 if rec.is_escalated else 0
         model = rec.model_served or rec.model_requested
-        m = self.per_model.setdefault(model, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0,
-                                              "cost_usd": 0.0})
+        m = self.per_model.setdefault(model, {"requests": 0, "errors": 0, "rejected": 0, "disconnected": 0,
+                                              "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
         m["requests"] += 1
-        m["errors"] += 0 if rec.is_ok else 1
+        outcome = rec.outcome  # one definition of an error everywhere (RequestRecord.outcome)
+        if outcome != "ok":
+            m[outcome + "s" if outcome == "error" else outcome] += 1
         m["input_tokens"] += rec.tokens_in
         m["output_tokens"] += rec.tokens_out
         if rec.reasoning_tokens is not None:  # reasoning models: the share of output spent thinking
@@ -233,6 +240,8 @@ class Gateway:
         for name in sorted(set(self.replicas) | set(per_model)):
             m = per_model.get(name, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
             models[name] = {"requests": int(m["requests"]), "errors": int(m["errors"]),
+                            "rejected": int(m.get("rejected", 0)), "disconnected": int(m.get("disconnected", 0)),
+                            "error_rate": m["errors"] / m["requests"] if m["requests"] else 0.0,
                             "input_tokens": int(m["input_tokens"]), "output_tokens": int(m["output_tokens"]),
                             "cost_usd": m["cost_usd"], "share": m["requests"] / total,
                             "reasoning_tokens": m.get("reasoning_tokens"),
@@ -242,6 +251,27 @@ class Gateway:
                 "models": models, "routes": routes, "cache": cache, "escalations": num_escalations,
                 "spend": self.keys.dashboard_rows(),
                 "breakers": replica_states(self.replicas), "history": history}
+
+    def _show_running_tunables(self) -> None:
+        """Tunables as the started engines run them (``[plugins.*]`` tables and per-model ``engine``
+        included), not the registry's defaults; where models differ, ``tunables_per_model`` says how."""
+        from tokenops.plugins import get_tunables, hook
+
+        names = {t.name for t in get_tunables()}
+        per_model: dict[str, dict[str, Any]] = {}
+        for model, replicas in self.replicas.items():
+            config = next((r.backend.config for r in replicas if getattr(r.backend, "config", None) is not None
+                           and getattr(r.backend, "ready", False)), None)
+            if config is None:  # not a bundled engine, or it failed to load
+                continue
+            values = {n: getattr(config, n[len("engine."):]) for n in names
+                      if n.startswith("engine.") and hasattr(config, n[len("engine."):])}
+            for part in hook().tokenops_tunable_values(config=config):
+                values.update({k: v for k, v in (part or {}).items() if k in names})
+            for name, value in values.items():
+                per_model.setdefault(name, {})[model] = value
+        self.tunables_per_model = {n: v for n, v in per_model.items() if len({repr(x) for x in v.values()}) > 1}
+        self.tunable_values.update({n: next(iter(v.values())) for n, v in per_model.items()})
 
     def _initial_tunables(self) -> dict[str, Any]:
         from tokenops.plugins import get_tunables

@@ -62,6 +62,7 @@ _QUERIES = [
                count(*) AS requests,
                count(*) FILTER (WHERE status = 'error') AS errors,
                count(*) FILTER (WHERE status = 'rejected') AS rejected,
+               count(*) FILTER (WHERE status = 'disconnected') AS disconnected,
                coalesce(sum(tokens_in), 0) AS tokens_in,
                coalesce(sum(tokens_out), 0) AS tokens_out,
                coalesce(sum(tokens_cached), 0) AS tokens_cached,
