@@ -25,6 +25,7 @@ from tokenops.engine.config import EngineConfig  # noqa: E402
 from tokenops.engine.engine import LLMEngine  # noqa: E402
 from tokenops.engine.sampling import SamplingParams  # noqa: E402
 
+NUM, NEW = int(os.environ.get("LORA_BENCH_PROMPTS", 8)), int(os.environ.get("LORA_BENCH_TOKENS", 32))
 ADAPTER = Path("/tmp/tokenops-lora-bench/r16-all")
 
 
@@ -46,16 +47,17 @@ def main() -> None:
     path = make_adapter()
     engine = LLMEngine(EngineConfig(model=None, device="cpu"))
     info = engine.load_lora("r16", str(path))
-    prompts = [f"Write a short note about item number {i}." for i in range(8)]
-    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    prompts = [f"Write a short note about item number {i}." for i in range(NUM)]
+    params = SamplingParams(temperature=0, max_tokens=NEW, ignore_eos=True)
     engine.generate(prompts[:2], params)  # warm-up
     out = {"adapter_mib": round(info["bytes"] / 2**20, 2), "rank": info["rank"], "targets": len(info["targets"])}
-    for label, loras in (("base_only", [None] * 8), ("half_adapter", [None, "r16"] * 4), ("all_adapter", ["r16"] * 8)):
+    for label, loras in (("base_only", [None] * NUM), ("half_adapter", [None, "r16"] * (NUM // 2)), ("all_adapter", ["r16"] * NUM)):
         engine.reset_prefix_cache() if hasattr(engine, "reset_prefix_cache") else None
         start = time.perf_counter()
         res = engine.generate(prompts, params, loras=loras)
         wall = time.perf_counter() - start
         out[f"{label}_tok_s"] = round(sum(len(r.outputs[0].token_ids) for r in res) / wall, 1)
+        print(label, out[f"{label}_tok_s"], flush=True)
     out["fused_steps"] = engine.stats().get("fused_decode_steps")
     out["lora_steps"] = engine.stats()["lora"]["steps"]
     print(json.dumps(out))
