@@ -47,10 +47,25 @@ class ModelConfig:
     #: Bundled engine: how the model marks its thinking (tokenops/backends/reasoning_parsers.py):
     #: "think" sends <think>…</think> as reasoning_content. None: no reasoning parser.
     reasoning_parser: str | None = None
+    #: Bundled engine: LoRA adapters served on this model, name -> PEFT adapter folder
+    #: (tokenops/engine/lora.py); each name is a model of its own in every endpoint.
+    lora: dict[str, str] = field(default_factory=dict)
+    #: Bundled engine: LoRA adapters held in memory at once (0: all); the least recently used one
+    #: is unloaded to make room and reloaded from its folder when asked again.
+    max_loras: int = 0
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("[[models]] entry without a name")
+        if not isinstance(self.lora, dict) or not all(isinstance(k, str) and k and isinstance(v, str)
+                                                     for k, v in self.lora.items()):
+            raise ConfigError(f"model {self.name!r}: lora must be a table of adapter name = \"folder\"")
+        if self.lora and self.backend != "local":
+            raise ConfigError(f"model {self.name!r}: lora adapters need backend 'local' (the bundled engine)")
+        if not isinstance(self.max_loras, int) or self.max_loras < 0:
+            raise ConfigError(f"model {self.name!r}: max_loras must be an integer >= 0 (0: no bound)")
+        if self.name in self.lora:
+            raise ConfigError(f"model {self.name!r}: a lora adapter cannot have the base model's name")
         if self.backend == "openai" and not (self.url or self.urls):
             raise ConfigError(f"model {self.name!r}: backend 'openai' needs url or urls")
         if self.replicas < 1:

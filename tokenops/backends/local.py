@@ -58,6 +58,8 @@ class LocalBackend:
         self.name = replica_name(model)
         self.config = engine_config_for(model, settings) if engine is None else None
         self.engine = engine
+        #: set once start() ends, loaded or not: the LoRA adapters on this engine wait for it
+        self.started = asyncio.Event()
         self.max_model_len: int | None = getattr(engine, "max_model_len", None)
         self.default_max_tokens = settings.gateway.default_max_tokens
         self.tool_call_parser = model.tool_call_parser
@@ -74,6 +76,12 @@ class LocalBackend:
         return self.engine is not None
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        finally:
+            self.started.set()
+
+    async def _start(self) -> None:
         if self.engine is None:
             from tokenops.engine.async_engine import AsyncLLMEngine
             from tokenops.engine_policies import build_engine
@@ -159,7 +167,8 @@ class LocalBackend:
         except ValueError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
 
-    async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
+    async def stream(self, request: GatewayRequest, lora: str | None = None) -> AsyncIterator[Delta]:
+        """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py)."""
         if self.engine is None:
             raise BackendError(f"{self.name} is still loading", kind="unavailable", status=503, backend=self.name)
         check_bundled_fields(request, self.name)  # a 400 for fields the engine cannot act on (gateway/fields.py)
@@ -184,7 +193,8 @@ class LocalBackend:
         echoed: set[int] | None = set() if request.kind == "completion" and request.body.get("echo") else None
         sent_finish: set[int] = set()
         last = None
-        gen = self.engine.generate(prompt_ids, params, request_id=request.id, tenant=request.tenant, priority=request.priority)
+        gen = self.engine.generate(prompt_ids, params, request_id=request.id, tenant=request.tenant, priority=request.priority,
+                                   **({"lora": lora} if lora is not None else {}))
         try:
             async with contextlib.aclosing(gen):
                 async for out in gen:

@@ -109,6 +109,11 @@ def build_replicas(settings: Settings, factories: dict[str, BackendFactory] | No
             backend = factory(one, settings)
             replicas.append(Replica(name=backend.name, model=model.name, backend=backend, index=i))
         out[model.name] = replicas
+    from tokenops.backends.lora import add_lora_replicas
+
+    for model in model_configs(settings):
+        if model.lora:
+            add_lora_replicas(out, model.name, model.lora, model.max_loras)
     return out
 
 

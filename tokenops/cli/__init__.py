@@ -39,7 +39,7 @@ app = typer.Typer(
 # Each module exposes ``register(app)``; a module not yet present is skipped. Technique
 # commands (``profile``, ``route``) come from their plugins through ``tokenops_register_commands``.
 COMMAND_MODULES = ("plugins_cmd", "serve", "report", "bench", "tune", "dashboard", "models", "engine_profile", "moe",
-                   "keys")
+                   "keys", "lora")
 
 
 def _version(value: bool) -> None:

@@ -30,6 +30,9 @@ def serve_command(
         "--engine-profile", help="Start with a tuned engine profile: profiles/engines/NAME.toml from `tokenops tune` "
         "(or [engine] profile).")] = None,
     old_profile: Annotated[Optional[str], typer.Option("--profile", hidden=True)] = None,
+    lora: Annotated[Optional[list[str]], typer.Option(
+        "--lora", help="NAME=FOLDER: serve a PEFT LoRA adapter on the first local model as model NAME "
+        "(repeatable; docs/lora.md).")] = None,
 ) -> None:
     """Serve /v1/chat/completions, /v1/completions, /v1/models, /metrics and /admin.
 
@@ -64,6 +67,10 @@ def serve_command(
         settings.gateway.admin_key = admin_key
     if model:
         settings.models = [model_from_arg(m) for m in model]
+    if lora:
+        from tokenops.gateway.server import attach_lora_args
+
+        attach_lora_args(settings, lora)
     startup_tunables = None
     if engine_profile or settings.engine.profile:
         from tokenops.tune.engine_profile import apply_to_settings, load_profile, mismatches

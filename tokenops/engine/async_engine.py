@@ -94,12 +94,28 @@ class AsyncLLMEngine:
         """Compiles grammars on its own pool (thread-safe): see :mod:`tokenops.engine.grammar`."""
         return self.engine.grammar_compiler
 
+    def load_lora(self, name: str, path: str, check_base: bool = True) -> dict[str, Any]:
+        """Load a LoRA adapter (blocking: call it from a worker thread). The files are read and
+        checked beside the running loop; only adding it to the served set waits for a step's end."""
+        adapter = self.engine.runner.prepare_lora(name, path, check_base)
+        with self._engine_lock:
+            self.engine.runner.lora.add(adapter)
+        return adapter.info()
+
+    def unload_lora(self, name: str) -> dict[str, Any]:
+        with self._engine_lock:
+            return self.engine.unload_lora(name)
+
+    def lora_names(self) -> list[str]:
+        return self.engine.lora_names()
+
     def abort(self, request_id: str) -> None:
         """Abort a request; its stream ends with ``finish_reason="abort"``."""
         self._inbox.put(("abort", request_id))
 
     async def generate(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
-                       tenant: str = "default", priority: int = 0) -> AsyncIterator[RequestOutput]:
+                       tenant: str = "default", priority: int = 0,
+                       lora: str | None = None) -> AsyncIterator[RequestOutput]:
         """Stream a request: one output per step that produced tokens, the last one
         with ``finished`` set. Raises the engine's error (e.g. PromptTooLongError)."""
         self.start()
@@ -110,7 +126,7 @@ class AsyncLLMEngine:
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = (loop, q)
-        self._inbox.put(("add", request_id, prompt, params, tenant, priority))
+        self._inbox.put(("add", request_id, prompt, params, tenant, priority, lora))
         is_done = False
         try:
             while True:
@@ -164,13 +180,13 @@ class AsyncLLMEngine:
     def _handle(self, command: tuple) -> None:
         kind = command[0]
         if kind == "add":
-            _, request_id, prompt, params, tenant, priority = command
+            _, request_id, prompt, params, tenant, priority, lora = command
             with self._streams_lock:
                 if request_id not in self._streams:
                     return  # the consumer already left
             try:
                 with self._engine_lock:
-                    self.engine.add_request(request_id, prompt, params, tenant=tenant, priority=priority)
+                    self.engine.add_request(request_id, prompt, params, tenant=tenant, priority=priority, lora=lora)
             except Exception as e:
                 self._dispatch(request_id, e, True)
         elif kind == "abort":

@@ -22,12 +22,14 @@ class ChunkInput:
     :param num_logits: logits rows wanted for this chunk: those of its last
         ``num_logits`` tokens (1 normally; ``1 + k`` when a speculative decode chunk
         verifies ``k`` proposed tokens).
+    :param lora: the LoRA adapter (by name) the chunk runs with; None is the base model.
     """
 
     token_ids: list[int]
     start_pos: int
     block_table: list[int]
     num_logits: int = 1
+    lora: str | None = None
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -95,7 +95,7 @@ class BlockManager:
         while len(hashes) <= index:
             i = len(hashes)
             parent = hashes[i - 1] if i else 0
-            hashes.append(hash((parent, seq.tenant, self._block_tokens(seq, i))))
+            hashes.append(hash((parent, seq.cache_salt, self._block_tokens(seq, i))))
         return hashes[index]
 
     def _lookup(self, seq: Sequence) -> list[int | None]:
@@ -109,13 +109,13 @@ class BlockManager:
             block_hash, tokens = self._hash_of(seq, i), self._block_tokens(seq, i)
             block_id = self._hash_to_block.get(block_hash)
             if block_id is None:
-                if self.offload is not None and self.offload.contains(block_hash, seq.tenant, tokens):
+                if self.offload is not None and self.offload.contains(block_hash, seq.cache_salt, tokens):
                     hits.append(None)
                     continue
                 break
             block = self.blocks[block_id]
             # guards against hash collisions: same tenant and same tokens
-            if block.salt != seq.tenant or block.token_ids != tokens:
+            if block.salt != seq.cache_salt or block.token_ids != tokens:
                 break
             hits.append(block_id)
         return hits
@@ -281,7 +281,7 @@ class BlockManager:
     def _register(self, block: Block, seq: Sequence, index: int) -> None:
         block.block_hash = self._hash_of(seq, index)
         block.token_ids = self._block_tokens(seq, index)
-        block.salt = seq.tenant
+        block.salt = seq.cache_salt
         self._hash_to_block[block.block_hash] = block.block_id
 
     def _unregister(self, block: Block) -> None:

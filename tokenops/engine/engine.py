@@ -106,8 +106,10 @@ class LLMEngine:
     # -- requests ----------------------------------------------------------------------
 
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                    tenant: str = "default", priority: int = 0) -> None:
-        """Queue a request; raises ValueError (or PromptTooLongError) when it cannot run."""
+                    tenant: str = "default", priority: int = 0, lora: str | None = None) -> None:
+        """Queue a request; raises ValueError (or PromptTooLongError) when it cannot run.
+
+        ``lora`` names a loaded LoRA adapter the request runs with (None: the base model)."""
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         if not isinstance(params, SamplingParams):
@@ -127,7 +129,10 @@ class LLMEngine:
             raise PromptTooLongError(
                 f"prompt has {len(token_ids)} tokens but the model's context is {self.max_model_len} tokens "
                 f"(at least one must be left to generate); shorten the prompt")
+        if lora is not None and lora not in self.lora_names():
+            raise ValueError(f"LoRA adapter {lora!r} is not loaded")
         seq = Sequence(request_id, token_ids, params, tenant=tenant, priority=priority)
+        seq.lora = lora
         if params.seed is not None:
             seq.generator = Sampler.new_generator(params.seed, 0)
         state = RequestState(request_id, token_ids, params, seq.arrival_time, [seq])
@@ -228,7 +233,7 @@ class LLMEngine:
         for c in chunks:  # a prompt whose logprobs are asked: logits at every position
             c.num_logits = c.num_tokens if wants_prompt_logits(c.seq) and not c.num_spec_tokens else 1 + c.num_spec_tokens
         inputs = [ChunkInput(c.seq.token_ids[c.start_pos:c.start_pos + c.num_tokens - c.num_spec_tokens]
-                             + c.spec_token_ids, c.start_pos, c.seq.block_table, c.num_logits)
+                             + c.spec_token_ids, c.start_pos, c.seq.block_table, c.num_logits, c.seq.lora)
                   for c in chunks]
         row = 0
         for chunk, one in zip(chunks, inputs):
@@ -330,15 +335,17 @@ class LLMEngine:
     # -- scripts -----------------------------------------------------------------------
 
     def generate(self, prompts: list[str | list[int]],
-                 params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
-        """Run ``prompts`` to completion; returns their final outputs in order."""
+                 params: SamplingParams | list[SamplingParams] | None = None,
+                 loras: list[str | None] | None = None) -> list[RequestOutput]:
+        """Run ``prompts`` to completion (``loras``: each prompt's adapter, None the base);
+        returns their final outputs in order."""
         params = params or SamplingParams()
         plist = params if isinstance(params, list) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(plist)} sampling params")
         ids = [f"generate-{next(self._ids)}" for _ in prompts]
-        for request_id, prompt, p in zip(ids, prompts, plist):
-            self.add_request(request_id, prompt, p)
+        for request_id, prompt, p, lora in zip(ids, prompts, plist, loras or [None] * len(prompts)):
+            self.add_request(request_id, prompt, p, lora=lora)
         final: dict[str, RequestOutput] = {}
         wanted = set(ids)
         while wanted - final.keys():
@@ -349,6 +356,23 @@ class LLMEngine:
         if errors:
             raise EngineRequestError("; ".join(errors))
         return [final[i] for i in ids]
+
+    # -- LoRA adapters (tokenops/engine/lora.py) ------------------------------------------
+
+    def lora_names(self) -> list[str]:
+        lora = getattr(self.runner, "lora", None)
+        return list(lora.adapters) if lora is not None else []
+
+    def load_lora(self, name: str, path: str, check_base: bool = True) -> dict[str, Any]:
+        """Load a PEFT adapter folder as ``name``; raises AdapterError (a ValueError), changing nothing."""
+        return self.runner.load_lora(name, path, check_base).info()
+
+    def unload_lora(self, name: str) -> dict[str, Any]:
+        """Unload an adapter no request is using (ValueError otherwise)."""
+        busy = [r for r, st in self._requests.items() if any(s.lora == name for s in st.seqs)]
+        if busy:
+            raise ValueError(f"LoRA adapter {name!r} is in use by {len(busy)} request(s)")
+        return self.runner.unload_lora(name).info()
 
     # -- introspection and tuning ------------------------------------------------------
 
@@ -388,6 +412,8 @@ class LLMEngine:
             **({"weight_format": self.runner.weight_format,
                 "forward": "fused" if getattr(self.runner, "fused_decode", None) is not None else "torch"}
                if getattr(self.runner, "weight_format", None) else {}),
+            **({"lora": self.runner.lora.stats()} if getattr(self.runner, "lora", None) is not None
+               and self.runner.lora.adapters else {}),
             **({"kv_policy_evicted_blocks": bm.num_policy_evictions} if self.kv_policy is not None else {}),
             **({"kv_offload": {**bm.offload.stats(), "hit_tokens": bm.num_offload_hits}} if bm.offload is not None else {}),
         }

@@ -17,6 +17,7 @@ from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
 from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
+from tokenops.engine.lora import AdapterError, LoraAdapter, LoraSet, load_adapter
 from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
@@ -97,6 +98,9 @@ class ModelRunner:
         #: to torch operators (no panels).
         self.weight_layout = pack_linear_weights(model, self.device, self.dtype, getattr(config, "weight_layout", "auto"),
                                                  panels=self.fused_decode if compile is None else None)
+        #: LoRA adapters served on this model (tokenops/engine/lora.py); hooked on the transformed model
+        self.lora = LoraSet(model, self.args)
+        self._lora_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
         compiled = compile(model) if compile is not None else None
         self.model = model if compiled is None else compiled
         #: what the stats show: the weights' encoding (a GGUF's quant types, a transform's
@@ -197,7 +201,8 @@ class ModelRunner:
         for c in chunks:
             if c.end_pos > self.max_model_len:
                 raise ValueError(f"sequence of {c.end_pos} tokens exceeds max_model_len {self.max_model_len}")
-        if self.fused_decode is not None and self.fused_decode.accepts(chunks):
+        has_lora = any(c.lora is not None for c in chunks)
+        if self.fused_decode is not None and not has_lora and self.fused_decode.accepts(chunks):
             self.num_fused_steps += 1
             return self.fused_decode(chunks)
         # Decodes go first, longest context first, so the attention layer can batch them
@@ -217,7 +222,34 @@ class ModelRunner:
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=device)
         pos = torch.tensor(positions, dtype=torch.long, device=device)
         logits_index = torch.tensor([r for rows in last_rows for r in rows], dtype=torch.long, device=device)
-        return self.model(input_ids, pos, meta, logits_index)
+        if not has_lora:
+            return self.model(input_ids, pos, meta, logits_index)
+        self.lora.begin_step([c.lora for c in ordered for _ in c.token_ids], device)
+        try:
+            return self.model(input_ids, pos, meta, logits_index)
+        finally:
+            self.lora.end_step()
+
+    def prepare_lora(self, name: str, path: str | Path, check_base: bool = True) -> LoraAdapter:
+        """Read and validate the PEFT adapter folder ``path`` as ``name``, changing nothing (the
+        slow part of a load, safe beside a running step); :meth:`LoraSet.add` then serves it."""
+        if name in self.lora:
+            raise AdapterError(f"LoRA adapter {name!r} is already loaded")
+        if name == self.model_name:
+            raise AdapterError(f"LoRA adapter name {name!r} is the base model's name")
+        served = [self.model_name, Path(str(self.model_dir)).stem, Path(str(self.model_dir)).name]
+        return load_adapter(name, path, self.args, served, self._lora_dtype, self.device, check_base)
+
+    def load_lora(self, name: str, path: str | Path, check_base: bool = True) -> LoraAdapter:
+        """:meth:`prepare_lora` and add it (an :class:`AdapterError` leaves the loaded set unchanged)."""
+        adapter = self.prepare_lora(name, path, check_base)
+        self.lora.add(adapter)
+        return adapter
+
+    def unload_lora(self, name: str) -> LoraAdapter:
+        if name not in self.lora:
+            raise AdapterError(f"LoRA adapter {name!r} is not loaded")
+        return self.lora.remove(name)
 
     @torch.inference_mode()
     def copy_block(self, src: int, dst: int) -> None:

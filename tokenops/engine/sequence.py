@@ -36,7 +36,7 @@ class Sequence:
         "block_table", "block_hashes", "status", "generator", "logprobs", "detokenizer",
         "text", "num_emitted_tokens", "num_emitted_chars", "finish_reason", "stop_reason",
         "num_pending_forks", "first_token_time", "error", "grammar", "first_scheduled_time",
-        "thinking", "prompt_logprobs",
+        "thinking", "prompt_logprobs", "lora",
     )
 
     def __init__(
@@ -53,6 +53,8 @@ class Sequence:
         self.seq_id = next(_seq_ids)
         self.request_id = request_id
         self.tenant = tenant
+        #: the LoRA adapter this sequence runs with (None: the base model)
+        self.lora: str | None = None
         self.priority = priority
         self.arrival_time = time.time() if arrival_time is None else arrival_time
         self.params = params
@@ -116,12 +118,19 @@ class Sequence:
         """More than the one decode token is left to compute."""
         return self.num_uncomputed_tokens > 1
 
+    @property
+    def cache_salt(self) -> str:
+        """What the prefix cache keys blocks by besides tokens: the tenant, and the LoRA adapter
+        (two adapters never share KV: the same tokens give different keys and values)."""
+        return self.tenant if self.lora is None else f"{self.tenant}\x00lora:{self.lora}"
+
     def fork(self, output_index: int) -> "Sequence":
         """A sibling with the same tokens and computed state; blocks are shared by the
         block manager, not here."""
         child = Sequence(self.request_id, self.token_ids[: self.num_prompt_tokens], self.params,
                          self.tenant, self.priority, self.arrival_time, output_index)
         child.token_ids = list(self.token_ids)
+        child.lora = self.lora
         child.num_computed_tokens = self.num_computed_tokens
         child.num_cached_tokens = self.num_cached_tokens
         child.block_hashes = list(self.block_hashes)

@@ -219,3 +219,6 @@ router.include_router(_keys_router)
 from tokenops.gateway.admin_memory import router as _memory_router  # noqa: E402  (/admin/memory)
 
 router.include_router(_memory_router)
+from tokenops.gateway.admin_lora import router as _lora_router  # noqa: E402  (/admin/lora)
+
+router.include_router(_lora_router)

@@ -83,7 +83,7 @@ def model_cards(gw: Any) -> Iterator[dict[str, Any]]:
     for name, replicas in gw.replicas.items():
         card: dict[str, Any] = {"id": name, "object": "model", "created": int(gw.started_at), "owned_by": "tokenops",
                                 "root": getattr(replicas[0].backend, "upstream_model", name) if replicas else name,
-                                "parent": None}
+                                "parent": getattr(replicas[0].backend, "parent", None) if replicas else None}
         lens = [r.backend.max_model_len for r in replicas if getattr(r.backend, "max_model_len", None)]
         if lens:
             card["max_model_len"] = min(lens)

@@ -35,6 +35,23 @@ def model_from_arg(value: str, name: str | None = None) -> ModelConfig:
     return ModelConfig(name=name or path.resolve().name, backend="local", path=str(path))
 
 
+def attach_lora_args(settings: Any, values: list[str]) -> None:
+    """``--lora NAME=FOLDER``: adapters on the first local model (the configured or default ones)."""
+    from tokenops.backends.registry import model_configs
+
+    settings.models = model_configs(settings)
+    base = next((m for m in settings.models if m.backend == "local"), None)
+    if base is None:
+        raise ConfigError("--lora needs a local model (the bundled engine) to serve the adapter on")
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--lora {value}: expected NAME=FOLDER (a PEFT adapter folder)")
+        if name == base.name:
+            raise ConfigError(f"--lora {value}: the adapter cannot have the base model's name")
+        base.lora[name] = path
+
+
 def _first_upstream_model(url: str) -> str:
     import httpx
 

@@ -1,0 +1,143 @@
+"""LoRA adapters against transformers + peft: a tiny random Llama and peft-made random adapters
+(``init_lora_weights=False``, B scaled up so the adapters change greedy choices). Each adapter row
+of a mixed batch must equal the peft-merged model's greedy output; base rows equal the base."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from tiny_models import load_hf_model
+from tokenops.engine.config import EngineConfig
+from tokenops.engine.engine import LLMEngine
+from tokenops.engine.lora import AdapterError
+from tokenops.engine.sampling import SamplingParams
+
+peft = pytest.importorskip("peft")
+NUM_NEW = 8
+BLOCK = 4
+ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+#: adapter name -> (rank, alpha, targets, rslora, seed)
+ADAPTERS = {"alpha": (8, 16, ALL, False, 1), "beta": (4, 8, ["q_proj", "v_proj", "down_proj"], True, 2)}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def make_adapter(base_dir, out_dir, rank, alpha, targets, rslora, seed):
+    torch.manual_seed(seed)
+    hf = load_hf_model(base_dir)
+    config = peft.LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, use_rslora=rslora,
+                             init_lora_weights=False, lora_dropout=0.0)
+    model = peft.get_peft_model(hf, config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(20.0)  # peft's random B is tiny; a visible change of the greedy choices
+    model.save_pretrained(str(out_dir))
+    return out_dir
+
+
+@pytest.fixture(scope="module")
+def lora_setup(tiny_llama_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("lora")
+    dirs = {name: make_adapter(tiny_llama_dir, root / name, *spec) for name, spec in ADAPTERS.items()}
+    return tiny_llama_dir, dirs
+
+
+def prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(5)
+    shared = torch.randint(0, 300, (9,), generator=g).tolist()
+    return [shared + torch.randint(0, 300, (3 + 2 * i,), generator=g).tolist() for i in range(2)]
+
+
+@torch.no_grad()
+def hf_greedy(hf, ids: list[int]) -> list[int]:
+    hf.generation_config.eos_token_id = None
+    out = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                      do_sample=False, max_new_tokens=NUM_NEW, min_new_tokens=NUM_NEW, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+def merged(base_dir, adapter_dir):
+    return peft.PeftModel.from_pretrained(load_hf_model(base_dir), str(adapter_dir)).merge_and_unload()
+
+
+def make_engine(base_dir, **kw) -> LLMEngine:
+    config = EngineConfig(model=str(base_dir), device="cpu", torch_threads=1, block_size=BLOCK,
+                          kv_cache_tokens=64 * BLOCK, max_num_batched_tokens=64, max_num_seqs=8, **kw)
+    return LLMEngine(config)
+
+
+def test_mixed_batch_equals_peft_merged(lora_setup):
+    base_dir, dirs = lora_setup
+    expected = {None: [hf_greedy(load_hf_model(base_dir), p) for p in prompts()]}
+    for name, d in dirs.items():
+        hf = merged(base_dir, d)
+        expected[name] = [hf_greedy(hf, p) for p in prompts()]
+    assert expected["alpha"] != expected[None] and expected["beta"] != expected[None]
+    engine = make_engine(base_dir)
+    for name, d in dirs.items():
+        info = engine.load_lora(name, str(d))
+        assert info["bytes"] > 0
+    names = [None, "alpha", "beta"]
+    # every prompt under every adapter in ONE batch: same tokens, so a shared KV block would show
+    batch = [(n, p) for n in names for p in prompts()]
+    params = SamplingParams(temperature=0, max_tokens=NUM_NEW, ignore_eos=True)
+    for _ in range(2):  # the second round hits the prefix cache, per adapter
+        outs = engine.generate([p for _, p in batch], params, loras=[n for n, _ in batch])
+        got = {n: [] for n in names}
+        for (n, _), o in zip(batch, outs):
+            got[n].append(o.outputs[0].token_ids)
+        assert got == expected
+    stats = engine.stats()
+    assert stats["prefix_cache_hits"] > 0
+    assert stats["lora"]["steps"] > 0 and {a["name"] for a in stats["lora"]["adapters"]} == {"alpha", "beta"}
+    # unloading leaves the base untouched and the adapter unknown
+    engine.unload_lora("beta")
+    assert engine.generate(prompts()[:1], params)[0].outputs[0].token_ids == expected[None][0]
+    with pytest.raises(ValueError, match="not loaded"):
+        engine.add_request("x", prompts()[0], params, lora="beta")
+
+
+def _copy(src, dst, **config_changes):
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "adapter_config.json").read_text())
+    cfg.update(config_changes)
+    (dst / "adapter_config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_bad_adapters_are_refused_and_change_nothing(lora_setup, tmp_path, tiny_checkpoint):
+    base_dir, dirs = lora_setup
+    engine = make_engine(base_dir)
+    engine.load_lora("alpha", str(dirs["alpha"]))
+    other = tiny_checkpoint("qwen3")  # another base: head_dim 32, so the q/k/v shapes differ
+    foreign = make_adapter(other, tmp_path / "foreign", 4, 8, ["q_proj"], False, 3)
+    (tmp_path / "empty").mkdir()
+    missing = _copy(dirs["beta"], tmp_path / "missing")
+    (missing / "adapter_model.safetensors").unlink()
+    cases = {
+        "rank": (_copy(dirs["beta"], tmp_path / "rank", r=16), "rank 16"),
+        "base": (_copy(dirs["beta"], tmp_path / "base", base_model_name_or_path="org/another-model"), "another-model"),
+        "dora": (_copy(dirs["beta"], tmp_path / "dora", use_dora=True), "use_dora"),
+        "missing": (missing, "adapter_model.safetensors"),
+        "empty": (tmp_path / "empty", "adapter_config.json"),
+    }
+    for name, (path, needle) in cases.items():
+        with pytest.raises(AdapterError, match=needle):
+            engine.load_lora(name, str(path))
+    with pytest.raises(AdapterError, match="another base"):
+        engine.load_lora("foreign", str(foreign), check_base=False)
+    with pytest.raises(AdapterError, match="already loaded"):
+        engine.load_lora("alpha", str(dirs["beta"]))
+    assert engine.lora_names() == ["alpha"]
+    assert engine.runner.lora.adapters["alpha"].targets == tuple(ALL)

@@ -1,0 +1,290 @@
+"""LoRA adapters served together on one base model (Punica / S-LoRA style).
+
+An adapter is a PEFT folder (``adapter_config.json`` + ``adapter_model.safetensors``, what
+``peft``'s ``save_pretrained`` writes and vLLM loads) for a Llama-family base. Its weights stay
+small and in 16/32-bit even when the base is GGUF-quantized: they are never merged into the base.
+
+One engine step may hold rows of the base and of several adapters. Each row (chunk) names its
+adapter; :class:`LoraSet` turns that into *segments* — for each adapter present in the step, the
+token rows that use it — and a forward hook on every targeted projection adds
+``scaling * (x[rows] @ A.T) @ B.T`` to those rows only (one pair of small matmuls per adapter per
+projection, whatever the number of rows: a segment-grouped product). Rows with no adapter get
+nothing added, so the base's output is bit-identical to an engine without adapters.
+
+Our model fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj``; an adapter's A
+matrices for the fused parts are concatenated and its B matrices placed block-diagonally on the
+fused output, so a fused projection still costs one pair of matmuls per adapter.
+
+Loading validates everything before anything changes (:class:`AdapterError`, one message):
+missing files, a PEFT type other than LoRA, unsupported options (DoRA, biases, saved modules,
+per-layer ranks), a target our model has not, a rank or shape that does not fit the base, and a
+base model of another name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tokenops.engine.models.args import ModelArgs
+
+#: HF projection name -> (our module under the layer, index of the part in the fused output)
+TARGETS: dict[str, tuple[str, int]] = {
+    "q_proj": ("self_attn.qkv_proj", 0), "k_proj": ("self_attn.qkv_proj", 1), "v_proj": ("self_attn.qkv_proj", 2),
+    "o_proj": ("self_attn.o_proj", 0),
+    "gate_proj": ("mlp.gate_up_proj", 0), "up_proj": ("mlp.gate_up_proj", 1), "down_proj": ("mlp.down_proj", 0),
+}  # fmt: skip
+_KEY = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.\w+)?\.weight$")
+
+
+class AdapterError(ValueError):
+    """The adapter cannot be served on this base (the message says why); nothing was changed."""
+
+
+@dataclass
+class LoraAdapter:
+    """One loaded adapter: per ``(layer, our module)`` the concatenated A ``[R, in]`` and the
+    block-placed, pre-scaled B ``[out, R]``."""
+
+    name: str
+    path: Path
+    rank: int
+    alpha: float
+    scaling: float
+    base_model: str | None
+    targets: tuple[str, ...]
+    weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = field(repr=False, default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the adapter holds (its A and B matrices, B with its block placement)."""
+        return sum(a.numel() * a.element_size() + b.numel() * b.element_size() for a, b in self.weights.values())
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "path": str(self.path), "rank": self.rank, "alpha": self.alpha,
+                "targets": list(self.targets), "base_model": self.base_model, "bytes": self.nbytes}
+
+
+def _part_sizes(args: ModelArgs) -> dict[str, tuple[int, int]]:
+    """(in_features, out_features) of each HF projection of a layer."""
+    q, kv = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
+    h, i = args.hidden_size, args.intermediate_size
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}  # fmt: skip
+
+
+def _same_base(named: str | None, served: list[str]) -> bool:
+    """Whether the adapter's ``base_model_name_or_path`` names the served model: its last path
+    component, case-insensitive, contained in one of the served names (or the other way round),
+    so ``HuggingFaceTB/SmolLM2-135M-Instruct`` matches a GGUF file ``SmolLM2-135M-Instruct.Q4_1``."""
+    if not named:
+        return True  # the adapter does not say; the shape checks still apply
+    want = Path(named.rstrip("/")).name.lower()
+    for name in served:
+        have = Path(name.rstrip("/")).name.lower()
+        if have and (want in have or have in want):
+            return True
+    return False
+
+
+def load_adapter(name: str, path: str | Path, args: ModelArgs, served_names: list[str],
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                 check_base: bool = True) -> LoraAdapter:
+    """Read and validate the PEFT folder ``path`` for the base described by ``args``.
+
+    :param served_names: the base's names (served name, folder/file name) to check the adapter's
+        ``base_model_name_or_path`` against (skipped with ``check_base=False``).
+    :param dtype: float32 or bfloat16, what the adapter's matrices are kept in.
+    :raises AdapterError: with the one reason the adapter cannot be served.
+    """
+    folder = Path(path).expanduser()
+    where = f"LoRA adapter {name!r} ({folder})"
+    cfg_file, weights_file = folder / "adapter_config.json", folder / "adapter_model.safetensors"
+    for f in (cfg_file, weights_file):
+        if not f.is_file():
+            raise AdapterError(f"{where}: missing {f.name} (a PEFT adapter folder holds adapter_config.json "
+                               "and adapter_model.safetensors)")
+    try:
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise AdapterError(f"{where}: adapter_config.json is not valid JSON: {e}") from None
+    if str(cfg.get("peft_type", "")).upper() != "LORA":
+        raise AdapterError(f"{where}: peft_type is {cfg.get('peft_type')!r}; only LORA adapters are served")
+    for key, bad in (("use_dora", True), ("fan_in_fan_out", True)):
+        if cfg.get(key) == bad:
+            raise AdapterError(f"{where}: {key} = {bad} is not supported")
+    if cfg.get("bias", "none") != "none":
+        raise AdapterError(f"{where}: bias = {cfg['bias']!r} is not supported (only 'none')")
+    for key in ("modules_to_save", "rank_pattern", "alpha_pattern", "layers_to_transform"):
+        if cfg.get(key):
+            raise AdapterError(f"{where}: {key} is not supported (the adapter sets {cfg[key]!r})")
+    if args.is_moe:
+        raise AdapterError(f"{where}: the base is a mixture-of-experts model; adapters are served on dense bases only")
+    base = cfg.get("base_model_name_or_path")
+    if check_base and not _same_base(base, served_names):
+        raise AdapterError(f"{where}: it was made for base model {base!r}, but this engine serves "
+                           f"{served_names[0]!r}")
+    rank, alpha = int(cfg.get("r", 0)), float(cfg.get("lora_alpha", cfg.get("r", 0)))
+    if rank < 1:
+        raise AdapterError(f"{where}: rank r = {cfg.get('r')!r} must be a positive integer")
+    scaling = alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise AdapterError(f"{where}: adapters are kept in float32 or bfloat16, not {dtype}")
+    from safetensors import safe_open
+
+    sizes = _part_sizes(args)
+    found: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+    try:
+        with safe_open(str(weights_file), framework="pt", device="cpu") as f:
+            for key in f.keys():
+                m = _KEY.search(key)
+                if m is None or m.group(2) not in TARGETS:
+                    raise AdapterError(f"{where}: weight {key!r} is not a LoRA matrix of q/k/v/o/gate/up/down_proj")
+                layer, part, ab = int(m.group(1)), m.group(2), m.group(3)
+                if layer >= args.num_layers:
+                    raise AdapterError(f"{where}: {key!r} is for layer {layer}, but the base has {args.num_layers}")
+                found.setdefault((layer, part), {})[ab] = f.get_tensor(key)
+    except AdapterError:
+        raise
+    except Exception as e:  # a corrupt safetensors file comes in several error types
+        raise AdapterError(f"{where}: cannot read adapter_model.safetensors: {type(e).__name__}: {e}") from None
+    if not found:
+        raise AdapterError(f"{where}: adapter_model.safetensors holds no LoRA weights")
+    for (layer, part), ab in found.items():
+        if set(ab) != {"A", "B"}:
+            raise AdapterError(f"{where}: layer {layer} {part} has lora_{''.join(ab)} but not both A and B")
+        in_f, out_f = sizes[part]
+        if tuple(ab["A"].shape) != (rank, in_f) or tuple(ab["B"].shape) != (out_f, rank):
+            raise AdapterError(
+                f"{where}: layer {layer} {part} has A {tuple(ab['A'].shape)} and B {tuple(ab['B'].shape)}, but rank "
+                f"{rank} on this base needs A {(rank, in_f)} and B {(out_f, rank)} (an adapter for another base?)")
+    weights = _fuse(found, args, rank, scaling, dtype, torch.device(device))
+    targets = tuple(sorted({part for _, part in found}, key=list(TARGETS).index))
+    return LoraAdapter(name, folder, rank, alpha, scaling, base, targets, weights)
+
+
+def _fuse(found: dict[tuple[int, str], dict[str, torch.Tensor]], args: ModelArgs, rank: int, scaling: float,
+          dtype: torch.dtype, device: torch.device) -> dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]:
+    """Per (layer, our fused module): A of its parts stacked, B placed on each part's output slice."""
+    sizes = _part_sizes(args)
+    by_module: dict[tuple[int, str], list[str]] = {}
+    for layer, part in found:
+        by_module.setdefault((layer, TARGETS[part][0]), []).append(part)
+    out: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+    for (layer, module), parts in by_module.items():
+        parts.sort(key=lambda p: TARGETS[p][1])
+        members = [p for p in TARGETS if TARGETS[p][0] == module]
+        offsets, start = {}, 0
+        for p in members:
+            offsets[p] = start
+            start += sizes[p][1]
+        a = torch.cat([found[(layer, p)]["A"].float() for p in parts])
+        b = torch.zeros(start, rank * len(parts))
+        for j, p in enumerate(parts):
+            b[offsets[p]:offsets[p] + sizes[p][1], j * rank:(j + 1) * rank] = found[(layer, p)]["B"].float() * scaling
+        out[(layer, module)] = (a.to(device=device, dtype=dtype).contiguous(), b.to(device=device, dtype=dtype).contiguous())
+    return out
+
+
+class _Segments:
+    """The step's rows per adapter slot: ``[(adapter, rows or None for every row)]``."""
+
+    def __init__(self) -> None:
+        self.groups: list[tuple[LoraAdapter, torch.Tensor | None]] = []
+
+
+class LoraSet:
+    """The adapters loaded on one model and the forward hooks that add their products.
+
+    The runner calls :meth:`begin_step` with each token row's adapter name (None: the base) before
+    the forward and :meth:`end_step` after; hooks are installed on the targeted projections only
+    while at least one adapter is loaded, so a base-only engine pays nothing."""
+
+    def __init__(self, model: nn.Module, args: ModelArgs) -> None:
+        self.model = model
+        self.args = args
+        self.adapters: dict[str, LoraAdapter] = {}
+        self._segments = _Segments()
+        self._hooks: list[Any] = []
+        #: steps that held at least one adapter row (they take the PyTorch forward)
+        self.num_steps = 0
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.adapters
+
+    def add(self, adapter: LoraAdapter) -> None:
+        if adapter.name in self.adapters:
+            raise AdapterError(f"LoRA adapter {adapter.name!r} is already loaded")
+        self.adapters[adapter.name] = adapter
+        self._install()
+
+    def remove(self, name: str) -> LoraAdapter:
+        adapter = self.adapters.pop(name)
+        self._install()
+        return adapter
+
+    def _install(self) -> None:
+        """(Re)hook the modules some loaded adapter targets."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        modules = {key for a in self.adapters.values() for key in a.weights}
+        layers = self.model.model.layers
+        for layer, module in sorted(modules):
+            target = layers[layer].get_submodule(module)
+            self._hooks.append(target.register_forward_hook(self._hook(layer, module)))
+
+    def _hook(self, layer: int, module: str):
+        key = (layer, module)
+        segments = self._segments
+
+        def add_lora(_mod: nn.Module, inputs: tuple[torch.Tensor, ...], y: torch.Tensor) -> torch.Tensor:
+            if not segments.groups:
+                return y
+            x = inputs[0]
+            for adapter, rows in segments.groups:
+                ab = adapter.weights.get(key)
+                if ab is None:
+                    continue
+                a, b = ab
+                xs = x if rows is None else x.index_select(0, rows)
+                delta = ((xs.to(a.dtype) @ a.T) @ b.T).to(y.dtype)
+                if rows is None:
+                    y = y + delta
+                else:
+                    y = y.index_add(0, rows, delta)
+            return y
+
+        return add_lora
+
+    def begin_step(self, row_adapters: list[str | None], device: torch.device) -> bool:
+        """Group the step's token rows by adapter; True when any row uses one."""
+        names = set(row_adapters) - {None}
+        if not names:
+            self._segments.groups = []
+            return False
+        unknown = names - set(self.adapters)
+        if unknown:
+            raise AdapterError(f"LoRA adapter {sorted(unknown)[0]!r} is not loaded")
+        groups: list[tuple[LoraAdapter, torch.Tensor | None]] = []
+        for name in sorted(names):  # type: ignore[type-var]
+            rows = [i for i, n in enumerate(row_adapters) if n == name]
+            whole = len(rows) == len(row_adapters)
+            groups.append((self.adapters[name], None if whole else torch.tensor(rows, dtype=torch.long, device=device)))
+        self._segments.groups = groups
+        self.num_steps += 1
+        return True
+
+    def end_step(self) -> None:
+        self._segments.groups = []
+
+    def stats(self) -> dict[str, Any]:
+        return {"adapters": [a.info() for a in self.adapters.values()], "steps": self.num_steps,
+                "forward": "pytorch (steps with adapter rows skip the fused native step)"}
