@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from tokenops.backends.base import Replica
 from tokenops.backends.lora import LoraBackend
+from tokenops.gateway.body import admin_body
 from tokenops.gateway.errors import APIError
 
 router = APIRouter(tags=["admin"])
@@ -56,12 +57,7 @@ async def list_lora(request: Request) -> Response:
 @router.post("/lora", summary="Load a PEFT LoRA adapter folder and serve it as a model")
 async def load_lora(request: Request) -> Response:
     gw = _gateway(request)
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError(400, "the body must be a JSON object", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "the body must be a JSON object", code="invalid_json")
+    body = await admin_body(request)  # the /v1 parser: size, deadline, depth, finite numbers
     unknown = sorted(set(body) - {"name", "path", "base", "check_base"})
     if unknown:
         raise APIError(400, f"unknown field {unknown[0]!r}; allowed: name, path, base, check_base",

@@ -45,6 +45,10 @@ KEY_CREATE = {"type": "object", "additionalProperties": False, "required": ["ten
               "properties": {"tenant": _TENANT_NAME, **_KEY_FIELDS}}
 KEY_UPDATE = {"type": "object", "additionalProperties": False, "properties": _KEY_FIELDS}
 TENANT_PUT = {"type": "object", "additionalProperties": False, "properties": _BUDGET}
+#: POST /admin/lora: a PEFT adapter folder on the server, served as the model ``name``
+LORA_LOAD = {"type": "object", "additionalProperties": False, "required": ["name", "path"], "properties": {
+    "name": {"type": "string", "minLength": 1}, "path": {"type": "string", "minLength": 1},
+    "base": {"type": "string"}, "check_base": {"type": "boolean"}}}
 #: POST /admin/store/rows: bench/tune runs measured against this server (tokenops/store/run_target.py)
 STORE_ROWS = {"type": "object", "required": ["objects"], "properties": {"objects": {"type": "array", "items": {
     "type": "object", "required": ["table", "values"], "properties": {
@@ -150,7 +154,7 @@ def declare(schema: dict[str, Any]) -> dict[str, Any]:
                                        "content": {"text/plain": {"schema": {"type": "string"}}}}
     bodies = {("/admin/keys", "post"): KEY_CREATE, ("/admin/keys/{key_id}", "patch"): KEY_UPDATE,
               ("/admin/tenants/{name}", "put"): TENANT_PUT, ("/admin/tunables", "patch"): tunables_schema(),
-              ("/admin/store/rows", "post"): STORE_ROWS}
+              ("/admin/store/rows", "post"): STORE_ROWS, ("/admin/lora", "post"): LORA_LOAD}
     for (path, method), body in bodies.items():
         op = paths.get(path, {}).get(method)
         if op is not None:
