@@ -14,11 +14,12 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from tokenops import __version__
 from tokenops.backends.base import Replica
 from tokenops.config import Settings
+from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.admin import router as admin_router
 from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
@@ -192,23 +193,10 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
             yield writer.finish(*held, final)
         yield DONE
 
-    return _EventStream(body(), deltas, media_type="text/event-stream",
+    return EventStream(body(), deltas, media_type="text/event-stream",
                         headers={"cache-control": "no-cache", "x-accel-buffering": "no", **greq.response_headers})
 
 
-class _EventStream(StreamingResponse):
-    """SSE response that always closes the request's delta stream, even when the
-    client left before the body started (the engine request is aborted then too)."""
-
-    def __init__(self, content: Any, deltas: Any, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._deltas = deltas
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._deltas.aclose()
 
 
 def _install_openai_routes(app: FastAPI) -> None:

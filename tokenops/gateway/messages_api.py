@@ -18,8 +18,9 @@ import secrets
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import APIRouter, Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
+from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.body import build_off_loop, checked_body
 from tokenops.gateway.keyed_body import authorized_body
 from tokenops.gateway.errors import APIError
@@ -98,7 +99,7 @@ async def _create(request: Request) -> Response:
     if greq.stream:
         deltas, rec = await gw.pipeline.open_stream(greq)
         body = encode_stream(greq, deltas, rec, rec.model_served or greq.model)
-        return _EventStream(body, deltas, media_type="text/event-stream",
+        return EventStream(body, deltas, media_type="text/event-stream",
                             headers={"cache-control": "no-cache", "x-accel-buffering": "no", "request-id": greq.id,
                                      **greq.response_headers})
     response, rec = await gw.pipeline.respond(greq)
@@ -107,18 +108,6 @@ async def _create(request: Request) -> Response:
                     headers={"request-id": greq.id, **greq.response_headers})
 
 
-class _EventStream(StreamingResponse):
-    """Closes the pipeline's delta stream however the response ends (the engine request is aborted)."""
-
-    def __init__(self, content: AsyncIterator[bytes], deltas: Any, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._deltas = deltas
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._deltas.aclose()
 
 
 @router.post("/v1/messages/count_tokens", tags=["anthropic"], summary="Count a Message's input tokens")

@@ -20,8 +20,9 @@ import json
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
+from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.responses_output import ResponseFrame
@@ -185,22 +186,10 @@ async def _stream(gw: Any, store: ResponseStore, req: ResponsesRequest, greq: Ga
         for event in events:
             yield event
 
-    return _Events(body(), deltas, media_type="text/event-stream",
+    return EventStream(body(), deltas, media_type="text/event-stream",
                    headers={"cache-control": "no-cache", "x-accel-buffering": "no", **greq.response_headers})
 
 
-class _Events(StreamingResponse):
-    """Closes the request's delta stream even when the client left before the body started."""
-
-    def __init__(self, content: Any, deltas: Any, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._deltas = deltas
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._deltas.aclose()
 
 
 @router.get("/v1/responses/{response_id}", tags=["openai"], summary="A stored response (this tenant's)")
