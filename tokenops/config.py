@@ -133,7 +133,18 @@ def _engine_settings_class() -> type:
     return cls
 
 
-EngineSettings = _engine_settings_class()
+if typing.TYPE_CHECKING:
+    class EngineSettings:
+        """What the type checker sees of the class built above: ``profile`` typed, the
+        EngineConfig setting fields as ``Any`` (they are generated, so not declared twice)."""
+
+        profile: str | None
+
+        def __init__(self, **fields: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
+else:
+    EngineSettings = _engine_settings_class()
 
 
 @dataclass(slots=True)

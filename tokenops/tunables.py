@@ -48,6 +48,7 @@ class Tunable:
     def validate(self, value: Any) -> Any:
         """Return ``value`` coerced to this tunable's type, or raise :class:`TunableError`."""
         py = _TYPES[self.type]
+        coerced: bool | int | float | str
         try:
             if py is bool:
                 if isinstance(value, str):

@@ -13,6 +13,7 @@ import inspect
 import io
 import sys
 import tokenize
+from collections.abc import Callable
 from pathlib import Path
 
 from tokenops import types
@@ -39,7 +40,8 @@ def field_comments(cls: type) -> dict[str, str]:
         name = line.strip().split(":", 1)[0]
         if name not in names or not line.startswith("    ") or line.startswith("     "):
             continue
-        above, row = [], number - 1
+        above: list[str] = []
+        row = number - 1
         while row in comments and comments[row].startswith("#:") and lines[row - 1].strip().startswith("#:"):
             above.insert(0, comments[row][2:].strip())
             row -= 1
@@ -51,8 +53,8 @@ def field_comments(cls: type) -> dict[str, str]:
 def _default(f: dataclasses.Field) -> str:
     if f.default is not dataclasses.MISSING:
         return f"`{f.default!r}`"
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        factory = f.default_factory  # type: ignore[misc]
+    if f.default_factory is not dataclasses.MISSING:
+        factory: Callable[[], object] = f.default_factory
         return f"`{factory.__name__}()`" if factory in (list, dict, tuple, set) else f"`{factory.__qualname__}()`"
     return "required"
 

@@ -19,6 +19,8 @@ first forward, so the first requests after start are slow; measure with
 
 from __future__ import annotations
 
+from typing import Any
+
 from tokenops import hookimpl
 from tokenops.tunables import Tunable
 
@@ -31,7 +33,7 @@ SCOPES = ("mlp", "model")
 #: Module class names compiled with ``scope = "mlp"``.
 STABLE_MODULES = ("GatedMLP", "SparseMoeBlock", "RMSNorm")
 
-_conf = {"enabled": False, "mode": "default", "dynamic": True, "scope": "mlp"}
+_conf: dict[str, Any] = {"enabled": False, "mode": "default", "dynamic": True, "scope": "mlp"}
 
 
 @hookimpl

@@ -32,8 +32,8 @@ def _open(store: str | None, config: str | None, read_only: bool = False):
 
 
 def _retention(config: str | None, store) -> int:
-    from tokenops_plugins.distill.capture import parse_config
-    from tokenops_plugins.distill._pairs import prune
+    from .capture import parse_config
+    from ._pairs import prune
 
     cfg = parse_config(dict(_settings(config).plugin_settings("distill_capture")))
     return prune(store, cfg.retention_days, cfg.max_rows)
@@ -52,7 +52,7 @@ KeepTruncatedOpt = Annotated[bool, typer.Option(
 
 def _min_confidence(value: float | None) -> float | None:
     from tokenops.cli import UserError
-    from tokenops_plugins.distill._pairs import validate_min_confidence
+    from ._pairs import validate_min_confidence
 
     try:
         return validate_min_confidence(value)
@@ -99,7 +99,7 @@ def status(min_confidence: MinConfidenceOpt = None, store: StoreOpt = None, conf
 def purge(tenant: Annotated[str, typer.Option("--tenant", help="Delete every captured pair of this tenant.")],
           store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a tenant's captured pairs."""
-    from tokenops_plugins.distill._pairs import purge as purge_pairs
+    from ._pairs import purge as purge_pairs
 
     with _open(store, config) as s:
         n = purge_pairs(s, tenant)
@@ -113,7 +113,7 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines fil
            min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
            store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Write captured pairs as chat fine-tuning JSON Lines ({"messages": [...]} per line)."""
-    from tokenops_plugins.distill._pairs import export_jsonl, load, quality_filter
+    from ._pairs import export_jsonl, load, quality_filter
 
     min_confidence = _min_confidence(min_confidence)
     with _open(store, config) as s:
@@ -130,7 +130,7 @@ def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str 
     """(train, held-out, filter counts): the split is by request id over all pairs, then both sides are
     filtered, so the held-out set does not move with the filter. The training pairs the filter
     dropped are appended to ``dropped`` when given."""
-    from tokenops_plugins.distill._pairs import load, quality_filter, split_heldout
+    from ._pairs import load, quality_filter, split_heldout
 
     with _open(store, config) as s:
         _retention(config, s)
@@ -169,7 +169,7 @@ def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model
                                        "dropped (no logit KD there), so it does not forget those kinds of prompt.")] = False,
           store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Fine-tune the student on the teacher's captured answers (sequence + logit KD), on CPU."""
-    from tokenops_plugins.distill._kd import KDConfig, resolve_model, train as run_train
+    from ._kd import KDConfig, resolve_model, train as run_train
 
     min_confidence = _min_confidence(min_confidence)
     student_dir = resolve_model(student)
@@ -207,8 +207,8 @@ def evaluate(distilled: Annotated[Path, typer.Option("--distilled", help="The di
              min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
              store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Student before/after (and teacher) on held-out suites and held-out captured traffic."""
-    from tokenops_plugins.distill._evaluation import draft_acceptance, suite_figures, traffic_figures
-    from tokenops_plugins.distill._kd import resolve_model
+    from ._evaluation import draft_acceptance, suite_figures, traffic_figures
+    from ._kd import resolve_model
 
     min_confidence = _min_confidence(min_confidence)
     models = {"before": resolve_model(student), "after": resolve_model(str(distilled))}

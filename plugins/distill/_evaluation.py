@@ -15,15 +15,15 @@ from pathlib import Path
 
 import torch
 
-from tokenops_plugins.distill._kd import load_hf
+from ._kd import load_hf
 
 
 def suite_figures(model_dir: Path, dimensions: list[str], n: int) -> dict[str, dict]:
     from tokenizers import Tokenizer
 
-    from tokenops_plugins.multi_model._suites import make_suite
+    from ..multi_model._suites import make_suite
 
-    from tokenops_plugins.multi_model import _task_training as tt
+    from ..multi_model import _task_training as tt
 
     tasks = [t for d in dimensions for t in make_suite(d, n, tt.HELDOUT_SEED)]
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -34,7 +34,7 @@ def suite_figures(model_dir: Path, dimensions: list[str], n: int) -> dict[str, d
 def traffic_figures(model_dir: Path, pairs: list[tuple[str, str]], max_new_tokens: int = 48) -> dict:
     from tokenizers import Tokenizer
 
-    from tokenops_plugins.multi_model import _task_training as tt
+    from ..multi_model import _task_training as tt
 
     if not pairs:
         return {"n": 0}
@@ -60,14 +60,14 @@ def draft_acceptance(teacher_dir: Path, draft_dir: Path, prompts: list[str], k: 
     from tokenops.engine.sampling import SamplingParams
     from tokenizers import Tokenizer
 
-    from tokenops_plugins.multi_model import _task_training as tt
+    from ..multi_model import _task_training as tt
 
     tok = Tokenizer.from_file(str(teacher_dir / "tokenizer.json"))
     config = EngineConfig(model=str(teacher_dir), device="cpu", torch_threads=1, max_num_seqs=8,
                           max_num_batched_tokens=1024, kv_cache_tokens=8192, speculative="draft",
                           num_speculative_tokens=k, draft_model=str(draft_dir))
     engine = LLMEngine(config)
-    ids = [tok.encode(tt.prompt_text(p), add_special_tokens=False).ids for p in prompts]
+    ids: list[str | list[int]] = [tok.encode(tt.prompt_text(p), add_special_tokens=False).ids for p in prompts]
     engine.generate(ids, SamplingParams(temperature=0, max_tokens=max_tokens))
     stats = engine.stats()["spec_decode"]
     return {"acceptance_rate": stats["acceptance_rate"], "mean_acceptance_length": stats["mean_acceptance_length"],

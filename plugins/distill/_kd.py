@@ -94,7 +94,7 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
     student keeps what it did on them instead of forgetting that kind of prompt."""
     from tokenizers import Tokenizer
 
-    from tokenops_plugins.multi_model import _task_training as tt
+    from ..multi_model import _task_training as tt
     from tokenops.training.chat import lr_at, save_model
 
     if not pairs:

@@ -142,6 +142,6 @@ def tokenops_tenant_deleted(tenant, store):
 
 @hookimpl
 def tokenops_register_commands(app):
-    from tokenops_plugins.distill._cli import register
+    from ._cli import register
 
     register(app)

@@ -20,7 +20,7 @@ from typing import Iterable
 
 
 def features(text: str) -> tuple[str, int]:
-    from tokenops_plugins.multi_model.profile_router import dimension_classifier
+    from ..multi_model.profile_router import dimension_classifier
 
     return dimension_classifier().predict(text), len(text.split())
 

@@ -10,6 +10,10 @@ MODES = ("none", "int8", "int4")
 
 
 class Int8Linear(nn.Module):
+    # buffers (register_buffer), declared for the type checker
+    qweight: torch.Tensor
+    scale: torch.Tensor
+
     def __init__(self, linear: nn.Linear):
         super().__init__()
         w = linear.weight.detach().float()
@@ -45,6 +49,11 @@ def _q8_kernel():
 
 
 class Int4Linear(nn.Module):
+    # buffers (register_buffer), declared for the type checker
+    packed: torch.Tensor
+    scale: torch.Tensor
+    minimum: torch.Tensor
+
     def __init__(self, linear: nn.Linear, group_size: int = 128):
         super().__init__()
         out_f, in_f = linear.weight.shape

@@ -30,7 +30,7 @@ def learn(model: Annotated[str, typer.Option("--model", help="The reasoning mode
     """Learn per (dimension, prompt length) thinking budgets from MODEL's recorded requests."""
     from tokenops.config import load_settings
     from tokenops.store import open_store
-    from tokenops_plugins.model_optimization._traffic_budget import learn_from_traffic, samples_from_store
+    from ._traffic_budget import learn_from_traffic, samples_from_store
 
     settings = load_settings(config)
     if not 0 < coverage <= 1:

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from tokenops_plugins.model_optimization._adaptive_budget import BudgetTable
+from ._adaptive_budget import BudgetTable
 
 
 @dataclass(slots=True, frozen=True)

@@ -22,7 +22,7 @@ __all__ = ["DraftModelProposer"]
 
 @hookimpl
 def tokenops_register_proposers(register):
-    from tokenops_plugins.model_optimization.ngram_proposer import settings
+    from .ngram_proposer import settings
 
     register("draft", lambda config: DraftModelProposer(
         config, min_confidence=float(settings().get("draft_min_confidence", 0.0))))

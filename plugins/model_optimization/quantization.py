@@ -18,6 +18,8 @@ in tokenops.toml; the lm_head (often tied to the embeddings) stays in full preci
 
 from __future__ import annotations
 
+from typing import Any
+
 from tokenops import hookimpl
 from tokenops.tunables import Tunable
 
@@ -26,7 +28,7 @@ TOKENOPS_LAYER = "model_optimization"
 TOKENOPS_SETTINGS = {"quantization": ("weights", "group_size")}
 MODES = ("none", "int8", "int4")
 
-_settings = {"weights": "none", "group_size": 128}
+_settings: dict[str, Any] = {"weights": "none", "group_size": 128}
 
 
 @hookimpl
@@ -61,7 +63,7 @@ def tokenops_transform_model(model, config):
     mode = _mode(config)
     if mode == "none":
         return None
-    from tokenops_plugins.model_optimization._quant_layers import quantize_model
+    from ._quant_layers import quantize_model
 
     quantize_model(model, mode, _settings["group_size"])
     # what the engine's stats call the weights (the model runner reads this attribute)

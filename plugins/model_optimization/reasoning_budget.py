@@ -117,7 +117,7 @@ def _limit(value: int) -> int | None:
 
 @hookimpl
 def tokenops_register_commands(app):
-    from tokenops_plugins.model_optimization._reasoning_cli import reasoning_app
+    from ._reasoning_cli import reasoning_app
 
     app.add_typer(reasoning_app, name="reasoning")
 
@@ -127,7 +127,7 @@ def tokenops_reasoning_budget(request, model):
     body = request.body
     feats = None
     if _conf["record_features"] or _conf["adaptive"]:
-        from tokenops_plugins.model_optimization._adaptive_budget import features
+        from ._adaptive_budget import features
 
         feats = features(request.prompt_text())
         if _conf["record_features"]:
@@ -141,7 +141,7 @@ def tokenops_reasoning_budget(request, model):
         limit = 0 if effort in ("none", "minimal") else _limit(_conf[effort])
         return ReasoningBudget(limit, suppress, f"reasoning_effort={effort}")
     if _conf["adaptive"]:
-        from tokenops_plugins.model_optimization._adaptive_budget import load_table
+        from ._adaptive_budget import load_table
 
         table = load_table(Path(_conf["adaptive_table"] or f"profiles/reasoning/{model}.json"))
         if table is not None:

@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from tokenops_plugins.multi_model._profiles import save_profile, wilson
-from tokenops_plugins.multi_model._suites import DIMENSIONS, Task, make_suite
+from ._profiles import save_profile, wilson
+from ._suites import DIMENSIONS, Task, make_suite
 
 MAX_TOKENS = {"code": 200, "extraction": 80, "instruction": 40}
 

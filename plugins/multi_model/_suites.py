@@ -37,7 +37,7 @@ def math_task(rng: random.Random, i: int) -> Task:
     op = rng.choice(["+", "-", "*"])
     value = {"+": a + b, "-": a - b, "*": a * b}[op] + c
     prompt = f"Compute ({a} {op} {b}) + {c}. Reply with the number only."
-    return Task(f"math-{i}", "math", prompt, lambda ans, v=value: _numbers(ans)[-1:] == [str(v)], str(value))
+    return Task(f"math-{i}", "math", prompt, lambda ans: _numbers(ans)[-1:] == [str(value)], str(value))
 
 
 _NAMES = ["Alice", "Bruno", "Chen", "Dana", "Emeka", "Farah", "Goran", "Hana", "Ivan", "Jun"]
@@ -86,7 +86,7 @@ def retrieval_task(rng: random.Random, i: int, num_filler: int = 8) -> Task:
     filler = [f"Note {k}: the {rng.choice(_WORDS)} shipment to {rng.choice(_CITIES)} is on schedule." for k in range(num_filler)]
     filler.insert(rng.randint(0, num_filler), f"Important: the vault access code is {code}.")
     prompt = "\n".join(filler) + "\n\nWhat is the vault access code? Reply with the number only."
-    return Task(f"retrieval-{i}", "retrieval", prompt, lambda ans, c=code: str(c) in _numbers(ans), str(code))
+    return Task(f"retrieval-{i}", "retrieval", prompt, lambda ans: str(code) in _numbers(ans), str(code))
 
 
 _CODE_SPECS = [
@@ -137,7 +137,7 @@ def code_task(rng: random.Random, i: int) -> Task:
     else:
         name, spec, ref, tests = rng.choice(_CODE_SPECS)
     prompt = f"Write a Python function `{name}` that {spec}. Reply with the code only."
-    return Task(f"code-{i}", "code", prompt, lambda ans, t=tests: run_python_tests(ans, t), ref)
+    return Task(f"code-{i}", "code", prompt, lambda ans: run_python_tests(ans, tests), ref)
 
 
 _POS = ["loved", "enjoyed", "was delighted by", "would happily recommend", "was impressed by",

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from tokenops.training.chat import IM_END, IM_START, lr_at, render
-from tokenops_plugins.multi_model._profiles import wilson
-from tokenops_plugins.multi_model._suites import DIMENSIONS, Task, make_suite
+from ._profiles import wilson
+from ._suites import DIMENSIONS, Task, make_suite
 
 HELDOUT_SEED = 0  # the suites' seed 0 is what `tokenops profile run` and routing_eval measure on
 HELDOUT_PER_DIMENSION = 100
@@ -106,7 +106,7 @@ def recall_pair(rng: random.Random) -> tuple[str, str | list[dict], str]:
 
 def recall_pairs(num: int, seed: int, exclude: set[str]) -> list[tuple]:
     rng = random.Random(f"recall:{seed}")
-    out = []
+    out: list[tuple] = []
     while len(out) < num:
         pair = recall_pair(rng)
         if not (isinstance(pair[1], str) and pair[1] in exclude):

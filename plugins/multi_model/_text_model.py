@@ -75,7 +75,7 @@ class NaiveBayes:
 
     def predict(self, text: str) -> str:
         probs = self.predict_proba(text)
-        return max(probs, key=probs.get)
+        return max(probs, key=probs.__getitem__)
 
 
 @dataclass

@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    from typer._click import Context  # typer (0.29) vendors click: TyperGroup's methods take this Context
 
 from tokenops import hookimpl
 from tokenops.cli.options import JsonOpt, StoreOpt
@@ -29,7 +31,7 @@ ProfilesDirOpt = Annotated[Path, typer.Option("--dir", help="Capability profile 
 class _ProfileGroup(TyperGroup):
     """``tokenops profile MODEL`` (the old spelling) gets one line naming the new one."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+    def resolve_command(self, ctx: Context, args: list[str]) -> Any:
         from tokenops.cli import UserError
 
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
@@ -70,8 +72,8 @@ def profile_run(
     from rich.progress import Progress
 
     from tokenops.cli import UserError
-    from tokenops_plugins.multi_model._profiling import build_profile, run_suites, write_profile
-    from tokenops_plugins.multi_model._suites import DIMENSIONS
+    from ._profiling import build_profile, run_suites, write_profile
+    from ._suites import DIMENSIONS
 
     dims = suite or list(DIMENSIONS)
     unknown = [d for d in dims if d not in DIMENSIONS]
@@ -140,7 +142,7 @@ def profile_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Print stored capability profiles."""
-    from tokenops_plugins.multi_model._profiles import load_profiles
+    from ._profiles import load_profiles
 
     profiles = _load(profiles_dir, models) if models else list(load_profiles(profiles_dir).values())
     if as_json:
@@ -153,7 +155,7 @@ def profile_show(
 
 def _load(profiles_dir: Path, models: list[str]) -> list[dict]:
     from tokenops.cli import UserError
-    from tokenops_plugins.multi_model._profiles import load_profiles
+    from ._profiles import load_profiles
 
     profiles = load_profiles(profiles_dir)
     missing = [m for m in models if m not in profiles]
@@ -190,7 +192,7 @@ def route_calibrate(
     from tokenops.cli import UserError
     from tokenops.config import load_settings
     from tokenops.store import open_store
-    from tokenops_plugins.multi_model._calibration import calibrate_share
+    from ._calibration import calibrate_share
 
     path = store or load_settings().store.path
     if not Path(path).is_file():
@@ -230,7 +232,7 @@ def route_train(
 ) -> None:
     """Train the win predictor from two models' per-task profile results."""
     from tokenops.cli import UserError
-    from tokenops_plugins.multi_model._text_model import Logistic
+    from ._text_model import Logistic
 
     def load(model: str) -> dict[str, dict]:
         path = results_dir / f"{model.replace('/', '_')}.results.jsonl"
@@ -244,7 +246,8 @@ def route_train(
         raise UserError(f"only {len(common)} tasks profiled for both models; profile more (at least 20)")
     texts = [w[t]["prompt"] for t in common]
     targets = [float((not w[t]["correct"]) and s[t]["correct"]) for t in common]
-    Logistic().fit(texts, targets).save(out.parent.mkdir(parents=True, exist_ok=True) or out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Logistic().fit(texts, targets).save(out)
     if as_json:
         typer.echo(json.dumps({"weak": weak, "strong": strong, "num_tasks": len(common),
                                "num_need_strong": int(sum(targets)), "out": str(out)}))

@@ -26,7 +26,7 @@ from collections import Counter
 
 from tokenops import hookimpl
 from tokenops.types import EnsembleFollowUp, GatewayResponse, RouteDecision
-from tokenops_plugins.multi_model.validators import normalise_answer
+from .validators import normalise_answer
 
 TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.

@@ -21,10 +21,10 @@ from functools import lru_cache
 
 from tokenops import hookimpl, may_block
 from tokenops.types import RouteDecision
-from tokenops_plugins.multi_model import _router_config as rc
-from tokenops_plugins.multi_model._profiles import dimension_score
-from tokenops_plugins.multi_model._suites import make_mixed
-from tokenops_plugins.multi_model._text_model import NaiveBayes
+from . import _router_config as rc
+from ._profiles import dimension_score
+from ._suites import make_mixed
+from ._text_model import NaiveBayes
 
 TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
@@ -39,7 +39,7 @@ def dimension_classifier() -> NaiveBayes:
 
 def choose(text: str, candidates: list[str], profiles: dict, threshold: float, lower_bound: bool = False,
            max_error_rate: float = 1.0) -> RouteDecision | None:
-    from tokenops_plugins.multi_model.profile_telemetry import running_stats
+    from .profile_telemetry import running_stats
 
     dimension = dimension_classifier().predict(text)
     healthy = [m for m in candidates if running_stats(m).get("error_rate", 0.0) <= max_error_rate] or candidates

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from tokenops import hookimpl
-from tokenops_plugins.multi_model._profiling import update_from_telemetry
+from ._profiling import update_from_telemetry
 
 TOKENOPS_LAYER = "multi_model"
 VALIDATOR_PASS = 0.5

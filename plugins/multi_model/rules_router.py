@@ -27,7 +27,7 @@ import re
 
 from tokenops import hookimpl
 from tokenops.types import RouteDecision
-from tokenops_plugins.multi_model import _router_config as rc
+from . import _router_config as rc
 
 TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.

@@ -26,7 +26,7 @@ import numpy as np
 
 from tokenops import hookimpl, may_block
 from tokenops.types import RouteDecision
-from tokenops_plugins.multi_model import _router_config as rc
+from . import _router_config as rc
 
 TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
@@ -52,7 +52,7 @@ class ExampleIndex:
         votes: dict[str, float] = defaultdict(float)
         for i in top:
             votes[self.labels[i]] += float(max(sims[i], 0.0))
-        best = max(votes, key=votes.get)
+        best = max(votes, key=votes.__getitem__)
         return best, float(max(sims[i] for i in top if self.labels[i] == best))
 
 
@@ -62,10 +62,11 @@ _lock = threading.Lock()
 
 def get_index() -> ExampleIndex:
     with _lock:
-        if _index["index"] is None:
+        index = _index["index"]
+        if index is None:
             conf = rc.section("semantic")
-            _index["index"] = ExampleIndex(conf.get("routes", []), conf.get("embedder", "auto"))
-        return _index["index"]
+            index = _index["index"] = ExampleIndex(conf.get("routes", []), conf.get("embedder", "auto"))
+        return index
 
 
 @hookimpl

@@ -35,7 +35,7 @@ def logprob_confidence(token_logprobs: list[float] | None) -> float | None:
 
 def _schema_ok(value, schema: dict) -> bool:
     """A small JSON-schema subset: type, properties, required, items, enum."""
-    types = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool, "null": type(None)}
+    types: dict[str, type | tuple[type, ...]] = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool, "null": type(None)}
     t = schema.get("type")
     if t and not isinstance(value, types.get(t, object)) or (t in ("integer", "number") and isinstance(value, bool)):
         return False
@@ -90,7 +90,7 @@ def tokenops_configure(settings):
 
 @hookimpl
 def tokenops_validate(request, response):
-    scores = []
+    scores: list[float | None] = []
     if _on("logprob"):
         scores.append(logprob_confidence(response.token_logprobs))
     if _on("json"):
@@ -99,5 +99,5 @@ def tokenops_validate(request, response):
         scores.append(1.0 if _conf["regex"].search(response.text) else 0.0)
     if _on("consistency"):
         scores.append(agreement(response.extra.get("samples") or []))
-    scores = [s for s in scores if s is not None]
-    return min(scores) if scores else None
+    known = [s for s in scores if s is not None]
+    return min(known) if known else None

@@ -217,7 +217,7 @@ async def run_load(requests: list[BenchRequest], spec: LoadSpec,
 
     num_conn = spec.concurrency or spec.max_in_flight or max(16, len(requests))
     own = client is None
-    if own:
+    if client is None:
         client = httpx.AsyncClient(timeout=httpx.Timeout(spec.timeout_s, connect=10.0),
                                    limits=httpx.Limits(max_connections=num_conn, max_keepalive_connections=num_conn))
     t0 = time.perf_counter()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 import numpy as np
 
@@ -107,13 +107,13 @@ def slo_value(results: list[RequestResult], slo: SLO) -> float | None:
         num_failed = sum(1 for r in results if not r.is_ok)
         vals = vals + [math.inf] * num_failed
     else:
-        vals = [(r.value(slo.metric) if r.is_ok else math.inf) for r in results]
-        vals = [v for v in vals if v is not None]
+        raw = [(r.value(slo.metric) if r.is_ok else math.inf) for r in results]
+        vals = [v for v in raw if v is not None]
     if not vals:
         return None
     # numpy interpolation with inf yields nan; use the "higher" rank when infinities are present.
     arr = np.asarray(vals, dtype=float)
-    method = "linear" if np.isfinite(arr).all() else "higher"
+    method: Literal["linear", "higher"] = "linear" if np.isfinite(arr).all() else "higher"
     return float(np.percentile(arr, slo.percentile, method=method))
 
 
@@ -191,6 +191,9 @@ def summarize(
         slo_rows.append({"label": s.label, "metric": s.metric, "percentile": s.percentile,
                          "threshold_s": s.threshold_s, "value_s": None if v is None or math.isinf(v) else v,
                          "met": v is not None and s.is_met(v)})
+    attainment: float | None
+    goodput: float | None
+    is_met: bool | None
     if slos and results:
         num_good = sum(1 for r in results if r.meets(slos))
         attainment = num_good / len(results)

@@ -43,9 +43,9 @@ def text_plot(run: BenchRun, width: int = 60, height: int = 14) -> str:
             row = height - 1 - min(height - 1, int(y / y1 * (height - 1)))
             grid[row][col] = mark
     lines = []
-    for i, row in enumerate(grid):
+    for i, grid_row in enumerate(grid):
         yv = y1 * (height - 1 - i) / (height - 1)
-        lines.append(f"{yv:9.1f} |" + "".join(row))
+        lines.append(f"{yv:9.1f} |" + "".join(grid_row))
     lines.append(" " * 10 + "+" + "-" * width)
     lines.append(" " * 11 + f"{x0:<10.2f}{'requests/s':^{width - 20}}{x1:>10.2f}")
     lines.append("  ms    " + "   ".join(f"{mark} {metric} {key}" for metric, key, mark in SERIES))

@@ -6,14 +6,18 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tokenops.bench.synthetic import words
 from tokenops.bench.workloads import BenchRequest, WorkloadError
 
+if TYPE_CHECKING:
+    from tokenops.store.remote import RemoteStore
 
-def _seconds(ts: object) -> float:
+
+def _seconds(ts: dt.datetime | float | str) -> float:
     if isinstance(ts, dt.datetime):
         return ts.timestamp()
     return float(ts)
@@ -25,6 +29,7 @@ def load_recorded(store: str, limit: int) -> list[tuple[float, int, int]]:
 
     if not Path(store).is_file():
         raise WorkloadError(f"store {store} does not exist; pass --store PATH of a tokenops store")
+    con: duckdb.DuckDBPyConnection | RemoteStore
     try:
         con = duckdb.connect(store, read_only=True)
     except duckdb.Error as e:
@@ -32,9 +37,10 @@ def load_recorded(store: str, limit: int) -> list[tuple[float, int, int]]:
         from tokenops.store.remote import connect_server
 
         # held by a running server: read through its store socket (same SELECTs, same rows)
-        con = connect_server(store) if is_lock_error(e) else None
-        if con is None:
+        remote = connect_server(store) if is_lock_error(e) else None
+        if remote is None:
             raise WorkloadError(f"cannot open store {store}: {e}") from None
+        con = remote
     try:
         cols = {r[0] for r in con.execute("select column_name from information_schema.columns "
                                           "where table_name = 'requests'").fetchall()}

@@ -118,7 +118,8 @@ async def run_plan(plan: BenchPlan,
                 "rates": [r if math.isfinite(r) else "inf" for r in plan.rates], "concurrencies": plan.concurrencies, **plan.workload_options}
     run = BenchRun(url=plan.url, model=model, workload=plan.workload, settings=settings,
                    slos=[s.label for s in plan.slos])
-    levels = [(None, c) for c in plan.concurrencies] or [(r, None) for r in plan.rates]
+    levels: list[tuple[float | None, int | None]] = [(None, c) for c in plan.concurrencies]
+    levels = levels or [(r, None) for r in plan.rates]
     for i, (rate, conc) in enumerate(levels):
         if i > 0:
             requests = level_requests(plan, i, run_nonce)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    from typer._click import Context  # typer (0.29) vendors click: TyperGroup's methods take this Context
 
 from tokenops import __version__
 
@@ -18,7 +20,7 @@ class _RootGroup(TyperGroup):
     """An unknown command while ``TOKENOPS_LOAD_PLUGINS`` leaves plugins out says that plugins
     add commands too (one line, instead of click's usage error)."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+    def resolve_command(self, ctx: Context, args: list[str]) -> Any:
         allow = os.environ.get("TOKENOPS_LOAD_PLUGINS")
         if allow is not None and args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
             loaded = "only the plugins it lists" if allow.strip() else "no plugin beyond the defaults"

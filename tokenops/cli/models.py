@@ -75,7 +75,7 @@ def models_command(config: ConfigOpt = None, as_json: JsonOpt = False, url: Runn
         row = [m["name"], m["backend"], str(len(m["replicas"])), where,
                f"{m['cost_input_per_1m']:g} / {m['cost_output_per_1m']:g}", ", ".join(m["tags"])]
         if url:
-            first = next(iter(m["running"]["replicas"].values()), {})
+            first: dict[str, Any] = next(iter(m["running"]["replicas"].values()), {})
             row.append(", ".join(f"{k}={first[k]}" for k in RUN_KEYS if first.get(k) is not None) or "-")
         table.add_row(*row)
     Console().print(table)

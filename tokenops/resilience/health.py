@@ -64,13 +64,17 @@ class ReplicaHealth:
     def is_model_down(self, model: str) -> bool:
         """Every known replica of ``model`` is open or ejected (False for an unknown model)."""
         names = self._models.get(model)
-        return bool(names) and not any(self.is_available(n) for n in names)
+        if not names:
+            return False
+        return not any(self.is_available(n) for n in names)
 
     def is_model_overloaded(self, model: str, max_in_flight: int) -> bool:
         """Every replica of ``model`` has at least ``max_in_flight`` calls running
         (the gateway's ``Replica.in_flight``)."""
         replicas = self._replicas.get(model)
-        return bool(replicas) and all(getattr(r, "in_flight", 0) >= max_in_flight for r in replicas)
+        if not replicas:
+            return False
+        return all(getattr(r, "in_flight", 0) >= max_in_flight for r in replicas)
 
     def states(self) -> dict[str, str]:
         out = {}

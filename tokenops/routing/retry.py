@@ -18,7 +18,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from tokenops.config import GatewaySettings
 
 #: BackendError kinds that say "this replica did not answer", never "this request is bad".
 RETRYABLE_KINDS = frozenset({"unavailable", "error", "overload"})
@@ -85,7 +88,7 @@ class RetryBudget:
         return {"retries": self.num_retries, "retries_refused_by_budget": self.num_refused}
 
 
-def retry_budget(gateway: object) -> RetryBudget:
+def retry_budget(gateway: GatewaySettings) -> RetryBudget:
     """The budget configured by ``[gateway] retry_*`` (a ConfigError when out of range)."""
     try:
         return RetryBudget(RetryConfig(max_attempts=gateway.retry_max_attempts, ratio=gateway.retry_budget_ratio,

@@ -17,7 +17,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from typing import Protocol
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -95,7 +95,7 @@ class MiniLMEmbedder:
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
-        self._model = None
+        self._model: Any = None  # a SentenceTransformer (the package has no annotations)
         self._table: np.ndarray | None = None
         self._lock = threading.Lock()
 
@@ -170,7 +170,7 @@ class WordSimilarity:
                 out.append(v)
             return out
 
-    def __call__(self, words_a: list[str], words_b: list[str]) -> np.ndarray:
+    def __call__(self, words_a: Sequence[str], words_b: Sequence[str]) -> np.ndarray:
         va = np.stack(self.vectors(list(words_a)))
         vb = np.stack(self.vectors(list(words_b)))
         return va @ vb.T

@@ -27,12 +27,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from tokenops.semcache import lexicon as lx
 
+class SimilarityMatrix(Protocol):
+    """Rows of cosines, read as ``matrix[x][y]``: a list of lists or a NumPy array."""
+
+    def __getitem__(self, row: int, /) -> Any: ...
+
+
 #: ``similarity(words_a, words_b) -> matrix`` of cosines between open-class words
-WordSimilarity = Callable[[Sequence[str], Sequence[str]], "Sequence[Sequence[float]]"]
+WordSimilarity = Callable[[Sequence[str], Sequence[str]], SimilarityMatrix]
 
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*(?:st|nd|rd|th)?|[^\W\d_]+(?:['’][^\W\d_]+)?", re.UNICODE)
 _SENTENCE_END = re.compile(r"[.!?:;\n]\s*$")

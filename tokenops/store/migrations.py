@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Union
+from typing import Any, Union
 
 import duckdb
 
@@ -150,12 +150,18 @@ def utcnow() -> datetime:
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
     """The highest applied migration, 0 for a file without the ledger."""
-    exists = con.execute(
+    exists = _scalar(con,
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations' AND table_schema = 'main'"
-    ).fetchone()[0]
+    )
     if not exists:
         return 0
-    return con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+    return _scalar(con, "SELECT coalesce(max(version), 0) FROM schema_migrations")
+
+
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
+    row = con.execute(sql).fetchone()
+    assert row is not None  # an aggregate without GROUP BY always returns one row
+    return row[0]
 
 
 def _run_step(con: duckdb.DuckDBPyConnection, step: Step) -> None:

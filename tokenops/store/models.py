@@ -333,7 +333,8 @@ ALL_MODELS: dict[str, type[SQLModel]] = {
 def column_kinds(table: str) -> list[tuple[str, str]]:
     """``(column, kind)`` pairs in table order; kind is str, json, int, float, bool or ts."""
     out = []
-    for col in ALL_MODELS[table].__table__.columns:
+    # SQLModel's annotations declare __table__ only as the metaclass sets it on table=True classes
+    for col in ALL_MODELS[table].__table__.columns:  # type: ignore[attr-defined]
         t = col.type
         if col.info.get("json"):
             kind = "json"

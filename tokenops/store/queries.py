@@ -305,10 +305,10 @@ def _convert(param: QueryParam, value: Any) -> Any:
                 raise ValueError
             return number
         if param.kind == "float":
-            number = float(value)
-            if not math.isfinite(number):
+            real = float(value)
+            if not math.isfinite(real):
                 raise ValueError
-            return number
+            return real
         return str(value)
     except (TypeError, ValueError):
         raise QueryError(f"parameter {param.name}={str(value)[:64]!r} is not a valid {param.kind} ({param.help})") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections import deque
-from typing import Any, Protocol
+from typing import Any
 
 from rich.console import Console
 from textual import on, work
@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.timer import Timer
 
-from tokenops.tui.client import AdminError, ServerUnreachable
+from tokenops.tui.client import AdminError, Client, ServerUnreachable
 from tokenops.tui.connection import ConnectionState
 from tokenops.tui.messages import StatsFailed, StatsReceived
 from tokenops.tui.screens.base import DashboardScreen
@@ -27,17 +27,6 @@ from tokenops.tui.screens.tuning import TuningScreen
 
 #: Client-side samples kept per replica for the Engine charts (one per poll).
 ENGINE_HISTORY_LEN = 300
-
-
-class Client(Protocol):
-    """What the app needs from :class:`tokenops.tui.client.AdminClient` (tests inject fakes)."""
-
-    url: str
-
-    def stats(self) -> dict[str, Any]: ...
-    def tunables(self) -> list[dict[str, Any]]: ...
-    def patch_tunables(self, values: dict[str, Any], actor: str = "dashboard") -> dict[str, Any]: ...
-    def query(self, name: str, **params: Any) -> dict[str, Any]: ...
 
 
 class DashboardApp(App[None]):

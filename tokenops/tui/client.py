@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -18,6 +18,17 @@ class AdminError(Exception):
 
 class ServerUnreachable(AdminError):
     """No server answered at the URL (refused, timed out, DNS)."""
+
+
+class Client(Protocol):
+    """What the app needs from :class:`tokenops.tui.client.AdminClient` (tests inject fakes)."""
+
+    url: str
+
+    def stats(self) -> dict[str, Any]: ...
+    def tunables(self) -> list[dict[str, Any]]: ...
+    def patch_tunables(self, values: dict[str, Any], actor: str = "dashboard") -> dict[str, Any]: ...
+    def query(self, name: str, **params: Any) -> dict[str, Any]: ...
 
 
 class AdminClient:

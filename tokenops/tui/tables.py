@@ -25,11 +25,11 @@ def sync_rows(table: DataTable, rows: Mapping[str, Sequence[Any]], keep_order: b
     changed (a newest-first history gaining a row). Call inside ``app.batch_update()``
     so the whole table repaints once.
     """
-    column_keys = [c.value for c in table.columns]
+    column_keys = list(table.columns)
     if keep_order and [k.value for k in table.rows] != list(rows):
         table.clear()
-    for key in [k.value for k in table.rows if k.value not in rows]:
-        table.remove_row(key)
+    for row_key in [k for k in table.rows if k.value not in rows]:
+        table.remove_row(row_key)
     for key, cells in rows.items():
         assert len(cells) == len(column_keys), (key, len(cells), len(column_keys))
         if key in table.rows:

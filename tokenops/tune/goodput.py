@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from tokenops.bench.metrics import BenchSummary
 
@@ -36,7 +36,7 @@ class RatePoint:
 
     def to_dict(self) -> dict:
         s = self.summary
-        d = {"rate": self.rate, "met": self.is_met, "repeat": self.repeat,
+        d: dict[str, Any] = {"rate": self.rate, "met": self.is_met, "repeat": self.repeat,
              "worst_ratio": None if math.isinf(self.worst_ratio) else self.worst_ratio}
         if s is not None:
             d.update({"achieved_rps": s.request_rate, "errors": s.num_errors,
@@ -161,6 +161,7 @@ def find_goodput(measure: MeasureFn, start_rate: float, cfg: BracketConfig | Non
     while True:
         while budget_left() and (lo is None or hi is None):
             if lo is None:
+                assert hi is not None  # every probe sets lo or hi, and a failed confirmation sets hi
                 rate = hi.rate / cfg.growth
                 if rate < cfg.min_rate:
                     return done("infeasible", None, hi)

@@ -95,7 +95,7 @@ class SearchSpace:
 
         dims, dropped = [], []
         for t in by_name.values():
-            named = bool(only) and matches(t.name, only)
+            named = matches(t.name, only) if only else False
             if t.name not in overrides:
                 if only and not named:
                     continue

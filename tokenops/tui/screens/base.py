@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -11,11 +11,32 @@ from textual.widgets import Footer
 from tokenops.tui.connection import ConnectionState
 from tokenops.tui.widgets.connection_banner import ConnectionBanner
 
+if TYPE_CHECKING:
+    from collections import deque
+
+    from textual.app import App
+
+    from tokenops.tui.client import Client
+
+    class DashboardHost(App[None]):
+        """What the screens read from :class:`tokenops.tui.app.DashboardApp`, declared here
+        because app.py imports the screens (a type-only view, never instantiated)."""
+
+        client: Client
+        connection: ConnectionState
+        last_stats: dict[str, Any] | None
+        engine_history: dict[str, deque[tuple[float | None, float | None]]]
+
 
 class DashboardScreen(Screen):
     """Subclasses implement :meth:`compose_body` and :meth:`show_stats`."""
 
     SCREEN_TITLE = ""
+
+    if TYPE_CHECKING:
+        @property
+        def app(self) -> DashboardHost:
+            """Every dashboard screen runs inside the dashboard app (typed here only)."""
 
     def compose(self) -> ComposeResult:
         yield ConnectionBanner(self.SCREEN_TITLE)

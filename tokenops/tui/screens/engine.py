@@ -69,7 +69,7 @@ class EngineScreen(DashboardScreen):
         self._selected: str | None = None
 
     def compose_body(self) -> ComposeResult:
-        table = DataTable(id="replicas", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = DataTable(id="replicas", cursor_type="row", zebra_stripes=True)
         table.border_title = "replicas"
         yield table
         with Horizontal(id="engine-charts"):

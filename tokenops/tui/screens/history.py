@@ -3,6 +3,8 @@ image requests' denoising steps and step-cache reuse per hour)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -30,7 +32,7 @@ class HistoryScreen(DashboardScreen):
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="history"):
             for name, title in QUERIES:
-                table = DataTable(id=name, cursor_type="row", zebra_stripes=True)
+                table: DataTable[Any] = DataTable(id=name, cursor_type="row", zebra_stripes=True)
                 table.border_title = title
                 yield table
                 yield Static("", id=f"{name}-error", classes="query-error")

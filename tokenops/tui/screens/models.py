@@ -73,14 +73,14 @@ class ModelsScreen(DashboardScreen):
     """
 
     def compose_body(self) -> ComposeResult:
-        models = DataTable(id="models", cursor_type="row", zebra_stripes=True)
+        models: DataTable[Any] = DataTable(id="models", cursor_type="row", zebra_stripes=True)
         models.border_title = "models"
         yield models
-        spend = DataTable(id="spend", cursor_type="row")
+        spend: DataTable[Any] = DataTable(id="spend", cursor_type="row")
         spend.border_title = "spend by tenant / key (this gateway) and budget use in the period"
         yield spend
         with Horizontal(id="routing"):
-            routes = DataTable(id="routes", cursor_type="row")
+            routes: DataTable[Any] = DataTable(id="routes", cursor_type="row")
             routes.border_title = "route reasons"
             yield routes
             with Vertical(id="routing-tiles"):

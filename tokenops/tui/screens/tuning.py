@@ -47,11 +47,11 @@ class TuningScreen(DashboardScreen):
         self.changes: dict[str, Any] | None = None
 
     def compose_body(self) -> ComposeResult:
-        table = DataTable(id="tunables", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = DataTable(id="tunables", cursor_type="row", zebra_stripes=True)
         table.border_title = "tunables (enter: edit)"
         yield table
         yield TunableEditor(id="editor")
-        changes = DataTable(id="changes", cursor_type="row")
+        changes: DataTable[Any] = DataTable(id="changes", cursor_type="row")
         changes.border_title = "config changes (r: revert · u: reload)"
         yield changes
 
@@ -152,6 +152,7 @@ class TuningScreen(DashboardScreen):
             self.notify("no change selected", severity="warning")
             return
         key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+        assert key is not None  # every row is added with its change id as key
         row = dict(zip(self.changes["columns"], self._change_rows()[key]))
         name = row.get("name")
         editor = self.query_one(TunableEditor)

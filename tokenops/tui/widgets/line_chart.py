@@ -79,7 +79,8 @@ class LineChart(Widget):
         for row, color_row in zip(cells, colors):
             out.append("\n")
             # One span per run of equal colour keeps the segment count (and render cost) low.
-            run, run_color = [], None
+            run: list[str] = []
+            run_color: str | None = None
             for bits, color in zip(row, color_row):
                 if color != run_color and run:
                     out.append("".join(run), style=run_color or "")
