@@ -145,7 +145,7 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
             acc = others.setdefault(d.index, {})
             acc[key] = acc.get(key, "") + value if isinstance(value, str) and isinstance(acc.get(key, ""), str) else value
     indexes = sorted(texts) or [0]
-    choices = [
+    choices: list[dict[str, Any]] = [
         {"index": i, "text": "".join(texts.get(i, [])), "finish_reason": finish.get(i, "stop"), "logprobs": logprobs.get(i),
          "tool_calls": [tool_calls[i][k] for k in sorted(tool_calls[i])] if tool_calls.get(i) else None, "refusal": "".join(refusals[i]) if i in refusals else None,
          "message_extra": others.get(i)}

@@ -81,6 +81,7 @@ class DiffusionBackend:
         if self.pipeline is None:
             from tokenops.diffusion.model import DiffusionModel
 
+            assert self.path is not None  # __init__ refuses a model with neither a path nor a pipeline
             self.pipeline = await asyncio.to_thread(DiffusionModel.load, self.path)
 
     async def close(self) -> None:

@@ -52,6 +52,7 @@ def processor_params(body: dict[str, Any], max_tokens: int, vocab_size: int | No
         ids = {int(k): float(v) for k, v in bias.items()}
         outside = [t for t in ids if vocab_size is not None and t >= vocab_size]
         if outside:
+            assert vocab_size is not None  # only a known vocabulary has ids outside it
             raise bad_request(f"logit_bias: token id {outside[0]} is outside the vocabulary of the model "
                               f"(ids 0 to {vocab_size - 1})", "logit_bias", backend)
         out["logit_bias"] = ids

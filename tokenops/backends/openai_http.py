@@ -226,9 +226,9 @@ class OpenAIBackend:
                                    self.name) from None
             self.unreachable = None
             if response.status_code >= 400:
-                body = await response.aread()
+                error_body = await response.aread()
                 await response.aclose()
-                last = _upstream_error(self.name, response.status_code, body)
+                last = _upstream_error(self.name, response.status_code, error_body)
                 if response.status_code in _RETRY_STATUSES:
                     continue
                 raise last

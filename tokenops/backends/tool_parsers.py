@@ -127,7 +127,10 @@ class ToolCallStream:
             if m is None or not _ARGS.search(body, m.end()):
                 return []
             pieces.append(self._header(json.loads(f'"{m.group(1)}"')))
-        args = body[_ARGS.search(body, _NAME.search(body).end()).end():]
+        name = _NAME.search(body)
+        args_at = _ARGS.search(body, name.end()) if name is not None else None
+        assert args_at is not None  # both were in the buffer before the header was sent, and it only grows
+        args = body[args_at.end():]
         # a trailing "}" may close the call object itself: hold it (and whitespace) back
         safe = args.rstrip()
         if safe.endswith("}"):

@@ -54,6 +54,13 @@ async def list_lora(request: Request) -> Response:
     return _json({"adapters": [_card(n, rs) for n, rs in _adapters(gw).items()]})
 
 
+def _non_empty_str(body: dict[str, Any], field: str) -> str:
+    value = body.get(field)
+    if not isinstance(value, str) or not value:
+        raise APIError(400, f"'{field}' must be a non-empty string", code="invalid_value", param=field)
+    return value
+
+
 @router.post("/lora", summary="Load a PEFT LoRA adapter folder and serve it as a model")
 async def load_lora(request: Request) -> Response:
     gw = _gateway(request)
@@ -62,10 +69,7 @@ async def load_lora(request: Request) -> Response:
     if unknown:
         raise APIError(400, f"unknown field {unknown[0]!r}; allowed: name, path, base, check_base",
                        code="unknown_parameter", param=unknown[0])
-    name, path, base = body.get("name"), body.get("path"), body.get("base")
-    for field, value in (("name", name), ("path", path)):
-        if not isinstance(value, str) or not value:
-            raise APIError(400, f"'{field}' must be a non-empty string", code="invalid_value", param=field)
+    name, path, base = _non_empty_str(body, "name"), _non_empty_str(body, "path"), body.get("base")
     check_base = body.get("check_base", True)
     if not isinstance(check_base, bool):
         raise APIError(400, "'check_base' must be a boolean", code="invalid_value", param="check_base")

@@ -16,14 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tokenops.gateway import hooks
 from tokenops.gateway.capability import choose_capable_replica
 from tokenops.gateway.errors import APIError
-from tokenops.gateway.json_types import json_int
+from tokenops.gateway.json_types import INTEGRAL_FLOAT
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest
 
 #: OpenAI's limit on inputs per request.
 MAX_INPUTS = 2048
 
 
-_TokenId = json_int(ge=0, le=2**31 - 1)
+_TokenId = Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT]
 
 
 class EmbeddingRequest(BaseModel):
@@ -34,7 +34,7 @@ class EmbeddingRequest(BaseModel):
             | Annotated[list[_TokenId], Field(min_length=1)]
             | Annotated[list[Annotated[list[_TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_INPUTS)])
     encoding_format: Literal["float", "base64"] | None = None
-    dimensions: json_int(ge=1, le=2**31 - 1) | None = None
+    dimensions: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1), INTEGRAL_FLOAT] | None = None
     user: str | None = None
 
     @field_validator("input", mode="before")  # before the union: its own words, not the branches'
@@ -60,7 +60,8 @@ def embedding_request(data: dict[str, Any]) -> GatewayRequest:
     body = req.model_dump(exclude_unset=True)
     texts = [req.input] if isinstance(req.input, str) else req.input
     # the text, for admission plugins that count or read it (rate limits, budgets)
-    prompt = "\n".join(texts) if all(isinstance(t, str) for t in texts) else None
+    strings = [t for t in texts if isinstance(t, str)]
+    prompt = "\n".join(strings) if len(strings) == len(texts) else None
     return GatewayRequest(kind="embedding", model=req.model, body=body, prompt=prompt, session_id=req.user,
                           max_tokens=0)
 

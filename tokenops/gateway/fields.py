@@ -135,10 +135,12 @@ def fields(kind: str) -> dict[str, Field]:
 
 def declared(kind: str) -> set[str]:
     """The fields the request schema of ``kind`` declares (pydantic model fields)."""
+    from pydantic import BaseModel
+
     from tokenops.gateway.embeddings import EmbeddingRequest
     from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest
 
-    model = {"chat": ChatCompletionRequest, "completion": CompletionRequest, "embedding": EmbeddingRequest}[kind]
+    model: type[BaseModel] = {"chat": ChatCompletionRequest, "completion": CompletionRequest, "embedding": EmbeddingRequest}[kind]
     return set(model.model_fields)
 
 

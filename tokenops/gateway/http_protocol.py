@@ -80,7 +80,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel_header_timer()
         super().on_response_complete()
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> None:
         cycle = self.cycle
         if cycle is not None and cycle.more_body and not cycle.response_started and not self.transport.is_closing():
             cycle.response_started = True

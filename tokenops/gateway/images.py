@@ -26,7 +26,7 @@ import base64
 import json
 import re
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -35,7 +35,7 @@ from starlette.responses import Response
 from tokenops.gateway import hooks
 from tokenops.gateway.capability import choose_capable_replica
 from tokenops.gateway.errors import APIError
-from tokenops.gateway.json_types import json_int
+from tokenops.gateway.json_types import INTEGRAL_FLOAT
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, TelemetryEvent
 
 MAX_IMAGES = 10
@@ -57,7 +57,7 @@ class ImageGenerationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     prompt: str = Field(min_length=1, max_length=32000)
     model: str | None = None
-    n: json_int(ge=1, le=MAX_IMAGES) = Field(1)
+    n: Annotated[int, Field(strict=True, ge=1, le=MAX_IMAGES), INTEGRAL_FLOAT] = Field(1)
     size: str | None = None
     response_format: Literal["b64_json", "url"] | None = None
     output_format: Literal["png", "jpeg", "webp"] | None = None
@@ -67,9 +67,9 @@ class ImageGenerationRequest(BaseModel):
     moderation: Literal["auto", "low"] | None = None
     stream: bool | None = None
     # tokenops extensions
-    seed: json_int(ge=0, le=2**63 - 1) | None = Field(None)
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1), INTEGRAL_FLOAT] | None = Field(None)
     sampler: Literal["ddpm", "ddim", "dpm"] | None = None
-    num_inference_steps: json_int(ge=1, le=10_000) | None = Field(None)
+    num_inference_steps: Annotated[int, Field(strict=True, ge=1, le=10_000), INTEGRAL_FLOAT] | None = Field(None)
     step_cache_threshold: float | None = Field(None, ge=0.0, le=100.0, strict=True)
 
 

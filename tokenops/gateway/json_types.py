@@ -19,11 +19,16 @@ def _json_int(value: Any) -> Any:
     return value  # anything else is judged by the strict int check that follows
 
 
-JsonInt = Annotated[int, Field(strict=True), BeforeValidator(_json_int)]
+#: Put after the bounds in ``Annotated[int, Field(strict=True, ge=.., le=..), INTEGRAL_FLOAT]``: the
+#: bounds before the validator, or the JSON schema shows them as raw ge/le instead of
+#: ``minimum``/``maximum`` inside ``X | None``. Written out (not built by a call) so type checkers read it.
+INTEGRAL_FLOAT = BeforeValidator(_json_int)
+
+JsonInt = Annotated[int, Field(strict=True), INTEGRAL_FLOAT]
 
 
 def json_int(**bounds: Any) -> Any:
     """:data:`JsonInt` with bounds (``ge``, ``le``) that the OpenAPI document shows as
     ``minimum``/``maximum`` also inside ``X | None``."""
     # the bounds before the validator: after it, the JSON schema shows them as raw ge/le
-    return Annotated[int, Field(strict=True, **bounds), BeforeValidator(_json_int)]
+    return Annotated[int, Field(strict=True, **bounds), INTEGRAL_FLOAT]

@@ -121,7 +121,8 @@ def _text_of(blocks: Any, param: str) -> str:
 
 def _image_part(block: dict[str, Any], param: str, problems: Untranslatable) -> dict[str, Any] | None:
     source = block.get("source")
-    _require(isinstance(source, dict), "an image block needs a source", f"{param}.source")
+    if not isinstance(source, dict):
+        raise bad(f"{param}.source: an image block needs a source", param=f"{param}.source")
     if source.get("type") == "base64":
         url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
     elif source.get("type") == "url":

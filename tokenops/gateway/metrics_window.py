@@ -88,7 +88,7 @@ class MetricsWindow:
         values = {"ttft": rec.ttft_s, "tpot": rec.tpot_s, "itl": rec.tpot_s, "e2e": rec.e2e_s}
         if not rec.is_ok:
             return False
-        return all(values[s.metric] is None or values[s.metric] <= s.threshold_s for s in self.slos)
+        return all((value := values[s.metric]) is None or value <= s.threshold_s for s in self.slos)
 
     def add(self, rec: RequestRecord, now: float | None = None) -> None:
         now = time.time() if now is None else now

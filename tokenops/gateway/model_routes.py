@@ -36,10 +36,10 @@ def load_error(replica: Any) -> str | None:
 
 def failed_models(gw: Any) -> dict[str, str]:
     """Model -> the cause, for models none of whose replicas started."""
-    out = {}
+    out: dict[str, str] = {}
     for model, replicas in gw.replicas.items():
-        errors = [load_error(r) for r in replicas]
-        if replicas and all(errors):
+        errors = [e for e in (load_error(r) for r in replicas) if e]
+        if replicas and len(errors) == len(replicas):
             out[model] = errors[0]
     return out
 

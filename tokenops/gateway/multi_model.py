@@ -34,7 +34,7 @@ async def run_cascade(pipeline: ModelCaller, request: GatewayRequest, rec: Reque
                       response: GatewayResponse, score: float | None) -> GatewayResponse:
     """Escalate along ``decision.escalate_to`` while the lowest validation score is below ``min_score``."""
     assert decision.min_score is not None
-    steps = [{"model": decision.model, "score": score}]
+    steps: list[dict[str, Any]] = [{"model": decision.model, "score": score}]
     for model in decision.escalate_to:
         if score is None or score >= decision.min_score:
             break

@@ -25,6 +25,7 @@ import re
 from typing import Any
 
 from starlette.routing import Match
+from starlette.types import Scope
 
 _NUMBER_OR_NULL = {"type": ["number", "null"], "exclusiveMinimum": 0}
 _PERIOD = {"type": "string", "pattern": "^(daily|monthly|[1-9][0-9]{0,4}h)$",
@@ -55,14 +56,14 @@ STORE_ROWS = {"type": "object", "required": ["objects"], "properties": {"objects
         "table": {"enum": ["bench_results", "bench_runs", "tune_trials"]}, "values": {"type": "object"}}}}}}
 
 
-_IMAGE_VALUES = {"response_format": ["b64_json"], "output_format": ["png"], "background": ["auto", "opaque"],
+_IMAGE_VALUES: dict[str, list[Any]] = {"response_format": ["b64_json"], "output_format": ["png"], "background": ["auto", "opaque"],
                  "quality": ["auto"], "stream": [False]}
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
-def allowed_methods(app: Any, scope: dict[str, Any]) -> list[str]:
+def allowed_methods(app: Any, scope: Scope) -> list[str]:
     """Methods of this path (for a 405's ``Allow``): the OpenAPI document's, which is what
     clients read (hidden catch-all routes that answer 405 or 404 themselves are not methods
     of the path); routes asked directly for a path the document does not list."""

@@ -186,10 +186,10 @@ class PrometheusMetrics:
                 full = PREFIX + name
                 out += [f"# HELP {full} {doc}", f"# TYPE {full} {kind}"]
                 for model in sorted(engine_stats):
-                    values = [_stat(s, key) for s in engine_stats[model] if _stat(s, key) is not None]
-                    if not values:
+                    samples = [v for v in (_stat(s, key) for s in engine_stats[model]) if v is not None]
+                    if not samples:
                         continue
-                    value = sum(values) / len(values) if key == "kv_cache_usage" else sum(values)
+                    value = sum(samples) / len(samples) if key == "kv_cache_usage" else sum(samples)
                     out.append(f'{full}{{model_name="{_label(model)}"}} {_num(value)}')
         for section in self.sections:
             out += section()

@@ -54,6 +54,10 @@ class EventWriter:
     def _index(self) -> int:
         return len(self.output)
 
+    def _current(self) -> dict[str, Any]:
+        assert self._open is not None  # called after the caller opened (or found) the item it writes to
+        return self._open
+
     def _open_item(self, item: dict[str, Any], part: dict[str, Any] | None) -> list[bytes]:
         self._open, self._text, self._logprobs = item, [], []
         events = [self._event("response.output_item.added", output_index=self._index, item=item)]
@@ -102,7 +106,7 @@ class EventWriter:
             item = {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
             events += self._open_item(item, {"type": "reasoning_text", "text": ""})
         self._text.append(text)
-        events.append(self._event("response.reasoning_text.delta", item_id=self._open["id"], output_index=self._index,
+        events.append(self._event("response.reasoning_text.delta", item_id=self._current()["id"], output_index=self._index,
                                   content_index=0, delta=text))
         return events
 
@@ -118,7 +122,7 @@ class EventWriter:
         events = self._open_message()
         self._text.append(text)
         self._logprobs += logprobs
-        events.append(self._event("response.output_text.delta", item_id=self._open["id"], output_index=self._index,
+        events.append(self._event("response.output_text.delta", item_id=self._current()["id"], output_index=self._index,
                                   content_index=0, delta=text, logprobs=logprobs))
         return events
 
@@ -129,8 +133,8 @@ class EventWriter:
             item = message_item(None, item_id=new_id("msg"), status="in_progress")
             item["content"] = []
             events += self._open_item(item, {"type": "refusal", "refusal": ""})
-        self._open["refusal"] = self._open.get("refusal", "") + text
-        events.append(self._event("response.refusal.delta", item_id=self._open["id"], output_index=self._index,
+        self._current()["refusal"] = self._current().get("refusal", "") + text
+        events.append(self._event("response.refusal.delta", item_id=self._current()["id"], output_index=self._index,
                                   content_index=0, delta=text))
         return events
 
@@ -146,7 +150,7 @@ class EventWriter:
                 events += self._open_item(item, None)
             if fn.get("arguments"):
                 self._text.append(fn["arguments"])
-                events.append(self._event("response.function_call_arguments.delta", item_id=self._open["id"],
+                events.append(self._event("response.function_call_arguments.delta", item_id=self._current()["id"],
                                           output_index=self._index, delta=fn["arguments"]))
         return events
 

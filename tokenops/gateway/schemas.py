@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tokenops.gateway.errors import APIError
-from tokenops.gateway.json_types import json_int
+from tokenops.gateway.json_types import INTEGRAL_FLOAT
 from tokenops.gateway.structured import check_structured
 from tokenops.types import GatewayRequest
 
@@ -49,7 +49,7 @@ def _chat_schema(schema: dict[str, Any]) -> None:
 
 
 #: A token id as a prompt may carry it (the vocabulary sizes served fit in 31 bits).
-TokenId = json_int(ge=0, le=2**31 - 1)
+TokenId = Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT]
 
 
 class ChatMessage(BaseModel):
@@ -78,19 +78,19 @@ class ChatMessage(BaseModel):
 class _CommonRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(min_length=1)
-    max_tokens: json_int(ge=1, le=2**31 - 1) | None = Field(None)
+    max_tokens: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(None)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: json_int(ge=-1, le=2**31 - 1) | None = Field(None, description="Extension: sample from the k most likely tokens (0 or -1: off).")
-    n: json_int(ge=1, le=16) = Field(1)
+    top_k: Annotated[int, Field(strict=True, ge=-1, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(None, description="Extension: sample from the k most likely tokens (0 or -1: off).")
+    n: Annotated[int, Field(strict=True, ge=1, le=16), INTEGRAL_FLOAT] = Field(1)
     stop: str | list[str] | None = None
-    seed: json_int(ge=-(2**63), le=2**63 - 1) | None = Field(None, description="A 64-bit signed integer.")
+    seed: Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1), INTEGRAL_FLOAT] | None = Field(None, description="A 64-bit signed integer.")
     cache: bool | None = Field(None, description="Extension: false skips the semantic cache.")
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="End-user id; used as the session hint (and tenant on an open server).")
     ignore_eos: bool | None = Field(None, description="Extension: keep generating past end-of-sequence.")
-    priority: json_int(ge=-(2**31), le=2**31 - 1) = Field(0, description="Extension: lower runs first under the `priority` schedule policy.")
+    priority: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1), INTEGRAL_FLOAT] = Field(0, description="Extension: lower runs first under the `priority` schedule policy.")
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = Field(None, description="Token id (as a string) -> bias in [-100, 100].",
@@ -99,7 +99,7 @@ class _CommonRequest(BaseModel):
                                                                                             "maximum": 100}})
     repetition_penalty: float | None = Field(
         None, gt=0, description="Extension (vLLM): divide the logits of prompt and output tokens by it (1: off).")
-    min_tokens: json_int(ge=0, le=2**31 - 1) | None = Field(None, description="Extension (vLLM): no stop rule ends the output before it.")
+    min_tokens: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(None, description="Extension (vLLM): no stop rule ends the output before it.")
 
     @field_validator("logit_bias")
     @classmethod
@@ -116,9 +116,9 @@ class _CommonRequest(BaseModel):
 class ChatCompletionRequest(_CommonRequest):
     model_config = ConfigDict(extra="allow", json_schema_extra=_chat_schema)
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: json_int(ge=1, le=2**31 - 1) | None = Field(None)
+    max_completion_tokens: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(None)
     logprobs: bool | None = False
-    top_logprobs: json_int(ge=0, le=20) | None = Field(None)
+    top_logprobs: Annotated[int, Field(strict=True, ge=0, le=20), INTEGRAL_FLOAT] | None = Field(None)
 
 
 def _completion_schema(schema: dict[str, Any]) -> None:
@@ -133,9 +133,9 @@ class CompletionRequest(_CommonRequest):
     prompt: (str | Annotated[list[str], Field(min_length=1, max_length=1)]
              | Annotated[list[TokenId], Field(min_length=1)]
              | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=1)])
-    max_tokens: json_int(ge=0, le=2**31 - 1) | None = Field(
+    max_tokens: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(
         None, description="0 (with `echo`): score the prompt, generate nothing.")
-    logprobs: json_int(ge=0, le=20) | None = Field(None)
+    logprobs: Annotated[int, Field(strict=True, ge=0, le=20), INTEGRAL_FLOAT] | None = Field(None)
     echo: bool | None = False
     suffix: str | None = None
 

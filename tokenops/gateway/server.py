@@ -74,7 +74,9 @@ def _num_managed_keys(settings: Settings) -> int:
 
     try:
         with duckdb.connect(str(path), read_only=True) as con:
-            return con.execute("SELECT count(*) FROM api_keys").fetchone()[0]
+            row = con.execute("SELECT count(*) FROM api_keys").fetchone()
+            assert row is not None  # count(*) always returns one row
+            return row[0]
     except duckdb.Error:  # an older schema, or a file another process holds: no keys to count
         return 0
 

@@ -16,14 +16,17 @@ import stat
 import threading
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenops.store import wire
 from tokenops.store.errors import StoreError
 
+if TYPE_CHECKING:
+    from sqlmodel import SQLModel
+
 
 @cache
-def _models_by_table() -> dict[str, type]:
+def _models_by_table() -> dict[str, type[SQLModel]]:
     from sqlmodel import SQLModel
 
     import tokenops.store.models  # noqa: F401  (registers the tables)
@@ -31,7 +34,7 @@ def _models_by_table() -> dict[str, type]:
     return {m.class_.__tablename__: m.class_ for m in SQLModel._sa_registry.mappers}
 
 
-def model_class(table: str) -> type:
+def model_class(table: str) -> type[SQLModel]:
     """The SQLModel class of a store table."""
     try:
         return _models_by_table()[table]
