@@ -48,7 +48,7 @@ class Tunable:
     def validate(self, value: Any) -> Any:
         """Return ``value`` coerced to this tunable's type, or raise :class:`TunableError`."""
         py = _TYPES[self.type]
-        coerced: bool | int | float | str
+        coerced: Any  # bool, int, float or str, as self.type says
         try:
             if py is bool:
                 if isinstance(value, str):

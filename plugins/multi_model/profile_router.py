@@ -43,8 +43,8 @@ def choose(text: str, candidates: list[str], profiles: dict, threshold: float, l
 
     dimension = dimension_classifier().predict(text)
     healthy = [m for m in candidates if running_stats(m).get("error_rate", 0.0) <= max_error_rate] or candidates
-    scored = [(m, dimension_score(profiles.get(m), dimension, lower_bound)) for m in rc.by_cost(healthy)]
-    scored = [(m, s) for m, s in scored if s is not None]
+    maybe_scored = [(m, dimension_score(profiles.get(m), dimension, lower_bound)) for m in rc.by_cost(healthy)]
+    scored = [(m, s) for m, s in maybe_scored if s is not None]
     if not scored:
         return None
     for model, score in scored:

@@ -72,10 +72,11 @@ def serve_command(
 
         attach_lora_args(settings, lora)
     startup_tunables = None
-    if engine_profile or settings.engine.profile:
+    profile_name = engine_profile or settings.engine.profile
+    if profile_name:
         from tokenops.tune.engine_profile import apply_to_settings, load_profile, mismatches
 
-        tuned = load_profile(engine_profile or settings.engine.profile)
+        tuned = load_profile(profile_name)
         startup_tunables = apply_to_settings(tuned, settings)
         typer.echo(f"engine profile {tuned.name} ({tuned.path}): {', '.join(f'{k}={v}' for k, v in tuned.tunables.items())}")
         from tokenops.backends.registry import model_configs

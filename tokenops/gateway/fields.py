@@ -140,8 +140,9 @@ def declared(kind: str) -> set[str]:
     from tokenops.gateway.embeddings import EmbeddingRequest
     from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest
 
-    model: type[BaseModel] = {"chat": ChatCompletionRequest, "completion": CompletionRequest, "embedding": EmbeddingRequest}[kind]
-    return set(model.model_fields)
+    models: dict[str, type[BaseModel]] = {"chat": ChatCompletionRequest, "completion": CompletionRequest,
+                                          "embedding": EmbeddingRequest}
+    return set(models[kind].model_fields)
 
 
 def check_bundled_fields(request: GatewayRequest, backend: str) -> None:

@@ -123,6 +123,7 @@ def _image_part(block: dict[str, Any], param: str, problems: Untranslatable) -> 
     source = block.get("source")
     if not isinstance(source, dict):
         raise bad(f"{param}.source: an image block needs a source", param=f"{param}.source")
+    url: Any  # the client's JSON value as sent
     if source.get("type") == "base64":
         url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
     elif source.get("type") == "url":

@@ -19,11 +19,12 @@ from typing import Any, Callable
 import numpy as np
 
 from tokenops.bench.loadgen import fetch_model
+from tokenops.bench.metrics import BenchSummary
 from tokenops.bench.runner import BenchPlan, run_level
 from tokenops.bench.workloads import build_workload
 from tokenops.slo import SLO
 from tokenops.tune.deployment import Deployment, filter_relevant, work_of
-from tokenops.tune.goodput import BracketConfig, GoodputResult, find_goodput, overrun
+from tokenops.tune.goodput import BracketConfig, GoodputResult, MeasureFn, find_goodput, overrun
 from tokenops.tune.launcher import CommandLineLauncher, Launcher, LaunchOptions, ServerProcess
 from tokenops.tune.search import Budget, Trial, TuneOutcome, Tuner
 from tokenops.tune.space import SearchSpace
@@ -172,6 +173,7 @@ class TuneSession:
             self.restart_names = {d.name for d in space.dims if not (d.tunable.live and launcher.has_admin_api)}
             return space
         # the same facts whether the server is found by its socket or given by --url
+        assert p.url is not None  # TunePlan has a URL exactly when it does not launch
         self.admin = p.local_admin if p.local_admin is not None else AdminClient(p.url, p.admin_key)
         deployment = Deployment.from_server_info(self.admin.info, self.work)
         tunables, self.original = tunables_from_server(self.admin.tunables())
@@ -216,10 +218,10 @@ class TuneSession:
         seed = int(np.random.SeedSequence([p.seed, self._num_measurements]).generate_state(1)[0])
         return build_workload(p.workload, n, seed, **p.workload_options)
 
-    def _measure_fn(self, requests: list) -> Callable[[float], Any]:
+    def _measure_fn(self, requests: list) -> MeasureFn:
         p = self.plan
 
-        def fn(rate: float, repeat: int = 0):
+        def fn(rate: float, repeat: int = 0) -> BenchSummary:
             # about measure_s of arrivals; at slow rates fewer than min_requests (but >= 5), so that
             # no measurement lasts much over 2 x measure_s
             floor = min(p.min_requests, max(5, math.ceil(rate * 2 * p.measure_s)))
@@ -306,6 +308,7 @@ class TuneSession:
             if p.url and self.original:  # only what differs, so the audit shows real changes
                 restore = {k: self.original[k] for k in space.names
                            if k in self.original and self.current.get(k, ...) != self.original[k]}
+                assert self.admin is not None  # set by _build_space for a --url run
                 self.admin.patch(restore, actor="tune (restore)")
                 self.current.update(restore)
         finally:

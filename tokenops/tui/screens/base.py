@@ -14,6 +14,7 @@ from tokenops.tui.widgets.connection_banner import ConnectionBanner
 if TYPE_CHECKING:
     from collections import deque
 
+    from textual import getters
     from textual.app import App
 
     from tokenops.tui.client import Client
@@ -33,10 +34,8 @@ class DashboardScreen(Screen):
 
     SCREEN_TITLE = ""
 
-    if TYPE_CHECKING:
-        @property
-        def app(self) -> DashboardHost:
-            """Every dashboard screen runs inside the dashboard app (typed here only)."""
+    if TYPE_CHECKING:  # every dashboard screen runs inside the dashboard app (textual's typed getter)
+        app = getters.app(DashboardHost)
 
     def compose(self) -> ComposeResult:
         yield ConnectionBanner(self.SCREEN_TITLE)

@@ -81,11 +81,11 @@ class LineChart(Widget):
             # One span per run of equal colour keeps the segment count (and render cost) low.
             run: list[str] = []
             run_color: str | None = None
-            for bits, color in zip(row, color_row):
-                if color != run_color and run:
+            for bits, cell_color in zip(row, color_row):
+                if cell_color != run_color and run:
                     out.append("".join(run), style=run_color or "")
                     run = []
-                run_color = color
+                run_color = cell_color
                 run.append(chr(0x2800 + bits) if bits else " ")
             out.append("".join(run), style=run_color or "")
         return out
