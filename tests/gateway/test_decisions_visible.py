@@ -27,6 +27,15 @@ async def test_decision_headers_on_by_default_off_by_option():
         r = await c.post("/v1/completions", json={"model": "m", "prompt": "hi", "stream": True})
         last = sse_chunks(r.text)[-1]  # no usage chunk asked for: the last finish chunk carries them
         assert last["choices"][0]["finish_reason"] and last["tokenops"]["model"] == "m"
+        # Messages and Responses streams: their last events with usage carry them
+        r = await c.post("/v1/messages", json={"model": "m", "max_tokens": 8, "messages": MSG, "stream": True})
+        [delta] = [e for e in sse_chunks(r.text) if e["type"] == "message_delta"]
+        assert delta["tokenops"]["model"] == "m" and "cost_usd" in delta["tokenops"]
+        assert sse_chunks(r.text)[-1] == {"type": "message_stop"}
+        r = await c.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+        last = sse_chunks(r.text)[-1]
+        assert last["type"] == "response.completed" and last["tokenops"]["model"] == "m"
+        assert "tokenops" not in last["response"]
     settings = Settings()
     settings.gateway.decision_headers = False
     async with gateway_client({"m": [FakeBackend("m", reply="hello there")]}, settings) as c:
@@ -36,6 +45,12 @@ async def test_decision_headers_on_by_default_off_by_option():
             assert r.status_code == 200
             assert not [h for h in r.headers if h.startswith("x-tokenops-")]
             assert "tokenops" not in r.text
+        for path, body in (("/v1/messages", {"model": "m", "max_tokens": 8, "messages": MSG}),
+                           ("/v1/responses", {"model": "m", "input": "hi"})):
+            for stream in (False, True):
+                r = await c.post(path, json={**body, "stream": stream})
+                assert r.status_code == 200 and not [h for h in r.headers if h.startswith("x-tokenops-")]
+                assert "tokenops" not in r.text, path
 
 
 @pytest.fixture
