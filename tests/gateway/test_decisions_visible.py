@@ -105,6 +105,29 @@ async def test_a_dead_collector_costs_only_spans():
     assert not tracing.is_on()
 
 
+async def test_spans_have_kinds_and_the_service_resource():
+    """What Arize Phoenix does not give back (test_tracing_serve.py reads the rest from it): the root is
+    a server span, an attempt a client span, the steps internal, under the ``tokenops`` service."""
+    pytest.importorskip("opentelemetry.sdk")
+    from tests.gateway.otlp_receiver import Receiver
+
+    settings = Settings()
+    with Receiver() as receiver:
+        settings.telemetry.otlp_endpoint = receiver.url
+        try:
+            async with gateway_client({"m": [FakeBackend("m", reply="traced")]}, settings) as c:
+                r = await c.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
+                assert r.status_code == 200
+        finally:
+            tracing.shutdown()  # exports what is queued
+        spans = receiver.wait_for(lambda spans: len({s["kind"] for s in spans}) == 3)
+    [root] = [s for s in spans if s["parent_span_id"] is None]
+    [attempt] = [s for s in spans if "tokenops.attempt" in s["attributes"]]
+    assert (root["kind"], attempt["kind"]) == (2, 3)  # SERVER, CLIENT
+    assert {s["kind"] for s in spans if s not in (root, attempt)} == {1}  # INTERNAL
+    assert {s["resource"]["service.name"] for s in spans} == {"tokenops"}
+
+
 def test_one_definition_of_an_error_in_stats_metrics_and_store_rows():
     from tokenops.gateway.metrics_window import MetricsWindow
     from tokenops.gateway.prometheus import PrometheusMetrics
