@@ -116,7 +116,12 @@ def test_stream_ends_with_the_decisions_known_at_its_end(client):
 
 
 def test_sdk_stream_helper_accumulates_the_answer(client):
-    with client.responses.stream(model="demo", input="Hi", max_output_tokens=400) as stream:
+    # A schema that closes after a few tokens, so the answer always ends before the cap (a sampled
+    # free-text answer of the toy model sometimes runs to it and ends as response.incomplete).
+    answer = {"type": "json_schema", "name": "answer", "strict": True,
+              "schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                         "additionalProperties": False}}
+    with client.responses.stream(model="demo", input="Hi", max_output_tokens=400, text={"format": answer}) as stream:
         texts = [e.delta for e in stream if e.type == "response.output_text.delta"]
         final = stream.get_final_response()
     assert final.output_text == "".join(texts) and final.status == "completed"
