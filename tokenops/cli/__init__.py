@@ -12,6 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from tokenops import __version__
+from tokenops.errors import UserError
 
 
 class _RootGroup(TyperGroup):
@@ -73,10 +74,6 @@ def build_app() -> typer.Typer:
 
     get_plugin_manager().hook.tokenops_register_commands(app=app)
     return app
-
-
-class UserError(Exception):
-    """An error the user caused; printed as one line."""
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
