@@ -44,6 +44,7 @@ FLOOR_OF = {
     "tokenops.slo": "contract",
     "tokenops.blocking": "contract",
     "tokenops.prometheus_text": "contract",
+    "tokenops.trace_context": "contract",
     # typer option aliases only: the CLI vocabulary plugin commands share with the core commands
     "tokenops.cli.options": "contract",
     "tokenops.engine": "engine",

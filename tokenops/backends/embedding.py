@@ -143,7 +143,7 @@ class EmbeddingBackend:
 
     async def embed(self, request: GatewayRequest) -> dict[str, Any]:
         """Embed ``request.body["input"]``; returns the OpenAI ``/v1/embeddings`` answer."""
-        from tokenops.gateway.fields import check_bundled_fields
+        from tokenops.backends.field_table import check_bundled_fields
 
         check_bundled_fields(request, self.name)
         body = request.body

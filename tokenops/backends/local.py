@@ -20,7 +20,7 @@ from tokenops.backends.local_structured import plan_request
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
 from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser
 from tokenops.backends.tool_parsers import get_tool_call_parser
-from tokenops.gateway.fields import check_bundled_fields
+from tokenops.backends.field_table import check_bundled_fields
 from tokenops.backends.registry import replica_name
 from tokenops.config import ModelConfig, Settings
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
@@ -171,7 +171,7 @@ class LocalBackend:
         """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py)."""
         if self.engine is None:
             raise BackendError(f"{self.name} is still loading", kind="unavailable", status=503, backend=self.name)
-        check_bundled_fields(request, self.name)  # a 400 for fields the engine cannot act on (gateway/fields.py)
+        check_bundled_fields(request, self.name)  # a 400 for fields the engine cannot act on (backends/field_table.py)
         if request.kind == "chat":
             check_content_parts(request, self.name)  # a text-only model: an image is a 400, never dropped
         # a prompt that cannot fit is refused before tokenizing; the rest is tokenized (and the

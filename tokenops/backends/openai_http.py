@@ -22,7 +22,7 @@ from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.registry import replica_name
 from tokenops.backends.sse import sse_data as _sse_data
 from tokenops.config import ModelConfig, Settings
-from tokenops.gateway import tracing
+from tokenops import trace_context
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 log = logging.getLogger("tokenops.backends")
@@ -201,7 +201,7 @@ class OpenAIBackend:
         body = self._payload(request, stream) if payload is None else {**payload, "model": self.upstream_model}
         content = json.dumps(body, separators=(",", ":")).encode()
         url, send_headers = self._path(request) if path is None else self.url + path, {**self._headers, **(headers or {})}
-        tracing.inject(send_headers)  # the attempt's traceparent: a traced upstream (vLLM) joins the request's trace
+        trace_context.inject(send_headers)  # the attempt's traceparent: a traced upstream (vLLM) joins the request's trace
         last: BackendError | None = None
         for attempt in range(self.num_retries + 1):
             if attempt:
