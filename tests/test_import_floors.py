@@ -64,6 +64,7 @@ FLOOR_OF = {
     "tokenops.plugins": "plugin manager",
     "tokenops.plugin_sections": "plugin manager",
     "tokenops.engine_policies": "plugin manager",
+    "tokenops.diffusion.plan": "plugin manager",  # the diffusion plan's hook, as engine_policies is the engine's
     "tokenops.tune": "tune",
     "tokenops_plugins": "plugins",
     "tokenops.gateway": "gateway",

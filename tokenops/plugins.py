@@ -326,6 +326,22 @@ def get_launchers() -> dict[str, Any]:
     return {name: factory for name, (_, factory) in sorted(_launcher_entries().items())}
 
 
+def get_workloads() -> dict[str, Any]:
+    """Benchmark workload name -> factory, as the plugins register them
+    (``tokenops_register_workloads``); the same name twice is a ``WorkloadError``."""
+    from tokenops.bench.workloads import WorkloadError
+
+    found: dict[str, Any] = {}
+
+    def register(name: str, factory: Any) -> None:
+        if name in found:
+            raise WorkloadError(f"workload {name!r} is registered twice")
+        found[name] = factory
+
+    get_plugin_manager().hook.tokenops_register_workloads(register=register)
+    return found
+
+
 def _layer_of(plugin: Any, hooks: list[str]) -> str:
     declared = getattr(plugin, "TOKENOPS_LAYER", None)
     if declared:

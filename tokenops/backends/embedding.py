@@ -17,7 +17,7 @@ import os
 import threading
 from typing import Any
 
-from tokenops.backends.registry import replica_name
+from tokenops.backends.base import replica_name
 from tokenops.config import ConfigError, ModelConfig, Settings
 from tokenops.backends.prompt_bound import NORMALIZER_SLACK
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse

@@ -12,16 +12,17 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from tokenops.backends.base import Delta, collect
+from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.backends.local_fields import check_content_parts, echo_delta, echo_logprobs, processor_params
 from tokenops.backends.local_structured import plan_request
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
 from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser
 from tokenops.backends.tool_parsers import get_tool_call_parser
 from tokenops.backends.field_table import check_bundled_fields
-from tokenops.backends.registry import replica_name
+from tokenops.backends.base import replica_name
 from tokenops.config import ModelConfig, Settings
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
@@ -29,10 +30,11 @@ from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 log = logging.getLogger("tokenops.backends")
 
 
-def engine_config_for(model: ModelConfig, settings: Settings) -> Any:
-    """The :class:`EngineConfig` of one model: ``[engine]`` settings, then the model's overrides."""
+def engine_config_for(model: ModelConfig, settings: Settings, configure_engine: Callable[[Any], Any]) -> Any:
+    """The :class:`EngineConfig` of one model: ``[engine]`` settings, then the model's overrides,
+    then ``configure_engine`` (the plugins' ``tokenops_engine_config`` when the backend was built
+    with :func:`tokenops.engine_policies.plugin_calls`)."""
     from tokenops.engine.config import EngineConfig
-    from tokenops.engine_policies import configure_engine
 
     overrides = dict(model.engine)
     overrides.setdefault("model", model.path)
@@ -53,10 +55,13 @@ class LocalBackend:
 
     kind = "local"
 
-    def __init__(self, model: ModelConfig, settings: Settings, engine: Any = None) -> None:
+    def __init__(self, model: ModelConfig, settings: Settings, engine: Any = None, *,
+                 calls: PluginCalls | None = None) -> None:
         self.model = model.name
         self.name = replica_name(model)
-        self.config = engine_config_for(model, settings) if engine is None else None
+        #: what this backend asks the plugins (tokenops/backends/plugin_calls.py); built-ins when none is given
+        self.calls = calls if calls is not None else builtin_calls()
+        self.config = engine_config_for(model, settings, self.calls.configure_engine) if engine is None else None
         self.engine = engine
         #: set once start() ends, loaded or not: the LoRA adapters on this engine wait for it
         self.started = asyncio.Event()
@@ -84,12 +89,11 @@ class LocalBackend:
     async def _start(self) -> None:
         if self.engine is None:
             from tokenops.engine.async_engine import AsyncLLMEngine
-            from tokenops.engine_policies import build_engine
 
             # Loading weights blocks for a while: keep the event loop (and /health) free. The
             # plugins' engine policies are collected once, here (the config is configured already).
-            self.engine = await asyncio.to_thread(
-                lambda: AsyncLLMEngine(build_engine(self.config, configured=True)))
+            build = self.calls.build_engine
+            self.engine = await asyncio.to_thread(lambda: AsyncLLMEngine(build(self.config)))
         start = getattr(self.engine, "start", None)
         if start is not None:
             start()
@@ -261,7 +265,8 @@ class LocalBackend:
 
     def _thinking(self, request: GatewayRequest, prompt_ids: list[int]) -> Any:
         """The engine's thinking control for this request (budget from the policy hook), or None."""
-        budget = decide_budget(request, self.model, self.reasoning_parser is not None, self.name)
+        budget = decide_budget(request, self.model, self.reasoning_parser is not None, self.name,
+                               self.calls.reasoning_budget)
         if self.reasoning_parser is None or request.kind != "chat":
             return None
         tok = self.engine.tokenizer

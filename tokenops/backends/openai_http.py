@@ -19,7 +19,7 @@ from tokenops.backends.anthropic_upstream import native_deltas, native_once, nat
 from tokenops.backends.openai_responses import responses_once, responses_stream, wants_responses
 from tokenops.backends.base import Delta
 from tokenops.backends.http_transport import PooledTransport
-from tokenops.backends.registry import replica_name
+from tokenops.backends.base import replica_name
 from tokenops.backends.sse import sse_data as _sse_data
 from tokenops.config import ModelConfig, Settings
 from tokenops import trace_context

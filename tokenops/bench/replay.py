@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenops.bench.synthetic import words
-from tokenops.bench.workloads import BenchRequest, WorkloadError
+from tokenops.bench.request import BenchRequest, WorkloadError
 
 
 def _seconds(ts: object) -> float:

@@ -78,6 +78,7 @@ def bench(
     from tokenops.bench.loadgen import BenchError
     from tokenops.bench.report import levels_table
     from tokenops.bench.runner import BenchPlan, parse_levels, run_plan_sync
+    from tokenops.plugins import get_workloads
     from tokenops.bench.storage import save_run
     from tokenops.bench.workloads import WorkloadError
     from tokenops.cli import UserError
@@ -117,7 +118,7 @@ def bench(
                          arrival=arrival, burstiness=burstiness, seed=seed, slos=parse_slos(slo or []),
                          endpoint=endpoint, api_key=api_key, ignore_eos=ignore_eos, timeout_s=timeout, think_time_s=think_time, ramp_up_s=ramp_up,
                          temperature=temp, reuse_prompts=reuse_prompts,
-                         workload_options=wl_opts)
+                         workload_options=wl_opts, registered_workloads=get_workloads())
         progress = _progress()
 
         def on_level(label, num_expected):

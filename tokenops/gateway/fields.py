@@ -5,10 +5,21 @@ tables of docs/serve.md."""
 from __future__ import annotations
 
 from tokenops.backends.field_table import (CHAT, COMPLETIONS, EMBEDDINGS, PASS, STRUCTURED, TABLES, Field,
-                                           check_bundled_fields, declared, fields, markdown)
+                                           check_bundled_fields, fields, markdown)
 
 __all__ = ["CHAT", "COMPLETIONS", "EMBEDDINGS", "PASS", "STRUCTURED", "TABLES", "Field", "check_bundled_fields",
            "declared", "fields", "markdown"]
+
+
+def declared(kind: str) -> set[str]:
+    """The fields the request schema of ``kind`` declares (pydantic model fields); each has a row
+    in the table (a test checks it)."""
+    from tokenops.gateway.embeddings import EmbeddingRequest
+    from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest
+
+    model = {"chat": ChatCompletionRequest, "completion": CompletionRequest, "embedding": EmbeddingRequest}[kind]
+    return set(model.model_fields)
+
 
 if __name__ == "__main__":
     print(markdown(), end="")

@@ -52,7 +52,7 @@ class Gateway:
             raise ConfigError(str(e)) from None
         self.models = {m.name: m for m in model_configs(settings)} if replicas is None else {
             m.name: m for m in settings.models}
-        self.replicas = replicas if replicas is not None else build_replicas(settings)
+        self.replicas = replicas if replicas is not None else build_replicas(settings, hooks.get_backend_factories())
         self.store = store
         self.api_keys = ApiKeys(settings.gateway.api_keys, allow_open=allow_open)
         if admin_key_hash is None:
