@@ -92,6 +92,20 @@ def tokenops_apply_tunables(values):
         configure(new)
 
 
+def current_config() -> RateLimitConfig:
+    """The limiter's configuration now: a new object whenever the plugin is configured or tuned."""
+    return _config
+
+
+def set_key_overrides(wanted: dict[str, Limit], forget: set[str]) -> None:
+    """Per-key limits from outside the configuration (the managed keys' rpm/tpm, key_budgets):
+    ``forget`` ids lose their ``key`` override, ``wanted`` ones get theirs."""
+    overrides = _config.overrides.setdefault("key", {})
+    for key_id in forget:
+        overrides.pop(key_id, None)
+    overrides.update(wanted)
+
+
 @hookimpl
 def tokenops_admit(request):
     if limiter is None:
