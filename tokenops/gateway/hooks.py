@@ -94,6 +94,10 @@ def get_fallback_model(request: GatewayRequest, error: BackendError) -> str | No
     return hook().tokenops_fallback(request=request, error=error)
 
 
+def request_finished(record: Any) -> None:
+    hook().tokenops_request_finished(record=record)
+
+
 def record(event: TelemetryEvent) -> None:
     hook().tokenops_record(event=event)
 

@@ -184,6 +184,7 @@ class Gateway:
         self.recent.append(rec)
         with self._lock:
             self._count(rec)
+        hooks.request_finished(rec)
         hooks.record(TelemetryEvent("requests", rec.row(), ts=rec.arrival))
 
     def _count(self, rec: RequestRecord) -> None:
