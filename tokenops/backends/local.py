@@ -140,11 +140,11 @@ class LocalBackend:
         from tokenops.engine.sampling import SamplingParams
 
         body = request.body
+        sampling = request.sampling
         max_tokens = request.max_tokens
-        asked = body.get("max_completion_tokens") if body.get("max_tokens") is None else body.get("max_tokens")
         limit = self.max_model_len
         if limit is not None:
-            if num_prompt >= limit or (asked is not None and num_prompt + max_tokens > limit):
+            if num_prompt >= limit or (sampling.is_max_tokens_sent and num_prompt + max_tokens > limit):
                 raise BackendError(
                     f"This model's maximum context length is {limit} tokens. However, you requested "
                     f"{num_prompt + max_tokens} tokens ({num_prompt} in the prompt, {max_tokens} in the completion). "
@@ -152,7 +152,6 @@ class LocalBackend:
                     kind="context_length", status=400, backend=self.name,
                 )
             max_tokens = min(max_tokens, limit - num_prompt)
-        stop = body.get("stop")
         if request.kind == "chat":
             logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
         else:
@@ -160,12 +159,11 @@ class LocalBackend:
         extras = processor_params(body, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
         try:
             return SamplingParams(
-                n=body.get("n") or 1, max_tokens=max_tokens,
-                temperature=1.0 if body.get("temperature") is None else body["temperature"],
-                top_p=1.0 if body.get("top_p") is None else body["top_p"],
-                top_k=body.get("top_k") or 0, seed=body.get("seed"),
-                stop=[stop] if isinstance(stop, str) else list(stop or []),
-                ignore_eos=bool(body.get("ignore_eos")), logprobs=logprobs,
+                n=sampling.n or 1, max_tokens=max_tokens,
+                temperature=1.0 if sampling.temperature is None else sampling.temperature,
+                top_p=1.0 if sampling.top_p is None else sampling.top_p,
+                top_k=sampling.top_k or 0, seed=sampling.seed, stop=list(sampling.stop),
+                ignore_eos=sampling.ignore_eos, logprobs=logprobs,
                 prompt_logprobs=echo_logprobs(request), **extras,
             )
         except ValueError as e:
