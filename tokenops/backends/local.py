@@ -169,8 +169,8 @@ class LocalBackend:
         except ValueError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
 
-    async def stream(self, request: GatewayRequest, lora: str | None = None) -> AsyncIterator[Delta]:
-        """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py)."""
+    async def _prepare(self, request: GatewayRequest) -> tuple[Any, list[int], Any]:
+        """(structured-output plan, prompt ids, sampling params) of a request, with its 400s first."""
         if self.engine is None:
             raise BackendError(f"{self.name} is still loading", kind="unavailable", status=503, backend=self.name)
         check_bundled_fields(request, self.name)  # a 400 for fields the engine cannot act on (backends/field_table.py)
@@ -188,6 +188,11 @@ class LocalBackend:
         if self.reasoning_parser is not None or request.body.get("reasoning_effort") is not None \
                 or request.body.get("max_thinking_tokens") is not None:
             params.thinking = await asyncio.to_thread(self._thinking, request, prompt_ids)
+        return plan, prompt_ids, params
+
+    async def stream(self, request: GatewayRequest, lora: str | None = None) -> AsyncIterator[Delta]:
+        """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py)."""
+        plan, prompt_ids, params = await self._prepare(request)
         reasoning_streams: dict[int, ReasoningSplitter] = {}
         num_reasoning: dict[int, int] = {}
         tool_streams: dict[int, Any] = {}  # choice index -> ToolCallStream (when tools are on)

@@ -1,4 +1,5 @@
-"""A client's own API request (``GatewayRequest.native``: an Anthropic Messages or a Responses
+"""Reading an ``openai`` upstream's answers (:func:`json_answer`, :func:`upstream_error`), and a
+client's own API request (``GatewayRequest.native``: an Anthropic Messages or a Responses
 body) sent as it is to an ``openai`` upstream's path for that API, beside
 ``OpenAIBackend._send`` which sends chat completions.
 
@@ -47,3 +48,28 @@ def json_answer(backend: Any, response: httpx.Response) -> Any:
         return json.loads(response.content)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BackendError(f"{backend.name}: bad upstream answer: {e}", "error", 502, backend.name) from None
+
+
+def upstream_error(name: str, status: int, body: bytes) -> BackendError:
+    """Turn an upstream error answer into a BackendError that keeps its status and message."""
+    message, code = body.decode("utf-8", "replace")[:500], None
+    try:
+        err = json.loads(body).get("error")
+        if isinstance(err, dict):
+            message, code = err.get("message") or message, err.get("code")
+        elif isinstance(err, str):
+            message = err
+    except (json.JSONDecodeError, AttributeError):
+        pass
+    if status == 429:
+        kind = "overload"
+    elif code == "context_length_exceeded" or "context length" in message.lower():
+        kind = "context_length"
+    elif 400 <= status < 500:
+        kind = "bad_request"
+    else:
+        kind = "error"
+    err = BackendError(f"{name}: upstream {status}: {message}", kind, status if status < 500 else 502, name)
+    err.upstream_message = message  # type: ignore[attr-defined]
+    err.upstream_code = code  # type: ignore[attr-defined]
+    return err
