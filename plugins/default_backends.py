@@ -1,6 +1,8 @@
 """The built-in backend kinds: ``local`` (bundled engine), ``openai`` (any OpenAI-compatible
 server), ``embedding`` (an in-process sentence-embedding model for /v1/embeddings) and
-``diffusion`` (a local diffusers pipeline folder for /v1/images/generations)."""
+``diffusion`` (a local diffusers pipeline folder for /v1/images/generations). The bundled ones
+are built with what they ask the plugins (engine policies, thinking budgets, diffusion plans:
+:func:`tokenops.engine_policies.plugin_calls`)."""
 
 from tokenops import hookimpl
 
@@ -9,8 +11,9 @@ TOKENOPS_LAYER = "setup"
 
 def _local(model, settings):
     from tokenops.backends.local import LocalBackend
+    from tokenops.engine_policies import plugin_calls
 
-    return LocalBackend(model, settings)
+    return LocalBackend(model, settings, calls=plugin_calls())
 
 
 def _openai(model, settings):
@@ -27,8 +30,9 @@ def _embedding(model, settings):
 
 def _diffusion(model, settings):
     from tokenops.backends.diffusion import DiffusionBackend
+    from tokenops.engine_policies import plugin_calls
 
-    return DiffusionBackend(model, settings)
+    return DiffusionBackend(model, settings, calls=plugin_calls())
 
 
 @hookimpl(trylast=True)

@@ -19,6 +19,11 @@ from typing import Any
 
 from tokenops.slo import SLO, parse_slos
 
+#: Built-in plugin names the operator lets another plugin take: ``[plugins] replace`` of every
+#: loaded configuration and ``tokenops.plugins.allow_replacing``. Kept here, below the plugin
+#: manager, which reads it when it loads (``tokenops.plugins.replacements``).
+replaceable_plugins: set[str] = set()
+
 
 class ConfigError(ValueError):
     """Invalid configuration; the message names the file/variable and the key."""
@@ -299,8 +304,5 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
     replace = settings.plugins.get("replace", [])
     if not isinstance(replace, list) or not all(isinstance(n, str) for n in replace):
         raise ConfigError(f"{where} [plugins] replace: a list of built-in plugin names another plugin may take")
-    if replace:
-        from tokenops.plugins import allow_replacing
-
-        allow_replacing(replace)
+    replaceable_plugins.update(replace)
     return settings

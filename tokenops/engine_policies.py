@@ -22,8 +22,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from tokenops.engine.policies import BUILTIN_PROPOSERS, BUILTIN_SCHEDULE_ORDERS, EnginePolicies
+from tokenops.types import GatewayRequest, ReasoningBudget
 
 if TYPE_CHECKING:
+    from tokenops.backends.plugin_calls import PluginCalls
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.engine import LLMEngine
 
@@ -120,3 +122,21 @@ def build_engine(config: EngineConfig, runner: Any = None, *, configured: bool =
     if not configured:
         configure_engine(config)
     return LLMEngine(config, runner, policies=collect_policies(config))
+
+
+def reasoning_budget(request: GatewayRequest, model: str) -> ReasoningBudget | None:
+    """The budget policy's answer for ``request`` (``tokenops_reasoning_budget``)."""
+    from tokenops.plugins import hook
+
+    return hook().tokenops_reasoning_budget(request=request, model=model)
+
+
+def plugin_calls() -> PluginCalls:
+    """What the backends ask the loaded plugins (:mod:`tokenops.backends.plugin_calls`), passed
+    in by the plugin that builds them."""
+    from tokenops.backends.plugin_calls import PluginCalls
+    from tokenops.diffusion.plan import get_plan
+
+    return PluginCalls(configure_engine=configure_engine,
+                       build_engine=lambda config: build_engine(config, configured=True),
+                       reasoning_budget=reasoning_budget, diffusion_plan=get_plan)

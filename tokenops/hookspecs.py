@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from tokenops.bench.workloads import BenchRequest
     from tokenops.config import Settings
     from tokenops.diffusion.plan import DiffusionPlan
+    from tokenops.gateway.records import RequestRecord
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.protocols import KVPolicy, ProposerFactory, ScheduleOrder
     from tokenops.memory.fit import ContextWindow
@@ -635,6 +636,23 @@ def tokenops_replica_states() -> dict[str, str] | None:
 # ---------------------------------------------------------------------------
 # Telemetry
 # ---------------------------------------------------------------------------
+
+
+@hookspec
+@_layer("telemetry")
+def tokenops_request_finished(record: RequestRecord) -> None:
+    """A request has finished and its record is complete: on every path (answered, refused,
+    failed, disconnected, served from the cache), exactly once per request.
+
+    Called by the gateway right after it finishes the record (status, tokens, latencies and
+    decisions are final), before the ``requests`` telemetry event. The place for bookkeeping
+    that settles a request (a rate limiter correcting its token charge to the tokens used).
+
+    Runs on: the event loop. Must not block: hand slow work (a Redis round trip) to a thread.
+
+    :param record: the :class:`tokenops.gateway.records.RequestRecord` (``id``, ``tenant``,
+        ``tokens_in``, ``tokens_out``, ``status``, ``decisions``...); read it, do not change it.
+    """
 
 
 @hookspec

@@ -25,6 +25,7 @@ import pluggy
 
 from tokenops import hookspecs
 from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
+from tokenops.config import replaceable_plugins
 from tokenops.tunables import Tunable, TunableRegistry
 
 ENTRY_POINT_GROUP = "tokenops"
@@ -56,7 +57,6 @@ _pm: pluggy.PluginManager | None = None
 _sources: dict[str, tuple[str, str | None, Any]] = {}  # name -> (source, version, plugin obj)
 _tunables: TunableRegistry | None = None
 _extra_files: list[str] = []
-_replacements: set[str] = set()
 
 
 def _new_manager() -> pluggy.PluginManager:
@@ -144,13 +144,13 @@ def replacements() -> set[str]:
         configured = []
     if isinstance(configured, list):
         names |= {n for n in configured if isinstance(n, str)}
-    return names | _replacements
+    return names | replaceable_plugins
 
 
 def allow_replacing(names: list[str]) -> None:
     """Let a plugin take each built-in name in ``names`` (``[plugins] replace``)."""
     with _lock:
-        _replacements.update(names)
+        replaceable_plugins.update(names)
 
 
 def _chosen_entry_points() -> list[importlib.metadata.EntryPoint]:
@@ -279,7 +279,7 @@ def reset() -> None:
         _pm = None
         _sources.clear()
         _extra_files.clear()
-        _replacements.clear()
+        replaceable_plugins.clear()
         _reset_tunables()
 
 
@@ -324,6 +324,22 @@ def _launcher_entries() -> dict[str, tuple[str, Any]]:
 def get_launchers() -> dict[str, Any]:
     """Launcher name -> factory (``factory(LaunchOptions) -> Launcher``) for ``tokenops tune --launch``."""
     return {name: factory for name, (_, factory) in sorted(_launcher_entries().items())}
+
+
+def get_workloads() -> dict[str, Any]:
+    """Benchmark workload name -> factory, as the plugins register them
+    (``tokenops_register_workloads``); the same name twice is a ``WorkloadError``."""
+    from tokenops.bench.workloads import WorkloadError
+
+    found: dict[str, Any] = {}
+
+    def register(name: str, factory: Any) -> None:
+        if name in found:
+            raise WorkloadError(f"workload {name!r} is registered twice")
+        found[name] = factory
+
+    get_plugin_manager().hook.tokenops_register_workloads(register=register)
+    return found
 
 
 def _layer_of(plugin: Any, hooks: list[str]) -> str:

@@ -32,6 +32,40 @@ class NativeRequest:
             raise err
 
 
+@dataclass(frozen=True, slots=True)
+class SamplingFields:
+    """The sampling fields of a request as the client sent them, read once from the validated
+    body when the :class:`GatewayRequest` is made; None (or empty) where the client sent none.
+    Backends read these fields, not the body."""
+
+    n: int | None = None  # choices asked
+    temperature: float | None = None  # None: the backend's default (1.0 on the bundled engine)
+    top_p: float | None = None  # nucleus sampling mass
+    top_k: int | None = None  # the ``top_k`` extension (vLLM's); 0 or None: off
+    seed: int | None = None  # a per-request seed for reproducible sampling
+    stop: tuple[str, ...] = ()  # stop strings (a single string becomes one)
+    ignore_eos: bool = False  # the ``ignore_eos`` extension: generate up to max_tokens
+    #: whether the client set ``max_tokens`` or ``max_completion_tokens`` (the limit itself,
+    #: after the server's default, is ``GatewayRequest.max_tokens``)
+    is_max_tokens_sent: bool = False
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SamplingFields:
+        stop = body.get("stop")
+        return cls(n=body.get("n"), temperature=body.get("temperature"), top_p=body.get("top_p"),
+                   top_k=body.get("top_k"), seed=body.get("seed"),
+                   stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+                   ignore_eos=bool(body.get("ignore_eos")),
+                   is_max_tokens_sent=body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None)
+
+    def sent(self) -> set[str]:
+        """The names of the fields the client sent (for decisions and logs)."""
+        out = {name for name in ("n", "temperature", "top_p", "top_k", "seed") if getattr(self, name) is not None}
+        out |= {"stop"} if self.stop else set()
+        out |= {"ignore_eos"} if self.ignore_eos else set()
+        return out | ({"max_tokens"} if self.is_max_tokens_sent else set())
+
+
 @dataclass(slots=True)
 class GatewayRequest:
     """A normalised chat or completion request as it moves through the pipeline."""
@@ -58,6 +92,25 @@ class GatewayRequest:
     #: The body as the client sent it in another wire API (e.g. Anthropic's ``/v1/messages``),
     #: for upstreams that serve that API as is; ``body`` holds its chat translation.
     native: NativeRequest | None = None
+    #: The sampling fields, typed: read from ``body`` once, when the request is made.
+    sampling: SamplingFields = None  # type: ignore[assignment]  (filled in __post_init__)
+
+    def __post_init__(self) -> None:
+        if self.sampling is None:
+            self.sampling = SamplingFields.from_body(self.body)
+
+    def override_sampling(self, **changes: Any) -> None:
+        """Change sampling fields after the request was made (a plugin's policy: an ensemble
+        samples at its own temperature), in the typed fields and in the body an upstream gets
+        alike; a value of None removes the field."""
+        import dataclasses
+
+        self.sampling = dataclasses.replace(self.sampling, **changes)
+        for name, value in changes.items():
+            if value is None:
+                self.body.pop(name, None)
+            else:
+                self.body[name] = value
 
     def prompt_text(self) -> str:
         """The request's text, for routers and caches that look at content."""

@@ -129,9 +129,7 @@ def tokenops_apply_tunables(values):
         if mine.get("breaker.enabled"):
             configure(config, degrade=degrade_to)
         return
-    health.breaker_config = config
-    for b in list(health._breakers.values()):
-        b.config = config
+    health.set_breaker_config(config)
 
 
 @hookimpl(wrapper=True)

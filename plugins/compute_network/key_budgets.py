@@ -27,9 +27,9 @@ def sync_rate_limits(keys) -> None:
     per change of the keys (or of the limiter's config, which the rate_limit plugin may
     replace when it is configured or tuned)."""
     global _synced_state
-    from tokenops_plugins.compute_network import rate_limit
+    from . import rate_limit
 
-    state = (id(keys), keys.registry.generation, id(rate_limit._config))
+    state = (id(keys), keys.registry.generation, id(rate_limit.current_config()))
     if state == _synced_state:
         return
     from tokenops.ratelimit.config import Limit, RateLimitConfig
@@ -38,13 +38,10 @@ def sync_rate_limits(keys) -> None:
               if (k.rpm or k.tpm) and k.revoked_at is None}
     if rate_limit.limiter is None and wanted:
         rate_limit.configure(RateLimitConfig(enabled=True, redis_url=keys.redis_url))
-    overrides = rate_limit._config.overrides.setdefault("key", {})
-    for key_id in _synced - set(wanted):
-        overrides.pop(key_id, None)
-    overrides.update(wanted)
+    rate_limit.set_key_overrides(wanted, _synced - set(wanted))
     _synced.clear()
     _synced.update(wanted)
-    _synced_state = (id(keys), keys.registry.generation, id(rate_limit._config))
+    _synced_state = (id(keys), keys.registry.generation, id(rate_limit.current_config()))
 
 
 @hookimpl(tryfirst=True)

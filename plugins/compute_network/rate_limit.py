@@ -4,9 +4,9 @@ a bounded queue; in Redis when ``redis_url`` is set. Off unless configured in
 ``[plugins.rate_limit]`` (see :mod:`tokenops.ratelimit.config`) or a
 ``ratelimit.tenant_*`` tunable is set above 0.
 
-Estimated tokens are charged at admission and corrected when the request ends:
-on ``tokenops_cache_store`` (the finished response's usage) or, for every request
-including streams and errors, on the ``requests`` telemetry event.
+Estimated tokens are charged at admission and corrected when the request ends, on
+``tokenops_request_finished`` (every request: answered, streamed, failed, disconnected or
+from the cache), to the tokens its record counts.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
-from tokenops import hookimpl, may_block
+from tokenops import hookimpl
 from tokenops.ratelimit.config import Limit, RateLimitConfig
 from tokenops.ratelimit.limiter import RateLimiter
 from tokenops.tunables import Tunable, TunableError
@@ -92,6 +92,20 @@ def tokenops_apply_tunables(values):
         configure(new)
 
 
+def current_config() -> RateLimitConfig:
+    """The limiter's configuration now: a new object whenever the plugin is configured or tuned."""
+    return _config
+
+
+def set_key_overrides(wanted: dict[str, Limit], forget: set[str]) -> None:
+    """Per-key limits from outside the configuration (the managed keys' rpm/tpm, key_budgets):
+    ``forget`` ids lose their ``key`` override, ``wanted`` ones get theirs."""
+    overrides = _config.overrides.setdefault("key", {})
+    for key_id in forget:
+        overrides.pop(key_id, None)
+    overrides.update(wanted)
+
+
 @hookimpl
 def tokenops_admit(request):
     if limiter is None:
@@ -105,13 +119,6 @@ def _uses_redis() -> bool:
     return limiter is not None and bool(limiter.config.redis_url)
 
 
-@hookimpl
-@may_block(when=_uses_redis)  # a Redis round trip settles the charge
-def tokenops_cache_store(request, response):
-    if limiter is not None:
-        limiter.complete(request.id, response.prompt_tokens + response.completion_tokens)
-
-
 _settler: ThreadPoolExecutor | None = None
 
 
@@ -123,17 +130,29 @@ def _off_loop(fn, *args) -> None:
     _settler.submit(fn, *args)
 
 
+def _settle(request_id: str, tokens: int) -> None:
+    """Correct the request's token charge to what it used and free its slot (Redis: off the loop)."""
+    if _uses_redis():
+        _off_loop(limiter.complete, request_id, tokens)
+    else:
+        limiter.complete(request_id, tokens)
+
+
+@hookimpl
+def tokenops_request_finished(record):
+    """Every finished request settles here, answered, failed, disconnected or from the cache."""
+    if limiter is not None:
+        _settle(record.id, int(record.tokens_in or 0) + int(record.tokens_out or 0))
+
+
 @hookimpl
 def tokenops_record(event):
+    """A finished request reported only as a ``requests`` row (not through this gateway's
+    pipeline) settles too; a request settled above is not settled twice (``complete`` is once)."""
     if limiter is None or event.kind != "requests":
         return
     rows = event.data if isinstance(event.data, list) else [event.data]
-    complete = limiter.complete
     for row in rows:
         rid = row.get("id")
         if rid:
-            tokens = int(row.get("tokens_in") or 0) + int(row.get("tokens_out") or 0)
-            if _uses_redis():
-                _off_loop(complete, rid, tokens)
-            else:
-                complete(rid, tokens)
+            _settle(rid, int(row.get("tokens_in") or 0) + int(row.get("tokens_out") or 0))

@@ -101,8 +101,7 @@ def tokenops_apply_tunables(values):
     except (TypeError, ValueError) as e:
         raise TunableError(str(e)) from None
     if cache is not None:
-        cache.config = config
-        cache._evict()
+        cache.set_config(config)
     elif mine.get("cache.enabled"):
         configure(config)
 

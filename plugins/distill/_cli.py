@@ -51,7 +51,7 @@ KeepTruncatedOpt = Annotated[bool, typer.Option(
 
 
 def _min_confidence(value: float | None) -> float | None:
-    from tokenops.cli import UserError
+    from tokenops.errors import UserError
     from ._pairs import validate_min_confidence
 
     try:

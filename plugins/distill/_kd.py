@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -84,6 +84,37 @@ def kd_loss(student, teacher, ids, att, labels, cfg: KDConfig,
     return (1 - cfg.kd_weight) * ce + cfg.kd_weight * kl, ce.item(), kl.item()
 
 
+def _teacher(teacher_dir: Path | None, student: Any, cfg: KDConfig, log: Callable[[str], None]) -> Any:
+    """The teacher for logit KD, or None (no teacher, no KD weight, or another vocabulary)."""
+    if teacher_dir is None or cfg.kd_weight <= 0:
+        return None
+    teacher = load_hf(teacher_dir).eval()
+    if teacher.config.vocab_size != student.config.vocab_size:
+        log(f"teacher vocabulary {teacher.config.vocab_size} != student {student.config.vocab_size}: "
+            f"sequence-level KD only")
+        return None
+    return teacher
+
+
+def _encode(tok: Any, student: Any, pairs: list[tuple[str, str]], replay_prompts: list[str] | None, cfg: KDConfig,
+            log: Callable[[str], None]) -> tuple[list[Any], torch.Tensor]:
+    """The training rows (the pairs, then the replayed prompts with the student's own greedy
+    answers) and, per row, whether it is a KD row (replayed ones are cross-entropy only)."""
+    from ..multi_model import _task_training as tt
+
+    encoded = [tt.encode_pair(tok, p, a, cfg.max_len) for p, a in pairs]
+    is_kd = [True] * len(encoded)
+    if replay_prompts:
+        started_replay = time.perf_counter()
+        own = tt.generate_greedy(student, tok, replay_prompts, max(tt.MAX_NEW_TOKENS.values()))
+        student.train()
+        encoded += [tt.encode_pair(tok, p, a, cfg.max_len) for p, a in zip(replay_prompts, own)]
+        is_kd += [False] * len(own)
+        log(f"replay: the student answered {len(own)} dropped prompts itself "
+            f"({time.perf_counter() - started_replay:.0f}s)")
+    return encoded, torch.tensor(is_kd)
+
+
 def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDConfig, teacher_dir: Path | None = None,
           resume: bool = False, progress: bool = True, log: Callable[[str], None] = print,
           replay_prompts: list[str] | None = None) -> dict:
@@ -102,24 +133,8 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
     tok = Tokenizer.from_file(str(student_dir / "tokenizer.json"))
     torch.manual_seed(cfg.seed)
     student = load_hf(student_dir).train()
-    teacher = None
-    if teacher_dir is not None and cfg.kd_weight > 0:
-        teacher = load_hf(teacher_dir).eval()
-        if teacher.config.vocab_size != student.config.vocab_size:
-            log(f"teacher vocabulary {teacher.config.vocab_size} != student {student.config.vocab_size}: "
-                f"sequence-level KD only")
-            teacher = None
-    encoded = [tt.encode_pair(tok, p, a, cfg.max_len) for p, a in pairs]
-    is_kd = [True] * len(encoded)
-    if replay_prompts:
-        started_replay = time.perf_counter()
-        own = tt.generate_greedy(student, tok, replay_prompts, max(tt.MAX_NEW_TOKENS.values()))
-        student.train()
-        encoded += [tt.encode_pair(tok, p, a, cfg.max_len) for p, a in zip(replay_prompts, own)]
-        is_kd += [False] * len(own)
-        log(f"replay: the student answered {len(own)} dropped prompts itself "
-            f"({time.perf_counter() - started_replay:.0f}s)")
-    kd_flags = torch.tensor(is_kd)
+    teacher = _teacher(teacher_dir, student, cfg, log)
+    encoded, kd_flags = _encode(tok, student, pairs, replay_prompts, cfg, log)
     decay = [p for p in student.parameters() if p.dim() >= 2]
     no_decay = [p for p in student.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

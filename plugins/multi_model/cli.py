@@ -32,7 +32,7 @@ class _ProfileGroup(TyperGroup):
     """``tokenops profile MODEL`` (the old spelling) gets one line naming the new one."""
 
     def resolve_command(self, ctx: Context, args: list[str]) -> Any:
-        from tokenops.cli import UserError
+        from tokenops.errors import UserError
 
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
             raise UserError(f"`tokenops profile {args[0]}`: profiling a model is now `tokenops profile run "
@@ -71,7 +71,7 @@ def profile_run(
     classification): writes profiles/models/MODEL.toml, its per-task results and the store."""
     from rich.progress import Progress
 
-    from tokenops.cli import UserError
+    from tokenops.errors import UserError
     from ._profiling import build_profile, run_suites, write_profile
     from ._suites import DIMENSIONS
 
@@ -154,7 +154,7 @@ def profile_show(
 
 
 def _load(profiles_dir: Path, models: list[str]) -> list[dict]:
-    from tokenops.cli import UserError
+    from tokenops.errors import UserError
     from ._profiles import load_profiles
 
     profiles = load_profiles(profiles_dir)
@@ -189,7 +189,7 @@ def route_calibrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Set the threshold router's threshold from its scores on recorded traffic."""
-    from tokenops.cli import UserError
+    from tokenops.errors import UserError
     from tokenops.config import load_settings
     from tokenops.store import open_store
     from ._calibration import calibrate_share
@@ -231,7 +231,7 @@ def route_train(
     as_json: JsonOpt = False,
 ) -> None:
     """Train the win predictor from two models' per-task profile results."""
-    from tokenops.cli import UserError
+    from tokenops.errors import UserError
     from ._text_model import Logistic
 
     def load(model: str) -> dict[str, dict]:

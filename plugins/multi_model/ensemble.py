@@ -57,9 +57,10 @@ def tokenops_route(request, candidates, profiles):
     if method == "vote":
         members = [members[0]] * int(_conf["samples"])
         # Self-consistency needs diverse samples: sample unless the client chose a temperature.
-        if not request.body.get("temperature"):
-            request.body["temperature"] = float(_conf["temperature"])
-        request.body.pop("seed", None)
+        if not request.sampling.temperature:
+            request.override_sampling(temperature=float(_conf["temperature"]), seed=None)
+        else:
+            request.override_sampling(seed=None)
     return RouteDecision(members[0], f"ensemble: {method} over {len(members)}", router="ensemble",
                          members=tuple(members), method=method)
 

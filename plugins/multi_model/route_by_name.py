@@ -10,6 +10,6 @@ TOKENOPS_LAYER = "multi_model"
 def tokenops_route(request, candidates, profiles):
     if request.model in candidates:
         return RouteDecision(model=request.model, reason="requested", router="route_by_name")
-    from tokenops.gateway.errors import ModelNotFound
+    from tokenops.errors import ModelNotFound
 
     raise ModelNotFound(request.model, candidates)

@@ -12,7 +12,8 @@ threshold = 0.5                                     # or set by `tokenops route 
 ```
 
 The threshold written by ``tokenops route calibrate --strong-share 0.3`` (to
-``profiles/routers/threshold.toml``) wins over the configured one. Every decision records
+``profiles/routers/threshold.toml``, read when the plugin is configured) wins over the configured
+one. Every decision records
 its predicted probability as the route score, which is what calibration reads back.
 """
 
@@ -25,8 +26,8 @@ from pathlib import Path
 from tokenops import hookimpl, may_block
 from tokenops.tunables import Tunable
 from tokenops.types import RouteDecision
-from tokenops_plugins.multi_model import _router_config as rc
-from tokenops_plugins.multi_model._text_model import Logistic
+from . import _router_config as rc
+from ._text_model import Logistic
 
 TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
@@ -34,6 +35,8 @@ TOKENOPS_SETTINGS = {"router": ("use", "alias", "default", "threshold")}
 CALIBRATION_FILE = Path("profiles/routers/threshold.toml")
 
 _live: dict[str, float] = {}
+#: The threshold of CALIBRATION_FILE, read once when the plugin is configured (None: no file).
+_calibrated: float | None = None
 
 
 @lru_cache(maxsize=4)
@@ -46,8 +49,8 @@ def load_predictor(path: str) -> Logistic:
 def current_threshold() -> float:
     if "router.threshold" in _live:
         return _live["router.threshold"]
-    if CALIBRATION_FILE.is_file():
-        return float(tomllib.loads(CALIBRATION_FILE.read_text())["threshold"])
+    if _calibrated is not None:
+        return _calibrated
     return float(rc.section("threshold").get("threshold", 0.5))
 
 
@@ -72,9 +75,22 @@ def tokenops_apply_tunables(values):
         _live["router.threshold"] = float(values["router.threshold"])
 
 
+def read_calibration(path: Path = CALIBRATION_FILE) -> float | None:
+    """The threshold ``tokenops route calibrate`` wrote to ``path``, or None without the file."""
+    if not path.is_file():
+        return None
+    try:
+        return float(tomllib.loads(path.read_text())["threshold"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"threshold router calibration {path}: {e}; write it again with `tokenops route calibrate`") from None
+
+
 @hookimpl
 def tokenops_configure(settings):
+    global _calibrated
     rc.configure(settings)
+    # once, when this router is the one in use: a new calibration applies at the next start
+    _calibrated = read_calibration() if rc.section().get("use") == "threshold" else None
 
 
 def _is_active(request) -> bool:
@@ -82,7 +98,7 @@ def _is_active(request) -> bool:
 
 
 @hookimpl
-@may_block(when=_is_active)  # scores the prompt with the win predictor and reads its calibration file: routed in a worker thread
+@may_block(when=_is_active)  # scores the prompt with the win predictor: routed in a worker thread
 def tokenops_route(request, candidates, profiles):
     if not _is_active(request):
         return None

@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator
 import httpx
 
 from tokenops.backends.base import Delta
+from tokenops.backends.native_upstream import json_answer, native_post
 from tokenops.backends.sse import sse_data
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
@@ -45,18 +46,7 @@ def _headers(backend: OpenAIBackend, request: GatewayRequest) -> dict[str, str]:
 async def _post(backend: OpenAIBackend, request: GatewayRequest, stream: bool) -> httpx.Response | None:
     assert request.native is not None
     payload = {**request.native.body, "stream": stream}
-    try:
-        response = await backend._send(request, stream, path=request.native.path, payload=payload,
-                                       headers=_headers(backend, request))
-    except BackendError as e:
-        message = str(getattr(e, "upstream_message", "") or "")
-        if e.status in (404, 405) and "model" not in message.lower():
-            backend.serves_messages = False  # an unknown path, not an unknown model
-            request.native.check_translatable(backend.name)
-            return None
-        raise
-    backend.serves_messages = True
-    return response
+    return await native_post(backend, request, stream, payload, headers=_headers(backend, request))
 
 
 async def native_once(backend: OpenAIBackend, request: GatewayRequest) -> GatewayResponse | None:
@@ -64,10 +54,7 @@ async def native_once(backend: OpenAIBackend, request: GatewayRequest) -> Gatewa
     response = await _post(backend, request, stream=False)
     if response is None:
         return None
-    try:
-        data = json.loads(response.content)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BackendError(f"{backend.name}: bad upstream answer: {e}", "error", 502, backend.name) from None
+    data = json_answer(backend, response)
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise BackendError(f"{backend.name}: upstream answer is not a Message", "error", 502, backend.name)
     texts, thinking, calls = [], [], []

@@ -198,3 +198,15 @@ def merge_tool_calls(calls: dict[int, dict[str, Any]], pieces: list[dict[str, An
             call["function"]["name"] = fn["name"]
         call["function"]["arguments"] += fn.get("arguments") or ""
     return calls
+
+
+def replica_index(model: Any) -> int:
+    for tag in model.tags:
+        if tag.startswith("replica:"):
+            return int(tag.split(":", 1)[1])
+    return 0
+
+
+def replica_name(model: Any) -> str:
+    """``name#index`` of one replica's model config (its ``replica:N`` tag)."""
+    return f"{model.name}#{replica_index(model)}"

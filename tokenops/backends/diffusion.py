@@ -16,7 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from tokenops.backends.registry import replica_name
+from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
+from tokenops.backends.base import replica_name
 from tokenops.config import ConfigError, ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
@@ -49,7 +50,10 @@ class DiffusionBackend:
     kind = "diffusion"
     max_model_len: int | None = None
 
-    def __init__(self, model: ModelConfig, settings: Settings, pipeline: Any = None) -> None:
+    def __init__(self, model: ModelConfig, settings: Settings, pipeline: Any = None, *,
+                 calls: PluginCalls | None = None) -> None:
+        #: what this backend asks the plugins (the plan hook); built-ins when none is given
+        self.calls = calls if calls is not None else builtin_calls()
         if model.path is None and pipeline is None:
             raise ConfigError(f"model {model.name!r}: backend 'diffusion' needs path = a diffusers pipeline folder")
         self.model = model.name
@@ -135,10 +139,9 @@ class DiffusionBackend:
         """Defaults of the folder, then plugins, then the request's overrides."""
         import dataclasses
 
-        from tokenops.diffusion.plan import get_plan
         from tokenops.diffusion.samplers import SAMPLERS, SamplerError, check_steps
 
-        plan = get_plan(self.model, self.pipeline.default_sampler, self.pipeline.default_steps)
+        plan = self.calls.diffusion_plan(self.model, self.pipeline.default_sampler, self.pipeline.default_steps)
         if request.sampler is not None:
             plan.sampler = request.sampler
         if request.num_steps is not None:

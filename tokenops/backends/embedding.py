@@ -17,7 +17,7 @@ import os
 import threading
 from typing import Any
 
-from tokenops.backends.registry import replica_name
+from tokenops.backends.base import replica_name
 from tokenops.config import ConfigError, ModelConfig, Settings
 from tokenops.backends.prompt_bound import NORMALIZER_SLACK
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
@@ -143,7 +143,7 @@ class EmbeddingBackend:
 
     async def embed(self, request: GatewayRequest) -> dict[str, Any]:
         """Embed ``request.body["input"]``; returns the OpenAI ``/v1/embeddings`` answer."""
-        from tokenops.gateway.fields import check_bundled_fields
+        from tokenops.backends.field_table import check_bundled_fields
 
         check_bundled_fields(request, self.name)
         body = request.body

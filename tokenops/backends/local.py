@@ -12,16 +12,17 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from tokenops.backends.base import Delta, collect
+from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.backends.local_fields import check_content_parts, echo_delta, echo_logprobs, processor_params
 from tokenops.backends.local_structured import plan_request
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
 from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser
 from tokenops.backends.tool_parsers import get_tool_call_parser
-from tokenops.gateway.fields import check_bundled_fields
-from tokenops.backends.registry import replica_name
+from tokenops.backends.field_table import check_bundled_fields
+from tokenops.backends.base import replica_name
 from tokenops.config import ModelConfig, Settings
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
@@ -29,10 +30,11 @@ from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 log = logging.getLogger("tokenops.backends")
 
 
-def engine_config_for(model: ModelConfig, settings: Settings) -> Any:
-    """The :class:`EngineConfig` of one model: ``[engine]`` settings, then the model's overrides."""
+def engine_config_for(model: ModelConfig, settings: Settings, configure_engine: Callable[[Any], Any]) -> Any:
+    """The :class:`EngineConfig` of one model: ``[engine]`` settings, then the model's overrides,
+    then ``configure_engine`` (the plugins' ``tokenops_engine_config`` when the backend was built
+    with :func:`tokenops.engine_policies.plugin_calls`)."""
     from tokenops.engine.config import EngineConfig
-    from tokenops.engine_policies import configure_engine
 
     overrides = dict(model.engine)
     overrides.setdefault("model", model.path)
@@ -53,10 +55,13 @@ class LocalBackend:
 
     kind = "local"
 
-    def __init__(self, model: ModelConfig, settings: Settings, engine: Any = None) -> None:
+    def __init__(self, model: ModelConfig, settings: Settings, engine: Any = None, *,
+                 calls: PluginCalls | None = None) -> None:
         self.model = model.name
         self.name = replica_name(model)
-        self.config = engine_config_for(model, settings) if engine is None else None
+        #: what this backend asks the plugins (tokenops/backends/plugin_calls.py); built-ins when none is given
+        self.calls = calls if calls is not None else builtin_calls()
+        self.config = engine_config_for(model, settings, self.calls.configure_engine) if engine is None else None
         self.engine = engine
         #: set once start() ends, loaded or not: the LoRA adapters on this engine wait for it
         self.started = asyncio.Event()
@@ -84,12 +89,11 @@ class LocalBackend:
     async def _start(self) -> None:
         if self.engine is None:
             from tokenops.engine.async_engine import AsyncLLMEngine
-            from tokenops.engine_policies import build_engine
 
             # Loading weights blocks for a while: keep the event loop (and /health) free. The
             # plugins' engine policies are collected once, here (the config is configured already).
-            self.engine = await asyncio.to_thread(
-                lambda: AsyncLLMEngine(build_engine(self.config, configured=True)))
+            build = self.calls.build_engine
+            self.engine = await asyncio.to_thread(lambda: AsyncLLMEngine(build(self.config)))
         start = getattr(self.engine, "start", None)
         if start is not None:
             start()
@@ -136,11 +140,11 @@ class LocalBackend:
         from tokenops.engine.sampling import SamplingParams
 
         body = request.body
+        sampling = request.sampling
         max_tokens = request.max_tokens
-        asked = body.get("max_completion_tokens") if body.get("max_tokens") is None else body.get("max_tokens")
         limit = self.max_model_len
         if limit is not None:
-            if num_prompt >= limit or (asked is not None and num_prompt + max_tokens > limit):
+            if num_prompt >= limit or (sampling.is_max_tokens_sent and num_prompt + max_tokens > limit):
                 raise BackendError(
                     f"This model's maximum context length is {limit} tokens. However, you requested "
                     f"{num_prompt + max_tokens} tokens ({num_prompt} in the prompt, {max_tokens} in the completion). "
@@ -148,7 +152,6 @@ class LocalBackend:
                     kind="context_length", status=400, backend=self.name,
                 )
             max_tokens = min(max_tokens, limit - num_prompt)
-        stop = body.get("stop")
         if request.kind == "chat":
             logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
         else:
@@ -156,22 +159,21 @@ class LocalBackend:
         extras = processor_params(body, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
         try:
             return SamplingParams(
-                n=body.get("n") or 1, max_tokens=max_tokens,
-                temperature=1.0 if body.get("temperature") is None else body["temperature"],
-                top_p=1.0 if body.get("top_p") is None else body["top_p"],
-                top_k=body.get("top_k") or 0, seed=body.get("seed"),
-                stop=[stop] if isinstance(stop, str) else list(stop or []),
-                ignore_eos=bool(body.get("ignore_eos")), logprobs=logprobs,
+                n=sampling.n or 1, max_tokens=max_tokens,
+                temperature=1.0 if sampling.temperature is None else sampling.temperature,
+                top_p=1.0 if sampling.top_p is None else sampling.top_p,
+                top_k=sampling.top_k or 0, seed=sampling.seed, stop=list(sampling.stop),
+                ignore_eos=sampling.ignore_eos, logprobs=logprobs,
                 prompt_logprobs=echo_logprobs(request), **extras,
             )
         except ValueError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
 
-    async def stream(self, request: GatewayRequest, lora: str | None = None) -> AsyncIterator[Delta]:
-        """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py)."""
+    async def _prepare(self, request: GatewayRequest) -> tuple[Any, list[int], Any]:
+        """(structured-output plan, prompt ids, sampling params) of a request, with its 400s first."""
         if self.engine is None:
             raise BackendError(f"{self.name} is still loading", kind="unavailable", status=503, backend=self.name)
-        check_bundled_fields(request, self.name)  # a 400 for fields the engine cannot act on (gateway/fields.py)
+        check_bundled_fields(request, self.name)  # a 400 for fields the engine cannot act on (backends/field_table.py)
         if request.kind == "chat":
             check_content_parts(request, self.name)  # a text-only model: an image is a 400, never dropped
         # a prompt that cannot fit is refused before tokenizing; the rest is tokenized (and the
@@ -186,6 +188,11 @@ class LocalBackend:
         if self.reasoning_parser is not None or request.body.get("reasoning_effort") is not None \
                 or request.body.get("max_thinking_tokens") is not None:
             params.thinking = await asyncio.to_thread(self._thinking, request, prompt_ids)
+        return plan, prompt_ids, params
+
+    async def stream(self, request: GatewayRequest, lora: str | None = None) -> AsyncIterator[Delta]:
+        """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py)."""
+        plan, prompt_ids, params = await self._prepare(request)
         reasoning_streams: dict[int, ReasoningSplitter] = {}
         num_reasoning: dict[int, int] = {}
         tool_streams: dict[int, Any] = {}  # choice index -> ToolCallStream (when tools are on)
@@ -261,7 +268,8 @@ class LocalBackend:
 
     def _thinking(self, request: GatewayRequest, prompt_ids: list[int]) -> Any:
         """The engine's thinking control for this request (budget from the policy hook), or None."""
-        budget = decide_budget(request, self.model, self.reasoning_parser is not None, self.name)
+        budget = decide_budget(request, self.model, self.reasoning_parser is not None, self.name,
+                               self.calls.reasoning_budget)
         if self.reasoning_parser is None or request.kind != "chat":
             return None
         tok = self.engine.tokenizer

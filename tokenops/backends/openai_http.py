@@ -19,10 +19,11 @@ from tokenops.backends.anthropic_upstream import native_deltas, native_once, nat
 from tokenops.backends.openai_responses import responses_once, responses_stream, wants_responses
 from tokenops.backends.base import Delta
 from tokenops.backends.http_transport import PooledTransport
-from tokenops.backends.registry import replica_name
+from tokenops.backends.native_upstream import upstream_error as _upstream_error
+from tokenops.backends.base import replica_name
 from tokenops.backends.sse import sse_data as _sse_data
 from tokenops.config import ModelConfig, Settings
-from tokenops.gateway import tracing
+from tokenops import trace_context
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 log = logging.getLogger("tokenops.backends")
@@ -201,7 +202,7 @@ class OpenAIBackend:
         body = self._payload(request, stream) if payload is None else {**payload, "model": self.upstream_model}
         content = json.dumps(body, separators=(",", ":")).encode()
         url, send_headers = self._path(request) if path is None else self.url + path, {**self._headers, **(headers or {})}
-        tracing.inject(send_headers)  # the attempt's traceparent: a traced upstream (vLLM) joins the request's trace
+        trace_context.inject(send_headers)  # the attempt's traceparent: a traced upstream (vLLM) joins the request's trace
         last: BackendError | None = None
         for attempt in range(self.num_retries + 1):
             if attempt:
@@ -373,30 +374,3 @@ def _count_tokens(kind: str, logprobs: Any, text: Any) -> int:
         if isinstance(logprobs.get("tokens"), list):
             return len(logprobs["tokens"])
     return 1 if text else 0
-
-
-def _upstream_error(name: str, status: int, body: bytes) -> BackendError:
-    """Turn an upstream error answer into a BackendError that keeps its status and message."""
-    message, code = body.decode("utf-8", "replace")[:500], None
-    try:
-        err = json.loads(body).get("error")
-        if isinstance(err, dict):
-            message, code = err.get("message") or message, err.get("code")
-        elif isinstance(err, str):
-            message = err
-    except (json.JSONDecodeError, AttributeError):
-        pass
-    if status == 429:
-        kind = "overload"
-    elif code == "context_length_exceeded" or "context length" in message.lower():
-        kind = "context_length"
-    elif 400 <= status < 500:
-        kind = "bad_request"
-    else:
-        kind = "error"
-    err = BackendError(f"{name}: upstream {status}: {message}", kind, status if status < 500 else 502, name)
-    err.upstream_message = message  # type: ignore[attr-defined]
-    err.upstream_code = code  # type: ignore[attr-defined]
-    return err
-
-

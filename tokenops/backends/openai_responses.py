@@ -18,13 +18,12 @@ from typing import Any, AsyncIterator
 import httpx
 
 from tokenops.backends.base import Delta
+from tokenops.backends.native_upstream import json_answer, native_post
 from tokenops.backends.sse import sse_data
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 #: An ``OpenAIBackend`` (tokenops.backends.openai_http, which imports this module).
 OpenAIBackend = Any
-#: Status codes of an upstream without a ``/v1/responses`` route.
-NOT_SERVED = (404, 405)
 
 
 def wants_responses(backend: OpenAIBackend, request: GatewayRequest) -> bool:
@@ -36,17 +35,7 @@ async def _post(backend: OpenAIBackend, request: GatewayRequest, stream: bool) -
     assert request.native is not None
     native = request.native.body
     payload = {**native, "stream": stream, "max_output_tokens": native.get("max_output_tokens") or request.max_tokens}
-    try:
-        response = await backend._send(request, stream, path=request.native.path, payload=payload)
-    except BackendError as e:
-        message = str(getattr(e, "upstream_message", "") or "")
-        if e.status in NOT_SERVED and "model" not in message.lower():  # an unknown path, not an unknown model
-            backend.serves_responses = False
-            request.native.check_translatable(backend.name)
-            return None
-        raise
-    backend.serves_responses = True
-    return response
+    return await native_post(backend, request, stream, payload)
 
 
 async def responses_once(backend: OpenAIBackend, request: GatewayRequest) -> GatewayResponse | None:
@@ -54,11 +43,7 @@ async def responses_once(backend: OpenAIBackend, request: GatewayRequest) -> Gat
     response = await _post(backend, request, stream=False)
     if response is None:
         return None
-    try:
-        data = json.loads(response.content)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BackendError(f"{backend.name}: bad upstream answer: {e}", "error", 502, backend.name) from None
-    return answer(data, backend.model, backend.name)
+    return answer(json_answer(backend, response), backend.model, backend.name)
 
 
 async def responses_stream(backend: OpenAIBackend, request: GatewayRequest) -> AsyncIterator[Delta] | None:

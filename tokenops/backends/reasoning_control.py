@@ -11,7 +11,7 @@ rather than a silently ignored field.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from tokenops.types import BackendError, GatewayRequest, ReasoningBudget
 
@@ -37,15 +37,18 @@ def requested_budget_fields(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def get_reasoning_budget(request: GatewayRequest, model: str) -> ReasoningBudget | None:
-    """The budget policy's answer for ``request`` (``tokenops_reasoning_budget``)."""
-    from tokenops.plugins import hook
-
-    return hook().tokenops_reasoning_budget(request=request, model=model)
+BudgetPolicy = Callable[[GatewayRequest, str], "ReasoningBudget | None"]
 
 
-def decide_budget(request: GatewayRequest, model: str, has_parser: bool, backend: str) -> ReasoningBudget | None:
-    """Validate the request's budget fields and ask the policy; 400s as ``BackendError``."""
+def _no_policy(request: GatewayRequest, model: str) -> ReasoningBudget | None:
+    return None
+
+
+def decide_budget(request: GatewayRequest, model: str, has_parser: bool, backend: str,
+                  get_budget: BudgetPolicy = _no_policy) -> ReasoningBudget | None:
+    """Validate the request's budget fields and ask the policy, ``get_budget`` (the
+    ``tokenops_reasoning_budget`` hook, passed in by the backend's builder; none by default);
+    400s as ``BackendError``."""
     try:
         asked = requested_budget_fields(request.body)
     except ValueError as e:
@@ -56,7 +59,7 @@ def decide_budget(request: GatewayRequest, model: str, has_parser: bool, backend
                            f"[[models]]); `{model}` has none", kind="bad_request", status=400, backend=backend)
     if not has_parser or request.kind != "chat":
         return None
-    budget = get_reasoning_budget(request, model)
+    budget = get_budget(request, model)
     if budget is None and asked:
         raise BackendError(f"`{next(iter(asked))}` needs the reasoning_budget plugin (it is disabled)",
                            kind="bad_request", status=400, backend=backend)

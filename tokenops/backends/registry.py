@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tokenops.backends.base import Replica
+from tokenops.backends.base import Replica, replica_index, replica_name  # noqa: F401  (replica_* re-exported: their old home)
 from tokenops.config import ConfigError, ModelConfig, Settings
 
 BackendFactory = Callable[[ModelConfig, Settings], Any]
@@ -19,17 +19,33 @@ DEMO_DIFFUSION_NAME = "digits-diffusion"
 LADDER_PRICES = {"tokenops-ladder-small": (0.10, 0.40), "tokenops-ladder-large": (0.60, 2.40)}
 
 
-def get_backend_factories() -> dict[str, BackendFactory]:
-    """Backend kind -> factory, contributed by plugins (``local`` and ``openai`` are built in)."""
-    from tokenops.plugins import hook
+def builtin_factories() -> dict[str, BackendFactory]:
+    """The built-in backend kinds with no plugin behind them (``local`` on the engine's own
+    policies, ``openai``, ``embedding``, ``diffusion``). The gateway passes the kinds the
+    plugins register instead (``tokenops_register_backends``: the same kinds, built with the
+    plugins' engine policies, thinking budgets and diffusion plans, plus any third-party kind)."""
 
-    factories: dict[str, BackendFactory] = {}
+    def local(model: ModelConfig, settings: Settings) -> Any:
+        from tokenops.backends.local import LocalBackend
 
-    def register(kind: str, factory: BackendFactory) -> None:
-        factories.setdefault(kind, factory)
+        return LocalBackend(model, settings)
 
-    hook().tokenops_register_backends(register=register)
-    return factories
+    def openai(model: ModelConfig, settings: Settings) -> Any:
+        from tokenops.backends.openai_http import OpenAIBackend
+
+        return OpenAIBackend(model, settings)
+
+    def embedding(model: ModelConfig, settings: Settings) -> Any:
+        from tokenops.backends.embedding import EmbeddingBackend
+
+        return EmbeddingBackend(model, settings)
+
+    def diffusion(model: ModelConfig, settings: Settings) -> Any:
+        from tokenops.backends.diffusion import DiffusionBackend
+
+        return DiffusionBackend(model, settings)
+
+    return {"local": local, "openai": openai, "diffusion": diffusion, "embedding": embedding}
 
 
 DEMO_REASONING_NAME = "tokenops-reasoning-small"
@@ -94,8 +110,10 @@ def replica_urls(model: ModelConfig) -> list[str | None]:
 
 
 def build_replicas(settings: Settings, factories: dict[str, BackendFactory] | None = None) -> dict[str, list[Replica]]:
-    """Model name -> its replicas, each with a backend built by its kind's factory."""
-    factories = factories if factories is not None else get_backend_factories()
+    """Model name -> its replicas, each with a backend built by its kind's factory: ``factories``
+    (the gateway passes the plugins' kinds, ``gateway.hooks.get_backend_factories``), else
+    :func:`builtin_factories`."""
+    factories = factories if factories is not None else builtin_factories()
     out: dict[str, list[Replica]] = {}
     for model in model_configs(settings):
         factory = factories.get(model.backend)
@@ -122,14 +140,3 @@ def _replica_config(model: ModelConfig, url: str | None, index: int) -> ModelCon
     import dataclasses
 
     return dataclasses.replace(model, url=url, urls=[], replicas=1, tags=[*model.tags, f"replica:{index}"])
-
-
-def replica_index(model: ModelConfig) -> int:
-    for tag in model.tags:
-        if tag.startswith("replica:"):
-            return int(tag.split(":", 1)[1])
-    return 0
-
-
-def replica_name(model: ModelConfig) -> str:
-    return f"{model.name}#{replica_index(model)}"

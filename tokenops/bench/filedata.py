@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tokenops.bench.workloads import BenchRequest, WorkloadError
+from tokenops.bench.request import BenchRequest, WorkloadError
 
 OUTPUT_KEYS = ("output_tokens", "output_tokens_count", "completion_tokens_count", "max_tokens")
 PROMPT_TOKEN_KEYS = ("prompt_tokens", "prompt_tokens_count", "input_tokens_count")

@@ -21,7 +21,7 @@ import httpx
 
 from tokenops.bench.arrivals import ArrivalSpec
 from tokenops.bench.metrics import RequestResult
-from tokenops.bench.workloads import BenchRequest
+from tokenops.bench.request import BenchRequest
 
 ENDPOINTS = ("chat", "completions")
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tokenops.bench.synthetic import words
-from tokenops.bench.workloads import BenchRequest, WorkloadError
+from tokenops.bench.request import BenchRequest, WorkloadError
 
 if TYPE_CHECKING:
     from tokenops.store.remote import RemoteStore

@@ -16,7 +16,7 @@ from tokenops.bench.loadgen import BenchError, LoadSpec, fetch_model, run_load
 from tokenops.bench.metrics import RequestResult, summarize
 from tokenops.bench.results import BenchRun, LevelResult
 from tokenops.bench.server_metrics import hit_rate, scrape_prefix
-from tokenops.bench.workloads import BenchRequest, build_workload
+from tokenops.bench.workloads import BenchRequest, WorkloadFactory, build_workload
 from tokenops.slo import SLO
 
 
@@ -60,6 +60,9 @@ class BenchPlan:
     #: Send the same prompts at every level and in every run (cache studies); by default each level of
     #: each run gets fresh prompts, so a later level does not measure a prefix cache the earlier one warmed.
     reuse_prompts: bool = False
+    #: The workloads the plugins register (``tokenops.plugins.get_workloads``, passed in by the CLI
+    #: and the tuner); None: the built-ins (:func:`tokenops.bench.workloads.builtin_workloads`).
+    registered_workloads: dict[str, WorkloadFactory] | None = None
 
     def __post_init__(self) -> None:
         if self.rates and self.concurrencies:
@@ -102,7 +105,8 @@ def level_requests(plan: BenchPlan, level: int, run_nonce: int) -> list[BenchReq
     (``file``, ``replay``) send the same text either way; the per-level prefix-cache hit
     rate shows what that costs."""
     seed = plan.seed if plan.reuse_prompts else int(np.random.SeedSequence([plan.seed, run_nonce, level]).generate_state(1)[0])
-    return build_workload(plan.workload, plan.num_requests, seed, **plan.workload_options)
+    return build_workload(plan.workload, plan.num_requests, seed, registered=plan.registered_workloads,
+                          **plan.workload_options)
 
 
 async def run_plan(plan: BenchPlan,

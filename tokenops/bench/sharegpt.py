@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from tokenops.bench.workloads import BenchRequest, WorkloadError
+from tokenops.bench.request import BenchRequest, WorkloadError
 
 _CHUNK = 1 << 20
 #: Conversations read per request wanted, so the seeded sample has room to vary.

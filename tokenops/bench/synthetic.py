@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenops.bench.workloads import BenchRequest, WorkloadError
+from tokenops.bench.request import BenchRequest, WorkloadError
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
 

@@ -1,71 +1,43 @@
-"""Benchmark requests and the workload registry.
+"""The workload registry.
 
 A workload is a factory registered through ``tokenops_register_workloads``:
 ``factory(num_requests=..., seed=..., **options)`` returns a list of
 :class:`BenchRequest`. Factories ignore options that are not theirs, so one
-option set (the CLI's) can be passed to any workload.
+option set (the CLI's) can be passed to any workload. The plugin manager's registrations are
+passed in by the callers above it (the CLI, the tuner); without them the built-ins serve.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-WorkloadFactory = Callable[..., list["BenchRequest"]]
+from tokenops.bench.request import BenchRequest, WorkloadError, WorkloadFactory
 
-
-class WorkloadError(ValueError):
-    """A workload could not be built; the message says why and what to do."""
+__all__ = ["BenchRequest", "WorkloadError", "WorkloadFactory", "build_workload", "builtin_workloads", "get_workloads"]
 
 
-@dataclass(slots=True)
-class BenchRequest:
-    """One request of a workload (or the first turn of a conversation)."""
+def builtin_workloads() -> dict[str, WorkloadFactory]:
+    """The workloads tokenops ships, with no plugin behind them (the ``workloads`` plugin
+    registers these same ones through the hook)."""
+    from tokenops.bench import filedata, replay, sharegpt, synthetic
 
-    messages: list[dict[str, str]]
-    max_tokens: int
-    #: Expected prompt tokens (the server's usage report is authoritative).
-    num_prompt_tokens: int | None = None
-    #: Fixed send time from the run start (replay); None follows the arrival process.
-    arrival_s: float | None = None
-    #: Later user turns of a multi-turn conversation, each sent after the previous answer.
-    followups: list[str] = field(default_factory=list)
-    followup_max_tokens: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise WorkloadError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        assert len(self.followups) == len(self.followup_max_tokens)
-
-    @property
-    def num_turns(self) -> int:
-        return 1 + len(self.followups)
-
-    def prompt_text(self) -> str:
-        """The messages joined, for the plain completions endpoint."""
-        return "\n".join(m["content"] for m in self.messages)
+    return {"synthetic": synthetic.synthetic, "shared-prefix": synthetic.shared_prefix,
+            "sharegpt": sharegpt.sharegpt, "sharegpt-multiturn": sharegpt.sharegpt_multiturn,
+            "replay": replay.replay, "file": filedata.file_workload}
 
 
-def get_workloads() -> dict[str, WorkloadFactory]:
-    """Every registered workload by name."""
-    from tokenops.plugins import get_plugin_manager
-
-    found: dict[str, WorkloadFactory] = {}
-
-    def register(name: str, factory: WorkloadFactory) -> None:
-        if name in found:
-            raise WorkloadError(f"workload {name!r} is registered twice")
-        found[name] = factory
-
-    get_plugin_manager().hook.tokenops_register_workloads(register=register)
-    return found
+def get_workloads(registered: dict[str, WorkloadFactory] | None = None) -> dict[str, WorkloadFactory]:
+    """Every workload by name: ``registered`` (what the plugins register, passed in by the CLI and
+    the tuner from ``tokenops.plugins.get_workloads``), else :func:`builtin_workloads`."""
+    return dict(registered) if registered is not None else builtin_workloads()
 
 
-def build_workload(name: str, num_requests: int, seed: int = 0, **options: Any) -> list[BenchRequest]:
-    """Build ``num_requests`` requests of workload ``name``."""
+def build_workload(name: str, num_requests: int, seed: int = 0, *,
+                   registered: dict[str, WorkloadFactory] | None = None, **options: Any) -> list[BenchRequest]:
+    """Build ``num_requests`` requests of workload ``name`` (from ``registered``, see :func:`get_workloads`)."""
     if num_requests < 1:
         raise WorkloadError(f"--num-requests must be >= 1, got {num_requests}")
-    workloads = get_workloads()
+    workloads = get_workloads(registered)
     if name not in workloads:
         raise WorkloadError(f"unknown workload {name!r}; available: {', '.join(sorted(workloads)) or 'none'}")
     requests = workloads[name](num_requests=num_requests, seed=seed, **options)

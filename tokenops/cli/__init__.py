@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from typer._click import Context  # typer (0.29) vendors click: TyperGroup's methods take this Context
 
 from tokenops import __version__
+from tokenops.errors import UserError
 
 
 class _RootGroup(TyperGroup):
@@ -75,10 +76,6 @@ def build_app() -> typer.Typer:
 
     get_plugin_manager().hook.tokenops_register_commands(app=app)
     return app
-
-
-class UserError(Exception):
-    """An error the user caused; printed as one line."""
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -72,87 +72,127 @@ def bench(
     """Load-test a server and print latency percentiles, throughput and goodput."""
     if ctx.invoked_subcommand is not None:
         return
-    from rich.console import Console
+    url = _server_url(url, store)
+    values = locals()
+    plan = _plan(values)
+    run = _run(plan)
+    where = None if no_store else _save(run, url, store, admin_key_file)
+    _write(run, output, plot)
+    _show(run, where, plot, as_json)
 
+
+def _server_url(url: str | None, store: str | None) -> str:
+    """``--url``, else the ``tokenops serve`` that holds this folder's store."""
+    from tokenops.cli import UserError
+
+    if url:
+        return url
+    from tokenops.store.remote import local_server_url
+
+    found = local_server_url(store)
+    if not found:
+        raise UserError("no server of this folder is running: start `tokenops serve` or give --url "
+                        "(the server's base URL, e.g. http://127.0.0.1:8000)")
+    return found
+
+
+def _temperature(text: str) -> float | None:
+    from tokenops.cli import UserError
+
+    try:
+        return None if text.strip().lower() == "server" else float(text)
+    except ValueError:
+        raise UserError(f"--temperature must be a number or 'server', got {text!r}") from None
+
+
+def _plan(o: dict[str, Any]) -> Any:
+    """The :class:`BenchPlan` of the parsed options ``o``; output problems stop the run before it starts."""
     from tokenops.bench import plot as plots
     from tokenops.bench.loadgen import BenchError
-    from tokenops.bench.report import levels_table
-    from tokenops.bench.runner import BenchPlan, parse_levels, run_plan_sync
-    from tokenops.bench.storage import save_run
+    from tokenops.bench.runner import BenchPlan, parse_levels
+    from tokenops.bench.slo_presets import resolve
     from tokenops.bench.workloads import WorkloadError
     from tokenops.cli import UserError
+    from tokenops.plugins import get_workloads
     from tokenops.slo import parse_slos
 
-    if not url:
-        from tokenops.store.remote import local_server_url
-
-        url = local_server_url(store)
-        if not url:
-            raise UserError("no server of this folder is running: start `tokenops serve` or give --url "
-                            "(the server's base URL, e.g. http://127.0.0.1:8000)")
-    from tokenops.bench.slo_presets import resolve
-
-    slo = resolve(slo, slo_preset)
+    slo = resolve(o["slo"], o["slo_preset"])
+    temp = _temperature(o["temperature"])
     try:
-        temp = None if temperature.strip().lower() == "server" else float(temperature)
-    except ValueError:
-        raise UserError(f"--temperature must be a number or 'server', got {temperature!r}") from None
-    try:  # output problems stop the run before it starts, not after
-        if plot:
-            plots.check_target(plot)
-        if output:
-            plots.check_writable(output, "--output")
+        if o["plot"]:
+            plots.check_target(o["plot"])
+        if o["output"]:
+            plots.check_writable(o["output"], "--output")
     except ValueError as e:
         raise UserError(str(e)) from None
-    values = locals()
-    wl_opts = {k: values[k] for k in _WORKLOAD_OPTS if k != "store"}
-    if workload == "replay":
+    wl_opts = {k: o[k] for k in _WORKLOAD_OPTS if k != "store"}
+    if o["workload"] == "replay":
         from tokenops.store import default_path
 
-        wl_opts["store"] = store or default_path()
+        wl_opts["store"] = o["store"] or default_path()
     try:
-        plan = BenchPlan(url=url, workload=workload, model=model, num_requests=num_requests,
-                         rates=parse_levels(rate, "rate"),
-                         concurrencies=[int(c) for c in parse_levels(concurrency, "concurrency")],
-                         arrival=arrival, burstiness=burstiness, seed=seed, slos=parse_slos(slo or []),
-                         endpoint=endpoint, api_key=api_key, ignore_eos=ignore_eos, timeout_s=timeout, think_time_s=think_time, ramp_up_s=ramp_up,
-                         temperature=temp, reuse_prompts=reuse_prompts,
-                         workload_options=wl_opts)
-        progress = _progress()
-
-        def on_level(label, num_expected):
-            if progress is None:
-                return None
-            task = progress.add_task(label, total=num_expected, errors=0)
-            counts = {"err": 0}
-
-            def on_result(r):
-                counts["err"] += 0 if r.is_ok else 1
-                progress.update(task, advance=1, errors=counts["err"])
-
-            return on_result
-
-        if progress is not None:
-            with progress:
-                run = run_plan_sync(plan, on_level)
-        else:
-            run = run_plan_sync(plan, on_level)
+        return BenchPlan(url=o["url"], workload=o["workload"], model=o["model"], num_requests=o["num_requests"],
+                         rates=parse_levels(o["rate"], "rate"),
+                         concurrencies=[int(c) for c in parse_levels(o["concurrency"], "concurrency")],
+                         arrival=o["arrival"], burstiness=o["burstiness"], seed=o["seed"], slos=parse_slos(slo or []),
+                         endpoint=o["endpoint"], api_key=o["api_key"], ignore_eos=o["ignore_eos"],
+                         timeout_s=o["timeout"], think_time_s=o["think_time"], ramp_up_s=o["ramp_up"],
+                         temperature=temp, reuse_prompts=o["reuse_prompts"],
+                         workload_options=wl_opts, registered_workloads=get_workloads())
     except (BenchError, WorkloadError, ValueError) as e:
         raise UserError(str(e)) from None
-    where = None
-    if not no_store:
-        import os
 
-        from tokenops.store import default_path
-        from tokenops.store.run_target import run_target
 
-        key = os.environ.get("TOKENOPS_ADMIN_KEY") or None
-        if admin_key_file:
-            from tokenops.gateway.admin_key import read_key_file
+def _run(plan: Any) -> Any:
+    """Every level of ``plan``, with a progress bar per level on a terminal."""
+    from tokenops.bench.loadgen import BenchError
+    from tokenops.bench.runner import run_plan_sync
+    from tokenops.bench.workloads import WorkloadError
+    from tokenops.cli import UserError
 
-            key = read_key_file(admin_key_file)
-        # the run goes to the store of the server it measured (its report lists it)
-        where = save_run(run, store or default_path(), run_target(url, key, store))
+    progress = _progress()
+
+    def on_level(label, num_expected):
+        if progress is None:
+            return None
+        task = progress.add_task(label, total=num_expected, errors=0)
+        counts = {"err": 0}
+
+        def on_result(r):
+            counts["err"] += 0 if r.is_ok else 1
+            progress.update(task, advance=1, errors=counts["err"])
+
+        return on_result
+
+    try:
+        if progress is not None:
+            with progress:
+                return run_plan_sync(plan, on_level)
+        return run_plan_sync(plan, on_level)
+    except (BenchError, WorkloadError, ValueError) as e:
+        raise UserError(str(e)) from None
+
+
+def _save(run: Any, url: str, store: str | None, admin_key_file: str | None) -> str | None:
+    """Save the run in the store of the server it measured (its report lists it)."""
+    import os
+
+    from tokenops.bench.storage import save_run
+    from tokenops.store import default_path
+    from tokenops.store.run_target import run_target
+
+    key = os.environ.get("TOKENOPS_ADMIN_KEY") or None
+    if admin_key_file:
+        from tokenops.gateway.admin_key import read_key_file
+
+        key = read_key_file(admin_key_file)
+    return save_run(run, store or default_path(), run_target(url, key, store))
+
+
+def _write(run: Any, output: str | None, plot: str | None) -> None:
+    from tokenops.bench import plot as plots
+    from tokenops.cli import UserError
+
     if output:
         run.save_json(output)
     if plot:
@@ -160,6 +200,14 @@ def bench(
             plots.write_plot(run, plot)
         except ValueError as e:
             raise UserError(str(e)) from None
+
+
+def _show(run: Any, where: str | None, plot: str | None, as_json: bool) -> None:
+    from rich.console import Console
+
+    from tokenops.bench import plot as plots
+    from tokenops.bench.report import levels_table
+
     if as_json:
         from tokenops.bench.storage import _clean
 

@@ -84,11 +84,11 @@ class _Target:
             service = KeyService.from_settings(settings, store)
             try:
                 if op == "create":
-                    return admin_ops.create_key(service, args[0], lambda m: is_routable_name(m, names))
+                    return admin_ops.create_key(service, args[0], lambda m: is_routable_name(m, names, hooks.get_route))
                 if op == "list":
                     return admin_ops.list_keys(service, args[0])
                 if op == "update":
-                    return admin_ops.update_key(service, args[0], args[1], lambda m: is_routable_name(m, names))
+                    return admin_ops.update_key(service, args[0], args[1], lambda m: is_routable_name(m, names, hooks.get_route))
                 if op == "revoke":
                     return admin_ops.revoke_key(service, args[0])
                 if op == "tenant":

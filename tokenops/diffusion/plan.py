@@ -1,25 +1,14 @@
-"""``DiffusionPlan``: the sampler, step count and step-cache policy of one generation.
-
-The backend starts from the pipeline folder's defaults, lets plugins adjust it
-(``tokenops_diffusion_plan``), then applies the request's own overrides."""
+"""The plugins' side of a diffusion generation's plan (:class:`DiffusionPlan`, in
+:mod:`tokenops.diffusion.samplers`): the backend starts from the pipeline folder's defaults,
+lets plugins adjust it (``tokenops_diffusion_plan``, asked here: this module sits on the
+plugin-manager floor and is passed to the backend by the plugin that builds it, see
+:mod:`tokenops.backends.plugin_calls`), then applies the request's own overrides."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from tokenops.diffusion.samplers import DiffusionPlan
 
-from tokenops.diffusion.step_cache import StepCachePolicy
-
-
-@dataclass(slots=True)
-class DiffusionPlan:
-    sampler: str
-    num_steps: int
-    cache: StepCachePolicy = field(default_factory=StepCachePolicy)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler, "steps": self.num_steps, "cache_threshold": self.cache.threshold,
-                "cache_max_reuse": self.cache.max_reuse}
+__all__ = ["DiffusionPlan", "get_plan"]
 
 
 def get_plan(model: str, sampler: str, num_steps: int) -> DiffusionPlan:

@@ -5,7 +5,10 @@ any of these samplers can walk that schedule, with fewer steps than training use
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
+
+from tokenops.diffusion.step_cache import StepCachePolicy
 
 #: sampler name -> diffusers scheduler class name
 SAMPLERS = {
@@ -40,3 +43,17 @@ def check_steps(num_steps: int, num_train_timesteps: int, sampler: str | None = 
         raise SamplerError(f"steps must be an integer in [1, {most}] (the model's training timesteps"
                            f"{', less one for dpm' if most < num_train_timesteps else ''}), got {num_steps!r}")
     return num_steps
+
+
+@dataclass(slots=True)
+class DiffusionPlan:
+    """The sampler, step count and step-cache policy of one generation (adjusted by plugins
+    through ``tokenops_diffusion_plan``, then by the request)."""
+
+    sampler: str
+    num_steps: int
+    cache: StepCachePolicy = field(default_factory=StepCachePolicy)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sampler": self.sampler, "steps": self.num_steps, "cache_threshold": self.cache.threshold,
+                "cache_max_reuse": self.cache.max_reuse}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
+import time
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -125,6 +127,22 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
     return checked
 
 
+def apply_when_ready(gw: Any, values: dict[str, Any], actor: str, timeout_s: float = 900.0) -> None:
+    """Apply live ``values`` (as ``PATCH /admin/tunables`` would) once the gateway has started,
+    from a daemon thread, so start-up is not delayed; a failure is logged (``serve --engine-profile``)."""
+
+    def run() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not gw.is_ready and time.monotonic() < deadline:
+            time.sleep(0.2)
+        try:
+            apply_tunables(gw, values, actor)
+        except Exception as e:
+            log.error("profile tunables %s not applied: %s", ", ".join(values), getattr(e, "message", e))
+
+    threading.Thread(target=run, name="tokenops-profile-tunables", daemon=True).start()
+
+
 def _is_json_type(kind: str, value: Any) -> bool:
     """The tunable's own JSON type, or a string the registry parses (the dashboard's
     editor sends what was typed); never a boolean for a number or a number for a boolean."""
@@ -222,3 +240,4 @@ router.include_router(_memory_router)
 from tokenops.gateway.admin_lora import router as _lora_router  # noqa: E402  (/admin/lora)
 
 router.include_router(_lora_router)
+

@@ -66,9 +66,10 @@ def is_routable(gw: Any, name: str) -> bool:
     """A served model, or a name some router accepts (``auto``, a cascade alias, ``ensemble:vote``)."""
     if name in gw.replicas:
         return True
+    from tokenops.gateway import hooks
     from tokenops.keys.models import is_routable_name
 
-    return is_routable_name(name, list(gw.replicas), gw.pipeline.profiles)
+    return is_routable_name(name, list(gw.replicas), hooks.get_route, gw.pipeline.profiles)
 
 
 @router.post("/keys", summary="Create a managed API key (its secret is shown only in this answer)")

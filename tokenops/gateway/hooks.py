@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, TypeVar
 
+from tokenops.backends.registry import BackendFactory
 from tokenops.blocking import blocking_mark
 from tokenops.plugins import hook
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, Rejection, RouteDecision, TelemetryEvent
@@ -30,6 +31,18 @@ async def call(hook_name: str, accessor: Callable[..., T], **kwargs: Any) -> T:
     if is_blocking(hook_name, **kwargs):
         return await asyncio.to_thread(accessor, **kwargs)
     return accessor(**kwargs)
+
+
+def get_backend_factories() -> dict[str, BackendFactory]:
+    """Backend kind -> factory, contributed by plugins (``tokenops_register_backends``; the first
+    plugin to register a kind keeps it)."""
+    factories: dict[str, BackendFactory] = {}
+
+    def register(kind: str, factory: BackendFactory) -> None:
+        factories.setdefault(kind, factory)
+
+    hook().tokenops_register_backends(register=register)
+    return factories
 
 
 def get_rejection(request: GatewayRequest) -> Rejection | None:
@@ -79,6 +92,10 @@ def fit_context(request: GatewayRequest, window: Any) -> Any:
 
 def get_fallback_model(request: GatewayRequest, error: BackendError) -> str | None:
     return hook().tokenops_fallback(request=request, error=error)
+
+
+def request_finished(record: Any) -> None:
+    hook().tokenops_request_finished(record=record)
 
 
 def record(event: TelemetryEvent) -> None:

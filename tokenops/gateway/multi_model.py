@@ -88,7 +88,7 @@ async def run_ensemble(pipeline: ModelCaller, request: GatewayRequest, rec: Requ
             request, id=f"{request.id}-follow", kind="chat", messages=combined.messages, stream=False,
             max_tokens=combined.max_tokens,
             body={**request.body, "messages": combined.messages, "max_tokens": combined.max_tokens, "n": 1},
-            decisions={}, attempts=[])
+            sampling=None, decisions={}, attempts=[])  # sampling: read again from this body
         answer, _ = await pipeline.call_model(follow, rec, combined.model)
         request.decisions["ensemble"]["follow_up_cost"] = {
             "model": combined.model, "prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,

@@ -5,7 +5,9 @@ BackendError) -> validate -> backend outcome -> cache store -> record.
 
 Non-streamed requests go through :meth:`Pipeline.respond`; streamed ones through
 :meth:`Pipeline.open_stream`, which runs every step up to the backend's first
-delta before anything is sent, so errors up to that point keep their HTTP status.
+delta before anything is sent, so errors up to that point keep their HTTP status. What the
+gateway keeps of a stream as it passes (tokens, timings, choice 0's answer) is assembled in
+:mod:`tokenops.gateway.delta_stream`.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import contextlib
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
-from tokenops.backends.base import Delta, Replica, merge_tool_calls
+from tokenops.backends.base import Delta, Replica
 from tokenops.config import ModelConfig
 from tokenops.gateway import hooks, tracing
 from tokenops.gateway.decision_headers import decision_headers
-from tokenops.gateway.delta_stream import DeltaStream, aclose_quietly, is_cancel
-from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.gateway.delta_stream import (DeltaStream, StreamAssembly, aclose_quietly, first_delta, is_cancel,
+                                           replay_deltas)
+from tokenops.gateway.errors import APIError, ModelNotFound, api_error
 from tokenops.gateway.confidence import (client_body, fill_token_logprobs, hide_added_logprobs, needs_confidence,
-                                         request_logprobs, strip_logprobs, token_logprobs)
+                                         request_logprobs, strip_logprobs)
 from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.records import RequestRecord
 from tokenops.gateway.multi_model import run_cascade, run_ensemble
@@ -30,20 +33,8 @@ from tokenops.routing.retry import RetryBudget, is_retryable
 from tokenops.backends.prompt_bound import prompt_chars
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, RouteDecision
 
-MAX_ITL_PER_REQUEST = 4096
 #: Prompts longer than this are routed in a worker thread (see Pipeline._decide).
 OFF_LOOP_PROMPT_CHARS = 64 * 1024
-
-
-def api_error(e: BackendError, kind: str = "chat") -> APIError:
-    """A backend failure as the client sees it."""
-    code = getattr(e, "upstream_code", None) or {"context_length": "context_length_exceeded"}.get(e.kind, e.kind)
-    message = str(e)
-    if e.kind in ("context_length", "bad_request"):
-        message = getattr(e, "upstream_message", None) or message
-    status = e.status if 400 <= e.status < 600 else 502
-    param = getattr(e, "param", None) or (("messages" if kind == "chat" else "prompt") if e.kind == "context_length" else None)
-    return APIError(status, message, code=code, param=param)
 
 
 class Pipeline:
@@ -84,16 +75,23 @@ class Pipeline:
         """Counts a request in flight and finishes its record however the body ends
         (an OpenAI error keeps its status; a cancelled request is 499, anything else 500)."""
         self.num_in_flight += 1
+        with self._finish_on_failure(rec):
+            yield
+        self.num_in_flight -= 1
+
+    @contextlib.contextmanager
+    def _finish_on_failure(self, rec: RequestRecord) -> Iterator[None]:
+        """A failure leaves the in-flight count and finishes the record: an OpenAI error keeps
+        its status, a cancelled request is 499, anything else 500."""
         try:
             yield
-        except APIError as e:
-            self.finish(rec, e.status, e.message, e.code or e.type)
-            raise
         except BaseException as e:
-            self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
-            raise
-        finally:
             self.num_in_flight -= 1
+            if isinstance(e, APIError):
+                self.finish(rec, e.status, e.message, e.code or e.type)
+            else:
+                self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
+            raise
 
     async def admit(self, request: GatewayRequest) -> None:
         """Raises the OpenAI error of a ``tokenops_admit`` rejection. Off the event loop:
@@ -320,7 +318,7 @@ class Pipeline:
         rec = self.new_record(request)
         self.retry_budget.on_request()
         self.num_in_flight += 1
-        try:
+        with self._finish_on_failure(rec):
             cached = await self._admit_and_lookup(request, rec)
             if cached is not None:
                 self._account(rec, "", cached)
@@ -333,27 +331,12 @@ class Pipeline:
                 self.show_decisions(request, rec)
                 return await DeltaStream.start(self._replay(rec, response)), rec
 
-            async def step(r: Replica) -> tuple[AsyncIterator[Delta], Delta | None]:
-                it = r.backend.stream(request).__aiter__()
-                try:
-                    return it, await it.__anext__()
-                except StopAsyncIteration:
-                    return it, None
-                except BaseException:
-                    await aclose_quietly(it)
-                    raise
+            def step(r: Replica) -> Awaitable[tuple[AsyncIterator[Delta], Delta | None]]:
+                return first_delta(r.backend.stream(request))
 
             # a plugin (distill capture) wants choice 0's logprobs: asked for, hidden from a client that did not ask
             hide_logprobs = hooks.wants_logprobs(request, decision.model) and request_logprobs(request)
             replica, (it, first), t0 = await self._call(request, rec, decision.model, step)
-        except APIError as e:
-            self.num_in_flight -= 1
-            self.finish(rec, e.status, e.message, e.code or e.type)
-            raise
-        except BaseException as e:
-            self.num_in_flight -= 1
-            self.finish(rec, 499 if is_cancel(e) else 500, f"{type(e).__name__}: {e}")
-            raise
         replica.in_flight += 1
         self.show_decisions(request, rec, with_cost=False)  # a stream's cost is known at its end (final chunk)
         return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0, hide_logprobs)), rec
@@ -361,45 +344,12 @@ class Pipeline:
     async def _deltas(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,
                       it: AsyncIterator[Delta], first: Delta | None, t0: float,
                       hide_logprobs: bool = False) -> AsyncIterator[Delta]:
-        texts: dict[int, list[str]] = {}
-        logprobs: list[float] = []  # choice 0's token logprobs, for validators and caches
-        finish: dict[int, str] = {}
-        calls: dict[int, dict[str, Any]] = {}  # choice 0's tool calls, for validators and caches
-        refusal: list[str] = []
-        last_at: float | None = None
+        assembly = StreamAssembly(rec, hide_logprobs)
         status, error, error_kind = 200, None, None
         try:
             delta = first
             while delta is not None:
-                if delta.is_usage:
-                    rec.tokens_in = delta.prompt_tokens or 0
-                    rec.tokens_cached = delta.cached_tokens or 0
-                    rec.queue_s, rec.prefill_s = delta.queue_s, delta.prefill_s
-                    if delta.reasoning_tokens is not None:
-                        rec.reasoning_tokens = delta.reasoning_tokens
-                    if delta.completion_tokens is not None:
-                        rec.tokens_out = delta.completion_tokens
-                else:
-                    now = time.perf_counter()
-                    if delta.num_tokens:
-                        if rec.first_token_at is None:
-                            rec.first_token_at = now
-                        elif last_at is not None and len(rec.itl) < MAX_ITL_PER_REQUEST:
-                            rec.itl.extend([(now - last_at) / delta.num_tokens] * delta.num_tokens)
-                        last_at = now
-                        rec.tokens_out += delta.num_tokens
-                    texts.setdefault(delta.index, []).append(delta.text)
-                    if delta.index == 0 and delta.tool_calls:
-                        merge_tool_calls(calls, delta.tool_calls)
-                    if delta.index == 0 and delta.refusal:
-                        refusal.append(delta.refusal)
-                    if delta.finish_reason:
-                        finish[delta.index] = delta.finish_reason
-                    if delta.logprobs:
-                        if delta.index == 0:
-                            logprobs.extend(token_logprobs(delta.logprobs) or ())
-                        if hide_logprobs:
-                            delta.logprobs = None
+                assembly.add(delta)
                 yield delta
                 delta = await it.__anext__()
         except StopAsyncIteration:
@@ -415,41 +365,34 @@ class Pipeline:
             await aclose_quietly(it)
             replica.in_flight -= 1
             self.num_in_flight -= 1
-            rec.finish_reason = finish.get(0)
-            if status == 200:
-                response = GatewayResponse(text="".join(texts.get(0, [])), model=rec.model_served or request.model,
-                                           finish_reason=rec.finish_reason, prompt_tokens=rec.tokens_in,
-                                           completion_tokens=rec.tokens_out, cached_tokens=rec.tokens_cached,
-                                           backend=replica.name, token_logprobs=logprobs or None,
-                                           tool_calls=[calls[k] for k in sorted(calls)] or None,
-                                           refusal="".join(refusal) if refusal else None)
-                rec.cost_usd += self.cost(replica.model, rec.tokens_in, rec.tokens_out)
-                try:  # may wait for a worker thread (@may_block validators, caches): the record is finished regardless
-                    await self._after(request, replica, response, t0)
-                finally:
-                    self.finish(rec, status, error, error_kind)
-            else:
-                # A client that went away is not the replica's failure (breakers must not count it).
-                is_replica_ok = status == 499
-                hooks.report_outcome(replica.name, BackendOutcome(is_replica_ok, time.perf_counter() - t0,
-                                                                  "client_disconnected" if is_replica_ok else "error"))
+            rec.finish_reason = assembly.finish.get(0)
+            await self._stream_ended(request, rec, replica, assembly, t0, status, error, error_kind)
+
+    async def _stream_ended(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,
+                            assembly: StreamAssembly, t0: float, status: int, error: str | None,
+                            error_kind: str | None) -> None:
+        """After a backend stream: validate, report and offer to caches the answer, then finish the record."""
+        if status == 200:
+            response = assembly.response(rec.model_served or request.model, replica.name)
+            rec.cost_usd += self.cost(replica.model, rec.tokens_in, rec.tokens_out)
+            try:  # may wait for a worker thread (@may_block validators, caches): the record is finished regardless
+                await self._after(request, replica, response, t0)
+            finally:
                 self.finish(rec, status, error, error_kind)
+        else:
+            # A client that went away is not the replica's failure (breakers must not count it).
+            is_replica_ok = status == 499
+            hooks.report_outcome(replica.name, BackendOutcome(is_replica_ok, time.perf_counter() - t0,
+                                                              "client_disconnected" if is_replica_ok else "error"))
+            self.finish(rec, status, error, error_kind)
 
     async def _replay(self, rec: RequestRecord, response: GatewayResponse) -> AsyncIterator[Delta]:
         """Stream an answer that is already complete (cache hit, cascade, ensemble)."""
         try:
             rec.first_token_at = rec.first_token_at or time.perf_counter()
             rec.finish_reason = response.finish_reason
-            choices = response.extra.get("choices") or [{"index": 0, "text": response.text,
-                                                         "finish_reason": response.finish_reason, "logprobs": None,
-                                                         "tool_calls": response.tool_calls, "refusal": response.refusal}]
-            for c in choices:
-                calls = [{"index": k, **call} for k, call in enumerate(c.get("tool_calls") or [])]
-                yield Delta(index=c["index"], text=c["text"], num_tokens=0, logprobs=c.get("logprobs"),
-                            tool_calls=calls or None, refusal=c.get("refusal"), extra=c.get("message_extra"))
-                yield Delta(index=c["index"], finish_reason=c.get("finish_reason") or "stop")
-            yield Delta(prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
-                        cached_tokens=response.cached_tokens, reasoning_tokens=response.reasoning_tokens)
+            async for delta in replay_deltas(response):
+                yield delta
         finally:
             self.num_in_flight -= 1
             self.finish(rec, 200)

@@ -11,8 +11,9 @@ import threading
 from typing import Any, Iterable
 
 from tokenops.gateway.records import RequestRecord
-
-PREFIX = "tokenops:"
+from tokenops.prometheus_text import PREFIX
+from tokenops.prometheus_text import label as _label
+from tokenops.prometheus_text import number as _num
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -96,10 +97,6 @@ def _stat(stats: dict[str, Any] | None, key: str) -> Any:
     for part in key.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return value
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class PrometheusMetrics:
@@ -194,7 +191,3 @@ class PrometheusMetrics:
         for section in self.sections:
             out += section()
         return "\n".join(out) + "\n"
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))

@@ -176,7 +176,7 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
         if store is not None:
             channel = start_store_channel(store, gw, url)
         if startup_tunables:  # a profile's live tunables beyond [engine]/[gateway]
-            from tokenops.tune.engine_profile import apply_when_ready
+            from tokenops.gateway.admin import apply_when_ready
 
             apply_when_ready(gw, startup_tunables, actor=f"profile {settings.engine.profile}")
         echo(f"tokenops serving {', '.join(gw.replicas)} at {url}/v1  (metrics {url}/metrics, admin {url}/admin)")

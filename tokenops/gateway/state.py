@@ -52,7 +52,7 @@ class Gateway:
             raise ConfigError(str(e)) from None
         self.models = {m.name: m for m in model_configs(settings)} if replicas is None else {
             m.name: m for m in settings.models}
-        self.replicas = replicas if replicas is not None else build_replicas(settings)
+        self.replicas = replicas if replicas is not None else build_replicas(settings, hooks.get_backend_factories())
         self.store = store
         self.api_keys = ApiKeys(settings.gateway.api_keys, allow_open=allow_open)
         if admin_key_hash is None:
@@ -184,6 +184,7 @@ class Gateway:
         self.recent.append(rec)
         with self._lock:
             self._count(rec)
+        hooks.request_finished(rec)
         hooks.record(TelemetryEvent("requests", rec.row(), ts=rec.arrival))
 
     def _count(self, rec: RequestRecord) -> None:

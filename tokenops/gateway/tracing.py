@@ -26,7 +26,6 @@ collector never blocks the event loop: it loses the spans that overflow the queu
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import logging
 import os
@@ -37,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from tokenops import trace_context
+
 log = logging.getLogger("tokenops.gateway")
 
 #: perf_counter -> wall clock (ns), for spans whose times the pipeline measured with perf_counter.
@@ -44,8 +45,8 @@ _OFFSET_NS = time.time_ns() - int(time.perf_counter() * 1e9)
 #: Finished traces waiting for the builder thread; beyond this many, traces are dropped (and counted).
 MAX_QUEUED_TRACES = 4096
 _builder: "_Builder | None" = None
-#: The running attempt's ``traceparent`` while its backend call runs (read by :func:`inject`).
-_attempt_parent: contextvars.ContextVar[str | None] = contextvars.ContextVar("tokenops_traceparent", default=None)
+#: The running attempt's ``traceparent`` while its backend call runs (sent upstream by ``trace_context.inject``).
+_attempt_parent = trace_context.attempt_parent  # what the HTTP backends send upstream (tokenops.trace_context)
 _KIND_SERVER, _KIND_CLIENT, _KIND_INTERNAL = "server", "client", "internal"
 
 
@@ -270,13 +271,6 @@ def end_request(rec: Any) -> None:
     builder = _builder
     if builder is not None:
         builder.submit(state)
-
-
-def inject(headers: dict[str, str]) -> None:
-    """Add the running attempt's ``traceparent`` to an upstream request's headers."""
-    value = _attempt_parent.get()
-    if value is not None:
-        headers["traceparent"] = value
 
 
 class _Builder:

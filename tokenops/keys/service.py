@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from tokenops.gateway.errors import APIError
+from tokenops.errors import APIError
 from tokenops.keys.guard import KeyGuard
 from tokenops.keys.ledger import LocalLedger, RedisLedger
 from tokenops.keys.periods import iso, window
@@ -180,7 +180,9 @@ class KeyService:
     def prometheus_lines(self, per_tenant: bool = True) -> Iterable[str]:
         """The spend and budget series; without ``per_tenant`` only the total spend and
         refusal counts, with no tenant, key or budget label (``[gateway] metrics_per_tenant``)."""
-        from tokenops.gateway.prometheus import PREFIX, _label, _num
+        from tokenops.prometheus_text import PREFIX
+        from tokenops.prometheus_text import label as _label
+        from tokenops.prometheus_text import number as _num
 
         stats = self.guard.stats
         with self.guard._lock:

@@ -27,6 +27,13 @@ class ReplicaHealth:
         self.probed: set[str] = set()
         self._lock = threading.Lock()
 
+    def set_breaker_config(self, config: BreakerConfig) -> None:
+        """Use ``config`` for every breaker, the existing ones included (a live tunable change)."""
+        with self._lock:
+            self.breaker_config = config
+            for b in self._breakers.values():
+                b.config = config
+
     def breaker(self, name: str) -> CircuitBreaker:
         with self._lock:
             b = self._breakers.get(name)

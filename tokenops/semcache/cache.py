@@ -229,6 +229,13 @@ class SemanticCache:
             self._evict()
             return True
 
+    def set_config(self, config: CacheConfig) -> None:
+        """Use ``config`` from now on (a live tunable change); entries over a smaller
+        ``max_bytes`` are evicted at once, oldest first."""
+        with self._lock:
+            self.config = config
+            self._evict()
+
     def _evict(self) -> None:
         now = self.clock()
         while self._entries and self.num_bytes > self.config.max_bytes:

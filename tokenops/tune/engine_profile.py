@@ -95,25 +95,3 @@ def mismatches(profile: EngineProfile, settings: Any, served_models: list[str]) 
             out.append(f"tuned for SLO {', '.join(tuned)}, [slo] here is {', '.join(configured)}")
     return out
 
-
-def apply_when_ready(gw: Any, values: dict[str, Any], actor: str, timeout_s: float = 900.0) -> None:
-    """Apply live ``values`` (as ``PATCH /admin/tunables`` would) once the gateway has started,
-    from a daemon thread, so start-up is not delayed; a failure is logged."""
-    import logging
-    import threading
-    import time
-
-    log = logging.getLogger("tokenops.gateway")
-
-    def run() -> None:
-        from tokenops.gateway.admin import apply_tunables
-
-        deadline = time.monotonic() + timeout_s
-        while not gw.is_ready and time.monotonic() < deadline:
-            time.sleep(0.2)
-        try:
-            apply_tunables(gw, values, actor)
-        except Exception as e:
-            log.error("profile tunables %s not applied: %s", ", ".join(values), getattr(e, "message", e))
-
-    threading.Thread(target=run, name="tokenops-profile-tunables", daemon=True).start()

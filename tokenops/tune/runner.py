@@ -216,7 +216,9 @@ class TuneSession:
         p = self.plan
         self._num_measurements += 1
         seed = int(np.random.SeedSequence([p.seed, self._num_measurements]).generate_state(1)[0])
-        return build_workload(p.workload, n, seed, **p.workload_options)
+        from tokenops.plugins import get_workloads
+
+        return build_workload(p.workload, n, seed, registered=get_workloads(), **p.workload_options)
 
     def _measure_fn(self, requests: list) -> MeasureFn:
         p = self.plan
