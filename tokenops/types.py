@@ -93,7 +93,7 @@ class GatewayRequest:
     #: for upstreams that serve that API as is; ``body`` holds its chat translation.
     native: NativeRequest | None = None
     #: The sampling fields, typed: read from ``body`` once, when the request is made.
-    sampling: SamplingFields = None  # type: ignore[assignment]  (filled in __post_init__)
+    sampling: SamplingFields = None  # type: ignore[assignment]  # None only until __post_init__ fills it
 
     def __post_init__(self) -> None:
         if self.sampling is None:

@@ -132,10 +132,12 @@ def _off_loop(fn, *args) -> None:
 
 def _settle(request_id: str, tokens: int) -> None:
     """Correct the request's token charge to what it used and free its slot (Redis: off the loop)."""
+    active = limiter
+    assert active is not None  # both callers settle only while a limiter is configured
     if _uses_redis():
-        _off_loop(limiter.complete, request_id, tokens)
+        _off_loop(active.complete, request_id, tokens)
     else:
-        limiter.complete(request_id, tokens)
+        active.complete(request_id, tokens)
 
 
 @hookimpl

@@ -106,6 +106,7 @@ def tokenops_route(request, candidates, profiles):
     strong, weak = conf.get("strong"), conf.get("weak")
     if strong not in candidates or weak not in candidates:
         raise ValueError(f"[plugins.router.threshold] strong/weak must be configured models, got {strong!r}/{weak!r}")
+    assert isinstance(strong, str) and isinstance(weak, str)  # candidates are model names
     predictor = load_predictor(conf.get("predictor", "profiles/routers/win_predictor.json"))
     return decide(predictor.predict(request.prompt_text()), current_threshold(), strong, weak)
 

@@ -93,7 +93,9 @@ class LocalBackend:
             # Loading weights blocks for a while: keep the event loop (and /health) free. The
             # plugins' engine policies are collected once, here (the config is configured already).
             build = self.calls.build_engine
-            self.engine = await asyncio.to_thread(lambda: AsyncLLMEngine(build(self.config)))
+            config = self.config
+            assert config is not None  # __init__ builds it whenever no engine is passed in
+            self.engine = await asyncio.to_thread(lambda: AsyncLLMEngine(build(config)))
         start = getattr(self.engine, "start", None)
         if start is not None:
             start()
@@ -225,9 +227,11 @@ class LocalBackend:
                         text, calls = c.delta_text or "", None
                         reasoning = ""
                         if params.thinking is not None:
+                            parser = self.reasoning_parser
+                            assert parser is not None  # _thinking gives a control only to a model with a parser
                             num_reasoning[c.index] = c.num_reasoning_tokens
                             split_r = reasoning_streams.get(c.index) or reasoning_streams.setdefault(
-                                c.index, ReasoningSplitter(self.reasoning_parser, params.thinking.starts_thinking))
+                                c.index, ReasoningSplitter(parser, params.thinking.starts_thinking))
                             reasoning, text = split_r.push(text)
                             if new_finish:
                                 more_r, more_t = split_r.finish()

@@ -101,7 +101,7 @@ def answer(data: Any, model: str, backend: str) -> GatewayResponse:
                           "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""}})
     prompt, completion, cached, thinking = _usage(data.get("usage"))
     text, finish = "".join(texts), _finish(data, bool(calls))
-    choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None, "tool_calls": calls or None,
+    choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None, "tool_calls": calls or None,
               "refusal": "".join(refusals) or None,
               "message_extra": {"reasoning_content": "".join(reasoning)} if reasoning else None}
     return GatewayResponse(text=text, model=model, finish_reason=finish, prompt_tokens=prompt,

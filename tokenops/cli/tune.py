@@ -261,9 +261,13 @@ def _apply(params: dict[str, Any], url: str | None, admin_key: str | None, store
     if local is not None and url and _root(url) != _root(local.url):
         local.close()
         local = None
-    if local is None and not url:
+    admin: LocalAdmin | AdminClient
+    if local is not None:
+        admin = local
+    elif url:
+        admin = AdminClient(url, admin_key)
+    else:
         raise UserError("--apply: no `tokenops serve` of this folder is running (start it, or give --url and --admin-key)")
-    admin = local if local is not None else AdminClient(url, admin_key)
     try:
         return admin.patch(live, actor="tune --apply"), restart
     except TuneError as e:

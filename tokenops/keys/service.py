@@ -87,8 +87,10 @@ class KeyService:
             return None
         state = key.state(self.registry.clock())
         if state == "revoked":
+            assert key.revoked_at is not None  # what makes a key revoked
             raise APIError(401, f"This API key ({key.id}) was revoked at {iso(key.revoked_at)}.", code="revoked_api_key")
         if state == "expired":
+            assert key.expires_at is not None  # what makes a key expire
             raise APIError(401, f"This API key ({key.id}) expired at {iso(key.expires_at)}.", code="expired_api_key")
         return key.tenant, key.id
 
@@ -152,8 +154,8 @@ class KeyService:
             num_keys[tenant] = num_keys.get(tenant, 0) + 1
         rows = []
         budgeted = {k.id: k for k in self.registry.keys() if k.budget.is_set and k.revoked_at is None}
-        for key in budgeted.values():
-            spend.setdefault((key.tenant, key.id), 0.0)
+        for managed in budgeted.values():
+            spend.setdefault((managed.tenant, managed.id), 0.0)
         tenants = {t.name: t for t in self.registry.tenants() if t.budget.is_set}
         for name in set(tenants) | {t for t, n in num_keys.items() if n > 1}:
             rows.append(self._row(name, None, per_tenant.get(name, 0.0), tenants.get(name)))
