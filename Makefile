@@ -3,9 +3,13 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 STAMP   = $(VENV)/.installed
+# Arize Phoenix (the collector the tracing test starts) in an environment of its own: it pins
+# anthropic<2, the project pins anthropic 2.10.0 (requirements-phoenix.txt).
+PHOENIX_VENV  ?= .venv-phoenix
+PHOENIX_STAMP  = $(PHOENIX_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: serve shell test test-all install redis clean
+.PHONY: serve shell test test-all install phoenix redis clean
 
 # pip shows its progress; PYTHONWARNINGS reaches the build backend too, so setuptools'
 # warnings about the editable build do not bury it.
@@ -32,7 +36,16 @@ $(STAMP): $(PY) pyproject.toml
 	@echo "==> installed. The tokenops command lives in $(VENV)/bin: run 'make shell' (a shell with it on PATH)"
 	@echo "    or '. $(VENV)/bin/activate', then e.g. 'tokenops --help', 'tokenops report', 'tokenops tune --slo p95=200ms'"
 
-install: $(STAMP)
+$(PHOENIX_STAMP): requirements-phoenix.txt
+	@echo "==> Arize Phoenix 20.26.1, the OpenTelemetry collector of the tracing test, in its own environment $(PHOENIX_VENV)"
+	@rm -rf $(PHOENIX_VENV) && python3 -m venv $(PHOENIX_VENV)
+	@$(QUIET_BUILD) $(PHOENIX_VENV)/bin/python -m pip install $(PIP_PROGRESS) -r requirements-phoenix.txt \
+	  | grep -v '^Requirement already satisfied' || true
+	@$(PHOENIX_VENV)/bin/python -c "import phoenix.server.main" && touch $(PHOENIX_STAMP)
+
+phoenix: $(PHOENIX_STAMP)
+
+install: $(STAMP) $(PHOENIX_STAMP)
 
 # redis-server for the shared rate-limit test: installed when missing and we may (root + apt);
 # otherwise that one test skips and says why.
@@ -49,12 +62,12 @@ shell: $(STAMP)
 	@echo "==> shell with $(VENV) active: 'tokenops --help'; 'exit' to leave"
 	@VIRTUAL_ENV="$(abspath $(VENV))" PATH="$(abspath $(VENV))/bin:$$PATH" $${SHELL:-/bin/bash} -i
 
-test: $(STAMP) redis
+test: $(STAMP) $(PHOENIX_STAMP) redis
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
-test-all: $(STAMP) redis
+test-all: $(STAMP) $(PHOENIX_STAMP) redis
 	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(PHOENIX_VENV) build *.egg-info

@@ -1,8 +1,9 @@
 """A small real OTLP/HTTP trace receiver for tests: ``POST /v1/traces`` bodies are decoded as
 ``ExportTraceServiceRequest`` protobuf (opentelemetry-proto, the collector's own schema) and the
-spans kept as plain dicts. Chosen over Arize Phoenix because ``arize-phoenix`` conflicts with the
-pinned ``anthropic`` in the project's environment and a separate environment for it costs minutes of
-install on every fresh CI machine; this receiver speaks the same wire protocol the exporter uses.
+spans kept as plain dicts, span kinds and the resource included. The acceptance test reads its spans
+from a real collector, Arize Phoenix (tests/gateway/phoenix_collector.py); this receiver serves what
+Phoenix does not return (span kinds, the resource) and the overhead benchmarks, which need a receiver
+that decodes every export without adding its own load to the measured box.
 """
 
 from __future__ import annotations

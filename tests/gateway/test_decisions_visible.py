@@ -27,6 +27,15 @@ async def test_decision_headers_on_by_default_off_by_option():
         r = await c.post("/v1/completions", json={"model": "m", "prompt": "hi", "stream": True})
         last = sse_chunks(r.text)[-1]  # no usage chunk asked for: the last finish chunk carries them
         assert last["choices"][0]["finish_reason"] and last["tokenops"]["model"] == "m"
+        # Messages and Responses streams: their last events with usage carry them
+        r = await c.post("/v1/messages", json={"model": "m", "max_tokens": 8, "messages": MSG, "stream": True})
+        [delta] = [e for e in sse_chunks(r.text) if e["type"] == "message_delta"]
+        assert delta["tokenops"]["model"] == "m" and "cost_usd" in delta["tokenops"]
+        assert sse_chunks(r.text)[-1] == {"type": "message_stop"}
+        r = await c.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+        last = sse_chunks(r.text)[-1]
+        assert last["type"] == "response.completed" and last["tokenops"]["model"] == "m"
+        assert "tokenops" not in last["response"]
     settings = Settings()
     settings.gateway.decision_headers = False
     async with gateway_client({"m": [FakeBackend("m", reply="hello there")]}, settings) as c:
@@ -36,6 +45,12 @@ async def test_decision_headers_on_by_default_off_by_option():
             assert r.status_code == 200
             assert not [h for h in r.headers if h.startswith("x-tokenops-")]
             assert "tokenops" not in r.text
+        for path, body in (("/v1/messages", {"model": "m", "max_tokens": 8, "messages": MSG}),
+                           ("/v1/responses", {"model": "m", "input": "hi"})):
+            for stream in (False, True):
+                r = await c.post(path, json={**body, "stream": stream})
+                assert r.status_code == 200 and not [h for h in r.headers if h.startswith("x-tokenops-")]
+                assert "tokenops" not in r.text, path
 
 
 @pytest.fixture
@@ -88,6 +103,29 @@ async def test_a_dead_collector_costs_only_spans():
     finally:
         tracing.shutdown()
     assert not tracing.is_on()
+
+
+async def test_spans_have_kinds_and_the_service_resource():
+    """What Arize Phoenix does not give back (test_tracing_serve.py reads the rest from it): the root is
+    a server span, an attempt a client span, the steps internal, under the ``tokenops`` service."""
+    pytest.importorskip("opentelemetry.sdk")
+    from tests.gateway.otlp_receiver import Receiver
+
+    settings = Settings()
+    with Receiver() as receiver:
+        settings.telemetry.otlp_endpoint = receiver.url
+        try:
+            async with gateway_client({"m": [FakeBackend("m", reply="traced")]}, settings) as c:
+                r = await c.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
+                assert r.status_code == 200
+        finally:
+            tracing.shutdown()  # exports what is queued
+        spans = receiver.wait_for(lambda spans: len({s["kind"] for s in spans}) == 3)
+    [root] = [s for s in spans if s["parent_span_id"] is None]
+    [attempt] = [s for s in spans if "tokenops.attempt" in s["attributes"]]
+    assert (root["kind"], attempt["kind"]) == (2, 3)  # SERVER, CLIENT
+    assert {s["kind"] for s in spans if s not in (root, attempt)} == {1}  # INTERNAL
+    assert {s["resource"]["service.name"] for s in spans} == {"tokenops"}
 
 
 def test_one_definition_of_an_error_in_stats_metrics_and_store_rows():

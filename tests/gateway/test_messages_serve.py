@@ -81,6 +81,21 @@ def test_create_and_stream_give_the_same_greedy_message(client):
         assert word not in (stopped.content[0].text if stopped.content else "")
 
 
+def test_stream_ends_with_the_decisions_known_at_its_end(client):
+    """Issue 37: the x-tokenops-* values a stream knows only at its end (the cost) come in its
+    ``message_delta``, an extra key the anthropic SDK keeps; the headers carry the rest."""
+    with client.messages.stream(model="smol", max_tokens=6, messages=ASK) as stream:
+        headers = stream.response.headers
+        events = list(stream)
+        final = stream.get_final_message()
+    [delta] = [e for e in events if e.type == "message_delta"]
+    decisions = delta.model_extra["tokenops"]
+    assert final.usage.output_tokens > 0 and "x-tokenops-cost-usd" not in headers
+    assert decisions["model"] == headers["x-tokenops-model"] == "smol"
+    assert decisions["replica"] == headers["x-tokenops-replica"] and decisions["cache"] == headers["x-tokenops-cache"]
+    assert decisions["cost_usd"] > 0  # smol costs 1 and 2 USD per 1M tokens
+
+
 def test_forced_tool_use_then_tool_result_round_trip(client):
     kw = dict(model="smol", max_tokens=48, tools=[WEATHER], extra_body={"temperature": 0})
     first = client.messages.create(**kw, messages=ASK, tool_choice={"type": "tool", "name": "get_weather"})
@@ -187,6 +202,9 @@ def test_upstream_serving_messages_gets_the_request_as_sent(served, client):
     with client.messages.stream(model="claude-up", **kw) as stream:
         via_gateway = [e.model_dump() for e in stream]
         final = stream.get_final_message()
+    # the upstream's message_delta, held to the end, carries the gateway's decisions: the rest is as sent
+    [decisions] = [e.pop("tokenops") for e in via_gateway if e["type"] == "message_delta"]
+    assert decisions["model"] == "claude-up" and decisions["replica"].startswith("claude-up")
     path, body, headers = native.seen[-1]
     assert path == "/v1/messages" and body["model"] == MODEL_ID and body["container"] == "c-1" and body["stream"]
     assert body["tools"] == [WEATHER] and headers["anthropic-beta"] == "test-beta"

@@ -101,8 +101,27 @@ def test_stream_sends_openai_events_in_order(client):
     assert final.output_text == text == events[4 + len(deltas)].text and final.usage.output_tokens > 0
 
 
+def test_stream_ends_with_the_decisions_known_at_its_end(client):
+    """Issue 37: ``response.completed`` carries the x-tokenops-* values (the cost is known only at
+    the end) beside the Response, an extra key the openai SDK keeps; the stored Response is without it."""
+    raw = client.responses.with_raw_response.create(model="demo", input="Hi", max_output_tokens=6, stream=True)
+    events = _events(raw.parse())
+    decisions = events[-1].model_extra["tokenops"]
+    assert "x-tokenops-cost-usd" not in raw.headers and events[-1].response.usage.output_tokens > 0
+    assert decisions["model"] == raw.headers["x-tokenops-model"] == "demo"
+    assert decisions["replica"] == raw.headers["x-tokenops-replica"] and decisions["cost_usd"] > 0
+    assert all("tokenops" not in (e.model_extra or {}) for e in events[:-1])
+    stored = client.responses.retrieve(events[-1].response.id)
+    assert stored.output_text == events[-1].response.output_text and "tokenops" not in (stored.model_extra or {})
+
+
 def test_sdk_stream_helper_accumulates_the_answer(client):
-    with client.responses.stream(model="demo", input="Hi", max_output_tokens=400) as stream:
+    # A schema that closes after a few tokens, so the answer always ends before the cap (a sampled
+    # free-text answer of the toy model sometimes runs to it and ends as response.incomplete).
+    answer = {"type": "json_schema", "name": "answer", "strict": True,
+              "schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                         "additionalProperties": False}}
+    with client.responses.stream(model="demo", input="Hi", max_output_tokens=400, text={"format": answer}) as stream:
         texts = [e.delta for e in stream if e.type == "response.output_text.delta"]
         final = stream.get_final_response()
     assert final.output_text == "".join(texts) and final.status == "completed"

@@ -98,7 +98,8 @@ async def _create(request: Request) -> Response:
     greq.session_id = greq.headers.get("x-session-id") or greq.session_id
     if greq.stream:
         deltas, rec = await gw.pipeline.open_stream(greq)
-        body = encode_stream(greq, deltas, rec, rec.model_served or greq.model)
+        body = encode_stream(greq, deltas, rec, rec.model_served or greq.model,
+                             with_decisions=gw.pipeline.decision_headers)
         return EventStream(body, deltas, media_type="text/event-stream",
                             headers={"cache-control": "no-cache", "x-accel-buffering": "no", "request-id": greq.id,
                                      **greq.response_headers})

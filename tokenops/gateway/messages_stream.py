@@ -9,7 +9,11 @@ they are forwarded as they came, with the gateway's model name in.
 Stream order, as Anthropic sends it: ``message_start``, ``ping``, per block
 ``content_block_start`` / ``content_block_delta``... / ``content_block_stop``, then
 ``message_delta`` (stop reason and usage) and ``message_stop``; an error after the
-status line is an ``error`` event.
+status line is an ``error`` event. With ``[gateway] decision_headers`` on, ``message_delta``
+also carries the gateway's decisions (``"tokenops": {model, replica, cache, route, cost_usd}``,
+as a chat stream's last chunk does): the cost is known only once the stream has ended, so an
+upstream's own ``message_delta`` is held back until then. The SDKs keep the unknown key
+(``event.model_extra["tokenops"]`` in the anthropic SDK).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 from typing import Any, AsyncIterator
 
 from tokenops.backends.base import Delta
+from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.errors import APIError
 from tokenops.types import GatewayRequest, GatewayResponse
 
@@ -149,15 +154,22 @@ def _translated(d: Delta, blocks: _Blocks, show_thinking: bool) -> list[bytes]:
     return out
 
 
+def _with_decisions(data: dict[str, Any], rec: Any, is_on: bool) -> dict[str, Any]:
+    """``message_delta``'s data with the gateway's decisions (cost included: the stream has ended)."""
+    return {**data, "tokenops": decision_values(rec)} if is_on else data
+
+
 async def encode_stream(request: GatewayRequest, deltas: AsyncIterator[Delta], rec: Any,
-                        model: str) -> AsyncIterator[bytes]:
-    """The event stream of a streamed Messages request (``deltas`` from ``Pipeline.open_stream``)."""
+                        model: str, *, with_decisions: bool = False) -> AsyncIterator[bytes]:
+    """The event stream of a streamed Messages request (``deltas`` from ``Pipeline.open_stream``);
+    ``with_decisions``: ``message_delta`` carries ``"tokenops": {...}``."""
     blocks = _Blocks()
     show_thinking = shows_thinking(request)
     is_started = is_native = False
     finish: str | None = None
     has_calls = False
     last_usage: Delta | None = None
+    held: list[dict[str, Any]] = []  # an upstream's message_delta and what follows it, until the stream ends
     try:
         async for d in deltas:
             native = (d.extra or {}).get("anthropic_event")
@@ -165,7 +177,10 @@ async def encode_stream(request: GatewayRequest, deltas: AsyncIterator[Delta], r
                 is_native = True
                 if native.get("type") == "message_start":
                     native = {**native, "message": {**native.get("message", {}), "model": model}}
-                yield event(native.get("type", "message"), native)
+                if with_decisions and (held or native.get("type") == "message_delta"):
+                    held.append(native)
+                else:
+                    yield event(native.get("type", "message"), native)
                 continue
             if d.is_usage:
                 last_usage = d
@@ -181,9 +196,15 @@ async def encode_stream(request: GatewayRequest, deltas: AsyncIterator[Delta], r
             has_calls = has_calls or bool(d.tool_calls)
             finish = d.finish_reason or finish
     except APIError as e:
+        for native in held:  # what the upstream sent before it broke, then the error
+            yield event(native.get("type", "message"), native)
         yield event("error", error_body(e))
         return
     if is_native:
+        for native in held:
+            if native.get("type") == "message_delta":
+                native = _with_decisions(native, rec, with_decisions)
+            yield event(native.get("type", "message"), native)
         return
     if not is_started:
         yield _message_start(request, model)
@@ -194,8 +215,9 @@ async def encode_stream(request: GatewayRequest, deltas: AsyncIterator[Delta], r
     completion = last_usage.completion_tokens if last_usage and last_usage.completion_tokens is not None \
         else rec.tokens_out
     cached = (last_usage.cached_tokens if last_usage else rec.tokens_cached) or 0
-    yield event("message_delta", {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                  "usage": usage(prompt or 0, completion or 0, cached)})
+    delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
+             "usage": usage(prompt or 0, completion or 0, cached)}
+    yield event("message_delta", _with_decisions(delta, rec, with_decisions))
     yield event("message_stop", {"type": "message_stop"})
 
 

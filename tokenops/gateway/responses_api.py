@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
+from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.responses_output import ResponseFrame
 from tokenops.gateway.responses_request import (ResponsesRequest, Translation, chat_body, deferred_error, input_items,
@@ -180,7 +181,8 @@ async def _stream(gw: Any, store: ResponseStore, req: ResponsesRequest, greq: Ga
         completion = usage.completion_tokens if usage and usage.completion_tokens is not None else rec.tokens_out
         events, final = writer.finish(usage.prompt_tokens if usage else rec.tokens_in, completion or 0,
                                       (usage.cached_tokens if usage else rec.tokens_cached) or 0,
-                                      usage.reasoning_tokens if usage else rec.reasoning_tokens)
+                                      usage.reasoning_tokens if usage else rec.reasoning_tokens,
+                                      decision_values(rec) if gw.pipeline.decision_headers else None)
         if req.store:  # before the last event: the client's next turn finds it
             await asyncio.to_thread(store.save, greq.tenant, final, items, req.previous_response_id)
         for event in events:

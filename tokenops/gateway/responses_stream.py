@@ -6,7 +6,10 @@ item ``response.output_item.added``, its content (``response.content_part.added`
 ``response.content_part.done``; ``response.reasoning_text.*`` for reasoning;
 ``response.function_call_arguments.delta`` ... ``.done`` for a call),
 ``response.output_item.done``; last ``response.completed`` (or ``response.incomplete``
-when ``max_output_tokens`` cut it) with the whole Response. Every event carries a
+when ``max_output_tokens`` cut it) with the whole Response; with ``[gateway] decision_headers``
+on, that last event also carries the gateway's decisions beside the Response
+(``"tokenops": {model, replica, cache, route, cost_usd}``, as a chat stream's last chunk does;
+the openai SDK keeps the unknown key in ``event.model_extra``). Every event carries a
 ``sequence_number`` from 0. One item is open at a time: a delta of another kind
 closes the open item first (reasoning, then text, then calls, as models write them).
 An error after the stream started is an ``error`` event, then ``response.failed``.
@@ -170,8 +173,10 @@ class EventWriter:
         return events
 
     def finish(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
-               reasoning_tokens: int | None) -> tuple[list[bytes], dict[str, Any]]:
-        """The closing events and the final Response object."""
+               reasoning_tokens: int | None,
+               decisions: dict[str, Any] | None = None) -> tuple[list[bytes], dict[str, Any]]:
+        """The closing events and the final Response object; ``decisions`` ride on the last event,
+        not in the Response (a stored Response is the answer, not how it was served)."""
         events = self._close()
         if not self.output:  # nothing was generated: OpenAI still answers one (empty) message
             events += self._open_message() + self._close()
@@ -179,7 +184,8 @@ class EventWriter:
         final = self.frame.body(status, self.output, usage(prompt_tokens, completion_tokens, cached_tokens,
                                                            reasoning_tokens), incomplete)
         kind = "response.completed" if status == "completed" else "response.incomplete"
-        events.append(self._event(kind, response=final))
+        extra = {"tokenops": decisions} if decisions else {}
+        events.append(self._event(kind, response=final, **extra))
         return events, final
 
     def failed(self, code: str | None, message: str) -> list[bytes]:
