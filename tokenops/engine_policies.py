@@ -14,7 +14,9 @@ techniques) collects them from the hooks:
 - ``tokenops_transform_model`` and ``tokenops_compile_model`` become the engine's weight
   transforms and compile step when some plugin implements them.
 
-No hook is called per engine step.
+No hook is called per engine step. :func:`plugin_calls` hands all of this (and the per-request
+thinking budget and diffusion plan) to the backends, which sit below the plugin manager and
+never call it (:mod:`tokenops.backends.plugin_calls`).
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ def _query_result(name: str, result: Any) -> dict[str, Any]:
     raise TypeError(f"unexpected query result of {name}: {type(result).__name__}")
 
 
-from tokenops.gateway.admin_keys import router as _keys_router  # noqa: E402  (/admin/keys, /admin/tenants)
+from tokenops.gateway.admin_managed_keys import router as _keys_router  # noqa: E402  (/admin/keys, /admin/tenants)
 
 router.include_router(_keys_router)
 from tokenops.gateway.admin_memory import router as _memory_router  # noqa: E402  (/admin/memory)
