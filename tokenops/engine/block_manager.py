@@ -140,11 +140,15 @@ class BlockManager:
                 self._ref(block_id)
         # claimed before any fresh block is taken: the saves of the blocks that evicts
         # must not push these out of the tier
-        claims = {i: self.offload.claim(self._hash_of(seq, i)) for i, b in enumerate(hits) if b is None}
+        # (a hit of None, a block to load back, comes only from the offload tier)
+        offload = self.offload
+        claims = {i: offload.claim(self._hash_of(seq, i)) for i, b in enumerate(hits) if b is None} \
+            if offload is not None else {}
         table = [b if b is not None else self._take_fresh() for b in hits]
         for i, entry in claims.items():
+            assert offload is not None  # the claims came from it
             self._register(self.blocks[table[i]], seq, i)
-            self.offload.load(self._hash_of(seq, i), entry, table[i], self.pending_transfers)
+            offload.load(self._hash_of(seq, i), entry, table[i], self.pending_transfers)
         seq.block_table = table + [self._take_fresh() for _ in range(self.num_blocks_for(len(seq.token_ids)) - len(hits))]
         seq.num_computed_tokens = len(hits) * self.block_size
         self.num_offload_hits += len(claims) * self.block_size
@@ -270,6 +274,7 @@ class BlockManager:
             block_id, _ = self._free_cached.popitem(last=False)
             block = self.blocks[block_id]
             if self.offload is not None:
+                assert block.block_hash is not None and block.token_ids is not None  # a cached block is registered
                 self.offload.save(block.block_hash, block.salt, block.token_ids, block_id, self.pending_transfers)
             self._unregister(block)
             self.num_evictions += 1

@@ -102,7 +102,7 @@ def _byte_level_bpe(file: GGUFFile, tokens: list[str], types: list[int]):
     merges = [tuple(m.split(" ", 1)) for m in file.get("tokenizer.ggml.merges") or []]
     vocab = {t: i for i, t in enumerate(tokens)}
     backend = Backend(models.BPE(vocab=vocab, merges=merges, ignore_merges=pre.ignore_merges, fuse_unk=False))
-    steps = []
+    steps: list[pre_tokenizers.PreTokenizer] = []
     if pre.split_digits:
         steps.append(pre_tokenizers.Digits(individual_digits=True))
     if pre.regexes == (_GPT2_REGEX,):
@@ -135,7 +135,7 @@ def _sentencepiece_bpe(file: GGUFFile, tokens: list[str], types: list[int]):
     backend = Backend(models.BPE(vocab=vocab, merges=merges, unk_token=unk, byte_fallback=True, fuse_unk=True))
     add_prefix = file.get("tokenizer.ggml.add_space_prefix")
     add_prefix = True if add_prefix is None else bool(add_prefix)
-    steps = [normalizers.Replace(" ", "\u2581")]
+    steps: list[normalizers.Normalizer] = [normalizers.Replace(" ", "\u2581")]
     if add_prefix:
         steps.insert(0, normalizers.Prepend("\u2581"))
     backend.normalizer = normalizers.Sequence(steps)

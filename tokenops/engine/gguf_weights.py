@@ -136,8 +136,9 @@ def _stacked(file: GGUFFile, names: list[str], device: torch.device,
         at = 0
         for i, view in zip(group, views):
             src = torch.from_numpy(view)  # copy-on-write mapping: read here, never written
-            if permute_heads[i] is not None:
-                src = src.index_select(0, _unpermute_index(view.shape[0], permute_heads[i]))
+            heads = permute_heads[i]
+            if heads is not None:
+                src = src.index_select(0, _unpermute_index(view.shape[0], heads))
             raw[at:at + view.shape[0]].copy_(src)
             at += view.shape[0]
         first = names[group[0]]

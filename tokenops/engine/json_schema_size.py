@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 #: Returned for a schema with no finite instance (a property required inside itself).
 INFINITE = float("inf")
@@ -106,7 +106,7 @@ def check_shape(schema: Any, limits: ShapeLimits, output_cap: int) -> None:
                 stack.append((node[key], depth + 1, f"{where}/{key}"))
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -195,7 +195,7 @@ class _Sizer:
 
     def of_kind(self, kind: Any, schema: dict[str, Any], where: str, active: tuple[str, ...]) -> float:
         if kind == "object":
-            props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+            props = found if isinstance(found := schema.get("properties"), dict) else {}
             required = [r for r in schema.get("required") or [] if isinstance(r, str)]
             total: float = 1  # {} less the comma the first member does not need
             for name in dict.fromkeys(required):  # "name":value,
@@ -206,7 +206,7 @@ class _Sizer:
             return max(2, total + extra * 5)  # "":0,
         if kind == "array":
             total = 1  # [] less the comma the first item does not need
-            prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else []
+            prefix = found if isinstance(found := schema.get("prefixItems"), list) else []
             for i, item in enumerate(prefix):
                 total += 1 + self.size(item, f"{where}/prefixItems/{i}", active)
             num_rest = max(0, int(min(schema.get("minItems") or 0, self.cap)) - len(prefix))

@@ -257,10 +257,10 @@ def get_kernel() -> PagedDecodeKernel | None:
     """The compiled kernel, or ``None`` (disabled, or no compiler: logged once)."""
     global _kernel
     if _kernel is not False:
-        return _kernel  # type: ignore[return-value]
+        return _kernel  # type: ignore[return-value]  # never True: the flag is False or the result
     with _lock:
         if _kernel is not False:
-            return _kernel  # type: ignore[return-value]
+            return _kernel
         if disabled():
             _kernel = None
             return None
@@ -269,4 +269,4 @@ def get_kernel() -> PagedDecodeKernel | None:
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             log.warning("native decode attention unavailable, using the PyTorch path: %s", e)
             _kernel = None
-    return _kernel  # type: ignore[return-value]
+    return _kernel

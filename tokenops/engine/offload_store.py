@@ -74,11 +74,13 @@ class OffloadStore:
                 _, block_id, slot = op
                 self.host[slot].copy_(cache[:, :, block_id])
                 if scales is not None:
+                    assert self.host_scales is not None  # allocated whenever the cache has scales
                     self.host_scales[slot].copy_(scales[:, :, block_id])
             elif kind == "load":
                 _, slot, block_id = op
                 cache[:, :, block_id].copy_(self.host[slot], non_blocking=True)
                 if scales is not None:
+                    assert self.host_scales is not None  # allocated whenever the cache has scales
                     scales[:, :, block_id].copy_(self.host_scales[slot], non_blocking=True)
             elif kind == "spill":
                 _, slot, key = op

@@ -13,7 +13,8 @@ in_features: int)``) without touching the model code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, overload
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,8 @@ def set_kernel(kernel: Kernel | None, qtypes: frozenset[int] | set[int] = frozen
 class QuantizedWeight(nn.Module):
     """A 2-D weight ``[out_features, in_features]`` held as GGUF blocks: ``raw`` is uint8
     ``[out_features, row_bytes]`` (a buffer, so ``.to(device)`` moves it and it is no parameter)."""
+
+    raw: torch.Tensor  # the buffer, declared for the type checker
 
     def __init__(self, raw: torch.Tensor, ggml_type: int, in_features: int, name: str = "") -> None:
         super().__init__()
@@ -131,6 +134,21 @@ def quantized_linear(x: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
     return F.linear(x, weight.dequantize(x.dtype))
 
 
+class QuantizedWeights(nn.ModuleList):
+    """An ``nn.ModuleList`` of :class:`QuantizedWeight` that says so to the type checker."""
+
+    if TYPE_CHECKING:
+        def __iter__(self) -> Iterator[QuantizedWeight]: ...
+
+        @overload
+        def __getitem__(self, idx: slice) -> nn.ModuleList: ...
+
+        @overload
+        def __getitem__(self, idx: int) -> QuantizedWeight: ...
+
+        def __getitem__(self, idx: int | slice) -> QuantizedWeight | nn.ModuleList: ...
+
+
 class QuantizedLinear(nn.Module):
     """A linear layer over one or more quantized weights stacked along the outputs (a fused
     ``qkv_proj`` whose q, k and v were stored in different encodings keeps three parts)."""
@@ -138,7 +156,7 @@ class QuantizedLinear(nn.Module):
     def __init__(self, parts: list[QuantizedWeight], bias: torch.Tensor | None = None) -> None:
         super().__init__()
         assert parts and len({p.in_features for p in parts}) == 1
-        self.parts = nn.ModuleList(parts)
+        self.parts = QuantizedWeights(parts)
         self.in_features = parts[0].in_features
         self.out_features = sum(p.out_features for p in parts)
         self.bias = nn.Parameter(bias, requires_grad=False) if bias is not None else None

@@ -276,10 +276,10 @@ class Sampler:
         logprobs = logits.index_select(0, index).log_softmax(dim=-1)
         chosen = torch.tensor([out[i].token_id for i in rows], device=logits.device)
         chosen_lp = logprobs.gather(1, chosen.unsqueeze(1)).view(-1).tolist()
-        max_k = max(seqs[i].params.logprobs for i in rows)
+        max_k = max(seqs[i].params.logprobs or 0 for i in rows)
         if max_k:
-            top_vals, top_ids = logprobs.topk(max_k, dim=-1)
-            top_vals, top_ids = top_vals.tolist(), top_ids.tolist()
+            top = logprobs.topk(max_k, dim=-1)
+            top_vals, top_ids = top.values.tolist(), top.indices.tolist()
         for j, i in enumerate(rows):
             k = seqs[i].params.logprobs
             out[i].logprob = chosen_lp[j]

@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tokenizers
+
+if TYPE_CHECKING:
+    import jinja2
 
 FALLBACK_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n\n{% endfor %}"
@@ -39,7 +42,7 @@ class Tokenizer:
     def __init__(
         self,
         backend: tokenizers.Tokenizer,
-        special_tokens: dict[str, str] | None = None,
+        special_tokens: dict[str, str | None] | None = None,
         chat_template: str | None = None,
         extra_eos_token_ids: set[int] | None = None,
         add_bos_token: bool | None = None,
@@ -52,12 +55,13 @@ class Tokenizer:
         self.eos_token = self.special_tokens.get("eos_token")
         self.bos_token_id = backend.token_to_id(self.bos_token) if self.bos_token else None
         eos = set(extra_eos_token_ids or ())
-        if self.eos_token and backend.token_to_id(self.eos_token) is not None:
-            eos.add(backend.token_to_id(self.eos_token))
+        eos_id = backend.token_to_id(self.eos_token) if self.eos_token else None
+        if eos_id is not None:
+            eos.add(eos_id)
         self.eos_token_ids: set[int] = eos
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
         self.add_bos_token = add_bos_token
-        self._template = None
+        self._template: jinja2.Template | None = None
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:
@@ -171,7 +175,7 @@ class IncrementalDetokenizer:
         return new
 
 
-def _compile(source: str):
+def _compile(source: str) -> jinja2.Template:
     import jinja2
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment

@@ -149,12 +149,13 @@ class SelfAttention(nn.Module):
         self.kv_scales = kv_scales
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        assert self.k_cache is not None, "bind_cache() before forward()"
+        assert self.k_cache is not None and self.v_cache is not None, "bind_cache() before forward()"
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x)
         q_size, kv_size = self.split_sizes[0], self.split_sizes[1]
         v = qkv[:, q_size + kv_size:].view(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
+            assert self.k_norm is not None  # qk_norm builds both
             q, k, _ = qkv.split(self.split_sizes, dim=-1)
             q = self.q_norm(q.view(num_tokens, self.num_heads, self.head_dim))
             k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim))

@@ -13,7 +13,8 @@ fills shard by shard (Phi-3 stores them fused already).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -73,13 +74,20 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+class DecoderLayers(nn.ModuleList):
+    """An ``nn.ModuleList`` of :class:`DecoderLayer` that says so to the type checker."""
+
+    if TYPE_CHECKING:
+        def __iter__(self) -> Iterator[DecoderLayer]: ...
+
+
 class DecoderStack(nn.Module):
     """Embeddings, layers and final norm (HF's ``model.`` prefix)."""
 
     def __init__(self, args: ModelArgs, **factory) -> None:
         super().__init__()
         self.embed_tokens = Embedding(args.vocab_size, args.hidden_size, **factory)
-        self.layers = nn.ModuleList(DecoderLayer(args, i, **factory) for i in range(args.num_layers))
+        self.layers = DecoderLayers(DecoderLayer(args, i, **factory) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, args.norm_offset, **factory)
 
 
@@ -91,6 +99,13 @@ class CausalLM(nn.Module):
     ``logits_index`` — the last token of each chunk — so prefill never pays for the
     full vocabulary projection.
     """
+
+    # buffers (register_buffer), declared for the type checker
+    inv_freq: torch.Tensor
+    inv_freq_long: torch.Tensor
+    inv_freq_local: torch.Tensor | None  # Gemma 3's local layers only
+    #: set by the GGUF loader only (others read it with getattr and a default)
+    quantized_format: str
 
     def __init__(self, args: ModelArgs, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
@@ -143,6 +158,7 @@ class CausalLM(nn.Module):
             x = x * torch.tensor(self.args.embed_scale, dtype=x.dtype)
         tables = {"global": self._cos_sin(positions, meta, x.dtype)}
         if self.local_rope is not None:
+            assert self.inv_freq_local is not None  # registered whenever there is a local rope
             tables["local"] = rope_cos_sin(self.inv_freq_local, positions, x.dtype, self.local_rope.attention_factor())
         for layer in self.model.layers:
             x = layer(x, *tables[layer.self_attn.rope_kind], meta)

@@ -23,6 +23,8 @@ from tokenops.engine.models.layers import GatedMLP, Linear, activation
 class SparseMoeBlock(nn.Module):
     """Top-k routed experts, plus the optional gated shared expert."""
 
+    expert_counts: torch.Tensor  # a buffer (register_buffer), declared for the type checker
+
     def __init__(self, args: ModelArgs, **factory) -> None:
         super().__init__()
         self.num_experts = args.num_experts
@@ -33,8 +35,8 @@ class SparseMoeBlock(nn.Module):
         self.w_gate_up = nn.Parameter(torch.empty(self.num_experts, 2 * inter, hidden, **factory))
         self.w_down = nn.Parameter(torch.empty(self.num_experts, hidden, inter, **factory))
         self.act = activation(args.hidden_act)
-        self.shared_expert = None
-        self.shared_expert_gate = None
+        self.shared_expert: GatedMLP | None = None
+        self.shared_expert_gate: Linear | None = None
         if args.shared_expert_intermediate_size:
             self.shared_expert = GatedMLP(hidden, args.shared_expert_intermediate_size, args.hidden_act, **factory)
             self.shared_expert_gate = Linear(hidden, 1, bias=False, **factory)
@@ -65,5 +67,6 @@ class SparseMoeBlock(nn.Module):
             y = (y * flat_weights[picks, None]).to(x.dtype)
             out.index_add_(0, tokens, y)
         if self.shared_expert is not None:
+            assert self.shared_expert_gate is not None  # built together with the shared expert
             out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out
