@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 class NgramProposer:
     """Prompt-lookup proposals (see the module doc); stateless, so nothing to roll back."""
 
-    vocab_size = None  # proposes tokens the sequence already holds
+    vocab_size: int | None = None  # proposes tokens the sequence already holds
 
     def __init__(self, min_ngram: int = 1, max_ngram: int = 4) -> None:
         if not 1 <= min_ngram <= max_ngram:
