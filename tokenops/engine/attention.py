@@ -136,7 +136,9 @@ class AttentionMetadata:
             for window in windows:
                 mask = _prefill_mask(c.start_pos, n, window, device)
                 if evicted is not None:
-                    mask = (mask if mask is not None else _prefill_mask(c.start_pos, n, 0, device)) & ~evicted[None, :]
+                    causal = mask if mask is not None else _prefill_mask(c.start_pos, n, 0, device)
+                    assert causal is not None  # window 0 always builds the mask
+                    mask = causal & ~evicted[None, :]
                 span.masks[window] = None if mask is None else _additive(mask, dtype)
             prefills.append(span)
             row += n
@@ -360,7 +362,8 @@ def _local(meta: AttentionMetadata, remap: torch.Tensor | None) -> AttentionMeta
     """``meta`` with slots renumbered into a compact cache; the step's own new tokens are
     written there too only when they are read (slots outside it go to a scratch row)."""
     if remap is None:
-        groups, prefills = [], [PrefillSpan(p.token_start, p.token_end, p.start_pos, None, p.masks) for p in meta.prefills]
+        groups: list[DecodeGroup] = []
+        prefills = [PrefillSpan(p.token_start, p.token_end, p.start_pos, None, p.masks) for p in meta.prefills]
         return AttentionMetadata(torch.zeros_like(meta.slot_mapping), 0, groups, prefills)
     scratch = int((remap >= 0).sum())
     mapped = remap[meta.slot_mapping]

@@ -126,7 +126,7 @@ def _library(panel_dtype: str = "float32") -> ctypes.CDLL | None:
     return _libs[panel_dtype]
 
 
-def ineligible_reason(model: CausalLM, kv_cache: torch.Tensor, device: torch.device) -> str | None:
+def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: torch.device) -> str | None:
     """Why ``model`` cannot use the fused decode step, or None when it can."""
     from tokenops.engine.models.llama import CausalLM
     from tokenops.engine.native import disabled
@@ -172,7 +172,7 @@ def ineligible_reason(model: CausalLM, kv_cache: torch.Tensor, device: torch.dev
     return None
 
 
-def is_quantized(model: CausalLM) -> bool:
+def is_quantized(model: torch.nn.Module) -> bool:
     """Whether ``model`` holds GGUF-encoded weights (a GGUF file's model): the fused step then runs
     its products through the quantized kernels (:mod:`tokenops.engine.quant_kernels`)."""
     from tokenops.engine.quantized_linear import QuantizedLinear
@@ -207,7 +207,7 @@ def _weight(linear: torch.nn.Module) -> object:
     return parts[0] if parts is not None else linear.weight
 
 
-def dense_linear_bytes(model: CausalLM) -> int:
+def dense_linear_bytes(model: torch.nn.Module) -> int:
     """Bytes of the float32 linear weights (what the decoder holds a copy of)."""
     return sum(m.weight.numel() * 4 for m in model.modules() if type(m) is Linear)
 
@@ -306,7 +306,7 @@ class FusedDecoder:
         self._rope_len = 0
         self._cos = self._sin = torch.empty(0)
 
-    def attach_linear_layers(self, model: CausalLM) -> int:
+    def attach_linear_layers(self, model: torch.nn.Module) -> int:
         """Make ``model``'s linear layers whose weights this decoder holds multiply through its
         panels (:class:`PanelWeight`: the PyTorch forward's steps over max_rows then use the same products
         as the fused step) and release their dense weights, unless shared (a tied lm_head): the
@@ -424,7 +424,7 @@ class FusedDecoder:
         return [flat[i * kmax:i * kmax + counts_l[i]] for i in range(n)], steps.tolist()
 
 
-def make_fused_decoder(model: CausalLM, kv_cache: torch.Tensor, block_size: int, device: torch.device,
+def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_size: int, device: torch.device,
                        mode: str, panel_dtype: str = "float32") -> FusedDecoder | None:
     """The decoder for ``[engine] decode_kernel = mode`` with its weights in ``panel_dtype``, or None
     (logged when ``auto`` declines)."""
@@ -444,4 +444,7 @@ def make_fused_decoder(model: CausalLM, kv_cache: torch.Tensor, block_size: int,
             raise ValueError(f"engine decode_kernel 'native' is unavailable: {why}")
         log.info("fused decode step off: %s", why)
         return None
+    from tokenops.engine.models.llama import CausalLM
+
+    assert isinstance(model, CausalLM)  # ineligible_reason refuses any other model
     return FusedDecoder(model, kv_cache, block_size, panel_dtype=panel_dtype)

@@ -67,10 +67,10 @@ class ModelRunner:
         self.dtype = parse_dtype(config.dtype)
         self.model_dir = resolve_model_dir(config.model, getattr(config, "allow_download", False))
         self.model_name = config.model_name or _served_name(config.model)
-        model, self.args, self.hf_config = load_model(self.model_dir, self.dtype, self.device)
+        raw_model, self.args, self.hf_config = load_model(self.model_dir, self.dtype, self.device)
         self.tokenizer: Tokenizer = load_tokenizer(self.model_dir)
         #: e.g. "gguf Q4_1x210/Q8_0x1" when the weights stay quantized (the PyTorch forward runs them), else None
-        self.weight_format: str | None = getattr(model, "quantized_format", None)
+        self.weight_format: str | None = getattr(raw_model, "quantized_format", None)
         self.vocab_size = self.args.vocab_size
         self.is_moe = self.args.is_moe
         self.block_size = config.block_size
@@ -81,12 +81,12 @@ class ModelRunner:
         if config.max_model_len is not None and config.max_model_len > max_pos:
             raise ValueError(f"max_model_len {config.max_model_len} exceeds the model's max_position_embeddings {max_pos}")
         self.max_model_len = min(config.max_model_len or max_pos, self.num_blocks * self.block_size)
-        self._raw_model = model  # the module whose layers hold the cache views and counters
-        self.windows = model.attention_windows
+        self._raw_model = raw_model  # the module whose layers hold the cache views and counters
+        self.windows = raw_model.attention_windows
         self._allocate_kv_cache()
         self.kv_offload = self._make_offload_store()
         self.native_attention = self._pick_attention_kernel()
-        model = apply_transforms(model, config, transforms)
+        model = apply_transforms(raw_model, config, transforms)
         #: Engine steps of up to 2048 tokens (decodes, prefill and verify chunks) in one native call (fused_decode.py);
         #: built before packing, which releases the dense weights it copies.
         self.fused_decode = make_fused_decoder(model, self.kv_cache, self.block_size, self.device,
