@@ -266,7 +266,7 @@ class LoraSet:
 
     def begin_step(self, row_adapters: list[str | None], device: torch.device) -> bool:
         """Group the step's token rows by adapter; True when any row uses one."""
-        names = {n for n in row_adapters if n is not None}
+        names = set(row_adapters) - {None}
         if not names:
             self._segments.groups = []
             return False
@@ -274,7 +274,7 @@ class LoraSet:
         if unknown:
             raise AdapterError(f"LoRA adapter {sorted(unknown)[0]!r} is not loaded")
         groups: list[tuple[LoraAdapter, torch.Tensor | None]] = []
-        for name in sorted(names):
+        for name in sorted(names):  # type: ignore[type-var]
             rows = [i for i, n in enumerate(row_adapters) if n == name]
             whole = len(rows) == len(row_adapters)
             groups.append((self.adapters[name], None if whole else torch.tensor(rows, dtype=torch.long, device=device)))
