@@ -375,7 +375,8 @@ class FusedDecoder:
         for c in owners:
             meta += c.block_table[:width]
             meta += [0] * (width - min(len(c.block_table), width))
-        keep, at = [], 0
+        keep: list[int] = []
+        at = 0
         for c, n in zip(chunks, num_logits or [c.num_logits for c in chunks]):
             at += len(c.token_ids)
             keep.extend(range(at - n, at))

@@ -7,6 +7,8 @@ layer makes fewer, larger matmuls; the loader splits Hugging Face weights into t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -14,6 +16,9 @@ from torch import nn
 from tokenops.engine.attention import AttentionMetadata, paged_attention
 from tokenops.engine.models.args import ModelArgs
 from tokenops.engine.models.rope import apply_rope, rope_cos_sin
+
+if TYPE_CHECKING:
+    from tokenops.engine.panels import PanelWeight
 
 __all__ = ["Embedding", "GatedMLP", "Linear", "RMSNorm", "SelfAttention", "activation", "apply_rope", "rope_cos_sin"]
 
@@ -45,7 +50,7 @@ class Linear(nn.Linear):
     packed: torch.Tensor | None = None
     #: The weight as the fused decode step packs it (a callable ``(x, bias) -> y``, see
     #: tokenops/engine/fused_decode.py), or None.
-    panel = None
+    panel: PanelWeight | None = None
 
     def reset_parameters(self) -> None:
         pass
