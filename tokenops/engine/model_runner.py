@@ -53,8 +53,8 @@ class ModelRunner:
     ``block_size``, ``vocab_size``, ``is_moe``, ``device``, ``hf_config``, ``model_dir``,
     ``load_time_s``.
 
-    ``transforms`` run on the loaded model in order (then its linear weights are packed) and
-    ``compile`` last; the engine passes them from its :class:`~tokenops.engine.policies.EnginePolicies`.
+    ``transforms`` run on the loaded model in order, then ``compile``, then its linear weights are
+    packed (plain for a compiled forward); the engine passes them from its :class:`~tokenops.engine.policies.EnginePolicies`.
     """
 
     def __init__(self, config: EngineConfig, transforms: Sequence[ModelTransform] = (),
