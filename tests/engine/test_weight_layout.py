@@ -136,3 +136,8 @@ def test_a_compiled_forward_is_not_packed_for_onednn():
     compiled = LLMEngine(config, policies=EnginePolicies(compile=compile_model))
     assert seen and compiled.runner.is_compiled and compiled.runner.weight_layout == "plain"
     assert not packed(compiled)
+    # a compile plugin that is loaded but off (as in every `tokenops serve`) leaves `auto` to the fused
+    # decode step's panels, so the linear weights are held once (it used to turn them off)
+    served = LLMEngine(EngineConfig(model=str(target), device="cpu", kv_cache_tokens=1024),
+                       policies=EnginePolicies(compile=lambda model: None))
+    assert served.runner.fused_decode is not None and served.runner.weight_layout == "panels"

@@ -102,7 +102,7 @@ class ModelRunner:
         layout = getattr(config, "weight_layout", "auto")
         self.weight_layout = pack_linear_weights(model, self.device, self.dtype,
                                                  "plain" if compiled is not None and layout == "auto" else layout,
-                                                 panels=self.fused_decode if compile is None else None)
+                                                 panels=self.fused_decode if compiled is None else None)
         #: LoRA adapters served on this model (tokenops/engine/lora.py); hooked on the transformed model
         self.lora = LoraSet(model, self.args)
         self._lora_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
