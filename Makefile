@@ -5,7 +5,7 @@ PIP     = $(PY) -m pip
 STAMP   = $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: serve shell test test-all install redis clean
+.PHONY: serve shell test test-all install redis tmux clean
 
 # pip shows its progress; PYTHONWARNINGS reaches the build backend too, so setuptools'
 # warnings about the editable build do not bury it.
@@ -40,6 +40,11 @@ redis:
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq redis-server >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq redis-server >/dev/null 2>&1)); } || true
 
+# tmux for the dashboard's terminal test (tests/tui/test_dashboard_finds_server.py), the same way.
+tmux:
+	@command -v tmux >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq tmux >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq tmux >/dev/null 2>&1)); } || true
+
 serve: $(STAMP)
 	@echo "==> tokenops serve $(ARGS)   (other port: make serve ARGS=\"--port 9000\"; CLI in another terminal: make shell)"
 	$(VENV)/bin/tokenops serve $(ARGS)
@@ -49,11 +54,11 @@ shell: $(STAMP)
 	@echo "==> shell with $(VENV) active: 'tokenops --help'; 'exit' to leave"
 	@VIRTUAL_ENV="$(abspath $(VENV))" PATH="$(abspath $(VENV))/bin:$$PATH" $${SHELL:-/bin/bash} -i
 
-test: $(STAMP) redis
+test: $(STAMP) redis tmux
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
-test-all: $(STAMP) redis
+test-all: $(STAMP) redis tmux
 	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
 clean:
