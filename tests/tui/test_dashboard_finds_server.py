@@ -13,7 +13,6 @@ from pathlib import Path
 
 import openai
 import pytest
-
 from tmux_pane import TmuxPane, clean_env, tmux_available
 
 from tokenops.testing_serve import ServeProcess

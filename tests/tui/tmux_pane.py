@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from types import TracebackType
+from typing import Self
 
 
 def tmux_available() -> bool:
@@ -37,7 +38,7 @@ class TmuxPane:
         return subprocess.run(["tmux", "-L", self.socket, *args], env=self._env, capture_output=True, text=True,
                               check=check, timeout=30)
 
-    def start(self) -> TmuxPane:
+    def start(self) -> Self:
         self._server = subprocess.Popen(["tmux", "-L", self.socket, "-D"], env=self._env, cwd=self._cwd,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
@@ -82,7 +83,7 @@ class TmuxPane:
             self._server.kill()
             self._server.wait()
 
-    def __enter__(self) -> TmuxPane:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
