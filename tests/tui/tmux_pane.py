@@ -41,6 +41,15 @@ class TmuxPane:
     def start(self) -> Self:
         self._server = subprocess.Popen(["tmux", "-L", self.socket, "-D"], env=self._env, cwd=self._cwd,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self._new_session()
+        except BaseException:
+            self.stop()  # no orphan server when the session cannot start
+            raise
+        return self
+
+    def _new_session(self) -> None:
+        assert self._server is not None
         deadline = time.monotonic() + 30
         while True:  # the socket appears once the server listens
             if self._server.poll() is not None:
@@ -48,7 +57,7 @@ class TmuxPane:
             done = self._tmux("new-session", "-d", "-s", self.session, "-c", self._cwd, "-x", str(self._size[0]),
                               "-y", str(self._size[1]), self._command, check=False)
             if done.returncode == 0:
-                return self
+                return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"tmux new-session failed: {done.stderr.strip()}")
             time.sleep(0.1)
