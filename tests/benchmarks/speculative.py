@@ -20,6 +20,25 @@ groups (prompts repeated when needed). Run::
     .venv/bin/python tests/benchmarks/speculative.py --methods ngram --batch-sizes 1
 
 Without the demo models the draft workload is skipped (say so in reports).
+
+``--model default`` runs the real default model instead: SmolLM2-135M-Instruct from the packaged
+Q4_1 GGUF through the quantized kernels (the fused step), greedy, generations ending at EOS (or
+``--max-tokens``), on two workloads:
+
+- ``rewrite``: "rewrite / summarise this text" chat prompts over held-out ShareGPT answers (the
+  assistant turn NOT started): prompt lookup finds the copies the answer makes of the text.
+- ``chat``: held-out ShareGPT user prompts, as they are.
+
+Each row prints three speed-up ratios of the speculative engine over the same engine without
+speculation: ``wall x`` (generated tokens per second of wall time, prefill included, ABBA order),
+``cpu x`` (per second of process CPU time, the figure to trust on a shared box: with one torch
+thread it is the work each engine did) and ``decode x`` (wall time after each request's first
+token: at batch 1 the decode speed with prefill left out)::
+
+    .venv/bin/python tests/benchmarks/speculative.py --model default --methods ngram --batch-sizes 1
+    .venv/bin/python tests/benchmarks/speculative.py --model default --methods draft --draft DIR_OR_GGUF
+
+A draft for the default model must share SmolLM2's tokenizer (49152 tokens); none ships.
 """
 
 from __future__ import annotations
@@ -73,6 +92,33 @@ def draft_prompts(tok, convs, num: int) -> list[list[int]]:
     return prompts
 
 
+#: the "rewrite / summarise this text" instructions, taken in turn
+REWRITE_TASKS = ("Rewrite the following text, correcting any spelling or grammar mistakes:",
+                 "Summarise the following text:",
+                 "Rewrite the following text in a more formal tone:",
+                 "Summarize this text in a few sentences:")
+
+
+def rewrite_prompts(tok, convs, num: int) -> list[list[int]]:
+    """Chat prompts asking to rewrite or summarise a held-out ShareGPT answer (300-900 characters,
+    mostly ASCII text); the assistant turn starts empty."""
+    prompts = []
+    for messages in convs:
+        passage = next((m["content"] for m in messages if m["role"] == "assistant"
+                        and 300 <= len(m["content"]) <= 900 and m["content"].isascii()), None)
+        if passage is None:
+            continue
+        prompts.append(chat_prompt(tok, f"{REWRITE_TASKS[len(prompts) % len(REWRITE_TASKS)]}\n\n{passage}"))
+        if len(prompts) == num:
+            break
+    return prompts
+
+
+def chat_prompts(tok, convs, num: int) -> list[list[int]]:
+    """Held-out ShareGPT first user turns (20-600 characters), as asked."""
+    return draft_prompts(tok, convs, num)
+
+
 def make_engine(model: Path, batch: int, threads: int, **spec):
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.sampling import SamplingParams
@@ -85,29 +131,128 @@ def make_engine(model: Path, batch: int, threads: int, **spec):
     return engine
 
 
-def compare(model: Path, prompts, batch: int, max_tokens: int, threads: int, **spec):
+def compare(model: Path, prompts, batch: int, max_tokens: int, threads: int, ignore_eos: bool = True, **spec):
     """Base and speculative engines run the same groups of ``batch`` prompts in turn
-    (ABBA order), so load swings on the shared machine hit both alike."""
+    (ABBA order), so load swings on the shared machine hit both alike. Returns the tokens per
+    second of wall time and of process CPU time of each, whether the outputs are identical, the
+    speculative engine's stats and the number of generated tokens."""
     from tokenops.engine.sampling import SamplingParams
 
     engines = {"base": make_engine(model, batch, threads), "spec": make_engine(model, batch, threads, **spec)}
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=ignore_eos)
     times = {"base": 0.0, "spec": 0.0}
-    tokens = {"base": [], "spec": []}
+    cpu = {"base": 0.0, "spec": 0.0}
+    decode = {"base": [0, 0.0], "spec": [0, 0.0]}  # tokens after the first, seconds after the first token
+    tokens: dict[str, list] = {"base": [], "spec": []}
     for g, start in enumerate(range(0, len(prompts), batch)):
         group = prompts[start:start + batch]
         for name in (("base", "spec") if g % 2 == 0 else ("spec", "base")):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             outs = engines[name].generate(group, params)
             times[name] += time.perf_counter() - t
+            cpu[name] += time.process_time() - c
             tokens[name] += [o.outputs[0].token_ids for o in outs]
-    rates = {n: sum(len(t) for t in tokens[n]) / times[n] for n in times}
-    return rates["base"], rates["spec"], tokens["base"] == tokens["spec"], engines["spec"].stats()["spec_decode"]
+            for o in outs:
+                decode[name][0] += len(o.outputs[0].token_ids) - 1
+                decode[name][1] += o.finished_time - o.first_token_time
+    num = {n: sum(len(t) for t in tokens[n]) for n in times}
+    rates = {n: num[n] / times[n] for n in times}
+    # wall-clock tokens/s after each request's first token (batch 1: the decode speed, prefill excluded)
+    rates.update({f"decode_{n}": decode[n][0] / decode[n][1] for n in decode})
+    cpu_rates = {n: num[n] / cpu[n] for n in cpu}
+    same = tokens["base"] == tokens["spec"]
+    return rates, cpu_rates, same, engines["spec"].stats()["spec_decode"], num["spec"]
+
+
+def _set_plugin_settings(**values) -> None:
+    """The ``[plugins.speculative]`` settings build_engine's proposers read (as serve sets them)."""
+    import tokenops_plugins.model_optimization.ngram_proposer as settings_plugin
+
+    settings_plugin._conf.update(values)
+
+
+def _print_row(label: str, batch: int, rates, cpu_rates, same: bool, stats, num_tokens: int) -> None:
+    print(f"{label:<16}{batch:>6}{rates['base']:>11.1f}{rates['spec']:>11.1f}{rates['spec'] / rates['base']:>9.2f}x"
+          f"{cpu_rates['spec'] / cpu_rates['base']:>9.2f}x{rates['decode_spec'] / rates['decode_base']:>9.2f}x"
+          f"{stats['acceptance_rate']:>8.2f}"
+          f"{stats['mean_acceptance_length']:>9.2f}{num_tokens:>8}{str(same):>10}", flush=True)
+    print(f"#   accepted per position {stats['accepted_per_position']}, drafts {stats['num_drafts']}, "
+          f"proposer time {stats['propose_time_s']:.1f}s", flush=True)
+
+
+HEADER = (f"{'method/workload':<16}{'batch':>6}{'base t/s':>11}{'spec t/s':>11}{'wall x':>10}{'cpu x':>10}{'decode x':>10}"
+          f"{'accept':>8}{'mean len':>9}{'tokens':>8}{'identical':>10}")
+
+
+def run_default_model(args) -> None:
+    """The real default model (module doc): the rewrite and chat workloads, batch 1 by default."""
+    from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
+    from tokenops.engine.loader import load_tokenizer
+
+    model = smollm2_path()
+    if model is None:
+        sys.exit(f"the default model's package is not installed ({SMOLLM2_INSTALL})")
+    tok = load_tokenizer(model)
+    convs = heldout_messages(400)
+    _set_plugin_settings(min_ngram=args.min_ngram, max_ngram=args.max_ngram,
+                         draft_min_confidence=args.min_confidence)
+    print(f"# SmolLM2-135M-Instruct Q4_1 GGUF ({model.name}), greedy, ends at EOS or {args.max_tokens} tokens, "
+          f"{args.requests} requests per workload, k={args.k} (adaptive), n-gram {args.min_ngram}..{args.max_ngram}")
+    print(HEADER)
+    makers = {"rewrite": rewrite_prompts, "chat": chat_prompts}
+    for method in args.methods.split(","):
+        if method == "draft" and not args.draft:
+            print("draft: skipped (no --draft: none with SmolLM2's tokenizer ships)")
+            continue
+        spec = dict(speculative=method, num_speculative_tokens=args.k,
+                    speculative_disable_by_batch_size=args.disable_by_batch_size)
+        if method == "draft":
+            spec.update(draft_model=args.draft, draft_panel_dtype=args.draft_panel_dtype)
+        for workload in args.workloads.split(","):
+            prompts = makers[workload](tok, convs, args.requests)
+            for batch in [int(b) for b in args.batch_sizes.split(",")]:
+                rates, cpu_rates, same, stats, num = compare(model, prompts, batch, args.max_tokens, args.threads,
+                                                             ignore_eos=False, **spec)
+                _print_row(f"{method}/{workload}", batch, rates, cpu_rates, same, stats, num)
+
+
+def run_demo_models(args) -> None:
+    target, draft = DEMO / "target", DEMO / "draft"
+    if not (target / "model.safetensors").exists():
+        sys.exit("demo target model missing (tokenops/demo_models/target); train it first")
+    from tokenops.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(target)
+    convs = heldout_messages(200)
+    print(f"# greedy, {args.requests} requests x {args.max_tokens} tokens, k={args.k} (adaptive), "
+          f"draft min confidence {args.min_confidence}, draft weights {args.draft_panel_dtype}, "
+          f"disabled at batch >= {args.disable_by_batch_size or 'never'}")
+    print(HEADER)
+    for method in args.methods.split(","):
+        if method == "draft" and not (draft / "model.safetensors").exists():
+            print("draft: skipped (tokenops/demo_models/draft missing)")
+            continue
+        make = ngram_prompts if method == "ngram" else draft_prompts
+        prompts = make(tok, convs, args.requests)
+        spec = dict(speculative=method, num_speculative_tokens=args.k,
+                    speculative_disable_by_batch_size=args.disable_by_batch_size)
+        if method == "draft":
+            spec["draft_model"] = str(args.draft or draft)
+            spec["draft_panel_dtype"] = args.draft_panel_dtype
+            _set_plugin_settings(draft_min_confidence=args.min_confidence)
+        for batch in [int(b) for b in args.batch_sizes.split(",")]:
+            group_prompts = prompts * max(1, (2 * batch) // len(prompts)) if batch > len(prompts) // 2 else prompts
+            rates, cpu_rates, same, stats, num = compare(target, group_prompts, batch, args.max_tokens, args.threads,
+                                                         **spec)
+            _print_row(method, batch, rates, cpu_rates, same, stats, num)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="demo", choices=("demo", "default"),
+                   help="demo: the demo target/draft pair; default: SmolLM2-135M-Instruct (Q4_1 GGUF)")
     p.add_argument("--methods", default="ngram,draft")
+    p.add_argument("--workloads", default="rewrite,chat", help="--model default: rewrite, chat or both")
     p.add_argument("--batch-sizes", default="1,8")
     p.add_argument("--requests", type=int, default=8, help="requests per run")
     p.add_argument("--max-tokens", type=int, default=128)
@@ -116,6 +261,9 @@ def main() -> None:
                         "steps run in one native call, 1.53-1.64x at batch 1 against 1.40x with k = 6 and no "
                         "confidence stop; docs/engine-optimizations.md)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--min-ngram", type=int, default=1, help="n-gram proposer: shortest suffix matched (min_ngram)")
+    p.add_argument("--max-ngram", type=int, default=4, help="n-gram proposer: longest suffix matched (max_ngram)")
+    p.add_argument("--draft", default=None, help="draft model folder or GGUF (default: the demo draft for --model demo)")
     p.add_argument("--min-confidence", type=float, default=0.1,
                    help="draft proposer: stop a proposal below this draft probability (plugin setting "
                         "draft_min_confidence)")
@@ -129,40 +277,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    target, draft = DEMO / "target", DEMO / "draft"
-    if not (target / "model.safetensors").exists():
-        sys.exit("demo target model missing (tokenops/demo_models/target); train it first")
-    from tokenops.engine.tokenizer import Tokenizer
-
-    tok = Tokenizer.from_dir(target)
-    convs = heldout_messages(200)
-    print(f"# conditions: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, torch threads {args.threads}, "
-          f"greedy, {args.requests} requests x {args.max_tokens} tokens, k={args.k} (adaptive), "
-          f"draft min confidence {args.min_confidence}, draft weights {args.draft_panel_dtype}, disabled at batch >= {args.disable_by_batch_size or 'never'}")
-    print(f"{'method':<7}{'batch':>6}{'base tok/s':>12}{'spec tok/s':>12}{'speed-up':>10}{'accept':>8}"
-          f"{'mean len':>10}{'identical':>10}")
-    for method in args.methods.split(","):
-        if method == "draft" and not (draft / "model.safetensors").exists():
-            print("draft: skipped (tokenops/demo_models/draft missing)")
-            continue
-        make = ngram_prompts if method == "ngram" else draft_prompts
-        prompts = make(tok, convs, args.requests)
-        spec = dict(speculative=method, num_speculative_tokens=args.k,
-                    speculative_disable_by_batch_size=args.disable_by_batch_size)
-        if method == "draft":
-            spec["draft_model"] = str(draft)
-            spec["draft_panel_dtype"] = args.draft_panel_dtype
-            import tokenops_plugins.model_optimization.ngram_proposer as settings_plugin
-
-            settings_plugin._conf["draft_min_confidence"] = args.min_confidence
-        for batch in [int(b) for b in args.batch_sizes.split(",")]:
-            group_prompts = prompts * max(1, (2 * batch) // len(prompts)) if batch > len(prompts) // 2 else prompts
-            base_rate, spec_rate, same, stats = compare(target, group_prompts, batch, args.max_tokens, args.threads, **spec)
-            print(f"{method:<7}{batch:>6}{base_rate:>12.1f}{spec_rate:>12.1f}{spec_rate / base_rate:>9.2f}x"
-                  f"{stats['acceptance_rate']:>8.2f}{stats['mean_acceptance_length']:>10.2f}"
-                  f"{str(same):>10}", flush=True)
-            print(f"#   accepted per position {stats['accepted_per_position']}, drafts {stats['num_drafts']}, "
-                  f"proposer time {stats['propose_time_s']:.1f}s", flush=True)
+    print(f"# conditions: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, torch threads {args.threads}")
+    if args.model == "default":
+        run_default_model(args)
+    else:
+        run_demo_models(args)
 
 
 if __name__ == "__main__":
