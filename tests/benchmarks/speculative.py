@@ -38,6 +38,7 @@ token: at batch 1 the decode speed with prefill left out)::
     .venv/bin/python tests/benchmarks/speculative.py --model default --methods ngram --batch-sizes 1
     .venv/bin/python tests/benchmarks/speculative.py --model default --methods draft --draft DIR_OR_GGUF
 
+``--verify-cost`` prints what one verify step of 1-9 rows costs against as many decode steps.
 A draft for the default model must share SmolLM2's tokenizer (49152 tokens); none ships.
 """
 
@@ -216,6 +217,31 @@ def run_default_model(args) -> None:
                 _print_row(f"{method}/{workload}", batch, rates, cpu_rates, same, stats, num)
 
 
+def verify_cost(model: Path, threads: int, repeats: int = 30) -> None:
+    """CPU milliseconds of one step of ``rows`` tokens with logits at every row (a verify chunk of
+    ``rows - 1`` proposals) at position 256, against ``rows`` single-token decode steps: what a round
+    of speculation costs before any proposal is accepted."""
+    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.model_runner import ModelRunner
+
+    runner = ModelRunner(EngineConfig(model=str(model), device="cpu", block_size=16, kv_cache_tokens=2048,
+                                      torch_threads=threads))
+    table, ids = list(range(32)), [(7 * i) % 40000 + 100 for i in range(272)]
+    runner.execute([ChunkInput(ids[:256], 0, table)])
+    print(f"# one step over rows 256.. of one sequence, {repeats} repeats, {runner.weight_format}, "
+          f"forward {'fused' if runner.fused_decode is not None else 'torch'}")
+    print(f"{'rows':>5}{'cpu ms':>9}{'x decode':>10}{'rows x decode':>15}")
+    single = 0.0
+    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 9):
+        start = time.process_time()
+        for _ in range(repeats):
+            runner.execute([ChunkInput(ids[256:256 + rows], 256, table, num_logits=rows)])
+        ms = 1000 * (time.process_time() - start) / repeats
+        single = single or ms
+        print(f"{rows:>5}{ms:>9.2f}{ms / single:>9.2f}x{rows:>14}x", flush=True)
+
+
 def run_demo_models(args) -> None:
     target, draft = DEMO / "target", DEMO / "draft"
     if not (target / "model.safetensors").exists():
@@ -271,6 +297,8 @@ def main() -> None:
                    help="draft: the draft model's weights in the fused decode step (engine draft_panel_dtype)")
     p.add_argument("--disable-by-batch-size", type=int, default=0,
                    help="no proposals while this many sequences or more run (0: never)")
+    p.add_argument("--verify-cost", action="store_true",
+                   help="only print what a verify step of 1-9 rows costs against single decode steps")
     args = p.parse_args()
     import os
 
@@ -278,7 +306,11 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     print(f"# conditions: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, torch threads {args.threads}")
-    if args.model == "default":
+    if args.verify_cost:
+        from tokenops.engine.default_model import smollm2_path
+
+        verify_cost(smollm2_path() if args.model == "default" else DEMO / "target", args.threads)
+    elif args.model == "default":
         run_default_model(args)
     else:
         run_demo_models(args)

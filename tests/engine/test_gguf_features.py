@@ -178,6 +178,27 @@ def test_speculation_keeps_the_greedy_output(gguf_files, reference, method):
     _assert_no_leak(engine)
 
 
+def test_verify_chunks_run_in_the_fused_quantized_step(gguf_files):
+    """A verify chunk (the decode token and its k proposals, logits at every row) is one fused step over
+    the packed quantized weights, like a plain decode, and each of its rows gets the logits that row
+    gets decoded alone."""
+    from tokenops.engine.batch import ChunkInput
+
+    if quant_kernels.get_kernels() is None or not quant_kernels.get_kernels().has_avx2:
+        pytest.skip("the quantized kernels need a C compiler and AVX2")
+    engine = _engine(gguf_files[0], speculative="ngram", num_speculative_tokens=4)
+    engine.generate([[5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6]], GREEDY)
+    assert engine.stats()["spec_decode"]["num_draft_tokens"] > 0
+    assert engine.runner.num_fused_steps == engine.stats()["num_steps"]  # verify steps included
+    runner, ids, table = engine.runner, _prompts(1, length=14)[0], list(range(100, 104))
+    runner.execute([ChunkInput(ids[:9], 0, table)])
+    before = runner.num_fused_steps
+    rows = runner.execute([ChunkInput(ids[9:14], 9, table, num_logits=5)])
+    assert runner.num_fused_steps == before + 1 and rows.shape[0] == 5
+    alone = torch.cat([runner.execute([ChunkInput([ids[pos]], pos, table)]) for pos in range(9, 14)])
+    torch.testing.assert_close(rows, alone, rtol=1e-5, atol=1e-5 * alone.abs().max().item())
+
+
 def test_the_target_as_its_own_draft_accepts_every_proposal(gguf_files):
     """A quantized draft identical to the target: every proposal verified (the draft's fused steps
     and the target's verify rows agree to the token)."""
