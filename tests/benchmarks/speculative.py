@@ -29,11 +29,12 @@ Q4_1 GGUF through the quantized kernels (the fused step), greedy, generations en
   assistant turn NOT started): prompt lookup finds the copies the answer makes of the text.
 - ``chat``: held-out ShareGPT user prompts, as they are.
 
-Each row prints three speed-up ratios of the speculative engine over the same engine without
-speculation: ``wall x`` (generated tokens per second of wall time, prefill included, ABBA order),
-``cpu x`` (per second of process CPU time, the figure to trust on a shared box: with one torch
-thread it is the work each engine did) and ``decode x`` (wall time after each request's first
-token: at batch 1 the decode speed with prefill left out)::
+Each row prints four speed-up ratios of the speculative engine over the same engine without
+speculation (both models, ABBA order): ``wall x`` (generated tokens per second of wall time,
+prefill included), ``cpu x`` (per second of process CPU time, the figure to trust on a shared box:
+with one torch thread it is the work each engine did), and ``dec wall x`` / ``dec cpu x`` (the same
+after every request of a group has its first token: at batch 1 the decode speed, prefill left
+out)::
 
     .venv/bin/python tests/benchmarks/speculative.py --model default --methods ngram --batch-sizes 1
     .venv/bin/python tests/benchmarks/speculative.py --model default --methods draft --draft DIR_OR_GGUF
@@ -132,37 +133,60 @@ def make_engine(model: Path, batch: int, threads: int, **spec):
     return engine
 
 
+def run_group(engine, group: list[list[int]], params) -> tuple[list[list[int]], int, float, float]:
+    """Generate ``group`` together, stepping the engine; returns the outputs and the tokens, wall
+    seconds and process CPU seconds after every request of the group has its first token (at batch 1:
+    the decode phase, prefill left out)."""
+    for i, prompt in enumerate(group):
+        engine.add_request(str(i), prompt, params)
+    outs: dict[str, list[int]] = {}
+    counts = [0] * len(group)
+    mark: tuple[int, float, float] | None = None
+    while engine.has_unfinished():
+        for out in engine.step():
+            counts[int(out.request_id)] = len(out.outputs[0].token_ids)
+            if out.finished:
+                outs[out.request_id] = out.outputs[0].token_ids
+        if mark is None and all(counts):
+            mark = (sum(counts), time.perf_counter(), time.process_time())
+    assert mark is not None
+    num = sum(len(t) for t in outs.values())
+    return [outs[str(i)] for i in range(len(group))], num - mark[0], time.perf_counter() - mark[1], \
+        time.process_time() - mark[2]
+
+
 def compare(model: Path, prompts, batch: int, max_tokens: int, threads: int, ignore_eos: bool = True, **spec):
     """Base and speculative engines run the same groups of ``batch`` prompts in turn
-    (ABBA order), so load swings on the shared machine hit both alike. Returns the tokens per
-    second of wall time and of process CPU time of each, whether the outputs are identical, the
-    speculative engine's stats and the number of generated tokens."""
+    (ABBA order), so load swings on the shared machine hit both alike. Returns the generated tokens
+    per second of each engine (keys ``NAME_wall``, ``NAME_cpu`` end to end, ``NAME_decode_wall``,
+    ``NAME_decode_cpu`` after the group's first tokens; NAME base or spec), whether the outputs are
+    identical, the speculative engine's stats and the number of generated tokens."""
     from tokenops.engine.sampling import SamplingParams
 
     engines = {"base": make_engine(model, batch, threads), "spec": make_engine(model, batch, threads, **spec)}
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=ignore_eos)
-    times = {"base": 0.0, "spec": 0.0}
-    cpu = {"base": 0.0, "spec": 0.0}
-    decode = {"base": [0, 0.0], "spec": [0, 0.0]}  # tokens after the first, seconds after the first token
+    totals = {f"{n}_{what}": 0.0 for n in engines for what in ("wall", "cpu", "decode_wall", "decode_cpu",
+                                                                "decode_tokens")}
     tokens: dict[str, list] = {"base": [], "spec": []}
     for g, start in enumerate(range(0, len(prompts), batch)):
         group = prompts[start:start + batch]
         for name in (("base", "spec") if g % 2 == 0 else ("spec", "base")):
             t, c = time.perf_counter(), time.process_time()
-            outs = engines[name].generate(group, params)
-            times[name] += time.perf_counter() - t
-            cpu[name] += time.process_time() - c
-            tokens[name] += [o.outputs[0].token_ids for o in outs]
-            for o in outs:
-                decode[name][0] += len(o.outputs[0].token_ids) - 1
-                decode[name][1] += o.finished_time - o.first_token_time
-    num = {n: sum(len(t) for t in tokens[n]) for n in times}
-    rates = {n: num[n] / times[n] for n in times}
-    # wall-clock tokens/s after each request's first token (batch 1: the decode speed, prefill excluded)
-    rates.update({f"decode_{n}": decode[n][0] / decode[n][1] for n in decode})
-    cpu_rates = {n: num[n] / cpu[n] for n in cpu}
+            outs, num_decode, decode_wall, decode_cpu = run_group(engines[name], group, params)
+            totals[f"{name}_wall"] += time.perf_counter() - t
+            totals[f"{name}_cpu"] += time.process_time() - c
+            totals[f"{name}_decode_wall"] += decode_wall
+            totals[f"{name}_decode_cpu"] += decode_cpu
+            totals[f"{name}_decode_tokens"] += num_decode
+            tokens[name] += outs
+    rates = {}
+    for name in engines:
+        num = sum(len(t) for t in tokens[name])
+        rates[f"{name}_wall"], rates[f"{name}_cpu"] = num / totals[f"{name}_wall"], num / totals[f"{name}_cpu"]
+        for what in ("decode_wall", "decode_cpu"):
+            rates[f"{name}_{what}"] = totals[f"{name}_decode_tokens"] / totals[f"{name}_{what}"]
     same = tokens["base"] == tokens["spec"]
-    return rates, cpu_rates, same, engines["spec"].stats()["spec_decode"], num["spec"]
+    return rates, same, engines["spec"].stats()["spec_decode"], sum(len(t) for t in tokens["spec"])
 
 
 def _set_plugin_settings(**values) -> None:
@@ -172,17 +196,20 @@ def _set_plugin_settings(**values) -> None:
     settings_plugin._conf.update(values)
 
 
-def _print_row(label: str, batch: int, rates, cpu_rates, same: bool, stats, num_tokens: int) -> None:
-    print(f"{label:<16}{batch:>6}{rates['base']:>11.1f}{rates['spec']:>11.1f}{rates['spec'] / rates['base']:>9.2f}x"
-          f"{cpu_rates['spec'] / cpu_rates['base']:>9.2f}x{rates['decode_spec'] / rates['decode_base']:>9.2f}x"
-          f"{stats['acceptance_rate']:>8.2f}"
-          f"{stats['mean_acceptance_length']:>9.2f}{num_tokens:>8}{str(same):>10}", flush=True)
+def _print_row(label: str, batch: int, rates, same: bool, stats, num_tokens: int) -> None:
+    def ratio(what: str) -> float:
+        return rates[f"spec_{what}"] / rates[f"base_{what}"]
+
+    print(f"{label:<16}{batch:>6}{rates['base_wall']:>10.1f}{rates['spec_wall']:>10.1f}"
+          + "".join(f"{ratio(w):>10.2f}x" for w in ("wall", "cpu", "decode_wall", "decode_cpu"))
+          + f"{stats['acceptance_rate']:>8.2f}{stats['mean_acceptance_length']:>9.2f}{num_tokens:>8}{str(same):>10}",
+          flush=True)
     print(f"#   accepted per position {stats['accepted_per_position']}, drafts {stats['num_drafts']}, "
           f"proposer time {stats['propose_time_s']:.1f}s", flush=True)
 
 
-HEADER = (f"{'method/workload':<16}{'batch':>6}{'base t/s':>11}{'spec t/s':>11}{'wall x':>10}{'cpu x':>10}{'decode x':>10}"
-          f"{'accept':>8}{'mean len':>9}{'tokens':>8}{'identical':>10}")
+HEADER = (f"{'method/workload':<16}{'batch':>6}{'base t/s':>10}{'spec t/s':>10}{'wall x':>11}{'cpu x':>11}"
+          f"{'dec wall x':>11}{'dec cpu x':>11}{'accept':>8}{'mean len':>9}{'tokens':>8}{'identical':>10}")
 
 
 def run_default_model(args) -> None:
@@ -212,9 +239,9 @@ def run_default_model(args) -> None:
         for workload in args.workloads.split(","):
             prompts = makers[workload](tok, convs, args.requests)
             for batch in [int(b) for b in args.batch_sizes.split(",")]:
-                rates, cpu_rates, same, stats, num = compare(model, prompts, batch, args.max_tokens, args.threads,
-                                                             ignore_eos=False, **spec)
-                _print_row(f"{method}/{workload}", batch, rates, cpu_rates, same, stats, num)
+                rates, same, stats, num = compare(model, prompts, batch, args.max_tokens, args.threads,
+                                                  ignore_eos=False, **spec)
+                _print_row(f"{method}/{workload}", batch, rates, same, stats, num)
 
 
 def verify_cost(model: Path, threads: int, repeats: int = 30) -> None:
@@ -268,9 +295,8 @@ def run_demo_models(args) -> None:
             _set_plugin_settings(draft_min_confidence=args.min_confidence)
         for batch in [int(b) for b in args.batch_sizes.split(",")]:
             group_prompts = prompts * max(1, (2 * batch) // len(prompts)) if batch > len(prompts) // 2 else prompts
-            rates, cpu_rates, same, stats, num = compare(target, group_prompts, batch, args.max_tokens, args.threads,
-                                                         **spec)
-            _print_row(method, batch, rates, cpu_rates, same, stats, num)
+            rates, same, stats, num = compare(target, group_prompts, batch, args.max_tokens, args.threads, **spec)
+            _print_row(method, batch, rates, same, stats, num)
 
 
 def main() -> None:
