@@ -313,7 +313,7 @@ def main() -> None:
                         "steps run in one native call, 1.53-1.64x at batch 1 against 1.40x with k = 6 and no "
                         "confidence stop; docs/engine-optimizations.md)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--min-ngram", type=int, default=1, help="n-gram proposer: shortest suffix matched (min_ngram)")
+    p.add_argument("--min-ngram", type=int, default=2, help="n-gram proposer: shortest suffix matched (min_ngram)")
     p.add_argument("--max-ngram", type=int, default=4, help="n-gram proposer: longest suffix matched (max_ngram)")
     p.add_argument("--draft", default=None, help="draft model folder or GGUF (default: the demo draft for --model demo)")
     p.add_argument("--min-confidence", type=float, default=0.1,
