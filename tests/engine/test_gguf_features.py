@@ -124,12 +124,15 @@ def test_prefix_cache_hits_are_counted_and_keep_the_output(gguf_files, reference
     assert again.outputs[0].token_ids == plain.generate([longer], GREEDY)[0].outputs[0].token_ids
 
 
-def test_preemption_happens_and_gives_the_unpreempted_output(gguf_files, reference):
+@pytest.mark.parametrize("speculative", [None, "ngram"])
+def test_preemption_happens_and_gives_the_unpreempted_output(gguf_files, reference, speculative):
     # 22 blocks of 4 tokens cannot hold four sequences of 11-20 prompt + 12 output tokens at once
-    engine = _engine(gguf_files[0], kv_cache_tokens=88, enable_prefix_caching=False)
+    engine = _engine(gguf_files[0], kv_cache_tokens=88, enable_prefix_caching=False, speculative=speculative)
     prompts = _prompts()
     outs = engine.generate(prompts, GREEDY)
     assert engine.stats()["num_preemptions"] > 0
+    if speculative:
+        assert engine.stats()["spec_decode"]["num_draft_tokens"] > 0
     assert _tokens(outs) == [reference[tuple(p)] for p in prompts]
     _assert_no_leak(engine)
 
