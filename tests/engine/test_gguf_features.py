@@ -112,7 +112,7 @@ def test_requests_joining_a_running_batch_get_their_solo_output(gguf_files, refe
     _assert_no_leak(engine)
 
 
-def test_prefix_cache_hits_are_counted_and_keep_the_output(gguf_files, reference):
+def test_prefix_cache_hits_are_counted_and_keep_the_output(gguf_files):
     engine = _engine(gguf_files[0])
     first = _prompts(1, length=21)[0]
     engine.generate([first], GREEDY)
