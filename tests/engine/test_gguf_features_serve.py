@@ -1,7 +1,7 @@
 """Features together on the real quantized default model through ``tokenops serve`` (issue 35, item 2).
 
-SmolLM2-135M-Instruct from the packaged Q4_1 GGUF, with ``[plugins.speculative]`` turning on n-gram
-speculation, driven by the openai SDK: a rewrite request whose answer copies its text (drafts proposed
+SmolLM2-135M-Instruct from the packaged Q4_1 GGUF, with the documented ``[plugins.speculative]`` block (n-gram
+speculation, k = 8), driven by the openai SDK: a rewrite request whose answer copies its text (drafts proposed
 and accepted), then a structured-output request that shares its long system prompt (a prefix-cache hit,
 JSON that validates), then raw token ids whose greedy continuation must equal the same engine's without
 speculation. The engine's counters are read from the admin API.
@@ -10,6 +10,8 @@ speculation. The engine's counters are read from the admin API.
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import httpx
 import openai
@@ -17,11 +19,10 @@ import openai
 from tests.real_model import MODEL, SERVE_ENV, gguf_path, serve_args
 from tokenops.testing_serve import ServeProcess
 
-CONFIG = """
-[plugins.speculative]
-method = "ngram"
-num_tokens = 8
-"""
+REPO = Path(__file__).resolve().parents[2]
+#: the documented settings, copied from the docs (not retyped)
+CONFIG = re.search(r"```toml\n(# n-gram speculation on the default model.*?)```",
+                   (REPO / "docs" / "engine-optimizations.md").read_text(), re.S).group(1)
 SYSTEM = ("You are a careful copy editor. You keep the author's words and order, fix spelling and grammar, and "
           "answer with the corrected text only. ") * 3
 TEXT = ("The harbour was quiet in the morning. Fishermen mended there nets on the pier while gulls circled "
@@ -48,6 +49,7 @@ def _greedy_without_speculation(prompt: list[int], max_tokens: int) -> str:
 
 
 def test_speculation_structured_output_and_prefix_cache_on_the_quantized_default(tmp_path):
+    assert 'method = "ngram"' in CONFIG and "num_tokens = 8" in CONFIG
     args = serve_args()
     with ServeProcess(tmp_path, config=CONFIG, args=args, env=SERVE_ENV, store=False) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
