@@ -43,8 +43,8 @@ METHODS = ("ngram", "draft")
 
 #: min_ngram 2 (the engine's bare proposer keeps 1): a verify row costs a quarter to a half of a decode
 #: step on the quantized default model, and tokens that followed a lone matching token were accepted
-#: 16-29% of the time there, too rarely to pay for it (docs/engine-optimizations.md, "On the real
-#: default model").
+#: 16-29% of the time there, too rarely to pay for it (tests/benchmarks/speculative_replay.py;
+#: docs/engine-optimizations.md, "On the real default model").
 _conf: dict[str, Any] = {"method": None, "num_tokens": 4, "min_ngram": 2, "max_ngram": 4, "draft_model": None,
                          "draft_min_confidence": 0.0, "disable_by_batch_size": 0}
 

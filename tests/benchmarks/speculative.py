@@ -244,7 +244,7 @@ def run_default_model(args) -> None:
                 _print_row(f"{method}/{workload}", batch, rates, same, stats, num)
 
 
-def verify_cost(model: Path, threads: int, repeats: int = 30) -> None:
+def verify_cost(model: Path, threads: int, repeats: int = 30, max_rows: int = 9) -> list[float]:
     """CPU milliseconds of one step of ``rows`` tokens with logits at every row (a verify chunk of
     ``rows - 1`` proposals) at position 256, against ``rows`` single-token decode steps: what a round
     of speculation costs before any proposal is accepted."""
@@ -259,14 +259,16 @@ def verify_cost(model: Path, threads: int, repeats: int = 30) -> None:
     print(f"# one step over rows 256.. of one sequence, {repeats} repeats, {runner.weight_format}, "
           f"forward {'fused' if runner.fused_decode is not None else 'torch'}")
     print(f"{'rows':>5}{'cpu ms':>9}{'x decode':>10}{'rows x decode':>15}")
-    single = 0.0
-    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 9):
+    single, costs = 0.0, []
+    for rows in range(1, max_rows + 1):
         start = time.process_time()
         for _ in range(repeats):
             runner.execute([ChunkInput(ids[256:256 + rows], 256, table, num_logits=rows)])
         ms = 1000 * (time.process_time() - start) / repeats
         single = single or ms
+        costs.append(ms / single)
         print(f"{rows:>5}{ms:>9.2f}{ms / single:>9.2f}x{rows:>14}x", flush=True)
+    return costs
 
 
 def run_demo_models(args) -> None:
