@@ -9,7 +9,7 @@ PHOENIX_VENV  ?= .venv-phoenix
 PHOENIX_STAMP  = $(PHOENIX_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: serve shell test test-all install phoenix redis clean
+.PHONY: serve shell test test-all install phoenix redis tmux clean
 
 # pip shows its progress; PYTHONWARNINGS reaches the build backend too, so setuptools'
 # warnings about the editable build do not bury it.
@@ -53,6 +53,11 @@ redis:
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq redis-server >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq redis-server >/dev/null 2>&1)); } || true
 
+# tmux for the dashboard's terminal test (tests/tui/test_dashboard_finds_server.py), the same way.
+tmux:
+	@command -v tmux >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq tmux >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq tmux >/dev/null 2>&1)); } || true
+
 serve: $(STAMP)
 	@echo "==> tokenops serve $(ARGS)   (other port: make serve ARGS=\"--port 9000\"; CLI in another terminal: make shell)"
 	$(VENV)/bin/tokenops serve $(ARGS)
@@ -62,11 +67,11 @@ shell: $(STAMP)
 	@echo "==> shell with $(VENV) active: 'tokenops --help'; 'exit' to leave"
 	@VIRTUAL_ENV="$(abspath $(VENV))" PATH="$(abspath $(VENV))/bin:$$PATH" $${SHELL:-/bin/bash} -i
 
-test: $(STAMP) $(PHOENIX_STAMP) redis
+test: $(STAMP) $(PHOENIX_STAMP) redis tmux
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
-test-all: $(STAMP) $(PHOENIX_STAMP) redis
+test-all: $(STAMP) $(PHOENIX_STAMP) redis tmux
 	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
 clean:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 
 def new_request_id(prefix: str = "req") -> str:
@@ -32,6 +32,53 @@ class NativeRequest:
             raise err
 
 
+class RouteRecord(TypedDict):
+    """``decisions["route"]``: the router's choice."""
+
+    model: str
+    reason: str
+    router: str | None
+    score: float | None
+
+
+#: One move of a request: a fallback to another model, a retry on another replica, a degradation
+#: to a smaller model (``from``/``to`` name models or replicas). Functional form: ``from`` is a keyword.
+Hop = TypedDict("Hop", {"from": str, "to": str, "error": str, "reason": str}, total=False)
+
+
+class Decisions(TypedDict, total=False):
+    """What each step decided for one request: the keys the core and the built-in plugins write
+    into ``GatewayRequest.decisions`` and their types. A plain dict at run time, so the store's
+    ``decisions`` JSON keeps its shape (old rows included); a type checker holds every writer
+    and reader to these names and types. A third-party plugin may add a key of its own."""
+
+    api: str  # "messages" | "responses": the wire API the client spoke (absent: chat/completions)
+    admit: dict[str, str]  # {"rejected": code} when admission refused
+    rate_limit: str  # "admitted" | "queued:<s>s" | "rejected:<why>"
+    budget: str | dict[str, float]  # "refused:<scope>" or {"reserved_usd": estimate}
+    budget_warning: str  # a soft budget was passed (also a response header)
+    cache: str  # "hit" | "miss"
+    semantic_cache: dict[str, Any]  # the semantic cache's lookup: result, similarity, ...
+    route: RouteRecord
+    memory: Any  # what session memory did to the context (tokenops.memory.fit)
+    replica: str  # the replica chosen
+    replica_policy: str  # why the selector chose it
+    breaker: dict[str, Any]  # {"excluded": [replicas an open breaker kept out]}
+    degraded: Hop  # sent to a smaller model while the asked one is down
+    fallbacks: list[Hop]  # models tried after a failure (tokenops_fallback)
+    retries: list[Hop]  # replicas retried after a failure
+    validate: float  # the lowest validator score
+    logprobs_for_validation: bool  # logprobs asked for the validators, hidden from the client
+    escalated: bool  # a cascade went past its first model
+    cascade: dict[str, Any]  # {"min_score", "steps": [{"model", "score"}]}
+    ensemble: dict[str, Any]  # members, method, failures, member costs, follow-up
+    reasoning_budget: dict[str, Any]  # the thinking budget given (max_thinking_tokens, suppress, reason)
+    reasoning_features: dict[str, Any]  # what the adaptive budget policy saw
+    thinking: dict[str, list[Any]]  # per choice: closed_by, first_pass, spent
+    stop_sequence: str  # the stop string that ended choice 0 (Anthropic's stop_sequence)
+    image: dict[str, Any]  # an image request's plan and sizes
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingFields:
     """The sampling fields of a request as the client sent them, read once from the validated
@@ -50,7 +97,11 @@ class SamplingFields:
     is_max_tokens_sent: bool = False
 
     @classmethod
-    def from_body(cls, body: dict[str, Any]) -> SamplingFields:
+    def from_body(cls, body: dict[str, Any], sent: set[str] | None = None) -> SamplingFields:
+        """The fields of ``body``; with ``sent`` (the names the client's JSON held, as the
+        schema saw them) a value the schema filled in by default counts as not sent."""
+        if sent is not None:
+            body = {k: v for k, v in body.items() if k in sent}
         stop = body.get("stop")
         return cls(n=body.get("n"), temperature=body.get("temperature"), top_p=body.get("top_p"),
                    top_k=body.get("top_k"), seed=body.get("seed"),
@@ -85,8 +136,8 @@ class GatewayRequest:
     arrival: float = field(default_factory=time.time)  # unix time the gateway received it
     headers: dict[str, str] = field(default_factory=dict)  # the client's HTTP headers (credentials removed)
     attempts: list[str] = field(default_factory=list)  # models tried so far (fallback)
-    #: Decisions of each pipeline step, copied into the telemetry row.
-    decisions: dict[str, Any] = field(default_factory=dict)
+    #: Decisions of each pipeline step (the keys and types of :class:`Decisions`), copied into the telemetry row.
+    decisions: Decisions = field(default_factory=Decisions)
     #: Headers a pipeline step adds to the client's response (e.g. a budget warning).
     response_headers: dict[str, str] = field(default_factory=dict)
     #: The body as the client sent it in another wire API (e.g. Anthropic's ``/v1/messages``),

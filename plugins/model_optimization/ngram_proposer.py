@@ -13,7 +13,7 @@ or in ``tokenops.toml``::
     [plugins.speculative]
     method = "ngram"        # ngram | draft | a name a plugin registers (tokenops_register_proposers)
     num_tokens = 4          # most proposed tokens per step (adaptive k stays in [1, this])
-    min_ngram = 1
+    min_ngram = 2           # 1 also proposes after a lone matching token (rarely accepted)
     max_ngram = 4
     draft_model = "path/to/draft"   # method = "draft" only
     draft_min_confidence = 0.0      # draft only: stop a proposal at a token the draft gives < this probability
@@ -41,7 +41,11 @@ TOKENOPS_SETTINGS = {"speculative": ("method", "num_tokens", "min_ngram", "max_n
                                    "draft_min_confidence", "disable_by_batch_size")}
 METHODS = ("ngram", "draft")
 
-_conf: dict[str, Any] = {"method": None, "num_tokens": 4, "min_ngram": 1, "max_ngram": 4, "draft_model": None,
+#: min_ngram 2 (the engine's bare proposer keeps 1): a verify row costs a quarter to a half of a decode
+#: step on the quantized default model, and tokens that followed a lone matching token were accepted
+#: 16-29% of the time there, too rarely to pay for it (tests/benchmarks/speculative_replay.py;
+#: docs/engine-optimizations.md, "On the real default model").
+_conf: dict[str, Any] = {"method": None, "num_tokens": 4, "min_ngram": 2, "max_ngram": 4, "draft_model": None,
                          "draft_min_confidence": 0.0, "disable_by_batch_size": 0}
 
 

@@ -106,3 +106,38 @@ def test_auto_packs_a_shared_weight_only_while_its_copy_is_small(monkeypatch):
     assert head.packed is None
     assert pack_linear_weights(model, torch.device("cpu"), torch.float32, "onednn") == "onednn"
     assert head.packed is not None and head.weight is embed.weight and embed.weight.numel() == 1024 * 512
+
+
+@needs_onednn
+def test_a_compiled_forward_is_not_packed_for_onednn():
+    """Inductor cannot lower ``mkldnn._linear_pointwise`` on a prepacked weight: under ``auto`` a
+    compiled model keeps plain weights (the real torch.compile through serve: the ``compile``
+    group of tests/test_docs_examples.py). The demo model's fused gate/up weight is large enough
+    for ``auto`` to pack it when the forward is eager."""
+    from pathlib import Path
+
+    from tokenops.engine.policies import EnginePolicies
+
+    target = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "target"
+    if not (target / "config.json").is_file():
+        pytest.skip("demo target not trained")
+    seen = []
+
+    def compile_model(model):  # a compiler that compiles: it returns the model
+        seen.append(model)
+        return model
+
+    def packed(engine: LLMEngine) -> list:
+        return [m for m in engine.runner.model.modules() if type(m) is Linear and m.packed is not None]
+
+    config = EngineConfig(model=str(target), device="cpu", decode_kernel="torch", kv_cache_tokens=1024)
+    eager = LLMEngine(config, policies=EnginePolicies(compile=lambda model: None))  # the plugin, switched off
+    assert not eager.runner.is_compiled and eager.runner.weight_layout == "onednn" and packed(eager)
+    compiled = LLMEngine(config, policies=EnginePolicies(compile=compile_model))
+    assert seen and compiled.runner.is_compiled and compiled.runner.weight_layout == "plain"
+    assert not packed(compiled)
+    # a compile plugin that is loaded but off (as in every `tokenops serve`) leaves `auto` to the fused
+    # decode step's panels, so the linear weights are held once (it used to turn them off)
+    served = LLMEngine(EngineConfig(model=str(target), device="cpu", kv_cache_tokens=1024),
+                       policies=EnginePolicies(compile=lambda model: None))
+    assert served.runner.fused_decode is not None and served.runner.weight_layout == "panels"

@@ -1,31 +1,21 @@
 """`tokenops dashboard` with no flags, in the folder of a running `tokenops serve`, connects
 to it and shows its data: the URL from the store socket, the key from the server's key
-file (as `make serve` then `tokenops dashboard` in a second terminal). Driven in tmux where
-tmux can start a server, and through the CLI command with Textual's Pilot everywhere."""
+file (as `make serve` then `tokenops dashboard` in a second terminal). Driven in a tmux pane
+(tmux_pane.py: a foreground tmux server, so it runs where /dev/null is not a device), and
+through the CLI command with Textual's Pilot."""
 
 from __future__ import annotations
 
-import os
+import re
 import shlex
-import shutil
-import subprocess
 import sys
-import time
-import uuid
+from pathlib import Path
 
 import openai
 import pytest
+from tmux_pane import TmuxPane, clean_env, tmux_available
 
 from tokenops.testing_serve import ServeProcess
-
-def _tmux_works() -> bool:
-    """tmux is installed and can start a server (it cannot where /dev/null is not a device)."""
-    if shutil.which("tmux") is None:
-        return False
-    name = f"probe-{uuid.uuid4().hex[:8]}"
-    ok = subprocess.run(["tmux", "-L", name, "new-session", "-d", "sleep 1"], capture_output=True).returncode == 0
-    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
-    return ok
 
 
 def _traffic(srv: ServeProcess, n: int = 3) -> None:
@@ -70,27 +60,41 @@ async def test_the_command_with_no_flags_opens_this_folders_server(tmp_path, mon
             client.close()
 
 
-@pytest.mark.skipif(not _tmux_works(), reason="tmux cannot start a server here")
+class MakeServe(ServeProcess):
+    """``make serve ARGS="--port N"`` in ``workdir``: the venv's ``tokenops serve --port N``, no other flag,
+    so the server opens the folder's default store (``store/tokenops.duckdb``) as a user's would."""
+
+    def command(self) -> list[str]:
+        return [str(Path(sys.executable).with_name("tokenops")), "serve", "--port", str(self.port)]
+
+
+def _model_row_requests(screen: str, model: str) -> int | None:
+    """The ``requests`` cell of ``model``'s row in the Models & routing table, as the pane shows it."""
+    for line in screen.splitlines():
+        words = line.replace("│", " ").split()  # model  bar share%  requests  errors  in tokens ...
+        if words and words[0] == model:
+            numbers = [w for w in words[1:] if re.fullmatch(r"[\d,]+", w)]
+            if numbers:
+                return int(numbers[0].replace(",", ""))
+    return None
+
+
+@pytest.mark.skipif(not tmux_available(), reason="tmux is not installed")
 def test_dashboard_with_no_flags_connects_to_this_folders_server(tmp_path):
+    """As a user: `make serve ARGS="--port N"` in one terminal, `tokenops dashboard` in a second one in
+    the same folder; the pane shows this server (not :8000) and its request count moving with traffic."""
     # no TOKENOPS_ADMIN_KEY: the server writes store/admin_key, as a plain `tokenops serve` does
-    with ServeProcess(tmp_path, admin_key="") as srv:
-        assert (tmp_path / "store" / "admin_key").is_file()
-        _traffic(srv)
-        session = f"tokenops-dash-{uuid.uuid4().hex[:8]}"
-        command = (f"cd {shlex.quote(str(tmp_path))} && env -u TOKENOPS_ADMIN_KEY -u TOKENOPS_URL -u TOKENOPS_STORE "
-                   f"{shlex.quote(sys.executable)} -m tokenops dashboard")
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "50", command], check=True,
-                       env={k: v for k, v in os.environ.items() if k != "TMUX"})
-        try:
-            deadline, screen = time.monotonic() + 120, ""
-            while time.monotonic() < deadline:
-                screen = _pane(session)
-                if "tokenops-demo" in screen and srv.url.removeprefix("http://") in screen:
-                    break
-                subprocess.run(["tmux", "send-keys", "-t", session, "3"], capture_output=True)  # Models screen
-                time.sleep(1)
-            assert "tokenops-demo" in screen, screen
-            assert srv.url.removeprefix("http://") in screen, screen  # the server of this folder, not :8000
+    with MakeServe(tmp_path, admin_key="") as srv:
+        assert (tmp_path / "store" / "tokenops.duckdb").is_file() and (tmp_path / "store" / "admin_key").is_file()
+        _traffic(srv, 2)
+        env = clean_env(drop=("TOKENOPS_ADMIN_KEY", "TOKENOPS_URL", "TOKENOPS_STORE", "TOKENOPS_CONFIG"))
+        dashboard = f"{shlex.quote(str(Path(sys.executable).with_name('tokenops')))} dashboard"
+        with TmuxPane(dashboard, cwd=str(tmp_path), env=env) as pane:
+            host = srv.url.removeprefix("http://")
+            screen = pane.wait_for(lambda s: _model_row_requests(s, "tokenops-demo") == 2 and host in s,
+                                   timeout_s=120, what="tokenops-demo with 2 requests from " + host,
+                                   every=lambda: pane.keys("3"))  # 3: Models & routing
             assert "unreachable" not in screen.lower() and "admin key" not in screen.lower(), screen
-        finally:
-            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+            _traffic(srv, 3)  # live: the same pane catches up with new traffic
+            pane.wait_for(lambda s: _model_row_requests(s, "tokenops-demo") == 5, timeout_s=60,
+                          what="tokenops-demo with 5 requests")

@@ -53,8 +53,8 @@ class ModelRunner:
     ``block_size``, ``vocab_size``, ``is_moe``, ``device``, ``hf_config``, ``model_dir``,
     ``load_time_s``.
 
-    ``transforms`` run on the loaded model in order (then its linear weights are packed) and
-    ``compile`` last; the engine passes them from its :class:`~tokenops.engine.policies.EnginePolicies`.
+    ``transforms`` run on the loaded model in order, then ``compile``, then its linear weights are
+    packed (plain for a compiled forward); the engine passes them from its :class:`~tokenops.engine.policies.EnginePolicies`.
     """
 
     def __init__(self, config: EngineConfig, transforms: Sequence[ModelTransform] = (),
@@ -95,13 +95,17 @@ class ModelRunner:
         self.num_fused_steps = 0
         #: "panels" when the linear layers multiply through the fused step's copy of their weights, "onednn"
         #: through prepacked oneDNN weights, else "plain" (see weight_layout.py). A compiled forward keeps
-        #: to torch operators (no panels).
-        self.weight_layout = pack_linear_weights(model, self.device, self.dtype, getattr(config, "weight_layout", "auto"),
-                                                 panels=self.fused_decode if compile is None else None)
+        #: to torch operators (no panels, and no oneDNN packing under "auto": inductor cannot lower
+        #: mkldnn._linear_pointwise on a prepacked weight, so every request of a compiled fp32 model
+        #: failed). torch.compile is lazy (it traces at the first forward), so compiling first is safe.
+        compiled = compile(model) if compile is not None else None
+        layout = getattr(config, "weight_layout", "auto")
+        self.weight_layout = pack_linear_weights(model, self.device, self.dtype,
+                                                 "plain" if compiled is not None and layout == "auto" else layout,
+                                                 panels=self.fused_decode if compiled is None else None)
         #: LoRA adapters served on this model (tokenops/engine/lora.py); hooked on the transformed model
         self.lora = LoraSet(model, self.args)
         self._lora_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
-        compiled = compile(model) if compile is not None else None
         self.model = model if compiled is None else compiled
         #: what the stats show: the weights' encoding (a GGUF's quant types, a transform's
         #: ``weight_encoding`` such as int8 weight-only, else the dtype) and whether the forward is compiled

@@ -100,7 +100,8 @@ class EnginePolicies:
     engine checks the names when it is built, and ``schedule_policy`` again when a live
     tunable changes it). ``kv_policy`` None means the built-in one from the config
     (:func:`builtin_kv_policy`). ``transforms`` run in order on the loaded model, before its
-    weights are packed; ``compile`` (None: none) runs last."""
+    weights are packed; ``compile`` (None: none) right after them, so the runner knows before
+    packing whether the forward is compiled (torch.compile is lazy: it traces at the first forward)."""
 
     schedule_orders: Mapping[str, ScheduleOrder] = field(default_factory=lambda: BUILTIN_SCHEDULE_ORDERS)
     proposers: Mapping[str, ProposerFactory] = field(default_factory=lambda: BUILTIN_PROPOSERS)

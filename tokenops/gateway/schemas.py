@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.json_types import INTEGRAL_FLOAT
 from tokenops.gateway.structured import check_structured
-from tokenops.types import GatewayRequest
+from tokenops.types import GatewayRequest, SamplingFields
 
 
 class StreamOptions(BaseModel):
@@ -172,6 +172,7 @@ def chat_request(data: dict[str, Any], default_max_tokens: int, *, is_generating
     return GatewayRequest(
         kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
         max_tokens=asked if asked is not None else default_max_tokens, session_id=req.user, priority=req.priority,
+        sampling=SamplingFields.from_body(body, req.model_fields_set),
     )
 
 
@@ -193,7 +194,7 @@ def completion_request(data: dict[str, Any], default_max_tokens: int) -> Gateway
     return GatewayRequest(
         kind="completion", model=req.model, body=body, prompt=prompt, stream=req.stream,
         max_tokens=req.max_tokens if req.max_tokens is not None else default_max_tokens,
-        session_id=req.user, priority=req.priority,
+        session_id=req.user, priority=req.priority, sampling=SamplingFields.from_body(body, req.model_fields_set),
     )
 
 
