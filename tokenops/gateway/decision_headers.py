@@ -10,7 +10,7 @@ stream's cost is known only at its end. ``[gateway] decision_headers = false`` t
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from tokenops.gateway.records import RequestRecord
 
@@ -34,7 +34,7 @@ def cache_result(rec: RequestRecord) -> str:
 
 
 def route_value(rec: RequestRecord) -> str | None:
-    route = rec.decisions.get("route") or {}
+    route: Mapping[str, Any] = rec.decisions.get("route") or {}
     router = route.get("router") or ("cache" if rec.is_cache_hit else None)
     reason = rec.route_reason
     if router is None and reason is None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
+
+from tokenops.types import Decisions
 
 
 @dataclass(slots=True)
@@ -42,7 +44,7 @@ class RequestRecord:
     prefill_s: float | None = None
     #: inter-token gaps (seconds per token) measured between streamed deltas
     itl: list[float] = field(default_factory=list)
-    decisions: dict[str, Any] = field(default_factory=dict)
+    decisions: Decisions = field(default_factory=Decisions)  # the request's own dict (tokenops.types)
     #: The request's open trace (tokenops.gateway.tracing), None while tracing is off.
     trace: Any = None
 
@@ -89,7 +91,7 @@ class RequestRecord:
 
     def row(self) -> dict[str, Any]:
         """The ``requests`` telemetry row (columns of the store's ``requests`` table)."""
-        route = self.decisions.get("route") or {}
+        route: Mapping[str, Any] = self.decisions.get("route") or {}
         return {
             "id": self.id,
             "ts": self.arrival,
