@@ -53,17 +53,17 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tokenops.engine._fused_decode_c import SOURCE as _SOURCE
-from tokenops.engine.models.layers import Linear, rope_cos_sin
+from tokenops.engine.models.layers import GatedMLP, Linear, rope_cos_sin
 from tokenops.engine.panels import PANEL_DTYPES, PanelWeight, _pack_panels, _panelled_size, hugepage_arena
 
 if TYPE_CHECKING:
     from tokenops.engine.batch import ChunkInput
-    from tokenops.engine.models.llama import CausalLM
+    from tokenops.engine.models.llama import CausalLM, DecoderLayer
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +144,7 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "it needs a float32 KV cache"
     if args.hidden_act not in ("silu", "swish"):
         return f"activation {args.hidden_act!r} (only SiLU)"
-    layers = [m for layer in model.model.layers
-              for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)]
+    layers = [m for layer in model.model.layers for m in _projections(layer)]
     if is_quantized(model):
         why = _quantized_reason(model, layers + [model.lm_head])
         if why is not None:
@@ -201,8 +200,21 @@ def _quantized_reason(model: CausalLM, linears: list[torch.nn.Module]) -> str | 
     return None
 
 
-def _weight(linear: torch.nn.Module) -> object:
-    """What the fused step multiplies by: a Linear's weight, a QuantizedLinear's one encoded weight."""
+def _dense_mlp(layer: DecoderLayer) -> GatedMLP:
+    mlp = layer.mlp
+    assert isinstance(mlp, GatedMLP)  # ineligible_reason refuses mixture-of-experts models first
+    return mlp
+
+
+def _projections(layer: DecoderLayer) -> list[torch.nn.Module]:
+    """The layer's four products the fused step computes (Linear, or QuantizedLinear after a transform)."""
+    mlp = _dense_mlp(layer)
+    return [layer.self_attn.qkv_proj, layer.self_attn.o_proj, mlp.gate_up_proj, mlp.down_proj]
+
+
+def _weight(linear: torch.nn.Module) -> Any:
+    """What the fused step multiplies by: a Linear's weight (a tensor), a QuantizedLinear's one
+    encoded weight (a QuantizedWeight): which one follows from the model, not from this call."""
     parts = getattr(linear, "parts", None)
     return parts[0] if parts is not None else linear.weight
 
@@ -241,8 +253,7 @@ class FusedDecoder:
         self.scale = float(args.head_dim ** -0.5)
         self._keep: list[torch.Tensor] = []  # small tensors the native side points into
         stack = model.model
-        big = [_weight(m) for layer in stack.layers for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
-                                                              layer.mlp.gate_up_proj, layer.mlp.down_proj)]
+        big = [_weight(m) for layer in stack.layers for m in _projections(layer)]
         big.append(_weight(model.lm_head))
         copies: dict[int, int] = {}
         if quantized:  # the weights stay where the loader put them; the step reads qk_weight records
@@ -279,7 +290,7 @@ class FusedDecoder:
 
         layers = (_Layer * args.num_layers)()
         for i, layer in enumerate(stack.layers):
-            attn, mlp = layer.self_attn, layer.mlp
+            attn, mlp = layer.self_attn, _dense_mlp(layer)
             layers[i] = _Layer(
                 ptr(layer.input_layernorm.weight), ptr(layer.post_attention_layernorm.weight),
                 ptr(attn.q_norm.weight if attn.q_norm is not None else None),

@@ -43,8 +43,10 @@ def anthropic_error(err: APIError) -> Response:
 def _upstream_only(gw: Any, model: Any) -> bool:
     """Every replica of ``model`` is an upstream that may serve /v1/messages (not known not to)."""
     replicas = gw.replicas.get(model) if isinstance(model, str) else None
-    return bool(replicas) and all(getattr(r.backend, "kind", None) == "openai"
-                                  and getattr(r.backend, "serves_messages", None) is not False for r in replicas)
+    if not replicas:
+        return False
+    return all(getattr(r.backend, "kind", None) == "openai"
+               and getattr(r.backend, "serves_messages", None) is not False for r in replicas)
 
 
 def _is_reasoning(gw: Any, model: Any) -> bool | None:
