@@ -218,12 +218,10 @@ class LLMEngine:
     def _apply_kv_policy(self) -> None:
         """Release the blocks the KV policy drops from decoding sequences."""
         bm = self.scheduler.block_manager
-        policy = self.kv_policy
-        assert policy is not None  # called only when a KV policy is set
         for seq in self.scheduler.running:
             if seq.is_prefill or seq.num_pending_forks:
                 continue
-            for index in policy.blocks_to_evict(len(seq.token_ids), bm.block_size, seq.block_table):
+            for index in self.kv_policy.blocks_to_evict(len(seq.token_ids), bm.block_size, seq.block_table):
                 bm.evict(seq, index)
 
     def _execute(self, batch: SchedulerOutput) -> tuple[Any, list[tuple[Sequence, str]]]:

@@ -53,17 +53,17 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from tokenops.engine._fused_decode_c import SOURCE as _SOURCE
-from tokenops.engine.models.layers import GatedMLP, Linear, rope_cos_sin
+from tokenops.engine.models.layers import Linear, rope_cos_sin
+from tokenops.engine.models.llama import CausalLM
 from tokenops.engine.panels import PANEL_DTYPES, PanelWeight, _pack_panels, _panelled_size, hugepage_arena
 
 if TYPE_CHECKING:
     from tokenops.engine.batch import ChunkInput
-    from tokenops.engine.models.llama import CausalLM, DecoderLayer
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,6 @@ def _library(panel_dtype: str = "float32") -> ctypes.CDLL | None:
 
 def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: torch.device) -> str | None:
     """Why ``model`` cannot use the fused decode step, or None when it can."""
-    from tokenops.engine.models.llama import CausalLM
     from tokenops.engine.native import disabled
 
     if disabled():
@@ -144,7 +143,8 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "it needs a float32 KV cache"
     if args.hidden_act not in ("silu", "swish"):
         return f"activation {args.hidden_act!r} (only SiLU)"
-    layers = [m for layer in model.model.layers for m in _projections(layer)]
+    layers = [m for layer in model.model.layers
+              for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.dense_mlp.gate_up_proj, layer.dense_mlp.down_proj)]
     if is_quantized(model):
         why = _quantized_reason(model, layers + [model.lm_head])
         if why is not None:
@@ -179,7 +179,7 @@ def is_quantized(model: torch.nn.Module) -> bool:
     return isinstance(getattr(model, "lm_head", None), QuantizedLinear)
 
 
-def _quantized_reason(model: CausalLM, linears: list[torch.nn.Module]) -> str | None:
+def _quantized_reason(model: CausalLM, linears: Sequence[torch.nn.Module]) -> str | None:
     from tokenops.engine import quant_kernels
     from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedLinear
 
@@ -200,21 +200,8 @@ def _quantized_reason(model: CausalLM, linears: list[torch.nn.Module]) -> str | 
     return None
 
 
-def _dense_mlp(layer: DecoderLayer) -> GatedMLP:
-    mlp = layer.mlp
-    assert isinstance(mlp, GatedMLP)  # ineligible_reason refuses mixture-of-experts models first
-    return mlp
-
-
-def _projections(layer: DecoderLayer) -> list[torch.nn.Module]:
-    """The layer's four products the fused step computes (Linear, or QuantizedLinear after a transform)."""
-    mlp = _dense_mlp(layer)
-    return [layer.self_attn.qkv_proj, layer.self_attn.o_proj, mlp.gate_up_proj, mlp.down_proj]
-
-
 def _weight(linear: torch.nn.Module) -> Any:
-    """What the fused step multiplies by: a Linear's weight (a tensor), a QuantizedLinear's one
-    encoded weight (a QuantizedWeight): which one follows from the model, not from this call."""
+    """What the fused step multiplies by: a Linear's weight, a QuantizedLinear's one QuantizedWeight."""
     parts = getattr(linear, "parts", None)
     return parts[0] if parts is not None else linear.weight
 
@@ -253,7 +240,8 @@ class FusedDecoder:
         self.scale = float(args.head_dim ** -0.5)
         self._keep: list[torch.Tensor] = []  # small tensors the native side points into
         stack = model.model
-        big = [_weight(m) for layer in stack.layers for m in _projections(layer)]
+        big = [_weight(m) for layer in stack.layers for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
+                                                              layer.dense_mlp.gate_up_proj, layer.dense_mlp.down_proj)]
         big.append(_weight(model.lm_head))
         copies: dict[int, int] = {}
         if quantized:  # the weights stay where the loader put them; the step reads qk_weight records
@@ -290,7 +278,7 @@ class FusedDecoder:
 
         layers = (_Layer * args.num_layers)()
         for i, layer in enumerate(stack.layers):
-            attn, mlp = layer.self_attn, _dense_mlp(layer)
+            attn, mlp = layer.self_attn, layer.dense_mlp
             layers[i] = _Layer(
                 ptr(layer.input_layernorm.weight), ptr(layer.post_attention_layernorm.weight),
                 ptr(attn.q_norm.weight if attn.q_norm is not None else None),
@@ -386,8 +374,7 @@ class FusedDecoder:
         for c in owners:
             meta += c.block_table[:width]
             meta += [0] * (width - min(len(c.block_table), width))
-        keep: list[int] = []
-        at = 0
+        keep, at = list[int](), 0
         for c, n in zip(chunks, num_logits or [c.num_logits for c in chunks]):
             at += len(c.token_ids)
             keep.extend(range(at - n, at))
@@ -456,7 +443,4 @@ def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_siz
             raise ValueError(f"engine decode_kernel 'native' is unavailable: {why}")
         log.info("fused decode step off: %s", why)
         return None
-    from tokenops.engine.models.llama import CausalLM
-
-    assert isinstance(model, CausalLM)  # ineligible_reason refuses any other model
-    return FusedDecoder(model, kv_cache, block_size, panel_dtype=panel_dtype)
+    return FusedDecoder(model, kv_cache, block_size, panel_dtype=panel_dtype) if isinstance(model, CausalLM) else None

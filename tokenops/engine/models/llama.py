@@ -66,6 +66,12 @@ class DecoderLayer(nn.Module):
             self.pre_feedforward_layernorm = RMSNorm(*norm, **factory)
             self.post_feedforward_layernorm = RMSNorm(*norm, **factory)
 
+    @property
+    def dense_mlp(self) -> GatedMLP:
+        """``mlp`` of a dense layer (the fused decode step reads it; it refuses MoE models first)."""
+        assert isinstance(self.mlp, GatedMLP)
+        return self.mlp
+
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         if self.is_sandwich:
             x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, meta))
