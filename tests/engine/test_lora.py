@@ -77,14 +77,23 @@ def make_engine(base_dir, **kw) -> LLMEngine:
     return LLMEngine(config)
 
 
-def test_mixed_batch_equals_peft_merged(lora_setup):
+@pytest.fixture(scope="module")
+def expected(lora_setup):
+    """transformers + peft's greedy tokens per adapter (None: the base) and prompt."""
     base_dir, dirs = lora_setup
-    expected = {None: [hf_greedy(load_hf_model(base_dir), p) for p in prompts()]}
+    out = {None: [hf_greedy(load_hf_model(base_dir), p) for p in prompts()]}
     for name, d in dirs.items():
         hf = merged(base_dir, d)
-        expected[name] = [hf_greedy(hf, p) for p in prompts()]
-    assert expected["alpha"] != expected[None] and expected["beta"] != expected[None]
-    engine = make_engine(base_dir)
+        out[name] = [hf_greedy(hf, p) for p in prompts()]
+    assert out["alpha"] != out[None] and out["beta"] != out[None]
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["native", "torch"])
+def test_mixed_batch_equals_peft_merged(lora_setup, expected, kernel):
+    """The fused native step (adapter products in C) and the PyTorch forward (hooks) alike."""
+    base_dir, dirs = lora_setup
+    engine = make_engine(base_dir, decode_kernel=kernel)
     for name, d in dirs.items():
         info = engine.load_lora(name, str(d))
         assert info["bytes"] > 0
@@ -101,6 +110,8 @@ def test_mixed_batch_equals_peft_merged(lora_setup):
     stats = engine.stats()
     assert stats["prefix_cache_hits"] > 0
     assert stats["lora"]["steps"] > 0 and {a["name"] for a in stats["lora"]["adapters"]} == {"alpha", "beta"}
+    # every adapter step stays on the fused step when it is on
+    assert stats["lora"]["fused_steps"] == (stats["lora"]["steps"] if kernel == "native" else 0)
     # unloading leaves the base untouched and the adapter unknown
     engine.unload_lora("beta")
     assert engine.generate(prompts()[:1], params)[0].outputs[0].token_ids == expected[None][0]

@@ -18,6 +18,7 @@ from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
 from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
 from tokenops.engine.lora import AdapterError, LoraAdapter, LoraSet, load_adapter
+from tokenops.engine.lora_native import NativeLora, native_ready
 from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
@@ -101,6 +102,7 @@ class ModelRunner:
         #: LoRA adapters served on this model (tokenops/engine/lora.py); hooked on the transformed model
         self.lora = LoraSet(model, self.args)
         self._lora_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
+        self._native_lora: NativeLora | None = None
         compiled = compile(model) if compile is not None else None
         self.model = model if compiled is None else compiled
         #: what the stats show: the weights' encoding (a GGUF's quant types, a transform's
@@ -202,9 +204,11 @@ class ModelRunner:
             if c.end_pos > self.max_model_len:
                 raise ValueError(f"sequence of {c.end_pos} tokens exceeds max_model_len {self.max_model_len}")
         has_lora = any(c.lora is not None for c in chunks)
-        if self.fused_decode is not None and not has_lora and self.fused_decode.accepts(chunks):
+        if self.fused_decode is not None and self.fused_decode.accepts(chunks) and (not has_lora or self._lora_native):
             self.num_fused_steps += 1
-            return self.fused_decode(chunks)
+            if not has_lora:
+                return self.fused_decode(chunks)
+            return self.fused_decode(chunks, self._fused_lora_step(chunks))
         # Decodes go first, longest context first, so the attention layer can batch them
         # as contiguous slices of similar length.
         order = sorted(range(len(chunks)), key=lambda i: (not chunks[i].is_decode, -chunks[i].end_pos))
@@ -229,6 +233,22 @@ class ModelRunner:
             return self.model(input_ids, pos, meta, logits_index)
         finally:
             self.lora.end_step()
+
+    def _fused_lora_step(self, chunks: list[ChunkInput]) -> int:
+        """The fused step's description of the adapter rows of ``chunks`` (lora_native.py)."""
+        rows = [c.lora for c in chunks for _ in c.token_ids]
+        self.lora.count_step(rows, fused=True)
+        return self._lora_native.step(rows, self.lora.adapters)
+
+    @property
+    def _lora_native(self) -> NativeLora | None:
+        """The fused step's view of the adapters, while every loaded one is float32 on CPU (else None:
+        adapter steps take the PyTorch forward)."""
+        if not all(native_ready(a) for a in self.lora.adapters.values()):
+            return None
+        if self._native_lora is None:
+            self._native_lora = NativeLora(self.args.num_layers)
+        return self._native_lora
 
     def prepare_lora(self, name: str, path: str | Path, check_base: bool = True) -> LoraAdapter:
         """Read and validate the PEFT adapter folder ``path`` as ``name``, changing nothing (the
