@@ -98,8 +98,9 @@ def test_mixed_batch_equals_peft_merged(lora_setup, expected, kernel):
         info = engine.load_lora(name, str(d))
         assert info["bytes"] > 0
     names = [None, "alpha", "beta"]
-    # every prompt under every adapter in ONE batch: same tokens, so a shared KV block would show
-    batch = [(n, p) for n in names for p in prompts()]
+    # every prompt under every adapter in ONE batch: same tokens, so a shared KV block would show;
+    # interleaved (the fused step orders the chunks by adapter and must give the logits back in order)
+    batch = [(n, p) for p in prompts() for n in names]
     params = SamplingParams(temperature=0, max_tokens=NUM_NEW, ignore_eos=True)
     for _ in range(2):  # the second round hits the prefix cache, per adapter
         outs = engine.generate([p for _, p in batch], params, loras=[n for n, _ in batch])

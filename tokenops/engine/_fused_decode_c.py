@@ -572,12 +572,16 @@ static int fused_step(const tk_layer *layers, const int64_t *meta, float eps, fl
         for (int64_t l = 0; l < NL; l++) {
             const tk_layer *ly = layers + l;
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->in_norm, h + m * HD, HD, eps);
+            for (int64_t m = 0; m < M; m++) {
+                if (l > 0) lora_b(lora, l - 1, 3, m, x + m * HD);  /* the previous layer's down_proj */
+                rmsnorm(x + m * HD, ly->in_norm, h + m * HD, HD, eps);
+                lora_a(lora, l, 0, m, h + m * HD, HD);
+            }
             TK_LINEAR(h, HD, M, ly->wqkv, ly->bqkv, qkv, QKV, HD, 0, nthreads);
-            lora_add(lora, l, 0, h, HD, HD, qkv, QKV);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) {
                 float *q = qkv + m * QKV, *k = q + H * D, *v = k + KVH * D;
+                lora_b(lora, l, 0, m, q);
                 const float *c = cos_tab + pos[m] * D, *s = sin_tab + pos[m] * D;
                 for (int64_t j = 0; j < H; j++) {
                     if (ly->q_norm) rmsnorm(q + j * D, ly->q_norm, q + j * D, D, eps);
@@ -615,19 +619,31 @@ static int fused_step(const tk_layer *layers, const int64_t *meta, float eps, fl
             _Pragma("omp for schedule(static)")
             for (int64_t u = 0; u < M * H; u++)
                 merge(partbuf + (u / H) * S * PS, S, PS, u % H, H, D, att + u * D);
+            if (lora) {  /* no barrier: the product's own loops end with one */
+                _Pragma("omp for schedule(static) nowait")
+                for (int64_t m = 0; m < M; m++) lora_a(lora, l, 1, m, att + m * H * D, H * D);
+            }
             TK_LINEAR(att, H * D, M, ly->wo, ly->bo, x, HD, H * D, 1, nthreads);
-            lora_add(lora, l, 1, att, H * D, H * D, x, HD);
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->post_norm, h + m * HD, HD, eps);
+            for (int64_t m = 0; m < M; m++) {
+                lora_b(lora, l, 1, m, x + m * HD);
+                rmsnorm(x + m * HD, ly->post_norm, h + m * HD, HD, eps);
+                lora_a(lora, l, 2, m, h + m * HD, HD);
+            }
             TK_LINEAR(h, HD, M, ly->wgu, ly->bgu, gu, 2 * I, HD, 0, nthreads);
-            lora_add(lora, l, 2, h, HD, HD, gu, 2 * I);
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) silu_mul(gu + m * 2 * I, I);
+            for (int64_t m = 0; m < M; m++) {
+                lora_b(lora, l, 2, m, gu + m * 2 * I);
+                silu_mul(gu + m * 2 * I, I);
+                lora_a(lora, l, 3, m, gu + m * 2 * I, I);
+            }
             TK_LINEAR(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1, nthreads);
-            lora_add(lora, l, 3, gu, 2 * I, I, x, HD);
         }
         _Pragma("omp for schedule(static)")
-        for (int64_t j = 0; j < L; j++) rmsnorm(x + lrows[j] * HD, final_norm, h + j * HD, HD, eps);
+        for (int64_t j = 0; j < L; j++) {
+            lora_b(lora, NL - 1, 3, lrows[j], x + lrows[j] * HD);  /* the last down_proj, on the rows that matter */
+            rmsnorm(x + lrows[j] * HD, final_norm, h + j * HD, HD, eps);
+        }
         TK_LINEAR(h, HD, L, lm_head, NULL, logits, V, HD, 0, nthreads);
         free(scores);
     }

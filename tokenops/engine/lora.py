@@ -53,8 +53,9 @@ class AdapterError(ValueError):
 @dataclass(frozen=True)
 class LoraWeights:
     """One adapter on one of our (possibly fused) projections: the parts' A matrices stacked,
-    ``a`` ``[parts * rank, in]``, and per part ``(first output column, B [out_part, rank] * scaling)``;
-    part ``j`` reads columns ``j * rank .. (j + 1) * rank`` of ``x @ a.T``."""
+    ``a`` ``[parts * rank, in]``, and per part ``(first output column, (B * scaling).T [rank, out_part])``;
+    part ``j`` adds ``(x @ a.T)[:, j * rank:(j + 1) * rank] @ bt`` to its columns. B is held transposed so
+    that the fused step's second product runs along output features (no horizontal sums)."""
 
     a: torch.Tensor
     parts: tuple[tuple[int, torch.Tensor], ...]
@@ -201,7 +202,7 @@ def _fuse(found: dict[tuple[int, str], dict[str, torch.Tensor]], args: ModelArgs
             offsets[p] = start
             start += sizes[p][1]
         a = torch.cat([found[(layer, p)]["A"].float() for p in parts]).to(device=device, dtype=dtype).contiguous()
-        bs = tuple((offsets[p], (found[(layer, p)]["B"].float() * scaling).to(device=device, dtype=dtype).contiguous())
+        bs = tuple((offsets[p], (found[(layer, p)]["B"].float() * scaling).T.to(device=device, dtype=dtype).contiguous())
                    for p in parts)
         out[(layer, module)] = LoraWeights(a, bs)
     return out
@@ -271,9 +272,9 @@ class LoraSet:
                 xs = x if rows is None else x.index_select(0, rows)
                 t = xs.to(w.a.dtype) @ w.a.T
                 delta = torch.zeros(xs.shape[0], y.shape[-1], dtype=w.a.dtype, device=y.device)
-                for j, (off, b) in enumerate(w.parts):
-                    r = b.shape[1]
-                    delta[:, off:off + b.shape[0]] = t[:, j * r:(j + 1) * r] @ b.T
+                for j, (off, bt) in enumerate(w.parts):
+                    r = bt.shape[0]
+                    delta[:, off:off + bt.shape[1]] = t[:, j * r:(j + 1) * r] @ bt
                 y = y + delta.to(y.dtype) if rows is None else y.index_add(0, rows, delta.to(y.dtype))
             return y
 

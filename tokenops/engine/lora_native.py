@@ -4,8 +4,8 @@ Without this, a step holding one adapter row left the fused step for the PyTorch
 default GGUF model several times slower per step than the fused step, whatever the adapter costs
 (docs/lora.md). Here the step stays native: :class:`NativeLora` describes each loaded adapter once
 (per layer and projection, the addresses of its A and B matrices, see ``tk_lora_adapter``) and,
-per step, which rows use which adapter (``tk_lora``); the C step adds ``(x A^T) B^T`` to those rows
-after each product. The adapter's tensors are the ones :class:`~tokenops.engine.lora.LoraSet`
+per step, which rows use which adapter (``tk_lora``), with the chunks ordered by adapter; the C step
+adds ``(x A^T) B^T`` to those rows after each product. The adapter's tensors are the ones :class:`~tokenops.engine.lora.LoraSet`
 holds (float32, contiguous): nothing is copied.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from tokenops.engine.batch import ChunkInput
 from tokenops.engine.lora import LoraAdapter
 
 #: our module -> the projection index the C step passes to ``lora_add``
@@ -32,13 +33,15 @@ class _Adapter(ctypes.Structure):
 
 
 class _Step(ctypes.Structure):
-    _fields_ = [("nseg", _i64), ("adapters", _p), ("seg", _p), ("rows", _p), ("t", _p), ("tw", _i64)]
+    _fields_ = [("adapters", _p), ("ad", _p), ("t", _p), ("tw", _i64)]
 
 
 class _Record:
     """One adapter as the C step reads it (kept while the adapter is loaded)."""
 
     def __init__(self, adapter: LoraAdapter, num_layers: int) -> None:
+        if not native_ready(adapter):
+            raise ValueError(f"LoRA adapter {adapter.name!r}: the fused step reads float32 matrices on CPU")
         self.adapter = adapter
         parts: list[_Part] = []
         start = [0]
@@ -48,7 +51,7 @@ class _Record:
                 w = adapter.weights.get((layer, module))
                 if w is not None:
                     for j, (off, b) in enumerate(w.parts):
-                        r, n = b.shape[1], b.shape[0]
+                        r, n = b.shape  # B transposed
                         a = w.a[j * r:(j + 1) * r]
                         parts.append(_Part(a.data_ptr(), b.data_ptr(), r, n, off, j * r))
                     self.width = max(self.width, w.a.shape[0])
@@ -84,25 +87,29 @@ class NativeLora:
         for name in [n for n, rec in self._records.items() if loaded.get(n) is not rec.adapter]:
             del self._records[name]
 
-    def step(self, row_adapters: list[str | None], adapters: dict[str, LoraAdapter]) -> int:
-        """The address of the step's ``tk_lora``: row ``i`` (in the fused step's order: chunk order,
-        each chunk's tokens in order) uses ``row_adapters[i]`` (None: the base)."""
+    def step(self, chunks: list[ChunkInput], adapters: dict[str, LoraAdapter]) -> tuple[list[ChunkInput], int, list[int] | None]:
+        """The step's chunks ordered by adapter (rows of one adapter next to each other, so a thread
+        reads its matrices from cache row after row), the address of their ``tk_lora``, and the rows of
+        the fused step's logits that give ``chunks``' order (None: the order is unchanged)."""
         self.forget(adapters)
-        by_name: dict[str, list[int]] = {}
-        for i, name in enumerate(row_adapters):
-            if name is not None:
-                by_name.setdefault(name, []).append(i)
-        recs = [self._record(adapters[name]) for name in by_name]
-        seg, rows = [0], []
-        for members in by_name.values():
-            rows.extend(members)
-            seg.append(len(rows))
+        order = sorted(range(len(chunks)), key=lambda i: (chunks[i].lora is not None, chunks[i].lora or ""))
+        ordered = [chunks[i] for i in order]
+        names = list(dict.fromkeys(c.lora for c in ordered if c.lora is not None))
+        recs = [self._record(adapters[name]) for name in names]
+        index = {name: k for k, name in enumerate(names)}
+        ad = [index[c.lora] if c.lora is not None else -1 for c in ordered for _ in c.token_ids]
         width = max(rec.width for rec in recs)
-        if self._t.numel() < len(row_adapters) * width:
-            self._t = torch.empty(len(row_adapters) * width)
+        if self._t.numel() < len(ad) * width:
+            self._t = torch.empty(len(ad) * width)
         structs = (_Adapter * len(recs))(*(rec.struct for rec in recs))
-        seg_t, rows_t = torch.tensor(seg, dtype=torch.long), torch.tensor(rows, dtype=torch.long)
-        step = _Step(len(recs), ctypes.addressof(structs), seg_t.data_ptr(), rows_t.data_ptr(), self._t.data_ptr(),
-                     width)
-        self._keep = [structs, seg_t, rows_t, step]
-        return ctypes.addressof(step)
+        ad_t = torch.tensor(ad, dtype=torch.long)
+        step = _Step(ctypes.addressof(structs), ad_t.data_ptr(), self._t.data_ptr(), width)
+        self._keep = [structs, ad_t, step]
+        if order == list(range(len(chunks))):
+            return ordered, ctypes.addressof(step), None
+        first, at = [0] * len(chunks), 0
+        for i in order:
+            first[i] = at
+            at += chunks[i].num_logits
+        rows = [first[i] + j for i in range(len(chunks)) for j in range(chunks[i].num_logits)]
+        return ordered, ctypes.addressof(step), rows

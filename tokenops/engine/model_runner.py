@@ -18,7 +18,7 @@ from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
 from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
 from tokenops.engine.lora import AdapterError, LoraAdapter, LoraSet, load_adapter
-from tokenops.engine.lora_native import NativeLora, native_ready
+from tokenops.engine.lora_native import NativeLora
 from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
@@ -204,11 +204,9 @@ class ModelRunner:
             if c.end_pos > self.max_model_len:
                 raise ValueError(f"sequence of {c.end_pos} tokens exceeds max_model_len {self.max_model_len}")
         has_lora = any(c.lora is not None for c in chunks)
-        if self.fused_decode is not None and self.fused_decode.accepts(chunks) and (not has_lora or self._lora_native):
+        if self.fused_decode is not None and self.fused_decode.accepts(chunks):
             self.num_fused_steps += 1
-            if not has_lora:
-                return self.fused_decode(chunks)
-            return self.fused_decode(chunks, self._fused_lora_step(chunks))
+            return self._fused_lora_step(chunks) if has_lora else self.fused_decode(chunks)
         # Decodes go first, longest context first, so the attention layer can batch them
         # as contiguous slices of similar length.
         order = sorted(range(len(chunks)), key=lambda i: (not chunks[i].is_decode, -chunks[i].end_pos))
@@ -234,18 +232,16 @@ class ModelRunner:
         finally:
             self.lora.end_step()
 
-    def _fused_lora_step(self, chunks: list[ChunkInput]) -> int:
-        """The fused step's description of the adapter rows of ``chunks`` (lora_native.py)."""
-        rows = [c.lora for c in chunks for _ in c.token_ids]
-        self.lora.count_step(rows, fused=True)
-        return self._lora_native.step(rows, self.lora.adapters)
+    def _fused_lora_step(self, chunks: list[ChunkInput]) -> torch.Tensor:
+        """The fused step over chunks with adapter rows (lora_native.py); logits in ``chunks``' order."""
+        self.lora.count_step([c.lora for c in chunks], fused=True)
+        ordered, lora, rows = self._lora_native.step(chunks, self.lora.adapters)
+        logits = self.fused_decode(ordered, lora)
+        return logits if rows is None else logits[rows]
 
     @property
-    def _lora_native(self) -> NativeLora | None:
-        """The fused step's view of the adapters, while every loaded one is float32 on CPU (else None:
-        adapter steps take the PyTorch forward)."""
-        if not all(native_ready(a) for a in self.lora.adapters.values()):
-            return None
+    def _lora_native(self) -> NativeLora:
+        """The fused step's view of the adapters (float32 on CPU, as the fused step's model)."""
         if self._native_lora is None:
             self._native_lora = NativeLora(self.args.num_layers)
         return self._native_lora
