@@ -83,9 +83,18 @@ class LoraAdapter:
         """Memory the adapter holds: its A and B matrices, as many bytes as the file's (in its dtype)."""
         return sum(w.nbytes for w in self.weights.values())
 
+    @property
+    def file_bytes(self) -> int | None:
+        """Size of the adapter's safetensors file (what ``bytes`` should be about; None once it is gone)."""
+        try:
+            return (self.path / "adapter_model.safetensors").stat().st_size
+        except OSError:
+            return None
+
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "path": str(self.path), "rank": self.rank, "alpha": self.alpha,
-                "targets": list(self.targets), "base_model": self.base_model, "bytes": self.nbytes}
+                "targets": list(self.targets), "base_model": self.base_model, "bytes": self.nbytes,
+                "file_bytes": self.file_bytes}
 
 
 def _part_sizes(args: ModelArgs) -> dict[str, tuple[int, int]]:
