@@ -5,17 +5,18 @@ An adapter is a PEFT folder (``adapter_config.json`` + ``adapter_model.safetenso
 small and in 16/32-bit even when the base is GGUF-quantized: they are never merged into the base.
 
 One engine step may hold rows of the base and of several adapters. Each row (chunk) names its
-adapter; :class:`LoraSet` turns that into *segments* — for each adapter present in the step, the
-token rows that use it — and a forward hook on every targeted projection adds
-``scaling * (x[rows] @ A.T) @ B.T`` to those rows only (one pair of small matmuls per adapter per
-projection, whatever the number of rows: a segment-grouped product). Rows with no adapter get
-nothing added, so the base's output is bit-identical to an engine without adapters.
+adapter. Steps the fused native step runs (most steps on CPU) add the adapters' products inside it
+(:mod:`tokenops.engine.lora_native`); for the PyTorch forward :class:`LoraSet` turns the rows into
+*segments* — for each adapter present in the step, the token rows that use it — and a forward hook
+on every targeted projection adds ``scaling * (x[rows] @ A.T) @ B.T`` to those rows only (one pair of
+small matmuls per adapter per projection, whatever the number of rows: a segment-grouped product).
+Rows with no adapter get nothing added, so the base's output is bit-identical to an engine without
+adapters.
 
 Our model fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj``; an adapter's A
 matrices for the fused parts are stacked (one ``x @ A.T`` per fused projection) and each part keeps
 its own B, added to its slice of the fused output: the adapter holds exactly its file's matrices
-(no block-diagonal zeros). The fused native step runs the same products for its rows
-(:mod:`tokenops.engine.lora_native`), so a step with adapter rows stays on the fast path.
+(no block-diagonal zeros).
 
 Loading validates everything before anything changes (:class:`AdapterError`, one message):
 missing files, a PEFT type other than LoRA, unsupported options (DoRA, biases, saved modules,
