@@ -163,3 +163,52 @@ def test_bad_adapters_are_refused_and_change_nothing(lora_setup, tmp_path, tiny_
         engine.load_lora("alpha", str(dirs["beta"]))
     assert engine.lora_names() == ["alpha"]
     assert engine.runner.lora.adapters["alpha"].targets == tuple(ALL)
+
+
+def write_random_adapter(out_dir, sizes: dict[str, tuple[int, int]], layers: int, rank: int = 8, seed: int = 0):
+    """A PEFT-format adapter folder with random A and B (no peft needed: for bases peft cannot load, GGUF)."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(layers):
+        for part, (in_f, out_f) in sizes.items():
+            group = "self_attn" if part[0] in "qkvo" else "mlp"
+            key = f"base_model.model.model.layers.{layer}.{group}.{part}"
+            tensors[f"{key}.lora_A.weight"] = torch.randn(rank, in_f, generator=g) / in_f**0.5
+            tensors[f"{key}.lora_B.weight"] = torch.randn(out_f, rank, generator=g) / rank**0.5
+    out_dir.mkdir(parents=True)
+    save_file(tensors, str(out_dir / "adapter_model.safetensors"))
+    (out_dir / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": sorted(sizes)}))
+    return out_dir
+
+
+def test_adapter_rows_on_a_gguf_base_fused_step_match_pytorch_forward(tmp_path, monkeypatch):
+    """A quantized base: the fused step's adapter products (float32, beside the 8-bit-activation base
+    products) give the PyTorch forward's logits, in a step mixing base and adapter chunks."""
+    from tiny_gguf import HEADS, HIDDEN, INTERMEDIATE, LAYERS, write_tiny_gguf
+    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.model_runner import ModelRunner
+
+    path = write_tiny_gguf(tmp_path / "m.gguf", "llama", "Q4_0")
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
+    heads, kv_heads = HEADS["llama"]
+    kv = kv_heads * HIDDEN // heads
+    sizes = {"q_proj": (HIDDEN, HIDDEN), "k_proj": (HIDDEN, kv), "v_proj": (HIDDEN, kv), "o_proj": (HIDDEN, HIDDEN),
+             "gate_proj": (HIDDEN, INTERMEDIATE), "up_proj": (HIDDEN, INTERMEDIATE), "down_proj": (INTERMEDIATE, HIDDEN)}
+    adapter = write_random_adapter(tmp_path / "x", sizes, LAYERS)
+    runners = [ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=128,
+                                        decode_kernel=kernel)) for kernel in ("native", "torch")]
+    assert runners[0].fused_decode is not None and runners[1].fused_decode is None
+    ids = [3, 17, 42, 5, 9, 33, 7]
+    for r in runners:
+        r.load_lora("x", str(adapter), check_base=False)
+    chunks = [ChunkInput(ids, 0, list(range(2)), num_logits=len(ids), lora="x"),
+              ChunkInput(ids, 0, list(range(2, 4)), num_logits=len(ids))]
+    fused, torch_path = (r.execute(chunks) for r in runners)
+    assert runners[0].num_fused_steps == 1 and runners[0].lora.num_fused_steps == 1
+    scale = torch_path.abs().max()
+    assert ((fused - torch_path).abs().max() / scale).item() < 1e-3
+    n = len(ids)  # the adapter rows differ from the base rows far beyond that
+    assert ((fused[:n] - fused[n:]).abs().max() / scale).item() > 1e-2
