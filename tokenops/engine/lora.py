@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -196,14 +197,26 @@ def load_adapter(name: str, path: str | Path, args: ModelArgs, served_names: lis
     return LoraAdapter(name, folder, rank, alpha, scaling, base, targets, weights)
 
 
+def _host(t: torch.Tensor) -> np.ndarray:
+    """The tensor as a float32 numpy array (a view when it is one already)."""
+    return (t if t.dtype == torch.float32 else t.float()).numpy()
+
+
 def _fuse(found: dict[tuple[int, str], dict[str, torch.Tensor]], args: ModelArgs, rank: int, scaling: float,
           dtype: torch.dtype, device: torch.device) -> dict[tuple[int, str], LoraWeights]:
-    """Per (layer, our fused module): A of its parts stacked, each part's scaled B with its output offset."""
+    """Per (layer, our fused module): A of its parts stacked, each part's scaled, transposed B with its
+    output offset. The arithmetic is numpy's (one thread): torch's ops would each fork its thread pool,
+    which a load runs beside the engine's step — on a busy box a thousand small forks took seconds."""
     sizes = _part_sizes(args)
     by_module: dict[tuple[int, str], list[str]] = {}
     for layer, part in found:
         by_module.setdefault((layer, TARGETS[part][0]), []).append(part)
     out: dict[tuple[int, str], LoraWeights] = {}
+
+    def put(arr: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(arr)
+        return t if dtype == torch.float32 and device.type == "cpu" else t.to(device=device, dtype=dtype).contiguous()
+
     for (layer, module), parts in by_module.items():
         parts.sort(key=lambda p: TARGETS[p][1])
         members = [p for p in TARGETS if TARGETS[p][0] == module]
@@ -211,10 +224,10 @@ def _fuse(found: dict[tuple[int, str], dict[str, torch.Tensor]], args: ModelArgs
         for p in members:
             offsets[p] = start
             start += sizes[p][1]
-        a = torch.cat([found[(layer, p)]["A"].float() for p in parts]).to(device=device, dtype=dtype).contiguous()
-        bs = tuple((offsets[p], (found[(layer, p)]["B"].float() * scaling).T.to(device=device, dtype=dtype).contiguous())
+        a = np.concatenate([_host(found[(layer, p)]["A"]) for p in parts])
+        bs = tuple((offsets[p], put(np.multiply(_host(found[(layer, p)]["B"]).T, np.float32(scaling), order="C")))
                    for p in parts)
-        out[(layer, module)] = LoraWeights(a, bs)
+        out[(layer, module)] = LoraWeights(put(a), bs)
     return out
 
 
