@@ -2,7 +2,9 @@
 
 A random rank-16 adapter on every projection (peft, ``init_lora_weights=False``; no training) of
 SmolLM2-135M-Instruct, served on the embedded GGUF. Times 8 prompts x 32 greedy tokens with the base
-only, half the rows on the adapter, and all of them; prints JSON.
+only, half the rows on the adapter, and all of them; then one 48-row decode step (``runner.execute``,
+interleaved repetitions, min and median) of base rows only against the same step with 36 of its rows
+spread over three adapters (the adapter loaded three times). Prints JSON.
 
     .venv/bin/python tests/benchmarks/lora_mixed.py
 """
@@ -43,6 +45,30 @@ def make_adapter() -> Path:
     return ADAPTER
 
 
+def step_times(engine: LLMEngine, path: Path, rows: int = 48, reps: int = 6) -> dict:
+    """ms of one decode step of ``rows`` rows: base only vs 3/4 of them over three adapters."""
+    from tokenops.engine.batch import ChunkInput
+
+    for name in ("s1", "s2", "s3"):
+        engine.load_lora(name, str(path))
+    names = [None, "s1", "s2", "s3"]
+    times: dict[str, list[float]] = {"base": [], "mixed": []}
+    for _ in range(reps):
+        for label in times:
+            chunks = [ChunkInput([100 + i], 20, [4 * i + j for j in range(4)],
+                                 lora=names[i % 4] if label == "mixed" else None) for i in range(rows)]
+            engine.runner.execute(chunks)
+            for _ in range(5):
+                start = time.perf_counter()
+                engine.runner.execute(chunks)
+                times[label].append(time.perf_counter() - start)
+    out = {}
+    for label, v in times.items():
+        v.sort()
+        out[f"step_{label}_ms"] = {"min": round(v[0] * 1000, 1), "median": round(v[len(v) // 2] * 1000, 1)}
+    return out
+
+
 def main() -> None:
     path = make_adapter()
     engine = LLMEngine(EngineConfig(model=None, device="cpu"))
@@ -58,6 +84,7 @@ def main() -> None:
         wall = time.perf_counter() - start
         out[f"{label}_tok_s"] = round(sum(len(r.outputs[0].token_ids) for r in res) / wall, 1)
         print(label, out[f"{label}_tok_s"], flush=True)
+    out.update(step_times(engine, path))
     out["fused_steps"] = engine.stats().get("fused_decode_steps")
     out["lora_steps"] = engine.stats()["lora"]["steps"]
     print(json.dumps(out))

@@ -10,7 +10,7 @@ import openai
 import pytest
 import torch
 
-from test_lora import ADAPTERS, NUM_NEW, hf_greedy, make_adapter, merged, prompts
+from test_lora import ADAPTERS, NUM_NEW, hf_greedy, make_adapter, merged, prompts, tensor_bytes
 from tiny_models import load_hf_model
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.testing_serve import ServeProcess
@@ -64,6 +64,21 @@ def test_adapter_by_name_streamed_through_serve(served):
         client.completions.create(model="gamma", prompt="x", max_tokens=1)
 
 
+def test_json_schema_on_an_adapter_through_serve(served):
+    """Structured outputs on adapter rows: the schema's grammar masks the adapter's logits."""
+    import json
+
+    srv, _, _ = served
+    client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+              "required": ["n", "ok"], "additionalProperties": False}
+    out = client.chat.completions.create(
+        model="alpha", messages=[{"role": "user", "content": "A number and a flag as JSON."}], max_tokens=40,
+        temperature=0, response_format={"type": "json_schema", "json_schema": {"name": "nf", "schema": schema}})
+    assert out.model == "alpha"
+    assert set(json.loads(out.choices[0].message.content)) == {"n", "ok"}
+
+
 def _cli(srv, *args: str):
     import subprocess
     import sys
@@ -89,6 +104,8 @@ def test_runtime_load_and_unload_through_cli_and_admin_api(served, tmp_path):
     assert json_of(out)["parent"] == "tiny"
     listed = json_of(_cli(srv, "list", "--json"))["adapters"]
     assert {a["name"] for a in listed} == {"alpha", "beta"}
+    for a in listed:  # memory per adapter: exactly the file's matrices
+        assert a["bytes"] == tensor_bytes(a["path"]), a
     assert "beta" in {m.id for m in client.models.list().data} and "bad" not in {m.id for m in client.models.list().data}
     with torch.no_grad():
         want = Tokenizer.from_dir(base_dir).decode(hf_greedy(merged(base_dir, beta), prompts()[0]))

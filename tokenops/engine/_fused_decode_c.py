@@ -1,6 +1,9 @@
 """C source of the fused decode step (:mod:`tokenops.engine.fused_decode`), compiled at first use by
 :func:`tokenops.engine.native.build_library` (``cc -O3 -march=native -fopenmp``): AVX2 products and
-exp where the CPU has them, plain C with ``omp simd`` otherwise."""
+exp where the CPU has them, plain C with ``omp simd`` otherwise. The LoRA products
+(:mod:`tokenops.engine._lora_c`) are placed after ``dot1``."""
+
+from tokenops.engine._lora_c import LORA_SOURCE
 
 SOURCE = r"""
 #include <math.h>
@@ -71,7 +74,9 @@ static inline float dot1(const float *w, const float *x, int64_t K) {
     return s;
 }
 #endif
+"""
 
+SOURCE += LORA_SOURCE + r"""
 /* Linear weights are packed in panels of 16 output features: P[N/16][K][16] (the last panel
    zero-padded), so one step down K reads 16 consecutive weights (one cache line in float32). tile_RP computes R
    input rows against P consecutive panels (R * P <= 6): 2RP accumulators of 8 lanes, the register
@@ -535,9 +540,10 @@ static void attend_rows(const tk_layer *ly, const float *qkv, int64_t QKV, int64
 #define TK_EMBED(out, embed, tok, HD) memcpy(out, (embed) + (tok) * (HD), sizeof(float) * (HD))
 #endif
 
-int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale,
-                     const float *embed, const float *final_norm, const panel_t *lm_head,
-                     const float *cos_tab, const float *sin_tab, float *logits, float *work, int nthreads) {
+static int fused_step(const tk_layer *layers, const int64_t *meta, float eps, float scale,
+                      const float *embed, const float *final_norm, const panel_t *lm_head,
+                      const float *cos_tab, const float *sin_tab, float *logits, float *work, int nthreads,
+                      const tk_lora *lora) {
     int64_t M = meta[0], HD = meta[1], H = meta[2], KVH = meta[3], D = meta[4], I = meta[5], V = meta[6];
     int64_t BS = meta[7], MB = meta[8], NL = meta[9], max_len = meta[10];
     const int64_t *tokens = meta + 11, *slots = tokens + M, *ctx = slots + M, *pos = ctx + M, *glen = pos + M;
@@ -566,11 +572,16 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
         for (int64_t l = 0; l < NL; l++) {
             const tk_layer *ly = layers + l;
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->in_norm, h + m * HD, HD, eps);
+            for (int64_t m = 0; m < M; m++) {
+                if (l > 0) lora_b(lora, l - 1, 3, m, x + m * HD);  /* the previous layer's down_proj */
+                rmsnorm(x + m * HD, ly->in_norm, h + m * HD, HD, eps);
+                lora_a(lora, l, 0, m, h + m * HD, HD);
+            }
             TK_LINEAR(h, HD, M, ly->wqkv, ly->bqkv, qkv, QKV, HD, 0, nthreads);
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) {
                 float *q = qkv + m * QKV, *k = q + H * D, *v = k + KVH * D;
+                lora_b(lora, l, 0, m, q);
                 const float *c = cos_tab + pos[m] * D, *s = sin_tab + pos[m] * D;
                 for (int64_t j = 0; j < H; j++) {
                     if (ly->q_norm) rmsnorm(q + j * D, ly->q_norm, q + j * D, D, eps);
@@ -608,16 +619,31 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
             _Pragma("omp for schedule(static)")
             for (int64_t u = 0; u < M * H; u++)
                 merge(partbuf + (u / H) * S * PS, S, PS, u % H, H, D, att + u * D);
+            if (lora) {  /* no barrier: the product's own loops end with one */
+                _Pragma("omp for schedule(static) nowait")
+                for (int64_t m = 0; m < M; m++) lora_a(lora, l, 1, m, att + m * H * D, H * D);
+            }
             TK_LINEAR(att, H * D, M, ly->wo, ly->bo, x, HD, H * D, 1, nthreads);
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) rmsnorm(x + m * HD, ly->post_norm, h + m * HD, HD, eps);
+            for (int64_t m = 0; m < M; m++) {
+                lora_b(lora, l, 1, m, x + m * HD);
+                rmsnorm(x + m * HD, ly->post_norm, h + m * HD, HD, eps);
+                lora_a(lora, l, 2, m, h + m * HD, HD);
+            }
             TK_LINEAR(h, HD, M, ly->wgu, ly->bgu, gu, 2 * I, HD, 0, nthreads);
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) silu_mul(gu + m * 2 * I, I);
+            for (int64_t m = 0; m < M; m++) {
+                lora_b(lora, l, 2, m, gu + m * 2 * I);
+                silu_mul(gu + m * 2 * I, I);
+                lora_a(lora, l, 3, m, gu + m * 2 * I, I);
+            }
             TK_LINEAR(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1, nthreads);
         }
         _Pragma("omp for schedule(static)")
-        for (int64_t j = 0; j < L; j++) rmsnorm(x + lrows[j] * HD, final_norm, h + j * HD, HD, eps);
+        for (int64_t j = 0; j < L; j++) {
+            lora_b(lora, NL - 1, 3, lrows[j], x + lrows[j] * HD);  /* the last down_proj, on the rows that matter */
+            rmsnorm(x + lrows[j] * HD, final_norm, h + j * HD, HD, eps);
+        }
         TK_LINEAR(h, HD, L, lm_head, NULL, logits, V, HD, 0, nthreads);
         free(scores);
     }
@@ -626,6 +652,21 @@ int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, flo
     free(qscratch);
 #endif
     return failed ? -1 : 0;
+}
+
+int fused_decode_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale,
+                     const float *embed, const float *final_norm, const panel_t *lm_head,
+                     const float *cos_tab, const float *sin_tab, float *logits, float *work, int nthreads) {
+    return fused_step(layers, meta, eps, scale, embed, final_norm, lm_head, cos_tab, sin_tab, logits, work, nthreads, 0);
+}
+
+/* The step with LoRA adapter rows (lora: see tk_lora). */
+int fused_decode_lora_f32(const tk_layer *layers, const int64_t *meta, float eps, float scale,
+                          const float *embed, const float *final_norm, const panel_t *lm_head,
+                          const float *cos_tab, const float *sin_tab, float *logits, float *work, int nthreads,
+                          const tk_lora *lora) {
+    return fused_step(layers, meta, eps, scale, embed, final_norm, lm_head, cos_tab, sin_tab, logits, work, nthreads,
+                      lora);
 }
 
 /* Greedy drafting in one call: fused steps, each feeding every chunk's argmax back as its next

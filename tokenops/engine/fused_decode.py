@@ -118,6 +118,8 @@ def _library(panel_dtype: str = "float32") -> ctypes.CDLL | None:
                 lib.linear_panels.argtypes = [p, i64, p, p, p, i64, i64, ctypes.c_int]
                 lib.linear_panels.restype = ctypes.c_int
                 lib.fused_draft_f32.argtypes = [*lib.fused_decode_f32.argtypes, i64, p, i64, ctypes.c_float, p, p, p]
+                lib.fused_decode_lora_f32.argtypes = [*lib.fused_decode_f32.argtypes, p]
+                lib.fused_decode_lora_f32.restype = ctypes.c_int
                 lib.fused_draft_f32.restype = ctypes.c_int
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 log.warning("fused decode step unavailable, decodes use the PyTorch path: %s", e)
@@ -231,6 +233,7 @@ class FusedDecoder:
         self.panel_dtype = panel_dtype
         self._fn = lib.fused_decode_f32
         self._draft_fn = lib.fused_draft_f32
+        self._lora_fn = lib.fused_decode_lora_f32
         self.model = model
         args = model.args
         self.args = args
@@ -389,12 +392,14 @@ class FusedDecoder:
                 torch.get_num_threads())
 
     @torch.inference_mode()
-    def __call__(self, chunks: list[ChunkInput]) -> torch.Tensor:
+    def __call__(self, chunks: list[ChunkInput], lora: int | None = None) -> torch.Tensor:
         """float32 logits of the last ``num_logits`` tokens of each chunk, in order (as
-        :meth:`ModelRunner.execute` returns them)."""
+        :meth:`ModelRunner.execute` returns them). ``lora``: the address of the step's LoRA
+        description (:class:`tokenops.engine.lora_native.NativeLora`; rows in chunk order), or None."""
         meta, num_rows = self._meta(chunks)
         logits = torch.empty(num_rows, self.args.vocab_size, dtype=torch.float32)
-        if self._fn(*self._args(meta, logits)) != 0:
+        rc = self._fn(*self._args(meta, logits)) if lora is None else self._lora_fn(*self._args(meta, logits), lora)
+        if rc != 0:
             raise MemoryError("fused decode step could not allocate its buffers")
         return logits
 

@@ -5,15 +5,18 @@ An adapter is a PEFT folder (``adapter_config.json`` + ``adapter_model.safetenso
 small and in 16/32-bit even when the base is GGUF-quantized: they are never merged into the base.
 
 One engine step may hold rows of the base and of several adapters. Each row (chunk) names its
-adapter; :class:`LoraSet` turns that into *segments* — for each adapter present in the step, the
-token rows that use it — and a forward hook on every targeted projection adds
-``scaling * (x[rows] @ A.T) @ B.T`` to those rows only (one pair of small matmuls per adapter per
-projection, whatever the number of rows: a segment-grouped product). Rows with no adapter get
-nothing added, so the base's output is bit-identical to an engine without adapters.
+adapter. Steps the fused native step runs (most steps on CPU) add the adapters' products inside it
+(:mod:`tokenops.engine.lora_native`); for the PyTorch forward :class:`LoraSet` turns the rows into
+*segments* — for each adapter present in the step, the token rows that use it — and a forward hook
+on every targeted projection adds ``scaling * (x[rows] @ A.T) @ B.T`` to those rows only (one pair of
+small matmuls per adapter per projection, whatever the number of rows: a segment-grouped product).
+Rows with no adapter get nothing added, so the base's output is bit-identical to an engine without
+adapters.
 
 Our model fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj``; an adapter's A
-matrices for the fused parts are concatenated and its B matrices placed block-diagonally on the
-fused output, so a fused projection still costs one pair of matmuls per adapter.
+matrices for the fused parts are stacked (one ``x @ A.T`` per fused projection) and each part keeps
+its own B, added to its slice of the fused output: the adapter holds exactly its file's matrices
+(no block-diagonal zeros).
 
 Loading validates everything before anything changes (:class:`AdapterError`, one message):
 missing files, a PEFT type other than LoRA, unsupported options (DoRA, biases, saved modules,
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -48,10 +52,24 @@ class AdapterError(ValueError):
     """The adapter cannot be served on this base (the message says why); nothing was changed."""
 
 
+@dataclass(frozen=True)
+class LoraWeights:
+    """One adapter on one of our (possibly fused) projections: the parts' A matrices stacked,
+    ``a`` ``[parts * rank, in]``, and per part ``(first output column, (B * scaling).T [rank, out_part])``;
+    part ``j`` adds ``(x @ a.T)[:, j * rank:(j + 1) * rank] @ bt`` to its columns. B is held transposed so
+    that the fused step's second product runs along output features (no horizontal sums)."""
+
+    a: torch.Tensor
+    parts: tuple[tuple[int, torch.Tensor], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return self.a.numel() * self.a.element_size() + sum(b.numel() * b.element_size() for _, b in self.parts)
+
+
 @dataclass
 class LoraAdapter:
-    """One loaded adapter: per ``(layer, our module)`` the concatenated A ``[R, in]`` and the
-    block-placed, pre-scaled B ``[out, R]``."""
+    """One loaded adapter: its :class:`LoraWeights` per ``(layer, our module)``."""
 
     name: str
     path: Path
@@ -60,16 +78,25 @@ class LoraAdapter:
     scaling: float
     base_model: str | None
     targets: tuple[str, ...]
-    weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = field(repr=False, default_factory=dict)
+    weights: dict[tuple[int, str], LoraWeights] = field(repr=False, default_factory=dict)
 
     @property
     def nbytes(self) -> int:
-        """Memory the adapter holds (its A and B matrices, B with its block placement)."""
-        return sum(a.numel() * a.element_size() + b.numel() * b.element_size() for a, b in self.weights.values())
+        """Memory the adapter holds: its A and B matrices, as many bytes as the file's (in its dtype)."""
+        return sum(w.nbytes for w in self.weights.values())
+
+    @property
+    def file_bytes(self) -> int | None:
+        """Size of the adapter's safetensors file (what ``bytes`` should be about; None once it is gone)."""
+        try:
+            return (self.path / "adapter_model.safetensors").stat().st_size
+        except OSError:
+            return None
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "path": str(self.path), "rank": self.rank, "alpha": self.alpha,
-                "targets": list(self.targets), "base_model": self.base_model, "bytes": self.nbytes}
+                "targets": list(self.targets), "base_model": self.base_model, "bytes": self.nbytes,
+                "file_bytes": self.file_bytes}
 
 
 def _part_sizes(args: ModelArgs) -> dict[str, tuple[int, int]]:
@@ -170,14 +197,26 @@ def load_adapter(name: str, path: str | Path, args: ModelArgs, served_names: lis
     return LoraAdapter(name, folder, rank, alpha, scaling, base, targets, weights)
 
 
+def _host(t: torch.Tensor) -> np.ndarray:
+    """The tensor as a float32 numpy array (a view when it is one already)."""
+    return (t if t.dtype == torch.float32 else t.float()).numpy()
+
+
 def _fuse(found: dict[tuple[int, str], dict[str, torch.Tensor]], args: ModelArgs, rank: int, scaling: float,
-          dtype: torch.dtype, device: torch.device) -> dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]:
-    """Per (layer, our fused module): A of its parts stacked, B placed on each part's output slice."""
+          dtype: torch.dtype, device: torch.device) -> dict[tuple[int, str], LoraWeights]:
+    """Per (layer, our fused module): A of its parts stacked, each part's scaled, transposed B with its
+    output offset. The arithmetic is numpy's (one thread): torch's ops would each fork its thread pool,
+    which a load runs beside the engine's step — on a busy box a thousand small forks took seconds."""
     sizes = _part_sizes(args)
     by_module: dict[tuple[int, str], list[str]] = {}
     for layer, part in found:
         by_module.setdefault((layer, TARGETS[part][0]), []).append(part)
-    out: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+    out: dict[tuple[int, str], LoraWeights] = {}
+
+    def put(arr: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(arr)
+        return t if dtype == torch.float32 and device.type == "cpu" else t.to(device=device, dtype=dtype).contiguous()
+
     for (layer, module), parts in by_module.items():
         parts.sort(key=lambda p: TARGETS[p][1])
         members = [p for p in TARGETS if TARGETS[p][0] == module]
@@ -185,11 +224,10 @@ def _fuse(found: dict[tuple[int, str], dict[str, torch.Tensor]], args: ModelArgs
         for p in members:
             offsets[p] = start
             start += sizes[p][1]
-        a = torch.cat([found[(layer, p)]["A"].float() for p in parts])
-        b = torch.zeros(start, rank * len(parts))
-        for j, p in enumerate(parts):
-            b[offsets[p]:offsets[p] + sizes[p][1], j * rank:(j + 1) * rank] = found[(layer, p)]["B"].float() * scaling
-        out[(layer, module)] = (a.to(device=device, dtype=dtype).contiguous(), b.to(device=device, dtype=dtype).contiguous())
+        a = np.concatenate([_host(found[(layer, p)]["A"]) for p in parts])
+        bs = tuple((offsets[p], put(np.multiply(_host(found[(layer, p)]["B"]).T, np.float32(scaling), order="C")))
+                   for p in parts)
+        out[(layer, module)] = LoraWeights(put(a), bs)
     return out
 
 
@@ -213,8 +251,9 @@ class LoraSet:
         self.adapters: dict[str, LoraAdapter] = {}
         self._segments = _Segments()
         self._hooks: list[Any] = []
-        #: steps that held at least one adapter row (they take the PyTorch forward)
+        #: steps that held at least one adapter row, and how many of them ran as the fused native step
         self.num_steps = 0
+        self.num_fused_steps = 0
 
     def __contains__(self, name: object) -> bool:
         return name in self.adapters
@@ -250,36 +289,43 @@ class LoraSet:
                 return y
             x = inputs[0]
             for adapter, rows in segments.groups:
-                ab = adapter.weights.get(key)
-                if ab is None:
+                w = adapter.weights.get(key)
+                if w is None:
                     continue
-                a, b = ab
                 xs = x if rows is None else x.index_select(0, rows)
-                delta = ((xs.to(a.dtype) @ a.T) @ b.T).to(y.dtype)
-                if rows is None:
-                    y = y + delta
-                else:
-                    y = y.index_add(0, rows, delta)
+                t = xs.to(w.a.dtype) @ w.a.T
+                delta = torch.zeros(xs.shape[0], y.shape[-1], dtype=w.a.dtype, device=y.device)
+                for j, (off, bt) in enumerate(w.parts):
+                    r = bt.shape[0]
+                    delta[:, off:off + bt.shape[1]] = t[:, j * r:(j + 1) * r] @ bt
+                y = y + delta.to(y.dtype) if rows is None else y.index_add(0, rows, delta.to(y.dtype))
             return y
 
         return add_lora
 
-    def begin_step(self, row_adapters: list[str | None], device: torch.device) -> bool:
-        """Group the step's token rows by adapter; True when any row uses one."""
-        names = set(row_adapters) - {None}
-        if not names:
-            self._segments.groups = []
-            return False
+    def count_step(self, row_adapters: list[str | None], fused: bool) -> set[str]:
+        """Check that the step's adapters are loaded and count the step; returns their names."""
+        names: set[str] = set(row_adapters) - {None}  # type: ignore[assignment]
         unknown = names - set(self.adapters)
         if unknown:
             raise AdapterError(f"LoRA adapter {sorted(unknown)[0]!r} is not loaded")
+        if names:
+            self.num_steps += 1
+            self.num_fused_steps += fused
+        return names
+
+    def begin_step(self, row_adapters: list[str | None], device: torch.device) -> bool:
+        """Group the step's token rows by adapter for the PyTorch forward's hooks; True when any row uses one."""
+        names = self.count_step(row_adapters, fused=False)
+        if not names:
+            self._segments.groups = []
+            return False
         groups: list[tuple[LoraAdapter, torch.Tensor | None]] = []
         for name in sorted(names):  # type: ignore[type-var]
             rows = [i for i, n in enumerate(row_adapters) if n == name]
             whole = len(rows) == len(row_adapters)
             groups.append((self.adapters[name], None if whole else torch.tensor(rows, dtype=torch.long, device=device)))
         self._segments.groups = groups
-        self.num_steps += 1
         return True
 
     def end_step(self) -> None:
@@ -287,4 +333,4 @@ class LoraSet:
 
     def stats(self) -> dict[str, Any]:
         return {"adapters": [a.info() for a in self.adapters.values()], "steps": self.num_steps,
-                "forward": "pytorch (steps with adapter rows skip the fused native step)"}
+                "fused_steps": self.num_fused_steps}

@@ -18,6 +18,7 @@ from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
 from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
 from tokenops.engine.lora import AdapterError, LoraAdapter, LoraSet, load_adapter
+from tokenops.engine.lora_native import NativeLora
 from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
@@ -106,6 +107,7 @@ class ModelRunner:
         #: LoRA adapters served on this model (tokenops/engine/lora.py); hooked on the transformed model
         self.lora = LoraSet(model, self.args)
         self._lora_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
+        self._native_lora: NativeLora | None = None
         self.model = model if compiled is None else compiled
         #: what the stats show: the weights' encoding (a GGUF's quant types, a transform's
         #: ``weight_encoding`` such as int8 weight-only, else the dtype) and whether the forward is compiled
@@ -206,9 +208,9 @@ class ModelRunner:
             if c.end_pos > self.max_model_len:
                 raise ValueError(f"sequence of {c.end_pos} tokens exceeds max_model_len {self.max_model_len}")
         has_lora = any(c.lora is not None for c in chunks)
-        if self.fused_decode is not None and not has_lora and self.fused_decode.accepts(chunks):
+        if self.fused_decode is not None and self.fused_decode.accepts(chunks):
             self.num_fused_steps += 1
-            return self.fused_decode(chunks)
+            return self._fused_lora_step(chunks) if has_lora else self.fused_decode(chunks)
         # Decodes go first, longest context first, so the attention layer can batch them
         # as contiguous slices of similar length.
         order = sorted(range(len(chunks)), key=lambda i: (not chunks[i].is_decode, -chunks[i].end_pos))
@@ -233,6 +235,20 @@ class ModelRunner:
             return self.model(input_ids, pos, meta, logits_index)
         finally:
             self.lora.end_step()
+
+    def _fused_lora_step(self, chunks: list[ChunkInput]) -> torch.Tensor:
+        """The fused step over chunks with adapter rows (lora_native.py); logits in ``chunks``' order."""
+        self.lora.count_step([c.lora for c in chunks], fused=True)
+        ordered, lora, rows = self._lora_native.step(chunks, self.lora.adapters)
+        logits = self.fused_decode(ordered, lora)
+        return logits if rows is None else logits[rows]
+
+    @property
+    def _lora_native(self) -> NativeLora:
+        """The fused step's view of the adapters (float32 on CPU, as the fused step's model)."""
+        if self._native_lora is None:
+            self._native_lora = NativeLora(self.args.num_layers)
+        return self._native_lora
 
     def prepare_lora(self, name: str, path: str | Path, check_base: bool = True) -> LoraAdapter:
         """Read and validate the PEFT adapter folder ``path`` as ``name``, changing nothing (the

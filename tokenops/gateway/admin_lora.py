@@ -44,7 +44,8 @@ def _adapters(gw: Any) -> dict[str, list[Replica]]:
 def _card(name: str, replicas: list[Replica]) -> dict[str, Any]:
     b = replicas[0].backend
     return {"name": name, "parent": b.parent, "path": b.path, "loaded": all(r.backend.is_loaded for r in replicas),
-            "replicas": len(replicas), "resident": all(name in r.backend.pool.resident for r in replicas), "bytes": (b.info or {}).get("bytes"), "rank": (b.info or {}).get("rank"),
+            "replicas": len(replicas), "resident": all(name in r.backend.pool.resident for r in replicas), "bytes": (b.info or {}).get("bytes"),
+            "file_bytes": (b.info or {}).get("file_bytes"), "rank": (b.info or {}).get("rank"),
             "targets": (b.info or {}).get("targets")}
 
 
