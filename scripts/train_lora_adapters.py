@@ -49,8 +49,8 @@ class Spec:
     dimension: str
     targets: tuple[str, ...]
     rank: int = 8
-    steps: int = 60
-    lr: float = 2e-3
+    steps: int = 36
+    lr: float = 3e-3
     top_layers: int = 4  # LoRA on the last N of the 30 layers only: the rest runs once per example
 
     def target_regex(self, num_layers: int = 30) -> str:
@@ -254,7 +254,7 @@ def main() -> None:
     ap.add_argument("--only", action="append", help="adapter name(s) to train (default: all)")
     ap.add_argument("--steps", type=int, default=None, help="steps per adapter (default: each adapter's own)")
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--examples", type=int, default=120, help="training pairs per adapter")
+    ap.add_argument("--examples", type=int, default=64, help="training pairs per adapter")
     ap.add_argument("--keep", type=int, default=0, help="base-answered prompts per other suite (0: none)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-bf16", dest="bf16", action="store_false")

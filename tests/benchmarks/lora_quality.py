@@ -28,8 +28,8 @@ MAX_TOKENS = {"math": 40, "code": 48, "extraction": 40, "instruction": 16}
 BASE = "smollm2-135m-instruct"
 
 
-def lora_args() -> list[str]:
-    return [arg for name in OWN_SUITE for arg in ("--lora", f"{name}={ADAPTERS / name}")]
+def lora_args(folder: Path = ADAPTERS) -> list[str]:
+    return [arg for name in OWN_SUITE for arg in ("--lora", f"{name}={folder / name}")]
 
 
 def ask(client, model: str, task) -> bool:
@@ -76,17 +76,33 @@ def goals(table: dict, suites: list[str]) -> list[tuple[str, bool]]:
     return lines
 
 
+def capability_profile(model: str, row: dict[str, tuple[int, int]], n: int) -> dict:
+    """The profile format ``tokenops profile run`` writes (the routers read it), from these counts."""
+    from tokenops_plugins.multi_model._profiles import wilson
+
+    dims = {}
+    for suite, (k, asked) in row.items():
+        lo, hi = wilson(k, asked)
+        dims[suite] = {"score": k / asked, "ci_low": lo, "ci_high": hi, "n": asked, "errors": 0}
+    return {"model": model, "source": f"tests/benchmarks/lora_quality.py n={n} seed=0 (GGUF default + --lora)",
+            "notes": "held-out items (suites' seed 0), greedy, through tokenops serve; token limits of lora_quality.py",
+            "dimensions": dims}
+
+
 def main() -> None:
     import openai
 
     from tokenops.testing_serve import ServeProcess
-    from tokenops_plugins.multi_model._profiles import wilson
+    from tokenops_plugins.multi_model._profiles import save_profile, wilson
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=20, help="held-out items per suite")
     ap.add_argument("--suites", default="math,instruction,code,extraction,classification")
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--adapters", type=Path, default=ADAPTERS, help="folder holding the three adapter folders")
     ap.add_argument("--json", type=Path, default=None, help="write the counts here")
+    ap.add_argument("--profiles", type=Path, default=None,
+                    help="write each model's capability profile (these suites) into this folder")
     args = ap.parse_args()
     suites = args.suites.split(",")
     models = [BASE, *OWN_SUITE]
@@ -94,7 +110,7 @@ def main() -> None:
     from real_model import SERVE_ENV
 
     started = time.perf_counter()
-    with ServeProcess(Path(tempfile.mkdtemp(prefix="lora-quality-")), args=lora_args(), env=SERVE_ENV,
+    with ServeProcess(Path(tempfile.mkdtemp(prefix="lora-quality-")), args=lora_args(args.adapters), env=SERVE_ENV,
                       store=False, ready_timeout_s=600) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=900)
         table = score(client, models, suites, args.n, args.workers)
@@ -111,6 +127,9 @@ def main() -> None:
     print()
     for line, _ in goals(table, suites):
         print(line)
+    if args.profiles:
+        for m in models:
+            print(f"profile -> {save_profile(capability_profile(m, table[m], args.n), args.profiles)}")
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "table": table}, indent=2) + "\n")
 

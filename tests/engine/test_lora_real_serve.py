@@ -20,11 +20,27 @@ ADAPTERS = REPO / "tokenops" / "demo_models" / "adapters"
 NAMES = ("smollm2-math", "smollm2-instruction", "smollm2-code")
 
 
+#: The profile router on ``auto``: each adapter best on its own suite (the shape of the measured profiles,
+#: docs/lora.md), the base best elsewhere.
+ROUTER = '[plugins.router]\nuse = "profile"\n[plugins.router.profile]\nthreshold = 1.0\nmax_error_rate = 1.0\n'
+
+
+def _profiles(folder: Path) -> None:
+    from tokenops_plugins.multi_model._profiles import save_profile
+
+    own = {"smollm2-math": "math", "smollm2-instruction": "instruction", "smollm2-code": "code"}
+    for model in (MODEL, *NAMES):
+        dims = {d: {"score": (0.9 if own.get(model) == d else 0.1) if d in own.values() else
+                    (0.9 if model == MODEL else 0.5), "n": 20} for d in ("math", "instruction", "code", "extraction")}
+        save_profile({"model": model, "dimensions": dims}, folder)
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     args = serve_args() + [a for name in NAMES for a in ("--lora", f"{name}={ADAPTERS / name}")]
-    with ServeProcess(tmp_path_factory.mktemp("lora_real"), args=args, env=SERVE_ENV, store=False,
-                      ready_timeout_s=600) as srv:
+    workdir = tmp_path_factory.mktemp("lora_real")
+    _profiles(workdir / "profiles" / "models")
+    with ServeProcess(workdir, config=ROUTER, args=args, env=SERVE_ENV, store=False, ready_timeout_s=600) as srv:
         yield srv
 
 
@@ -67,6 +83,17 @@ def test_adapter_by_name_streamed_and_forced_tool_call(served):
     assert call.function.name == "convert"
     args = json.loads(call.function.arguments)
     assert isinstance(args["amount"], (int, float)) and args["currency"] in {"EUR", "USD", "JPY"}
+
+
+def test_profile_router_sends_auto_to_the_adapter_of_the_prompts_dimension(served):
+    from tokenops_plugins.multi_model._suites import make_suite
+
+    client = _client(served)
+    for dimension, want in (("math", "smollm2-math"), ("extraction", MODEL)):
+        task = make_suite(dimension, 1, seed=0)[0]
+        out = client.chat.completions.create(model="auto", messages=[{"role": "user", "content": task.prompt}],
+                                             temperature=0, max_tokens=2)
+        assert out.model == want, (dimension, out.model)
 
 
 @pytest.mark.slow
