@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 ADAPTERS = REPO / "tokenops" / "demo_models" / "adapters"
 NAMES = ("smollm2-math", "smollm2-instruction", "smollm2-code")
 BASE = "smollm2-135m-instruct"
-DIMENSIONS = ("math", "instruction", "code", "extraction", "classification")
+DIMENSIONS = ("math", "instruction", "code", "extraction")  # the three adapters' suites and one where the base is strong
 
 
 def ask_all(client, model: str, tasks, workers: int = 8) -> list[Answer]:
