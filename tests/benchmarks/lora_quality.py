@@ -91,9 +91,9 @@ def capability_profile(model: str, row: dict[str, tuple[int, int]], n: int) -> d
 
 def main() -> None:
     import openai
+    from tokenops_plugins.multi_model._profiles import save_profile, wilson
 
     from tokenops.testing_serve import ServeProcess
-    from tokenops_plugins.multi_model._profiles import save_profile, wilson
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=20, help="held-out items per suite")

@@ -62,12 +62,12 @@ def threshold_config(strong: str, threshold: float) -> str:
 
 def run(per_dimension: int, seed: int, dimensions: tuple[str, ...] = DIMENSIONS, out=print) -> dict:
     import openai
-
-    from tokenops.testing_serve import ServeProcess
     from tokenops_plugins.multi_model._profiles import save_profile, wilson
     from tokenops_plugins.multi_model._suites import make_mixed
     from tokenops_plugins.multi_model._text_model import Logistic
     from tokenops_plugins.multi_model.threshold_router import decide as threshold_decide
+
+    from tokenops.testing_serve import ServeProcess
 
     sys.path.insert(0, str(REPO / "tests"))
     from real_model import SERVE_ENV

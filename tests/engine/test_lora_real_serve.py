@@ -12,8 +12,8 @@ from pathlib import Path
 
 import openai
 import pytest
-
 from real_model import MODEL, SERVE_ENV, serve_args
+
 from tokenops.testing_serve import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-import train_lora_adapters as train  # noqa: E402
-from tokenops_plugins.multi_model._suites import GENERATORS, make_suite  # noqa: E402
+import train_lora_adapters as train
+from tokenops_plugins.multi_model._suites import GENERATORS, make_suite
 
 
 @pytest.mark.parametrize("spec", train.SPECS, ids=lambda s: s.name)
