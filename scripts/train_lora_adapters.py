@@ -219,7 +219,7 @@ def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tupl
             print(f"[{spec.name}] step {step + 1}/{steps} answer loss {np.mean(losses[-10:]):.3f} "
                   f"{(time.perf_counter() - started) / 60:.1f} min", flush=True)
     minutes = (time.perf_counter() - started) / 60
-    folder = OUT / spec.name
+    folder = Path(args.out) / spec.name
     model.save_pretrained(str(folder))
     unwrapped = model.unload()  # the base without LoRA layers, for the next adapter
     to_fp16(folder, base_name=args.base_name)
@@ -260,6 +260,7 @@ def main() -> None:
     ap.add_argument("--no-bf16", dest="bf16", action="store_false")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base-name", default="smollm2-135m-instruct")
+    ap.add_argument("--out", type=Path, default=OUT, help="folder the adapter folders and report.json go to")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -273,7 +274,7 @@ def main() -> None:
     for p in base.parameters():
         p.requires_grad_(False)
     end_id = tok.convert_tokens_to_ids("<|im_end|>")
-    report_path = OUT / "report.json"
+    report_path = args.out / "report.json"
     for spec in SPECS:
         if args.only and spec.name not in args.only:
             continue
