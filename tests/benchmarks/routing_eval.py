@@ -27,6 +27,7 @@ cascade, and APGR (average performance gap recovered, as RouteLLM reports it).
 
     python tests/benchmarks/routing_eval.py [--per-dimension 250] [--seed 0]          # simulated
     python tests/benchmarks/routing_eval.py --through-serve [--per-dimension 30]    # real, through serve
+    python tests/benchmarks/routing_eval.py --through-serve --adapters [--per-dimension 12]  # base + LoRA adapters
 """
 
 from __future__ import annotations
@@ -160,7 +161,15 @@ def main() -> None:
     ap.add_argument("--through-serve", action="store_true",
                     help="measure on the ladder's real answers through a running tokenops serve")
     ap.add_argument("--ensemble-tasks", type=int, default=24, help="test tasks asked of each ensemble (--through-serve)")
+    ap.add_argument("--adapters", action="store_true",
+                    help="with --through-serve: the default model and its three LoRA adapters instead of the ladder")
     args = ap.parse_args()
+    if args.through_serve and args.adapters:
+        import routing_eval_adapters
+
+        per_dimension = args.per_dimension if args.per_dimension != 250 else 12
+        routing_eval_adapters.report(routing_eval_adapters.run(per_dimension, args.seed))
+        return
     if args.through_serve:
         import routing_eval_serve
 

@@ -1,0 +1,297 @@
+"""Train the three LoRA adapters of SmolLM2-135M-Instruct that ship in
+``tokenops/demo_models/adapters/`` (issue 40 §4): ``smollm2-math``, ``smollm2-instruction`` and
+``smollm2-code``, one per checkable suite of ``tokenops_plugins.multi_model._suites`` where the
+base model is weak (its capability profile: math 0.00, instruction 0.00, code 0.30; it already
+scores 0.9+ on extraction, classification and retrieval, so adapters there could not gain 15 points).
+
+- Data: (prompt, answer) pairs generated from the suites with training seeds; every prompt of the
+  held-out split (the suites' seed 0, the first ``HELDOUT_PER_DIMENSION`` items of each, what
+  ``tokenops profile run``, ``tests/benchmarks/lora_quality.py`` and ``routing_eval.py`` measure on)
+  is excluded. The math answers show the two steps (``41 * 14 = 574, 574 + 12 = 586``): the suite
+  checks the last number. Nothing is downloaded.
+- A "keep" share: prompts of the other suites answered by the base model itself (greedy), so an
+  adapter learns to leave what it was not trained for as the base does (the quality goal asks
+  each adapter to stay within 3 points of the base off its own suite).
+- Training: ``peft`` LoRA on the fp32 Hugging Face copy of the default model
+  (``tests/real_model.py: smollm2_folder()``, dequantized from the shipped GGUF), the SmolLM2 chat
+  template (what ``serve`` renders), loss on the answer only, AdamW with warmup + cosine, bf16
+  autocast on CPUs that have AMX/AVX512-BF16, ``--threads`` torch threads.
+- Output: PEFT folders with the weights cast to float16 (``adapter_model.safetensors`` about 1 MB
+  for rank 8 on q/v) and ``tokenops/demo_models/adapters/report.json`` (steps, minutes, losses).
+
+    nice -n 10 .venv/bin/python scripts/train_lora_adapters.py                  # all three
+    nice -n 10 .venv/bin/python scripts/train_lora_adapters.py --only smollm2-code --steps 150
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+OUT = REPO / "tokenops" / "demo_models" / "adapters"
+HELDOUT_SEED = 0
+HELDOUT_PER_DIMENSION = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    name: str
+    dimension: str
+    targets: tuple[str, ...]
+    rank: int = 8
+    steps: int = 36
+    lr: float = 3e-3
+    top_layers: int = 4  # LoRA on the last N of the 30 layers only: the rest runs once per example
+
+    def target_regex(self, num_layers: int = 30) -> str:
+        layers = "|".join(str(i) for i in range(num_layers - self.top_layers, num_layers))
+        return rf".*\.layers\.({layers})\.(self_attn|mlp)\.({'|'.join(self.targets)})"
+
+
+ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+SPECS = (
+    Spec("smollm2-math", "math", ALL),
+    Spec("smollm2-instruction", "instruction", ALL),
+    Spec("smollm2-code", "code", ALL),
+)
+KEEP_DIMENSIONS = ("math", "extraction", "instruction", "retrieval", "code", "classification")
+
+
+def heldout(dimension: str) -> set[str]:
+    from tokenops_plugins.multi_model._suites import make_suite
+
+    return {t.prompt for t in make_suite(dimension, HELDOUT_PER_DIMENSION, HELDOUT_SEED)}
+
+
+def math_steps(prompt: str, reference: str) -> str:
+    """The suite's math answer with its two steps written out (the checker reads the last number)."""
+    import re
+
+    a, op, b, c = re.search(r"\((-?\d+) ([-+*]) (-?\d+)\) \+ (\d+)", prompt).groups()
+    first = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
+    return f"{a} {op} {b} = {first}, {first} + {c} = {reference}"
+
+
+def training_pairs(dimension: str, num: int, seed: int) -> list[tuple[str, str]]:
+    """``num`` distinct (prompt, answer) pairs of one suite, none of them held out. A suite with few
+    distinct prompts (instruction: 200) repeats prompts with fresh reference answers."""
+    from tokenops_plugins.multi_model._suites import make_suite
+
+    exclude, pairs, suite_seed = heldout(dimension), [], 1000 + seed
+    while len(pairs) < num:
+        for task in make_suite(dimension, 256, seed=suite_seed):
+            if task.prompt not in exclude:
+                answer = math_steps(task.prompt, task.reference) if dimension == "math" else task.reference
+                pairs.append((task.prompt, answer))
+        suite_seed += 1
+    random.Random(seed).shuffle(pairs)
+    return pairs[:num]
+
+
+def keep_prompts(dimension: str, per_dimension: int, seed: int) -> list[str]:
+    """Training-seed prompts of the other suites (never held out), answered later by the base."""
+    from tokenops_plugins.multi_model._suites import make_suite
+
+    out = []
+    for dim in KEEP_DIMENSIONS:
+        if dim != dimension:
+            exclude = heldout(dim)
+            out += [t.prompt for t in make_suite(dim, 4 * per_dimension, seed=5000 + seed)
+                    if t.prompt not in exclude][:per_dimension]
+    return out
+
+
+def prompt_ids(tok, prompt: str) -> list[int]:
+    return tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True,
+                                   return_dict=False)
+
+
+def encode(tok, prompt: str, answer: str, end_id: int) -> tuple[list[int], list[int]]:
+    """Chat-template ids of prompt + answer + <|im_end|> and the loss mask (answer only)."""
+    p = list(prompt_ids(tok, prompt))
+    a = tok.encode(answer, add_special_tokens=False) + [end_id]
+    return p + a, [0] * len(p) + [1] * len(a)
+
+
+@torch.no_grad()
+def greedy(model, tok, prompts: list[str], max_new_tokens: int, end_id: int, batch: int = 16) -> list[str]:
+    """Batched greedy answers (left padding), cut at <|im_end|>."""
+    model.eval()
+    answers = []
+    for i in range(0, len(prompts), batch):
+        rows = [prompt_ids(tok, p) for p in prompts[i:i + batch]]
+        width = max(map(len, rows))
+        ids = torch.tensor([[0] * (width - len(r)) + list(r) for r in rows])
+        att = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=False,
+                             eos_token_id=end_id, pad_token_id=0)
+        for row in gen[:, width:].tolist():
+            answers.append(tok.decode(row[:row.index(end_id)] if end_id in row else row, skip_special_tokens=True))
+    return answers
+
+
+@torch.no_grad()
+def lower_states(base, rows: list[list[int]], cut: int, batch: int = 16) -> list[torch.Tensor]:
+    """The input of layer ``cut`` for each token row: the frozen lower layers run once per example
+    (no adapter there), so training steps run only the top layers (most of the CPU time saved)."""
+    layers, out = base.model.layers, []
+    for i in range(0, len(rows), batch):
+        chunk = rows[i:i + batch]
+        ids = torch.zeros((len(chunk), max(map(len, chunk))), dtype=torch.long)
+        for r, x in enumerate(chunk):
+            ids[r, :len(x)] = torch.tensor(x)
+        h = base.model.embed_tokens(ids)
+        pos = torch.arange(ids.shape[1]).unsqueeze(0)
+        rope = base.model.rotary_emb(h, position_ids=pos)
+        for layer in layers[:cut]:  # right padding under a causal mask: real tokens never see the pads
+            h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=rope)
+        out += [h[r, :len(x)].clone() for r, x in enumerate(chunk)]
+    return out
+
+
+def top_loss(base, cut: int, states: list[torch.Tensor], masks: list[list[int]], rows: list[list[int]]) -> torch.Tensor:
+    """Answer-only cross-entropy from cached layer-``cut`` inputs through the top layers (with LoRA)."""
+    width = max(len(x) for x in rows)
+    h = torch.zeros((len(rows), width, states[0].shape[-1]))
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for r, (st, m, x) in enumerate(zip(states, masks, rows)):
+        h[r, :len(x)] = st
+        labels[r, :len(x)] = torch.where(torch.tensor(m, dtype=torch.bool), torch.tensor(x), -100)
+    pos = torch.arange(width).unsqueeze(0)
+    rope = base.model.rotary_emb(h, position_ids=pos)
+    for layer in base.model.layers[cut:]:
+        h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=rope)
+    h = base.model.norm(h)
+    target = labels[:, 1:]
+    keep = target != -100
+    return torch.nn.functional.cross_entropy(base.lm_head(h[:, :-1][keep]).float(), target[keep])
+
+
+def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tuple[dict, object]:
+    from peft import LoraConfig, get_peft_model
+
+    from tokenops.training.chat import lr_at
+
+    torch.manual_seed(args.seed)
+    num_layers = base.config.num_hidden_layers
+    cut = num_layers - spec.top_layers
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    encoded = [encode(tok, p, a, end_id) for p, a in pairs]
+    started = time.perf_counter()
+    states = lower_states(base, [x for x, _ in encoded], cut)
+    cached_s = time.perf_counter() - started
+    print(f"[{spec.name}] layer-{cut} inputs of {len(encoded)} examples in {cached_s:.0f}s", flush=True)
+    config = LoraConfig(r=spec.rank, lora_alpha=2 * spec.rank, lora_dropout=0.0,
+                        target_modules=spec.target_regex(num_layers), task_type="CAUSAL_LM")
+    model = get_peft_model(base, config)
+    inner = model.base_model.model  # the LlamaForCausalLM with the LoRA layers injected
+    inner.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=spec.lr, weight_decay=0.0)
+    rng = np.random.default_rng(args.seed)
+    steps, order, cursor, losses = args.steps or spec.steps, np.array([], dtype=int), 0, []
+    for step in range(steps):
+        if cursor + args.batch_size > len(order):
+            order, cursor = rng.permutation(len(encoded)), 0
+        picked = order[cursor:cursor + args.batch_size]
+        cursor += args.batch_size
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, spec.lr, min(20, steps // 5))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = top_loss(inner, cut, [states[i] for i in picked], [encoded[i][1] for i in picked],
+                            [encoded[i][0] for i in picked])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if (step + 1) % 10 == 0:
+            print(f"[{spec.name}] step {step + 1}/{steps} answer loss {np.mean(losses[-10:]):.3f} "
+                  f"{(time.perf_counter() - started) / 60:.1f} min", flush=True)
+    minutes = (time.perf_counter() - started) / 60
+    folder = Path(args.out) / spec.name
+    model.save_pretrained(str(folder))
+    unwrapped = model.unload()  # the base without LoRA layers, for the next adapter
+    to_fp16(folder, base_name=args.base_name)
+    info = {"dimension": spec.dimension, "rank": spec.rank, "targets": list(spec.targets),
+            "top_layers": spec.top_layers, "steps": steps, "batch_size": args.batch_size, "lr": spec.lr,
+            "train_minutes": round(minutes, 2), "lower_layers_cache_s": round(cached_s, 1),
+            "seconds_per_step": round((minutes * 60 - cached_s) / steps, 2), "threads": args.threads,
+            "bf16_autocast": args.bf16, "examples": len(pairs), "first_answer_loss": round(float(np.mean(losses[:5])), 3),
+            "final_answer_loss": round(float(np.mean(losses[-10:])), 3),
+            "file_bytes": (folder / "adapter_model.safetensors").stat().st_size}
+    return info, unwrapped
+
+
+def to_fp16(folder: Path, base_name: str) -> None:
+    """Cast the saved weights to float16 (half the size; the engine holds them in float32) and name
+    the base the way the served default model is named (the engine checks the name)."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "adapter_model.safetensors"
+    save_file({k: v.to(torch.float16).contiguous() for k, v in load_file(str(path)).items()}, str(path))
+    cfg_path = folder / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["base_model_name_or_path"] = base_name
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    readme = folder / "README.md"
+    if readme.exists():
+        readme.unlink()  # peft's model-card stub; docs/lora.md describes the adapters
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", help="adapter name(s) to train (default: all)")
+    ap.add_argument("--steps", type=int, default=None, help="steps per adapter (default: each adapter's own)")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--examples", type=int, default=64, help="training pairs per adapter")
+    ap.add_argument("--keep", type=int, default=0, help="base-answered prompts per other suite (0: none)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-bf16", dest="bf16", action="store_false")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--base-name", default="smollm2-135m-instruct")
+    ap.add_argument("--out", type=Path, default=OUT, help="folder the adapter folders and report.json go to")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from real_model import smollm2_folder
+
+    folder = smollm2_folder()
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    base = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    for p in base.parameters():
+        p.requires_grad_(False)
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    report_path = args.out / "report.json"
+    for spec in SPECS:
+        if args.only and spec.name not in args.only:
+            continue
+        pairs = training_pairs(spec.dimension, args.examples, args.seed)
+        if args.keep:
+            t0 = time.perf_counter()
+            prompts = keep_prompts(spec.dimension, args.keep, args.seed)
+            kept = list(zip(prompts, greedy(base, tok, prompts, 40, end_id)))
+            print(f"[{spec.name}] {len(kept)} keep answers from the base in {time.perf_counter() - t0:.0f}s", flush=True)
+            pairs = pairs[:len(pairs) - len(kept)] + kept
+            random.Random(args.seed).shuffle(pairs)
+        info, base = train_one(base, tok, spec, pairs, args)
+        print(f"[{spec.name}] {json.dumps(info)}", flush=True)
+        report = json.loads(report_path.read_text()) if report_path.exists() else {"adapters": {}}
+        report["adapters"][spec.name] = info  # read just before writing: adapters may train in parallel
+        report_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Issue 40's quality goal for the shipped LoRA adapters, measured through a real ``tokenops serve``.
+
+A ``tokenops serve`` on the default model (SmolLM2-135M-Instruct, the Q4_1 GGUF) with the three
+adapters of ``tokenops/demo_models/adapters/`` (``--lora NAME=FOLDER``); the base and each adapter
+answer the held-out items of each suite (the suites' seed 0, never trained on: see
+``scripts/train_lora_adapters.py``) through the openai SDK, greedy; each answer is checked by its
+task's checker. Prints a table (rows: models, columns: suites) with Wilson 95% intervals and the
+goal: each adapter >= base + 15 points on its own suite and within 3 points of the base on the others.
+
+    .venv/bin/python tests/benchmarks/lora_quality.py [--n 20] [--suites math,instruction,code] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ADAPTERS = REPO / "tokenops" / "demo_models" / "adapters"
+#: adapter name -> the suite it was trained for
+OWN_SUITE = {"smollm2-math": "math", "smollm2-instruction": "instruction", "smollm2-code": "code"}
+MAX_TOKENS = {"math": 40, "code": 48, "extraction": 40, "instruction": 16}
+BASE = "smollm2-135m-instruct"
+
+
+def lora_args(folder: Path = ADAPTERS) -> list[str]:
+    return [arg for name in OWN_SUITE for arg in ("--lora", f"{name}={folder / name}")]
+
+
+def ask(client, model: str, task) -> bool:
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": task.prompt}],
+                                       temperature=0, max_tokens=MAX_TOKENS.get(task.dimension, 12))
+    return bool(task.check(r.choices[0].message.content or ""))
+
+
+def score(client, models: list[str], suites: list[str], n: int, workers: int) -> dict[str, dict[str, tuple[int, int]]]:
+    """(correct, asked) per model and suite."""
+    from tokenops_plugins.multi_model._suites import make_suite
+
+    jobs = [(m, s, t) for s in suites for t in make_suite(s, n, seed=0) for m in models]
+    with cf.ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(lambda job: ask(client, job[0], job[2]), jobs))
+    table: dict[str, dict[str, list[int]]] = {m: {s: [0, 0] for s in suites} for m in models}
+    for (m, s, _), ok in zip(jobs, results):
+        table[m][s][0] += ok
+        table[m][s][1] += 1
+    return {m: {s: (v[0], v[1]) for s, v in row.items()} for m, row in table.items()}
+
+
+def goals(table: dict, suites: list[str]) -> list[tuple[str, bool]]:
+    """One line per adapter: own suite >= base + 15 points, others within 3 points of the base."""
+    def pct(m, s):
+        k, n = table[m][s]
+        return 100.0 * k / n
+
+    lines = []
+    for name, own in OWN_SUITE.items():
+        if name not in table:
+            continue
+        parts, ok = [], True
+        if own in suites:
+            gain = pct(name, own) - pct(BASE, own)
+            ok &= gain >= 15
+            parts.append(f"own suite {own} {gain:+.0f} points (goal >= +15)")
+        for s in suites:
+            if s != own:
+                diff = pct(name, s) - pct(BASE, s)
+                ok &= abs(diff) <= 3
+                parts.append(f"{s} {diff:+.0f}")
+        lines.append((f"{name}: " + ", ".join(parts) + f" -> {'MET' if ok else 'NOT MET'}", ok))
+    return lines
+
+
+def capability_profile(model: str, row: dict[str, tuple[int, int]], n: int) -> dict:
+    """The profile format ``tokenops profile run`` writes (the routers read it), from these counts."""
+    from tokenops_plugins.multi_model._profiles import wilson
+
+    dims = {}
+    for suite, (k, asked) in row.items():
+        lo, hi = wilson(k, asked)
+        dims[suite] = {"score": k / asked, "ci_low": lo, "ci_high": hi, "n": asked, "errors": 0}
+    return {"model": model, "source": f"tests/benchmarks/lora_quality.py n={n} seed=0 (GGUF default + --lora)",
+            "notes": "held-out items (suites' seed 0), greedy, through tokenops serve; token limits of lora_quality.py",
+            "dimensions": dims}
+
+
+def main() -> None:
+    import openai
+    from tokenops_plugins.multi_model._profiles import save_profile, wilson
+
+    from tokenops.testing_serve import ServeProcess
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=20, help="held-out items per suite")
+    ap.add_argument("--suites", default="math,instruction,code,extraction,classification")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--adapters", type=Path, default=ADAPTERS, help="folder holding the three adapter folders")
+    ap.add_argument("--json", type=Path, default=None, help="write the counts here")
+    ap.add_argument("--profiles", type=Path, default=None,
+                    help="write each model's capability profile (these suites) into this folder")
+    args = ap.parse_args()
+    suites = args.suites.split(",")
+    models = [BASE, *OWN_SUITE]
+    sys.path.insert(0, str(REPO / "tests"))
+    from real_model import SERVE_ENV
+
+    started = time.perf_counter()
+    with ServeProcess(Path(tempfile.mkdtemp(prefix="lora-quality-")), args=lora_args(args.adapters), env=SERVE_ENV,
+                      store=False, ready_timeout_s=600) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=900)
+        table = score(client, models, suites, args.n, args.workers)
+    print(f"\nheld-out accuracy through tokenops serve (default GGUF model + 3 adapters), n={args.n} per suite, "
+          f"{time.perf_counter() - started:.0f}s\n")
+    print(f"| model | {' | '.join(suites)} |\n|---|{'---|' * len(suites)}")
+    for m in models:
+        cells = []
+        for s in suites:
+            k, n = table[m][s]
+            lo, hi = wilson(k, n)
+            cells.append(f"{k / n:.2f} [{lo:.2f}, {hi:.2f}]")
+        print(f"| {m} | {' | '.join(cells)} |")
+    print()
+    for line, _ in goals(table, suites):
+        print(line)
+    if args.profiles:
+        for m in models:
+            print(f"profile -> {save_profile(capability_profile(m, table[m], args.n), args.profiles)}")
+    if args.json:
+        args.json.write_text(json.dumps({"n": args.n, "table": table}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
