@@ -368,6 +368,11 @@ def main() -> None:
     ap.add_argument("--skip-q8", action="store_true", help="--gguf: the given file only")
     ap.add_argument("--gguf-kv-cache-tokens", type=int, default=16 * 640,
                     help="--gguf: tokenops serve's KV budget (default: llama-server's context, 16 slots x 640)")
+    ap.add_argument("--gguf-only", choices=("tokenops", "llamacpp"), default=None,
+                    help="--gguf: run one of the two servers (rows only, no ratios): a rerun after a change")
+    ap.add_argument("--gguf-kv-dtype", choices=("auto", "bfloat16"), default="bfloat16",
+                    help="--gguf: tokenops serve's KV cache (default bfloat16: 2 bytes a value, as llama-server's "
+                         "float16 cache; auto: float32)")
     args = ap.parse_args()
     if args.peer == "llamacpp":
         args.requests = args.requests or 48

@@ -13,6 +13,10 @@ on it in turn and measured:
 * **TTFT** of a fresh 512-token prompt (no prefix-cache hit), best of three;
 * **peak RSS** of the server (``VmHWM`` of ``/proc/PID/status``, the kernel's high-water mark).
 
+Both hold the same KV capacity (``--gguf-kv-cache-tokens``, default llama-server's 16 x 640 tokens) in
+two bytes a value (``--gguf-kv-dtype``, default ``bfloat16`` against llama.cpp's float16; ``auto``
+keeps tokenops' float32 cache, twice the bytes).
+
 Then a roofline line per file: the bytes of weights one decoded token reads (every matrix of the
 file once; the embedding table only as the output projection when the file ties them, else one
 row), the memory bandwidth this box streams right now (a copy through torch, measured in the same
@@ -208,7 +212,8 @@ def filled(ids: list[int], n: int) -> list[int]:
 def tokenops_config(gguf: Path, args) -> str:
     return (f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{gguf}"\n\n[engine]\n'
             f"max_num_seqs = {args.concurrency}\nmax_num_batched_tokens = {args.budget}\n"
-            f"kv_cache_tokens = {args.gguf_kv_cache_tokens}\ntorch_threads = {args.threads}\n")
+            f"kv_cache_tokens = {args.gguf_kv_cache_tokens}\ntorch_threads = {args.threads}\n"
+            f'\n[plugins.kv_policy]\ncache_dtype = "{args.gguf_kv_dtype}"\n')
 
 
 def print_row(name: str, f: ServerFigures, num_tokens: int) -> None:
@@ -252,7 +257,8 @@ def run_gguf(args, sample_requests: Callable) -> None:
     prompt_lens, out_lens = [len(i) for i, _ in requests], [n for _, n in requests]
     print(f"GGUF peer run: {', '.join(files)}; {args.threads} threads per server, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}; llama-server {server_bin} (-np {args.parallel}, -c {CTX_PER_SLOT} per slot, "
-          f"--no-repack); tokenops max_num_seqs {args.concurrency}, kv_cache_tokens {args.gguf_kv_cache_tokens}")
+          f"--no-repack, float16 KV); tokenops max_num_seqs {args.concurrency}, kv_cache_tokens "
+          f"{args.gguf_kv_cache_tokens}, KV {args.gguf_kv_dtype}")
     print(f"workload: {len(requests)} ShareGPT requests at once (seed {args.seed}): prompt tokens mean "
           f"{statistics.mean(prompt_lens):.0f} [{min(prompt_lens)}, {max(prompt_lens)}], output tokens mean "
           f"{statistics.mean(out_lens):.0f} [{min(out_lens)}, {max(out_lens)}], EOS ignored, greedy; batch-1: "
@@ -266,15 +272,18 @@ def run_gguf(args, sample_requests: Callable) -> None:
                 gguf, args.parallel, args.threads, CTX_PER_SLOT, repack=False)
             figures = {}
             for name, make in (("tokenops serve", make_tokenops), ("llama.cpp server", make_llama)):
+                if args.gguf_only and not name.startswith(args.gguf_only[:5]):
+                    continue
                 figures[name] = measure(make, requests, b1_prompt, b1_tokens, ttft_prompt, repeats)
                 print_row(f"{name} {label.split('.')[-2]}", figures[name], sum(out_lens))
-            print_ratios(label.split(".")[-2], figures["tokenops serve"], figures["llama.cpp server"])
+            if len(figures) == 2:
+                print_ratios(label.split(".")[-2], figures["tokenops serve"], figures["llama.cpp server"])
             weights = weight_bytes_per_token(gguf)
             bandwidth = stream_bandwidth(threads=args.threads)
             split = ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(weights.by_type.items()))
             print(f"roofline {label.split('.')[-2]}: {weights.total / 1e6:.1f} MB of weights per decoded token "
                   f"({split}); stream copy {bandwidth / 1e9:.1f} GB/s on {args.threads} threads now -> ceiling "
-                  f"{bandwidth / weights.total:.0f} tok/s at batch 1 (tokenops reached "
-                  f"{figures['tokenops serve'].b1_tok_s / (bandwidth / weights.total):.0%}, llama.cpp "
-                  f"{figures['llama.cpp server'].b1_tok_s / (bandwidth / weights.total):.0%})", flush=True)
+                  f"{bandwidth / weights.total:.0f} tok/s at batch 1 ("
+                  + ", ".join(f"{name.split()[0]} reached {f.b1_tok_s / (bandwidth / weights.total):.0%}"
+                              for name, f in figures.items()) + ")", flush=True)
 
