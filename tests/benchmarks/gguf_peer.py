@@ -223,21 +223,25 @@ def print_row(name: str, f: ServerFigures, num_tokens: int) -> None:
           f"({f.ttft512_cpu_s * 1000:.0f} ms CPU) | peak RSS {f.peak_rss_mb:6.0f} MB", flush=True)
 
 
-def print_ratios(label: str, t: ServerFigures, l: ServerFigures) -> None:
-    print(f"ratio tokenops / llama.cpp, {label}: throughput {t.tok_s / l.tok_s:.2f}x (CPU {t.tok_cpu_s / l.tok_cpu_s:.2f}x; "
-          f"goal >= 1.5x), batch-1 decode {t.b1_tok_s / l.b1_tok_s:.2f}x (CPU {t.b1_tok_cpu_s / l.b1_tok_cpu_s:.2f}x; "
-          f"goal >= 1.0x), TTFT 512 {t.ttft512_s / l.ttft512_s:.2f}x (CPU {t.ttft512_cpu_s / max(l.ttft512_cpu_s, 1e-9):.2f}x; "
-          f"goal <= 1.0x), peak RSS {t.peak_rss_mb - l.peak_rss_mb:+.0f} MB (goal <= +300 MB)", flush=True)
+def print_ratios(label: str, ours: ServerFigures, peer: ServerFigures) -> None:
+    def ratio(a: float, b: float) -> str:
+        return f"{a / max(b, 1e-9):.2f}x"
+
+    print(f"ratio tokenops / llama.cpp, {label}: throughput {ratio(ours.tok_s, peer.tok_s)} "
+          f"(CPU {ratio(ours.tok_cpu_s, peer.tok_cpu_s)}; goal >= 1.5x), batch-1 decode "
+          f"{ratio(ours.b1_tok_s, peer.b1_tok_s)} (CPU {ratio(ours.b1_tok_cpu_s, peer.b1_tok_cpu_s)}; goal >= 1.0x), "
+          f"TTFT 512 {ratio(ours.ttft512_s, peer.ttft512_s)} (CPU {ratio(ours.ttft512_cpu_s, peer.ttft512_cpu_s)}; "
+          f"goal <= 1.0x), peak RSS {ours.peak_rss_mb - peer.peak_rss_mb:+.0f} MB (goal <= +300 MB)", flush=True)
 
 
 def run_gguf(args, sample_requests: Callable) -> None:
     """Both servers on ``args.gguf`` and its Q8_0 copy; rows, ratios and the roofline printed."""
+    import tempfile
+
     import llamacpp_peer as lp
     from tokenops.engine.gguf_reader import GGUFFile
     from tokenops.engine.gguf_tokenizer import gguf_tokenizer
     from tokenops.testing_serve import ServeProcess
-
-    import tempfile
 
     server_bin = lp.llama_server()
     source = Path(args.gguf).resolve()

@@ -81,8 +81,8 @@ def test_bfloat16_cache_changes_logits_by_its_rounding_only(tiny_checkpoint, mak
 
 
 def test_serve_with_a_bfloat16_cache(tmp_path, tiny_llama_dir):
-    """``tokenops serve`` with ``[plugins.kv_policy] cache_dtype = "bfloat16"`` streams through the fused step and answers
-    what the same engine generates in process."""
+    """``tokenops serve`` with ``[plugins.kv_policy] cache_dtype = "bfloat16"`` streams through the fused
+    step and answers what the same engine generates in process."""
     prompt = "the cache holds half the bytes " * 5
     config = (f'[[models]]\nname = "tiny"\nbackend = "local"\npath = "{tiny_llama_dir}"\n\n'
               '[plugins.kv_policy]\ncache_dtype = "bfloat16"\n')
