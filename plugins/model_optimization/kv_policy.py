@@ -29,6 +29,7 @@ Enable: ``EngineConfig(kv_sink_tokens=4, kv_window_tokens=256)`` or in
     sink_tokens = 4
     window_tokens = 256
     cache_dtype = "int8"    # also: the int8 KV cache (tokenops/engine/kv_quant.py)
+                            # or "bfloat16": a float32 model's cache in half the bytes
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def tokenops_configure(settings):
                 raise ValueError(f"[plugins.kv_policy] {key} must be an integer >= 0")
             _conf[key] = value
     if "cache_dtype" in conf:
-        if conf["cache_dtype"] not in ("auto", "int8"):
-            raise ValueError("[plugins.kv_policy] cache_dtype must be 'auto' or 'int8'")
+        if conf["cache_dtype"] not in ("auto", "bfloat16", "int8"):
+            raise ValueError("[plugins.kv_policy] cache_dtype must be 'auto', 'bfloat16' or 'int8'")
         _conf["cache_dtype"] = conf["cache_dtype"]
 
 

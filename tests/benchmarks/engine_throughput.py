@@ -41,6 +41,10 @@ converter: the same ``--requests`` (default 48) ShareGPT-shaped requests (prompt
 batch-1 decode (256 tokens after a 64-token prompt) and TTFT; then HF static batches
 of ``--concurrency`` in-process; fp32 rows plus an int8 row (tokenops int8 weights vs
 llama.cpp Q8_0; ``--skip-int8`` leaves it out).
+
+``--peer llamacpp --gguf FILE`` runs both servers on a real GGUF model instead (and on a Q8_0
+made from it): throughput, batch-1 decode, 512-token TTFT, peak RSS and a roofline line; see
+``gguf_peer.py``. ``--quick`` makes that a smoke run.
 """
 
 from __future__ import annotations
@@ -358,6 +362,17 @@ def main() -> None:
                     help="--peer llamacpp: run each system's load this many times (other token ids each round, "
                          "the same lengths) and report its best round: a shared box's noise hits every system")
     ap.add_argument("--no-store", action="store_true", help="--peer llamacpp: tokenops serve without its store")
+    ap.add_argument("--gguf", type=Path, default=None,
+                    help="--peer llamacpp: serve this GGUF file (and a Q8_0 made from it) instead of the 32M fp32 "
+                         "model (see gguf_peer.py)")
+    ap.add_argument("--skip-q8", action="store_true", help="--gguf: the given file only")
+    ap.add_argument("--gguf-kv-cache-tokens", type=int, default=16 * 640,
+                    help="--gguf: tokenops serve's KV budget (default: llama-server's context, 16 slots x 640)")
+    ap.add_argument("--gguf-only", choices=("tokenops", "llamacpp"), default=None,
+                    help="--gguf: run one of the two servers (rows only, no ratios): a rerun after a change")
+    ap.add_argument("--gguf-kv-dtype", choices=("auto", "bfloat16"), default="bfloat16",
+                    help="--gguf: tokenops serve's KV cache (default bfloat16: 2 bytes a value, as llama-server's "
+                         "float16 cache; auto: float32)")
     args = ap.parse_args()
     if args.peer == "llamacpp":
         args.requests = args.requests or 48
@@ -366,6 +381,14 @@ def main() -> None:
         from tokenops.engine.tokenizer import Tokenizer
 
         torch.set_num_threads(args.threads)
+        if args.gguf is not None:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from gguf_peer import run_gguf
+
+            if args.quick:
+                args.requests = min(args.requests, 12)
+                args.concurrency = min(args.concurrency, args.requests)
+            return run_gguf(args, sample_requests)
         return run_peer(args, Tokenizer.from_dir(TOKENIZER_DIR))
     args.requests, args.threads, args.concurrency = args.requests or 64, args.threads or 1, args.concurrency or 16
     if args.quick:

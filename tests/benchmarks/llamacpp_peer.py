@@ -122,8 +122,9 @@ def free_port() -> int:
 class LlamaServer:
     """``llama-server`` on a free port, serving one GGUF file; a context manager."""
 
-    def __init__(self, gguf: Path, parallel: int, threads: int, ctx_per_slot: int, batch: int = 512) -> None:
-        self.gguf, self.parallel, self.threads = gguf, parallel, threads
+    def __init__(self, gguf: Path, parallel: int, threads: int, ctx_per_slot: int, batch: int = 512,
+                 repack: bool = True) -> None:
+        self.gguf, self.parallel, self.threads, self.repack = gguf, parallel, threads, repack
         self.ctx = ctx_per_slot * parallel
         self.batch = batch
         self.port = free_port()
@@ -134,6 +135,8 @@ class LlamaServer:
         cmd = [str(llama_server()), "-m", str(self.gguf), "--host", "127.0.0.1", "--port", str(self.port),
                "-np", str(self.parallel), "-c", str(self.ctx), "-t", str(self.threads), "-tb", str(self.threads),
                "-b", str(self.batch), "-ub", str(self.batch), "--no-webui", "-cb"]
+        if not self.repack:  # builds that crash repacking quantized weights at load
+            cmd.append("--no-repack")
         self.log = open(cache_dir() / "llama-server.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120

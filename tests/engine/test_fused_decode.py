@@ -353,7 +353,7 @@ def test_auto_declines_and_native_refuses_what_it_cannot_run(tiny_checkpoint, ma
         runner._raw_model, runner.kv_cache, runner.device)
     assert make_runner(llama, dtype="bfloat16").fused_decode is None
     assert make_runner(llama, decode_kernel="torch").fused_decode is None
-    with pytest.raises(ValueError, match="float32 KV cache"):
+    with pytest.raises(ValueError, match="float32 or bfloat16 KV cache"):
         make_runner(llama, kv_cache_dtype="int8", decode_kernel="native")
     with pytest.raises(ValueError, match="decode_kernel must be 'auto', 'native' or 'torch'"):
         EngineConfig(model=str(llama), decode_kernel="fast")

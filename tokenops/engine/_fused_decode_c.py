@@ -28,6 +28,31 @@ typedef float panel_t;
 static inline float panel_at(const panel_t *row, int j) { return row[j]; }
 #endif
 
+/* The KV cache holds float32, or bfloat16 when compiled with TK_KV_BF16 (kv_cache_dtype "bfloat16":
+   half the memory a cached token holds and a decode streams). Values are written rounded to
+   nearest even, as torch's .to(torch.bfloat16) rounds, so this step and the PyTorch forward fill
+   the cache with the same bits; scores and sums stay float32. */
+#ifdef TK_KV_BF16
+typedef uint16_t kv_t;
+static inline float kv_at(const kv_t *p, int64_t i) {
+    uint32_t u = (uint32_t)p[i] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline void kv_store(kv_t *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, sizeof u);
+        dst[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+#else
+typedef float kv_t;
+static inline float kv_at(const kv_t *p, int64_t i) { return p[i]; }
+static inline void kv_store(kv_t *dst, const float *src, int64_t n) { memcpy(dst, src, sizeof(float) * (size_t)n); }
+#endif
+
 typedef struct {
     const float *in_norm, *post_norm, *q_norm, *k_norm;
     const panel_t *wqkv;
@@ -38,7 +63,7 @@ typedef struct {
     const float *bgu;
     const panel_t *wd;
     const float *bd;
-    float *kc, *vc;          /* this layer's cache, [num_blocks, BS, KVH, D] */
+    kv_t *kc, *vc;           /* this layer's cache, [num_blocks, BS, KVH, D] */
     int64_t window;          /* 0: full attention */
 } tk_layer;
 
@@ -305,16 +330,42 @@ static inline void silu_mul(float *row, int64_t I) {
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
+#ifdef TK_KV_BF16
+static inline __m256 kv_load8(const kv_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline float dot_kv(const float *q, const kv_t *k, int64_t D) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t d = 0;
+    for (; d + 16 <= D; d += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), kv_load8(k + d), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), kv_load8(k + d + 8), a1);
+    }
+    for (; d + 8 <= D; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), kv_load8(k + d), a0);
+    float s = hsum8(_mm256_add_ps(a0, a1));
+    for (; d < D; d++) s += q[d] * kv_at(k, d);
+    return s;
+}
+static inline void axpy_kv(float *o, float w, const kv_t *v, int64_t D) {
+    __m256 w8 = _mm256_set1_ps(w);
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) _mm256_storeu_ps(o + d, _mm256_fmadd_ps(w8, kv_load8(v + d), _mm256_loadu_ps(o + d)));
+    for (; d < D; d++) o[d] += w * kv_at(v, d);
+}
+#else
+static inline __m256 kv_load8(const kv_t *p) { return _mm256_loadu_ps(p); }
+#endif
 /* scale * q_h . k_(h/G) for the 8 query heads h0..h0+7 of one row, k the cache row of one position
    (all KV heads), D a multiple of 8: eight dot products side by side, their lanes summed by one
    transpose-and-add (lane j holds head h0 + j) */
-static inline __m256 dot8(const float *q, const float *k, int64_t h0, int64_t G, int64_t D, float scale) {
+static inline __m256 dot8(const float *q, const kv_t *k, int64_t h0, int64_t G, int64_t D, float scale) {
     __m256 a[8];
     _Pragma("GCC unroll 8")
     for (int j = 0; j < 8; j++) {
-        const float *qh = q + (h0 + j) * D, *kh = k + ((h0 + j) / G) * D;
-        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_loadu_ps(kh));
-        for (int64_t d = 8; d < D; d += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kh + d), s);
+        const float *qh = q + (h0 + j) * D;
+        const kv_t *kh = k + ((h0 + j) / G) * D;
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(qh), kv_load8(kh));
+        for (int64_t d = 8; d < D; d += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), kv_load8(kh + d), s);
         a[j] = s;
     }
     __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
@@ -328,7 +379,7 @@ static inline __m256 dot8(const float *q, const float *k, int64_t h0, int64_t G,
    (vs floats per cache row, found through the block table). The NH x ND accumulators stay in
    registers down the whole stretch, each position's slice is loaded once for all NH heads. */
 static inline __attribute__((always_inline)) void value_tile(const int NH, const int ND, const float *w, int64_t ws,
-        const float *v, int64_t vs, const int64_t *tab, int64_t BS, int64_t a, int64_t i0, int64_t i1, float *out,
+        const kv_t *v, int64_t vs, const int64_t *tab, int64_t BS, int64_t a, int64_t i0, int64_t i1, float *out,
         int64_t os) {
     __m256 c[3][4];
     _Pragma("GCC unroll 3")
@@ -336,12 +387,12 @@ static inline __attribute__((always_inline)) void value_tile(const int NH, const
     for (int64_t i = i0; i < i1;) {
         int64_t p = a + i, blk = tab[p / BS], off = p % BS, cnt = BS - off < i1 - i ? BS - off : i1 - i;
         if (blk >= 0) {
-            const float *row = v + (blk * BS + off) * vs;
+            const kv_t *row = v + (blk * BS + off) * vs;
             for (int64_t t = 0; t < cnt; t++, row += vs) {
                 const float *wi = w + (i + t) * ws;
                 _Pragma("GCC unroll 4")
                 for (int d = 0; d < ND; d++) {
-                    __m256 x = _mm256_loadu_ps(row + d * 8);
+                    __m256 x = kv_load8(row + d * 8);
                     _Pragma("GCC unroll 3")
                     for (int h = 0; h < NH; h++) c[h][d] = _mm256_fmadd_ps(_mm256_broadcast_ss(wi + h), x, c[h][d]);
                 }
@@ -355,7 +406,7 @@ static inline __attribute__((always_inline)) void value_tile(const int NH, const
         for (int d = 0; d < ND; d++) _mm256_storeu_ps(out + h * os + d * 8, c[h][d]);
     }
 }
-static void value_pass(int shape, const float *w, int64_t ws, const float *v, int64_t vs, const int64_t *tab, int64_t BS,
+static void value_pass(int shape, const float *w, int64_t ws, const kv_t *v, int64_t vs, const int64_t *tab, int64_t BS,
                        int64_t a, int64_t i0, int64_t i1, float *out, int64_t os) {
 #define TK_VALUE(NH_, ND_) case NH_ * 8 + ND_: value_tile(NH_, ND_, w, ws, v, vs, tab, BS, a, i0, i1, out, os); break;
     switch (shape) {
@@ -368,6 +419,20 @@ static void value_pass(int shape, const float *w, int64_t ws, const float *v, in
 #define TK_VEC 8
 #else
 #define TK_VEC 0
+#ifdef TK_KV_BF16
+static inline float dot_kv(const float *q, const kv_t *k, int64_t D) {
+    float s = 0.f;
+    for (int64_t d = 0; d < D; d++) s += q[d] * kv_at(k, d);
+    return s;
+}
+static inline void axpy_kv(float *o, float w, const kv_t *v, int64_t D) {
+    for (int64_t d = 0; d < D; d++) o[d] += w * kv_at(v, d);
+}
+#endif
+#endif
+#ifndef TK_KV_BF16  /* float32 rows: the plain helpers, bit for bit the products they always were */
+#define dot_kv dot1
+#define axpy_kv axpy
 #endif
 
 /* Split-KV attention for R consecutive rows of one sequence (a decode is one row; a verify or
@@ -380,13 +445,13 @@ static void value_pass(int shape, const float *w, int64_t ws, const float *v, in
    (part[0..H), part[H..2H)) and its unnormalised output (part + 2H, [H, D]); merge() combines the
    parts. */
 static void attend_part(const float *q, int64_t qs, int64_t R, const int64_t *lo, const int64_t *ctx,
-                        const float *kc, const float *vc, const int64_t *tab, int64_t a, int64_t b,
+                        const kv_t *kc, const kv_t *vc, const int64_t *tab, int64_t a, int64_t b,
                         float *parts, int64_t pstride, float *scores, int64_t H, int64_t KVH, int64_t D,
                         int64_t BS, float scale) {
     int64_t n = b - a, G = H / KVH, H8 = (TK_VEC && D % 8 == 0) ? H / 8 * 8 : 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = a + i, blk = tab[p / BS];
-        const float *row = blk < 0 ? NULL : kc + (blk * BS + p % BS) * KVH * D;
+        const kv_t *row = blk < 0 ? NULL : kc + (blk * BS + p % BS) * KVH * D;
         for (int64_t r = 0; r < R; r++) {
             float *si = scores + (r * n + i) * H;
             const float *qr = q + r * qs;
@@ -395,7 +460,7 @@ static void attend_part(const float *q, int64_t qs, int64_t R, const int64_t *lo
 #if TK_VEC
             for (; h < H8; h += 8) _mm256_storeu_ps(si + h, dot8(qr, row, h, G, D, scale));
 #endif
-            for (; h < H; h++) si[h] = dot1(qr + h * D, row + (h / G) * D, D) * scale;
+            for (; h < H; h++) si[h] = dot_kv(qr + h * D, row + (h / G) * D, D) * scale;
         }
     }
     for (int64_t r = 0; r < R; r++) {
@@ -457,12 +522,12 @@ static void attend_part(const float *q, int64_t qs, int64_t R, const int64_t *lo
     for (int64_t i = 0; i < n; i++) {
         int64_t p = a + i, blk = tab[p / BS];
         if (blk < 0) continue;
-        const float *row = vc + (blk * BS + p % BS) * KVH * D;
+        const kv_t *row = vc + (blk * BS + p % BS) * KVH * D;
         for (int64_t r = 0; r < R; r++) {
             if (p >= ctx[r] || p < lo[r]) continue;
             float *acc = parts + r * pstride + 2 * H;
             const float *si = scores + (r * n + i) * H;
-            for (int64_t h = 0; h < H; h++) axpy(acc + h * D, si[h], row + (h / G) * D, D);
+            for (int64_t h = 0; h < H; h++) axpy_kv(acc + h * D, si[h], row + (h / G) * D, D);
         }
     }
 }
@@ -591,8 +656,8 @@ static int fused_step(const tk_layer *layers, const int64_t *meta, float eps, fl
                     if (ly->k_norm) rmsnorm(k + j * D, ly->k_norm, k + j * D, D, eps);
                     rope(k + j * D, c, s, D);
                 }
-                memcpy(ly->kc + slots[m] * KVH * D, k, sizeof(float) * KVH * D);
-                memcpy(ly->vc + slots[m] * KVH * D, v, sizeof(float) * KVH * D);
+                kv_store(ly->kc + slots[m] * KVH * D, k, KVH * D);
+                kv_store(ly->vc + slots[m] * KVH * D, v, KVH * D);
             }
             /* each group's window split into S stretches of at least 32 positions, one per thread; a
                long chunk (a prefill) is split by rows instead, into S parts of about equal work */

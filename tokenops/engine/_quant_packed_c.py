@@ -12,7 +12,8 @@ ones (plus zero rows to fill the last group); llama.cpp calls this layout ``q4_0
 
 Per block and group: Q4_0 ``d[8]`` (fp16), codes; Q4_1 ``d[8]``, ``m[8]``, codes; Q8_0 ``d[8]``,
 codes. Q4 codes are 4 chunks of 32 bytes, chunk j holding bytes 4j-4j+3 of each row (low nibbles:
-values 4j-4j+3, high nibbles: values 16+4j-16+4j+3); Q8_0 codes are 8 such chunks of one byte each."""
+values 4j-4j+3, high nibbles: values 16+4j-16+4j+3); Q8_0 codes are 8 such chunks of one byte each,
+stored plus 128 (unsigned), so the integer products take them as the unsigned operand as they are."""
 
 SOURCE = r"""
 static int qk_packed_bytes(int t) {  /* bytes per block of a group of 8 rows (0: not packable) */
@@ -40,6 +41,9 @@ int qk_pack(int t, const uint8_t *raw, int64_t rb, int64_t N, int64_t K, uint8_t
             memcpy(dst + 2 * r, src, 2);
             if (t == TK_Q4_1) memcpy(dst + 16 + 2 * r, src + 2, 2);
             for (int j = 0; j < cb; j++) memcpy(dst + hdr + 32 * j + 4 * r, src + qoff + 4 * j, 4);
+            if (t == TK_Q8_0)  /* codes stored offset by 128 (unsigned): the GEMV's u8 x s8 products need no sign shuffle */
+                for (int j = 0; j < cb; j++)
+                    for (int v = 0; v < 4; v++) dst[hdr + 32 * j + 4 * r + v] ^= 0x80;
         }
     }
     return 0;
@@ -54,7 +58,7 @@ static void dequant_group_row(int t, const uint8_t *restrict g, int64_t K, int r
         float d = h2f(p + 2 * r), m = t == TK_Q4_1 ? h2f(p + 16 + 2 * r) : -8.f * d;
         float *o = y + b * 32;
         if (t == TK_Q8_0) {
-            for (int v = 0; v < 32; v++) o[v] = d * (float)(int8_t)p[hdr + 32 * (v / 4) + 4 * r + v % 4];
+            for (int v = 0; v < 32; v++) o[v] = d * (float)(int8_t)(p[hdr + 32 * (v / 4) + 4 * r + v % 4] ^ 0x80);
         } else {
             for (int v = 0; v < 16; v++) {
                 uint8_t byte = p[hdr + 32 * (v / 4) + 4 * r + v % 4];
@@ -82,6 +86,7 @@ static void dequant_group(int t, const uint8_t *restrict g, int64_t K, float *re
             for (int j = 0; j < (t == TK_Q8_0 ? 8 : 4); j++) {
                 __m128i q = _mm_loadl_epi64((const __m128i *)(p + hdr + 32 * j + 4 * r));  /* rows r, r+1 */
                 if (t == TK_Q8_0) {
+                    q = _mm_xor_si128(q, _mm_set1_epi8((char)0x80));
                     __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d2);
                     _mm_storeu_ps(y0 + 4 * j, _mm256_castps256_ps128(v));
                     _mm_storeu_ps(y1 + 4 * j, _mm256_extractf128_ps(v, 1));
@@ -143,12 +148,21 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
         if (T == TK_Q8_0) {
             _Pragma("GCC unroll 8")
             for (int j = 0; j < 8; j++) {
-                __m256i w = _mm256_loadu_si256((const __m256i *)(p + hdr + 32 * j));
-                __m256i u = _mm256_sign_epi8(w, w);
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < R; r++) {
-                    s[r] = dot_acc(s[r], u, _mm256_sign_epi8(bcast4(a[r].q + b * 32 + 4 * j), w), vnni);
-                    s2[r] = dot_acc(s2[r], u, _mm256_sign_epi8(bcast4(a[r].q2 + b * 32 + 4 * j), w), vnni);
+                __m256i u = _mm256_loadu_si256((const __m256i *)(p + hdr + 32 * j));  /* w + 128 */
+                if (vnni) {  /* dpbusd sums into int32: (w + 128) x, the 128 x taken off below */
+                    _Pragma("GCC unroll 4")
+                    for (int r = 0; r < R; r++) {
+                        s[r] = dot_acc(s[r], u, bcast4(a[r].q + b * 32 + 4 * j), vnni);
+                        s2[r] = dot_acc(s2[r], u, bcast4(a[r].q2 + b * 32 + 4 * j), vnni);
+                    }
+                } else {  /* maddubs saturates int16 pairs: |w| x (x sign w), as before */
+                    __m256i w = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
+                    u = _mm256_sign_epi8(w, w);
+                    _Pragma("GCC unroll 4")
+                    for (int r = 0; r < R; r++) {
+                        s[r] = dot_acc(s[r], u, _mm256_sign_epi8(bcast4(a[r].q + b * 32 + 4 * j), w), vnni);
+                        s2[r] = dot_acc(s2[r], u, _mm256_sign_epi8(bcast4(a[r].q2 + b * 32 + 4 * j), w), vnni);
+                    }
                 }
             }
         } else {
@@ -165,14 +179,15 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
                 }
             }
         }
+        /* the offsets: Q4_1's m, Q4_0's -8 d, and -128 d for Q8_0's codes stored as w + 128 */
         __m256 mv = T == TK_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))
-                                 : _mm256_mul_ps(dv, _mm256_set1_ps(-8.f));
+                                 : _mm256_mul_ps(dv, _mm256_set1_ps(T == TK_Q8_0 ? -128.f : -8.f));
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
             __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2[r]), _mm256_set1_ps(a[r].d2[b]),
                                        _mm256_mul_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(a[r].d[b])));
             acc[r] = _mm256_fmadd_ps(f, dv, acc[r]);
-            if (T != TK_Q8_0) acc[r] = _mm256_fmadd_ps(mv, _mm256_set1_ps(a[r].s32[b]), acc[r]);
+            if (T != TK_Q8_0 || vnni) acc[r] = _mm256_fmadd_ps(mv, _mm256_set1_ps(a[r].s32[b]), acc[r]);
         }
     }
     _Pragma("GCC unroll 4")

@@ -255,8 +255,12 @@ def paged_attention(
     assert softcap is None or meta.native is None, "the compiled decode kernel does not soft-cap scores"
     k_flat = k_cache.view(-1, num_kv_heads, head_dim)
     v_flat = v_cache.view(-1, num_kv_heads, head_dim)
+    if k_cache.dtype != q.dtype:  # a narrower cache (kv_cache_dtype "bfloat16"): attend over the rounded values
+        k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
     k_flat.index_copy_(0, meta.slot_mapping, k)
     v_flat.index_copy_(0, meta.slot_mapping, v)
+    if k_cache.dtype != q.dtype:
+        k, v = k.to(q.dtype), v.to(q.dtype)
 
     if meta.native is not None:
         nd = meta.num_decodes
@@ -278,8 +282,8 @@ def paged_attention(
         if span.context_slots is None:
             ks, vs = k[s:e], v[s:e]
         else:
-            ks = k_flat.index_select(0, span.context_slots)
-            vs = v_flat.index_select(0, span.context_slots)
+            ks = k_flat.index_select(0, span.context_slots).to(q.dtype)
+            vs = v_flat.index_select(0, span.context_slots).to(q.dtype)
         mask = span.masks[window]
         qs, kt, vt = (x.transpose(0, 1).unsqueeze(0) for x in (q[s:e], ks, vs))
         if softcap is not None:
@@ -321,6 +325,7 @@ def _decode(q, k_flat, v_flat, group: DecodeGroup, meta: AttentionMetadata, scal
     ks = torch.index_select(k_flat, 0, group.slots, out=meta.workspace[0, :num_slots]).view(shape).transpose(1, 2)
     vs = torch.index_select(v_flat, 0, group.slots, out=meta.workspace[1, :num_slots]).view(shape).transpose(1, 2)
     qs = q.view(num_rows, num_kv_heads, group_size, head_dim)
+    ks, vs = ks.to(q.dtype), vs.to(q.dtype)  # no copy unless the cache is narrower than the queries
     if softcap is not None:
         o = softcapped_attention(qs, ks, vs, group.masks[window], scale, softcap)
     else:

@@ -61,7 +61,8 @@ class EngineConfig:
     #: verify forward of k + 1 tokens per sequence costs more than the accepted tokens save
     #: (vLLM's speculative_disable_by_batch_size).
     speculative_disable_by_batch_size: int = 0
-    #: KV-cache storage: "auto" (the model dtype) or "int8" (per-token-per-head scales).
+    #: KV-cache storage: "auto" (the model dtype), "bfloat16" (half a float32 model's KV bytes,
+    #: values rounded; llama.cpp keeps float16 by default) or "int8" (per-token-per-head scales).
     kv_cache_dtype: str = "auto"
     #: Sink + window eviction (0 = off): keep the first ``kv_sink_tokens`` and the
     #: last ``kv_window_tokens`` tokens of long sequences in the cache.
@@ -132,8 +133,8 @@ class EngineConfig:
         _check_int("speculative_disable_by_batch_size", self.speculative_disable_by_batch_size, 0)
         if self.speculative == "draft" and not self.draft_model:
             raise ValueError("engine speculative = 'draft' needs draft_model (a local model folder)")
-        if self.kv_cache_dtype not in ("auto", "int8"):
-            raise ValueError(f"engine kv_cache_dtype must be 'auto' or 'int8', not {self.kv_cache_dtype!r}")
+        if self.kv_cache_dtype not in ("auto", "bfloat16", "int8"):
+            raise ValueError(f"engine kv_cache_dtype must be 'auto', 'bfloat16' or 'int8', not {self.kv_cache_dtype!r}")
         if self.attention_backend not in ("auto", "native", "torch"):
             raise ValueError(f"engine attention_backend must be 'auto', 'native' or 'torch', not {self.attention_backend!r}")
         if self.decode_kernel not in ("auto", "native", "torch"):

@@ -43,7 +43,7 @@ more than ``max_rows`` tokens (a token budget over :data:`MAX_ROWS`) take the Py
 stays the reference: greedy output is the same either way in the tests, and logits and K/V agree
 to float32 rounding (the sums run in another order).
 
-Eligible: a dense (not MoE) model in float32 on CPU, SiLU MLP, float32 KV cache, no weight
+Eligible: a dense (not MoE) model in float32 on CPU, SiLU MLP, float32 or bfloat16 KV cache, no weight
 transform (quantized layers) and no compiled forward (the runner drops the decoder when a
 compile plugin returns a model).
 """
@@ -89,14 +89,15 @@ class _Layer(ctypes.Structure):
 
 
 _lock = threading.Lock()
-_libs: dict[str, ctypes.CDLL | None] = {}  # panel dtype -> library (None: could not be built)
+_libs: dict[str, ctypes.CDLL | None] = {}  # panel dtype (+ "-kvbf16") -> library (None: could not be built)
 
 
-def _library(panel_dtype: str = "float32") -> ctypes.CDLL | None:
-    if panel_dtype in _libs:
-        return _libs[panel_dtype]
+def _library(panel_dtype: str = "float32", kv_bf16: bool = False) -> ctypes.CDLL | None:
+    key = panel_dtype + ("-kvbf16" if kv_bf16 else "")
+    if key in _libs:
+        return _libs[key]
     with _lock:
-        if panel_dtype not in _libs:
+        if key not in _libs:
             import subprocess
 
             from tokenops.engine.native import build_library
@@ -108,6 +109,8 @@ def _library(panel_dtype: str = "float32") -> ctypes.CDLL | None:
                 from tokenops.engine.quant_kernels import SOURCE as quant_source
 
                 source, stem = quant_source + "#define TK_QUANT 1\n" + _SOURCE, "fused_decode_gguf"
+            if kv_bf16:
+                source, stem = "#define TK_KV_BF16 1\n" + source, stem + "_kvbf16"
             lib = None
             try:
                 lib = ctypes.CDLL(str(build_library(source=source, stem=stem)))
@@ -124,8 +127,8 @@ def _library(panel_dtype: str = "float32") -> ctypes.CDLL | None:
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 log.warning("fused decode step unavailable, decodes use the PyTorch path: %s", e)
                 lib = None
-            _libs[panel_dtype] = lib
-    return _libs[panel_dtype]
+            _libs[key] = lib
+    return _libs[key]
 
 
 def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: torch.device) -> str | None:
@@ -141,8 +144,8 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
     args = model.args
     if args.is_moe:
         return "the model has mixture-of-experts layers"
-    if kv_cache.dtype != torch.float32:
-        return "it needs a float32 KV cache"
+    if kv_cache.dtype not in (torch.float32, torch.bfloat16):
+        return "it needs a float32 or bfloat16 KV cache"
     if args.hidden_act not in ("silu", "swish"):
         return f"activation {args.hidden_act!r} (only SiLU)"
     layers = [m for layer in model.model.layers
@@ -227,7 +230,7 @@ class FusedDecoder:
             panel_dtype = "gguf"  # no panels: the products read the model's own blocks
         elif panel_dtype not in PANEL_DTYPES:
             raise ValueError(f"panel dtype must be one of {', '.join(PANEL_DTYPES)}, not {panel_dtype!r}")
-        lib = _library(panel_dtype)
+        lib = _library(panel_dtype, kv_cache.dtype == torch.bfloat16)
         if lib is None:
             raise RuntimeError("the fused decode library could not be built (see the log)")
         self.panel_dtype = panel_dtype
@@ -288,7 +291,7 @@ class FusedDecoder:
                 ptr(attn.k_norm.weight if attn.k_norm is not None else None),
                 ptr(_weight(attn.qkv_proj)), ptr(attn.qkv_proj.bias), ptr(_weight(attn.o_proj)), ptr(attn.o_proj.bias),
                 ptr(_weight(mlp.gate_up_proj)), ptr(mlp.gate_up_proj.bias), ptr(_weight(mlp.down_proj)),
-                ptr(mlp.down_proj.bias), ptr(kv_cache[0, i]), ptr(kv_cache[1, i]), int(attn.window or 0))
+                ptr(mlp.down_proj.bias), kv_cache[0, i].data_ptr(), kv_cache[1, i].data_ptr(), int(attn.window or 0))
         self._layers = layers
         if quantized:
             self._embed = copies[id(stack.embed_tokens.weight_q)]
@@ -441,7 +444,7 @@ def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_siz
     if mode == "auto" and copy_bytes > AUTO_MAX_EXTRA_BYTES:
         why = (f"its weight copy ({copy_bytes / 2**20:.0f} MiB) would exceed "
                f"{AUTO_MAX_EXTRA_BYTES >> 20} MiB (decode_kernel = 'native' forces it)")
-    if why is None and _library(panel_dtype) is None:
+    if why is None and _library(panel_dtype, kv_cache.dtype == torch.bfloat16) is None:
         why = "the library could not be built (see the log)"
     if why is not None:
         if mode == "native":

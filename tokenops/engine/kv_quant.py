@@ -32,6 +32,8 @@ def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype:
     """Cache bytes one token takes over all layers (K and V)."""
     if kv_cache_dtype == "int8":
         per_head = head_dim + 4
+    elif kv_cache_dtype == "bfloat16":
+        per_head = head_dim * 2
     else:
         per_head = head_dim * torch.empty((), dtype=dtype).element_size()
     return 2 * num_layers * num_kv_heads * per_head

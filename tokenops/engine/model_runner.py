@@ -132,16 +132,19 @@ class ModelRunner:
         shape = (2, args.num_layers, self.num_blocks, self.block_size, args.num_kv_heads, args.head_dim)
         #: int8 KV cache (kv_cache_dtype = "int8"): values plus per-token-per-head float32 scales.
         self.kv_scales: torch.Tensor | None = None
-        if getattr(self.config, "kv_cache_dtype", "auto") == "int8":
+        kv_dtype = getattr(self.config, "kv_cache_dtype", "auto")
+        # "bfloat16": half the bytes of a float32 model's cache; written rounded, read as float32
+        dtype = torch.bfloat16 if kv_dtype == "bfloat16" else self.dtype
+        if kv_dtype == "int8":
             self.kv_cache = torch.zeros(shape, dtype=torch.int8, device=self.device)
             self.kv_scales = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
         elif self.device.type == "cpu":
             # on huge pages, like the fused step's weights: a decode step streams the whole context's
             # K/V (a 48-row step of the llama.cpp benchmark ~200 MB), a TLB miss every 4 KiB otherwise
-            self._kv_buf, flat = hugepage_arena(math.prod(shape), self.dtype)
+            self._kv_buf, flat = hugepage_arena(math.prod(shape), dtype)
             self.kv_cache = flat.view(shape)
         else:
-            self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            self.kv_cache = torch.zeros(shape, dtype=dtype, device=self.device)
         for i, attn in enumerate(self._raw_model.attention_layers()):
             scales = None if self.kv_scales is None else (self.kv_scales[0, i], self.kv_scales[1, i])
             attn.bind_cache(self.kv_cache[0, i], self.kv_cache[1, i], scales)
