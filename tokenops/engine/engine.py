@@ -21,7 +21,8 @@ import itertools
 import time
 from typing import Any
 
-from tokenops.engine.config import EngineConfig, engine_tunables
+from tokenops.engine.config import EngineConfig
+from tokenops.engine.engine_stats import apply_engine_tunables, engine_stats
 from tokenops.engine.output_processor import OutputProcessor, RequestState
 from tokenops.engine.outputs import RequestOutput
 from tokenops.engine.policies import EnginePolicies, builtin_kv_policy
@@ -217,11 +218,12 @@ class LLMEngine:
 
     def _apply_kv_policy(self) -> None:
         """Release the blocks the KV policy drops from decoding sequences."""
-        bm = self.scheduler.block_manager
+        bm, policy = self.scheduler.block_manager, self.kv_policy
+        assert policy is not None  # step() calls this only when a KV policy is set
         for seq in self.scheduler.running:
             if seq.is_prefill or seq.num_pending_forks:
                 continue
-            for index in self.kv_policy.blocks_to_evict(len(seq.token_ids), bm.block_size, seq.block_table):
+            for index in policy.blocks_to_evict(len(seq.token_ids), bm.block_size, seq.block_table):
                 bm.evict(seq, index)
 
     def _execute(self, batch: SchedulerOutput) -> tuple[Any, list[tuple[Sequence, str]]]:
@@ -376,68 +378,10 @@ class LLMEngine:
 
     # -- introspection and tuning ------------------------------------------------------
 
-    def _run_settings(self) -> dict[str, Any]:
-        """How this engine runs its model, as configured and loaded (not the registry's defaults)."""
-        runner, config = self.runner, self.config
-        kv = config.kv_cache_dtype
-        return {"weight_encoding": getattr(runner, "weight_encoding", None),
-                "kv_dtype": str(getattr(runner, "dtype", config.dtype)).removeprefix("torch.") if kv == "auto" else kv,
-                "speculative": config.speculative or "off", "compiled": bool(getattr(runner, "is_compiled", False))}
-
     def stats(self) -> dict[str, Any]:
-        bm = self.scheduler.block_manager
-        expert_load = getattr(self.runner, "expert_load", None)
-        return {
-            "model": self.model_name,
-            "num_running": self.scheduler.num_running,
-            "num_waiting": self.scheduler.num_waiting,
-            "kv_blocks_used": bm.num_used_blocks,
-            "kv_blocks_total": bm.num_blocks,
-            "kv_cache_usage": bm.num_used_blocks / bm.num_blocks,
-            "prefix_cache_queries": bm.num_prefix_queries,
-            "prefix_cache_hits": bm.num_prefix_hits,
-            "num_preemptions": self.scheduler.num_preemptions,
-            "last_step_time_s": self.last_step_time_s,
-            "last_batch_tokens": self.last_batch_tokens,
-            "total_prompt_tokens": self.total_prompt_tokens,
-            "total_generation_tokens": self.total_generation_tokens,
-            "num_steps": self.num_steps,
-            "expert_load": expert_load() if callable(expert_load) else None,
-            **({"spec_decode": self.spec_decoder.stats.as_dict()} if self.spec_decoder is not None else {}),
-            **({"fused_decode_steps": self.runner.num_fused_steps, "panel_dtype": self.runner.fused_decode.panel_dtype}
-               if getattr(self.runner, "fused_decode", None) is not None else {}),
-            **self._run_settings(),
-            # GGUF weights kept quantized: the fused step runs them through the quantized kernels when it
-            # can (panel_dtype "gguf"), else the PyTorch forward
-            **({"weight_format": self.runner.weight_format,
-                "forward": "fused" if getattr(self.runner, "fused_decode", None) is not None else "torch"}
-               if getattr(self.runner, "weight_format", None) else {}),
-            **({"lora": self.runner.lora.stats()} if getattr(self.runner, "lora", None) is not None
-               and self.runner.lora.adapters else {}),
-            **({"kv_policy_evicted_blocks": bm.num_policy_evictions} if self.kv_policy is not None else {}),
-            **({"kv_offload": {**bm.offload.stats(), "hit_tokens": bm.num_offload_hits}} if bm.offload is not None else {}),
-        }
+        return engine_stats(self)
 
     def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
         """Apply live engine tunables (names with or without ``engine.``); returns them
         as ``{"engine.<name>": value}``. Nothing is applied if any name or value is bad."""
-        from tokenops.tunables import TunableError
-
-        tunables = {t.name: t for t in engine_tunables()}  # the EngineConfig field metadata
-        live = [name.removeprefix("engine.") for name, t in tunables.items() if t.live]
-        applied: dict[str, Any] = {}
-        for name, value in values.items():
-            tunable = tunables.get(f"engine.{name.removeprefix('engine.')}")
-            if tunable is None:
-                raise TunableError(f"unknown engine tunable {name!r}; live ones: {', '.join(live)}")
-            if not tunable.live:
-                raise TunableError(f"{tunable.name} needs an engine restart; set it in tokenops.toml [engine]")
-            if tunable.name == "engine.schedule_policy":  # any order this engine has, not only the built-in choices
-                self.policies.schedule_order(str(value), TunableError)
-                applied[tunable.name] = str(value)
-                continue
-            applied[tunable.name] = tunable.validate(value)
-        for name, value in applied.items():
-            setattr(self.config, name.removeprefix("engine."), value)
-        return applied
-
+        return apply_engine_tunables(self, values)
