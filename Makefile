@@ -9,7 +9,7 @@ PHOENIX_VENV  ?= .venv-phoenix
 PHOENIX_STAMP  = $(PHOENIX_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: serve shell test test-all install phoenix redis tmux clean
+.PHONY: serve shell test test-all lint install phoenix redis tmux clean
 
 # pip shows its progress; PYTHONWARNINGS reaches the build backend too, so setuptools'
 # warnings about the editable build do not bury it.
@@ -67,11 +67,18 @@ shell: $(STAMP)
 	@echo "==> shell with $(VENV) active: 'tokenops --help'; 'exit' to leave"
 	@VIRTUAL_ENV="$(abspath $(VENV))" PATH="$(abspath $(VENV))/bin:$$PATH" $${SHELL:-/bin/bash} -i
 
-test: $(STAMP) $(PHOENIX_STAMP) redis tmux
+# The linters of issue 41 (pinned in the dev extra, configured in pyproject.toml): lint and types first,
+# so a failing check stops the run before the suite.
+lint: $(STAMP)
+	@echo "==> ruff check and mypy on tokenops/ and plugins/"
+	@$(VENV)/bin/ruff check tokenops plugins
+	@$(VENV)/bin/mypy --python-executable $(PY)
+
+test: $(STAMP) $(PHOENIX_STAMP) redis tmux lint
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
-test-all: $(STAMP) $(PHOENIX_STAMP) redis tmux
+test-all: $(STAMP) $(PHOENIX_STAMP) redis tmux lint
 	$(PY) -m pytest -q -m "" $(PYTEST_ARGS)
 
 clean:

@@ -298,7 +298,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
         source=str(path) if path else None,
     )
     try:
-        settings.slos
+        _ = settings.slos  # parsed (and checked) on first access
     except ValueError as e:
         raise ConfigError(f"{where} [slo]: {e}") from None
     replace = settings.plugins.get("replace", [])

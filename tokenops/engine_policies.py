@@ -21,7 +21,8 @@ never call it (:mod:`tokenops.backends.plugin_calls`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tokenops.engine.policies import BUILTIN_PROPOSERS, BUILTIN_SCHEDULE_ORDERS, EnginePolicies
 from tokenops.types import GatewayRequest, ReasoningBudget

@@ -31,7 +31,8 @@ fails when the two disagree.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
@@ -44,15 +45,24 @@ if TYPE_CHECKING:
     from tokenops.bench.workloads import BenchRequest
     from tokenops.config import Settings
     from tokenops.diffusion.plan import DiffusionPlan
-    from tokenops.gateway.records import RequestRecord
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.protocols import KVPolicy, ProposerFactory, ScheduleOrder
+    from tokenops.gateway.records import RequestRecord
     from tokenops.memory.fit import ContextWindow
     from tokenops.store import Store
-    from tokenops.tune.launcher import LauncherFactory
     from tokenops.tunables import Tunable
-    from tokenops.types import (BackendError, BackendOutcome, EnsembleFollowUp, GatewayRequest, GatewayResponse,
-                                ReasoningBudget, Rejection, RouteDecision, TelemetryEvent)
+    from tokenops.tune.launcher import LauncherFactory
+    from tokenops.types import (
+        BackendError,
+        BackendOutcome,
+        EnsembleFollowUp,
+        GatewayRequest,
+        GatewayResponse,
+        ReasoningBudget,
+        Rejection,
+        RouteDecision,
+        TelemetryEvent,
+    )
 
 hookspec = pluggy.HookspecMarker("tokenops")
 

@@ -34,8 +34,7 @@ import pytest
 @pytest.fixture
 def tokenops_store(tmp_path: Any) -> Iterator[Any]:
     """A temporary store with a started writer attached to the DuckDB sink."""
-    from tokenops.store import Store
-    from tokenops.store import sink
+    from tokenops.store import Store, sink
 
     store = Store.open(tmp_path / "tokenops-test.duckdb")
     writer = store.writer(flush_interval_s=0.05)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from tokenops.backends.base import Delta, collect
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse

@@ -28,8 +28,8 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 ADMIN_KEY = "serve-test-admin-key"
@@ -78,11 +78,11 @@ class ServeProcess:
         cmd += ["--store", str(self.store_path)] if self._store else ["--no-store"]
         return cmd + self._args
 
-    def start(self) -> "ServeProcess":
+    def start(self) -> ServeProcess:
         import httpx
 
         env = dict(os.environ, TOKENOPS_ADMIN_KEY=self.admin_key, **self._env)
-        log = open(self.log_path, "w")
+        log = open(self.log_path, "w")  # noqa: SIM115 (the server writes it for its whole life; closed in stop())
         self.proc = subprocess.Popen(self.command(), cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
                                      text=True)
         log.close()
@@ -111,7 +111,7 @@ class ServeProcess:
             self.proc.kill()
             return self.proc.wait()
 
-    def __enter__(self) -> "ServeProcess":
+    def __enter__(self) -> ServeProcess:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -112,6 +112,10 @@ class TunableRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._tunables
 
+    def get(self, name: str) -> Tunable | None:
+        """The tunable called ``name``, or None when no plugin declares it."""
+        return self._tunables.get(name)
+
     def __iter__(self):
         return iter(sorted(self._tunables.values(), key=lambda t: t.name))
 

@@ -15,8 +15,8 @@ import sys
 
 from tokenops import hookimpl
 from tokenops.tunables import Tunable
-from tokenops.tune.launcher import CommandLineLauncher, Flag, TokenopsLauncher
 from tokenops.tune.errors import TuneError
+from tokenops.tune.launcher import CommandLineLauncher, Flag, TokenopsLauncher
 
 TOKENOPS_LAYER = "compute_model"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from tokenops import hookimpl
-from tokenops.routing.selector import POLICIES, ReplicaSelector, SelectorConfig
+from tokenops.routing.selector import POLICIES, ReplicaSelector
 from tokenops.tunables import Tunable, TunableError
 
 TOKENOPS_LAYER = "compute_network"

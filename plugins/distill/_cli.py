@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
-
 from tokenops.cli.options import ConfigOpt, JsonOpt, StoreOpt
 
 distill_app = typer.Typer(help="The distillation loop: captured teacher traffic -> a cheaper student / a better draft.",
@@ -32,8 +31,8 @@ def _open(store: str | None, config: str | None, read_only: bool = False):
 
 
 def _retention(config: str | None, store) -> int:
-    from .capture import parse_config
     from ._pairs import prune
+    from .capture import parse_config
 
     cfg = parse_config(dict(_settings(config).plugin_settings("distill_capture")))
     return prune(store, cfg.retention_days, cfg.max_rows)
@@ -43,7 +42,7 @@ def _emit(data: dict, as_json: bool, line: str) -> None:
     typer.echo(json.dumps(data) if as_json else line)
 
 
-MinConfidenceOpt = Annotated[Optional[float], typer.Option(
+MinConfidenceOpt = Annotated[float | None, typer.Option(
     "--min-confidence", metavar="P", help="Keep pairs whose teacher's mean token probability exp(mean logprob) >= P "
                                           "(pairs captured without logprobs are kept and counted).")]
 KeepTruncatedOpt = Annotated[bool, typer.Option(
@@ -52,6 +51,7 @@ KeepTruncatedOpt = Annotated[bool, typer.Option(
 
 def _min_confidence(value: float | None) -> float | None:
     from tokenops.errors import UserError
+
     from ._pairs import validate_min_confidence
 
     try:
@@ -108,8 +108,8 @@ def purge(tenant: Annotated[str, typer.Option("--tenant", help="Delete every cap
 
 @distill_app.command("export")
 def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines file to write.")],
-           model: Annotated[Optional[str], typer.Option("--model", help="Only this teacher's answers.")] = None,
-           tenant: Annotated[Optional[str], typer.Option("--tenant", help="Only this tenant's pairs.")] = None,
+           model: Annotated[str | None, typer.Option("--model", help="Only this teacher's answers.")] = None,
+           tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's pairs.")] = None,
            min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
            store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Write captured pairs as chat fine-tuning JSON Lines ({"messages": [...]} per line)."""
@@ -152,16 +152,16 @@ def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str 
 def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model name; also a bundled model/folder "
                                                                     "for logit KD.")],
           student: Annotated[str, typer.Option("--student", help="Bundled student (ladder-small) or HF folder.")],
-          out: Annotated[Optional[Path], typer.Option("--out", help="Output HF folder (default store/distilled/NAME).")] = None,
-          name: Annotated[Optional[str], typer.Option("--name", help="Name of the distilled model.")] = None,
+          out: Annotated[Path | None, typer.Option("--out", help="Output HF folder (default store/distilled/NAME).")] = None,
+          name: Annotated[str | None, typer.Option("--name", help="Name of the distilled model.")] = None,
           steps: Annotated[int, typer.Option(min=1)] = 200,
           lr: float = 1e-3,
           batch_size: Annotated[int, typer.Option(min=1)] = 16,
           kd_weight: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of logit KD (0: answers only).")] = 0.5,
           temperature: Annotated[float, typer.Option(min=0.05)] = 1.0,
           heldout: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of pairs kept for eval.")] = 0.1,
-          limit: Annotated[Optional[int], typer.Option(help="Use the oldest N pairs only.")] = None,
-          tenant: Annotated[Optional[str], typer.Option("--tenant")] = None,
+          limit: Annotated[int | None, typer.Option(help="Use the oldest N pairs only.")] = None,
+          tenant: Annotated[str | None, typer.Option("--tenant")] = None,
           resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/checkpoint.pt.")] = False,
           min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
           replay_dropped: Annotated[bool, typer.Option(
@@ -169,7 +169,8 @@ def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model
                                        "dropped (no logit KD there), so it does not forget those kinds of prompt.")] = False,
           store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Fine-tune the student on the teacher's captured answers (sequence + logit KD), on CPU."""
-    from ._kd import KDConfig, resolve_model, train as run_train
+    from ._kd import KDConfig, resolve_model
+    from ._kd import train as run_train
 
     min_confidence = _min_confidence(min_confidence)
     student_dir = resolve_model(student)

@@ -21,9 +21,8 @@ from ._kd import load_hf
 def suite_figures(model_dir: Path, dimensions: list[str], n: int) -> dict[str, dict]:
     from tokenizers import Tokenizer
 
-    from ..multi_model._suites import make_suite
-
     from ..multi_model import _task_training as tt
+    from ..multi_model._suites import make_suite
 
     tasks = [t for d in dimensions for t in make_suite(d, n, tt.HELDOUT_SEED)]
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -55,10 +54,10 @@ def traffic_figures(model_dir: Path, pairs: list[tuple[str, str]], max_new_token
 
 def draft_acceptance(teacher_dir: Path, draft_dir: Path, prompts: list[str], k: int = 4, max_tokens: int = 32) -> dict:
     """The bundled engine's speculative decoding (greedy) with ``draft_dir`` drafting for ``teacher_dir``."""
+    from tokenizers import Tokenizer
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.engine import LLMEngine
     from tokenops.engine.sampling import SamplingParams
-    from tokenizers import Tokenizer
 
     from ..multi_model import _task_training as tt
 

@@ -11,14 +11,14 @@ holds the weights, the optimizer and the step; ``resume=True`` continues from it
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-import torch
-
 import tokenops
+import torch
 
 DEMO_MODELS = Path(tokenops.__file__).resolve().parent / "demo_models"
 
@@ -124,9 +124,9 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
     student itself before training (greedy) and trained on with cross-entropy only: the
     student keeps what it did on them instead of forgetting that kind of prompt."""
     from tokenizers import Tokenizer
+    from tokenops.training.chat import lr_at, save_model
 
     from ..multi_model import _task_training as tt
-    from tokenops.training.chat import lr_at, save_model
 
     if not pairs:
         raise ValueError("no captured pairs to train on (capture some traffic first, see docs/distillation.md)")

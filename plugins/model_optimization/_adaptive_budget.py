@@ -13,10 +13,10 @@ unseen dimensions the table's ``default`` (unlimited unless set).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 
 def features(text: str) -> tuple[str, int]:
@@ -49,7 +49,7 @@ class BudgetTable:
                 "budgets": {d: {str(w): b for w, b in sorted(row.items())} for d, row in self.budgets.items()}}
 
     @classmethod
-    def from_json(cls, data: dict) -> "BudgetTable":
+    def from_json(cls, data: dict) -> BudgetTable:
         return cls({d: {int(w): b for w, b in row.items()} for d, row in data["budgets"].items()},
                    data.get("default"), data.get("meta") or {})
 

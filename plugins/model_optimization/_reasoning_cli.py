@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
-
 from tokenops.cli.options import ConfigOpt, JsonOpt, StoreOpt
 
 reasoning_app = typer.Typer(help="Reasoning models: thinking budgets learned from recorded traffic.",
@@ -24,12 +23,13 @@ def learn(model: Annotated[str, typer.Option("--model", help="The reasoning mode
                                                   "leave whole (stopped right after the first pass, or not at all).")] = 0.95,
           min_items: Annotated[int, typer.Option("--min-items", help="Groups with fewer learnable requests "
                                                  "stay unlimited.")] = 5,
-          out: Annotated[Optional[Path], typer.Option("--out", help="Table to write (default: the plugin's "
+          out: Annotated[Path | None, typer.Option("--out", help="Table to write (default: the plugin's "
                                                       "adaptive_table, else profiles/reasoning/<model>.json).")] = None,
           store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Learn per (dimension, prompt length) thinking budgets from MODEL's recorded requests."""
     from tokenops.config import load_settings
     from tokenops.store import open_store
+
     from ._traffic_budget import learn_from_traffic, samples_from_store
 
     settings = load_settings(config)

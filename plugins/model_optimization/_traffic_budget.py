@@ -26,8 +26,9 @@ The table has the calibration table's format (:class:`_adaptive_budget.BudgetTab
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from ._adaptive_budget import BudgetTable
 

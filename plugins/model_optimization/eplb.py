@@ -79,7 +79,8 @@ class PlacementPlan:
             "num_nodes": self.num_nodes,
             "balancedness_before": self.balancedness_before,
             "balancedness_after": self.balancedness_after,
-            "layers": [{"devices": l.devices, "replicas": l.replicas, "device_load": l.device_load} for l in self.layers],
+            "layers": [{"devices": lay.devices, "replicas": lay.replicas, "device_load": lay.device_load}
+                       for lay in self.layers],
         }
 
 

@@ -6,9 +6,10 @@ import asyncio
 import json
 import statistics
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ._profiles import save_profile, wilson
 from ._suites import DIMENSIONS, Task, make_suite
@@ -71,7 +72,7 @@ def build_profile(model: str, results: list[dict[str, Any]], cost_in: float, cos
     tout = sum(r.get("completion_tokens", 0) for r in results)
     return {
         "model": model,
-        "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "source": source,
         "dimensions": dims,
         "latency": {"e2e_p50_s": statistics.median(lat), "e2e_p95_s": lat[int(0.95 * (len(lat) - 1))], "requests": len(lat)},
@@ -89,7 +90,7 @@ def write_profile(profile: dict[str, Any], results: list[dict[str, Any]], direct
         from tokenops.store import open_store
         from tokenops.store.models import CapabilityProfile
 
-        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        now = datetime.now(UTC).replace(tzinfo=None)
         rows = [CapabilityProfile(model=profile["model"], dimension=dim, score=v["score"], ci_low=v["ci_low"],
                                   ci_high=v["ci_high"], n=v["n"], updated_at=now, source=profile["source"])
                 for dim, v in profile["dimensions"].items()]

@@ -13,8 +13,8 @@ import random
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 DIMENSIONS = ("math", "extraction", "instruction", "retrieval", "code", "classification")
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import numpy as np
 import torch
-
 from tokenops.training.chat import IM_END, IM_START, lr_at, render
+
 from ._profiles import wilson
 from ._suites import DIMENSIONS, Task, make_suite
 

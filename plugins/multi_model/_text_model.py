@@ -56,10 +56,10 @@ class NaiveBayes:
     log_prior: np.ndarray | None = None
     log_likelihood: np.ndarray | None = None
 
-    def fit(self, texts: list[str], labels: list[str], alpha: float = 0.5) -> "NaiveBayes":
+    def fit(self, texts: list[str], labels: list[str], alpha: float = 0.5) -> NaiveBayes:
         self.labels = sorted(set(labels))
         x = to_dense([featurize(t) for t in texts])
-        y = np.array([self.labels.index(l) for l in labels])
+        y = np.array([self.labels.index(label) for label in labels])
         counts = np.stack([x[y == k].sum(0) for k in range(len(self.labels))]) + alpha
         self.log_likelihood = np.log(counts / counts.sum(1, keepdims=True))
         self.log_prior = np.log(np.bincount(y, minlength=len(self.labels)) / len(y))
@@ -85,7 +85,7 @@ class Logistic:
     weights: np.ndarray | None = None
     bias: float = 0.0
 
-    def fit(self, texts: list[str], targets: list[float], epochs: int = 300, lr: float = 0.5, l2: float = 1e-3) -> "Logistic":
+    def fit(self, texts: list[str], targets: list[float], epochs: int = 300, lr: float = 0.5, l2: float = 1e-3) -> Logistic:
         x = to_dense([featurize(t) for t in texts])
         x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-6)
         y = np.asarray(targets, dtype=np.float32)
@@ -113,7 +113,7 @@ class Logistic:
             json.dump(data, f)
 
     @classmethod
-    def load(cls, path) -> "Logistic":
+    def load(cls, path) -> Logistic:
         with open(path) as f:
             data = json.load(f)
         w = np.zeros(NUM_FEATURES, dtype=np.float32)

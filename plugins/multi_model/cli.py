@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -55,13 +55,13 @@ def tokenops_register_commands(app: typer.Typer) -> None:
 def profile_run(
     model: Annotated[str, typer.Argument(help="The model to profile (its name at --url).")],
     url: Annotated[str, typer.Option("--url", envvar="TOKENOPS_URL", help="OpenAI-compatible base URL (…/v1).")] = "http://127.0.0.1:8000/v1",
-    suite: Annotated[Optional[list[str]], typer.Option("--suite", help="Dimension(s) to run (repeatable); default all.")] = None,
+    suite: Annotated[list[str] | None, typer.Option("--suite", help="Dimension(s) to run (repeatable); default all.")] = None,
     n: Annotated[int, typer.Option("--n", help="Tasks per dimension.")] = 30,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     concurrency: Annotated[int, typer.Option("--concurrency")] = 4,
     cost_in: Annotated[float, typer.Option("--cost-in", help="USD per 1M input tokens.")] = 0.0,
     cost_out: Annotated[float, typer.Option("--cost-out", help="USD per 1M output tokens.")] = 0.0,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="OPENAI_API_KEY")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar="OPENAI_API_KEY")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="Profile folder.")] = Path("profiles/models"),
     store: StoreOpt = None,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not write the store.")] = False,
@@ -70,8 +70,8 @@ def profile_run(
     """Profile MODEL on the task suites (math, extraction, instruction, retrieval, code,
     classification): writes profiles/models/MODEL.toml, its per-task results and the store."""
     from rich.progress import Progress
-
     from tokenops.errors import UserError
+
     from ._profiling import build_profile, run_suites, write_profile
     from ._suites import DIMENSIONS
 
@@ -137,7 +137,7 @@ def profile_compare(
 
 @profile_app.command("show")
 def profile_show(
-    models: Annotated[Optional[list[str]], typer.Argument(help="Models to show; default every profile in --dir.")] = None,
+    models: Annotated[list[str] | None, typer.Argument(help="Models to show; default every profile in --dir.")] = None,
     profiles_dir: ProfilesDirOpt = Path("profiles/models"),
     as_json: JsonOpt = False,
 ) -> None:
@@ -155,6 +155,7 @@ def profile_show(
 
 def _load(profiles_dir: Path, models: list[str]) -> list[dict]:
     from tokenops.errors import UserError
+
     from ._profiles import load_profiles
 
     profiles = load_profiles(profiles_dir)
@@ -189,9 +190,10 @@ def route_calibrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Set the threshold router's threshold from its scores on recorded traffic."""
-    from tokenops.errors import UserError
     from tokenops.config import load_settings
+    from tokenops.errors import UserError
     from tokenops.store import open_store
+
     from ._calibration import calibrate_share
 
     path = store or load_settings().store.path
@@ -232,6 +234,7 @@ def route_train(
 ) -> None:
     """Train the win predictor from two models' per-task profile results."""
     from tokenops.errors import UserError
+
     from ._text_model import Logistic
 
     def load(model: str) -> dict[str, dict]:

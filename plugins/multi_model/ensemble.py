@@ -26,6 +26,7 @@ from collections import Counter
 
 from tokenops import hookimpl
 from tokenops.types import EnsembleFollowUp, GatewayResponse, RouteDecision
+
 from .validators import normalise_answer
 
 TOKENOPS_LAYER = "multi_model"

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from tokenops import hookimpl, may_block
 from tokenops.types import RouteDecision
+
 from . import _router_config as rc
 from ._profiles import dimension_score
 from ._suites import make_mixed

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from tokenops import hookimpl
+
 from ._profiling import update_from_telemetry
 
 TOKENOPS_LAYER = "multi_model"

@@ -27,6 +27,7 @@ import re
 
 from tokenops import hookimpl
 from tokenops.types import RouteDecision
+
 from . import _router_config as rc
 
 TOKENOPS_LAYER = "multi_model"
@@ -43,9 +44,7 @@ def _matches(rule: dict, request, text: str) -> bool:
         return False
     if "max_chars" in rule and len(text) > int(rule["max_chars"]):
         return False
-    if "tenant" in rule and request.tenant != rule["tenant"]:
-        return False
-    return True
+    return "tenant" not in rule or request.tenant == rule["tenant"]
 
 
 def _describe(i: int, rule: dict) -> str:

@@ -23,9 +23,9 @@ import threading
 from collections import defaultdict
 
 import numpy as np
-
 from tokenops import hookimpl, may_block
 from tokenops.types import RouteDecision
+
 from . import _router_config as rc
 
 TOKENOPS_LAYER = "multi_model"

@@ -26,6 +26,7 @@ from pathlib import Path
 from tokenops import hookimpl, may_block
 from tokenops.tunables import Tunable
 from tokenops.types import RouteDecision
+
 from . import _router_config as rc
 from ._text_model import Logistic
 

@@ -12,7 +12,8 @@ serve it: the backend remembers, and this request and the next get the chat tran
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 

@@ -9,8 +9,9 @@ delta carrying the usage. Failures are raised as :class:`tokenops.types.BackendE
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tokenops.types import GatewayRequest, GatewayResponse
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
-from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.backends.base import replica_name
+from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.config import ConfigError, ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 

@@ -18,8 +18,8 @@ import threading
 from typing import Any
 
 from tokenops.backends.base import replica_name
-from tokenops.config import ConfigError, ModelConfig, Settings
 from tokenops.backends.prompt_bound import NORMALIZER_SLACK
+from tokenops.config import ConfigError, ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 #: The name the packaged MiniLM is listed under when no ``[[models]]`` are configured.

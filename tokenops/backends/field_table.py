@@ -19,8 +19,9 @@ A field the bundled engine learns to act on: move its row's ``local`` cell to an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tokenops.types import BackendError, GatewayRequest
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import httptools
 import httpx
@@ -101,12 +101,11 @@ class _Body(httpx.AsyncByteStream):
                 yield conn.chunks.popleft()
             if conn.is_done:
                 break
-            if not await conn.feed(self.timeout):
-                if not conn.is_done and not conn.chunks:
-                    conn.is_keep_alive = False
-                    if _header(conn.headers, b"content-length") or _header(conn.headers, b"transfer-encoding"):
-                        raise httpx.RemoteProtocolError("upstream closed the connection mid-body")
-                    break
+            if not await conn.feed(self.timeout) and not conn.is_done and not conn.chunks:
+                conn.is_keep_alive = False
+                if _header(conn.headers, b"content-length") or _header(conn.headers, b"transfer-encoding"):
+                    raise httpx.RemoteProtocolError("upstream closed the connection mid-body")
+                break
         await self.aclose()
 
     async def aclose(self) -> None:

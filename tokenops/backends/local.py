@@ -12,19 +12,19 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
-from tokenops.backends.base import Delta, collect
-from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
+from tokenops.backends.base import Delta, collect, replica_name
+from tokenops.backends.field_table import check_bundled_fields
 from tokenops.backends.local_fields import check_content_parts, echo_delta, echo_logprobs, processor_params
 from tokenops.backends.local_structured import plan_request
+from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
+from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
 from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser
 from tokenops.backends.tool_parsers import get_tool_call_parser
-from tokenops.backends.field_table import check_bundled_fields
-from tokenops.backends.base import replica_name
 from tokenops.config import ModelConfig, Settings
-from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 log = logging.getLogger("tokenops.backends")
@@ -295,15 +295,13 @@ class LocalBackend:
 
     async def _compile(self, spec: Any) -> Any:
         """A matcher for ``spec``, compiled off the event loop and the engine thread."""
-        from tokenops.engine.grammar import GrammarError
-
-        from tokenops.engine.grammar import COMPILE_TIMEOUT_S
+        from tokenops.engine.grammar import COMPILE_TIMEOUT_S, GrammarError
 
         try:
             return await asyncio.wait_for(self.engine.grammar_compiler.compile_async(spec), COMPILE_TIMEOUT_S)
         except GrammarError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
-        except asyncio.TimeoutError:  # llguidance's fuel limits bound it; this bounds what they let through
+        except TimeoutError:  # llguidance's fuel limits bound it; this bounds what they let through
             raise BackendError(f"the request's schema took more than {COMPILE_TIMEOUT_S:g} s to compile; simplify "
                                "response_format or the tool parameters", kind="bad_request", status=400,
                                backend=self.name) from None

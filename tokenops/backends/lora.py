@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, OrderedDict
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from tokenops.backends.base import Delta, collect
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
@@ -155,8 +156,8 @@ class LoraBackend:
 
 def add_lora_replicas(out: dict[str, list[Any]], base_name: str, adapters: dict[str, str], max_loaded: int = 0) -> None:
     """Add a model per adapter of ``base_name`` to ``out`` (model name -> replicas)."""
-    from tokenops.config import ConfigError
     from tokenops.backends.base import Replica
+    from tokenops.config import ConfigError
 
     for name, path in adapters.items():
         if name in out:

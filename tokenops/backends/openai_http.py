@@ -11,19 +11,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 
+from tokenops import trace_context
 from tokenops.backends.anthropic_upstream import native_deltas, native_once, native_open, wants_native
-from tokenops.backends.openai_responses import responses_once, responses_stream, wants_responses
-from tokenops.backends.base import Delta
+from tokenops.backends.base import Delta, replica_name
 from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.native_upstream import upstream_error as _upstream_error
-from tokenops.backends.base import replica_name
+from tokenops.backends.openai_responses import responses_once, responses_stream, wants_responses
 from tokenops.backends.sse import sse_data as _sse_data
 from tokenops.config import ModelConfig, Settings
-from tokenops import trace_context
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 log = logging.getLogger("tokenops.backends")

@@ -13,7 +13,8 @@ gateway's accounting, caches and validators see it like any chat stream.
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 

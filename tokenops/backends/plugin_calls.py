@@ -9,8 +9,9 @@ pipeline's own defaults with no plugin at all.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tokenops.types import GatewayRequest, ReasoningBudget
 

@@ -10,8 +10,9 @@ rather than a silently ignored field.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from tokenops.types import BackendError, GatewayRequest, ReasoningBudget
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tokenops.backends.base import Replica, replica_index, replica_name  # noqa: F401  (replica_* re-exported: their old home)
 from tokenops.config import ConfigError, ModelConfig, Settings

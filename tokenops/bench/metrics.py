@@ -9,8 +9,9 @@ counted as infinitely slow so that errors can never make a run look better.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -72,7 +73,7 @@ class RequestResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RequestResult":
+    def from_dict(cls, d: dict[str, Any]) -> RequestResult:
         d = {k: v for k, v in d.items() if k != "tpot_s"}
         return cls(**d)
 
@@ -150,7 +151,7 @@ class BenchSummary:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "BenchSummary":
+    def from_dict(cls, d: dict[str, Any]) -> BenchSummary:
         d = dict(d)
         if isinstance(d.get("offered_rate"), str):  # "inf" in JSON
             d["offered_rate"] = float(d["offered_rate"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import Any
 
 from tokenops.bench.results import BenchRun
 
@@ -37,7 +38,7 @@ def text_plot(run: BenchRun, width: int = 60, height: int = 14) -> str:
     x1 = x1 if x1 > x0 else x0 + 1
     y1 = y1 if y1 > 0 else 1
     grid = [[" "] * width for _ in range(height)]
-    for (label, pts_), (_, _, mark) in zip(data.items(), SERIES):
+    for (_label, pts_), (_, _, mark) in zip(data.items(), SERIES):
         for x, y in pts_:
             col = min(width - 1, int((x - x0) / (x1 - x0) * (width - 1)))
             row = height - 1 - min(height - 1, int(y / y1 * (height - 1)))
@@ -99,7 +100,7 @@ def _table_html(run: BenchRun) -> str:
     for lv in run.levels:
         s = lv.summary
 
-        def ms(m: str, k: str) -> str:
+        def ms(m: str, k: str, s: Any = s) -> str:  # s bound now: the loop moves on
             v = s.latency[m].get(k)
             return "-" if v is None else f"{v * 1000:.1f}"
 

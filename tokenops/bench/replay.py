@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tokenops.bench.synthetic import words
 from tokenops.bench.request import BenchRequest, WorkloadError
+from tokenops.bench.synthetic import words
 
 if TYPE_CHECKING:
     from tokenops.store.remote import RemoteStore

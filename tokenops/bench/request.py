@@ -3,8 +3,8 @@ workload module and the load generator share (the registry is :mod:`tokenops.ben
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 WorkloadFactory = Callable[..., list["BenchRequest"]]
 

@@ -28,7 +28,7 @@ class LevelResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LevelResult":
+    def from_dict(cls, d: dict[str, Any]) -> LevelResult:
         return cls(d["label"], BenchSummary.from_dict(d["summary"]),
                    [RequestResult.from_dict(r) for r in d.get("requests", [])])
 
@@ -44,7 +44,7 @@ class BenchRun:
     slos: list[str] = field(default_factory=list)
     levels: list[LevelResult] = field(default_factory=list)
     id: str = field(default_factory=lambda: "bench-" + uuid.uuid4().hex[:12])
-    created: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    created: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
     def to_dict(self, with_requests: bool = True) -> dict[str, Any]:
         return {"id": self.id, "created": self.created, "url": self.url, "model": self.model,
@@ -52,7 +52,7 @@ class BenchRun:
                 "levels": [lv.to_dict(with_requests) for lv in self.levels]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "BenchRun":
+    def from_dict(cls, d: dict[str, Any]) -> BenchRun:
         return cls(url=d["url"], model=d["model"], workload=d["workload"], settings=d.get("settings", {}),
                    slos=d.get("slos", []), levels=[LevelResult.from_dict(x) for x in d.get("levels", [])],
                    id=d["id"], created=d.get("created", ""))
@@ -61,7 +61,7 @@ class BenchRun:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
     @classmethod
-    def load_json(cls, path: str | Path) -> "BenchRun":
+    def load_json(cls, path: str | Path) -> BenchRun:
         data = json.loads(Path(path).read_text())
         if "levels" not in data:
             raise ValueError(f"{path} is not a tokenops bench result (no 'levels')")

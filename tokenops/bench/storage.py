@@ -38,7 +38,7 @@ def run_rows(run: BenchRun) -> list[Any]:
     """The ``bench_runs`` row and one ``bench_results`` row per level."""
     from tokenops.store import models as m
 
-    ts = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    ts = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     opts = _clean({"model": run.model, "settings": run.settings, "slos": run.slos,
                    "levels": [lv.to_dict(with_requests=False) for lv in run.levels]})
     rows: list[Any] = [m.BenchRun(id=run.id, ts=ts, target=run.url, workload=run.workload,

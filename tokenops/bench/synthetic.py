@@ -10,16 +10,7 @@ DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
 
 # Short common words: almost every BPE vocabulary encodes " word" as one token,
 # so a prompt of N words is close to N tokens on any model.
-_WORDS = (
-    "the of and to in is it you that he was for on are with as his they be at one have this from or had by "
-    "word but what some we can out other were all there when up use your how said an each she which do "
-    "their time if will way about many then them write would like so these her long make thing see him "
-    "two has look more day could go come did number sound no most people my over know water than call "
-    "first who may down side been now find any new work part take get place made live where after back "
-    "little only round man year came show every good me give our under name very through just form "
-    "great think say help low line turn cause much mean before move right boy old too same tell does "
-    "set three want air well also play small end put home read hand port large spell add even land here"
-).split()
+_WORDS = ["the", "of", "and", "to", "in", "is", "it", "you", "that", "he", "was", "for", "on", "are", "with", "as", "his", "they", "be", "at", "one", "have", "this", "from", "or", "had", "by", "word", "but", "what", "some", "we", "can", "out", "other", "were", "all", "there", "when", "up", "use", "your", "how", "said", "an", "each", "she", "which", "do", "their", "time", "if", "will", "way", "about", "many", "then", "them", "write", "would", "like", "so", "these", "her", "long", "make", "thing", "see", "him", "two", "has", "look", "more", "day", "could", "go", "come", "did", "number", "sound", "no", "most", "people", "my", "over", "know", "water", "than", "call", "first", "who", "may", "down", "side", "been", "now", "find", "any", "new", "work", "part", "take", "get", "place", "made", "live", "where", "after", "back", "little", "only", "round", "man", "year", "came", "show", "every", "good", "me", "give", "our", "under", "name", "very", "through", "just", "form", "great", "think", "say", "help", "low", "line", "turn", "cause", "much", "mean", "before", "move", "right", "boy", "old", "too", "same", "tell", "does", "set", "three", "want", "air", "well", "also", "play", "small", "end", "put", "home", "read", "hand", "port", "large", "spell", "add", "even", "land", "here"]
 
 
 def lengths(num: int, mean: int, dist: str, spread: float, rng: np.random.Generator, minimum: int = 1) -> list[int]:

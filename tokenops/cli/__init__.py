@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -53,7 +53,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    plugin: Annotated[Optional[list[str]], typer.Option("--plugin", help="Load a local plugin file (repeatable).")] = None,
+    plugin: Annotated[list[str] | None, typer.Option("--plugin", help="Load a local plugin file (repeatable).")] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
 ) -> None:
     """Token operations: serve, benchmark, tune and watch LLM inference."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -30,17 +30,17 @@ def _progress():
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
-    url: Annotated[Optional[str], typer.Option("--url", help="Base URL of the server (…/v1 accepted); default: the `tokenops serve` holding this folder's store.", envvar="TOKENOPS_URL")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="Model name (default: the first in /v1/models).")] = None,
+    url: Annotated[str | None, typer.Option("--url", help="Base URL of the server (…/v1 accepted); default: the `tokenops serve` holding this folder's store.", envvar="TOKENOPS_URL")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model name (default: the first in /v1/models).")] = None,
     workload: Annotated[str, typer.Option("--workload", "-w", help="synthetic | shared-prefix | sharegpt | sharegpt-multiturn | replay | file | a plugin's.")] = "synthetic",
-    dataset: Annotated[Optional[str], typer.Option("--dataset", help="file: JSON Lines, one request per line ({\"prompt\" or \"messages\", \"output_tokens\"}).")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", help="file: JSON Lines, one request per line ({\"prompt\" or \"messages\", \"output_tokens\"}).")] = None,
     num_requests: Annotated[int, typer.Option("--num-requests", "-n", help="Requests (conversations for multi-turn) per load level.")] = 100,
-    rate: Annotated[Optional[str], typer.Option("--rate", help="Requests/s, 'inf', or a sweep like 1,2,4.")] = None,
+    rate: Annotated[str | None, typer.Option("--rate", help="Requests/s, 'inf', or a sweep like 1,2,4.")] = None,
     arrival: Annotated[str, typer.Option("--arrival", help="poisson | constant | gamma.")] = "poisson",
     burstiness: Annotated[float, typer.Option("--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier.")] = 1.0,
-    concurrency: Annotated[Optional[str], typer.Option("--concurrency", help="Fixed requests in flight, or a sweep like 1,4,16.")] = None,
-    slo: Annotated[Optional[list[str]], typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
-    slo_preset: Annotated[Optional[str], typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
+    concurrency: Annotated[str | None, typer.Option("--concurrency", help="Fixed requests in flight, or a sweep like 1,4,16.")] = None,
+    slo: Annotated[list[str] | None, typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
+    slo_preset: Annotated[str | None, typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
     input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens (mean).")] = 128,
     output_len: Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens (mean).")] = 64,
     length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
@@ -52,7 +52,7 @@ def bench(
     max_turns: Annotated[int, typer.Option("--max-turns", help="sharegpt-multiturn: turns per conversation.")] = 4,
     time_scale: Annotated[float, typer.Option("--time-scale", help="replay: multiply recorded gaps (0.5 = twice as fast).")] = 1.0,
     endpoint: Annotated[str, typer.Option("--endpoint", help="chat | completions.")] = "chat",
-    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Bearer key for the target.", envvar="OPENAI_API_KEY")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", help="Bearer key for the target.", envvar="OPENAI_API_KEY")] = None,
     temperature: Annotated[str, typer.Option("--temperature", help="Sampling temperature sent with every request (0 = greedy), or 'server' to send none.")] = "0",
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Ask the server to ignore EOS (fixed answer lengths).")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of workload and arrivals.")] = 0,
@@ -60,11 +60,11 @@ def bench(
     think_time: Annotated[float, typer.Option("--think-time", help="With --concurrency: seconds each client waits after an answer before its next request.")] = 0.0,
     ramp_up: Annotated[float, typer.Option("--ramp-up", help="With --concurrency: start the clients evenly over this many seconds (not in lockstep).")] = 0.0,
     reuse_prompts: Annotated[bool, typer.Option("--reuse-prompts", help="Send the same seeded prompts at every level and run (prefix-cache studies); default: fresh prompts per level and run.")] = False,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a latency–throughput plot (.html or .png).")] = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the full run (with every request) as JSON.")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="Write a latency–throughput plot (.html or .png).")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the full run (with every request) as JSON.")] = None,
     store: StoreOpt = None,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not save the run in the store.")] = False,
-    admin_key_file: Annotated[Optional[str], typer.Option("--admin-key-file", help="With --url of another tokenops server: "
+    admin_key_file: Annotated[str | None, typer.Option("--admin-key-file", help="With --url of another tokenops server: "
                               "its admin key (first line of the file; or TOKENOPS_ADMIN_KEY), to save the run in that "
                               "server's store.")] = None,
     as_json: JsonOpt = False,

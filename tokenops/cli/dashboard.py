@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from tokenops.cli.options import ConfigOpt, StoreOpt
 
 DashboardUrlOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--url", help="Base URL of a running tokenops server (default: the `tokenops serve` of this folder, "
                  "else host:port of the config's [gateway]).", envvar="TOKENOPS_URL"),
 ]
 AdminKeyFileOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--admin-key-file", help="File whose first line is the admin key (default: this folder's server's "
                  "key file, TOKENOPS_ADMIN_KEY, or [gateway] admin_key)."),
 ]
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
     def dashboard(
         url: DashboardUrlOpt = None,
         admin_key_file: AdminKeyFileOpt = None,
-        admin_key: Annotated[Optional[str], typer.Option(
+        admin_key: Annotated[str | None, typer.Option(
             "--admin-key", hidden=True, help="Deprecated (any user sees it in ps): use --admin-key-file.")] = None,
         config: ConfigOpt = None,
         store: StoreOpt = None,

@@ -10,7 +10,7 @@ the keys from the store.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -19,18 +19,18 @@ from tokenops.cli.options import AdminKeyOpt, ConfigOpt, JsonOpt, StoreOpt
 keys_app = typer.Typer(help="Managed API keys (secret shown once, stored hashed) and tenant spend budgets.",
                        no_args_is_help=True)
 
-UrlOpt = Annotated[Optional[str], typer.Option(
+UrlOpt = Annotated[str | None, typer.Option(
     "--url", help="Base URL of a running server (default: [gateway] host:port; the store when none answers).",
     envvar="TOKENOPS_URL")]
-ModelOpt = Annotated[Optional[list[str]], typer.Option(
+ModelOpt = Annotated[list[str] | None, typer.Option(
     "--model", "-m", help="A model or alias (e.g. auto) the key may use; repeatable (default: every model).")]
-RpmOpt = Annotated[Optional[float], typer.Option("--rpm", help="Requests per minute for this key.")]
-TpmOpt = Annotated[Optional[float], typer.Option("--tpm", help="Tokens per minute for this key.")]
-BudgetOpt = Annotated[Optional[float], typer.Option("--budget-usd", help="Spend budget in USD per period.")]
-PeriodOpt = Annotated[Optional[str], typer.Option("--budget-period", help="daily, monthly or <N>h (default monthly).")]
-SoftOpt = Annotated[Optional[float], typer.Option("--soft-budget-usd", help="Spend that only warns (header + metric).")]
-ExpiresOpt = Annotated[Optional[str], typer.Option("--expires-at", help="ISO 8601 time (UTC unless an offset is given).")]
-NameOpt = Annotated[Optional[str], typer.Option("--name", help="A label for the key.")]
+RpmOpt = Annotated[float | None, typer.Option("--rpm", help="Requests per minute for this key.")]
+TpmOpt = Annotated[float | None, typer.Option("--tpm", help="Tokens per minute for this key.")]
+BudgetOpt = Annotated[float | None, typer.Option("--budget-usd", help="Spend budget in USD per period.")]
+PeriodOpt = Annotated[str | None, typer.Option("--budget-period", help="daily, monthly or <N>h (default monthly).")]
+SoftOpt = Annotated[float | None, typer.Option("--soft-budget-usd", help="Spend that only warns (header + metric).")]
+ExpiresOpt = Annotated[str | None, typer.Option("--expires-at", help="ISO 8601 time (UTC unless an offset is given).")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="A label for the key.")]
 
 
 class _Target:
@@ -150,7 +150,7 @@ def create(tenant: Annotated[str, typer.Option("--tenant", "-t", help="The key's
 
 
 @keys_app.command("list")
-def list_(tenant: Annotated[Optional[str], typer.Option("--tenant", "-t", help="Only this tenant's keys.")] = None,
+def list_(tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant's keys.")] = None,
           url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
           as_json: JsonOpt = False) -> None:
     """Keys with their state, limits and budget use in the current period; tenant budgets."""
@@ -194,7 +194,7 @@ def list_(tenant: Annotated[Optional[str], typer.Option("--tenant", "-t", help="
 def update(key_id: Annotated[str, typer.Argument(help="The key's id (key_...).")], name: NameOpt = None,
            model: ModelOpt = None, rpm: RpmOpt = None, tpm: TpmOpt = None, budget_usd: BudgetOpt = None,
            budget_period: PeriodOpt = None, soft_budget_usd: SoftOpt = None, expires_at: ExpiresOpt = None,
-           clear: Annotated[Optional[list[str]], typer.Option(
+           clear: Annotated[list[str] | None, typer.Option(
                "--clear", help="Remove a setting: models, rpm, tpm, budget_usd, soft_budget_usd, expires_at, name.")] = None,
            url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
            as_json: JsonOpt = False) -> None:

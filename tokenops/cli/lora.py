@@ -8,14 +8,14 @@ with ``serve --lora`` are loaded at start; these commands change a running serve
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from tokenops.cli.options import AdminKeyOpt, ConfigOpt, JsonOpt
 
 lora_app = typer.Typer(help="LoRA adapters served on a running server's bundled engine.", no_args_is_help=True)
-UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Base URL of the running server "
+UrlOpt = Annotated[str | None, typer.Option("--url", help="Base URL of the running server "
                                                 "(default: [gateway] host:port).", envvar="TOKENOPS_URL")]
 
 
@@ -59,7 +59,7 @@ def list_command(url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: Conf
 @lora_app.command("load")
 def load_command(
     spec: Annotated[str, typer.Argument(help="NAME=FOLDER: a PEFT adapter folder served as model NAME.")],
-    base: Annotated[Optional[str], typer.Option("--base", help="The base model (default: the first bundled-engine "
+    base: Annotated[str | None, typer.Option("--base", help="The base model (default: the first bundled-engine "
                                                 "model).")] = None,
     no_base_check: Annotated[bool, typer.Option("--no-base-check", help="Do not compare the adapter's "
                                                 "base_model_name_or_path with the served model's name.")] = False,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from tokenops.cli.options import AdminKeyOpt, ConfigOpt, JsonOpt
 
-RunningUrlOpt = Annotated[Optional[str], typer.Option(
+RunningUrlOpt = Annotated[str | None, typer.Option(
     "--url", help="A running tokenops server: add what its engines run (settings, weight encoding, KV dtype).")]
 #: The engine stats that say how a replica runs its model.
 RUN_KEYS = ("weight_encoding", "kv_dtype", "speculative", "compiled")

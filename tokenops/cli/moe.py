@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -46,8 +46,8 @@ def plan_command(
     devices: Annotated[int, typer.Option("--devices", help="Devices the experts are spread over.")],
     redundant: Annotated[int, typer.Option("--redundant", help="Extra expert replicas per layer.")] = 0,
     nodes: Annotated[int, typer.Option("--nodes", help="Nodes (hierarchical placement when > 1).")] = 1,
-    model: Annotated[Optional[str], typer.Option("--model", help="MoE model whose recorded load to use.")] = None,
-    load_file: Annotated[Optional[Path], typer.Option("--load", help="JSON file with load[layer][expert] instead of the store.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="MoE model whose recorded load to use.")] = None,
+    load_file: Annotated[Path | None, typer.Option("--load", help="JSON file with load[layer][expert] instead of the store.")] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

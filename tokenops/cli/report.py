@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -62,7 +62,7 @@ class By(str, Enum):
     tenant = "tenant"
 
 
-ByOpt = Annotated[Optional[By], typer.Option("--by", help="Also show spend per API key or per tenant (and model).")]
+ByOpt = Annotated[By | None, typer.Option("--by", help="Also show spend per API key or per tenant (and model).")]
 
 
 def _print_spend(result: dict[str, Any], by: str) -> None:
@@ -132,7 +132,7 @@ def _print_tables(report: dict[str, Any]) -> None:
             table.add_column(col, justify="left" if col in ("run", "time", "target", "workload") else "right")
         ix = {c: i for i, c in enumerate(runs["columns"])}
         for row in runs["rows"]:
-            def num(c: str) -> str:
+            def num(c: str, row: Any = row) -> str:  # row bound now: the loop moves on
                 return "-" if row[ix[c]] is None else f"{row[ix[c]]:.3g}"
 
             table.add_row(str(row[ix["run_id"]]), str(row[ix["ts"]])[:19], str(row[ix["target"]]),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,26 +11,26 @@ from tokenops.cli.options import ConfigOpt, StoreOpt
 
 def serve_command(
     config: ConfigOpt = None,
-    host: Annotated[Optional[str], typer.Option("--host", help="Address to bind (default 127.0.0.1).")] = None,
-    port: Annotated[Optional[int], typer.Option("--port", "-p", help="Port (default 8000).")] = None,
-    model: Annotated[Optional[list[str]], typer.Option(
+    host: Annotated[str | None, typer.Option("--host", help="Address to bind (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option("--port", "-p", help="Port (default 8000).")] = None,
+    model: Annotated[list[str] | None, typer.Option(
         "--model", "-m", help="[NAME=]PATH of a local HF model folder or GGUF file, or [NAME=]URL of an OpenAI-compatible "
         "server; repeatable; replaces \\[\\[models]].")] = None,
     store: StoreOpt = None,
-    admin_key: Annotated[Optional[str], typer.Option(
+    admin_key: Annotated[str | None, typer.Option(
         "--admin-key", help="Deprecated (any user sees it in ps): use TOKENOPS_ADMIN_KEY or --admin-key-file.")] = None,
-    admin_key_file: Annotated[Optional[str], typer.Option(
+    admin_key_file: Annotated[str | None, typer.Option(
         "--admin-key-file", help="File whose first line is the admin key (else TOKENOPS_ADMIN_KEY, [gateway] "
         "admin_key, or a generated key saved in the store folder).")] = None,
     allow_open: Annotated[bool, typer.Option(
         "--allow-open", help="Serve non-loopback clients without API keys (otherwise refused).")] = False,
     no_store: Annotated[bool, typer.Option("--no-store", help="Run without the DuckDB store (no telemetry).")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "warning",
-    engine_profile: Annotated[Optional[str], typer.Option(
+    engine_profile: Annotated[str | None, typer.Option(
         "--engine-profile", help="Start with a tuned engine profile: profiles/engines/NAME.toml from `tokenops tune` "
         "(or [engine] profile).")] = None,
-    old_profile: Annotated[Optional[str], typer.Option("--profile", hidden=True)] = None,
-    lora: Annotated[Optional[list[str]], typer.Option(
+    old_profile: Annotated[str | None, typer.Option("--profile", hidden=True)] = None,
+    lora: Annotated[list[str] | None, typer.Option(
         "--lora", help="NAME=FOLDER: serve a PEFT LoRA adapter on the first local model as model NAME "
         "(repeatable; docs/lora.md).")] = None,
 ) -> None:

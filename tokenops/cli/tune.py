@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -51,31 +51,31 @@ def register(app: typer.Typer) -> None:
 
 
 def tune(
-    slo: Annotated[Optional[list[str]], typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
-    slo_preset: Annotated[Optional[str], typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
-    url: Annotated[Optional[str], typer.Option("--url", help="A running server: its live tunables are searched (default: the `tokenops serve` of this folder, else --launch).", envvar="TOKENOPS_URL")] = None,
+    slo: Annotated[list[str] | None, typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
+    slo_preset: Annotated[str | None, typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
+    url: Annotated[str | None, typer.Option("--url", help="A running server: its live tunables are searched (default: the `tokenops serve` of this folder, else --launch).", envvar="TOKENOPS_URL")] = None,
     launch: Annotated[bool, typer.Option("--launch", help="Launch the engine, relaunched per configuration (restart tunables searched too).")] = False,
     engine: Annotated[str, typer.Option("--engine", help="With --launch: tokenops (bundled), vllm or sglang; any launcher a plugin registers.")] = "tokenops",
-    model_path: Annotated[Optional[str], typer.Option("--model-path", "--model", help="With --launch: model folder (default: the embedded demo model); vllm/sglang also take a hub id.")] = None,
-    launcher_cmd: Annotated[Optional[str], typer.Option("--launcher-cmd", help="With --launch: the command that starts the engine, e.g. '/opt/vllm/bin/vllm serve'.")] = None,
-    launcher_arg: Annotated[Optional[list[str]], typer.Option("--launcher-arg", help="With --launch: extra engine arguments, e.g. --launcher-arg='--tensor-parallel-size 2' (repeatable).")] = None,
+    model_path: Annotated[str | None, typer.Option("--model-path", "--model", help="With --launch: model folder (default: the embedded demo model); vllm/sglang also take a hub id.")] = None,
+    launcher_cmd: Annotated[str | None, typer.Option("--launcher-cmd", help="With --launch: the command that starts the engine, e.g. '/opt/vllm/bin/vllm serve'.")] = None,
+    launcher_arg: Annotated[list[str] | None, typer.Option("--launcher-arg", help="With --launch: extra engine arguments, e.g. --launcher-arg='--tensor-parallel-size 2' (repeatable).")] = None,
     ready_timeout: Annotated[float, typer.Option("--ready-timeout", help="With --launch: seconds a launched engine may take to become ready.")] = 600.0,
     admin_key: AdminKeyOpt = None,
     workload: Annotated[str, typer.Option("--workload", "-w", help="Workload name (see tokenops bench).")] = "synthetic",
-    dataset: Annotated[Optional[str], typer.Option("--dataset", help="file workload: JSON Lines of requests (see tokenops bench).")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", help="file workload: JSON Lines of requests (see tokenops bench).")] = None,
     input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens.")] = 128,
     output_len: Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens.")] = 64,
     length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
     max_input_len: Annotated[int, typer.Option("--max-input-len", help="ShareGPT prompt cap (tokens).")] = 1024,
     max_output_len: Annotated[int, typer.Option("--max-output-len", help="ShareGPT answer cap (tokens).")] = 256,
     budget: Annotated[str, typer.Option("--budget", help="Trials (20) or wall time (10m, 90s); the default keeps a study on the demo engine under 10 minutes.")] = "6m",
-    only: Annotated[Optional[list[str]], typer.Option("--only", help="Search only these tunables or dotted prefixes (repeatable).")] = None,
-    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Leave these tunables or prefixes at their values.")] = None,
-    param: Annotated[Optional[list[str]], typer.Option("--param", help="Candidates for a tunable: NAME=v1,v2,... (repeatable).")] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="Search only these tunables or dotted prefixes (repeatable).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Leave these tunables or prefixes at their values.")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", help="Candidates for a tunable: NAME=v1,v2,... (repeatable).")] = None,
     measure_s: Annotated[float, typer.Option("--measure-seconds", help="Length of one rate measurement.")] = 6.0,
     min_requests: Annotated[int, typer.Option("--min-requests", help="Fewest requests per measurement.")] = 12,
     max_measurements: Annotated[int, typer.Option("--max-measurements", help="Rate measurements per trial.")] = 5,
-    start_rate: Annotated[Optional[float], typer.Option("--start-rate", help="First rate tried (default: probed).")] = None,
+    start_rate: Annotated[float | None, typer.Option("--start-rate", help="First rate tried (default: probed).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the search, workload and arrivals.")] = 0,
     apply: Annotated[bool, typer.Option("--apply", help="Push the winner's live tunables to the running server (this folder's, or --url with --admin-key); restart ones are listed for the next start.")] = False,
     validate: Annotated[bool, typer.Option("--validate", help="Afterwards re-measure default and winner back to back at the winner's goodput (extra time).")] = False,

@@ -5,7 +5,8 @@ and an honest verdict."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -61,7 +62,7 @@ class TuneView:
                                f"goodput {trial.goodput:.3g}/s ({trial.result.status}, {trial.duration_s:.0f}s)",
                                markup=False, highlight=False)
 
-    def __enter__(self) -> "TuneView":
+    def __enter__(self) -> TuneView:
         if self._live is not None:
             self._live.__enter__()
         return self

@@ -49,7 +49,7 @@ class DigitClassifier(nn.Module):
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
 
     @classmethod
-    def load(cls, folder: Path | str) -> "DigitClassifier":
+    def load(cls, folder: Path | str) -> DigitClassifier:
         from safetensors.torch import load_file
 
         folder = Path(folder)

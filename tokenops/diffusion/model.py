@@ -64,7 +64,7 @@ class DiffusionModel:
         self.image_size = (size, size) if isinstance(size, int) else tuple(size)
 
     @classmethod
-    def load(cls, folder: Path | str, device: str = "cpu") -> "DiffusionModel":
+    def load(cls, folder: Path | str, device: str = "cpu") -> DiffusionModel:
         from diffusers import DDPMScheduler, UNet2DModel
 
         folder = Path(folder)

@@ -15,7 +15,8 @@ import itertools
 import logging
 import queue
 import threading
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from tokenops.engine.config import EngineConfig
 from tokenops.engine.engine import EngineRequestError, LLMEngine

@@ -20,7 +20,8 @@ the engine hands them to the model runner before the step's forward.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tokenops.engine.offload_index import OffloadIndex, TransferOp

@@ -158,7 +158,7 @@ class EngineConfig:
         return self.kv_cache_tokens // self.block_size
 
     @classmethod
-    def from_settings(cls, engine_settings: Any, **overrides: Any) -> "EngineConfig":
+    def from_settings(cls, engine_settings: Any, **overrides: Any) -> EngineConfig:
         """Build from :class:`tokenops.config.EngineSettings` (any object with the same
         attribute names), then apply ``overrides`` (e.g. ``model=...``)."""
         names = {f.name for f in fields(cls)}

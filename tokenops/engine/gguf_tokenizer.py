@@ -92,7 +92,8 @@ def gguf_tokenizer(file: GGUFFile) -> Tokenizer:
 
 
 def _byte_level_bpe(file: GGUFFile, tokens: list[str], types: list[int]):
-    from tokenizers import Regex, Tokenizer as Backend, decoders, models, pre_tokenizers
+    from tokenizers import Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as Backend
 
     pre_name = str(file.get("tokenizer.ggml.pre", "default"))
     pre = BPE_PRE_TOKENIZERS.get(pre_name)
@@ -116,7 +117,8 @@ def _byte_level_bpe(file: GGUFFile, tokens: list[str], types: list[int]):
 
 
 def _sentencepiece_bpe(file: GGUFFile, tokens: list[str], types: list[int]):
-    from tokenizers import Tokenizer as Backend, decoders, models, normalizers
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders, models, normalizers
 
     scores = file.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
     vocab = {t: i for i, t in enumerate(tokens)}

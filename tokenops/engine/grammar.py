@@ -70,7 +70,7 @@ class GrammarSpec:
             raise ValueError(f"unknown grammar kind {self.kind!r} (json_schema or lark)")
 
     @classmethod
-    def json_schema(cls, schema: dict[str, Any] | bool) -> "GrammarSpec":
+    def json_schema(cls, schema: dict[str, Any] | bool) -> GrammarSpec:
         from tokenops.engine.json_schema_size import SchemaSizeError
         from tokenops.engine.json_shortest import shortest_json
 
@@ -102,11 +102,11 @@ class GrammarMatcher:
         #: shortest text in tokens plus a margin).
         self.reserve_tokens = reserve_tokens
 
-    def copy(self) -> "GrammarMatcher":
+    def copy(self) -> GrammarMatcher:
         """An independent matcher in the same state (for ``n > 1`` siblings)."""
         return GrammarMatcher(self._m.deep_copy(), self.closing_classes, self.reserve_tokens)
 
-    def fill_bitmask(self, bitmask: "torch.Tensor", row: int) -> None:
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
         v = bitmask[row]
         self._m.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
 
@@ -146,7 +146,7 @@ class GrammarCompiler:
         self._closing: Any = None
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Any, vocab_size: int) -> "GrammarCompiler":
+    def for_tokenizer(cls, tokenizer: Any, vocab_size: int) -> GrammarCompiler:
         """From a :class:`tokenops.engine.tokenizer.Tokenizer` (its ``tokenizers`` backend)."""
         eos = sorted(getattr(tokenizer, "eos_token_ids", ()) or ())
         return cls(tokenizer.backend.to_str(), vocab_size, eos)
@@ -245,14 +245,14 @@ def _first_line(message: str) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def new_bitmask(num_rows: int, vocab_size: int) -> "torch.Tensor":
+def new_bitmask(num_rows: int, vocab_size: int) -> torch.Tensor:
     """An int32 bitmask ``[num_rows, ceil(vocab / 32)]`` with every token allowed."""
     import torch
 
     return torch.full((num_rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
 
 
-def apply_token_bitmasks(logits: "torch.Tensor", rows: list[int], bitmask: "torch.Tensor") -> "torch.Tensor":
+def apply_token_bitmasks(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) -> torch.Tensor:
     """``logits`` with ``-inf`` for the tokens row ``rows[j]`` may not take (bit clear in
     ``bitmask[j]``); other rows unchanged. Out of place (the runner's logits may be
     inference tensors); only the constrained rows are masked."""
@@ -273,7 +273,7 @@ def apply_token_bitmasks(logits: "torch.Tensor", rows: list[int], bitmask: "torc
     return logits.index_copy(0, index, masked)
 
 
-def steer_to_close(logits: "torch.Tensor", rows: list[int], matchers: list[GrammarMatcher]) -> "torch.Tensor":
+def steer_to_close(logits: torch.Tensor, rows: list[int], matchers: list[GrammarMatcher]) -> torch.Tensor:
     """Budget-aware completion for rows near their token limit (already masked by their
     grammar): keep only the allowed tokens of the first of the matcher's closing classes
     that has any (one that ends a string, one that closes an array or object, one that

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tokenops.engine.json_schema_size import SchemaSizeError, check_shape, min_json_chars, ShapeLimits
+from tokenops.engine.json_schema_size import SchemaSizeError, ShapeLimits, check_shape, min_json_chars
 
 _MAX_DEPTH = 8
 #: The longest sample built (characters of compact JSON).

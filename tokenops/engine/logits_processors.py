@@ -32,7 +32,7 @@ def needs_processing(params: Any) -> bool:
                 or params.logit_bias or params.min_tokens)
 
 
-def _flat(per_row: list[tuple[int, list[Any]]], device: Any, dtype: Any = None) -> tuple["torch.Tensor", "torch.Tensor"]:
+def _flat(per_row: list[tuple[int, list[Any]]], device: Any, dtype: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Row indices and values of ``[(row, values)]`` as two flat tensors (through numpy: a Python list
     becomes a tensor several times faster that way)."""
     import numpy as np
@@ -43,7 +43,7 @@ def _flat(per_row: list[tuple[int, list[Any]]], device: Any, dtype: Any = None) 
     return torch.from_numpy(rows).to(device), torch.from_numpy(values).to(device=device, dtype=dtype)
 
 
-def apply_processors(logits: "torch.Tensor", seqs: Sequence[Any], eos_token_ids: Sequence[int]) -> "torch.Tensor":
+def apply_processors(logits: torch.Tensor, seqs: Sequence[Any], eos_token_ids: Sequence[int]) -> torch.Tensor:
     """``logits`` ``[rows, vocab]`` (float32) with each row's bias, min-tokens mask and penalties applied.
 
     ``seqs[i]`` is row i's sequence (``params``, ``token_ids``, ``num_prompt_tokens``); rows that ask
@@ -81,7 +81,7 @@ def apply_processors(logits: "torch.Tensor", seqs: Sequence[Any], eos_token_ids:
     return logits
 
 
-def _apply_logit_bias(logits: "torch.Tensor", biased: list[tuple[int, dict[int, float]]]) -> None:
+def _apply_logit_bias(logits: torch.Tensor, biased: list[tuple[int, dict[int, float]]]) -> None:
     import torch
 
     if not biased:
@@ -94,7 +94,7 @@ def _apply_logit_bias(logits: "torch.Tensor", biased: list[tuple[int, dict[int, 
                       torch.tensor(values, dtype=logits.dtype, device=device), accumulate=True)
 
 
-def _apply_min_tokens(logits: "torch.Tensor", rows: list[int], seqs: Sequence[Any],
+def _apply_min_tokens(logits: torch.Tensor, rows: list[int], seqs: Sequence[Any],
                       eos_token_ids: Sequence[int]) -> None:
     vocab = logits.shape[1]
     for i in rows:

@@ -275,7 +275,10 @@ class LoraSet:
             h.remove()
         self._hooks = []
         modules = {key for a in self.adapters.values() for key in a.weights}
-        layers = self.model.model.layers
+        stack = self.model.model
+        assert isinstance(stack, nn.Module)  # a CausalLM (tokenops/engine/models/llama.py): .model holds the layers
+        layers = stack.layers
+        assert isinstance(layers, nn.ModuleList)
         for layer, module in sorted(modules):
             target = layers[layer].get_submodule(module)
             self._hooks.append(target.register_forward_hook(self._hook(layer, module)))
@@ -305,7 +308,7 @@ class LoraSet:
 
     def count_step(self, row_adapters: list[str | None], fused: bool) -> set[str]:
         """Check that the step's adapters are loaded and count the step; returns their names."""
-        names: set[str] = set(row_adapters) - {None}  # type: ignore[assignment]
+        names = {n for n in row_adapters if n is not None}
         unknown = names - set(self.adapters)
         if unknown:
             raise AdapterError(f"LoRA adapter {sorted(unknown)[0]!r} is not loaded")
@@ -321,7 +324,7 @@ class LoraSet:
             self._segments.groups = []
             return False
         groups: list[tuple[LoraAdapter, torch.Tensor | None]] = []
-        for name in sorted(names):  # type: ignore[type-var]
+        for name in sorted(names):
             rows = [i for i, n in enumerate(row_adapters) if n == name]
             whole = len(rows) == len(row_adapters)
             groups.append((self.adapters[name], None if whole else torch.tensor(rows, dtype=torch.long, device=device)))

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
-from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
+from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
 from tokenops.engine.lora import AdapterError, LoraAdapter, LoraSet, load_adapter
 from tokenops.engine.lora_native import NativeLora
-from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
+from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
 from tokenops.engine.tokenizer import Tokenizer
 from tokenops.engine.weight_layout import pack_linear_weights
 
@@ -242,6 +243,7 @@ class ModelRunner:
     def _fused_lora_step(self, chunks: list[ChunkInput]) -> torch.Tensor:
         """The fused step over chunks with adapter rows (lora_native.py); logits in ``chunks``' order."""
         self.lora.count_step([c.lora for c in chunks], fused=True)
+        assert self.fused_decode is not None  # execute() checked it
         ordered, lora, rows = self._lora_native.step(chunks, self.lora.adapters)
         logits = self.fused_decode(ordered, lora)
         return logits if rows is None else logits[rows]

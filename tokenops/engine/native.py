@@ -150,7 +150,7 @@ int linear_q8(const float *x, const int8_t *q, const float *s, const float *b, f
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
 
 _lock = threading.Lock()
-_kernel: "PagedDecodeKernel | None | bool" = False  # False: not tried yet
+_kernel: PagedDecodeKernel | None | bool = False  # False: not tried yet
 
 
 def _cpu_signature() -> str:

@@ -18,14 +18,21 @@ Built in:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tokenops.engine.config import EngineConfig
-    from tokenops.engine.protocols import KVPolicy, ModelCompiler, ModelTransform, Proposer, ProposerFactory, \
-        ScheduleOrder
+    from tokenops.engine.protocols import (
+        KVPolicy,
+        ModelCompiler,
+        ModelTransform,
+        Proposer,
+        ProposerFactory,
+        ScheduleOrder,
+    )
     from tokenops.engine.sequence import Sequence
 
 

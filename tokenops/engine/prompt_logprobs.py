@@ -10,7 +10,8 @@ does not record them twice. Values are ``log_softmax`` of the model's logits, as
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tokenops.engine.sampling import SampledToken
 

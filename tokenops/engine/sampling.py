@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 MAX_LOGPROBS = 20
 
 
-def draw(probs: "torch.Tensor", u: "torch.Tensor", out: "torch.Tensor | None" = None) -> "torch.Tensor":
+def draw(probs: torch.Tensor, u: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row of ``probs`` ``[rows, vocab]`` (unnormalised weights >= 0 are fine) by inverting its
     cumulative distribution at ``u`` ``[rows]``, uniforms in [0, 1): the first token whose cumulative weight
     exceeds ``u * total``. Exact like ``torch.multinomial(probs, 1)`` and, on CPU, several times faster
@@ -177,9 +177,9 @@ class Sampler:
         self.eos_token_ids = tuple(eos_token_ids)
         #: Shared generator for unseeded sampling: engine runs are reproducible for a config seed.
         self.generator = torch.Generator().manual_seed(seed)
-        self._cdf: "torch.Tensor | None" = None
+        self._cdf: torch.Tensor | None = None
 
-    def _cdf_buffer(self, shape: "torch.Size") -> "torch.Tensor | None":
+    def _cdf_buffer(self, shape: torch.Size) -> torch.Tensor | None:
         """A float64 ``shape`` view of a buffer kept between steps (allocating ~MBs per step is most of a
         draw's cost on CPU), or None when it would be too large to keep."""
         n = shape[0] * shape[1]
@@ -190,12 +190,12 @@ class Sampler:
         return self._cdf[:n].view(shape[0], shape[1])
 
     @staticmethod
-    def new_generator(seed: int, output_index: int) -> "torch.Generator":
+    def new_generator(seed: int, output_index: int) -> torch.Generator:
         import torch
 
         return torch.Generator().manual_seed(seed + output_index)
 
-    def sample(self, logits: "torch.Tensor", seqs: Sequence[SamplingRow]) -> list[SampledToken]:
+    def sample(self, logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> list[SampledToken]:
         torch = self._torch
         assert logits.dim() == 2 and logits.shape[0] == len(seqs)
         logits = logits.float()
@@ -230,7 +230,7 @@ class Sampler:
             self._fill_logprobs(raw, lp_rows, seqs, out)
         return out
 
-    def _constrain(self, logits: "torch.Tensor", rows: list[int], seqs: Sequence[SamplingRow]) -> "torch.Tensor":
+    def _constrain(self, logits: torch.Tensor, rows: list[int], seqs: Sequence[SamplingRow]) -> torch.Tensor:
         """``logits`` with the tokens each grammar row may not take next masked."""
         from tokenops.engine.grammar import apply_token_bitmasks, new_bitmask, steer_to_close
 
@@ -244,7 +244,7 @@ class Sampler:
             logits = steer_to_close(logits, closing, [seqs[i].grammar for i in closing])
         return logits
 
-    def probs(self, logits: "torch.Tensor", params: list[SamplingParams]) -> "torch.Tensor":
+    def probs(self, logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
         """Per-row token probabilities after temperature, top-k and top-p ([rows, vocab]);
         speculative decoding verifies proposals against them."""
         torch = self._torch
@@ -269,7 +269,7 @@ class Sampler:
             logits = logits.masked_fill(drop, float("-inf"))
         return logits.softmax(dim=-1)
 
-    def _fill_logprobs(self, logits: "torch.Tensor", rows: list[int], seqs: Sequence[SamplingRow],
+    def _fill_logprobs(self, logits: torch.Tensor, rows: list[int], seqs: Sequence[SamplingRow],
                        out: list[SampledToken]) -> None:
         torch = self._torch
         index = torch.tensor(rows, device=logits.device)

@@ -12,9 +12,9 @@ The config object is read every step, so live tunable changes apply on the next 
 from __future__ import annotations
 
 import time
-
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from tokenops.engine.block_manager import BlockManager
 from tokenops.engine.policies import BUILTIN_SCHEDULE_ORDERS, fcfs_order

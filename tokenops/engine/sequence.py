@@ -124,7 +124,7 @@ class Sequence:
         (two adapters never share KV: the same tokens give different keys and values)."""
         return self.tenant if self.lora is None else f"{self.tenant}\x00lora:{self.lora}"
 
-    def fork(self, output_index: int) -> "Sequence":
+    def fork(self, output_index: int) -> Sequence:
         """A sibling with the same tokens and computed state; blocks are shared by the
         block manager, not here."""
         child = Sequence(self.request_id, self.token_ids[: self.num_prompt_tokens], self.params,

@@ -163,7 +163,7 @@ class SpecDecoder:
         """Accept/reject the proposals of ``chunks`` (each has ``num_spec_tokens > 0``),
         append the kept tokens and roll back the rest."""
         engine = self.engine
-        scheduler, bm = engine.scheduler, engine.scheduler.block_manager
+        bm = engine.scheduler.block_manager
         for chunk in chunks:
             seq = chunk.seq
             k = chunk.num_spec_tokens

@@ -46,7 +46,7 @@ class ThinkingControl:
                                         or self.budget < 0):
             raise ValueError(f"the thinking budget must be an integer >= 0, got {self.budget!r}")
 
-    def new_state(self) -> "ThinkingState":
+    def new_state(self) -> ThinkingState:
         return ThinkingState(self)
 
 

@@ -98,7 +98,7 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
 
     registry = get_tunables()
     for name, value in values.items():  # over HTTP a value has its JSON type or is text (1 is no bool)
-        t = registry[name] if name in registry else None  # unknown names: the registry says which exist
+        t = registry.get(name)  # unknown names (None): the registry says which exist
         if t is not None and not _is_json_type(t.type, value):
             raise APIError(400, f"{name}: expected a JSON {t.type}, got {value!r}"[:300], code="invalid_tunable",
                            param=name)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,24 +20,26 @@ from starlette.responses import Response
 from tokenops import __version__
 from tokenops.backends.base import Replica
 from tokenops.config import Settings
-from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.admin import router as admin_router
-from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
+from tokenops.gateway.decision_headers import decision_values
+from tokenops.gateway.distill_admin import router as distill_admin_router
+from tokenops.gateway.errors import APIError, sse_error
+from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.guards import GuardMiddleware
+from tokenops.gateway.images import router as images_router
+from tokenops.gateway.messages_api import router as messages_router
+from tokenops.gateway.model_routes import model_cards, readiness
+from tokenops.gateway.model_routes import router as model_router
+from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
 from tokenops.gateway.openapi_contract import allowed_methods, declare
 from tokenops.gateway.openapi_errors import add_error_responses
-from tokenops.gateway.replica_health import prometheus_text as breaker_metrics, replica_states
-from tokenops.gateway.errors import APIError, sse_error
-from tokenops.gateway.model_routes import model_cards, readiness, router as model_router
-from tokenops.gateway.images import router as images_router
-from tokenops.gateway.distill_admin import router as distill_admin_router
+from tokenops.gateway.replica_health import prometheus_text as breaker_metrics
+from tokenops.gateway.replica_health import replica_states
 from tokenops.gateway.responses_api import router as responses_router
-from tokenops.gateway.messages_api import router as messages_router
-from tokenops.gateway.tokenize_api import router as tokenize_router
-from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
 from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_request
 from tokenops.gateway.state import Gateway
+from tokenops.gateway.tokenize_api import router as tokenize_router
 from tokenops.types import GatewayRequest
 
 _JSON = "application/json"

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -50,7 +51,7 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
             await asyncio.wait_for(collect(), timeout_s)
         else:
             await collect()
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise APIError(408, f"The request body did not arrive within {timeout_s:g} s "
                        f"({size} of {declared or '?'} bytes received); send the whole body at once.",
                        code="request_timeout", headers={"connection": "close"}) from None

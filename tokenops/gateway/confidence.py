@@ -9,8 +9,9 @@ answer again when the client did not ask for logprobs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from tokenops.types import GatewayRequest, GatewayResponse, RouteDecision
 

@@ -10,7 +10,8 @@ stream's cost is known only at its end. ``[gateway] decision_headers = false`` t
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tokenops.gateway.records import RequestRecord
 

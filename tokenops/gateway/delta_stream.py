@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from tokenops.backends.base import Delta, merge_tool_calls
 from tokenops.gateway.confidence import token_logprobs

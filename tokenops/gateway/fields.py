@@ -4,8 +4,18 @@ tables of docs/serve.md."""
 
 from __future__ import annotations
 
-from tokenops.backends.field_table import (CHAT, COMPLETIONS, EMBEDDINGS, PASS, STRUCTURED, TABLES, Field,
-                                           check_bundled_fields, fields, markdown)
+from tokenops.backends.field_table import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    PASS,
+    STRUCTURED,
+    TABLES,
+    Field,
+    check_bundled_fields,
+    fields,
+    markdown,
+)
 
 __all__ = ["CHAT", "COMPLETIONS", "EMBEDDINGS", "PASS", "STRUCTURED", "TABLES", "Field", "check_bundled_fields",
            "declared", "fields", "markdown"]

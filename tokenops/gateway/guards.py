@@ -22,7 +22,8 @@ import functools
 import ipaddress
 import logging
 import secrets
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tokenops.gateway.errors import APIError
 

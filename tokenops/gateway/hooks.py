@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from tokenops.backends.registry import BackendFactory
 from tokenops.blocking import blocking_mark
 from tokenops.plugins import hook
-from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, Rejection, RouteDecision, TelemetryEvent
+from tokenops.types import (
+    BackendError,
+    BackendOutcome,
+    GatewayRequest,
+    GatewayResponse,
+    Rejection,
+    RouteDecision,
+    TelemetryEvent,
+)
 
 
 def is_blocking(hook_name: str, **kwargs: Any) -> bool:

@@ -15,15 +15,16 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.body import build_off_loop, checked_body
-from tokenops.gateway.keyed_body import authorized_body
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.event_stream import EventStream
+from tokenops.gateway.keyed_body import authorized_body
 from tokenops.gateway.messages_schema import chat_body, check_fields
 from tokenops.gateway.messages_stream import encode_stream, error_body, message_body
 from tokenops.gateway.schemas import chat_request

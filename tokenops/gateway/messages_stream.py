@@ -19,7 +19,8 @@ upstream's own ``message_delta`` is held back until then. The SDKs keep the unkn
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from tokenops.backends.base import Delta
 from tokenops.gateway.decision_headers import decision_values

@@ -18,7 +18,8 @@ as the upstream answers again (it is asked every 2 s).
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Mapping, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from tokenops.gateway import hooks
 from tokenops.gateway.errors import APIError

@@ -8,7 +8,6 @@ deltas, a chunk with ``finish_reason`` (empty delta), a usage chunk with
 from __future__ import annotations
 
 import json
-
 from typing import Any
 
 from tokenops.types import GatewayRequest, GatewayResponse

@@ -1,36 +1,36 @@
-"""The request pipeline: every step is a hook call (through :mod:`tokenops.gateway.hooks`).
-
-admit -> cache lookup -> route -> select replica -> backend call (fallback on
-BackendError) -> validate -> backend outcome -> cache store -> record.
-
-Non-streamed requests go through :meth:`Pipeline.respond`; streamed ones through
-:meth:`Pipeline.open_stream`, which runs every step up to the backend's first
-delta before anything is sent, so errors up to that point keep their HTTP status. What the
-gateway keeps of a stream as it passes (tokens, timings, choice 0's answer) is assembled in
-:mod:`tokenops.gateway.delta_stream`.
-"""
+"""The request pipeline: every step is a hook call (through :mod:`tokenops.gateway.hooks`): admit ->
+cache lookup -> route -> select replica -> backend call (fallback on BackendError) -> validate ->
+backend outcome -> cache store -> record. Non-streamed requests go through :meth:`Pipeline.respond`;
+streamed ones through :meth:`Pipeline.open_stream`, which runs every step up to the backend's first
+delta before anything is sent, so errors up to that point keep their HTTP status. What the gateway
+keeps of a stream as it passes (tokens, timings, choice 0's answer) is in :mod:`.delta_stream`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 from tokenops.backends.base import Delta, Replica
-from tokenops.config import ModelConfig
-from tokenops.gateway import hooks, tracing
-from tokenops.gateway.decision_headers import decision_headers
-from tokenops.gateway.delta_stream import (DeltaStream, StreamAssembly, aclose_quietly, first_delta, is_cancel,
-                                           replay_deltas)
-from tokenops.gateway.errors import APIError, ModelNotFound, api_error
-from tokenops.gateway.confidence import (client_body, fill_token_logprobs, hide_added_logprobs, needs_confidence,
-                                         request_logprobs, strip_logprobs)
-from tokenops.gateway.model_routes import model_failure
-from tokenops.gateway.records import RequestRecord
-from tokenops.gateway.multi_model import run_cascade, run_ensemble
-from tokenops.routing.retry import RetryBudget, is_retryable
 from tokenops.backends.prompt_bound import prompt_chars
+from tokenops.config import ModelConfig
+from tokenops.gateway import confidence, hooks, tracing
+from tokenops.gateway.decision_headers import decision_headers
+from tokenops.gateway.delta_stream import (
+    DeltaStream,
+    StreamAssembly,
+    aclose_quietly,
+    first_delta,
+    is_cancel,
+    replay_deltas,
+)
+from tokenops.gateway.errors import APIError, ModelNotFound, api_error
+from tokenops.gateway.model_routes import model_failure
+from tokenops.gateway.multi_model import run_cascade, run_ensemble
+from tokenops.gateway.records import RequestRecord
+from tokenops.routing.retry import RetryBudget, is_retryable
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, GatewayResponse, RouteDecision
 
 #: Prompts longer than this are routed in a worker thread (see Pipeline._decide).
@@ -249,7 +249,7 @@ class Pipeline:
             request.decisions["validate"] = score
         hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None,
                                                           response.prompt_tokens, response.completion_tokens))
-        with client_body(request):  # a cache keys on what the client asked, not on the gateway's logprobs
+        with confidence.client_body(request):  # a cache keys on what the client asked, not on the gateway's logprobs
             await hooks.call("tokenops_cache_store", hooks.offer_to_cache, request=request, response=response)
         return score
 
@@ -263,8 +263,8 @@ class Pipeline:
         if rec.first_token_at is None:
             rec.first_token_at = first
         self._account(rec, replica.model, response)
-        fill_token_logprobs(response)  # the validators score confidence from these
-        hide_added_logprobs(request, response)
+        confidence.fill_token_logprobs(response)  # the validators score confidence from these
+        confidence.hide_added_logprobs(request, response)
         score = await self._after(request, replica, response, t0)
         tracing.end_attempt(rec, request.id, model=response.model, tokens_in=response.prompt_tokens,
                             tokens_out=response.completion_tokens, queue_s=response.extra.get("queue_s"),
@@ -276,13 +276,13 @@ class Pipeline:
         """The routed answer: one model, a cascade (``escalate_to``) or an ensemble (``members``)."""
         if decision.members:
             return await run_ensemble(self, request, rec, decision)
-        wants = needs_confidence(decision) or hooks.wants_logprobs(request, decision.model)
-        is_stripped = wants and request_logprobs(request)
+        wants = confidence.needs_confidence(decision) or hooks.wants_logprobs(request, decision.model)
+        is_stripped = wants and confidence.request_logprobs(request)
         response, score = await self.call_model(request, rec, decision.model)
         if decision.escalate_to and decision.min_score is not None:
             response = await run_cascade(self, request, rec, decision, response, score)
         if is_stripped:
-            strip_logprobs(request, response)
+            confidence.strip_logprobs(request, response)
         return response
 
     # -- non-streamed -----------------------------------------------------
@@ -335,7 +335,7 @@ class Pipeline:
                 return first_delta(r.backend.stream(request))
 
             # a plugin (distill capture) wants choice 0's logprobs: asked for, hidden from a client that did not ask
-            hide_logprobs = hooks.wants_logprobs(request, decision.model) and request_logprobs(request)
+            hide_logprobs = hooks.wants_logprobs(request, decision.model) and confidence.request_logprobs(request)
             replica, (it, first), t0 = await self._call(request, rec, decision.model, step)
         replica.in_flight += 1
         self.show_decisions(request, rec, with_cost=False)  # a stream's cost is known at its end (final chunk)

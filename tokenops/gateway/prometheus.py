@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from tokenops.gateway.records import RequestRecord
 from tokenops.prometheus_text import PREFIX

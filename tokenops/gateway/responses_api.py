@@ -17,18 +17,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.responses_output import ResponseFrame
-from tokenops.gateway.responses_request import (ResponsesRequest, Translation, chat_body, deferred_error, input_items,
-                                                 parse)
+from tokenops.gateway.responses_request import (
+    ResponsesRequest,
+    Translation,
+    chat_body,
+    deferred_error,
+    input_items,
+    parse,
+)
 from tokenops.gateway.responses_stream import EventWriter
 from tokenops.store.stored_responses import Limits, ResponseStore, StoredResponse, purge_stored_responses
 from tokenops.types import GatewayRequest, NativeRequest

@@ -21,8 +21,14 @@ import json
 from typing import Any
 
 from tokenops.backends.base import Delta
-from tokenops.gateway.responses_output import (ResponseFrame, function_call_item, message_item, reasoning_item,
-                                               status_of, usage)
+from tokenops.gateway.responses_output import (
+    ResponseFrame,
+    function_call_item,
+    message_item,
+    reasoning_item,
+    status_of,
+    usage,
+)
 from tokenops.gateway.responses_request import new_id
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

@@ -35,7 +35,7 @@ class SchemaBudget:
     shape: ShapeLimits = field(default_factory=ShapeLimits)
 
     @classmethod
-    def from_settings(cls, gateway: Any) -> "SchemaBudget":
+    def from_settings(cls, gateway: Any) -> SchemaBudget:
         return cls(max_output_chars=gateway.schema_max_output_chars,
                    shape=ShapeLimits(max_nodes=gateway.schema_max_nodes, max_depth=gateway.schema_max_depth,
                                      max_enum_values=gateway.schema_max_enum_values))

@@ -92,8 +92,7 @@ def check_exposure(settings: Settings, allow_open: bool, num_managed_keys: int =
 
 def open_store(settings: Settings) -> tuple[Any, Any]:
     """Open the store and attach its writer to the DuckDB sink; returns (store, writer)."""
-    from tokenops.store import Store, StoreError
-    from tokenops.store import sink
+    from tokenops.store import Store, StoreError, sink
 
     try:
         store = Store.open(settings.store.path)

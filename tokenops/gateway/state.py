@@ -16,16 +16,16 @@ from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
 from tokenops.gateway import hooks, schema_budget, tracing
-from tokenops.gateway.metrics_auth import MetricsAuth
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.expert_plans import ExpertPlans
+from tokenops.gateway.metrics_auth import MetricsAuth
 from tokenops.gateway.metrics_window import MetricsWindow
 from tokenops.gateway.pipeline import Pipeline
-from tokenops.routing.retry import retry_budget
 from tokenops.gateway.prometheus import PrometheusMetrics
 from tokenops.gateway.records import RequestRecord
 from tokenops.gateway.replica_health import replica_states
 from tokenops.gateway.telemetry import EngineTelemetry
+from tokenops.routing.retry import retry_budget
 from tokenops.types import TelemetryEvent
 
 log = logging.getLogger("tokenops.gateway")

@@ -33,8 +33,9 @@ import queue
 import random
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from tokenops import trace_context
 
@@ -44,7 +45,7 @@ log = logging.getLogger("tokenops.gateway")
 _OFFSET_NS = time.time_ns() - int(time.perf_counter() * 1e9)
 #: Finished traces waiting for the builder thread; beyond this many, traces are dropped (and counted).
 MAX_QUEUED_TRACES = 4096
-_builder: "_Builder | None" = None
+_builder: _Builder | None = None
 #: The running attempt's ``traceparent`` while its backend call runs (sent upstream by ``trace_context.inject``).
 _attempt_parent = trace_context.attempt_parent  # what the HTTP backends send upstream (tokenops.trace_context)
 _KIND_SERVER, _KIND_CLIENT, _KIND_INTERNAL = "server", "client", "internal"
@@ -285,7 +286,7 @@ class _Builder:
             from opentelemetry.sdk.trace.id_generator import IdGenerator
             from opentelemetry.sdk.trace.sampling import ALWAYS_ON
         except ImportError as e:
-            raise RuntimeError(f"tracing to {url} needs the OpenTelemetry SDK: pip install 'tokenops[telemetry]' ({e})")
+            raise RuntimeError(f"tracing to {url} needs the OpenTelemetry SDK: pip install 'tokenops[telemetry]' ({e})") from e
 
         class Recorded(IdGenerator):
             """Hands the SDK the ids the request path drew (only the builder thread creates spans)."""

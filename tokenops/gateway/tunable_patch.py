@@ -9,7 +9,8 @@ never disagree after a failed patch.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from tokenops.tunables import TunableError
 

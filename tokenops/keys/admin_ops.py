@@ -7,7 +7,8 @@ server runs (the server's endpoints answer the same documents).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tokenops.keys.fields import FieldError, check_tenant_name, parse_key_fields, parse_tenant_fields
 

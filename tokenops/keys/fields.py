@@ -7,8 +7,9 @@ with a 400; unknown fields are refused rather than ignored.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from tokenops.keys.periods import check_period
 
@@ -55,7 +56,7 @@ def parse_time(name: str, value: Any) -> float | None:
             t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
             raise FieldError(f"{name}: {value!r} is not an ISO 8601 time (e.g. 2026-12-31T00:00:00Z)", name) from None
-        return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+        return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
     raise FieldError(f"{name} must be an ISO 8601 time or epoch seconds", name)
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tokenops.keys.periods import Window, iso, window
 from tokenops.keys.records import Budget

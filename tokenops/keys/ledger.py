@@ -17,7 +17,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 log = logging.getLogger("tokenops.keys")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 ROLLING_BUCKETS = 60
 _HOURS = re.compile(r"^([1-9][0-9]{0,4})h$")
@@ -57,9 +57,9 @@ def window(period: str, now: float) -> Window:
         start = (now // 86400) * 86400
         return Window((start,), 86400.0, start + 86400)
     if period == "monthly":
-        t = datetime.fromtimestamp(now, timezone.utc)
-        first = datetime(t.year, t.month, 1, tzinfo=timezone.utc).timestamp()
-        following = datetime(t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=timezone.utc).timestamp()
+        t = datetime.fromtimestamp(now, UTC)
+        first = datetime(t.year, t.month, 1, tzinfo=UTC).timestamp()
+        following = datetime(t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=UTC).timestamp()
         return Window((first,), following - first, following)
     m = _HOURS.match(period)
     assert m, period
@@ -69,4 +69,4 @@ def window(period: str, now: float) -> Window:
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

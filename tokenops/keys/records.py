@@ -65,7 +65,7 @@ class ManagedKey:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ManagedKey":
+    def from_dict(cls, d: dict[str, Any]) -> ManagedKey:
         d = dict(d)
         budget = Budget(d.pop("budget_usd", None), d.pop("budget_period", None) or "monthly", d.pop("soft_budget_usd", None))
         names = {f.name for f in dataclasses.fields(cls)}
@@ -93,6 +93,6 @@ class Tenant:
                 "soft_budget_usd": self.budget.soft_usd, "created_at": self.created_at}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Tenant":
+    def from_dict(cls, d: dict[str, Any]) -> Tenant:
         return cls(d["name"], Budget(d.get("budget_usd"), d.get("budget_period") or "monthly", d.get("soft_budget_usd")),
                    d.get("created_at") or time.time())

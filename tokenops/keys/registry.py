@@ -15,8 +15,9 @@ import json
 import logging
 import threading
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from tokenops.keys.records import Budget, ManagedKey, Tenant, new_key_id, new_secret
 
@@ -35,11 +36,11 @@ class BudgetClock:
 
 
 def _dt(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).replace(tzinfo=None)
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).replace(tzinfo=None)
 
 
 def _ts(dt: datetime | None) -> float | None:
-    return None if dt is None else dt.replace(tzinfo=timezone.utc).timestamp()
+    return None if dt is None else dt.replace(tzinfo=UTC).timestamp()
 
 
 class KeyRegistry:

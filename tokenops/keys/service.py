@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from tokenops.errors import APIError
 from tokenops.keys.guard import KeyGuard
@@ -26,7 +27,7 @@ log = logging.getLogger("tokenops.keys")
 #: Set to 1 to enable ``POST /admin/budget-clock`` (tests move the budget clock with it).
 TEST_CLOCK_ENV = "TOKENOPS_BUDGET_TEST_CLOCK"
 
-active: "KeyService | None" = None
+active: KeyService | None = None
 #: How often an open server (no key known yet) asks Redis whether a key was created elsewhere.
 OPEN_RECHECK_S = 1.0
 
@@ -58,7 +59,7 @@ class KeyService:
 
     @classmethod
     def from_settings(cls, settings: Any, store: Any = None, prices: dict[str, tuple[float, float]] | None = None,
-                      route: Callable[[Any], Any] | None = None) -> "KeyService":
+                      route: Callable[[Any], Any] | None = None) -> KeyService:
         url = redis_url_of(settings)
         client = redis_client(url) if url else None
         registry = KeyRegistry(store, client, config_tenants=set(settings.gateway.api_keys.values()),
@@ -112,7 +113,7 @@ class KeyService:
                     f"SELECT floor((epoch(ts) - ?) / ?) AS bucket, coalesce(sum(cost_usd), 0) FROM requests "
                     f"WHERE {column} = ? AND ts >= ? GROUP BY ALL",
                     [w.starts[0], w.bucket_s, name,
-                     datetime.fromtimestamp(w.starts[0], timezone.utc).replace(tzinfo=None)]).fetchall()
+                     datetime.fromtimestamp(w.starts[0], UTC).replace(tzinfo=None)]).fetchall()
             except Exception as e:
                 log.warning("budget of %s %s: could not read its spend from the store: %s", scope, name, e)
                 continue

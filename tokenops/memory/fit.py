@@ -9,8 +9,9 @@ template and tokenizer; an estimate of 1 token per 3 characters otherwise).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 MEMORY_HEADER = "Earlier in this conversation (recalled from session memory):"
 

@@ -72,7 +72,7 @@ class RateLimitConfig:
         return None if limit is None or limit.is_empty else limit
 
     @classmethod
-    def from_settings(cls, raw: dict[str, Any]) -> "RateLimitConfig":
+    def from_settings(cls, raw: dict[str, Any]) -> RateLimitConfig:
         raw = dict(raw)
         defaults = {s: _limit(raw.pop(s), s) for s in SCOPES if s in raw}
         overrides = {s: {n: _limit(v, f"{s}s.{n}") for n, v in raw.pop(f"{s}s").items()} for s in SCOPES if f"{s}s" in raw}

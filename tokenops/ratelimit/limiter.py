@@ -16,8 +16,9 @@ import asyncio
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tokenops.ratelimit.config import RateLimitConfig
 from tokenops.ratelimit.fair_share import FairShare

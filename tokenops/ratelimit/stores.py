@@ -10,8 +10,8 @@ of gateway processes share the same limits.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from tokenops.ratelimit.token_bucket import TokenBucket
 

@@ -12,8 +12,8 @@ that many successes close it, one failure opens it again.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tokenops.resilience.breaker import HALF_OPEN, OPEN, BreakerConfig, CircuitBreaker
 from tokenops.resilience.outlier import OutlierConfig, OutlierDetector

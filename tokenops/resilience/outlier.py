@@ -10,8 +10,8 @@ but never more than ``max_ejected_fraction`` of the replicas at once.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(slots=True)

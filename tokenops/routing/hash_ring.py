@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 
 def stable_hash(text: str) -> int:

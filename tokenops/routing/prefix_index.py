@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 
 def chained_hashes(blocks: Iterable[Hashable], salt: Hashable = None) -> list[int]:

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from tokenops.routing.estimate import estimate_prompt_tokens, request_text, session_key
 from tokenops.routing.hash_ring import HashRing

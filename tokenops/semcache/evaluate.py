@@ -9,9 +9,10 @@ recall = correct hits / pairs that should hit.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tokenops.types import GatewayRequest, GatewayResponse
 

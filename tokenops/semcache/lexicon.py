@@ -17,19 +17,12 @@ import re
 #: words that carry no meaning a cached answer depends on (articles, present-tense
 #: auxiliaries, the asker's own pronouns, politeness, discourse glue)
 FILLERS = frozenset(
-    "a an the is are am be been being do does doing done have has having i me my mine myself we us our ours "
-    "one someone somebody people this that these those it its there here please kindly just actually exactly "
-    "really basically simply currently anyway thanks thank hey hi hello ok okay so well also again now "
-    "possible possibly some any".split())
+    ["a", "an", "the", "is", "are", "am", "be", "been", "being", "do", "does", "doing", "done", "have", "has", "having", "i", "me", "my", "mine", "myself", "we", "us", "our", "ours", "one", "someone", "somebody", "people", "this", "that", "these", "those", "it", "its", "there", "here", "please", "kindly", "just", "actually", "exactly", "really", "basically", "simply", "currently", "anyway", "thanks", "thank", "hey", "hi", "hello", "ok", "okay", "so", "well", "also", "again", "now", "possible", "possibly", "some", "any"])
 
 #: prepositions and particles: closed class, always content, matched only by themselves
 #: ("turn on" vs "turn off", "with" vs "without", "from A to B")
 PREPOSITIONS = frozenset(
-    "about above across after against along amid among around as at before behind below beneath beside besides "
-    "between beyond by despite down during except for from in inside instead into like near of off on onto "
-    "opposite out outside over past per plus minus since than through throughout till to toward towards under "
-    "underneath unlike until up upon versus vs via with within without back away apart forward backward "
-    "backwards ahead aside together".split())
+    ["about", "above", "across", "after", "against", "along", "amid", "among", "around", "as", "at", "before", "behind", "below", "beneath", "beside", "besides", "between", "beyond", "by", "despite", "down", "during", "except", "for", "from", "in", "inside", "instead", "into", "like", "near", "of", "off", "on", "onto", "opposite", "out", "outside", "over", "past", "per", "plus", "minus", "since", "than", "through", "throughout", "till", "to", "toward", "towards", "under", "underneath", "unlike", "until", "up", "upon", "versus", "vs", "via", "with", "within", "without", "back", "away", "apart", "forward", "backward", "backwards", "ahead", "aside", "together"])
 #: prepositions that only mark a relation another form states without them ("capital of
 #: France" / "France's capital", "a recipe for pancakes" / "a pancake recipe"): left over, they are
 #: not a change; matched, they still order their operands
@@ -49,8 +42,7 @@ QUESTION_WORDS = {"what": "what", "which": "what", "how": "how", "why": "why", "
                   "where": "where", "who": "who", "whom": "who", "whose": "whose"}
 
 NUMBER_WORDS = {w: float(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"])}
 NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
                      "ninety": 90, "hundred": 100, "thousand": 1000, "million": 1e6, "billion": 1e9,
                      "dozen": 12, "half": 0.5, "twice": 2, "once": 1, "first": 1, "second": 2, "third": 3})

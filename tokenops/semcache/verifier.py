@@ -26,10 +26,12 @@ an alignment of the two prompts' *content tokens*:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from tokenops.semcache import lexicon as lx
+
 
 class SimilarityMatrix(Protocol):
     """Rows of cosines, read as ``matrix[x][y]``: a list of lists or a NumPy array."""
@@ -65,9 +67,7 @@ class Signature:
 
 
 #: closed-class content that is matched only by itself
-_CLOSED = frozenset("and or but if because unless although though while whether either both all every each "
-                    "most more less least fewer many much few several only even still already yet too very "
-                    "enough same different other another else".split())
+_CLOSED = frozenset(["and", "or", "but", "if", "because", "unless", "although", "though", "while", "whether", "either", "both", "all", "every", "each", "most", "more", "less", "least", "fewer", "many", "much", "few", "several", "only", "even", "still", "already", "yet", "too", "very", "enough", "same", "different", "other", "another", "else"])
 
 
 def normalise(text: str) -> str:

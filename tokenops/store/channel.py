@@ -52,7 +52,7 @@ def peer_uid(sock: socket.socket) -> int | None:
 
 
 class _Handler(socketserver.StreamRequestHandler):
-    server: "_Server"
+    server: _Server
 
     def handle(self) -> None:
         uid = peer_uid(self.connection)
@@ -77,7 +77,7 @@ class _Handler(socketserver.StreamRequestHandler):
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
-    channel: "StoreChannel"
+    channel: StoreChannel
 
 
 class StoreChannel:
@@ -102,7 +102,7 @@ class StoreChannel:
         """Serve operation ``op`` with ``fn(message) -> JSON-able result``."""
         self._ops[op] = fn
 
-    def start(self) -> "StoreChannel":
+    def start(self) -> StoreChannel:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.path.parent.stat().st_uid != os.getuid():  # a shared temp folder someone else made
             raise OSError(f"{self.path.parent} belongs to another user")

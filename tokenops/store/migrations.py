@@ -12,12 +12,12 @@ whole version.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
-from typing import Any, Union
+from datetime import UTC, datetime
+from typing import Any
 
 import duckdb
 
-Step = Union[str, Callable[[duckdb.DuckDBPyConnection], None]]
+Step = str | Callable[[duckdb.DuckDBPyConnection], None]
 
 _TELEMETRY = """
 CREATE TABLE requests (
@@ -145,7 +145,7 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 
 def utcnow() -> datetime:
     """Naive UTC now, the store's timestamp convention."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:

@@ -20,7 +20,7 @@ expert during the interval that ends at ``ts``.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
@@ -48,32 +48,32 @@ class RequestRow(SQLModel, table=True):
     __tablename__ = "requests"
 
     id: str = _col(STR, primary_key=True, nullable=False)
-    ts: Optional[datetime] = _col(TS)  # arrival
-    tenant: Optional[str] = _col(STR)
-    api_key_id: Optional[str] = _col(STR)
-    model_requested: Optional[str] = _col(STR)
-    model_served: Optional[str] = _col(STR)
-    backend: Optional[str] = _col(STR)
-    route_reason: Optional[str] = _col(STR)
-    router: Optional[str] = _col(STR)
-    replica: Optional[str] = _col(STR)
-    cache_hit: Optional[bool] = _col(BOOL)
-    escalated: Optional[bool] = _col(BOOL)
-    ensemble_members: Optional[str] = _col(STR, is_json=True)  # JSON list of models
-    tokens_in: Optional[int] = _col(BIGINT)
-    tokens_out: Optional[int] = _col(BIGINT)
-    tokens_cached: Optional[int] = _col(BIGINT)
-    ttft_s: Optional[float] = _col(DOUBLE)
-    tpot_s: Optional[float] = _col(DOUBLE)
-    e2e_s: Optional[float] = _col(DOUBLE)
-    status: Optional[str] = _col(STR)  # ok | error | rejected | disconnected (RequestRecord.outcome)
-    error_kind: Optional[str] = _col(STR)
-    http_status: Optional[int] = _col(INT)
-    stream: Optional[bool] = _col(BOOL)
-    cost_usd: Optional[float] = _col(DOUBLE)
-    decisions: Optional[str] = _col(STR, is_json=True)
+    ts: datetime | None = _col(TS)  # arrival
+    tenant: str | None = _col(STR)
+    api_key_id: str | None = _col(STR)
+    model_requested: str | None = _col(STR)
+    model_served: str | None = _col(STR)
+    backend: str | None = _col(STR)
+    route_reason: str | None = _col(STR)
+    router: str | None = _col(STR)
+    replica: str | None = _col(STR)
+    cache_hit: bool | None = _col(BOOL)
+    escalated: bool | None = _col(BOOL)
+    ensemble_members: str | None = _col(STR, is_json=True)  # JSON list of models
+    tokens_in: int | None = _col(BIGINT)
+    tokens_out: int | None = _col(BIGINT)
+    tokens_cached: int | None = _col(BIGINT)
+    ttft_s: float | None = _col(DOUBLE)
+    tpot_s: float | None = _col(DOUBLE)
+    e2e_s: float | None = _col(DOUBLE)
+    status: str | None = _col(STR)  # ok | error | rejected | disconnected (RequestRecord.outcome)
+    error_kind: str | None = _col(STR)
+    http_status: int | None = _col(INT)
+    stream: bool | None = _col(BOOL)
+    cost_usd: float | None = _col(DOUBLE)
+    decisions: str | None = _col(STR, is_json=True)
     #: Of tokens_out, those spent thinking (reasoning models), when counted (migration 6 appends it).
-    reasoning_tokens: Optional[int] = _col(BIGINT)
+    reasoning_tokens: int | None = _col(BIGINT)
 
 
 class EngineStatsRow(SQLModel, table=True):
@@ -83,20 +83,20 @@ class EngineStatsRow(SQLModel, table=True):
 
     ts: datetime = _col(TS, primary_key=True, nullable=False)
     replica: str = _col(STR, primary_key=True, nullable=False)
-    model: Optional[str] = _col(STR)
-    num_running: Optional[int] = _col(INT)
-    num_waiting: Optional[int] = _col(INT)
-    kv_cache_usage: Optional[float] = _col(DOUBLE)  # 0..1
-    kv_blocks_used: Optional[int] = _col(INT)
-    kv_blocks_total: Optional[int] = _col(INT)
-    prefix_cache_queries: Optional[int] = _col(BIGINT)  # cumulative, in tokens
-    prefix_cache_hits: Optional[int] = _col(BIGINT)  # cumulative, in tokens
-    num_preemptions: Optional[int] = _col(BIGINT)  # cumulative
-    batch_tokens: Optional[int] = _col(INT)  # tokens in the last step
-    step_time_s: Optional[float] = _col(DOUBLE)
-    gen_tokens_total: Optional[int] = _col(BIGINT)
-    prompt_tokens_total: Optional[int] = _col(BIGINT)
-    spec_acceptance: Optional[float] = _col(DOUBLE)  # None without speculative decoding
+    model: str | None = _col(STR)
+    num_running: int | None = _col(INT)
+    num_waiting: int | None = _col(INT)
+    kv_cache_usage: float | None = _col(DOUBLE)  # 0..1
+    kv_blocks_used: int | None = _col(INT)
+    kv_blocks_total: int | None = _col(INT)
+    prefix_cache_queries: int | None = _col(BIGINT)  # cumulative, in tokens
+    prefix_cache_hits: int | None = _col(BIGINT)  # cumulative, in tokens
+    num_preemptions: int | None = _col(BIGINT)  # cumulative
+    batch_tokens: int | None = _col(INT)  # tokens in the last step
+    step_time_s: float | None = _col(DOUBLE)
+    gen_tokens_total: int | None = _col(BIGINT)
+    prompt_tokens_total: int | None = _col(BIGINT)
+    spec_acceptance: float | None = _col(DOUBLE)  # None without speculative decoding
 
 
 class ExpertLoadRow(SQLModel, table=True):
@@ -105,11 +105,11 @@ class ExpertLoadRow(SQLModel, table=True):
     __tablename__ = "expert_load"
 
     ts: datetime = _col(TS, primary_key=True, nullable=False)
-    model: Optional[str] = _col(STR)
+    model: str | None = _col(STR)
     replica: str = _col(STR, primary_key=True, nullable=False)
     layer: int = _col(INT, primary_key=True, nullable=False)
     expert: int = _col(INT, primary_key=True, nullable=False)
-    tokens: Optional[int] = _col(BIGINT)
+    tokens: int | None = _col(BIGINT)
 
 
 # ---------------------------------------------------------------------------
@@ -124,12 +124,12 @@ class CapabilityProfile(SQLModel, table=True):
 
     model: str = _col(STR, primary_key=True, nullable=False)
     dimension: str = _col(STR, primary_key=True, nullable=False)
-    score: Optional[float] = _col(DOUBLE)
-    ci_low: Optional[float] = _col(DOUBLE)
-    ci_high: Optional[float] = _col(DOUBLE)
-    n: Optional[int] = _col(INT)
-    updated_at: Optional[datetime] = _col(TS)
-    source: Optional[str] = _col(STR)
+    score: float | None = _col(DOUBLE)
+    ci_low: float | None = _col(DOUBLE)
+    ci_high: float | None = _col(DOUBLE)
+    n: int | None = _col(INT)
+    updated_at: datetime | None = _col(TS)
+    source: str | None = _col(STR)
 
 
 config_change_id_seq = sa.Sequence("config_changes_id_seq")
@@ -141,18 +141,18 @@ class ConfigChange(SQLModel, table=True):
     __tablename__ = "config_changes"
 
     # duckdb-engine cannot create SERIAL columns: the id comes from an explicit sequence.
-    id: Optional[int] = Field(
+    id: int | None = Field(
         default=None,
         sa_column=sa.Column(
             sa.BigInteger, config_change_id_seq, server_default=config_change_id_seq.next_value(), primary_key=True
         ),
     )
-    ts: Optional[datetime] = _col(TS)
+    ts: datetime | None = _col(TS)
     name: str = _col(STR, nullable=False)
-    old_value: Optional[str] = _col(STR, is_json=True)
-    new_value: Optional[str] = _col(STR, is_json=True)
-    actor: Optional[str] = _col(STR)
-    source: Optional[str] = _col(STR)  # admin-api | tui | tune | config
+    old_value: str | None = _col(STR, is_json=True)
+    new_value: str | None = _col(STR, is_json=True)
+    actor: str | None = _col(STR)
+    source: str | None = _col(STR)  # admin-api | tui | tune | config
 
 
 class BenchRun(SQLModel, table=True):
@@ -161,11 +161,11 @@ class BenchRun(SQLModel, table=True):
     __tablename__ = "bench_runs"
 
     id: str = _col(STR, primary_key=True, nullable=False)
-    ts: Optional[datetime] = _col(TS)
-    target: Optional[str] = _col(STR)  # base URL
-    workload: Optional[str] = _col(STR)
-    options: Optional[str] = _col(STR, is_json=True)
-    notes: Optional[str] = _col(STR)
+    ts: datetime | None = _col(TS)
+    target: str | None = _col(STR)  # base URL
+    workload: str | None = _col(STR)
+    options: str | None = _col(STR, is_json=True)
+    notes: str | None = _col(STR)
 
 
 class BenchResult(SQLModel, table=True):
@@ -175,32 +175,32 @@ class BenchResult(SQLModel, table=True):
 
     run_id: str = _col(STR, primary_key=True, nullable=False)
     step: int = _col(INT, primary_key=True, nullable=False)
-    mode: Optional[str] = _col(STR)  # poisson | constant | concurrency | throughput
-    rate: Optional[float] = _col(DOUBLE)  # req/s offered, or the concurrency
-    num_requests: Optional[int] = _col(INT)
-    num_errors: Optional[int] = _col(INT)
-    duration_s: Optional[float] = _col(DOUBLE)
-    throughput_rps: Optional[float] = _col(DOUBLE)
-    input_tok_s: Optional[float] = _col(DOUBLE)
-    output_tok_s: Optional[float] = _col(DOUBLE)
-    ttft_p50: Optional[float] = _col(DOUBLE)
-    ttft_p90: Optional[float] = _col(DOUBLE)
-    ttft_p95: Optional[float] = _col(DOUBLE)
-    ttft_p99: Optional[float] = _col(DOUBLE)
-    tpot_p50: Optional[float] = _col(DOUBLE)
-    tpot_p90: Optional[float] = _col(DOUBLE)
-    tpot_p95: Optional[float] = _col(DOUBLE)
-    tpot_p99: Optional[float] = _col(DOUBLE)
-    itl_p50: Optional[float] = _col(DOUBLE)
-    itl_p90: Optional[float] = _col(DOUBLE)
-    itl_p95: Optional[float] = _col(DOUBLE)
-    itl_p99: Optional[float] = _col(DOUBLE)
-    e2e_p50: Optional[float] = _col(DOUBLE)
-    e2e_p90: Optional[float] = _col(DOUBLE)
-    e2e_p95: Optional[float] = _col(DOUBLE)
-    e2e_p99: Optional[float] = _col(DOUBLE)
-    goodput_rps: Optional[float] = _col(DOUBLE)  # requests/s that met every SLO
-    slo_attainment: Optional[float] = _col(DOUBLE)  # 0..1
+    mode: str | None = _col(STR)  # poisson | constant | concurrency | throughput
+    rate: float | None = _col(DOUBLE)  # req/s offered, or the concurrency
+    num_requests: int | None = _col(INT)
+    num_errors: int | None = _col(INT)
+    duration_s: float | None = _col(DOUBLE)
+    throughput_rps: float | None = _col(DOUBLE)
+    input_tok_s: float | None = _col(DOUBLE)
+    output_tok_s: float | None = _col(DOUBLE)
+    ttft_p50: float | None = _col(DOUBLE)
+    ttft_p90: float | None = _col(DOUBLE)
+    ttft_p95: float | None = _col(DOUBLE)
+    ttft_p99: float | None = _col(DOUBLE)
+    tpot_p50: float | None = _col(DOUBLE)
+    tpot_p90: float | None = _col(DOUBLE)
+    tpot_p95: float | None = _col(DOUBLE)
+    tpot_p99: float | None = _col(DOUBLE)
+    itl_p50: float | None = _col(DOUBLE)
+    itl_p90: float | None = _col(DOUBLE)
+    itl_p95: float | None = _col(DOUBLE)
+    itl_p99: float | None = _col(DOUBLE)
+    e2e_p50: float | None = _col(DOUBLE)
+    e2e_p90: float | None = _col(DOUBLE)
+    e2e_p95: float | None = _col(DOUBLE)
+    e2e_p99: float | None = _col(DOUBLE)
+    goodput_rps: float | None = _col(DOUBLE)  # requests/s that met every SLO
+    slo_attainment: float | None = _col(DOUBLE)  # 0..1
 
 
 class TuneTrial(SQLModel, table=True):
@@ -209,15 +209,15 @@ class TuneTrial(SQLModel, table=True):
     __tablename__ = "tune_trials"
 
     id: str = _col(STR, primary_key=True, nullable=False)
-    ts: Optional[datetime] = _col(TS)
+    ts: datetime | None = _col(TS)
     study: str = _col(STR, nullable=False)
     trial: int = _col(INT, nullable=False)
-    params: Optional[str] = _col(STR, is_json=True)
-    goodput: Optional[float] = _col(DOUBLE)
-    status: Optional[str] = _col(STR)  # complete | pruned | failed | infeasible
-    slo: Optional[str] = _col(STR, is_json=True)
-    metrics: Optional[str] = _col(STR, is_json=True)
-    is_best: Optional[bool] = _col(BOOL)
+    params: str | None = _col(STR, is_json=True)
+    goodput: float | None = _col(DOUBLE)
+    status: str | None = _col(STR)  # complete | pruned | failed | infeasible
+    slo: str | None = _col(STR, is_json=True)
+    metrics: str | None = _col(STR, is_json=True)
+    is_best: bool | None = _col(BOOL)
 
 
 class ApiKeyRow(SQLModel, table=True):
@@ -228,17 +228,17 @@ class ApiKeyRow(SQLModel, table=True):
     id: str = _col(STR, primary_key=True, nullable=False)
     tenant: str = _col(STR, nullable=False)
     key_hash: str = _col(STR, nullable=False)
-    key_prefix: Optional[str] = _col(STR)
-    name: Optional[str] = _col(STR)
-    models: Optional[str] = _col(STR, is_json=True)  # JSON list; NULL: every model
-    rpm: Optional[float] = _col(DOUBLE)
-    tpm: Optional[float] = _col(DOUBLE)
-    budget_usd: Optional[float] = _col(DOUBLE)
-    budget_period: Optional[str] = _col(STR)  # daily | monthly | <N>h
-    soft_budget_usd: Optional[float] = _col(DOUBLE)
-    created_at: Optional[datetime] = _col(TS)
-    expires_at: Optional[datetime] = _col(TS)
-    revoked_at: Optional[datetime] = _col(TS)
+    key_prefix: str | None = _col(STR)
+    name: str | None = _col(STR)
+    models: str | None = _col(STR, is_json=True)  # JSON list; NULL: every model
+    rpm: float | None = _col(DOUBLE)
+    tpm: float | None = _col(DOUBLE)
+    budget_usd: float | None = _col(DOUBLE)
+    budget_period: str | None = _col(STR)  # daily | monthly | <N>h
+    soft_budget_usd: float | None = _col(DOUBLE)
+    created_at: datetime | None = _col(TS)
+    expires_at: datetime | None = _col(TS)
+    revoked_at: datetime | None = _col(TS)
 
 
 class TenantRow(SQLModel, table=True):
@@ -247,10 +247,10 @@ class TenantRow(SQLModel, table=True):
     __tablename__ = "tenants"
 
     name: str = _col(STR, primary_key=True, nullable=False)
-    budget_usd: Optional[float] = _col(DOUBLE)
-    budget_period: Optional[str] = _col(STR)
-    soft_budget_usd: Optional[float] = _col(DOUBLE)
-    created_at: Optional[datetime] = _col(TS)
+    budget_usd: float | None = _col(DOUBLE)
+    budget_period: str | None = _col(STR)
+    soft_budget_usd: float | None = _col(DOUBLE)
+    created_at: datetime | None = _col(TS)
 
 
 class StoredResponseRow(SQLModel, table=True):
@@ -264,11 +264,11 @@ class StoredResponseRow(SQLModel, table=True):
     id: str = _col(STR, primary_key=True, nullable=False)
     tenant: str = _col(STR, nullable=False)
     created_at: datetime = _col(TS, nullable=False)
-    model: Optional[str] = _col(STR)
-    previous_response_id: Optional[str] = _col(STR)
-    input_items: Optional[str] = _col(STR, is_json=True)
-    response: Optional[str] = _col(STR, is_json=True)
-    num_bytes: Optional[int] = _col(BIGINT)
+    model: str | None = _col(STR)
+    previous_response_id: str | None = _col(STR)
+    input_items: str | None = _col(STR, is_json=True)
+    response: str | None = _col(STR, is_json=True)
+    num_bytes: int | None = _col(BIGINT)
 
 
 class ImageRequestRow(SQLModel, table=True):
@@ -281,21 +281,21 @@ class ImageRequestRow(SQLModel, table=True):
     __tablename__ = "image_requests"
 
     id: str = _col(STR, primary_key=True, nullable=False)
-    ts: Optional[datetime] = _col(TS)
-    tenant: Optional[str] = _col(STR)
-    model: Optional[str] = _col(STR)
-    replica: Optional[str] = _col(STR)
-    num_images: Optional[int] = _col(INT)
-    size: Optional[str] = _col(STR)
-    class_index: Optional[int] = _col(INT)
-    sampler: Optional[str] = _col(STR)
-    steps: Optional[int] = _col(INT)
-    deep_steps: Optional[int] = _col(INT)
-    cache_threshold: Optional[float] = _col(DOUBLE)
-    cache_reuse_ratio: Optional[float] = _col(DOUBLE)
-    e2e_s: Optional[float] = _col(DOUBLE)
-    status: Optional[str] = _col(STR)
-    http_status: Optional[int] = _col(INT)
+    ts: datetime | None = _col(TS)
+    tenant: str | None = _col(STR)
+    model: str | None = _col(STR)
+    replica: str | None = _col(STR)
+    num_images: int | None = _col(INT)
+    size: str | None = _col(STR)
+    class_index: int | None = _col(INT)
+    sampler: str | None = _col(STR)
+    steps: int | None = _col(INT)
+    deep_steps: int | None = _col(INT)
+    cache_threshold: float | None = _col(DOUBLE)
+    cache_reuse_ratio: float | None = _col(DOUBLE)
+    e2e_s: float | None = _col(DOUBLE)
+    status: str | None = _col(STR)
+    http_status: int | None = _col(INT)
 
 
 class DistillPairRow(SQLModel, table=True):
@@ -305,19 +305,19 @@ class DistillPairRow(SQLModel, table=True):
     __tablename__ = "distill_pairs"
 
     id: str = _col(STR, primary_key=True, nullable=False)
-    ts: Optional[datetime] = _col(TS)
-    tenant: Optional[str] = _col(STR)
-    model: Optional[str] = _col(STR)
-    messages: Optional[str] = _col(STR, is_json=True)
-    answer: Optional[str] = _col(STR)
-    prompt_tokens: Optional[int] = _col(INT)
-    completion_tokens: Optional[int] = _col(INT)
+    ts: datetime | None = _col(TS)
+    tenant: str | None = _col(STR)
+    model: str | None = _col(STR)
+    messages: str | None = _col(STR, is_json=True)
+    answer: str | None = _col(STR)
+    prompt_tokens: int | None = _col(INT)
+    completion_tokens: int | None = _col(INT)
     #: Why the answer ended ("stop", "length": truncated at max_tokens) and the teacher's mean
     #: token logprob over ``num_logprobs`` answer tokens (None when the backend gave none):
     #: the quality filters of ``tokenops distill`` (migration 8).
-    finish_reason: Optional[str] = _col(STR)
-    mean_logprob: Optional[float] = _col(DOUBLE)
-    num_logprobs: Optional[int] = _col(INT)
+    finish_reason: str | None = _col(STR)
+    mean_logprob: float | None = _col(DOUBLE)
+    num_logprobs: int | None = _col(INT)
 
 
 #: Tables the batched writer accepts (the rest go through sessions).

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -269,11 +269,11 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 def parse_since(value: str | datetime | date | None, now: datetime | None = None) -> datetime:
     """A window start as naive UTC: ``7d``/``24h``/``30m``/``90s``/``2w`` ago,
     ``2026-11-01``, an ISO time (naive means UTC), or ``all``."""
-    now = now or datetime.now(timezone.utc).replace(tzinfo=None)
+    now = now or datetime.now(UTC).replace(tzinfo=None)
     if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
         return datetime(1970, 1, 1)
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).replace(tzinfo=None) if value.tzinfo else value
+        return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
     m = _RELATIVE.match(value)

@@ -143,7 +143,7 @@ class RemoteStore:
         finally:
             self._sock.close()
 
-    def __enter__(self) -> "RemoteStore":
+    def __enter__(self) -> RemoteStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -116,14 +116,14 @@ class Store:
         """A SQLModel ``Session``; commits on success, rolls back on error."""
         from sqlmodel import Session
 
-        with self._session_lock:  # one session at a time: they share one cursor (StaticPool)
-            with Session(self.engine, expire_on_commit=False) as session:
-                try:
-                    yield session
-                    session.commit()
-                except BaseException:
-                    session.rollback()
-                    raise
+        # one session at a time: they share one cursor (StaticPool)
+        with self._session_lock, Session(self.engine, expire_on_commit=False) as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
 
     def add(self, *objects: Any) -> None:
         """Insert or update (by primary key) SQLModel objects in one transaction."""

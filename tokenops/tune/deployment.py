@@ -13,8 +13,9 @@ is None and keeps every tunable that depends on it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from tokenops.tunables import Tunable
 
@@ -31,7 +32,7 @@ class Deployment:
     work: set[str] | None = None
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "Deployment":
+    def from_settings(cls, settings: Any) -> Deployment:
         from tokenops.backends.registry import model_configs, replica_urls
 
         models = model_configs(settings)
@@ -39,7 +40,7 @@ class Deployment:
                    {m.name: m.backend for m in models})
 
     @classmethod
-    def from_server_info(cls, info: dict[str, Any] | None, work: set[str] | None = None) -> "Deployment":
+    def from_server_info(cls, info: dict[str, Any] | None, work: set[str] | None = None) -> Deployment:
         """From :func:`server_facts` as a server reports them (its store channel's ``hello``
         or ``GET /admin/tunables``); None (not a tokenops server) keeps everything unknown."""
         info = info or {}

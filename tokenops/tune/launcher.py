@@ -24,9 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from tokenops.tunables import Tunable
 from tokenops.tune.errors import TuneError
@@ -90,9 +91,9 @@ class ServerProcess:
         self.cwd: Path | None = None
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         assert self.argv, "set argv before start()"
-        log = open(self.log_path, "wb")
+        log = open(self.log_path, "wb")  # noqa: SIM115 (the server writes it for its whole life)
         try:
             # its own session, so stop() reaches the workers a server forks (vLLM's engine core, SGLang's scheduler)
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,

@@ -17,7 +17,7 @@ class LocalAdmin:
         self.url = remote.server_info.get("url")
 
     @classmethod
-    def find(cls, store_path: str | None = None) -> "LocalAdmin | None":
+    def find(cls, store_path: str | None = None) -> LocalAdmin | None:
         """The server holding this folder's store (``TOKENOPS_STORE`` or ``store/tokenops.duckdb``), or None."""
         from tokenops.store.remote import connect_server
 

@@ -61,7 +61,7 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
     meta = {
         "model": report.model, "hardware": hardware or hardware_name(),
         "slo": [s.label for s in report.plan.slos], "workload": report.plan.workload, "study": report.study,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "goodput_rps": round(best.goodput, 4),
         # the default's own sustained goodput (same procedure); 0 and its status when it had none
         "default_goodput_rps": round(default.goodput, 4) if default and default.result.status == "complete" else 0.0,
@@ -96,7 +96,7 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
 def trial_rows(report: TuneReport) -> list[dict[str, Any]]:
     best = report.outcome.best
     slo = json.dumps([s.label for s in report.plan.slos])
-    ts = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    ts = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     rows = []
     for t in report.outcome.trials:
         metrics = {k: v for k, v in t.to_dict().items() if k not in ("params", "trial", "goodput", "status")}

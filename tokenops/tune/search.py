@@ -11,8 +11,9 @@ spaces); the cached score is told instead and costs no budget.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tokenops.tune.goodput import GoodputResult
 from tokenops.tune.space import SearchSpace
@@ -77,7 +78,7 @@ class Budget:
         assert self.max_seconds is None or self.max_seconds > 0
 
     @classmethod
-    def parse(cls, text: str) -> "Budget":
+    def parse(cls, text: str) -> Budget:
         """``20`` trials, or ``10m`` / ``90s`` / ``1h``."""
         t = text.strip().lower()
         units = {"s": 1, "m": 60, "h": 3600}

@@ -11,8 +11,9 @@ NAME=v1,v2`` replaces a tunable's candidates.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from tokenops.tunables import Tunable, TunableError
 
@@ -81,7 +82,7 @@ class SearchSpace:
     @classmethod
     def build(cls, tunables: Iterable[Tunable], include_restart: bool, only: list[str] | None = None,
               exclude: list[str] | None = None, overrides: dict[str, list[Any]] | None = None,
-              span: float = 8.0) -> "SearchSpace":
+              span: float = 8.0) -> SearchSpace:
         """Searchable tunables (restart-only ones only with ``include_restart``), filtered by
         name or dotted prefix (``only``/``exclude``), with candidate overrides."""
         overrides = dict(overrides or {})
