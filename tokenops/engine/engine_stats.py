@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tokenops.engine.config import engine_tunables
 
-if TYPE_CHECKING:
-    from tokenops.engine.engine import LLMEngine
+#: An :class:`tokenops.engine.engine.LLMEngine` (not imported: engine.py imports this module).
+LLMEngine = Any
 
 
 def run_settings(engine: LLMEngine) -> dict[str, Any]:
