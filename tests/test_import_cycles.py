@@ -54,6 +54,28 @@ def _is_type_checking(node: ast.If) -> bool:
     return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
 
 
+def imported_modules(node: ast.AST, package: str, known: set[str]) -> list[str]:
+    """The modules of ``known`` that one import statement ``node`` (in ``package``) loads; [] for any
+    other node. ``from a import b`` counts ``a.b`` when that is a module, else ``a``."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name in known]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:
+        base = package.split(".")[: len(package.split(".")) - node.level + 1]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    out = []
+    for alias in node.names:
+        full = f"{target}.{alias.name}"
+        if full in known:
+            out.append(full)
+        elif target in known:
+            out.append(target)
+    return out
+
+
 def _imports(module: str, path: Path, known: set[str], deferred: bool) -> set[str]:
     """Modules of ``known`` that ``module`` imports: module level (TYPE_CHECKING blocks included)
     and, with ``deferred``, inside functions too."""
@@ -66,20 +88,7 @@ def _imports(module: str, path: Path, known: set[str], deferred: bool) -> set[st
                 continue
             if deferred and module in TYPE_ONLY_CONTRACT and isinstance(child, ast.If) and _is_type_checking(child):
                 continue
-            if isinstance(child, ast.Import):
-                found.update(a.name for a in child.names if a.name in known)
-            elif isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
-                    target = ".".join(base + ([child.module] if child.module else []))
-                else:
-                    target = child.module or ""
-                for alias in child.names:
-                    full = f"{target}.{alias.name}"
-                    if full in known:
-                        found.add(full)
-                    elif target in known:
-                        found.add(target)
+            found.update(imported_modules(child, package, known))
             visit(child)
 
     visit(ast.parse(path.read_text(), str(path)))

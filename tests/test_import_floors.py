@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from test_import_cycles import PACKAGES, _is_type_checking, _modules
+from test_import_cycles import PACKAGES, _is_type_checking, _modules, imported_modules
 
 FLOORS = ("contract", "engine", "config", "services", "backends", "bench", "plugin manager", "tune", "plugins",
           "gateway", "surfaces")
@@ -98,20 +98,7 @@ def _targets(module: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
         for child in ast.iter_child_nodes(node):
             if module in TYPE_ONLY_CONTRACT and isinstance(child, ast.If) and _is_type_checking(child):
                 continue
-            if isinstance(child, ast.Import):
-                out.extend((a.name, child.lineno) for a in child.names if a.name in known)
-            elif isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
-                    target = ".".join(base + ([child.module] if child.module else []))
-                else:
-                    target = child.module or ""
-                for alias in child.names:
-                    full = f"{target}.{alias.name}"
-                    if full in known:
-                        out.append((full, child.lineno))
-                    elif target in known:
-                        out.append((target, child.lineno))
+            out.extend((m, getattr(child, "lineno", 0)) for m in imported_modules(child, package, known))
             visit(child)
 
     visit(ast.parse(path.read_text(), str(path)))
