@@ -62,9 +62,10 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("[[models]] entry without a name")
-        if not isinstance(self.lora, dict) or not all(isinstance(k, str) and k and isinstance(v, str)
-                                                     for k, v in self.lora.items()):
-            raise ConfigError(f"model {self.name!r}: lora must be a table of adapter name = \"folder\"")
+        if not isinstance(self.lora, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in self.lora.items()
+        ):
+            raise ConfigError(f'model {self.name!r}: lora must be a table of adapter name = "folder"')
         if self.lora and self.backend != "local":
             raise ConfigError(f"model {self.name!r}: lora adapters need backend 'local' (the bundled engine)")
         if not isinstance(self.max_loras, int) or self.max_loras < 0:
@@ -132,13 +133,15 @@ def _engine_settings_class() -> type:
         [(f.name, hints[f.name], field(default=f.default)) for f in setting_fields()]
         # A tuned profile to start with: profiles/engines/NAME.toml (`tokenops serve --engine-profile NAME`).
         + [("profile", str | None, field(default=None))],
-        slots=True)
+        slots=True,
+    )
     cls.__module__ = __name__
     cls.__doc__ = "The ``[engine]`` section: defaults of every local model's engine (tokenops/engine/config.py)."
     return cls
 
 
 if typing.TYPE_CHECKING:
+
     class EngineSettings:
         """What the type checker sees of the class built above: ``profile`` typed, the
         EngineConfig setting fields as ``Any`` (they are generated, so not declared twice)."""
@@ -187,8 +190,9 @@ class Settings:
             return conf
         unknown = sorted(set(conf) - set(defaults))
         if unknown:
-            raise ValueError(f"[plugins.{name}] unknown key(s) {', '.join(unknown)}; "
-                             f"allowed: {', '.join(sorted(defaults))}")
+            raise ValueError(
+                f"[plugins.{name}] unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(defaults))}"
+            )
         return {**defaults, **conf}
 
 

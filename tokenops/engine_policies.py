@@ -92,10 +92,13 @@ def collect_policies(config: EngineConfig) -> EnginePolicies:
     from tokenops.plugins import hook
 
     transform = _hook_transform()
-    return EnginePolicies(schedule_orders=schedule_orders(), proposers=proposers(),
-                          kv_policy=hook().tokenops_kv_policy(config=config),
-                          transforms=(transform,) if transform is not None else (),
-                          compile=_hook_compile())
+    return EnginePolicies(
+        schedule_orders=schedule_orders(),
+        proposers=proposers(),
+        kv_policy=hook().tokenops_kv_policy(config=config),
+        transforms=(transform,) if transform is not None else (),
+        compile=_hook_compile(),
+    )
 
 
 def configure_engine(config: EngineConfig) -> EngineConfig:
@@ -140,6 +143,9 @@ def plugin_calls() -> PluginCalls:
     from tokenops.backends.plugin_calls import PluginCalls
     from tokenops.diffusion.plan import get_plan
 
-    return PluginCalls(configure_engine=configure_engine,
-                       build_engine=lambda config: build_engine(config, configured=True),
-                       reasoning_budget=reasoning_budget, diffusion_plan=get_plan)
+    return PluginCalls(
+        configure_engine=configure_engine,
+        build_engine=lambda config: build_engine(config, configured=True),
+        reasoning_budget=reasoning_budget,
+        diffusion_plan=get_plan,
+    )

@@ -23,8 +23,15 @@ _TYPES = {
 class APIError(Exception):
     """An error the gateway answers with ``status`` and an OpenAI-style body."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
-                 type: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+        type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -37,8 +44,9 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def response(self) -> Response:
-        return Response(json.dumps(self.body()), status_code=self.status, media_type="application/json",
-                        headers=self.headers)
+        return Response(
+            json.dumps(self.body()), status_code=self.status, media_type="application/json", headers=self.headers
+        )
 
 
 class ModelNotFound(APIError):
@@ -46,8 +54,12 @@ class ModelNotFound(APIError):
 
     def __init__(self, model: str, available: list[str]) -> None:
         names = ", ".join(sorted(available)) or "none"
-        super().__init__(404, f"The model `{model}` does not exist. Available models: {names}.",
-                         code="model_not_found", param="model")
+        super().__init__(
+            404,
+            f"The model `{model}` does not exist. Available models: {names}.",
+            code="model_not_found",
+            param="model",
+        )
 
 
 def sse_error(err: APIError) -> bytes:

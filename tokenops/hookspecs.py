@@ -76,7 +76,7 @@ LAYERS = ("setup", "multi_model", "model_optimization", "compute_model", "comput
 #: ``Any`` that is not listed here).
 UNTYPED: dict[str, str] = {
     "tokenops_expert_placement.return": "the plan type belongs to the eplb plugin; the gateway reads summary(), "
-                                        "the CLI to_dict(), layers and balancedness_before/after",
+    "the CLI to_dict(), layers and balancedness_before/after",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -232,8 +232,9 @@ def tokenops_configure(settings: Settings) -> None:
 
 @hookspec(firstresult=True)
 @_layer("multi_model")
-def tokenops_route(request: GatewayRequest, candidates: list[str],
-                   profiles: dict[str, dict[str, Any]]) -> RouteDecision | None:
+def tokenops_route(
+    request: GatewayRequest, candidates: list[str], profiles: dict[str, dict[str, Any]]
+) -> RouteDecision | None:
     """Choose the model that answers a request.
 
     Called once per request after admission and cache lookup.
@@ -273,8 +274,9 @@ def tokenops_validate(request: GatewayRequest, response: GatewayResponse) -> flo
 
 @hookspec(firstresult=True)
 @_layer("multi_model")
-def tokenops_ensemble(request: GatewayRequest,
-                      responses: list[GatewayResponse]) -> GatewayResponse | EnsembleFollowUp | None:
+def tokenops_ensemble(
+    request: GatewayRequest, responses: list[GatewayResponse]
+) -> GatewayResponse | EnsembleFollowUp | None:
     """Combine several responses into one.
 
     Called when the route is an ensemble (a :class:`tokenops.types.RouteDecision` with
@@ -391,8 +393,7 @@ def tokenops_kv_policy(config: EngineConfig) -> KVPolicy | None:
 
 @hookspec(firstresult=True)
 @_layer("model_optimization")
-def tokenops_expert_placement(load: list[list[float]], num_devices: int, num_redundant: int,
-                              num_nodes: int) -> Any:
+def tokenops_expert_placement(load: list[list[float]], num_devices: int, num_redundant: int, num_nodes: int) -> Any:
     """Plan MoE expert replication and placement (EPLB).
 
     Called by ``tokenops moe plan``, and by the gateway when a MoE replica's recorded expert

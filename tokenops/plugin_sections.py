@@ -100,8 +100,10 @@ def check_plugin_sections(plugins: dict[str, Any], where: str = "config") -> Non
         if name not in sections:
             not_loaded = _installed_not_loaded(loaded).get(name)
             if not_loaded is not None:
-                raise ConfigError(f"{where}: [plugins.{name}] configures plugin {not_loaded!r}, which is not loaded "
-                                  f"(TOKENOPS_LOAD_PLUGINS leaves it out); load it or remove the section")
+                raise ConfigError(
+                    f"{where}: [plugins.{name}] configures plugin {not_loaded!r}, which is not loaded "
+                    f"(TOKENOPS_LOAD_PLUGINS leaves it out); load it or remove the section"
+                )
             raise ConfigError(f"{where}: unknown section [plugins.{name}]{_closest(name, list(sections))}")
         keys = sections[name].keys
         if keys is None:

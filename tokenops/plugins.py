@@ -79,12 +79,16 @@ def _check(pm: pluggy.PluginManager, name: str, plugin: Any) -> None:
         allowed = set(spec_caller.spec.argnames)
         mark = blocking_mark(impl)
         if mark is not None and attr not in MAY_BLOCK_HOOKS:
-            raise PluginLoadError(f"plugin {name!r} marks {attr!r} @may_block, but only "
-                                  f"{', '.join(sorted(MAY_BLOCK_HOOKS))} can move off the event loop; see docs/hooks.md")
+            raise PluginLoadError(
+                f"plugin {name!r} marks {attr!r} @may_block, but only "
+                f"{', '.join(sorted(MAY_BLOCK_HOOKS))} can move off the event loop; see docs/hooks.md"
+            )
         if mark is not None and mark.argnames is not None and not set(mark.argnames) <= allowed:
-            raise PluginLoadError(f"plugin {name!r} hook {attr!r}: the @may_block(when=...) predicate takes "
-                                  f"{', '.join(sorted(set(mark.argnames) - allowed))}; allowed: "
-                                  f"{', '.join(spec_caller.spec.argnames)}")
+            raise PluginLoadError(
+                f"plugin {name!r} hook {attr!r}: the @may_block(when=...) predicate takes "
+                f"{', '.join(sorted(set(mark.argnames) - allowed))}; allowed: "
+                f"{', '.join(spec_caller.spec.argnames)}"
+            )
         params = [p for p in inspect.signature(impl).parameters if p != "self"]
         extra = [p for p in params if p not in allowed]
         if extra:
@@ -178,7 +182,8 @@ def _chosen_entry_points() -> list[importlib.metadata.EntryPoint]:
                 raise PluginLoadError(
                     f"plugin name {name!r} is the built-in {builtin[0].value} but is also claimed by "
                     f"{', '.join(claimants)}; to let it replace the built-in, name it in tokenops.toml "
-                    f"([plugins] replace = [\"{name}\"]) or TOKENOPS_REPLACE_PLUGINS={name}")
+                    f'([plugins] replace = ["{name}"]) or TOKENOPS_REPLACE_PLUGINS={name}'
+                )
             if others:
                 chosen.append(others[0])
             continue  # a plugin file of that name loads as the file; the built-in stays out
@@ -198,7 +203,9 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         try:
             plugin = ep.load()
         except Exception as e:
-            raise PluginLoadError(f"plugin {ep.name!r} ({ep.value}) failed to import: {type(e).__name__}: {e}") from None
+            raise PluginLoadError(
+                f"plugin {ep.name!r} ({ep.value}) failed to import: {type(e).__name__}: {e}"
+            ) from None
         dist = ep.dist
         source = "builtin" if ep.value.startswith("tokenops_plugins.") else "entry-point"
         _register(pm, plugin, ep.name, source, dist.version if dist else None)

@@ -25,9 +25,17 @@ class FakeBackend:
 
     kind = "fake"
 
-    def __init__(self, model: str = "fake-model", name: str | None = None, *, reply: str | None = None,
-                 delay_s: float = 0.0, max_model_len: int | None = 2048, expert_load: bool = False,
-                 start_delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        model: str = "fake-model",
+        name: str | None = None,
+        *,
+        reply: str | None = None,
+        delay_s: float = 0.0,
+        max_model_len: int | None = 2048,
+        expert_load: bool = False,
+        start_delay_s: float = 0.0,
+    ) -> None:
         self.model = model
         self.name = name or f"{model}#0"
         self.reply = reply
@@ -58,12 +66,23 @@ class FakeBackend:
         self.is_closed = True
 
     def stats(self) -> dict[str, Any]:
-        return {"num_running": self.num_running, "num_waiting": 0, "kv_blocks_used": self.num_running,
-                "kv_blocks_total": 64, "kv_cache_usage": self.num_running / 64,
-                "prefix_cache_queries": self.num_prompt_tokens, "prefix_cache_hits": 0, "num_preemptions": 0,
-                "last_step_time_s": 0.0, "last_batch_tokens": 0, "total_prompt_tokens": self.num_prompt_tokens,
-                "total_generation_tokens": self.num_generated, "num_steps": self.num_generated,
-                "expert_load": [list(x) for x in self._expert_load] if self._expert_load else None, "model": self.model}
+        return {
+            "num_running": self.num_running,
+            "num_waiting": 0,
+            "kv_blocks_used": self.num_running,
+            "kv_blocks_total": 64,
+            "kv_cache_usage": self.num_running / 64,
+            "prefix_cache_queries": self.num_prompt_tokens,
+            "prefix_cache_hits": 0,
+            "num_preemptions": 0,
+            "last_step_time_s": 0.0,
+            "last_batch_tokens": 0,
+            "total_prompt_tokens": self.num_prompt_tokens,
+            "total_generation_tokens": self.num_generated,
+            "num_steps": self.num_generated,
+            "expert_load": [list(x) for x in self._expert_load] if self._expert_load else None,
+            "model": self.model,
+        }
 
     def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
         self.applied.update(values)
@@ -85,9 +104,13 @@ class FakeBackend:
             raise self.fail_next.pop(0)
         num_prompt = len(request.prompt_text().split()) + 3
         if self.max_model_len is not None and num_prompt >= self.max_model_len:
-            raise BackendError(f"This model's maximum context length is {self.max_model_len} tokens. However, "
-                               f"your prompt has {num_prompt} tokens.", kind="context_length", status=400,
-                               backend=self.name)
+            raise BackendError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"your prompt has {num_prompt} tokens.",
+                kind="context_length",
+                status=400,
+                backend=self.name,
+            )
         stops = request.body.get("stop") or []
         stops = [stops] if isinstance(stops, str) else stops
         words = self.words(request)

@@ -44,9 +44,17 @@ def free_port() -> int:
 class ServeProcess:
     """``tokenops serve`` in a subprocess; ``url`` is its root, ``base_url`` its ``/v1``."""
 
-    def __init__(self, workdir: Path | str, *, config: str | None = None, args: list[str] | tuple[str, ...] = (),
-                 env: dict[str, str] | None = None, store: bool = True, ready_timeout_s: float = 180.0,
-                 admin_key: str = ADMIN_KEY) -> None:
+    def __init__(
+        self,
+        workdir: Path | str,
+        *,
+        config: str | None = None,
+        args: list[str] | tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        store: bool = True,
+        ready_timeout_s: float = 180.0,
+        admin_key: str = ADMIN_KEY,
+    ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -83,8 +91,9 @@ class ServeProcess:
 
         env = dict(os.environ, TOKENOPS_ADMIN_KEY=self.admin_key, **self._env)
         log = open(self.log_path, "w")  # noqa: SIM115 (the server writes it for its whole life; closed in stop())
-        self.proc = subprocess.Popen(self.command(), cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     text=True)
+        self.proc = subprocess.Popen(
+            self.command(), cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
         log.close()
         deadline = time.monotonic() + self._ready_timeout_s
         while True:
@@ -137,8 +146,11 @@ def redis_server(workdir: Path | str, timeout_s: float = 5.0) -> Iterator[str]:
     if binary is None:
         raise RedisUnavailable("no redis-server binary (make redis, or apt-get install -y redis-server)")
     port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     client = redis.Redis(port=port)
     try:
         deadline = time.monotonic() + timeout_s

@@ -103,11 +103,16 @@ class SamplingFields:
         if sent is not None:
             body = {k: v for k, v in body.items() if k in sent}
         stop = body.get("stop")
-        return cls(n=body.get("n"), temperature=body.get("temperature"), top_p=body.get("top_p"),
-                   top_k=body.get("top_k"), seed=body.get("seed"),
-                   stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
-                   ignore_eos=bool(body.get("ignore_eos")),
-                   is_max_tokens_sent=body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None)
+        return cls(
+            n=body.get("n"),
+            temperature=body.get("temperature"),
+            top_p=body.get("top_p"),
+            top_k=body.get("top_k"),
+            seed=body.get("seed"),
+            stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+            ignore_eos=bool(body.get("ignore_eos")),
+            is_max_tokens_sent=body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None,
+        )
 
     def sent(self) -> set[str]:
         """The names of the fields the client sent (for decisions and logs)."""

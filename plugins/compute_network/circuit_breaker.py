@@ -29,9 +29,17 @@ from tokenops.tunables import Tunable, TunableError
 
 TOKENOPS_LAYER = "compute_network"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"circuit_breaker": (
-    "enabled", "outlier", "degrade_to", "health_probe_interval_s", "overload_in_flight",
-    *(f.name for f in dataclasses.fields(BreakerConfig)), *(f"outlier_{f.name}" for f in dataclasses.fields(OutlierConfig)))}
+TOKENOPS_SETTINGS = {
+    "circuit_breaker": (
+        "enabled",
+        "outlier",
+        "degrade_to",
+        "health_probe_interval_s",
+        "overload_in_flight",
+        *(f.name for f in dataclasses.fields(BreakerConfig)),
+        *(f"outlier_{f.name}" for f in dataclasses.fields(OutlierConfig)),
+    )
+}
 
 health: ReplicaHealth | None = None
 prober: HealthProber | None = None
@@ -41,13 +49,23 @@ overload_in_flight: int | None = None
 every_model = False
 #: Replicas of multi-replica models (the ones breakers watch by default).
 _watched: set[str] = set()
-_TUNABLES = {"breaker.failure_rate": "failure_rate", "breaker.consecutive_failures": "consecutive_failures",
-             "breaker.cooldown_s": "cooldown_s", "breaker.window_s": "window_s"}
+_TUNABLES = {
+    "breaker.failure_rate": "failure_rate",
+    "breaker.consecutive_failures": "consecutive_failures",
+    "breaker.cooldown_s": "cooldown_s",
+    "breaker.window_s": "window_s",
+}
 
 
-def configure(breaker: BreakerConfig | None = None, outlier: OutlierConfig | None = None,
-              degrade: dict[str, str] | None = None, probe_interval_s: float = 0.0, max_in_flight: int | None = None,
-              all_models: bool = True, **kw) -> ReplicaHealth:
+def configure(
+    breaker: BreakerConfig | None = None,
+    outlier: OutlierConfig | None = None,
+    degrade: dict[str, str] | None = None,
+    probe_interval_s: float = 0.0,
+    max_in_flight: int | None = None,
+    all_models: bool = True,
+    **kw,
+) -> ReplicaHealth:
     """Install the breaker (tests pass a clock); returns the health board. ``all_models=False``
     leaves models with one replica unfiltered (the default deployment)."""
     global health, prober, degrade_to, overload_in_flight, every_model
@@ -82,11 +100,17 @@ def tokenops_configure(settings):
         return
     outlier = None
     if raw.pop("outlier", False):
-        outlier = OutlierConfig(**{k.removeprefix("outlier_"): raw.pop(k) for k in list(raw) if k.startswith("outlier_")})
+        outlier = OutlierConfig(
+            **{k.removeprefix("outlier_"): raw.pop(k) for k in list(raw) if k.startswith("outlier_")}
+        )
     try:
-        configure(BreakerConfig(**{k: raw.pop(k) for k in list(raw) if k in BreakerConfig.__slots__}), outlier,
-                  degrade=raw.pop("degrade_to", {}), probe_interval_s=float(raw.pop("health_probe_interval_s", 0)),
-                  max_in_flight=raw.pop("overload_in_flight", None))
+        configure(
+            BreakerConfig(**{k: raw.pop(k) for k in list(raw) if k in BreakerConfig.__slots__}),
+            outlier,
+            degrade=raw.pop("degrade_to", {}),
+            probe_interval_s=float(raw.pop("health_probe_interval_s", 0)),
+            max_in_flight=raw.pop("overload_in_flight", None),
+        )
         if raw:
             raise ValueError(f"unknown key(s) {', '.join(sorted(raw))}")
     except (TypeError, ValueError) as e:
@@ -97,17 +121,65 @@ def tokenops_configure(settings):
 
 @hookimpl
 def tokenops_register_tunables(register):
-    register(Tunable("breaker.enabled", "bool", True, "Stop sending traffic to failing replicas (models with 2+ "
-                     "replicas; every model when [plugins.circuit_breaker] is configured).", live=True,
-                     searchable=False))
-    register(Tunable("breaker.failure_rate", "float", 0.5, "Failure rate in the window that opens a breaker.",
-                     live=True, minimum=0.05, maximum=1.0, searchable=False))
-    register(Tunable("breaker.consecutive_failures", "int", 3, "Failures in a row that open a breaker at once.",
-                     live=True, minimum=1, maximum=1000, searchable=False))
-    register(Tunable("breaker.cooldown_s", "float", 5.0, "Seconds an open breaker waits before trial calls.",
-                     live=True, minimum=0.1, maximum=3600.0, searchable=False))
-    register(Tunable("breaker.window_s", "float", 10.0, "Sliding window of the failure rate, seconds.",
-                     live=True, minimum=1.0, maximum=3600.0, searchable=False))
+    register(
+        Tunable(
+            "breaker.enabled",
+            "bool",
+            True,
+            "Stop sending traffic to failing replicas (models with 2+ "
+            "replicas; every model when [plugins.circuit_breaker] is configured).",
+            live=True,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "breaker.failure_rate",
+            "float",
+            0.5,
+            "Failure rate in the window that opens a breaker.",
+            live=True,
+            minimum=0.05,
+            maximum=1.0,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "breaker.consecutive_failures",
+            "int",
+            3,
+            "Failures in a row that open a breaker at once.",
+            live=True,
+            minimum=1,
+            maximum=1000,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "breaker.cooldown_s",
+            "float",
+            5.0,
+            "Seconds an open breaker waits before trial calls.",
+            live=True,
+            minimum=0.1,
+            maximum=3600.0,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "breaker.window_s",
+            "float",
+            10.0,
+            "Sliding window of the failure rate, seconds.",
+            live=True,
+            minimum=1.0,
+            maximum=3600.0,
+            searchable=False,
+        )
+    )
 
 
 @hookimpl

@@ -34,8 +34,11 @@ def sync_rate_limits(keys) -> None:
         return
     from tokenops.ratelimit.config import Limit, RateLimitConfig
 
-    wanted = {k.id: Limit(requests_per_min=k.rpm, tokens_per_min=k.tpm) for k in keys.registry.keys()
-              if (k.rpm or k.tpm) and k.revoked_at is None}
+    wanted = {
+        k.id: Limit(requests_per_min=k.rpm, tokens_per_min=k.tpm)
+        for k in keys.registry.keys()
+        if (k.rpm or k.tpm) and k.revoked_at is None
+    }
     if rate_limit.limiter is None and wanted:
         rate_limit.configure(RateLimitConfig(enabled=True, redis_url=keys.redis_url))
     rate_limit.set_key_overrides(wanted, _synced - set(wanted))

@@ -15,8 +15,18 @@ from tokenops.tunables import Tunable, TunableError
 
 TOKENOPS_LAYER = "compute_network"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"load_balance": ("policy", "sticky_load_factor", "prefix_load_weight", "prefix_load_factor",
-                                    "prefix_block_chars", "prefix_max_blocks", "kv_block_size", "seed")}
+TOKENOPS_SETTINGS = {
+    "load_balance": (
+        "policy",
+        "sticky_load_factor",
+        "prefix_load_weight",
+        "prefix_load_factor",
+        "prefix_block_chars",
+        "prefix_max_blocks",
+        "kv_block_size",
+        "seed",
+    )
+}
 
 #: tunable name -> SelectorConfig field
 FIELDS = {
@@ -40,21 +50,80 @@ def _replicated() -> dict:
 @hookimpl
 def tokenops_register_tunables(register):
     replicated = _replicated()
-    register(Tunable("routing.replica_policy", "str", "round_robin", "How a model's replica is chosen.",
-                     live=True, choices=POLICIES, **replicated))
-    register(Tunable("routing.sticky_load_factor", "float", 1.25,
-                     "Sticky routing: a replica takes at most this times the mean in-flight requests.",
-                     live=True, minimum=1.0, maximum=4.0, **replicated))
-    register(Tunable("routing.prefix_load_weight", "float", 0.5,
-                     "Prefix/KV-aware: weight of normalised load against matched-prefix fraction.",
-                     live=True, minimum=0.0, maximum=5.0, **replicated))
-    register(Tunable("routing.prefix_load_factor", "float", 1.25,
-                     "Prefix/KV-aware: replicas above this times the mean outstanding tokens are skipped.",
-                     live=True, minimum=1.0, maximum=4.0, **replicated))
-    register(Tunable("routing.prefix_block_chars", "int", 64, "Prefix-aware: characters per prefix-tree block.",
-                     live=True, minimum=8, maximum=4096, searchable=False, **replicated))
-    register(Tunable("routing.prefix_max_blocks", "int", 16384, "Prefix-aware: blocks remembered per replica (LRU).",
-                     live=True, minimum=64, maximum=10_000_000, log=True, searchable=False, **replicated))
+    register(
+        Tunable(
+            "routing.replica_policy",
+            "str",
+            "round_robin",
+            "How a model's replica is chosen.",
+            live=True,
+            choices=POLICIES,
+            **replicated,
+        )
+    )
+    register(
+        Tunable(
+            "routing.sticky_load_factor",
+            "float",
+            1.25,
+            "Sticky routing: a replica takes at most this times the mean in-flight requests.",
+            live=True,
+            minimum=1.0,
+            maximum=4.0,
+            **replicated,
+        )
+    )
+    register(
+        Tunable(
+            "routing.prefix_load_weight",
+            "float",
+            0.5,
+            "Prefix/KV-aware: weight of normalised load against matched-prefix fraction.",
+            live=True,
+            minimum=0.0,
+            maximum=5.0,
+            **replicated,
+        )
+    )
+    register(
+        Tunable(
+            "routing.prefix_load_factor",
+            "float",
+            1.25,
+            "Prefix/KV-aware: replicas above this times the mean outstanding tokens are skipped.",
+            live=True,
+            minimum=1.0,
+            maximum=4.0,
+            **replicated,
+        )
+    )
+    register(
+        Tunable(
+            "routing.prefix_block_chars",
+            "int",
+            64,
+            "Prefix-aware: characters per prefix-tree block.",
+            live=True,
+            minimum=8,
+            maximum=4096,
+            searchable=False,
+            **replicated,
+        )
+    )
+    register(
+        Tunable(
+            "routing.prefix_max_blocks",
+            "int",
+            16384,
+            "Prefix-aware: blocks remembered per replica (LRU).",
+            live=True,
+            minimum=64,
+            maximum=10_000_000,
+            log=True,
+            searchable=False,
+            **replicated,
+        )
+    )
 
 
 def apply(values: dict) -> dict:

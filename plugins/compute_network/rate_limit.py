@@ -21,14 +21,31 @@ from tokenops.tunables import Tunable, TunableError
 
 TOKENOPS_LAYER = "compute_network"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"rate_limit": ("enabled", "mode", "queue_timeout_s", "burst_s", "redis_url", "key_prefix", "fair_share",
-                                  "tenant", "tenants", "key", "keys", "model", "models")}
+TOKENOPS_SETTINGS = {
+    "rate_limit": (
+        "enabled",
+        "mode",
+        "queue_timeout_s",
+        "burst_s",
+        "redis_url",
+        "key_prefix",
+        "fair_share",
+        "tenant",
+        "tenants",
+        "key",
+        "keys",
+        "model",
+        "models",
+    )
+}
 
 limiter: RateLimiter | None = None
 _config = RateLimitConfig()
-_TENANT_FIELDS = {"ratelimit.tenant_requests_per_min": "requests_per_min",
-                  "ratelimit.tenant_tokens_per_min": "tokens_per_min",
-                  "ratelimit.tenant_max_concurrency": "max_concurrency"}
+_TENANT_FIELDS = {
+    "ratelimit.tenant_requests_per_min": "requests_per_min",
+    "ratelimit.tenant_tokens_per_min": "tokens_per_min",
+    "ratelimit.tenant_max_concurrency": "max_concurrency",
+}
 
 
 def configure(config: RateLimitConfig, store=None, **kw) -> RateLimiter | None:
@@ -54,18 +71,77 @@ def tokenops_configure(settings):
 
 @hookimpl
 def tokenops_register_tunables(register):
-    register(Tunable("ratelimit.mode", "str", "reject", "Over a limit: 429 at once, or queue up to the timeout.",
-                     live=True, choices=("reject", "queue"), searchable=False))
-    register(Tunable("ratelimit.queue_timeout_s", "float", 2.0, "Longest wait in queue mode before a 429.",
-                     live=True, minimum=0.0, maximum=600.0, searchable=False))
-    register(Tunable("ratelimit.burst_s", "float", 6.0, "Burst a bucket allows, in seconds of its rate.",
-                     live=True, minimum=0.1, maximum=600.0, searchable=False))
-    register(Tunable("ratelimit.tenant_requests_per_min", "float", 0.0, "Default per-tenant requests/min (0 = none).",
-                     live=True, minimum=0.0, maximum=1e9, searchable=False))
-    register(Tunable("ratelimit.tenant_tokens_per_min", "float", 0.0, "Default per-tenant tokens/min (0 = none).",
-                     live=True, minimum=0.0, maximum=1e12, searchable=False))
-    register(Tunable("ratelimit.tenant_max_concurrency", "int", 0, "Default per-tenant concurrent requests (0 = none).",
-                     live=True, minimum=0, maximum=1_000_000, searchable=False))
+    register(
+        Tunable(
+            "ratelimit.mode",
+            "str",
+            "reject",
+            "Over a limit: 429 at once, or queue up to the timeout.",
+            live=True,
+            choices=("reject", "queue"),
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "ratelimit.queue_timeout_s",
+            "float",
+            2.0,
+            "Longest wait in queue mode before a 429.",
+            live=True,
+            minimum=0.0,
+            maximum=600.0,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "ratelimit.burst_s",
+            "float",
+            6.0,
+            "Burst a bucket allows, in seconds of its rate.",
+            live=True,
+            minimum=0.1,
+            maximum=600.0,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "ratelimit.tenant_requests_per_min",
+            "float",
+            0.0,
+            "Default per-tenant requests/min (0 = none).",
+            live=True,
+            minimum=0.0,
+            maximum=1e9,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "ratelimit.tenant_tokens_per_min",
+            "float",
+            0.0,
+            "Default per-tenant tokens/min (0 = none).",
+            live=True,
+            minimum=0.0,
+            maximum=1e12,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "ratelimit.tenant_max_concurrency",
+            "int",
+            0,
+            "Default per-tenant concurrent requests (0 = none).",
+            live=True,
+            minimum=0,
+            maximum=1_000_000,
+            searchable=False,
+        )
+    )
 
 
 @hookimpl

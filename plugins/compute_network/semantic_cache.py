@@ -24,13 +24,19 @@ from tokenops.tunables import Tunable, TunableError
 
 TOKENOPS_LAYER = "compute_network"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"semantic_cache": ("enabled", "embedder", "semantic",
-                                      *(f.name for f in dataclasses.fields(CacheConfig)))}
+TOKENOPS_SETTINGS = {
+    "semantic_cache": ("enabled", "embedder", "semantic", *(f.name for f in dataclasses.fields(CacheConfig)))
+}
 
 cache: SemanticCache | None = None
 _embedder_name = "auto"
-_FIELDS = {"cache.semantic_threshold": "threshold", "cache.ttl_s": "ttl_s", "cache.max_bytes": "max_bytes",
-           "cache.semantic": "is_semantic", "cache.synonym_threshold": "synonym_threshold"}
+_FIELDS = {
+    "cache.semantic_threshold": "threshold",
+    "cache.ttl_s": "ttl_s",
+    "cache.max_bytes": "max_bytes",
+    "cache.semantic": "is_semantic",
+    "cache.synonym_threshold": "synonym_threshold",
+}
 _OFF = ("off", "false", "0", "no", "no-cache", "no-store", "bypass")
 
 
@@ -68,20 +74,75 @@ def tokenops_configure(settings):
 
 @hookimpl
 def tokenops_register_tunables(register):
-    register(Tunable("cache.enabled", "bool", False, "Answer repeated and paraphrased requests from the cache.",
-                     live=True, searchable=False))
-    register(Tunable("cache.semantic", "bool", True, "Match paraphrases by embedding, not only exact repeats.",
-                     live=True, searchable=False))
-    register(Tunable("cache.semantic_threshold", "float", 0.0,
-                     "Cosine similarity a semantic hit needs; 0 = the embedder's calibrated default.",
-                     live=True, minimum=0.0, maximum=1.0, searchable=False))
-    register(Tunable("cache.synonym_threshold", "float", 0.65,
-                     "Cosine two words need to count as synonyms when the verifier aligns prompts; 0 = no synonyms.",
-                     live=True, minimum=0.0, maximum=1.0, searchable=False))
-    register(Tunable("cache.ttl_s", "float", 3600.0, "Seconds a cached answer lives.", live=True,
-                     minimum=1.0, maximum=30 * 86400.0, searchable=False))
-    register(Tunable("cache.max_bytes", "int", 64 * 1024 * 1024, "Size budget of the cache (LRU beyond it).",
-                     live=True, minimum=1024, maximum=1 << 40, log=True, searchable=False))
+    register(
+        Tunable(
+            "cache.enabled",
+            "bool",
+            False,
+            "Answer repeated and paraphrased requests from the cache.",
+            live=True,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "cache.semantic",
+            "bool",
+            True,
+            "Match paraphrases by embedding, not only exact repeats.",
+            live=True,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "cache.semantic_threshold",
+            "float",
+            0.0,
+            "Cosine similarity a semantic hit needs; 0 = the embedder's calibrated default.",
+            live=True,
+            minimum=0.0,
+            maximum=1.0,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "cache.synonym_threshold",
+            "float",
+            0.65,
+            "Cosine two words need to count as synonyms when the verifier aligns prompts; 0 = no synonyms.",
+            live=True,
+            minimum=0.0,
+            maximum=1.0,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "cache.ttl_s",
+            "float",
+            3600.0,
+            "Seconds a cached answer lives.",
+            live=True,
+            minimum=1.0,
+            maximum=30 * 86400.0,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "cache.max_bytes",
+            "int",
+            64 * 1024 * 1024,
+            "Size budget of the cache (LRU beyond it).",
+            live=True,
+            minimum=1024,
+            maximum=1 << 40,
+            log=True,
+            searchable=False,
+        )
+    )
 
 
 @hookimpl

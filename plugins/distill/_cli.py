@@ -12,8 +12,9 @@ from typing import Annotated
 import typer
 from tokenops.cli.options import ConfigOpt, JsonOpt, StoreOpt
 
-distill_app = typer.Typer(help="The distillation loop: captured teacher traffic -> a cheaper student / a better draft.",
-                          no_args_is_help=True)
+distill_app = typer.Typer(
+    help="The distillation loop: captured teacher traffic -> a cheaper student / a better draft.", no_args_is_help=True
+)
 
 STRONG_DIMENSIONS = "extraction,code,instruction"  # where ladder-large beats ladder-small (ladder_report.json)
 
@@ -42,11 +43,19 @@ def _emit(data: dict, as_json: bool, line: str) -> None:
     typer.echo(json.dumps(data) if as_json else line)
 
 
-MinConfidenceOpt = Annotated[float | None, typer.Option(
-    "--min-confidence", metavar="P", help="Keep pairs whose teacher's mean token probability exp(mean logprob) >= P "
-                                          "(pairs captured without logprobs are kept and counted).")]
-KeepTruncatedOpt = Annotated[bool, typer.Option(
-    "--keep-truncated", help="Keep answers cut at max_tokens (finish_reason length); dropped by default.")]
+MinConfidenceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--min-confidence",
+        metavar="P",
+        help="Keep pairs whose teacher's mean token probability exp(mean logprob) >= P "
+        "(pairs captured without logprobs are kept and counted).",
+    ),
+]
+KeepTruncatedOpt = Annotated[
+    bool,
+    typer.Option("--keep-truncated", help="Keep answers cut at max_tokens (finish_reason length); dropped by default."),
+]
 
 
 def _min_confidence(value: float | None) -> float | None:
@@ -73,22 +82,35 @@ FROM distill_pairs GROUP BY ALL ORDER BY ALL
 
 
 @distill_app.command("status")
-def status(min_confidence: MinConfidenceOpt = None, store: StoreOpt = None, config: ConfigOpt = None,
-           as_json: JsonOpt = False) -> None:
+def status(
+    min_confidence: MinConfidenceOpt = None, store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False
+) -> None:
     """Captured pairs per tenant and teacher model, and how many each quality filter keeps."""
     p = _min_confidence(min_confidence) or 0.0
     with _open(store, config) as s:
         pruned = _retention(config, s)
         rows = s.execute(_STATUS_SQL, [p, p]).fetchall()
-    pairs = [{"tenant": t, "model": m, "count": n, "not_truncated": nt, "with_logprobs": wl,
-              "median_confidence": None if med is None else round(float(med), 4),
-              "confident": conf, "kept": kept} for t, m, n, nt, wl, med, conf, kept in rows]
+    pairs = [
+        {
+            "tenant": t,
+            "model": m,
+            "count": n,
+            "not_truncated": nt,
+            "with_logprobs": wl,
+            "median_confidence": None if med is None else round(float(med), 4),
+            "confident": conf,
+            "kept": kept,
+        }
+        for t, m, n, nt, wl, med, conf, kept in rows
+    ]
     data = {"pruned": pruned, "min_confidence": min_confidence, "pairs": pairs}
     lines = []
     for r in pairs:
         med = "-" if r["median_confidence"] is None else f"{r['median_confidence']:.2f}"
-        line = (f"{r['tenant']}\t{r['model']}\t{r['count']} pairs\tnot truncated {r['not_truncated']}\t"
-                f"with logprobs {r['with_logprobs']} (median confidence {med})")
+        line = (
+            f"{r['tenant']}\t{r['model']}\t{r['count']} pairs\tnot truncated {r['not_truncated']}\t"
+            f"with logprobs {r['with_logprobs']} (median confidence {med})"
+        )
         if min_confidence:
             line += f"\tconfidence >= {min_confidence:g}: {r['confident']}\tboth filters: {r['kept']}"
         lines.append(line)
@@ -96,8 +118,12 @@ def status(min_confidence: MinConfidenceOpt = None, store: StoreOpt = None, conf
 
 
 @distill_app.command("purge")
-def purge(tenant: Annotated[str, typer.Option("--tenant", help="Delete every captured pair of this tenant.")],
-          store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def purge(
+    tenant: Annotated[str, typer.Option("--tenant", help="Delete every captured pair of this tenant.")],
+    store: StoreOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Delete a tenant's captured pairs."""
     from ._pairs import purge as purge_pairs
 
@@ -107,11 +133,16 @@ def purge(tenant: Annotated[str, typer.Option("--tenant", help="Delete every cap
 
 
 @distill_app.command("export")
-def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines file to write.")],
-           model: Annotated[str | None, typer.Option("--model", help="Only this teacher's answers.")] = None,
-           tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's pairs.")] = None,
-           min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
-           store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def export(
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines file to write.")],
+    model: Annotated[str | None, typer.Option("--model", help="Only this teacher's answers.")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's pairs.")] = None,
+    min_confidence: MinConfidenceOpt = None,
+    keep_truncated: KeepTruncatedOpt = False,
+    store: StoreOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Write captured pairs as chat fine-tuning JSON Lines ({"messages": [...]} per line)."""
     from ._pairs import export_jsonl, load, quality_filter
 
@@ -121,12 +152,24 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines fil
         pairs = load(s, model=model, tenant=tenant)
     pairs, counts = quality_filter(pairs, min_confidence, keep_truncated)
     n = export_jsonl(pairs, out)
-    _emit({"out": str(out), "pairs": n, "filter": counts.as_dict()}, as_json,
-          f"wrote {n} pairs to {out} ({counts.line()})")
+    _emit(
+        {"out": str(out), "pairs": n, "filter": counts.as_dict()},
+        as_json,
+        f"wrote {n} pairs to {out} ({counts.line()})",
+    )
 
 
-def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str | None, heldout: float, limit: int | None,
-               min_confidence: float | None = None, keep_truncated: bool = False, dropped: list | None = None):
+def _pairs_for(
+    store: str | None,
+    config: str | None,
+    teacher: str,
+    tenant: str | None,
+    heldout: float,
+    limit: int | None,
+    min_confidence: float | None = None,
+    keep_truncated: bool = False,
+    dropped: list | None = None,
+):
     """(train, held-out, filter counts): the split is by request id over all pairs, then both sides are
     filtered, so the held-out set does not move with the filter. The training pairs the filter
     dropped are appended to ``dropped`` when given."""
@@ -136,8 +179,10 @@ def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str 
         _retention(config, s)
         pairs = load(s, model=teacher, tenant=tenant, limit=limit)
     if not pairs:
-        raise FileNotFoundError(f"no captured pairs of model {teacher!r} in the store: enable [plugins.distill_capture] "
-                                f"and send traffic first (docs/distillation.md)")
+        raise FileNotFoundError(
+            f"no captured pairs of model {teacher!r} in the store: enable [plugins.distill_capture] "
+            f"and send traffic first (docs/distillation.md)"
+        )
     train_pairs, held = split_heldout(pairs, heldout)
     candidates = train_pairs
     train_pairs, counts = quality_filter(train_pairs, min_confidence, keep_truncated)
@@ -149,25 +194,36 @@ def _pairs_for(store: str | None, config: str | None, teacher: str, tenant: str 
 
 
 @distill_app.command("train")
-def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model name; also a bundled model/folder "
-                                                                    "for logit KD.")],
-          student: Annotated[str, typer.Option("--student", help="Bundled student (ladder-small) or HF folder.")],
-          out: Annotated[Path | None, typer.Option("--out", help="Output HF folder (default store/distilled/NAME).")] = None,
-          name: Annotated[str | None, typer.Option("--name", help="Name of the distilled model.")] = None,
-          steps: Annotated[int, typer.Option(min=1)] = 200,
-          lr: float = 1e-3,
-          batch_size: Annotated[int, typer.Option(min=1)] = 16,
-          kd_weight: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of logit KD (0: answers only).")] = 0.5,
-          temperature: Annotated[float, typer.Option(min=0.05)] = 1.0,
-          heldout: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of pairs kept for eval.")] = 0.1,
-          limit: Annotated[int | None, typer.Option(help="Use the oldest N pairs only.")] = None,
-          tenant: Annotated[str | None, typer.Option("--tenant")] = None,
-          resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/checkpoint.pt.")] = False,
-          min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
-          replay_dropped: Annotated[bool, typer.Option(
-              "--replay-dropped", help="Train on the student's own answers to the prompts the quality filter "
-                                       "dropped (no logit KD there), so it does not forget those kinds of prompt.")] = False,
-          store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def train(
+    teacher: Annotated[
+        str, typer.Option("--teacher", help="Captured model name; also a bundled model/folder for logit KD.")
+    ],
+    student: Annotated[str, typer.Option("--student", help="Bundled student (ladder-small) or HF folder.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Output HF folder (default store/distilled/NAME).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Name of the distilled model.")] = None,
+    steps: Annotated[int, typer.Option(min=1)] = 200,
+    lr: float = 1e-3,
+    batch_size: Annotated[int, typer.Option(min=1)] = 16,
+    kd_weight: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of logit KD (0: answers only).")] = 0.5,
+    temperature: Annotated[float, typer.Option(min=0.05)] = 1.0,
+    heldout: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of pairs kept for eval.")] = 0.1,
+    limit: Annotated[int | None, typer.Option(help="Use the oldest N pairs only.")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/checkpoint.pt.")] = False,
+    min_confidence: MinConfidenceOpt = None,
+    keep_truncated: KeepTruncatedOpt = False,
+    replay_dropped: Annotated[
+        bool,
+        typer.Option(
+            "--replay-dropped",
+            help="Train on the student's own answers to the prompts the quality filter "
+            "dropped (no logit KD there), so it does not forget those kinds of prompt.",
+        ),
+    ] = False,
+    store: StoreOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Fine-tune the student on the teacher's captured answers (sequence + logit KD), on CPU."""
     from ._kd import KDConfig, resolve_model
     from ._kd import train as run_train
@@ -179,8 +235,9 @@ def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model
     except FileNotFoundError:
         teacher_dir = None  # an upstream teacher: its answers only
     dropped: list = []
-    train_pairs, _, counts = _pairs_for(store, config, teacher, tenant, heldout, limit, min_confidence, keep_truncated,
-                                        dropped)
+    train_pairs, _, counts = _pairs_for(
+        store, config, teacher, tenant, heldout, limit, min_confidence, keep_truncated, dropped
+    )
     if not train_pairs:
         raise FileNotFoundError(f"no training pairs left after the quality filter ({counts.line()})")
     if not as_json:
@@ -188,25 +245,42 @@ def train(teacher: Annotated[str, typer.Option("--teacher", help="Captured model
     name = name or f"{student}-from-{Path(teacher).name}"
     out = out or Path(_settings(config).store.path).expanduser().parent / "distilled" / name
     cfg = KDConfig(steps=steps, lr=lr, batch_size=batch_size, kd_weight=kd_weight, temperature=temperature)
-    info = run_train(student_dir, [(p.prompt, p.answer) for p in train_pairs], out, cfg, teacher_dir=teacher_dir,
-                     resume=resume, progress=not as_json, log=lambda s: typer.echo(s, err=True),
-                     replay_prompts=[p.prompt for p in dropped] if replay_dropped else None)
+    info = run_train(
+        student_dir,
+        [(p.prompt, p.answer) for p in train_pairs],
+        out,
+        cfg,
+        teacher_dir=teacher_dir,
+        resume=resume,
+        progress=not as_json,
+        log=lambda s: typer.echo(s, err=True),
+        replay_prompts=[p.prompt for p in dropped] if replay_dropped else None,
+    )
     info["filter"] = counts.as_dict()
     (out / "distill_info.json").write_text(json.dumps(info | {"teacher": teacher, "student": student}, indent=2) + "\n")
-    _emit(info, as_json, f"distilled {name}: {info['steps']} steps on {info['pairs']} pairs -> {out}\n"
-                         f"serve it with [[models]] name = \"{name}\" path = \"{out}\"")
+    _emit(
+        info,
+        as_json,
+        f"distilled {name}: {info['steps']} steps on {info['pairs']} pairs -> {out}\n"
+        f'serve it with [[models]] name = "{name}" path = "{out}"',
+    )
 
 
 @distill_app.command("eval")
-def evaluate(distilled: Annotated[Path, typer.Option("--distilled", help="The distilled HF folder.")],
-             student: Annotated[str, typer.Option("--student", help="The student before distillation.")] = "ladder-small",
-             teacher: Annotated[str, typer.Option("--teacher")] = "ladder-large",
-             dimensions: Annotated[str, typer.Option(help="Held-out suite dimensions.")] = STRONG_DIMENSIONS,
-             n: Annotated[int, typer.Option("-n", min=1, help="Held-out tasks per dimension.")] = 50,
-             heldout: Annotated[float, typer.Option(min=0.0, max=0.9)] = 0.1,
-             acceptance: Annotated[bool, typer.Option(help="Also measure draft acceptance on the engine.")] = True,
-             min_confidence: MinConfidenceOpt = None, keep_truncated: KeepTruncatedOpt = False,
-             store: StoreOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def evaluate(
+    distilled: Annotated[Path, typer.Option("--distilled", help="The distilled HF folder.")],
+    student: Annotated[str, typer.Option("--student", help="The student before distillation.")] = "ladder-small",
+    teacher: Annotated[str, typer.Option("--teacher")] = "ladder-large",
+    dimensions: Annotated[str, typer.Option(help="Held-out suite dimensions.")] = STRONG_DIMENSIONS,
+    n: Annotated[int, typer.Option("-n", min=1, help="Held-out tasks per dimension.")] = 50,
+    heldout: Annotated[float, typer.Option(min=0.0, max=0.9)] = 0.1,
+    acceptance: Annotated[bool, typer.Option(help="Also measure draft acceptance on the engine.")] = True,
+    min_confidence: MinConfidenceOpt = None,
+    keep_truncated: KeepTruncatedOpt = False,
+    store: StoreOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Student before/after (and teacher) on held-out suites and held-out captured traffic."""
     from ._evaluation import draft_acceptance, suite_figures, traffic_figures
     from ._kd import resolve_model
@@ -239,8 +313,9 @@ def evaluate(distilled: Annotated[Path, typer.Option("--distilled", help="The di
         typer.echo(f"{label:8s} suites  " + "  ".join(f"{d} {a:.2f}" for d, a in accs.items()))
     for label, t in report["traffic"].items():
         if t.get("n"):
-            typer.echo(f"{label:8s} traffic n={t['n']} exact {t['exact_match']:.2f} token agreement "
-                       f"{t['token_agreement']:.2f}")
+            typer.echo(
+                f"{label:8s} traffic n={t['n']} exact {t['exact_match']:.2f} token agreement {t['token_agreement']:.2f}"
+            )
     for label, a in report["acceptance"].items():
         typer.echo(f"{label:8s} draft acceptance {a['acceptance_rate']:.2f} (k={a['k']})")
 

@@ -62,12 +62,24 @@ def draft_acceptance(teacher_dir: Path, draft_dir: Path, prompts: list[str], k: 
     from ..multi_model import _task_training as tt
 
     tok = Tokenizer.from_file(str(teacher_dir / "tokenizer.json"))
-    config = EngineConfig(model=str(teacher_dir), device="cpu", torch_threads=1, max_num_seqs=8,
-                          max_num_batched_tokens=1024, kv_cache_tokens=8192, speculative="draft",
-                          num_speculative_tokens=k, draft_model=str(draft_dir))
+    config = EngineConfig(
+        model=str(teacher_dir),
+        device="cpu",
+        torch_threads=1,
+        max_num_seqs=8,
+        max_num_batched_tokens=1024,
+        kv_cache_tokens=8192,
+        speculative="draft",
+        num_speculative_tokens=k,
+        draft_model=str(draft_dir),
+    )
     engine = LLMEngine(config)
     ids: list[str | list[int]] = [tok.encode(tt.prompt_text(p), add_special_tokens=False).ids for p in prompts]
     engine.generate(ids, SamplingParams(temperature=0, max_tokens=max_tokens))
     stats = engine.stats()["spec_decode"]
-    return {"acceptance_rate": stats["acceptance_rate"], "mean_acceptance_length": stats["mean_acceptance_length"],
-            "k": k, "n": len(prompts)}
+    return {
+        "acceptance_rate": stats["acceptance_rate"],
+        "mean_acceptance_length": stats["mean_acceptance_length"],
+        "k": k,
+        "n": len(prompts),
+    }

@@ -28,8 +28,9 @@ def resolve_model(name_or_path: str) -> Path:
     for candidate in (Path(name_or_path).expanduser(), DEMO_MODELS / name_or_path):
         if (candidate / "config.json").exists():
             return candidate
-    raise FileNotFoundError(f"no HF model folder for {name_or_path!r} (a bundled name like ladder-small, or a path "
-                            f"holding config.json)")
+    raise FileNotFoundError(
+        f"no HF model folder for {name_or_path!r} (a bundled name like ladder-small, or a path holding config.json)"
+    )
 
 
 def load_hf(folder: Path):
@@ -58,8 +59,9 @@ class KDConfig:
         assert 0.0 <= self.kd_weight <= 1.0 and self.temperature > 0
 
 
-def kd_loss(student, teacher, ids, att, labels, cfg: KDConfig,
-            kd_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, float, float]:
+def kd_loss(
+    student, teacher, ids, att, labels, cfg: KDConfig, kd_rows: torch.Tensor | None = None
+) -> tuple[torch.Tensor, float, float]:
     """(loss, ce, kl) on the answer positions only; ``kd_rows`` (bool per row, default all)
     limits the logit-KD term to those rows (replayed student answers get none)."""
     target = labels[:, 1:]
@@ -73,8 +75,13 @@ def kd_loss(student, teacher, ids, att, labels, cfg: KDConfig,
         t_hidden = teacher.model(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
         t_logits = teacher.lm_head(t_hidden[:, :-1][keep]).float()
     t = cfg.temperature
-    per_token = torch.nn.functional.kl_div(torch.log_softmax(logits / t, -1), torch.log_softmax(t_logits / t, -1),
-                                           log_target=True, reduction="none").sum(-1) * t * t
+    per_token = (
+        torch.nn.functional.kl_div(
+            torch.log_softmax(logits / t, -1), torch.log_softmax(t_logits / t, -1), log_target=True, reduction="none"
+        ).sum(-1)
+        * t
+        * t
+    )
     if kd_rows is not None:
         rows = torch.arange(ids.shape[0]).unsqueeze(1).expand_as(target)[keep]
         per_token = per_token[kd_rows[rows]]
@@ -90,14 +97,22 @@ def _teacher(teacher_dir: Path | None, student: Any, cfg: KDConfig, log: Callabl
         return None
     teacher = load_hf(teacher_dir).eval()
     if teacher.config.vocab_size != student.config.vocab_size:
-        log(f"teacher vocabulary {teacher.config.vocab_size} != student {student.config.vocab_size}: "
-            f"sequence-level KD only")
+        log(
+            f"teacher vocabulary {teacher.config.vocab_size} != student {student.config.vocab_size}: "
+            f"sequence-level KD only"
+        )
         return None
     return teacher
 
 
-def _encode(tok: Any, student: Any, pairs: list[tuple[str, str]], replay_prompts: list[str] | None, cfg: KDConfig,
-            log: Callable[[str], None]) -> tuple[list[Any], torch.Tensor]:
+def _encode(
+    tok: Any,
+    student: Any,
+    pairs: list[tuple[str, str]],
+    replay_prompts: list[str] | None,
+    cfg: KDConfig,
+    log: Callable[[str], None],
+) -> tuple[list[Any], torch.Tensor]:
     """The training rows (the pairs, then the replayed prompts with the student's own greedy
     answers) and, per row, whether it is a KD row (replayed ones are cross-entropy only)."""
     from ..multi_model import _task_training as tt
@@ -110,14 +125,24 @@ def _encode(tok: Any, student: Any, pairs: list[tuple[str, str]], replay_prompts
         student.train()
         encoded += [tt.encode_pair(tok, p, a, cfg.max_len) for p, a in zip(replay_prompts, own)]
         is_kd += [False] * len(own)
-        log(f"replay: the student answered {len(own)} dropped prompts itself "
-            f"({time.perf_counter() - started_replay:.0f}s)")
+        log(
+            f"replay: the student answered {len(own)} dropped prompts itself "
+            f"({time.perf_counter() - started_replay:.0f}s)"
+        )
     return encoded, torch.tensor(is_kd)
 
 
-def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDConfig, teacher_dir: Path | None = None,
-          resume: bool = False, progress: bool = True, log: Callable[[str], None] = print,
-          replay_prompts: list[str] | None = None) -> dict:
+def train(
+    student_dir: Path,
+    pairs: list[tuple[str, str]],
+    out: Path,
+    cfg: KDConfig,
+    teacher_dir: Path | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    replay_prompts: list[str] | None = None,
+) -> dict:
     """Fine-tune the student in ``student_dir`` on (prompt, answer) ``pairs``; the result goes to ``out``.
 
     ``replay_prompts`` (the prompts of pairs the quality filter dropped) are answered by the
@@ -137,8 +162,11 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
     encoded, kd_flags = _encode(tok, student, pairs, replay_prompts, cfg, log)
     decay = [p for p in student.parameters() if p.dim() >= 2]
     no_decay = [p for p in student.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
     out.mkdir(parents=True, exist_ok=True)
     ckpt_path = out / "checkpoint.pt"
     step = 0
@@ -156,13 +184,25 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
     ces, kls, started = [], [], time.perf_counter()
 
     def save_checkpoint() -> None:
-        torch.save({"model": student.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                    "rng": rng.bit_generator.state}, ckpt_path)
+        torch.save(
+            {
+                "model": student.state_dict(),
+                "optimizer": opt.state_dict(),
+                "step": step,
+                "rng": rng.bit_generator.state,
+            },
+            ckpt_path,
+        )
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    columns = (TextColumn("distill"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn("distill"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, disable=not progress, transient=False) as bar:
         task = bar.add_task("train", total=cfg.steps, completed=step, info="")
         while step < cfg.steps:
@@ -171,8 +211,9 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
             ids, att, labels = tt.make_batch(rows)
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
-            loss, ce, kl = kd_loss(student, teacher, ids, att, labels, cfg,
-                                   kd_flags[torch.from_numpy(picked)] if replay_prompts else None)
+            loss, ce, kl = kd_loss(
+                student, teacher, ids, att, labels, cfg, kd_flags[torch.from_numpy(picked)] if replay_prompts else None
+            )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
@@ -185,7 +226,14 @@ def train(student_dir: Path, pairs: list[tuple[str, str]], out: Path, cfg: KDCon
                 save_checkpoint()
     save_checkpoint()
     save_model(student, out, student_dir)
-    return {"steps": step, "pairs": len(pairs), "replayed": len(encoded) - len(pairs), "logit_kd": teacher is not None, "kd_weight": cfg.kd_weight,
-            "final_ce": float(np.mean(ces[-20:])) if ces else None,
-            "final_kl": float(np.mean(kls[-20:])) if kls else None,
-            "train_minutes": round((time.perf_counter() - started) / 60, 2), "out": str(out)}
+    return {
+        "steps": step,
+        "pairs": len(pairs),
+        "replayed": len(encoded) - len(pairs),
+        "logit_kd": teacher is not None,
+        "kd_weight": cfg.kd_weight,
+        "final_ce": float(np.mean(ces[-20:])) if ces else None,
+        "final_kl": float(np.mean(kls[-20:])) if kls else None,
+        "train_minutes": round((time.perf_counter() - started) / 60, 2),
+        "out": str(out),
+    }

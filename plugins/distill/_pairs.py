@@ -97,16 +97,24 @@ class FilterCounts:
     keep_truncated: bool = False
 
     def as_dict(self) -> dict:
-        return {"total": self.total, "kept": self.kept, "truncated": self.truncated,
-                "below_confidence": self.below_confidence, "without_logprobs": self.without_logprobs,
-                "min_confidence": self.min_confidence, "keep_truncated": self.keep_truncated}
+        return {
+            "total": self.total,
+            "kept": self.kept,
+            "truncated": self.truncated,
+            "below_confidence": self.below_confidence,
+            "without_logprobs": self.without_logprobs,
+            "min_confidence": self.min_confidence,
+            "keep_truncated": self.keep_truncated,
+        }
 
     def line(self) -> str:
         parts = [f"kept {self.kept} of {self.total} pairs"]
         parts.append(f"{self.truncated} truncated " + ("kept" if self.keep_truncated else "dropped"))
         if self.min_confidence:
-            parts.append(f"{self.below_confidence} below confidence {self.min_confidence:g} dropped, "
-                         f"{self.without_logprobs} without logprobs kept")
+            parts.append(
+                f"{self.below_confidence} below confidence {self.min_confidence:g} dropped, "
+                f"{self.without_logprobs} without logprobs kept"
+            )
         return "; ".join(parts)
 
 
@@ -116,8 +124,9 @@ def validate_min_confidence(value: float | None) -> float | None:
     return value
 
 
-def quality_filter(pairs: list[Pair], min_confidence: float | None = None,
-                   keep_truncated: bool = False) -> tuple[list[Pair], FilterCounts]:
+def quality_filter(
+    pairs: list[Pair], min_confidence: float | None = None, keep_truncated: bool = False
+) -> tuple[list[Pair], FilterCounts]:
     """Pairs that pass: not truncated (unless ``keep_truncated``) and, with ``min_confidence``,
     ``exp(mean_logprob) >= min_confidence`` (pairs without logprobs pass and are counted)."""
     validate_min_confidence(min_confidence)

@@ -31,8 +31,9 @@ from tokenops import hookimpl
 
 TOKENOPS_LAYER = "model_optimization"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"distill_capture": ("models", "tenants", "retention_days", "max_rows", "logprobs", "min_confidence",
-                                       "enabled")}
+TOKENOPS_SETTINGS = {
+    "distill_capture": ("models", "tenants", "retention_days", "max_rows", "logprobs", "min_confidence", "enabled")
+}
 
 
 @dataclass(slots=True)
@@ -52,8 +53,11 @@ class CaptureConfig:
             raise ValueError("retention_days and max_rows must be > 0")
         if not isinstance(self.logprobs, bool):
             raise ValueError("logprobs must be true or false")
-        if isinstance(self.min_confidence, bool) or not isinstance(self.min_confidence, (int, float)) \
-                or not 0.0 <= self.min_confidence <= 1.0:
+        if (
+            isinstance(self.min_confidence, bool)
+            or not isinstance(self.min_confidence, (int, float))
+            or not 0.0 <= self.min_confidence <= 1.0
+        ):
             raise ValueError(f"min_confidence must be a mean token probability in [0, 1], got {self.min_confidence!r}")
         if self.min_confidence > 0 and not self.logprobs:
             raise ValueError("min_confidence needs logprobs = true (the confidence comes from the token logprobs)")
@@ -88,8 +92,13 @@ def tokenops_configure(settings):
 
 
 def _is_candidate(cfg: CaptureConfig, request, model: str) -> bool:
-    return (cfg.is_active and request.kind == "chat" and request.messages is not None
-            and request.tenant in cfg.tenants and (model in cfg.models or request.model in cfg.models))
+    return (
+        cfg.is_active
+        and request.kind == "chat"
+        and request.messages is not None
+        and request.tenant in cfg.tenants
+        and (model in cfg.models or request.model in cfg.models)
+    )
 
 
 def should_capture(cfg: CaptureConfig, request, response) -> bool:
@@ -122,10 +131,18 @@ def tokenops_cache_store(request, response):
         num_below_confidence += 1
         return
     model = response.model if response.model in _config.models else request.model
-    row = {"id": request.id, "tenant": request.tenant, "model": model, "messages": json.dumps(request.messages),
-           "answer": response.text, "prompt_tokens": response.prompt_tokens,
-           "completion_tokens": response.completion_tokens, "finish_reason": response.finish_reason,
-           "mean_logprob": mean, "num_logprobs": len(response.token_logprobs or ()) or None}
+    row = {
+        "id": request.id,
+        "tenant": request.tenant,
+        "model": model,
+        "messages": json.dumps(request.messages),
+        "answer": response.text,
+        "prompt_tokens": response.prompt_tokens,
+        "completion_tokens": response.completion_tokens,
+        "finish_reason": response.finish_reason,
+        "mean_logprob": mean,
+        "num_logprobs": len(response.token_logprobs or ()) or None,
+    }
     get_plugin_manager().hook.tokenops_record(event=TelemetryEvent("distill_pairs", row, ts=request.arrival))
     num_captured += 1
 

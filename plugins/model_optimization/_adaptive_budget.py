@@ -45,13 +45,19 @@ class BudgetTable:
         return limit, f"{dim}, {words} words (longer than calibrated)"
 
     def to_json(self) -> dict:
-        return {"default": self.default, "meta": self.meta,
-                "budgets": {d: {str(w): b for w, b in sorted(row.items())} for d, row in self.budgets.items()}}
+        return {
+            "default": self.default,
+            "meta": self.meta,
+            "budgets": {d: {str(w): b for w, b in sorted(row.items())} for d, row in self.budgets.items()},
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> BudgetTable:
-        return cls({d: {int(w): b for w, b in row.items()} for d, row in data["budgets"].items()},
-                   data.get("default"), data.get("meta") or {})
+        return cls(
+            {d: {int(w): b for w, b in row.items()} for d, row in data["budgets"].items()},
+            data.get("default"),
+            data.get("meta") or {},
+        )
 
 
 @lru_cache(maxsize=8)
@@ -67,8 +73,9 @@ def load_table(path: Path) -> BudgetTable | None:
         return None
 
 
-def learn(results: Iterable[tuple[str, dict[int | None, bool], int]], tolerance: float = 0.0,
-          min_items: int = 3) -> BudgetTable:
+def learn(
+    results: Iterable[tuple[str, dict[int | None, bool], int]], tolerance: float = 0.0, min_items: int = 3
+) -> BudgetTable:
     """A table from calibration ``results``: (prompt, {budget: correct}, unlimited thinking
     tokens), the key None being the unlimited run.
 

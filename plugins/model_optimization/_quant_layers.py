@@ -27,8 +27,13 @@ class Int8Linear(nn.Module):
         return self.qweight.to(dtype) * self.scale.to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2 and x.shape[0] <= MAX_KERNEL_ROWS and x.dtype == torch.float32 and x.device.type == "cpu" \
-                and self.scale.dtype == torch.float32:
+        if (
+            x.dim() == 2
+            and x.shape[0] <= MAX_KERNEL_ROWS
+            and x.dtype == torch.float32
+            and x.device.type == "cpu"
+            and self.scale.dtype == torch.float32
+        ):
             kernel = _q8_kernel()
             if kernel is not None:  # decode at batch 1-2: read the int8 weights, never dequantize them
                 return kernel.linear_q8(x, self.qweight, self.scale, self.bias)

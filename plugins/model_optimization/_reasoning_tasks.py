@@ -81,7 +81,9 @@ def maxof_task(rng: random.Random, i: int, terms: int) -> ReasoningTask:
 GENERATORS = {"multistep": multistep_task, "maxof": maxof_task}
 
 
-def make_reasoning_suite(dimension: str, n: int, seed: int = 0, terms: tuple[int, int] = (MIN_TERMS, MAX_TERMS)) -> list[ReasoningTask]:
+def make_reasoning_suite(
+    dimension: str, n: int, seed: int = 0, terms: tuple[int, int] = (MIN_TERMS, MAX_TERMS)
+) -> list[ReasoningTask]:
     """``n`` tasks of ``dimension`` with a term count drawn uniformly from ``terms`` (inclusive)."""
     if dimension not in GENERATORS:
         raise ValueError(f"unknown reasoning suite {dimension!r}; choose from {', '.join(REASONING_DIMENSIONS)}")

@@ -65,8 +65,9 @@ def samples_from_decisions(decisions: Iterable[dict[str, Any]]) -> list[TrafficS
         budget = d.get("reasoning_budget") or {}
         if budget.get("max_thinking_tokens") is not None:  # a budget shaped this answer: not natural
             continue
-        for closed_by, first, spent in zip(thinking.get("closed_by") or [], thinking.get("first_pass") or [],
-                                           thinking.get("spent") or []):
+        for closed_by, first, spent in zip(
+            thinking.get("closed_by") or [], thinking.get("first_pass") or [], thinking.get("spent") or []
+        ):
             if closed_by == "model" and isinstance(first, int) and isinstance(spent, int):
                 out.append(TrafficSample(str(feats["dimension"]), int(feats["words"]), first, spent))
     return out
@@ -74,8 +75,10 @@ def samples_from_decisions(decisions: Iterable[dict[str, Any]]) -> list[TrafficS
 
 def samples_from_store(store: Any, model: str) -> list[TrafficSample]:
     """Samples of ``model``'s successful requests in the store (a ``Store`` or ``RemoteStore``)."""
-    rows = store.execute("SELECT decisions FROM requests WHERE model_served = ? AND status = 'ok' "
-                         "AND decisions LIKE '%\"thinking\"%'", [model]).fetchall()
+    rows = store.execute(
+        "SELECT decisions FROM requests WHERE model_served = ? AND status = 'ok' AND decisions LIKE '%\"thinking\"%'",
+        [model],
+    ).fetchall()
     return samples_from_decisions(json.loads(r[0]) for r in rows if r[0])
 
 
@@ -89,9 +92,15 @@ def learn_from_traffic(samples: Iterable[TrafficSample], coverage: float = 0.95,
     groups: dict[tuple[str, int], list[TrafficSample]] = {}
     for s in samples:
         groups.setdefault((s.dimension, s.words), []).append(s)
-    table = BudgetTable(meta={"source": "traffic", "coverage": coverage, "min_items": min_items,
-                              "samples": sum(map(len, groups.values())),
-                              "group_sizes": {f"{d}/{w}": len(v) for (d, w), v in sorted(groups.items())}})
+    table = BudgetTable(
+        meta={
+            "source": "traffic",
+            "coverage": coverage,
+            "min_items": min_items,
+            "samples": sum(map(len, groups.values())),
+            "group_sizes": {f"{d}/{w}": len(v) for (d, w), v in sorted(groups.items())},
+        }
+    )
     for (dim, words), rows in sorted(groups.items()):
         table.budgets.setdefault(dim, {})[words] = group_budget(rows, coverage) if len(rows) >= min_items else None
     return table

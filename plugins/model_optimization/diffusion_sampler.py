@@ -35,10 +35,29 @@ _conf: dict[str, Any] = {"sampler": "dpm", "steps": 10}
 def tokenops_register_tunables(register):
     from tokenops.tune.deployment import DIFFUSION
 
-    register(Tunable("diffusion.sampler", "str", _conf["sampler"], "Diffusion sampler: default (the model's own), "
-                     "ddpm, ddim or dpm (DPM-Solver++).", live=True, choices=CHOICES, **DIFFUSION))
-    register(Tunable("diffusion.steps", "int", _conf["steps"], "Denoising steps per image, 0 = the model's default.",
-                     live=True, minimum=0, maximum=1000, **DIFFUSION))
+    register(
+        Tunable(
+            "diffusion.sampler",
+            "str",
+            _conf["sampler"],
+            "Diffusion sampler: default (the model's own), ddpm, ddim or dpm (DPM-Solver++).",
+            live=True,
+            choices=CHOICES,
+            **DIFFUSION,
+        )
+    )
+    register(
+        Tunable(
+            "diffusion.steps",
+            "int",
+            _conf["steps"],
+            "Denoising steps per image, 0 = the model's default.",
+            live=True,
+            minimum=0,
+            maximum=1000,
+            **DIFFUSION,
+        )
+    )
 
 
 def _set(values: dict[str, Any]) -> None:

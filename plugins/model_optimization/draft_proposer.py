@@ -24,5 +24,7 @@ __all__ = ["DraftModelProposer"]
 def tokenops_register_proposers(register):
     from .ngram_proposer import settings
 
-    register("draft", lambda config: DraftModelProposer(
-        config, min_confidence=float(settings().get("draft_min_confidence", 0.0))))
+    register(
+        "draft",
+        lambda config: DraftModelProposer(config, min_confidence=float(settings().get("draft_min_confidence", 0.0))),
+    )

@@ -79,8 +79,10 @@ class PlacementPlan:
             "num_nodes": self.num_nodes,
             "balancedness_before": self.balancedness_before,
             "balancedness_after": self.balancedness_after,
-            "layers": [{"devices": lay.devices, "replicas": lay.replicas, "device_load": lay.device_load}
-                       for lay in self.layers],
+            "layers": [
+                {"devices": lay.devices, "replicas": lay.replicas, "device_load": lay.device_load}
+                for lay in self.layers
+            ],
         }
 
 
@@ -112,7 +114,9 @@ def pack(weights: list[float], num_bins: int, items_per_bin: int) -> list[list[i
     return bins
 
 
-def _place_flat(load: list[float], experts: list[int], num_devices: int, num_redundant: int) -> tuple[list[list[int]], list[int]]:
+def _place_flat(
+    load: list[float], experts: list[int], num_devices: int, num_redundant: int
+) -> tuple[list[list[int]], list[int]]:
     sub = [load[e] for e in experts]
     counts = replicate(sub, len(sub) + num_redundant)
     replica_experts = [e for e, c in zip(experts, counts) for _ in range(c)]
@@ -138,7 +142,9 @@ def place_layer(load: list[float], num_devices: int, num_redundant: int, num_nod
             f"do not divide evenly over {num_devices} devices"
         )
     if num_devices % num_nodes or num_experts % num_nodes or num_redundant % num_nodes:
-        raise PlacementError(f"devices ({num_devices}), experts ({num_experts}) and redundant ({num_redundant}) must divide by nodes ({num_nodes})")
+        raise PlacementError(
+            f"devices ({num_devices}), experts ({num_experts}) and redundant ({num_redundant}) must divide by nodes ({num_nodes})"
+        )
     replicas = [0] * num_experts
     devices: list[list[int]] = []
     if num_nodes == 1:

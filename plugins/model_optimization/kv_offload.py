@@ -26,8 +26,14 @@ TOKENOPS_LAYER = "model_optimization"
 
 DEFAULT_HOST_MB = 256.0
 
-_DEFAULTS: dict[str, Any] = {"enabled": False, "host_mb": DEFAULT_HOST_MB, "host_blocks": 0,
-                             "disk_mb": 0.0, "disk_blocks": 0, "disk_path": None}
+_DEFAULTS: dict[str, Any] = {
+    "enabled": False,
+    "host_mb": DEFAULT_HOST_MB,
+    "host_blocks": 0,
+    "disk_mb": 0.0,
+    "disk_blocks": 0,
+    "disk_path": None,
+}
 _conf: dict[str, Any] = dict(_DEFAULTS)
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
 TOKENOPS_SETTINGS = {"kv_offload": tuple(_DEFAULTS)}
@@ -35,12 +41,28 @@ TOKENOPS_SETTINGS = {"kv_offload": tuple(_DEFAULTS)}
 
 @hookimpl
 def tokenops_register_tunables(register):
-    register(Tunable("kv_offload.host_mb", "float", 0.0,
-                     "KV offload tier in host memory, MB; 0 = off (restart; [plugins.kv_offload]).",
-                     minimum=0.0, maximum=1_048_576.0, searchable=False))
-    register(Tunable("kv_offload.disk_mb", "float", 0.0,
-                     "KV offload disk tier behind the host tier, MB; 0 = none (restart).",
-                     minimum=0.0, maximum=1_048_576.0, searchable=False))
+    register(
+        Tunable(
+            "kv_offload.host_mb",
+            "float",
+            0.0,
+            "KV offload tier in host memory, MB; 0 = off (restart; [plugins.kv_offload]).",
+            minimum=0.0,
+            maximum=1_048_576.0,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "kv_offload.disk_mb",
+            "float",
+            0.0,
+            "KV offload disk tier behind the host tier, MB; 0 = none (restart).",
+            minimum=0.0,
+            maximum=1_048_576.0,
+            searchable=False,
+        )
+    )
 
 
 @hookimpl
@@ -67,7 +89,10 @@ def tokenops_configure(settings):
 def tokenops_tunable_values(config):
     """The tiers the engine runs with (tiers sized in blocks instead of MB show as 0 MB here and as
     blocks in the engine's ``kv_offload`` stats)."""
-    return {"kv_offload.host_mb": float(config.kv_offload_host_mb), "kv_offload.disk_mb": float(config.kv_offload_disk_mb)}
+    return {
+        "kv_offload.host_mb": float(config.kv_offload_host_mb),
+        "kv_offload.disk_mb": float(config.kv_offload_disk_mb),
+    }
 
 
 @hookimpl

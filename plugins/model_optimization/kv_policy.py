@@ -51,8 +51,16 @@ _conf: dict[str, Any] = {"sink_tokens": 0, "window_tokens": 0, "cache_dtype": "a
 
 @hookimpl
 def tokenops_register_tunables(register):
-    register(Tunable("kv_policy.window_tokens", "int", 0, "Sink + window KV eviction window, 0 = off (restart).",
-                     minimum=0, searchable=False))
+    register(
+        Tunable(
+            "kv_policy.window_tokens",
+            "int",
+            0,
+            "Sink + window KV eviction window, 0 = off (restart).",
+            minimum=0,
+            searchable=False,
+        )
+    )
 
 
 @hookimpl

@@ -37,16 +37,32 @@ __all__ = ["NgramProposer", "settings"]
 
 TOKENOPS_LAYER = "model_optimization"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"speculative": ("method", "num_tokens", "min_ngram", "max_ngram", "draft_model",
-                                   "draft_min_confidence", "disable_by_batch_size")}
+TOKENOPS_SETTINGS = {
+    "speculative": (
+        "method",
+        "num_tokens",
+        "min_ngram",
+        "max_ngram",
+        "draft_model",
+        "draft_min_confidence",
+        "disable_by_batch_size",
+    )
+}
 METHODS = ("ngram", "draft")
 
 #: min_ngram 2 (the engine's bare proposer keeps 1): a verify row costs a quarter to a half of a decode
 #: step on the quantized default model, and tokens that followed a lone matching token were accepted
 #: 16-29% of the time there, too rarely to pay for it (tests/benchmarks/speculative_replay.py;
 #: docs/engine-optimizations.md, "On the real default model").
-_conf: dict[str, Any] = {"method": None, "num_tokens": 4, "min_ngram": 2, "max_ngram": 4, "draft_model": None,
-                         "draft_min_confidence": 0.0, "disable_by_batch_size": 0}
+_conf: dict[str, Any] = {
+    "method": None,
+    "num_tokens": 4,
+    "min_ngram": 2,
+    "max_ngram": 4,
+    "draft_model": None,
+    "draft_min_confidence": 0.0,
+    "disable_by_batch_size": 0,
+}
 
 
 def settings() -> dict[str, Any]:
@@ -56,11 +72,26 @@ def settings() -> dict[str, Any]:
 
 @hookimpl
 def tokenops_register_tunables(register):
-    register(Tunable("speculative.method", "str", "off",
-                     f"Speculative decoding proposer: off, {', '.join(METHODS)} or one a plugin registers (restart).",
-                     searchable=False))
-    register(Tunable("speculative.num_tokens", "int", 4, "Most proposed tokens per decode step (restart).",
-                     minimum=1, maximum=8, searchable=False))
+    register(
+        Tunable(
+            "speculative.method",
+            "str",
+            "off",
+            f"Speculative decoding proposer: off, {', '.join(METHODS)} or one a plugin registers (restart).",
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "speculative.num_tokens",
+            "int",
+            4,
+            "Most proposed tokens per decode step (restart).",
+            minimum=1,
+            maximum=8,
+            searchable=False,
+        )
+    )
 
 
 @hookimpl
@@ -68,8 +99,10 @@ def tokenops_configure(settings):
     conf = settings.plugin_settings("speculative")
     method = conf.get("method")
     if method is not None and (not isinstance(method, str) or not method):
-        raise ValueError(f"[plugins.speculative] method must be 'off' or a proposer name such as "
-                         f"{' or '.join(METHODS)}, not {method!r}")
+        raise ValueError(
+            f"[plugins.speculative] method must be 'off' or a proposer name such as "
+            f"{' or '.join(METHODS)}, not {method!r}"
+        )
     for key in ("num_tokens", "min_ngram", "max_ngram"):
         value = conf.get(key, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -80,13 +113,26 @@ def tokenops_configure(settings):
         raise ValueError("[plugins.speculative] method = 'draft' needs draft_model (a local model folder)")
     disable = conf.get("disable_by_batch_size", 0)
     if isinstance(disable, bool) or not isinstance(disable, int) or disable < 0:
-        raise ValueError(f"[plugins.speculative] disable_by_batch_size must be an integer >= 0 (0: never), "
-                         f"not {disable!r}")
+        raise ValueError(
+            f"[plugins.speculative] disable_by_batch_size must be an integer >= 0 (0: never), not {disable!r}"
+        )
     confidence = conf.get("draft_min_confidence", 0.0)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:
         raise ValueError("[plugins.speculative] draft_min_confidence must be a number in [0, 1)")
-    _conf.update({k: conf[k] for k in ("num_tokens", "min_ngram", "max_ngram", "draft_model", "draft_min_confidence",
-                                       "disable_by_batch_size") if k in conf})
+    _conf.update(
+        {
+            k: conf[k]
+            for k in (
+                "num_tokens",
+                "min_ngram",
+                "max_ngram",
+                "draft_model",
+                "draft_min_confidence",
+                "disable_by_batch_size",
+            )
+            if k in conf
+        }
+    )
     _conf["method"] = None if method in (None, "off") else method
 
 

@@ -33,9 +33,21 @@ _settings: dict[str, Any] = {"weights": "none", "group_size": 128}
 
 @hookimpl
 def tokenops_register_tunables(register):
-    register(Tunable("quantization.weights", "str", "none", "Weight-only quantization of linear layers (restart).", choices=MODES))
-    register(Tunable("quantization.group_size", "int", 128, "Input columns per int4 scale group (restart).",
-                     choices=(32, 64, 128, 256), searchable=False))
+    register(
+        Tunable(
+            "quantization.weights", "str", "none", "Weight-only quantization of linear layers (restart).", choices=MODES
+        )
+    )
+    register(
+        Tunable(
+            "quantization.group_size",
+            "int",
+            128,
+            "Input columns per int4 scale group (restart).",
+            choices=(32, 64, 128, 256),
+            searchable=False,
+        )
+    )
 
 
 @hookimpl
@@ -67,5 +79,7 @@ def tokenops_transform_model(model, config):
 
     quantize_model(model, mode, _settings["group_size"])
     # what the engine's stats call the weights (the model runner reads this attribute)
-    model.weight_encoding = f"{mode} weight-only" + (f" (groups of {_settings['group_size']})" if mode == "int4" else "")
+    model.weight_encoding = f"{mode} weight-only" + (
+        f" (groups of {_settings['group_size']})" if mode == "int4" else ""
+    )
     return model

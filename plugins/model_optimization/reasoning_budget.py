@@ -43,30 +43,76 @@ from tokenops.types import ReasoningBudget
 
 TOKENOPS_LAYER = "model_optimization"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"reasoning_budget": ("low", "medium", "high", "adaptive", "suppress_reflection",
-                                        "record_features", "reflection_words", "adaptive_table")}
+TOKENOPS_SETTINGS = {
+    "reasoning_budget": (
+        "low",
+        "medium",
+        "high",
+        "adaptive",
+        "suppress_reflection",
+        "record_features",
+        "reflection_words",
+        "adaptive_table",
+    )
+}
 
-DEFAULTS: dict[str, Any] = {"low": 16, "medium": 48, "high": -1, "adaptive": False, "adaptive_table": None,
-                            "suppress_reflection": False, "reflection_words": ("Wait", "Hmm"),
-                            "record_features": True}
+DEFAULTS: dict[str, Any] = {
+    "low": 16,
+    "medium": 48,
+    "high": -1,
+    "adaptive": False,
+    "adaptive_table": None,
+    "suppress_reflection": False,
+    "reflection_words": ("Wait", "Hmm"),
+    "record_features": True,
+}
 _conf: dict[str, Any] = dict(DEFAULTS)
-_TUNABLE_KEYS = {"reasoning.budget_low": "low", "reasoning.budget_medium": "medium", "reasoning.budget_high": "high",
-                 "reasoning.adaptive": "adaptive", "reasoning.suppress_reflection": "suppress_reflection"}
+_TUNABLE_KEYS = {
+    "reasoning.budget_low": "low",
+    "reasoning.budget_medium": "medium",
+    "reasoning.budget_high": "high",
+    "reasoning.adaptive": "adaptive",
+    "reasoning.suppress_reflection": "suppress_reflection",
+}
 
 
 @hookimpl
 def tokenops_register_tunables(register):
     for effort in ("low", "medium", "high"):
-        register(Tunable(f"reasoning.budget_{effort}", "int", DEFAULTS[effort],
-                         f"Thinking tokens a request with reasoning_effort={effort} may spend before the engine "
-                         "closes the thinking block; -1 = unlimited.", live=True, minimum=-1, maximum=1 << 20,
-                         searchable=False))
-    register(Tunable("reasoning.adaptive", "bool", False, "Requests that name no budget get the difficulty-"
-                     "adaptive budget learned by a calibration run (profiles/reasoning/<model>.json).",
-                     live=True, searchable=False))
-    register(Tunable("reasoning.suppress_reflection", "bool", False, "Mask reflection words (reasoning "
-                     "reflection_words, default Wait/Hmm) while a reasoning model thinks.", live=True,
-                     searchable=False))
+        register(
+            Tunable(
+                f"reasoning.budget_{effort}",
+                "int",
+                DEFAULTS[effort],
+                f"Thinking tokens a request with reasoning_effort={effort} may spend before the engine "
+                "closes the thinking block; -1 = unlimited.",
+                live=True,
+                minimum=-1,
+                maximum=1 << 20,
+                searchable=False,
+            )
+        )
+    register(
+        Tunable(
+            "reasoning.adaptive",
+            "bool",
+            False,
+            "Requests that name no budget get the difficulty-"
+            "adaptive budget learned by a calibration run (profiles/reasoning/<model>.json).",
+            live=True,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "reasoning.suppress_reflection",
+            "bool",
+            False,
+            "Mask reflection words (reasoning reflection_words, default Wait/Hmm) while a reasoning model thinks.",
+            live=True,
+            searchable=False,
+        )
+    )
 
 
 def _set(values: dict[str, Any]) -> None:

@@ -35,25 +35,78 @@ from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "model_optimization"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
-TOKENOPS_SETTINGS = {"session_memory": ("enabled", "ttl_s", "max_session_kb", "max_total_mb", "max_sessions", "token_budget",
-                                      "reserve_tokens", "recent_share", "embedder", "chunk_chars", "max_recalled",
-                                      "min_score")}
+TOKENOPS_SETTINGS = {
+    "session_memory": (
+        "enabled",
+        "ttl_s",
+        "max_session_kb",
+        "max_total_mb",
+        "max_sessions",
+        "token_budget",
+        "reserve_tokens",
+        "recent_share",
+        "embedder",
+        "chunk_chars",
+        "max_recalled",
+        "min_score",
+    )
+}
 
-_DEFAULTS: dict[str, Any] = {"enabled": False, "ttl_s": 3600.0, "max_session_kb": 1024, "max_total_mb": 256, "max_sessions": 10_000,
-                             "token_budget": 0, "reserve_tokens": 128, "recent_share": 0.5, "embedder": "auto",
-                             "chunk_chars": 400, "max_recalled": 32, "min_score": 0.0}
+_DEFAULTS: dict[str, Any] = {
+    "enabled": False,
+    "ttl_s": 3600.0,
+    "max_session_kb": 1024,
+    "max_total_mb": 256,
+    "max_sessions": 10_000,
+    "token_budget": 0,
+    "reserve_tokens": 128,
+    "recent_share": 0.5,
+    "embedder": "auto",
+    "chunk_chars": 400,
+    "max_recalled": 32,
+    "min_score": 0.0,
+}
 _conf: dict[str, Any] = dict(_DEFAULTS)
 
 
 @hookimpl
 def tokenops_register_tunables(register):
-    register(Tunable("session_memory.ttl_s", "float", 3600.0, "Session memory: seconds an entry lives after last seen.",
-                     live=True, minimum=1.0, maximum=30 * 86400.0, searchable=False))
-    register(Tunable("session_memory.max_session_kb", "int", 1024, "Session memory: byte budget per session, KiB.",
-                     live=True, minimum=1, maximum=1 << 20, searchable=False))
-    register(Tunable("session_memory.token_budget", "int", 0,
-                     "Session memory: prompt token budget (0 = the model's context).",
-                     live=True, minimum=0, maximum=1 << 22, searchable=False))
+    register(
+        Tunable(
+            "session_memory.ttl_s",
+            "float",
+            3600.0,
+            "Session memory: seconds an entry lives after last seen.",
+            live=True,
+            minimum=1.0,
+            maximum=30 * 86400.0,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "session_memory.max_session_kb",
+            "int",
+            1024,
+            "Session memory: byte budget per session, KiB.",
+            live=True,
+            minimum=1,
+            maximum=1 << 20,
+            searchable=False,
+        )
+    )
+    register(
+        Tunable(
+            "session_memory.token_budget",
+            "int",
+            0,
+            "Session memory: prompt token budget (0 = the model's context).",
+            live=True,
+            minimum=0,
+            maximum=1 << 22,
+            searchable=False,
+        )
+    )
 
 
 @hookimpl
@@ -67,8 +120,15 @@ def tokenops_configure(settings):
             raise ValueError(f"[plugins.session_memory] {key} must be a number >= {low}")
     if values["recent_share"] > 1:
         raise ValueError("[plugins.session_memory] recent_share must be between 0 and 1")
-    for key, low in (("max_session_kb", 1), ("max_total_mb", 1), ("max_sessions", 1), ("token_budget", 0), ("reserve_tokens", 1),
-                     ("chunk_chars", 16), ("max_recalled", 1)):
+    for key, low in (
+        ("max_session_kb", 1),
+        ("max_total_mb", 1),
+        ("max_sessions", 1),
+        ("token_budget", 0),
+        ("reserve_tokens", 1),
+        ("chunk_chars", 16),
+        ("max_recalled", 1),
+    ):
         v = values[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ValueError(f"[plugins.session_memory] {key} must be an integer >= {low}")
@@ -81,10 +141,16 @@ def tokenops_configure(settings):
     from tokenops.semcache.embedders import get_embedder
 
     embedder = get_embedder(values["embedder"])  # MiniLM loads on first use, in a worker thread
-    set_session_memory(SessionMemory(embedder.embed, ttl_s=float(values["ttl_s"]),
-                                     max_session_bytes=values["max_session_kb"] * 1024,
-                                     max_sessions=values["max_sessions"], chunk_chars=values["chunk_chars"],
-                                     max_total_bytes=values["max_total_mb"] << 20))
+    set_session_memory(
+        SessionMemory(
+            embedder.embed,
+            ttl_s=float(values["ttl_s"]),
+            max_session_bytes=values["max_session_kb"] * 1024,
+            max_sessions=values["max_sessions"],
+            chunk_chars=values["chunk_chars"],
+            max_total_bytes=values["max_total_mb"] << 20,
+        )
+    )
 
 
 @hookimpl
@@ -118,8 +184,11 @@ def tokenops_fit_context(request, window):
     if budget <= 0 or window.count_tokens(request.messages) <= budget:
         return result
     query = message_text(request.messages[-1])
-    recalled = [(e.role, e.text) for score, e in memory.recall(tenant, session, query)[: _conf["max_recalled"]]
-                if score >= _conf["min_score"]]
+    recalled = [
+        (e.role, e.text)
+        for score, e in memory.recall(tenant, session, query)[: _conf["max_recalled"]]
+        if score >= _conf["min_score"]
+    ]
     fitted = fit_conversation(request.messages, budget, window.count_tokens, recalled, _conf["recent_share"])
     if fitted is None:
         result["fitted"] = False  # even the system messages and the last one do not fit: the backend says so

@@ -37,11 +37,31 @@ _conf: dict[str, Any] = {"threshold": 0.0, "max_reuse": 2, "warmup_steps": 1}
 def tokenops_register_tunables(register):
     from tokenops.tune.deployment import DIFFUSION
 
-    register(Tunable("diffusion.cache_threshold", "float", _conf["threshold"], "Step cache: accumulated relative "
-                     "change of the shallow features under which deep features are reused; 0 = off.", live=True,
-                     minimum=0.0, maximum=10.0, **DIFFUSION))
-    register(Tunable("diffusion.cache_max_reuse", "int", _conf["max_reuse"], "Step cache: most consecutive steps "
-                     "that reuse the deep features.", live=True, minimum=1, maximum=16, **DIFFUSION))
+    register(
+        Tunable(
+            "diffusion.cache_threshold",
+            "float",
+            _conf["threshold"],
+            "Step cache: accumulated relative "
+            "change of the shallow features under which deep features are reused; 0 = off.",
+            live=True,
+            minimum=0.0,
+            maximum=10.0,
+            **DIFFUSION,
+        )
+    )
+    register(
+        Tunable(
+            "diffusion.cache_max_reuse",
+            "int",
+            _conf["max_reuse"],
+            "Step cache: most consecutive steps that reuse the deep features.",
+            live=True,
+            minimum=1,
+            maximum=16,
+            **DIFFUSION,
+        )
+    )
 
 
 def _set(values: dict[str, Any]) -> None:
@@ -71,5 +91,6 @@ def tokenops_apply_tunables(values):
 
 @hookimpl
 def tokenops_diffusion_plan(model, plan):
-    plan.cache = dataclasses.replace(plan.cache, threshold=_conf["threshold"], max_reuse=_conf["max_reuse"],
-                                     warmup_steps=_conf["warmup_steps"])
+    plan.cache = dataclasses.replace(
+        plan.cache, threshold=_conf["threshold"], max_reuse=_conf["max_reuse"], warmup_steps=_conf["warmup_steps"]
+    )

@@ -61,8 +61,28 @@ def extraction_task(rng: random.Random, i: int) -> Task:
     return Task(f"extraction-{i}", "extraction", prompt, check, json.dumps(want))
 
 
-_WORDS = ["river", "stone", "cloud", "ember", "maple", "violet", "copper", "harbor", "lantern", "meadow",
-          "garden", "silver", "winter", "forest", "candle", "pepper", "marble", "thunder", "willow", "orbit"]
+_WORDS = [
+    "river",
+    "stone",
+    "cloud",
+    "ember",
+    "maple",
+    "violet",
+    "copper",
+    "harbor",
+    "lantern",
+    "meadow",
+    "garden",
+    "silver",
+    "winter",
+    "forest",
+    "candle",
+    "pepper",
+    "marble",
+    "thunder",
+    "willow",
+    "orbit",
+]
 
 
 def instruction_task(rng: random.Random, i: int) -> Task:
@@ -83,20 +103,46 @@ def instruction_task(rng: random.Random, i: int) -> Task:
 
 def retrieval_task(rng: random.Random, i: int, num_filler: int = 8) -> Task:
     code = rng.randint(1000, 9999)
-    filler = [f"Note {k}: the {rng.choice(_WORDS)} shipment to {rng.choice(_CITIES)} is on schedule." for k in range(num_filler)]
+    filler = [
+        f"Note {k}: the {rng.choice(_WORDS)} shipment to {rng.choice(_CITIES)} is on schedule."
+        for k in range(num_filler)
+    ]
     filler.insert(rng.randint(0, num_filler), f"Important: the vault access code is {code}.")
     prompt = "\n".join(filler) + "\n\nWhat is the vault access code? Reply with the number only."
     return Task(f"retrieval-{i}", "retrieval", prompt, lambda ans: str(code) in _numbers(ans), str(code))
 
 
 _CODE_SPECS = [
-    ("add", "returns the sum of a and b", "def add(a, b):\n    return a + b", "assert add(2, 3) == 5 and add(-1, 1) == 0"),
-    ("is_even", "returns True when n is even", "def is_even(n):\n    return n % 2 == 0", "assert is_even(4) and not is_even(7)"),
-    ("rev", "returns the string s reversed", "def rev(s):\n    return s[::-1]", "assert rev('abc') == 'cba' and rev('') == ''"),
-    ("maximum", "returns the largest item of a non-empty list xs", "def maximum(xs):\n    return max(xs)",
-     "assert maximum([3, 9, 2]) == 9 and maximum([-5]) == -5"),
-    ("count_vowels", "returns how many vowels (aeiou) the string s has", "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)",
-     "assert count_vowels('banana') == 3 and count_vowels('xyz') == 0"),
+    (
+        "add",
+        "returns the sum of a and b",
+        "def add(a, b):\n    return a + b",
+        "assert add(2, 3) == 5 and add(-1, 1) == 0",
+    ),
+    (
+        "is_even",
+        "returns True when n is even",
+        "def is_even(n):\n    return n % 2 == 0",
+        "assert is_even(4) and not is_even(7)",
+    ),
+    (
+        "rev",
+        "returns the string s reversed",
+        "def rev(s):\n    return s[::-1]",
+        "assert rev('abc') == 'cba' and rev('') == ''",
+    ),
+    (
+        "maximum",
+        "returns the largest item of a non-empty list xs",
+        "def maximum(xs):\n    return max(xs)",
+        "assert maximum([3, 9, 2]) == 9 and maximum([-5]) == -5",
+    ),
+    (
+        "count_vowels",
+        "returns how many vowels (aeiou) the string s has",
+        "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)",
+        "assert count_vowels('banana') == 3 and count_vowels('xyz') == 0",
+    ),
 ]
 
 
@@ -114,17 +160,36 @@ def run_python_tests(code: str, tests: str, timeout_s: float = 5.0) -> bool:
 # Parametrised specs (two numbers to carry from the request into the code) make the
 # code dimension more than recalling five fixed functions.
 _CODE_TEMPLATES = [
-    ("scale", "returns x times {a} plus {b}", "def scale(x):\n    return x * {a} + {b}",
-     lambda a, b: f"assert scale(0) == {b} and scale(3) == {3 * a + b}"),
-    ("shift", "returns x minus {a} times {b}", "def shift(x):\n    return x - {a} * {b}",
-     lambda a, b: f"assert shift(0) == {-a * b} and shift(10) == {10 - a * b}"),
-    ("clip", "returns x limited to the range {a} to {c}", "def clip(x):\n    return min(max(x, {a}), {c})",
-     lambda a, b: f"assert clip(-100) == {a} and clip(100) == {a + b + 10} and clip({a + 1}) == {a + 1}"),
-    ("count_over", "returns how many items of the list xs are greater than {a}",
-     "def count_over(xs):\n    return sum(1 for x in xs if x > {a})",
-     lambda a, b: f"assert count_over([{a - 1}, {a}, {a + 1}, {a + b}]) == 2 and count_over([]) == 0"),
-    ("repeat", "returns the string s repeated {a} times", "def repeat(s):\n    return s * {a}",
-     lambda a, b: f"assert repeat('ab') == 'ab' * {a} and repeat('') == ''"),
+    (
+        "scale",
+        "returns x times {a} plus {b}",
+        "def scale(x):\n    return x * {a} + {b}",
+        lambda a, b: f"assert scale(0) == {b} and scale(3) == {3 * a + b}",
+    ),
+    (
+        "shift",
+        "returns x minus {a} times {b}",
+        "def shift(x):\n    return x - {a} * {b}",
+        lambda a, b: f"assert shift(0) == {-a * b} and shift(10) == {10 - a * b}",
+    ),
+    (
+        "clip",
+        "returns x limited to the range {a} to {c}",
+        "def clip(x):\n    return min(max(x, {a}), {c})",
+        lambda a, b: f"assert clip(-100) == {a} and clip(100) == {a + b + 10} and clip({a + 1}) == {a + 1}",
+    ),
+    (
+        "count_over",
+        "returns how many items of the list xs are greater than {a}",
+        "def count_over(xs):\n    return sum(1 for x in xs if x > {a})",
+        lambda a, b: f"assert count_over([{a - 1}, {a}, {a + 1}, {a + b}]) == 2 and count_over([]) == 0",
+    ),
+    (
+        "repeat",
+        "returns the string s repeated {a} times",
+        "def repeat(s):\n    return s * {a}",
+        lambda a, b: f"assert repeat('ab') == 'ab' * {a} and repeat('') == ''",
+    ),
 ]
 
 
@@ -140,12 +205,42 @@ def code_task(rng: random.Random, i: int) -> Task:
     return Task(f"code-{i}", "code", prompt, lambda ans: run_python_tests(ans, tests), ref)
 
 
-_POS = ["loved", "enjoyed", "was delighted by", "would happily recommend", "was impressed by",
-        "adored", "was thrilled with", "really liked", "was pleased with", "had a great time with"]
-_NEG = ["hated", "regretted buying", "was disappointed by", "would never recommend", "was annoyed by",
-        "disliked", "was frustrated by", "could not stand", "was let down by", "had a terrible time with"]
-_ITEMS = ["the hotel", "this phone", "the concert", "the new update", "their service",
-          "the restaurant", "this laptop", "the movie", "the delivery", "the museum"]
+_POS = [
+    "loved",
+    "enjoyed",
+    "was delighted by",
+    "would happily recommend",
+    "was impressed by",
+    "adored",
+    "was thrilled with",
+    "really liked",
+    "was pleased with",
+    "had a great time with",
+]
+_NEG = [
+    "hated",
+    "regretted buying",
+    "was disappointed by",
+    "would never recommend",
+    "was annoyed by",
+    "disliked",
+    "was frustrated by",
+    "could not stand",
+    "was let down by",
+    "had a terrible time with",
+]
+_ITEMS = [
+    "the hotel",
+    "this phone",
+    "the concert",
+    "the new update",
+    "their service",
+    "the restaurant",
+    "this laptop",
+    "the movie",
+    "the delivery",
+    "the museum",
+]
 _OPENERS = ["", "Honestly, ", "Last week ", "Overall, ", "To be fair, "]
 
 

@@ -65,12 +65,51 @@ def task_pairs(weights: dict[str, float], num: int, seed: int, exclude: set[str]
     return pairs
 
 
-_KEYS = ["vault access code", "gym locker code", "bike lock combination", "door PIN", "safe code",
-         "parking permit number", "badge number", "order number", "alarm code", "storage unit code"]
-_FILLER_THINGS = ["timber", "grain", "cement", "textile", "copper", "coffee", "paper", "glass", "steel", "cotton",
-                  "river", "maple", "harbor", "lantern", "silver"]
-_FILLER_CITIES = ["Lisbon", "Osaka", "Lagos", "Quito", "Oslo", "Perth", "Tunis", "Riga", "Lima", "Hanoi", "Paris",
-                  "Pune", "Sofia", "Turin"]
+_KEYS = [
+    "vault access code",
+    "gym locker code",
+    "bike lock combination",
+    "door PIN",
+    "safe code",
+    "parking permit number",
+    "badge number",
+    "order number",
+    "alarm code",
+    "storage unit code",
+]
+_FILLER_THINGS = [
+    "timber",
+    "grain",
+    "cement",
+    "textile",
+    "copper",
+    "coffee",
+    "paper",
+    "glass",
+    "steel",
+    "cotton",
+    "river",
+    "maple",
+    "harbor",
+    "lantern",
+    "silver",
+]
+_FILLER_CITIES = [
+    "Lisbon",
+    "Osaka",
+    "Lagos",
+    "Quito",
+    "Oslo",
+    "Perth",
+    "Tunis",
+    "Riga",
+    "Lima",
+    "Hanoi",
+    "Paris",
+    "Pune",
+    "Sofia",
+    "Turin",
+]
 
 
 def recall_pair(rng: random.Random) -> tuple[str, str | list[dict], str]:
@@ -86,8 +125,10 @@ def recall_pair(rng: random.Random) -> tuple[str, str | list[dict], str]:
     codes = [rng.randint(1000, 9999) for _ in keys]
     lead = ["Important: the", "By the way, the", "Also, the", "Remember: the", "The"]
     facts = [f"{rng.choice(lead)} {k} is {c}." for k, c in zip(keys, codes)]
-    notes = [f"Note {i}: the {rng.choice(_FILLER_THINGS)} shipment to {rng.choice(_FILLER_CITIES)} is on schedule."
-             for i in range(rng.randint(0, 8))]
+    notes = [
+        f"Note {i}: the {rng.choice(_FILLER_THINGS)} shipment to {rng.choice(_FILLER_CITIES)} is on schedule."
+        for i in range(rng.randint(0, 8))
+    ]
     chat = rng.random() < 0.5
     if chat:
         notes = notes[:4]
@@ -137,20 +178,22 @@ def encode_pair(tok, prompt: str | list[dict], answer: str, max_len: int) -> tup
     A long prompt is cut from the left so the answer always fits."""
     p = tok.encode(prompt_text(prompt), add_special_tokens=False).ids
     a = tok.encode(answer + IM_END, add_special_tokens=False).ids[: max_len // 2]
-    p = p[-(max_len - len(a)):]
+    p = p[-(max_len - len(a)) :]
     return p + a, [0] * len(p) + [1] * len(a)
 
 
-def make_batch(encoded: list[tuple[list[int], list[int]]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def make_batch(
+    encoded: list[tuple[list[int], list[int]]], pad_id: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded (input_ids, attention_mask, labels) with -100 outside the loss mask."""
     width = max(len(ids) for ids, _ in encoded)
     ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
     att = torch.zeros((len(encoded), width), dtype=torch.long)
     labels = torch.full((len(encoded), width), -100, dtype=torch.long)
     for row, (x, mask) in enumerate(encoded):
-        ids[row, :len(x)] = torch.tensor(x)
-        att[row, :len(x)] = 1
-        labels[row, :len(x)] = torch.where(torch.tensor(mask, dtype=torch.bool), torch.tensor(x), -100)
+        ids[row, : len(x)] = torch.tensor(x)
+        att[row, : len(x)] = 1
+        labels[row, : len(x)] = torch.where(torch.tensor(mask, dtype=torch.bool), torch.tensor(x), -100)
     return ids, att, labels
 
 
@@ -170,8 +213,8 @@ def length_bucketed(encoded: list, batch_size: int, rng: np.random.Generator, po
     order = rng.permutation(len(encoded))
     batches = []
     for i in range(0, len(order), batch_size * pool):
-        group = sorted(order[i:i + batch_size * pool], key=lambda j: len(encoded[j][0]))
-        batches += [group[k:k + batch_size] for k in range(0, len(group), batch_size)]
+        group = sorted(order[i : i + batch_size * pool], key=lambda j: len(encoded[j][0]))
+        batches += [group[k : k + batch_size] for k in range(0, len(group), batch_size)]
     batches = [b for b in batches if len(b) == batch_size]
     return np.asarray([j for k in rng.permutation(len(batches)) for j in batches[k]])
 
@@ -193,8 +236,14 @@ class FinetuneConfig:
         assert self.minutes > 0 and self.batch_size > 0
 
 
-def finetune(model, tok, pairs: list[tuple[str, str, str]], cfg: FinetuneConfig, name: str = "model",
-             log: Callable[[str], None] = print) -> dict:
+def finetune(
+    model,
+    tok,
+    pairs: list[tuple[str, str, str]],
+    cfg: FinetuneConfig,
+    name: str = "model",
+    log: Callable[[str], None] = print,
+) -> dict:
     """Train ``model`` in place on ``pairs`` with the answer-only loss; returns a training info dict.
 
     Pairs are visited in a seeded random order (epochs reshuffle). Without ``cfg.steps``
@@ -205,8 +254,12 @@ def finetune(model, tok, pairs: list[tuple[str, str, str]], cfg: FinetuneConfig,
     model.float().train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
     num_steps, losses, order, cursor = cfg.steps, [], length_bucketed(encoded, cfg.batch_size, order_rng), 0
     started = time.perf_counter()
     calibration_started = started
@@ -214,7 +267,7 @@ def finetune(model, tok, pairs: list[tuple[str, str, str]], cfg: FinetuneConfig,
     while num_steps is None or step < num_steps:
         if cursor + cfg.batch_size > len(order):
             order, cursor = length_bucketed(encoded, cfg.batch_size, order_rng), 0
-        rows = [encoded[i] for i in order[cursor:cursor + cfg.batch_size]]
+        rows = [encoded[i] for i in order[cursor : cursor + cfg.batch_size]]
         cursor += cfg.batch_size
         ids, att, labels = make_batch(rows)
         for group in opt.param_groups:
@@ -232,20 +285,38 @@ def finetune(model, tok, pairs: list[tuple[str, str, str]], cfg: FinetuneConfig,
         if num_steps is None and step == 13:
             per_step = (time.perf_counter() - calibration_started) / 10
             num_steps = max(step + 1, int(cfg.minutes * 60 / per_step))
-            log(f"[{name}] {per_step:.2f}s/step -> {num_steps} steps for {cfg.minutes} min "
-                f"(reproduce with --steps-{name} {num_steps})")
-        if cfg.steps is None and num_steps is not None and step < num_steps \
-                and time.perf_counter() - started > 1.5 * cfg.minutes * 60:
-            log(f"[{name}] stopping at step {step} of {num_steps}: over 1.5x the time budget "
-                f"(the machine got slower than calibrated)")
+            log(
+                f"[{name}] {per_step:.2f}s/step -> {num_steps} steps for {cfg.minutes} min "
+                f"(reproduce with --steps-{name} {num_steps})"
+            )
+        if (
+            cfg.steps is None
+            and num_steps is not None
+            and step < num_steps
+            and time.perf_counter() - started > 1.5 * cfg.minutes * 60
+        ):
+            log(
+                f"[{name}] stopping at step {step} of {num_steps}: over 1.5x the time budget "
+                f"(the machine got slower than calibrated)"
+            )
             break
         if step % cfg.log_every == 0:
-            log(f"[{name}] step {step}/{num_steps} answer loss {np.mean(losses[-cfg.log_every:]):.3f} "
-                f"{(time.perf_counter() - started) / 60:.1f} min")
+            log(
+                f"[{name}] step {step}/{num_steps} answer loss {np.mean(losses[-cfg.log_every :]):.3f} "
+                f"{(time.perf_counter() - started) / 60:.1f} min"
+            )
     minutes = (time.perf_counter() - started) / 60
-    return {"num_steps": step, "train_minutes": round(minutes, 2), "examples_seen": step * cfg.batch_size,
-            "final_answer_loss": float(np.mean(losses[-50:])), "batch_size": cfg.batch_size, "peak_lr": cfg.lr,
-            "max_len": cfg.max_len, "seed": cfg.seed, "bf16_autocast": cfg.bf16}
+    return {
+        "num_steps": step,
+        "train_minutes": round(minutes, 2),
+        "examples_seen": step * cfg.batch_size,
+        "final_answer_loss": float(np.mean(losses[-50:])),
+        "batch_size": cfg.batch_size,
+        "peak_lr": cfg.lr,
+        "max_len": cfg.max_len,
+        "seed": cfg.seed,
+        "bf16_autocast": cfg.bf16,
+    }
 
 
 @torch.no_grad()
@@ -254,20 +325,26 @@ def generate_greedy(model, tok, prompts: list[str], max_new_tokens: int, batch_s
     model.eval()
     out: list[str] = []
     for i in range(0, len(prompts), batch_size):
-        chunk = [tok.encode(prompt_text(p), add_special_tokens=False).ids for p in prompts[i:i + batch_size]]
+        chunk = [tok.encode(prompt_text(p), add_special_tokens=False).ids for p in prompts[i : i + batch_size]]
         width = max(map(len, chunk))
         ids = torch.zeros((len(chunk), width), dtype=torch.long)
         att = torch.zeros((len(chunk), width), dtype=torch.long)
         for row, x in enumerate(chunk):
-            ids[row, width - len(x):] = torch.tensor(x)
-            att[row, width - len(x):] = 1
-        gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=False,
-                             eos_token_id=[4, 2], pad_token_id=0)
+            ids[row, width - len(x) :] = torch.tensor(x)
+            att[row, width - len(x) :] = 1
+        gen = model.generate(
+            input_ids=ids,
+            attention_mask=att,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=[4, 2],
+            pad_token_id=0,
+        )
         for row in gen[:, width:].tolist():
             cut = [t for t in row]
             for stop in (4, 2):
                 if stop in cut:
-                    cut = cut[:cut.index(stop)]
+                    cut = cut[: cut.index(stop)]
             out.append(tok.decode(cut, skip_special_tokens=True))
     return out
 
@@ -285,6 +362,11 @@ def suite_accuracy(model, tok, tasks: list[Task]) -> dict[str, dict]:
         answers = generate_greedy(model, tok, [t.prompt for t in group], MAX_NEW_TOKENS.get(dim, 12))
         correct = sum(bool(t.check(a)) for t, a in zip(group, answers))
         lo, hi = wilson(correct, len(group))
-        result[dim] = {"accuracy": correct / len(group), "ci_low": round(lo, 3), "ci_high": round(hi, 3),
-                       "n": len(group), "sample": {"prompt": group[0].prompt[-120:], "answer": answers[0]}}
+        result[dim] = {
+            "accuracy": correct / len(group),
+            "ci_low": round(lo, 3),
+            "ci_high": round(hi, 3),
+            "n": len(group),
+            "sample": {"prompt": group[0].prompt[-120:], "answer": answers[0]},
+        }
     return result

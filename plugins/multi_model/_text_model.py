@@ -85,7 +85,9 @@ class Logistic:
     weights: np.ndarray | None = None
     bias: float = 0.0
 
-    def fit(self, texts: list[str], targets: list[float], epochs: int = 300, lr: float = 0.5, l2: float = 1e-3) -> Logistic:
+    def fit(
+        self, texts: list[str], targets: list[float], epochs: int = 300, lr: float = 0.5, l2: float = 1e-3
+    ) -> Logistic:
         x = to_dense([featurize(t) for t in texts])
         x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-6)
         y = np.asarray(targets, dtype=np.float32)

@@ -33,9 +33,19 @@ _conf: dict = dict(_DEFAULTS)
 def tokenops_register_tunables(register):
     from tokenops.tune.deployment import has_cascade
 
-    register(Tunable("cascade.threshold", "float", 0.6, "Cascade: minimum validator score to accept a cheaper tier's answer.",
-                     live=True, minimum=0.0, maximum=1.0, relevant=has_cascade,
-                     needs="a cascade ([plugins.cascade] models with 2+ tiers)"))
+    register(
+        Tunable(
+            "cascade.threshold",
+            "float",
+            0.6,
+            "Cascade: minimum validator score to accept a cheaper tier's answer.",
+            live=True,
+            minimum=0.0,
+            maximum=1.0,
+            relevant=has_cascade,
+            needs="a cascade ([plugins.cascade] models with 2+ tiers)",
+        )
+    )
 
 
 @hookimpl
@@ -63,5 +73,10 @@ def tokenops_route(request, candidates, profiles):
     tiers = [m for m in _conf["models"] if m in candidates]
     if not tiers:
         return None
-    return RouteDecision(tiers[0], f"cascade: tier 1 of {len(tiers)}", router="cascade",
-                         escalate_to=tuple(tiers[1:]), min_score=float(_conf["threshold"]))
+    return RouteDecision(
+        tiers[0],
+        f"cascade: tier 1 of {len(tiers)}",
+        router="cascade",
+        escalate_to=tuple(tiers[1:]),
+        min_score=float(_conf["threshold"]),
+    )

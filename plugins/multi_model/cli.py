@@ -35,13 +35,18 @@ class _ProfileGroup(TyperGroup):
         from tokenops.errors import UserError
 
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
-            raise UserError(f"`tokenops profile {args[0]}`: profiling a model is now `tokenops profile run "
-                            f"{args[0]}` (subcommands: {', '.join(self.list_commands(ctx))})")
+            raise UserError(
+                f"`tokenops profile {args[0]}`: profiling a model is now `tokenops profile run "
+                f"{args[0]}` (subcommands: {', '.join(self.list_commands(ctx))})"
+            )
         return super().resolve_command(ctx, args)
 
 
-profile_app = typer.Typer(cls=_ProfileGroup, no_args_is_help=True,
-                          help="Capability profiles: per-dimension quality on code-checked task suites, latency, cost.")
+profile_app = typer.Typer(
+    cls=_ProfileGroup,
+    no_args_is_help=True,
+    help="Capability profiles: per-dimension quality on code-checked task suites, latency, cost.",
+)
 route_app = typer.Typer(help="Layer-1 routing tools: the threshold router.", no_args_is_help=True)
 
 
@@ -54,8 +59,12 @@ def tokenops_register_commands(app: typer.Typer) -> None:
 @profile_app.command("run")
 def profile_run(
     model: Annotated[str, typer.Argument(help="The model to profile (its name at --url).")],
-    url: Annotated[str, typer.Option("--url", envvar="TOKENOPS_URL", help="OpenAI-compatible base URL (…/v1).")] = "http://127.0.0.1:8000/v1",
-    suite: Annotated[list[str] | None, typer.Option("--suite", help="Dimension(s) to run (repeatable); default all.")] = None,
+    url: Annotated[
+        str, typer.Option("--url", envvar="TOKENOPS_URL", help="OpenAI-compatible base URL (…/v1).")
+    ] = "http://127.0.0.1:8000/v1",
+    suite: Annotated[
+        list[str] | None, typer.Option("--suite", help="Dimension(s) to run (repeatable); default all.")
+    ] = None,
     n: Annotated[int, typer.Option("--n", help="Tasks per dimension.")] = 30,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     concurrency: Annotated[int, typer.Option("--concurrency")] = 4,
@@ -178,15 +187,21 @@ def _print_profiles(profiles: list[dict]) -> None:
         Console().print(table)
         lat, cost = p.get("latency", {}), p.get("cost", {})
         if "e2e_p50_s" in lat and "usd_per_task" in cost:
-            typer.echo(f"latency p50 {lat['e2e_p50_s'] * 1000:.0f} ms, p95 {lat['e2e_p95_s'] * 1000:.0f} ms; "
-                       f"cost per task ${cost['usd_per_task']:.6f}")
+            typer.echo(
+                f"latency p50 {lat['e2e_p50_s'] * 1000:.0f} ms, p95 {lat['e2e_p95_s'] * 1000:.0f} ms; "
+                f"cost per task ${cost['usd_per_task']:.6f}"
+            )
 
 
 @route_app.command("calibrate")
 def route_calibrate(
-    strong_share: Annotated[float, typer.Option("--strong-share", help="Share of traffic to send to the strong model.")],
+    strong_share: Annotated[
+        float, typer.Option("--strong-share", help="Share of traffic to send to the strong model.")
+    ],
     store: StoreOpt = None,
-    out: Annotated[Path, typer.Option("--out", help="Where to write the threshold.")] = Path("profiles/routers/threshold.toml"),
+    out: Annotated[Path, typer.Option("--out", help="Where to write the threshold.")] = Path(
+        "profiles/routers/threshold.toml"
+    ),
     as_json: JsonOpt = False,
 ) -> None:
     """Set the threshold router's threshold from its scores on recorded traffic."""
@@ -211,24 +226,41 @@ def route_calibrate(
     except ValueError as e:
         raise UserError(str(e)) from None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"threshold = {threshold!r}\nstrong_share = {share!r}\nrequested_share = {strong_share!r}\n"
-                   f"samples = {len(scores)}\n")
-    result = {"threshold": threshold, "strong_share": share, "requested_share": strong_share,
-              "distinct_scores": len(set(scores)), "samples": len(scores), "file": str(out)}
+    out.write_text(
+        f"threshold = {threshold!r}\nstrong_share = {share!r}\nrequested_share = {strong_share!r}\n"
+        f"samples = {len(scores)}\n"
+    )
+    result = {
+        "threshold": threshold,
+        "strong_share": share,
+        "requested_share": strong_share,
+        "distinct_scores": len(set(scores)),
+        "samples": len(scores),
+        "file": str(out),
+    }
     if as_json:
         typer.echo(json.dumps(result))
         return
-    note = "" if abs(share - strong_share) < 0.5 / len(scores) + 1e-9 else (
-        f" (asked for {strong_share:.0%}; the {len(set(scores))} distinct recorded score(s) allow no closer share)")
-    typer.echo(f"threshold {threshold:.4f} sends {share:.0%} of {len(scores)} recorded requests to the strong "
-               f"model{note}; wrote {out}")
+    note = (
+        ""
+        if abs(share - strong_share) < 0.5 / len(scores) + 1e-9
+        else (
+            f" (asked for {strong_share:.0%}; the {len(set(scores))} distinct recorded score(s) allow no closer share)"
+        )
+    )
+    typer.echo(
+        f"threshold {threshold:.4f} sends {share:.0%} of {len(scores)} recorded requests to the strong "
+        f"model{note}; wrote {out}"
+    )
 
 
 @route_app.command("train")
 def route_train(
     weak: Annotated[str, typer.Option("--weak", help="The cheap model's name.")],
     strong: Annotated[str, typer.Option("--strong", help="The strong model's name.")],
-    results_dir: Annotated[Path, typer.Option("--results", help="Folder with <model>.results.jsonl from `tokenops profile run`.")] = Path("profiles/models"),
+    results_dir: Annotated[
+        Path, typer.Option("--results", help="Folder with <model>.results.jsonl from `tokenops profile run`.")
+    ] = Path("profiles/models"),
     out: Annotated[Path, typer.Option("--out")] = Path("profiles/routers/win_predictor.json"),
     as_json: JsonOpt = False,
 ) -> None:
@@ -252,7 +284,16 @@ def route_train(
     out.parent.mkdir(parents=True, exist_ok=True)
     Logistic().fit(texts, targets).save(out)
     if as_json:
-        typer.echo(json.dumps({"weak": weak, "strong": strong, "num_tasks": len(common),
-                               "num_need_strong": int(sum(targets)), "out": str(out)}))
+        typer.echo(
+            json.dumps(
+                {
+                    "weak": weak,
+                    "strong": strong,
+                    "num_tasks": len(common),
+                    "num_need_strong": int(sum(targets)),
+                    "out": str(out),
+                }
+            )
+        )
         return
     typer.echo(f"trained on {len(common)} tasks ({int(sum(targets))} need the strong model); wrote {out}")

@@ -51,7 +51,9 @@ def tokenops_route(request, candidates, profiles):
         return None
     method = request.model.split(":", 1)[1]
     if method not in METHODS:
-        raise ValueError(f"unknown ensemble {request.model!r}; use one of " + ", ".join(f"ensemble:{m}" for m in METHODS))
+        raise ValueError(
+            f"unknown ensemble {request.model!r}; use one of " + ", ".join(f"ensemble:{m}" for m in METHODS)
+        )
     members = [m for m in _conf["members"] if m in candidates]
     if not members:
         raise ValueError("[plugins.ensemble] members lists no configured model")
@@ -62,8 +64,9 @@ def tokenops_route(request, candidates, profiles):
             request.override_sampling(temperature=float(_conf["temperature"]), seed=None)
         else:
             request.override_sampling(seed=None)
-    return RouteDecision(members[0], f"ensemble: {method} over {len(members)}", router="ensemble",
-                         members=tuple(members), method=method)
+    return RouteDecision(
+        members[0], f"ensemble: {method} over {len(members)}", router="ensemble", members=tuple(members), method=method
+    )
 
 
 def majority(responses: list[GatewayResponse]) -> GatewayResponse:
@@ -77,8 +80,13 @@ def majority(responses: list[GatewayResponse]) -> GatewayResponse:
 
 def judge_prompt(question: str, responses: list[GatewayResponse]) -> list[dict]:
     listing = "\n\n".join(f"[{i + 1}] {r.text}" for i, r in enumerate(responses))
-    return [{"role": "user", "content": f"Question:\n{question}\n\nCandidate answers:\n{listing}\n\n"
-             f"Which candidate answers the question best? Reply with its number only."}]
+    return [
+        {
+            "role": "user",
+            "content": f"Question:\n{question}\n\nCandidate answers:\n{listing}\n\n"
+            f"Which candidate answers the question best? Reply with its number only.",
+        }
+    ]
 
 
 def pick_judged(responses: list[GatewayResponse], verdict: str) -> GatewayResponse:
@@ -90,8 +98,13 @@ def pick_judged(responses: list[GatewayResponse], verdict: str) -> GatewayRespon
 
 def aggregate_prompt(question: str, responses: list[GatewayResponse]) -> list[dict]:
     listing = "\n\n".join(f"Proposal {i + 1}: {r.text}" for i, r in enumerate(responses))
-    return [{"role": "user", "content": f"{question}\n\nHere are proposed answers from other assistants:\n{listing}\n\n"
-             f"Write the single best answer, correcting any mistakes."}]
+    return [
+        {
+            "role": "user",
+            "content": f"{question}\n\nHere are proposed answers from other assistants:\n{listing}\n\n"
+            f"Write the single best answer, correcting any mistakes.",
+        }
+    ]
 
 
 @hookimpl(trylast=True)
@@ -110,10 +123,18 @@ def tokenops_ensemble(request, responses):
 
     if method == "best_of_n":
         judge = _conf["judge"] or responses[-1].model
-        return EnsembleFollowUp(judge, judge_prompt(question, responses),
-                                lambda verdict: billed(pick_judged(responses, verdict.text), verdict), 8)
+        return EnsembleFollowUp(
+            judge,
+            judge_prompt(question, responses),
+            lambda verdict: billed(pick_judged(responses, verdict.text), verdict),
+            8,
+        )
     aggregator = _conf["aggregator"] or responses[-1].model
     # the final answer is the aggregator's: it gets the client's token limit (members already had it)
     asked = request.body.get("max_completion_tokens") or request.body.get("max_tokens")
-    return EnsembleFollowUp(aggregator, aggregate_prompt(question, responses), lambda answer: billed(answer, answer),
-                            int(asked) if asked else 256)
+    return EnsembleFollowUp(
+        aggregator,
+        aggregate_prompt(question, responses),
+        lambda answer: billed(answer, answer),
+        int(asked) if asked else 256,
+    )

@@ -38,8 +38,14 @@ def dimension_classifier() -> NaiveBayes:
     return NaiveBayes().fit([t.prompt for t in tasks], [t.dimension for t in tasks])
 
 
-def choose(text: str, candidates: list[str], profiles: dict, threshold: float, lower_bound: bool = False,
-           max_error_rate: float = 1.0) -> RouteDecision | None:
+def choose(
+    text: str,
+    candidates: list[str],
+    profiles: dict,
+    threshold: float,
+    lower_bound: bool = False,
+    max_error_rate: float = 1.0,
+) -> RouteDecision | None:
     from .profile_telemetry import running_stats
 
     dimension = dimension_classifier().predict(text)
@@ -50,11 +56,16 @@ def choose(text: str, candidates: list[str], profiles: dict, threshold: float, l
         return None
     for model, score in scored:
         if score >= threshold:
-            return RouteDecision(model, f"profile: {dimension} -> cheapest with score {score:.2f} >= {threshold:.2f}",
-                                 router="profile", score=score)
+            return RouteDecision(
+                model,
+                f"profile: {dimension} -> cheapest with score {score:.2f} >= {threshold:.2f}",
+                router="profile",
+                score=score,
+            )
     model, score = max(scored, key=lambda ms: ms[1])
-    return RouteDecision(model, f"profile: {dimension} -> none clears {threshold:.2f}, best {score:.2f}",
-                         router="profile", score=score)
+    return RouteDecision(
+        model, f"profile: {dimension} -> none clears {threshold:.2f}, best {score:.2f}", router="profile", score=score
+    )
 
 
 @hookimpl
@@ -67,13 +78,21 @@ def _is_active(request) -> bool:
 
 
 @hookimpl
-@may_block(when=_is_active)  # classifies the prompt (about 0.8 ms per KB of text, on a 2-core CPU): routed in a worker thread
+@may_block(
+    when=_is_active
+)  # classifies the prompt (about 0.8 ms per KB of text, on a 2-core CPU): routed in a worker thread
 def tokenops_route(request, candidates, profiles):
     if not _is_active(request):
         return None
     conf = rc.section("profile")
-    decision = choose(request.prompt_text(), candidates, profiles, float(conf.get("threshold", 0.9)),
-                      bool(conf.get("lower_bound", False)), float(conf.get("max_error_rate", 0.2)))
+    decision = choose(
+        request.prompt_text(),
+        candidates,
+        profiles,
+        float(conf.get("threshold", 0.9)),
+        bool(conf.get("lower_bound", False)),
+        float(conf.get("max_error_rate", 0.2)),
+    )
     if decision is None and (default := rc.default_model(candidates)):
         return RouteDecision(default, "profile: no profiles loaded, default", router="profile")
     return decision

@@ -48,5 +48,6 @@ def tokenops_record(event):
         score = decisions.get("validate")
         passed = None if score is None else float(score >= VALIDATOR_PASS)
         with _lock:
-            _running[model] = update_from_telemetry(_running.get(model, {}), float(row.get("status") == "error"),
-                                                    row.get("e2e_s"), passed)
+            _running[model] = update_from_telemetry(
+                _running.get(model, {}), float(row.get("status") == "error"), row.get("e2e_s"), passed
+            )

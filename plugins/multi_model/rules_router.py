@@ -48,7 +48,9 @@ def _matches(rule: dict, request, text: str) -> bool:
 
 
 def _describe(i: int, rule: dict) -> str:
-    conds = ", ".join(f"{k}={rule[k]!r}" for k in ("regex", "keywords", "min_chars", "max_chars", "tenant") if k in rule)
+    conds = ", ".join(
+        f"{k}={rule[k]!r}" for k in ("regex", "keywords", "min_chars", "max_chars", "tenant") if k in rule
+    )
     return f"rule #{i + 1} ({conds or 'always'})"
 
 

@@ -88,8 +88,12 @@ def tokenops_route(request, candidates, profiles):
     model, sim = get_index().nearest(request.prompt_text(), int(conf.get("k", 3)))
     threshold = float(conf.get("min_similarity", 0.35))
     if sim >= threshold and model in candidates:
-        return RouteDecision(model, f"semantic: nearest examples -> {model} (similarity {sim:.2f})", router="semantic", score=sim)
+        return RouteDecision(
+            model, f"semantic: nearest examples -> {model} (similarity {sim:.2f})", router="semantic", score=sim
+        )
     default = rc.default_model(candidates)
     if default is None:
         return None
-    return RouteDecision(default, f"semantic: no example within {threshold:.2f} (best {sim:.2f}), default", router="semantic", score=sim)
+    return RouteDecision(
+        default, f"semantic: no example within {threshold:.2f} (best {sim:.2f}), default", router="semantic", score=sim
+    )

@@ -58,16 +58,28 @@ def current_threshold() -> float:
 def decide(p_strong: float, threshold: float, strong: str, weak: str) -> RouteDecision:
     model = strong if p_strong >= threshold else weak
     side = ">=" if model == strong else "<"
-    return RouteDecision(model, f"threshold: p(strong needed)={p_strong:.2f} {side} {threshold:.2f}", router="threshold", score=p_strong)
+    return RouteDecision(
+        model, f"threshold: p(strong needed)={p_strong:.2f} {side} {threshold:.2f}", router="threshold", score=p_strong
+    )
 
 
 @hookimpl
 def tokenops_register_tunables(register):
     from tokenops.tune.deployment import router_in_use
 
-    register(Tunable("router.threshold", "float", 0.5, "Threshold router: route to the strong model when p >= this.",
-                     live=True, minimum=0.0, maximum=1.0, relevant=router_in_use("threshold"),
-                     needs='the threshold router ([plugins.router] use = "threshold")'))
+    register(
+        Tunable(
+            "router.threshold",
+            "float",
+            0.5,
+            "Threshold router: route to the strong model when p >= this.",
+            live=True,
+            minimum=0.0,
+            maximum=1.0,
+            relevant=router_in_use("threshold"),
+            needs='the threshold router ([plugins.router] use = "threshold")',
+        )
+    )
 
 
 @hookimpl
@@ -83,7 +95,9 @@ def read_calibration(path: Path = CALIBRATION_FILE) -> float | None:
     try:
         return float(tomllib.loads(path.read_text())["threshold"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"threshold router calibration {path}: {e}; write it again with `tokenops route calibrate`") from None
+        raise ValueError(
+            f"threshold router calibration {path}: {e}; write it again with `tokenops route calibrate`"
+        ) from None
 
 
 @hookimpl

@@ -35,7 +35,15 @@ def logprob_confidence(token_logprobs: list[float] | None) -> float | None:
 
 def _schema_ok(value, schema: dict) -> bool:
     """A small JSON-schema subset: type, properties, required, items, enum."""
-    types: dict[str, type | tuple[type, ...]] = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool, "null": type(None)}
+    types: dict[str, type | tuple[type, ...]] = {
+        "object": dict,
+        "array": list,
+        "string": str,
+        "integer": int,
+        "number": (int, float),
+        "boolean": bool,
+        "null": type(None),
+    }
     t = schema.get("type")
     if t and not isinstance(value, types.get(t, object)) or (t in ("integer", "number") and isinstance(value, bool)):
         return False

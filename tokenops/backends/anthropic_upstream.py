@@ -26,8 +26,15 @@ from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 OpenAIBackend = Any
 
 DEFAULT_VERSION = "2023-06-01"
-_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
-           "refusal": "content_filter", "model_context_window_exceeded": "length", "pause_turn": "stop"}
+_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "model_context_window_exceeded": "length",
+    "pause_turn": "stop",
+}
 
 
 def wants_native(backend: OpenAIBackend, request: GatewayRequest) -> bool:
@@ -40,7 +47,7 @@ def _headers(backend: OpenAIBackend, request: GatewayRequest) -> dict[str, str]:
         out["anthropic-beta"] = request.headers["anthropic-beta"]
     key = backend._headers.get("authorization", "")
     if key.startswith("Bearer "):  # Anthropic-native servers read x-api-key, OpenAI-compatible ones the bearer
-        out["x-api-key"] = key[len("Bearer "):]
+        out["x-api-key"] = key[len("Bearer ") :]
     return out
 
 
@@ -66,8 +73,13 @@ async def native_once(backend: OpenAIBackend, request: GatewayRequest) -> Gatewa
         elif kind == "thinking":
             thinking.append(block.get("thinking") or "")
         elif kind == "tool_use":
-            calls.append({"id": block.get("id"), "type": "function",
-                          "function": {"name": block.get("name"), "arguments": json.dumps(block.get("input") or {})}})
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": json.dumps(block.get("input") or {})},
+                }
+            )
     usage = data.get("usage") or {}
     cached = usage.get("cache_read_input_tokens") or 0
     prompt = (usage.get("input_tokens") or 0) + cached + (usage.get("cache_creation_input_tokens") or 0)
@@ -75,12 +87,26 @@ async def native_once(backend: OpenAIBackend, request: GatewayRequest) -> Gatewa
     if data.get("stop_sequence"):
         request.decisions["stop_sequence"] = data["stop_sequence"]
     text = "".join(texts)
-    choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None, "tool_calls": calls or None,
-              "refusal": None, "message_extra": {"reasoning_content": "".join(thinking)} if thinking else None}
-    return GatewayResponse(text=text, model=backend.model, finish_reason=finish, tool_calls=calls or None,
-                           prompt_tokens=prompt, completion_tokens=usage.get("output_tokens") or 0,
-                           cached_tokens=cached, backend=backend.name,
-                           extra={"choices": [choice], "anthropic_message": data})
+    choice = {
+        "index": 0,
+        "text": text,
+        "finish_reason": finish,
+        "logprobs": None,
+        "tool_calls": calls or None,
+        "refusal": None,
+        "message_extra": {"reasoning_content": "".join(thinking)} if thinking else None,
+    }
+    return GatewayResponse(
+        text=text,
+        model=backend.model,
+        finish_reason=finish,
+        tool_calls=calls or None,
+        prompt_tokens=prompt,
+        completion_tokens=usage.get("output_tokens") or 0,
+        cached_tokens=cached,
+        backend=backend.name,
+        extra={"choices": [choice], "anthropic_message": data},
+    )
 
 
 async def native_open(backend: OpenAIBackend, request: GatewayRequest) -> httpx.Response | None:
@@ -103,7 +129,9 @@ async def native_deltas(backend: OpenAIBackend, response: httpx.Response) -> Asy
                 continue
             if kind == "error":
                 err = ev.get("error") or {}
-                raise BackendError(f"{backend.name}: {err.get('message', 'upstream error')}", "error", 502, backend.name)
+                raise BackendError(
+                    f"{backend.name}: {err.get('message', 'upstream error')}", "error", 502, backend.name
+                )
             d = Delta(extra={"anthropic_event": ev})
             if kind == "message_start":
                 usage = (ev.get("message") or {}).get("usage") or {}
@@ -112,16 +140,26 @@ async def native_deltas(backend: OpenAIBackend, response: httpx.Response) -> Asy
             elif kind == "content_block_start" and (ev.get("content_block") or {}).get("type") == "tool_use":
                 block = ev["content_block"]
                 k = tool_blocks[ev.get("index", 0)] = len(tool_blocks)
-                d.tool_calls = [{"index": k, "id": block.get("id"), "type": "function",
-                                 "function": {"name": block.get("name"), "arguments": ""}}]
+                d.tool_calls = [
+                    {
+                        "index": k,
+                        "id": block.get("id"),
+                        "type": "function",
+                        "function": {"name": block.get("name"), "arguments": ""},
+                    }
+                ]
             elif kind == "content_block_delta":
                 delta = ev.get("delta") or {}
                 d.num_tokens = 1
                 if delta.get("type") == "text_delta":
                     d.text = delta.get("text") or ""
                 elif delta.get("type") == "input_json_delta" and ev.get("index", 0) in tool_blocks:
-                    d.tool_calls = [{"index": tool_blocks[ev.get("index", 0)],
-                                     "function": {"arguments": delta.get("partial_json") or ""}}]
+                    d.tool_calls = [
+                        {
+                            "index": tool_blocks[ev.get("index", 0)],
+                            "function": {"arguments": delta.get("partial_json") or ""},
+                        }
+                    ]
             elif kind == "message_delta":
                 stop = (ev.get("delta") or {}).get("stop_reason")
                 d.finish_reason = _FINISH.get(stop or "end_turn", "stop")

@@ -144,12 +144,20 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
             refusals.setdefault(d.index, []).append(d.refusal)
         for key, value in (d.extra or {}).items():
             acc = others.setdefault(d.index, {})
-            acc[key] = acc.get(key, "") + value if isinstance(value, str) and isinstance(acc.get(key, ""), str) else value
+            acc[key] = (
+                acc.get(key, "") + value if isinstance(value, str) and isinstance(acc.get(key, ""), str) else value
+            )
     indexes = sorted(texts) or [0]
     choices: list[dict[str, Any]] = [
-        {"index": i, "text": "".join(texts.get(i, [])), "finish_reason": finish.get(i, "stop"), "logprobs": logprobs.get(i),
-         "tool_calls": [tool_calls[i][k] for k in sorted(tool_calls[i])] if tool_calls.get(i) else None, "refusal": "".join(refusals[i]) if i in refusals else None,
-         "message_extra": others.get(i)}
+        {
+            "index": i,
+            "text": "".join(texts.get(i, [])),
+            "finish_reason": finish.get(i, "stop"),
+            "logprobs": logprobs.get(i),
+            "tool_calls": [tool_calls[i][k] for k in sorted(tool_calls[i])] if tool_calls.get(i) else None,
+            "refusal": "".join(refusals[i]) if i in refusals else None,
+            "message_extra": others.get(i),
+        }
         for i in indexes
     ]
     first = choices[0]
@@ -163,8 +171,12 @@ async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None 
         completion_tokens=(usage.completion_tokens if usage and usage.completion_tokens is not None else num_tokens),
         cached_tokens=(usage.cached_tokens or 0) if usage else 0,
         backend=backend,
-        extra={"choices": choices, "first_token_at": first_token_at,
-               "queue_s": usage.queue_s if usage else None, "prefill_s": usage.prefill_s if usage else None},
+        extra={
+            "choices": choices,
+            "first_token_at": first_token_at,
+            "queue_s": usage.queue_s if usage else None,
+            "prefill_s": usage.prefill_s if usage else None,
+        },
         reasoning_tokens=usage.reasoning_tokens if usage else None,
     )
 
@@ -191,8 +203,11 @@ def merge_tool_calls(calls: dict[int, dict[str, Any]], pieces: list[dict[str, An
         fn = piece.get("function") or {}
         call = calls.get(k)
         if call is None:
-            call = calls[k] = {"id": piece.get("id"), "type": piece.get("type") or "function",
-                               "function": {"name": fn.get("name") or "", "arguments": ""}}
+            call = calls[k] = {
+                "id": piece.get("id"),
+                "type": piece.get("type") or "function",
+                "function": {"name": fn.get("name") or "", "arguments": ""},
+            }
         if piece.get("id") and not call["id"]:
             call["id"] = piece["id"]
         if fn.get("name") and not call["function"]["name"]:

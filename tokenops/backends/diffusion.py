@@ -51,8 +51,9 @@ class DiffusionBackend:
     kind = "diffusion"
     max_model_len: int | None = None
 
-    def __init__(self, model: ModelConfig, settings: Settings, pipeline: Any = None, *,
-                 calls: PluginCalls | None = None) -> None:
+    def __init__(
+        self, model: ModelConfig, settings: Settings, pipeline: Any = None, *, calls: PluginCalls | None = None
+    ) -> None:
         #: what this backend asks the plugins (the plan hook); built-ins when none is given
         self.calls = calls if calls is not None else builtin_calls()
         if model.path is None and pipeline is None:
@@ -95,8 +96,12 @@ class DiffusionBackend:
     # -- text endpoints: not this kind's job --------------------------------
 
     def _not_text(self) -> BackendError:
-        return BackendError(f"`{self.model}` is an image model: use POST /v1/images/generations", kind="bad_request",
-                            status=400, backend=self.name)
+        return BackendError(
+            f"`{self.model}` is an image model: use POST /v1/images/generations",
+            kind="bad_request",
+            status=400,
+            backend=self.name,
+        )
 
     async def chat(self, request: GatewayRequest) -> GatewayResponse:
         raise self._not_text()
@@ -113,10 +118,16 @@ class DiffusionBackend:
 
     def stats(self) -> dict[str, Any] | None:
         with self._lock:
-            return {"model": self.model, "kind": self.kind, "num_running": self.num_running,
-                    "num_waiting": self.num_waiting, "images_total": self.num_images,
-                    "image_requests_total": self.num_requests, "diffusion_steps_total": self.num_steps,
-                    "cache_reuse_ratio": (1 - self.num_deep_steps / self.num_steps) if self.num_steps else None}
+            return {
+                "model": self.model,
+                "kind": self.kind,
+                "num_running": self.num_running,
+                "num_waiting": self.num_waiting,
+                "images_total": self.num_images,
+                "image_requests_total": self.num_requests,
+                "diffusion_steps_total": self.num_steps,
+                "cache_reuse_ratio": (1 - self.num_deep_steps / self.num_steps) if self.num_steps else None,
+            }
 
     # -- images --------------------------------------------------------------
 
@@ -197,8 +208,9 @@ class DiffusionBackend:
         import torch
 
         labels = torch.full((request.n,), class_index, dtype=torch.long)
-        return self.pipeline.generate(labels, sampler=plan.sampler, num_steps=plan.num_steps, seed=request.seed,
-                                      policy=plan.cache)
+        return self.pipeline.generate(
+            labels, sampler=plan.sampler, num_steps=plan.num_steps, seed=request.seed, policy=plan.cache
+        )
 
 
 def encode_pngs(images: Any, size: tuple[int, int]) -> list[bytes]:

@@ -68,8 +68,9 @@ class EmbeddingBackend:
         load = options.pop("load", "start")
         if load not in ("start", "lazy") or options:
             bad = f"load = {load!r}" if load not in ("start", "lazy") else ", ".join(sorted(options))
-            raise ConfigError(f"model {model.name!r}: embedding models take engine = {{ device, load = \"start\"|"
-                              f"\"lazy\" }}; got {bad}")
+            raise ConfigError(
+                f'model {model.name!r}: embedding models take engine = {{ device, load = "start"|"lazy" }}; got {bad}'
+            )
         self.is_lazy = load == "lazy"
         self.max_model_len: int | None = None
         self.dim: int | None = None
@@ -90,8 +91,11 @@ class EmbeddingBackend:
             if self._st is None:
                 st = await asyncio.to_thread(_load, self.path, self.device)
                 self.max_model_len = int(st.max_seq_length)
-                self.dim = int(st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension")
-                               else st.get_sentence_embedding_dimension())
+                self.dim = int(
+                    st.get_embedding_dimension()
+                    if hasattr(st, "get_embedding_dimension")
+                    else st.get_sentence_embedding_dimension()
+                )
                 self._st = st
         return self._st
 
@@ -107,8 +111,12 @@ class EmbeddingBackend:
     # -- requests ---------------------------------------------------------
 
     def _not_chat(self) -> BackendError:
-        err = BackendError(f"The model `{self.model}` is an embedding model: use /v1/embeddings.",
-                           kind="bad_request", status=400, backend=self.name)
+        err = BackendError(
+            f"The model `{self.model}` is an embedding model: use /v1/embeddings.",
+            kind="bad_request",
+            status=400,
+            backend=self.name,
+        )
         err.upstream_message = str(err)  # type: ignore[attr-defined]
         err.upstream_code = "model_not_supported"  # type: ignore[attr-defined]
         return err
@@ -137,9 +145,12 @@ class EmbeddingBackend:
             num_chars = len(text) - sum(text.count(c) for c in " \n\t\r")
             if num_chars > limit * longest:
                 where = "input" if is_single else f"input[{i}]"
-                raise _bad("input", f"This model's maximum context length is {limit} tokens, however {where} has "
-                           f"at least {num_chars // longest} tokens. Please reduce the length of the input.",
-                           code="context_length_exceeded")
+                raise _bad(
+                    "input",
+                    f"This model's maximum context length is {limit} tokens, however {where} has "
+                    f"at least {num_chars // longest} tokens. Please reduce the length of the input.",
+                    code="context_length_exceeded",
+                )
 
     async def embed(self, request: GatewayRequest) -> dict[str, Any]:
         """Embed ``request.body["input"]``; returns the OpenAI ``/v1/embeddings`` answer."""
@@ -153,13 +164,19 @@ class EmbeddingBackend:
         elif raw and all(isinstance(x, str) for x in raw):
             texts = list(raw)
         else:
-            raise _bad("input", f"The model `{self.model}` takes text input: token-id arrays are ids of another "
-                       "tokenizer (send strings)")
+            raise _bad(
+                "input",
+                f"The model `{self.model}` takes text input: token-id arrays are ids of another "
+                "tokenizer (send strings)",
+            )
         st = await self._ensure_loaded()
         dims = body.get("dimensions")
         if dims is not None and dims != self.dim:
-            raise _bad("dimensions", f"The model `{self.model}` makes {self.dim}-dimensional embeddings; "
-                       f"dimensions={dims} is not supported (omit it or send {self.dim})")
+            raise _bad(
+                "dimensions",
+                f"The model `{self.model}` makes {self.dim}-dimensional embeddings; "
+                f"dimensions={dims} is not supported (omit it or send {self.dim})",
+            )
         # an input that certainly exceeds the context is refused before tokenizing (a 3.9 MB one took 11 s
         # to tokenize and refuse); the rest is tokenized off the event loop: 2048 long inputs take a while
         await asyncio.to_thread(self._check_lengths, st, texts, isinstance(raw, str))
@@ -172,12 +189,19 @@ class EmbeddingBackend:
         try:
             vectors = await asyncio.to_thread(encode)
         except Exception as e:
-            raise BackendError(f"{self.name}: embedding failed: {type(e).__name__}: {e}", "error", 500, self.name) from None
+            raise BackendError(
+                f"{self.name}: embedding failed: {type(e).__name__}: {e}", "error", 500, self.name
+            ) from None
         fmt = body.get("encoding_format") or "float"
         total = sum(counts)
-        return {"object": "list", "model": self.model, "usage": {"prompt_tokens": total, "total_tokens": total},
-                "data": [{"object": "embedding", "index": i, "embedding": encode_vector(v, fmt)}
-                         for i, v in enumerate(vectors)]}
+        return {
+            "object": "list",
+            "model": self.model,
+            "usage": {"prompt_tokens": total, "total_tokens": total},
+            "data": [
+                {"object": "embedding", "index": i, "embedding": encode_vector(v, fmt)} for i, v in enumerate(vectors)
+            ],
+        }
 
 
 def _count_tokens(tokenizer: Any, texts: list[str], limit: int | None, is_single: bool) -> list[int]:
@@ -187,7 +211,7 @@ def _count_tokens(tokenizer: Any, texts: list[str], limit: int | None, is_single
     backend = _counting_tokenizer(tokenizer)
     counts: list[int] = []
     for start in range(0, len(texts), 64):
-        batch = texts[start:start + 64]
+        batch = texts[start : start + 64]
         if backend is not None:
             numbers = [len(e) for e in backend.encode_batch(batch, add_special_tokens=True)]
         else:
@@ -195,8 +219,12 @@ def _count_tokens(tokenizer: Any, texts: list[str], limit: int | None, is_single
         for i, n in enumerate(numbers, start):
             if limit is not None and n > limit:
                 where = "input" if is_single else f"input[{i}]"
-                raise _bad("input", f"This model's maximum context length is {limit} tokens, however {where} has "
-                           f"{n} tokens. Please reduce the length of the input.", code="context_length_exceeded")
+                raise _bad(
+                    "input",
+                    f"This model's maximum context length is {limit} tokens, however {where} has "
+                    f"{n} tokens. Please reduce the length of the input.",
+                    code="context_length_exceeded",
+                )
         counts += numbers
     return counts
 

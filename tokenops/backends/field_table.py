@@ -47,57 +47,100 @@ def _rejected(reason: str) -> str:
 
 
 _PENALTIES = [
-    Field("frequency_penalty", "acts: minus the value times each token's count in the output so far ([-2, 2], else 400)"),
+    Field(
+        "frequency_penalty", "acts: minus the value times each token's count in the output so far ([-2, 2], else 400)"
+    ),
     Field("presence_penalty", "acts: minus the value for each token already in the output ([-2, 2], else 400)"),
-    Field("logit_bias", "acts: token id -> value in [-100, 100] added to its logit (an id outside the vocabulary, "
-          "400)", "passes through (the range is checked first)"),
-    Field("repetition_penalty", "acts (extension, as vLLM): logits of the prompt's and output's tokens divided by "
-          "it (multiplied when negative); > 0, 1 is off"),
-    Field("min_tokens", "acts (extension, as vLLM): end-of-sequence, stop strings and stop tokens end nothing "
-          "before it; at most `max_tokens`"),
+    Field(
+        "logit_bias",
+        "acts: token id -> value in [-100, 100] added to its logit (an id outside the vocabulary, 400)",
+        "passes through (the range is checked first)",
+    ),
+    Field(
+        "repetition_penalty",
+        "acts (extension, as vLLM): logits of the prompt's and output's tokens divided by "
+        "it (multiplied when negative); > 0, 1 is off",
+    ),
+    Field(
+        "min_tokens",
+        "acts (extension, as vLLM): end-of-sequence, stop strings and stop tokens end nothing "
+        "before it; at most `max_tokens`",
+    ),
 ]
 _SAMPLING = [
-    Field("model", "acts: picks the model (routers may choose another)",
-          "acts: sent as the upstream's own id (`served_model`, else learned from its /v1/models)"),
-    Field("temperature", "acts"), Field("top_p", "acts"), Field("n", "acts (1-16)"),
-    Field("stop", "acts"), Field("seed", "acts"),
+    Field(
+        "model",
+        "acts: picks the model (routers may choose another)",
+        "acts: sent as the upstream's own id (`served_model`, else learned from its /v1/models)",
+    ),
+    Field("temperature", "acts"),
+    Field("top_p", "acts"),
+    Field("n", "acts (1-16)"),
+    Field("stop", "acts"),
+    Field("seed", "acts"),
     Field("stream", "acts", "acts: the gateway streams from the upstream when the client streams"),
-    Field("stream_options", "acts (`include_usage`)",
-          "acts: the gateway always asks for usage; the client gets the usage chunk when it asked"),
-    Field("user", "acts: session hint; the tenant on an open server", "passes through (and acts as on the bundled engine)"),
-    Field("top_k", "acts (extension, as vLLM)"), Field("ignore_eos", "acts (extension, as vLLM)"),
+    Field(
+        "stream_options",
+        "acts (`include_usage`)",
+        "acts: the gateway always asks for usage; the client gets the usage chunk when it asked",
+    ),
+    Field(
+        "user", "acts: session hint; the tenant on an open server", "passes through (and acts as on the bundled engine)"
+    ),
+    Field("top_k", "acts (extension, as vLLM)"),
+    Field("ignore_eos", "acts (extension, as vLLM)"),
     Field("priority", "acts (extension: order under the `priority` schedule policy)"),
-    Field("cache", "acts (extension): `false` skips the semantic cache",
-          "acts as on the bundled engine; not sent upstream"),
+    Field(
+        "cache",
+        "acts (extension): `false` skips the semantic cache",
+        "acts as on the bundled engine; not sent upstream",
+    ),
 ]
 
 CHAT = [
-    Field("messages", "acts: rendered through the model's chat template; `text` content parts only: an "
-          "`image_url`, `input_audio` or `file` part is a 400 naming it (the bundled models are text-only)",
-          "passes through (every content part)"),
+    Field(
+        "messages",
+        "acts: rendered through the model's chat template; `text` content parts only: an "
+        "`image_url`, `input_audio` or `file` part is a 400 naming it (the bundled models are text-only)",
+        "passes through (every content part)",
+    ),
     *_SAMPLING,
     Field("max_tokens", "acts", "acts: sent as `max_tokens` (the gateway's default when absent)"),
     Field("max_completion_tokens", "acts (wins over `max_tokens`)", "acts: sent as `max_tokens`"),
-    Field("logprobs", "acts"), Field("top_logprobs", "acts (0-20)"),
-    Field("tools", STRUCTURED), Field("tool_choice", STRUCTURED),
-    Field("parallel_tool_calls", STRUCTURED), Field("response_format", STRUCTURED),
+    Field("logprobs", "acts"),
+    Field("top_logprobs", "acts (0-20)"),
+    Field("tools", STRUCTURED),
+    Field("tool_choice", STRUCTURED),
+    Field("parallel_tool_calls", STRUCTURED),
+    Field("response_format", STRUCTURED),
     *_PENALTIES,
     Field("functions", _rejected("deprecated by OpenAI: send `tools`")),
     Field("function_call", _rejected("deprecated by OpenAI: send `tool_choice`")),
     Field("audio", _rejected("no audio output")),
-    Field("modalities", _rejected("text only; [\"text\"] is accepted"), is_neutral=lambda v: v == ["text"]),
+    Field("modalities", _rejected('text only; ["text"] is accepted'), is_neutral=lambda v: v == ["text"]),
     Field("prediction", _rejected("predicted outputs are not implemented")),
     Field("web_search_options", _rejected("no web search")),
-    Field("reasoning_effort", "acts on models with a `reasoning_parser`: thinking budget by budget forcing "
-          "(`none`/`minimal` 0, `low`/`medium`/`high` the `reasoning.budget_*` tunables); 400 on other models"),
-    Field("max_thinking_tokens", "acts (extension) on models with a `reasoning_parser`: the thinking budget in "
-          "tokens; 400 on other models"),
+    Field(
+        "reasoning_effort",
+        "acts on models with a `reasoning_parser`: thinking budget by budget forcing "
+        "(`none`/`minimal` 0, `low`/`medium`/`high` the `reasoning.budget_*` tunables); 400 on other models",
+    ),
+    Field(
+        "max_thinking_tokens",
+        "acts (extension) on models with a `reasoning_parser`: the thinking budget in tokens; 400 on other models",
+    ),
     Field("verbosity", _rejected("not implemented")),
-    Field("store", _rejected("OpenAI's stored completions are not implemented; false is accepted"),
-          is_neutral=lambda v: v is False),
+    Field(
+        "store",
+        _rejected("OpenAI's stored completions are not implemented; false is accepted"),
+        is_neutral=lambda v: v is False,
+    ),
     Field("metadata", _rejected("kept only with `store`, which is not implemented")),
-    Field("service_tier", _rejected("one tier; \"auto\" and \"default\" are accepted"),
-          is_neutral=lambda v: v in ("auto", "default")),
+    Field(
+        "service_tier",
+        _rejected('one tier; "auto" and "default" are accepted'),
+        is_neutral=lambda v: v in ("auto", "default"),
+    ),
     Field("prompt_cache_key", _rejected("not implemented (the prefix cache needs no key)")),
     Field("prompt_cache_retention", _rejected("not implemented")),
     Field("prompt_cache_options", _rejected("not implemented")),
@@ -106,14 +149,20 @@ CHAT = [
 ]
 
 COMPLETIONS = [
-    Field("prompt", "acts: one prompt (a string or token ids) per request; a list of several is a 400",
-          "acts: the same check, then passes through"),
+    Field(
+        "prompt",
+        "acts: one prompt (a string or token ids) per request; a list of several is a 400",
+        "acts: the same check, then passes through",
+    ),
     *_SAMPLING,
     Field("max_tokens", "acts (0 only with `echo`)", "acts: sent as `max_tokens` (the gateway's default when absent)"),
     Field("logprobs", "acts (0-20)"),
     *_PENALTIES,
-    Field("echo", "acts: the prompt before the completion and, with `logprobs`, its tokens' logprobs (the first "
-          "null); `max_tokens: 0` scores the prompt without generating (lm-eval's loglikelihood)"),
+    Field(
+        "echo",
+        "acts: the prompt before the completion and, with `logprobs`, its tokens' logprobs (the first "
+        "null); `max_tokens: 0` scores the prompt without generating (lm-eval's loglikelihood)",
+    ),
     Field("suffix", _rejected("insertion is not implemented")),
     Field("best_of", _rejected("not implemented; 1 is accepted"), is_neutral=lambda v: v == 1),
 ]
@@ -128,9 +177,11 @@ EMBEDDINGS = [
 
 #: Request kind -> its fields (``GatewayRequest.kind``).
 TABLES: dict[str, list[Field]] = {"chat": CHAT, "completion": COMPLETIONS, "embedding": EMBEDDINGS}
-_TITLES = {"chat": ("`POST /v1/chat/completions`", "bundled engine (`local`)"),
-           "completion": ("`POST /v1/completions`", "bundled engine (`local`)"),
-           "embedding": ("`POST /v1/embeddings`", "bundled `embedding` model")}
+_TITLES = {
+    "chat": ("`POST /v1/chat/completions`", "bundled engine (`local`)"),
+    "completion": ("`POST /v1/completions`", "bundled engine (`local`)"),
+    "embedding": ("`POST /v1/embeddings`", "bundled `embedding` model"),
+}
 
 
 def fields(kind: str) -> dict[str, Field]:
@@ -151,11 +202,13 @@ def check_bundled_fields(request: GatewayRequest, backend: str) -> None:
         if f is None:  # every field the gateway's schemas declare has a row (tests/gateway/test_request_fields.py)
             reason = "it is not an OpenAI field the bundled backend knows"
         elif f.is_rejected and not (f.is_neutral is not None and f.is_neutral(value)):
-            reason = f.bundled[len("400 ("):-1]
+            reason = f.bundled[len("400 (") : -1]
         else:
             continue
-        message = (f"Unsupported parameter `{name}` for the model `{request.model}`: {reason}. Remove it, or send it "
-                   "to a model served by an OpenAI-compatible upstream (the gateway passes it through there).")
+        message = (
+            f"Unsupported parameter `{name}` for the model `{request.model}`: {reason}. Remove it, or send it "
+            "to a model served by an OpenAI-compatible upstream (the gateway passes it through there)."
+        )
         err = BackendError(message, kind="bad_request", status=400, backend=backend)
         err.upstream_message = message  # type: ignore[attr-defined]
         err.upstream_code = "unsupported_parameter"  # type: ignore[attr-defined]

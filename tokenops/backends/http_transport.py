@@ -26,8 +26,18 @@ _READ = 65536
 class _Connection:
     """One TCP connection; parses one response at a time."""
 
-    __slots__ = ("reader", "writer", "key", "status", "headers", "chunks", "is_head_done", "is_done",
-                 "is_keep_alive", "_parser")
+    __slots__ = (
+        "reader",
+        "writer",
+        "key",
+        "status",
+        "headers",
+        "chunks",
+        "is_head_done",
+        "is_done",
+        "is_keep_alive",
+        "_parser",
+    )
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: tuple) -> None:
         self.reader, self.writer, self.key = reader, writer, key
@@ -160,8 +170,12 @@ class PooledTransport(httpx.AsyncBaseTransport):
             except BaseException:
                 conn.close()
                 raise
-            return httpx.Response(conn.status, headers=conn.headers, stream=_Body(self, conn, timeouts.get("read")),
-                                  extensions={"http_version": b"HTTP/1.1"})
+            return httpx.Response(
+                conn.status,
+                headers=conn.headers,
+                stream=_Body(self, conn, timeouts.get("read")),
+                extensions={"http_version": b"HTTP/1.1"},
+            )
         raise AssertionError("unreachable")
 
     @staticmethod

@@ -55,8 +55,9 @@ class LocalBackend:
 
     kind = "local"
 
-    def __init__(self, model: ModelConfig, settings: Settings, engine: Any = None, *,
-                 calls: PluginCalls | None = None) -> None:
+    def __init__(
+        self, model: ModelConfig, settings: Settings, engine: Any = None, *, calls: PluginCalls | None = None
+    ) -> None:
         self.model = model.name
         self.name = replica_name(model)
         #: what this backend asks the plugins (tokenops/backends/plugin_calls.py); built-ins when none is given
@@ -151,7 +152,9 @@ class LocalBackend:
                     f"This model's maximum context length is {limit} tokens. However, you requested "
                     f"{num_prompt + max_tokens} tokens ({num_prompt} in the prompt, {max_tokens} in the completion). "
                     "Please reduce the length of the prompt or completion.",
-                    kind="context_length", status=400, backend=self.name,
+                    kind="context_length",
+                    status=400,
+                    backend=self.name,
                 )
             max_tokens = min(max_tokens, limit - num_prompt)
         if request.kind == "chat":
@@ -161,12 +164,17 @@ class LocalBackend:
         extras = processor_params(body, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
         try:
             return SamplingParams(
-                n=sampling.n or 1, max_tokens=max_tokens,
+                n=sampling.n or 1,
+                max_tokens=max_tokens,
                 temperature=1.0 if sampling.temperature is None else sampling.temperature,
                 top_p=1.0 if sampling.top_p is None else sampling.top_p,
-                top_k=sampling.top_k or 0, seed=sampling.seed, stop=list(sampling.stop),
-                ignore_eos=sampling.ignore_eos, logprobs=logprobs,
-                prompt_logprobs=echo_logprobs(request), **extras,
+                top_k=sampling.top_k or 0,
+                seed=sampling.seed,
+                stop=list(sampling.stop),
+                ignore_eos=sampling.ignore_eos,
+                logprobs=logprobs,
+                prompt_logprobs=echo_logprobs(request),
+                **extras,
             )
         except ValueError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
@@ -187,8 +195,11 @@ class LocalBackend:
         params = self._sampling(request, len(prompt_ids))
         if plan is not None and plan.grammar is not None:
             params.grammar = await self._compile(plan.grammar)
-        if self.reasoning_parser is not None or request.body.get("reasoning_effort") is not None \
-                or request.body.get("max_thinking_tokens") is not None:
+        if (
+            self.reasoning_parser is not None
+            or request.body.get("reasoning_effort") is not None
+            or request.body.get("max_thinking_tokens") is not None
+        ):
             params.thinking = await asyncio.to_thread(self._thinking, request, prompt_ids)
         return plan, prompt_ids, params
 
@@ -202,8 +213,14 @@ class LocalBackend:
         echoed: set[int] | None = set() if request.kind == "completion" and request.body.get("echo") else None
         sent_finish: set[int] = set()
         last = None
-        gen = self.engine.generate(prompt_ids, params, request_id=request.id, tenant=request.tenant, priority=request.priority,
-                                   **({"lora": lora} if lora is not None else {}))
+        gen = self.engine.generate(
+            prompt_ids,
+            params,
+            request_id=request.id,
+            tenant=request.tenant,
+            priority=request.priority,
+            **({"lora": lora} if lora is not None else {}),
+        )
         try:
             async with contextlib.aclosing(gen):
                 async for out in gen:
@@ -231,7 +248,8 @@ class LocalBackend:
                             assert parser is not None  # _thinking gives a control only to a model with a parser
                             num_reasoning[c.index] = c.num_reasoning_tokens
                             split_r = reasoning_streams.get(c.index) or reasoning_streams.setdefault(
-                                c.index, ReasoningSplitter(parser, params.thinking.starts_thinking))
+                                c.index, ReasoningSplitter(parser, params.thinking.starts_thinking)
+                            )
                             reasoning, text = split_r.push(text)
                             if new_finish:
                                 more_r, more_t = split_r.finish()
@@ -244,9 +262,15 @@ class LocalBackend:
                                 text, calls = text + more_text, calls + more_calls
                                 if split.num_calls and reason == "stop":
                                     reason = "tool_calls"
-                        yield Delta(index=c.index, text=text, num_tokens=max(num_new, 0),
-                                    finish_reason=reason if new_finish else None, logprobs=lp, tool_calls=calls or None,
-                                    extra={"reasoning_content": reasoning} if reasoning else None)
+                        yield Delta(
+                            index=c.index,
+                            text=text,
+                            num_tokens=max(num_new, 0),
+                            finish_reason=reason if new_finish else None,
+                            logprobs=lp,
+                            tool_calls=calls or None,
+                            extra={"reasoning_content": reasoning} if reasoning else None,
+                        )
         except BackendError:
             raise
         except ValueError as e:  # PromptTooLongError and sampling errors from the engine
@@ -259,21 +283,26 @@ class LocalBackend:
         if last is None:
             raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
         if params.thinking is not None:  # telemetry for budgets learned from traffic (requests.decisions)
-            request.decisions["thinking"] = {"closed_by": [c.thinking_closed_by for c in last.outputs],
-                                             "first_pass": [c.thinking_first_pass for c in last.outputs],
-                                             "spent": [c.thinking_spent for c in last.outputs]}
+            request.decisions["thinking"] = {
+                "closed_by": [c.thinking_closed_by for c in last.outputs],
+                "first_pass": [c.thinking_first_pass for c in last.outputs],
+                "spent": [c.thinking_spent for c in last.outputs],
+            }
         scheduled, first = last.first_scheduled_time, last.first_token_time
-        yield Delta(prompt_tokens=len(last.prompt_token_ids), completion_tokens=sum(seen.values()),
-                    cached_tokens=last.num_cached_tokens or 0,
-                    reasoning_tokens=sum(num_reasoning.values()) if params.thinking is not None else None,
-                    queue_s=None if scheduled is None else max(0.0, scheduled - last.arrival_time),
-                    prefill_s=None if scheduled is None or first is None else max(0.0, first - scheduled))
-
+        yield Delta(
+            prompt_tokens=len(last.prompt_token_ids),
+            completion_tokens=sum(seen.values()),
+            cached_tokens=last.num_cached_tokens or 0,
+            reasoning_tokens=sum(num_reasoning.values()) if params.thinking is not None else None,
+            queue_s=None if scheduled is None else max(0.0, scheduled - last.arrival_time),
+            prefill_s=None if scheduled is None or first is None else max(0.0, first - scheduled),
+        )
 
     def _thinking(self, request: GatewayRequest, prompt_ids: list[int]) -> Any:
         """The engine's thinking control for this request (budget from the policy hook), or None."""
-        budget = decide_budget(request, self.model, self.reasoning_parser is not None, self.name,
-                               self.calls.reasoning_budget)
+        budget = decide_budget(
+            request, self.model, self.reasoning_parser is not None, self.name, self.calls.reasoning_budget
+        )
         if self.reasoning_parser is None or request.kind != "chat":
             return None
         tok = self.engine.tokenizer
@@ -281,8 +310,11 @@ class LocalBackend:
         tail = tok.decode(prompt_ids[-8:], skip_special_tokens=False).rstrip()
         starts = tail.endswith(p.open_tag)  # templates that open the block in the prompt (DeepSeek-R1)
         if budget is not None:
-            request.decisions["reasoning_budget"] = {"max_thinking_tokens": budget.max_thinking_tokens,
-                                                     "suppress": list(budget.suppress), "reason": budget.reason}
+            request.decisions["reasoning_budget"] = {
+                "max_thinking_tokens": budget.max_thinking_tokens,
+                "suppress": list(budget.suppress),
+                "reason": budget.reason,
+            }
         return thinking_control(tok, p.open_tag, p.close_tag, budget, starts)
 
     def _plan(self, request: GatewayRequest) -> Any:
@@ -302,9 +334,13 @@ class LocalBackend:
         except GrammarError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
         except TimeoutError:  # llguidance's fuel limits bound it; this bounds what they let through
-            raise BackendError(f"the request's schema took more than {COMPILE_TIMEOUT_S:g} s to compile; simplify "
-                               "response_format or the tool parameters", kind="bad_request", status=400,
-                               backend=self.name) from None
+            raise BackendError(
+                f"the request's schema took more than {COMPILE_TIMEOUT_S:g} s to compile; simplify "
+                "response_format or the tool parameters",
+                kind="bad_request",
+                status=400,
+                backend=self.name,
+            ) from None
 
 
 def _engine_failure(backend: str, e: Exception) -> BackendError:
@@ -315,11 +351,20 @@ def _engine_failure(backend: str, e: Exception) -> BackendError:
     error_id = secrets.token_hex(6)
     log.error("engine error %s on %s: %s: %s", error_id, backend, type(e).__name__, e)
     if "breaks the request's grammar" in str(e):
-        return BackendError(f"The answer could not be kept inside the request's schema: the grammar matcher gave up "
-                            f"(error id {error_id}). Simplify response_format or the tool parameters (fewer "
-                            "alternatives, no required recursion).", kind="bad_request", status=400, backend=backend)
-    return BackendError(f"{backend}: the engine failed this request (error id {error_id}); retry, and report the id "
-                        "if it persists.", "error", 500, backend)
+        return BackendError(
+            f"The answer could not be kept inside the request's schema: the grammar matcher gave up "
+            f"(error id {error_id}). Simplify response_format or the tool parameters (fewer "
+            "alternatives, no required recursion).",
+            kind="bad_request",
+            status=400,
+            backend=backend,
+        )
+    return BackendError(
+        f"{backend}: the engine failed this request (error id {error_id}); retry, and report the id if it persists.",
+        "error",
+        500,
+        backend,
+    )
 
 
 def _plain(message: dict[str, Any]) -> dict[str, Any]:
@@ -336,12 +381,20 @@ def openai_logprobs(kind: str, entries: list[dict[str, Any]] | None) -> dict[str
     if not entries:
         return None
     if kind == "chat":
-        return {"content": [
-            {"token": e["token"], "logprob": e["logprob"], "bytes": list(e["token"].encode("utf-8")),
-             "top_logprobs": [{"token": t["token"], "logprob": t["logprob"], "bytes": list(t["token"].encode("utf-8"))}
-                              for t in e.get("top") or []]}
-            for e in entries
-        ]}
+        return {
+            "content": [
+                {
+                    "token": e["token"],
+                    "logprob": e["logprob"],
+                    "bytes": list(e["token"].encode("utf-8")),
+                    "top_logprobs": [
+                        {"token": t["token"], "logprob": t["logprob"], "bytes": list(t["token"].encode("utf-8"))}
+                        for t in e.get("top") or []
+                    ],
+                }
+                for e in entries
+            ]
+        }
     return {
         "tokens": [e["token"] for e in entries],
         "token_logprobs": [e["logprob"] for e in entries],

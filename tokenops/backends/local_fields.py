@@ -38,7 +38,10 @@ def check_content_parts(request: GatewayRequest, backend: str) -> None:
                     f"Unsupported content part type `{kind}` in messages[{i}].content[{j}]: the model "
                     f"`{request.model}` is text-only. Send text parts, or send the request to a model served by an "
                     "OpenAI-compatible upstream that reads them (the gateway passes them through there).",
-                    f"messages.{i}.content.{j}.type", backend, code="unsupported_content_type")
+                    f"messages.{i}.content.{j}.type",
+                    backend,
+                    code="unsupported_content_type",
+                )
 
 
 def processor_params(body: dict[str, Any], max_tokens: int, vocab_size: int | None, backend: str) -> dict[str, Any]:
@@ -53,8 +56,11 @@ def processor_params(body: dict[str, Any], max_tokens: int, vocab_size: int | No
         outside = [t for t in ids if vocab_size is not None and t >= vocab_size]
         if outside:
             assert vocab_size is not None  # only a known vocabulary has ids outside it
-            raise bad_request(f"logit_bias: token id {outside[0]} is outside the vocabulary of the model "
-                              f"(ids 0 to {vocab_size - 1})", "logit_bias", backend)
+            raise bad_request(
+                f"logit_bias: token id {outside[0]} is outside the vocabulary of the model (ids 0 to {vocab_size - 1})",
+                "logit_bias",
+                backend,
+            )
         out["logit_bias"] = ids
     min_tokens = body.get("min_tokens")
     if min_tokens:
@@ -76,8 +82,9 @@ def echo_logprobs(request: GatewayRequest) -> int | None:
     return 0 if request.max_tokens == 0 else None
 
 
-def echo_delta(request: GatewayRequest, index: int, prompt_ids: list[int], entries: list[dict | None] | None,
-               tokenizer: Any) -> Delta:
+def echo_delta(
+    request: GatewayRequest, index: int, prompt_ids: list[int], entries: list[dict | None] | None, tokenizer: Any
+) -> Delta:
     """The first delta of choice ``index`` of an ``echo`` completion: the prompt as sent (token ids
     decoded) and, when logprobs were asked, its tokens' logprobs (the first null, as OpenAI and vLLM)."""
     prompt = request.prompt
@@ -88,8 +95,9 @@ def echo_delta(request: GatewayRequest, index: int, prompt_ids: list[int], entri
         logprobs = {
             "tokens": [name(t) for t in prompt_ids],
             "token_logprobs": [None if e is None else e["logprob"] for e in entries],
-            "top_logprobs": [None if e is None else {t["token"]: t["logprob"] for t in e.get("top") or []}
-                             for e in entries],
+            "top_logprobs": [
+                None if e is None else {t["token"]: t["logprob"] for t in e.get("top") or []} for e in entries
+            ],
             "text_offset": [],
         }
     return Delta(index=index, text=text, num_tokens=0, logprobs=logprobs)

@@ -60,14 +60,16 @@ def plan_request(body: dict[str, Any], parser_name: str) -> StructuredPlan:
             wanted = (choice.get("function") or {}).get("name")
             functions = [f for f in functions if f.get("name") == wanted]
             functions = _closed_functions(functions)
-            plan.grammar = GrammarSpec("lark", plan.parser.grammar(functions, parallel=False),
-                                       plan.parser.shortest(functions))
+            plan.grammar = GrammarSpec(
+                "lark", plan.parser.grammar(functions, parallel=False), plan.parser.shortest(functions)
+            )
             plan.is_call_constrained = True
         elif choice == "required":
             parallel = body.get("parallel_tool_calls") is True
             functions = _closed_functions(functions)
-            plan.grammar = GrammarSpec("lark", plan.parser.grammar(functions, parallel=parallel),
-                                       plan.parser.shortest(functions))
+            plan.grammar = GrammarSpec(
+                "lark", plan.parser.grammar(functions, parallel=parallel), plan.parser.shortest(functions)
+            )
             plan.is_call_constrained = True
         elif (answer := response_format_grammar(body.get("response_format"))) is not None:
             # auto beside a response_format: calls, or the answer in the format
@@ -75,8 +77,9 @@ def plan_request(body: dict[str, Any], parser_name: str) -> StructuredPlan:
             schema = json.loads(answer.source)
             if isinstance(schema, dict):
                 schema = {**schema, "x-guidance": {"whitespace_flexible": False}}
-            grammar = plan.parser.grammar(functions, parallel=body.get("parallel_tool_calls") is True,
-                                          answer=f"%json {json.dumps(schema)}")
+            grammar = plan.parser.grammar(
+                functions, parallel=body.get("parallel_tool_calls") is True, answer=f"%json {json.dumps(schema)}"
+            )
             plan.grammar = GrammarSpec("lark", grammar, max(plan.parser.shortest(functions), answer.shortest, key=len))
             plan.is_call_constrained = True
     if plan.grammar is None:
@@ -130,4 +133,3 @@ def close_objects(schema: Any, *, in_all_of: bool = False) -> Any:
     if "properties" in out and is_open and not in_all_of:
         out["additionalProperties"] = False
     return out
-

@@ -39,16 +39,21 @@ class LoraPool:
             info = None
             engine = self.base.engine
             if engine is None:
-                raise BackendError(f"{self.base.name} is not loaded", kind="unavailable", status=503,
-                                   backend=self.base.name)
+                raise BackendError(
+                    f"{self.base.name} is not loaded", kind="unavailable", status=503, backend=self.base.name
+                )
             if name in self.resident:
                 self.resident.move_to_end(name)
             else:
                 while self.max_loaded and len(self.resident) >= self.max_loaded:
                     victim = next((n for n in self.resident if not self.in_flight[n]), None)
                     if victim is None:
-                        raise BackendError(f"all {self.max_loaded} LoRA adapter slots of {self.base.model!r} are busy; "
-                                           "retry shortly", kind="unavailable", status=503, backend=self.base.name)
+                        raise BackendError(
+                            f"all {self.max_loaded} LoRA adapter slots of {self.base.model!r} are busy; retry shortly",
+                            kind="unavailable",
+                            status=503,
+                            backend=self.base.name,
+                        )
                     await asyncio.to_thread(engine.unload_lora, victim)
                     del self.resident[victim]
                     self.num_evictions += 1
@@ -84,8 +89,9 @@ class LoraBackend:
 
     kind = "local"
 
-    def __init__(self, name: str, path: str, base: Any, index: int = 0, max_loaded: int = 0,
-                 check_base: bool = True) -> None:
+    def __init__(
+        self, name: str, path: str, base: Any, index: int = 0, max_loaded: int = 0, check_base: bool = True
+    ) -> None:
         self.model = name
         self.name = f"{name}#{index}"
         self.path = path
@@ -143,8 +149,9 @@ class LoraBackend:
 
     async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
         if not self.is_loaded:
-            raise BackendError(f"LoRA adapter {self.model!r} is not loaded", kind="unavailable", status=503,
-                               backend=self.name)
+            raise BackendError(
+                f"LoRA adapter {self.model!r} is not loaded", kind="unavailable", status=503, backend=self.name
+            )
         info = await self.pool.acquire(self.model, self.path, self.check_base)
         self.info = info or self.info
         try:
@@ -162,5 +169,12 @@ def add_lora_replicas(out: dict[str, list[Any]], base_name: str, adapters: dict[
     for name, path in adapters.items():
         if name in out:
             raise ConfigError(f"model {base_name!r}: lora adapter {name!r} has the name of another model")
-        out[name] = [Replica(name=f"{name}#{r.index}", model=name, backend=LoraBackend(name, path, r.backend, r.index, max_loaded),
-                             index=r.index) for r in out[base_name]]
+        out[name] = [
+            Replica(
+                name=f"{name}#{r.index}",
+                model=name,
+                backend=LoraBackend(name, path, r.backend, r.index, max_loaded),
+                index=r.index,
+            )
+            for r in out[base_name]
+        ]

@@ -23,8 +23,9 @@ from tokenops.types import BackendError, GatewayRequest
 NOT_SERVED = (404, 405)
 
 
-async def native_post(backend: Any, request: GatewayRequest, stream: bool, payload: dict[str, Any],
-                      headers: dict[str, str] | None = None) -> httpx.Response | None:
+async def native_post(
+    backend: Any, request: GatewayRequest, stream: bool, payload: dict[str, Any], headers: dict[str, str] | None = None
+) -> httpx.Response | None:
     """POST ``payload`` to the upstream's path of ``request.native.api``; None (remembered on
     ``backend.serves_<api>``) when the upstream does not serve it."""
     assert request.native is not None

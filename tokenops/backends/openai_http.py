@@ -129,10 +129,17 @@ class OpenAIBackend:
         if not self._is_model_fixed and self.model not in ids:
             if len(ids) == 1:
                 self.upstream_model = ids[0]
-                log.info("model %s: upstream %s serves %r; requests go there under that id", self.model, self.url, ids[0])
+                log.info(
+                    "model %s: upstream %s serves %r; requests go there under that id", self.model, self.url, ids[0]
+                )
             elif ids:
-                log.warning("model %s: upstream %s serves %s, none named %r; set [[models]] served_model",
-                            self.model, self.url, ", ".join(map(repr, ids[:8])), self.model)
+                log.warning(
+                    "model %s: upstream %s serves %s, none named %r; set [[models]] served_model",
+                    self.model,
+                    self.url,
+                    ", ".join(map(repr, ids[:8])),
+                    self.model,
+                )
         for m in cards:
             if m["id"] == self.upstream_model and isinstance(m.get("max_model_len"), int):
                 self.max_model_len = m["max_model_len"]
@@ -190,8 +197,15 @@ class OpenAIBackend:
     def _path(self, request: GatewayRequest) -> str:
         return self.url + {"chat": "/chat/completions", "embedding": "/embeddings"}.get(request.kind, "/completions")
 
-    async def _send(self, request: GatewayRequest, stream: bool, *, path: str | None = None,
-                    payload: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> httpx.Response:
+    async def _send(
+        self,
+        request: GatewayRequest,
+        stream: bool,
+        *,
+        path: str | None = None,
+        payload: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         """POST with retries on connect errors and 5xx. A streamed response is open
         (the caller closes it); a non-streamed one is already read. ``path``/``payload``/``headers``
         replace the chat-completions ones (Anthropic pass-through)."""
@@ -201,30 +215,40 @@ class OpenAIBackend:
             await self._learn_models()
         body = self._payload(request, stream) if payload is None else {**payload, "model": self.upstream_model}
         content = json.dumps(body, separators=(",", ":")).encode()
-        url, send_headers = self._path(request) if path is None else self.url + path, {**self._headers, **(headers or {})}
-        trace_context.inject(send_headers)  # the attempt's traceparent: a traced upstream (vLLM) joins the request's trace
+        url, send_headers = (
+            self._path(request) if path is None else self.url + path,
+            {**self._headers, **(headers or {})},
+        )
+        trace_context.inject(
+            send_headers
+        )  # the attempt's traceparent: a traced upstream (vLLM) joins the request's trace
         last: BackendError | None = None
         for attempt in range(self.num_retries + 1):
             if attempt:
                 await asyncio.sleep(min(0.05 * 2 ** (attempt - 1), 1.0))
             try:
-                req = self._client.build_request("POST", url, content=content, headers=send_headers,
-                                                 timeout=self._timeout)
+                req = self._client.build_request(
+                    "POST", url, content=content, headers=send_headers, timeout=self._timeout
+                )
                 response = await self._client.send(req, stream=stream)
             except httpx.ConnectError as e:
                 # refused or unresolvable: the same URL will not answer 50 ms later; the gateway
                 # retries another replica of the model at once (tokenops.routing.retry)
                 self._lost(e)
-                raise BackendError(f"{self.name}: cannot reach {self.url}: {type(e).__name__}", "unavailable", 503,
-                                   self.name) from None
+                raise BackendError(
+                    f"{self.name}: cannot reach {self.url}: {type(e).__name__}", "unavailable", 503, self.name
+                ) from None
             except (httpx.ConnectTimeout, httpx.RemoteProtocolError) as e:
-                last = BackendError(f"{self.name}: cannot reach {self.url}: {type(e).__name__}", "unavailable", 503, self.name)
+                last = BackendError(
+                    f"{self.name}: cannot reach {self.url}: {type(e).__name__}", "unavailable", 503, self.name
+                )
                 continue
             except httpx.TimeoutException:
                 raise BackendError(f"{self.name}: upstream timed out", "timeout", 504, self.name) from None
             except httpx.TransportError as e:  # the connection broke while the answer was read (a killed upstream)
-                raise BackendError(f"{self.name}: connection to {self.url} broke: {type(e).__name__}", "error", 502,
-                                   self.name) from None
+                raise BackendError(
+                    f"{self.name}: connection to {self.url} broke: {type(e).__name__}", "error", 502, self.name
+                ) from None
             self.unreachable = None
             if response.status_code >= 400:
                 error_body = await response.aread()
@@ -275,18 +299,32 @@ class OpenAIBackend:
         for c in data.get("choices", []):
             message = c.get("message") or {}
             text = message.get("content") if request.kind == "chat" else c.get("text")
-            choices.append({"index": c.get("index", 0), "text": text or "", "finish_reason": c.get("finish_reason"),
-                            "logprobs": c.get("logprobs"), "tool_calls": message.get("tool_calls") or None,
-                            "refusal": message.get("refusal"), "message_extra": _other_fields(message)})
+            choices.append(
+                {
+                    "index": c.get("index", 0),
+                    "text": text or "",
+                    "finish_reason": c.get("finish_reason"),
+                    "logprobs": c.get("logprobs"),
+                    "tool_calls": message.get("tool_calls") or None,
+                    "refusal": message.get("refusal"),
+                    "message_extra": _other_fields(message),
+                }
+            )
         if not choices:
             raise BackendError(f"{self.name}: upstream answer has no choices", "error", 502, self.name)
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
         return GatewayResponse(
-            text=choices[0]["text"], model=self.model, finish_reason=choices[0]["finish_reason"],
-            tool_calls=choices[0]["tool_calls"], refusal=choices[0]["refusal"],
-            prompt_tokens=usage.get("prompt_tokens") or 0, completion_tokens=usage.get("completion_tokens") or 0,
-            cached_tokens=details.get("cached_tokens") or 0, backend=self.name, extra={"choices": choices},
+            text=choices[0]["text"],
+            model=self.model,
+            finish_reason=choices[0]["finish_reason"],
+            tool_calls=choices[0]["tool_calls"],
+            refusal=choices[0]["refusal"],
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
+            cached_tokens=details.get("cached_tokens") or 0,
+            backend=self.name,
+            extra={"choices": choices},
             reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
         )
 
@@ -339,8 +377,16 @@ class OpenAIBackend:
                     n = _count_tokens(request.kind, lp, text or calls or refusal or other)
                     num_tokens += n
                     if text or c.get("finish_reason") or lp or calls or refusal or other:
-                        yield Delta(index=c.get("index", 0), text=text, num_tokens=n, finish_reason=c.get("finish_reason"),
-                                    logprobs=lp, tool_calls=calls, refusal=refusal, extra=other)
+                        yield Delta(
+                            index=c.get("index", 0),
+                            text=text,
+                            num_tokens=n,
+                            finish_reason=c.get("finish_reason"),
+                            logprobs=lp,
+                            tool_calls=calls,
+                            refusal=refusal,
+                            extra=other,
+                        )
         except httpx.TimeoutException:
             raise BackendError(f"{self.name}: upstream timed out mid-stream", "timeout", 504, self.name) from None
         except httpx.HTTPError as e:
@@ -349,10 +395,12 @@ class OpenAIBackend:
             await response.aclose()
         usage = usage or {}
         details = usage.get("prompt_tokens_details") or {}
-        yield Delta(prompt_tokens=usage.get("prompt_tokens") or 0,
-                    completion_tokens=usage.get("completion_tokens") or num_tokens,
-                    cached_tokens=details.get("cached_tokens") or 0,
-                    reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"))
+        yield Delta(
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or num_tokens,
+            cached_tokens=details.get("cached_tokens") or 0,
+            reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
+        )
 
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "refusal")

@@ -60,7 +60,9 @@ async def responses_stream(backend: OpenAIBackend, request: GatewayRequest) -> A
         except httpx.TimeoutException:
             raise BackendError(f"{backend.name}: upstream timed out mid-stream", "timeout", 504, backend.name) from None
         except httpx.HTTPError as e:
-            raise BackendError(f"{backend.name}: stream broke: {type(e).__name__}", "error", 502, backend.name) from None
+            raise BackendError(
+                f"{backend.name}: stream broke: {type(e).__name__}", "error", 502, backend.name
+            ) from None
         finally:
             await response.aclose()
 
@@ -76,9 +78,12 @@ def _finish(data: dict[str, Any], has_calls: bool) -> str:
 
 def _usage(usage: dict[str, Any] | None) -> tuple[int, int, int, int | None]:
     usage = usage or {}
-    return (usage.get("input_tokens") or 0, usage.get("output_tokens") or 0,
-            (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0,
-            (usage.get("output_tokens_details") or {}).get("reasoning_tokens"))
+    return (
+        usage.get("input_tokens") or 0,
+        usage.get("output_tokens") or 0,
+        (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0,
+        (usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
+    )
 
 
 def answer(data: Any, model: str, backend: str) -> GatewayResponse:
@@ -98,17 +103,37 @@ def answer(data: Any, model: str, backend: str) -> GatewayResponse:
         elif kind == "reasoning":
             reasoning += [p.get("text") or "" for p in item.get("content") or () if isinstance(p, dict)]
         elif kind == "function_call":
-            calls.append({"id": item.get("call_id"), "type": "function",
-                          "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""}})
+            calls.append(
+                {
+                    "id": item.get("call_id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
+                }
+            )
     prompt, completion, cached, thinking = _usage(data.get("usage"))
     text, finish = "".join(texts), _finish(data, bool(calls))
-    choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None, "tool_calls": calls or None,
-              "refusal": "".join(refusals) or None,
-              "message_extra": {"reasoning_content": "".join(reasoning)} if reasoning else None}
-    return GatewayResponse(text=text, model=model, finish_reason=finish, prompt_tokens=prompt,
-                           completion_tokens=completion, cached_tokens=cached, backend=backend,
-                           tool_calls=calls or None, refusal=choice["refusal"], reasoning_tokens=thinking,
-                           extra={"choices": [choice], "responses_output": output})
+    choice: dict[str, Any] = {
+        "index": 0,
+        "text": text,
+        "finish_reason": finish,
+        "logprobs": None,
+        "tool_calls": calls or None,
+        "refusal": "".join(refusals) or None,
+        "message_extra": {"reasoning_content": "".join(reasoning)} if reasoning else None,
+    }
+    return GatewayResponse(
+        text=text,
+        model=model,
+        finish_reason=finish,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        backend=backend,
+        tool_calls=calls or None,
+        refusal=choice["refusal"],
+        reasoning_tokens=thinking,
+        extra={"choices": [choice], "responses_output": output},
+    )
 
 
 async def deltas(events: AsyncIterator[bytes], backend: str) -> AsyncIterator[Delta]:
@@ -131,11 +156,21 @@ async def deltas(events: AsyncIterator[bytes], backend: str) -> AsyncIterator[De
         elif kind == "response.output_item.added" and (event.get("item") or {}).get("type") == "function_call":
             item = event["item"]
             calls[item.get("id")] = k = len(calls)
-            delta = Delta(tool_calls=[{"index": k, "id": item.get("call_id"), "type": "function",
-                                       "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""}}])
+            delta = Delta(
+                tool_calls=[
+                    {
+                        "index": k,
+                        "id": item.get("call_id"),
+                        "type": "function",
+                        "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
+                    }
+                ]
+            )
         elif kind == "response.function_call_arguments.delta" and event.get("item_id") in calls:
-            delta = Delta(tool_calls=[{"index": calls[event["item_id"]], "function": {"arguments": event.get("delta")}}],
-                          num_tokens=1)
+            delta = Delta(
+                tool_calls=[{"index": calls[event["item_id"]], "function": {"arguments": event.get("delta")}}],
+                num_tokens=1,
+            )
         elif kind in ("response.completed", "response.incomplete"):
             final = event.get("response") or {}
         elif kind in ("error", "response.failed"):
@@ -145,9 +180,14 @@ async def deltas(events: AsyncIterator[bytes], backend: str) -> AsyncIterator[De
             num_tokens += delta.num_tokens
             yield delta
     if final is None:
-        raise BackendError(f"{backend}: the upstream's event stream ended before response.completed", "error", 502,
-                           backend)
+        raise BackendError(
+            f"{backend}: the upstream's event stream ended before response.completed", "error", 502, backend
+        )
     yield Delta(finish_reason=_finish(final, bool(calls)))
     prompt, completion, cached, thinking = _usage(final.get("usage"))
-    yield Delta(prompt_tokens=prompt, completion_tokens=completion or num_tokens, cached_tokens=cached,
-                reasoning_tokens=thinking)
+    yield Delta(
+        prompt_tokens=prompt,
+        completion_tokens=completion or num_tokens,
+        cached_tokens=cached,
+        reasoning_tokens=thinking,
+    )

@@ -60,5 +60,9 @@ def _default_plan(model: str, sampler: str, num_steps: int) -> DiffusionPlan:
 
 def builtin_calls() -> PluginCalls:
     """No plugin: the engine's built-in policies, no thinking budget, the pipeline's own plan."""
-    return PluginCalls(configure_engine=_configure_builtin, build_engine=_build_builtin,
-                       reasoning_budget=_no_budget, diffusion_plan=_default_plan)
+    return PluginCalls(
+        configure_engine=_configure_builtin,
+        build_engine=_build_builtin,
+        reasoning_budget=_no_budget,
+        diffusion_plan=_default_plan,
+    )

@@ -65,4 +65,7 @@ def check_prompt_fits(request: Any, tokenizer: Any, max_model_len: int | None, b
         raise BackendError(
             f"This model's maximum context length is {max_model_len} tokens. However, your prompt of {chars} "
             f"characters has at least {min_tokens} tokens. Please reduce the length of the prompt.",
-            kind="context_length", status=400, backend=backend)
+            kind="context_length",
+            status=400,
+            backend=backend,
+        )

@@ -45,8 +45,9 @@ def _no_policy(request: GatewayRequest, model: str) -> ReasoningBudget | None:
     return None
 
 
-def decide_budget(request: GatewayRequest, model: str, has_parser: bool, backend: str,
-                  get_budget: BudgetPolicy = _no_policy) -> ReasoningBudget | None:
+def decide_budget(
+    request: GatewayRequest, model: str, has_parser: bool, backend: str, get_budget: BudgetPolicy = _no_policy
+) -> ReasoningBudget | None:
     """Validate the request's budget fields and ask the policy, ``get_budget`` (the
     ``tokenops_reasoning_budget`` hook, passed in by the backend's builder; none by default);
     400s as ``BackendError``."""
@@ -56,14 +57,23 @@ def decide_budget(request: GatewayRequest, model: str, has_parser: bool, backend
         raise BackendError(str(e), kind="bad_request", status=400, backend=backend) from None
     if asked and (request.kind != "chat" or not has_parser):
         name = next(iter(asked))
-        raise BackendError(f"`{name}` needs a chat request to a reasoning model (one with a `reasoning_parser` in "
-                           f"[[models]]); `{model}` has none", kind="bad_request", status=400, backend=backend)
+        raise BackendError(
+            f"`{name}` needs a chat request to a reasoning model (one with a `reasoning_parser` in "
+            f"[[models]]); `{model}` has none",
+            kind="bad_request",
+            status=400,
+            backend=backend,
+        )
     if not has_parser or request.kind != "chat":
         return None
     budget = get_budget(request, model)
     if budget is None and asked:
-        raise BackendError(f"`{next(iter(asked))}` needs the reasoning_budget plugin (it is disabled)",
-                           kind="bad_request", status=400, backend=backend)
+        raise BackendError(
+            f"`{next(iter(asked))}` needs the reasoning_budget plugin (it is disabled)",
+            kind="bad_request",
+            status=400,
+            backend=backend,
+        )
     return budget
 
 
@@ -84,18 +94,23 @@ def reflection_token_ids(tokenizer: Any, words: tuple[str, ...]) -> tuple[int, .
     return tuple(i for i in range(tokenizer.vocab_size) if (text(i) or "").strip().strip(",.!:;") in wanted)
 
 
-def thinking_control(tokenizer: Any, open_tag: str, close_tag: str, budget: ReasoningBudget | None,
-                     starts_thinking: bool = False) -> Any:
+def thinking_control(
+    tokenizer: Any, open_tag: str, close_tag: str, budget: ReasoningBudget | None, starts_thinking: bool = False
+) -> Any:
     """The engine's per-request control for these tags and ``budget`` (counting only when None)."""
     from tokenops.engine.thinking import ThinkingControl
 
     encode = lambda s: tuple(tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
     return ThinkingControl(
-        open_ids=encode(open_tag), close_ids=encode(close_tag),
+        open_ids=encode(open_tag),
+        close_ids=encode(close_tag),
         budget=budget.max_thinking_tokens if budget is not None else None,
         suppress_ids=reflection_token_ids(tokenizer, tuple(budget.suppress)) if budget is not None else (),
-        newline_ids=encode("\n"), line_end_ids=_line_end_ids(tokenizer), starts_thinking=starts_thinking,
+        newline_ids=encode("\n"),
+        line_end_ids=_line_end_ids(tokenizer),
+        starts_thinking=starts_thinking,
         eos_ids=tuple(getattr(tokenizer, "eos_token_ids", ()) or ()),
-        reflection_ids=frozenset(reflection_token_ids(tokenizer, REFLECTION_WORDS + tuple(
-            budget.suppress if budget is not None else ()))),
+        reflection_ids=frozenset(
+            reflection_token_ids(tokenizer, REFLECTION_WORDS + tuple(budget.suppress if budget is not None else ()))
+        ),
     )

@@ -61,7 +61,7 @@ class ReasoningSplitter:
             if self.state == "before":
                 stripped = buf.lstrip()
                 if stripped.startswith(self.parser.open_tag):
-                    buf = stripped[len(self.parser.open_tag):]
+                    buf = stripped[len(self.parser.open_tag) :]
                     self.state, self._strip_newline, self.saw_block = "thinking", True, True
                     continue
                 if stripped and self.parser.open_tag.startswith(stripped):
@@ -81,12 +81,12 @@ class ReasoningSplitter:
                 at = buf.find(self.parser.close_tag)
                 if at >= 0:
                     reasoning.append(buf[:at].removesuffix("\n"))
-                    buf = buf[at + len(self.parser.close_tag):]
+                    buf = buf[at + len(self.parser.close_tag) :]
                     self.state, self._strip_newline = "after", True
                     continue
                 keep = _partial_suffix(buf, "\n" + self.parser.close_tag)
-                reasoning.append(buf[:len(buf) - keep])
-                self._held = buf[len(buf) - keep:]
+                reasoning.append(buf[: len(buf) - keep])
+                self._held = buf[len(buf) - keep :]
                 break
             if self._strip_newline:
                 if buf.startswith("\n"):

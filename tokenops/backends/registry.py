@@ -74,17 +74,26 @@ def default_model_configs() -> list[ModelConfig]:
     for name, (cost_in, cost_out) in LADDER_PRICES.items():  # the task-trained ladder (docs/demo-models.md)
         ladder_dir = moe_dir.parent / name.removeprefix("tokenops-")
         if (ladder_dir / "config.json").is_file():
-            models.append(ModelConfig(name=name, backend="local", path=str(ladder_dir),
-                                      cost_input_per_1m=cost_in, cost_output_per_1m=cost_out))
+            models.append(
+                ModelConfig(
+                    name=name,
+                    backend="local",
+                    path=str(ladder_dir),
+                    cost_input_per_1m=cost_in,
+                    cost_output_per_1m=cost_out,
+                )
+            )
     reasoning_dir = moe_dir.parent / "reasoning-small"  # the ladder's reasoning member (docs/reasoning.md)
     if (reasoning_dir / "config.json").is_file():
-        models.append(ModelConfig(name=DEMO_REASONING_NAME, backend="local", path=str(reasoning_dir),
-                                  reasoning_parser="think"))
+        models.append(
+            ModelConfig(name=DEMO_REASONING_NAME, backend="local", path=str(reasoning_dir), reasoning_parser="think")
+        )
     from tokenops.backends.embedding import DEFAULT_EMBEDDING_MODEL, is_default_available
 
     if is_default_available():  # the semantic extra's MiniLM, for /v1/embeddings; loads on first use
-        models.append(ModelConfig(name=DEFAULT_EMBEDDING_MODEL, backend="embedding", path=None,
-                                  engine={"load": "lazy"}))
+        models.append(
+            ModelConfig(name=DEFAULT_EMBEDDING_MODEL, backend="embedding", path=None, engine={"load": "lazy"})
+        )
     digits_dir = Path(__file__).resolve().parent.parent / "demo_models" / DEMO_DIFFUSION_NAME
     if (digits_dir / "model_index.json").is_file() and _has_module("diffusers"):  # the diffusion extra
         models.append(ModelConfig(name=DEMO_DIFFUSION_NAME, backend="diffusion", path=str(digits_dir)))

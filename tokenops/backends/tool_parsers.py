@@ -73,19 +73,21 @@ class ToolCallStream:
                 at = self._buf.find(self.open_tag)
                 if at < 0:
                     keep = _partial_suffix(self._buf, self.open_tag)
-                    content.append(self._buf[:len(self._buf) - keep])
-                    self._buf = self._buf[len(self._buf) - keep:]
+                    content.append(self._buf[: len(self._buf) - keep])
+                    self._buf = self._buf[len(self._buf) - keep :]
                     break
                 content.append(self._buf[:at])
-                self._buf = self._buf[at + len(self.open_tag):]
+                self._buf = self._buf[at + len(self.open_tag) :]
                 self._in_call, self._call_id, self._sent_name, self._sent_args = True, new_call_id(), False, 0
                 continue
             end = self._buf.find(self.close_tag)
             if end < 0:
                 if self.is_constrained:  # less what may be the start of the closing tag
-                    pieces += self._stream_partial(self._buf[:len(self._buf) - _partial_suffix(self._buf, self.close_tag)])
+                    pieces += self._stream_partial(
+                        self._buf[: len(self._buf) - _partial_suffix(self._buf, self.close_tag)]
+                    )
                 break
-            body, self._buf = self._buf[:end], self._buf[end + len(self.close_tag):]
+            body, self._buf = self._buf[:end], self._buf[end + len(self.close_tag) :]
             self._in_call = False
             call = _parse_call(body)
             if call is None:  # not a call after all: it stays text
@@ -118,8 +120,12 @@ class ToolCallStream:
 
     def _header(self, name: str) -> dict[str, Any]:
         self._sent_name = True
-        return {"index": self.num_calls, "id": self._call_id, "type": "function",
-                "function": {"name": name, "arguments": ""}}
+        return {
+            "index": self.num_calls,
+            "id": self._call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
 
     def _stream_partial(self, body: str) -> list[dict[str, Any]]:
         pieces = []
@@ -131,13 +137,13 @@ class ToolCallStream:
         name = _NAME.search(body)
         args_at = _ARGS.search(body, name.end()) if name is not None else None
         assert args_at is not None  # both were in the buffer before the header was sent, and it only grows
-        args = body[args_at.end():]
+        args = body[args_at.end() :]
         # a trailing "}" may close the call object itself: hold it (and whitespace) back
         safe = args.rstrip()
         if safe.endswith("}"):
             safe = safe[:-1].rstrip()
         if len(safe) > self._sent_args:
-            pieces.append({"index": self.num_calls, "function": {"arguments": safe[self._sent_args:]}})
+            pieces.append({"index": self.num_calls, "function": {"arguments": safe[self._sent_args :]}})
             self._sent_args = len(safe)
         return pieces
 
@@ -146,7 +152,7 @@ class ToolCallStream:
         pieces = [] if self._sent_name else [self._header(name)]
         # what was streamed is a prefix of ``arguments``: the text so far less a trailing "}"
         if len(arguments) > self._sent_args:
-            pieces.append({"index": self.num_calls, "function": {"arguments": arguments[self._sent_args:]}})
+            pieces.append({"index": self.num_calls, "function": {"arguments": arguments[self._sent_args :]}})
         self.num_calls += 1
         return pieces
 
@@ -174,7 +180,7 @@ def _parse_call(body: str) -> tuple[str, str] | None:
     m = _NAME.search(body)
     a = _ARGS.search(body, m.end()) if m else None
     if a is not None:
-        raw = body[a.end():].rstrip()
+        raw = body[a.end() :].rstrip()
         if raw.endswith("}"):
             raw = raw[:-1].rstrip()  # the call object's own closing brace
             try:
@@ -235,8 +241,11 @@ class HermesToolCallParser(ToolCallParser):
         """The longest of the functions' shortest calls (for the budget-aware close)."""
         from tokenops.engine.json_shortest import shortest_json
 
-        calls = [f'{self.open_tag}\n{{"name":{json.dumps(fn["name"])},"arguments":'
-                 f'{shortest_json(fn.get("parameters") or {})}}}\n{self.close_tag}' for fn in functions]
+        calls = [
+            f'{self.open_tag}\n{{"name":{json.dumps(fn["name"])},"arguments":'
+            f"{shortest_json(fn.get('parameters') or {})}}}\n{self.close_tag}"
+            for fn in functions
+        ]
         return max(calls, key=len, default="")
 
 

@@ -71,14 +71,16 @@ def _messages(rec: dict, where: str) -> list[dict[str, str]]:
             raise WorkloadError(f"{where}: messages must be a non-empty list of {{role, content}} objects")
         out = []
         for m in msgs:
-            if (not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str)):
-                raise WorkloadError(f"{where}: each message needs a role ({', '.join(ROLES)}) and a string content, "
-                                    f"got {json.dumps(m)[:80]}")
+            if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+                raise WorkloadError(
+                    f"{where}: each message needs a role ({', '.join(ROLES)}) and a string content, "
+                    f"got {json.dumps(m)[:80]}"
+                )
             out.append({"role": m["role"], "content": m["content"]})
         return out
     prompt = rec.get("prompt")
     if not isinstance(prompt, str) or not prompt:
-        raise WorkloadError(f"{where}: a record needs a non-empty \"prompt\" string or a \"messages\" list")
+        raise WorkloadError(f'{where}: a record needs a non-empty "prompt" string or a "messages" list')
     system = rec.get("system")
     if system is not None and not isinstance(system, str):
         raise WorkloadError(f"{where}: system must be a string")
@@ -98,19 +100,26 @@ def load_file(path: str | Path, output_len: int | None = None) -> list[BenchRequ
         max_tokens = _int_field(rec, OUTPUT_KEYS, where) or output_len
         if max_tokens is None:
             raise WorkloadError(f"{where}: no answer length (give one of {', '.join(OUTPUT_KEYS)}, or --output-len)")
-        requests.append(BenchRequest(_messages(rec, where), max_tokens=max_tokens,
-                                     num_prompt_tokens=_int_field(rec, PROMPT_TOKEN_KEYS, where)))
+        requests.append(
+            BenchRequest(
+                _messages(rec, where),
+                max_tokens=max_tokens,
+                num_prompt_tokens=_int_field(rec, PROMPT_TOKEN_KEYS, where),
+            )
+        )
     if not requests:
         raise WorkloadError(f"dataset file {p} has no records")
     return requests
 
 
-def file_workload(num_requests: int, seed: int = 0, dataset: str | None = None, output_len: int | None = None,
-                  **_: object) -> list[BenchRequest]:
+def file_workload(
+    num_requests: int, seed: int = 0, dataset: str | None = None, output_len: int | None = None, **_: object
+) -> list[BenchRequest]:
     """``num_requests`` requests from ``dataset`` in file order, repeating the file if it is shorter;
     ``output_len`` is the answer length of records that give none."""
     if not dataset:
-        raise WorkloadError("the file workload needs --dataset PATH (JSON Lines with prompt/messages and "
-                            "output_tokens per record)")
+        raise WorkloadError(
+            "the file workload needs --dataset PATH (JSON Lines with prompt/messages and output_tokens per record)"
+        )
     records = load_file(dataset, output_len)
     return [replace(records[i % len(records)]) for i in range(num_requests)]

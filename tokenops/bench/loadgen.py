@@ -96,8 +96,12 @@ async def fetch_model(url: str, api_key: str | None = None, timeout_s: float = 1
 
 
 def _body(spec: LoadSpec, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": spec.model, "max_tokens": max_tokens, "stream": True,
-                            "stream_options": {"include_usage": True}}
+    body: dict[str, Any] = {
+        "model": spec.model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if spec.endpoint == "chat":
         body["messages"] = messages
     else:
@@ -120,8 +124,9 @@ def _delta_text(chunk: dict[str, Any]) -> str:
     return c.get("text") or ""
 
 
-async def stream_one(client: httpx.AsyncClient, spec: LoadSpec, messages: list[dict[str, str]], max_tokens: int,
-                     t0: float) -> tuple[RequestResult, str]:
+async def stream_one(
+    client: httpx.AsyncClient, spec: LoadSpec, messages: list[dict[str, str]], max_tokens: int, t0: float
+) -> tuple[RequestResult, str]:
     """Send one streamed request; return its measurements and the answer text."""
     path = "/v1/chat/completions" if spec.endpoint == "chat" else "/v1/completions"
     start = time.perf_counter()
@@ -137,8 +142,13 @@ async def stream_one(client: httpx.AsyncClient, spec: LoadSpec, messages: list[d
             sent["at"] = time.perf_counter()
 
     try:
-        async with client.stream("POST", spec.url + path, json=_body(spec, messages, max_tokens),
-                                 headers=_headers(spec.api_key), extensions={"trace": trace}) as r:
+        async with client.stream(
+            "POST",
+            spec.url + path,
+            json=_body(spec, messages, max_tokens),
+            headers=_headers(spec.api_key),
+            extensions={"trace": trace},
+        ) as r:
             if r.status_code != 200:
                 await r.aread()
                 res.error = f"http_{r.status_code}"
@@ -189,8 +199,14 @@ async def stream_one(client: httpx.AsyncClient, spec: LoadSpec, messages: list[d
     return res, "".join(parts)
 
 
-async def _conversation(client: httpx.AsyncClient, spec: LoadSpec, req: BenchRequest, index: int, t0: float,
-                        emit: Callable[[RequestResult], None]) -> None:
+async def _conversation(
+    client: httpx.AsyncClient,
+    spec: LoadSpec,
+    req: BenchRequest,
+    index: int,
+    t0: float,
+    emit: Callable[[RequestResult], None],
+) -> None:
     messages = list(req.messages)
     turns = [(None, req.max_tokens)] + list(zip(req.followups, req.followup_max_tokens))
     for turn, (user, max_tokens) in enumerate(turns):
@@ -205,9 +221,12 @@ async def _conversation(client: httpx.AsyncClient, spec: LoadSpec, req: BenchReq
         messages = messages + [{"role": "assistant", "content": text}]
 
 
-async def run_load(requests: list[BenchRequest], spec: LoadSpec,
-                   on_result: Callable[[RequestResult], None] | None = None,
-                   client: httpx.AsyncClient | None = None) -> tuple[list[RequestResult], float]:
+async def run_load(
+    requests: list[BenchRequest],
+    spec: LoadSpec,
+    on_result: Callable[[RequestResult], None] | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> tuple[list[RequestResult], float]:
     """Run ``requests`` against ``spec``; return every result and the wall duration."""
     results: list[RequestResult] = []
 
@@ -219,8 +238,10 @@ async def run_load(requests: list[BenchRequest], spec: LoadSpec,
     num_conn = spec.concurrency or spec.max_in_flight or max(16, len(requests))
     own = client is None
     if client is None:
-        client = httpx.AsyncClient(timeout=httpx.Timeout(spec.timeout_s, connect=10.0),
-                                   limits=httpx.Limits(max_connections=num_conn, max_keepalive_connections=num_conn))
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(spec.timeout_s, connect=10.0),
+            limits=httpx.Limits(max_connections=num_conn, max_keepalive_connections=num_conn),
+        )
     t0 = time.perf_counter()
     try:
         if spec.concurrency is not None:

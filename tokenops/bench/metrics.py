@@ -189,9 +189,16 @@ def summarize(
     slo_rows = []
     for s in slos:
         v = slo_value(results, s)
-        slo_rows.append({"label": s.label, "metric": s.metric, "percentile": s.percentile,
-                         "threshold_s": s.threshold_s, "value_s": None if v is None or math.isinf(v) else v,
-                         "met": v is not None and s.is_met(v)})
+        slo_rows.append(
+            {
+                "label": s.label,
+                "metric": s.metric,
+                "percentile": s.percentile,
+                "threshold_s": s.threshold_s,
+                "value_s": None if v is None or math.isinf(v) else v,
+                "met": v is not None and s.is_met(v),
+            }
+        )
     attainment: float | None
     goodput: float | None
     is_met: bool | None
@@ -203,11 +210,22 @@ def summarize(
     else:
         attainment = goodput = is_met = None
     return BenchSummary(
-        num_requests=len(results), num_completed=len(ok), num_errors=len(results) - len(ok), errors=errors,
-        duration_s=duration_s, request_rate=len(ok) / dur if duration_s > 0 else 0.0,
-        input_tps=num_in / dur if duration_s > 0 else 0.0, output_tps=num_out / dur if duration_s > 0 else 0.0,
-        total_input_tokens=num_in, total_output_tokens=num_out, latency=latency, slo=slo_rows,
-        attainment=attainment, goodput_rps=goodput, is_slo_met=is_met,
-        offered_rate=offered_rate, concurrency=concurrency,
+        num_requests=len(results),
+        num_completed=len(ok),
+        num_errors=len(results) - len(ok),
+        errors=errors,
+        duration_s=duration_s,
+        request_rate=len(ok) / dur if duration_s > 0 else 0.0,
+        input_tps=num_in / dur if duration_s > 0 else 0.0,
+        output_tps=num_out / dur if duration_s > 0 else 0.0,
+        total_input_tokens=num_in,
+        total_output_tokens=num_out,
+        latency=latency,
+        slo=slo_rows,
+        attainment=attainment,
+        goodput_rps=goodput,
+        is_slo_met=is_met,
+        offered_rate=offered_rate,
+        concurrency=concurrency,
         send_span_s=(max(r.start_s for r in results) - min(r.start_s for r in results)) if results else None,
     )

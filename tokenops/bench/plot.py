@@ -66,16 +66,20 @@ def _svg(run: BenchRun, w: int = 720, h: int = 420) -> str:
     def sy(y: float) -> float:
         return h - mb - y / y1 * (h - mb - mt)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-             f'<line x1="{ml}" y1="{h - mb}" x2="{w - mr}" y2="{h - mb}" stroke="black"/>',
-             f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{h - mb}" stroke="black"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+        f'<line x1="{ml}" y1="{h - mb}" x2="{w - mr}" y2="{h - mb}" stroke="black"/>',
+        f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{h - mb}" stroke="black"/>',
+    ]
     for i in range(6):
         xv, yv = x1 * i / 5, y1 * i / 5
         parts.append(f'<text x="{sx(xv):.1f}" y="{h - mb + 15}" text-anchor="middle">{xv:.2f}</text>')
         parts.append(f'<text x="{ml - 5}" y="{sy(yv) + 4:.1f}" text-anchor="end">{yv:.0f}</text>')
     parts.append(f'<text x="{(ml + w - mr) / 2}" y="{h - 5}" text-anchor="middle">achieved requests/s</text>')
-    parts.append(f'<text x="15" y="{(mt + h - mb) / 2}" transform="rotate(-90 15 {(mt + h - mb) / 2})" '
-                 f'text-anchor="middle">latency (ms)</text>')
+    parts.append(
+        f'<text x="15" y="{(mt + h - mb) / 2}" transform="rotate(-90 15 {(mt + h - mb) / 2})" '
+        f'text-anchor="middle">latency (ms)</text>'
+    )
     for k, (label, pts_) in enumerate(data.items()):
         color = _COLORS[k % len(_COLORS)]
         if pts_:
@@ -86,16 +90,20 @@ def _svg(run: BenchRun, w: int = 720, h: int = 420) -> str:
     for s in run.levels[0].summary.slo if run.levels else []:
         y = s["threshold_s"] * 1000
         if y <= y1:
-            parts.append(f'<line x1="{ml}" y1="{sy(y):.1f}" x2="{w - mr}" y2="{sy(y):.1f}" stroke="gray" '
-                         f'stroke-dasharray="4 3"/><text x="{w - mr + 10}" y="{sy(y) + 4:.1f}" fill="gray">'
-                         f'SLO {html.escape(s["label"])}</text>')
+            parts.append(
+                f'<line x1="{ml}" y1="{sy(y):.1f}" x2="{w - mr}" y2="{sy(y):.1f}" stroke="gray" '
+                f'stroke-dasharray="4 3"/><text x="{w - mr + 10}" y="{sy(y) + 4:.1f}" fill="gray">'
+                f"SLO {html.escape(s['label'])}</text>"
+            )
     parts.append("</svg>")
     return "\n".join(parts)
 
 
 def _table_html(run: BenchRun) -> str:
-    head = "<tr><th>level</th><th>req/s</th><th>out tok/s</th><th>TTFT p50</th><th>TTFT p95</th>" \
-           "<th>TPOT p95</th><th>E2E p95</th><th>goodput</th><th>errors</th></tr>"
+    head = (
+        "<tr><th>level</th><th>req/s</th><th>out tok/s</th><th>TTFT p50</th><th>TTFT p95</th>"
+        "<th>TPOT p95</th><th>E2E p95</th><th>goodput</th><th>errors</th></tr>"
+    )
     rows = []
     for lv in run.levels:
         s = lv.summary
@@ -105,9 +113,11 @@ def _table_html(run: BenchRun) -> str:
             return "-" if v is None else f"{v * 1000:.1f}"
 
         good = "-" if s.goodput_rps is None else f"{s.goodput_rps:.2f}"
-        rows.append(f"<tr><td>{html.escape(lv.label)}</td><td>{s.request_rate:.2f}</td><td>{s.output_tps:.1f}</td>"
-                    f"<td>{ms('ttft', 'p50')}</td><td>{ms('ttft', 'p95')}</td><td>{ms('tpot', 'p95')}</td>"
-                    f"<td>{ms('e2e', 'p95')}</td><td>{good}</td><td>{s.num_errors}</td></tr>")
+        rows.append(
+            f"<tr><td>{html.escape(lv.label)}</td><td>{s.request_rate:.2f}</td><td>{s.output_tps:.1f}</td>"
+            f"<td>{ms('ttft', 'p50')}</td><td>{ms('ttft', 'p95')}</td><td>{ms('tpot', 'p95')}</td>"
+            f"<td>{ms('e2e', 'p95')}</td><td>{good}</td><td>{s.num_errors}</td></tr>"
+        )
     return f"<table border='1' cellpadding='4' style='border-collapse:collapse'>{head}{''.join(rows)}</table>"
 
 
@@ -124,8 +134,9 @@ def check_target(path: str | Path) -> None:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise ValueError("--plot FILE.png needs matplotlib (pip install 'tokenops[plot]'); "
-                             "or use --plot FILE.html") from None
+            raise ValueError(
+                "--plot FILE.png needs matplotlib (pip install 'tokenops[plot]'); or use --plot FILE.html"
+            ) from None
 
 
 def check_writable(path: str | Path, option: str) -> None:
@@ -147,8 +158,10 @@ def write_plot(run: BenchRun, path: str | Path) -> Path:
     path = Path(path)
     if path.suffix.lower() == ".html":
         title = html.escape(f"tokenops bench {run.id}: {run.model} @ {run.url} ({run.workload})")
-        path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
-                        f"<body><h2>{title}</h2>{_svg(run)}<h3>Levels</h3>{_table_html(run)}</body></html>")
+        path.write_text(
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
+            f"<body><h2>{title}</h2>{_svg(run)}<h3>Levels</h3>{_table_html(run)}</body></html>"
+        )
         return path
     if path.suffix.lower() == ".png":
         try:
@@ -157,7 +170,9 @@ def write_plot(run: BenchRun, path: str | Path) -> Path:
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError:
-            raise ValueError("a PNG plot needs matplotlib (pip install matplotlib); use --plot FILE.html instead") from None
+            raise ValueError(
+                "a PNG plot needs matplotlib (pip install matplotlib); use --plot FILE.html instead"
+            ) from None
         fig, ax = plt.subplots(figsize=(7, 4))
         for label, pts in series(run).items():
             if pts:

@@ -42,23 +42,29 @@ def load_recorded(store: str, limit: int) -> list[tuple[float, int, int]]:
             raise WorkloadError(f"cannot open store {store}: {e}") from None
         con = remote
     try:
-        cols = {r[0] for r in con.execute("select column_name from information_schema.columns "
-                                          "where table_name = 'requests'").fetchall()}
+        cols = {
+            r[0]
+            for r in con.execute(
+                "select column_name from information_schema.columns where table_name = 'requests'"
+            ).fetchall()
+        }
         missing = {"ts", "tokens_in", "tokens_out"} - cols
         if missing:
             raise WorkloadError(f"store {store} has no usable requests table (missing {', '.join(sorted(missing))})")
         where = "where tokens_in > 0 and tokens_out > 0"
         if "status" in cols:
             where += " and (status is null or cast(status as varchar) in ('ok', '200', 'success'))"
-        rows = con.execute(f"select ts, tokens_in, tokens_out from requests {where} order by ts limit ?",
-                           [limit]).fetchall()
+        rows = con.execute(
+            f"select ts, tokens_in, tokens_out from requests {where} order by ts limit ?", [limit]
+        ).fetchall()
     finally:
         con.close()
     return [(_seconds(t), int(i), int(o)) for t, i, o in rows]
 
 
-def replay(num_requests: int, seed: int = 0, store: str | None = None, time_scale: float = 1.0,
-           **_: object) -> list[BenchRequest]:
+def replay(
+    num_requests: int, seed: int = 0, store: str | None = None, time_scale: float = 1.0, **_: object
+) -> list[BenchRequest]:
     """Up to ``num_requests`` recorded requests; gaps are multiplied by ``time_scale``
     (0.5 replays twice as fast)."""
     if not time_scale > 0:
@@ -69,5 +75,12 @@ def replay(num_requests: int, seed: int = 0, store: str | None = None, time_scal
         raise WorkloadError(f"store {store} has no recorded requests to replay")
     rng = np.random.default_rng(seed)
     t0 = rows[0][0]
-    return [BenchRequest([{"role": "user", "content": words(n_in, rng)}], max_tokens=n_out,
-                         num_prompt_tokens=n_in, arrival_s=(t - t0) * time_scale) for t, n_in, n_out in rows]
+    return [
+        BenchRequest(
+            [{"role": "user", "content": words(n_in, rng)}],
+            max_tokens=n_out,
+            num_prompt_tokens=n_in,
+            arrival_s=(t - t0) * time_scale,
+        )
+        for t, n_in, n_out in rows
+    ]

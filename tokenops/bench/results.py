@@ -29,8 +29,11 @@ class LevelResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LevelResult:
-        return cls(d["label"], BenchSummary.from_dict(d["summary"]),
-                   [RequestResult.from_dict(r) for r in d.get("requests", [])])
+        return cls(
+            d["label"],
+            BenchSummary.from_dict(d["summary"]),
+            [RequestResult.from_dict(r) for r in d.get("requests", [])],
+        )
 
 
 @dataclass(slots=True)
@@ -47,15 +50,29 @@ class BenchRun:
     created: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
     def to_dict(self, with_requests: bool = True) -> dict[str, Any]:
-        return {"id": self.id, "created": self.created, "url": self.url, "model": self.model,
-                "workload": self.workload, "settings": self.settings, "slos": self.slos,
-                "levels": [lv.to_dict(with_requests) for lv in self.levels]}
+        return {
+            "id": self.id,
+            "created": self.created,
+            "url": self.url,
+            "model": self.model,
+            "workload": self.workload,
+            "settings": self.settings,
+            "slos": self.slos,
+            "levels": [lv.to_dict(with_requests) for lv in self.levels],
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BenchRun:
-        return cls(url=d["url"], model=d["model"], workload=d["workload"], settings=d.get("settings", {}),
-                   slos=d.get("slos", []), levels=[LevelResult.from_dict(x) for x in d.get("levels", [])],
-                   id=d["id"], created=d.get("created", ""))
+        return cls(
+            url=d["url"],
+            model=d["model"],
+            workload=d["workload"],
+            settings=d.get("settings", {}),
+            slos=d.get("slos", []),
+            levels=[LevelResult.from_dict(x) for x in d.get("levels", [])],
+            id=d["id"],
+            created=d.get("created", ""),
+        )
 
     def save_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))

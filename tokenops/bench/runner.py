@@ -81,15 +81,32 @@ def level_label(rate: float | None, concurrency: int | None) -> str:
     return "rate inf" if math.isinf(rate) else f"rate {rate:g}/s"
 
 
-async def run_level(plan: BenchPlan, model: str, requests: list, rate: float | None, concurrency: int | None,
-                    on_result: Callable[[RequestResult], None] | None = None) -> LevelResult:
+async def run_level(
+    plan: BenchPlan,
+    model: str,
+    requests: list,
+    rate: float | None,
+    concurrency: int | None,
+    on_result: Callable[[RequestResult], None] | None = None,
+) -> LevelResult:
     """Measure one load level."""
-    arrival = None if rate is None else ArrivalSpec(rate=rate, kind=plan.arrival, burstiness=plan.burstiness,
-                                                    seed=plan.seed)
-    spec = LoadSpec(url=plan.url, model=model, endpoint=plan.endpoint, api_key=plan.api_key, arrival=arrival,
-                    concurrency=concurrency, max_in_flight=plan.max_in_flight, timeout_s=plan.timeout_s,
-                    ignore_eos=plan.ignore_eos, think_time_s=plan.think_time_s,
-                    ramp_up_s=plan.ramp_up_s, temperature=plan.temperature)
+    arrival = (
+        None if rate is None else ArrivalSpec(rate=rate, kind=plan.arrival, burstiness=plan.burstiness, seed=plan.seed)
+    )
+    spec = LoadSpec(
+        url=plan.url,
+        model=model,
+        endpoint=plan.endpoint,
+        api_key=plan.api_key,
+        arrival=arrival,
+        concurrency=concurrency,
+        max_in_flight=plan.max_in_flight,
+        timeout_s=plan.timeout_s,
+        ignore_eos=plan.ignore_eos,
+        think_time_s=plan.think_time_s,
+        ramp_up_s=plan.ramp_up_s,
+        temperature=plan.temperature,
+    )
     async with httpx.AsyncClient() as scraper:
         before = await scrape_prefix(scraper, plan.url, model)
         results, duration = await run_load(requests, spec, on_result=on_result)
@@ -105,24 +122,40 @@ def level_requests(plan: BenchPlan, level: int, run_nonce: int) -> list[BenchReq
     ``reuse_prompts`` the same ``plan.seed`` set every time. Workloads whose text is fixed
     (``file``, ``replay``) send the same text either way; the per-level prefix-cache hit
     rate shows what that costs."""
-    seed = plan.seed if plan.reuse_prompts else int(np.random.SeedSequence([plan.seed, run_nonce, level]).generate_state(1)[0])
-    return build_workload(plan.workload, plan.num_requests, seed, registered=plan.registered_workloads,
-                          **plan.workload_options)
+    seed = (
+        plan.seed
+        if plan.reuse_prompts
+        else int(np.random.SeedSequence([plan.seed, run_nonce, level]).generate_state(1)[0])
+    )
+    return build_workload(
+        plan.workload, plan.num_requests, seed, registered=plan.registered_workloads, **plan.workload_options
+    )
 
 
-async def run_plan(plan: BenchPlan,
-                   on_level: Callable[[str, int], Callable[[RequestResult], None] | None] | None = None) -> BenchRun:
+async def run_plan(
+    plan: BenchPlan, on_level: Callable[[str, int], Callable[[RequestResult], None] | None] | None = None
+) -> BenchRun:
     """Run every level of ``plan``; ``on_level(label, num_expected)`` may return a per-result callback."""
     model = plan.model or await fetch_model(plan.url, plan.api_key)
     run_nonce = secrets.randbits(32)
     requests = level_requests(plan, 0, run_nonce)
     num_expected = sum(r.num_turns for r in requests)
-    settings = {"reuse_prompts": plan.reuse_prompts, "prompt_nonce": None if plan.reuse_prompts else run_nonce,
-                "num_requests": plan.num_requests, "arrival": plan.arrival, "burstiness": plan.burstiness,
-                "seed": plan.seed, "endpoint": plan.endpoint, "ignore_eos": plan.ignore_eos,
-                "rates": [r if math.isfinite(r) else "inf" for r in plan.rates], "concurrencies": plan.concurrencies, **plan.workload_options}
-    run = BenchRun(url=plan.url, model=model, workload=plan.workload, settings=settings,
-                   slos=[s.label for s in plan.slos])
+    settings = {
+        "reuse_prompts": plan.reuse_prompts,
+        "prompt_nonce": None if plan.reuse_prompts else run_nonce,
+        "num_requests": plan.num_requests,
+        "arrival": plan.arrival,
+        "burstiness": plan.burstiness,
+        "seed": plan.seed,
+        "endpoint": plan.endpoint,
+        "ignore_eos": plan.ignore_eos,
+        "rates": [r if math.isfinite(r) else "inf" for r in plan.rates],
+        "concurrencies": plan.concurrencies,
+        **plan.workload_options,
+    }
+    run = BenchRun(
+        url=plan.url, model=model, workload=plan.workload, settings=settings, slos=[s.label for s in plan.slos]
+    )
     levels: list[tuple[float | None, int | None]] = [(None, c) for c in plan.concurrencies]
     levels = levels or [(r, None) for r in plan.rates]
     for i, (rate, conc) in enumerate(levels):

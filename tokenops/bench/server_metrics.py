@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 
-_SERIES = re.compile(r'^(?:tokenops|vllm):prefix_cache_(queries|hits)_total(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
+_SERIES = re.compile(r"^(?:tokenops|vllm):prefix_cache_(queries|hits)_total(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 _MODEL = re.compile(r'model_name="((?:[^"\\]|\\.)*)"')
 
 

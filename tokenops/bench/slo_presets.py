@@ -41,7 +41,7 @@ def load_preset(name: str) -> list[str]:
                 raise SLOError(f"SLO preset {p}: invalid TOML: {e}") from None
             clauses = data.get("slo")
             if not isinstance(clauses, list) or not clauses:
-                raise SLOError(f"SLO preset {p}: needs slo = [\"p95=200ms\", ...]")
+                raise SLOError(f'SLO preset {p}: needs slo = ["p95=200ms", ...]')
             parse_slos(clauses)
             return [str(c) for c in clauses]
     names = ", ".join(sorted(list_presets())) or "none"
@@ -52,6 +52,9 @@ def resolve(slos: list[str] | None, preset: str | None) -> list[str]:
     """``--slo-preset`` clauses, overridden or extended by explicit ``--slo`` ones."""
     clauses = load_preset(preset) if preset else []
     explicit = parse_slos(slos or [])
-    keep = [c for c in clauses if (p := parse_slos([c])[0]) and not any(
-        (e.metric, e.percentile) == (p.metric, p.percentile) for e in explicit)]
+    keep = [
+        c
+        for c in clauses
+        if (p := parse_slos([c])[0]) and not any((e.metric, e.percentile) == (p.metric, p.percentile) for e in explicit)
+    ]
     return keep + list(slos or [])

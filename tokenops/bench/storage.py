@@ -39,20 +39,40 @@ def run_rows(run: BenchRun) -> list[Any]:
     from tokenops.store import models as m
 
     ts = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    opts = _clean({"model": run.model, "settings": run.settings, "slos": run.slos,
-                   "levels": [lv.to_dict(with_requests=False) for lv in run.levels]})
-    rows: list[Any] = [m.BenchRun(id=run.id, ts=ts, target=run.url, workload=run.workload,
-                                  options=json.dumps(opts), notes=None)]
+    opts = _clean(
+        {
+            "model": run.model,
+            "settings": run.settings,
+            "slos": run.slos,
+            "levels": [lv.to_dict(with_requests=False) for lv in run.levels],
+        }
+    )
+    rows: list[Any] = [
+        m.BenchRun(id=run.id, ts=ts, target=run.url, workload=run.workload, options=json.dumps(opts), notes=None)
+    ]
     for step, lv in enumerate(run.levels):
         s = lv.summary
         rate = s.offered_rate if s.concurrency is None else float(s.concurrency)
-        lat = {f"{k}_{p}": s.latency[k][p] for k in ("ttft", "tpot", "itl", "e2e") for p in ("p50", "p90", "p95", "p99")}
-        rows.append(m.BenchResult(
-            run_id=run.id, step=step, mode="concurrency" if s.concurrency is not None else run.settings.get("arrival"),
-            rate=rate if rate is not None and math.isfinite(rate) else None, num_requests=s.num_requests,
-            num_errors=s.num_errors, duration_s=s.duration_s, throughput_rps=s.request_rate,
-            input_tok_s=s.input_tps, output_tok_s=s.output_tps, goodput_rps=s.goodput_rps,
-            slo_attainment=s.attainment, **lat))
+        lat = {
+            f"{k}_{p}": s.latency[k][p] for k in ("ttft", "tpot", "itl", "e2e") for p in ("p50", "p90", "p95", "p99")
+        }
+        rows.append(
+            m.BenchResult(
+                run_id=run.id,
+                step=step,
+                mode="concurrency" if s.concurrency is not None else run.settings.get("arrival"),
+                rate=rate if rate is not None and math.isfinite(rate) else None,
+                num_requests=s.num_requests,
+                num_errors=s.num_errors,
+                duration_s=s.duration_s,
+                throughput_rps=s.request_rate,
+                input_tok_s=s.input_tps,
+                output_tok_s=s.output_tps,
+                goodput_rps=s.goodput_rps,
+                slo_attainment=s.attainment,
+                **lat,
+            )
+        )
     return rows
 
 
@@ -93,5 +113,13 @@ def load_run(ref: str, store_path: str) -> BenchRun:
         raise FileNotFoundError(f"no bench run {ref!r} in {store_path}; give a run id or a JSON file")
     opts = json.loads(row[4] or "{}")
     levels = [LevelResult(lv["label"], BenchSummary.from_dict(lv["summary"])) for lv in opts.get("levels", [])]
-    return BenchRun(url=row[2], model=opts.get("model", "?"), workload=row[3], settings=opts.get("settings", {}),
-                    slos=opts.get("slos", []), levels=levels, id=row[0], created=str(row[1]))
+    return BenchRun(
+        url=row[2],
+        model=opts.get("model", "?"),
+        workload=row[3],
+        settings=opts.get("settings", {}),
+        slos=opts.get("slos", []),
+        levels=levels,
+        id=row[0],
+        created=str(row[1]),
+    )

@@ -21,9 +21,14 @@ def builtin_workloads() -> dict[str, WorkloadFactory]:
     registers these same ones through the hook)."""
     from tokenops.bench import filedata, replay, sharegpt, synthetic
 
-    return {"synthetic": synthetic.synthetic, "shared-prefix": synthetic.shared_prefix,
-            "sharegpt": sharegpt.sharegpt, "sharegpt-multiturn": sharegpt.sharegpt_multiturn,
-            "replay": replay.replay, "file": filedata.file_workload}
+    return {
+        "synthetic": synthetic.synthetic,
+        "shared-prefix": synthetic.shared_prefix,
+        "sharegpt": sharegpt.sharegpt,
+        "sharegpt-multiturn": sharegpt.sharegpt_multiturn,
+        "replay": replay.replay,
+        "file": filedata.file_workload,
+    }
 
 
 def get_workloads(registered: dict[str, WorkloadFactory] | None = None) -> dict[str, WorkloadFactory]:
@@ -32,8 +37,9 @@ def get_workloads(registered: dict[str, WorkloadFactory] | None = None) -> dict[
     return dict(registered) if registered is not None else builtin_workloads()
 
 
-def build_workload(name: str, num_requests: int, seed: int = 0, *,
-                   registered: dict[str, WorkloadFactory] | None = None, **options: Any) -> list[BenchRequest]:
+def build_workload(
+    name: str, num_requests: int, seed: int = 0, *, registered: dict[str, WorkloadFactory] | None = None, **options: Any
+) -> list[BenchRequest]:
     """Build ``num_requests`` requests of workload ``name`` (from ``registered``, see :func:`get_workloads`)."""
     if num_requests < 1:
         raise WorkloadError(f"--num-requests must be >= 1, got {num_requests}")

@@ -25,8 +25,10 @@ class _RootGroup(TyperGroup):
         allow = os.environ.get("TOKENOPS_LOAD_PLUGINS")
         if allow is not None and args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
             loaded = "only the plugins it lists" if allow.strip() else "no plugin beyond the defaults"
-            raise UserError(f"no command {args[0]!r}: plugins add commands too, and TOKENOPS_LOAD_PLUGINS={allow!r} "
-                            f"loads {loaded} (`tokenops plugins` shows what is loaded)")
+            raise UserError(
+                f"no command {args[0]!r}: plugins add commands too, and TOKENOPS_LOAD_PLUGINS={allow!r} "
+                f"loads {loaded} (`tokenops plugins` shows what is loaded)"
+            )
         return super().resolve_command(ctx, args)
 
 
@@ -41,8 +43,19 @@ app = typer.Typer(
 
 # Each module exposes ``register(app)``; a module not yet present is skipped. Technique
 # commands (``profile``, ``route``) come from their plugins through ``tokenops_register_commands``.
-COMMAND_MODULES = ("plugins_cmd", "serve", "report", "bench", "tune", "dashboard", "models", "engine_profile", "moe",
-                   "keys", "lora")
+COMMAND_MODULES = (
+    "plugins_cmd",
+    "serve",
+    "report",
+    "bench",
+    "tune",
+    "dashboard",
+    "models",
+    "engine_profile",
+    "moe",
+    "keys",
+    "lora",
+)
 
 
 def _version(value: bool) -> None:
@@ -54,7 +67,9 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     plugin: Annotated[list[str] | None, typer.Option("--plugin", help="Load a local plugin file (repeatable).")] = None,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
 ) -> None:
     """Token operations: serve, benchmark, tune and watch LLM inference."""
     from tokenops import plugins

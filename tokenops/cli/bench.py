@@ -12,8 +12,20 @@ from tokenops.cli.options import JsonOpt, StoreOpt
 
 bench_app = typer.Typer(help="Benchmark an OpenAI-compatible server (TTFT/TPOT/ITL/E2E, throughput, goodput).")
 
-_WORKLOAD_OPTS = ("input_len", "output_len", "length_dist", "length_spread", "prefix_len", "num_prefixes",
-                  "max_input_len", "max_output_len", "max_turns", "time_scale", "dataset", "store")
+_WORKLOAD_OPTS = (
+    "input_len",
+    "output_len",
+    "length_dist",
+    "length_spread",
+    "prefix_len",
+    "num_prefixes",
+    "max_input_len",
+    "max_output_len",
+    "max_turns",
+    "time_scale",
+    "dataset",
+    "store",
+)
 
 
 def _progress():
@@ -23,50 +35,123 @@ def _progress():
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn(), console=Console(stderr=True))
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("errors {task.fields[errors]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
 
 
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
-    url: Annotated[str | None, typer.Option("--url", help="Base URL of the server (…/v1 accepted); default: the `tokenops serve` holding this folder's store.", envvar="TOKENOPS_URL")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="Base URL of the server (…/v1 accepted); default: the `tokenops serve` holding this folder's store.",
+            envvar="TOKENOPS_URL",
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name (default: the first in /v1/models).")] = None,
-    workload: Annotated[str, typer.Option("--workload", "-w", help="synthetic | shared-prefix | sharegpt | sharegpt-multiturn | replay | file | a plugin's.")] = "synthetic",
-    dataset: Annotated[str | None, typer.Option("--dataset", help="file: JSON Lines, one request per line ({\"prompt\" or \"messages\", \"output_tokens\"}).")] = None,
-    num_requests: Annotated[int, typer.Option("--num-requests", "-n", help="Requests (conversations for multi-turn) per load level.")] = 100,
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            "-w",
+            help="synthetic | shared-prefix | sharegpt | sharegpt-multiturn | replay | file | a plugin's.",
+        ),
+    ] = "synthetic",
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset", help='file: JSON Lines, one request per line ({"prompt" or "messages", "output_tokens"}).'
+        ),
+    ] = None,
+    num_requests: Annotated[
+        int, typer.Option("--num-requests", "-n", help="Requests (conversations for multi-turn) per load level.")
+    ] = 100,
     rate: Annotated[str | None, typer.Option("--rate", help="Requests/s, 'inf', or a sweep like 1,2,4.")] = None,
     arrival: Annotated[str, typer.Option("--arrival", help="poisson | constant | gamma.")] = "poisson",
     burstiness: Annotated[float, typer.Option("--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier.")] = 1.0,
-    concurrency: Annotated[str | None, typer.Option("--concurrency", help="Fixed requests in flight, or a sweep like 1,4,16.")] = None,
-    slo: Annotated[list[str] | None, typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
-    slo_preset: Annotated[str | None, typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
+    concurrency: Annotated[
+        str | None, typer.Option("--concurrency", help="Fixed requests in flight, or a sweep like 1,4,16.")
+    ] = None,
+    slo: Annotated[
+        list[str] | None, typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")
+    ] = None,
+    slo_preset: Annotated[
+        str | None, typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")
+    ] = None,
     input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens (mean).")] = 128,
     output_len: Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens (mean).")] = 64,
     length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
-    length_spread: Annotated[float, typer.Option("--length-spread", help="Relative std / half-width of lengths.")] = 0.25,
+    length_spread: Annotated[
+        float, typer.Option("--length-spread", help="Relative std / half-width of lengths.")
+    ] = 0.25,
     prefix_len: Annotated[int, typer.Option("--prefix-len", help="shared-prefix: system prompt tokens.")] = 256,
     num_prefixes: Annotated[int, typer.Option("--num-prefixes", help="shared-prefix: distinct system prompts.")] = 4,
-    max_input_len: Annotated[int, typer.Option("--max-input-len", help="ShareGPT: skip longer prompts (tokens).")] = 1024,
+    max_input_len: Annotated[
+        int, typer.Option("--max-input-len", help="ShareGPT: skip longer prompts (tokens).")
+    ] = 1024,
     max_output_len: Annotated[int, typer.Option("--max-output-len", help="ShareGPT: cap answer tokens.")] = 256,
     max_turns: Annotated[int, typer.Option("--max-turns", help="sharegpt-multiturn: turns per conversation.")] = 4,
-    time_scale: Annotated[float, typer.Option("--time-scale", help="replay: multiply recorded gaps (0.5 = twice as fast).")] = 1.0,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", help="replay: multiply recorded gaps (0.5 = twice as fast).")
+    ] = 1.0,
     endpoint: Annotated[str, typer.Option("--endpoint", help="chat | completions.")] = "chat",
-    api_key: Annotated[str | None, typer.Option("--api-key", help="Bearer key for the target.", envvar="OPENAI_API_KEY")] = None,
-    temperature: Annotated[str, typer.Option("--temperature", help="Sampling temperature sent with every request (0 = greedy), or 'server' to send none.")] = "0",
-    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Ask the server to ignore EOS (fixed answer lengths).")] = False,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", help="Bearer key for the target.", envvar="OPENAI_API_KEY")
+    ] = None,
+    temperature: Annotated[
+        str,
+        typer.Option(
+            "--temperature", help="Sampling temperature sent with every request (0 = greedy), or 'server' to send none."
+        ),
+    ] = "0",
+    ignore_eos: Annotated[
+        bool, typer.Option("--ignore-eos", help="Ask the server to ignore EOS (fixed answer lengths).")
+    ] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of workload and arrivals.")] = 0,
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request timeout (s).")] = 300.0,
-    think_time: Annotated[float, typer.Option("--think-time", help="With --concurrency: seconds each client waits after an answer before its next request.")] = 0.0,
-    ramp_up: Annotated[float, typer.Option("--ramp-up", help="With --concurrency: start the clients evenly over this many seconds (not in lockstep).")] = 0.0,
-    reuse_prompts: Annotated[bool, typer.Option("--reuse-prompts", help="Send the same seeded prompts at every level and run (prefix-cache studies); default: fresh prompts per level and run.")] = False,
+    think_time: Annotated[
+        float,
+        typer.Option(
+            "--think-time",
+            help="With --concurrency: seconds each client waits after an answer before its next request.",
+        ),
+    ] = 0.0,
+    ramp_up: Annotated[
+        float,
+        typer.Option(
+            "--ramp-up", help="With --concurrency: start the clients evenly over this many seconds (not in lockstep)."
+        ),
+    ] = 0.0,
+    reuse_prompts: Annotated[
+        bool,
+        typer.Option(
+            "--reuse-prompts",
+            help="Send the same seeded prompts at every level and run (prefix-cache studies); default: fresh prompts per level and run.",
+        ),
+    ] = False,
     plot: Annotated[str | None, typer.Option("--plot", help="Write a latency–throughput plot (.html or .png).")] = None,
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the full run (with every request) as JSON.")] = None,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Write the full run (with every request) as JSON.")
+    ] = None,
     store: StoreOpt = None,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not save the run in the store.")] = False,
-    admin_key_file: Annotated[str | None, typer.Option("--admin-key-file", help="With --url of another tokenops server: "
-                              "its admin key (first line of the file; or TOKENOPS_ADMIN_KEY), to save the run in that "
-                              "server's store.")] = None,
+    admin_key_file: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-key-file",
+            help="With --url of another tokenops server: "
+            "its admin key (first line of the file; or TOKENOPS_ADMIN_KEY), to save the run in that "
+            "server's store.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Load-test a server and print latency percentiles, throughput and goodput."""
@@ -91,8 +176,10 @@ def _server_url(url: str | None, store: str | None) -> str:
 
     found = local_server_url(store)
     if not found:
-        raise UserError("no server of this folder is running: start `tokenops serve` or give --url "
-                        "(the server's base URL, e.g. http://127.0.0.1:8000)")
+        raise UserError(
+            "no server of this folder is running: start `tokenops serve` or give --url "
+            "(the server's base URL, e.g. http://127.0.0.1:8000)"
+        )
     return found
 
 
@@ -131,14 +218,28 @@ def _plan(o: dict[str, Any]) -> Any:
 
         wl_opts["store"] = o["store"] or default_path()
     try:
-        return BenchPlan(url=o["url"], workload=o["workload"], model=o["model"], num_requests=o["num_requests"],
-                         rates=parse_levels(o["rate"], "rate"),
-                         concurrencies=[int(c) for c in parse_levels(o["concurrency"], "concurrency")],
-                         arrival=o["arrival"], burstiness=o["burstiness"], seed=o["seed"], slos=parse_slos(slo or []),
-                         endpoint=o["endpoint"], api_key=o["api_key"], ignore_eos=o["ignore_eos"],
-                         timeout_s=o["timeout"], think_time_s=o["think_time"], ramp_up_s=o["ramp_up"],
-                         temperature=temp, reuse_prompts=o["reuse_prompts"],
-                         workload_options=wl_opts, registered_workloads=get_workloads())
+        return BenchPlan(
+            url=o["url"],
+            workload=o["workload"],
+            model=o["model"],
+            num_requests=o["num_requests"],
+            rates=parse_levels(o["rate"], "rate"),
+            concurrencies=[int(c) for c in parse_levels(o["concurrency"], "concurrency")],
+            arrival=o["arrival"],
+            burstiness=o["burstiness"],
+            seed=o["seed"],
+            slos=parse_slos(slo or []),
+            endpoint=o["endpoint"],
+            api_key=o["api_key"],
+            ignore_eos=o["ignore_eos"],
+            timeout_s=o["timeout"],
+            think_time_s=o["think_time"],
+            ramp_up_s=o["ramp_up"],
+            temperature=temp,
+            reuse_prompts=o["reuse_prompts"],
+            workload_options=wl_opts,
+            registered_workloads=get_workloads(),
+        )
     except (BenchError, WorkloadError, ValueError) as e:
         raise UserError(str(e)) from None
 

@@ -19,13 +19,20 @@ from tokenops.cli.options import ConfigOpt, StoreOpt
 
 DashboardUrlOpt = Annotated[
     str | None,
-    typer.Option("--url", help="Base URL of a running tokenops server (default: the `tokenops serve` of this folder, "
-                 "else host:port of the config's [gateway]).", envvar="TOKENOPS_URL"),
+    typer.Option(
+        "--url",
+        help="Base URL of a running tokenops server (default: the `tokenops serve` of this folder, "
+        "else host:port of the config's [gateway]).",
+        envvar="TOKENOPS_URL",
+    ),
 ]
 AdminKeyFileOpt = Annotated[
     str | None,
-    typer.Option("--admin-key-file", help="File whose first line is the admin key (default: this folder's server's "
-                 "key file, TOKENOPS_ADMIN_KEY, or [gateway] admin_key)."),
+    typer.Option(
+        "--admin-key-file",
+        help="File whose first line is the admin key (default: this folder's server's "
+        "key file, TOKENOPS_ADMIN_KEY, or [gateway] admin_key).",
+    ),
 ]
 
 
@@ -62,8 +69,13 @@ def _own_key_file(info: dict[str, Any]) -> str | None:
     return read_key_file(path)
 
 
-def resolve_connection(url: str | None, admin_key: str | None, config: str | None,
-                       admin_key_file: str | None = None, store: str | None = None) -> tuple[str, str | None]:
+def resolve_connection(
+    url: str | None,
+    admin_key: str | None,
+    config: str | None,
+    admin_key_file: str | None = None,
+    store: str | None = None,
+) -> tuple[str, str | None]:
     """URL and admin key. URL: the flag or ``TOKENOPS_URL``, else this folder's server, else
     ``[gateway]``. Key: ``--admin-key-file``, ``TOKENOPS_ADMIN_KEY`` / ``[gateway] admin_key``,
     else the key file of this folder's server when the URL is that server's."""
@@ -94,8 +106,10 @@ def register(app: typer.Typer) -> None:
     def dashboard(
         url: DashboardUrlOpt = None,
         admin_key_file: AdminKeyFileOpt = None,
-        admin_key: Annotated[str | None, typer.Option(
-            "--admin-key", hidden=True, help="Deprecated (any user sees it in ps): use --admin-key-file.")] = None,
+        admin_key: Annotated[
+            str | None,
+            typer.Option("--admin-key", hidden=True, help="Deprecated (any user sees it in ps): use --admin-key-file."),
+        ] = None,
         config: ConfigOpt = None,
         store: StoreOpt = None,
         interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between refreshes.")] = 1.0,
@@ -107,8 +121,10 @@ def register(app: typer.Typer) -> None:
         not reachable the dashboard says so and keeps retrying with backoff.
         """
         if admin_key:
-            typer.echo("warning: --admin-key is visible to every user in ps; use --admin-key-file or "
-                       "TOKENOPS_ADMIN_KEY", err=True)
+            typer.echo(
+                "warning: --admin-key is visible to every user in ps; use --admin-key-file or TOKENOPS_ADMIN_KEY",
+                err=True,
+            )
         base_url, key = resolve_connection(url, admin_key, config, admin_key_file, store)
         # Imported here so the core and other commands never import textual.
         from tokenops.tui.app import DashboardApp

@@ -11,8 +11,9 @@ import typer
 
 from tokenops.cli.options import JsonOpt
 
-engine_profile_app = typer.Typer(help="Tuned engine profiles (profiles/engines/NAME.toml from `tokenops tune`).",
-                                 no_args_is_help=True)
+engine_profile_app = typer.Typer(
+    help="Tuned engine profiles (profiles/engines/NAME.toml from `tokenops tune`).", no_args_is_help=True
+)
 DirOpt = Annotated[Path, typer.Option("--dir", help="Engine profile folder.")]
 
 

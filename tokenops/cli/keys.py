@@ -16,14 +16,24 @@ import typer
 
 from tokenops.cli.options import AdminKeyOpt, ConfigOpt, JsonOpt, StoreOpt
 
-keys_app = typer.Typer(help="Managed API keys (secret shown once, stored hashed) and tenant spend budgets.",
-                       no_args_is_help=True)
+keys_app = typer.Typer(
+    help="Managed API keys (secret shown once, stored hashed) and tenant spend budgets.", no_args_is_help=True
+)
 
-UrlOpt = Annotated[str | None, typer.Option(
-    "--url", help="Base URL of a running server (default: [gateway] host:port; the store when none answers).",
-    envvar="TOKENOPS_URL")]
-ModelOpt = Annotated[list[str] | None, typer.Option(
-    "--model", "-m", help="A model or alias (e.g. auto) the key may use; repeatable (default: every model).")]
+UrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="Base URL of a running server (default: [gateway] host:port; the store when none answers).",
+        envvar="TOKENOPS_URL",
+    ),
+]
+ModelOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model", "-m", help="A model or alias (e.g. auto) the key may use; repeatable (default: every model)."
+    ),
+]
 RpmOpt = Annotated[float | None, typer.Option("--rpm", help="Requests per minute for this key.")]
 TpmOpt = Annotated[float | None, typer.Option("--tpm", help="Tokens per minute for this key.")]
 BudgetOpt = Annotated[float | None, typer.Option("--budget-usd", help="Spend budget in USD per period.")]
@@ -88,15 +98,20 @@ class _Target:
                 if op == "list":
                     return admin_ops.list_keys(service, args[0])
                 if op == "update":
-                    return admin_ops.update_key(service, args[0], args[1], lambda m: is_routable_name(m, names, hooks.get_route))
+                    return admin_ops.update_key(
+                        service, args[0], args[1], lambda m: is_routable_name(m, names, hooks.get_route)
+                    )
                 if op == "revoke":
                     return admin_ops.revoke_key(service, args[0])
                 if op == "tenant":
                     return admin_ops.put_tenant(service, args[0], args[1])[0]
                 if op == "delete-tenant":
-                    return admin_ops.delete_tenant(service, args[0], set(settings.gateway.api_keys.values()),
-                                                   lambda tenant: {**hooks.forget_tenant(tenant, store),
-                                                                   **purge_stored_responses(store, tenant)})
+                    return admin_ops.delete_tenant(
+                        service,
+                        args[0],
+                        set(settings.gateway.api_keys.values()),
+                        lambda tenant: {**hooks.forget_tenant(tenant, store), **purge_stored_responses(store, tenant)},
+                    )
             except admin_ops.KeyOpsError as e:
                 raise UserError(e.message) from None
         raise AssertionError(op)
@@ -132,27 +147,55 @@ def _money(value: Any) -> str:
 
 
 @keys_app.command("create")
-def create(tenant: Annotated[str, typer.Option("--tenant", "-t", help="The key's tenant (must exist).")],
-           name: NameOpt = None, model: ModelOpt = None, rpm: RpmOpt = None, tpm: TpmOpt = None,
-           budget_usd: BudgetOpt = None, budget_period: PeriodOpt = None, soft_budget_usd: SoftOpt = None,
-           expires_at: ExpiresOpt = None, url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None,
-           store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def create(
+    tenant: Annotated[str, typer.Option("--tenant", "-t", help="The key's tenant (must exist).")],
+    name: NameOpt = None,
+    model: ModelOpt = None,
+    rpm: RpmOpt = None,
+    tpm: TpmOpt = None,
+    budget_usd: BudgetOpt = None,
+    budget_period: PeriodOpt = None,
+    soft_budget_usd: SoftOpt = None,
+    expires_at: ExpiresOpt = None,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    config: ConfigOpt = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Create a key; its secret is printed once (only its SHA-256 is kept)."""
-    body = _fields(tenant=tenant, name=name, models=model or None, rpm=rpm, tpm=tpm, budget_usd=budget_usd,
-                   budget_period=budget_period, soft_budget_usd=soft_budget_usd, expires_at=expires_at)
+    body = _fields(
+        tenant=tenant,
+        name=name,
+        models=model or None,
+        rpm=rpm,
+        tpm=tpm,
+        budget_usd=budget_usd,
+        budget_period=budget_period,
+        soft_budget_usd=soft_budget_usd,
+        expires_at=expires_at,
+    )
     target = _Target(url, admin_key, config, store)
     try:
         data = target.call("POST", "/admin/keys", "create", body, body=body)
     finally:
         target.close()
-    _print(data, as_json, f"{data['id']}  tenant {data['tenant']}\nkey: {data['key']}\n"
-                          "(shown once: store it now; only its hash is kept)")
+    _print(
+        data,
+        as_json,
+        f"{data['id']}  tenant {data['tenant']}\nkey: {data['key']}\n(shown once: store it now; only its hash is kept)",
+    )
 
 
 @keys_app.command("list")
-def list_(tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant's keys.")] = None,
-          url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
-          as_json: JsonOpt = False) -> None:
+def list_(
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant's keys.")] = None,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    config: ConfigOpt = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Keys with their state, limits and budget use in the current period; tenant budgets."""
     target = _Target(url, admin_key, config, store)
     try:
@@ -172,11 +215,19 @@ def list_(tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Onl
         table.add_column(col, justify="right" if col in ("rpm", "tpm", "budget $", "spent $") else "left")
     for k in data["keys"]:
         usage = k.get("usage") or {}
-        table.add_row(k["id"], k["tenant"], k.get("name") or "-", k["state"], ",".join(k["models"] or ["*"]),
-                      _money(k["rpm"]).rstrip("0").rstrip(".") if k["rpm"] else "-",
-                      _money(k["tpm"]).rstrip("0").rstrip(".") if k["tpm"] else "-",
-                      _money(k["budget_usd"]), k["budget_period"] if k.get("usage") else "-",
-                      _money(usage.get("spent_usd")), usage.get("resets_at") or "-")
+        table.add_row(
+            k["id"],
+            k["tenant"],
+            k.get("name") or "-",
+            k["state"],
+            ",".join(k["models"] or ["*"]),
+            _money(k["rpm"]).rstrip("0").rstrip(".") if k["rpm"] else "-",
+            _money(k["tpm"]).rstrip("0").rstrip(".") if k["tpm"] else "-",
+            _money(k["budget_usd"]),
+            k["budget_period"] if k.get("usage") else "-",
+            _money(usage.get("spent_usd")),
+            usage.get("resets_at") or "-",
+        )
     console.print(table)
     if data["tenants"]:
         table = Table(title="Tenants", box=box.SIMPLE_HEAD)
@@ -184,23 +235,51 @@ def list_(tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Onl
             table.add_column(col)
         for t in data["tenants"]:
             usage = t.get("usage") or {}
-            table.add_row(t["name"], _money(t["budget_usd"]), _money(t["soft_budget_usd"]),
-                          t["budget_period"] if usage else "-", _money(usage.get("spent_usd")),
-                          usage.get("resets_at") or "-")
+            table.add_row(
+                t["name"],
+                _money(t["budget_usd"]),
+                _money(t["soft_budget_usd"]),
+                t["budget_period"] if usage else "-",
+                _money(usage.get("spent_usd")),
+                usage.get("resets_at") or "-",
+            )
         console.print(table)
 
 
 @keys_app.command("update")
-def update(key_id: Annotated[str, typer.Argument(help="The key's id (key_...).")], name: NameOpt = None,
-           model: ModelOpt = None, rpm: RpmOpt = None, tpm: TpmOpt = None, budget_usd: BudgetOpt = None,
-           budget_period: PeriodOpt = None, soft_budget_usd: SoftOpt = None, expires_at: ExpiresOpt = None,
-           clear: Annotated[list[str] | None, typer.Option(
-               "--clear", help="Remove a setting: models, rpm, tpm, budget_usd, soft_budget_usd, expires_at, name.")] = None,
-           url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
-           as_json: JsonOpt = False) -> None:
+def update(
+    key_id: Annotated[str, typer.Argument(help="The key's id (key_...).")],
+    name: NameOpt = None,
+    model: ModelOpt = None,
+    rpm: RpmOpt = None,
+    tpm: TpmOpt = None,
+    budget_usd: BudgetOpt = None,
+    budget_period: PeriodOpt = None,
+    soft_budget_usd: SoftOpt = None,
+    expires_at: ExpiresOpt = None,
+    clear: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--clear", help="Remove a setting: models, rpm, tpm, budget_usd, soft_budget_usd, expires_at, name."
+        ),
+    ] = None,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    config: ConfigOpt = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Change a key's models, limits, budget, expiry or name (takes effect at the next request)."""
-    body = _fields(name=name, models=model or None, rpm=rpm, tpm=tpm, budget_usd=budget_usd,
-                   budget_period=budget_period, soft_budget_usd=soft_budget_usd, expires_at=expires_at)
+    body = _fields(
+        name=name,
+        models=model or None,
+        rpm=rpm,
+        tpm=tpm,
+        budget_usd=budget_usd,
+        budget_period=budget_period,
+        soft_budget_usd=soft_budget_usd,
+        expires_at=expires_at,
+    )
     body.update({field: None for field in clear or []})
     target = _Target(url, admin_key, config, store)
     try:
@@ -211,9 +290,14 @@ def update(key_id: Annotated[str, typer.Argument(help="The key's id (key_...).")
 
 
 @keys_app.command("revoke")
-def revoke(key_id: Annotated[str, typer.Argument(help="The key's id (key_...).")], url: UrlOpt = None,
-           admin_key: AdminKeyOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
-           as_json: JsonOpt = False) -> None:
+def revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (key_...).")],
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    config: ConfigOpt = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Revoke a key: refused (401) from the next request on every gateway replica."""
     target = _Target(url, admin_key, config, store)
     try:
@@ -224,10 +308,17 @@ def revoke(key_id: Annotated[str, typer.Argument(help="The key's id (key_...).")
 
 
 @keys_app.command("tenant")
-def tenant(name: Annotated[str, typer.Argument(help="Tenant name.")], budget_usd: BudgetOpt = None,
-           budget_period: PeriodOpt = None, soft_budget_usd: SoftOpt = None, url: UrlOpt = None,
-           admin_key: AdminKeyOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
-           as_json: JsonOpt = False) -> None:
+def tenant(
+    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    budget_usd: BudgetOpt = None,
+    budget_period: PeriodOpt = None,
+    soft_budget_usd: SoftOpt = None,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    config: ConfigOpt = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Create a tenant (keys need one) or set its spend budget, shared by all its keys."""
     body = _fields(budget_usd=budget_usd, budget_period=budget_period, soft_budget_usd=soft_budget_usd)
     target = _Target(url, admin_key, config, store)
@@ -235,15 +326,22 @@ def tenant(name: Annotated[str, typer.Argument(help="Tenant name.")], budget_usd
         data = target.call("PUT", f"/admin/tenants/{name}", "tenant", name, body, body=body)
     finally:
         target.close()
-    budget = f"budget ${data['budget_usd']} {data['budget_period']}" if data.get("budget_usd") is not None else "no budget"
+    budget = (
+        f"budget ${data['budget_usd']} {data['budget_period']}" if data.get("budget_usd") is not None else "no budget"
+    )
     _print(data, as_json, f"tenant {data['name']}: {budget}")
 
 
 @keys_app.command("delete-tenant")
-def delete_tenant(name: Annotated[str, typer.Argument(help="Tenant name.")],
-                  yes: Annotated[bool, typer.Option("--yes", help="Do it (without it, only say what would go).")] = False,
-                  url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
-                  as_json: JsonOpt = False) -> None:
+def delete_tenant(
+    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do it (without it, only say what would go).")] = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    config: ConfigOpt = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Delete a tenant: revoke its keys, remove its budget, and purge what plugins keep for it
     (session memory, captured distillation pairs, cached answers). Spend already booked stays."""
     from tokenops.cli import UserError

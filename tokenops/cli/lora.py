@@ -15,12 +15,15 @@ import typer
 from tokenops.cli.options import AdminKeyOpt, ConfigOpt, JsonOpt
 
 lora_app = typer.Typer(help="LoRA adapters served on a running server's bundled engine.", no_args_is_help=True)
-UrlOpt = Annotated[str | None, typer.Option("--url", help="Base URL of the running server "
-                                                "(default: [gateway] host:port).", envvar="TOKENOPS_URL")]
+UrlOpt = Annotated[
+    str | None,
+    typer.Option("--url", help="Base URL of the running server (default: [gateway] host:port).", envvar="TOKENOPS_URL"),
+]
 
 
-def _call(url: str | None, admin_key: str | None, config: str | None, method: str, path: str,
-          body: Any = None) -> dict[str, Any]:
+def _call(
+    url: str | None, admin_key: str | None, config: str | None, method: str, path: str, body: Any = None
+) -> dict[str, Any]:
     from tokenops.cli import UserError
     from tokenops.cli.dashboard import resolve_connection
     from tokenops.tui.client import AdminClient, AdminError, ServerUnreachable
@@ -42,8 +45,9 @@ def _print(data: dict[str, Any], as_json: bool, line: str) -> None:
 
 
 @lora_app.command("list")
-def list_command(url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None,
-                 as_json: JsonOpt = False) -> None:
+def list_command(
+    url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False
+) -> None:
     """The adapters served, each with its base model, rank, memory and folder."""
     data = _call(url, admin_key, config, "GET", "/admin/lora")
     if as_json:
@@ -59,11 +63,19 @@ def list_command(url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: Conf
 @lora_app.command("load")
 def load_command(
     spec: Annotated[str, typer.Argument(help="NAME=FOLDER: a PEFT adapter folder served as model NAME.")],
-    base: Annotated[str | None, typer.Option("--base", help="The base model (default: the first bundled-engine "
-                                                "model).")] = None,
-    no_base_check: Annotated[bool, typer.Option("--no-base-check", help="Do not compare the adapter's "
-                                                "base_model_name_or_path with the served model's name.")] = False,
-    url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False,
+    base: Annotated[
+        str | None, typer.Option("--base", help="The base model (default: the first bundled-engine model).")
+    ] = None,
+    no_base_check: Annotated[
+        bool,
+        typer.Option(
+            "--no-base-check", help="Do not compare the adapter's base_model_name_or_path with the served model's name."
+        ),
+    ] = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Load an adapter onto a running server and serve it as a model."""
     from tokenops.cli import UserError
@@ -83,9 +95,13 @@ def load_command(
 
 
 @lora_app.command("unload")
-def unload_command(name: Annotated[str, typer.Argument(help="The adapter's model name.")],
-                   url: UrlOpt = None, admin_key: AdminKeyOpt = None, config: ConfigOpt = None,
-                   as_json: JsonOpt = False) -> None:
+def unload_command(
+    name: Annotated[str, typer.Argument(help="The adapter's model name.")],
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Stop serving an adapter (refused while requests run on it)."""
     data = _call(url, admin_key, config, "DELETE", f"/admin/lora/{name}")
     _print(data, as_json, f"unloaded {name}")

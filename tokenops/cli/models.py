@@ -9,8 +9,12 @@ import typer
 
 from tokenops.cli.options import AdminKeyOpt, ConfigOpt, JsonOpt
 
-RunningUrlOpt = Annotated[str | None, typer.Option(
-    "--url", help="A running tokenops server: add what its engines run (settings, weight encoding, KV dtype).")]
+RunningUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--url", help="A running tokenops server: add what its engines run (settings, weight encoding, KV dtype)."
+    ),
+]
 #: The engine stats that say how a replica runs its model.
 RUN_KEYS = ("weight_encoding", "kv_dtype", "speculative", "compiled")
 
@@ -22,13 +26,20 @@ def list_models(settings) -> list[dict]:
     out = []
     for m in model_configs(settings):
         urls = replica_urls(m)
-        out.append({
-            "name": m.name, "backend": m.backend, "path": m.path,
-            "replicas": [{"name": f"{m.name}#{i}", "url": url} for i, url in enumerate(urls)],
-            "served_model": m.served_model, "cost_input_per_1m": m.cost_input_per_1m,
-            "cost_output_per_1m": m.cost_output_per_1m, "tags": list(m.tags), "engine": dict(m.engine),
-            "is_default": not settings.models,
-        })
+        out.append(
+            {
+                "name": m.name,
+                "backend": m.backend,
+                "path": m.path,
+                "replicas": [{"name": f"{m.name}#{i}", "url": url} for i, url in enumerate(urls)],
+                "served_model": m.served_model,
+                "cost_input_per_1m": m.cost_input_per_1m,
+                "cost_output_per_1m": m.cost_output_per_1m,
+                "tags": list(m.tags),
+                "engine": dict(m.engine),
+                "is_default": not settings.models,
+            }
+        )
     return out
 
 
@@ -47,14 +58,18 @@ def add_running(models: list[dict], url: str, admin_key: str | None) -> None:
         raise UserError(f"cannot read {url}: {e}") from None
     engines: dict[str, Any] = stats.get("engines") or {}
     for m in models:
-        replicas = {name: {k: e.get(k) for k in RUN_KEYS} for name, e in engines.items()
-                    if e.get("model") == m["name"] or name.split("#")[0] == m["name"]}
+        replicas = {
+            name: {k: e.get(k) for k in RUN_KEYS}
+            for name, e in engines.items()
+            if e.get("model") == m["name"] or name.split("#")[0] == m["name"]
+        }
         values = {t["name"]: (t.get("per_model") or {}).get(m["name"], t["value"]) for t in tunables["tunables"]}
         m["running"] = {"replicas": replicas, "tunables": values}
 
 
-def models_command(config: ConfigOpt = None, as_json: JsonOpt = False, url: RunningUrlOpt = None,
-                   admin_key: AdminKeyOpt = None) -> None:
+def models_command(
+    config: ConfigOpt = None, as_json: JsonOpt = False, url: RunningUrlOpt = None, admin_key: AdminKeyOpt = None
+) -> None:
     """List the models `tokenops serve` would serve, with backends and replicas (with --url: as they run)."""
     from rich.console import Console
     from rich.table import Table
@@ -68,12 +83,20 @@ def models_command(config: ConfigOpt = None, as_json: JsonOpt = False, url: Runn
         typer.echo(json.dumps({"models": models}, indent=2))
         return
     table = Table(title="tokenops models")
-    for col in ("model", "backend", "replicas", "path / url", "$ in/out per 1M", "tags") + (("running",) if url else ()):
+    for col in ("model", "backend", "replicas", "path / url", "$ in/out per 1M", "tags") + (
+        ("running",) if url else ()
+    ):
         table.add_column(col)
     for m in models:
         where = m["path"] or ", ".join(r["url"] for r in m["replicas"] if r["url"]) or "(embedded demo model)"
-        row = [m["name"], m["backend"], str(len(m["replicas"])), where,
-               f"{m['cost_input_per_1m']:g} / {m['cost_output_per_1m']:g}", ", ".join(m["tags"])]
+        row = [
+            m["name"],
+            m["backend"],
+            str(len(m["replicas"])),
+            where,
+            f"{m['cost_input_per_1m']:g} / {m['cost_output_per_1m']:g}",
+            ", ".join(m["tags"]),
+        ]
         if url:
             first: dict[str, Any] = next(iter(m["running"]["replicas"].values()), {})
             row.append(", ".join(f"{k}={first[k]}" for k in RUN_KEYS if first.get(k) is not None) or "-")

@@ -47,7 +47,9 @@ def plan_command(
     redundant: Annotated[int, typer.Option("--redundant", help="Extra expert replicas per layer.")] = 0,
     nodes: Annotated[int, typer.Option("--nodes", help="Nodes (hierarchical placement when > 1).")] = 1,
     model: Annotated[str | None, typer.Option("--model", help="MoE model whose recorded load to use.")] = None,
-    load_file: Annotated[Path | None, typer.Option("--load", help="JSON file with load[layer][expert] instead of the store.")] = None,
+    load_file: Annotated[
+        Path | None, typer.Option("--load", help="JSON file with load[layer][expert] instead of the store.")
+    ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -65,7 +67,9 @@ def plan_command(
     else:
         model, load = load_from_store(store or load_settings().store.path, model)
     try:
-        result = hook().tokenops_expert_placement(load=load, num_devices=devices, num_redundant=redundant, num_nodes=nodes)
+        result = hook().tokenops_expert_placement(
+            load=load, num_devices=devices, num_redundant=redundant, num_nodes=nodes
+        )
     except ValueError as e:
         raise UserError(str(e)) from None
     if result is None:
@@ -81,8 +85,12 @@ def plan_command(
         table.add_column(col, justify="right")
     for i, layer in enumerate(result.layers):
         hot = {e: c for e, c in enumerate(layer.replicas) if c > 1}
-        table.add_row(str(i), f"{result.balancedness_before[i]:.3f}", f"{layer.balancedness:.3f}",
-                      ", ".join(f"{e}x{c}" for e, c in sorted(hot.items())) or "-")
+        table.add_row(
+            str(i),
+            f"{result.balancedness_before[i]:.3f}",
+            f"{layer.balancedness:.3f}",
+            ", ".join(f"{e}x{c}" for e, c in sorted(hot.items())) or "-",
+        )
     Console().print(table)
 
 

@@ -32,13 +32,18 @@ def plugins_command(as_json: JsonOpt = False) -> None:
     for col in ("layer", "plugin", "version", "source", "hooks", "tunables"):
         table.add_column(col)
     for info in infos:
-        table.add_row(info.layer, info.name, info.version or "-", info.source, "\n".join(info.hooks), "\n".join(info.tunables))
+        table.add_row(
+            info.layer, info.name, info.version or "-", info.source, "\n".join(info.hooks), "\n".join(info.tunables)
+        )
     console = Console()
     console.print(table)
     launchers = sorted(f"{n} ({info.name})" for info in infos for n in info.launchers)
     if launchers:
-        console.print(f"tune launchers (tokenops tune --launch --engine NAME): {', '.join(launchers)}",
-                      markup=False, highlight=False)
+        console.print(
+            f"tune launchers (tokenops tune --launch --engine NAME): {', '.join(launchers)}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

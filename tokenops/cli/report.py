@@ -102,10 +102,17 @@ def _print_tables(report: dict[str, Any]) -> None:
     ix = {c: i for i, c in enumerate(usage["columns"])}
     for row in usage["rows"]:
         table.add_row(
-            row[ix["day"]], str(row[ix["model"]]), str(row[ix["requests"]]),
-            str(row[ix["errors"]] + row[ix["rejected"]]), str(row[ix["tokens_in"]]), str(row[ix["tokens_out"]]),
-            f"{row[ix['cost_usd']]:.4f}", _ms(row[ix["ttft_p50"]]), _ms(row[ix["ttft_p95"]]),
-            _ms(row[ix["e2e_p50"]]), _ms(row[ix["e2e_p95"]]),
+            row[ix["day"]],
+            str(row[ix["model"]]),
+            str(row[ix["requests"]]),
+            str(row[ix["errors"]] + row[ix["rejected"]]),
+            str(row[ix["tokens_in"]]),
+            str(row[ix["tokens_out"]]),
+            f"{row[ix['cost_usd']]:.4f}",
+            _ms(row[ix["ttft_p50"]]),
+            _ms(row[ix["ttft_p95"]]),
+            _ms(row[ix["e2e_p50"]]),
+            _ms(row[ix["e2e_p95"]]),
         )
     console.print(table)
     cache = report["cache_hit_rates"]
@@ -116,14 +123,23 @@ def _print_tables(report: dict[str, Any]) -> None:
         table.add_row(cache_name, str(model), str(lookups), str(hits), "-" if rate is None else f"{rate:.1%}")
     console.print(table)
     routes = report["route_reasons"]
-    table = Table(title="Routing (requested -> served, router, reason; escalations; ensemble members)", box=box.SIMPLE_HEAD)
+    table = Table(
+        title="Routing (requested -> served, router, reason; escalations; ensemble members)", box=box.SIMPLE_HEAD
+    )
     for col in ("asked", "served", "router", "reason", "req", "share", "escalated", "ensemble"):
         table.add_column(col, justify="right" if col in ("req", "share", "escalated") else "left")
     ix = {c: i for i, c in enumerate(routes["columns"])}
     for row in routes["rows"]:
-        table.add_row(str(row[ix["model_requested"]]), str(row[ix["model_served"]]), str(row[ix["router"]] or "-"),
-                      str(row[ix["route_reason"]] or "-"), str(row[ix["requests"]]), f"{row[ix['share']]:.1%}",
-                      str(row[ix["escalated"]]), str(row[ix["ensemble_members"]] or "-"))
+        table.add_row(
+            str(row[ix["model_requested"]]),
+            str(row[ix["model_served"]]),
+            str(row[ix["router"]] or "-"),
+            str(row[ix["route_reason"]] or "-"),
+            str(row[ix["requests"]]),
+            f"{row[ix['share']]:.1%}",
+            str(row[ix["escalated"]]),
+            str(row[ix["ensemble_members"]] or "-"),
+        )
     console.print(table)
     runs = report.get("bench_runs") or {"rows": []}
     if runs["rows"]:
@@ -132,13 +148,22 @@ def _print_tables(report: dict[str, Any]) -> None:
             table.add_column(col, justify="left" if col in ("run", "time", "target", "workload") else "right")
         ix = {c: i for i, c in enumerate(runs["columns"])}
         for row in runs["rows"]:
+
             def num(c: str, row: Any = row) -> str:  # row bound now: the loop moves on
                 return "-" if row[ix[c]] is None else f"{row[ix[c]]:.3g}"
 
-            table.add_row(str(row[ix["run_id"]]), str(row[ix["ts"]])[:19], str(row[ix["target"]]),
-                          str(row[ix["workload"]]), str(row[ix["levels"]]), str(row[ix["requests"]] or 0),
-                          str(row[ix["errors"]] or 0), num("max_throughput_rps"), num("max_goodput_rps"),
-                          _ms(row[ix["best_ttft_p50"]]))
+            table.add_row(
+                str(row[ix["run_id"]]),
+                str(row[ix["ts"]])[:19],
+                str(row[ix["target"]]),
+                str(row[ix["workload"]]),
+                str(row[ix["levels"]]),
+                str(row[ix["requests"]] or 0),
+                str(row[ix["errors"]] or 0),
+                num("max_throughput_rps"),
+                num("max_goodput_rps"),
+                _ms(row[ix["best_ttft_p50"]]),
+            )
         console.print(table)
 
 

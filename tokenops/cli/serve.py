@@ -13,26 +13,52 @@ def serve_command(
     config: ConfigOpt = None,
     host: Annotated[str | None, typer.Option("--host", help="Address to bind (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option("--port", "-p", help="Port (default 8000).")] = None,
-    model: Annotated[list[str] | None, typer.Option(
-        "--model", "-m", help="[NAME=]PATH of a local HF model folder or GGUF file, or [NAME=]URL of an OpenAI-compatible "
-        "server; repeatable; replaces \\[\\[models]].")] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="[NAME=]PATH of a local HF model folder or GGUF file, or [NAME=]URL of an OpenAI-compatible "
+            "server; repeatable; replaces \\[\\[models]].",
+        ),
+    ] = None,
     store: StoreOpt = None,
-    admin_key: Annotated[str | None, typer.Option(
-        "--admin-key", help="Deprecated (any user sees it in ps): use TOKENOPS_ADMIN_KEY or --admin-key-file.")] = None,
-    admin_key_file: Annotated[str | None, typer.Option(
-        "--admin-key-file", help="File whose first line is the admin key (else TOKENOPS_ADMIN_KEY, [gateway] "
-        "admin_key, or a generated key saved in the store folder).")] = None,
-    allow_open: Annotated[bool, typer.Option(
-        "--allow-open", help="Serve non-loopback clients without API keys (otherwise refused).")] = False,
+    admin_key: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-key", help="Deprecated (any user sees it in ps): use TOKENOPS_ADMIN_KEY or --admin-key-file."
+        ),
+    ] = None,
+    admin_key_file: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-key-file",
+            help="File whose first line is the admin key (else TOKENOPS_ADMIN_KEY, [gateway] "
+            "admin_key, or a generated key saved in the store folder).",
+        ),
+    ] = None,
+    allow_open: Annotated[
+        bool, typer.Option("--allow-open", help="Serve non-loopback clients without API keys (otherwise refused).")
+    ] = False,
     no_store: Annotated[bool, typer.Option("--no-store", help="Run without the DuckDB store (no telemetry).")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "warning",
-    engine_profile: Annotated[str | None, typer.Option(
-        "--engine-profile", help="Start with a tuned engine profile: profiles/engines/NAME.toml from `tokenops tune` "
-        "(or [engine] profile).")] = None,
+    engine_profile: Annotated[
+        str | None,
+        typer.Option(
+            "--engine-profile",
+            help="Start with a tuned engine profile: profiles/engines/NAME.toml from `tokenops tune` "
+            "(or [engine] profile).",
+        ),
+    ] = None,
     old_profile: Annotated[str | None, typer.Option("--profile", hidden=True)] = None,
-    lora: Annotated[list[str] | None, typer.Option(
-        "--lora", help="NAME=FOLDER: serve a PEFT LoRA adapter on the first local model as model NAME "
-        "(repeatable; docs/lora.md).")] = None,
+    lora: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--lora",
+            help="NAME=FOLDER: serve a PEFT LoRA adapter on the first local model as model NAME "
+            "(repeatable; docs/lora.md).",
+        ),
+    ] = None,
 ) -> None:
     """Serve /v1/chat/completions, /v1/completions, /v1/models, /metrics and /admin.
 
@@ -62,8 +88,9 @@ def serve_command(
 
         settings.gateway.admin_key = read_key_file(admin_key_file)
     elif admin_key:
-        typer.echo("warning: --admin-key is visible to every user in ps; use TOKENOPS_ADMIN_KEY or "
-                   "--admin-key-file", err=True)
+        typer.echo(
+            "warning: --admin-key is visible to every user in ps; use TOKENOPS_ADMIN_KEY or --admin-key-file", err=True
+        )
         settings.gateway.admin_key = admin_key
     if model:
         settings.models = [model_from_arg(m) for m in model]
@@ -78,12 +105,21 @@ def serve_command(
 
         tuned = load_profile(profile_name)
         startup_tunables = apply_to_settings(tuned, settings)
-        typer.echo(f"engine profile {tuned.name} ({tuned.path}): {', '.join(f'{k}={v}' for k, v in tuned.tunables.items())}")
+        typer.echo(
+            f"engine profile {tuned.name} ({tuned.path}): {', '.join(f'{k}={v}' for k, v in tuned.tunables.items())}"
+        )
         from tokenops.backends.registry import model_configs
 
         for problem in mismatches(tuned, settings, [m.name for m in model_configs(settings)]):
             typer.echo(f"warning: engine profile {tuned.name} was {problem}; its values may not fit here", err=True)
-    run_server(settings, allow_open=allow_open, startup_tunables=startup_tunables, use_store=not no_store, log_level=log_level, echo=typer.echo)
+    run_server(
+        settings,
+        allow_open=allow_open,
+        startup_tunables=startup_tunables,
+        use_store=not no_store,
+        log_level=log_level,
+        echo=typer.echo,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -39,10 +39,19 @@ def trials_table(outcome, space, title: str = "trials"):
     default = space.default()
     for tr in outcome.trials:
         mark = " [bold green]<- best[/]" if tr is best else ""
-        good = f"<{tr.result.points[0].rate:.3g}" if tr.result.status == "pruned" and tr.result.points \
+        good = (
+            f"<{tr.result.points[0].rate:.3g}"
+            if tr.result.status == "pruned" and tr.result.points
             else f"{tr.goodput:.3g}"
-        t.add_row(str(tr.number), _short(tr.params, default), good,
-                  tr.result.status + mark, str(len(tr.result.points)), f"{tr.duration_s:.0f}s")
+        )
+        t.add_row(
+            str(tr.number),
+            _short(tr.params, default),
+            good,
+            tr.result.status + mark,
+            str(len(tr.result.points)),
+            f"{tr.duration_s:.0f}s",
+        )
     return t
 
 
@@ -51,35 +60,109 @@ def register(app: typer.Typer) -> None:
 
 
 def tune(
-    slo: Annotated[list[str] | None, typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")] = None,
-    slo_preset: Annotated[str | None, typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")] = None,
-    url: Annotated[str | None, typer.Option("--url", help="A running server: its live tunables are searched (default: the `tokenops serve` of this folder, else --launch).", envvar="TOKENOPS_URL")] = None,
-    launch: Annotated[bool, typer.Option("--launch", help="Launch the engine, relaunched per configuration (restart tunables searched too).")] = False,
-    engine: Annotated[str, typer.Option("--engine", help="With --launch: tokenops (bundled), vllm or sglang; any launcher a plugin registers.")] = "tokenops",
-    model_path: Annotated[str | None, typer.Option("--model-path", "--model", help="With --launch: model folder (default: the embedded demo model); vllm/sglang also take a hub id.")] = None,
-    launcher_cmd: Annotated[str | None, typer.Option("--launcher-cmd", help="With --launch: the command that starts the engine, e.g. '/opt/vllm/bin/vllm serve'.")] = None,
-    launcher_arg: Annotated[list[str] | None, typer.Option("--launcher-arg", help="With --launch: extra engine arguments, e.g. --launcher-arg='--tensor-parallel-size 2' (repeatable).")] = None,
-    ready_timeout: Annotated[float, typer.Option("--ready-timeout", help="With --launch: seconds a launched engine may take to become ready.")] = 600.0,
+    slo: Annotated[
+        list[str] | None, typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")
+    ] = None,
+    slo_preset: Annotated[
+        str | None, typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="A running server: its live tunables are searched (default: the `tokenops serve` of this folder, else --launch).",
+            envvar="TOKENOPS_URL",
+        ),
+    ] = None,
+    launch: Annotated[
+        bool,
+        typer.Option(
+            "--launch", help="Launch the engine, relaunched per configuration (restart tunables searched too)."
+        ),
+    ] = False,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine", help="With --launch: tokenops (bundled), vllm or sglang; any launcher a plugin registers."
+        ),
+    ] = "tokenops",
+    model_path: Annotated[
+        str | None,
+        typer.Option(
+            "--model-path",
+            "--model",
+            help="With --launch: model folder (default: the embedded demo model); vllm/sglang also take a hub id.",
+        ),
+    ] = None,
+    launcher_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--launcher-cmd", help="With --launch: the command that starts the engine, e.g. '/opt/vllm/bin/vllm serve'."
+        ),
+    ] = None,
+    launcher_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--launcher-arg",
+            help="With --launch: extra engine arguments, e.g. --launcher-arg='--tensor-parallel-size 2' (repeatable).",
+        ),
+    ] = None,
+    ready_timeout: Annotated[
+        float,
+        typer.Option("--ready-timeout", help="With --launch: seconds a launched engine may take to become ready."),
+    ] = 600.0,
     admin_key: AdminKeyOpt = None,
-    workload: Annotated[str, typer.Option("--workload", "-w", help="Workload name (see tokenops bench).")] = "synthetic",
-    dataset: Annotated[str | None, typer.Option("--dataset", help="file workload: JSON Lines of requests (see tokenops bench).")] = None,
+    workload: Annotated[
+        str, typer.Option("--workload", "-w", help="Workload name (see tokenops bench).")
+    ] = "synthetic",
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="file workload: JSON Lines of requests (see tokenops bench).")
+    ] = None,
     input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens.")] = 128,
     output_len: Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens.")] = 64,
     length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
     max_input_len: Annotated[int, typer.Option("--max-input-len", help="ShareGPT prompt cap (tokens).")] = 1024,
     max_output_len: Annotated[int, typer.Option("--max-output-len", help="ShareGPT answer cap (tokens).")] = 256,
-    budget: Annotated[str, typer.Option("--budget", help="Trials (20) or wall time (10m, 90s); the default keeps a study on the demo engine under 10 minutes.")] = "6m",
-    only: Annotated[list[str] | None, typer.Option("--only", help="Search only these tunables or dotted prefixes (repeatable).")] = None,
-    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Leave these tunables or prefixes at their values.")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", help="Candidates for a tunable: NAME=v1,v2,... (repeatable).")] = None,
+    budget: Annotated[
+        str,
+        typer.Option(
+            "--budget",
+            help="Trials (20) or wall time (10m, 90s); the default keeps a study on the demo engine under 10 minutes.",
+        ),
+    ] = "6m",
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="Search only these tunables or dotted prefixes (repeatable).")
+    ] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option("--exclude", help="Leave these tunables or prefixes at their values.")
+    ] = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", help="Candidates for a tunable: NAME=v1,v2,... (repeatable).")
+    ] = None,
     measure_s: Annotated[float, typer.Option("--measure-seconds", help="Length of one rate measurement.")] = 6.0,
     min_requests: Annotated[int, typer.Option("--min-requests", help="Fewest requests per measurement.")] = 12,
     max_measurements: Annotated[int, typer.Option("--max-measurements", help="Rate measurements per trial.")] = 5,
-    start_rate: Annotated[float | None, typer.Option("--start-rate", help="First rate tried (default: probed).")] = None,
+    start_rate: Annotated[
+        float | None, typer.Option("--start-rate", help="First rate tried (default: probed).")
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the search, workload and arrivals.")] = 0,
-    apply: Annotated[bool, typer.Option("--apply", help="Push the winner's live tunables to the running server (this folder's, or --url with --admin-key); restart ones are listed for the next start.")] = False,
-    validate: Annotated[bool, typer.Option("--validate", help="Afterwards re-measure default and winner back to back at the winner's goodput (extra time).")] = False,
-    profile_dir: Annotated[str, typer.Option("--profile-dir", help="Where the winner's profile is written.")] = "profiles/engines",
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Push the winner's live tunables to the running server (this folder's, or --url with --admin-key); restart ones are listed for the next start.",
+        ),
+    ] = False,
+    validate: Annotated[
+        bool,
+        typer.Option(
+            "--validate",
+            help="Afterwards re-measure default and winner back to back at the winner's goodput (extra time).",
+        ),
+    ] = False,
+    profile_dir: Annotated[
+        str, typer.Option("--profile-dir", help="Where the winner's profile is written.")
+    ] = "profiles/engines",
     store: StoreOpt = None,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not save trials in the store.")] = False,
     as_json: JsonOpt = False,
@@ -127,8 +210,10 @@ def _target(url: str | None, launch: bool, apply: bool, store: str | None, say: 
         local.close()
         local = None  # --url names another server: the admin API with --admin-key
     if apply and launch and local is None and not url:
-        raise UserError("--apply needs a running server to apply to: start `tokenops serve` in this folder "
-                        "(or give --url and --admin-key)")
+        raise UserError(
+            "--apply needs a running server to apply to: start `tokenops serve` in this folder "
+            "(or give --url and --admin-key)"
+        )
     if not url and not launch:
         if local is not None:
             url = local.url
@@ -158,16 +243,32 @@ def _plan(o: dict[str, Any], slo: list[str], local: Any) -> Any:
     launch = o["launch"]
     try:
         return TunePlan(
-            slos=parse_slos(slo), budget=Budget.parse(o["budget"]), url=o["url"], admin_key=o["admin_key"], launch=launch,
-            engine=o["engine"], model_path=o["model_path"], launcher_cmd=o["launcher_cmd"],
-            launcher_args=split_args(o["launcher_arg"] or []), ready_timeout_s=o["ready_timeout"],
+            slos=parse_slos(slo),
+            budget=Budget.parse(o["budget"]),
+            url=o["url"],
+            admin_key=o["admin_key"],
+            launch=launch,
+            engine=o["engine"],
+            model_path=o["model_path"],
+            launcher_cmd=o["launcher_cmd"],
+            launcher_args=split_args(o["launcher_arg"] or []),
+            ready_timeout_s=o["ready_timeout"],
             workload=o["workload"],
-            workload_options={k: o[k] for k in ("input_len", "output_len", "length_dist", "max_input_len",
-                                                "max_output_len", "dataset")},
-            seed=o["seed"], only=o["only"] or [], exclude=o["exclude"] or [],
-            overrides=_parse_params(o["param"] or []), measure_s=o["measure_s"], min_requests=o["min_requests"],
-            start_rate=o["start_rate"], bracket=BracketConfig(max_measurements=o["max_measurements"]),
-            validate=o["validate"], local_admin=None if launch else local)
+            workload_options={
+                k: o[k]
+                for k in ("input_len", "output_len", "length_dist", "max_input_len", "max_output_len", "dataset")
+            },
+            seed=o["seed"],
+            only=o["only"] or [],
+            exclude=o["exclude"] or [],
+            overrides=_parse_params(o["param"] or []),
+            measure_s=o["measure_s"],
+            min_requests=o["min_requests"],
+            start_rate=o["start_rate"],
+            bracket=BracketConfig(max_measurements=o["max_measurements"]),
+            validate=o["validate"],
+            local_admin=None if launch else local,
+        )
     except (TuneError, ValueError) as e:
         raise UserError(str(e)) from None
 
@@ -184,8 +285,11 @@ def _search(plan: Any, as_json: bool, say: Any) -> tuple[Any, Any]:
     from tokenops.tune.target import TuneError
 
     view = TuneView(plan.budget, Console(stderr=True), enabled=sys.stderr.isatty() and not as_json)
-    session = TuneSession(plan, on_trial=lambda t, o: view.trial(t, o, session.space),
-                          on_status=lambda msg: view.status(msg) if view.enabled else say(msg))
+    session = TuneSession(
+        plan,
+        on_trial=lambda t, o: view.trial(t, o, session.space),
+        on_status=lambda msg: view.status(msg) if view.enabled else say(msg),
+    )
     try:
         with view:
             return session.run(), session
@@ -204,20 +308,36 @@ def _store_trials(report: Any, url: str | None, admin_key: str | None, store: st
     return save_trials(report, store or default_path(), run_target(url, admin_key, store))
 
 
-def _print_json(report: Any, plan: Any, session: Any, profile: Any, restart_pending: list[str],
-                stored: str | None) -> None:
+def _print_json(
+    report: Any, plan: Any, session: Any, profile: Any, restart_pending: list[str], stored: str | None
+) -> None:
     out, best = report.outcome, report.outcome.best
-    typer.echo(json.dumps({
-        "study": report.study, "model": report.model, "slo": [s.label for s in plan.slos],
-        "elapsed_s": report.elapsed_s, "stopped_by": out.stopped_by,
-        "space": {d.name: d.values for d in report.space.dims},
-        "dropped": dict(session.irrelevant + report.space.dropped),
-        "default": out.default.to_dict() if out.default else None, "best": best.to_dict() if best else None,
-        "ratio": out.ratio, "profile": str(profile) if profile else None, "applied": report.applied,
-        "restart_pending": restart_pending, "saved": stored,
-        "validation": report.validation, "engine": plan.engine if plan.launch else None,
-        "launch_flags": report.launch_flags,
-        "trials": [t.to_dict() for t in out.trials]}, indent=1, default=str))
+    typer.echo(
+        json.dumps(
+            {
+                "study": report.study,
+                "model": report.model,
+                "slo": [s.label for s in plan.slos],
+                "elapsed_s": report.elapsed_s,
+                "stopped_by": out.stopped_by,
+                "space": {d.name: d.values for d in report.space.dims},
+                "dropped": dict(session.irrelevant + report.space.dropped),
+                "default": out.default.to_dict() if out.default else None,
+                "best": best.to_dict() if best else None,
+                "ratio": out.ratio,
+                "profile": str(profile) if profile else None,
+                "applied": report.applied,
+                "restart_pending": restart_pending,
+                "saved": stored,
+                "validation": report.validation,
+                "engine": plan.engine if plan.launch else None,
+                "launch_flags": report.launch_flags,
+                "trials": [t.to_dict() for t in out.trials],
+            },
+            indent=1,
+            default=str,
+        )
+    )
 
 
 def _print(report: Any, profile: Any, stored: str | None, url: str | None, restart_pending: list[str]) -> None:
@@ -230,17 +350,24 @@ def _print(report: Any, profile: Any, stored: str | None, url: str | None, resta
         console = Console(width=160)
     print_outcome(console, report, trials_table, _short)
     if profile:
-        console.print(f"profile written to {profile}; start with it: tokenops serve --engine-profile {profile.stem}",
-                      markup=False, highlight=False)
+        console.print(
+            f"profile written to {profile}; start with it: tokenops serve --engine-profile {profile.stem}",
+            markup=False,
+            highlight=False,
+        )
     if stored:
         console.print(stored, markup=False, highlight=False)
     if report.applied:
-        console.print(f"applied to {url or 'the server of this folder'}: {report.applied}", markup=False,
-                      highlight=False)
+        console.print(
+            f"applied to {url or 'the server of this folder'}: {report.applied}", markup=False, highlight=False
+        )
     if restart_pending:
-        console.print(f"need a restart (take effect with `tokenops serve --engine-profile "
-                      f"{profile.stem if profile else 'NAME'}`): {', '.join(restart_pending)}",
-                      markup=False, highlight=False)
+        console.print(
+            f"need a restart (take effect with `tokenops serve --engine-profile "
+            f"{profile.stem if profile else 'NAME'}`): {', '.join(restart_pending)}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _root(url: str | None) -> str:
@@ -267,7 +394,9 @@ def _apply(params: dict[str, Any], url: str | None, admin_key: str | None, store
     elif url:
         admin = AdminClient(url, admin_key)
     else:
-        raise UserError("--apply: no `tokenops serve` of this folder is running (start it, or give --url and --admin-key)")
+        raise UserError(
+            "--apply: no `tokenops serve` of this folder is running (start it, or give --url and --admin-key)"
+        )
     try:
         return admin.patch(live, actor="tune --apply"), restart
     except TuneError as e:

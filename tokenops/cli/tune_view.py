@@ -24,8 +24,15 @@ class TuneView:
         self._t0 = time.monotonic()
         self._table: Any = Text("")
         self._status = Text("")
-        self.progress = Progress(TextColumn("[bold]tune[/]"), BarColumn(), TextColumn("{task.description}"),
-                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console)
+        self.progress = Progress(
+            TextColumn("[bold]tune[/]"),
+            BarColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+        )
         total = budget.max_trials if budget.max_trials is not None else budget.max_seconds
         self._task = self.progress.add_task("starting", total=total)
         self._live = Live(self._render(), console=console, refresh_per_second=2, transient=True) if enabled else None
@@ -37,11 +44,16 @@ class TuneView:
         if self._live is None:
             return
         if self.budget.max_trials is not None:
-            self.progress.update(self._task, completed=num_trials, description=f"trial {num_trials}/{self.budget.max_trials}")
+            self.progress.update(
+                self._task, completed=num_trials, description=f"trial {num_trials}/{self.budget.max_trials}"
+            )
         else:
             elapsed = time.monotonic() - self._t0
-            self.progress.update(self._task, completed=min(elapsed, self.budget.max_seconds),
-                                 description=f"{num_trials} trials, budget {self.budget.max_seconds:.0f}s")
+            self.progress.update(
+                self._task,
+                completed=min(elapsed, self.budget.max_seconds),
+                description=f"{num_trials} trials, budget {self.budget.max_seconds:.0f}s",
+            )
         self._live.update(self._render())
 
     def status(self, msg: str) -> None:
@@ -58,9 +70,12 @@ class TuneView:
             self._table = trials_table(outcome, space)
             self._refresh(self._num_trials)
         else:
-            self.console.print(f"trial {trial.number}: {_short(trial.params, space.default())} -> "
-                               f"goodput {trial.goodput:.3g}/s ({trial.result.status}, {trial.duration_s:.0f}s)",
-                               markup=False, highlight=False)
+            self.console.print(
+                f"trial {trial.number}: {_short(trial.params, space.default())} -> "
+                f"goodput {trial.goodput:.3g}/s ({trial.result.status}, {trial.duration_s:.0f}s)",
+                markup=False,
+                highlight=False,
+            )
 
     def __enter__(self) -> TuneView:
         if self._live is not None:
@@ -86,14 +101,20 @@ def verdict(outcome: Any) -> list[str]:
     best, default = outcome.best, outcome.default
     lines = []
     if default is not None:
-        lines.append("default: " + _STATUS_WORDS.get(default.result.status, default.result.status).format(g=default.goodput))
+        lines.append(
+            "default: " + _STATUS_WORDS.get(default.result.status, default.result.status).format(g=default.goodput)
+        )
     if best is None:
-        lines.append("nothing met the SLO with a confirmed (repeated) measurement; relax the SLO, shorten the "
-                     "workload or give the study more budget")
+        lines.append(
+            "nothing met the SLO with a confirmed (repeated) measurement; relax the SLO, shorten the "
+            "workload or give the study more budget"
+        )
         return lines
     if best is default:
-        lines.append(f"winner (trial {best.number}): the default configuration, sustained {best.goodput:.3g} req/s "
-                     "(no other configuration sustained more)")
+        lines.append(
+            f"winner (trial {best.number}): the default configuration, sustained {best.goodput:.3g} req/s "
+            "(no other configuration sustained more)"
+        )
         return lines
     ratio = outcome.ratio
     compare = f" = {ratio:.2f}x the default's" if ratio is not None else " (the default sustained none)"
@@ -103,8 +124,9 @@ def verdict(outcome: Any) -> list[str]:
 
 def print_outcome(console: Console, report: Any, trials_table: Callable, short: Callable) -> None:
     plan, out = report.plan, report.outcome
-    console.print(trials_table(out, report.space,
-                               f"{report.study}: {report.model}, SLO {', '.join(s.label for s in plan.slos)}"))
+    console.print(
+        trials_table(out, report.space, f"{report.study}: {report.model}, SLO {', '.join(s.label for s in plan.slos)}")
+    )
     for line in verdict(out):
         console.print(line, markup=False, highlight=False)
     if out.best is not None and out.best is not out.default:
@@ -113,6 +135,9 @@ def print_outcome(console: Console, report: Any, trials_table: Callable, short: 
             console.print(f"as {plan.engine} flags: {' '.join(report.launch_flags)}", markup=False, highlight=False)
     for v in report.validation:
         vals = ", ".join(f"{k}={'-' if x is None else f'{x * 1000:.0f}ms'}" for k, x in v["slo"].items())
-        console.print(f"validation at {v['rate']:.3g} req/s: {v['name']} {'met' if v['met'] else 'missed'} the SLO "
-                      f"({vals})", markup=False, highlight=False)
+        console.print(
+            f"validation at {v['rate']:.3g} req/s: {v['name']} {'met' if v['met'] else 'missed'} the SLO ({vals})",
+            markup=False,
+            highlight=False,
+        )
     console.print(f"{len(out.trials)} trials in {report.elapsed_s:.0f}s (stopped: {out.stopped_by})", highlight=False)

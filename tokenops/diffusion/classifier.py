@@ -20,10 +20,17 @@ class DigitClassifier(nn.Module):
         self.num_classes = num_classes
         self.channels = channels
         self.net = nn.Sequential(
-            nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(channels, 2 * channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Dropout(0.2), nn.Linear(2 * channels * (size // 4) ** 2, num_classes),
+            nn.Conv2d(1, channels, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(channels, 2 * channels, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Dropout(0.2),
+            nn.Linear(2 * channels * (size // 4) ** 2, num_classes),
         )
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -44,8 +51,9 @@ class DigitClassifier(nn.Module):
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text(json.dumps(
-            {"size": self.size, "num_classes": self.num_classes, "channels": self.channels}, indent=2) + "\n")
+        (folder / "config.json").write_text(
+            json.dumps({"size": self.size, "num_classes": self.num_classes, "channels": self.channels}, indent=2) + "\n"
+        )
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
 
     @classmethod

@@ -22,13 +22,25 @@ class GenerationStats:
         return 1.0 - self.num_deep / self.num_steps if self.num_steps else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler, "steps": self.num_steps, "deep_steps": self.num_deep,
-                "cache_reuse_ratio": round(self.cache_reuse_ratio, 4)}
+        return {
+            "sampler": self.sampler,
+            "steps": self.num_steps,
+            "deep_steps": self.num_deep,
+            "cache_reuse_ratio": round(self.cache_reuse_ratio, 4),
+        }
 
 
 @torch.no_grad()
-def generate(unet: SplitUNet, scheduler_config: Any, class_labels: torch.Tensor, *, sampler: str, num_steps: int,
-             seed: int | None = None, policy: StepCachePolicy | None = None) -> tuple[torch.Tensor, GenerationStats]:
+def generate(
+    unet: SplitUNet,
+    scheduler_config: Any,
+    class_labels: torch.Tensor,
+    *,
+    sampler: str,
+    num_steps: int,
+    seed: int | None = None,
+    policy: StepCachePolicy | None = None,
+) -> tuple[torch.Tensor, GenerationStats]:
     """Images ``(N, C, H, W)`` in [-1, 1] for ``class_labels`` (N of them).
 
     ``seed`` makes the run reproducible (initial noise and the sampler's noise)."""

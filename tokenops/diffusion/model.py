@@ -35,24 +35,29 @@ class PromptLabels:
 
     def class_for(self, prompt: str) -> int:
         """The class a prompt names: the first label or alias that appears in it as a word."""
-        words = {**{label.lower(): i for i, label in enumerate(self.labels)},
-                 **{k.lower(): int(v) for k, v in self.aliases.items()}}
+        words = {
+            **{label.lower(): i for i, label in enumerate(self.labels)},
+            **{k.lower(): int(v) for k, v in self.aliases.items()},
+        }
         best: tuple[int, int] | None = None
         for word, index in words.items():
             match = re.search(rf"(?<![\w]){re.escape(word)}(?![\w])", prompt.lower())
             if match and (best is None or match.start() < best[0]):
                 best = (match.start(), index)
         if best is None:
-            raise PromptError(f"the prompt names none of this model's classes; name one of: {', '.join(self.labels)} "
-                              f"(for example \"draw a {self.labels[-1]}\")")
+            raise PromptError(
+                f"the prompt names none of this model's classes; name one of: {', '.join(self.labels)} "
+                f'(for example "draw a {self.labels[-1]}")'
+            )
         return best[1]
 
 
 class DiffusionModel:
     """What the ``diffusion`` backend serves: load once, then :meth:`generate` per request."""
 
-    def __init__(self, unet: Any, scheduler_config: Any, prompts: PromptLabels, info: dict[str, Any],
-                 classifier: Any = None) -> None:
+    def __init__(
+        self, unet: Any, scheduler_config: Any, prompts: PromptLabels, info: dict[str, Any], classifier: Any = None
+    ) -> None:
         self.unet = unet.eval()
         self.split = SplitUNet(unet)
         self.scheduler_config = scheduler_config
@@ -95,10 +100,27 @@ class DiffusionModel:
     def default_steps(self) -> int:
         return int(self.info.get("default_steps", self.num_train_timesteps))
 
-    def generate(self, class_labels: torch.Tensor, *, sampler: str | None = None, num_steps: int | None = None,
-                 seed: int | None = None, policy: StepCachePolicy | None = None) -> tuple[torch.Tensor, GenerationStats]:
+    def generate(
+        self,
+        class_labels: torch.Tensor,
+        *,
+        sampler: str | None = None,
+        num_steps: int | None = None,
+        seed: int | None = None,
+        policy: StepCachePolicy | None = None,
+    ) -> tuple[torch.Tensor, GenerationStats]:
         """Images in [-1, 1], ``(N, C, H, W)``, one per class label."""
-        steps = check_steps(num_steps if num_steps is not None else self.default_steps, self.num_train_timesteps,
-                            sampler or self.default_sampler)
-        return generate(self.split, self.scheduler_config, class_labels, sampler=sampler or self.default_sampler,
-                        num_steps=steps, seed=seed, policy=policy)
+        steps = check_steps(
+            num_steps if num_steps is not None else self.default_steps,
+            self.num_train_timesteps,
+            sampler or self.default_sampler,
+        )
+        return generate(
+            self.split,
+            self.scheduler_config,
+            class_labels,
+            sampler=sampler or self.default_sampler,
+            num_steps=steps,
+            seed=seed,
+            policy=policy,
+        )

@@ -40,8 +40,10 @@ def check_steps(num_steps: int, num_train_timesteps: int, sampler: str | None = 
     # timestep it indexes beyond the schedule (diffusers raises IndexError), so it stops one short
     most = num_train_timesteps - 1 if sampler == "dpm" else num_train_timesteps
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or not 1 <= num_steps <= most:
-        raise SamplerError(f"steps must be an integer in [1, {most}] (the model's training timesteps"
-                           f"{', less one for dpm' if most < num_train_timesteps else ''}), got {num_steps!r}")
+        raise SamplerError(
+            f"steps must be an integer in [1, {most}] (the model's training timesteps"
+            f"{', less one for dpm' if most < num_train_timesteps else ''}), got {num_steps!r}"
+        )
     return num_steps
 
 
@@ -55,5 +57,9 @@ class DiffusionPlan:
     cache: StepCachePolicy = field(default_factory=StepCachePolicy)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler, "steps": self.num_steps, "cache_threshold": self.cache.threshold,
-                "cache_max_reuse": self.cache.max_reuse}
+        return {
+            "sampler": self.sampler,
+            "steps": self.num_steps,
+            "cache_threshold": self.cache.threshold,
+            "cache_max_reuse": self.cache.max_reuse,
+        }

@@ -96,12 +96,14 @@ class SplitUNet:
     def __init__(self, unet: Any) -> None:
         config = unet.config
         unsupported = [
-            why for why, bad in (
+            why
+            for why, bad in (
                 ("skip-connection blocks", any(hasattr(b, "skip_conv") for b in (*unet.down_blocks, *unet.up_blocks))),
                 ("fourier time embedding", config.time_embedding_type != "positional"),
                 ("class_embed_type", config.class_embed_type is not None),
                 ("a single resolution", len(unet.down_blocks) < 2),
-            ) if bad
+            )
+            if bad
         ]
         if unsupported:
             raise ValueError(f"the step cache does not support this UNet: {', '.join(unsupported)}")
@@ -118,8 +120,13 @@ class SplitUNet:
             emb = emb + unet.class_embedding(class_labels).to(dtype=unet.dtype)
         return emb
 
-    def __call__(self, sample: torch.Tensor, timestep: Any, class_labels: torch.Tensor | None = None,
-                 cache: StepCache | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        sample: torch.Tensor,
+        timestep: Any,
+        class_labels: torch.Tensor | None = None,
+        cache: StepCache | None = None,
+    ) -> torch.Tensor:
         unet = self.unet
         if unet.config.center_input_sample:
             sample = 2 * sample - 1.0
@@ -141,8 +148,9 @@ class SplitUNet:
         out = last(deep, skips[:num_last], emb)
         return unet.conv_out(unet.conv_act(unet.conv_norm_out(out)))
 
-    def _deep(self, hidden: torch.Tensor, skips: tuple[torch.Tensor, ...], emb: torch.Tensor,
-              num_last: int) -> torch.Tensor:
+    def _deep(
+        self, hidden: torch.Tensor, skips: tuple[torch.Tensor, ...], emb: torch.Tensor, num_last: int
+    ) -> torch.Tensor:
         unet = self.unet
         for block in unet.down_blocks[1:]:
             hidden, more = block(hidden_states=hidden, temb=emb)

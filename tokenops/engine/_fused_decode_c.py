@@ -101,7 +101,9 @@ static inline float dot1(const float *w, const float *x, int64_t K) {
 #endif
 """
 
-SOURCE += LORA_SOURCE + r"""
+SOURCE += (
+    LORA_SOURCE
+    + r"""
 /* Linear weights are packed in panels of 16 output features: P[N/16][K][16] (the last panel
    zero-padded), so one step down K reads 16 consecutive weights (one cache line in float32). tile_RP computes R
    input rows against P consecutive panels (R * P <= 6): 2RP accumulators of 8 lanes, the register
@@ -800,3 +802,4 @@ int fused_draft_f32(const tk_layer *layers, const int64_t *meta, float eps, floa
     return rc;
 }
 """
+)

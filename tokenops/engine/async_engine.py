@@ -130,9 +130,15 @@ class AsyncLLMEngine:
         """Abort a request; its stream ends with ``finish_reason="abort"``."""
         self._inbox.put(("abort", request_id))
 
-    async def generate(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
-                       tenant: str = "default", priority: int = 0,
-                       lora: str | None = None) -> AsyncIterator[RequestOutput]:
+    async def generate(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        tenant: str = "default",
+        priority: int = 0,
+        lora: str | None = None,
+    ) -> AsyncIterator[RequestOutput]:
         """Stream a request: one output per step that produced tokens, the last one
         with ``finished`` set. Raises the engine's error (e.g. PromptTooLongError)."""
         self.start()
@@ -258,8 +264,7 @@ class AsyncLLMEngine:
                     self.engine.abort(request_id)
                 except Exception:
                     log.exception("abort after a failed step failed")
-            self._dispatch(request_id, EngineRequestError(f"engine step failed: {type(error).__name__}: {error}"),
-                           True)
+            self._dispatch(request_id, EngineRequestError(f"engine step failed: {type(error).__name__}: {error}"), True)
 
 
 def _put_all(items: list[tuple[asyncio.Queue, Any, str]]) -> None:

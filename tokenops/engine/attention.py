@@ -113,8 +113,11 @@ class AttentionMetadata:
         if native is not None and decodes:
             max_len = max(c.end_pos for c in decodes)
             width = (max_len + block_size - 1) // block_size
-            tables = torch.tensor([c.block_table[:width] + [0] * (width - min(len(c.block_table), width))
-                                   for c in decodes], dtype=torch.long, device=device)
+            tables = torch.tensor(
+                [c.block_table[:width] + [0] * (width - min(len(c.block_table), width)) for c in decodes],
+                dtype=torch.long,
+                device=device,
+            )
             lens = torch.tensor([c.end_pos for c in decodes], dtype=torch.long, device=device)
         else:
             for start, end in split_by_length([c.end_pos for c in decodes]):
@@ -142,8 +145,16 @@ class AttentionMetadata:
                 span.masks[window] = None if mask is None else _additive(mask, dtype)
             prefills.append(span)
             row += n
-        return cls(slot_mapping, num_decodes, groups, prefills, native=native if tables is not None else None,
-                   decode_tables=tables, decode_lens=lens, decode_max_len=max_len)
+        return cls(
+            slot_mapping,
+            num_decodes,
+            groups,
+            prefills,
+            native=native if tables is not None else None,
+            decode_tables=tables,
+            decode_lens=lens,
+            decode_max_len=max_len,
+        )
 
 
 # A group costs a couple of kernel launches per layer, about as much as gathering
@@ -264,8 +275,9 @@ def paged_attention(
 
     if meta.native is not None:
         nd = meta.num_decodes
-        decoded = meta.native(q[:nd], k_cache, v_cache, meta.decode_tables, meta.decode_lens, meta.decode_max_len,
-                              scale, window)
+        decoded = meta.native(
+            q[:nd], k_cache, v_cache, meta.decode_tables, meta.decode_lens, meta.decode_max_len, scale, window
+        )
         if not meta.prefills:
             return decoded
         out = torch.empty_like(q)
@@ -294,14 +306,16 @@ def paged_attention(
                 mask = _additive(torch.ones(n, n, dtype=torch.bool, device=q.device).tril(), q.dtype)
             o = softcapped_attention(qs, kt, vt, mask, scale, softcap)
         else:
-            o = F.scaled_dot_product_attention(qs, kt, vt, attn_mask=mask, is_causal=mask is None, scale=scale,
-                                               enable_gqa=group_size > 1)
+            o = F.scaled_dot_product_attention(
+                qs, kt, vt, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=group_size > 1
+            )
         out[s:e] = o[0].transpose(0, 1)
     return out
 
 
-def softcapped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
-                         softcap: float) -> torch.Tensor:
+def softcapped_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, softcap: float
+) -> torch.Tensor:
     """Attention with scores capped to ``(-softcap, softcap)`` by ``softcap * tanh(s / softcap)``
     before the additive ``mask`` (Gemma 2); softmax in float32. ``k``/``v`` have as many heads
     as ``q`` or broadcast to them."""
@@ -310,8 +324,17 @@ def softcapped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask
     return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
 
 
-def _decode(q, k_flat, v_flat, group: DecodeGroup, meta: AttentionMetadata, scale: float, window, group_size: int,
-            softcap: float | None = None):
+def _decode(
+    q,
+    k_flat,
+    v_flat,
+    group: DecodeGroup,
+    meta: AttentionMetadata,
+    scale: float,
+    window,
+    group_size: int,
+    softcap: float | None = None,
+):
     num_rows, num_heads, head_dim = q.shape
     num_kv_heads = num_heads // group_size
     # One gather buffer serves every group and layer of the step; index_select into
@@ -333,8 +356,9 @@ def _decode(q, k_flat, v_flat, group: DecodeGroup, meta: AttentionMetadata, scal
     return o.reshape(num_rows, num_heads, head_dim)
 
 
-def _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta: AttentionMetadata, scale: float, window,
-                    softcap: float | None = None):
+def _int8_attention(
+    q, k, v, k_cache, v_cache, kv_scales, meta: AttentionMetadata, scale: float, window, softcap: float | None = None
+):
     """int8 cache: quantize the step's K/V into the cache, then attend over a dequantized
     copy of the slots this step reads (the step's own chunks at position 0 use exact K/V)."""
     from tokenops.engine.kv_quant import dequantize_kv, quantize_kv
@@ -348,11 +372,21 @@ def _int8_attention(q, k, v, k_cache, v_cache, kv_scales, meta: AttentionMetadat
         scales.index_copy_(0, meta.slot_mapping, s)
     # Gather every slot the step reads once, dequantize, and attend through the plain
     # path over that compact float cache (slot ids remapped into it).
-    needed = [g.slots for g in meta.decode_groups] + [p.context_slots for p in meta.prefills if p.context_slots is not None]
+    needed = [g.slots for g in meta.decode_groups] + [
+        p.context_slots for p in meta.prefills if p.context_slots is not None
+    ]
     if not needed:
-        return paged_attention(q, k, v, k.new_zeros((1, 1, num_kv_heads, head_dim)),
-                               v.new_zeros((1, 1, num_kv_heads, head_dim)), _local(meta, None), scale, window,
-                               softcap=softcap)
+        return paged_attention(
+            q,
+            k,
+            v,
+            k.new_zeros((1, 1, num_kv_heads, head_dim)),
+            v.new_zeros((1, 1, num_kv_heads, head_dim)),
+            _local(meta, None),
+            scale,
+            window,
+            softcap=softcap,
+        )
     slots = torch.cat(needed).unique()
     pad = k.new_zeros((1, num_kv_heads, head_dim))  # scratch row for writes nobody reads
     k_local = torch.cat([dequantize_kv(k_flat.index_select(0, slots), ks_flat.index_select(0, slots), q.dtype), pad])
@@ -374,6 +408,14 @@ def _local(meta: AttentionMetadata, remap: torch.Tensor | None) -> AttentionMeta
     mapped = remap[meta.slot_mapping]
     write = torch.where(mapped >= 0, mapped, torch.full_like(mapped, scratch))
     groups = [DecodeGroup(g.row_start, g.row_end, g.length, remap[g.slots], g.masks) for g in meta.decode_groups]
-    prefills = [PrefillSpan(p.token_start, p.token_end, p.start_pos,
-                            None if p.context_slots is None else remap[p.context_slots], p.masks) for p in meta.prefills]
+    prefills = [
+        PrefillSpan(
+            p.token_start,
+            p.token_end,
+            p.start_pos,
+            None if p.context_slots is None else remap[p.context_slots],
+            p.masks,
+        )
+        for p in meta.prefills
+    ]
     return AttentionMetadata(write, meta.num_decodes, groups, prefills)

@@ -44,8 +44,9 @@ class Block:
 class BlockManager:
     """Allocates KV blocks to sequences (``block_table``) with copy-on-write forks."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 offload: OffloadIndex | None = None) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, offload: OffloadIndex | None = None
+    ) -> None:
         assert num_blocks > 0 and block_size > 0
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -88,7 +89,7 @@ class BlockManager:
 
     def _block_tokens(self, seq: Sequence, index: int) -> tuple[int, ...]:
         start = index * self.block_size
-        return tuple(seq.token_ids[start:start + self.block_size])
+        return tuple(seq.token_ids[start : start + self.block_size])
 
     def _hash_of(self, seq: Sequence, index: int) -> int:
         """Chained hash of the full block ``index`` of ``seq`` (memoised on the sequence)."""
@@ -143,14 +144,19 @@ class BlockManager:
         # must not push these out of the tier
         # (a hit of None, a block to load back, comes only from the offload tier)
         offload = self.offload
-        claims = {i: offload.claim(self._hash_of(seq, i)) for i, b in enumerate(hits) if b is None} \
-            if offload is not None else {}
+        claims = (
+            {i: offload.claim(self._hash_of(seq, i)) for i, b in enumerate(hits) if b is None}
+            if offload is not None
+            else {}
+        )
         table = [b if b is not None else self._take_fresh() for b in hits]
         for i, entry in claims.items():
             assert offload is not None  # the claims came from it
             self._register(self.blocks[table[i]], seq, i)
             offload.load(self._hash_of(seq, i), entry, table[i], self.pending_transfers)
-        seq.block_table = table + [self._take_fresh() for _ in range(self.num_blocks_for(len(seq.token_ids)) - len(hits))]
+        seq.block_table = table + [
+            self._take_fresh() for _ in range(self.num_blocks_for(len(seq.token_ids)) - len(hits))
+        ]
         seq.num_computed_tokens = len(hits) * self.block_size
         self.num_offload_hits += len(claims) * self.block_size
         if seq.num_output_tokens == 0:  # a recompute after preemption is not a prompt-cache hit

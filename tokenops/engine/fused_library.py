@@ -22,14 +22,36 @@ log = logging.getLogger(__name__)
 class QkWeight(ctypes.Structure):
     """``qk_weight`` of the quantized kernels' C source: a GGUF-encoded weight as the fused step reads it."""
 
-    _fields_ = [("data", ctypes.c_void_p), ("rb", ctypes.c_int64), ("N", ctypes.c_int64), ("K", ctypes.c_int64),
-                ("t", ctypes.c_int32), ("packed", ctypes.c_int32)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("rb", ctypes.c_int64),
+        ("N", ctypes.c_int64),
+        ("K", ctypes.c_int64),
+        ("t", ctypes.c_int32),
+        ("packed", ctypes.c_int32),
+    ]
 
 
 class LayerRecord(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_void_p) for name in (
-        "in_norm", "post_norm", "q_norm", "k_norm", "wqkv", "bqkv", "wo", "bo", "wgu", "bgu", "wd", "bd", "kc", "vc")] + [
-        ("window", ctypes.c_int64)]
+    _fields_ = [
+        (name, ctypes.c_void_p)
+        for name in (
+            "in_norm",
+            "post_norm",
+            "q_norm",
+            "k_norm",
+            "wqkv",
+            "bqkv",
+            "wo",
+            "bo",
+            "wgu",
+            "bgu",
+            "wd",
+            "bd",
+            "kc",
+            "vc",
+        )
+    ] + [("window", ctypes.c_int64)]
 
 
 _lock = threading.Lock()
@@ -59,7 +81,20 @@ def library(panel_dtype: str = "float32", kv_bf16: bool = False) -> ctypes.CDLL 
             try:
                 lib = ctypes.CDLL(str(build_library(source=source, stem=stem)))
                 p = ctypes.c_void_p
-                lib.fused_decode_f32.argtypes = [p, p, ctypes.c_float, ctypes.c_float, p, p, p, p, p, p, p, ctypes.c_int]
+                lib.fused_decode_f32.argtypes = [
+                    p,
+                    p,
+                    ctypes.c_float,
+                    ctypes.c_float,
+                    p,
+                    p,
+                    p,
+                    p,
+                    p,
+                    p,
+                    p,
+                    ctypes.c_int,
+                ]
                 lib.fused_decode_f32.restype = ctypes.c_int
                 i64 = ctypes.c_int64
                 lib.linear_panels.argtypes = [p, i64, p, p, p, i64, i64, ctypes.c_int]
@@ -92,8 +127,16 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "it needs a float32 or bfloat16 KV cache"
     if args.hidden_act not in ("silu", "swish"):
         return f"activation {args.hidden_act!r} (only SiLU)"
-    layers = [m for layer in model.model.layers
-              for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.dense_mlp.gate_up_proj, layer.dense_mlp.down_proj)]
+    layers = [
+        m
+        for layer in model.model.layers
+        for m in (
+            layer.self_attn.qkv_proj,
+            layer.self_attn.o_proj,
+            layer.dense_mlp.gate_up_proj,
+            layer.dense_mlp.down_proj,
+        )
+    ]
     if is_quantized(model):
         why = _quantized_reason(model, layers + [model.lm_head])
         if why is not None:

@@ -48,7 +48,7 @@ def _nibbles(qs: torch.Tensor) -> torch.Tensor:
     that torch's elementwise kernels allow (about 2x faster than ``cat`` + ``float``)."""
     out = torch.empty(qs.shape[0], 2 * qs.shape[1], dtype=torch.float32, device=qs.device)
     out[:, : qs.shape[1]] = qs & 0x0F
-    out[:, qs.shape[1]:] = qs >> 4
+    out[:, qs.shape[1] :] = qs >> 4
     return out
 
 
@@ -126,17 +126,20 @@ def _bf16(b: torch.Tensor) -> torch.Tensor:
 
 
 #: ggml type id -> its encoding. Add a row (and a test against ``gguf.quants.dequantize``) for a new type.
-QUANT_TYPES: dict[int, QuantType] = {t.ggml_type: t for t in (
-    QuantType("F32", 0, 1, 4, _f32),
-    QuantType("F16", 1, 1, 2, _f16_block),
-    QuantType("Q4_0", 2, 32, 18, _q4_0),
-    QuantType("Q4_1", 3, 32, 20, _q4_1),
-    QuantType("Q8_0", 8, 32, 34, _q8_0),
-    QuantType("Q4_K", 12, QK_K, 144, _q4_k),
-    QuantType("Q5_K", 13, QK_K, 176, _q5_k),
-    QuantType("Q6_K", 14, QK_K, 210, _q6_k),
-    QuantType("BF16", 30, 1, 2, _bf16),
-)}
+QUANT_TYPES: dict[int, QuantType] = {
+    t.ggml_type: t
+    for t in (
+        QuantType("F32", 0, 1, 4, _f32),
+        QuantType("F16", 1, 1, 2, _f16_block),
+        QuantType("Q4_0", 2, 32, 18, _q4_0),
+        QuantType("Q4_1", 3, 32, 20, _q4_1),
+        QuantType("Q8_0", 8, 32, 34, _q8_0),
+        QuantType("Q4_K", 12, QK_K, 144, _q4_k),
+        QuantType("Q5_K", 13, QK_K, 176, _q5_k),
+        QuantType("Q6_K", 14, QK_K, 210, _q6_k),
+        QuantType("BF16", 30, 1, 2, _bf16),
+    )
+}
 
 
 class UnsupportedQuantType(ValueError):

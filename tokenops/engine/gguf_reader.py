@@ -44,12 +44,15 @@ GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "mistral": GGUFArchitecture("MistralForCausalLM", "mistral", permuted_qk=True),
     "qwen2": GGUFArchitecture("Qwen2ForCausalLM", "qwen2", permuted_qk=False),
     "qwen3": GGUFArchitecture("Qwen3ForCausalLM", "qwen3", permuted_qk=False),
-    "gemma": GGUFArchitecture("GemmaForCausalLM", "gemma", permuted_qk=False,
-                              hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)),
-    "gemma2": GGUFArchitecture("Gemma2ForCausalLM", "gemma2", permuted_qk=False,
-                               hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)),
-    "gemma3": GGUFArchitecture("Gemma3ForCausalLM", "gemma3_text", permuted_qk=False,
-                               hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)),
+    "gemma": GGUFArchitecture(
+        "GemmaForCausalLM", "gemma", permuted_qk=False, hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)
+    ),
+    "gemma2": GGUFArchitecture(
+        "Gemma2ForCausalLM", "gemma2", permuted_qk=False, hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)
+    ),
+    "gemma3": GGUFArchitecture(
+        "Gemma3ForCausalLM", "gemma3_text", permuted_qk=False, hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)
+    ),
     "phi3": GGUFArchitecture("Phi3ForCausalLM", "phi3", permuted_qk=False),
 }
 
@@ -92,9 +95,14 @@ class GGUFFile:
         except (ValueError, OSError) as e:
             raise GGUFError(f"{self.path} is not a readable GGUF file: {e}") from None
         self.metadata: dict[str, Any] = {
-            key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
-        self.tensors = {t.name: TensorInfo(t.name, tuple(int(n) for n in t.shape), int(t.tensor_type),
-                                           int(t.data_offset), int(t.n_bytes)) for t in reader.tensors}
+            key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")
+        }
+        self.tensors = {
+            t.name: TensorInfo(
+                t.name, tuple(int(n) for n in t.shape), int(t.tensor_type), int(t.data_offset), int(t.n_bytes)
+            )
+            for t in reader.tensors
+        }
         del reader
         # copy-on-write ("c"): writable for torch.from_numpy, the file itself is never written
         self._map: np.memmap | None = np.memmap(self.path, mode="c", dtype=np.uint8)
@@ -117,7 +125,7 @@ class GGUFFile:
         assert self._map is not None, "GGUFFile is closed"
         t = self.tensors[name]
         rows = int(np.prod(t.shape[1:])) if len(t.shape) > 1 else 1
-        return self._map[t.offset:t.offset + t.num_bytes].reshape(rows, -1)
+        return self._map[t.offset : t.offset + t.num_bytes].reshape(rows, -1)
 
     def raw_rows(self, name: str) -> np.ndarray:
         """The tensor's bytes as uint8 ``[rows, row_bytes]`` (a private copy)."""
@@ -244,8 +252,9 @@ def _phi3_config(file: GGUFFile, cfg: dict[str, Any]) -> dict[str, Any]:
             "rope_type": "longrope",
             "long_factor": file.float_tensor("rope_factors_long.weight").tolist(),
             "short_factor": file.float_tensor("rope_factors_short.weight").tolist(),
-            "original_max_position_embeddings": int(key("rope.scaling.original_context_length")
-                                                    or cfg["max_position_embeddings"]),
+            "original_max_position_embeddings": int(
+                key("rope.scaling.original_context_length") or cfg["max_position_embeddings"]
+            ),
         }
         if key("rope.scaling.attn_factor") is not None:
             rope["attention_factor"] = float(key("rope.scaling.attn_factor"))

@@ -27,10 +27,14 @@ from tokenops.engine.tokenizer import Tokenizer
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
 
 _GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +62,18 @@ BPE_PRE_TOKENIZERS: dict[str, BPEPreTokenizer] = {
     "deepseek-r1-qwen": BPEPreTokenizer((_QWEN2_REGEX,)),
 }
 #: Control tokens llama.cpp ends generation on besides EOS/EOT/EOM (its ``special_eog_ids`` by text).
-_EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "<|end_of_text|>",
-              "<|return|>", "<|call|>", "<|eom_id|>")
+_EOG_TEXTS = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<EOT>",
+    "<|end_of_text|>",
+    "<|return|>",
+    "<|call|>",
+    "<|eom_id|>",
+)
 
 
 def gguf_tokenizer(file: GGUFFile) -> Tokenizer:
@@ -81,14 +95,22 @@ def gguf_tokenizer(file: GGUFFile) -> Tokenizer:
         idx = file.get(f"tokenizer.ggml.{key}_token_id")
         return tokens[idx] if isinstance(idx, int) and 0 <= idx < len(tokens) else None
 
-    special = {"bos_token": token("bos"), "eos_token": token("eos"), "pad_token": token("padding"),
-               "unk_token": token("unknown")}
+    special = {
+        "bos_token": token("bos"),
+        "eos_token": token("eos"),
+        "pad_token": token("padding"),
+        "unk_token": token("unknown"),
+    }
     eos_ids = {file.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")}
     eos_ids |= {i for i, t in enumerate(tokens) if types[i] == _CONTROL and t in _EOG_TEXTS}
     add_bos = file.get("tokenizer.ggml.add_bos_token")
-    return Tokenizer(backend, special, file.get("tokenizer.chat_template"),
-                     {i for i in eos_ids if isinstance(i, int)},
-                     bool(default_bos if add_bos is None else add_bos))
+    return Tokenizer(
+        backend,
+        special,
+        file.get("tokenizer.chat_template"),
+        {i for i in eos_ids if isinstance(i, int)},
+        bool(default_bos if add_bos is None else add_bos),
+    )
 
 
 def _byte_level_bpe(file: GGUFFile, tokens: list[str], types: list[int]):
@@ -98,8 +120,7 @@ def _byte_level_bpe(file: GGUFFile, tokens: list[str], types: list[int]):
     pre_name = str(file.get("tokenizer.ggml.pre", "default"))
     pre = BPE_PRE_TOKENIZERS.get(pre_name)
     if pre is None:
-        raise GGUFError(f"GGUF pre-tokenizer {pre_name!r} is not supported; supported: "
-                        f"{', '.join(BPE_PRE_TOKENIZERS)}")
+        raise GGUFError(f"GGUF pre-tokenizer {pre_name!r} is not supported; supported: {', '.join(BPE_PRE_TOKENIZERS)}")
     merges = [tuple(m.split(" ", 1)) for m in file.get("tokenizer.ggml.merges") or []]
     vocab = {t: i for i, t in enumerate(tokens)}
     backend = Backend(models.BPE(vocab=vocab, merges=merges, ignore_merges=pre.ignore_merges, fuse_unk=False))

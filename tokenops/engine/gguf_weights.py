@@ -113,8 +113,9 @@ def _type_counts(file: GGUFFile) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _stacked(file: GGUFFile, names: list[str], device: torch.device,
-             permute_heads: list[int | None]) -> list[QuantizedWeight]:
+def _stacked(
+    file: GGUFFile, names: list[str], device: torch.device, permute_heads: list[int | None]
+) -> list[QuantizedWeight]:
     """The weights ``names`` stacked along their rows, one :class:`QuantizedWeight` per run of
     neighbours in the same encoding: each is copied once from the file mapping into its final
     buffer (no transient copies, which would stay in the allocator's heap and inflate the RSS)."""
@@ -139,7 +140,7 @@ def _stacked(file: GGUFFile, names: list[str], device: torch.device,
             heads = permute_heads[i]
             if heads is not None:
                 src = src.index_select(0, _unpermute_index(view.shape[0], heads))
-            raw[at:at + view.shape[0]].copy_(src)
+            raw[at : at + view.shape[0]].copy_(src)
             at += view.shape[0]
         first = names[group[0]]
         out.append(QuantizedWeight(raw, file.tensor_type(first), int(file.tensors[first].shape[0]), first))
@@ -153,8 +154,9 @@ def _unpermute_index(rows: int, num_heads: int) -> torch.Tensor:
     return torch.arange(rows).reshape(num_heads, half, 2).transpose(1, 2).reshape(-1)
 
 
-def _attach_weights(model: CausalLM, file: GGUFFile, args: ModelArgs, permuted_qk: bool, device: torch.device,
-                    dtype: torch.dtype) -> None:
+def _attach_weights(
+    model: CausalLM, file: GGUFFile, args: ModelArgs, permuted_qk: bool, device: torch.device, dtype: torch.dtype
+) -> None:
     [embed] = _stacked(file, ["token_embd.weight"], device, [None])
     model.model.embed_tokens = QuantizedEmbedding(embed, dtype)  # type: ignore[assignment]
     if file.has_tensor("output.weight"):
@@ -178,8 +180,10 @@ def _attach_weights(model: CausalLM, file: GGUFFile, args: ModelArgs, permuted_q
             expected = getattr(holder, attr)
             linear = QuantizedLinear(parts, bias)
             if (linear.out_features, linear.in_features) != (expected.out_features, expected.in_features):
-                raise GGUFError(f"GGUF layer {i} {ours}: shape {(linear.out_features, linear.in_features)} "
-                                f"does not match the metadata's {(expected.out_features, expected.in_features)}")
+                raise GGUFError(
+                    f"GGUF layer {i} {ours}: shape {(linear.out_features, linear.in_features)} "
+                    f"does not match the metadata's {(expected.out_features, expected.in_features)}"
+                )
             setattr(holder, attr, linear)
 
 
@@ -191,8 +195,11 @@ def _materialise(model: nn.Module, device: torch.device) -> None:
                 setattr(module, name, nn.Parameter(torch.empty_like(param, device=device), requires_grad=False))
         for name, buf in list(module.named_buffers(recurse=False)):
             if buf.is_meta:
-                module.register_buffer(name, torch.empty_like(buf, device=device),
-                                       persistent=name not in module._non_persistent_buffers_set)
+                module.register_buffer(
+                    name,
+                    torch.empty_like(buf, device=device),
+                    persistent=name not in module._non_persistent_buffers_set,
+                )
 
 
 def _fill_floats(model: CausalLM, file: GGUFFile) -> None:

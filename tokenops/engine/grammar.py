@@ -155,8 +155,9 @@ class GrammarCompiler:
         if self._lltok is None:  # ~50 ms: built on first use, not at engine start
             import llguidance
 
-            self._lltok = llguidance.LLTokenizer(self._tokenizer_json, n_vocab=self.vocab_size,
-                                                 eos_token=self._eos or None)
+            self._lltok = llguidance.LLTokenizer(
+                self._tokenizer_json, n_vocab=self.vocab_size, eos_token=self._eos or None
+            )
         return self._lltok
 
     def _closing_classes(self) -> Any:
@@ -198,7 +199,8 @@ class GrammarCompiler:
         try:
             if spec.kind == "json_schema":
                 grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                    spec.source, defaults={"whitespace_flexible": False})
+                    spec.source, defaults={"whitespace_flexible": False}
+                )
             else:
                 grammar = llguidance.LLMatcher.grammar_from_lark(spec.source)
         except ValueError as e:
@@ -210,14 +212,17 @@ class GrammarCompiler:
         pristine = llguidance.LLMatcher(lltok, grammar, log_level=0, limits=limits)
         if pristine.is_error():
             raise GrammarError(f"cannot compile the schema: {_first_line(pristine.get_error())}")
-        reserve = (len(lltok.tokenize_str(spec.shortest)) + CLOSING_MARGIN_TOKENS if spec.shortest
-                   else DEFAULT_RESERVE_TOKENS)
+        reserve = (
+            len(lltok.tokenize_str(spec.shortest)) + CLOSING_MARGIN_TOKENS if spec.shortest else DEFAULT_RESERVE_TOKENS
+        )
         with self._lock:
             self.num_compiled += 1
             if spec.num_bytes <= self.max_cache_bytes // 4 and spec not in self._cache:  # a huge one is not kept
                 self._cache[spec] = (pristine, reserve)
                 self.num_cache_bytes += spec.num_bytes
-            while self._cache and (len(self._cache) > GRAMMAR_CACHE_SIZE or self.num_cache_bytes > self.max_cache_bytes):
+            while self._cache and (
+                len(self._cache) > GRAMMAR_CACHE_SIZE or self.num_cache_bytes > self.max_cache_bytes
+            ):
                 old, _ = self._cache.popitem(last=False)
                 self.num_cache_bytes -= old.num_bytes
         return GrammarMatcher(pristine.deep_copy(), closing, reserve)
@@ -235,8 +240,9 @@ def parser_limits() -> Any:
     """The :class:`llguidance.LLParserLimits` of every matcher (see :data:`MAX_LEXER_STATES`)."""
     import llguidance
 
-    return llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE,
-                                     verbose_errors=False)
+    return llguidance.LLParserLimits(
+        max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SIZE, verbose_errors=False
+    )
 
 
 def _first_line(message: str) -> str:

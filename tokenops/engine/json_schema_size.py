@@ -29,8 +29,19 @@ SIZING_KEYWORDS = ("minLength", "minItems", "minProperties", "minContains")
 _QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 _SUB_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 _SUB_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUB_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
-            "unevaluatedItems", "unevaluatedProperties", "additionalItems")
+_SUB_ONE = (
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "additionalItems",
+)
 
 
 class SchemaSizeError(ValueError):
@@ -62,8 +73,7 @@ def check_shape(schema: Any, limits: ShapeLimits, output_cap: int) -> None:
     while stack:
         node, depth, where = stack.pop()
         if depth > limits.max_depth:
-            raise SchemaSizeError(f"nests schemas {depth} levels deep, more than {limits.max_depth}",
-                                  "nesting", where)
+            raise SchemaSizeError(f"nests schemas {depth} levels deep, more than {limits.max_depth}", "nesting", where)
         if isinstance(node, list):
             stack.extend((v, depth + 1, f"{where}/{i}") for i, v in enumerate(node))
             continue
@@ -80,8 +90,11 @@ def check_shape(schema: Any, limits: ShapeLimits, output_cap: int) -> None:
         if isinstance(pattern, str):
             for m in _QUANTIFIER.finditer(pattern):
                 if int(m.group(1)[:12]) > output_cap or (m.group(2) and int(m.group(2)[:12]) > output_cap):
-                    raise SchemaSizeError(f"pattern repetition {m.group(0)[:40]} asks for more than {output_cap} characters", "pattern",
-                                          where)
+                    raise SchemaSizeError(
+                        f"pattern repetition {m.group(0)[:40]} asks for more than {output_cap} characters",
+                        "pattern",
+                        where,
+                    )
         if isinstance(node.get("enum"), list):
             num_enum += len(node["enum"])
             enum_chars += _json_len(node["enum"], limits.max_enum_chars)
@@ -91,8 +104,9 @@ def check_shape(schema: Any, limits: ShapeLimits, output_cap: int) -> None:
             enum_chars += _json_len(node["const"], limits.max_enum_chars)
         if enum_chars > limits.max_enum_chars:
             keyword = "const" if "const" in node else "enum"
-            raise SchemaSizeError(f"has enum and const values of more than {limits.max_enum_chars} characters in all",
-                                  keyword, where)
+            raise SchemaSizeError(
+                f"has enum and const values of more than {limits.max_enum_chars} characters in all", keyword, where
+            )
         for key in _SUB_MAPS:
             sub = node.get(key)
             if isinstance(sub, dict):
@@ -136,8 +150,9 @@ class _Sizer:
 
     def over(self, total: float, keyword: str, where: str) -> float:
         if total > self.cap and total != INFINITE:
-            raise SchemaSizeError(f"{keyword} makes the shortest answer longer than {self.cap} characters",
-                                  keyword, where)
+            raise SchemaSizeError(
+                f"{keyword} makes the shortest answer longer than {self.cap} characters", keyword, where
+            )
         return total
 
     def resolve(self, ref: str) -> Any:
@@ -187,9 +202,15 @@ class _Sizer:
         kind = schema.get("type")
         kinds = kind if isinstance(kind, list) else [kind]
         if None in kinds or not kinds:
-            inferred = "object" if "properties" in schema or "required" in schema else \
-                "array" if "items" in schema or "prefixItems" in schema else \
-                "string" if "minLength" in schema or "pattern" in schema else None
+            inferred = (
+                "object"
+                if "properties" in schema or "required" in schema
+                else "array"
+                if "items" in schema or "prefixItems" in schema
+                else "string"
+                if "minLength" in schema or "pattern" in schema
+                else None
+            )
             kinds = [inferred]
         return min(self.of_kind(k, schema, where, active) for k in kinds)
 
@@ -199,7 +220,9 @@ class _Sizer:
             required = [r for r in schema.get("required") or [] if isinstance(r, str)]
             total: float = 1  # {} less the comma the first member does not need
             for name in dict.fromkeys(required):  # "name":value,
-                total += len(json.dumps(name)) + 2 + self.size(props.get(name, {}), f"{where}/properties/{name}", active)
+                total += (
+                    len(json.dumps(name)) + 2 + self.size(props.get(name, {}), f"{where}/properties/{name}", active)
+                )
                 if total > self.cap:
                     return self.over(total, "required", where)
             extra = max(0, int(min(schema.get("minProperties") or 0, self.cap)) - len(required))

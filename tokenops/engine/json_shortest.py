@@ -61,8 +61,9 @@ def shortest_instance(schema: Any, root: Any = None, depth: int = 0) -> Any:
         item = shortest_instance(schema.get("items", {}), root, depth + 1)
         num_items = int(min(schema.get("minItems") or 0, MAX_SAMPLE_CHARS))
         if num_items * (len(json.dumps(item)) + 1) > MAX_SAMPLE_CHARS:
-            raise SchemaSizeError(f"minItems {num_items} makes the sample longer than {MAX_SAMPLE_CHARS} characters",
-                                  "minItems")
+            raise SchemaSizeError(
+                f"minItems {num_items} makes the sample longer than {MAX_SAMPLE_CHARS} characters", "minItems"
+            )
         return [item] * num_items
     if kind == "string":
         return "a" * int(min(schema.get("minLength") or 0, MAX_SAMPLE_CHARS))

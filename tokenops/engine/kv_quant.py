@@ -27,8 +27,9 @@ def dequantize_kv(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> t
     return (q.to(torch.float32) * scale.unsqueeze(-1)).to(dtype)
 
 
-def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
-                       kv_cache_dtype: str = "auto") -> int:
+def kv_bytes_per_token(
+    num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, kv_cache_dtype: str = "auto"
+) -> int:
     """Cache bytes one token takes over all layers (K and V)."""
     if kv_cache_dtype == "int8":
         per_head = head_dim + 4

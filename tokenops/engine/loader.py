@@ -80,7 +80,9 @@ def resolve_model_dir(model: str | None, allow_download: bool = False) -> Path:
     try:
         return Path(snapshot_download(model, allow_patterns=_DOWNLOAD_PATTERNS))
     except Exception as e:  # hub errors come in many types; the user needs the reason
-        raise ModelNotFoundError(f"could not download {model!r} from the Hugging Face hub: {type(e).__name__}: {e}") from None
+        raise ModelNotFoundError(
+            f"could not download {model!r} from the Hugging Face hub: {type(e).__name__}: {e}"
+        ) from None
 
 
 def _from_hf_cache(repo_id: str) -> Path | None:
@@ -106,7 +108,9 @@ def model_args(hf_config: dict[str, Any]) -> ModelArgs:
     arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
     if arch is None:
         named = ", ".join(archs) or f"model_type {hf_config.get('model_type')!r}"
-        raise UnsupportedModelError(f"unsupported architecture {named}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+        raise UnsupportedModelError(
+            f"unsupported architecture {named}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
     try:
         return ModelArgs.from_hf(hf_config, arch)
     except KeyError as e:

@@ -28,8 +28,13 @@ if TYPE_CHECKING:
 
 def needs_processing(params: Any) -> bool:
     """Whether a request's :class:`~tokenops.engine.sampling.SamplingParams` ask for any transform here."""
-    return bool(params.presence_penalty or params.frequency_penalty or params.repetition_penalty != 1.0
-                or params.logit_bias or params.min_tokens)
+    return bool(
+        params.presence_penalty
+        or params.frequency_penalty
+        or params.repetition_penalty != 1.0
+        or params.logit_bias
+        or params.min_tokens
+    )
 
 
 def _flat(per_row: list[tuple[int, list[Any]]], device: Any, dtype: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,14 +63,15 @@ def apply_processors(logits: torch.Tensor, seqs: Sequence[Any], eos_token_ids: S
     logits = logits.clone()
     device = logits.device
     _apply_logit_bias(logits, [(i, seqs[i].params.logit_bias) for i in rows if seqs[i].params.logit_bias])
-    _apply_min_tokens(logits, [i for i in rows if seqs[i].num_output_tokens < seqs[i].params.min_tokens],
-                      seqs, eos_token_ids)
+    _apply_min_tokens(
+        logits, [i for i in rows if seqs[i].num_output_tokens < seqs[i].params.min_tokens], seqs, eos_token_ids
+    )
     ids: list[tuple[int, list[int]]] = []
     values: list[tuple[int, list[float]]] = []
     for i in rows:  # one indexed add: -frequency per occurrence of an output token, -presence once per distinct one
         params = seqs[i].params
         if params.presence_penalty or params.frequency_penalty:
-            output = seqs[i].token_ids[seqs[i].num_prompt_tokens:]
+            output = seqs[i].token_ids[seqs[i].num_prompt_tokens :]
             distinct = list(set(output))
             ids.append((i, output + distinct))
             values.append((i, [-params.frequency_penalty] * len(output) + [-params.presence_penalty] * len(distinct)))
@@ -90,12 +96,14 @@ def _apply_logit_bias(logits: torch.Tensor, biased: list[tuple[int, dict[int, fl
     token_ids = [t for _, bias in biased for t in bias]
     values = [v for _, bias in biased for v in bias.values()]
     device = logits.device
-    logits.index_put_((torch.tensor(row_ids, device=device), torch.tensor(token_ids, device=device)),
-                      torch.tensor(values, dtype=logits.dtype, device=device), accumulate=True)
+    logits.index_put_(
+        (torch.tensor(row_ids, device=device), torch.tensor(token_ids, device=device)),
+        torch.tensor(values, dtype=logits.dtype, device=device),
+        accumulate=True,
+    )
 
 
-def _apply_min_tokens(logits: torch.Tensor, rows: list[int], seqs: Sequence[Any],
-                      eos_token_ids: Sequence[int]) -> None:
+def _apply_min_tokens(logits: torch.Tensor, rows: list[int], seqs: Sequence[Any], eos_token_ids: Sequence[int]) -> None:
     vocab = logits.shape[1]
     for i in rows:
         params = seqs[i].params

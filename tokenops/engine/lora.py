@@ -94,9 +94,16 @@ class LoraAdapter:
             return None
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "path": str(self.path), "rank": self.rank, "alpha": self.alpha,
-                "targets": list(self.targets), "base_model": self.base_model, "bytes": self.nbytes,
-                "file_bytes": self.file_bytes}
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "rank": self.rank,
+            "alpha": self.alpha,
+            "targets": list(self.targets),
+            "base_model": self.base_model,
+            "bytes": self.nbytes,
+            "file_bytes": self.file_bytes,
+        }
 
 
 def _part_sizes(args: ModelArgs) -> dict[str, tuple[int, int]]:
@@ -121,9 +128,15 @@ def _same_base(named: str | None, served: list[str]) -> bool:
     return False
 
 
-def load_adapter(name: str, path: str | Path, args: ModelArgs, served_names: list[str],
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                 check_base: bool = True) -> LoraAdapter:
+def load_adapter(
+    name: str,
+    path: str | Path,
+    args: ModelArgs,
+    served_names: list[str],
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    check_base: bool = True,
+) -> LoraAdapter:
     """Read and validate the PEFT folder ``path`` for the base described by ``args``.
 
     :param served_names: the base's names (served name, folder/file name) to check the adapter's
@@ -136,8 +149,10 @@ def load_adapter(name: str, path: str | Path, args: ModelArgs, served_names: lis
     cfg_file, weights_file = folder / "adapter_config.json", folder / "adapter_model.safetensors"
     for f in (cfg_file, weights_file):
         if not f.is_file():
-            raise AdapterError(f"{where}: missing {f.name} (a PEFT adapter folder holds adapter_config.json "
-                               "and adapter_model.safetensors)")
+            raise AdapterError(
+                f"{where}: missing {f.name} (a PEFT adapter folder holds adapter_config.json "
+                "and adapter_model.safetensors)"
+            )
     try:
         cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -156,8 +171,7 @@ def load_adapter(name: str, path: str | Path, args: ModelArgs, served_names: lis
         raise AdapterError(f"{where}: the base is a mixture-of-experts model; adapters are served on dense bases only")
     base = cfg.get("base_model_name_or_path")
     if check_base and not _same_base(base, served_names):
-        raise AdapterError(f"{where}: it was made for base model {base!r}, but this engine serves "
-                           f"{served_names[0]!r}")
+        raise AdapterError(f"{where}: it was made for base model {base!r}, but this engine serves {served_names[0]!r}")
     rank, alpha = int(cfg.get("r", 0)), float(cfg.get("lora_alpha", cfg.get("r", 0)))
     if rank < 1:
         raise AdapterError(f"{where}: rank r = {cfg.get('r')!r} must be a positive integer")
@@ -191,7 +205,8 @@ def load_adapter(name: str, path: str | Path, args: ModelArgs, served_names: lis
         if tuple(ab["A"].shape) != (rank, in_f) or tuple(ab["B"].shape) != (out_f, rank):
             raise AdapterError(
                 f"{where}: layer {layer} {part} has A {tuple(ab['A'].shape)} and B {tuple(ab['B'].shape)}, but rank "
-                f"{rank} on this base needs A {(rank, in_f)} and B {(out_f, rank)} (an adapter for another base?)")
+                f"{rank} on this base needs A {(rank, in_f)} and B {(out_f, rank)} (an adapter for another base?)"
+            )
     weights = _fuse(found, args, rank, scaling, dtype, torch.device(device))
     targets = tuple(sorted({part for _, part in found}, key=list(TARGETS).index))
     return LoraAdapter(name, folder, rank, alpha, scaling, base, targets, weights)
@@ -202,8 +217,14 @@ def _host(t: torch.Tensor) -> np.ndarray:
     return (t if t.dtype == torch.float32 else t.float()).numpy()
 
 
-def _fuse(found: dict[tuple[int, str], dict[str, torch.Tensor]], args: ModelArgs, rank: int, scaling: float,
-          dtype: torch.dtype, device: torch.device) -> dict[tuple[int, str], LoraWeights]:
+def _fuse(
+    found: dict[tuple[int, str], dict[str, torch.Tensor]],
+    args: ModelArgs,
+    rank: int,
+    scaling: float,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> dict[tuple[int, str], LoraWeights]:
     """Per (layer, our fused module): A of its parts stacked, each part's scaled, transposed B with its
     output offset. The arithmetic is numpy's (one thread): torch's ops would each fork its thread pool,
     which a load runs beside the engine's step — on a busy box a thousand small forks took seconds."""
@@ -225,8 +246,10 @@ def _fuse(found: dict[tuple[int, str], dict[str, torch.Tensor]], args: ModelArgs
             offsets[p] = start
             start += sizes[p][1]
         a = np.concatenate([_host(found[(layer, p)]["A"]) for p in parts])
-        bs = tuple((offsets[p], put(np.multiply(_host(found[(layer, p)]["B"]).T, np.float32(scaling), order="C")))
-                   for p in parts)
+        bs = tuple(
+            (offsets[p], put(np.multiply(_host(found[(layer, p)]["B"]).T, np.float32(scaling), order="C")))
+            for p in parts
+        )
         out[(layer, module)] = LoraWeights(put(a), bs)
     return out
 
@@ -300,7 +323,7 @@ class LoraSet:
                 delta = torch.zeros(xs.shape[0], y.shape[-1], dtype=w.a.dtype, device=y.device)
                 for j, (off, bt) in enumerate(w.parts):
                     r = bt.shape[0]
-                    delta[:, off:off + bt.shape[1]] = t[:, j * r:(j + 1) * r] @ bt
+                    delta[:, off : off + bt.shape[1]] = t[:, j * r : (j + 1) * r] @ bt
                 y = y + delta.to(y.dtype) if rows is None else y.index_add(0, rows, delta.to(y.dtype))
             return y
 
@@ -335,5 +358,8 @@ class LoraSet:
         self._segments.groups = []
 
     def stats(self) -> dict[str, Any]:
-        return {"adapters": [a.info() for a in self.adapters.values()], "steps": self.num_steps,
-                "fused_steps": self.num_fused_steps}
+        return {
+            "adapters": [a.info() for a in self.adapters.values()],
+            "steps": self.num_steps,
+            "fused_steps": self.num_fused_steps,
+        }

@@ -52,7 +52,7 @@ class _Record:
                 if w is not None:
                     for j, (off, b) in enumerate(w.parts):
                         r, n = b.shape  # B transposed
-                        a = w.a[j * r:(j + 1) * r]
+                        a = w.a[j * r : (j + 1) * r]
                         parts.append(_Part(a.data_ptr(), b.data_ptr(), r, n, off, j * r))
                     self.width = max(self.width, w.a.shape[0])
                 start.append(len(parts))
@@ -63,8 +63,11 @@ class _Record:
 
 def native_ready(adapter: LoraAdapter) -> bool:
     """Whether the fused step can read ``adapter``'s matrices (float32 on CPU, contiguous)."""
-    return all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
-               for w in adapter.weights.values() for t in (w.a, *(b for _, b in w.parts)))
+    return all(
+        t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+        for w in adapter.weights.values()
+        for t in (w.a, *(b for _, b in w.parts))
+    )
 
 
 class NativeLora:
@@ -87,7 +90,9 @@ class NativeLora:
         for name in [n for n, rec in self._records.items() if loaded.get(n) is not rec.adapter]:
             del self._records[name]
 
-    def step(self, chunks: list[ChunkInput], adapters: dict[str, LoraAdapter]) -> tuple[list[ChunkInput], int, list[int] | None]:
+    def step(
+        self, chunks: list[ChunkInput], adapters: dict[str, LoraAdapter]
+    ) -> tuple[list[ChunkInput], int, list[int] | None]:
         """The step's chunks ordered by adapter (rows of one adapter next to each other, so a thread
         reads its matrices from cache row after row), the address of their ``tk_lora``, and the rows of
         the fused step's logits that give ``chunks``' order (None: the order is unchanged)."""

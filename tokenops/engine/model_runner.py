@@ -59,8 +59,9 @@ class ModelRunner:
     packed (plain for a compiled forward); the engine passes them from its :class:`~tokenops.engine.policies.EnginePolicies`.
     """
 
-    def __init__(self, config: EngineConfig, transforms: Sequence[ModelTransform] = (),
-                 compile: ModelCompiler | None = None) -> None:
+    def __init__(
+        self, config: EngineConfig, transforms: Sequence[ModelTransform] = (), compile: ModelCompiler | None = None
+    ) -> None:
         start = time.perf_counter()
         self.config = config
         if config.torch_threads:
@@ -78,10 +79,14 @@ class ModelRunner:
         self.block_size = config.block_size
         self.num_blocks = config.kv_cache_tokens // config.block_size
         if self.num_blocks < 1:
-            raise ValueError(f"kv_cache_tokens {config.kv_cache_tokens} is smaller than one block ({config.block_size})")
+            raise ValueError(
+                f"kv_cache_tokens {config.kv_cache_tokens} is smaller than one block ({config.block_size})"
+            )
         max_pos = self.args.max_position_embeddings
         if config.max_model_len is not None and config.max_model_len > max_pos:
-            raise ValueError(f"max_model_len {config.max_model_len} exceeds the model's max_position_embeddings {max_pos}")
+            raise ValueError(
+                f"max_model_len {config.max_model_len} exceeds the model's max_position_embeddings {max_pos}"
+            )
         self.max_model_len = min(config.max_model_len or max_pos, self.num_blocks * self.block_size)
         self._raw_model = raw_model  # the module whose layers hold the cache views and counters
         self.windows = raw_model.attention_windows
@@ -91,9 +96,14 @@ class ModelRunner:
         model = apply_transforms(raw_model, config, transforms)
         #: Engine steps of up to 2048 tokens (decodes, prefill and verify chunks) in one native call (fused_decode.py);
         #: built before packing, which releases the dense weights it copies.
-        self.fused_decode = make_fused_decoder(model, self.kv_cache, self.block_size, self.device,
-                                               getattr(config, "decode_kernel", "auto"),
-                                               getattr(config, "panel_dtype", "float32"))
+        self.fused_decode = make_fused_decoder(
+            model,
+            self.kv_cache,
+            self.block_size,
+            self.device,
+            getattr(config, "decode_kernel", "auto"),
+            getattr(config, "panel_dtype", "float32"),
+        )
         self.num_fused_steps = 0
         #: "panels" when the linear layers multiply through the fused step's copy of their weights, "onednn"
         #: through prepacked oneDNN weights, else "plain" (see weight_layout.py). A compiled forward keeps
@@ -102,9 +112,13 @@ class ModelRunner:
         #: failed). torch.compile is lazy (it traces at the first forward), so compiling first is safe.
         compiled = compile(model) if compile is not None else None
         layout = getattr(config, "weight_layout", "auto")
-        self.weight_layout = pack_linear_weights(model, self.device, self.dtype,
-                                                 "plain" if compiled is not None and layout == "auto" else layout,
-                                                 panels=self.fused_decode if compiled is None else None)
+        self.weight_layout = pack_linear_weights(
+            model,
+            self.device,
+            self.dtype,
+            "plain" if compiled is not None and layout == "auto" else layout,
+            panels=self.fused_decode if compiled is None else None,
+        )
         #: LoRA adapters served on this model (tokenops/engine/lora.py); hooked on the transformed model
         self.lora = LoraSet(model, self.args)
         self._lora_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
@@ -112,8 +126,9 @@ class ModelRunner:
         self.model = model if compiled is None else compiled
         #: what the stats show: the weights' encoding (a GGUF's quant types, a transform's
         #: ``weight_encoding`` such as int8 weight-only, else the dtype) and whether the forward is compiled
-        self.weight_encoding: str = (self.weight_format or getattr(model, "weight_encoding", None)
-                                     or str(self.dtype).removeprefix("torch."))
+        self.weight_encoding: str = (
+            self.weight_format or getattr(model, "weight_encoding", None) or str(self.dtype).removeprefix("torch.")
+        )
         self.is_compiled = compiled is not None
         if compiled is not None and self.fused_decode is not None:  # a compiled forward is the user's choice
             if getattr(config, "decode_kernel", "auto") == "native":
@@ -124,7 +139,8 @@ class ModelRunner:
             raise PanelDtypeUnavailable(
                 f"engine panel_dtype {panel_dtype!r} is unavailable: it is the fused decode step's weights, and "
                 "that step is off for this model (decode_kernel, a model it cannot run or a compiled forward; "
-                "see the log)")
+                "see the log)"
+            )
         self.load_time_s = time.perf_counter() - start
 
     def _allocate_kv_cache(self) -> None:
@@ -162,7 +178,9 @@ class ModelRunner:
         disk_blocks = config.kv_offload_disk_blocks or int(config.kv_offload_disk_mb * 2**20 // size)
         num_host = host_blocks or int(host_mb * 2**20 // size)
         if num_host < 1:
-            raise ValueError(f"engine kv_offload_host_mb {host_mb} is smaller than one KV block ({size / 2**20:.3f} MB)")
+            raise ValueError(
+                f"engine kv_offload_host_mb {host_mb} is smaller than one KV block ({size / 2**20:.3f} MB)"
+            )
         return OffloadStore(self.kv_cache, self.kv_scales, num_host, disk_blocks, config.kv_offload_disk_path)
 
     def transfer_kv(self, ops: list) -> None:
@@ -179,16 +197,18 @@ class ModelRunner:
             return None
         if self.args.attn_softcap is not None:
             if backend == "native":
-                raise ValueError("engine attention_backend 'native' is unavailable: the model soft-caps attention "
-                                 "scores (Gemma 2)")
+                raise ValueError(
+                    "engine attention_backend 'native' is unavailable: the model soft-caps attention scores (Gemma 2)"
+                )
             return None
         from tokenops.engine.native import PagedDecodeKernel, get_kernel
 
-        usable = self.kv_scales is None and self.device.type == "cpu" and self.kv_cache.dtype in PagedDecodeKernel.DTYPES
+        usable = (
+            self.kv_scales is None and self.device.type == "cpu" and self.kv_cache.dtype in PagedDecodeKernel.DTYPES
+        )
         kernel = get_kernel() if usable else None
         if backend == "native" and kernel is None:
-            why = "it could not be built (see the log)" if usable else \
-                "it needs a float32 or bfloat16 KV cache on CPU"
+            why = "it could not be built (see the log)" if usable else "it needs a float32 or bfloat16 KV cache on CPU"
             raise ValueError(f"engine attention_backend 'native' is unavailable: {why}")
         return kernel
 
@@ -227,8 +247,9 @@ class ModelRunner:
             positions.extend(range(c.start_pos, c.end_pos))
             last_rows[i] = list(range(len(token_ids) - c.num_logits, len(token_ids)))
         device = self.device
-        meta = AttentionMetadata.build(ordered, self.block_size, device, self.windows, self.dtype,
-                                       native=self.native_attention)
+        meta = AttentionMetadata.build(
+            ordered, self.block_size, device, self.windows, self.dtype, native=self.native_attention
+        )
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=device)
         pos = torch.tensor(positions, dtype=torch.long, device=device)
         logits_index = torch.tensor([r for rows in last_rows for r in rows], dtype=torch.long, device=device)

@@ -166,7 +166,8 @@ def _cpu_signature() -> str:
 
 def _cache_dir() -> Path:
     root = os.environ.get("TOKENOPS_NATIVE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tokenops", "native")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tokenops", "native"
+    )
     return Path(root)
 
 
@@ -176,8 +177,9 @@ def build_library(compiler: str | None = None, source: str = _SOURCE, stem: str 
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise RuntimeError("no C compiler (cc/gcc) on PATH")
-    key = hashlib.sha256("\0".join([source, " ".join(_FLAGS), cc, platform.machine(), _cpu_signature()])
-                         .encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        "\0".join([source, " ".join(_FLAGS), cc, platform.machine(), _cpu_signature()]).encode()
+    ).hexdigest()[:16]
     out_dir = _cache_dir()
     lib = out_dir / f"{stem}-{key}.so"
     if lib.is_file():
@@ -187,8 +189,9 @@ def build_library(compiler: str | None = None, source: str = _SOURCE, stem: str 
         src = Path(tmp) / f"{stem}.c"
         src.write_text(source)
         tmp_lib = Path(tmp) / lib.name
-        r = subprocess.run([cc, *_FLAGS, str(src), "-o", str(tmp_lib), "-lm"], capture_output=True, text=True,
-                           timeout=120)
+        r = subprocess.run(
+            [cc, *_FLAGS, str(src), "-o", str(tmp_lib), "-lm"], capture_output=True, text=True, timeout=120
+        )
         if r.returncode != 0:
             raise RuntimeError(f"{cc} failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
         os.replace(tmp_lib, lib)  # atomic: concurrent builders each install a complete file
@@ -212,8 +215,9 @@ class PagedDecodeKernel:
         self.lib.linear_q8.argtypes = [p, p, p, p, p, i64, i64, i64, ctypes.c_int]
         self.lib.linear_q8.restype = ctypes.c_int
 
-    def linear_q8(self, x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
-                  bias: torch.Tensor | None = None) -> torch.Tensor:
+    def linear_q8(
+        self, x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``x`` ``[M, K]`` float32 times int8 ``qweight`` ``[N, K]`` with per-row float32 ``scale``
         ``[N]`` (and ``bias``): ``[M, N]`` float32. Meant for a few rows (decode at batch 1-2),
         where reading int8 weights beats dequantizing them; it does not block rows for larger M."""
@@ -223,12 +227,30 @@ class PagedDecodeKernel:
         qweight, scale = qweight.contiguous(), scale.reshape(-1).contiguous()
         bias = None if bias is None else bias.contiguous()
         out = torch.empty(num_rows, out_features, dtype=torch.float32)
-        self.lib.linear_q8(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), None if bias is None else bias.data_ptr(),
-                           out.data_ptr(), num_rows, out_features, in_features, torch.get_num_threads())
+        self.lib.linear_q8(
+            x.data_ptr(),
+            qweight.data_ptr(),
+            scale.data_ptr(),
+            None if bias is None else bias.data_ptr(),
+            out.data_ptr(),
+            num_rows,
+            out_features,
+            in_features,
+            torch.get_num_threads(),
+        )
         return out
 
-    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
-                 context_lens: torch.Tensor, max_len: int, scale: float, window: int | None) -> torch.Tensor:
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        max_len: int,
+        scale: float,
+        window: int | None,
+    ) -> torch.Tensor:
         """``q`` ``[B, H, D]``; caches ``[num_blocks, block_size, KVH, D]``; ``tables``
         ``[B, max_blocks]`` int64 block ids (negative: evicted); ``context_lens`` ``[B]``
         int64. Returns ``[B, H, D]`` in ``q``'s dtype."""
@@ -239,9 +261,23 @@ class PagedDecodeKernel:
         tables = tables.contiguous()
         context_lens = context_lens.contiguous()
         rc = self._fns[k_cache.dtype](
-            qf.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(), context_lens.data_ptr(),
-            out.data_ptr(), num_rows, num_heads, num_kv_heads, head_dim, block_size, tables.shape[1],
-            float(scale), int(window or 0), int(max_len), torch.get_num_threads())
+            qf.data_ptr(),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            tables.data_ptr(),
+            context_lens.data_ptr(),
+            out.data_ptr(),
+            num_rows,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            block_size,
+            tables.shape[1],
+            float(scale),
+            int(window or 0),
+            int(max_len),
+            torch.get_num_threads(),
+        )
         if rc != 0:
             raise MemoryError("paged decode kernel could not allocate its score buffer")
         return out if q.dtype == torch.float32 else out.to(q.dtype)

@@ -68,8 +68,9 @@ class OffloadIndex:
         entry = self._host.get(key) or self._disk.get(key)
         return entry is not None and entry.salt == salt and entry.token_ids == token_ids
 
-    def save(self, key: int, salt: str | None, token_ids: tuple[int, ...], block_id: int,
-             ops: list[TransferOp]) -> None:
+    def save(
+        self, key: int, salt: str | None, token_ids: tuple[int, ...], block_id: int, ops: list[TransferOp]
+    ) -> None:
         """The pool evicts ``block_id`` (registered as ``key``): keep a copy."""
         for tier in (self._host, self._disk):
             if key in tier:  # recomputed while the tier held it (e.g. the block of a prompt's last

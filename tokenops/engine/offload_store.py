@@ -31,8 +31,14 @@ def block_bytes(kv_cache: torch.Tensor, kv_scales: torch.Tensor | None) -> int:
 class OffloadStore:
     """Host (and disk) copies of KV blocks of ``kv_cache`` ``[2, layers, blocks, ...]``."""
 
-    def __init__(self, kv_cache: torch.Tensor, kv_scales: torch.Tensor | None, num_host_slots: int,
-                 num_disk_blocks: int = 0, disk_path: str | None = None) -> None:
+    def __init__(
+        self,
+        kv_cache: torch.Tensor,
+        kv_scales: torch.Tensor | None,
+        num_host_slots: int,
+        num_disk_blocks: int = 0,
+        disk_path: str | None = None,
+    ) -> None:
         assert num_host_slots > 0 and num_disk_blocks >= 0
         self.kv_cache = kv_cache
         self.kv_scales = kv_scales
@@ -41,8 +47,11 @@ class OffloadStore:
         is_pinned = kv_cache.device.type == "cuda"
         shape = (num_host_slots, *kv_cache[:, :, 0].shape)
         self.host = torch.empty(shape, dtype=kv_cache.dtype, pin_memory=is_pinned)
-        self.host_scales = None if kv_scales is None else \
-            torch.empty((num_host_slots, *kv_scales[:, :, 0].shape), dtype=kv_scales.dtype, pin_memory=is_pinned)
+        self.host_scales = (
+            None
+            if kv_scales is None
+            else torch.empty((num_host_slots, *kv_scales[:, :, 0].shape), dtype=kv_scales.dtype, pin_memory=is_pinned)
+        )
         self.disk_dir: Path | None = None
         if num_disk_blocks:
             if disk_path:

@@ -78,8 +78,9 @@ class OutputProcessor:
                 self._check_stop_strings(seq, num_old_chars)
         if seq.finish_reason is None and seq.grammar is not None and seq.grammar.is_finished:
             seq.finish_reason = "stop"  # only end-of-sequence could follow: save the step
-        if seq.finish_reason is None and (seq.num_output_tokens >= params.max_tokens
-                                          or len(seq.token_ids) >= self.max_model_len):
+        if seq.finish_reason is None and (
+            seq.num_output_tokens >= params.max_tokens or len(seq.token_ids) >= self.max_model_len
+        ):
             seq.finish_reason = "length"
             flush = getattr(seq.detokenizer, "flush", None)
             if flush is not None:  # an unfinished UTF-8 character at the end becomes U+FFFD
@@ -94,7 +95,7 @@ class OutputProcessor:
             if at >= 0 and (best is None or at < best[0]):
                 best = (at, stop)
         if best is not None:
-            seq.text = seq.text[:best[0]]
+            seq.text = seq.text[: best[0]]
             seq.finish_reason, seq.stop_reason = "stop", best[1]
 
     def logprob_entry(self, sampled: SampledToken) -> dict:
@@ -115,20 +116,22 @@ class OutputProcessor:
             if seq.finish_reason is None and seq.params.stop:
                 visible = max(seq.num_emitted_chars, visible - (max(len(s) for s in seq.params.stop) - 1))
             output_ids = seq.output_token_ids
-            completions.append(CompletionOutput(
-                index=seq.output_index,
-                text=seq.text[:visible],
-                token_ids=output_ids,
-                delta_text=seq.text[seq.num_emitted_chars:visible],
-                delta_token_ids=output_ids[seq.num_emitted_tokens:],
-                logprobs=list(seq.logprobs) if seq.logprobs is not None else None,
-                finish_reason=seq.finish_reason,
-                stop_reason=seq.stop_reason,
-                num_reasoning_tokens=seq.thinking.num_reasoning_tokens if seq.thinking is not None else 0,
-                thinking_closed_by=seq.thinking.closed_by if seq.thinking is not None else None,
-                thinking_first_pass=seq.thinking.num_first_pass if seq.thinking is not None else None,
-                thinking_spent=seq.thinking.num_spent if seq.thinking is not None else None,
-            ))
+            completions.append(
+                CompletionOutput(
+                    index=seq.output_index,
+                    text=seq.text[:visible],
+                    token_ids=output_ids,
+                    delta_text=seq.text[seq.num_emitted_chars : visible],
+                    delta_token_ids=output_ids[seq.num_emitted_tokens :],
+                    logprobs=list(seq.logprobs) if seq.logprobs is not None else None,
+                    finish_reason=seq.finish_reason,
+                    stop_reason=seq.stop_reason,
+                    num_reasoning_tokens=seq.thinking.num_reasoning_tokens if seq.thinking is not None else 0,
+                    thinking_closed_by=seq.thinking.closed_by if seq.thinking is not None else None,
+                    thinking_first_pass=seq.thinking.num_first_pass if seq.thinking is not None else None,
+                    thinking_spent=seq.thinking.num_spent if seq.thinking is not None else None,
+                )
+            )
             seq.num_emitted_chars = visible
             seq.num_emitted_tokens = len(output_ids)
         is_finished = state.is_finished
@@ -146,6 +149,7 @@ class OutputProcessor:
             finished_time=state.finished_time,
             error=state.error,
             prompt_logprobs=list(prompt_logprobs) if prompt_logprobs is not None else None,
-            first_scheduled_time=min((s.first_scheduled_time for s in state.seqs if s.first_scheduled_time is not None),
-                                     default=None),
+            first_scheduled_time=min(
+                (s.first_scheduled_time for s in state.seqs if s.first_scheduled_time is not None), default=None
+            ),
         )

@@ -22,7 +22,6 @@ PANEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _BF16_ORDER = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15]
 
 
-
 class PanelDtypeUnavailable(ValueError):
     """A bfloat16 ``panel_dtype`` was asked for a model the fused decode step does not run."""
 
@@ -59,10 +58,10 @@ def _pack_panels(w: torch.Tensor, out: torch.Tensor) -> None:
     order = _BF16_ORDER if out.dtype == torch.bfloat16 else slice(None)
     full = n // PANEL
     if full:
-        view[:full].copy_(w[:full * PANEL].reshape(full, PANEL, k).transpose(1, 2)[..., order])
+        view[:full].copy_(w[: full * PANEL].reshape(full, PANEL, k).transpose(1, 2)[..., order])
     if n % PANEL:
         tail = torch.zeros(PANEL, k, dtype=w.dtype)
-        tail[:n % PANEL] = w[full * PANEL:]
+        tail[: n % PANEL] = w[full * PANEL :]
         view[full].copy_(tail.t()[..., order])
 
 
@@ -85,7 +84,14 @@ class PanelWeight:
             rows = rows.to(torch.float32).contiguous()
         y = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
         if rows.shape[0]:
-            self.decoder._linear_fn(rows.data_ptr(), rows.shape[0], self.address,
-                                    None if bias is None else bias.data_ptr(), y.data_ptr(), self.out_features,
-                                    self.in_features, torch.get_num_threads())
+            self.decoder._linear_fn(
+                rows.data_ptr(),
+                rows.shape[0],
+                self.address,
+                None if bias is None else bias.data_ptr(),
+                y.data_ptr(),
+                self.out_features,
+                self.in_features,
+                torch.get_num_threads(),
+            )
         return y.view(*lead, self.out_features)

@@ -58,8 +58,9 @@ def _draft(config: EngineConfig) -> Proposer:
     return DraftModelProposer(config)
 
 
-BUILTIN_SCHEDULE_ORDERS: Mapping[str, ScheduleOrder] = MappingProxyType({"fcfs": fcfs_order,
-                                                                          "priority": priority_order})
+BUILTIN_SCHEDULE_ORDERS: Mapping[str, ScheduleOrder] = MappingProxyType(
+    {"fcfs": fcfs_order, "priority": priority_order}
+)
 BUILTIN_PROPOSERS: Mapping[str, ProposerFactory] = MappingProxyType({"ngram": _ngram, "draft": _draft})
 
 
@@ -119,13 +120,17 @@ class EnginePolicies:
     def schedule_order(self, name: str, error: type[Exception] = ValueError) -> ScheduleOrder:
         order = self.schedule_orders.get(name)
         if order is None:
-            raise error(f"engine schedule_policy {name!r} is unknown; available: {', '.join(sorted(self.schedule_orders))}"
-                        " (a plugin adds more with tokenops_register_schedule_orders)")
+            raise error(
+                f"engine schedule_policy {name!r} is unknown; available: {', '.join(sorted(self.schedule_orders))}"
+                " (a plugin adds more with tokenops_register_schedule_orders)"
+            )
         return order
 
     def proposer_factory(self, name: str) -> ProposerFactory:
         factory = self.proposers.get(name)
         if factory is None:
-            raise ValueError(f"engine speculative {name!r} is not a known proposer; available: "
-                             f"{', '.join(sorted(self.proposers))} (a plugin adds more with tokenops_register_proposers)")
+            raise ValueError(
+                f"engine speculative {name!r} is not a known proposer; available: "
+                f"{', '.join(sorted(self.proposers))} (a plugin adds more with tokenops_register_proposers)"
+            )
         return factory

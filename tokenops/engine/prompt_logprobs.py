@@ -27,8 +27,9 @@ def wants_prompt_logits(seq: Sequence) -> bool:
     return seq.prompt_logprobs is not None and len(seq.prompt_logprobs) < seq.num_prompt_tokens
 
 
-def record_prompt_logprobs(logits: torch.Tensor, chunks: list[ScheduledChunk],
-                           entry: Callable[[SampledToken], dict[str, Any]]) -> None:
+def record_prompt_logprobs(
+    logits: torch.Tensor, chunks: list[ScheduledChunk], entry: Callable[[SampledToken], dict[str, Any]]
+) -> None:
     """Append to each chunk's ``seq.prompt_logprobs`` the entries its rows give (``chunk.row`` ..
     ``chunk.row + chunk.num_logits - 1`` of ``logits``, one per position of the chunk).
 
@@ -44,8 +45,8 @@ def record_prompt_logprobs(logits: torch.Tensor, chunks: list[ScheduledChunk],
         stop = min(chunk.num_tokens, seq.num_prompt_tokens - first_target)
         if start < 0 or start >= stop:
             continue
-        rows = logits[chunk.row + start: chunk.row + stop].float().log_softmax(dim=-1)
-        targets = torch.tensor(seq.token_ids[first_target + start: first_target + stop], device=rows.device)
+        rows = logits[chunk.row + start : chunk.row + stop].float().log_softmax(dim=-1)
+        targets = torch.tensor(seq.token_ids[first_target + start : first_target + stop], device=rows.device)
         chosen = rows.gather(1, targets.unsqueeze(1)).view(-1).tolist()
         k = seq.params.prompt_logprobs or 0
         if k:

@@ -51,13 +51,13 @@ class NgramProposer:
         the longest matching suffix of ``tokens`` (empty when none matches)."""
         length = len(tokens)
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
-            suffix = tokens[length - n:]
+            suffix = tokens[length - n :]
             first = suffix[0]
             # latest start i < length - n with tokens[i:i+n] == suffix
             i = length - n - 1
             while i >= 0:
-                if tokens[i] == first and tokens[i:i + n] == suffix:
-                    return tokens[i + n:i + n + num_tokens]
+                if tokens[i] == first and tokens[i : i + n] == suffix:
+                    return tokens[i + n : i + n + num_tokens]
                 i -= 1
         return []
 
@@ -89,13 +89,22 @@ class DraftModelProposer:
 
         if runner is None:
             if not config.draft_model:
-                raise ValueError("speculative = 'draft' needs draft_model (a local model folder with the target's tokenizer)")
+                raise ValueError(
+                    "speculative = 'draft' needs draft_model (a local model folder with the target's tokenizer)"
+                )
             from tokenops.engine.panels import PanelDtypeUnavailable
 
             # draft_panel_dtype is the fused step's: with that step off by config the draft keeps its weights
             panel_dtype = "float32" if config.decode_kernel == "torch" else config.draft_panel_dtype
-            draft_config = replace(config, model=config.draft_model, model_name=None, speculative=None,
-                                   draft_model=None, max_model_len=None, panel_dtype=panel_dtype)
+            draft_config = replace(
+                config,
+                model=config.draft_model,
+                model_name=None,
+                speculative=None,
+                draft_model=None,
+                max_model_len=None,
+                panel_dtype=panel_dtype,
+            )
             try:
                 runner = ModelRunner(draft_config)
             except PanelDtypeUnavailable:  # a draft the fused step cannot run (logged): its weights, as loaded
@@ -103,8 +112,9 @@ class DraftModelProposer:
         self.runner = runner
         self.vocab_size: int | None = runner.vocab_size
         self.block_size = runner.block_size
-        assert runner.block_size == config.block_size and runner.num_blocks == config.num_kv_blocks, \
+        assert runner.block_size == config.block_size and runner.num_blocks == config.num_kv_blocks, (
             "the draft cache must have the target's geometry"
+        )
         self.sampler = Sampler(config.seed)
         #: Stop a proposal at a token the draft gives less than this probability (0 = never):
         #: such tokens are mostly rejected, so drafting and verifying them is wasted work.
@@ -125,7 +135,9 @@ class DraftModelProposer:
 
         proposals = [Proposal([], [] if not s.params.is_greedy else None) for s in seqs]
         states = [self._state(s) for s in seqs]
-        active = [i for i, k in enumerate(num_tokens) if k > 0 and len(seqs[i].token_ids) <= self.runner.max_model_len - k]
+        active = [
+            i for i, k in enumerate(num_tokens) if k > 0 and len(seqs[i].token_ids) <= self.runner.max_model_len - k
+        ]
         fused = getattr(self.runner, "fused_decode", None)
         greedy = all(s.params.is_greedy for s in seqs)
         while active:
@@ -133,7 +145,7 @@ class DraftModelProposer:
             for i in active:
                 seq, state, proposal = seqs[i], states[i], proposals[i]
                 tokens = seq.token_ids + proposal.token_ids
-                chunks.append(ChunkInput(tokens[state.num_computed:], state.num_computed, seq.block_table))
+                chunks.append(ChunkInput(tokens[state.num_computed :], state.num_computed, seq.block_table))
             if greedy and fused is not None and fused.accepts(chunks):
                 # the remaining steps in one native call: no return to Python per drafted token
                 left = [num_tokens[i] - len(proposals[i].token_ids) for i in active]
@@ -180,7 +192,7 @@ class DraftModelProposer:
             if seq.params.is_greedy:
                 out.append((greedy[row], None))
                 continue
-            probs = self.sampler.probs(logits[row:row + 1].float(), [seq.params])[0].cpu()
+            probs = self.sampler.probs(logits[row : row + 1].float(), [seq.params])[0].cpu()
             generator = seq.generator if seq.generator is not None else self.sampler.generator
             out.append((int(torch.multinomial(probs, 1, generator=generator)), probs))
         return out

@@ -52,8 +52,16 @@ from tokenops.engine import _quant_formats_c, _quant_gemm_c, _quant_gemv_c, _qua
 
 log = logging.getLogger(__name__)
 
-SUPPORTED = frozenset({GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1,
-                       GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K})
+SUPPORTED = frozenset(
+    {
+        GGMLQuantizationType.Q8_0,
+        GGMLQuantizationType.Q4_0,
+        GGMLQuantizationType.Q4_1,
+        GGMLQuantizationType.Q4_K,
+        GGMLQuantizationType.Q5_K,
+        GGMLQuantizationType.Q6_K,
+    }
+)
 GEMV_MAX_ROWS = 8
 """Up to this many rows of a weight in GGUF's layout take the integer GEMV, more take the GEMM. A packed
 weight takes the integer path at every row count: four rows per pass over a group of eight weight
@@ -96,8 +104,16 @@ class QuantKernels:
         self.lib.qk_dequantize.argtypes = [i32, p, i64, p, i64, i64]
         self.lib.qk_pack.argtypes = [i32, p, i64, i64, i64, p]
         self.lib.qk_unpack_rows.argtypes = [i32, p, i64, p, i64, i64, p]
-        for fn in (self.lib.qk_linear, self.lib.qk_dequantize, self.lib.qk_features, self.lib.qk_block_values,
-                   self.lib.qk_block_bytes, self.lib.qk_pack, self.lib.qk_packable, self.lib.qk_unpack_rows):
+        for fn in (
+            self.lib.qk_linear,
+            self.lib.qk_dequantize,
+            self.lib.qk_features,
+            self.lib.qk_block_values,
+            self.lib.qk_block_bytes,
+            self.lib.qk_pack,
+            self.lib.qk_packable,
+            self.lib.qk_unpack_rows,
+        ):
             fn.restype = i32
         features = self.lib.qk_features()
         self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
@@ -106,8 +122,9 @@ class QuantKernels:
         """Bytes of one encoded row of ``in_features`` values (ValueError if it cannot be encoded)."""
         values, nbytes = self.lib.qk_block_values(int(qtype)), self.lib.qk_block_bytes(int(qtype))
         if not values:
-            raise ValueError(f"quantization type {qtype} has no kernel (supported: "
-                             f"{', '.join(sorted(t.name for t in SUPPORTED))})")
+            raise ValueError(
+                f"quantization type {qtype} has no kernel (supported: {', '.join(sorted(t.name for t in SUPPORTED))})"
+            )
         if in_features % values:
             raise ValueError(f"in_features={in_features} is not a multiple of the {values}-value block of {qtype}")
         return in_features // values * nbytes
@@ -124,8 +141,9 @@ class QuantKernels:
             return 0
         return (out_features + 7) // 8 * 8 * self.row_bytes(qtype, in_features)
 
-    def pack(self, raw: torch.Tensor, qtype: int, in_features: int,
-             out: torch.Tensor | None = None) -> PackedWeight | None:
+    def pack(
+        self, raw: torch.Tensor, qtype: int, in_features: int, out: torch.Tensor | None = None
+    ) -> PackedWeight | None:
         """``raw`` repacked into groups of eight interleaved rows, for a faster GEMV (``None`` for a
         type without a packed kernel: Q8_0, Q4_0 and Q4_1 have one). ``out``: contiguous uint8 of
         :meth:`packed_bytes` elements to pack into (a slice of one huge-page arena for a whole
@@ -153,14 +171,28 @@ class QuantKernels:
         if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= packed.out_features):
             raise IndexError(f"row ids out of range [0, {packed.out_features})")
         out = torch.empty(flat.numel(), packed.in_features, dtype=torch.float32)
-        rc = self.lib.qk_unpack_rows(packed.qtype, packed.data.data_ptr(), packed.data.shape[1], flat.data_ptr(),
-                                     flat.numel(), packed.in_features, out.data_ptr())
+        rc = self.lib.qk_unpack_rows(
+            packed.qtype,
+            packed.data.data_ptr(),
+            packed.data.shape[1],
+            flat.data_ptr(),
+            flat.numel(),
+            packed.in_features,
+            out.data_ptr(),
+        )
         assert rc == 0, rc
         return out.reshape(*ids.shape, packed.in_features)
 
-    def linear(self, x: torch.Tensor, raw: torch.Tensor | None, qtype: int, in_features: int,
-               method: Method = Method.AUTO, num_threads: int | None = None,
-               packed: PackedWeight | None = None) -> torch.Tensor:
+    def linear(
+        self,
+        x: torch.Tensor,
+        raw: torch.Tensor | None,
+        qtype: int,
+        in_features: int,
+        method: Method = Method.AUTO,
+        num_threads: int | None = None,
+        packed: PackedWeight | None = None,
+    ) -> torch.Tensor:
         """``x`` float32 ``[..., in_features]`` times the encoded weight transposed: float32
         ``[..., out_features]``. The weight is ``packed`` when given (``raw`` may then be ``None``),
         else ``raw``: uint8 ``[out_features, row_bytes]`` in GGUF's block layout."""
@@ -183,9 +215,19 @@ class QuantKernels:
                     method = Method.EXACT
                 else:
                     method = Method.GEMV if packed is not None or num_rows <= GEMV_MAX_ROWS else Method.GEMM
-            rc = self.lib.qk_linear(int(qtype), packed is not None, int(method), x2.data_ptr(), num_rows,
-                                    weight.data_ptr(), row_bytes, y.data_ptr(), out_features, in_features,
-                                    num_threads or torch.get_num_threads())
+            rc = self.lib.qk_linear(
+                int(qtype),
+                packed is not None,
+                int(method),
+                x2.data_ptr(),
+                num_rows,
+                weight.data_ptr(),
+                row_bytes,
+                y.data_ptr(),
+                out_features,
+                in_features,
+                num_threads or torch.get_num_threads(),
+            )
             if rc == -1:
                 raise MemoryError("quantized linear kernel could not allocate its buffers")
             assert rc == 0, rc
@@ -195,8 +237,7 @@ class QuantKernels:
         """The float32 weight ``[out_features, in_features]`` that ``raw`` encodes."""
         raw = self._check_raw(raw, qtype, in_features)
         out = torch.empty(raw.shape[0], in_features, dtype=torch.float32)
-        rc = self.lib.qk_dequantize(int(qtype), raw.data_ptr(), raw.shape[1], out.data_ptr(), raw.shape[0],
-                                    in_features)
+        rc = self.lib.qk_dequantize(int(qtype), raw.data_ptr(), raw.shape[1], out.data_ptr(), raw.shape[0], in_features)
         assert rc == 0, rc
         return out
 
@@ -223,8 +264,9 @@ def get_kernels(plain: bool = False) -> QuantKernels | None:
             if not disabled():
                 try:
                     source = ("#define TK_PLAIN 1\n" if plain else "") + SOURCE
-                    kernels = QuantKernels(build_library(source=source, stem="quant_plain" if plain else "quant"),
-                                           plain)
+                    kernels = QuantKernels(
+                        build_library(source=source, stem="quant_plain" if plain else "quant"), plain
+                    )
                 except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                     log.warning("quantized linear kernels unavailable, dequantizing with numpy: %s", e)
             _loaded[plain] = kernels
@@ -244,8 +286,14 @@ def pack(raw: torch.Tensor, qtype: int, in_features: int) -> PackedWeight | None
     return kernels.pack(raw, qtype, in_features) if kernels is not None and int(qtype) in SUPPORTED else None
 
 
-def linear(x: torch.Tensor, raw: torch.Tensor | None, qtype: int, in_features: int,
-           packed: PackedWeight | None = None, method: Method = Method.AUTO) -> torch.Tensor:
+def linear(
+    x: torch.Tensor,
+    raw: torch.Tensor | None,
+    qtype: int,
+    in_features: int,
+    packed: PackedWeight | None = None,
+    method: Method = Method.AUTO,
+) -> torch.Tensor:
     """``x @ W.T`` for the GGUF-encoded ``W`` (``packed`` by :func:`pack` when given, else ``raw``):
     the compiled kernels when they are available, else ``gguf``'s decoder and ``torch``'s matmul."""
     kernels = get_kernels()

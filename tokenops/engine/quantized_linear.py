@@ -47,8 +47,9 @@ class QuantizedWeight(nn.Module):
         self.qtype: QuantType = quant_type(ggml_type, name)
         assert raw.dtype == torch.uint8 and raw.dim() == 2, (name, raw.dtype, raw.shape)
         if raw.shape[1] != self.qtype.row_bytes(in_features):
-            raise ValueError(f"GGUF tensor {name!r}: {raw.shape[1]} bytes per row do not hold {in_features} "
-                             f"{self.qtype.name} values")
+            raise ValueError(
+                f"GGUF tensor {name!r}: {raw.shape[1]} bytes per row do not hold {in_features} {self.qtype.name} values"
+            )
         self.register_buffer("raw", raw, persistent=False)
         self.in_features = in_features
         self.out_features = raw.shape[0]
@@ -63,8 +64,12 @@ class QuantizedWeight(nn.Module):
     def packed_bytes(self) -> int:
         """Bytes :meth:`pack` needs (0: this weight stays in the file's layout)."""
         kernels = quant_kernels.get_kernels()
-        if (self.packed is not None or kernels is None or self.raw.device.type != "cpu"
-                or self.ggml_type not in quant_kernels.SUPPORTED):
+        if (
+            self.packed is not None
+            or kernels is None
+            or self.raw.device.type != "cpu"
+            or self.ggml_type not in quant_kernels.SUPPORTED
+        ):
             return 0
         return kernels.packed_bytes(self.ggml_type, self.out_features, self.in_features)
 
@@ -115,7 +120,7 @@ def pack_weights(model: nn.Module) -> int:
     at = 0
     for weight, size in zip(weights, sizes):
         if size:
-            weight.pack(arena[at:at + size], buf)
+            weight.pack(arena[at : at + size], buf)
             at += size
     return sum(1 for s in sizes if s)
 
@@ -138,6 +143,7 @@ class QuantizedWeights(nn.ModuleList):
     """An ``nn.ModuleList`` of :class:`QuantizedWeight` that says so to the type checker."""
 
     if TYPE_CHECKING:
+
         def __iter__(self) -> Iterator[QuantizedWeight]: ...
 
         @overload

@@ -238,8 +238,9 @@ class Sampler:
         for j, i in enumerate(rows):
             seqs[i].grammar.fill_bitmask(bitmask, j)
         logits = apply_token_bitmasks(logits, rows, bitmask)
-        closing = [i for i in rows
-                   if seqs[i].params.max_tokens - seqs[i].num_output_tokens <= seqs[i].grammar.reserve_tokens]
+        closing = [
+            i for i in rows if seqs[i].params.max_tokens - seqs[i].num_output_tokens <= seqs[i].grammar.reserve_tokens
+        ]
         if closing:
             logits = steer_to_close(logits, closing, [seqs[i].grammar for i in closing])
         return logits
@@ -269,8 +270,9 @@ class Sampler:
             logits = logits.masked_fill(drop, float("-inf"))
         return logits.softmax(dim=-1)
 
-    def _fill_logprobs(self, logits: torch.Tensor, rows: list[int], seqs: Sequence[SamplingRow],
-                       out: list[SampledToken]) -> None:
+    def _fill_logprobs(
+        self, logits: torch.Tensor, rows: list[int], seqs: Sequence[SamplingRow], out: list[SampledToken]
+    ) -> None:
         torch = self._torch
         index = torch.tensor(rows, device=logits.device)
         logprobs = logits.index_select(0, index).log_softmax(dim=-1)

@@ -66,8 +66,12 @@ class SchedulerOutput:
 class Scheduler:
     """Owns the waiting and running queues and the block manager."""
 
-    def __init__(self, config: EngineConfig, num_blocks: int,
-                 schedule_orders: Mapping[str, ScheduleOrder] = BUILTIN_SCHEDULE_ORDERS) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        num_blocks: int,
+        schedule_orders: Mapping[str, ScheduleOrder] = BUILTIN_SCHEDULE_ORDERS,
+    ) -> None:
         self.config = config
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         #: Queue orders by name; ``config.schedule_policy`` picks one each step (a live tunable).
@@ -92,8 +96,9 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         assert seq.status is SequenceStatus.WAITING and not seq.block_table
-        assert len(seq.token_ids) <= self.block_manager.num_blocks * self.config.block_size, \
+        assert len(seq.token_ids) <= self.block_manager.num_blocks * self.config.block_size, (
             "the engine must reject prompts that cannot fit the KV cache"
+        )
         self.waiting.append(seq)
 
     # -- one step ----------------------------------------------------------------------
@@ -128,8 +133,9 @@ class Scheduler:
             num_spec = 0
             if self.num_spec_tokens_fn is not None and budget > 1:
                 # never take blocks the decodes still to schedule may need
-                num_spec = bm.reserve_slots(seq, min(self.num_spec_tokens_fn(seq), budget - 1),
-                                            num_kept_free=len(decodes) - i - 1)
+                num_spec = bm.reserve_slots(
+                    seq, min(self.num_spec_tokens_fn(seq), budget - 1), num_kept_free=len(decodes) - i - 1
+                )
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, 1 + num_spec, num_spec_tokens=num_spec))
             scheduled.add(seq.seq_id)
             budget -= 1 + num_spec

@@ -31,12 +31,36 @@ class Sequence:
     """
 
     __slots__ = (
-        "seq_id", "request_id", "tenant", "priority", "arrival_time", "params", "output_index",
-        "token_ids", "num_prompt_tokens", "num_computed_tokens", "num_cached_tokens",
-        "block_table", "block_hashes", "status", "generator", "logprobs", "detokenizer",
-        "text", "num_emitted_tokens", "num_emitted_chars", "finish_reason", "stop_reason",
-        "num_pending_forks", "first_token_time", "error", "grammar", "first_scheduled_time",
-        "thinking", "prompt_logprobs", "lora",
+        "seq_id",
+        "request_id",
+        "tenant",
+        "priority",
+        "arrival_time",
+        "params",
+        "output_index",
+        "token_ids",
+        "num_prompt_tokens",
+        "num_computed_tokens",
+        "num_cached_tokens",
+        "block_table",
+        "block_hashes",
+        "status",
+        "generator",
+        "logprobs",
+        "detokenizer",
+        "text",
+        "num_emitted_tokens",
+        "num_emitted_chars",
+        "finish_reason",
+        "stop_reason",
+        "num_pending_forks",
+        "first_token_time",
+        "error",
+        "grammar",
+        "first_scheduled_time",
+        "thinking",
+        "prompt_logprobs",
+        "lora",
     )
 
     def __init__(
@@ -94,8 +118,10 @@ class Sequence:
         return len(self.token_ids)
 
     def __repr__(self) -> str:
-        return (f"Sequence({self.request_id}#{self.output_index}, {self.status.value}, "
-                f"tokens={len(self.token_ids)}, computed={self.num_computed_tokens})")
+        return (
+            f"Sequence({self.request_id}#{self.output_index}, {self.status.value}, "
+            f"tokens={len(self.token_ids)}, computed={self.num_computed_tokens})"
+        )
 
     @property
     def num_output_tokens(self) -> int:
@@ -103,7 +129,7 @@ class Sequence:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_uncomputed_tokens(self) -> int:
@@ -127,8 +153,15 @@ class Sequence:
     def fork(self, output_index: int) -> Sequence:
         """A sibling with the same tokens and computed state; blocks are shared by the
         block manager, not here."""
-        child = Sequence(self.request_id, self.token_ids[: self.num_prompt_tokens], self.params,
-                         self.tenant, self.priority, self.arrival_time, output_index)
+        child = Sequence(
+            self.request_id,
+            self.token_ids[: self.num_prompt_tokens],
+            self.params,
+            self.tenant,
+            self.priority,
+            self.arrival_time,
+            output_index,
+        )
         child.token_ids = list(self.token_ids)
         child.lora = self.lora
         child.num_computed_tokens = self.num_computed_tokens

@@ -95,14 +95,19 @@ class SpecDecoder:
         ``config``, ``max_model_len``, ``runner.vocab_size``, ``scheduler`` (``running``,
         ``block_manager``), ``sampler.probs`` and appends through ``append_tokens``."""
         if not isinstance(proposer, Proposer):
-            missing = [m for m in ("vocab_size", "propose", "on_verified", "release", "retain")
-                       if not hasattr(proposer, m)]
-            raise TypeError(f"speculative proposer {engine.config.speculative!r} ({type(proposer).__name__}) lacks "
-                            f"{', '.join(missing)}; see tokenops.engine.protocols.Proposer")
+            missing = [
+                m for m in ("vocab_size", "propose", "on_verified", "release", "retain") if not hasattr(proposer, m)
+            ]
+            raise TypeError(
+                f"speculative proposer {engine.config.speculative!r} ({type(proposer).__name__}) lacks "
+                f"{', '.join(missing)}; see tokenops.engine.protocols.Proposer"
+            )
         target_vocab = getattr(engine.runner, "vocab_size", None)
         if proposer.vocab_size is not None and target_vocab is not None and proposer.vocab_size != target_vocab:
-            raise ValueError(f"the proposer's vocabulary ({proposer.vocab_size}) differs from the target's "
-                             f"({target_vocab}); a draft model must share the target's tokenizer")
+            raise ValueError(
+                f"the proposer's vocabulary ({proposer.vocab_size}) differs from the target's "
+                f"({target_vocab}); a draft model must share the target's tokenizer"
+            )
         self.engine = engine
         self.proposer = proposer
         self.max_k = engine.config.num_speculative_tokens
@@ -167,7 +172,7 @@ class SpecDecoder:
         for chunk in chunks:
             seq = chunk.seq
             k = chunk.num_spec_tokens
-            rows = logits[chunk.row: chunk.row + k + 1]
+            rows = logits[chunk.row : chunk.row + k + 1]
             proposed = chunk.spec_token_ids
             params = seq.params
             if params.is_greedy:

@@ -42,8 +42,9 @@ class ThinkingControl:
 
     def __post_init__(self) -> None:
         assert self.open_ids and self.close_ids, "thinking tags need token ids"
-        if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, int)
-                                        or self.budget < 0):
+        if self.budget is not None and (
+            isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0
+        ):
             raise ValueError(f"the thinking budget must be an integer >= 0, got {self.budget!r}")
 
     def new_state(self) -> ThinkingState:
@@ -53,8 +54,18 @@ class ThinkingControl:
 class ThinkingState:
     """Where one sequence is with respect to its thinking block."""
 
-    __slots__ = ("control", "is_thinking", "is_done", "num_reasoning_tokens", "num_spent", "forced",
-                 "num_forced", "num_first_pass", "is_answer_pending", "_tail")
+    __slots__ = (
+        "control",
+        "is_thinking",
+        "is_done",
+        "num_reasoning_tokens",
+        "num_spent",
+        "forced",
+        "num_forced",
+        "num_first_pass",
+        "is_answer_pending",
+        "_tail",
+    )
 
     def __init__(self, control: ThinkingControl) -> None:
         self.control = control
@@ -90,20 +101,20 @@ class ThinkingState:
         if self.forced and token_id == self.forced[0]:
             self.forced.pop(0)
             self.num_forced += 1
-        self._tail = (self._tail + [token_id])[-max(len(c.open_ids), len(c.close_ids)):]
+        self._tail = (self._tail + [token_id])[-max(len(c.open_ids), len(c.close_ids)) :]
         if self.is_done:
             if self.is_answer_pending and token_id not in c.line_end_ids and token_id not in c.eos_ids:
                 self.is_answer_pending = False
             return
         if not self.is_thinking:
-            if tuple(self._tail[-len(c.open_ids):]) == c.open_ids:
+            if tuple(self._tail[-len(c.open_ids) :]) == c.open_ids:
                 self.is_thinking = True
                 self.num_reasoning_tokens += len(c.open_ids)
                 if c.budget == 0:
                     self.force_close()
             return
         self.num_reasoning_tokens += 1
-        if tuple(self._tail[-len(c.close_ids):]) == c.close_ids:
+        if tuple(self._tail[-len(c.close_ids) :]) == c.close_ids:
             self.is_thinking, self.is_done, self.forced = False, True, []
             self.is_answer_pending = bool(self.num_forced and c.eos_ids)
             if self.num_first_pass is None and not self.num_forced:

@@ -112,7 +112,9 @@ class Tokenizer:
         """The text one token decodes to on its own (special tokens included)."""
         return self.backend.decode([token_id], skip_special_tokens=False)
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
         """Render ``messages`` with the model's chat template (or the fallback).
 
         Extra keyword arguments (``tools``, ``enable_thinking``...) reach the template.
@@ -183,7 +185,9 @@ def _compile(source: str) -> jinja2.Template:
     def raise_exception(message: str) -> None:
         raise ChatTemplateError(message)
 
-    def tojson(value: Any, indent: int | None = None, separators=None, sort_keys: bool = False, ensure_ascii: bool = False) -> str:
+    def tojson(
+        value: Any, indent: int | None = None, separators=None, sort_keys: bool = False, ensure_ascii: bool = False
+    ) -> str:
         return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])

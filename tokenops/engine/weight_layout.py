@@ -44,12 +44,16 @@ MAX_SHARED_COPY_BYTES = 64 << 20
 
 def onednn_available() -> bool:
     """Whether this torch build has the oneDNN linear ops (CPU builds for x86/ARM do)."""
-    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
 
 
-def pack_linear_weights(model: nn.Module, device: torch.device, dtype: torch.dtype, layout: str = "auto",
-                        panels=None) -> str:
+def pack_linear_weights(
+    model: nn.Module, device: torch.device, dtype: torch.dtype, layout: str = "auto", panels=None
+) -> str:
     """Pack ``model``'s linear layers; returns the layout used ("panels", "onednn" or "plain").
 
     ``panels`` is the runner's fused decode step (:class:`tokenops.engine.fused_decode.FusedDecoder`)
@@ -68,8 +72,10 @@ def pack_linear_weights(model: nn.Module, device: torch.device, dtype: torch.dty
         log.debug("%d linear layers multiply through the fused decode step's panels", num)
         return "panels"
     if layout == "panels":
-        raise ValueError("engine weight_layout 'panels' is unavailable: it needs the fused decode step "
-                         "(decode_kernel 'auto' or 'native', on a model it accepts, without a compiled forward)")
+        raise ValueError(
+            "engine weight_layout 'panels' is unavailable: it needs the fused decode step "
+            "(decode_kernel 'auto' or 'native', on a model it accepts, without a compiled forward)"
+        )
     why = None
     if device.type != "cpu":
         why = "it is for CPU"
@@ -90,8 +96,9 @@ def pack_linear_weights(model: nn.Module, device: torch.device, dtype: torch.dty
             is_shared = id(module.weight) in shared
             # auto: large weights only; a shared one only while its packed copy stays small
             copy_bytes = module.weight.numel() * module.weight.element_size()
-            if layout == "onednn" or (module.weight.numel() >= MIN_PACKED_ELEMENTS
-                                      and (not is_shared or copy_bytes <= MAX_SHARED_COPY_BYTES)):
+            if layout == "onednn" or (
+                module.weight.numel() >= MIN_PACKED_ELEMENTS and (not is_shared or copy_bytes <= MAX_SHARED_COPY_BYTES)
+            ):
                 module.pack(release=not is_shared)
                 num += 1
     log.debug("packed %d linear layers for oneDNN", num)
@@ -110,5 +117,8 @@ def packed_bytes(model: nn.Module) -> int:
     """Bytes held by packed weights (they are not parameters or buffers)."""
     from tokenops.engine.models.layers import Linear
 
-    return sum(m.packed.numel() * m.packed.element_size() for m in model.modules()
-               if isinstance(m, Linear) and m.packed is not None)
+    return sum(
+        m.packed.numel() * m.packed.element_size()
+        for m in model.modules()
+        if isinstance(m, Linear) and m.packed is not None
+    )

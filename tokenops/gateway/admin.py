@@ -45,11 +45,18 @@ def _tunables_list(gw: Gateway) -> list[dict[str, Any]]:
 
     # knobs of external engines (vllm.*, sglang.*) exist only as their launch flags for
     # `tokenops tune --engine ...`; this server has nothing to show or set for them
-    foreign = tuple(p for name, launcher in get_launchers().items() if name != "tokenops"
-                    for p in getattr(launcher, "prefixes", ()))
-    return [{**t.to_dict(), "value": gw.tunable_values.get(t.name, t.default),
-             **({"per_model": gw.tunables_per_model[t.name]} if t.name in gw.tunables_per_model else {})}
-            for t in get_tunables() if not (foreign and t.name.startswith(foreign))]
+    foreign = tuple(
+        p for name, launcher in get_launchers().items() if name != "tokenops" for p in getattr(launcher, "prefixes", ())
+    )
+    return [
+        {
+            **t.to_dict(),
+            "value": gw.tunable_values.get(t.name, t.default),
+            **({"per_model": gw.tunables_per_model[t.name]} if t.name in gw.tunables_per_model else {}),
+        }
+        for t in get_tunables()
+        if not (foreign and t.name.startswith(foreign))
+    ]
 
 
 def deployment_facts(gw: Gateway) -> dict[str, Any]:
@@ -57,12 +64,16 @@ def deployment_facts(gw: Gateway) -> dict[str, Any]:
     store channel's ``hello`` carries the same object (one builder for both paths)."""
     from tokenops.tune.deployment import server_facts
 
-    return server_facts(gw.settings, {m: len(r) for m, r in gw.replicas.items()},
-                        {name: m.backend for name, m in gw.models.items()})
+    return server_facts(
+        gw.settings, {m: len(r) for m, r in gw.replicas.items()}, {name: m.backend for name, m in gw.models.items()}
+    )
 
 
-@router.get("/tunables", summary="Every tunable in the registry with its current value, and the deployment facts "
-            "that decide which of them can act")
+@router.get(
+    "/tunables",
+    summary="Every tunable in the registry with its current value, and the deployment facts "
+    "that decide which of them can act",
+)
 async def get_tunables_route(request: Request) -> Response:
     gw = _gateway(request)
     return _json({"tunables": _tunables_list(gw), "deployment": deployment_facts(gw)})
@@ -74,20 +85,30 @@ async def patch_tunables(request: Request) -> Response:
     try:
         body = await admin_body(request)  # refuses NaN/Infinity, which json.loads would accept
     except APIError as e:
-        raise APIError(400, f"{e.message} The body must be {{\"values\": {{name: value}}, \"actor\": str}}.",
-                       code="invalid_json") from None
+        raise APIError(
+            400, f'{e.message} The body must be {{"values": {{name: value}}, "actor": str}}.', code="invalid_json"
+        ) from None
     values = body.get("values") if isinstance(body, dict) else None
     if not isinstance(values, dict) or not values:
-        raise APIError(400, "the body needs a non-empty \"values\" object: {\"values\": {\"engine.max_num_seqs\": 16}}",
-                       code="invalid_value", param="values")
+        raise APIError(
+            400,
+            'the body needs a non-empty "values" object: {"values": {"engine.max_num_seqs": 16}}',
+            code="invalid_value",
+            param="values",
+        )
     unknown = sorted(set(body) - {"values", "actor"})
     if unknown:
-        raise APIError(400, f"unknown field(s) {', '.join(map(repr, unknown))[:200]}; the body takes values and actor",
-                       code="invalid_value", param=unknown[0][:64])
+        raise APIError(
+            400,
+            f"unknown field(s) {', '.join(map(repr, unknown))[:200]}; the body takes values and actor",
+            code="invalid_value",
+            param=unknown[0][:64],
+        )
     actor = body.get("actor", "admin")
     if not isinstance(actor, str):
-        raise APIError(400, "actor must be a string (who made the change, for the audit)", code="invalid_value",
-                       param="actor")
+        raise APIError(
+            400, "actor must be a string (who made the change, for the audit)", code="invalid_value", param="actor"
+        )
     applied = await asyncio.to_thread(apply_tunables, gw, values, str(actor))
     return _json({"applied": applied, "tunables": _tunables_list(gw)})
 
@@ -100,16 +121,21 @@ def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str,
     for name, value in values.items():  # over HTTP a value has its JSON type or is text (1 is no bool)
         t = registry.get(name)  # unknown names (None): the registry says which exist
         if t is not None and not _is_json_type(t.type, value):
-            raise APIError(400, f"{name}: expected a JSON {t.type}, got {value!r}"[:300], code="invalid_tunable",
-                           param=name)
+            raise APIError(
+                400, f"{name}: expected a JSON {t.type}, got {value!r}"[:300], code="invalid_tunable", param=name
+            )
     try:
         checked = registry.validate(values)
     except TunableError as e:
         raise APIError(400, str(e), code="invalid_tunable") from None
     restart = [name for name in checked if not registry[name].live]
     if restart:
-        raise APIError(400, f"{', '.join(restart)} cannot change live: it needs a restart (set it in tokenops.toml "
-                       "and restart the server)", code="restart_required")
+        raise APIError(
+            400,
+            f"{', '.join(restart)} cannot change live: it needs a restart (set it in tokenops.toml "
+            "and restart the server)",
+            code="restart_required",
+        )
     old = {k: gw.tunable_values.get(k, registry[k].default) for k in checked}
     try:  # every replica and plugin, or none of them (tokenops.gateway.tunable_patch)
         apply_everywhere([r for rs in gw.replicas.values() for r in rs], checked, old, hooks.apply_plugin_tunables)
@@ -151,7 +177,9 @@ def _is_json_type(kind: str, value: Any) -> bool:
     if kind == "bool":
         return isinstance(value, bool)
     if kind == "int":
-        return not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+        return not isinstance(value, bool) and (
+            isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        )
     if kind == "float":
         return not isinstance(value, bool) and isinstance(value, (int, float))
     return isinstance(value, str)
@@ -180,8 +208,11 @@ async def add_store_rows(request: Request) -> Response:
     for i, item in enumerate(objects):
         table = item.get("table") if isinstance(item, dict) else None
         if not isinstance(table, str) or table not in RUN_TABLES:
-            raise APIError(400, f"objects[{i}].table {table!r}: only {', '.join(sorted(RUN_TABLES))} take rows here",
-                           param=f"objects[{i}].table")
+            raise APIError(
+                400,
+                f"objects[{i}].table {table!r}: only {', '.join(sorted(RUN_TABLES))} take rows here",
+                param=f"objects[{i}].table",
+            )
         try:
             # validated: a table model's constructor alone checks nothing (SQLModel), and a row the
             # store then refuses would be a 500
@@ -192,8 +223,9 @@ async def add_store_rows(request: Request) -> Response:
     try:
         await asyncio.to_thread(gw.store.add, *rows)
     except Exception as e:  # a constraint of the table (a repeated id, a missing column)
-        raise APIError(400, f"the store refused the rows: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
-                       param="objects") from None
+        raise APIError(
+            400, f"the store refused the rows: {type(e).__name__}: {str(e).splitlines()[0][:200]}", param="objects"
+        ) from None
     return _json({"added": len(rows)})
 
 
@@ -212,8 +244,12 @@ async def store_query(request: Request, name: str) -> Response:
     from tokenops.store.queries import QUERIES, QueryError
 
     if name not in QUERIES:
-        raise APIError(404, f"unknown query {name!r}; named queries: {', '.join(sorted(QUERIES))}",
-                       code="unknown_query", param="name")
+        raise APIError(
+            404,
+            f"unknown query {name!r}; named queries: {', '.join(sorted(QUERIES))}",
+            code="unknown_query",
+            param="name",
+        )
     params = dict(request.query_params)
     try:
         result = await asyncio.to_thread(gw.store.run_query, name, **params)
@@ -240,4 +276,3 @@ router.include_router(_memory_router)
 from tokenops.gateway.admin_lora import router as _lora_router  # noqa: E402  (/admin/lora)
 
 router.include_router(_lora_router)
-

@@ -39,8 +39,9 @@ def write_secret(path: Path, text: str) -> None:
         f.write(text)
 
 
-def resolve_admin_key(admin_key: str | None, admin_key_hash: str | None,
-                      store_dir: str | Path | None) -> tuple[str, str | None]:
+def resolve_admin_key(
+    admin_key: str | None, admin_key_hash: str | None, store_dir: str | Path | None
+) -> tuple[str, str | None]:
     """The admin key's SHA-256 hash, and the new key when one was generated
     (written to ``store_dir/admin_key``; see :func:`key_file`)."""
     from tokenops.gateway.auth import _as_hash, hash_key
@@ -72,15 +73,16 @@ def key_file(store_dir: str | Path) -> Path:
 def admin_key_notice(store_dir: str | Path | None, is_new: bool) -> str:
     """What ``tokenops serve`` prints about a key it did not get from the environment or config."""
     if store_dir is None:
-        return ("admin key: none saved (--no-store); set TOKENOPS_ADMIN_KEY or use --admin-key-file "
-                "to use the admin API")
+        return "admin key: none saved (--no-store); set TOKENOPS_ADMIN_KEY or use --admin-key-file to use the admin API"
     path = key_file(store_dir)
     if is_new:
         return f"admin key: generated, in {path} (readable by you only)"
     if path.is_file():
         return f"admin key: in {path} (delete that file to get a new one)"
-    return (f"admin key: the one whose hash is in {Path(store_dir) / LEGACY_HASH_FILE} "
-            "(delete that file to get a new key, saved in a file)")
+    return (
+        f"admin key: the one whose hash is in {Path(store_dir) / LEGACY_HASH_FILE} "
+        "(delete that file to get a new key, saved in a file)"
+    )
 
 
 def secure_store_files(store_path: str | Path) -> None:

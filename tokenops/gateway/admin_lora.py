@@ -43,10 +43,18 @@ def _adapters(gw: Any) -> dict[str, list[Replica]]:
 
 def _card(name: str, replicas: list[Replica]) -> dict[str, Any]:
     b = replicas[0].backend
-    return {"name": name, "parent": b.parent, "path": b.path, "loaded": all(r.backend.is_loaded for r in replicas),
-            "replicas": len(replicas), "resident": all(name in r.backend.pool.resident for r in replicas), "bytes": (b.info or {}).get("bytes"),
-            "file_bytes": (b.info or {}).get("file_bytes"), "rank": (b.info or {}).get("rank"),
-            "targets": (b.info or {}).get("targets")}
+    return {
+        "name": name,
+        "parent": b.parent,
+        "path": b.path,
+        "loaded": all(r.backend.is_loaded for r in replicas),
+        "replicas": len(replicas),
+        "resident": all(name in r.backend.pool.resident for r in replicas),
+        "bytes": (b.info or {}).get("bytes"),
+        "file_bytes": (b.info or {}).get("file_bytes"),
+        "rank": (b.info or {}).get("rank"),
+        "targets": (b.info or {}).get("targets"),
+    }
 
 
 @router.get("/lora", summary="LoRA adapters served, with their base model")
@@ -68,24 +76,41 @@ async def load_lora(request: Request) -> Response:
     body = await admin_body(request)  # the /v1 parser: size, deadline, depth, finite numbers
     unknown = sorted(set(body) - {"name", "path", "base", "check_base"})
     if unknown:
-        raise APIError(400, f"unknown field {unknown[0]!r}; allowed: name, path, base, check_base",
-                       code="unknown_parameter", param=unknown[0])
+        raise APIError(
+            400,
+            f"unknown field {unknown[0]!r}; allowed: name, path, base, check_base",
+            code="unknown_parameter",
+            param=unknown[0],
+        )
     name, path, base = _non_empty_str(body, "name"), _non_empty_str(body, "path"), body.get("base")
     check_base = body.get("check_base", True)
     if not isinstance(check_base, bool):
         raise APIError(400, "'check_base' must be a boolean", code="invalid_value", param="check_base")
     if name in gw.replicas:
         raise APIError(409, f"a model named {name!r} is already served", code="model_exists", param="name")
-    bases = [m for m, rs in gw.replicas.items()
-             if rs and getattr(rs[0].backend, "kind", None) == "local" and hasattr(rs[0].backend, "started")]
+    bases = [
+        m
+        for m, rs in gw.replicas.items()
+        if rs and getattr(rs[0].backend, "kind", None) == "local" and hasattr(rs[0].backend, "started")
+    ]
     if base is None:
         base = bases[0] if bases else None
     if base not in bases:
-        raise APIError(400, f"base {base!r} is not a bundled-engine model; choose one of: {', '.join(bases) or 'none'}",
-                       code="invalid_value", param="base")
-    replicas = [Replica(name=f"{name}#{r.index}", model=name, index=r.index,
-                        backend=LoraBackend(name, path, r.backend, r.index, check_base=check_base))
-                for r in gw.replicas[base]]
+        raise APIError(
+            400,
+            f"base {base!r} is not a bundled-engine model; choose one of: {', '.join(bases) or 'none'}",
+            code="invalid_value",
+            param="base",
+        )
+    replicas = [
+        Replica(
+            name=f"{name}#{r.index}",
+            model=name,
+            index=r.index,
+            backend=LoraBackend(name, path, r.backend, r.index, check_base=check_base),
+        )
+        for r in gw.replicas[base]
+    ]
     loaded: list[Replica] = []
     try:
         for r in replicas:
@@ -116,4 +141,3 @@ async def unload_lora(request: Request, name: str) -> Response:
             raise APIError(409, f"{e}; retry when they end", code="lora_in_use") from None
         r.backend.is_loaded = False
     return _json({"name": name, "deleted": True})
-

@@ -52,6 +52,7 @@ async def _body(request: Request) -> Any:
 async def _run(fn, *args: Any) -> Any:
     """An operation on ``args[0]`` (the key service) off the event loop (it writes the
     store and may talk to Redis)."""
+
     def run() -> Any:
         args[0].registry.refresh()  # what another replica changed (with Redis) counts here too
         return fn(*args)
@@ -126,13 +127,20 @@ async def delete_tenant(request: Request, name: str) -> Response:
     from tokenops.gateway import hooks
     from tokenops.gateway.responses_api import purge_tenant as purge_responses
 
-    return _json(await _run(admin_ops.delete_tenant, gw.keys, name, config_tenants,
-                            lambda tenant: {**hooks.forget_tenant(tenant, gw.store),
-                                            **purge_responses(request.app, tenant)}))
+    return _json(
+        await _run(
+            admin_ops.delete_tenant,
+            gw.keys,
+            name,
+            config_tenants,
+            lambda tenant: {**hooks.forget_tenant(tenant, gw.store), **purge_responses(request.app, tenant)},
+        )
+    )
 
 
-@router.post("/budget-clock", summary="Tests only: move the budget clock (TOKENOPS_BUDGET_TEST_CLOCK=1)",
-             include_in_schema=False)
+@router.post(
+    "/budget-clock", summary="Tests only: move the budget clock (TOKENOPS_BUDGET_TEST_CLOCK=1)", include_in_schema=False
+)
 async def budget_clock(request: Request) -> Response:
     gw = _gateway(request)
     if not gw.keys.is_test_clock_enabled:

@@ -27,8 +27,11 @@ def _memory(request: Request) -> Any:
     request.app.state.gateway.admin.check(request.headers)
     memory = get_session_memory()
     if memory is None:
-        raise APIError(404, "Session memory is off; enable it with [plugins.session_memory] enabled = true.",
-                       code="memory_disabled")
+        raise APIError(
+            404,
+            "Session memory is off; enable it with [plugins.session_memory] enabled = true.",
+            code="memory_disabled",
+        )
     return memory
 
 
@@ -52,7 +55,9 @@ async def get_session(request: Request, tenant: str, session: str) -> Response:
 
 @router.delete("/memory/sessions/{tenant}/{session}", summary="Forget one session")
 async def delete_session(request: Request, tenant: str, session: str) -> Response:
-    return _json({"tenant": tenant, "session": session, "deleted_entries": _memory(request).delete_session(tenant, session)})
+    return _json(
+        {"tenant": tenant, "session": session, "deleted_entries": _memory(request).delete_session(tenant, session)}
+    )
 
 
 @router.delete("/memory/tenants/{tenant}", summary="Forget every session of a tenant")

@@ -56,12 +56,21 @@ def _group(backends: Any) -> dict[str, list[Replica]]:
     out: dict[str, list[Replica]] = {}
     for model, b in items:
         replicas = out.setdefault(model, [])
-        replicas.append(b if isinstance(b, Replica) else Replica(name=b.name, model=model, backend=b, index=len(replicas)))
+        replicas.append(
+            b if isinstance(b, Replica) else Replica(name=b.name, model=model, backend=b, index=len(replicas))
+        )
     return out
 
 
-def create_app(settings: Settings | None = None, backends: Any = None, *, store: Any = None,
-               admin_key_hash: str | None = None, allow_open: bool = False, drain_timeout_s: float = 30.0) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    backends: Any = None,
+    *,
+    store: Any = None,
+    admin_key_hash: str | None = None,
+    allow_open: bool = False,
+    drain_timeout_s: float = 30.0,
+) -> FastAPI:
     """Build the gateway app.
 
     :param backends: None builds replicas from ``settings`` (``[[models]]`` or the demo
@@ -83,8 +92,12 @@ def create_app(settings: Settings | None = None, backends: Any = None, *, store:
             await gateway.drain(drain_timeout_s)
             await gateway.stop()
 
-    app = FastAPI(title="tokenops", version=__version__, lifespan=lifespan,
-                  description="OpenAI-compatible gateway in front of the bundled engine and OpenAI-compatible servers.")
+    app = FastAPI(
+        title="tokenops",
+        version=__version__,
+        lifespan=lifespan,
+        description="OpenAI-compatible gateway in front of the bundled engine and OpenAI-compatible servers.",
+    )
     app.state.gateway = gateway
     app.add_middleware(GuardMiddleware, gateway=gateway)
     _install_error_handlers(app)
@@ -109,8 +122,12 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
         err = exc.errors()[0] if exc.errors() else {}
         loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path"))
-        return APIError(400, f"{loc}: {err.get('msg', 'invalid value')}" if loc else "invalid request",
-                        code="invalid_value", param=loc or None).response()
+        return APIError(
+            400,
+            f"{loc}: {err.get('msg', 'invalid value')}" if loc else "invalid request",
+            code="invalid_value",
+            param=loc or None,
+        ).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
@@ -142,8 +159,11 @@ async def _handle(request: Request, build) -> Response:
     if greq.stream:
         return await _stream(gw, greq)
     response, rec = await gw.pipeline.respond(greq)
-    return Response(response_body(greq, response, rec.model_served or greq.model), media_type=_JSON,
-                    headers=greq.response_headers or None)
+    return Response(
+        response_body(greq, response, rec.model_served or greq.model),
+        media_type=_JSON,
+        headers=greq.response_headers or None,
+    )
 
 
 async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
@@ -190,28 +210,43 @@ async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
         if writer.include_usage:
             prompt = usage.prompt_tokens if usage else rec.tokens_in
             completion = usage.completion_tokens if usage and usage.completion_tokens is not None else rec.tokens_out
-            yield writer.usage(prompt or 0, completion or 0, (usage.cached_tokens if usage else rec.tokens_cached) or 0,
-                               usage.reasoning_tokens if usage else rec.reasoning_tokens, final)
+            yield writer.usage(
+                prompt or 0,
+                completion or 0,
+                (usage.cached_tokens if usage else rec.tokens_cached) or 0,
+                usage.reasoning_tokens if usage else rec.reasoning_tokens,
+                final,
+            )
         elif held is not None:
             yield writer.finish(*held, final)
         yield DONE
 
-    return EventStream(body(), deltas, media_type="text/event-stream",
-                        headers={"cache-control": "no-cache", "x-accel-buffering": "no", **greq.response_headers})
-
-
+    return EventStream(
+        body(),
+        deltas,
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no", **greq.response_headers},
+    )
 
 
 def _install_openai_routes(app: FastAPI) -> None:
     from tokenops.gateway.schemas import openapi_body
 
-    @app.post("/v1/chat/completions", tags=["openai"], openapi_extra=openapi_body(ChatCompletionRequest),
-              summary="Create a chat completion (SSE when stream is true)")
+    @app.post(
+        "/v1/chat/completions",
+        tags=["openai"],
+        openapi_extra=openapi_body(ChatCompletionRequest),
+        summary="Create a chat completion (SSE when stream is true)",
+    )
     async def chat_completions(request: Request) -> Response:
         return await _handle(request, chat_request)
 
-    @app.post("/v1/completions", tags=["openai"], openapi_extra=openapi_body(CompletionRequest),
-              summary="Create a text completion (SSE when stream is true)")
+    @app.post(
+        "/v1/completions",
+        tags=["openai"],
+        openapi_extra=openapi_body(CompletionRequest),
+        summary="Create a text completion (SSE when stream is true)",
+    )
     async def completions(request: Request) -> Response:
         return await _handle(request, completion_request)
 

@@ -27,7 +27,7 @@ def hash_key(key: str) -> str:
 def _as_hash(spec: str) -> str:
     """``sha256:<hex>`` stays a hash; anything else is a plain key to hash."""
     if spec.startswith("sha256:"):
-        digest = spec[len("sha256:"):].strip().lower()
+        digest = spec[len("sha256:") :].strip().lower()
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             from tokenops.config import ConfigError
 
@@ -77,13 +77,19 @@ class ApiKeys:
             if found is not None:
                 return found
             if not self.allow_open and not is_loopback(client_host):
-                raise APIError(401, "This server has no API keys configured and only serves loopback clients.",
-                               code="invalid_api_key")
+                raise APIError(
+                    401,
+                    "This server has no API keys configured and only serves loopback clients.",
+                    code="invalid_api_key",
+                )
             return (user or "default"), None
         key = bearer(headers)
         if not key:
-            raise APIError(401, "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
-                           code="invalid_api_key")
+            raise APIError(
+                401,
+                "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+                code="invalid_api_key",
+            )
         digest = hash_key(key)
         tenant = self._tenants.get(digest)
         if tenant is None:
@@ -104,11 +110,17 @@ class AdminAuth:
     def check(self, headers) -> None:
         key = headers.get("x-admin-key") or bearer(headers)
         if not key or not hmac.compare_digest(hash_key(key), self.key_hash):
-            raise APIError(401, "This endpoint needs the admin key: send 'Authorization: Bearer <admin key>' "
-                           "or 'X-Admin-Key: <admin key>'.", code="invalid_admin_key")
+            raise APIError(
+                401,
+                "This endpoint needs the admin key: send 'Authorization: Bearer <admin key>' "
+                "or 'X-Admin-Key: <admin key>'.",
+                code="invalid_admin_key",
+            )
 
 
-def resolve_admin_key(admin_key: str | None, admin_key_hash: str | None, store_dir: str | Path | None) -> tuple[str, str | None]:
+def resolve_admin_key(
+    admin_key: str | None, admin_key_hash: str | None, store_dir: str | Path | None
+) -> tuple[str, str | None]:
     """See :func:`tokenops.gateway.admin_key.resolve_admin_key` (a generated key goes to a 0600 file)."""
     from tokenops.gateway.admin_key import resolve_admin_key as resolve
 

@@ -33,8 +33,9 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
     and with 408 when it has not fully arrived within ``timeout_s`` seconds."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"Request body of {declared} bytes exceeds the limit of {limit} bytes.",
-                       code="request_too_large")
+        raise APIError(
+            413, f"Request body of {declared} bytes exceeds the limit of {limit} bytes.", code="request_too_large"
+        )
     chunks: list[bytes] = []
     size = 0
 
@@ -52,18 +53,26 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
         else:
             await collect()
     except TimeoutError:
-        raise APIError(408, f"The request body did not arrive within {timeout_s:g} s "
-                       f"({size} of {declared or '?'} bytes received); send the whole body at once.",
-                       code="request_timeout", headers={"connection": "close"}) from None
+        raise APIError(
+            408,
+            f"The request body did not arrive within {timeout_s:g} s "
+            f"({size} of {declared or '?'} bytes received); send the whole body at once.",
+            code="request_timeout",
+            headers={"connection": "close"},
+        ) from None
     except ClientDisconnect:
-        raise APIError(400, f"The connection ended before the request body was complete ({size} of "
-                       f"{declared or '?'} bytes received).", code="incomplete_body",
-                       headers={"connection": "close"}) from None
+        raise APIError(
+            400,
+            f"The connection ended before the request body was complete ({size} of {declared or '?'} bytes received).",
+            code="incomplete_body",
+            headers={"connection": "close"},
+        ) from None
     return b"".join(chunks)
 
 
-def parse_json(raw: bytes, check_finite: bool = True, max_int_bits: int | None = None,
-               name_non_finite: bool = False) -> dict[str, Any]:
+def parse_json(
+    raw: bytes, check_finite: bool = True, max_int_bits: int | None = None, name_non_finite: bool = False
+) -> dict[str, Any]:
     """A JSON object from ``raw``, or a 400 saying what is wrong with it. Integers wider
     than ``max_int_bits`` are refused (default :data:`MAX_INT_BITS`: one Python could not
     even print, which a field's own bounds then never see)."""
@@ -71,14 +80,19 @@ def parse_json(raw: bytes, check_finite: bool = True, max_int_bits: int | None =
         data = from_json(raw, allow_inf_nan=name_non_finite)
     except ValueError as e:
         reason = "NaN and Infinity are not JSON numbers" if b"NaN" in raw or b"Infinity" in raw else _reason(str(e))
-        raise APIError(400, f"We could not parse the JSON body of your request: {reason}.",
-                       code="invalid_json") from None
+        raise APIError(
+            400, f"We could not parse the JSON body of your request: {reason}.", code="invalid_json"
+        ) from None
     if not isinstance(data, dict):
         raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
     if name_non_finite and _has_infinity(data):  # NaN / Infinity / 1e999 refused naming the field
         where = _path_of(data, lambda v: isinstance(v, float) and not math.isfinite(v))
-        raise APIError(400, f"{where} must be a finite number (NaN and Infinity are not JSON numbers).",
-                       code="invalid_value", param=where)
+        raise APIError(
+            400,
+            f"{where} must be a finite number (NaN and Infinity are not JSON numbers).",
+            code="invalid_value",
+            param=where,
+        )
     if check_finite:
         _check_finite(data, max_int_bits or MAX_INT_BITS)
     return data
@@ -88,8 +102,11 @@ def _check_finite(data: dict[str, Any], max_int_bits: int = 0) -> None:
     # from_json turns 1e999 into inf even with allow_inf_nan=False; a walk of the parsed
     # tree is cheaper than scanning the raw bytes (a regex over 4 MB of text takes ~90 ms)
     if _has_infinity(data):
-        raise APIError(400, "We could not parse the JSON body of your request: it holds a number too large for "
-                       "a 64-bit float.", code="invalid_json")
+        raise APIError(
+            400,
+            "We could not parse the JSON body of your request: it holds a number too large for a 64-bit float.",
+            code="invalid_json",
+        )
     max_int_bits = max_int_bits or MAX_INT_BITS
     if _has_huge_int(data, max_int_bits):  # found again, with its place, only when there is one
         where = _huge_int_path(data, max_int_bits)
@@ -131,9 +148,13 @@ def _count_messages(raw: bytes) -> int:
 
 def _check_message_count(num: int, limit: int) -> None:
     if num > limit:
-        raise APIError(400, f"messages: {num} messages exceed this server's limit of {limit} "
-                       "([gateway] max_messages); merge them or send fewer.", code="too_many_messages",
-                       param="messages")
+        raise APIError(
+            400,
+            f"messages: {num} messages exceed this server's limit of {limit} "
+            "([gateway] max_messages); merge them or send fewer.",
+            code="too_many_messages",
+            param="messages",
+        )
 
 
 def _reason(message: str) -> str:

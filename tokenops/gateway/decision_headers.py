@@ -45,8 +45,12 @@ def route_value(rec: RequestRecord) -> str | None:
 
 def decision_values(rec: RequestRecord, *, with_cost: bool = True) -> dict[str, Any]:
     """The decisions as values (a stream's final chunk carries these)."""
-    out: dict[str, Any] = {"model": rec.model_served, "replica": rec.backend, "cache": cache_result(rec),
-                           "route": route_value(rec)}
+    out: dict[str, Any] = {
+        "model": rec.model_served,
+        "replica": rec.backend,
+        "cache": cache_result(rec),
+        "route": route_value(rec),
+    }
     if with_cost:
         out["cost_usd"] = round(rec.cost_usd, 10)
     return {k: v for k, v in out.items() if v is not None}

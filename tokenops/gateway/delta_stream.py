@@ -132,23 +132,47 @@ class StreamAssembly:
     def response(self, model: str, backend: str) -> GatewayResponse:
         """Choice 0 as a whole answer (the record's finish reason must be set)."""
         rec = self.rec
-        return GatewayResponse(text="".join(self.texts.get(0, [])), model=model, finish_reason=rec.finish_reason,
-                               prompt_tokens=rec.tokens_in, completion_tokens=rec.tokens_out,
-                               cached_tokens=rec.tokens_cached, backend=backend,
-                               token_logprobs=self.logprobs or None,
-                               tool_calls=[self.calls[k] for k in sorted(self.calls)] or None,
-                               refusal="".join(self.refusal) if self.refusal else None)
+        return GatewayResponse(
+            text="".join(self.texts.get(0, [])),
+            model=model,
+            finish_reason=rec.finish_reason,
+            prompt_tokens=rec.tokens_in,
+            completion_tokens=rec.tokens_out,
+            cached_tokens=rec.tokens_cached,
+            backend=backend,
+            token_logprobs=self.logprobs or None,
+            tool_calls=[self.calls[k] for k in sorted(self.calls)] or None,
+            refusal="".join(self.refusal) if self.refusal else None,
+        )
 
 
 async def replay_deltas(response: GatewayResponse) -> AsyncIterator[Delta]:
     """An answer that is already complete (cache hit, cascade, ensemble) as the deltas of a stream."""
-    choices = response.extra.get("choices") or [{"index": 0, "text": response.text,
-                                                 "finish_reason": response.finish_reason, "logprobs": None,
-                                                 "tool_calls": response.tool_calls, "refusal": response.refusal}]
+    choices = response.extra.get("choices") or [
+        {
+            "index": 0,
+            "text": response.text,
+            "finish_reason": response.finish_reason,
+            "logprobs": None,
+            "tool_calls": response.tool_calls,
+            "refusal": response.refusal,
+        }
+    ]
     for c in choices:
         calls = [{"index": k, **call} for k, call in enumerate(c.get("tool_calls") or [])]
-        yield Delta(index=c["index"], text=c["text"], num_tokens=0, logprobs=c.get("logprobs"),
-                    tool_calls=calls or None, refusal=c.get("refusal"), extra=c.get("message_extra"))
+        yield Delta(
+            index=c["index"],
+            text=c["text"],
+            num_tokens=0,
+            logprobs=c.get("logprobs"),
+            tool_calls=calls or None,
+            refusal=c.get("refusal"),
+            extra=c.get("message_extra"),
+        )
         yield Delta(index=c["index"], finish_reason=c.get("finish_reason") or "stop")
-    yield Delta(prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
-                cached_tokens=response.cached_tokens, reasoning_tokens=response.reasoning_tokens)
+    yield Delta(
+        prompt_tokens=response.prompt_tokens,
+        completion_tokens=response.completion_tokens,
+        cached_tokens=response.cached_tokens,
+        reasoning_tokens=response.reasoning_tokens,
+    )

@@ -43,8 +43,9 @@ def _flush(request: Request) -> None:
 async def list_pairs(request: Request) -> Response:
     store = _store(request)
     await asyncio.to_thread(_flush, request)
-    rows = await asyncio.to_thread(lambda: store.execute(
-        "SELECT tenant, model, count(*) FROM distill_pairs GROUP BY ALL ORDER BY ALL").fetchall())
+    rows = await asyncio.to_thread(
+        lambda: store.execute("SELECT tenant, model, count(*) FROM distill_pairs GROUP BY ALL ORDER BY ALL").fetchall()
+    )
     return _json({"pairs": [{"tenant": t, "model": m, "count": c} for t, m, c in rows]})
 
 

@@ -29,10 +29,12 @@ _TokenId = Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(min_length=1)
-    input: (Annotated[str, Field(min_length=1)]
-            | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_INPUTS)]
-            | Annotated[list[_TokenId], Field(min_length=1)]
-            | Annotated[list[Annotated[list[_TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_INPUTS)])
+    input: (
+        Annotated[str, Field(min_length=1)]
+        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_INPUTS)]
+        | Annotated[list[_TokenId], Field(min_length=1)]
+        | Annotated[list[Annotated[list[_TokenId], Field(min_length=1)]], Field(min_length=1, max_length=MAX_INPUTS)]
+    )
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1), INTEGRAL_FLOAT] | None = None
     user: str | None = None
@@ -56,14 +58,17 @@ def embedding_request(data: dict[str, Any]) -> GatewayRequest:
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         loc = ".".join(str(x) for x in err.get("loc", ()))
-        raise APIError(400, f"{loc}: {err.get('msg', 'invalid value')}", code="invalid_value", param=loc or None) from None
+        raise APIError(
+            400, f"{loc}: {err.get('msg', 'invalid value')}", code="invalid_value", param=loc or None
+        ) from None
     body = req.model_dump(exclude_unset=True)
     texts = [req.input] if isinstance(req.input, str) else req.input
     # the text, for admission plugins that count or read it (rate limits, budgets)
     strings = [t for t in texts if isinstance(t, str)]
     prompt = "\n".join(strings) if len(strings) == len(texts) else None
-    return GatewayRequest(kind="embedding", model=req.model, body=body, prompt=prompt, session_id=req.user,
-                          max_tokens=0)
+    return GatewayRequest(
+        kind="embedding", model=req.model, body=body, prompt=prompt, session_id=req.user, max_tokens=0
+    )
 
 
 async def embed(gw: Any, request: GatewayRequest) -> dict[str, Any]:
@@ -73,9 +78,16 @@ async def embed(gw: Any, request: GatewayRequest) -> dict[str, Any]:
     rec = pipeline.new_record(request)
     with pipeline.tracked(rec):
         await pipeline.admit(request)
-        replica = choose_capable_replica(pipeline, request, rec, reason="embeddings", method="embed",
-                                         does="serve embeddings", use="an embedding model",
-                                         alternatives=embedding_models(pipeline))
+        replica = choose_capable_replica(
+            pipeline,
+            request,
+            rec,
+            reason="embeddings",
+            method="embed",
+            does="serve embeddings",
+            use="an embedding model",
+            alternatives=embedding_models(pipeline),
+        )
         t0 = time.perf_counter()
         replica.in_flight += 1
         try:

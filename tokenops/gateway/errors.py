@@ -16,5 +16,7 @@ def api_error(e: BackendError, kind: str = "chat") -> APIError:
     if e.kind in ("context_length", "bad_request"):
         message = getattr(e, "upstream_message", None) or message
     status = e.status if 400 <= e.status < 600 else 502
-    param = getattr(e, "param", None) or (("messages" if kind == "chat" else "prompt") if e.kind == "context_length" else None)
+    param = getattr(e, "param", None) or (
+        ("messages" if kind == "chat" else "prompt") if e.kind == "context_length" else None
+    )
     return APIError(status, message, code=code, param=param)

@@ -30,11 +30,15 @@ class ExpertPlans:
             raise ValueError(f"[plugins.eplb] unknown key(s) {', '.join(unknown)}; allowed: {', '.join(self.DEFAULTS)}")
         conf = {**self.DEFAULTS, **eplb_settings}
         try:
-            self.num_devices, self.num_redundant, self.num_nodes = (int(conf[k]) for k in ("devices", "redundant", "nodes"))
+            self.num_devices, self.num_redundant, self.num_nodes = (
+                int(conf[k]) for k in ("devices", "redundant", "nodes")
+            )
             self.min_interval_s = float(conf["plan_interval_s"])
         except (TypeError, ValueError):
-            raise ValueError(f"[plugins.eplb] devices, redundant and nodes must be integers and plan_interval_s "
-                             f"a number of seconds, not {eplb_settings}") from None
+            raise ValueError(
+                f"[plugins.eplb] devices, redundant and nodes must be integers and plan_interval_s "
+                f"a number of seconds, not {eplb_settings}"
+            ) from None
         self.num_computed = 0
         self._clock = clock
         self._lock = threading.Lock()  # /metrics (event loop) and /admin/stats (threads) both read
@@ -57,8 +61,12 @@ class ExpertPlans:
     def _compute(self, load: Any) -> dict[str, Any] | None:
         self.num_computed += 1
         try:
-            plan = hooks.get_expert_plan([[float(x) for x in row] for row in load if any(row)],
-                                         self.num_devices, self.num_redundant, self.num_nodes)
+            plan = hooks.get_expert_plan(
+                [[float(x) for x in row] for row in load if any(row)],
+                self.num_devices,
+                self.num_redundant,
+                self.num_nodes,
+            )
         except ValueError:  # the expert count does not fit the configured devices
             return None
         if plan is None:

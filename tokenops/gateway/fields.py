@@ -17,8 +17,19 @@ from tokenops.backends.field_table import (
     markdown,
 )
 
-__all__ = ["CHAT", "COMPLETIONS", "EMBEDDINGS", "PASS", "STRUCTURED", "TABLES", "Field", "check_bundled_fields",
-           "declared", "fields", "markdown"]
+__all__ = [
+    "CHAT",
+    "COMPLETIONS",
+    "EMBEDDINGS",
+    "PASS",
+    "STRUCTURED",
+    "TABLES",
+    "Field",
+    "check_bundled_fields",
+    "declared",
+    "fields",
+    "markdown",
+]
 
 
 def declared(kind: str) -> set[str]:
@@ -29,8 +40,11 @@ def declared(kind: str) -> set[str]:
     from tokenops.gateway.embeddings import EmbeddingRequest
     from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest
 
-    models: dict[str, type[BaseModel]] = {"chat": ChatCompletionRequest, "completion": CompletionRequest,
-                                          "embedding": EmbeddingRequest}
+    models: dict[str, type[BaseModel]] = {
+        "chat": ChatCompletionRequest,
+        "completion": CompletionRequest,
+        "embedding": EmbeddingRequest,
+    }
     return set(models[kind].model_fields)
 
 

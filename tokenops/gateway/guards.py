@@ -100,22 +100,38 @@ class GuardMiddleware:
                 raise  # the status line is gone: the server closes the connection, the only honest signal left
             error_id = secrets.token_hex(6)
             log.error("internal error %s on %s %s", error_id, scope.get("method"), scope.get("path"), exc_info=e)
-            err = APIError(500, f"The server had an error while processing your request (error id {error_id}); "
-                           "retry, and report the id if it persists.", code="internal_error")
+            err = APIError(
+                500,
+                f"The server had an error while processing your request (error id {error_id}); "
+                "retry, and report the id if it persists.",
+                code="internal_error",
+            )
             await err.response()(scope, receive, send)
 
     def _refusal(self, scope: dict) -> APIError | None:
         headers = _headers(scope)
         host = headers.get("host")
         if not is_allowed_host(host, self.allowed_hosts):
-            return APIError(421, f"Host {host!r} is not served: a server without API keys answers only the names in "
-                            "[gateway] allowed_hosts (default localhost, 127.0.0.1, ::1); add it there, or configure "
-                            "API keys.", code="host_not_allowed", type="invalid_request_error")
-        if scope.get("method") in _BODY_METHODS and not is_json_content_type(headers.get("content-type")) \
-                and _is_routed(scope):  # an undeclared method or path gets its 405 / 404 from routing
-            return APIError(415, f"Content-Type {headers.get('content-type') or '(none)'!r} is not accepted: send the "
-                            "body as JSON with 'Content-Type: application/json'.", code="unsupported_media_type",
-                            type="invalid_request_error")
+            return APIError(
+                421,
+                f"Host {host!r} is not served: a server without API keys answers only the names in "
+                "[gateway] allowed_hosts (default localhost, 127.0.0.1, ::1); add it there, or configure "
+                "API keys.",
+                code="host_not_allowed",
+                type="invalid_request_error",
+            )
+        if (
+            scope.get("method") in _BODY_METHODS
+            and not is_json_content_type(headers.get("content-type"))
+            and _is_routed(scope)
+        ):  # an undeclared method or path gets its 405 / 404 from routing
+            return APIError(
+                415,
+                f"Content-Type {headers.get('content-type') or '(none)'!r} is not accepted: send the "
+                "body as JSON with 'Content-Type: application/json'.",
+                code="unsupported_media_type",
+                type="invalid_request_error",
+            )
         return None
 
 

@@ -133,4 +133,6 @@ def get_ensemble(request: GatewayRequest, responses: list[GatewayResponse]) -> G
 
 
 def get_expert_plan(load: list[list[float]], num_devices: int, num_redundant: int, num_nodes: int = 1) -> Any:
-    return hook().tokenops_expert_placement(load=load, num_devices=num_devices, num_redundant=num_redundant, num_nodes=num_nodes)
+    return hook().tokenops_expert_placement(
+        load=load, num_devices=num_devices, num_redundant=num_redundant, num_nodes=num_nodes
+    )

@@ -23,10 +23,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
 def _raw_response(status: int, reason: str, message: str, code: str) -> bytes:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                 "code": code}}).encode()
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            "connection: close\r\n\r\n").encode() + body
+    body = json.dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+    ).encode()
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    ).encode() + body
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -46,9 +49,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if address is not None:
             num_open = self.open_per_client.get(address, 0)
             if num_open >= self.max_connections_per_client:
-                transport.write(_raw_response(429, "Too Many Requests", f"{address} already has {num_open} open "
-                                              "connections to this server ([gateway] max_connections_per_client); "
-                                              "reuse them.", "too_many_connections"))
+                transport.write(
+                    _raw_response(
+                        429,
+                        "Too Many Requests",
+                        f"{address} already has {num_open} open "
+                        "connections to this server ([gateway] max_connections_per_client); "
+                        "reuse them.",
+                        "too_many_connections",
+                    )
+                )
                 transport.close()
                 return
             self.open_per_client[address] = num_open + 1
@@ -84,9 +94,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and cycle.more_body and not cycle.response_started and not self.transport.is_closing():
             cycle.response_started = True
-            self.transport.write(_raw_response(400, "Bad Request", "The connection was closed before the request "
-                                               "body was complete (shorter than its Content-Length).",
-                                               "incomplete_body"))
+            self.transport.write(
+                _raw_response(
+                    400,
+                    "Bad Request",
+                    "The connection was closed before the request body was complete (shorter than its Content-Length).",
+                    "incomplete_body",
+                )
+            )
         return None
 
     def _arm_header_timer(self) -> None:
@@ -104,19 +119,34 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         # a connection that never started a request, or stalls inside its headers
         if self.cycle is None or self.cycle.response_complete:
-            self.transport.write(_raw_response(408, "Request Timeout", f"The request headers did not arrive within "
-                                               f"{self.header_timeout_s:g} s.", "request_timeout"))
+            self.transport.write(
+                _raw_response(
+                    408,
+                    "Request Timeout",
+                    f"The request headers did not arrive within {self.header_timeout_s:g} s.",
+                    "request_timeout",
+                )
+            )
             self.transport.close()
 
 
 def protocol_class(header_timeout_s: float, max_connections_per_client: int) -> type[GuardedHttpToolsProtocol]:
     """A protocol class with these limits (each server gets its own counters)."""
-    return type("TokenopsHttpProtocol", (GuardedHttpToolsProtocol,), {
-        "header_timeout_s": header_timeout_s, "max_connections_per_client": max_connections_per_client,
-        "open_per_client": {}})
+    return type(
+        "TokenopsHttpProtocol",
+        (GuardedHttpToolsProtocol,),
+        {
+            "header_timeout_s": header_timeout_s,
+            "max_connections_per_client": max_connections_per_client,
+            "open_per_client": {},
+        },
+    )
 
 
 def uvicorn_limits(gateway: Any) -> dict[str, Any]:
     """``uvicorn.Config`` keyword arguments from ``[gateway]`` settings."""
-    return {"http": protocol_class(gateway.header_timeout_s, gateway.max_connections_per_client),
-            "timeout_keep_alive": gateway.keep_alive_timeout_s, "limit_concurrency": gateway.max_connections}
+    return {
+        "http": protocol_class(gateway.header_timeout_s, gateway.max_connections_per_client),
+        "timeout_keep_alive": gateway.keep_alive_timeout_s,
+        "limit_concurrency": gateway.max_connections,
+    }

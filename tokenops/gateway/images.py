@@ -90,12 +90,18 @@ def parse_request(data: Any) -> ImageGenerationRequest:
             message = f"{loc} is not a field of /v1/images/generations"
         raise APIError(400, message, code="invalid_value", param=loc or None) from None
     checks = (
-        ("response_format", req.response_format == "url",
-         "only b64_json is served: this server stores no image files to link to; send response_format=b64_json"),
+        (
+            "response_format",
+            req.response_format == "url",
+            "only b64_json is served: this server stores no image files to link to; send response_format=b64_json",
+        ),
         ("output_format", req.output_format not in (None, "png"), "only png is produced"),
         ("background", req.background == "transparent", "the diffusion model draws opaque images"),
-        ("quality", req.quality not in (None, "auto"),
-         "quality levels are not modelled; choose speed/quality with sampler and num_inference_steps"),
+        (
+            "quality",
+            req.quality not in (None, "auto"),
+            "quality levels are not modelled; choose speed/quality with sampler and num_inference_steps",
+        ),
         ("stream", bool(req.stream), "image streaming is not supported; send stream=false or omit it"),
     )
     for param, is_bad, why in checks:
@@ -115,17 +121,30 @@ def parse_size(size: str | None, native: tuple[int, int]) -> tuple[int, int]:
         if w % width == 0 and h % height == 0 and w // width == h // height and 1 <= w <= MAX_SIDE and h <= MAX_SIDE:
             return w, h
     examples = ", ".join(f"{width * k}x{height * k}" for k in (1, 2, 32) if width * k <= MAX_SIDE)
-    raise APIError(400, f"size must be 'auto' or WxH, the model's native {width}x{height} times a whole number, at "
-                   f"most {MAX_SIDE} a side (e.g. {examples}); got {size!r}", code="invalid_value", param="size")
+    raise APIError(
+        400,
+        f"size must be 'auto' or WxH, the model's native {width}x{height} times a whole number, at "
+        f"most {MAX_SIDE} a side (e.g. {examples}); got {size!r}",
+        code="invalid_value",
+        param="size",
+    )
 
 
 def diffusion_models(pipeline: Any) -> list[str]:
     return [m for m, rs in pipeline.replicas.items() if rs and getattr(rs[0].backend, "kind", None) == "diffusion"]
 
 
-@router.post("/v1/images/generations", tags=["openai"], summary="Create images (b64_json) with a diffusion model",
-             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                 "schema": ImageGenerationRequest.model_json_schema()}}}})
+@router.post(
+    "/v1/images/generations",
+    tags=["openai"],
+    summary="Create images (b64_json) with a diffusion model",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ImageGenerationRequest.model_json_schema()}},
+        }
+    },
+)
 async def create_images(request: Request) -> Response:
     from tokenops.gateway.body import parse_json, read_body
 
@@ -135,17 +154,24 @@ async def create_images(request: Request) -> Response:
     if gw.is_draining:
         raise APIError(503, "The server is shutting down.", code="shutting_down")
     conf = gw.settings.gateway
-    req = parse_request(parse_json(await read_body(request, conf.max_body_bytes, getattr(conf, "body_timeout_s", None))))
+    req = parse_request(
+        parse_json(await read_body(request, conf.max_body_bytes, getattr(conf, "body_timeout_s", None)))
+    )
     models = diffusion_models(gw.pipeline)
     model = req.model or (models[0] if models else "")
-    greq = GatewayRequest(kind="image", model=model, body=req.model_dump(exclude_unset=True), prompt=req.prompt,
-                          session_id=req.user, max_tokens=0)
+    greq = GatewayRequest(
+        kind="image",
+        model=model,
+        body=req.model_dump(exclude_unset=True),
+        prompt=req.prompt,
+        session_id=req.user,
+        max_tokens=0,
+    )
     greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
     greq.api_key_id = key_id
     greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
     answer = await generate(gw, greq, req, models)
-    return Response(json.dumps(answer, separators=(",", ":")), media_type=_JSON,
-                    headers=greq.response_headers or None)
+    return Response(json.dumps(answer, separators=(",", ":")), media_type=_JSON, headers=greq.response_headers or None)
 
 
 async def generate(gw: Any, greq: GatewayRequest, req: ImageGenerationRequest, models: list[str]) -> dict[str, Any]:
@@ -159,17 +185,38 @@ async def generate(gw: Any, greq: GatewayRequest, req: ImageGenerationRequest, m
         with pipeline.tracked(rec):
             await pipeline.admit(greq)
             if not greq.model:
-                raise APIError(400, "no diffusion model is configured: add [[models]] backend = \"diffusion\" with path = "
-                               "a diffusers pipeline folder", code="model_not_found", param="model")
-            replica = choose_capable_replica(pipeline, greq, rec, reason="images", method="generate_images",
-                                             does="generate images", use="a diffusion model", alternatives=models)
+                raise APIError(
+                    400,
+                    'no diffusion model is configured: add [[models]] backend = "diffusion" with path = '
+                    "a diffusers pipeline folder",
+                    code="model_not_found",
+                    param="model",
+                )
+            replica = choose_capable_replica(
+                pipeline,
+                greq,
+                rec,
+                reason="images",
+                method="generate_images",
+                does="generate images",
+                use="a diffusion model",
+                alternatives=models,
+            )
             size = parse_size(req.size, replica.backend.native_size())
             t0 = time.perf_counter()
             replica.in_flight += 1
             try:
-                result = await replica.backend.generate_images(ImageRequest(
-                    prompt=req.prompt, n=req.n, size=size, seed=req.seed, sampler=req.sampler,
-                    num_steps=req.num_inference_steps, cache_threshold=req.step_cache_threshold))
+                result = await replica.backend.generate_images(
+                    ImageRequest(
+                        prompt=req.prompt,
+                        n=req.n,
+                        size=size,
+                        seed=req.seed,
+                        sampler=req.sampler,
+                        num_steps=req.num_inference_steps,
+                        cache_threshold=req.step_cache_threshold,
+                    )
+                )
             except BackendError as e:
                 hooks.report_outcome(replica.name, BackendOutcome(False, time.perf_counter() - t0, e.kind))
                 status = e.status if 400 <= e.status < 600 else 502
@@ -177,22 +224,40 @@ async def generate(gw: Any, greq: GatewayRequest, req: ImageGenerationRequest, m
             finally:
                 replica.in_flight -= 1
             hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None, 0, 0))
-            image.update({"size": f"{size[0]}x{size[1]}", "class_index": result.class_index, **result.plan, **result.stats})
+            image.update(
+                {"size": f"{size[0]}x{size[1]}", "class_index": result.class_index, **result.plan, **result.stats}
+            )
             greq.decisions["image"] = image
             pipeline.finish(rec, 200)
             pipeline.show_decisions(greq, rec)
-            return {"created": int(time.time()), "data": [{"b64_json": base64.b64encode(p).decode()} for p in result.pngs],
-                    "output_format": "png", "size": image["size"],
-                    "tokenops": {"model": greq.model, "class": result.class_index, **result.plan, **result.stats}}
+            return {
+                "created": int(time.time()),
+                "data": [{"b64_json": base64.b64encode(p).decode()} for p in result.pngs],
+                "output_format": "png",
+                "size": image["size"],
+                "tokenops": {"model": greq.model, "class": result.class_index, **result.plan, **result.stats},
+            }
     finally:
         hooks.record(TelemetryEvent("image_requests", image_row(rec, image), ts=rec.arrival))
 
 
 def image_row(rec: Any, image: dict[str, Any]) -> dict[str, Any]:
     """The ``image_requests`` telemetry row of one finished image request."""
-    return {"id": rec.id, "ts": rec.arrival, "tenant": rec.tenant, "model": rec.model_served or rec.model_requested,
-            "replica": rec.backend, "num_images": image.get("n"), "size": image.get("size"),
-            "class_index": image.get("class_index"), "sampler": image.get("sampler"), "steps": image.get("steps"),
-            "deep_steps": image.get("deep_steps"), "cache_threshold": image.get("cache_threshold"),
-            "cache_reuse_ratio": image.get("cache_reuse_ratio"), "e2e_s": rec.e2e_s, "status": rec.outcome,
-            "http_status": rec.status}
+    return {
+        "id": rec.id,
+        "ts": rec.arrival,
+        "tenant": rec.tenant,
+        "model": rec.model_served or rec.model_requested,
+        "replica": rec.backend,
+        "num_images": image.get("n"),
+        "size": image.get("size"),
+        "class_index": image.get("class_index"),
+        "sampler": image.get("sampler"),
+        "steps": image.get("steps"),
+        "deep_steps": image.get("deep_steps"),
+        "cache_threshold": image.get("cache_threshold"),
+        "cache_reuse_ratio": image.get("cache_reuse_ratio"),
+        "e2e_s": rec.e2e_s,
+        "status": rec.outcome,
+        "http_status": rec.status,
+    }

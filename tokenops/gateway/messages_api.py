@@ -46,8 +46,10 @@ def _upstream_only(gw: Any, model: Any) -> bool:
     replicas = gw.replicas.get(model) if isinstance(model, str) else None
     if not replicas:
         return False
-    return all(getattr(r.backend, "kind", None) == "openai"
-               and getattr(r.backend, "serves_messages", None) is not False for r in replicas)
+    return all(
+        getattr(r.backend, "kind", None) == "openai" and getattr(r.backend, "serves_messages", None) is not False
+        for r in replicas
+    )
 
 
 def _is_reasoning(gw: Any, model: Any) -> bool | None:
@@ -82,8 +84,13 @@ async def _answer(request: Request, handler: Callable[[Request], Awaitable[Respo
     except Exception as e:
         error_id = secrets.token_hex(6)
         log.error("internal error %s on %s", error_id, request.url.path, exc_info=e)
-        return anthropic_error(APIError(500, f"The server had an error while processing your request (error id "
-                                             f"{error_id}); retry, and report the id if it persists."))
+        return anthropic_error(
+            APIError(
+                500,
+                f"The server had an error while processing your request (error id "
+                f"{error_id}); retry, and report the id if it persists.",
+            )
+        )
 
 
 @router.post("/v1/messages", tags=["anthropic"], summary="Create a Message (Anthropic's API; SSE when stream is true)")
@@ -101,17 +108,27 @@ async def _create(request: Request) -> Response:
     greq.session_id = greq.headers.get("x-session-id") or greq.session_id
     if greq.stream:
         deltas, rec = await gw.pipeline.open_stream(greq)
-        body = encode_stream(greq, deltas, rec, rec.model_served or greq.model,
-                             with_decisions=gw.pipeline.decision_headers)
-        return EventStream(body, deltas, media_type="text/event-stream",
-                            headers={"cache-control": "no-cache", "x-accel-buffering": "no", "request-id": greq.id,
-                                     **greq.response_headers})
+        body = encode_stream(
+            greq, deltas, rec, rec.model_served or greq.model, with_decisions=gw.pipeline.decision_headers
+        )
+        return EventStream(
+            body,
+            deltas,
+            media_type="text/event-stream",
+            headers={
+                "cache-control": "no-cache",
+                "x-accel-buffering": "no",
+                "request-id": greq.id,
+                **greq.response_headers,
+            },
+        )
     response, rec = await gw.pipeline.respond(greq)
     answer = message_body(greq, response, rec.model_served or greq.model)
-    return Response(json.dumps(answer, ensure_ascii=False), media_type=_JSON,
-                    headers={"request-id": greq.id, **greq.response_headers})
-
-
+    return Response(
+        json.dumps(answer, ensure_ascii=False),
+        media_type=_JSON,
+        headers={"request-id": greq.id, **greq.response_headers},
+    )
 
 
 @router.post("/v1/messages/count_tokens", tags=["anthropic"], summary="Count a Message's input tokens")
@@ -129,15 +146,22 @@ async def _count(request: Request) -> Response:
 
 @router.api_route("/v1/messages", methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False)
 async def wrong_method(request: Request) -> Response:
-    return anthropic_error(APIError(405, f"Method {request.method} is not allowed on /v1/messages: use POST.",
-                                    headers={"Allow": "POST"}))
+    return anthropic_error(
+        APIError(405, f"Method {request.method} is not allowed on /v1/messages: use POST.", headers={"Allow": "POST"})
+    )
 
 
-@router.api_route("/v1/messages/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-                  include_in_schema=False)
+@router.api_route(
+    "/v1/messages/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False
+)
 async def unknown_path(request: Request, rest: str) -> Response:
     # e.g. the Message Batches API, which this server does not implement
     if rest == "count_tokens":  # the path exists: another method is a 405, as the OpenAPI document says
-        return anthropic_error(APIError(405, f"Method {request.method} is not allowed on {request.url.path}: use POST.",
-                                        headers={"Allow": "POST"}))
+        return anthropic_error(
+            APIError(
+                405,
+                f"Method {request.method} is not allowed on {request.url.path}: use POST.",
+                headers={"Allow": "POST"},
+            )
+        )
     return anthropic_error(APIError(404, f"Unknown path {request.url.path}"))

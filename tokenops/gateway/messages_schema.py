@@ -34,25 +34,38 @@ def _no(reason: str) -> str:
 FIELDS = [
     Field("model", "acts: picks the model (routers may choose another)", "acts: sent as the upstream's own id"),
     Field("max_tokens", "acts (>= 1)"),
-    Field("messages", "acts: `text`, `image` (as an `image_url` part), `tool_use`, `tool_result` blocks; earlier "
-          "`thinking`/`redacted_thinking` blocks are dropped (chat templates drop them too); other block types 400; "
-          "a last `assistant` message (prefill) 400"),
+    Field(
+        "messages",
+        "acts: `text`, `image` (as an `image_url` part), `tool_use`, `tool_result` blocks; earlier "
+        "`thinking`/`redacted_thinking` blocks are dropped (chat templates drop them too); other block types 400; "
+        "a last `assistant` message (prefill) 400",
+    ),
     Field("system", "acts: a string or `text` blocks, sent as the system message"),
     Field("stop_sequences", "acts: sent as `stop`; the matched one comes back as `stop_sequence`"),
     Field("stream", "acts: Anthropic's event stream"),
-    Field("temperature", "acts (0-1)"), Field("top_p", "acts"), Field("top_k", "acts"),
+    Field("temperature", "acts (0-1)"),
+    Field("top_p", "acts"),
+    Field("top_k", "acts"),
     Field("tools", "acts: custom tools (`input_schema` -> `parameters`); server tools 400"),
-    Field("tool_choice", "acts: `auto`, `any` (a call is forced), `tool` (that tool is forced), `none`; "
-          "forced calls are grammar-constrained; `disable_parallel_tool_use` acts"),
-    Field("thinking", "acts on models with a `reasoning_parser`: `enabled` sets the thinking budget "
-          "(`budget_tokens`), `disabled` turns thinking off, `adaptive` leaves it to the model; `enabled` on "
-          "other models 400; `display: \"omitted\"` leaves the thinking text out of the answer"),
-    Field("output_config", "acts: `format` (`json_schema`) as `response_format`, `effort` as `reasoning_effort` "
-          "(`xhigh`/`max` as `high`)"),
+    Field(
+        "tool_choice",
+        "acts: `auto`, `any` (a call is forced), `tool` (that tool is forced), `none`; "
+        "forced calls are grammar-constrained; `disable_parallel_tool_use` acts",
+    ),
+    Field(
+        "thinking",
+        "acts on models with a `reasoning_parser`: `enabled` sets the thinking budget "
+        "(`budget_tokens`), `disabled` turns thinking off, `adaptive` leaves it to the model; `enabled` on "
+        'other models 400; `display: "omitted"` leaves the thinking text out of the answer',
+    ),
+    Field(
+        "output_config",
+        "acts: `format` (`json_schema`) as `response_format`, `effort` as `reasoning_effort` (`xhigh`/`max` as `high`)",
+    ),
     Field("metadata", "acts: `user_id` is the session hint (the tenant on an open server)"),
     Field("cache_control", "acts: accepted at the top and on blocks; the prefix cache needs no marks"),
     Field("service_tier", "acts: one tier (`auto` and `standard_only` accepted)"),
-    Field("speed", _no("one speed; \"standard\" is accepted")),
+    Field("speed", _no('one speed; "standard" is accepted')),
     Field("container", _no("no code-execution containers")),
     Field("mcp_servers", _no("no MCP connector")),
     Field("context_management", _no("not implemented")),
@@ -63,8 +76,21 @@ FIELDS = [
 ]
 _BY_NAME = {f.name: f for f in FIELDS}
 #: Fields of count_tokens (a subset: no sampling, no stream).
-COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config", "cache_control",
-                "mcp_servers", "context_management", "speed", "user_profile_id", "workspace_id")
+COUNT_FIELDS = (
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "output_config",
+    "cache_control",
+    "mcp_servers",
+    "context_management",
+    "speed",
+    "user_profile_id",
+    "workspace_id",
+)
 _NEUTRAL = {"speed": ("standard", None), "service_tier": ("auto", "standard_only", None)}
 _EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 
@@ -93,9 +119,12 @@ def check_fields(data: dict[str, Any], *, is_count: bool = False) -> None:
     unknown = [k for k in data if k not in known]
     if unknown:
         names = ", ".join(f"`{k}`" for k in unknown)
-        raise bad(f"Unknown field{'s' if len(unknown) > 1 else ''} {names}: not part of the Messages API "
-                  f"({'/v1/messages/count_tokens' if is_count else '/v1/messages'}). Remove "
-                  f"{'them' if len(unknown) > 1 else 'it'}.", param=unknown[0])
+        raise bad(
+            f"Unknown field{'s' if len(unknown) > 1 else ''} {names}: not part of the Messages API "
+            f"({'/v1/messages/count_tokens' if is_count else '/v1/messages'}). Remove "
+            f"{'them' if len(unknown) > 1 else 'it'}.",
+            param=unknown[0],
+        )
     for required in ("model", "messages") + (() if is_count else ("max_tokens",)):
         if required not in data:
             raise bad(f"{required}: Field required", param=required)
@@ -113,8 +142,11 @@ def _text_of(blocks: Any, param: str) -> str:
     _require(isinstance(blocks, list), "must be a string or a list of text blocks", param)
     out = []
     for i, b in enumerate(blocks):
-        _require(isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str),
-                 "must be a text block ({\"type\": \"text\", \"text\": ...})", f"{param}[{i}]")
+        _require(
+            isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str),
+            'must be a text block ({"type": "text", "text": ...})',
+            f"{param}[{i}]",
+        )
         out.append(b["text"])
     return "\n".join(out)
 
@@ -129,8 +161,10 @@ def _image_part(block: dict[str, Any], param: str, problems: Untranslatable) -> 
     elif source.get("type") == "url":
         url = source.get("url")
     else:  # e.g. "file" (Anthropic's Files API)
-        problems.note(f"{param}.source.type {source.get('type')!r} cannot be translated: send base64 or url",
-                      f"{param}.source.type")
+        problems.note(
+            f"{param}.source.type {source.get('type')!r} cannot be translated: send base64 or url",
+            f"{param}.source.type",
+        )
         return None
     return {"type": "image_url", "image_url": {"url": url}}
 
@@ -139,8 +173,11 @@ def _tool_result(block: dict[str, Any], param: str, problems: Untranslatable) ->
     _require(isinstance(block.get("tool_use_id"), str), "needs a string tool_use_id", f"{param}.tool_use_id")
     content = block.get("content", "")
     if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") != "text" for b in content):
-        problems.note(f"{param}.content: only text blocks can be translated to a chat tool message (send images "
-                      "in a user turn, or use a model whose upstream serves /v1/messages)", f"{param}.content")
+        problems.note(
+            f"{param}.content: only text blocks can be translated to a chat tool message (send images "
+            "in a user turn, or use a model whose upstream serves /v1/messages)",
+            f"{param}.content",
+        )
         content = [b for b in content if isinstance(b, dict) and b.get("type") == "text"]
     text = _text_of(content, f"{param}.content")
     if block.get("is_error"):  # chat tool messages have no error flag: the model reads it in the text
@@ -149,10 +186,14 @@ def _tool_result(block: dict[str, Any], param: str, problems: Untranslatable) ->
 
 
 #: The fields of each block type the translation carries (or, like ``cache_control``, needs not).
-_BLOCK_FIELDS = {"text": {"type", "text", "cache_control", "citations"}, "image": {"type", "source", "cache_control"},
-                 "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
-                 "tool_use": {"type", "id", "name", "input", "cache_control"},
-                 "thinking": {"type", "thinking", "signature"}, "redacted_thinking": {"type", "data"}}
+_BLOCK_FIELDS = {
+    "text": {"type", "text", "cache_control", "citations"},
+    "image": {"type", "source", "cache_control"},
+    "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
+    "tool_use": {"type", "id", "name", "input", "cache_control"},
+    "thinking": {"type", "thinking", "signature"},
+    "redacted_thinking": {"type", "data"},
+}
 
 
 def _check_block(block: dict[str, Any], where: str, problems: Untranslatable) -> None:
@@ -161,8 +202,11 @@ def _check_block(block: dict[str, Any], where: str, problems: Untranslatable) ->
     if block.get("citations"):
         extra.append("citations")
     if extra:
-        problems.note(f"{where}: `{extra[0]}` of a {block.get('type')} block cannot be translated to chat "
-                      "completions; remove it, or use a model whose upstream serves /v1/messages", f"{where}.{extra[0]}")
+        problems.note(
+            f"{where}: `{extra[0]}` of a {block.get('type')} block cannot be translated to chat "
+            "completions; remove it, or use a model whose upstream serves /v1/messages",
+            f"{where}.{extra[0]}",
+        )
 
 
 def _user(content: list[dict[str, Any]], param: str, problems: Untranslatable) -> list[dict[str, Any]]:
@@ -181,9 +225,11 @@ def _user(content: list[dict[str, Any]], param: str, problems: Untranslatable) -
         elif kind == "tool_result":
             tools.append(_tool_result(block, where, problems))
         else:
-            problems.note(f"{where}.type {kind!r} cannot be translated to chat completions (text, image, "
-                          "tool_result in user turns); send it to a model whose upstream serves /v1/messages",
-                          f"{where}.type")
+            problems.note(
+                f"{where}.type {kind!r} cannot be translated to chat completions (text, image, "
+                "tool_result in user turns); send it to a model whose upstream serves /v1/messages",
+                f"{where}.type",
+            )
     out = list(tools)  # tool results answer the previous assistant turn: they come first
     if parts:
         is_plain = all(p["type"] == "text" for p in parts)
@@ -201,17 +247,27 @@ def _assistant(content: list[dict[str, Any]], param: str, problems: Untranslatab
             _require(isinstance(block.get("text"), str), "a text block needs a string text", f"{where}.text")
             texts.append(block["text"])
         elif kind == "tool_use":
-            _require(isinstance(block.get("id"), str) and isinstance(block.get("name"), str),
-                     "a tool_use block needs a string id and name", where)
+            _require(
+                isinstance(block.get("id"), str) and isinstance(block.get("name"), str),
+                "a tool_use block needs a string id and name",
+                where,
+            )
             _require(isinstance(block.get("input"), dict), "a tool_use block needs an object input", f"{where}.input")
-            calls.append({"id": block["id"], "type": "function",
-                          "function": {"name": block["name"], "arguments": json.dumps(block["input"])}})
+            calls.append(
+                {
+                    "id": block["id"],
+                    "type": "function",
+                    "function": {"name": block["name"], "arguments": json.dumps(block["input"])},
+                }
+            )
         elif kind in ("thinking", "redacted_thinking"):
             continue
         else:
-            problems.note(f"{where}.type {kind!r} cannot be translated to chat completions (text, tool_use, "
-                          "thinking in assistant turns); send it to a model whose upstream serves /v1/messages",
-                          f"{where}.type")
+            problems.note(
+                f"{where}.type {kind!r} cannot be translated to chat completions (text, tool_use, "
+                "thinking in assistant turns); send it to a model whose upstream serves /v1/messages",
+                f"{where}.type",
+            )
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if calls:
         message["tool_calls"] = calls
@@ -229,21 +285,30 @@ def chat_messages(data: dict[str, Any], problems: Untranslatable) -> list[dict[s
     _require(isinstance(messages, list) and bool(messages), "must be a non-empty list", "messages")
     for i, m in enumerate(messages):
         param = f"messages[{i}]"
-        _require(isinstance(m, dict) and m.get("role") in ("user", "assistant"),
-                 "needs a role of \"user\" or \"assistant\" (the system prompt is the top-level `system`)", param)
+        _require(
+            isinstance(m, dict) and m.get("role") in ("user", "assistant"),
+            'needs a role of "user" or "assistant" (the system prompt is the top-level `system`)',
+            param,
+        )
         extra = set(m) - {"role", "content"}
         _require(not extra, f"unknown field(s) {', '.join(sorted(extra))}", param)
         content = m.get("content")
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
-        _require(isinstance(content, list) and all(isinstance(b, dict) for b in content),
-                 "content must be a string or a list of content blocks", f"{param}.content")
+        _require(
+            isinstance(content, list) and all(isinstance(b, dict) for b in content),
+            "content must be a string or a list of content blocks",
+            f"{param}.content",
+        )
         if m["role"] == "user":
             out.extend(_user(content, f"{param}.content", problems))
         else:
             if i == len(messages) - 1:
-                problems.note(f"{param}: a last assistant message (prefill) cannot be translated: end with a user "
-                              "turn, or use a model whose upstream serves /v1/messages", param)
+                problems.note(
+                    f"{param}: a last assistant message (prefill) cannot be translated: end with a user "
+                    "turn, or use a model whose upstream serves /v1/messages",
+                    param,
+                )
             out.append(_assistant(content, f"{param}.content", problems))
     return out
 
@@ -255,8 +320,11 @@ def _tools(tools: Any, problems: Untranslatable) -> list[dict[str, Any]]:
         param = f"tools[{i}]"
         _require(isinstance(tool, dict), "must be an object", param)
         if tool.get("type") not in (None, "custom"):
-            problems.note(f"{param}.type {tool.get('type')!r}: server tools cannot be translated; define a custom "
-                          "tool (name, description, input_schema)", f"{param}.type")
+            problems.note(
+                f"{param}.type {tool.get('type')!r}: server tools cannot be translated; define a custom "
+                "tool (name, description, input_schema)",
+                f"{param}.type",
+            )
             continue
         extra = set(tool) - {"name", "description", "input_schema", "type", "cache_control", "strict"}
         _require(not extra, f"unknown or unsupported field(s) {', '.join(sorted(extra))}", param)
@@ -270,11 +338,14 @@ def _tools(tools: Any, problems: Untranslatable) -> list[dict[str, Any]]:
 
 
 def _tool_choice(choice: Any, body: dict[str, Any]) -> None:
-    _require(isinstance(choice, dict) and choice.get("type") in ("auto", "any", "tool", "none"),
-             "must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}", "tool_choice")
+    _require(
+        isinstance(choice, dict) and choice.get("type") in ("auto", "any", "tool", "none"),
+        'must be {"type": "auto" | "any" | "tool" | "none"}',
+        "tool_choice",
+    )
     kind = choice["type"]
     if kind == "tool":
-        _require(isinstance(choice.get("name"), str), "type \"tool\" needs the tool's name", "tool_choice.name")
+        _require(isinstance(choice.get("name"), str), 'type "tool" needs the tool\'s name', "tool_choice.name")
         body["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     else:
         body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
@@ -283,23 +354,33 @@ def _tool_choice(choice: Any, body: dict[str, Any]) -> None:
 
 
 def _thinking(thinking: Any, body: dict[str, Any], is_reasoning_model: bool | None, problems: Untranslatable) -> None:
-    _require(isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled", "adaptive",
-                                                                     "between_tools"),
-             "must be {\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"disabled\"} or "
-             "{\"type\": \"adaptive\"}", "thinking")
+    _require(
+        isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled", "adaptive", "between_tools"),
+        'must be {"type": "enabled", "budget_tokens": N}, {"type": "disabled"} or {"type": "adaptive"}',
+        "thinking",
+    )
     kind = thinking["type"]
     extra = set(thinking) - {"type", "budget_tokens", "display"}
     _require(not extra, f"unknown field(s) {', '.join(sorted(extra))}", "thinking")
-    _require(thinking.get("display") in (None, "summarized", "omitted"), "must be \"summarized\" or \"omitted\"",
-             "thinking.display")
+    _require(
+        thinking.get("display") in (None, "summarized", "omitted"),
+        'must be "summarized" or "omitted"',
+        "thinking.display",
+    )
     if kind == "enabled":
         budget = thinking.get("budget_tokens")
-        _require(isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0,
-                 "must be an integer >= 0", "thinking.budget_tokens")
+        _require(
+            isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0,
+            "must be an integer >= 0",
+            "thinking.budget_tokens",
+        )
         body["max_thinking_tokens"] = budget
         if is_reasoning_model is False:
-            problems.note("thinking: this model does not think (it has no `reasoning_parser` in [[models]]); "
-                          "remove `thinking` or use a reasoning model", "thinking")
+            problems.note(
+                "thinking: this model does not think (it has no `reasoning_parser` in [[models]]); "
+                "remove `thinking` or use a reasoning model",
+                "thinking",
+            )
     elif kind == "disabled" and is_reasoning_model:
         body["max_thinking_tokens"] = 0
 
@@ -310,8 +391,11 @@ def _output_config(config: Any, body: dict[str, Any]) -> None:
     _require(not extra, f"unknown field(s) {', '.join(sorted(extra))}", "output_config")
     fmt = config.get("format")
     if fmt is not None:
-        _require(isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict),
-                 "must be {\"type\": \"json_schema\", \"schema\": {...}}", "output_config.format")
+        _require(
+            isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict),
+            'must be {"type": "json_schema", "schema": {...}}',
+            "output_config.format",
+        )
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
     effort = config.get("effort")
     if effort is not None:
@@ -319,8 +403,9 @@ def _output_config(config: Any, body: dict[str, Any]) -> None:
         body["reasoning_effort"] = _EFFORT[effort]
 
 
-def chat_body(data: dict[str, Any], *, is_reasoning_model: bool | None = None,
-              is_count: bool = False) -> tuple[dict[str, Any], Untranslatable]:
+def chat_body(
+    data: dict[str, Any], *, is_reasoning_model: bool | None = None, is_count: bool = False
+) -> tuple[dict[str, Any], Untranslatable]:
     """The chat-completions body of a Messages request, and the 400s of what it could not carry
     (malformed requests raise at once)."""
     check_fields(data, is_count=is_count)
@@ -328,11 +413,13 @@ def chat_body(data: dict[str, Any], *, is_reasoning_model: bool | None = None,
     for name, value in data.items():
         f = _BY_NAME.get(name)
         if f is not None and f.translated.startswith("400") and value not in _NEUTRAL.get(name, (None,)):
-            problems.note(f"Unsupported parameter `{name}` for this model: {f.translated[5:-1]}. Remove it, or send "
-                          "it to a model whose upstream serves /v1/messages (the gateway passes it through there).",
-                          name)
+            problems.note(
+                f"Unsupported parameter `{name}` for this model: {f.translated[5:-1]}. Remove it, or send "
+                "it to a model whose upstream serves /v1/messages (the gateway passes it through there).",
+                name,
+            )
     if data.get("service_tier") not in _NEUTRAL["service_tier"]:
-        raise bad("service_tier must be \"auto\" or \"standard_only\"", param="service_tier")
+        raise bad('service_tier must be "auto" or "standard_only"', param="service_tier")
     body: dict[str, Any] = {"model": data["model"], "messages": chat_messages(data, problems)}
     if not is_count:
         body["max_tokens"] = data["max_tokens"]
@@ -343,16 +430,22 @@ def chat_body(data: dict[str, Any], *, is_reasoning_model: bool | None = None,
             body["stream_options"] = {"include_usage": True}
         temperature = data.get("temperature")
         if temperature is not None:
-            _require(isinstance(temperature, (int, float)) and 0 <= temperature <= 1, "must be between 0 and 1",
-                     "temperature")
+            _require(
+                isinstance(temperature, (int, float)) and 0 <= temperature <= 1,
+                "must be between 0 and 1",
+                "temperature",
+            )
             body["temperature"] = temperature
         for name in ("top_p", "top_k"):
             if data.get(name) is not None:
                 body[name] = data[name]
         stops = data.get("stop_sequences")
         if stops is not None:
-            _require(isinstance(stops, list) and all(isinstance(s, str) and s for s in stops),
-                     "must be a list of non-empty strings", "stop_sequences")
+            _require(
+                isinstance(stops, list) and all(isinstance(s, str) and s for s in stops),
+                "must be a list of non-empty strings",
+                "stop_sequences",
+            )
             if stops:
                 body["stop"] = stops
         metadata = data.get("metadata")
@@ -374,9 +467,11 @@ def chat_body(data: dict[str, Any], *, is_reasoning_model: bool | None = None,
 def markdown() -> str:
     """The field table of docs/serve.md."""
     counted = ", ".join(f"`{name}`" for name in COUNT_FIELDS)
-    rows = [f"`POST /v1/messages` (`POST /v1/messages/count_tokens` takes {counted}, the same way)\n",
-            "| field | bundled engine, chat-only upstreams (translated) | upstream serving `/v1/messages` |",
-            "|---|---|---|"]
+    rows = [
+        f"`POST /v1/messages` (`POST /v1/messages/count_tokens` takes {counted}, the same way)\n",
+        "| field | bundled engine, chat-only upstreams (translated) | upstream serving `/v1/messages` |",
+        "|---|---|---|",
+    ]
     rows += [f"| `{f.name}` | {f.translated} | {f.native} |" for f in FIELDS]
     rows.append("| any other field | 400 naming it (as Anthropic answers) | 400 naming it |")
     return "\n".join(rows) + "\n"

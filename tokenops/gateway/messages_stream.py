@@ -28,11 +28,25 @@ from tokenops.gateway.errors import APIError
 from tokenops.types import GatewayRequest, GatewayResponse
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal",
-                "function_call": "tool_use"}
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error",
-                503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
+STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "content_filter": "refusal",
+    "function_call": "tool_use",
+}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
 
 
 def message_id(request: GatewayRequest) -> str:
@@ -61,8 +75,12 @@ def stop_reason(request: GatewayRequest, finish_reason: str | None, has_calls: b
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
     # Anthropic counts cache reads apart from input_tokens (the total is their sum)
-    return {"input_tokens": max(0, prompt_tokens - cached_tokens), "output_tokens": completion_tokens,
-            "cache_read_input_tokens": cached_tokens, "cache_creation_input_tokens": 0}
+    return {
+        "input_tokens": max(0, prompt_tokens - cached_tokens),
+        "output_tokens": completion_tokens,
+        "cache_read_input_tokens": cached_tokens,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
@@ -95,12 +113,25 @@ def message_body(request: GatewayRequest, response: GatewayResponse, model: str)
         content.append({"type": "text", "text": text})
     for call in response.tool_calls or []:
         fn = call.get("function") or {}
-        content.append({"type": "tool_use", "id": call.get("id") or "", "name": fn.get("name") or "",
-                        "input": tool_input(fn.get("arguments") or "")})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id") or "",
+                "name": fn.get("name") or "",
+                "input": tool_input(fn.get("arguments") or ""),
+            }
+        )
     reason, sequence = stop_reason(request, response.finish_reason, bool(response.tool_calls))
-    return {"id": message_id(request), "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": reason, "stop_sequence": sequence,
-            "usage": usage(response.prompt_tokens, response.completion_tokens, response.cached_tokens)}
+    return {
+        "id": message_id(request),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": usage(response.prompt_tokens, response.completion_tokens, response.cached_tokens),
+    }
 
 
 class _Blocks:
@@ -121,14 +152,19 @@ class _Blocks:
         out = self.close()
         self.open = key
         self.num_blocks += 1
-        out.append(event("content_block_start", {"type": "content_block_start", "index": self.num_blocks - 1,
-                                                  "content_block": block}))
+        out.append(
+            event(
+                "content_block_start",
+                {"type": "content_block_start", "index": self.num_blocks - 1, "content_block": block},
+            )
+        )
         return out
 
     def delta(self, key: str, block: dict[str, Any], delta: dict[str, Any]) -> list[bytes]:
         out = self.start(key, block) if self.open != key else []
-        out.append(event("content_block_delta", {"type": "content_block_delta", "index": self.num_blocks - 1,
-                                                  "delta": delta}))
+        out.append(
+            event("content_block_delta", {"type": "content_block_delta", "index": self.num_blocks - 1, "delta": delta})
+        )
         return out
 
 
@@ -136,8 +172,11 @@ def _translated(d: Delta, blocks: _Blocks, show_thinking: bool) -> list[bytes]:
     out: list[bytes] = []
     reasoning = (d.extra or {}).get("reasoning_content") if show_thinking else None
     if reasoning:
-        out += blocks.delta("thinking", {"type": "thinking", "thinking": "", "signature": ""},
-                            {"type": "thinking_delta", "thinking": reasoning})
+        out += blocks.delta(
+            "thinking",
+            {"type": "thinking", "thinking": "", "signature": ""},
+            {"type": "thinking_delta", "thinking": reasoning},
+        )
     text = (d.text or "") + (d.refusal or "")
     if text:
         out += blocks.delta("text", {"type": "text", "text": ""}, {"type": "text_delta", "text": text})
@@ -145,13 +184,22 @@ def _translated(d: Delta, blocks: _Blocks, show_thinking: bool) -> list[bytes]:
         k = piece.get("index", 0)
         fn = piece.get("function") or {}
         if k not in blocks.tool_blocks:
-            out += blocks.start(f"tool:{k}", {"type": "tool_use", "id": piece.get("id") or f"toolu_{k}",
-                                              "name": fn.get("name") or "", "input": {}})
+            out += blocks.start(
+                f"tool:{k}",
+                {"type": "tool_use", "id": piece.get("id") or f"toolu_{k}", "name": fn.get("name") or "", "input": {}},
+            )
             blocks.tool_blocks[k] = blocks.num_blocks - 1
         if fn.get("arguments"):
-            out.append(event("content_block_delta", {"type": "content_block_delta", "index": blocks.tool_blocks[k],
-                                                      "delta": {"type": "input_json_delta",
-                                                                "partial_json": fn["arguments"]}}))
+            out.append(
+                event(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": blocks.tool_blocks[k],
+                        "delta": {"type": "input_json_delta", "partial_json": fn["arguments"]},
+                    },
+                )
+            )
     return out
 
 
@@ -160,8 +208,9 @@ def _with_decisions(data: dict[str, Any], rec: Any, is_on: bool) -> dict[str, An
     return {**data, "tokenops": decision_values(rec)} if is_on else data
 
 
-async def encode_stream(request: GatewayRequest, deltas: AsyncIterator[Delta], rec: Any,
-                        model: str, *, with_decisions: bool = False) -> AsyncIterator[bytes]:
+async def encode_stream(
+    request: GatewayRequest, deltas: AsyncIterator[Delta], rec: Any, model: str, *, with_decisions: bool = False
+) -> AsyncIterator[bytes]:
     """The event stream of a streamed Messages request (``deltas`` from ``Pipeline.open_stream``);
     ``with_decisions``: ``message_delta`` carries ``"tokenops": {...}``."""
     blocks = _Blocks()
@@ -213,17 +262,34 @@ async def encode_stream(request: GatewayRequest, deltas: AsyncIterator[Delta], r
         yield chunk
     reason, sequence = stop_reason(request, finish, has_calls)
     prompt = last_usage.prompt_tokens if last_usage else rec.tokens_in
-    completion = last_usage.completion_tokens if last_usage and last_usage.completion_tokens is not None \
-        else rec.tokens_out
+    completion = (
+        last_usage.completion_tokens if last_usage and last_usage.completion_tokens is not None else rec.tokens_out
+    )
     cached = (last_usage.cached_tokens if last_usage else rec.tokens_cached) or 0
-    delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-             "usage": usage(prompt or 0, completion or 0, cached)}
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": reason, "stop_sequence": sequence},
+        "usage": usage(prompt or 0, completion or 0, cached),
+    }
     yield event("message_delta", _with_decisions(delta, rec, with_decisions))
     yield event("message_stop", {"type": "message_stop"})
 
 
 def _message_start(request: GatewayRequest, model: str) -> bytes:
     # input tokens are known once the backend's usage arrives: message_delta carries them (the SDKs take them there)
-    return event("message_start", {"type": "message_start", "message": {
-        "id": message_id(request), "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": usage(0, 0, 0)}})
+    return event(
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": message_id(request),
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage(0, 0, 0),
+            },
+        },
+    )

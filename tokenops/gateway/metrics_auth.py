@@ -38,6 +38,9 @@ class MetricsAuth:
                 return
             if self.metrics_key_hash is not None and hmac.compare_digest(digest, self.metrics_key_hash):
                 return
-        raise APIError(401, "/metrics needs the admin key or [gateway] metrics_key on a server with API keys: send "
-                       "'Authorization: Bearer <key>' (Prometheus: authorization.credentials).",
-                       code="invalid_admin_key")
+        raise APIError(
+            401,
+            "/metrics needs the admin key or [gateway] metrics_key on a server with API keys: send "
+            "'Authorization: Bearer <key>' (Prometheus: authorization.credentials).",
+            code="invalid_admin_key",
+        )

@@ -56,11 +56,17 @@ class _Second:
 
     def point(self) -> dict[str, Any]:
         return {
-            "t": float(self.t), "rps": float(self.num_requests), "input_tps": float(self.tokens_in),
-            "output_tps": float(self.tokens_out), "errors": self.num_errors,
-            "ttft_p50": percentile(self.ttft, 50), "ttft_p95": percentile(self.ttft, 95),
-            "tpot_p50": percentile(self.tpot, 50), "tpot_p95": percentile(self.tpot, 95),
-            "e2e_p50": percentile(self.e2e, 50), "e2e_p95": percentile(self.e2e, 95),
+            "t": float(self.t),
+            "rps": float(self.num_requests),
+            "input_tps": float(self.tokens_in),
+            "output_tps": float(self.tokens_out),
+            "errors": self.num_errors,
+            "ttft_p50": percentile(self.ttft, 50),
+            "ttft_p95": percentile(self.ttft, 95),
+            "tpot_p50": percentile(self.tpot, 50),
+            "tpot_p95": percentile(self.tpot, 95),
+            "e2e_p50": percentile(self.e2e, 50),
+            "e2e_p95": percentile(self.e2e, 95),
         }
 
 
@@ -94,7 +100,17 @@ class MetricsWindow:
         now = time.time() if now is None else now
         outcome = rec.outcome
         is_error = outcome == "error"
-        sample = _Sample(now, rec.is_ok, is_error, rec.tokens_in, rec.tokens_out, rec.ttft_s, rec.tpot_s, rec.e2e_s, self._slo_met(rec))
+        sample = _Sample(
+            now,
+            rec.is_ok,
+            is_error,
+            rec.tokens_in,
+            rec.tokens_out,
+            rec.ttft_s,
+            rec.tpot_s,
+            rec.e2e_s,
+            self._slo_met(rec),
+        )
         sec = int(now)
         with self._lock:
             self.num_total += 1
@@ -159,24 +175,38 @@ class MetricsWindow:
         targets = []
         for slo in self.slos:
             value = percentile(series[slo.metric], slo.percentile)
-            targets.append({"label": slo.label, "metric": slo.metric, "percentile": slo.percentile,
-                            "threshold_s": slo.threshold_s, "value_s": value,
-                            "met": None if value is None else slo.is_met(value)})
+            targets.append(
+                {
+                    "label": slo.label,
+                    "metric": slo.metric,
+                    "percentile": slo.percentile,
+                    "threshold_s": slo.threshold_s,
+                    "value_s": value,
+                    "met": None if value is None else slo.is_met(value),
+                }
+            )
         return {
             "window_s": span,
             "requests": {
-                "rate_rps": len(samples) / span, "total": totals[0], "errors": totals[1], **others,
+                "rate_rps": len(samples) / span,
+                "total": totals[0],
+                "errors": totals[1],
+                **others,
                 # over the same requests as the counts beside it (since start), so "errors 4 (x%)" agree
-                "error_rate": (totals[1] / totals[0]) if totals[0] else 0.0, "in_flight": in_flight,
+                "error_rate": (totals[1] / totals[0]) if totals[0] else 0.0,
+                "in_flight": in_flight,
             },
             "tokens": {
                 "input_tps": sum(s.tokens_in for s in samples) / span,
                 "output_tps": sum(s.tokens_out for s in samples) / span,
-                "total_input": totals[2], "total_output": totals[3],
+                "total_input": totals[2],
+                "total_output": totals[3],
             },
             "latency": latency,
-            "slo": {"targets": targets,
-                    "attainment": (sum(1 for s in samples if s.is_slo_met) / len(samples)) if samples else None},
+            "slo": {
+                "targets": targets,
+                "attainment": (sum(1 for s in samples if s.is_slo_met) / len(samples)) if samples else None,
+            },
             "history": self._history(seconds, int(now)),
         }
 

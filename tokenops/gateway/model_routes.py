@@ -48,8 +48,12 @@ def failed_models(gw: Any) -> dict[str, str]:
 def readiness(gw: Any) -> tuple[int, dict[str, Any]]:
     """``(status, body)`` of ``GET /ready`` (see the module docstring)."""
     # an upstream that cannot be reached is not serving, and not loading either: it is listed
-    unreachable = {r.name: cause for rs in gw.replicas.values() for r in rs
-                   if isinstance(cause := getattr(r.backend, "unreachable", None), str)}
+    unreachable = {
+        r.name: cause
+        for rs in gw.replicas.values()
+        for r in rs
+        if isinstance(cause := getattr(r.backend, "unreachable", None), str)
+    }
     states = {r.name: bool(r.ready) and r.name not in unreachable for rs in gw.replicas.values() for r in rs}
     errors = {r.name: load_error(r) or unreachable.get(r.name) for rs in gw.replicas.values() for r in rs}
     failed = failed_models(gw)
@@ -73,8 +77,12 @@ def model_failure(model: str, replicas: list[Any]) -> APIError | None:
     errors = [load_error(r) for r in replicas]
     if not replicas or not all(errors):
         return None
-    return APIError(503, f"The model `{model}` failed to load and cannot serve: {errors[0]}",
-                    code="model_load_failed", param="model")
+    return APIError(
+        503,
+        f"The model `{model}` failed to load and cannot serve: {errors[0]}",
+        code="model_load_failed",
+        param="model",
+    )
 
 
 def model_cards(gw: Any) -> Iterator[dict[str, Any]]:
@@ -82,9 +90,14 @@ def model_cards(gw: Any) -> Iterator[dict[str, Any]]:
     from tokenops.backends.registry import RANDOM_MODEL_NAME
 
     for name, replicas in gw.replicas.items():
-        card: dict[str, Any] = {"id": name, "object": "model", "created": int(gw.started_at), "owned_by": "tokenops",
-                                "root": getattr(replicas[0].backend, "upstream_model", name) if replicas else name,
-                                "parent": getattr(replicas[0].backend, "parent", None) if replicas else None}
+        card: dict[str, Any] = {
+            "id": name,
+            "object": "model",
+            "created": int(gw.started_at),
+            "owned_by": "tokenops",
+            "root": getattr(replicas[0].backend, "upstream_model", name) if replicas else name,
+            "parent": getattr(replicas[0].backend, "parent", None) if replicas else None,
+        }
         lens = [r.backend.max_model_len for r in replicas if getattr(r.backend, "max_model_len", None)]
         if lens:
             card["max_model_len"] = min(lens)
@@ -117,20 +130,29 @@ async def retrieve_model(model_id: str, request: Request) -> Response:
     gw, _ = _authorize(request)
     card = model_card(gw, model_id)
     if card is None:
-        raise APIError(404, f"The model `{model_id}` does not exist. Available models: "
-                       f"{', '.join(sorted(gw.replicas)) or 'none'}.", code="model_not_found", param="model")
+        raise APIError(
+            404,
+            f"The model `{model_id}` does not exist. Available models: {', '.join(sorted(gw.replicas)) or 'none'}.",
+            code="model_not_found",
+            param="model",
+        )
     return Response(json.dumps(card), media_type=_JSON)
 
 
 def _embedding_body() -> dict[str, Any]:
     from tokenops.gateway.embeddings import EmbeddingRequest
 
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": EmbeddingRequest.model_json_schema()}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": EmbeddingRequest.model_json_schema()}},
+        }
+    }
 
 
-@router.post("/v1/embeddings", tags=["openai"], summary="Create embeddings (float or base64)",
-             openapi_extra=_embedding_body())
+@router.post(
+    "/v1/embeddings", tags=["openai"], summary="Create embeddings (float or base64)", openapi_extra=_embedding_body()
+)
 async def create_embeddings(request: Request) -> Response:
     from tokenops.gateway.body import build_off_loop, parse_json, read_body
     from tokenops.gateway.embeddings import embed, embedding_request, response_bytes
@@ -144,8 +166,8 @@ async def create_embeddings(request: Request) -> Response:
     greq = await build_off_loop(raw, lambda b: embedding_request(parse_json(b)))
     greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
     greq.api_key_id = key_id
-    greq.headers = {k: v for k, v in request.headers.items()
-                    if k not in ("authorization", "x-api-key", "x-admin-key", "cookie")}
+    greq.headers = {
+        k: v for k, v in request.headers.items() if k not in ("authorization", "x-api-key", "x-admin-key", "cookie")
+    }
     answer = await embed(gw, greq)
-    return Response(response_bytes(answer), media_type=_JSON,
-                    headers=getattr(greq, "response_headers", None) or None)
+    return Response(response_bytes(answer), media_type=_JSON, headers=getattr(greq, "response_headers", None) or None)

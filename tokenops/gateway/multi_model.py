@@ -25,14 +25,21 @@ class ModelCaller(Protocol):
     @property
     def replicas(self) -> Mapping[str, Any]: ...
 
-    async def call_model(self, request: GatewayRequest, rec: RequestRecord,
-                         model: str) -> tuple[GatewayResponse, float | None]: ...
+    async def call_model(
+        self, request: GatewayRequest, rec: RequestRecord, model: str
+    ) -> tuple[GatewayResponse, float | None]: ...
 
     def cost(self, model: str | None, tokens_in: int, tokens_out: int) -> float: ...
 
 
-async def run_cascade(pipeline: ModelCaller, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision,
-                      response: GatewayResponse, score: float | None) -> GatewayResponse:
+async def run_cascade(
+    pipeline: ModelCaller,
+    request: GatewayRequest,
+    rec: RequestRecord,
+    decision: RouteDecision,
+    response: GatewayResponse,
+    score: float | None,
+) -> GatewayResponse:
     """Escalate along ``decision.escalate_to`` while the lowest validation score is below ``min_score``."""
     assert decision.min_score is not None
     steps: list[dict[str, Any]] = [{"model": decision.model, "score": score}]
@@ -56,29 +63,43 @@ def member_request(request: GatewayRequest, index: int) -> GatewayRequest:
     return dataclasses.replace(request, id=f"{request.id}-m{index}", body=dict(request.body))
 
 
-async def run_ensemble(pipeline: ModelCaller, request: GatewayRequest, rec: RequestRecord,
-                       decision: RouteDecision) -> GatewayResponse:
+async def run_ensemble(
+    pipeline: ModelCaller, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision
+) -> GatewayResponse:
     """Ask every member concurrently; combine the answers that came back."""
     members = list(decision.members)
     calls = [member_request(request, i) for i in range(len(members))]
-    results = await asyncio.gather(*(pipeline.call_model(c, rec, m) for c, m in zip(calls, members)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(pipeline.call_model(c, rec, m) for c, m in zip(calls, members)), return_exceptions=True
+    )
     answers = [(m, r[0]) for m, r in zip(members, results) if not isinstance(r, BaseException)]
     failures = {f"{i}:{m}": str(r) for i, (m, r) in enumerate(zip(members, results)) if isinstance(r, BaseException)}
     request.decisions["ensemble"] = {
-        "members": members, "method": decision.method, "failed": failures or None,
+        "members": members,
+        "method": decision.method,
+        "failed": failures or None,
         # what each member's own call cost (the request's cost is their sum, plus a judge/aggregator)
-        "member_costs": [{"model": m, "request_id": c.id, "prompt_tokens": r[0].prompt_tokens,
-                          "completion_tokens": r[0].completion_tokens,
-                          "cost_usd": pipeline.cost(m, r[0].prompt_tokens, r[0].completion_tokens)}
-                         for c, m, r in zip(calls, members, results) if not isinstance(r, BaseException)]}
+        "member_costs": [
+            {
+                "model": m,
+                "request_id": c.id,
+                "prompt_tokens": r[0].prompt_tokens,
+                "completion_tokens": r[0].completion_tokens,
+                "cost_usd": pipeline.cost(m, r[0].prompt_tokens, r[0].completion_tokens),
+            }
+            for c, m, r in zip(calls, members, results)
+            if not isinstance(r, BaseException)
+        ],
+    }
     if not answers:
         first = next(r for r in results if isinstance(r, BaseException))
         if isinstance(first, APIError):
             raise first
         raise APIError(502, f"every ensemble member failed: {failures}", code="ensemble_failed")
-    combined = await hooks.call("tokenops_ensemble", hooks.get_ensemble, request=request,
-                                responses=[a for _, a in answers]) or answers[0][1]
+    combined = (
+        await hooks.call("tokenops_ensemble", hooks.get_ensemble, request=request, responses=[a for _, a in answers])
+        or answers[0][1]
+    )
     # (model, answer) of every call billed for this request, with its usage as it came back
     # (a combiner may rewrite an answer's usage in place)
     calls_made = list(answers)
@@ -86,14 +107,24 @@ async def run_ensemble(pipeline: ModelCaller, request: GatewayRequest, rec: Requ
     if isinstance(combined, EnsembleFollowUp):  # a judge or an aggregator has the last word
         request.decisions["ensemble"]["follow_up"] = combined.model
         follow = dataclasses.replace(
-            request, id=f"{request.id}-follow", kind="chat", messages=combined.messages, stream=False,
+            request,
+            id=f"{request.id}-follow",
+            kind="chat",
+            messages=combined.messages,
+            stream=False,
             max_tokens=combined.max_tokens,
             body={**request.body, "messages": combined.messages, "max_tokens": combined.max_tokens, "n": 1},
-            sampling=None, decisions={}, attempts=[])  # sampling: read again from this body
+            sampling=None,
+            decisions={},
+            attempts=[],
+        )  # sampling: read again from this body
         answer, _ = await pipeline.call_model(follow, rec, combined.model)
         request.decisions["ensemble"]["follow_up_cost"] = {
-            "model": combined.model, "prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
-            "cost_usd": pipeline.cost(combined.model, answer.prompt_tokens, answer.completion_tokens)}
+            "model": combined.model,
+            "prompt_tokens": answer.prompt_tokens,
+            "completion_tokens": answer.completion_tokens,
+            "cost_usd": pipeline.cost(combined.model, answer.prompt_tokens, answer.completion_tokens),
+        }
         calls_made.append((combined.model, answer))
         billed.append(_usage(answer))
         combined = combined.finish(answer)
@@ -104,9 +135,14 @@ async def run_ensemble(pipeline: ModelCaller, request: GatewayRequest, rec: Requ
     request.decisions["ensemble"]["answered_by"] = rec.model_served
     # usage is what was billed: every member's call plus the judge's/aggregator's
     reasoning = [u[3] for u in billed if u[3] is not None]
-    return dataclasses.replace(combined, model=rec.model_served, prompt_tokens=sum(u[0] for u in billed),
-                               completion_tokens=sum(u[1] for u in billed), cached_tokens=sum(u[2] for u in billed),
-                               reasoning_tokens=sum(reasoning) if reasoning else None)
+    return dataclasses.replace(
+        combined,
+        model=rec.model_served,
+        prompt_tokens=sum(u[0] for u in billed),
+        completion_tokens=sum(u[1] for u in billed),
+        cached_tokens=sum(u[2] for u in billed),
+        reasoning_tokens=sum(reasoning) if reasoning else None,
+    )
 
 
 def _usage(response: GatewayResponse) -> tuple[int, int, int, int | None]:

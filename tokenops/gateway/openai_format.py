@@ -21,8 +21,9 @@ def response_id(request: GatewayRequest) -> str:
     return ("chatcmpl-" if request.kind == "chat" else "cmpl-") + suffix
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int,
-          reasoning_tokens: int | None = None) -> dict[str, Any]:
+def usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int | None = None
+) -> dict[str, Any]:
     out = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -40,8 +41,11 @@ def chat_message(choice: dict[str, Any]) -> dict[str, Any]:
     tool_calls = choice.get("tool_calls")
     text = choice.get("text")
     is_null = (tool_calls or choice.get("refusal")) and not text
-    message: dict[str, Any] = {"role": "assistant", "content": None if is_null else (text or ""),
-                               "refusal": choice.get("refusal")}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": None if is_null else (text or ""),
+        "refusal": choice.get("refusal"),
+    }
     if tool_calls:
         message["tool_calls"] = tool_calls
     for key, value in (choice.get("message_extra") or {}).items():  # an upstream's other fields
@@ -52,25 +56,44 @@ def chat_message(choice: dict[str, Any]) -> dict[str, Any]:
 def response_body(request: GatewayRequest, response: GatewayResponse, model: str) -> bytes:
     """The non-streamed JSON answer."""
     choices_in = response.extra.get("choices") or [
-        {"index": 0, "text": response.text, "finish_reason": response.finish_reason, "logprobs": None,
-         "tool_calls": response.tool_calls, "refusal": response.refusal}
+        {
+            "index": 0,
+            "text": response.text,
+            "finish_reason": response.finish_reason,
+            "logprobs": None,
+            "tool_calls": response.tool_calls,
+            "refusal": response.refusal,
+        }
     ]
     choices = []
     for c in choices_in:
         if request.kind == "chat":
-            choices.append({"index": c["index"], "message": chat_message(c),
-                            "logprobs": c.get("logprobs"), "finish_reason": c.get("finish_reason") or "stop"})
+            choices.append(
+                {
+                    "index": c["index"],
+                    "message": chat_message(c),
+                    "logprobs": c.get("logprobs"),
+                    "finish_reason": c.get("finish_reason") or "stop",
+                }
+            )
         else:
-            choices.append({"index": c["index"], "text": c["text"], "logprobs": c.get("logprobs"),
-                            "finish_reason": c.get("finish_reason") or "stop"})
+            choices.append(
+                {
+                    "index": c["index"],
+                    "text": c["text"],
+                    "logprobs": c.get("logprobs"),
+                    "finish_reason": c.get("finish_reason") or "stop",
+                }
+            )
     body = {
         "id": response_id(request),
         "object": "chat.completion" if request.kind == "chat" else "text_completion",
         "created": int(request.arrival),
         "model": model,
         "choices": choices,
-        "usage": usage(response.prompt_tokens, response.completion_tokens, response.cached_tokens,
-                       response.reasoning_tokens),
+        "usage": usage(
+            response.prompt_tokens, response.completion_tokens, response.cached_tokens, response.reasoning_tokens
+        ),
         "system_fingerprint": None,
     }
     return _dumps(body).encode("utf-8")
@@ -90,8 +113,9 @@ class ChunkWriter:
             "system_fingerprint": None,
         }
 
-    def _chunk(self, choices: list[dict[str, Any]], usage_value: Any = None,
-               decisions: dict[str, Any] | None = None) -> bytes:
+    def _chunk(
+        self, choices: list[dict[str, Any]], usage_value: Any = None, decisions: dict[str, Any] | None = None
+    ) -> bytes:
         body = dict(self._head)
         body["choices"] = choices
         if self.include_usage:
@@ -103,8 +127,9 @@ class ChunkWriter:
     def role(self, index: int) -> bytes:
         """The first chunk of a chat choice (completions have none)."""
         assert self.is_chat
-        return self._chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                             "finish_reason": None}])
+        return self._chunk(
+            [{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
+        )
 
     def content(self, index: int, text: str, logprobs: Any = None) -> bytes:
         if self.is_chat:
@@ -131,9 +156,13 @@ class ChunkWriter:
             choice = {"index": index, "text": "", "logprobs": None, "finish_reason": reason}
         return self._chunk([choice], None, decisions)
 
-    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
-              reasoning_tokens: int | None = None, decisions: dict[str, Any] | None = None) -> bytes:
+    def usage(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int,
+        reasoning_tokens: int | None = None,
+        decisions: dict[str, Any] | None = None,
+    ) -> bytes:
         assert self.include_usage
         return self._chunk([], usage(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens), decisions)
-
-

@@ -28,36 +28,83 @@ from starlette.routing import Match
 from starlette.types import Scope
 
 _NUMBER_OR_NULL = {"type": ["number", "null"], "exclusiveMinimum": 0}
-_PERIOD = {"type": "string", "pattern": "^(daily|monthly|[1-9][0-9]{0,4}h)$",
-           "description": "daily, monthly or <N>h (a rolling window of N hours)"}
+_PERIOD = {
+    "type": "string",
+    "pattern": "^(daily|monthly|[1-9][0-9]{0,4}h)$",
+    "description": "daily, monthly or <N>h (a rolling window of N hours)",
+}
 _AMOUNT = {"type": ["number", "null"], "minimum": 0}
-_BUDGET = {"budget_usd": _AMOUNT, "budget_period": _PERIOD,
-           "soft_budget_usd": {**_AMOUNT, "description": "Warn above this spend; not above budget_usd."}}
+_BUDGET = {
+    "budget_usd": _AMOUNT,
+    "budget_period": _PERIOD,
+    "soft_budget_usd": {**_AMOUNT, "description": "Warn above this spend; not above budget_usd."},
+}
 _TENANT_NAME = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^\\s/:]+$"}
 _KEY_FIELDS = {
     "name": {"type": ["string", "null"]},
-    "models": {"anyOf": [{"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-                         {"type": "null"}], "description": "Model names or aliases the key may use (null: all)."},
-    "rpm": _NUMBER_OR_NULL, "tpm": _NUMBER_OR_NULL, **_BUDGET,
-    "expires_at": {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "number", "exclusiveMinimum": 0},
-                             {"type": "null"}], "description": "ISO 8601 time or epoch seconds."},
+    "models": {
+        "anyOf": [{"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}, {"type": "null"}],
+        "description": "Model names or aliases the key may use (null: all).",
+    },
+    "rpm": _NUMBER_OR_NULL,
+    "tpm": _NUMBER_OR_NULL,
+    **_BUDGET,
+    "expires_at": {
+        "anyOf": [
+            {"type": "string", "format": "date-time"},
+            {"type": "number", "exclusiveMinimum": 0},
+            {"type": "null"},
+        ],
+        "description": "ISO 8601 time or epoch seconds.",
+    },
 }
-KEY_CREATE = {"type": "object", "additionalProperties": False, "required": ["tenant"],
-              "properties": {"tenant": _TENANT_NAME, **_KEY_FIELDS}}
+KEY_CREATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["tenant"],
+    "properties": {"tenant": _TENANT_NAME, **_KEY_FIELDS},
+}
 KEY_UPDATE = {"type": "object", "additionalProperties": False, "properties": _KEY_FIELDS}
 TENANT_PUT = {"type": "object", "additionalProperties": False, "properties": _BUDGET}
 #: POST /admin/lora: a PEFT adapter folder on the server, served as the model ``name``
-LORA_LOAD = {"type": "object", "additionalProperties": False, "required": ["name", "path"], "properties": {
-    "name": {"type": "string", "minLength": 1}, "path": {"type": "string", "minLength": 1},
-    "base": {"type": "string"}, "check_base": {"type": "boolean"}}}
+LORA_LOAD = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "path"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "path": {"type": "string", "minLength": 1},
+        "base": {"type": "string"},
+        "check_base": {"type": "boolean"},
+    },
+}
 #: POST /admin/store/rows: bench/tune runs measured against this server (tokenops/store/run_target.py)
-STORE_ROWS = {"type": "object", "required": ["objects"], "properties": {"objects": {"type": "array", "items": {
-    "type": "object", "required": ["table", "values"], "properties": {
-        "table": {"enum": ["bench_results", "bench_runs", "tune_trials"]}, "values": {"type": "object"}}}}}}
+STORE_ROWS = {
+    "type": "object",
+    "required": ["objects"],
+    "properties": {
+        "objects": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["table", "values"],
+                "properties": {
+                    "table": {"enum": ["bench_results", "bench_runs", "tune_trials"]},
+                    "values": {"type": "object"},
+                },
+            },
+        }
+    },
+}
 
 
-_IMAGE_VALUES: dict[str, list[Any]] = {"response_format": ["b64_json"], "output_format": ["png"], "background": ["auto", "opaque"],
-                 "quality": ["auto"], "stream": [False]}
+_IMAGE_VALUES: dict[str, list[Any]] = {
+    "response_format": ["b64_json"],
+    "output_format": ["png"],
+    "background": ["auto", "opaque"],
+    "quality": ["auto"],
+    "stream": [False],
+}
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -68,8 +115,13 @@ def allowed_methods(app: Any, scope: Scope) -> list[str]:
     clients read (hidden catch-all routes that answer 405 or 404 themselves are not methods
     of the path); routes asked directly for a path the document does not list."""
     path = scope.get("path", "")
-    declared = [m.upper() for template, item in app.openapi().get("paths", {}).items()
-                if _template(template).fullmatch(path) for m in item if m.upper() in _METHODS]
+    declared = [
+        m.upper()
+        for template, item in app.openapi().get("paths", {}).items()
+        if _template(template).fullmatch(path)
+        for m in item
+        if m.upper() in _METHODS
+    ]
     if declared:
         return [m for m in _METHODS if m in declared]
     routes = [r for r in getattr(app.router, "routes", ()) if r.matches(scope)[0] is not Match.NONE]
@@ -80,8 +132,9 @@ def allowed_methods(app: Any, scope: Scope) -> list[str]:
 @functools.lru_cache(maxsize=256)
 def _template(path: str) -> re.Pattern[str]:
     parts = re.split(r"(\{[^}]+\})", path)
-    return re.compile("".join((".+" if p.endswith(":path}") else "[^/]+") if p.startswith("{") else re.escape(p)
-                              for p in parts))
+    return re.compile(
+        "".join((".+" if p.endswith(":path}") else "[^/]+") if p.startswith("{") else re.escape(p) for p in parts)
+    )
 
 
 def _declare_model_bodies(schema: dict[str, Any]) -> None:
@@ -121,17 +174,33 @@ def tunables_schema() -> dict[str, Any]:
             prop["maximum"] = t.maximum
         # or the value as text, which the registry parses (what the dashboard's editor sends)
         props[t.name] = prop if t.type == "str" else {"anyOf": [prop, {"type": "string"}], "description": t.help}
-    return {"type": "object", "required": ["values"], "additionalProperties": False, "properties": {
-        "values": {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": props},
-        "actor": {"type": "string", "description": "Who made the change (audited)."}}}
+    return {
+        "type": "object",
+        "required": ["values"],
+        "additionalProperties": False,
+        "properties": {
+            "values": {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": props},
+            "actor": {"type": "string", "description": "Who made the change (audited)."},
+        },
+    }
 
 
 #: The Anthropic Messages API's error body (``/v1/messages`` answers in its clients' shape).
-ANTHROPIC_ERROR = {"type": "object", "required": ["type", "error"], "properties": {
-    "type": {"const": "error"},
-    "error": {"type": "object", "required": ["type", "message"], "properties": {
-        "type": {"type": "string", "examples": ["invalid_request_error", "not_found_error"]},
-        "message": {"type": "string"}}}}}
+ANTHROPIC_ERROR = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {
+                "type": {"type": "string", "examples": ["invalid_request_error", "not_found_error"]},
+                "message": {"type": "string"},
+            },
+        },
+    },
+}
 
 
 def declare(schema: dict[str, Any]) -> dict[str, Any]:
@@ -148,25 +217,37 @@ def declare(schema: dict[str, Any]) -> dict[str, Any]:
                 for status, response in op.get("responses", {}).items():
                     if status[0] in "45" and "application/json" in response.get("content", {}):
                         response["content"]["application/json"]["schema"] = {
-                            "$ref": "#/components/schemas/AnthropicError"}
+                            "$ref": "#/components/schemas/AnthropicError"
+                        }
     metrics = paths.get("/metrics", {}).get("get")
     if metrics is not None:
-        metrics["responses"]["200"] = {"description": "Prometheus text exposition format",
-                                       "content": {"text/plain": {"schema": {"type": "string"}}}}
-    bodies = {("/admin/keys", "post"): KEY_CREATE, ("/admin/keys/{key_id}", "patch"): KEY_UPDATE,
-              ("/admin/tenants/{name}", "put"): TENANT_PUT, ("/admin/tunables", "patch"): tunables_schema(),
-              ("/admin/store/rows", "post"): STORE_ROWS, ("/admin/lora", "post"): LORA_LOAD}
+        metrics["responses"]["200"] = {
+            "description": "Prometheus text exposition format",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
+    bodies = {
+        ("/admin/keys", "post"): KEY_CREATE,
+        ("/admin/keys/{key_id}", "patch"): KEY_UPDATE,
+        ("/admin/tenants/{name}", "put"): TENANT_PUT,
+        ("/admin/tunables", "patch"): tunables_schema(),
+        ("/admin/store/rows", "post"): STORE_ROWS,
+        ("/admin/lora", "post"): LORA_LOAD,
+    }
     for (path, method), body in bodies.items():
         op = paths.get(path, {}).get(method)
         if op is not None:
             op["requestBody"] = _body(body, required=method != "put")
-    created = {("/admin/keys", "post"): "The key (its secret only here)",
-               ("/admin/tenants/{name}", "put"): "The tenant was created"}
+    created = {
+        ("/admin/keys", "post"): "The key (its secret only here)",
+        ("/admin/tenants/{name}", "put"): "The tenant was created",
+    }
     for (path, method), description in created.items():
         op = paths.get(path, {}).get(method)
         if op is not None:
-            op["responses"]["201"] = {"description": description, "content": {"application/json": {"schema": {
-                "type": "object"}}}}
+            op["responses"]["201"] = {
+                "description": description,
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            }
             if method == "post":
                 op["responses"].pop("200", None)
     images = paths.get("/v1/images/generations", {}).get("post")
@@ -185,8 +266,11 @@ def declare(schema: dict[str, Any]) -> dict[str, Any]:
         if path.startswith("/admin/"):
             for op in item.values():
                 if isinstance(op, dict) and "responses" in op:
-                    op["responses"].setdefault("409", {"description": "The target's state forbids it (revoked "
-                                                       "key, config tenant, no store)",
-                                                       "content": {"application/json": {"schema": {
-                                                           "$ref": "#/components/schemas/ErrorResponse"}}}})
+                    op["responses"].setdefault(
+                        "409",
+                        {
+                            "description": "The target's state forbids it (revoked key, config tenant, no store)",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
+                        },
+                    )
     return schema

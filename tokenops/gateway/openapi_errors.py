@@ -6,12 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 ERROR_SCHEMA: dict[str, Any] = {
-    "type": "object", "required": ["error"],
-    "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"], "properties": {
-        "message": {"type": "string", "description": "What went wrong and what to change."},
-        "type": {"type": "string", "examples": ["invalid_request_error", "server_error"]},
-        "param": {"type": ["string", "null"], "description": "The request field at fault, if one is."},
-        "code": {"type": ["string", "null"], "examples": ["invalid_json", "model_not_found"]}}}},
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string", "description": "What went wrong and what to change."},
+                "type": {"type": "string", "examples": ["invalid_request_error", "server_error"]},
+                "param": {"type": ["string", "null"], "description": "The request field at fault, if one is."},
+                "code": {"type": ["string", "null"], "examples": ["invalid_json", "model_not_found"]},
+            },
+        }
+    },
 }
 
 _COMMON = {
@@ -39,6 +47,7 @@ def add_error_responses(schema: dict[str, Any]) -> dict[str, Any]:
             responses = op.setdefault("responses", {})
             responses.pop("422", None)  # FastAPI's default; this server answers 400 instead
             for status, description in _COMMON.items():
-                responses.setdefault(status, {"description": description,
-                                              "content": {"application/json": {"schema": ref}}})
+                responses.setdefault(
+                    status, {"description": description, "content": {"application/json": {"schema": ref}}}
+                )
     return schema

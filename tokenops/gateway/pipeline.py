@@ -40,8 +40,13 @@ OFF_LOOP_PROMPT_CHARS = 64 * 1024
 class Pipeline:
     """Runs requests through the hooks against the configured replicas."""
 
-    def __init__(self, replicas: dict[str, list[Replica]], models: dict[str, ModelConfig],
-                 on_finish: Callable[[RequestRecord], None], profiles: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        replicas: dict[str, list[Replica]],
+        models: dict[str, ModelConfig],
+        on_finish: Callable[[RequestRecord], None],
+        profiles: dict[str, Any] | None = None,
+    ) -> None:
         self.replicas = replicas
         self.models = models
         self.on_finish = on_finish
@@ -54,15 +59,23 @@ class Pipeline:
     # -- records ----------------------------------------------------------
 
     def new_record(self, request: GatewayRequest) -> RequestRecord:
-        rec = RequestRecord(id=request.id, kind=request.kind, tenant=request.tenant, api_key_id=request.api_key_id,
-                             model_requested=request.model,
-                             arrival=request.arrival, start=time.perf_counter(), is_stream=request.stream,
-                             decisions=request.decisions)
+        rec = RequestRecord(
+            id=request.id,
+            kind=request.kind,
+            tenant=request.tenant,
+            api_key_id=request.api_key_id,
+            model_requested=request.model,
+            arrival=request.arrival,
+            start=time.perf_counter(),
+            is_stream=request.stream,
+            decisions=request.decisions,
+        )
         tracing.start_request(request, rec)
         return rec
 
-    def finish(self, rec: RequestRecord, status: int | None = None, error: str | None = None,
-               error_kind: str | None = None) -> None:
+    def finish(
+        self, rec: RequestRecord, status: int | None = None, error: str | None = None, error_kind: str | None = None
+    ) -> None:
         rec.finish(status, error, error_kind)
         rec.is_escalated = bool(rec.decisions.get("escalated") or rec.decisions.get("fallbacks"))
         tracing.end_request(rec)
@@ -142,11 +155,17 @@ class Pipeline:
             raise ModelNotFound(request.model, list(self.replicas))
         for name in (decision.model, *decision.escalate_to, *decision.members):
             if name not in self.replicas and not (decision.members and name == decision.model):
-                raise APIError(500, f"router {decision.router or '?'} chose unknown model {name!r}", code="routing_error")
+                raise APIError(
+                    500, f"router {decision.router or '?'} chose unknown model {name!r}", code="routing_error"
+                )
         rec.route_reason = decision.reason
         rec.model_served = decision.model
-        request.decisions["route"] = {"model": decision.model, "reason": decision.reason, "router": decision.router,
-                                      "score": decision.score}
+        request.decisions["route"] = {
+            "model": decision.model,
+            "reason": decision.reason,
+            "router": decision.router,
+            "score": decision.score,
+        }
         return decision
 
     async def _decide(self, request: GatewayRequest, rec: RequestRecord) -> RouteDecision:
@@ -155,14 +174,21 @@ class Pipeline:
         when a router is marked ``@may_block`` (the semantic router embeds the prompt)."""
         with tracing.step(rec, "tokenops.route") as span:
             if prompt_chars(request) > OFF_LOOP_PROMPT_CHARS or hooks.is_blocking(
-                    "tokenops_route", request=request, candidates=list(self.replicas), profiles=self.profiles):
+                "tokenops_route", request=request, candidates=list(self.replicas), profiles=self.profiles
+            ):
                 decision = await asyncio.to_thread(self._route, request, rec)
             else:
                 decision = self._route(request, rec)
-            tracing.annotate(span, **{"tokenops.router": decision.router, "tokenops.route_reason": decision.reason,
-                                      "tokenops.route.model": decision.model,
-                                      "tokenops.route.escalate_to": list(decision.escalate_to) or None,
-                                      "tokenops.route.members": list(decision.members) or None})
+            tracing.annotate(
+                span,
+                **{
+                    "tokenops.router": decision.router,
+                    "tokenops.route_reason": decision.reason,
+                    "tokenops.route.model": decision.model,
+                    "tokenops.route.escalate_to": list(decision.escalate_to) or None,
+                    "tokenops.route.members": list(decision.members) or None,
+                },
+            )
             return decision
 
     async def _fit_context(self, request: GatewayRequest, decision: RouteDecision) -> None:
@@ -176,22 +202,25 @@ class Pipeline:
         if result is not None:
             request.decisions["memory"] = result
 
-    def _choose(self, request: GatewayRequest, rec: RequestRecord, model: str,
-                candidates: list[Replica] | None = None) -> Replica:
+    def _choose(
+        self, request: GatewayRequest, rec: RequestRecord, model: str, candidates: list[Replica] | None = None
+    ) -> Replica:
         ready = [r for r in (self.replicas[model] if candidates is None else candidates) if r.ready]
         if not ready and (failure := model_failure(model, self.replicas[model])) is not None:
             raise failure
         if not ready:
-            raise APIError(503, f"The model `{model}` is not ready yet (still loading); retry shortly.",
-                           code="model_not_ready")
+            raise APIError(
+                503, f"The model `{model}` is not ready yet (still loading); retry shortly.", code="model_not_ready"
+            )
         replica = hooks.get_replica(request, ready) or ready[0]
         request.decisions["replica"] = replica.name
         rec.model_served, rec.backend = model, replica.name
         rec.backend_kind = getattr(replica.backend, "kind", None)
         return replica
 
-    async def _call(self, request: GatewayRequest, rec: RequestRecord, model: str,
-                    step: Callable[[Replica], Awaitable[Any]]) -> tuple[Replica, Any, float]:
+    async def _call(
+        self, request: GatewayRequest, rec: RequestRecord, model: str, step: Callable[[Replica], Awaitable[Any]]
+    ) -> tuple[Replica, Any, float]:
         """Run ``step`` on a replica of ``model``; on BackendError ask ``tokenops_fallback``."""
         replica = self._choose(request, rec, model)
         tried = {replica.name}
@@ -215,7 +244,9 @@ class Pipeline:
                 target = hooks.get_fallback_model(request, e)
                 if not target or target not in self.replicas or target in request.attempts:
                     raise api_error(e, request.kind) from None
-                request.decisions.setdefault("fallbacks", []).append({"from": replica.model, "to": target, "error": e.kind})
+                request.decisions.setdefault("fallbacks", []).append(
+                    {"from": replica.model, "to": target, "error": e.kind}
+                )
                 rec.route_reason = f"fallback:{e.kind}"
                 replica = self._choose(request, rec, target)
                 tried.add(replica.name)
@@ -227,8 +258,9 @@ class Pipeline:
             replica.in_flight -= 1
             return replica, result, t0
 
-    def _retry_elsewhere(self, request: GatewayRequest, rec: RequestRecord, failed: Replica, error: BackendError,
-                         tried: set[str]) -> Replica | None:
+    def _retry_elsewhere(
+        self, request: GatewayRequest, rec: RequestRecord, failed: Replica, error: BackendError, tried: set[str]
+    ) -> Replica | None:
         """Another ready replica of the same model for a request whose replica failed before answering,
         if the retry policy and budget allow (:mod:`tokenops.routing.retry`)."""
         if not is_retryable(error) or len(tried) >= self.retry_budget.config.max_attempts:
@@ -239,22 +271,28 @@ class Pipeline:
         request.decisions.setdefault("retries", []).append({"from": failed.name, "error": error.kind})
         return self._choose(request, rec, failed.model, candidates=others)
 
-    async def _after(self, request: GatewayRequest, replica: Replica, response: GatewayResponse,
-                     t0: float) -> float | None:
+    async def _after(
+        self, request: GatewayRequest, replica: Replica, response: GatewayResponse, t0: float
+    ) -> float | None:
         """validate -> backend outcome -> cache store; returns the lowest validation score.
         Validators and caches marked ``@may_block`` run in a worker thread."""
         scores = await hooks.call("tokenops_validate", hooks.get_validation_scores, request=request, response=response)
         score = min(scores) if scores else None
         if score is not None:
             request.decisions["validate"] = score
-        hooks.report_outcome(replica.name, BackendOutcome(True, time.perf_counter() - t0, None,
-                                                          response.prompt_tokens, response.completion_tokens))
+        hooks.report_outcome(
+            replica.name,
+            BackendOutcome(True, time.perf_counter() - t0, None, response.prompt_tokens, response.completion_tokens),
+        )
         with confidence.client_body(request):  # a cache keys on what the client asked, not on the gateway's logprobs
             await hooks.call("tokenops_cache_store", hooks.offer_to_cache, request=request, response=response)
         return score
 
-    async def call_model(self, request: GatewayRequest, rec: RequestRecord, model: str) -> tuple[GatewayResponse, float | None]:
+    async def call_model(
+        self, request: GatewayRequest, rec: RequestRecord, model: str
+    ) -> tuple[GatewayResponse, float | None]:
         """One non-streamed answer from ``model`` (with fallback), accounted; returns it and its score."""
+
         def step(r: Replica) -> Awaitable[GatewayResponse]:
             return r.backend.chat(request) if request.kind == "chat" else r.backend.complete(request)
 
@@ -266,10 +304,17 @@ class Pipeline:
         confidence.fill_token_logprobs(response)  # the validators score confidence from these
         confidence.hide_added_logprobs(request, response)
         score = await self._after(request, replica, response, t0)
-        tracing.end_attempt(rec, request.id, model=response.model, tokens_in=response.prompt_tokens,
-                            tokens_out=response.completion_tokens, queue_s=response.extra.get("queue_s"),
-                            prefill_s=response.extra.get("prefill_s"), score=score,
-                            finish_reason=response.finish_reason)
+        tracing.end_attempt(
+            rec,
+            request.id,
+            model=response.model,
+            tokens_in=response.prompt_tokens,
+            tokens_out=response.completion_tokens,
+            queue_s=response.extra.get("queue_s"),
+            prefill_s=response.extra.get("prefill_s"),
+            score=score,
+            finish_reason=response.finish_reason,
+        )
         return response, score
 
     async def answer(self, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision) -> GatewayResponse:
@@ -341,9 +386,16 @@ class Pipeline:
         self.show_decisions(request, rec, with_cost=False)  # a stream's cost is known at its end (final chunk)
         return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0, hide_logprobs)), rec
 
-    async def _deltas(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,
-                      it: AsyncIterator[Delta], first: Delta | None, t0: float,
-                      hide_logprobs: bool = False) -> AsyncIterator[Delta]:
+    async def _deltas(
+        self,
+        request: GatewayRequest,
+        rec: RequestRecord,
+        replica: Replica,
+        it: AsyncIterator[Delta],
+        first: Delta | None,
+        t0: float,
+        hide_logprobs: bool = False,
+    ) -> AsyncIterator[Delta]:
         assembly = StreamAssembly(rec, hide_logprobs)
         status, error, error_kind = 200, None, None
         try:
@@ -368,9 +420,17 @@ class Pipeline:
             rec.finish_reason = assembly.finish.get(0)
             await self._stream_ended(request, rec, replica, assembly, t0, status, error, error_kind)
 
-    async def _stream_ended(self, request: GatewayRequest, rec: RequestRecord, replica: Replica,
-                            assembly: StreamAssembly, t0: float, status: int, error: str | None,
-                            error_kind: str | None) -> None:
+    async def _stream_ended(
+        self,
+        request: GatewayRequest,
+        rec: RequestRecord,
+        replica: Replica,
+        assembly: StreamAssembly,
+        t0: float,
+        status: int,
+        error: str | None,
+        error_kind: str | None,
+    ) -> None:
         """After a backend stream: validate, report and offer to caches the answer, then finish the record."""
         if status == 200:
             response = assembly.response(rec.model_served or request.model, replica.name)
@@ -382,8 +442,12 @@ class Pipeline:
         else:
             # A client that went away is not the replica's failure (breakers must not count it).
             is_replica_ok = status == 499
-            hooks.report_outcome(replica.name, BackendOutcome(is_replica_ok, time.perf_counter() - t0,
-                                                              "client_disconnected" if is_replica_ok else "error"))
+            hooks.report_outcome(
+                replica.name,
+                BackendOutcome(
+                    is_replica_ok, time.perf_counter() - t0, "client_disconnected" if is_replica_ok else "error"
+                ),
+            )
             self.finish(rec, status, error, error_kind)
 
     async def _replay(self, rec: RequestRecord, response: GatewayResponse) -> AsyncIterator[Delta]:

@@ -44,11 +44,19 @@ def merge_profiles(from_files: dict[str, dict], store_rows: list[tuple]) -> dict
         profile = out.setdefault(model, {"model": model, "source": "store", "dimensions": {}})
         file_time = _as_naive(profile.get("updated_at")) if profile.get("source") != "store" else None
         row_time = _as_naive(updated_at)
-        if dimension in profile["dimensions"] and file_time is not None and row_time is not None \
-                and row_time <= file_time:
+        if (
+            dimension in profile["dimensions"]
+            and file_time is not None
+            and row_time is not None
+            and row_time <= file_time
+        ):
             continue
-        profile["dimensions"][dimension] = {"score": float(score), "ci_low": float(ci_low if ci_low is not None else score),
-                                            "ci_high": float(ci_high if ci_high is not None else score), "n": int(n or 0)}
+        profile["dimensions"][dimension] = {
+            "score": float(score),
+            "ci_low": float(ci_low if ci_low is not None else score),
+            "ci_high": float(ci_high if ci_high is not None else score),
+            "n": int(n or 0),
+        }
     return out
 
 
@@ -78,8 +86,10 @@ class ProfileSource:
         if self.store is None:
             return []
         try:
-            return self.store.execute("SELECT model, dimension, score, ci_low, ci_high, n, updated_at "
-                                      "FROM capability_profiles ORDER BY model, dimension").fetchall()
+            return self.store.execute(
+                "SELECT model, dimension, score, ci_low, ci_high, n, updated_at "
+                "FROM capability_profiles ORDER BY model, dimension"
+            ).fetchall()
         except Exception as e:  # an unreadable store leaves the file profiles in force
             log.warning("capability profiles: store not readable (%s)", e)
             return []

@@ -16,12 +16,79 @@ from tokenops.prometheus_text import PREFIX
 from tokenops.prometheus_text import label as _label
 from tokenops.prometheus_text import number as _num
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-               10.0, 20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.01,
+    0.05,
+    0.1,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class Histogram:
@@ -48,8 +115,29 @@ class Histogram:
         yield f"{name}_count{{{labels}}} {self.count}"
 
 
-TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0)
+TPOT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 #: 1-2-5 steps, as vLLM builds its token-count buckets up to the model length.
 TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(6) for m in (1, 2, 5))
 
@@ -79,7 +167,10 @@ _ENGINE_GAUGES = {
     "kv_cache_usage_perc": ("kv_cache_usage", "KV-cache usage. 1 means 100 percent usage."),
 }
 _ENGINE_COUNTERS = {
-    "prefix_cache_queries_total": ("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
+    "prefix_cache_queries_total": (
+        "prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+    ),
     "prefix_cache_hits_total": ("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
     "num_preemptions_total": ("num_preemptions", "Cumulative number of preemptions from the engine."),
     # speculative decoding (engines with speculative set; nested under stats["spec_decode"])
@@ -87,7 +178,10 @@ _ENGINE_COUNTERS = {
     "spec_decode_num_draft_tokens_total": ("spec_decode.num_draft_tokens", "Number of draft tokens."),
     "spec_decode_num_accepted_tokens_total": ("spec_decode.num_accepted_tokens", "Number of accepted tokens."),
     # KV offload tier (engines with it on; nested under stats["kv_offload"])
-    "kv_offload_hits_total": ("kv_offload.hit_tokens", "Prompt tokens loaded back from the KV offload tier instead of recomputed."),
+    "kv_offload_hits_total": (
+        "kv_offload.hit_tokens",
+        "Prompt tokens loaded back from the KV offload tier instead of recomputed.",
+    ),
     "kv_offload_saved_blocks_total": ("kv_offload.saved_blocks", "KV blocks copied to the offload tier on eviction."),
 }
 
@@ -131,8 +225,15 @@ class PrometheusMetrics:
                 for gap in rec.itl:
                     itl.observe(gap)
             else:  # one definition of an error (RequestRecord.outcome)
-                self._count({"error": "request_failure_total", "rejected": "request_rejected_total",
-                             "disconnected": "request_disconnected_total"}[rec.outcome], model, 1)
+                self._count(
+                    {
+                        "error": "request_failure_total",
+                        "rejected": "request_rejected_total",
+                        "disconnected": "request_disconnected_total",
+                    }[rec.outcome],
+                    model,
+                    1,
+                )
 
     def _observe_phases(self, rec: RequestRecord, model: str) -> None:
         """TPOT, token counts, and queue/prefill/decode times where the engine reported them."""

@@ -21,11 +21,14 @@ def prometheus_text(states: dict[str, str]) -> str:
     """``tokenops:replica_breaker_state{replica,state}``: 1 for the replica's current state, 0 for the others."""
     if not states:
         return ""
-    lines = ["# HELP tokenops:replica_breaker_state Circuit-breaker state of each replica (1 = current state).",
-             "# TYPE tokenops:replica_breaker_state gauge"]
+    lines = [
+        "# HELP tokenops:replica_breaker_state Circuit-breaker state of each replica (1 = current state).",
+        "# TYPE tokenops:replica_breaker_state gauge",
+    ]
     for name, current in sorted(states.items()):
         label = name.replace("\\", "\\\\").replace('"', '\\"')
         for state in STATES:
-            lines.append(f'tokenops:replica_breaker_state{{replica="{label}",state="{state}"}} '
-                         f"{1 if state == current else 0}")
+            lines.append(
+                f'tokenops:replica_breaker_state{{replica="{label}",state="{state}"}} {1 if state == current else 0}'
+            )
     return "\n".join(lines) + "\n"

@@ -57,8 +57,13 @@ def response_store(app: Any) -> ResponseStore:
 
             store = app.state.response_memory_store = Store.open(":memory:")
         conf = gw.settings.store
-        rs = app.state.response_store = ResponseStore(store, Limits(
-            max_age_s=float(conf.responses_max_age_hours) * 3600.0, max_per_tenant=int(conf.responses_max_per_tenant)))
+        rs = app.state.response_store = ResponseStore(
+            store,
+            Limits(
+                max_age_s=float(conf.responses_max_age_hours) * 3600.0,
+                max_per_tenant=int(conf.responses_max_per_tenant),
+            ),
+        )
     return rs
 
 
@@ -82,8 +87,12 @@ async def _stored(request: Request, tenant: str, response_id: str, param: str | 
     found = await asyncio.to_thread(response_store(request.app).get, tenant, response_id)
     if found is None:
         if param == "previous_response_id":
-            raise APIError(404, f"Previous response with id '{response_id}' not found.",
-                           code="previous_response_not_found", param=param)
+            raise APIError(
+                404,
+                f"Previous response with id '{response_id}' not found.",
+                code="previous_response_not_found",
+                param=param,
+            )
         raise _not_found(response_id)
     return found
 
@@ -93,8 +102,9 @@ def _replica_kinds(gw: Any, model: Any) -> list[tuple[str | None, Any]]:
     return [(getattr(r.backend, "kind", None), getattr(r.backend, "serves_responses", None)) for r in replicas or ()]
 
 
-def _build(gw: Any, data: dict[str, Any], history: list[dict[str, Any]], default_max_tokens: int
-           ) -> tuple[ResponsesRequest, GatewayRequest, list[dict[str, Any]], Translation]:
+def _build(
+    gw: Any, data: dict[str, Any], history: list[dict[str, Any]], default_max_tokens: int
+) -> tuple[ResponsesRequest, GatewayRequest, list[dict[str, Any]], Translation]:
     req = parse(data)
     items = history + input_items(req)
     tr = Translation(offset=len(history))
@@ -108,10 +118,21 @@ def _build(gw: Any, data: dict[str, Any], history: list[dict[str, Any]], default
         raise next(iter(tr.text_only.values()))
     if tr.untranslatable:  # the chat body does not hold the whole request: a cache keyed on it must not answer it
         body["cache"] = False
-    greq = GatewayRequest(kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
-                          max_tokens=req.max_output_tokens or default_max_tokens, session_id=req.user)
-    greq.native = NativeRequest(api="responses", path="/responses", body=_native(data, items),
-                                untranslatable=[(param, e.message) for param, e in tr.untranslatable.items()])
+    greq = GatewayRequest(
+        kind="chat",
+        model=req.model,
+        body=body,
+        messages=body["messages"],
+        stream=req.stream,
+        max_tokens=req.max_output_tokens or default_max_tokens,
+        session_id=req.user,
+    )
+    greq.native = NativeRequest(
+        api="responses",
+        path="/responses",
+        body=_native(data, items),
+        untranslatable=[(param, e.message) for param, e in tr.untranslatable.items()],
+    )
     greq.decisions["api"] = "responses"
     return req, greq, items, tr
 
@@ -126,12 +147,20 @@ def _native(data: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def _openapi_body() -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": ResponsesRequest.model_json_schema()}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ResponsesRequest.model_json_schema()}},
+        }
+    }
 
 
-@router.post("/v1/responses", tags=["openai"], summary="Create a model response (OpenAI Responses API; SSE when stream)",
-             openapi_extra=_openapi_body())
+@router.post(
+    "/v1/responses",
+    tags=["openai"],
+    summary="Create a model response (OpenAI Responses API; SSE when stream)",
+    openapi_extra=_openapi_body(),
+)
 async def create_response(request: Request) -> Response:
     gw, tenant, key_id = _tenant(request)
     if gw.is_draining:
@@ -163,8 +192,14 @@ async def create_response(request: Request) -> Response:
     return Response(_dumps(body), media_type=_JSON, headers=greq.response_headers or None)
 
 
-async def _stream(gw: Any, store: ResponseStore, req: ResponsesRequest, greq: GatewayRequest,
-                  items: list[dict[str, Any]], tr: Translation) -> Response:
+async def _stream(
+    gw: Any,
+    store: ResponseStore,
+    req: ResponsesRequest,
+    greq: GatewayRequest,
+    items: list[dict[str, Any]],
+    tr: Translation,
+) -> Response:
     deltas, rec = await gw.pipeline.open_stream(greq)
     writer = EventWriter(ResponseFrame(req, rec.model_served or req.model))
 
@@ -186,19 +221,24 @@ async def _stream(gw: Any, store: ResponseStore, req: ResponsesRequest, greq: Ga
                     yield event
                 return
         completion = usage.completion_tokens if usage and usage.completion_tokens is not None else rec.tokens_out
-        events, final = writer.finish(usage.prompt_tokens if usage else rec.tokens_in, completion or 0,
-                                      (usage.cached_tokens if usage else rec.tokens_cached) or 0,
-                                      usage.reasoning_tokens if usage else rec.reasoning_tokens,
-                                      decision_values(rec) if gw.pipeline.decision_headers else None)
+        events, final = writer.finish(
+            usage.prompt_tokens if usage else rec.tokens_in,
+            completion or 0,
+            (usage.cached_tokens if usage else rec.tokens_cached) or 0,
+            usage.reasoning_tokens if usage else rec.reasoning_tokens,
+            decision_values(rec) if gw.pipeline.decision_headers else None,
+        )
         if req.store:  # before the last event: the client's next turn finds it
             await asyncio.to_thread(store.save, greq.tenant, final, items, req.previous_response_id)
         for event in events:
             yield event
 
-    return EventStream(body(), deltas, media_type="text/event-stream",
-                   headers={"cache-control": "no-cache", "x-accel-buffering": "no", **greq.response_headers})
-
-
+    return EventStream(
+        body(),
+        deltas,
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no", **greq.response_headers},
+    )
 
 
 @router.get("/v1/responses/{response_id}", tags=["openai"], summary="A stored response (this tenant's)")
@@ -216,8 +256,11 @@ async def delete_response(request: Request, response_id: str) -> Response:
     return Response(_dumps({"id": response_id, "object": "response", "deleted": True}), media_type=_JSON)
 
 
-@router.get("/v1/responses/{response_id}/input_items", tags=["openai"],
-            summary="The conversation a stored response answered (earlier turns included)")
+@router.get(
+    "/v1/responses/{response_id}/input_items",
+    tags=["openai"],
+    summary="The conversation a stored response answered (earlier turns included)",
+)
 async def list_input_items(request: Request, response_id: str) -> Response:
     _, tenant, _ = _tenant(request)
     q = request.query_params
@@ -236,8 +279,17 @@ async def list_input_items(request: Request, response_id: str) -> Response:
         ids = [i.get("id") for i in items]
         if after not in ids:
             raise APIError(400, f"after: no input item {after!r} in this response", code="invalid_value", param="after")
-        items = items[ids.index(after) + 1:]
+        items = items[ids.index(after) + 1 :]
     page = items[:limit]
-    return Response(_dumps({"object": "list", "data": page, "first_id": page[0].get("id") if page else None,
-                            "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit}),
-                    media_type=_JSON)
+    return Response(
+        _dumps(
+            {
+                "object": "list",
+                "data": page,
+                "first_id": page[0].get("id") if page else None,
+                "last_id": page[-1].get("id") if page else None,
+                "has_more": len(items) > limit,
+            }
+        ),
+        media_type=_JSON,
+    )

@@ -29,40 +29,70 @@ _PASS_NATIVE = "passes through"
 #: name -> (what the bundled engine does, what an upstream serving /v1/responses gets)
 FIELDS: dict[str, tuple[str, str]] = {
     "model": ("acts: picks the model (routers may choose another)", "acts: sent as the upstream's own id"),
-    "input": ("acts: a string, or items: `message` (text parts), `function_call`, `function_call_output`; "
-              "`reasoning` items are kept in the conversation but not shown to the model; image, file and "
-              "audio parts (chat's `image_url`, `file`, `input_audio` parts for a chat upstream) and other item "
-              "types are a 400 naming them", "acts: sent with the earlier turns"),
-    "instructions": ("acts: a system message before the input (not carried into the next turn, as OpenAI)",
-                     _PASS_NATIVE),
-    "previous_response_id": ("acts: the stored conversation (this tenant's only) goes before the input; "
-                             "404 when unknown", "acts: resolved by the gateway, the upstream gets the whole input"),
-    "store": ("acts (default true): kept in the store per tenant, bounded by `[store] responses_*`",
-              "acts as on the bundled engine; the upstream gets `store: false`"),
+    "input": (
+        "acts: a string, or items: `message` (text parts), `function_call`, `function_call_output`; "
+        "`reasoning` items are kept in the conversation but not shown to the model; image, file and "
+        "audio parts (chat's `image_url`, `file`, `input_audio` parts for a chat upstream) and other item "
+        "types are a 400 naming them",
+        "acts: sent with the earlier turns",
+    ),
+    "instructions": (
+        "acts: a system message before the input (not carried into the next turn, as OpenAI)",
+        _PASS_NATIVE,
+    ),
+    "previous_response_id": (
+        "acts: the stored conversation (this tenant's only) goes before the input; 404 when unknown",
+        "acts: resolved by the gateway, the upstream gets the whole input",
+    ),
+    "store": (
+        "acts (default true): kept in the store per tenant, bounded by `[store] responses_*`",
+        "acts as on the bundled engine; the upstream gets `store: false`",
+    ),
     "metadata": ("acts: kept with the response", _PASS_NATIVE),
-    "tools": ("acts: `function` tools (as chat tools); other tool types (`web_search`, ...) are a 400 naming them",
-              _PASS_NATIVE),
-    "tool_choice": ("acts: `auto`, `none`, `required`, `{\"type\": \"function\", \"name\": ...}` "
-                    "(grammar-constrained)", _PASS_NATIVE),
+    "tools": (
+        "acts: `function` tools (as chat tools); other tool types (`web_search`, ...) are a 400 naming them",
+        _PASS_NATIVE,
+    ),
+    "tool_choice": (
+        'acts: `auto`, `none`, `required`, `{"type": "function", "name": ...}` (grammar-constrained)',
+        _PASS_NATIVE,
+    ),
     "parallel_tool_calls": ("acts", _PASS_NATIVE),
-    "text": ("acts: `format` `text`, `json_object`, `json_schema` (grammar-constrained); "
-             "`verbosity` other than `medium` is a 400", _PASS_NATIVE),
+    "text": (
+        "acts: `format` `text`, `json_object`, `json_schema` (grammar-constrained); "
+        "`verbosity` other than `medium` is a 400",
+        _PASS_NATIVE,
+    ),
     "max_output_tokens": ("acts", _PASS_NATIVE),
-    "temperature": ("acts", _PASS_NATIVE), "top_p": ("acts", _PASS_NATIVE),
+    "temperature": ("acts", _PASS_NATIVE),
+    "top_p": ("acts", _PASS_NATIVE),
     "top_logprobs": ("acts: `output_text` parts carry `logprobs`", _PASS_NATIVE),
     "include": ("acts: `message.output_text.logprobs`; other values are a 400", _PASS_NATIVE),
-    "reasoning": ("acts: `effort` on models with a `reasoning_parser` (400 on others); output has `reasoning` "
-                  "items; `summary` is a 400 (no summaries)", _PASS_NATIVE),
-    "stream": ("acts: OpenAI's typed events, in OpenAI's order, with `sequence_number`",
-               "acts: the upstream's events are translated back into the gateway's"),
+    "reasoning": (
+        "acts: `effort` on models with a `reasoning_parser` (400 on others); output has `reasoning` "
+        "items; `summary` is a 400 (no summaries)",
+        _PASS_NATIVE,
+    ),
+    "stream": (
+        "acts: OpenAI's typed events, in OpenAI's order, with `sequence_number`",
+        "acts: the upstream's events are translated back into the gateway's",
+    ),
     "stream_options": ("acts: `include_obfuscation: false`; true is a 400 (no obfuscation padding)", _PASS_NATIVE),
     "user": ("acts: session hint; the tenant on an open server", _PASS_NATIVE),
     "truncation": ("`disabled` accepted; `auto` is a 400 (turns are never dropped)", _PASS_NATIVE),
     "background": ("`false` accepted; true is a 400 (no background mode)", _PASS_NATIVE),
     "service_tier": ("`auto` and `default` accepted; others are a 400", _PASS_NATIVE),
 }
-_REJECTED = ("conversation", "prompt", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
-             "safety_identifier", "max_tool_calls", "context_management")
+_REJECTED = (
+    "conversation",
+    "prompt",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "prompt_cache_options",
+    "safety_identifier",
+    "max_tool_calls",
+    "context_management",
+)
 for _name in _REJECTED:
     FIELDS[_name] = ("400 naming it (not implemented)", _PASS_NATIVE)
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -152,8 +182,15 @@ def _content(content: Any, param: str) -> list[dict[str, Any]]:
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
     """``input`` as items in the shape ``GET /v1/responses/{id}/input_items`` lists them."""
     if isinstance(req.input, str):
-        return [{"id": new_id("msg"), "type": "message", "role": "user", "status": "completed",
-                 "content": [{"type": "input_text", "text": req.input}]}]
+        return [
+            {
+                "id": new_id("msg"),
+                "type": "message",
+                "role": "user",
+                "status": "completed",
+                "content": [{"type": "input_text", "text": req.input}],
+            }
+        ]
     items = []
     for i, raw in enumerate(req.input):
         param = f"input[{i}]"
@@ -165,10 +202,19 @@ def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
                 raise _bad(f"{param}.role must be user, system, developer or assistant; got {role!r}", f"{param}.role")
             content = _content(raw.get("content"), f"{param}.content")
             if role == "assistant":
-                content = [{"type": "output_text", "text": p["text"], "annotations": p.get("annotations", [])}
-                           if p.get("type") in _TEXT_PARTS else p for p in content]
-            item = {"id": raw.get("id") or new_id("msg"), "type": "message", "role": role,
-                    "status": raw.get("status") or "completed", "content": content}
+                content = [
+                    {"type": "output_text", "text": p["text"], "annotations": p.get("annotations", [])}
+                    if p.get("type") in _TEXT_PARTS
+                    else p
+                    for p in content
+                ]
+            item = {
+                "id": raw.get("id") or new_id("msg"),
+                "type": "message",
+                "role": role,
+                "status": raw.get("status") or "completed",
+                "content": content,
+            }
         elif kind == "function_call":
             for key in ("call_id", "name", "arguments"):
                 if not isinstance(raw.get(key), str):
@@ -201,13 +247,23 @@ def _chat_content(parts: list[dict[str, Any]], param: str, tr: Translation) -> s
             out.append({"type": "text", "text": part.get("text") or part.get("refusal") or ""})
             continue
         where = f"{param}[{i}].type"
-        tr.text_only.setdefault(where, _bad(f"{param}[{i}]: content parts of type {kind!r} are not supported by this "
-                                            "model: it reads text only (input_text)", where, "unsupported_content_type"))
+        tr.text_only.setdefault(
+            where,
+            _bad(
+                f"{param}[{i}]: content parts of type {kind!r} are not supported by this "
+                "model: it reads text only (input_text)",
+                where,
+                "unsupported_content_type",
+            ),
+        )
         if kind == "input_image" and part.get("image_url"):
-            out.append({"type": "image_url", "image_url": {"url": part["image_url"],
-                                                           "detail": part.get("detail") or "auto"}})
+            out.append(
+                {"type": "image_url", "image_url": {"url": part["image_url"], "detail": part.get("detail") or "auto"}}
+            )
         elif kind == "input_file":
-            out.append({"type": "file", "file": {k: part[k] for k in ("file_id", "file_data", "filename") if k in part}})
+            out.append(
+                {"type": "file", "file": {k: part[k] for k in ("file_id", "file_data", "filename") if k in part}}
+            )
         elif kind == "input_audio":
             out.append({"type": "input_audio", "input_audio": part.get("input_audio")})
     return out
@@ -224,8 +280,11 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None, tr: Tra
             role = "system" if item["role"] == "developer" else item["role"]
             messages.append({"role": role, "content": _chat_content(item["content"], f"{param}.content", tr)})
         elif kind == "function_call":
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            }
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
@@ -237,8 +296,12 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None, tr: Tra
             content = output if isinstance(output, str) else _chat_content(output, f"{param}.output", tr)
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
         elif kind != "reasoning":  # reasoning stays in the conversation, unseen by the model
-            tr.defer(f"{param}.type", f"{param}: input items of type {kind!r} are not supported by this model "
-                     "(message, function_call, function_call_output and reasoning are)", "unsupported_item_type")
+            tr.defer(
+                f"{param}.type",
+                f"{param}: input items of type {kind!r} are not supported by this model "
+                "(message, function_call, function_call_output and reasoning are)",
+                "unsupported_item_type",
+            )
     if not messages:
         raise _bad("input is empty: send a string or at least one message", "input")
     return messages
@@ -251,8 +314,11 @@ def _chat_tools(tools: list[dict[str, Any]], tr: Translation) -> list[dict[str, 
     out = []
     for i, tool in enumerate(tools):
         if tool.get("type") != "function":
-            tr.defer(f"tools[{i}].type", f"tools[{i}]: tools of type {tool.get('type')!r} are not "
-                     "supported by this model (function tools are)", "unsupported_tool_type")
+            tr.defer(
+                f"tools[{i}].type",
+                f"tools[{i}]: tools of type {tool.get('type')!r} are not supported by this model (function tools are)",
+                "unsupported_tool_type",
+            )
             continue
         fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
         out.append({"type": "function", "function": fn})
@@ -263,8 +329,11 @@ def _chat_tool_choice(choice: Any, tr: Translation) -> Any:
     if isinstance(choice, dict) and choice.get("type") == "function":
         return {"type": "function", "function": {"name": choice.get("name")}}
     if isinstance(choice, dict):
-        tr.defer("tool_choice.type", f"tool_choice of type {choice.get('type')!r} is not "
-                 "supported by this model", "unsupported_tool_type")
+        tr.defer(
+            "tool_choice.type",
+            f"tool_choice of type {choice.get('type')!r} is not supported by this model",
+            "unsupported_tool_type",
+        )
         return None
     return choice
 
@@ -274,7 +343,7 @@ def _response_format(text: dict[str, Any]) -> dict[str, Any] | None:
     if fmt is None:
         return None
     if not isinstance(fmt, dict):
-        raise _bad("text.format must be an object such as {\"type\": \"text\"}", "text.format")
+        raise _bad('text.format must be an object such as {"type": "text"}', "text.format")
     kind = fmt.get("type")
     if kind == "json_schema":
         spec = {k: fmt[k] for k in ("name", "description", "schema", "strict") if k in fmt}
@@ -284,17 +353,26 @@ def _response_format(text: dict[str, Any]) -> dict[str, Any] | None:
     raise _bad(f"text.format.type must be text, json_object or json_schema; got {kind!r}", "text.format.type")
 
 
-_CHAT_NAMES = {"reasoning_effort": "reasoning.effort", "max_tokens": "max_output_tokens",
-               "max_completion_tokens": "max_output_tokens", "messages": "input", "logprobs": "include"}
+_CHAT_NAMES = {
+    "reasoning_effort": "reasoning.effort",
+    "max_tokens": "max_output_tokens",
+    "max_completion_tokens": "max_output_tokens",
+    "messages": "input",
+    "logprobs": "include",
+}
 
 
 def responses_error(e: APIError) -> APIError:
     """An error about the chat request (its checks, the backend's 400s) in the Responses
     API's field names: ``tools[0].function.parameters`` -> ``tools[0].parameters``,
     ``response_format`` -> ``text.format``, ``reasoning_effort`` -> ``reasoning.effort``."""
+
     def fix(s: str) -> str:
-        s = (s.replace(".function.", ".").replace("response_format.json_schema", "text.format")
-             .replace("response_format", "text.format"))
+        s = (
+            s.replace(".function.", ".")
+            .replace("response_format.json_schema", "text.format")
+            .replace("response_format", "text.format")
+        )
         for chat, ours in _CHAT_NAMES.items():
             s = s.replace(f"`{chat}`", f"`{ours}`")
         return s
@@ -340,8 +418,11 @@ def chat_body(req: ResponsesRequest, items: list[dict[str, Any]], tr: Translatio
         if rest:
             body["reasoning"] = rest
     if (req.stream_options or {}).get("include_obfuscation"):
-        tr.defer("stream_options.include_obfuscation", "stream_options.include_obfuscation: no obfuscation padding "
-                 "is sent here; send false", "unsupported_parameter")
+        tr.defer(
+            "stream_options.include_obfuscation",
+            "stream_options.include_obfuscation: no obfuscation padding is sent here; send false",
+            "unsupported_parameter",
+        )
     if req.truncation not in (None, "disabled"):
         body["truncation"] = req.truncation
     if req.background:
@@ -350,7 +431,14 @@ def chat_body(req: ResponsesRequest, items: list[dict[str, Any]], tr: Translatio
         body["service_tier"] = req.service_tier
     for name, value in (req.model_extra or {}).items():  # fields with no chat equivalent, or unknown ones
         if value is not None:
-            if name in body or name in ("messages", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options"):
+            if name in body or name in (
+                "messages",
+                "max_tokens",
+                "max_completion_tokens",
+                "n",
+                "stream",
+                "stream_options",
+            ):
                 raise _bad(f"Unknown parameter: '{name}'.", name, code="unknown_parameter")
             body[name] = value
     try:
@@ -367,9 +455,13 @@ def deferred_error(e: APIError, tr: Translation) -> APIError:
 
 def markdown() -> str:
     """The field table of docs/serve.md."""
-    rows = ["`POST /v1/responses`", "", "| field | bundled engine (`local`); an upstream without `/v1/responses` gets "
-            "the same chat translation, the fields refused here passed through | upstream serving `/v1/responses` |",
-            "|---|---|---|"]
+    rows = [
+        "`POST /v1/responses`",
+        "",
+        "| field | bundled engine (`local`); an upstream without `/v1/responses` gets "
+        "the same chat translation, the fields refused here passed through | upstream serving `/v1/responses` |",
+        "|---|---|---|",
+    ]
     rows += [f"| `{name}` | {bundled} | {native} |" for name, (bundled, native) in FIELDS.items()]
     rows.append("| any other field | 400 naming it (`unsupported_parameter`) | passes through |")
     return "\n".join(rows) + "\n"

@@ -54,8 +54,10 @@ class EventWriter:
 
     def start(self) -> list[bytes]:
         snapshot = self.frame.body("in_progress", [])
-        return [self._event("response.created", response=snapshot),
-                self._event("response.in_progress", response=snapshot)]
+        return [
+            self._event("response.created", response=snapshot),
+            self._event("response.in_progress", response=snapshot),
+        ]
 
     # -- items ----------------------------------------------------------------
 
@@ -71,8 +73,15 @@ class EventWriter:
         self._open, self._text, self._logprobs = item, [], []
         events = [self._event("response.output_item.added", output_index=self._index, item=item)]
         if part is not None:
-            events.append(self._event("response.content_part.added", item_id=item["id"], output_index=self._index,
-                                      content_index=0, part=part))
+            events.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=self._index,
+                    content_index=0,
+                    part=part,
+                )
+            )
         return events
 
     def _close(self) -> list[bytes]:
@@ -84,26 +93,51 @@ class EventWriter:
         if item["type"] == "reasoning":
             done = reasoning_item(text, item["id"])
             part = done["content"][0]
-            events += [self._event("response.reasoning_text.done", item_id=item["id"], output_index=idx,
-                                   content_index=0, text=text),
-                       self._event("response.content_part.done", item_id=item["id"], output_index=idx,
-                                   content_index=0, part=part)]
+            events += [
+                self._event(
+                    "response.reasoning_text.done", item_id=item["id"], output_index=idx, content_index=0, text=text
+                ),
+                self._event(
+                    "response.content_part.done", item_id=item["id"], output_index=idx, content_index=0, part=part
+                ),
+            ]
         elif item["type"] == "message":
             refusal = item.get("refusal")
             done = message_item(text, refusal, self._logprobs, item["id"])
             part = done["content"][0]
             if refusal:
-                events.append(self._event("response.refusal.done", item_id=item["id"], output_index=idx,
-                                          content_index=0, refusal=refusal))
+                events.append(
+                    self._event(
+                        "response.refusal.done", item_id=item["id"], output_index=idx, content_index=0, refusal=refusal
+                    )
+                )
             else:
-                events.append(self._event("response.output_text.done", item_id=item["id"], output_index=idx,
-                                          content_index=0, text=text, logprobs=self._logprobs))
-            events.append(self._event("response.content_part.done", item_id=item["id"], output_index=idx,
-                                      content_index=0, part=part))
+                events.append(
+                    self._event(
+                        "response.output_text.done",
+                        item_id=item["id"],
+                        output_index=idx,
+                        content_index=0,
+                        text=text,
+                        logprobs=self._logprobs,
+                    )
+                )
+            events.append(
+                self._event(
+                    "response.content_part.done", item_id=item["id"], output_index=idx, content_index=0, part=part
+                )
+            )
         else:
             done = {**item, "arguments": text, "status": "completed"}
-            events.append(self._event("response.function_call_arguments.done", item_id=item["id"], output_index=idx,
-                                      name=item["name"], arguments=text))
+            events.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=idx,
+                    name=item["name"],
+                    arguments=text,
+                )
+            )
         events.append(self._event("response.output_item.done", output_index=idx, item=done))
         self.output.append(done)
         return events
@@ -115,8 +149,15 @@ class EventWriter:
             item = {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
             events += self._open_item(item, {"type": "reasoning_text", "text": ""})
         self._text.append(text)
-        events.append(self._event("response.reasoning_text.delta", item_id=self._current()["id"], output_index=self._index,
-                                  content_index=0, delta=text))
+        events.append(
+            self._event(
+                "response.reasoning_text.delta",
+                item_id=self._current()["id"],
+                output_index=self._index,
+                content_index=0,
+                delta=text,
+            )
+        )
         return events
 
     def _open_message(self) -> list[bytes]:
@@ -131,8 +172,16 @@ class EventWriter:
         events = self._open_message()
         self._text.append(text)
         self._logprobs += logprobs
-        events.append(self._event("response.output_text.delta", item_id=self._current()["id"], output_index=self._index,
-                                  content_index=0, delta=text, logprobs=logprobs))
+        events.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=self._current()["id"],
+                output_index=self._index,
+                content_index=0,
+                delta=text,
+                logprobs=logprobs,
+            )
+        )
         return events
 
     def _refusal(self, text: str) -> list[bytes]:
@@ -143,8 +192,15 @@ class EventWriter:
             item["content"] = []
             events += self._open_item(item, {"type": "refusal", "refusal": ""})
         self._current()["refusal"] = self._current().get("refusal", "") + text
-        events.append(self._event("response.refusal.delta", item_id=self._current()["id"], output_index=self._index,
-                                  content_index=0, delta=text))
+        events.append(
+            self._event(
+                "response.refusal.delta",
+                item_id=self._current()["id"],
+                output_index=self._index,
+                content_index=0,
+                delta=text,
+            )
+        )
         return events
 
     def _tool_calls(self, pieces: list[dict[str, Any]]) -> list[bytes]:
@@ -154,13 +210,20 @@ class EventWriter:
             if self._open is None or self._open["type"] != "function_call" or piece.get("index") != self._call_index:
                 events += self._close()
                 self._call_index = piece.get("index")
-                item = function_call_item({"id": piece.get("id"), "function": {"name": fn.get("name", "")}},
-                                          status="in_progress")
+                item = function_call_item(
+                    {"id": piece.get("id"), "function": {"name": fn.get("name", "")}}, status="in_progress"
+                )
                 events += self._open_item(item, None)
             if fn.get("arguments"):
                 self._text.append(fn["arguments"])
-                events.append(self._event("response.function_call_arguments.delta", item_id=self._current()["id"],
-                                          output_index=self._index, delta=fn["arguments"]))
+                events.append(
+                    self._event(
+                        "response.function_call_arguments.delta",
+                        item_id=self._current()["id"],
+                        output_index=self._index,
+                        delta=fn["arguments"],
+                    )
+                )
         return events
 
     def push(self, delta: Delta) -> list[bytes]:
@@ -182,17 +245,23 @@ class EventWriter:
             self.finish_reason = delta.finish_reason
         return events
 
-    def finish(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
-               reasoning_tokens: int | None,
-               decisions: dict[str, Any] | None = None) -> tuple[list[bytes], dict[str, Any]]:
+    def finish(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int,
+        reasoning_tokens: int | None,
+        decisions: dict[str, Any] | None = None,
+    ) -> tuple[list[bytes], dict[str, Any]]:
         """The closing events and the final Response object; ``decisions`` ride on the last event,
         not in the Response (a stored Response is the answer, not how it was served)."""
         events = self._close()
         if not self.output:  # nothing was generated: OpenAI still answers one (empty) message
             events += self._open_message() + self._close()
         status, incomplete = status_of(self.finish_reason)
-        final = self.frame.body(status, self.output, usage(prompt_tokens, completion_tokens, cached_tokens,
-                                                           reasoning_tokens), incomplete)
+        final = self.frame.body(
+            status, self.output, usage(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens), incomplete
+        )
         kind = "response.completed" if status == "completed" else "response.incomplete"
         extra = {"tokenops": decisions} if decisions else {}
         events.append(self._event(kind, response=final, **extra))
@@ -202,6 +271,7 @@ class EventWriter:
         """An ``error`` event and ``response.failed``: the stream broke after it started."""
         # Response.error.code is one of OpenAI's own codes: the gateway's goes in the error event
         error = {"code": "rate_limit_exceeded" if code == "rate_limit_exceeded" else "server_error", "message": message}
-        return [self._event("error", code=code, message=message, param=None),
-                self._event("response.failed", response=self.frame.body("failed", self.output, None,
-                                                                        error=error))]
+        return [
+            self._event("error", code=code, message=message, param=None),
+            self._event("response.failed", response=self.frame.body("failed", self.output, None, error=error)),
+        ]

@@ -36,9 +36,14 @@ class SchemaBudget:
 
     @classmethod
     def from_settings(cls, gateway: Any) -> SchemaBudget:
-        return cls(max_output_chars=gateway.schema_max_output_chars,
-                   shape=ShapeLimits(max_nodes=gateway.schema_max_nodes, max_depth=gateway.schema_max_depth,
-                                     max_enum_values=gateway.schema_max_enum_values))
+        return cls(
+            max_output_chars=gateway.schema_max_output_chars,
+            shape=ShapeLimits(
+                max_nodes=gateway.schema_max_nodes,
+                max_depth=gateway.schema_max_depth,
+                max_enum_values=gateway.schema_max_enum_values,
+            ),
+        )
 
 
 #: The budget of this process's gateway (set when the gateway starts; tests may replace it).
@@ -52,8 +57,7 @@ def configure(budget: SchemaBudget) -> None:
 
 def _refusal(param: str, e: SchemaSizeError, limit: str) -> APIError:
     where = f" (at {e.where})" if e.where else ""
-    return APIError(400, f"{param}: {e.keyword}: the schema {e}{where}; {limit}.", code="schema_too_large",
-                    param=param)
+    return APIError(400, f"{param}: {e.keyword}: the schema {e}{where}; {limit}.", code="schema_too_large", param=param)
 
 
 def check_schema_shape(schema: Any, param: str, budget: SchemaBudget | None = None) -> None:
@@ -72,8 +76,9 @@ def _limit_note(e: SchemaSizeError, budget: SchemaBudget) -> str:
     return "this server's [gateway] schema_max_* settings bound it: simplify the schema"
 
 
-def check_schema_size(schema: Any, param: str, max_tokens: int | None, is_enforced: bool,
-                      budget: SchemaBudget | None = None) -> None:
+def check_schema_size(
+    schema: Any, param: str, max_tokens: int | None, is_enforced: bool, budget: SchemaBudget | None = None
+) -> None:
     """400 unless ``schema`` fits the ceilings and, when ``is_enforced`` (decoding follows
     it), ``max_tokens``."""
     budget = budget or current
@@ -84,14 +89,21 @@ def check_schema_size(schema: Any, param: str, max_tokens: int | None, is_enforc
     except SchemaSizeError as e:
         raise _refusal(param, e, _limit_note(e, budget)) from None
     if size == INFINITE:
-        raise _refusal(param, SchemaSizeError("has no finite answer: a property or item is required inside itself",
-                                              "$ref"), "make the recursive property optional") from None
+        raise _refusal(
+            param,
+            SchemaSizeError("has no finite answer: a property or item is required inside itself", "$ref"),
+            "make the recursive property optional",
+        ) from None
     if is_enforced and max_tokens is not None and size > max_tokens * CHARS_PER_TOKEN:
         try:
             min_json_chars(schema, max_tokens * CHARS_PER_TOKEN)
         except SchemaSizeError as e:
-            raise _refusal(param, e, f"max_tokens={max_tokens} holds at most {max_tokens * CHARS_PER_TOKEN} "
-                           f"characters ({CHARS_PER_TOKEN} per token): raise max_tokens or lower {e.keyword}") from None
+            raise _refusal(
+                param,
+                e,
+                f"max_tokens={max_tokens} holds at most {max_tokens * CHARS_PER_TOKEN} "
+                f"characters ({CHARS_PER_TOKEN} per token): raise max_tokens or lower {e.keyword}",
+            ) from None
 
 
 def check_request_schemas(body: dict[str, Any], max_tokens: int | None) -> None:
@@ -108,5 +120,4 @@ def check_request_schemas(body: dict[str, Any], max_tokens: int | None) -> None:
     for i, tool in enumerate(tools):
         fn = tool.get("function") or {}
         if "parameters" in fn:
-            check_schema_size(fn["parameters"], f"tools[{i}].function.parameters", max_tokens,
-                              fn.get("name") == forced)
+            check_schema_size(fn["parameters"], f"tools[{i}].function.parameters", max_tokens, fn.get("name") == forced)

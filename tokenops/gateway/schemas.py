@@ -35,17 +35,24 @@ def _message_schema(schema: dict[str, Any]) -> None:
     content = schema["properties"]["content"]
     for option in content.get("anyOf", ()):
         if option.get("type") == "array":
-            option["items"] = {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}},
-                               "if": {"properties": {"type": {"const": "text"}}},
-                               "then": {"required": ["text"], "properties": {"text": {"type": "string"}}}}
+            option["items"] = {
+                "type": "object",
+                "required": ["type"],
+                "properties": {"type": {"type": "string"}},
+                "if": {"properties": {"type": {"const": "text"}}},
+                "then": {"required": ["text"], "properties": {"text": {"type": "string"}}},
+            }
     schema["if"] = {"properties": {"role": {"const": "assistant"}}}
     schema["else"] = {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}}
 
 
 def _chat_schema(schema: dict[str, Any]) -> None:
     schema["if"] = {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer"}}}
-    schema["then"] = {"required": ["logprobs"], "properties": {"logprobs": {"const": True}},
-                      "description": "top_logprobs needs logprobs: true"}
+    schema["then"] = {
+        "required": ["logprobs"],
+        "properties": {"logprobs": {"const": True}},
+        "description": "top_logprobs needs logprobs: true",
+    }
 
 
 #: A token id as a prompt may carry it (the vocabulary sizes served fit in 31 bits).
@@ -69,9 +76,9 @@ class ChatMessage(BaseModel):
         for i, part in enumerate(value if isinstance(value, list) else ()):
             kind = part.get("type")
             if not isinstance(kind, str):
-                raise ValueError(f"content part {i} needs a string \"type\"")
+                raise ValueError(f'content part {i} needs a string "type"')
             if kind == "text" and not isinstance(part.get("text"), str):
-                raise ValueError(f"content part {i} of type \"text\" needs a string \"text\"")
+                raise ValueError(f'content part {i} of type "text" needs a string "text"')
         return value
 
 
@@ -81,25 +88,38 @@ class _CommonRequest(BaseModel):
     max_tokens: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(None)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: Annotated[int, Field(strict=True, ge=-1, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(None, description="Extension: sample from the k most likely tokens (0 or -1: off).")
+    top_k: Annotated[int, Field(strict=True, ge=-1, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(
+        None, description="Extension: sample from the k most likely tokens (0 or -1: off)."
+    )
     n: Annotated[int, Field(strict=True, ge=1, le=16), INTEGRAL_FLOAT] = Field(1)
     stop: str | list[str] | None = None
-    seed: Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1), INTEGRAL_FLOAT] | None = Field(None, description="A 64-bit signed integer.")
+    seed: Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1), INTEGRAL_FLOAT] | None = Field(
+        None, description="A 64-bit signed integer."
+    )
     cache: bool | None = Field(None, description="Extension: false skips the semantic cache.")
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="End-user id; used as the session hint (and tenant on an open server).")
     ignore_eos: bool | None = Field(None, description="Extension: keep generating past end-of-sequence.")
-    priority: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1), INTEGRAL_FLOAT] = Field(0, description="Extension: lower runs first under the `priority` schedule policy.")
+    priority: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1), INTEGRAL_FLOAT] = Field(
+        0, description="Extension: lower runs first under the `priority` schedule policy."
+    )
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = Field(None, description="Token id (as a string) -> bias in [-100, 100].",
-                                                json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"},
-                                                                   "additionalProperties": {"minimum": -100,
-                                                                                            "maximum": 100}})
+    logit_bias: dict[str, float] | None = Field(
+        None,
+        description="Token id (as a string) -> bias in [-100, 100].",
+        json_schema_extra={
+            "propertyNames": {"pattern": "^[0-9]+$"},
+            "additionalProperties": {"minimum": -100, "maximum": 100},
+        },
+    )
     repetition_penalty: float | None = Field(
-        None, gt=0, description="Extension (vLLM): divide the logits of prompt and output tokens by it (1: off).")
-    min_tokens: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(None, description="Extension (vLLM): no stop rule ends the output before it.")
+        None, gt=0, description="Extension (vLLM): divide the logits of prompt and output tokens by it (1: off)."
+    )
+    min_tokens: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(
+        None, description="Extension (vLLM): no stop rule ends the output before it."
+    )
 
     @field_validator("logit_bias")
     @classmethod
@@ -123,18 +143,25 @@ class ChatCompletionRequest(_CommonRequest):
 
 def _completion_schema(schema: dict[str, Any]) -> None:
     schema["if"] = {"required": ["max_tokens"], "properties": {"max_tokens": {"const": 0}}}
-    schema["then"] = {"required": ["echo"], "properties": {"echo": {"const": True}},
-                      "description": "max_tokens 0 scores the prompt: it needs echo: true"}
+    schema["then"] = {
+        "required": ["echo"],
+        "properties": {"echo": {"const": True}},
+        "description": "max_tokens 0 scores the prompt: it needs echo: true",
+    }
 
 
 class CompletionRequest(_CommonRequest):
     model_config = ConfigDict(extra="allow", json_schema_extra=_completion_schema)
     # one prompt per request: a list of strings or of token-id lists holds exactly one
-    prompt: (str | Annotated[list[str], Field(min_length=1, max_length=1)]
-             | Annotated[list[TokenId], Field(min_length=1)]
-             | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=1)])
+    prompt: (
+        str
+        | Annotated[list[str], Field(min_length=1, max_length=1)]
+        | Annotated[list[TokenId], Field(min_length=1)]
+        | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=1)]
+    )
     max_tokens: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(
-        None, description="0 (with `echo`): score the prompt, generate nothing.")
+        None, description="0 (with `echo`): score the prompt, generate nothing."
+    )
     logprobs: Annotated[int, Field(strict=True, ge=0, le=20), INTEGRAL_FLOAT] | None = Field(None)
     echo: bool | None = False
     suffix: str | None = None
@@ -143,8 +170,12 @@ class CompletionRequest(_CommonRequest):
 def _format_validation(e: ValidationError) -> APIError:
     err = e.errors(include_url=False)[0]
     if err.get("type") == "json_invalid":
-        return APIError(400, "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-                        "using your HTTP library correctly. The OpenAI API expects a JSON payload.)", code="invalid_json")
+        return APIError(
+            400,
+            "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+            "using your HTTP library correctly. The OpenAI API expects a JSON payload.)",
+            code="invalid_json",
+        )
     loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body",))
     msg = err.get("msg", "invalid value")
     return APIError(400, f"{loc}: {msg}" if loc else msg, code="invalid_value", param=loc or None)
@@ -170,8 +201,14 @@ def chat_request(data: dict[str, Any], default_max_tokens: int, *, is_generating
     # response_format / tools / tool_choice, and the output their schemas force: a 400 before any backend
     check_structured(body, (asked if asked is not None else default_max_tokens) if is_generating else None)
     return GatewayRequest(
-        kind="chat", model=req.model, body=body, messages=body["messages"], stream=req.stream,
-        max_tokens=asked if asked is not None else default_max_tokens, session_id=req.user, priority=req.priority,
+        kind="chat",
+        model=req.model,
+        body=body,
+        messages=body["messages"],
+        stream=req.stream,
+        max_tokens=asked if asked is not None else default_max_tokens,
+        session_id=req.user,
+        priority=req.priority,
         sampling=SamplingFields.from_body(body, req.model_fields_set),
     )
 
@@ -187,19 +224,33 @@ def completion_request(data: dict[str, Any], default_max_tokens: int) -> Gateway
             raise APIError(400, "batched prompts are not supported: send one prompt per request", param="prompt")
         prompt = prompt[0]
     if req.max_tokens == 0 and not req.echo:
-        raise APIError(400, "max_tokens: 0 is only accepted with echo (scoring the prompt)", code="invalid_value",
-                       param="max_tokens")
+        raise APIError(
+            400,
+            "max_tokens: 0 is only accepted with echo (scoring the prompt)",
+            code="invalid_value",
+            param="max_tokens",
+        )
     body = req.model_dump(exclude_none=True)
     body["prompt"] = prompt
     return GatewayRequest(
-        kind="completion", model=req.model, body=body, prompt=prompt, stream=req.stream,
+        kind="completion",
+        model=req.model,
+        body=body,
+        prompt=prompt,
+        stream=req.stream,
         max_tokens=req.max_tokens if req.max_tokens is not None else default_max_tokens,
-        session_id=req.user, priority=req.priority, sampling=SamplingFields.from_body(body, req.model_fields_set),
+        session_id=req.user,
+        priority=req.priority,
+        sampling=SamplingFields.from_body(body, req.model_fields_set),
     )
 
 
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` for a route that reads its body itself (size limit first);
     the app puts the model's schema under ``components/schemas``."""
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+        }
+    }

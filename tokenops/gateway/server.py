@@ -31,7 +31,9 @@ def model_from_arg(value: str, name: str | None = None) -> ModelConfig:
             raise ConfigError(f"--model {value}: a file but not a GGUF model (a .gguf file, a model folder or a URL)")
         return ModelConfig(name=name or path.resolve().stem, backend="local", path=str(path))
     if not (path / "config.json").is_file():
-        raise ConfigError(f"--model {value}: not a model folder (no config.json), not a GGUF file and not an http(s) URL")
+        raise ConfigError(
+            f"--model {value}: not a model folder (no config.json), not a GGUF file and not an http(s) URL"
+        )
     return ModelConfig(name=name or path.resolve().name, backend="local", path=str(path))
 
 
@@ -61,8 +63,9 @@ def _first_upstream_model(url: str) -> str:
         data = httpx.get(base_url(url) + "/models", timeout=5.0).json()
         return data["data"][0]["id"]
     except Exception as e:
-        raise ConfigError(f"--model {url}: could not list its models ({type(e).__name__}); "
-                          "name it explicitly: --model NAME=URL") from None
+        raise ConfigError(
+            f"--model {url}: could not list its models ({type(e).__name__}); name it explicitly: --model NAME=URL"
+        ) from None
 
 
 def _num_managed_keys(settings: Settings) -> int:
@@ -86,8 +89,10 @@ def check_exposure(settings: Settings, allow_open: bool, num_managed_keys: int =
     the store) unless ``allow_open``."""
     if settings.gateway.api_keys or num_managed_keys or allow_open or is_loopback(settings.gateway.host):
         return
-    raise ConfigError(f"refusing to serve {settings.gateway.host} without API keys: add [gateway] api_keys "
-                      "to tokenops.toml, bind 127.0.0.1, or pass --allow-open")
+    raise ConfigError(
+        f"refusing to serve {settings.gateway.host} without API keys: add [gateway] api_keys "
+        "to tokenops.toml, bind 127.0.0.1, or pass --allow-open"
+    )
 
 
 def open_store(settings: Settings) -> tuple[Any, Any]:
@@ -104,9 +109,11 @@ def open_store(settings: Settings) -> tuple[Any, Any]:
             raise
         with other:
             info = other.server_info
-        raise StoreError(f"{settings.store.path} is already served by `tokenops serve` at {info.get('url')} "
-                         f"(PID {info.get('pid')}); use that server, stop it, or give this one --store "
-                         "elsewhere") from None
+        raise StoreError(
+            f"{settings.store.path} is already served by `tokenops serve` at {info.get('url')} "
+            f"(PID {info.get('pid')}); use that server, stop it, or give this one --store "
+            "elsewhere"
+        ) from None
     secure_store_files(settings.store.path)  # created before this process, possibly world-readable
     writer = store.writer(flush_interval_s=min(settings.store.flush_interval_s, 1.0))
     sink.attach(writer)
@@ -124,8 +131,9 @@ def start_store_channel(store: Any, gw: Any, url: str) -> Any:
         url = url.replace(wildcard, "//127.0.0.1:")
     from tokenops.gateway.admin import deployment_facts
 
-    channel.publish(url=url, models=list(gw.replicas), profile=getattr(gw.settings.engine, "profile", None),
-                    **deployment_facts(gw))
+    channel.publish(
+        url=url, models=list(gw.replicas), profile=getattr(gw.settings.engine, "profile", None), **deployment_facts(gw)
+    )
     channel.register("tunables", lambda _msg: _tunables_list(gw))
     channel.register("set_tunables", lambda msg: apply_tunables(gw, msg["values"], str(msg.get("actor") or "local")))
     from tokenops.store import distill_pairs
@@ -134,8 +142,11 @@ def start_store_channel(store: Any, gw: Any, url: str) -> Any:
     try:
         return channel.start()
     except OSError as e:
-        log.warning("store channel %s not started (%s); CLI commands cannot read the store while this server runs",
-                    channel.path, e)
+        log.warning(
+            "store channel %s not started (%s); CLI commands cannot read the store while this server runs",
+            channel.path,
+            e,
+        )
         return None
 
 
@@ -149,8 +160,15 @@ def _exit_cleanly_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
-def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool = True, log_level: str = "warning",
-               echo=print, startup_tunables: dict[str, Any] | None = None) -> None:
+def run_server(
+    settings: Settings,
+    *,
+    allow_open: bool = False,
+    use_store: bool = True,
+    log_level: str = "warning",
+    echo=print,
+    startup_tunables: dict[str, Any] | None = None,
+) -> None:
     """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry. When every
     configured model fails to load, stop and raise :class:`ConfigError` naming the cause (the
     CLI prints it as one line and exits non-zero)."""
@@ -167,8 +185,13 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
     try:
         store_dir = Path(settings.store.path).expanduser().parent if use_store else None
         key_hash, new_key = resolve_admin_key(settings.gateway.admin_key, settings.gateway.admin_key_hash, store_dir)
-        app = create_app(settings, store=store, admin_key_hash=key_hash, allow_open=allow_open,
-                         drain_timeout_s=min(settings.gateway.request_timeout_s, 30.0))
+        app = create_app(
+            settings,
+            store=store,
+            admin_key_hash=key_hash,
+            allow_open=allow_open,
+            drain_timeout_s=min(settings.gateway.request_timeout_s, 30.0),
+        )
         gw = app.state.gateway
         gw.freezes_heap = True  # a long-lived process: see Gateway.start
         url = f"http://{settings.gateway.host}:{settings.gateway.port}"
@@ -185,12 +208,22 @@ def run_server(settings: Settings, *, allow_open: bool = False, use_store: bool 
         if settings.gateway.api_keys or num_managed:
             echo(f"API keys: {len(settings.gateway.api_keys)} configured, {num_managed} managed (tokenops keys)")
         else:
-            echo("API keys: none configured; serving loopback clients only" if not allow_open
-                 else "API keys: none configured; OPEN to every client (--allow-open)")
+            echo(
+                "API keys: none configured; serving loopback clients only"
+                if not allow_open
+                else "API keys: none configured; OPEN to every client (--allow-open)"
+            )
         sys.stdout.flush()
-        config = uvicorn.Config(app, host=settings.gateway.host, port=settings.gateway.port, log_level=log_level,
-                                access_log=False, timeout_graceful_shutdown=30, lifespan="on",
-                                **uvicorn_limits(settings.gateway))
+        config = uvicorn.Config(
+            app,
+            host=settings.gateway.host,
+            port=settings.gateway.port,
+            log_level=log_level,
+            access_log=False,
+            timeout_graceful_shutdown=30,
+            lifespan="on",
+            **uvicorn_limits(settings.gateway),
+        )
         _exit_cleanly_on_sigterm()
         server = uvicorn.Server(config)
         # every configured model failed to load: stop rather than answer /health with nothing to serve

@@ -36,9 +36,17 @@ RECENT_REQUESTS = 1000
 class Gateway:
     """The state behind one FastAPI app (``app.state.gateway``)."""
 
-    def __init__(self, settings: Settings, replicas: dict[str, list[Replica]] | None = None, *, store: Any = None,
-                 admin_key_hash: str | None = None, allow_open: bool = False, window_s: float = 60.0,
-                 telemetry_interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        replicas: dict[str, list[Replica]] | None = None,
+        *,
+        store: Any = None,
+        admin_key_hash: str | None = None,
+        allow_open: bool = False,
+        window_s: float = 60.0,
+        telemetry_interval_s: float = 1.0,
+    ) -> None:
         self.settings = settings
         schema_budget.configure(schema_budget.SchemaBudget.from_settings(settings.gateway))
         # plugins first: they adjust engine configs, which are checked as the replicas are built
@@ -50,8 +58,9 @@ class Gateway:
             self.expert_plans = ExpertPlans(settings.plugin_settings("eplb"))
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        self.models = {m.name: m for m in model_configs(settings)} if replicas is None else {
-            m.name: m for m in settings.models}
+        self.models = (
+            {m.name: m for m in model_configs(settings)} if replicas is None else {m.name: m for m in settings.models}
+        )
         self.replicas = replicas if replicas is not None else build_replicas(settings, hooks.get_backend_factories())
         self.store = store
         self.api_keys = ApiKeys(settings.gateway.api_keys, allow_open=allow_open)
@@ -92,8 +101,11 @@ class Gateway:
 
         prices = {name: (m.cost_input_per_1m, m.cost_output_per_1m) for name, m in self.models.items()}
         keys = service.KeyService.from_settings(
-            self.settings, self.store, prices,
-            route=lambda request: hooks.get_route(request, list(self.replicas), self.pipeline.profiles))
+            self.settings,
+            self.store,
+            prices,
+            route=lambda request: hooks.get_route(request, list(self.replicas), self.pipeline.profiles),
+        )
         self.api_keys.managed = keys
         per_tenant = self.settings.gateway.metrics_per_tenant
         self.prometheus.sections.append(lambda: keys.prometheus_lines(per_tenant=per_tenant))
@@ -130,8 +142,11 @@ class Gateway:
                 cause = " ".join(f"{type(result).__name__}: {result}".split())
                 backend.load_error = cause
                 if is_any_up:
-                    log.error("model %s failed to load (the other models keep serving): %s",
-                              getattr(backend, "name", backend), cause)
+                    log.error(
+                        "model %s failed to load (the other models keep serving): %s",
+                        getattr(backend, "name", backend),
+                        cause,
+                    )
         if backends and not is_any_up:
             self.start_failure = nothing_to_serve(self.replicas)
             if self.on_nothing_to_serve is not None:
@@ -195,8 +210,18 @@ class Gateway:
             self.cache["hits"] += 1 if rec.is_cache_hit else 0
         self.num_escalations += 1 if rec.is_escalated else 0
         model = rec.model_served or rec.model_requested
-        m = self.per_model.setdefault(model, {"requests": 0, "errors": 0, "rejected": 0, "disconnected": 0,
-                                              "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
+        m = self.per_model.setdefault(
+            model,
+            {
+                "requests": 0,
+                "errors": 0,
+                "rejected": 0,
+                "disconnected": 0,
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cost_usd": 0.0,
+            },
+        )
         m["requests"] += 1
         outcome = rec.outcome  # one definition of an error everywhere (RequestRecord.outcome)
         if outcome != "ok":
@@ -243,19 +268,36 @@ class Gateway:
             hourly[model] = hourly.get(model, 0.0) + cost
         models = {}
         for name in sorted(set(self.replicas) | set(per_model)):
-            m = per_model.get(name, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
-            models[name] = {"requests": int(m["requests"]), "errors": int(m["errors"]),
-                            "rejected": int(m.get("rejected", 0)), "disconnected": int(m.get("disconnected", 0)),
-                            "error_rate": m["errors"] / m["requests"] if m["requests"] else 0.0,
-                            "input_tokens": int(m["input_tokens"]), "output_tokens": int(m["output_tokens"]),
-                            "cost_usd": m["cost_usd"], "share": m["requests"] / total,
-                            "reasoning_tokens": m.get("reasoning_tokens"),
-                            "cost_per_hour_usd": hourly.get(name, 0.0) * 3600.0 / self.window.window_s}
+            m = per_model.get(
+                name, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+            )
+            models[name] = {
+                "requests": int(m["requests"]),
+                "errors": int(m["errors"]),
+                "rejected": int(m.get("rejected", 0)),
+                "disconnected": int(m.get("disconnected", 0)),
+                "error_rate": m["errors"] / m["requests"] if m["requests"] else 0.0,
+                "input_tokens": int(m["input_tokens"]),
+                "output_tokens": int(m["output_tokens"]),
+                "cost_usd": m["cost_usd"],
+                "share": m["requests"] / total,
+                "reasoning_tokens": m.get("reasoning_tokens"),
+                "cost_per_hour_usd": hourly.get(name, 0.0) * 3600.0 / self.window.window_s,
+            }
         history = snap.pop("history")
-        return {"time": now, "uptime_s": now - self.started_at, **snap, "engines": self.engine_stats(),
-                "models": models, "routes": routes, "cache": cache, "escalations": num_escalations,
-                "spend": self.keys.dashboard_rows(),
-                "breakers": replica_states(self.replicas), "history": history}
+        return {
+            "time": now,
+            "uptime_s": now - self.started_at,
+            **snap,
+            "engines": self.engine_stats(),
+            "models": models,
+            "routes": routes,
+            "cache": cache,
+            "escalations": num_escalations,
+            "spend": self.keys.dashboard_rows(),
+            "breakers": replica_states(self.replicas),
+            "history": history,
+        }
 
     def _show_running_tunables(self) -> None:
         """Tunables as the started engines run them (``[plugins.*]`` tables and per-model ``engine``
@@ -265,12 +307,21 @@ class Gateway:
         names = {t.name for t in get_tunables()}
         per_model: dict[str, dict[str, Any]] = {}
         for model, replicas in self.replicas.items():
-            config = next((r.backend.config for r in replicas if getattr(r.backend, "config", None) is not None
-                           and getattr(r.backend, "ready", False)), None)
+            config = next(
+                (
+                    r.backend.config
+                    for r in replicas
+                    if getattr(r.backend, "config", None) is not None and getattr(r.backend, "ready", False)
+                ),
+                None,
+            )
             if config is None:  # not a bundled engine, or it failed to load
                 continue
-            values = {n: getattr(config, n[len("engine."):]) for n in names
-                      if n.startswith("engine.") and hasattr(config, n[len("engine."):])}
+            values = {
+                n: getattr(config, n[len("engine.") :])
+                for n in names
+                if n.startswith("engine.") and hasattr(config, n[len("engine.") :])
+            }
             for part in hook().tokenops_tunable_values(config=config):
                 values.update({k: v for k, v in (part or {}).items() if k in names})
             for name, value in values.items():
@@ -284,8 +335,8 @@ class Gateway:
         values = {}
         for t in get_tunables():
             value = t.default
-            if t.name.startswith("engine.") and hasattr(self.settings.engine, t.name[len("engine."):]):
-                configured = getattr(self.settings.engine, t.name[len("engine."):])
+            if t.name.startswith("engine.") and hasattr(self.settings.engine, t.name[len("engine.") :]):
+                configured = getattr(self.settings.engine, t.name[len("engine.") :])
                 if configured is not None:
                     value = configured
             values[t.name] = value

@@ -35,8 +35,9 @@ def check_schema(schema: Any, param: str) -> None:
         Draft202012Validator.check_schema(schema)
     except SchemaError as e:
         where = "/".join(str(p) for p in e.absolute_path)
-        raise _bad(f"{param} is not a valid JSON Schema: {e.message}" + (f" (at {where})" if where else ""),
-                   param) from None
+        raise _bad(
+            f"{param} is not a valid JSON Schema: {e.message}" + (f" (at {where})" if where else ""), param
+        ) from None
 
 
 def check_response_format(response_format: Any) -> None:
@@ -44,21 +45,26 @@ def check_response_format(response_format: Any) -> None:
     if response_format is None:
         return
     if not isinstance(response_format, dict):
-        raise _bad("response_format must be an object such as {\"type\": \"json_object\"}", param)
+        raise _bad('response_format must be an object such as {"type": "json_object"}', param)
     kind = response_format.get("type")
     if kind in ("text", "json_object"):
         return
     if kind != "json_schema":
-        raise _bad(f"response_format.type must be one of text, json_object, json_schema; got {kind!r}",
-                   "response_format.type")
+        raise _bad(
+            f"response_format.type must be one of text, json_object, json_schema; got {kind!r}", "response_format.type"
+        )
     spec = response_format.get("json_schema")
     if not isinstance(spec, dict):
-        raise _bad("response_format.json_schema is required for type json_schema and must be an object",
-                   "response_format.json_schema")
+        raise _bad(
+            "response_format.json_schema is required for type json_schema and must be an object",
+            "response_format.json_schema",
+        )
     name = spec.get("name")
     if name is not None and not (isinstance(name, str) and _FUNCTION_NAME.match(name)):
-        raise _bad("response_format.json_schema.name must be 1-64 characters of a-z, A-Z, 0-9, _ or -",
-                   "response_format.json_schema.name")
+        raise _bad(
+            "response_format.json_schema.name must be 1-64 characters of a-z, A-Z, 0-9, _ or -",
+            "response_format.json_schema.name",
+        )
     if "schema" in spec:
         check_schema(spec["schema"], "response_format.json_schema.schema")
 
@@ -68,27 +74,31 @@ def check_tools(tools: Any) -> list[str]:
     if tools is None:
         return []
     if not isinstance(tools, list):
-        raise _bad("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects", "tools")
+        raise _bad('tools must be a list of {"type": "function", "function": {...}} objects', "tools")
     names: list[str] = []
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
-            raise _bad(f"{param}.type must be \"function\" (the only tool type chat completions take)", f"{param}.type")
+            raise _bad(f'{param}.type must be "function" (the only tool type chat completions take)', f"{param}.type")
         fn = tool.get("function")
         if not isinstance(fn, dict):
             raise _bad(f"{param}.function must be an object with a name", f"{param}.function")
         name = fn.get("name")
         if not isinstance(name, str) or not _FUNCTION_NAME.match(name):
-            raise _bad(f"{param}.function.name must be 1-64 characters of a-z, A-Z, 0-9, _ or -; got {name!r}",
-                       f"{param}.function.name")
+            raise _bad(
+                f"{param}.function.name must be 1-64 characters of a-z, A-Z, 0-9, _ or -; got {name!r}",
+                f"{param}.function.name",
+            )
         if name in names:
             raise _bad(f"{param}.function.name {name!r} is defined twice", f"{param}.function.name")
         names.append(name)
         if "parameters" in fn:
             check_schema(fn["parameters"], f"{param}.function.parameters")
             if isinstance(fn["parameters"], dict) and fn["parameters"].get("type", "object") != "object":
-                raise _bad(f"{param}.function.parameters must describe an object (\"type\": \"object\")",
-                           f"{param}.function.parameters")
+                raise _bad(
+                    f'{param}.function.parameters must describe an object ("type": "object")',
+                    f"{param}.function.parameters",
+                )
     return names
 
 
@@ -100,12 +110,14 @@ def check_tool_choice(tool_choice: Any, names: list[str]) -> None:
         if tool_choice not in ("none", "auto", "required"):
             raise _bad(f"tool_choice must be none, auto, required or a named function; got {tool_choice!r}", param)
         if tool_choice == "required" and not names:
-            raise _bad("tool_choice is \"required\" but the request has no tools", param)
+            raise _bad('tool_choice is "required" but the request has no tools', param)
         return
-    if not isinstance(tool_choice, dict) or tool_choice.get("type") != "function" \
-            or not isinstance(tool_choice.get("function"), dict):
-        raise _bad("tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                   param)
+    if (
+        not isinstance(tool_choice, dict)
+        or tool_choice.get("type") != "function"
+        or not isinstance(tool_choice.get("function"), dict)
+    ):
+        raise _bad('tool_choice must be none, auto, required or {"type": "function", "function": {"name": ...}}', param)
     name = tool_choice["function"].get("name")
     if name not in names:
         known = ", ".join(names) if names else "none defined"

@@ -19,13 +19,21 @@ log = logging.getLogger("tokenops.gateway")
 def engine_stats_row(replica: Replica, stats: dict[str, Any], ts: float) -> dict[str, Any]:
     spec = stats.get("spec_decode") or {}
     return {
-        "ts": ts, "replica": replica.name, "model": replica.model,
-        "num_running": stats.get("num_running"), "num_waiting": stats.get("num_waiting"),
-        "kv_cache_usage": stats.get("kv_cache_usage"), "kv_blocks_used": stats.get("kv_blocks_used"),
-        "kv_blocks_total": stats.get("kv_blocks_total"), "prefix_cache_queries": stats.get("prefix_cache_queries"),
-        "prefix_cache_hits": stats.get("prefix_cache_hits"), "num_preemptions": stats.get("num_preemptions"),
-        "batch_tokens": stats.get("last_batch_tokens"), "step_time_s": stats.get("last_step_time_s"),
-        "gen_tokens_total": stats.get("total_generation_tokens"), "prompt_tokens_total": stats.get("total_prompt_tokens"),
+        "ts": ts,
+        "replica": replica.name,
+        "model": replica.model,
+        "num_running": stats.get("num_running"),
+        "num_waiting": stats.get("num_waiting"),
+        "kv_cache_usage": stats.get("kv_cache_usage"),
+        "kv_blocks_used": stats.get("kv_blocks_used"),
+        "kv_blocks_total": stats.get("kv_blocks_total"),
+        "prefix_cache_queries": stats.get("prefix_cache_queries"),
+        "prefix_cache_hits": stats.get("prefix_cache_hits"),
+        "num_preemptions": stats.get("num_preemptions"),
+        "batch_tokens": stats.get("last_batch_tokens"),
+        "step_time_s": stats.get("last_step_time_s"),
+        "gen_tokens_total": stats.get("total_generation_tokens"),
+        "prompt_tokens_total": stats.get("total_prompt_tokens"),
         "spec_acceptance": spec.get("acceptance_rate") if isinstance(spec, dict) else None,
     }
 
@@ -74,8 +82,16 @@ class EngineTelemetry:
                     before = previous[layer][expert]
                 delta = total - before if total >= before else total  # counters reset: count anew
                 if delta:
-                    rows.append({"ts": now, "model": replica.model, "replica": replica.name, "layer": layer,
-                                 "expert": expert, "tokens": int(delta)})
+                    rows.append(
+                        {
+                            "ts": now,
+                            "model": replica.model,
+                            "replica": replica.name,
+                            "layer": layer,
+                            "expert": expert,
+                            "tokens": int(delta),
+                        }
+                    )
         return rows
 
     def start(self) -> None:

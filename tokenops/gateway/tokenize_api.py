@@ -50,17 +50,25 @@ class DetokenizeRequest(BaseModel):
 
 
 #: vLLM request fields the bundled engine does not implement, and why (a 400 names them).
-_NOT_IMPLEMENTED = {"chat_template": "custom chat templates are not supported: the model's own template is used",
-                    "continue_final_message": "not implemented; false is accepted",
-                    "mm_processor_kwargs": "text-only models", "media_io_kwargs": "text-only models",
-                    "documents": "not implemented", "cache_salt": "not implemented"}
+_NOT_IMPLEMENTED = {
+    "chat_template": "custom chat templates are not supported: the model's own template is used",
+    "continue_final_message": "not implemented; false is accepted",
+    "mm_processor_kwargs": "text-only models",
+    "media_io_kwargs": "text-only models",
+    "documents": "not implemented",
+    "cache_salt": "not implemented",
+}
 
 
 def _parsed(model: type[BaseModel], data: dict[str, Any]) -> Any:
     for name, reason in _NOT_IMPLEMENTED.items():
         if data.get(name) not in (None, False):
-            raise APIError(400, f"Unsupported parameter `{name}` for a bundled model: {reason}.",
-                           code="unsupported_parameter", param=name)
+            raise APIError(
+                400,
+                f"Unsupported parameter `{name}` for a bundled model: {reason}.",
+                code="unsupported_parameter",
+                param=name,
+            )
     data = {k: v for k, v in data.items() if k not in _NOT_IMPLEMENTED}
     try:
         return model.model_validate(data, strict=True)
@@ -89,8 +97,9 @@ def replica_for(gw: Any, model: str | None) -> Replica:
         raise ModelNotFound(model, list(gw.replicas))
     ready = [r for r in gw.replicas[model] if r.ready]
     if not ready:
-        raise APIError(503, f"The model `{model}` is not ready yet (still loading); retry shortly.",
-                       code="model_not_ready")
+        raise APIError(
+            503, f"The model `{model}` is not ready yet (still loading); retry shortly.", code="model_not_ready"
+        )
     return ready[0]
 
 
@@ -98,8 +107,12 @@ def _tokenizer(replica: Replica) -> Any:
     backend = replica.backend
     tok = getattr(getattr(backend, "engine", None), "tokenizer", None) if backend.kind == "local" else None
     if tok is None:
-        raise APIError(400, f"The model `{replica.model}` has no tokenizer here (a {backend.kind} backend).",
-                       code="unsupported_model", param="model")
+        raise APIError(
+            400,
+            f"The model `{replica.model}` has no tokenizer here (a {backend.kind} backend).",
+            code="unsupported_model",
+            param="model",
+        )
     return tok
 
 
@@ -110,28 +123,40 @@ def _plain(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": content or ""}
 
 
-def chat_token_ids(replica: Replica, body: dict[str, Any], *, add_generation_prompt: bool = True,
-                   add_special_tokens: bool = False, template_kwargs: dict[str, Any] | None = None) -> list[int]:
+def chat_token_ids(
+    replica: Replica,
+    body: dict[str, Any],
+    *,
+    add_generation_prompt: bool = True,
+    add_special_tokens: bool = False,
+    template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
     """Token ids of a chat body (``messages``, ``tools``, ``tool_choice``) as the bundled engine renders it."""
     from tokenops.backends.local_structured import plan_request
 
     tok = _tokenizer(replica)
     taken = sorted({"messages", "add_generation_prompt"} & set(template_kwargs or {}))
     if taken:  # the template's own arguments (was a 500: "got multiple values for argument")
-        raise APIError(400, f"chat_template_kwargs may not set {', '.join(taken)}: the request's own fields do",
-                       code="invalid_value", param="chat_template_kwargs")
+        raise APIError(
+            400,
+            f"chat_template_kwargs may not set {', '.join(taken)}: the request's own fields do",
+            code="invalid_value",
+            param="chat_template_kwargs",
+        )
     plan = plan_request(body, replica.backend.tool_call_parser)
     kwargs = {**plan.template_kwargs, **(template_kwargs or {})}
     try:
-        text = tok.apply_chat_template([_plain(m) for m in body["messages"]],
-                                       add_generation_prompt=add_generation_prompt, **kwargs)
+        text = tok.apply_chat_template(
+            [_plain(m) for m in body["messages"]], add_generation_prompt=add_generation_prompt, **kwargs
+        )
     except ValueError as e:  # the template raised (e.g. roles out of order)
         raise APIError(400, str(e), code="invalid_value", param="messages") from None
     return tok.encode(text, add_special_tokens=add_special_tokens)
 
 
-async def _upstream(replica: Replica, path: str, body: dict[str, Any], headers: dict[str, str] | None = None,
-                    *, root: bool = True) -> tuple[int, Any]:
+async def _upstream(
+    replica: Replica, path: str, body: dict[str, Any], headers: dict[str, str] | None = None, *, root: bool = True
+) -> tuple[int, Any]:
     """POST ``body`` to an ``openai`` upstream (at its root, or under ``/v1``); ``(status, JSON)``."""
     backend = replica.backend
     client = backend._client
@@ -139,8 +164,12 @@ async def _upstream(replica: Replica, path: str, body: dict[str, Any], headers: 
         raise APIError(503, f"The model `{replica.model}` is not ready yet.", code="model_not_ready")
     url = (backend.url[: -len("/v1")] if root else backend.url) + path
     try:
-        r = await client.post(url, json={**body, "model": backend.upstream_model},
-                              headers={**backend._headers, **(headers or {})}, timeout=backend._timeout)
+        r = await client.post(
+            url,
+            json={**body, "model": backend.upstream_model},
+            headers={**backend._headers, **(headers or {})},
+            timeout=backend._timeout,
+        )
     except Exception as e:  # noqa: BLE001 - any transport failure is the upstream's
         raise APIError(502, f"{backend.name}: cannot reach {url}: {type(e).__name__}", code="upstream_error") from None
     try:
@@ -186,12 +215,21 @@ async def tokenize(request: Request) -> Response:
 
             check_tools(req.tools)  # as a chat request's: a tool without "function" was a 500 (KeyError)
             body["tools"] = req.tools
-        ids = await asyncio.to_thread(lambda: chat_token_ids(
-            replica, body, add_generation_prompt=req.add_generation_prompt,
-            add_special_tokens=bool(req.add_special_tokens), template_kwargs=req.chat_template_kwargs))
-    answer: dict[str, Any] = {"count": len(ids), "max_model_len": replica.backend.max_model_len, "tokens": ids,
-                              "token_strs": [_tokenizer(replica).id_to_token(i) for i in ids]
-                              if req.return_token_strs else None}
+        ids = await asyncio.to_thread(
+            lambda: chat_token_ids(
+                replica,
+                body,
+                add_generation_prompt=req.add_generation_prompt,
+                add_special_tokens=bool(req.add_special_tokens),
+                template_kwargs=req.chat_template_kwargs,
+            )
+        )
+    answer: dict[str, Any] = {
+        "count": len(ids),
+        "max_model_len": replica.backend.max_model_len,
+        "tokens": ids,
+        "token_strs": [_tokenizer(replica).id_to_token(i) for i in ids] if req.return_token_strs else None,
+    }
     return Response(json.dumps(answer), media_type=_JSON)
 
 
@@ -205,8 +243,9 @@ async def detokenize(request: Request) -> Response:
     tok = _tokenizer(replica)
     bad = [t for t in req.tokens if not 0 <= t < tok.vocab_size]
     if bad:
-        raise APIError(400, f"tokens: {bad[0]} is not a token id of `{replica.model}` (0-{tok.vocab_size - 1})",
-                       param="tokens")
+        raise APIError(
+            400, f"tokens: {bad[0]} is not a token id of `{replica.model}` (0-{tok.vocab_size - 1})", param="tokens"
+        )
     text = await asyncio.to_thread(tok.decode, req.tokens, False)
     return Response(json.dumps({"prompt": text}, ensure_ascii=False), media_type=_JSON)
 
@@ -220,7 +259,7 @@ async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str,
         forwarded = {k: v for k, v in headers.items() if k in ("anthropic-version", "anthropic-beta")}
         bearer = backend._headers.get("authorization", "")
         if bearer.startswith("Bearer "):  # as on /v1/messages: Anthropic-native servers read x-api-key
-            forwarded["x-api-key"] = bearer[len("Bearer "):]
+            forwarded["x-api-key"] = bearer[len("Bearer ") :]
         status, answer = await _upstream(replica, "/messages/count_tokens", data, forwarded, root=False)
         if status < 400 and isinstance(answer, dict) and isinstance(answer.get("input_tokens"), int):
             return answer["input_tokens"]

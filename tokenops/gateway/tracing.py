@@ -123,10 +123,22 @@ class RequestTrace:
     num_attempts: int = 0
     answered: set[str] = field(default_factory=set)  # request ids with a successful attempt (cascade steps follow)
 
-    def child(self, name: str, kind: str = _KIND_INTERNAL, parent: _Span | None = None, start_ns: int | None = None,
-              attrs: dict[str, Any] | None = None) -> _Span:
-        span = _Span(name, _span_id(), (parent or self.root).span_id, time.time_ns() if start_ns is None else start_ns,
-                     kind, _clean(attrs or {}))
+    def child(
+        self,
+        name: str,
+        kind: str = _KIND_INTERNAL,
+        parent: _Span | None = None,
+        start_ns: int | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> _Span:
+        span = _Span(
+            name,
+            _span_id(),
+            (parent or self.root).span_id,
+            time.time_ns() if start_ns is None else start_ns,
+            kind,
+            _clean(attrs or {}),
+        )
         self.spans.append(span)
         return span
 
@@ -154,15 +166,26 @@ def start_request(request: Any, rec: Any) -> None:
     header = request.headers.get("traceparent")
     remote = _parse_traceparent(header) if header else None
     operation = _operation(request.kind)
-    attrs = {"gen_ai.operation.name": operation, "gen_ai.request.model": request.model,
-             "tokenops.request_id": request.id, "tokenops.tenant": request.tenant,
-             "tokenops.stream": bool(request.stream), "gen_ai.request.max_tokens": request.max_tokens}
+    attrs = {
+        "gen_ai.operation.name": operation,
+        "gen_ai.request.model": request.model,
+        "tokenops.request_id": request.id,
+        "tokenops.tenant": request.tenant,
+        "tokenops.stream": bool(request.stream),
+        "gen_ai.request.max_tokens": request.max_tokens,
+    }
     for name in ("temperature", "top_p", "seed"):
         value = request.body.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             attrs[f"gen_ai.request.{name}"] = value
-    root = _Span(f"{operation} {request.model}", _span_id(), remote[1] if remote else None, _ns(rec.start),
-                 _KIND_SERVER, _clean(attrs))
+    root = _Span(
+        f"{operation} {request.model}",
+        _span_id(),
+        remote[1] if remote else None,
+        _ns(rec.start),
+        _KIND_SERVER,
+        _clean(attrs),
+    )
     rec.trace = RequestTrace(remote[0] if remote else (random.getrandbits(128) or 1), remote, root)
 
 
@@ -203,10 +226,19 @@ def attempt(rec: Any, request: Any, replica: Any, why: str) -> Iterator[None]:
     elif why == "primary" and request.id != rec.id:
         why = "follow_up" if request.id.endswith("-follow") else "ensemble_member"
     operation = _operation(request.kind)
-    span = state.child(f"{operation} {replica.model}", _KIND_CLIENT, attrs={
-        "gen_ai.operation.name": operation, "gen_ai.request.model": replica.model, "tokenops.replica": replica.name,
-        "tokenops.backend": getattr(replica.backend, "kind", None), "tokenops.attempt": state.num_attempts,
-        "tokenops.attempt.reason": why, "tokenops.request_id": request.id})
+    span = state.child(
+        f"{operation} {replica.model}",
+        _KIND_CLIENT,
+        attrs={
+            "gen_ai.operation.name": operation,
+            "gen_ai.request.model": replica.model,
+            "tokenops.replica": replica.name,
+            "tokenops.backend": getattr(replica.backend, "kind", None),
+            "tokenops.attempt": state.num_attempts,
+            "tokenops.attempt.reason": why,
+            "tokenops.request_id": request.id,
+        },
+    )
     token = _attempt_parent.set(f"00-{state.trace_id:032x}-{span.span_id:016x}-01")
     try:
         yield
@@ -220,25 +252,44 @@ def attempt(rec: Any, request: Any, replica: Any, why: str) -> Iterator[None]:
     state.answered.add(request.id)
 
 
-def end_attempt(rec: Any, request_id: str, *, model: str | None = None, tokens_in: int | None = None,
-                tokens_out: int | None = None, queue_s: float | None = None, prefill_s: float | None = None,
-                score: float | None = None, finish_reason: str | None = None) -> None:
+def end_attempt(
+    rec: Any,
+    request_id: str,
+    *,
+    model: str | None = None,
+    tokens_in: int | None = None,
+    tokens_out: int | None = None,
+    queue_s: float | None = None,
+    prefill_s: float | None = None,
+    score: float | None = None,
+    finish_reason: str | None = None,
+) -> None:
     """End an attempt with its usage and, for the bundled engine, its queue/prefill/decode spans."""
     state = rec.trace
     if state is None or (span := state.attempts.pop(request_id, None)) is None:
         return
     end = time.time_ns()
-    span.attrs.update(_clean({"gen_ai.response.model": model, "gen_ai.usage.input_tokens": tokens_in,
-                              "gen_ai.usage.output_tokens": tokens_out, "tokenops.validation_score": score,
-                              "gen_ai.response.finish_reasons": [finish_reason] if finish_reason else None}))
+    span.attrs.update(
+        _clean(
+            {
+                "gen_ai.response.model": model,
+                "gen_ai.usage.input_tokens": tokens_in,
+                "gen_ai.usage.output_tokens": tokens_out,
+                "tokenops.validation_score": score,
+                "gen_ai.response.finish_reasons": [finish_reason] if finish_reason else None,
+            }
+        )
+    )
     if queue_s is not None:
         queue_end = span.start_ns + int(queue_s * 1e9)
         state.child("engine.queue", parent=span, start_ns=span.start_ns).end_ns = queue_end
         prefill_end = min(end, queue_end + int((prefill_s or 0.0) * 1e9))
-        state.child("engine.prefill", parent=span, start_ns=queue_end,
-                    attrs={"gen_ai.usage.input_tokens": tokens_in}).end_ns = prefill_end
-        state.child("engine.decode", parent=span, start_ns=prefill_end,
-                    attrs={"gen_ai.usage.output_tokens": tokens_out}).end_ns = end
+        state.child(
+            "engine.prefill", parent=span, start_ns=queue_end, attrs={"gen_ai.usage.input_tokens": tokens_in}
+        ).end_ns = prefill_end
+        state.child(
+            "engine.decode", parent=span, start_ns=prefill_end, attrs={"gen_ai.usage.output_tokens": tokens_out}
+        ).end_ns = end
     span.end_ns = end
 
 
@@ -249,23 +300,42 @@ def end_request(rec: Any) -> None:
     if state is None:
         return
     for request_id in list(state.attempts):
-        end_attempt(rec, request_id, model=rec.model_served, tokens_in=rec.tokens_in, tokens_out=rec.tokens_out,
-                    queue_s=rec.queue_s, prefill_s=rec.prefill_s, finish_reason=rec.finish_reason)
+        end_attempt(
+            rec,
+            request_id,
+            model=rec.model_served,
+            tokens_in=rec.tokens_in,
+            tokens_out=rec.tokens_out,
+            queue_s=rec.queue_s,
+            prefill_s=rec.prefill_s,
+            finish_reason=rec.finish_reason,
+        )
     rec.trace = None
     decisions = rec.decisions
     cache = decisions.get("cache")
     route = decisions.get("route") or {}
     ensemble = decisions.get("ensemble") or {}
     root = state.root
-    root.attrs.update(_clean({
-        "gen_ai.response.model": rec.model_served, "gen_ai.usage.input_tokens": rec.tokens_in,
-        "gen_ai.usage.output_tokens": rec.tokens_out,
-        "gen_ai.response.finish_reasons": [rec.finish_reason] if rec.finish_reason else None,
-        "http.response.status_code": rec.status, "tokenops.replica": rec.backend,
-        "tokenops.cache": cache if isinstance(cache, str) else None, "tokenops.router": route.get("router"),
-        "tokenops.route_reason": rec.route_reason, "tokenops.cost_usd": rec.cost_usd,
-        "tokenops.escalated": rec.is_escalated, "tokenops.ensemble.members": ensemble.get("members"),
-        "tokenops.outcome": rec.outcome, "error.type": rec.error_kind if rec.status >= 400 else None}))
+    root.attrs.update(
+        _clean(
+            {
+                "gen_ai.response.model": rec.model_served,
+                "gen_ai.usage.input_tokens": rec.tokens_in,
+                "gen_ai.usage.output_tokens": rec.tokens_out,
+                "gen_ai.response.finish_reasons": [rec.finish_reason] if rec.finish_reason else None,
+                "http.response.status_code": rec.status,
+                "tokenops.replica": rec.backend,
+                "tokenops.cache": cache if isinstance(cache, str) else None,
+                "tokenops.router": route.get("router"),
+                "tokenops.route_reason": rec.route_reason,
+                "tokenops.cost_usd": rec.cost_usd,
+                "tokenops.escalated": rec.is_escalated,
+                "tokenops.ensemble.members": ensemble.get("members"),
+                "tokenops.outcome": rec.outcome,
+                "error.type": rec.error_kind if rec.status >= 400 else None,
+            }
+        )
+    )
     if rec.outcome == "error":
         root.error = (rec.error_kind or "error", (rec.error or "")[:200])
     root.end_ns = _ns(rec.end) if rec.end is not None else time.time_ns()
@@ -286,7 +356,9 @@ class _Builder:
             from opentelemetry.sdk.trace.id_generator import IdGenerator
             from opentelemetry.sdk.trace.sampling import ALWAYS_ON
         except ImportError as e:
-            raise RuntimeError(f"tracing to {url} needs the OpenTelemetry SDK: pip install 'tokenops[telemetry]' ({e})") from e
+            raise RuntimeError(
+                f"tracing to {url} needs the OpenTelemetry SDK: pip install 'tokenops[telemetry]' ({e})"
+            ) from e
 
         class Recorded(IdGenerator):
             """Hands the SDK the ids the request path drew (only the builder thread creates spans)."""
@@ -313,8 +385,9 @@ class _Builder:
         base = Resource.create({"service.name": service})
         self.ids = Recorded()
         # every request is traced (the sampling decision is the collector's): ALWAYS_ON skips the parent lookup
-        self.provider = TracerProvider(resource=FixedResource(base.attributes, base.schema_url), id_generator=self.ids,
-                                       sampler=ALWAYS_ON)
+        self.provider = TracerProvider(
+            resource=FixedResource(base.attributes, base.schema_url), id_generator=self.ids, sampler=ALWAYS_ON
+        )
         # a short export timeout: a dead collector costs the export thread 2 s per batch, never a request
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url, timeout=2)))
         self.tracer = self.provider.get_tracer("tokenops")
@@ -359,11 +432,13 @@ class _Builder:
                 ctx = Context()
             else:
                 is_remote = span is state.root
-                ctx = trace.set_span_in_context(NonRecordingSpan(SpanContext(state.trace_id, span.parent_id, is_remote,
-                                                                             sampled)), Context())
+                ctx = trace.set_span_in_context(
+                    NonRecordingSpan(SpanContext(state.trace_id, span.parent_id, is_remote, sampled)), Context()
+                )
             self.ids.span_id = span.span_id
-            made = self.tracer.start_span(span.name, context=ctx, kind=kinds[span.kind], attributes=span.attrs,
-                                          start_time=span.start_ns)
+            made = self.tracer.start_span(
+                span.name, context=ctx, kind=kinds[span.kind], attributes=span.attrs, start_time=span.start_ns
+            )
             if span.error is not None:
                 made.set_attribute("error.type", span.error[0])
                 made.set_status(Status(StatusCode.ERROR, span.error[1]))

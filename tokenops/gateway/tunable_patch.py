@@ -17,8 +17,12 @@ from tokenops.tunables import TunableError
 log = logging.getLogger("tokenops.gateway")
 
 
-def apply_everywhere(replicas: Iterable[Any], values: dict[str, Any], previous: dict[str, Any],
-                     apply_plugins: Callable[[dict[str, Any]], None]) -> None:
+def apply_everywhere(
+    replicas: Iterable[Any],
+    values: dict[str, Any],
+    previous: dict[str, Any],
+    apply_plugins: Callable[[dict[str, Any]], None],
+) -> None:
     """Apply ``engine.*`` values to every replica's backend, then all values to the plugins.
 
     :param previous: the current value of every name in ``values`` (what a rollback restores).

@@ -32,8 +32,9 @@ def _key(keys: Any, key_id: str) -> Any:
 
 def create_key(keys: Any, body: Any, is_known_model: Callable[[str], bool]) -> dict[str, Any]:
     try:
-        fields = parse_key_fields(body, is_new=True, is_known_model=is_known_model,
-                                  is_known_tenant=keys.registry.is_known_tenant)
+        fields = parse_key_fields(
+            body, is_new=True, is_known_model=is_known_model, is_known_tenant=keys.registry.is_known_tenant
+        )
     except FieldError as e:
         raise _bad(e) from None
     key, secret = keys.registry.create(fields)
@@ -41,9 +42,11 @@ def create_key(keys: Any, body: Any, is_known_model: Callable[[str], bool]) -> d
 
 
 def list_keys(keys: Any, tenant: str | None = None) -> dict[str, Any]:
-    return {"keys": [keys.key_view(k) for k in keys.registry.keys() if tenant is None or k.tenant == tenant],
-            "tenants": [keys.tenant_view(t) for t in keys.registry.tenants() if tenant is None or t.name == tenant],
-            "spend": keys.spend_rows()}
+    return {
+        "keys": [keys.key_view(k) for k in keys.registry.keys() if tenant is None or k.tenant == tenant],
+        "tenants": [keys.tenant_view(t) for t in keys.registry.tenants() if tenant is None or t.name == tenant],
+        "spend": keys.spend_rows(),
+    }
 
 
 def get_key(keys: Any, key_id: str) -> dict[str, Any]:
@@ -53,8 +56,13 @@ def get_key(keys: Any, key_id: str) -> dict[str, Any]:
 def update_key(keys: Any, key_id: str, body: Any, is_known_model: Callable[[str], bool]) -> dict[str, Any]:
     key = _key(keys, key_id)
     try:
-        fields = parse_key_fields(body, is_new=False, is_known_model=is_known_model,
-                                  is_known_tenant=keys.registry.is_known_tenant, current=key.to_dict())
+        fields = parse_key_fields(
+            body,
+            is_new=False,
+            is_known_model=is_known_model,
+            is_known_tenant=keys.registry.is_known_tenant,
+            current=key.to_dict(),
+        )
     except FieldError as e:
         raise _bad(e) from None
     if key.revoked_at is not None:
@@ -78,13 +86,19 @@ def put_tenant(keys: Any, name: str, body: Any) -> tuple[dict[str, Any], bool]:
     return keys.tenant_view(keys.registry.put_tenant(name, fields)), current is None
 
 
-def delete_tenant(keys: Any, name: str, config_tenants: set[str],
-                  forget: Callable[[str], dict[str, int]]) -> dict[str, Any]:
+def delete_tenant(
+    keys: Any, name: str, config_tenants: set[str], forget: Callable[[str], dict[str, int]]
+) -> dict[str, Any]:
     """Delete a tenant: revoke its keys, drop its record and budget, then ``forget``
     (every plugin deletes what it keeps for it: session memory, captured pairs, ...)."""
     if name in config_tenants:
-        raise KeyOpsError(409, f"tenant {name!r} comes from [gateway] api_keys in the config; remove it there "
-                               "and restart (nothing was deleted)", "tenant_in_config", "name")
+        raise KeyOpsError(
+            409,
+            f"tenant {name!r} comes from [gateway] api_keys in the config; remove it there "
+            "and restart (nothing was deleted)",
+            "tenant_in_config",
+            "name",
+        )
     if not keys.registry.is_known_tenant(name):
         raise KeyOpsError(404, f"no tenant {name!r}", "tenant_not_found", "name")
     revoked = keys.registry.delete_tenant(name)

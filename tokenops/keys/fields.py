@@ -78,8 +78,14 @@ def _budget(body: dict[str, Any], out: dict[str, Any], current: dict[str, Any]) 
         raise FieldError(f"soft_budget_usd ({soft:g}) must not exceed budget_usd ({hard:g})", "soft_budget_usd")
 
 
-def parse_key_fields(body: Any, *, is_new: bool, is_known_model: Callable[[str], bool],
-                     is_known_tenant: Callable[[str], bool], current: dict[str, Any] | None = None) -> dict[str, Any]:
+def parse_key_fields(
+    body: Any,
+    *,
+    is_new: bool,
+    is_known_model: Callable[[str], bool],
+    is_known_tenant: Callable[[str], bool],
+    current: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The validated fields of a create (``is_new``) or update body."""
     if not isinstance(body, dict):
         raise FieldError("the body must be a JSON object")
@@ -92,9 +98,13 @@ def parse_key_fields(body: Any, *, is_new: bool, is_known_model: Callable[[str],
         if not isinstance(tenant, str) or not tenant.strip():
             raise FieldError("tenant is required (a non-empty string)", "tenant")
         if not is_known_tenant(tenant):
-            raise FieldError(f"unknown tenant {tenant!r}: create it first (PUT /admin/tenants/{tenant}, or "
-                             "`tokenops keys tenant NAME`) or use a tenant of [gateway] api_keys", "tenant",
-                             status=404, code="tenant_not_found")
+            raise FieldError(
+                f"unknown tenant {tenant!r}: create it first (PUT /admin/tenants/{tenant}, or "
+                "`tokenops keys tenant NAME`) or use a tenant of [gateway] api_keys",
+                "tenant",
+                status=404,
+                code="tenant_not_found",
+            )
         out["tenant"] = tenant
     elif "tenant" in body:
         raise FieldError("a key's tenant cannot change; create a new key for the other tenant", "tenant")
@@ -106,12 +116,18 @@ def parse_key_fields(body: Any, *, is_new: bool, is_known_model: Callable[[str],
         models = body["models"]
         if models is not None:
             if not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models):
-                raise FieldError("models must be a non-empty list of model names or aliases (null: every model)",
-                                 "models")
+                raise FieldError(
+                    "models must be a non-empty list of model names or aliases (null: every model)", "models"
+                )
             unknown_models = [m for m in models if not is_known_model(m)]
             if unknown_models:
-                raise FieldError(f"unknown model(s) {', '.join(map(repr, unknown_models))}: not served by this "
-                                 "gateway and no router accepts the name", "models", status=404, code="model_not_found")
+                raise FieldError(
+                    f"unknown model(s) {', '.join(map(repr, unknown_models))}: not served by this "
+                    "gateway and no router accepts the name",
+                    "models",
+                    status=404,
+                    code="model_not_found",
+                )
             models = list(dict.fromkeys(models))
         out["models"] = models
     for name in ("rpm", "tpm"):

@@ -47,8 +47,14 @@ class GuardStats:
 
 
 class KeyGuard:
-    def __init__(self, registry: KeyRegistry, ledger: Any, prices: dict[str, tuple[float, float]],
-                 route: Callable[[Any], Any] | None = None, prefix: str = "tokenops:budget:") -> None:
+    def __init__(
+        self,
+        registry: KeyRegistry,
+        ledger: Any,
+        prices: dict[str, tuple[float, float]],
+        route: Callable[[Any], Any] | None = None,
+        prefix: str = "tokenops:budget:",
+    ) -> None:
         self.registry = registry
         self.ledger = ledger
         self.prices = prices  # model -> (USD per 1M input tokens, USD per 1M output tokens)
@@ -86,8 +92,11 @@ class KeyGuard:
     def estimate_usd(self, request: Any) -> float:
         text = request_text(request)
         num_messages = len(request.messages or ()) if getattr(request, "messages", None) is not None else 1
-        prompt = len(request.prompt) if isinstance(getattr(request, "prompt", None), list) else (
-            len(text.encode("utf-8")) + TEMPLATE_TOKENS_PER_MESSAGE * (num_messages + 1))
+        prompt = (
+            len(request.prompt)
+            if isinstance(getattr(request, "prompt", None), list)
+            else (len(text.encode("utf-8")) + TEMPLATE_TOKENS_PER_MESSAGE * (num_messages + 1))
+        )
         n = request.body.get("n") if isinstance(request.body, dict) else None
         output = max(0, int(request.max_tokens or 0)) * (n if isinstance(n, int) and n > 0 else 1)
         total = 0.0
@@ -114,8 +123,11 @@ class KeyGuard:
     def admit(self, request: Any) -> Rejection | None:
         key = self.registry.get(request.api_key_id) if request.api_key_id else None
         if key is not None and key.models is not None and request.model not in key.models:
-            return Rejection(403, f"This API key may not use model {request.model!r}; it is limited to "
-                                  f"{', '.join(key.models)}.", code="model_not_allowed")
+            return Rejection(
+                403,
+                f"This API key may not use model {request.model!r}; it is limited to {', '.join(key.models)}.",
+                code="model_not_allowed",
+            )
         budgets = self.budgets_for(request.tenant, request.api_key_id)
         if not budgets:
             return None
@@ -127,14 +139,17 @@ class KeyGuard:
         try:
             refused, values = self.ledger.reserve(entries, estimate, ttl)
         except Exception as e:  # a budget that cannot be checked is not granted
-            return Rejection(503, f"The spend budget cannot be checked right now ({type(e).__name__}); retry shortly.",
-                             code="budget_unavailable", retry_after_s=1.0)
+            return Rejection(
+                503,
+                f"The spend budget cannot be checked right now ({type(e).__name__}); retry shortly.",
+                code="budget_unavailable",
+                retry_after_s=1.0,
+            )
         if refused >= 0:
             scope, name, b = budgets[refused]
             w = windows[refused]
             try:
-                end = w.reset_at(self.ledger.committed(entries[refused][0], flush=False) if w.is_rolling else [],
-                                b.usd)
+                end = w.reset_at(self.ledger.committed(entries[refused][0], flush=False) if w.is_rolling else [], b.usd)
             except Exception:  # only the reset time is missing: say the window's length
                 end = now + w.length_s
             with self._lock:
@@ -143,19 +158,29 @@ class KeyGuard:
             wait = max(1.0, end - now)
             period = f"in the last {b.period[:-1]} hours" if w.is_rolling else f"this {b.period} period"
             when = "It resets at" if not w.is_rolling else "Enough of it leaves the window at"
-            return Rejection(429, f"Budget exceeded for {scope} {name!r}: ${values[refused]:.6f} of ${b.usd:.6f} "
-                                  f"spent {period}. {when} {iso(end)} (in {_human(wait)}).",
-                             code="budget_exceeded", retry_after_s=wait)
+            return Rejection(
+                429,
+                f"Budget exceeded for {scope} {name!r}: ${values[refused]:.6f} of ${b.usd:.6f} "
+                f"spent {period}. {when} {iso(end)} (in {_human(wait)}).",
+                code="budget_exceeded",
+                retry_after_s=wait,
+            )
         with self._lock:
             self._pending[request.id] = _Reserved([keys[-1] for keys, _ in entries], estimate, ttl)
         request.decisions["budget"] = {"reserved_usd": estimate}
         # warn once the spend before this request has reached the soft budget
-        warned = [(scope, name, b, v - estimate) for (scope, name, b), v in zip(budgets, values)
-                  if b.soft_usd is not None and v - estimate >= b.soft_usd]
+        warned = [
+            (scope, name, b, v - estimate)
+            for (scope, name, b), v in zip(budgets, values)
+            if b.soft_usd is not None and v - estimate >= b.soft_usd
+        ]
         if warned:
             headers = getattr(request, "response_headers", None)
-            text = "; ".join(f"{scope} {name} at ${v:.6f} of soft budget ${b.soft_usd:.6f}"
-                             + (f" (hard ${b.usd:.6f})" if b.usd is not None else "") for scope, name, b, v in warned)
+            text = "; ".join(
+                f"{scope} {name} at ${v:.6f} of soft budget ${b.soft_usd:.6f}"
+                + (f" (hard ${b.usd:.6f})" if b.usd is not None else "")
+                for scope, name, b, v in warned
+            )
             if headers is not None:
                 headers[WARNING_HEADER] = text
             request.decisions["budget_warning"] = text
@@ -190,10 +215,15 @@ class KeyGuard:
         ``resets_at`` is None for a rolling window (spend leaves it bucket by bucket)."""
         w = window(budget.period, self.clock())
         spent = sum(self.ledger.committed(self.ledger_keys(scope, name, budget.period, w)))
-        return {"period": budget.period, "period_start": iso(w.starts[0]),
-                "resets_at": None if w.end is None else iso(w.end), "spent_usd": spent,
-                "budget_usd": budget.usd, "soft_budget_usd": budget.soft_usd,
-                "remaining_usd": None if budget.usd is None else max(0.0, budget.usd - spent)}
+        return {
+            "period": budget.period,
+            "period_start": iso(w.starts[0]),
+            "resets_at": None if w.end is None else iso(w.end),
+            "spent_usd": spent,
+            "budget_usd": budget.usd,
+            "soft_budget_usd": budget.soft_usd,
+            "remaining_usd": None if budget.usd is None else max(0.0, budget.usd - spent),
+        }
 
 
 def _human(seconds: float) -> str:

@@ -150,8 +150,7 @@ class RedisLedger:
         with self._idle:
             self._num_queued += 1
             if self._worker is None:
-                self._worker = threading.Thread(target=self._settle_forever, name="tokenops-budget-settle",
-                                                daemon=True)
+                self._worker = threading.Thread(target=self._settle_forever, name="tokenops-budget-settle", daemon=True)
                 self._worker.start()
         self._settlements.put((list(keys), delta, int(max(60, ttl_s))))
 

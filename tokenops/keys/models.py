@@ -11,8 +11,9 @@ from tokenops.types import GatewayRequest
 RouteAsker = Callable[[GatewayRequest, list[str], dict[str, Any]], Any]
 
 
-def is_routable_name(name: str, candidates: list[str], get_route: RouteAsker,
-                     profiles: dict[str, Any] | None = None) -> bool:
+def is_routable_name(
+    name: str, candidates: list[str], get_route: RouteAsker, profiles: dict[str, Any] | None = None
+) -> bool:
     """True when ``name`` is served or some ``tokenops_route`` router accepts it (``auto``, a
     cascade alias, ``ensemble:vote``); asks the routers, through ``get_route`` (passed in by the
     gateway or the CLI, which own the plugin manager), with a one-message probe request."""

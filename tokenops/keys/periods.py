@@ -22,8 +22,9 @@ def check_period(period: str) -> str:
     text = str(period).strip().lower()
     if text in ("daily", "monthly") or _HOURS.match(text):
         return text
-    raise ValueError(f"budget_period must be 'daily', 'monthly' or '<N>h' (a rolling window of N = 1..99999 hours), "
-                     f"got {period!r}")
+    raise ValueError(
+        f"budget_period must be 'daily', 'monthly' or '<N>h' (a rolling window of N = 1..99999 hours), got {period!r}"
+    )
 
 
 @dataclass(frozen=True, slots=True)

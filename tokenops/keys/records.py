@@ -67,7 +67,9 @@ class ManagedKey:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ManagedKey:
         d = dict(d)
-        budget = Budget(d.pop("budget_usd", None), d.pop("budget_period", None) or "monthly", d.pop("soft_budget_usd", None))
+        budget = Budget(
+            d.pop("budget_usd", None), d.pop("budget_period", None) or "monthly", d.pop("soft_budget_usd", None)
+        )
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names}, budget=budget)
 
@@ -89,10 +91,18 @@ class Tenant:
     created_at: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "budget_usd": self.budget.usd, "budget_period": self.budget.period,
-                "soft_budget_usd": self.budget.soft_usd, "created_at": self.created_at}
+        return {
+            "name": self.name,
+            "budget_usd": self.budget.usd,
+            "budget_period": self.budget.period,
+            "soft_budget_usd": self.budget.soft_usd,
+            "created_at": self.created_at,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Tenant:
-        return cls(d["name"], Budget(d.get("budget_usd"), d.get("budget_period") or "monthly", d.get("soft_budget_usd")),
-                   d.get("created_at") or time.time())
+        return cls(
+            d["name"],
+            Budget(d.get("budget_usd"), d.get("budget_period") or "monthly", d.get("soft_budget_usd")),
+            d.get("created_at") or time.time(),
+        )

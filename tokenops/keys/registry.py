@@ -44,8 +44,15 @@ def _ts(dt: datetime | None) -> float | None:
 
 
 class KeyRegistry:
-    def __init__(self, store: Any = None, redis_client: Any = None, *, config_tenants: set[str] | None = None,
-                 clock: Callable[[], float] | None = None, prefix: str = "tokenops:keys:") -> None:
+    def __init__(
+        self,
+        store: Any = None,
+        redis_client: Any = None,
+        *,
+        config_tenants: set[str] | None = None,
+        clock: Callable[[], float] | None = None,
+        prefix: str = "tokenops:keys:",
+    ) -> None:
         self.store = store
         self.redis = redis_client
         self.prefix = prefix
@@ -81,8 +88,22 @@ class KeyRegistry:
     def _from_store(self) -> tuple[dict[str, ManagedKey], dict[str, Tenant]]:
         if self.store is None:
             return {}, {}
-        cols = ("id", "tenant", "key_hash", "key_prefix", "name", "models", "rpm", "tpm", "budget_usd",
-                "budget_period", "soft_budget_usd", "created_at", "expires_at", "revoked_at")
+        cols = (
+            "id",
+            "tenant",
+            "key_hash",
+            "key_prefix",
+            "name",
+            "models",
+            "rpm",
+            "tpm",
+            "budget_usd",
+            "budget_period",
+            "soft_budget_usd",
+            "created_at",
+            "expires_at",
+            "revoked_at",
+        )
         keys = {}
         for row in self.store.execute(f"SELECT {', '.join(cols)} FROM api_keys").fetchall():
             d = dict(zip(cols, row))
@@ -92,7 +113,8 @@ class KeyRegistry:
             keys[d["id"]] = ManagedKey.from_dict(d)
         tenants = {}
         for name, usd, period, soft, created in self.store.execute(
-                "SELECT name, budget_usd, budget_period, soft_budget_usd, created_at FROM tenants").fetchall():
+            "SELECT name, budget_usd, budget_period, soft_budget_usd, created_at FROM tenants"
+        ).fetchall():
             tenants[name] = Tenant(name, Budget(usd, period or "monthly", soft), _ts(created) or time.time())
         return keys, tenants
 
@@ -142,9 +164,15 @@ class KeyRegistry:
                     d[name] = _dt(d[name])
                 self.store.add(ApiKeyRow(**d))
             if tenant is not None:
-                self.store.add(TenantRow(name=tenant.name, budget_usd=tenant.budget.usd,
-                                         budget_period=tenant.budget.period, soft_budget_usd=tenant.budget.soft_usd,
-                                         created_at=_dt(tenant.created_at)))
+                self.store.add(
+                    TenantRow(
+                        name=tenant.name,
+                        budget_usd=tenant.budget.usd,
+                        budget_period=tenant.budget.period,
+                        soft_budget_usd=tenant.budget.soft_usd,
+                        created_at=_dt(tenant.created_at),
+                    )
+                )
         if self.redis is not None:
             pipe = self.redis.pipeline(transaction=True)
             if key is not None:
@@ -186,16 +214,24 @@ class KeyRegistry:
     def is_known_tenant(self, name: str) -> bool:
         """A tenant record, a tenant of the config's keys, or one a live key names (a tenant
         whose keys are all revoked and whose record was deleted is gone)."""
-        return name in self._tenants or name in self.config_tenants or any(
-            k.tenant == name and k.revoked_at is None for k in self._keys.values())
+        return (
+            name in self._tenants
+            or name in self.config_tenants
+            or any(k.tenant == name and k.revoked_at is None for k in self._keys.values())
+        )
 
     # -- changes ----------------------------------------------------------------
 
     def create(self, fields: dict[str, Any]) -> tuple[ManagedKey, str]:
         """A new key from validated fields; returns it and its secret (shown once)."""
         secret = new_secret()
-        key = ManagedKey(id=new_key_id(), tenant=fields["tenant"], key_hash=hashlib.sha256(secret.encode()).hexdigest(),
-                         key_prefix=secret[:10], created_at=self.clock())
+        key = ManagedKey(
+            id=new_key_id(),
+            tenant=fields["tenant"],
+            key_hash=hashlib.sha256(secret.encode()).hexdigest(),
+            key_prefix=secret[:10],
+            created_at=self.clock(),
+        )
         self._apply(key, fields)
         self._publish(key=key)
         return key, secret

@@ -33,8 +33,11 @@ OPEN_RECHECK_S = 1.0
 
 
 def redis_url_of(settings: Any) -> str | None:
-    return (settings.plugin_settings("keys").get("redis_url") or settings.plugin_settings("rate_limit").get("redis_url")
-            or None)
+    return (
+        settings.plugin_settings("keys").get("redis_url")
+        or settings.plugin_settings("rate_limit").get("redis_url")
+        or None
+    )
 
 
 def redis_client(url: str) -> Any:
@@ -46,8 +49,9 @@ def redis_client(url: str) -> Any:
 
 
 class KeyService:
-    def __init__(self, registry: KeyRegistry, guard: KeyGuard, *, redis_url: str | None = None,
-                 store: Any = None) -> None:
+    def __init__(
+        self, registry: KeyRegistry, guard: KeyGuard, *, redis_url: str | None = None, store: Any = None
+    ) -> None:
         self.registry = registry
         self.guard = guard
         self.redis_url = redis_url
@@ -58,12 +62,18 @@ class KeyService:
         self.seed_from_store()
 
     @classmethod
-    def from_settings(cls, settings: Any, store: Any = None, prices: dict[str, tuple[float, float]] | None = None,
-                      route: Callable[[Any], Any] | None = None) -> KeyService:
+    def from_settings(
+        cls,
+        settings: Any,
+        store: Any = None,
+        prices: dict[str, tuple[float, float]] | None = None,
+        route: Callable[[Any], Any] | None = None,
+    ) -> KeyService:
         url = redis_url_of(settings)
         client = redis_client(url) if url else None
-        registry = KeyRegistry(store, client, config_tenants=set(settings.gateway.api_keys.values()),
-                               clock=BudgetClock())
+        registry = KeyRegistry(
+            store, client, config_tenants=set(settings.gateway.api_keys.values()), clock=BudgetClock()
+        )
         ledger = RedisLedger(client) if client is not None else LocalLedger()
         if prices is None:
             prices = {m.name: (m.cost_input_per_1m, m.cost_output_per_1m) for m in settings.models}
@@ -89,7 +99,9 @@ class KeyService:
         state = key.state(self.registry.clock())
         if state == "revoked":
             assert key.revoked_at is not None  # what makes a key revoked
-            raise APIError(401, f"This API key ({key.id}) was revoked at {iso(key.revoked_at)}.", code="revoked_api_key")
+            raise APIError(
+                401, f"This API key ({key.id}) was revoked at {iso(key.revoked_at)}.", code="revoked_api_key"
+            )
         if state == "expired":
             assert key.expires_at is not None  # what makes a key expire
             raise APIError(401, f"This API key ({key.id}) expired at {iso(key.expires_at)}.", code="expired_api_key")
@@ -112,8 +124,8 @@ class KeyService:
                 rows = self.store.execute(
                     f"SELECT floor((epoch(ts) - ?) / ?) AS bucket, coalesce(sum(cost_usd), 0) FROM requests "
                     f"WHERE {column} = ? AND ts >= ? GROUP BY ALL",
-                    [w.starts[0], w.bucket_s, name,
-                     datetime.fromtimestamp(w.starts[0], UTC).replace(tzinfo=None)]).fetchall()
+                    [w.starts[0], w.bucket_s, name, datetime.fromtimestamp(w.starts[0], UTC).replace(tzinfo=None)],
+                ).fetchall()
             except Exception as e:
                 log.warning("budget of %s %s: could not read its spend from the store: %s", scope, name, e)
                 continue
@@ -128,8 +140,13 @@ class KeyService:
         return view
 
     def tenant_view(self, tenant: Any) -> dict[str, Any]:
-        view = {"name": tenant.name, "budget_usd": tenant.budget.usd, "budget_period": tenant.budget.period,
-                "soft_budget_usd": tenant.budget.soft_usd, "created_at": iso(tenant.created_at)}
+        view = {
+            "name": tenant.name,
+            "budget_usd": tenant.budget.usd,
+            "budget_period": tenant.budget.period,
+            "soft_budget_usd": tenant.budget.soft_usd,
+            "created_at": iso(tenant.created_at),
+        }
         if tenant.budget.is_set:
             view["usage"] = self.guard.usage("tenant", tenant.name, tenant.budget)
         return view
@@ -165,8 +182,15 @@ class KeyService:
         return sorted(rows, key=lambda r: (r["tenant"], r["key_id"] is not None, r["key_id"] or ""))
 
     def _row(self, tenant: str, key_id: str | None, spend: float, owner: Any) -> dict[str, Any]:
-        row: dict[str, Any] = {"tenant": tenant, "key_id": key_id, "spend_usd": spend, "period": None,
-                               "period_spent_usd": None, "budget_usd": None, "remaining_usd": None}
+        row: dict[str, Any] = {
+            "tenant": tenant,
+            "key_id": key_id,
+            "spend_usd": spend,
+            "period": None,
+            "period_spent_usd": None,
+            "budget_usd": None,
+            "remaining_usd": None,
+        }
         if owner is not None:
             scope, name = ("key", owner.id) if key_id else ("tenant", owner.name)
             try:
@@ -174,8 +198,12 @@ class KeyService:
             except Exception as e:  # Redis blinked: show the spend without the budget
                 log.warning("budget usage of %s %s: %s", scope, name, e)
                 return row
-            row.update(period=usage["period"], period_spent_usd=usage["spent_usd"], budget_usd=usage["budget_usd"],
-                       remaining_usd=usage["remaining_usd"])
+            row.update(
+                period=usage["period"],
+                period_spent_usd=usage["spent_usd"],
+                budget_usd=usage["budget_usd"],
+                remaining_usd=usage["remaining_usd"],
+            )
         return row
 
     # -- /metrics ----------------------------------------------------------------
@@ -222,8 +250,10 @@ class KeyService:
         for scope, who, u in usage:
             if u["remaining_usd"] is not None:
                 yield f'{remaining}{{scope="{scope}",name="{_label(who)}",period="{u["period"]}"}} {_num(u["remaining_usd"])}'
-        for metric, values, doc in (("budget_soft_warnings_total", warnings, "Requests admitted over a soft budget."),
-                                    ("budget_rejections_total", refusals, "Requests refused over a hard budget.")):
+        for metric, values, doc in (
+            ("budget_soft_warnings_total", warnings, "Requests admitted over a soft budget."),
+            ("budget_rejections_total", refusals, "Requests refused over a hard budget."),
+        ):
             full = PREFIX + metric
             yield f"# HELP {full} {doc}"
             yield f"# TYPE {full} counter"

@@ -56,8 +56,13 @@ def window_for(replicas: list[Any]) -> ContextWindow:
     return ContextWindow(None)
 
 
-def fit_conversation(messages: list[dict[str, Any]], budget: int, count: Callable[[list[dict[str, Any]]], int],
-                     recalled: list[tuple[str, str]], recent_share: float = 0.5) -> tuple[list[dict[str, Any]], dict] | None:
+def fit_conversation(
+    messages: list[dict[str, Any]],
+    budget: int,
+    count: Callable[[list[dict[str, Any]]], int],
+    recalled: list[tuple[str, str]],
+    recent_share: float = 0.5,
+) -> tuple[list[dict[str, Any]], dict] | None:
     """Messages that fit ``budget`` tokens, or None when even the system messages plus the
     last message do not. ``recalled`` are ``(role, text)`` entries, most relevant first;
     the newest turns get up to ``recent_share`` of the room left, recalled entries the
@@ -115,8 +120,13 @@ def fit_conversation(messages: list[dict[str, Any]], budget: int, count: Callabl
             kept.pop(0)
         else:
             chosen.pop()
-    return fitted, {"dropped_turns": len(history) - len(kept), "injected": len(chosen), "kept_turns": len(kept),
-                    "tokens": total, "budget": budget}
+    return fitted, {
+        "dropped_turns": len(history) - len(kept),
+        "injected": len(chosen),
+        "kept_turns": len(kept),
+        "tokens": total,
+        "budget": budget,
+    }
 
 
 def _memory_message(entries: list[tuple[str, str]]) -> dict[str, Any]:

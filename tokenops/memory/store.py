@@ -46,8 +46,15 @@ class MemoryEntry:
         return len(self.text.encode()) + self.vector.nbytes
 
     def view(self) -> dict[str, Any]:
-        return {"id": self.id, "role": self.role, "text": self.text, "created_at": self.created_at,
-                "last_seen": self.last_seen, "num_seen": self.num_seen, "bytes": self.num_bytes}
+        return {
+            "id": self.id,
+            "role": self.role,
+            "text": self.text,
+            "created_at": self.created_at,
+            "last_seen": self.last_seen,
+            "num_seen": self.num_seen,
+            "bytes": self.num_bytes,
+        }
 
 
 def split_chunks(text: str, chunk_chars: int) -> list[str]:
@@ -77,10 +84,18 @@ def split_chunks(text: str, chunk_chars: int) -> list[str]:
 class SessionMemory:
     """All sessions' entries; thread-safe (the gateway calls it from worker threads)."""
 
-    def __init__(self, embed: Callable[[list[str]], np.ndarray], *, ttl_s: float = 3600.0,
-                 max_session_bytes: int = 1 << 20, max_sessions: int = 10_000, chunk_chars: int = 400,
-                 merge_threshold: float = 0.97, clock: Callable[[], float] = time.time,
-                 max_total_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self,
+        embed: Callable[[list[str]], np.ndarray],
+        *,
+        ttl_s: float = 3600.0,
+        max_session_bytes: int = 1 << 20,
+        max_sessions: int = 10_000,
+        chunk_chars: int = 400,
+        merge_threshold: float = 0.97,
+        clock: Callable[[], float] = time.time,
+        max_total_bytes: int = 256 << 20,
+    ) -> None:
         assert ttl_s > 0 and max_session_bytes > 0 and max_sessions > 0 and chunk_chars > 0 and max_total_bytes > 0
         self.embed = embed
         self.ttl_s = ttl_s
@@ -136,8 +151,9 @@ class SessionMemory:
                 num_new += 1
             self._fit_budget(entries)
             self._count(key, entries)
-            while len(self._sessions) > self.max_sessions or (self.num_bytes > self.max_total_bytes
-                                                               and len(self._sessions) > 1):
+            while len(self._sessions) > self.max_sessions or (
+                self.num_bytes > self.max_total_bytes and len(self._sessions) > 1
+            ):
                 old, _ = self._sessions.popitem(last=False)
                 self._count(old, None)
         return num_new
@@ -164,7 +180,9 @@ class SessionMemory:
                     self._recent.popitem(last=False)
         return np.stack([found[t] for t in texts])
 
-    def _near_duplicate(self, entries: list[MemoryEntry], role: str, text: str, vector: np.ndarray) -> MemoryEntry | None:
+    def _near_duplicate(
+        self, entries: list[MemoryEntry], role: str, text: str, vector: np.ndarray
+    ) -> MemoryEntry | None:
         best, best_score = None, self.merge_threshold
         for e in entries:
             if e.role == role:
@@ -222,9 +240,15 @@ class SessionMemory:
                     continue
                 entries = self._live(key, now)
                 if entries:
-                    out.append({"tenant": key[0], "session": key[1], "entries": len(entries),
-                                "bytes": sum(e.num_bytes for e in entries),
-                                "last_seen": max(e.last_seen for e in entries)})
+                    out.append(
+                        {
+                            "tenant": key[0],
+                            "session": key[1],
+                            "entries": len(entries),
+                            "bytes": sum(e.num_bytes for e in entries),
+                            "last_seen": max(e.last_seen for e in entries),
+                        }
+                    )
             return out
 
     def entries(self, tenant: str, session: str) -> list[dict[str, Any]] | None:
@@ -246,9 +270,14 @@ class SessionMemory:
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            return {"sessions": len(self._sessions), "entries": sum(len(v) for v in self._sessions.values()),
-                    "bytes": self.num_bytes,
-                    "merged": self.num_merged, "expired": self.num_expired, "evicted": self.num_evicted}
+            return {
+                "sessions": len(self._sessions),
+                "entries": sum(len(v) for v in self._sessions.values()),
+                "bytes": self.num_bytes,
+                "merged": self.num_merged,
+                "expired": self.num_expired,
+                "evicted": self.num_evicted,
+            }
 
 
 _active: SessionMemory | None = None

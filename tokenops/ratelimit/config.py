@@ -75,15 +75,21 @@ class RateLimitConfig:
     def from_settings(cls, raw: dict[str, Any]) -> RateLimitConfig:
         raw = dict(raw)
         defaults = {s: _limit(raw.pop(s), s) for s in SCOPES if s in raw}
-        overrides = {s: {n: _limit(v, f"{s}s.{n}") for n, v in raw.pop(f"{s}s").items()} for s in SCOPES if f"{s}s" in raw}
+        overrides = {
+            s: {n: _limit(v, f"{s}s.{n}") for n, v in raw.pop(f"{s}s").items()} for s in SCOPES if f"{s}s" in raw
+        }
         fair = raw.pop("fair_share", {}) or {}
         known = {"enabled", "mode", "queue_timeout_s", "burst_s", "redis_url", "key_prefix"}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"[plugins.rate_limit]: unknown key(s) {', '.join(unknown)}")
-        return cls(**raw, defaults=defaults, overrides=overrides,
-                   fair_share_tokens_per_min=fair.get("tokens_per_min"),
-                   fair_share_weights={str(k): float(v) for k, v in (fair.get("weights") or {}).items()})
+        return cls(
+            **raw,
+            defaults=defaults,
+            overrides=overrides,
+            fair_share_tokens_per_min=fair.get("tokens_per_min"),
+            fair_share_weights={str(k): float(v) for k, v in (fair.get("weights") or {}).items()},
+        )
 
 
 def _limit(raw: Any, where: str) -> Limit:

@@ -23,8 +23,13 @@ CONTENDED_BELOW = 0.5
 
 
 class FairShare:
-    def __init__(self, tokens_per_min: float, weights: dict[str, float] | None = None, window_s: float = 60.0,
-                 burst_s: float = 6.0) -> None:
+    def __init__(
+        self,
+        tokens_per_min: float,
+        weights: dict[str, float] | None = None,
+        window_s: float = 60.0,
+        burst_s: float = 6.0,
+    ) -> None:
         assert tokens_per_min > 0 and window_s > 0 and burst_s > 0
         self.rate_per_s = tokens_per_min / 60.0
         self.weights = dict(weights or {})
@@ -66,8 +71,11 @@ class FairShare:
             # more than half full), and among borrowers the one furthest behind goes first
             if self.bucket.level - tokens >= reserve:
                 mine = self._decayed(tenant, now) / self.weights.get(tenant, 1.0)
-                others = [self._decayed(t, now) / self.weights.get(t, 1.0) for t in self._active(now) if t != tenant
-                          and self._decayed(t, now) / self.window_s > self._share(t, now)]
+                others = [
+                    self._decayed(t, now) / self.weights.get(t, 1.0)
+                    for t in self._active(now)
+                    if t != tenant and self._decayed(t, now) / self.window_s > self._share(t, now)
+                ]
                 if not others or mine <= min(others):
                     return 0.0
             # time for the decayed usage to fall back to the share

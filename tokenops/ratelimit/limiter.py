@@ -26,8 +26,12 @@ from tokenops.ratelimit.stores import Charge, LocalStore, RedisStore, Slot, Verd
 from tokenops.routing.estimate import estimate_request_tokens
 from tokenops.types import Rejection
 
-_KIND_TEXT = {"rpm": "requests per minute", "tpm": "tokens per minute", "conc": "concurrent requests",
-              "fair": "fair share of the token capacity"}
+_KIND_TEXT = {
+    "rpm": "requests per minute",
+    "tpm": "tokens per minute",
+    "conc": "concurrent requests",
+    "fair": "fair share of the token capacity",
+}
 
 
 @dataclass(slots=True)
@@ -57,15 +61,24 @@ def _on_event_loop() -> bool:
 
 
 class RateLimiter:
-    def __init__(self, config: RateLimitConfig, store: Any = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, stale_after_s: float = 900.0) -> None:
+    def __init__(
+        self,
+        config: RateLimitConfig,
+        store: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        stale_after_s: float = 900.0,
+    ) -> None:
         self.config = config
         self.store = store or (RedisStore(config.redis_url) if config.redis_url else LocalStore())
         self.clock = clock
         self.sleep = sleep
         self.stale_after_s = stale_after_s
-        self.fair = (FairShare(config.fair_share_tokens_per_min, config.fair_share_weights, burst_s=config.burst_s)
-                     if config.fair_share_tokens_per_min else None)
+        self.fair = (
+            FairShare(config.fair_share_tokens_per_min, config.fair_share_weights, burst_s=config.burst_s)
+            if config.fair_share_tokens_per_min
+            else None
+        )
         self.stats = LimiterStats()
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
@@ -116,8 +129,9 @@ class RateLimiter:
         self.stats.queued_s += waited
         request.decisions["rate_limit"] = "admitted" if waited <= 0 else f"queued:{waited:.3f}s"
         with self._lock:
-            self._pending[request.id] = _Pending(request.tenant, tokens, token_charges, [s.key for s in slots],
-                                                 now, self.fair is not None)
+            self._pending[request.id] = _Pending(
+                request.tenant, tokens, token_charges, [s.key for s in slots], now, self.fair is not None
+            )
         return None
 
     def _try(self, tenant: str, tokens: int, charges: list[Charge], slots: list[Slot], now: float) -> Verdict:
@@ -132,15 +146,19 @@ class RateLimiter:
 
     def _reject(self, request: Any, verdict: Verdict) -> Rejection:
         key = verdict.key or ""
-        scope_name, _, kind = key[len(self.config.key_prefix):].rpartition(":")
+        scope_name, _, kind = key[len(self.config.key_prefix) :].rpartition(":")
         scope, _, name = scope_name.partition(":")
         reason = f"{scope}:{kind}"
         self.stats.rejected += 1
         self.stats.by_reason[reason] = self.stats.by_reason.get(reason, 0) + 1
         request.decisions["rate_limit"] = f"rejected:{reason}"
         retry = math.ceil(max(verdict.wait_s, 0.001) * 100) / 100
-        return Rejection(429, f"Rate limit exceeded for {scope} {name!r}: {_KIND_TEXT.get(kind, kind)}. "
-                              f"Retry after {retry:.2f} s.", code="rate_limit_exceeded", retry_after_s=retry)
+        return Rejection(
+            429,
+            f"Rate limit exceeded for {scope} {name!r}: {_KIND_TEXT.get(kind, kind)}. Retry after {retry:.2f} s.",
+            code="rate_limit_exceeded",
+            retry_after_s=retry,
+        )
 
     # -- completion -----------------------------------------------------------------
 

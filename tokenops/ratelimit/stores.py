@@ -155,7 +155,9 @@ class RedisStore:
             try:
                 import redis
             except ImportError:
-                raise RuntimeError("rate_limit.redis_url needs the redis client: pip install 'tokenops[redis]'") from None
+                raise RuntimeError(
+                    "rate_limit.redis_url needs the redis client: pip install 'tokenops[redis]'"
+                ) from None
             client = redis.Redis.from_url(url, socket_timeout=2.0)
         self.client = client
         self.ttl_s = ttl_s

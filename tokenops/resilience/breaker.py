@@ -96,7 +96,8 @@ class CircuitBreaker:
         self._num_failures_in_row = 0 if ok else self._num_failures_in_row + 1
         num_failed = sum(1 for _, good in self._window if not good)
         if self._num_failures_in_row >= self.config.consecutive_failures or (
-                len(self._window) >= self.config.min_calls and num_failed / len(self._window) >= self.config.failure_rate):
+            len(self._window) >= self.config.min_calls and num_failed / len(self._window) >= self.config.failure_rate
+        ):
             self._trip(now, backoff=False)
 
     def force_open(self) -> None:

@@ -16,8 +16,12 @@ CLIENT_ERRORS = frozenset({"bad_request", "context_length"})
 
 
 class ReplicaHealth:
-    def __init__(self, breaker: BreakerConfig | None = None, outlier: OutlierConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        breaker: BreakerConfig | None = None,
+        outlier: OutlierConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.breaker_config = breaker or BreakerConfig()
         self.clock = clock
         self.outliers = OutlierDetector(outlier, clock) if outlier is not None else None
@@ -103,8 +107,9 @@ class HealthProber:
     recovering a replica never spends client requests (they go to healthy replicas).
     """
 
-    def __init__(self, health: ReplicaHealth, interval_s: float = 5.0, timeout_s: float = 2.0,
-                 recovery_interval_s: float = 0.5) -> None:
+    def __init__(
+        self, health: ReplicaHealth, interval_s: float = 5.0, timeout_s: float = 2.0, recovery_interval_s: float = 0.5
+    ) -> None:
         assert interval_s >= 0 and timeout_s > 0 and recovery_interval_s > 0
         self.health = health
         self.interval_s = interval_s

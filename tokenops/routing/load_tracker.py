@@ -36,8 +36,12 @@ class _InFlight:
 class LoadTracker:
     """Outstanding requests and tokens per replica name."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, stale_after_s: float = 900.0,
-                 recent_half_life_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        stale_after_s: float = 900.0,
+        recent_half_life_s: float = 30.0,
+    ) -> None:
         assert stale_after_s > 0 and recent_half_life_s > 0
         self.clock = clock
         self.stale_after_s = stale_after_s

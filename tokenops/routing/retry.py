@@ -92,8 +92,13 @@ class RetryBudget:
 def retry_budget(gateway: GatewaySettings) -> RetryBudget:
     """The budget configured by ``[gateway] retry_*`` (a ConfigError when out of range)."""
     try:
-        return RetryBudget(RetryConfig(max_attempts=gateway.retry_max_attempts, ratio=gateway.retry_budget_ratio,
-                                       min_per_s=gateway.retry_budget_min_per_s))
+        return RetryBudget(
+            RetryConfig(
+                max_attempts=gateway.retry_max_attempts,
+                ratio=gateway.retry_budget_ratio,
+                min_per_s=gateway.retry_budget_min_per_s,
+            )
+        )
     except ValueError as e:
         from tokenops.config import ConfigError
 

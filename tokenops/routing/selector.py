@@ -110,8 +110,12 @@ class ReplicaSelector:
         if isinstance(decisions, dict):
             decisions["replica_policy"] = reason
             decisions["replica"] = chosen.name
-        self.tracker.start(chosen.name, getattr(request, "id", ""), estimate_prompt_tokens(request),
-                           int(getattr(request, "max_tokens", 0) or 0))
+        self.tracker.start(
+            chosen.name,
+            getattr(request, "id", ""),
+            estimate_prompt_tokens(request),
+            int(getattr(request, "max_tokens", 0) or 0),
+        )
         return chosen
 
     def finished(self, replica: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
@@ -162,8 +166,7 @@ class ReplicaSelector:
 
     def _select_prefix_aware(self, request: Any, replicas: Sequence[Any]) -> tuple[Any, str]:
         text = request_text(request)[:MAX_AFFINITY_CHARS]
-        hashes = chained_hashes(blocks_of(text, self.config.prefix_block_chars),
-                                salt=getattr(request, "tenant", None))
+        hashes = chained_hashes(blocks_of(text, self.config.prefix_block_chars), salt=getattr(request, "tenant", None))
         chosen, reason = self._best_affinity(request, replicas, hashes, self.prefix_index, "prefix")
         self.prefix_index.insert(chosen.name, hashes)
         return chosen, reason
@@ -172,7 +175,9 @@ class ReplicaSelector:
         engine = _engine_of(replicas[0])
         block_size = getattr(getattr(engine, "config", None), "block_size", None) or self.config.kv_block_size
         tokens = self._tokens(request, engine)
-        hashes = chained_hashes((tuple(b) for b in blocks_of(tokens, block_size)), salt=getattr(request, "tenant", None))
+        hashes = chained_hashes(
+            (tuple(b) for b in blocks_of(tokens, block_size)), salt=getattr(request, "tenant", None)
+        )
         for r in replicas:
             total = self._kv_blocks_total(r)
             if total:
@@ -195,7 +200,7 @@ class ReplicaSelector:
     def _tokens(request: Any, engine: Any) -> list[int]:
         prompt = getattr(request, "prompt", None)
         if isinstance(prompt, list):
-            return list(prompt[:MAX_AFFINITY_CHARS // 4])
+            return list(prompt[: MAX_AFFINITY_CHARS // 4])
         tokenizer = getattr(engine, "tokenizer", None)
         if tokenizer is not None:
             messages = getattr(request, "messages", None)
@@ -207,8 +212,9 @@ class ReplicaSelector:
         data = request_text(request)[:MAX_AFFINITY_CHARS].encode()
         return [int.from_bytes(data[i : i + 4], "little") for i in range(0, len(data), 4)]
 
-    def _best_affinity(self, request: Any, replicas: Sequence[Any], hashes: list[int], index: PrefixIndex,
-                       label: str) -> tuple[Any, str]:
+    def _best_affinity(
+        self, request: Any, replicas: Sequence[Any], hashes: list[int], index: PrefixIndex, label: str
+    ) -> tuple[Any, str]:
         # in flight plus lately given: cache affinity must not pile up work between bursts either
         loads = {r.name: self._load(r) + self.tracker.recent_tokens(r.name) for r in replicas}
         cost = estimate_prompt_tokens(request) + int(getattr(request, "max_tokens", 0) or 0)
@@ -225,7 +231,9 @@ class ReplicaSelector:
             i, r = item
             affinity = matched[r.name] / num_blocks
             # ties (an idle pool, a cold prefix) rotate instead of piling onto one replica
-            return affinity - self.config.prefix_load_weight * loads[r.name] / max(capacity, 1.0), -((i - turn) % len(eligible))
+            return affinity - self.config.prefix_load_weight * loads[r.name] / max(capacity, 1.0), -(
+                (i - turn) % len(eligible)
+            )
 
         _, best = max(enumerate(eligible), key=score)
         reason = f"{label}_hit" if matched[best.name] else f"{label}_miss"

@@ -27,9 +27,28 @@ from tokenops.semcache.verifier import Signature, Verifier, signature
 #: Bytes charged per entry on top of its texts and vector (dict slots, keys, response object).
 ENTRY_OVERHEAD_BYTES = 512
 #: Request fields that change the answer and so belong in the exact-match key.
-_ANSWER_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
-                  "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", "presence_penalty",
-                  "frequency_penalty", "logit_bias", "suffix", "echo", "repetition_penalty", "min_tokens")
+_ANSWER_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "suffix",
+    "echo",
+    "repetition_penalty",
+    "min_tokens",
+)
 
 
 @dataclass(slots=True)
@@ -102,8 +121,9 @@ def _digest(*parts: str) -> str:
 
 
 class SemanticCache:
-    def __init__(self, embedder: Embedder, config: CacheConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, embedder: Embedder, config: CacheConfig | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.embedder = embedder
         self.config = config or CacheConfig()
         self.clock = clock
@@ -135,8 +155,9 @@ class SemanticCache:
         """``(partition, exact key, context key, question)`` of a request."""
         partition = (str(request.tenant), str(request.model))
         context, question = split_prompt(request)
-        params = json.dumps({k: request.body.get(k) for k in _ANSWER_FIELDS if k in request.body}, sort_keys=True,
-                            default=str)
+        params = json.dumps(
+            {k: request.body.get(k) for k in _ANSWER_FIELDS if k in request.body}, sort_keys=True, default=str
+        )
         context_key = _digest(request.kind, context, params)
         exact_key = _digest(*partition, context_key, question)
         return partition, exact_key, context_key, question
@@ -208,16 +229,29 @@ class SemanticCache:
         partition, exact_key, context_key, question = self.keys_of(request)
         vector = self.embedder.embed([question])[0] if self.config.is_semantic else None
         text = getattr(response, "text", "") or ""
-        num_bytes = (len(question.encode()) + len(text.encode()) + ENTRY_OVERHEAD_BYTES
-                     + (vector.nbytes if vector is not None else 0))
+        num_bytes = (
+            len(question.encode())
+            + len(text.encode())
+            + ENTRY_OVERHEAD_BYTES
+            + (vector.nbytes if vector is not None else 0)
+        )
         if num_bytes > self.config.max_bytes:
             return False
         with self._lock:
             old = self._exact.get(exact_key)
             if old is not None and old in self._entries:
                 self._drop(self._entries[old])
-            entry = _Entry(next(self._ids), partition, exact_key, context_key, question, signature(question), response,
-                           self.clock() + self.config.ttl_s, num_bytes)
+            entry = _Entry(
+                next(self._ids),
+                partition,
+                exact_key,
+                context_key,
+                question,
+                signature(question),
+                response,
+                self.clock() + self.config.ttl_s,
+                num_bytes,
+            )
             self._entries[entry.key] = entry
             self._exact[exact_key] = entry.key
             if vector is not None:

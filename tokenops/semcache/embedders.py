@@ -125,8 +125,9 @@ class MiniLMEmbedder:
             if self._table is None:
                 self._table = model[0].auto_model.embeddings.word_embeddings.weight.detach().cpu().float().numpy()
         pieces = model.tokenizer(list(words), add_special_tokens=False)["input_ids"]
-        out = np.stack([self._table[ids].mean(axis=0) if ids else np.zeros(self._table.shape[1], np.float32)
-                        for ids in pieces]).astype(np.float32)
+        out = np.stack(
+            [self._table[ids].mean(axis=0) if ids else np.zeros(self._table.shape[1], np.float32) for ids in pieces]
+        ).astype(np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms > 0, norms, 1.0)
 

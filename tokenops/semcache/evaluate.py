@@ -42,17 +42,21 @@ def load_pairs(path: str | Path) -> list[dict[str, Any]]:
 
 def _request(text: str, tenant: str = "eval") -> GatewayRequest:
     messages = [{"role": "user", "content": text}]
-    return GatewayRequest(kind="chat", model="eval-model", body={"messages": messages}, messages=messages, tenant=tenant)
+    return GatewayRequest(
+        kind="chat", model="eval-model", body={"messages": messages}, messages=messages, tenant=tenant
+    )
 
 
-def score_pairs(cache: Any, pairs: list[dict[str, Any]], on_lookup: Callable[[], None] | None = None,
-                is_isolated: bool = False) -> PairScore:
+def score_pairs(
+    cache: Any, pairs: list[dict[str, Any]], on_lookup: Callable[[], None] | None = None, is_isolated: bool = False
+) -> PairScore:
     """Fill ``cache`` (a :class:`SemanticCache`) with the pairs' ``a`` prompts and look up every ``b``.
 
     ``is_isolated``: each pair in its own tenant (its ``a`` is the only candidate), as a
     user who asks one question and then its look-alike sees the cache; otherwise every
     ``a`` is in one tenant and the others act as distractors.
     """
+
     def tenant(i: int) -> str:
         return f"pair-{i}" if is_isolated else "eval"
 

@@ -132,8 +132,9 @@ class VectorIndex:
                     norm = np.linalg.norm(mean)
                     if norm > 0:
                         centroids[c] = mean / norm
-        assign = np.concatenate([np.argmax(chunk @ centroids.T, axis=1)
-                                 for chunk in np.array_split(vectors, max(1, len(vectors) // 8192))])
+        assign = np.concatenate(
+            [np.argmax(chunk @ centroids.T, axis=1) for chunk in np.array_split(vectors, max(1, len(vectors) // 8192))]
+        )
         cells = [_Cell(self.dim, 16) for _ in range(num_cells)]
         where: dict[int, tuple[int, int]] = {}
         for c in range(num_cells):

@@ -50,7 +50,7 @@ _MIN_SHARED_AFFIX = 4
 
 @dataclass(slots=True, frozen=True)
 class Token:
-    key: str   # lemma, number value, or a class marker such as ``TENSE_past``
+    key: str  # lemma, number value, or a class marker such as ``TENSE_past``
     kind: str  # word | name | number | negation | particle | modal | tense | question | closed
     text: str  # the surface word, for synonym look-ups and explanations
 
@@ -67,7 +67,47 @@ class Signature:
 
 
 #: closed-class content that is matched only by itself
-_CLOSED = frozenset(["and", "or", "but", "if", "because", "unless", "although", "though", "while", "whether", "either", "both", "all", "every", "each", "most", "more", "less", "least", "fewer", "many", "much", "few", "several", "only", "even", "still", "already", "yet", "too", "very", "enough", "same", "different", "other", "another", "else"])
+_CLOSED = frozenset(
+    [
+        "and",
+        "or",
+        "but",
+        "if",
+        "because",
+        "unless",
+        "although",
+        "though",
+        "while",
+        "whether",
+        "either",
+        "both",
+        "all",
+        "every",
+        "each",
+        "most",
+        "more",
+        "less",
+        "least",
+        "fewer",
+        "many",
+        "much",
+        "few",
+        "several",
+        "only",
+        "even",
+        "still",
+        "already",
+        "yet",
+        "too",
+        "very",
+        "enough",
+        "same",
+        "different",
+        "other",
+        "another",
+        "else",
+    ]
+)
 
 
 def normalise(text: str) -> str:
@@ -129,8 +169,11 @@ def signature(text: str) -> Signature:
     tokens: list[Token] = []
     for i, w in enumerate(words):
         w = w.replace("’", "'")
-        if w == "you" and i > 0 and words[i - 1] in ("do", "does", "did", "can", "could", "would", "will", "should",
-                                                     "are", "were", "have"):
+        if (
+            w == "you"
+            and i > 0
+            and words[i - 1] in ("do", "does", "did", "can", "could", "would", "will", "should", "are", "were", "have")
+        ):
             continue  # "how do you...", the generic subject, is "how do I..."
         if w == "to" and i > 0 and words[i - 1] == "how":
             continue  # "how to" is one question word
@@ -164,15 +207,29 @@ def _derived(a: str, b: str) -> bool:
     return len(a) >= n and len(b) >= n and (a[:n] == b[:n] or a[-n:] == b[-n:])
 
 
-_REASONS = {"negation": "negation", "number": "numbers", "particle": "particle", "modal": "modal",
-            "tense": "tense", "question": "question", "closed": "unmatched", "name": "entities", "word": "unmatched"}
+_REASONS = {
+    "negation": "negation",
+    "number": "numbers",
+    "particle": "particle",
+    "modal": "modal",
+    "tense": "tense",
+    "question": "question",
+    "closed": "unmatched",
+    "name": "entities",
+    "word": "unmatched",
+}
 
 
 class Verifier:
     """Content-token alignment; ``word_similarity`` (optional) supplies synonyms."""
 
-    def __init__(self, word_similarity: WordSimilarity | None = None, synonym_threshold: float = 0.65,
-                 max_synonyms: int = 3, min_content_tokens: int = 2) -> None:
+    def __init__(
+        self,
+        word_similarity: WordSimilarity | None = None,
+        synonym_threshold: float = 0.65,
+        max_synonyms: int = 3,
+        min_content_tokens: int = 2,
+    ) -> None:
         self.word_similarity = word_similarity
         self.min_content_tokens = min_content_tokens
         self.synonym_threshold = synonym_threshold
@@ -210,11 +267,18 @@ class Verifier:
 
     def _synonyms(self, wa: list[Token], wb: list[Token]) -> list[tuple[int, int]] | None:
         """A one-to-one pairing of the leftover words by synonymy, or None."""
-        if (self.word_similarity is None or len(wa) != len(wb) or len(wa) > self.max_synonyms):
+        if self.word_similarity is None or len(wa) != len(wb) or len(wa) > self.max_synonyms:
             return None
         sims = self.word_similarity([t.text for t in wa], [t.text for t in wb])
-        candidates = sorted(((float(sims[x][y]), x, y) for x in range(len(wa)) for y in range(len(wb))
-                             if not _derived(wa[x].key, wb[y].key)), reverse=True)
+        candidates = sorted(
+            (
+                (float(sims[x][y]), x, y)
+                for x in range(len(wa))
+                for y in range(len(wb))
+                if not _derived(wa[x].key, wb[y].key)
+            ),
+            reverse=True,
+        )
         used_a: set[int] = set()
         used_b: set[int] = set()
         out = []
@@ -240,7 +304,7 @@ def _swapped(ta: tuple[Token, ...], tb: tuple[Token, ...], pairs: list[tuple[int
     operands = sorted((i, j) for i, j in pairs if ta[i].kind != "particle")
     pivots = sorted(pairs)
     for x, (i1, j1) in enumerate(operands):
-        for i2, j2 in operands[x + 1:]:
+        for i2, j2 in operands[x + 1 :]:
             if j1 < j2:
                 continue
             if any(i1 < mi < i2 and j2 < mj < j1 for mi, mj in pivots):

@@ -88,8 +88,11 @@ class StoreChannel:
         self.path = Path(path) if path is not None else wire.socket_path(store.path)
         self._info: dict[str, Any] = {"pid": os.getpid()}
         self._ops: dict[str, Operation] = {
-            "hello": self._hello, "execute": self._execute, "run_query": self._run_query,
-            "add": self._add, "record_config_change": self._record_config_change,
+            "hello": self._hello,
+            "execute": self._execute,
+            "run_query": self._run_query,
+            "add": self._add,
+            "record_config_change": self._record_config_change,
         }
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -116,8 +119,9 @@ class StoreChannel:
         os.chmod(self.path, 0o600)
         server.channel = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="tokenops-store-channel", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="tokenops-store-channel", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -176,5 +180,10 @@ class StoreChannel:
         return len(objects)
 
     def _record_config_change(self, message: dict[str, Any]) -> int:
-        return self.store.record_config_change(message["name"], message.get("old_value"), message.get("new_value"),
-                                               actor=message.get("actor"), source=message.get("source"))
+        return self.store.record_config_change(
+            message["name"],
+            message.get("old_value"),
+            message.get("new_value"),
+            actor=message.get("actor"),
+            source=message.get("source"),
+        )

@@ -16,8 +16,9 @@ def _count(store: Any) -> int:
     return int(store.execute("SELECT count(*) FROM distill_pairs").fetchone()[0])
 
 
-def delete_local(store: Any, tenant: str | None = None, older_than_days: float | None = None,
-                 max_rows_per_tenant: int | None = None) -> int:
+def delete_local(
+    store: Any, tenant: str | None = None, older_than_days: float | None = None, max_rows_per_tenant: int | None = None
+) -> int:
     """Delete on a store this process holds; returns the number of rows deleted."""
     from tokenops.store import sink
 
@@ -28,12 +29,15 @@ def delete_local(store: Any, tenant: str | None = None, older_than_days: float |
     if tenant is not None:
         store.execute("DELETE FROM distill_pairs WHERE tenant = ?", [tenant])
     if older_than_days is not None:
-        store.execute("DELETE FROM distill_pairs WHERE ts < now()::TIMESTAMP - to_seconds(?)",
-                      [float(older_than_days) * 86400])
+        store.execute(
+            "DELETE FROM distill_pairs WHERE ts < now()::TIMESTAMP - to_seconds(?)", [float(older_than_days) * 86400]
+        )
     if max_rows_per_tenant is not None:
-        store.execute("DELETE FROM distill_pairs WHERE id IN (SELECT id FROM (SELECT id, row_number() OVER "
-                      "(PARTITION BY tenant ORDER BY ts DESC) AS k FROM distill_pairs) WHERE k > ?)",
-                      [int(max_rows_per_tenant)])
+        store.execute(
+            "DELETE FROM distill_pairs WHERE id IN (SELECT id FROM (SELECT id, row_number() OVER "
+            "(PARTITION BY tenant ORDER BY ts DESC) AS k FROM distill_pairs) WHERE k > ?)",
+            [int(max_rows_per_tenant)],
+        )
     return before - _count(store)
 
 

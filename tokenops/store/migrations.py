@@ -127,10 +127,13 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (5, "image requests", _IMAGE_REQUESTS),
     (6, "reasoning tokens per request", "ALTER TABLE requests ADD COLUMN reasoning_tokens BIGINT"),
     (7, "captured teacher answers for distillation", _DISTILL_PAIRS),
-    (8, "finish reason and teacher confidence of captured pairs",
-     "ALTER TABLE distill_pairs ADD COLUMN finish_reason VARCHAR; "
-     "ALTER TABLE distill_pairs ADD COLUMN mean_logprob DOUBLE; "
-     "ALTER TABLE distill_pairs ADD COLUMN num_logprobs INTEGER"),
+    (
+        8,
+        "finish reason and teacher confidence of captured pairs",
+        "ALTER TABLE distill_pairs ADD COLUMN finish_reason VARCHAR; "
+        "ALTER TABLE distill_pairs ADD COLUMN mean_logprob DOUBLE; "
+        "ALTER TABLE distill_pairs ADD COLUMN num_logprobs INTEGER",
+    ),
     (9, "stored responses of /v1/responses", _STORED_RESPONSES),
 ]
 
@@ -150,8 +153,9 @@ def utcnow() -> datetime:
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
     """The highest applied migration, 0 for a file without the ledger."""
-    exists = _scalar(con,
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations' AND table_schema = 'main'"
+    exists = _scalar(
+        con,
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations' AND table_schema = 'main'",
     )
     if not exists:
         return 0

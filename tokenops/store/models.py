@@ -322,11 +322,25 @@ class DistillPairRow(SQLModel, table=True):
 
 #: Tables the batched writer accepts (the rest go through sessions).
 TELEMETRY_MODELS: dict[str, type[SQLModel]] = {
-    m.__tablename__: m for m in (RequestRow, EngineStatsRow, ExpertLoadRow, ImageRequestRow, DistillPairRow)}
+    m.__tablename__: m for m in (RequestRow, EngineStatsRow, ExpertLoadRow, ImageRequestRow, DistillPairRow)
+}
 ALL_MODELS: dict[str, type[SQLModel]] = {
     m.__tablename__: m
-    for m in (RequestRow, EngineStatsRow, ExpertLoadRow, CapabilityProfile, ConfigChange, BenchRun, BenchResult, TuneTrial,
-              ApiKeyRow, TenantRow, ImageRequestRow, DistillPairRow, StoredResponseRow)
+    for m in (
+        RequestRow,
+        EngineStatsRow,
+        ExpertLoadRow,
+        CapabilityProfile,
+        ConfigChange,
+        BenchRun,
+        BenchResult,
+        TuneTrial,
+        ApiKeyRow,
+        TenantRow,
+        ImageRequestRow,
+        DistillPairRow,
+        StoredResponseRow,
+    )
 }
 
 

@@ -181,7 +181,10 @@ _QUERIES = [
         ORDER BY ts DESC LIMIT $limit
         """,
         "The latest engine snapshots, newest first.",
-        (QueryParam("replica", "str", None, "only this replica"), QueryParam("limit", "int", 120, "maximum number of rows")),
+        (
+            QueryParam("replica", "str", None, "only this replica"),
+            QueryParam("limit", "int", 120, "maximum number of rows"),
+        ),
     ),
     NamedQuery(
         "images_by_model_hour",
@@ -232,7 +235,10 @@ _QUERIES = [
         WHERE $study IS NULL OR study = $study ORDER BY ts DESC, trial DESC LIMIT $limit
         """,
         "Trials of tune studies, newest first.",
-        (QueryParam("study", "str", None, "only this study"), QueryParam("limit", "int", 200, "maximum number of rows")),
+        (
+            QueryParam("study", "str", None, "only this study"),
+            QueryParam("limit", "int", 200, "maximum number of rows"),
+        ),
     ),
 ]
 
@@ -254,9 +260,14 @@ def _spend_query(name: str, columns: str, what: str) -> NamedQuery:
     )
 
 
-_QUERIES += [_spend_query("spend_by_tenant", "tenant", "tenant"),
-             _spend_query("spend_by_key", "tenant, api_key_id AS key_id", "API key (key id: a managed key's id, "
-                                                                          "or the first 12 hex of a config key's hash)")]
+_QUERIES += [
+    _spend_query("spend_by_tenant", "tenant", "tenant"),
+    _spend_query(
+        "spend_by_key",
+        "tenant, api_key_id AS key_id",
+        "API key (key id: a managed key's id, or the first 12 hex of a config key's hash)",
+    ),
+]
 
 QUERIES: dict[str, NamedQuery] = {q.name: q for q in _QUERIES}
 
@@ -285,8 +296,9 @@ def parse_since(value: str | datetime | date | None, now: datetime | None = None
     except (ValueError, OverflowError):
         # a window reaching before year 1 (since=999999999999d) or a date a time zone
         # moves out of the calendar: say what can be read
-        raise QueryError(f"cannot read since={value[:64]!r}; use 7d, 24h, 30m, 2026-11-01, an ISO time "
-                         "(year 1970 to 9999), or all") from None
+        raise QueryError(
+            f"cannot read since={value[:64]!r}; use 7d, 24h, 30m, 2026-11-01, an ISO time (year 1970 to 9999), or all"
+        ) from None
 
 
 #: Integer parameters (row limits, counts) stay in DuckDB's INTEGER range.
@@ -311,7 +323,9 @@ def _convert(param: QueryParam, value: Any) -> Any:
             return real
         return str(value)
     except (TypeError, ValueError):
-        raise QueryError(f"parameter {param.name}={str(value)[:64]!r} is not a valid {param.kind} ({param.help})") from None
+        raise QueryError(
+            f"parameter {param.name}={str(value)[:64]!r} is not a valid {param.kind} ({param.help})"
+        ) from None
 
 
 def _jsonable(value: Any) -> Any:

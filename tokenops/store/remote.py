@@ -57,11 +57,11 @@ class ChannelResult:
         return self._rows[self._next - 1]
 
     def fetchall(self) -> list[tuple]:
-        rows, self._next = self._rows[self._next:], len(self._rows)
+        rows, self._next = self._rows[self._next :], len(self._rows)
         return rows
 
     def fetchmany(self, size: int = 1) -> list[tuple]:
-        rows = self._rows[self._next:self._next + size]
+        rows = self._rows[self._next : self._next + size]
         self._next += len(rows)
         return rows
 
@@ -127,12 +127,14 @@ class RemoteStore:
         payload = [{"table": o.__tablename__, "values": o.model_dump()} for o in objects]
         self.call("add", objects=payload)
 
-    def record_config_change(self, name: str, old_value: Any, new_value: Any, actor: str | None = None,
-                             source: str | None = None) -> int:
+    def record_config_change(
+        self, name: str, old_value: Any, new_value: Any, actor: str | None = None, source: str | None = None
+    ) -> int:
         if self.is_read_only:
             raise StoreError(f"{self.path} is open read-only")
-        return self.call("record_config_change", name=name, old_value=old_value, new_value=new_value,
-                         actor=actor, source=source)
+        return self.call(
+            "record_config_change", name=name, old_value=old_value, new_value=new_value, actor=actor, source=source
+        )
 
     def writer(self, *args: Any, **kwargs: Any) -> Any:
         raise StoreError(f"{self.path} is held by a running server; only it writes telemetry")

@@ -31,8 +31,9 @@ class AdminStore:
 
     def __init__(self, url: str, admin_key: str, timeout_s: float = 30.0) -> None:
         self.url = _root(url)
-        self.client = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {admin_key}",
-                                                                "content-type": "application/json"})
+        self.client = httpx.Client(
+            timeout=timeout_s, headers={"Authorization": f"Bearer {admin_key}", "content-type": "application/json"}
+        )
 
     def add(self, *objects: Any) -> None:
         body = wire.encode({"objects": [{"table": o.__tablename__, "values": o.model_dump()} for o in objects]})
@@ -75,8 +76,10 @@ def run_target(url: str | None, admin_key: str | None, store: str | None) -> Run
     if store or not url or _root(url) == _root(local_server_url(None)):
         return RunTarget(path)
     if not admin_key:
-        return RunTarget(path, note=f"not the store of {_root(url)}: give --admin-key-file (or TOKENOPS_ADMIN_KEY) "
-                         "to save runs there")
+        return RunTarget(
+            path,
+            note=f"not the store of {_root(url)}: give --admin-key-file (or TOKENOPS_ADMIN_KEY) to save runs there",
+        )
     return RunTarget(path, AdminStore(url, admin_key))
 
 

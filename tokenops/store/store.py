@@ -138,8 +138,12 @@ class Store:
         from tokenops.store.models import ConfigChange
 
         row = ConfigChange(
-            ts=utcnow(), name=name, old_value=json.dumps(old_value, default=str),
-            new_value=json.dumps(new_value, default=str), actor=actor, source=source,
+            ts=utcnow(),
+            name=name,
+            old_value=json.dumps(old_value, default=str),
+            new_value=json.dumps(new_value, default=str),
+            actor=actor,
+            source=source,
         )
         with self.session() as s:
             s.add(row)

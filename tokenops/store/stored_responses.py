@@ -54,24 +54,40 @@ class ResponseStore:
         self.limits = limits or Limits()
         self._lock = threading.Lock()  # save = insert + evict, one at a time
 
-    def save(self, tenant: str, response: dict[str, Any], input_items: list[dict[str, Any]],
-             previous_response_id: str | None = None) -> None:
+    def save(
+        self,
+        tenant: str,
+        response: dict[str, Any],
+        input_items: list[dict[str, Any]],
+        previous_response_id: str | None = None,
+    ) -> None:
         items, body = _dumps(input_items), _dumps(response)
         now = utcnow()
         with self._lock:
             self.store.execute(
                 "INSERT OR REPLACE INTO stored_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [response["id"], tenant, now, response.get("model"), previous_response_id, items, body,
-                 len(items) + len(body)])
+                [
+                    response["id"],
+                    tenant,
+                    now,
+                    response.get("model"),
+                    previous_response_id,
+                    items,
+                    body,
+                    len(items) + len(body),
+                ],
+            )
             self._evict(tenant, now)
 
     def _evict(self, tenant: str, now: datetime) -> None:
-        self.store.execute("DELETE FROM stored_responses WHERE created_at < ?",
-                           [now - timedelta(seconds=self.limits.max_age_s)])
+        self.store.execute(
+            "DELETE FROM stored_responses WHERE created_at < ?", [now - timedelta(seconds=self.limits.max_age_s)]
+        )
         self.store.execute(
             "DELETE FROM stored_responses WHERE tenant = ? AND id NOT IN (SELECT id FROM stored_responses "
             "WHERE tenant = ? ORDER BY created_at DESC, id DESC LIMIT ?)",
-            [tenant, tenant, self.limits.max_per_tenant])
+            [tenant, tenant, self.limits.max_per_tenant],
+        )
 
     def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         """The tenant's response ``response_id``; None when missing, expired or another tenant's."""
@@ -79,15 +95,17 @@ class ResponseStore:
         row = self.store.execute(
             "SELECT id, tenant, created_at, model, previous_response_id, input_items, response "
             "FROM stored_responses WHERE id = ? AND tenant = ? AND created_at >= ?",
-            [response_id, tenant, oldest]).fetchone()
+            [response_id, tenant, oldest],
+        ).fetchone()
         if row is None:
             return None
         return StoredResponse(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), json.loads(row[6]))
 
     def delete(self, tenant: str, response_id: str) -> bool:
         with self._lock:
-            found = self.store.execute("SELECT count(*) FROM stored_responses WHERE id = ? AND tenant = ?",
-                                       [response_id, tenant]).fetchone()[0]
+            found = self.store.execute(
+                "SELECT count(*) FROM stored_responses WHERE id = ? AND tenant = ?", [response_id, tenant]
+            ).fetchone()[0]
             self.store.execute("DELETE FROM stored_responses WHERE id = ? AND tenant = ?", [response_id, tenant])
         return bool(found)
 

@@ -54,7 +54,7 @@ def _default(value: Any) -> Any:
 
 def _hook(obj: dict[str, Any]) -> Any:
     if len(obj) == 1:
-        (key, value), = obj.items()
+        ((key, value),) = obj.items()
         if key == "$ts":
             return dt.datetime.fromisoformat(value)
         if key == "$date":

@@ -36,7 +36,14 @@ from tokenops.store.models import TELEMETRY_MODELS, column_kinds
 log = logging.getLogger("tokenops.store")
 
 _NUMERIC = ("int", "float", "bool")
-_SQL_TYPE = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "str": "VARCHAR", "json": "VARCHAR", "ts": "TIMESTAMP"}
+_SQL_TYPE = {
+    "int": "BIGINT",
+    "float": "DOUBLE",
+    "bool": "BOOLEAN",
+    "str": "VARCHAR",
+    "json": "VARCHAR",
+    "ts": "TIMESTAMP",
+}
 
 
 @dataclass(slots=True)
@@ -61,7 +68,9 @@ class TelemetryWriter:
         and counted, so a stuck disk cannot exhaust memory.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, flush_interval_s: float = 0.5, max_pending_rows: int = 2_000_000):
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, flush_interval_s: float = 0.5, max_pending_rows: int = 2_000_000
+    ):
         if not 0 < flush_interval_s <= 1.0:
             raise ValueError(f"flush_interval_s must be in (0, 1], got {flush_interval_s}")
         self.flush_interval_s = flush_interval_s
@@ -252,7 +261,9 @@ class TelemetryWriter:
             elif name == "ts":
                 values = [None] * len(rows)
             else:  # absent from every row: skip the per-row lookups
-                arrays[name] = np.full(len(rows), np.nan) if kind in _NUMERIC else np.full(len(rows), None, dtype=object)
+                arrays[name] = (
+                    np.full(len(rows), np.nan) if kind in _NUMERIC else np.full(len(rows), None, dtype=object)
+                )
                 continue
             arrays[name] = _to_array(kind, values, stamps if name == "ts" else None)
         view = f"_tokenops_batch_{table}"

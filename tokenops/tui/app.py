@@ -60,8 +60,9 @@ class DashboardApp(App[None]):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, client: Client, poll_interval_s: float = 1.0, max_backoff_s: float = 16.0,
-                 prewarm_screens: bool = False) -> None:
+    def __init__(
+        self, client: Client, poll_interval_s: float = 1.0, max_backoff_s: float = 16.0, prewarm_screens: bool = False
+    ) -> None:
         super().__init__()
         #: Build every screen once at start-up: a screen's first visit costs a full CSS pass
         #: (~0.2-0.4 s of CPU in Textual 8), which would otherwise land mid-session.
@@ -165,7 +166,9 @@ class DashboardApp(App[None]):
     def screen_text(self) -> str:
         """The current screen as plain text (what a person would read; used by tests)."""
         width, height = self.size
-        console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, record=True, legacy_windows=False)
+        console = Console(
+            width=width, height=height, file=io.StringIO(), force_terminal=True, record=True, legacy_windows=False
+        )
         console.print(self.screen._compositor.render_update(full=True, screen_stack=self._background_screens))
         return console.export_text()
 

@@ -52,8 +52,11 @@ class AdminClient:
         except httpx.TransportError as e:
             raise ServerUnreachable(f"{self.url}: {type(e).__name__}: {e}") from None
         if response.status_code == 401:  # say where the dashboard reads a key, not how to send one
-            raise AdminError(f"{_error_message(response)} The dashboard reads it from --admin-key-file, "
-                             "TOKENOPS_ADMIN_KEY, or the key file of this folder's server (store/admin_key).", 401)
+            raise AdminError(
+                f"{_error_message(response)} The dashboard reads it from --admin-key-file, "
+                "TOKENOPS_ADMIN_KEY, or the key file of this folder's server (store/admin_key).",
+                401,
+            )
         if response.status_code >= 400:
             raise AdminError(_error_message(response), response.status_code)
         try:

@@ -36,8 +36,9 @@ class Deployment:
         from tokenops.backends.registry import model_configs, replica_urls
 
         models = model_configs(settings)
-        return cls({m.name: len(replica_urls(m)) for m in models}, dict(settings.plugins),
-                   {m.name: m.backend for m in models})
+        return cls(
+            {m.name: len(replica_urls(m)) for m in models}, dict(settings.plugins), {m.name: m.backend for m in models}
+        )
 
     @classmethod
     def from_server_info(cls, info: dict[str, Any] | None, work: set[str] | None = None) -> Deployment:
@@ -45,9 +46,12 @@ class Deployment:
         or ``GET /admin/tunables``); None (not a tokenops server) keeps everything unknown."""
         info = info or {}
         replicas, kinds, plugins = info.get("replicas"), info.get("kinds"), info.get("plugins")
-        return cls(dict(replicas) if isinstance(replicas, dict) else None,
-                   dict(plugins) if isinstance(plugins, dict) else None,
-                   dict(kinds) if isinstance(kinds, dict) else None, work)
+        return cls(
+            dict(replicas) if isinstance(replicas, dict) else None,
+            dict(plugins) if isinstance(plugins, dict) else None,
+            dict(kinds) if isinstance(kinds, dict) else None,
+            work,
+        )
 
     @property
     def num_models(self) -> int | None:
@@ -106,6 +110,7 @@ def has_backend(kind: str):
 
 def does_work(kind: str):
     """Relevant only when the measured workload sends ``kind`` work ("text", "images")."""
+
     def relevant(d: Deployment) -> bool:
         return d.work is None or kind in d.work
 
@@ -120,8 +125,10 @@ def serves_work(kind: str, backend: str):
 
 
 #: ``**DIFFUSION`` in a ``Tunable(...)``: it matters only for images work on a diffusion model.
-DIFFUSION = {"relevant": serves_work("images", "diffusion"),
-             "needs": 'images in the workload, served by a diffusion model ([[models]] backend = "diffusion")'}
+DIFFUSION = {
+    "relevant": serves_work("images", "diffusion"),
+    "needs": 'images in the workload, served by a diffusion model ([[models]] backend = "diffusion")',
+}
 
 
 def router_in_use(name: str):
@@ -139,8 +146,9 @@ class Relevance:
     dropped: list[tuple[str, str]] = field(default_factory=list)
 
 
-def filter_relevant(tunables: Iterable[Tunable], deployment: Deployment, declared: Any = None,
-                    keep: Iterable[str] = ()) -> Relevance:
+def filter_relevant(
+    tunables: Iterable[Tunable], deployment: Deployment, declared: Any = None, keep: Iterable[str] = ()
+) -> Relevance:
     """Split ``tunables`` into those that can change ``deployment`` and those that cannot.
 
     :param declared: a registry to read ``relevant``/``needs`` from by name (tunables rebuilt

@@ -94,4 +94,3 @@ def mismatches(profile: EngineProfile, settings: Any, served_models: list[str]) 
         if tuned != configured:
             out.append(f"tuned for SLO {', '.join(tuned)}, [slo] here is {', '.join(configured)}")
     return out
-

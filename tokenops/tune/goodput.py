@@ -37,11 +37,20 @@ class RatePoint:
 
     def to_dict(self) -> dict:
         s = self.summary
-        d: dict[str, Any] = {"rate": self.rate, "met": self.is_met, "repeat": self.repeat,
-             "worst_ratio": None if math.isinf(self.worst_ratio) else self.worst_ratio}
+        d: dict[str, Any] = {
+            "rate": self.rate,
+            "met": self.is_met,
+            "repeat": self.repeat,
+            "worst_ratio": None if math.isinf(self.worst_ratio) else self.worst_ratio,
+        }
         if s is not None:
-            d.update({"achieved_rps": s.request_rate, "errors": s.num_errors,
-                      "slo": {r["label"]: r["value_s"] for r in s.slo}})
+            d.update(
+                {
+                    "achieved_rps": s.request_rate,
+                    "errors": s.num_errors,
+                    "slo": {r["label"]: r["value_s"] for r in s.slo},
+                }
+            )
         return d
 
 
@@ -68,8 +77,13 @@ class GoodputResult:
         return self.goodput
 
     def to_dict(self) -> dict:
-        return {"goodput": self.goodput, "status": self.status, "estimate": self.estimate,
-                "elapsed_s": self.elapsed_s, "points": [p.to_dict() for p in self.points]}
+        return {
+            "goodput": self.goodput,
+            "status": self.status,
+            "estimate": self.estimate,
+            "elapsed_s": self.elapsed_s,
+            "points": [p.to_dict() for p in self.points],
+        }
 
 
 @dataclass(slots=True)
@@ -120,8 +134,13 @@ def overrun(s: BenchSummary, cfg: BracketConfig) -> float | None:
     return s.duration_s * cfg.min_sustained / expected
 
 
-def find_goodput(measure: MeasureFn, start_rate: float, cfg: BracketConfig | None = None,
-                 incumbent: float | None = None, deadline: float | None = None) -> GoodputResult:
+def find_goodput(
+    measure: MeasureFn,
+    start_rate: float,
+    cfg: BracketConfig | None = None,
+    incumbent: float | None = None,
+    deadline: float | None = None,
+) -> GoodputResult:
     """Search the goodput of the configuration that ``measure(rate)`` measures.
 
     :param start_rate: first rate to try when there is no incumbent.

@@ -47,8 +47,12 @@ def env_for(params: dict[str, Any]) -> dict[str, str]:
     for name, value in params.items():
         section, _, key = name.partition(".")
         if section not in _SECTIONS or not key:
-            raise TuneError(f"{name} needs a restart but is not an engine or gateway setting; tokenops cannot launch with it")
-        env[f"TOKENOPS_{section.upper()}__{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+            raise TuneError(
+                f"{name} needs a restart but is not an engine or gateway setting; tokenops cannot launch with it"
+            )
+        env[f"TOKENOPS_{section.upper()}__{key.upper()}"] = (
+            str(value).lower() if isinstance(value, bool) else str(value)
+        )
     return env
 
 
@@ -75,8 +79,14 @@ class LaunchOptions:
 class ServerProcess:
     """One launched server; :meth:`start` waits until every ready path answers 200."""
 
-    def __init__(self, name: str, params: dict[str, Any], ready_paths: tuple[str, ...] = ("/health", "/v1/models"),
-                 ready_timeout_s: float = 600.0, admin_key: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        params: dict[str, Any],
+        ready_paths: tuple[str, ...] = ("/health", "/v1/models"),
+        ready_timeout_s: float = 600.0,
+        admin_key: str | None = None,
+    ) -> None:
         self.name = name
         self.params = dict(params)
         self.ready_paths = ready_paths
@@ -96,8 +106,9 @@ class ServerProcess:
         log = open(self.log_path, "wb")  # noqa: SIM115 (the server writes it for its whole life)
         try:
             # its own session, so stop() reaches the workers a server forks (vLLM's engine core, SGLang's scheduler)
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=self.cwd, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, start_new_session=True
+            )
         except OSError as e:
             raise TuneError(f"cannot start {self.name}: {shlex.join(self.argv[:3])}: {e.strerror or e}") from None
         finally:
@@ -118,8 +129,9 @@ class ServerProcess:
         with httpx.Client(timeout=2.0) as client:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise TuneError(f"{self.name} exited with code {self.proc.returncode} before it was ready: "
-                                    f"{self.tail()}")
+                    raise TuneError(
+                        f"{self.name} exited with code {self.proc.returncode} before it was ready: {self.tail()}"
+                    )
                 try:
                     while pending and client.get(f"{self.url}{pending[0]}").status_code == 200:
                         pending.pop(0)
@@ -128,8 +140,10 @@ class ServerProcess:
                 if not pending:
                     return
                 time.sleep(0.5)
-        raise TuneError(f"{self.name} was not ready after {self.ready_timeout_s:.0f}s "
-                        f"(waiting for {' and '.join(self.ready_paths)}): {self.tail()}")
+        raise TuneError(
+            f"{self.name} was not ready after {self.ready_timeout_s:.0f}s "
+            f"(waiting for {' and '.join(self.ready_paths)}): {self.tail()}"
+        )
 
     def tail(self, num_lines: int = 3) -> str:
         """The log's last lines on one line, and where the whole log is."""
@@ -209,8 +223,13 @@ class Launcher:
 
     def prepare(self, params: dict[str, Any]) -> ServerProcess:
         """The server for ``params`` with its port, command and environment, not started yet."""
-        server = ServerProcess(self.name, params, self.ready_paths, self.options.ready_timeout_s,
-                               secrets.token_hex(16) if self.has_admin_api else None)
+        server = ServerProcess(
+            self.name,
+            params,
+            self.ready_paths,
+            self.options.ready_timeout_s,
+            secrets.token_hex(16) if self.has_admin_api else None,
+        )
         server.argv = self.command(params, server)
         server.env = self.environment(params, server)
         return server
@@ -260,14 +279,24 @@ class TokenopsLauncher(Launcher):
         server.cwd = server.workdir
         if self.options.command:
             return [*self.program([], None, "give a command that runs tokenops"), "serve", *self.options.extra_args]
-        return [sys.executable, "-c", "import sys; from tokenops.cli import main; main(sys.argv[1:])", "serve",
-                *self.options.extra_args]
+        return [
+            sys.executable,
+            "-c",
+            "import sys; from tokenops.cli import main; main(sys.argv[1:])",
+            "serve",
+            *self.options.extra_args,
+        ]
 
     def environment(self, params: dict[str, Any], server: ServerProcess) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TOKENOPS_ENGINE__", "TOKENOPS_GATEWAY__"))}
         env.update(env_for(params))
-        env.update({"TOKENOPS_GATEWAY__HOST": "127.0.0.1", "TOKENOPS_GATEWAY__PORT": str(server.port),
-                    "TOKENOPS_STORE": str(server.workdir / "store.duckdb")})
+        env.update(
+            {
+                "TOKENOPS_GATEWAY__HOST": "127.0.0.1",
+                "TOKENOPS_GATEWAY__PORT": str(server.port),
+                "TOKENOPS_STORE": str(server.workdir / "store.duckdb"),
+            }
+        )
         if server.admin_key:
             env["TOKENOPS_ADMIN_KEY"] = server.admin_key
         env.pop("TOKENOPS_CONFIG", None)

@@ -50,7 +50,9 @@ def _toml_value(v: Any) -> str:
     return json.dumps(str(v))
 
 
-def write_profile(report: TuneReport, directory: str | Path = "profiles/engines", hardware: str | None = None) -> Path | None:
+def write_profile(
+    report: TuneReport, directory: str | Path = "profiles/engines", hardware: str | None = None
+) -> Path | None:
     """Write the winner's profile; None when no configuration met the SLO."""
     best, default = report.outcome.best, report.outcome.default
     if best is None:
@@ -59,14 +61,18 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
     path.parent.mkdir(parents=True, exist_ok=True)
     ratio = report.outcome.ratio
     meta = {
-        "model": report.model, "hardware": hardware or hardware_name(),
-        "slo": [s.label for s in report.plan.slos], "workload": report.plan.workload, "study": report.study,
+        "model": report.model,
+        "hardware": hardware or hardware_name(),
+        "slo": [s.label for s in report.plan.slos],
+        "workload": report.plan.workload,
+        "study": report.study,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "goodput_rps": round(best.goodput, 4),
         # the default's own sustained goodput (same procedure); 0 and its status when it had none
         "default_goodput_rps": round(default.goodput, 4) if default and default.result.status == "complete" else 0.0,
         "default_status": default.result.status if default else "not measured",
-        "num_trials": len(report.outcome.trials), "winner_trial": best.number,
+        "num_trials": len(report.outcome.trials),
+        "winner_trial": best.number,
     }
     if ratio is not None:
         meta["goodput_ratio"] = round(ratio, 4)
@@ -76,11 +82,14 @@ def write_profile(report: TuneReport, directory: str | Path = "profiles/engines"
         meta["launch_flags"] = report.launch_flags
     for v in report.validation:
         meta[f"validation_{v['name']}_met_at_{v['rate']:.3g}_rps".replace(".", "_")] = bool(v["met"])
-    lines = [f"# Written by `tokenops tune` (study {report.study}). [tunables] holds the winning values.",
-             f"# Start with them: tokenops serve --engine-profile {path.stem}   (or [engine] profile = \"{path.stem}\");",
-             "# `tokenops tune --apply` pushes the live ones to a running server; launcher ones (vllm.*, sglang.*)",
-             "# are that server's command-line flags (docs/tune.md). serve warns when model, hardware or SLO differ.",
-             "", "[tune]"]
+    lines = [
+        f"# Written by `tokenops tune` (study {report.study}). [tunables] holds the winning values.",
+        f'# Start with them: tokenops serve --engine-profile {path.stem}   (or [engine] profile = "{path.stem}");',
+        "# `tokenops tune --apply` pushes the live ones to a running server; launcher ones (vllm.*, sglang.*)",
+        "# are that server's command-line flags (docs/tune.md). serve warns when model, hardware or SLO differ.",
+        "",
+        "[tune]",
+    ]
     lines += [f"{k} = {_toml_value(v)}" for k, v in meta.items()]
     for k, v in sorted(report.plan.workload_options.items()):
         if v is not None:
@@ -101,9 +110,20 @@ def trial_rows(report: TuneReport) -> list[dict[str, Any]]:
     for t in report.outcome.trials:
         metrics = {k: v for k, v in t.to_dict().items() if k not in ("params", "trial", "goodput", "status")}
         metrics.update({"model": report.model, "workload": report.plan.workload, "is_default": t.number == 0})
-        rows.append({"id": f"{report.study}-{t.number}", "ts": ts, "study": report.study, "trial": t.number,
-                     "params": json.dumps(t.params), "goodput": t.goodput, "status": t.result.status, "slo": slo,
-                     "metrics": json.dumps(metrics, default=str), "is_best": best is not None and t is best})
+        rows.append(
+            {
+                "id": f"{report.study}-{t.number}",
+                "ts": ts,
+                "study": report.study,
+                "trial": t.number,
+                "params": json.dumps(t.params),
+                "goodput": t.goodput,
+                "status": t.result.status,
+                "slo": slo,
+                "metrics": json.dumps(metrics, default=str),
+                "is_best": best is not None and t is best,
+            }
+        )
     return rows
 
 

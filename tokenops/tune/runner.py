@@ -74,8 +74,9 @@ class TunePlan:
         if not self.slos:
             raise TuneError("give at least one --slo, e.g. --slo p95=200ms")
         if self.launch == bool(self.url):
-            raise TuneError("give --url URL of a running server, or --launch to start an engine "
-                            "(--engine tokenops, vllm or sglang)")
+            raise TuneError(
+                "give --url URL of a running server, or --launch to start an engine (--engine tokenops, vllm or sglang)"
+            )
         if not self.launch and (self.engine != "tokenops" or self.launcher_cmd or self.launcher_args):
             raise TuneError("--engine, --launcher-cmd and --launcher-arg go with --launch")
         if self.min_requests < 5 or self.max_requests < self.min_requests:
@@ -100,8 +101,12 @@ class TuneReport:
 class TuneSession:
     """Owns the target for the length of a study."""
 
-    def __init__(self, plan: TunePlan, on_trial: Callable[[Trial, TuneOutcome], None] | None = None,
-                 on_status: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        plan: TunePlan,
+        on_trial: Callable[[Trial, TuneOutcome], None] | None = None,
+        on_status: Callable[[str], None] | None = None,
+    ) -> None:
         self.plan = plan
         self.on_trial = on_trial
         self.on_status = on_status or (lambda msg: None)
@@ -119,9 +124,16 @@ class TuneSession:
         self._num_measurements = 0
         #: The served model name, read again after every relaunch.
         self.model: str | None = plan.model
-        self.bench = BenchPlan(url=plan.url or "http://127.0.0.1:1", workload=plan.workload, seed=plan.seed,
-                               slos=plan.slos, arrival=plan.arrival, endpoint=plan.endpoint,
-                               ignore_eos=plan.ignore_eos, rates=[1.0])
+        self.bench = BenchPlan(
+            url=plan.url or "http://127.0.0.1:1",
+            workload=plan.workload,
+            seed=plan.seed,
+            slos=plan.slos,
+            arrival=plan.arrival,
+            endpoint=plan.endpoint,
+            ignore_eos=plan.ignore_eos,
+            rates=[1.0],
+        )
 
     # -- target ---------------------------------------------------------------
 
@@ -147,11 +159,18 @@ class TuneSession:
         p = self.plan
         launchers = get_launchers()
         if p.engine not in launchers:
-            raise TuneError(f"unknown --engine {p.engine!r}; available: {', '.join(launchers) or 'none'} "
-                            "(launchers come from plugins)")
-        launcher = launchers[p.engine](LaunchOptions(model=p.model_path, command=p.launcher_cmd,
-                                                     extra_args=list(p.launcher_args),
-                                                     ready_timeout_s=p.ready_timeout_s))
+            raise TuneError(
+                f"unknown --engine {p.engine!r}; available: {', '.join(launchers) or 'none'} "
+                "(launchers come from plugins)"
+            )
+        launcher = launchers[p.engine](
+            LaunchOptions(
+                model=p.model_path,
+                command=p.launcher_cmd,
+                extra_args=list(p.launcher_args),
+                ready_timeout_s=p.ready_timeout_s,
+            )
+        )
         launcher.check()
         return launcher
 
@@ -166,8 +185,10 @@ class TuneSession:
             names = {t.name for t in tunables}
             for name in p.overrides:
                 if name not in names and name in get_tunables():
-                    raise TuneError(f"--param {name}: the {launcher.name} launcher cannot set it; its tunables "
-                                    f"start with {' or '.join(launcher.prefixes)}")
+                    raise TuneError(
+                        f"--param {name}: the {launcher.name} launcher cannot set it; its tunables "
+                        f"start with {' or '.join(launcher.prefixes)}"
+                    )
             # a launched server is one fresh engine: nothing to cascade, route or balance
             tunables = self._relevant(tunables, Deployment({"launched": 1}, {}, {"launched": "local"}, self.work))
             space = SearchSpace.build(tunables, True, p.only, p.exclude, p.overrides, p.span)
@@ -195,8 +216,11 @@ class TuneSession:
         only = self.plan.only
         searchable = {t.name for t in tunables if t.searchable}
         # report only what the search would otherwise have tried
-        self.irrelevant = [(n, why) for n, why in rel.dropped if n in searchable and
-                           (not only or any(n == o or n.startswith(o.rstrip(".") + ".") for o in only))]
+        self.irrelevant = [
+            (n, why)
+            for n, why in rel.dropped
+            if n in searchable and (not only or any(n == o or n.startswith(o.rstrip(".") + ".") for o in only))
+        ]
         return rel.kept
 
     def _apply(self, params: dict[str, Any]) -> None:
@@ -237,8 +261,11 @@ class TuneSession:
             verdict = "met" if s.is_slo_met else "missed"
             if s.is_slo_met and overrun(s, p.bracket) is not None:
                 verdict = f"did not keep up (took {s.duration_s:.0f}s), SLO values"
-            self.on_status(f"  rate {rate:.3g}/s x {n}{again}: {verdict} "
-                           + ", ".join(f"{r['label'].split('=')[0]}={_fmt(r['value_s'])}" for r in s.slo) + errors)
+            self.on_status(
+                f"  rate {rate:.3g}/s x {n}{again}: {verdict} "
+                + ", ".join(f"{r['label'].split('=')[0]}={_fmt(r['value_s'])}" for r in s.slo)
+                + errors
+            )
             return s
 
         return fn
@@ -269,8 +296,11 @@ class TuneSession:
                 self.on_status(f"dropped {name}: {why}")
             if not space.dims:
                 irrelevant = {n for n, _ in self.irrelevant}
-                space.unmatched = [o for o in space.unmatched
-                                   if not any(n == o or n.startswith(o.rstrip(".") + ".") for n in irrelevant)]
+                space.unmatched = [
+                    o
+                    for o in space.unmatched
+                    if not any(n == o or n.startswith(o.rstrip(".") + ".") for n in irrelevant)
+                ]
                 reasons = [f"{n} {why}" for n, why in self.irrelevant]
                 if space.dropped or space.unmatched or not reasons:
                     reasons.append(space.why_empty())
@@ -278,8 +308,7 @@ class TuneSession:
             requests = self._fresh_requests(3)
             self._apply(space.default())
             start = p.start_rate or self._probe_start_rate(model, requests)
-            self.on_status(f"space: {', '.join(f'{d.name} {d.values}' for d in space.dims)}; "
-                           f"start rate {start:.3g}/s")
+            self.on_status(f"space: {', '.join(f'{d.name} {d.values}' for d in space.dims)}; start rate {start:.3g}/s")
             fn = self._measure_fn(requests)
             # a rate at which 5 requests take over 4 measurement lengths is not measured: below it the
             # configuration counts as infeasible (said once here, so a "nothing met" verdict has its floor)
@@ -305,12 +334,23 @@ class TuneSession:
                 for name, params in (("default", space.default()), ("winner", best.params)):
                     self._apply(params)
                     s = fn(best.goodput, 2)
-                    validation.append({"name": name, "params": params, "rate": best.goodput, "met": s.is_slo_met,
-                                       "achieved_rps": s.request_rate, "errors": s.num_errors,
-                                       "slo": {r["label"]: r["value_s"] for r in s.slo}})
+                    validation.append(
+                        {
+                            "name": name,
+                            "params": params,
+                            "rate": best.goodput,
+                            "met": s.is_slo_met,
+                            "achieved_rps": s.request_rate,
+                            "errors": s.num_errors,
+                            "slo": {r["label"]: r["value_s"] for r in s.slo},
+                        }
+                    )
             if p.url and self.original:  # only what differs, so the audit shows real changes
-                restore = {k: self.original[k] for k in space.names
-                           if k in self.original and self.current.get(k, ...) != self.original[k]}
+                restore = {
+                    k: self.original[k]
+                    for k in space.names
+                    if k in self.original and self.current.get(k, ...) != self.original[k]
+                }
                 assert self.admin is not None  # set by _build_space for a --url run
                 self.admin.patch(restore, actor="tune (restore)")
                 self.current.update(restore)
@@ -320,8 +360,9 @@ class TuneSession:
         flags = []
         if isinstance(self.launcher, CommandLineLauncher) and outcome.best is not None:
             flags = self.launcher.flag_args({k: v for k, v in outcome.best.params.items() if self.launcher.owns(k)})
-        return TuneReport(study, model, outcome, space, p, time.monotonic() - t0, validation=validation,
-                          launch_flags=flags)
+        return TuneReport(
+            study, model, outcome, space, p, time.monotonic() - t0, validation=validation, launch_flags=flags
+        )
 
     def close(self) -> None:
         if self.admin is not None:

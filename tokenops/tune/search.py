@@ -93,9 +93,15 @@ class Budget:
 class Tuner:
     """Runs trials until the budget is spent; ``on_trial`` sees each finished trial."""
 
-    def __init__(self, space: SearchSpace, evaluate: EvaluateFn, budget: Budget, seed: int = 0,
-                 on_trial: Callable[[Trial, TuneOutcome], None] | None = None,
-                 num_startup_trials: int | None = None) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        evaluate: EvaluateFn,
+        budget: Budget,
+        seed: int = 0,
+        on_trial: Callable[[Trial, TuneOutcome], None] | None = None,
+        num_startup_trials: int | None = None,
+    ) -> None:
         self.space = space
         self.evaluate = evaluate
         self.budget = budget
@@ -108,8 +114,9 @@ class Tuner:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.num_startup_trials,
-                                             multivariate=True)
+        sampler = optuna.samplers.TPESampler(
+            seed=self.seed, n_startup_trials=self.num_startup_trials, multivariate=True
+        )
         return optuna.create_study(direction="maximize", sampler=sampler)
 
     def _suggest(self, trial: Any) -> dict[str, Any]:

@@ -80,9 +80,15 @@ class SearchSpace:
     unmatched: list[str] = field(default_factory=list)
 
     @classmethod
-    def build(cls, tunables: Iterable[Tunable], include_restart: bool, only: list[str] | None = None,
-              exclude: list[str] | None = None, overrides: dict[str, list[Any]] | None = None,
-              span: float = 8.0) -> SearchSpace:
+    def build(
+        cls,
+        tunables: Iterable[Tunable],
+        include_restart: bool,
+        only: list[str] | None = None,
+        exclude: list[str] | None = None,
+        overrides: dict[str, list[Any]] | None = None,
+        span: float = 8.0,
+    ) -> SearchSpace:
         """Searchable tunables (restart-only ones only with ``include_restart``), filtered by
         name or dotted prefix (``only``/``exclude``), with candidate overrides."""
         overrides = dict(overrides or {})
@@ -108,9 +114,16 @@ class SearchSpace:
                 continue
             if not t.live and not include_restart:
                 if t.name in overrides:
-                    raise TunableError(f"--param {t.name}: needs a restart; use --launch so tokenops can relaunch the engine")
-                dropped.append((t.name, "needs a restart: a running server cannot try it (tune --launch relaunches "
-                                        "the engine per configuration)"))
+                    raise TunableError(
+                        f"--param {t.name}: needs a restart; use --launch so tokenops can relaunch the engine"
+                    )
+                dropped.append(
+                    (
+                        t.name,
+                        "needs a restart: a running server cannot try it (tune --launch relaunches "
+                        "the engine per configuration)",
+                    )
+                )
                 continue
             vals = [t.validate(v) for v in overrides[t.name]] if t.name in overrides else candidates(t, span)
             if t.default not in vals:  # trial 0 is always the default configuration
@@ -125,7 +138,9 @@ class SearchSpace:
     def why_empty(self) -> str:
         """One line on why nothing is searched (for an empty space)."""
         parts = [f"{name} {why}" for name, why in self.dropped]
-        parts += [f"--only {p} matches no tunable of this target (`tokenops plugins` lists them)" for p in self.unmatched]
+        parts += [
+            f"--only {p} matches no tunable of this target (`tokenops plugins` lists them)" for p in self.unmatched
+        ]
         return "; ".join(parts) or "no searchable tunable with more than one candidate"
 
     @property

@@ -66,7 +66,9 @@ class ModelArgs:
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_attention_heads {self.num_heads} is not a multiple of num_key_value_heads {self.num_kv_heads}")
+            raise ValueError(
+                f"num_attention_heads {self.num_heads} is not a multiple of num_key_value_heads {self.num_kv_heads}"
+            )
         if not self.rotary_dim:
             self.rotary_dim = self.head_dim
         if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
@@ -92,7 +94,9 @@ class ModelArgs:
         """The rotary table of the global layers, or (``local``) of Gemma 3's sliding-window layers."""
         if local:
             assert self.local_rope_theta is not None
-            return RopeSpec(self.local_rope_theta, self.rotary_dim, self.max_position_embeddings, self.local_rope_scaling)
+            return RopeSpec(
+                self.local_rope_theta, self.rotary_dim, self.max_position_embeddings, self.local_rope_scaling
+            )
         return RopeSpec(self.rope_theta, self.rotary_dim, self.max_position_embeddings, self.rope_scaling)
 
     def uses_local_rope(self, layer_idx: int) -> bool:
@@ -112,7 +116,9 @@ class ModelArgs:
         is_sandwich = model_type in _GEMMA_SANDWICH
         head_dim = cfg.get("head_dim") or (256 if is_gemma else hidden // num_heads)  # Gemma's default
         act = cfg.get("hidden_activation") or cfg.get("hidden_act") or ("gelu_pytorch_tanh" if is_gemma else "silu")
-        if is_gemma and act == "gelu":  # early Gemma configs: "gelu" meant the tanh approximation (as transformers reads it)
+        if (
+            is_gemma and act == "gelu"
+        ):  # early Gemma configs: "gelu" meant the tanh approximation (as transformers reads it)
             act = "gelu_pytorch_tanh"
         rotary_dim = int(head_dim * rope.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
         is_qwen = model_type in _QWEN_STYLE_WINDOW
@@ -181,8 +187,10 @@ def _rope_fields(cfg: dict[str, Any], model_type: str) -> tuple[dict[str, Any], 
         if rope["rope_type"] in ("su", "yarn"):  # Phi-3's names for LongRoPE (as transformers reads them)
             rope["rope_type"] = "longrope"
         if rope["rope_type"] == "longrope":
-            rope.setdefault("original_max_position_embeddings",
-                            cfg.get("original_max_position_embeddings") or cfg.get("max_position_embeddings", 4096))
+            rope.setdefault(
+                "original_max_position_embeddings",
+                cfg.get("original_max_position_embeddings") or cfg.get("max_position_embeddings", 4096),
+            )
     return rope, local
 
 
@@ -217,7 +225,9 @@ def _moe_fields(cfg: dict[str, Any], model_type: str, num_layers: int) -> dict[s
         "num_experts": num_experts,
         "num_experts_per_tok": cfg["num_experts_per_tok"],
         "moe_intermediate_size": cfg.get("moe_intermediate_size") or cfg.get("intermediate_size", 0),
-        "shared_expert_intermediate_size": cfg.get("shared_expert_intermediate_size", 0) if model_type == "qwen2_moe" else 0,
+        "shared_expert_intermediate_size": cfg.get("shared_expert_intermediate_size", 0)
+        if model_type == "qwen2_moe"
+        else 0,
         # Mixtral always renormalises the top-k weights; Qwen MoE makes it a flag.
         "norm_topk_prob": True if model_type == "mixtral" else bool(cfg.get("norm_topk_prob", False)),
         "moe_layers": [i not in dense and (i + 1) % step == 0 for i in range(num_layers)],

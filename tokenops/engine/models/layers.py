@@ -147,8 +147,9 @@ class SelfAttention(nn.Module):
         self.v_cache: torch.Tensor | None = None
         self.kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None  # int8 cache only
 
-    def bind_cache(self, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    def bind_cache(
+        self, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> None:
         assert k_cache.shape[2:] == (self.num_kv_heads, self.head_dim), k_cache.shape
         self.k_cache, self.v_cache = k_cache, v_cache
         self.kv_scales = kv_scales
@@ -158,7 +159,7 @@ class SelfAttention(nn.Module):
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x)
         q_size, kv_size = self.split_sizes[0], self.split_sizes[1]
-        v = qkv[:, q_size + kv_size:].view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = qkv[:, q_size + kv_size :].view(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             assert self.k_norm is not None  # qk_norm builds both
             q, k, _ = qkv.split(self.split_sizes, dim=-1)
@@ -166,9 +167,11 @@ class SelfAttention(nn.Module):
             k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim))
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         else:  # q and k heads rotated together: one pass of the rotary ops instead of two
-            qk = apply_rope(qkv[:, :q_size + kv_size].view(num_tokens, self.num_heads + self.num_kv_heads,
-                                                            self.head_dim), cos, sin)
-            q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
-        out = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window, self.kv_scales,
-                              self.softcap)
+            qk = apply_rope(
+                qkv[:, : q_size + kv_size].view(num_tokens, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin
+            )
+            q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        out = paged_attention(
+            q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window, self.kv_scales, self.softcap
+        )
         return self.o_proj(out.reshape(num_tokens, -1))

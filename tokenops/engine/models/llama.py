@@ -84,6 +84,7 @@ class DecoderLayers(nn.ModuleList):
     """An ``nn.ModuleList`` of :class:`DecoderLayer` that says so to the type checker."""
 
     if TYPE_CHECKING:
+
         def __iter__(self) -> Iterator[DecoderLayer]: ...
 
 
@@ -113,7 +114,9 @@ class CausalLM(nn.Module):
     #: set by the GGUF loader only (others read it with getattr and a default)
     quantized_format: str
 
-    def __init__(self, args: ModelArgs, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, args: ModelArgs, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.args = args
         # Parameters are created uninitialised directly on the target device and dtype;
@@ -127,8 +130,9 @@ class CausalLM(nn.Module):
         self.local_rope = args.rope_spec(local=True) if args.local_rope_theta is not None else None
         self.register_buffer("inv_freq", self.rope.inv_freq().to(device), persistent=False)
         self.register_buffer("inv_freq_long", self.rope.inv_freq(long=True).to(device), persistent=False)
-        self.register_buffer("inv_freq_local", self.local_rope.inv_freq().to(device) if self.local_rope else None,
-                             persistent=False)
+        self.register_buffer(
+            "inv_freq_local", self.local_rope.inv_freq().to(device) if self.local_rope else None, persistent=False
+        )
 
     @property
     def attention_windows(self) -> set[int | None]:
@@ -184,7 +188,7 @@ class CausalLM(nn.Module):
             return cos, sin
         ends = positions + 1  # a decode ends its sequence at its own position
         for span in meta.prefills:
-            ends[span.token_start:span.token_end] = span.start_pos + span.token_end - span.token_start
+            ends[span.token_start : span.token_end] = span.start_pos + span.token_end - span.token_start
         is_long = (ends > self.rope.original_max_positions)[:, None, None]
         if not bool(is_long.any()):
             return cos, sin
@@ -238,7 +242,7 @@ class CausalLM(nn.Module):
                 target = name[: -len(hf_part)] + ours
                 _copy_shard(_param(params, target, hf_name).data, tensor, None, None)
                 for e in range(tensor.shape[0]):
-                    for shard in ((0, 1) if ours.endswith("gate_up") else (None,)):
+                    for shard in (0, 1) if ours.endswith("gate_up") else (None,):
                         yield target, shard, e
                 return
         base, _, kind = name.rpartition(".")

@@ -37,8 +37,10 @@ class RopeSpec:
                 if key not in self.scaling:
                     raise ValueError(f"longrope scaling lacks {key!r}")
             if len(self.scaling["short_factor"]) != self.rotary_dim // 2:
-                raise ValueError(f"longrope short_factor has {len(self.scaling['short_factor'])} values for "
-                                 f"{self.rotary_dim // 2} frequencies")
+                raise ValueError(
+                    f"longrope short_factor has {len(self.scaling['short_factor'])} values for "
+                    f"{self.rotary_dim // 2} frequencies"
+                )
 
     @property
     def rope_type(self) -> str:
@@ -87,8 +89,9 @@ class RopeSpec:
         return inv_freq
 
 
-def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype,
-                 attention_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype, attention_factor: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``[T, 1, rotary_dim]`` cos and sin for the step's positions (computed once per step)."""
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)

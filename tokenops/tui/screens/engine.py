@@ -29,6 +29,7 @@ COLUMNS = (
     ("spec", "spec accept"),
 )
 
+
 def spec_acceptance(spec: dict[str, Any] | None) -> float | None:
     """Acceptance rate of speculative decoding from an engine's ``spec_decode`` stats, if any."""
     if not spec:
@@ -85,8 +86,10 @@ class EngineScreen(DashboardScreen):
         ensure_columns(table, COLUMNS)
         with self.app.batch_update():
             breakers = stats.get("breakers") or {}
-            sync_rows(table, {name: replica_cells(name, engine, breakers.get(name))
-                              for name, engine in sorted(engines.items())})
+            sync_rows(
+                table,
+                {name: replica_cells(name, engine, breakers.get(name)) for name, engine in sorted(engines.items())},
+            )
             if self._selected not in engines:
                 self._selected = next(iter(sorted(engines)), None)
             self._show_charts()

@@ -61,7 +61,9 @@ class ExpertsScreen(DashboardScreen):
                 if plan and plans:
                     plans.first(Static).update(eplb_text(name, plan))
                 elif plan:
-                    container.mount(Static(eplb_text(name, plan), id=f"eplb-{_ident(name)}", name=name, classes="moe eplb"))
+                    container.mount(
+                        Static(eplb_text(name, plan), id=f"eplb-{_ident(name)}", name=name, classes="moe eplb")
+                    )
                 elif plans:
                     plans.first().remove()
 

@@ -27,8 +27,14 @@ MODEL_COLUMNS = (
     ("cost_h", "cost/hour"),
 )
 ROUTE_COLUMNS = (("reason", "route reason"), ("count", "requests"), ("share", "share"))
-SPEND_COLUMNS = (("tenant", "tenant"), ("key", "key"), ("spend", "spend"), ("period", "budget period"),
-                 ("used", "used"), ("left", "left"))
+SPEND_COLUMNS = (
+    ("tenant", "tenant"),
+    ("key", "key"),
+    ("spend", "spend"),
+    ("period", "budget period"),
+    ("used", "used"),
+    ("left", "left"),
+)
 
 
 def model_cells(name: str, model: dict[str, Any]) -> list[Any]:
@@ -40,7 +46,9 @@ def model_cells(name: str, model: dict[str, Any]) -> list[Any]:
         fmt_int(model.get("input_tokens")),
         fmt_int(model.get("output_tokens")),
         # the share of output spent thinking, for reasoning models (usage reasoning_tokens)
-        fmt_pct(ratio(model["reasoning_tokens"], model.get("output_tokens"))) if model.get("reasoning_tokens") is not None else "-",
+        fmt_pct(ratio(model["reasoning_tokens"], model.get("output_tokens")))
+        if model.get("reasoning_tokens") is not None
+        else "-",
         fmt_usd(model.get("cost_usd")),
         fmt_usd(model.get("cost_per_hour_usd")),
     ]
@@ -53,7 +61,10 @@ def spend_rows(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
         budget = r.get("budget_usd")
         used = None if budget is None else usage_bar(ratio(r.get("period_spent_usd"), budget), width=8)
         out[f"{r['tenant']}/{r.get('key_id') or '*'}"] = [
-            r["tenant"], r.get("key_id") or "(all keys)", fmt_usd(r.get("spend_usd")), r.get("period") or "-",
+            r["tenant"],
+            r.get("key_id") or "(all keys)",
+            fmt_usd(r.get("spend_usd")),
+            r.get("period") or "-",
             used if used is not None else fmt_usd(r.get("period_spent_usd")) if r.get("period") else "-",
             fmt_usd(r.get("remaining_usd")) if r.get("remaining_usd") is not None else "-",
         ]
@@ -105,7 +116,9 @@ class ModelsScreen(DashboardScreen):
             sync_rows(self.query_one("#routes", DataTable), route_rows(stats.get("routes") or {}))
             sync_rows(self.query_one("#spend", DataTable), spend_rows(stats.get("spend") or []))
             hits, lookups = cache.get("hits", 0), cache.get("lookups", 0)
-            self.query_one("#cache", MetricTile).show(f"{fmt_int(hits)}/{fmt_int(lookups)} ({fmt_pct(ratio(hits, lookups))})")
+            self.query_one("#cache", MetricTile).show(
+                f"{fmt_int(hits)}/{fmt_int(lookups)} ({fmt_pct(ratio(hits, lookups))})"
+            )
             self.query_one("#escalations", MetricTile).show(fmt_int(stats.get("escalations", 0)))
             total = sum(m.get("cost_per_hour_usd") or 0.0 for m in models.values())
             self.query_one("#cost_h", MetricTile).show(fmt_usd(total))

@@ -68,7 +68,8 @@ class OverviewScreen(DashboardScreen):
             self.query_one("#output_tps", MetricTile).show(fmt_float(tokens["output_tps"]))
             self.query_one("#in_flight", MetricTile).show(fmt_int(requests["in_flight"]))
             self.query_one("#errors", MetricTile).show(
-                f"{fmt_int(requests['errors'])} ({fmt_pct(requests['error_rate'])})", is_good=None if not requests["errors"] else False
+                f"{fmt_int(requests['errors'])} ({fmt_pct(requests['error_rate'])})",
+                is_good=None if not requests["errors"] else False,
             )
             self.query_one("#attainment", MetricTile).show(
                 fmt_pct(attainment), is_good=None if attainment is None else attainment >= 0.99

@@ -21,7 +21,13 @@ from tokenops.tui.widgets.tunable_editor import TunableEditor, describe_range
 #: Seconds between automatic reloads while the screen is shown.
 RELOAD_INTERVAL_S = 10.0
 
-TUNABLE_COLUMNS = (("name", "tunable"), ("value", "value"), ("range", "range/choices"), ("live", "live"), ("help", "help"))
+TUNABLE_COLUMNS = (
+    ("name", "tunable"),
+    ("value", "value"),
+    ("range", "range/choices"),
+    ("live", "live"),
+    ("help", "help"),
+)
 
 
 def parse_stored(value: Any) -> Any:
@@ -90,7 +96,13 @@ class TuningScreen(DashboardScreen):
         self.tunables = {t["name"]: t for t in message.tunables}
         self.changes = message.changes
         rows = {
-            t["name"]: [t["name"], fmt_cell(t.get("value")), describe_range(t), "yes" if t.get("live") else "restart", t.get("help", "")]
+            t["name"]: [
+                t["name"],
+                fmt_cell(t.get("value")),
+                describe_range(t),
+                "yes" if t.get("live") else "restart",
+                t.get("help", ""),
+            ]
             for t in message.tunables
         }
         changes = self.query_one("#changes", DataTable)
@@ -99,7 +111,11 @@ class TuningScreen(DashboardScreen):
             if message.changes is not None:
                 columns = message.changes["columns"]
                 ensure_columns(changes, [(c, c) for c in columns])
-                sync_rows(changes, {key: [fmt_cell(v) for v in row] for key, row in self._change_rows().items()}, keep_order=True)
+                sync_rows(
+                    changes,
+                    {key: [fmt_cell(v) for v in row] for key, row in self._change_rows().items()},
+                    keep_order=True,
+                )
 
     def _change_rows(self) -> dict[str, list[Any]]:
         """``config_changes`` rows by a stable key: the store's ``id`` when it has one."""

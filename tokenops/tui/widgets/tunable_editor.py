@@ -78,7 +78,9 @@ class TunableEditor(Vertical):
         title = Text(no_wrap=True, overflow="ellipsis")
         title.append(tunable["name"], style="bold")
         title.append(f"  {tunable['type']} {describe_range(tunable)}  ")
-        title.append("live" if tunable.get("live") else "needs restart", style="green" if tunable.get("live") else "yellow")
+        title.append(
+            "live" if tunable.get("live") else "needs restart", style="green" if tunable.get("live") else "yellow"
+        )
         title.append(f"  {tunable.get('help', '')}", style="dim")
         self.query_one("#editor-title", Static).update(title)
         field = self.query_one(Input)
