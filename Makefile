@@ -70,9 +70,9 @@ shell: $(STAMP)
 # The linters of issue 41 (pinned in the dev extra, configured in pyproject.toml): lint and types first,
 # so a failing check stops the run before the suite.
 lint: $(STAMP)
-	@echo "==> ruff check, ruff format --check and mypy on tokenops/ and plugins/"
-	@$(VENV)/bin/ruff check tokenops plugins
-	@$(VENV)/bin/ruff format --check tokenops plugins
+	@echo "==> ruff check, ruff format --check and mypy on tokenops/ and tokenops_plugins/"
+	@$(VENV)/bin/ruff check tokenops tokenops_plugins
+	@$(VENV)/bin/ruff format --check tokenops tokenops_plugins
 	@$(VENV)/bin/mypy --python-executable $(PY)
 
 test: $(STAMP) $(PHOENIX_STAMP) redis tmux lint

@@ -45,7 +45,7 @@ def test_missing_plugin_file(tmp_path):
 def test_technique_commands_come_from_their_plugin():
     import json
 
-    from tokenops.plugins import DEFAULT_PLUGINS, list_plugins
+    from tokenops.plugin_manager import DEFAULT_PLUGINS, list_plugins
 
     cli_plugin = next(p for p in list_plugins() if p.name == "multi_model_cli")
     assert cli_plugin.hooks == ["tokenops_register_commands"] and cli_plugin.layer == "multi_model"

@@ -139,7 +139,7 @@ def test_plugin_block_registers_and_its_hooks_act(block, register_plugin):
         from tokenops.engine.protocols import Proposer
         from tokenops.engine.sampling import SamplingParams
         from tokenops.engine.sequence import Sequence
-        from tokenops.engine_policies import configure_engine, proposers, schedule_orders
+        from tokenops.policy_hooks import configure_engine, proposers, schedule_orders
 
         config = configure_engine(EngineConfig(speculative="repeat-last", schedule_policy="sjf"))
         proposer = proposers()["repeat-last"](config)

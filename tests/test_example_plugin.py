@@ -31,7 +31,7 @@ def test_listed_under_its_layer(installed):
 
 def test_its_hooks_are_called(installed):
     code = """
-from tokenops.plugins import hook
+from tokenops.plugin_manager import hook
 from tokenops.types import GatewayRequest
 mk = lambda text: GatewayRequest(kind="chat", model="m", body={}, messages=[{"role": "user", "content": text}])
 h = hook()

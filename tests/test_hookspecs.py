@@ -133,7 +133,7 @@ def test_may_block_marks_with_an_optional_predicate_on_some_arguments():
 
 
 def test_may_block_on_a_hook_that_cannot_move_is_refused_at_load(register_plugin):
-    from tokenops.plugins import PluginLoadError
+    from tokenops.plugin_manager import PluginLoadError
 
     class Replica:
         @hookimpl

@@ -7,7 +7,7 @@ as a ``Protocol`` where it is used (``engine.sampling.SamplingRow``,
 ``gateway.multi_model.ModelCaller``). Imports deferred into a function body are tolerated
 only in the cycles listed in ``DEFERRED_CYCLES``, each with its reason; a new one fails.
 ``tokenops.hookspecs`` names the types of the plugin contract under ``TYPE_CHECKING`` (as
-pytest's hookspec.py does); many of those modules call hooks through ``tokenops.plugins`` in
+pytest's hookspec.py does); many of those modules call hooks through ``tokenops.plugin_manager`` in
 function bodies, so those edges are left out of the deferred graph only (``TYPE_ONLY_CONTRACT``):
 they never run, and the module-level check still counts them.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"tokenops": ROOT / "tokenops", "tokenops_plugins": ROOT / "plugins"}
+PACKAGES = {"tokenops": ROOT / "tokenops", "tokenops_plugins": ROOT / "tokenops_plugins"}
 
 #: Cycles closed only by function-local imports, which run after both modules are loaded.
 DEFERRED_CYCLES = {

@@ -10,8 +10,8 @@ The floors, bottom to top (docs/architecture.md draws them):
    resilience, semantic cache, session memory, managed keys.
 4. ``backends`` — the Backend protocol and its kinds.
 5. ``bench`` — the load generator.
-6. ``plugin manager`` — ``tokenops.plugins`` and the modules that collect hooks for a lower floor
-   (``engine_policies``, ``plugin_sections``). Nothing below calls it: hooks a lower floor needs
+6. ``plugin manager`` — ``tokenops.plugin_manager`` and the modules that collect hooks for a lower floor
+   (``policy_hooks``, ``plugin_sections``). Nothing below calls it: hooks a lower floor needs
    are passed in by the caller.
 7. ``tune`` — the tuner (calls the plugin manager for tunables and launchers).
 8. ``plugins`` — the built-in technique plugins (``tokenops_plugins``).
@@ -61,10 +61,10 @@ FLOOR_OF = {
     "tokenops.keys": "services",
     "tokenops.backends": "backends",
     "tokenops.bench": "bench",
-    "tokenops.plugins": "plugin manager",
+    "tokenops.plugin_manager": "plugin manager",
     "tokenops.plugin_sections": "plugin manager",
-    "tokenops.engine_policies": "plugin manager",
-    "tokenops.diffusion.plan": "plugin manager",  # the diffusion plan's hook, as engine_policies is the engine's
+    "tokenops.policy_hooks": "plugin manager",
+    "tokenops.diffusion.plan": "plugin manager",  # the diffusion plan's hook, as policy_hooks is the engine's
     "tokenops.tune": "tune",
     "tokenops_plugins": "plugins",
     "tokenops.gateway": "gateway",

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["tokenops.store", "tokenops.config", "tokenops.plugins", "tokenops.engine", "tokenops.gateway"])
+@pytest.mark.parametrize("module", ["tokenops.store", "tokenops.config", "tokenops.plugin_manager", "tokenops.engine", "tokenops.gateway"])
 def test_core_does_not_import_textual(module):
     code = f"import importlib, sys; importlib.import_module({module!r}); print('textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -14,7 +14,7 @@ def test_core_does_not_import_textual(module):
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("module", ["tokenops.config", "tokenops.plugins", "tokenops.cli"])
+@pytest.mark.parametrize("module", ["tokenops.config", "tokenops.plugin_manager", "tokenops.cli"])
 def test_light_modules_do_not_import_torch(module):
     code = f"import importlib, sys; importlib.import_module({module!r}); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -9,7 +9,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def _package_dirs():
-    for base, name in (("tokenops", "tokenops"), ("plugins", "tokenops_plugins")):
+    for base, name in (("tokenops", "tokenops"), ("tokenops_plugins", "tokenops_plugins")):
         for init in (ROOT / base).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / base)
             yield ".".join([name, *rel.parts]) if rel.parts else name
@@ -24,10 +24,10 @@ def test_every_package_folder_is_listed():
 def test_every_builtin_plugin_module_is_an_entry_point():
     targets = set(PYPROJECT["project"]["entry-points"]["tokenops"].values())
     modules = set()
-    for path in (ROOT / "plugins").rglob("*.py"):
+    for path in (ROOT / "tokenops_plugins").rglob("*.py"):
         if path.name.startswith("_"):  # __init__ and private helper modules are not plugins
             continue
-        rel = path.relative_to(ROOT / "plugins").with_suffix("")
+        rel = path.relative_to(ROOT / "tokenops_plugins").with_suffix("")
         modules.add(".".join(["tokenops_plugins", *rel.parts]))
     assert modules - targets == set(), "register these plugin modules under [project.entry-points.tokenops]"
     for target in targets:

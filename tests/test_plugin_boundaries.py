@@ -1,4 +1,4 @@
-"""Plugins use the core through its public interface: no module under ``plugins/`` reads or
+"""Plugins use the core through its public interface: no module under ``tokenops_plugins/`` reads or
 writes an underscore attribute of an object it did not make (``health._breakers``,
 ``cache._evict()``, another plugin's ``_config``). What a plugin needs is a public method
 (``ReplicaHealth.set_breaker_config``, ``SemanticCache.set_config``,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "tokenops_plugins"
 
 
 def _private(name: object) -> bool:

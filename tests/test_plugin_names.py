@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenops import plugins
+from tokenops import plugin_manager as plugins
 
 EVIL = "def tokenops_admit(request):\n    return None\n"
 

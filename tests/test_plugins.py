@@ -5,7 +5,8 @@ import textwrap
 
 import pytest
 
-from tokenops import hookimpl, plugins
+from tokenops import hookimpl
+from tokenops import plugin_manager as plugins
 from tokenops.hookspecs import LAYERS
 from tokenops.types import GatewayRequest
 
@@ -101,7 +102,7 @@ def test_register_and_unregister_runtime_plugin(fresh_plugins):
 
 
 def test_trace_env_prints_hook_calls(tmp_path):
-    code = "from tokenops.plugins import hook; hook().tokenops_register_schedule_orders(register=lambda n, o: None)"
+    code = "from tokenops.plugin_manager import hook; hook().tokenops_register_schedule_orders(register=lambda n, o: None)"
     env = {"TOKENOPS_TRACE_PLUGINS": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 from tokenops import hookimpl
-from tokenops.plugins import get_plugin_manager, hook
+from tokenops.plugin_manager import get_plugin_manager, hook
 from tokenops.types import TelemetryEvent
 
 
@@ -37,7 +37,7 @@ def test_register_plugin_fixture_registers(register_plugin):
 _OUTSIDE_PROJECT = textwrap.dedent(
     """
     from tokenops import hookimpl
-    from tokenops.plugins import get_plugin_manager, hook
+    from tokenops.plugin_manager import get_plugin_manager, hook
     from tokenops.types import TelemetryEvent
 
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _written_decision_keys() -> dict[str, str]:
     """key -> where, for ``….decisions["key"] = …`` and ``….decisions.setdefault("key", …)``."""
     found: dict[str, str] = {}
-    for base in ("tokenops", "plugins"):
+    for base in ("tokenops", "tokenops_plugins"):
         for path in (ROOT / base).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 target = None

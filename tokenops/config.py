@@ -20,8 +20,8 @@ from typing import Any
 from tokenops.slo import SLO, parse_slos
 
 #: Built-in plugin names the operator lets another plugin take: ``[plugins] replace`` of every
-#: loaded configuration and ``tokenops.plugins.allow_replacing``. Kept here, below the plugin
-#: manager, which reads it when it loads (``tokenops.plugins.replacements``).
+#: loaded configuration and ``tokenops.plugin_manager.allow_replacing``. Kept here, below the plugin
+#: manager, which reads it when it loads (``tokenops.plugin_manager.replacements``).
 replaceable_plugins: set[str] = set()
 
 

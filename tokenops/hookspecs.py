@@ -321,7 +321,7 @@ def tokenops_transform_model(model: torch.nn.Module, config: EngineConfig) -> to
 
     Called once per loaded model while the bundled engine is built, before its weights are
     packed and the model compiled (``tokenops serve`` passes it to the engine as a weight
-    transform, see :mod:`tokenops.engine_policies`; an engine built without plugins has none).
+    transform, see :mod:`tokenops.policy_hooks`; an engine built without plugins has none).
     Every implementation gets the loaded model; the last non-None replacement is kept.
 
     Runs on: build time. In the thread that builds the engine (a gateway worker thread
@@ -484,7 +484,7 @@ def tokenops_engine_config(config: EngineConfig) -> None:
     """Adjust the engine configuration before the engine starts.
 
     Called once per bundled-engine backend when the gateway builds it, so the combination
-    is checked at startup (:func:`tokenops.engine_policies.configure_engine`); an engine
+    is checked at startup (:func:`tokenops.policy_hooks.configure_engine`); an engine
     built directly (``LLMEngine(config)``) does not call it.
 
     Runs on: build time. In the thread that builds the gateway app.

@@ -35,7 +35,7 @@ class Section:
 
 def known_sections() -> dict[str, Section]:
     """Every ``[plugins.<name>]`` the loaded plugins read, by section name."""
-    from tokenops.plugins import get_plugin_manager
+    from tokenops.plugin_manager import get_plugin_manager
 
     sections: dict[str, Section] = {}
     for plugin_name, plugin in get_plugin_manager().list_name_plugin():
@@ -80,7 +80,7 @@ def _closest(word: str, names: list[str]) -> str:
 
 
 #: Keys of the ``[plugins]`` table itself that the core reads (not plugin sections): ``replace``
-#: names the built-ins another installed plugin may take (:func:`tokenops.plugins.replacements`).
+#: names the built-ins another installed plugin may take (:func:`tokenops.plugin_manager.replacements`).
 CORE_KEYS = {"replace"}
 
 
@@ -93,7 +93,7 @@ def check_plugin_sections(plugins: dict[str, Any], where: str = "config") -> Non
         raise ConfigError(f"{where}: [plugins] replace must be a list of plugin names, got {replace!r}")
     plugins = {k: v for k, v in plugins.items() if k not in CORE_KEYS}
     sections = known_sections()
-    from tokenops.plugins import get_plugin_manager
+    from tokenops.plugin_manager import get_plugin_manager
 
     loaded = {name for name, _ in get_plugin_manager().list_name_plugin()}
     for name, value in plugins.items():

@@ -56,7 +56,7 @@ def tokenops_store(tmp_path: Any) -> Iterator[Any]:
 @pytest.fixture
 def register_plugin() -> Iterator[Callable[..., str]]:
     """Register plugin objects for one test; they are unregistered at teardown."""
-    from tokenops import plugins
+    from tokenops import plugin_manager as plugins
 
     names: list[str] = []
 

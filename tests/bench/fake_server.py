@@ -29,7 +29,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from tokenops.plugins import get_tunables
+from tokenops.plugin_manager import get_tunables
 from tokenops.tunables import TunableError
 
 

@@ -12,7 +12,7 @@ import asyncio
 import time
 
 from tokenops.gateway import hooks
-from tokenops.plugins import get_plugin_manager
+from tokenops.plugin_manager import get_plugin_manager
 from tokenops.types import GatewayRequest
 
 

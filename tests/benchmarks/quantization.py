@@ -95,7 +95,7 @@ def weight_bytes(model) -> int:
 
 def tokens_per_s(config, prompts, max_tokens: int) -> float:
     from tokenops.engine.sampling import SamplingParams
-    from tokenops.engine_policies import build_engine
+    from tokenops.policy_hooks import build_engine
 
     engine = build_engine(config)  # with the plugins' transforms, as tokenops serve builds it
     engine.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=2))
@@ -122,7 +122,7 @@ def main() -> None:
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.model_runner import ModelRunner
     from tokenops.engine.tokenizer import Tokenizer
-    from tokenops.engine_policies import collect_policies
+    from tokenops.policy_hooks import collect_policies
     from tokenops_plugins.model_optimization.kv_policy import SinkWindowPolicy
 
     if (DEMO / "model.safetensors").exists():

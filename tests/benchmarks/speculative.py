@@ -124,7 +124,7 @@ def chat_prompts(tok, convs, num: int) -> list[list[int]]:
 def make_engine(model: Path, batch: int, threads: int, **spec):
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.sampling import SamplingParams
-    from tokenops.engine_policies import build_engine
+    from tokenops.policy_hooks import build_engine
 
     config = EngineConfig(model=str(model), device="cpu", torch_threads=threads, max_num_seqs=batch,
                           max_num_batched_tokens=1024, kv_cache_tokens=16384, **spec)

@@ -31,7 +31,7 @@ import numpy as np
 
 from tokenops.bench.arrivals import ArrivalSpec
 from tokenops.bench.metrics import RequestResult, summarize
-from tokenops.plugins import get_tunables
+from tokenops.plugin_manager import get_tunables
 from tokenops.slo import parse_slos
 from tokenops.tune.goodput import BracketConfig, find_goodput
 from tokenops.tune.search import Budget, Tuner

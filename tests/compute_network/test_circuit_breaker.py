@@ -106,7 +106,7 @@ def breaker_plugin(clock):
 
 
 def test_selection_skips_open_replicas_and_restores_the_list(breaker_plugin):
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     reps = replicas(3)
     for _ in range(2):
@@ -121,7 +121,7 @@ def test_selection_skips_open_replicas_and_restores_the_list(breaker_plugin):
 
 
 def test_all_open_passes_and_degrades(breaker_plugin):
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     big = [FakeReplica("big#0", model="big"), FakeReplica("big#1", model="big")]
     hook().tokenops_select_replica(request=chat("q"), replicas=list(big))

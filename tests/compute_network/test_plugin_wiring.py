@@ -4,7 +4,7 @@ driven by their live tunables."""
 import pytest
 
 from tokenops.config import ConfigError, Settings
-from tokenops.plugins import get_plugin_manager, get_tunables, hook
+from tokenops.plugin_manager import get_plugin_manager, get_tunables, hook
 from tokenops.types import BackendOutcome, TelemetryEvent
 
 from .helpers import FakeReplica, chat, replicas

@@ -247,7 +247,7 @@ def cache_plugin():
 
 
 def test_plugin_opt_out_by_header_or_body_and_decisions(cache_plugin):
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     hook().tokenops_cache_store(request=chat("What is our refund policy?"), response=answer("30 days"))
     r = chat("What is our refund policy?")
@@ -266,7 +266,7 @@ def test_plugin_opt_out_by_header_or_body_and_decisions(cache_plugin):
 
 
 def test_plugin_tunables(cache_plugin):
-    from tokenops.plugins import get_tunables, hook
+    from tokenops.plugin_manager import get_tunables, hook
 
     names = {t.name for t in get_tunables()}
     assert {"cache.enabled", "cache.semantic_threshold", "cache.ttl_s", "cache.max_bytes"} <= names

@@ -52,7 +52,7 @@ def plugin_conf():
 
 def test_plugins_set_the_plan_and_follow_live_tunables(plugin_conf):
     from tokenops.diffusion.plan import get_plan
-    from tokenops.plugins import get_tunables, hook
+    from tokenops.plugin_manager import get_tunables, hook
 
     registry = get_tunables()
     for name in ("diffusion.sampler", "diffusion.steps", "diffusion.cache_threshold", "diffusion.cache_max_reuse"):

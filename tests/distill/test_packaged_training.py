@@ -63,7 +63,7 @@ def test_wheel_contains_the_training_package(tmp_path):
         shutil.copy(REPO / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "demo_models", "*.pyc")
     shutil.copytree(REPO / "tokenops", src / "tokenops", ignore=ignore)
-    shutil.copytree(REPO / "plugins", src / "plugins", ignore=ignore)
+    shutil.copytree(REPO / "tokenops_plugins", src / "tokenops_plugins", ignore=ignore)
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                           "-q", "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

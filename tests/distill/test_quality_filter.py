@@ -228,7 +228,7 @@ def test_capture_config_and_min_confidence_at_capture(monkeypatch):
     class _PM:
         hook = _Hook()
 
-    monkeypatch.setattr("tokenops.plugins.get_plugin_manager", lambda: _PM())
+    monkeypatch.setattr("tokenops.plugin_manager.get_plugin_manager", lambda: _PM())
     request = GatewayRequest(kind="chat", model="m", tenant="t", messages=[{"role": "user", "content": "q"}], body={})
     assert capture.tokenops_wants_logprobs(request=request, model="m")
     other_model = GatewayRequest(kind="chat", model="x", tenant="t", messages=request.messages, body={})

@@ -18,7 +18,7 @@ def test_invalid_values_name_the_field(kwargs, match):
 
 
 def test_registered_tunables_are_generated_from_the_fields():
-    from tokenops.plugins import get_tunables
+    from tokenops.plugin_manager import get_tunables
 
     registry, config = get_tunables(), EngineConfig()
     engine_names = {t.name for t in registry if t.name.startswith("engine.")}

@@ -45,10 +45,10 @@ def test_no_engine_module_imports_the_plugin_machinery():
 
 def test_engine_with_every_builtin_runs_with_the_plugin_manager_unimportable(tiny_llama_dir, monkeypatch):
     """nano-vllm style: LLMEngine + Scheduler + BlockManager, no plugin manager at all."""
-    monkeypatch.setitem(sys.modules, "tokenops.plugins", None)  # any import of it raises ImportError
+    monkeypatch.setitem(sys.modules, "tokenops.plugin_manager", None)  # any import of it raises ImportError
     monkeypatch.setitem(sys.modules, "tokenops_plugins", None)
     with pytest.raises(ImportError):
-        import tokenops.plugins  # noqa: F401
+        import tokenops.plugin_manager  # noqa: F401
     plain = _greedy(LLMEngine(_config(tiny_llama_dir)), PROMPTS)
     engine = LLMEngine(_config(tiny_llama_dir, schedule_policy="priority", speculative="ngram",
                                kv_sink_tokens=4, kv_window_tokens=32, max_model_len=128))
@@ -136,7 +136,7 @@ def test_serve_collects_plugin_policies_once(tiny_llama_dir, register_plugin):
     """The plugin side: orders and proposers registered through the hooks become selectable by
     name; the hooks run when the engine is built, not per step."""
     from tokenops import hookimpl
-    from tokenops.engine_policies import build_engine, configure_engine
+    from tokenops.policy_hooks import build_engine, configure_engine
 
     calls = []
     echo = EchoLast()

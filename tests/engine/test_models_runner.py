@@ -7,7 +7,7 @@ import torch
 
 from tokenops import hookimpl
 from tokenops.engine.batch import ChunkInput
-from tokenops.plugins import register_plugin, unregister_plugin
+from tokenops.plugin_manager import register_plugin, unregister_plugin
 
 
 def test_attributes_and_cache_geometry(tiny_llama_dir, make_runner):
@@ -84,7 +84,7 @@ def test_transform_and_compile_hooks(tiny_llama_dir, make_runner):
     """The hooks reach the runner as the engine's policies, collected once (serve's way)."""
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.model_runner import ModelRunner
-    from tokenops.engine_policies import collect_policies
+    from tokenops.policy_hooks import collect_policies
 
     plain = make_runner(tiny_llama_dir).execute([ChunkInput([1, 2, 3], 0, [0])])[0]
     plugin = _Hooks()

@@ -367,7 +367,7 @@ def test_draft_min_confidence_cuts_proposals_and_stays_exact(tiny_llama_dir, dra
     saved = settings_plugin._conf["draft_min_confidence"]
     settings_plugin._conf["draft_min_confidence"] = 0.3
     try:  # the plugin's setting reaches the engine the way serve builds one
-        from tokenops.engine_policies import build_engine
+        from tokenops.policy_hooks import build_engine
 
         engine = build_engine(EngineConfig(**{**_config_values(tiny_llama_dir), "speculative": "draft",
                                               "draft_model": str(draft_dir)}))

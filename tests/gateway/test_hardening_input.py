@@ -149,7 +149,7 @@ async def test_tunables_reject_non_finite_and_out_of_type_values(raw):
 
 
 def test_tunable_validate_refuses_nan_for_every_float_tunable():
-    from tokenops.plugins import get_tunables
+    from tokenops.plugin_manager import get_tunables
 
     floats = [t for t in get_tunables() if t.type == "float"]
     assert floats

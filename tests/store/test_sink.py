@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tokenops.plugins import get_plugin_manager, hook, list_plugins
+from tokenops.plugin_manager import get_plugin_manager, hook, list_plugins
 from tokenops.store import sink
 from tokenops.types import TelemetryEvent
 

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from tokenops import hookimpl, plugins
+from tokenops import hookimpl
+from tokenops import plugin_manager as plugins
 from tokenops.cli import build_app, main
 from tokenops.tune.launcher import LaunchOptions, ServerProcess, TokenopsLauncher, env_for
 from tokenops.tune.target import TuneError

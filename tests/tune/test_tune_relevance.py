@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokenops.plugins import get_tunables
+from tokenops.plugin_manager import get_tunables
 from tokenops.tune.deployment import Deployment, filter_relevant
 from tokenops.tune.space import SearchSpace
 

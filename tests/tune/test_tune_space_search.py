@@ -2,7 +2,7 @@
 
 import pytest
 
-from tokenops.plugins import get_tunables
+from tokenops.plugin_manager import get_tunables
 from tokenops.tunables import Tunable, TunableError
 from tokenops.tune.goodput import GoodputResult
 from tokenops.tune.search import Budget, Tuner

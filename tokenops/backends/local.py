@@ -33,7 +33,7 @@ log = logging.getLogger("tokenops.backends")
 def engine_config_for(model: ModelConfig, settings: Settings, configure_engine: Callable[[Any], Any]) -> Any:
     """The :class:`EngineConfig` of one model: ``[engine]`` settings, then the model's overrides,
     then ``configure_engine`` (the plugins' ``tokenops_engine_config`` when the backend was built
-    with :func:`tokenops.engine_policies.plugin_calls`)."""
+    with :func:`tokenops.policy_hooks.plugin_calls`)."""
     from tokenops.engine.config import EngineConfig
 
     overrides = dict(model.engine)

@@ -2,7 +2,7 @@
 
 The backends sit below the plugin manager: they never call it. The plugin that registers a
 backend kind (``tokenops_plugins.default_backends``) builds each backend with
-:func:`tokenops.engine_policies.plugin_calls`, which answers from the hooks; a backend built
+:func:`tokenops.policy_hooks.plugin_calls`, which answers from the hooks; a backend built
 without it (a test, a script) runs on :func:`builtin_calls`, the engine's and the diffusion
 pipeline's own defaults with no plugin at all.
 """

@@ -61,7 +61,7 @@ class BenchPlan:
     #: Send the same prompts at every level and in every run (cache studies); by default each level of
     #: each run gets fresh prompts, so a later level does not measure a prefix cache the earlier one warmed.
     reuse_prompts: bool = False
-    #: The workloads the plugins register (``tokenops.plugins.get_workloads``, passed in by the CLI
+    #: The workloads the plugins register (``tokenops.plugin_manager.get_workloads``, passed in by the CLI
     #: and the tuner); None: the built-ins (:func:`tokenops.bench.workloads.builtin_workloads`).
     registered_workloads: dict[str, WorkloadFactory] | None = None
 

@@ -33,7 +33,7 @@ def builtin_workloads() -> dict[str, WorkloadFactory]:
 
 def get_workloads(registered: dict[str, WorkloadFactory] | None = None) -> dict[str, WorkloadFactory]:
     """Every workload by name: ``registered`` (what the plugins register, passed in by the CLI and
-    the tuner from ``tokenops.plugins.get_workloads``), else :func:`builtin_workloads`."""
+    the tuner from ``tokenops.plugin_manager.get_workloads``), else :func:`builtin_workloads`."""
     return dict(registered) if registered is not None else builtin_workloads()
 
 

@@ -72,7 +72,7 @@ def root(
     ] = False,
 ) -> None:
     """Token operations: serve, benchmark, tune and watch LLM inference."""
-    from tokenops import plugins
+    from tokenops import plugin_manager as plugins
 
     for path in plugin or []:
         plugins.add_plugin_file(path)
@@ -87,7 +87,7 @@ def build_app() -> typer.Typer:
                 continue
             raise
         module.register(app)
-    from tokenops.plugins import get_plugin_manager
+    from tokenops.plugin_manager import get_plugin_manager
 
     get_plugin_manager().hook.tokenops_register_commands(app=app)
     return app
@@ -95,7 +95,7 @@ def build_app() -> typer.Typer:
 
 def _known_errors() -> tuple[type[BaseException], ...]:
     from tokenops.config import ConfigError
-    from tokenops.plugins import PluginLoadError
+    from tokenops.plugin_manager import PluginLoadError
     from tokenops.slo import SLOError
     from tokenops.tunables import TunableError
 

@@ -200,7 +200,7 @@ def _plan(o: dict[str, Any]) -> Any:
     from tokenops.bench.slo_presets import resolve
     from tokenops.bench.workloads import WorkloadError
     from tokenops.cli import UserError
-    from tokenops.plugins import get_workloads
+    from tokenops.plugin_manager import get_workloads
     from tokenops.slo import parse_slos
 
     slo = resolve(o["slo"], o["slo_preset"])

@@ -56,7 +56,7 @@ def plan_command(
     """Compute expert replica counts and placement; print balancedness before and after."""
     from tokenops.cli import UserError
     from tokenops.config import load_settings
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     if load_file is not None:
         try:

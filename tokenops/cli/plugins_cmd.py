@@ -16,7 +16,7 @@ def plugins_command(as_json: JsonOpt = False) -> None:
     from rich.table import Table
 
     from tokenops.hookspecs import LAYERS
-    from tokenops.plugins import get_tunables, list_plugins
+    from tokenops.plugin_manager import get_tunables, list_plugins
 
     infos = list_plugins()
     if as_json:

@@ -377,7 +377,7 @@ def _root(url: str | None) -> str:
 def _apply(params: dict[str, Any], url: str | None, admin_key: str | None, store: str | None) -> tuple[dict, list[str]]:
     """Push the live part of ``params`` to the running server; returns (applied, restart-only names)."""
     from tokenops.cli import UserError
-    from tokenops.plugins import get_tunables
+    from tokenops.plugin_manager import get_tunables
     from tokenops.tune.local import LocalAdmin
     from tokenops.tune.target import AdminClient, TuneError
 

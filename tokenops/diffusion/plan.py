@@ -13,7 +13,7 @@ __all__ = ["DiffusionPlan", "get_plan"]
 
 def get_plan(model: str, sampler: str, num_steps: int) -> DiffusionPlan:
     """The plan for one request of ``model``: defaults, then every ``tokenops_diffusion_plan`` hook."""
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     plan = DiffusionPlan(sampler=sampler, num_steps=num_steps)
     hook().tokenops_diffusion_plan(model=model, plan=plan)

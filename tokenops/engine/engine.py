@@ -12,7 +12,7 @@ by one and only the requests whose chunk still fails are finished with ``error``
 Policies (queue orders, speculative proposers, KV policy, weight transforms, compile) come
 in as the ``policies`` argument (:class:`tokenops.engine.policies.EnginePolicies`, the
 built-ins by default); the engine never consults the plugin manager. ``tokenops serve``
-builds them from the hooks with :func:`tokenops.engine_policies.build_engine`.
+builds them from the hooks with :func:`tokenops.policy_hooks.build_engine`.
 """
 
 from __future__ import annotations

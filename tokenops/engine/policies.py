@@ -4,7 +4,7 @@
 here, and the defaults are the built-ins, so an engine (and its scheduler and block
 manager) runs with no plugin machinery at all. ``tokenops serve`` builds the
 :class:`EnginePolicies` from the plugin hooks once, when it builds an engine
-(:mod:`tokenops.engine_policies`); the contracts are in :mod:`tokenops.engine.protocols`.
+(:mod:`tokenops.policy_hooks`); the contracts are in :mod:`tokenops.engine.protocols`.
 
 Built in:
 

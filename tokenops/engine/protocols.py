@@ -4,7 +4,7 @@
 (:class:`tokenops.engine.policies.EnginePolicies`): the waiting-queue order, the
 speculative proposers, the KV policy, the weight transforms and the compile step. The
 defaults are the built-ins; ``tokenops serve`` collects plugin-provided ones from the
-hooks once, when it builds the engine (:mod:`tokenops.engine_policies`). Everything
+hooks once, when it builds the engine (:mod:`tokenops.policy_hooks`). Everything
 the engine calls on a policy is declared here, and nothing else is called.
 
 Threads: the engine calls these methods on its own thread (the step loop), one call at a

@@ -41,7 +41,7 @@ async def admin_stats(request: Request) -> Response:
 
 
 def _tunables_list(gw: Gateway) -> list[dict[str, Any]]:
-    from tokenops.plugins import get_launchers, get_tunables
+    from tokenops.plugin_manager import get_launchers, get_tunables
 
     # knobs of external engines (vllm.*, sglang.*) exist only as their launch flags for
     # `tokenops tune --engine ...`; this server has nothing to show or set for them
@@ -115,7 +115,7 @@ async def patch_tunables(request: Request) -> Response:
 
 def apply_tunables(gw: Gateway, values: dict[str, Any], actor: str) -> dict[str, Any]:
     """Validate the whole patch, refuse restart-only names, apply, audit."""
-    from tokenops.plugins import get_tunables
+    from tokenops.plugin_manager import get_tunables
 
     registry = get_tunables()
     for name, value in values.items():  # over HTTP a value has its JSON type or is text (1 is no bool)

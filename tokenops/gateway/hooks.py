@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from tokenops.backends.registry import BackendFactory
 from tokenops.blocking import blocking_mark
-from tokenops.plugins import hook
+from tokenops.plugin_manager import hook
 from tokenops.types import (
     BackendError,
     BackendOutcome,

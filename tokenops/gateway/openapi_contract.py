@@ -158,7 +158,7 @@ def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
 
 def tunables_schema() -> dict[str, Any]:
     """The body of ``PATCH /admin/tunables``, from the live tunables in the registry."""
-    from tokenops.plugins import get_tunables
+    from tokenops.plugin_manager import get_tunables
 
     types = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
     props: dict[str, Any] = {}

@@ -302,7 +302,7 @@ class Gateway:
     def _show_running_tunables(self) -> None:
         """Tunables as the started engines run them (``[plugins.*]`` tables and per-model ``engine``
         included), not the registry's defaults; where models differ, ``tunables_per_model`` says how."""
-        from tokenops.plugins import get_tunables, hook
+        from tokenops.plugin_manager import get_tunables, hook
 
         names = {t.name for t in get_tunables()}
         per_model: dict[str, dict[str, Any]] = {}
@@ -330,7 +330,7 @@ class Gateway:
         self.tunable_values.update({n: next(iter(v.values())) for n, v in per_model.items()})
 
     def _initial_tunables(self) -> dict[str, Any]:
-        from tokenops.plugins import get_tunables
+        from tokenops.plugin_manager import get_tunables
 
         values = {}
         for t in get_tunables():

@@ -48,7 +48,7 @@ def load_profile(name: str, directory: Path = PROFILE_DIR) -> EngineProfile:
     tunables = data.get("tunables")
     if not isinstance(tunables, dict) or not tunables:
         raise ConfigError(f"engine profile {path} has no [tunables] table")
-    from tokenops.plugins import get_tunables
+    from tokenops.plugin_manager import get_tunables
     from tokenops.tunables import TunableError
 
     try:

@@ -4,7 +4,7 @@ candidate settings, for restart-only tunables.
 A :class:`Launcher` knows one server kind: its name, the tunable prefixes it owns
 (``vllm.``), how a configuration becomes a command line and environment, and
 which paths answer 200 once it serves. Launchers come from the
-``tokenops_register_launchers`` hook (:func:`tokenops.plugins.get_launchers`);
+``tokenops_register_launchers`` hook (:func:`tokenops.plugin_manager.get_launchers`);
 the bundled engine's is :class:`TokenopsLauncher`: engine and gateway tunables go
 in as ``TOKENOPS_ENGINE__<NAME>`` variables, and the server gets its own admin
 key and a scratch store so it never contends with the user's store file.

@@ -154,7 +154,7 @@ class TuneSession:
         self.model = self.plan.model or asyncio.run(fetch_model(self.server.url))
 
     def _make_launcher(self) -> Launcher:
-        from tokenops.plugins import get_launchers
+        from tokenops.plugin_manager import get_launchers
 
         p = self.plan
         launchers = get_launchers()
@@ -177,7 +177,7 @@ class TuneSession:
     def _build_space(self) -> SearchSpace:
         p = self.plan
         if p.launch:
-            from tokenops.plugins import get_tunables
+            from tokenops.plugin_manager import get_tunables
 
             launcher = self.launcher = self._make_launcher()
             # live tunables need the admin API; everything else is the launcher's, applied by relaunching
@@ -209,7 +209,7 @@ class TuneSession:
         return work_of(self.plan.endpoint)
 
     def _relevant(self, tunables: list, deployment: Deployment) -> list:
-        from tokenops.plugins import get_tunables
+        from tokenops.plugin_manager import get_tunables
 
         self.deployment = deployment
         rel = filter_relevant(tunables, deployment, declared=get_tunables(), keep=self.plan.overrides)
@@ -241,7 +241,7 @@ class TuneSession:
         p = self.plan
         self._num_measurements += 1
         seed = int(np.random.SeedSequence([p.seed, self._num_measurements]).generate_state(1)[0])
-        from tokenops.plugins import get_workloads
+        from tokenops.plugin_manager import get_workloads
 
         return build_workload(p.workload, n, seed, registered=get_workloads(), **p.workload_options)
 

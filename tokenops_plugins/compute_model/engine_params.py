@@ -14,7 +14,7 @@ TOKENOPS_LAYER = "compute_model"
 def tokenops_register_tunables(register):
     for tunable in engine_tunables():
         if tunable.name == "engine.schedule_policy":
-            from tokenops.engine_policies import schedule_orders
+            from tokenops.policy_hooks import schedule_orders
 
             extra = sorted(set(schedule_orders()) - set(tunable.choices))
             tunable = dataclasses.replace(tunable, choices=(*tunable.choices, *extra))

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 def _named(hook_name: str, builtins: dict[str, Any], what: str) -> dict[str, Any]:
     """Built-ins plus the names each implementation of a ``register(name, obj)`` hook adds."""
-    from tokenops.plugins import PluginLoadError, get_plugin_manager
+    from tokenops.plugin_manager import PluginLoadError, get_plugin_manager
 
     found = dict(builtins)
     owners: dict[str, str] = {}
@@ -64,7 +64,7 @@ def proposers() -> dict[str, Any]:
 
 
 def _hook_transform() -> Callable[[Any, Any], Any] | None:
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     caller = hook().tokenops_transform_model
     if not caller.get_hookimpls():
@@ -78,7 +78,7 @@ def _hook_transform() -> Callable[[Any, Any], Any] | None:
 
 
 def _hook_compile() -> Callable[[Any], Any] | None:
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     caller = hook().tokenops_compile_model
     if not caller.get_hookimpls():
@@ -89,7 +89,7 @@ def _hook_compile() -> Callable[[Any], Any] | None:
 def collect_policies(config: EngineConfig) -> EnginePolicies:
     """The engine policies the loaded plugins provide for ``config`` (its final form: after
     :func:`configure_engine`). Each hook is called here, once."""
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     transform = _hook_transform()
     return EnginePolicies(
@@ -105,7 +105,7 @@ def configure_engine(config: EngineConfig) -> EngineConfig:
     """Apply ``tokenops_engine_config`` (once) and check the result, including that
     ``schedule_policy`` and ``speculative`` name an order and a proposer that are available
     (ValueError naming them otherwise). Returns ``config``."""
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     hook().tokenops_engine_config(config=config)
     config.__post_init__()  # the combination plugins produced
@@ -132,7 +132,7 @@ def build_engine(config: EngineConfig, runner: Any = None, *, configured: bool =
 
 def reasoning_budget(request: GatewayRequest, model: str) -> ReasoningBudget | None:
     """The budget policy's answer for ``request`` (``tokenops_reasoning_budget``)."""
-    from tokenops.plugins import hook
+    from tokenops.plugin_manager import hook
 
     return hook().tokenops_reasoning_budget(request=request, model=model)
 

@@ -2,7 +2,7 @@
 server), ``embedding`` (an in-process sentence-embedding model for /v1/embeddings) and
 ``diffusion`` (a local diffusers pipeline folder for /v1/images/generations). The bundled ones
 are built with what they ask the plugins (engine policies, thinking budgets, diffusion plans:
-:func:`tokenops.engine_policies.plugin_calls`)."""
+:func:`tokenops.policy_hooks.plugin_calls`)."""
 
 from tokenops import hookimpl
 
@@ -11,7 +11,7 @@ TOKENOPS_LAYER = "setup"
 
 def _local(model, settings):
     from tokenops.backends.local import LocalBackend
-    from tokenops.engine_policies import plugin_calls
+    from tokenops.policy_hooks import plugin_calls
 
     return LocalBackend(model, settings, calls=plugin_calls())
 
@@ -30,7 +30,7 @@ def _embedding(model, settings):
 
 def _diffusion(model, settings):
     from tokenops.backends.diffusion import DiffusionBackend
-    from tokenops.engine_policies import plugin_calls
+    from tokenops.policy_hooks import plugin_calls
 
     return DiffusionBackend(model, settings, calls=plugin_calls())
 

@@ -122,7 +122,7 @@ def tokenops_cache_store(request, response):
     global num_captured
     if not should_capture(_config, request, response):
         return
-    from tokenops.plugins import get_plugin_manager
+    from tokenops.plugin_manager import get_plugin_manager
     from tokenops.types import TelemetryEvent
 
     global num_below_confidence
