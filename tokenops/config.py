@@ -53,7 +53,7 @@ class ModelConfig:
     #: "think" sends <think>…</think> as reasoning_content. None: no reasoning parser.
     reasoning_parser: str | None = None
     #: Bundled engine: LoRA adapters served on this model, name -> PEFT adapter folder
-    #: (tokenops/engine/lora.py); each name is a model of its own in every endpoint.
+    #: (tokenops/engine/lora_adapters.py); each name is a model of its own in every endpoint.
     lora: dict[str, str] = field(default_factory=dict)
     #: Bundled engine: LoRA adapters held in memory at once (0: all); the least recently used one
     #: is unloaded to make room and reloaded from its folder when asked again.

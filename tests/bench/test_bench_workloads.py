@@ -54,7 +54,7 @@ def test_sharegpt_multiturn_keeps_conversations():
 
 def test_replay_from_a_seeded_store(tmp_path):
     from tokenops.store import Store
-    from tokenops.store.models import RequestRow
+    from tokenops.store.table_models import RequestRow
 
     path = str(tmp_path / "s.duckdb")
     t0 = dt.datetime(2026, 1, 1, 12, 0, 0)

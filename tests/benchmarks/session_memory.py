@@ -93,7 +93,7 @@ def main() -> None:
     import tokenops_plugins.model_optimization.session_memory as plugin
     from tokenops.engine.tokenizer import Tokenizer
     from tokenops.memory.fit import ContextWindow, fit_conversation, message_text
-    from tokenops.memory.store import get_session_memory, set_session_memory
+    from tokenops.memory.memory_store import get_session_memory, set_session_memory
     from tokenops.types import GatewayRequest
 
     from tokenops.config import Settings as RealSettings

@@ -14,7 +14,7 @@ import torch
 from tiny_models import load_hf_model
 from tokenops.engine.config import EngineConfig
 from tokenops.engine.engine import LLMEngine
-from tokenops.engine.lora import AdapterError
+from tokenops.engine.lora_adapters import AdapterError
 from tokenops.engine.sampling import SamplingParams
 
 peft = pytest.importorskip("peft")

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tokenops.keys.fields import FieldError, parse_key_fields, parse_time
+from tokenops.keys.admin_fields import FieldError, parse_key_fields, parse_time
 from tokenops.keys.guard import KeyGuard
 from tokenops.keys.ledger import LocalLedger, RedisLedger
 from tokenops.keys.periods import Window, check_period, window

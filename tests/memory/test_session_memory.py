@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tokenops.memory.fit import MEMORY_HEADER, fit_conversation, message_text
-from tokenops.memory.store import SessionMemory, split_chunks
+from tokenops.memory.memory_store import SessionMemory, split_chunks
 from tokenops.semcache.embedders import LexicalEmbedder
 
 
@@ -102,7 +102,7 @@ def test_fit_gives_up_when_the_last_message_alone_is_too_long():
 
 def test_plugin_settings_are_checked():
     import tokenops_plugins.model_optimization.session_memory as plugin
-    from tokenops.memory.store import get_session_memory, set_session_memory
+    from tokenops.memory.memory_store import get_session_memory, set_session_memory
 
     from tokenops.config import Settings as RealSettings
 

@@ -7,7 +7,7 @@ import pytest
 
 from tokenops.store import Store, StoreError
 from tokenops.store.migrations import LATEST_VERSION, MIGRATIONS, apply_migrations, current_version
-from tokenops.store.models import ALL_MODELS
+from tokenops.store.table_models import ALL_MODELS
 
 _DUCK_TYPES = {"VARCHAR": "VARCHAR", "BIGINT": "BIGINT", "INTEGER": "INTEGER", "DOUBLE": "DOUBLE", "DOUBLE PRECISION": "DOUBLE",
                "BOOLEAN": "BOOLEAN", "TIMESTAMP WITHOUT TIME ZONE": "TIMESTAMP", "TIMESTAMP": "TIMESTAMP"}

@@ -12,7 +12,7 @@ import pytest
 from sqlmodel import select
 
 from tokenops.store import Store, StoreError
-from tokenops.store.models import BenchResult, BenchRun, CapabilityProfile, ConfigChange, TuneTrial
+from tokenops.store.table_models import BenchResult, BenchRun, CapabilityProfile, ConfigChange, TuneTrial
 
 from store_helpers import DAY1
 

@@ -13,7 +13,7 @@ import pytest
 
 from tokenops.store import Store, StoreError, wire
 from tokenops.store.channel import StoreChannel
-from tokenops.store.models import BenchRun
+from tokenops.store.table_models import BenchRun
 from tokenops.store.remote import RemoteStore
 
 

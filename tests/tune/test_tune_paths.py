@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tokenops.slo import parse_slos
 from tokenops.testing_serve import ServeProcess
-from tokenops.tune.local import LocalAdmin
+from tokenops.tune.local_server import LocalAdmin
 from tokenops.tune.runner import TunePlan, TuneSession
 from tokenops.tune.search import Budget
 

@@ -36,7 +36,7 @@ def _fallback_dir(store_path: str) -> Path:
 
 def run_rows(run: BenchRun) -> list[Any]:
     """The ``bench_runs`` row and one ``bench_results`` row per level."""
-    from tokenops.store import models as m
+    from tokenops.store import table_models as m
 
     ts = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     opts = _clean(

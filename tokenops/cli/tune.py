@@ -203,7 +203,7 @@ def _target(url: str | None, launch: bool, apply: bool, store: str | None, say: 
     """(url, launch, the admin of this folder's server or None): ``--url``, this folder's
     ``tokenops serve``, or launching the bundled engine per configuration."""
     from tokenops.cli import UserError
-    from tokenops.tune.local import LocalAdmin
+    from tokenops.tune.local_server import LocalAdmin
 
     local = None if launch else LocalAdmin.find(store)
     if local is not None and url and _root(url) != _root(local.url):
@@ -378,7 +378,7 @@ def _apply(params: dict[str, Any], url: str | None, admin_key: str | None, store
     """Push the live part of ``params`` to the running server; returns (applied, restart-only names)."""
     from tokenops.cli import UserError
     from tokenops.plugin_manager import get_tunables
-    from tokenops.tune.local import LocalAdmin
+    from tokenops.tune.local_server import LocalAdmin
     from tokenops.tune.target import AdminClient, TuneError
 
     registry = get_tunables()

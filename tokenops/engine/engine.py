@@ -383,7 +383,7 @@ class LLMEngine:
             raise EngineRequestError("; ".join(errors))
         return [final[i] for i in ids]
 
-    # -- LoRA adapters (tokenops/engine/lora.py) ------------------------------------------
+    # -- LoRA adapters (tokenops/engine/lora_adapters.py) ------------------------------------------
 
     def lora_names(self) -> list[str]:
         lora = getattr(self.runner, "lora", None)

@@ -5,7 +5,7 @@ default GGUF model several times slower per step than the fused step, whatever t
 (docs/lora.md). Here the step stays native: :class:`NativeLora` describes each loaded adapter once
 (per layer and projection, the addresses of its A and B matrices, see ``tk_lora_adapter``) and,
 per step, which rows use which adapter (``tk_lora``), with the chunks ordered by adapter; the C step
-adds ``(x A^T) B^T`` to those rows after each product. The adapter's tensors are the ones :class:`~tokenops.engine.lora.LoraSet`
+adds ``(x A^T) B^T`` to those rows after each product. The adapter's tensors are the ones :class:`~tokenops.engine.lora_adapters.LoraSet`
 holds (float32, contiguous): nothing is copied.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from tokenops.engine.batch import ChunkInput
-from tokenops.engine.lora import LoraAdapter
+from tokenops.engine.lora_adapters import LoraAdapter
 
 #: our module -> the projection index the C step passes to ``lora_add``
 PROJECTIONS = {"self_attn.qkv_proj": 0, "self_attn.o_proj": 1, "mlp.gate_up_proj": 2, "mlp.down_proj": 3}

@@ -18,7 +18,7 @@ from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
 from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
-from tokenops.engine.lora import AdapterError, LoraAdapter, LoraSet, load_adapter
+from tokenops.engine.lora_adapters import AdapterError, LoraAdapter, LoraSet, load_adapter
 from tokenops.engine.lora_native import NativeLora
 from tokenops.engine.panels import PanelDtypeUnavailable, hugepage_arena
 from tokenops.engine.tokenizer import Tokenizer
@@ -119,7 +119,7 @@ class ModelRunner:
             "plain" if compiled is not None and layout == "auto" else layout,
             panels=self.fused_decode if compiled is None else None,
         )
-        #: LoRA adapters served on this model (tokenops/engine/lora.py); hooked on the transformed model
+        #: LoRA adapters served on this model (tokenops/engine/lora_adapters.py); hooked on the transformed model
         self.lora = LoraSet(model, self.args)
         self._lora_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
         self._native_lora: NativeLora | None = None

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from tokenops.gateway.errors import APIError
-from tokenops.memory.store import get_session_memory
+from tokenops.memory.memory_store import get_session_memory
 
 router = APIRouter(tags=["admin"])
 

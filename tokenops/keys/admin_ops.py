@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tokenops.keys.fields import FieldError, check_tenant_name, parse_key_fields, parse_tenant_fields
+from tokenops.keys.admin_fields import FieldError, check_tenant_name, parse_key_fields, parse_tenant_fields
 
 
 class KeyOpsError(Exception):

@@ -155,7 +155,7 @@ class KeyRegistry:
 
     def _publish(self, key: ManagedKey | None = None, tenant: Tenant | None = None) -> None:
         if self.store is not None:
-            from tokenops.store.models import ApiKeyRow, TenantRow
+            from tokenops.store.table_models import ApiKeyRow, TenantRow
 
             if key is not None:
                 d = key.to_dict()

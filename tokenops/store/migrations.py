@@ -3,7 +3,7 @@
 Each entry of :data:`MIGRATIONS` is ``(number, name, step)`` where ``step`` is
 SQL text (statements separated by ``;``) or a callable taking the DuckDB
 connection. A migration is never edited once released: change the schema by
-appending a new one (and updating :mod:`tokenops.store.models`, which a test
+appending a new one (and updating :mod:`tokenops.store.table_models`, which a test
 compares with the migrated schema). Each migration runs in its own transaction
 together with its ``schema_migrations`` row, so a crash leaves a file at a
 whole version.

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def _models_by_table() -> dict[str, type[SQLModel]]:
     from sqlmodel import SQLModel
 
-    import tokenops.store.models  # noqa: F401  (registers the tables)
+    import tokenops.store.table_models  # noqa: F401  (registers the tables)
 
     return {m.class_.__tablename__: m.class_ for m in SQLModel._sa_registry.mappers}
 

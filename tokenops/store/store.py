@@ -135,7 +135,7 @@ class Store:
         self, name: str, old_value: Any, new_value: Any, actor: str | None = None, source: str | None = None
     ) -> int:
         """Audit one live tunable change; returns the change's id."""
-        from tokenops.store.models import ConfigChange
+        from tokenops.store.table_models import ConfigChange
 
         row = ConfigChange(
             ts=utcnow(),

@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from tokenops.store.models import TELEMETRY_MODELS, column_kinds
+from tokenops.store.table_models import TELEMETRY_MODELS, column_kinds
 
 log = logging.getLogger("tokenops.store")
 

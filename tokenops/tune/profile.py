@@ -132,8 +132,8 @@ def save_trials(report: TuneReport, store_path: str, target: Any = None) -> str:
     :class:`~tokenops.store.run_target.RunTarget`) or ``store_path`` (a JSON file beside the
     store when it cannot be opened); returns where they went."""
     from tokenops.store import StoreError
-    from tokenops.store.models import TuneTrial
     from tokenops.store.run_target import RunTarget, save_rows
+    from tokenops.store.table_models import TuneTrial
 
     rows = trial_rows(report)
     try:

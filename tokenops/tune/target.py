@@ -50,7 +50,7 @@ class AdminClient:
 
     @property
     def info(self) -> dict[str, Any] | None:
-        """The server's deployment facts (as :attr:`tokenops.tune.local.LocalAdmin.info`);
+        """The server's deployment facts (as :attr:`tokenops.tune.local_server.LocalAdmin.info`);
         None from a server that does not report them."""
         facts = self._get_tunables().get("deployment")
         return facts if isinstance(facts, dict) else None

@@ -3,7 +3,7 @@
 
 A session is ``(tenant, session id)``; the session id is the ``x-session-id`` header or
 the request's ``user`` field. Every chat turn of a session is stored with an embedding
-(the packaged all-MiniLM-L6-v2; :mod:`tokenops.memory.store`), the answers too. When the
+(the packaged all-MiniLM-L6-v2; :mod:`tokenops.memory.memory_store`), the answers too. When the
 conversation plus the completion no longer fits the routed model's context (or
 ``token_budget``), the oldest turns are dropped and the stored entries most similar to
 the last message are injected as one system message, within the budget
@@ -30,7 +30,7 @@ from typing import Any
 
 from tokenops import hookimpl
 from tokenops.memory.fit import fit_conversation, message_text
-from tokenops.memory.store import SessionMemory, get_session_memory, set_session_memory
+from tokenops.memory.memory_store import SessionMemory, get_session_memory, set_session_memory
 from tokenops.tunables import Tunable
 
 TOKENOPS_LAYER = "model_optimization"

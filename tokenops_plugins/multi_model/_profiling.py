@@ -136,7 +136,7 @@ def write_profile(
             f.write(json.dumps(r) + "\n")
     if store_path:
         from tokenops.store import open_store
-        from tokenops.store.models import CapabilityProfile
+        from tokenops.store.table_models import CapabilityProfile
 
         now = datetime.now(UTC).replace(tzinfo=None)
         rows = [
