@@ -37,6 +37,7 @@ class CodeNames:
     """What the source trees define, by the shapes the drawing uses."""
 
     members: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # class -> members
+    bases: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # class -> base class names
     module_names: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # module -> top-level
     functions: set[str] = field(default_factory=set)  # every def, at any depth
     files: set[str] = field(default_factory=set)  # paths relative to the repository root
@@ -68,6 +69,7 @@ def code_names(root: Path = ROOT) -> CodeNames:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     names.functions.add(node.name)
                 elif isinstance(node, ast.ClassDef):
+                    names.bases[node.name].update(b.id for b in node.bases if isinstance(b, ast.Name))
                     for item in node.body:
                         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                             names.members[node.name].add(item.name)
@@ -75,6 +77,21 @@ def code_names(root: Path = ROOT) -> CodeNames:
             if rel == "tokenops/hookspecs.py":
                 names.hooks = {n.name for n in module.body if isinstance(n, ast.FunctionDef)}
     return names
+
+
+def has_member(cls: str, member: str, names: CodeNames) -> bool:
+    """``cls`` defines ``member`` or inherits it from a base class of the tree (a step a subclass runs)."""
+    seen: set[str] = set()
+    todo = [cls]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if member in names.members.get(current, set()):
+            return True
+        todo.extend(names.bases.get(current, ()))
+    return False
 
 
 def _file_exists(path: str, names: CodeNames) -> bool:
@@ -98,7 +115,7 @@ def missing_names(text: str, names: CodeNames) -> list[str]:
             missing.append(f"hook {hook}")
     text = _HOOK.sub(" ", text)
     for cls, member in _MEMBER.findall(text):
-        if member not in names.members.get(cls, set()):
+        if not has_member(cls, member, names):
             missing.append(f"member {cls}.{member}")
     text = _MEMBER.sub(" ", text)
     for module, name in _MODULE_NAME.findall(text):
@@ -181,3 +198,12 @@ def test_the_floors_table_is_the_import_floor_map():
         for token in tokens:
             base = ROOT if token.startswith("tokenops_plugins/") else ROOT / "tokenops"
             assert (base / token).exists(), token
+
+
+def test_a_member_may_be_inherited():
+    names = CodeNames()
+    names.members["PipelineSteps"] = {"_route"}
+    names.bases["Pipeline"] = {"PipelineSteps"}
+    assert has_member("Pipeline", "_route", names)
+    assert not has_member("Pipeline", "_select_replica", names)
+    assert missing_names("Pipeline._route", names) == []
