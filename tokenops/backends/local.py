@@ -142,8 +142,7 @@ class LocalBackend:
     def _sampling(self, request: GatewayRequest, num_prompt: int) -> Any:
         from tokenops.engine.sampling import SamplingParams
 
-        body = request.body
-        sampling = request.sampling
+        sampling, output = request.sampling, request.output
         max_tokens = request.max_tokens
         limit = self.max_model_len
         if limit is not None:
@@ -158,10 +157,10 @@ class LocalBackend:
                 )
             max_tokens = min(max_tokens, limit - num_prompt)
         if request.kind == "chat":
-            logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
+            logprobs = (output.top_logprobs or 0) if output.logprobs else None
         else:
-            logprobs = body.get("logprobs")
-        extras = processor_params(body, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
+            logprobs = None if output.logprobs is None else int(output.logprobs)
+        extras = processor_params(request, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
         try:
             return SamplingParams(
                 n=sampling.n or 1,
@@ -197,8 +196,8 @@ class LocalBackend:
             params.grammar = await self._compile(plan.grammar)
         if (
             self.reasoning_parser is not None
-            or request.body.get("reasoning_effort") is not None
-            or request.body.get("max_thinking_tokens") is not None
+            or request.output.reasoning_effort is not None
+            or request.output.max_thinking_tokens is not None
         ):
             params.thinking = await asyncio.to_thread(self._thinking, request, prompt_ids)
         return plan, prompt_ids, params
@@ -210,7 +209,7 @@ class LocalBackend:
         num_reasoning: dict[int, int] = {}
         tool_streams: dict[int, Any] = {}  # choice index -> ToolCallStream (when tools are on)
         seen: dict[int, int] = {}  # choice index -> tokens already sent
-        echoed: set[int] | None = set() if request.kind == "completion" and request.body.get("echo") else None
+        echoed: set[int] | None = set() if request.kind == "completion" and request.output.echo else None
         sent_finish: set[int] = set()
         last = None
         gen = self.engine.generate(
@@ -238,7 +237,7 @@ class LocalBackend:
                         if new_finish:
                             sent_finish.add(c.index)
                             if c.index == 0 and isinstance(c.stop_reason, str):  # Anthropic's stop_sequence
-                                request.decisions["stop_sequence"] = c.stop_reason
+                                request.decide("stop_sequence", c.stop_reason)
                         lp = openai_logprobs(request.kind, c.logprobs[start:] if c.logprobs else None)
                         reason = "stop" if c.finish_reason == "abort" else c.finish_reason
                         text, calls = c.delta_text or "", None
@@ -283,11 +282,14 @@ class LocalBackend:
         if last is None:
             raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
         if params.thinking is not None:  # telemetry for budgets learned from traffic (requests.decisions)
-            request.decisions["thinking"] = {
-                "closed_by": [c.thinking_closed_by for c in last.outputs],
-                "first_pass": [c.thinking_first_pass for c in last.outputs],
-                "spent": [c.thinking_spent for c in last.outputs],
-            }
+            request.decide(
+                "thinking",
+                {
+                    "closed_by": [c.thinking_closed_by for c in last.outputs],
+                    "first_pass": [c.thinking_first_pass for c in last.outputs],
+                    "spent": [c.thinking_spent for c in last.outputs],
+                },
+            )
         scheduled, first = last.first_scheduled_time, last.first_token_time
         yield Delta(
             prompt_tokens=len(last.prompt_token_ids),
@@ -310,18 +312,21 @@ class LocalBackend:
         tail = tok.decode(prompt_ids[-8:], skip_special_tokens=False).rstrip()
         starts = tail.endswith(p.open_tag)  # templates that open the block in the prompt (DeepSeek-R1)
         if budget is not None:
-            request.decisions["reasoning_budget"] = {
-                "max_thinking_tokens": budget.max_thinking_tokens,
-                "suppress": list(budget.suppress),
-                "reason": budget.reason,
-            }
+            request.decide(
+                "reasoning_budget",
+                {
+                    "max_thinking_tokens": budget.max_thinking_tokens,
+                    "suppress": list(budget.suppress),
+                    "reason": budget.reason,
+                },
+            )
         return thinking_control(tok, p.open_tag, p.close_tag, budget, starts)
 
     def _plan(self, request: GatewayRequest) -> Any:
         from tokenops.engine.grammar import GrammarError
 
         try:
-            return plan_request(request.body, self.tool_call_parser)
+            return plan_request(request.output, self.tool_call_parser)
         except GrammarError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
 

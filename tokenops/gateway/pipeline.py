@@ -111,7 +111,7 @@ class Pipeline:
         a rate limiter may queue (sleep) and admission plugins may read the store."""
         rejection = await asyncio.to_thread(hooks.get_rejection, request)
         if rejection is not None:
-            request.decisions["admit"] = {"rejected": rejection.code}
+            request.decide("admit", {"rejected": rejection.code})
             headers = {"retry-after": str(max(1, round(rejection.retry_after_s)))} if rejection.retry_after_s else None
             raise APIError(rejection.status, rejection.message, code=rejection.code, headers=headers)
 
@@ -120,7 +120,7 @@ class Pipeline:
             await self.admit(request)
         with tracing.step(rec, "tokenops.cache_lookup") as span:
             cached = await asyncio.to_thread(hooks.get_cached_response, request)
-            request.decisions["cache"] = "hit" if cached is not None else "miss"
+            request.decide("cache", "hit" if cached is not None else "miss")
             tracing.annotate(span, **{"tokenops.cache": request.decisions["cache"]})
         if cached is not None:
             rec.is_cache_hit = True
@@ -160,12 +160,15 @@ class Pipeline:
                 )
         rec.route_reason = decision.reason
         rec.model_served = decision.model
-        request.decisions["route"] = {
-            "model": decision.model,
-            "reason": decision.reason,
-            "router": decision.router,
-            "score": decision.score,
-        }
+        request.decide(
+            "route",
+            {
+                "model": decision.model,
+                "reason": decision.reason,
+                "router": decision.router,
+                "score": decision.score,
+            },
+        )
         return decision
 
     async def _decide(self, request: GatewayRequest, rec: RequestRecord) -> RouteDecision:
@@ -200,7 +203,7 @@ class Pipeline:
         window = window_for(self.replicas.get(decision.model, []))
         result = await asyncio.to_thread(hooks.fit_context, request, window)
         if result is not None:
-            request.decisions["memory"] = result
+            request.decide("memory", result)
 
     def _choose(
         self, request: GatewayRequest, rec: RequestRecord, model: str, candidates: list[Replica] | None = None
@@ -213,7 +216,7 @@ class Pipeline:
                 503, f"The model `{model}` is not ready yet (still loading); retry shortly.", code="model_not_ready"
             )
         replica = hooks.get_replica(request, ready) or ready[0]
-        request.decisions["replica"] = replica.name
+        request.decide("replica", replica.name)
         rec.model_served, rec.backend = model, replica.name
         rec.backend_kind = getattr(replica.backend, "kind", None)
         return replica
@@ -244,9 +247,7 @@ class Pipeline:
                 target = hooks.get_fallback_model(request, e)
                 if not target or target not in self.replicas or target in request.attempts:
                     raise api_error(e, request.kind) from None
-                request.decisions.setdefault("fallbacks", []).append(
-                    {"from": replica.model, "to": target, "error": e.kind}
-                )
+                request.add_decision("fallbacks", {"from": replica.model, "to": target, "error": e.kind})
                 rec.route_reason = f"fallback:{e.kind}"
                 replica = self._choose(request, rec, target)
                 tried.add(replica.name)
@@ -268,7 +269,7 @@ class Pipeline:
         others = [r for r in self.replicas.get(failed.model, ()) if r.ready and r.name not in tried]
         if not others or not self.retry_budget.try_spend():
             return None
-        request.decisions.setdefault("retries", []).append({"from": failed.name, "error": error.kind})
+        request.add_decision("retries", {"from": failed.name, "error": error.kind})
         return self._choose(request, rec, failed.model, candidates=others)
 
     async def _after(
@@ -279,7 +280,7 @@ class Pipeline:
         scores = await hooks.call("tokenops_validate", hooks.get_validation_scores, request=request, response=response)
         score = min(scores) if scores else None
         if score is not None:
-            request.decisions["validate"] = score
+            request.decide("validate", score)
         hooks.report_outcome(
             replica.name,
             BackendOutcome(True, time.perf_counter() - t0, None, response.prompt_tokens, response.completion_tokens),
