@@ -63,6 +63,17 @@ def member_request(request: GatewayRequest, index: int) -> GatewayRequest:
     return dataclasses.replace(request, id=f"{request.id}-m{index}", body=dict(request.body))
 
 
+def _call_cost(pipeline: ModelCaller, model: str, request_id: str, answer: GatewayResponse) -> dict[str, Any]:
+    """One member's call in ``decisions["ensemble"]["member_costs"]``: its tokens and cost."""
+    return {
+        "model": model,
+        "request_id": request_id,
+        "prompt_tokens": answer.prompt_tokens,
+        "completion_tokens": answer.completion_tokens,
+        "cost_usd": pipeline.cost(model, answer.prompt_tokens, answer.completion_tokens),
+    }
+
+
 async def run_ensemble(
     pipeline: ModelCaller, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision
 ) -> GatewayResponse:
@@ -82,13 +93,7 @@ async def run_ensemble(
             "failed": failures or None,
             # what each member's own call cost (the request's cost is their sum, plus a judge/aggregator)
             "member_costs": [
-                {
-                    "model": m,
-                    "request_id": c.id,
-                    "prompt_tokens": r[0].prompt_tokens,
-                    "completion_tokens": r[0].completion_tokens,
-                    "cost_usd": pipeline.cost(m, r[0].prompt_tokens, r[0].completion_tokens),
-                }
+                _call_cost(pipeline, m, c.id, r[0])
                 for c, m, r in zip(calls, members, results)
                 if not isinstance(r, BaseException)
             ],
