@@ -3,7 +3,7 @@
 with whether the client sent each, and the body is left for the schema and for upstreams that get
 it forwarded unchanged.
 
-Read with ``ast``, in ``tokenops/backends/`` and the plugins: ``body["temperature"]``,
+Read with ``ast``, in ``tokenops/backends/``, ``tokenops/gateway/`` and the plugins: ``body["temperature"]``,
 ``body.get("logprobs")`` / ``.pop`` / ``.setdefault``, and ``"echo" in body``, where the dict is
 ``….body``, a name ``body``, or a name bound to ``….body`` in the same file. Writing a field
 (``body["max_tokens"] = …`` in the upstream's copy) is no read.
@@ -25,6 +25,18 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tokenops/backends/openai_http.py", "max_tokens"): "pass-through: the copy gets the limit after defaults",
     ("tokenops/backends/openai_http.py", "max_completion_tokens"): "pass-through: folded into max_tokens",
     ("tokenops/backends/openai_http.py", "stream_options"): "pass-through: set for streams (usage), dropped otherwise",
+    # the schema: what is checked (or translated) before the request and its typed fields exist
+    **{
+        ("tokenops/gateway/structured.py", name): "schema: checks the structured-output fields of the body"
+        for name in ("response_format", "tools", "tool_choice", "parallel_tool_calls")
+    },
+    **{
+        ("tokenops/gateway/schema_budget.py", name): "schema: the output a schema forces, against max_tokens"
+        for name in ("response_format", "tools", "tool_choice")
+    },
+    ("tokenops/gateway/messages_schema.py", "tools"): "schema: translating an Anthropic body into the chat body",
+    # a cache keys on the body as the client sent it: the logprobs the gateway added come out for the lookup
+    ("tokenops/gateway/confidence.py", "logprobs"): "cache key: the client's body without the gateway's logprobs",
 }
 
 
@@ -82,7 +94,7 @@ def body_reads(source: str, where: str) -> list[tuple[str, int, str]]:
 
 
 def test_backends_and_plugins_read_typed_fields_not_the_body():
-    files = sorted((ROOT / "tokenops" / "backends").rglob("*.py"))
+    files = sorted((ROOT / "tokenops" / "backends").rglob("*.py")) + sorted((ROOT / "tokenops" / "gateway").rglob("*.py"))
     files += [p for d in _plugin_dirs() for p in sorted(d.rglob("*.py"))]
     assert len(files) > 40  # the walk sees both trees
     found = [
@@ -92,6 +104,8 @@ def test_backends_and_plugins_read_typed_fields_not_the_body():
         if (where, name) not in ALLOWED
     ]
     assert not found, "read these from request.sampling / request.output, not the body:\n" + "\n".join(found)
+    stale = sorted(f"{where}: {name}" for where, name in ALLOWED if not (ROOT / where).is_file())
+    assert not stale, f"allow-listed files that are gone: {stale}"
 
 
 def test_the_checker_sees_subscripts_gets_aliases_and_membership():
