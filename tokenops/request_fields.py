@@ -51,6 +51,21 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+#: The :class:`SamplingFields` that are None when not sent.
+_SENT_WHEN_SET = (
+    "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "min_tokens",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingFields:
     """The sampling fields of a request as the client sent them, read once from the validated
@@ -98,9 +113,7 @@ class SamplingFields:
 
     def sent(self) -> set[str]:
         """The names of the fields the client sent (for decisions and logs)."""
-        names = ("n", "temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty")
-        names = (*names, "repetition_penalty", "logit_bias", "min_tokens")
-        out = {name for name in names if getattr(self, name) is not None}
+        out = {name for name in _SENT_WHEN_SET if getattr(self, name) is not None}
         out |= {"stop"} if self.stop else set()
         out |= {"ignore_eos"} if self.ignore_eos else set()
         return out | ({"max_tokens"} if self.is_max_tokens_sent else set())
