@@ -7,17 +7,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from tokenops.request_fields import (
-    DecisionError,
-    Decisions,
-    Hop,
-    OutputFields,
-    RouteRecord,
-    SamplingFields,
-    check_decision,
-)
-
-__all__ = ["DecisionError", "Decisions", "Hop", "OutputFields", "RouteRecord", "SamplingFields"]
+# the typed request fields and the decision record live in tokenops/request_fields.py; named here too
+from tokenops.request_fields import DecisionError as DecisionError
+from tokenops.request_fields import Decisions as Decisions
+from tokenops.request_fields import Hop as Hop
+from tokenops.request_fields import OutputFields as OutputFields
+from tokenops.request_fields import RouteRecord as RouteRecord
+from tokenops.request_fields import SamplingFields as SamplingFields
+from tokenops.request_fields import check_decision
 
 
 def new_request_id(prefix: str = "req") -> str:
