@@ -32,9 +32,11 @@ def write_plugin(tmp_path, name, body):
 
 def test_builtins_load_through_entry_points(fresh_plugins):
     infos = {p.name: p for p in fresh_plugins.list_plugins()}
-    assert infos["engine_params"].source == "builtin"
-    assert infos["engine_params"].layer == "compute_model"
-    assert "engine.max_num_seqs" in infos["engine_params"].tunables
+    assert infos["schedule_fcfs"].source == "builtin"
+    assert infos["schedule_fcfs"].layer == "compute_model"
+    # the engine's tunables come from the engine itself, not from a plugin
+    assert fresh_plugins.get_tunables()["engine.max_num_seqs"].plugin == "engine"
+    assert not any("engine.max_num_seqs" in p.tunables for p in infos.values())
     assert all(p.layer in LAYERS for p in infos.values())
 
 
@@ -58,6 +60,16 @@ def test_allow_list_limits_entry_points(fresh_plugins, monkeypatch):
     monkeypatch.setenv("TOKENOPS_LOAD_PLUGINS", "schedule_fcfs")
     names = {p.name for p in fresh_plugins.list_plugins()}
     assert names == {"schedule_fcfs"} | plugins.DEFAULT_PLUGINS  # the defaults always load
+
+
+def test_engine_tunables_need_no_plugin_and_take_registered_orders(fresh_plugins, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENOPS_LOAD_PLUGINS", "")  # the defaults only: the engine's tunables are there
+    path = write_plugin(tmp_path, "lifo", "@hookimpl\ndef tokenops_register_schedule_orders(register):\n"
+                                          "    register('lifo', lambda waiting: list(reversed(waiting)))\n")
+    monkeypatch.setenv("TOKENOPS_PLUGINS", str(path))
+    registry = fresh_plugins.get_tunables()
+    assert registry["engine.max_num_seqs"].plugin == "engine" and registry["engine.max_num_seqs"].live
+    assert registry["engine.schedule_policy"].choices == ("fcfs", "priority", "lifo")
 
 
 def test_file_plugin_hooks_are_called_and_tunables_registered(fresh_plugins, tmp_path, monkeypatch):
@@ -119,6 +131,5 @@ def test_plugins_json_groups_by_layer():
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert set(LAYERS) <= set(data["layers"])
-    compute = {p["name"]: p for p in data["layers"]["compute_model"]}
-    tunable = next(t for t in compute["engine_params"]["tunables"] if t["name"] == "engine.max_num_seqs")
+    tunable = next(t for t in data["core_tunables"]["engine"] if t["name"] == "engine.max_num_seqs")
     assert tunable["live"] is True and tunable["minimum"] == 1

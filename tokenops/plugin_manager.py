@@ -26,15 +26,16 @@ import pluggy
 from tokenops import hookspecs
 from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
 from tokenops.config import replaceable_plugins
+from tokenops.engine.config import engine_tunables
 from tokenops.tunables import Tunable, TunableRegistry
 
 ENTRY_POINT_GROUP = "tokenops"
 
 #: Built-in plugins loaded whatever ``TOKENOPS_LOAD_PLUGINS`` says (as llm's default plugins):
 #: with them a server answers on its own — backend kinds, routing by the requested model name,
-#: round-robin replicas, the engine tunables and the DuckDB telemetry sink. The bundled
-#: engine's own defaults (fcfs/priority, ngram/draft, sink + window) need no plugin at all.
-DEFAULT_PLUGINS = frozenset({"default_backends", "route_by_name", "round_robin", "engine_params", "duckdb_sink"})
+#: round-robin replicas and the DuckDB telemetry sink. The bundled engine's own defaults
+#: (fcfs/priority, ngram/draft, sink + window) and its tunables (:func:`engine_tunables`) need no plugin.
+DEFAULT_PLUGINS = frozenset({"default_backends", "route_by_name", "round_robin", "duckdb_sink"})
 
 
 class PluginLoadError(RuntimeError):
@@ -295,13 +296,25 @@ def _reset_tunables() -> None:
     _tunables = None
 
 
+#: The owner the registry gives the bundled engine's tunables (no plugin: the core declares them).
+ENGINE_TUNABLES_OWNER = "engine"
+
+
 def get_tunables() -> TunableRegistry:
-    """The tunables registry, filled once from ``tokenops_register_tunables``."""
+    """The tunables registry, filled once: the bundled engine's own, then what plugins declare
+    through ``tokenops_register_tunables``."""
     global _tunables
     pm = get_plugin_manager()
     with _lock:
         if _tunables is None:
             registry = TunableRegistry()
+            # the engine declares its own (EngineConfig's field metadata): no plugin carries them here;
+            # engine.schedule_policy also takes the queue orders plugins register (names only)
+            orders: list[str] = []
+            for order_impl in pm.hook.tokenops_register_schedule_orders.get_hookimpls():
+                order_impl.function(register=lambda name, order: orders.append(name))
+            for tunable in engine_tunables(orders):
+                registry.register(tunable, plugin=ENGINE_TUNABLES_OWNER)
             for impl in pm.hook.tokenops_register_tunables.get_hookimpls():
                 owner = impl.plugin_name
 

@@ -22,6 +22,7 @@ from tokenops import types
 HOOK_OBJECTS: tuple[type, ...] = (
     types.GatewayRequest,
     types.SamplingFields,
+    types.OutputFields,
     types.GatewayResponse,
     types.RouteDecision,
     types.Rejection,

@@ -5,7 +5,16 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, cast
+
+# the typed request fields and the decision record live in tokenops/request_fields.py; named here too
+from tokenops.request_fields import DecisionError as DecisionError
+from tokenops.request_fields import Decisions as Decisions
+from tokenops.request_fields import Hop as Hop
+from tokenops.request_fields import OutputFields as OutputFields
+from tokenops.request_fields import RouteRecord as RouteRecord
+from tokenops.request_fields import SamplingFields as SamplingFields
+from tokenops.request_fields import check_decision
 
 
 def new_request_id(prefix: str = "req") -> str:
@@ -30,96 +39,6 @@ class NativeRequest:
             err = BackendError(message, kind="bad_request", status=400, backend=backend)
             err.upstream_message, err.upstream_code, err.param = message, "unsupported_parameter", param  # type: ignore[attr-defined]
             raise err
-
-
-class RouteRecord(TypedDict):
-    """``decisions["route"]``: the router's choice."""
-
-    model: str
-    reason: str
-    router: str | None
-    score: float | None
-
-
-#: One move of a request: a fallback to another model, a retry on another replica, a degradation
-#: to a smaller model (``from``/``to`` name models or replicas). Functional form: ``from`` is a keyword.
-Hop = TypedDict("Hop", {"from": str, "to": str, "error": str, "reason": str}, total=False)
-
-
-class Decisions(TypedDict, total=False):
-    """What each step decided for one request: the keys the core and the built-in plugins write
-    into ``GatewayRequest.decisions`` and their types. A plain dict at run time, so the store's
-    ``decisions`` JSON keeps its shape (old rows included); a type checker holds every writer
-    and reader to these names and types. A third-party plugin may add a key of its own."""
-
-    api: str  # "messages" | "responses": the wire API the client spoke (absent: chat/completions)
-    admit: dict[str, str]  # {"rejected": code} when admission refused
-    rate_limit: str  # "admitted" | "queued:<s>s" | "rejected:<why>"
-    budget: str | dict[str, float]  # "refused:<scope>" or {"reserved_usd": estimate}
-    budget_warning: str  # a soft budget was passed (also a response header)
-    cache: str  # "hit" | "miss"
-    semantic_cache: dict[str, Any]  # the semantic cache's lookup: result, similarity, ...
-    route: RouteRecord
-    memory: Any  # what session memory did to the context (tokenops.memory.fit)
-    replica: str  # the replica chosen
-    replica_policy: str  # why the selector chose it
-    breaker: dict[str, Any]  # {"excluded": [replicas an open breaker kept out]}
-    degraded: Hop  # sent to a smaller model while the asked one is down
-    fallbacks: list[Hop]  # models tried after a failure (tokenops_fallback)
-    retries: list[Hop]  # replicas retried after a failure
-    validate: float  # the lowest validator score
-    logprobs_for_validation: bool  # logprobs asked for the validators, hidden from the client
-    escalated: bool  # a cascade went past its first model
-    cascade: dict[str, Any]  # {"min_score", "steps": [{"model", "score"}]}
-    ensemble: dict[str, Any]  # members, method, failures, member costs, follow-up
-    reasoning_budget: dict[str, Any]  # the thinking budget given (max_thinking_tokens, suppress, reason)
-    reasoning_features: dict[str, Any]  # what the adaptive budget policy saw
-    thinking: dict[str, list[Any]]  # per choice: closed_by, first_pass, spent
-    stop_sequence: str  # the stop string that ended choice 0 (Anthropic's stop_sequence)
-    image: dict[str, Any]  # an image request's plan and sizes
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingFields:
-    """The sampling fields of a request as the client sent them, read once from the validated
-    body when the :class:`GatewayRequest` is made; None (or empty) where the client sent none.
-    Backends read these fields, not the body."""
-
-    n: int | None = None  # choices asked
-    temperature: float | None = None  # None: the backend's default (1.0 on the bundled engine)
-    top_p: float | None = None  # nucleus sampling mass
-    top_k: int | None = None  # the ``top_k`` extension (vLLM's); 0 or None: off
-    seed: int | None = None  # a per-request seed for reproducible sampling
-    stop: tuple[str, ...] = ()  # stop strings (a single string becomes one)
-    ignore_eos: bool = False  # the ``ignore_eos`` extension: generate up to max_tokens
-    #: whether the client set ``max_tokens`` or ``max_completion_tokens`` (the limit itself,
-    #: after the server's default, is ``GatewayRequest.max_tokens``)
-    is_max_tokens_sent: bool = False
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any], sent: set[str] | None = None) -> SamplingFields:
-        """The fields of ``body``; with ``sent`` (the names the client's JSON held, as the
-        schema saw them) a value the schema filled in by default counts as not sent."""
-        if sent is not None:
-            body = {k: v for k, v in body.items() if k in sent}
-        stop = body.get("stop")
-        return cls(
-            n=body.get("n"),
-            temperature=body.get("temperature"),
-            top_p=body.get("top_p"),
-            top_k=body.get("top_k"),
-            seed=body.get("seed"),
-            stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
-            ignore_eos=bool(body.get("ignore_eos")),
-            is_max_tokens_sent=body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None,
-        )
-
-    def sent(self) -> set[str]:
-        """The names of the fields the client sent (for decisions and logs)."""
-        out = {name for name in ("n", "temperature", "top_p", "top_k", "seed") if getattr(self, name) is not None}
-        out |= {"stop"} if self.stop else set()
-        out |= {"ignore_eos"} if self.ignore_eos else set()
-        return out | ({"max_tokens"} if self.is_max_tokens_sent else set())
 
 
 @dataclass(slots=True)
@@ -150,10 +69,14 @@ class GatewayRequest:
     native: NativeRequest | None = None
     #: The sampling fields, typed: read from ``body`` once, when the request is made.
     sampling: SamplingFields = None  # type: ignore[assignment]  # None only until __post_init__ fills it
+    #: The output fields (logprobs, echo, structured outputs, thinking budgets), typed like ``sampling``.
+    output: OutputFields = None  # type: ignore[assignment]  # None only until __post_init__ fills it
 
     def __post_init__(self) -> None:
         if self.sampling is None:
             self.sampling = SamplingFields.from_body(self.body)
+        if self.output is None:
+            self.output = OutputFields.from_body(self.body)
 
     def override_sampling(self, **changes: Any) -> None:
         """Change sampling fields after the request was made (a plugin's policy: an ensemble
@@ -162,11 +85,32 @@ class GatewayRequest:
         import dataclasses
 
         self.sampling = dataclasses.replace(self.sampling, **changes)
+        self._set_body(changes)
+
+    def override_output(self, **changes: Any) -> None:
+        """Change output fields after the request was made (the gateway asks for logprobs its
+        validators need), in the typed fields and the body alike; None removes the field."""
+        import dataclasses
+
+        self.output = dataclasses.replace(self.output, **changes)
+        self._set_body(changes)
+
+    def _set_body(self, changes: dict[str, Any]) -> None:
         for name, value in changes.items():
             if value is None:
                 self.body.pop(name, None)
             else:
                 self.body[name] = value
+
+    def decide(self, key: str, value: Any) -> None:
+        """Record what a step decided: ``decisions[key] = value``, refused (``DecisionError``)
+        when :class:`Decisions` does not declare ``key`` or ``value`` is not of its type."""
+        check_decision(key, value)
+        cast(dict[str, Any], self.decisions)[key] = value  # checked against Decisions just above
+
+    def add_decision(self, key: str, item: Any) -> None:
+        """Append ``item`` to the list decision ``key`` (``fallbacks``, ``retries``), checked like :meth:`decide`."""
+        self.decide(key, [*cast(dict[str, Any], self.decisions).get(key, ()), item])
 
     def prompt_text(self) -> str:
         """The request's text, for routers and caches that look at content."""

@@ -10,6 +10,7 @@ import pytest
 
 from tokenops.backends.base import merge_tool_calls
 from tokenops.backends.local_structured import close_objects, plan_request
+from tokenops.types import OutputFields
 from tokenops.backends.tool_parsers import get_tool_call_parser
 
 DEMO = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "target"
@@ -81,18 +82,18 @@ def test_forced_call_grammar_accepts_the_format_and_refuses_other_functions():
 
 def test_plan_follows_tool_choice_and_response_format():
     tools = [{"type": "function", "function": WEATHER}, {"type": "function", "function": ADD}]
-    none = plan_request({"tools": tools, "tool_choice": "none"}, "hermes")
+    none = plan_request(OutputFields.from_body({"tools": tools, "tool_choice": "none"}), "hermes")
     assert none.template_kwargs == {} and none.parser is None and none.grammar is None
-    auto = plan_request({"tools": tools}, "hermes")
+    auto = plan_request(OutputFields.from_body({"tools": tools}), "hermes")
     assert auto.template_kwargs == {"tools": tools} and auto.parser is not None and auto.grammar is None
-    named = plan_request({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "add"}}}, "hermes")
+    named = plan_request(OutputFields.from_body({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "add"}}}), "hermes")
     assert named.is_call_constrained and '\\"name\\":\\"add\\"' in named.grammar.source and "get_weather" not in named.grammar.source
-    required = plan_request({"tools": tools, "tool_choice": "required", "parallel_tool_calls": True}, "hermes")
+    required = plan_request(OutputFields.from_body({"tools": tools, "tool_choice": "required", "parallel_tool_calls": True}), "hermes")
     assert "get_weather" in required.grammar.source and "call)*" in required.grammar.source
-    rf = plan_request({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": ADD["parameters"]}}},
+    rf = plan_request(OutputFields.from_body({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": ADD["parameters"]}}}),
                       "hermes")
     assert json.loads(rf.grammar.source)["additionalProperties"] is False
-    assert json.loads(plan_request({"response_format": {"type": "json_object"}}, "hermes").grammar.source) == {
+    assert json.loads(plan_request(OutputFields.from_body({"response_format": {"type": "json_object"}}), "hermes").grammar.source) == {
         "type": "object"}
 
 
@@ -121,7 +122,7 @@ def test_auto_beside_a_response_format_allows_calls_or_the_json_answer():
     from tokenops.engine.tokenizer import Tokenizer
 
     fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": ADD["parameters"]}}
-    plan = plan_request({"tools": [{"type": "function", "function": WEATHER}], "response_format": fmt}, "hermes")
+    plan = plan_request(OutputFields.from_body({"tools": [{"type": "function", "function": WEATHER}], "response_format": fmt}), "hermes")
     assert plan.is_call_constrained and plan.template_kwargs
     tok = Tokenizer.from_dir(DEMO)
     compiler = GrammarCompiler.for_tokenizer(tok, 8192)
@@ -153,8 +154,8 @@ def test_forced_calls_resolve_defs_and_recursive_refs_against_the_parameters(par
 
     tok = Tokenizer.from_dir(DEMO)
     compiler = GrammarCompiler.for_tokenizer(tok, 8192)
-    plan = plan_request({"tools": [{"type": "function", "function": {"name": "f", "parameters": params}}],
-                         "tool_choice": choice}, "hermes")
+    plan = plan_request(OutputFields.from_body({"tools": [{"type": "function", "function": {"name": "f", "parameters": params}}],
+                         "tool_choice": choice}), "hermes")
 
     def accepts(arguments: str) -> bool:
         matcher = compiler.compile(plan.grammar)

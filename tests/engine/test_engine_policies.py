@@ -194,4 +194,4 @@ def test_serve_without_plugins_answers_with_builtin_engine_policies(tmp_path):
         tunables = httpx.get(f"{srv.url}/admin/tunables", headers=srv.admin_headers, timeout=10).json()
     engine = stats["engines"]["tokenops-demo#0"]
     assert "spec_decode" in engine and engine["total_generation_tokens"] == r.usage.completion_tokens
-    assert "engine.schedule_policy" in {t["name"] for t in tunables["tunables"]}  # engine_params is a default
+    assert "engine.schedule_policy" in {t["name"] for t in tunables["tunables"]}  # the engine declares its own tunables

@@ -7,7 +7,7 @@ import pytest
 
 from tokenops.backends.reasoning_control import decide_budget, reflection_token_ids, requested_budget_fields
 from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser, split_reasoning
-from tokenops.types import BackendError, GatewayRequest, ReasoningBudget
+from tokenops.types import BackendError, GatewayRequest, OutputFields, ReasoningBudget
 from tokenops_plugins.model_optimization import reasoning_budget as policy
 from tokenops_plugins.model_optimization._adaptive_budget import BudgetTable, features, learn
 from tokenops_plugins.model_optimization._reasoning_tasks import make_reasoning_suite
@@ -54,7 +54,7 @@ def test_budget_fields_on_a_model_without_parser_are_400s():
         decide_budget(chat(reasoning_effort="low"), "m", False, "m#0")
     assert e.value.status == 400
     assert decide_budget(chat(), "m", False, "m#0") is None
-    assert requested_budget_fields({"max_thinking_tokens": 0}) == {"max_thinking_tokens": 0}
+    assert requested_budget_fields(OutputFields(max_thinking_tokens=0)) == {"max_thinking_tokens": 0}
 
 
 def test_policy_precedence_and_tunables():

@@ -85,7 +85,7 @@ async def native_once(backend: OpenAIBackend, request: GatewayRequest) -> Gatewa
     prompt = (usage.get("input_tokens") or 0) + cached + (usage.get("cache_creation_input_tokens") or 0)
     finish = _FINISH.get(data.get("stop_reason") or "end_turn", "stop")
     if data.get("stop_sequence"):
-        request.decisions["stop_sequence"] = data["stop_sequence"]
+        request.decide("stop_sequence", data["stop_sequence"])
     text = "".join(texts)
     choice = {
         "index": 0,

@@ -1,33 +1,31 @@
 """The ``local`` backend: the bundled engine in-process.
 
 The engine loop runs on one background thread (:class:`AsyncLLMEngine`); this
-adapter turns OpenAI request bodies into :class:`SamplingParams`, checks the
-context window, salts the prefix cache with the tenant, and converts engine
-outputs (and their logprobs) into deltas in OpenAI's shapes.
+adapter turns a request's typed fields into :class:`SamplingParams`, checks the
+context window, salts the prefix cache with the tenant, and runs the request;
+:mod:`tokenops.backends.local_stream` turns the engine's outputs (and their logprobs)
+into deltas in OpenAI's shapes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import secrets
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from tokenops.backends.base import Delta, collect, replica_name
 from tokenops.backends.field_table import check_bundled_fields
-from tokenops.backends.local_fields import check_content_parts, echo_delta, echo_logprobs, processor_params
+from tokenops.backends.local_fields import check_content_parts, echo_logprobs, processor_params
+from tokenops.backends.local_stream import ChoiceStreams, engine_failure
 from tokenops.backends.local_structured import plan_request
 from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
-from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser
+from tokenops.backends.reasoning_parsers import get_reasoning_parser
 from tokenops.backends.tool_parsers import get_tool_call_parser
 from tokenops.config import ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
-
-log = logging.getLogger("tokenops.backends")
 
 
 def engine_config_for(model: ModelConfig, settings: Settings, configure_engine: Callable[[Any], Any]) -> Any:
@@ -142,8 +140,7 @@ class LocalBackend:
     def _sampling(self, request: GatewayRequest, num_prompt: int) -> Any:
         from tokenops.engine.sampling import SamplingParams
 
-        body = request.body
-        sampling = request.sampling
+        sampling, output = request.sampling, request.output
         max_tokens = request.max_tokens
         limit = self.max_model_len
         if limit is not None:
@@ -158,10 +155,10 @@ class LocalBackend:
                 )
             max_tokens = min(max_tokens, limit - num_prompt)
         if request.kind == "chat":
-            logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
+            logprobs = (output.top_logprobs or 0) if output.logprobs else None
         else:
-            logprobs = body.get("logprobs")
-        extras = processor_params(body, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
+            logprobs = None if output.logprobs is None else int(output.logprobs)
+        extras = processor_params(request, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
         try:
             return SamplingParams(
                 n=sampling.n or 1,
@@ -197,8 +194,8 @@ class LocalBackend:
             params.grammar = await self._compile(plan.grammar)
         if (
             self.reasoning_parser is not None
-            or request.body.get("reasoning_effort") is not None
-            or request.body.get("max_thinking_tokens") is not None
+            or request.output.reasoning_effort is not None
+            or request.output.max_thinking_tokens is not None
         ):
             params.thinking = await asyncio.to_thread(self._thinking, request, prompt_ids)
         return plan, prompt_ids, params
@@ -206,12 +203,7 @@ class LocalBackend:
     async def stream(self, request: GatewayRequest, lora: str | None = None) -> AsyncIterator[Delta]:
         """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py)."""
         plan, prompt_ids, params = await self._prepare(request)
-        reasoning_streams: dict[int, ReasoningSplitter] = {}
-        num_reasoning: dict[int, int] = {}
-        tool_streams: dict[int, Any] = {}  # choice index -> ToolCallStream (when tools are on)
-        seen: dict[int, int] = {}  # choice index -> tokens already sent
-        echoed: set[int] | None = set() if request.kind == "completion" and request.body.get("echo") else None
-        sent_finish: set[int] = set()
+        streams = ChoiceStreams(request, prompt_ids, params, plan, self.reasoning_parser, self.engine.tokenizer)
         last = None
         gen = self.engine.generate(
             prompt_ids,
@@ -225,52 +217,8 @@ class LocalBackend:
             async with contextlib.aclosing(gen):
                 async for out in gen:
                     last = out
-                    for c in out.outputs:
-                        if echoed is not None and c.index not in echoed:  # the prompt first (completions' echo)
-                            echoed.add(c.index)
-                            yield echo_delta(request, c.index, prompt_ids, out.prompt_logprobs, self.engine.tokenizer)
-                        start = seen.get(c.index, 0)
-                        num_new = len(c.token_ids) - start
-                        new_finish = c.finish_reason is not None and c.index not in sent_finish
-                        if num_new <= 0 and not new_finish:
-                            continue
-                        seen[c.index] = len(c.token_ids)
-                        if new_finish:
-                            sent_finish.add(c.index)
-                            if c.index == 0 and isinstance(c.stop_reason, str):  # Anthropic's stop_sequence
-                                request.decisions["stop_sequence"] = c.stop_reason
-                        lp = openai_logprobs(request.kind, c.logprobs[start:] if c.logprobs else None)
-                        reason = "stop" if c.finish_reason == "abort" else c.finish_reason
-                        text, calls = c.delta_text or "", None
-                        reasoning = ""
-                        if params.thinking is not None:
-                            parser = self.reasoning_parser
-                            assert parser is not None  # _thinking gives a control only to a model with a parser
-                            num_reasoning[c.index] = c.num_reasoning_tokens
-                            split_r = reasoning_streams.get(c.index) or reasoning_streams.setdefault(
-                                c.index, ReasoningSplitter(parser, params.thinking.starts_thinking)
-                            )
-                            reasoning, text = split_r.push(text)
-                            if new_finish:
-                                more_r, more_t = split_r.finish()
-                                reasoning, text = reasoning + more_r, text + more_t
-                        if plan is not None and plan.parser is not None:
-                            split = tool_streams.get(c.index) or tool_streams.setdefault(c.index, plan.new_stream())
-                            text, calls = split.push(text)
-                            if new_finish:
-                                more_text, more_calls = split.finish()
-                                text, calls = text + more_text, calls + more_calls
-                                if split.num_calls and reason == "stop":
-                                    reason = "tool_calls"
-                        yield Delta(
-                            index=c.index,
-                            text=text,
-                            num_tokens=max(num_new, 0),
-                            finish_reason=reason if new_finish else None,
-                            logprobs=lp,
-                            tool_calls=calls or None,
-                            extra={"reasoning_content": reasoning} if reasoning else None,
-                        )
+                    for delta in streams.deltas(out):
+                        yield delta
         except BackendError:
             raise
         except ValueError as e:  # PromptTooLongError and sampling errors from the engine
@@ -279,24 +227,10 @@ class LocalBackend:
         except (asyncio.CancelledError, GeneratorExit):
             raise
         except Exception as e:
-            raise _engine_failure(self.name, e) from None
+            raise engine_failure(self.name, e) from None
         if last is None:
             raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
-        if params.thinking is not None:  # telemetry for budgets learned from traffic (requests.decisions)
-            request.decisions["thinking"] = {
-                "closed_by": [c.thinking_closed_by for c in last.outputs],
-                "first_pass": [c.thinking_first_pass for c in last.outputs],
-                "spent": [c.thinking_spent for c in last.outputs],
-            }
-        scheduled, first = last.first_scheduled_time, last.first_token_time
-        yield Delta(
-            prompt_tokens=len(last.prompt_token_ids),
-            completion_tokens=sum(seen.values()),
-            cached_tokens=last.num_cached_tokens or 0,
-            reasoning_tokens=sum(num_reasoning.values()) if params.thinking is not None else None,
-            queue_s=None if scheduled is None else max(0.0, scheduled - last.arrival_time),
-            prefill_s=None if scheduled is None or first is None else max(0.0, first - scheduled),
-        )
+        yield streams.usage(last)
 
     def _thinking(self, request: GatewayRequest, prompt_ids: list[int]) -> Any:
         """The engine's thinking control for this request (budget from the policy hook), or None."""
@@ -310,18 +244,21 @@ class LocalBackend:
         tail = tok.decode(prompt_ids[-8:], skip_special_tokens=False).rstrip()
         starts = tail.endswith(p.open_tag)  # templates that open the block in the prompt (DeepSeek-R1)
         if budget is not None:
-            request.decisions["reasoning_budget"] = {
-                "max_thinking_tokens": budget.max_thinking_tokens,
-                "suppress": list(budget.suppress),
-                "reason": budget.reason,
-            }
+            request.decide(
+                "reasoning_budget",
+                {
+                    "max_thinking_tokens": budget.max_thinking_tokens,
+                    "suppress": list(budget.suppress),
+                    "reason": budget.reason,
+                },
+            )
         return thinking_control(tok, p.open_tag, p.close_tag, budget, starts)
 
     def _plan(self, request: GatewayRequest) -> Any:
         from tokenops.engine.grammar import GrammarError
 
         try:
-            return plan_request(request.body, self.tool_call_parser)
+            return plan_request(request.output, self.tool_call_parser)
         except GrammarError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
 
@@ -343,61 +280,9 @@ class LocalBackend:
             ) from None
 
 
-def _engine_failure(backend: str, e: Exception) -> BackendError:
-    """What a client is told when the engine failed its request: a grammar the matcher
-    gave up on is the schema's doing (400); anything else is ours (500). Neither message
-    carries the engine's own text (parser state, internals): that goes to the log, under
-    an id the message gives."""
-    error_id = secrets.token_hex(6)
-    log.error("engine error %s on %s: %s: %s", error_id, backend, type(e).__name__, e)
-    if "breaks the request's grammar" in str(e):
-        return BackendError(
-            f"The answer could not be kept inside the request's schema: the grammar matcher gave up "
-            f"(error id {error_id}). Simplify response_format or the tool parameters (fewer "
-            "alternatives, no required recursion).",
-            kind="bad_request",
-            status=400,
-            backend=backend,
-        )
-    return BackendError(
-        f"{backend}: the engine failed this request (error id {error_id}); retry, and report the id if it persists.",
-        "error",
-        500,
-        backend,
-    )
-
-
 def _plain(message: dict[str, Any]) -> dict[str, Any]:
     """Content given as parts (``[{"type": "text", "text": ...}]``) becomes one string."""
     content = message.get("content")
     if isinstance(content, list):  # text and refusal parts only (check_content_parts refused the others)
         content = "".join(p.get("text") or p.get("refusal") or "" for p in content if isinstance(p, dict))
     return {**message, "content": content or ""}
-
-
-def openai_logprobs(kind: str, entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-    """Engine logprob entries -> OpenAI's shape (chat ``content`` list, or the
-    completions ``tokens``/``token_logprobs``/``top_logprobs`` lists)."""
-    if not entries:
-        return None
-    if kind == "chat":
-        return {
-            "content": [
-                {
-                    "token": e["token"],
-                    "logprob": e["logprob"],
-                    "bytes": list(e["token"].encode("utf-8")),
-                    "top_logprobs": [
-                        {"token": t["token"], "logprob": t["logprob"], "bytes": list(t["token"].encode("utf-8"))}
-                        for t in e.get("top") or []
-                    ],
-                }
-                for e in entries
-            ]
-        }
-    return {
-        "tokens": [e["token"] for e in entries],
-        "token_logprobs": [e["logprob"] for e in entries],
-        "top_logprobs": [{t["token"]: t["logprob"] for t in e.get("top") or []} for e in entries],
-        "text_offset": [],
-    }

@@ -44,13 +44,15 @@ def check_content_parts(request: GatewayRequest, backend: str) -> None:
                 )
 
 
-def processor_params(body: dict[str, Any], max_tokens: int, vocab_size: int | None, backend: str) -> dict[str, Any]:
-    """``SamplingParams`` keyword arguments for the penalties, ``logit_bias`` and ``min_tokens`` of ``body``."""
+def processor_params(request: GatewayRequest, max_tokens: int, vocab_size: int | None, backend: str) -> dict[str, Any]:
+    """``SamplingParams`` keyword arguments for the penalties, ``logit_bias`` and ``min_tokens`` of the
+    request; ``max_tokens`` is its limit after the context window's cap."""
+    fields = request.sampling
     out: dict[str, Any] = {}
     for name in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
-        if body.get(name) is not None:
-            out[name] = float(body[name])
-    bias = body.get("logit_bias")
+        if getattr(fields, name) is not None:
+            out[name] = getattr(fields, name)
+    bias = fields.logit_bias
     if bias:
         ids = {int(k): float(v) for k, v in bias.items()}
         outside = [t for t in ids if vocab_size is not None and t >= vocab_size]
@@ -62,9 +64,9 @@ def processor_params(body: dict[str, Any], max_tokens: int, vocab_size: int | No
                 backend,
             )
         out["logit_bias"] = ids
-    min_tokens = body.get("min_tokens")
+    min_tokens = fields.min_tokens
     if min_tokens:
-        asked = body.get("max_tokens") if body.get("max_tokens") is not None else body.get("max_completion_tokens")
+        asked = request.max_tokens if fields.is_max_tokens_sent else None  # the client's limit, not the default
         if asked is not None and min_tokens > asked:
             raise bad_request(f"min_tokens ({min_tokens}) must not exceed max_tokens ({asked})", "min_tokens", backend)
         out["min_tokens"] = min(min_tokens, max_tokens)  # the context may cap max_tokens: the cap wins
@@ -74,11 +76,11 @@ def processor_params(body: dict[str, Any], max_tokens: int, vocab_size: int | No
 def echo_logprobs(request: GatewayRequest) -> int | None:
     """``SamplingParams.prompt_logprobs`` for a completion: its ``logprobs`` when it echoes the prompt
     (0 when it scores with ``max_tokens: 0`` and no logprobs: the engine needs the field to allow it)."""
-    body = request.body
-    if request.kind != "completion" or not body.get("echo"):
+    output = request.output
+    if request.kind != "completion" or not output.echo:
         return None
-    if body.get("logprobs") is not None:
-        return int(body["logprobs"])
+    if output.logprobs is not None:
+        return int(output.logprobs)
     return 0 if request.max_tokens == 0 else None
 
 
@@ -90,7 +92,7 @@ def echo_delta(
     prompt = request.prompt
     text = prompt if isinstance(prompt, str) else tokenizer.decode(prompt_ids, skip_special_tokens=False)
     logprobs = None
-    if request.body.get("logprobs") is not None and entries is not None:
+    if request.output.logprobs is not None and entries is not None:
         name = getattr(tokenizer, "token_text", None) or tokenizer.id_to_token
         logprobs = {
             "tokens": [name(t) for t in prompt_ids],

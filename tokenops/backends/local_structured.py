@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenops.backends.tool_parsers import ToolCallParser, ToolCallStream, get_tool_call_parser
+from tokenops.types import OutputFields
 
 
 @dataclass(slots=True)
@@ -45,13 +46,13 @@ class StructuredPlan:
         return self.parser.stream(self.is_call_constrained) if self.parser is not None else None
 
 
-def plan_request(body: dict[str, Any], parser_name: str) -> StructuredPlan:
-    """The plan for a validated chat request body."""
+def plan_request(fields: OutputFields, parser_name: str) -> StructuredPlan:
+    """The plan for the output fields of a validated chat request."""
     from tokenops.engine.grammar import GrammarSpec
 
     plan = StructuredPlan(template_kwargs={})
-    tools = body.get("tools") or []
-    choice = body.get("tool_choice", "auto" if tools else "none")
+    tools = fields.tools or []
+    choice = fields.tool_choice if fields.tool_choice is not None else ("auto" if tools else "none")
     if tools and choice != "none":
         plan.template_kwargs["tools"] = tools
         plan.parser = get_tool_call_parser(parser_name)
@@ -65,25 +66,25 @@ def plan_request(body: dict[str, Any], parser_name: str) -> StructuredPlan:
             )
             plan.is_call_constrained = True
         elif choice == "required":
-            parallel = body.get("parallel_tool_calls") is True
+            parallel = fields.parallel_tool_calls is True
             functions = _closed_functions(functions)
             plan.grammar = GrammarSpec(
                 "lark", plan.parser.grammar(functions, parallel=parallel), plan.parser.shortest(functions)
             )
             plan.is_call_constrained = True
-        elif (answer := response_format_grammar(body.get("response_format"))) is not None:
+        elif (answer := response_format_grammar(fields.response_format)) is not None:
             # auto beside a response_format: calls, or the answer in the format
             functions = _closed_functions(functions)
             schema = json.loads(answer.source)
             if isinstance(schema, dict):
                 schema = {**schema, "x-guidance": {"whitespace_flexible": False}}
             grammar = plan.parser.grammar(
-                functions, parallel=body.get("parallel_tool_calls") is True, answer=f"%json {json.dumps(schema)}"
+                functions, parallel=fields.parallel_tool_calls is True, answer=f"%json {json.dumps(schema)}"
             )
             plan.grammar = GrammarSpec("lark", grammar, max(plan.parser.shortest(functions), answer.shortest, key=len))
             plan.is_call_constrained = True
     if plan.grammar is None:
-        plan.grammar = response_format_grammar(body.get("response_format"))
+        plan.grammar = response_format_grammar(fields.response_format)
     return plan
 
 

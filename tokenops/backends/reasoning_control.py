@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from tokenops.types import BackendError, GatewayRequest, ReasoningBudget
+from tokenops.types import BackendError, GatewayRequest, OutputFields, ReasoningBudget
 
 EFFORTS = ("none", "minimal", "low", "medium", "high")
 #: Words whose tokens mark a re-check: the engine notes where the first one falls (the end of
@@ -22,15 +22,15 @@ EFFORTS = ("none", "minimal", "low", "medium", "high")
 REFLECTION_WORDS = ("Wait", "Hmm")
 
 
-def requested_budget_fields(body: dict[str, Any]) -> dict[str, Any]:
+def requested_budget_fields(fields: OutputFields) -> dict[str, Any]:
     """The budget fields the request sets (validated; a bad value is a ValueError)."""
-    out = {}
-    effort = body.get("reasoning_effort")
+    out: dict[str, Any] = {}
+    effort = fields.reasoning_effort
     if effort is not None:
         if effort not in EFFORTS:
             raise ValueError(f"reasoning_effort must be one of {', '.join(EFFORTS)}, got {effort!r}")
         out["reasoning_effort"] = effort
-    limit = body.get("max_thinking_tokens")
+    limit = fields.max_thinking_tokens
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"max_thinking_tokens must be an integer >= 0, got {limit!r}")
@@ -52,7 +52,7 @@ def decide_budget(
     ``tokenops_reasoning_budget`` hook, passed in by the backend's builder; none by default);
     400s as ``BackendError``."""
     try:
-        asked = requested_budget_fields(request.body)
+        asked = requested_budget_fields(request.output)
     except ValueError as e:
         raise BackendError(str(e), kind="bad_request", status=400, backend=backend) from None
     if asked and (request.kind != "chat" or not has_parser):

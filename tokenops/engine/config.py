@@ -10,6 +10,7 @@ help, bounds and choices. :func:`engine_tunables` and
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
@@ -254,8 +255,10 @@ def tunable_names(kind: str | None = None) -> tuple[str, ...]:
     )
 
 
-def engine_tunables() -> list[Any]:
-    """The engine's :class:`tokenops.tunables.Tunable` s, generated from the field metadata."""
+def engine_tunables(schedule_orders: Iterable[str] = ()) -> list[Any]:
+    """The engine's :class:`tokenops.tunables.Tunable` s, generated from the field metadata;
+    ``schedule_orders`` are queue-order names beyond the built-ins that ``engine.schedule_policy``
+    also accepts (the ones plugins register)."""
     from tokenops.tunables import Tunable
 
     out = []
@@ -267,6 +270,8 @@ def engine_tunables() -> list[Any]:
         default = meta.get("tunable_none") if f.default is None else f.default
         live = meta["tunable"] == "live"
         extra = {k: meta[k] for k in ("minimum", "maximum", "choices", "log", "searchable") if k in meta}
+        if f.name == "schedule_policy":
+            extra["choices"] = (*extra["choices"], *sorted(set(schedule_orders) - set(extra["choices"])))
         out.append(
             Tunable(
                 f"engine.{f.name}",

@@ -22,12 +22,10 @@ def needs_confidence(decision: RouteDecision) -> bool:
 
 def request_logprobs(request: GatewayRequest) -> bool:
     """Ask the backend for logprobs; True when the client had not asked (strip them later)."""
-    body = request.body
-    asked = bool(body.get("logprobs")) if request.kind == "chat" else body.get("logprobs") is not None
-    if asked:
+    if request.output.wants_logprobs(request.kind):
         return False
-    body["logprobs"] = True if request.kind == "chat" else 0
-    request.decisions["logprobs_for_validation"] = True
+    request.override_output(logprobs=True if request.kind == "chat" else 0)
+    request.decide("logprobs_for_validation", True)
     return True
 
 
@@ -56,7 +54,7 @@ def strip_logprobs(request: GatewayRequest, response: GatewayResponse) -> None:
     """Remove the logprobs the gateway asked for on the client's behalf."""
     for choice in response.extra.get("choices") or []:
         choice["logprobs"] = None
-    request.body.pop("logprobs", None)
+    request.override_output(logprobs=None)
 
 
 def is_added(request: GatewayRequest) -> bool:

@@ -227,7 +227,7 @@ async def generate(gw: Any, greq: GatewayRequest, req: ImageGenerationRequest, m
             image.update(
                 {"size": f"{size[0]}x{size[1]}", "class_index": result.class_index, **result.plan, **result.stats}
             )
-            greq.decisions["image"] = image
+            greq.decide("image", image)
             pipeline.finish(rec, 200)
             pipeline.show_decisions(greq, rec)
             return {

@@ -71,7 +71,7 @@ def messages_request(gw: Any, data: dict[str, Any], default_max_tokens: int) -> 
         body["cache"] = False
     greq = chat_request(body, default_max_tokens)
     greq.native = NativeRequest(api="messages", path="/messages", body=data, untranslatable=list(untranslatable))
-    greq.decisions["api"] = "messages"
+    greq.decide("api", "messages")
     return greq
 
 

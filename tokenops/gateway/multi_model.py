@@ -48,9 +48,9 @@ async def run_cascade(
             break
         response, score = await pipeline.call_model(request, rec, model)
         steps.append({"model": model, "score": score})
-        request.decisions["escalated"] = True
+        request.decide("escalated", True)
         rec.route_reason = f"{decision.reason}:escalated"
-    request.decisions["cascade"] = {"min_score": decision.min_score, "steps": steps}
+    request.decide("cascade", {"min_score": decision.min_score, "steps": steps})
     rec.model_served = response.model if response.model in pipeline.replicas else steps[-1]["model"]
     return response
 
@@ -61,6 +61,17 @@ def member_request(request: GatewayRequest, index: int) -> GatewayRequest:
     if index == 0:
         return request
     return dataclasses.replace(request, id=f"{request.id}-m{index}", body=dict(request.body))
+
+
+def _call_cost(pipeline: ModelCaller, model: str, request_id: str, answer: GatewayResponse) -> dict[str, Any]:
+    """One member's call in ``decisions["ensemble"]["member_costs"]``: its tokens and cost."""
+    return {
+        "model": model,
+        "request_id": request_id,
+        "prompt_tokens": answer.prompt_tokens,
+        "completion_tokens": answer.completion_tokens,
+        "cost_usd": pipeline.cost(model, answer.prompt_tokens, answer.completion_tokens),
+    }
 
 
 async def run_ensemble(
@@ -74,23 +85,20 @@ async def run_ensemble(
     )
     answers = [(m, r[0]) for m, r in zip(members, results) if not isinstance(r, BaseException)]
     failures = {f"{i}:{m}": str(r) for i, (m, r) in enumerate(zip(members, results)) if isinstance(r, BaseException)}
-    request.decisions["ensemble"] = {
-        "members": members,
-        "method": decision.method,
-        "failed": failures or None,
-        # what each member's own call cost (the request's cost is their sum, plus a judge/aggregator)
-        "member_costs": [
-            {
-                "model": m,
-                "request_id": c.id,
-                "prompt_tokens": r[0].prompt_tokens,
-                "completion_tokens": r[0].completion_tokens,
-                "cost_usd": pipeline.cost(m, r[0].prompt_tokens, r[0].completion_tokens),
-            }
-            for c, m, r in zip(calls, members, results)
-            if not isinstance(r, BaseException)
-        ],
-    }
+    request.decide(
+        "ensemble",
+        {
+            "members": members,
+            "method": decision.method,
+            "failed": failures or None,
+            # what each member's own call cost (the request's cost is their sum, plus a judge/aggregator)
+            "member_costs": [
+                _call_cost(pipeline, m, c.id, r[0])
+                for c, m, r in zip(calls, members, results)
+                if not isinstance(r, BaseException)
+            ],
+        },
+    )
     if not answers:
         first = next(r for r in results if isinstance(r, BaseException))
         if isinstance(first, APIError):
@@ -105,7 +113,7 @@ async def run_ensemble(
     calls_made = list(answers)
     billed = [_usage(a) for _, a in answers]
     if isinstance(combined, EnsembleFollowUp):  # a judge or an aggregator has the last word
-        request.decisions["ensemble"]["follow_up"] = combined.model
+        request.decide("ensemble", {**request.decisions["ensemble"], "follow_up": combined.model})
         follow = dataclasses.replace(
             request,
             id=f"{request.id}-follow",
@@ -119,12 +127,13 @@ async def run_ensemble(
             attempts=[],
         )  # sampling: read again from this body
         answer, _ = await pipeline.call_model(follow, rec, combined.model)
-        request.decisions["ensemble"]["follow_up_cost"] = {
+        follow_up_cost = {
             "model": combined.model,
             "prompt_tokens": answer.prompt_tokens,
             "completion_tokens": answer.completion_tokens,
             "cost_usd": pipeline.cost(combined.model, answer.prompt_tokens, answer.completion_tokens),
         }
+        request.decide("ensemble", {**request.decisions["ensemble"], "follow_up_cost": follow_up_cost})
         calls_made.append((combined.model, answer))
         billed.append(_usage(answer))
         combined = combined.finish(answer)
@@ -132,7 +141,7 @@ async def run_ensemble(
     answered_by = next((m for m, a in reversed(calls_made) if a is combined), None)
     rec.model_served = answered_by or (combined.model if combined.model in pipeline.replicas else decision.model)
     rec.backend = "ensemble"
-    request.decisions["ensemble"]["answered_by"] = rec.model_served
+    request.decide("ensemble", {**request.decisions["ensemble"], "answered_by": rec.model_served})
     # usage is what was billed: every member's call plus the judge's/aggregator's
     reasoning = [u[3] for u in billed if u[3] is not None]
     return dataclasses.replace(

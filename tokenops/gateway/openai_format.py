@@ -104,7 +104,7 @@ class ChunkWriter:
 
     def __init__(self, request: GatewayRequest, model: str) -> None:
         self.is_chat = request.kind == "chat"
-        self.include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
+        self.include_usage = request.output.include_usage
         self._head: dict[str, Any] = {
             "id": response_id(request),
             "object": "chat.completion.chunk" if self.is_chat else "text_completion",

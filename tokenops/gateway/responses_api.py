@@ -133,7 +133,7 @@ def _build(
         body=_native(data, items),
         untranslatable=[(param, e.message) for param, e in tr.untranslatable.items()],
     )
-    greq.decisions["api"] = "responses"
+    greq.decide("api", "responses")
     return req, greq, items, tr
 
 

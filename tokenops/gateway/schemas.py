@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.json_types import INTEGRAL_FLOAT
 from tokenops.gateway.structured import check_structured
-from tokenops.types import GatewayRequest, SamplingFields
+from tokenops.types import GatewayRequest, OutputFields, SamplingFields
 
 
 class StreamOptions(BaseModel):
@@ -210,6 +210,7 @@ def chat_request(data: dict[str, Any], default_max_tokens: int, *, is_generating
         session_id=req.user,
         priority=req.priority,
         sampling=SamplingFields.from_body(body, req.model_fields_set),
+        output=OutputFields.from_body(body, req.model_fields_set),
     )
 
 
@@ -242,6 +243,7 @@ def completion_request(data: dict[str, Any], default_max_tokens: int) -> Gateway
         session_id=req.user,
         priority=req.priority,
         sampling=SamplingFields.from_body(body, req.model_fields_set),
+        output=OutputFields.from_body(body, req.model_fields_set),
     )
 
 

@@ -23,7 +23,7 @@ from tokenops.gateway.errors import APIError, ModelNotFound
 from tokenops.gateway.keyed_body import authorized_body
 from tokenops.gateway.messages_schema import chat_body
 from tokenops.gateway.schemas import ChatMessage, chat_request
-from tokenops.types import BackendError
+from tokenops.types import BackendError, OutputFields
 
 router = APIRouter()
 _JSON = "application/json"
@@ -143,7 +143,7 @@ def chat_token_ids(
             code="invalid_value",
             param="chat_template_kwargs",
         )
-    plan = plan_request(body, replica.backend.tool_call_parser)
+    plan = plan_request(OutputFields.from_body(body), replica.backend.tool_call_parser)
     kwargs = {**plan.template_kwargs, **(template_kwargs or {})}
     try:
         text = tok.apply_chat_template(

@@ -175,7 +175,7 @@ def start_request(request: Any, rec: Any) -> None:
         "gen_ai.request.max_tokens": request.max_tokens,
     }
     for name in ("temperature", "top_p", "seed"):
-        value = request.body.get(name)
+        value = getattr(request.sampling, name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             attrs[f"gen_ai.request.{name}"] = value
     root = _Span(

@@ -154,7 +154,7 @@ class KeyGuard:
                 end = now + w.length_s
             with self._lock:
                 self.stats.refusals[(scope, name)] = self.stats.refusals.get((scope, name), 0) + 1
-            request.decisions["budget"] = f"refused:{scope}"
+            request.decide("budget", f"refused:{scope}")
             wait = max(1.0, end - now)
             period = f"in the last {b.period[:-1]} hours" if w.is_rolling else f"this {b.period} period"
             when = "It resets at" if not w.is_rolling else "Enough of it leaves the window at"
@@ -167,7 +167,7 @@ class KeyGuard:
             )
         with self._lock:
             self._pending[request.id] = _Reserved([keys[-1] for keys, _ in entries], estimate, ttl)
-        request.decisions["budget"] = {"reserved_usd": estimate}
+        request.decide("budget", {"reserved_usd": estimate})
         # warn once the spend before this request has reached the soft budget
         warned = [
             (scope, name, b, v - estimate)
@@ -183,7 +183,7 @@ class KeyGuard:
             )
             if headers is not None:
                 headers[WARNING_HEADER] = text
-            request.decisions["budget_warning"] = text
+            request.decide("budget_warning", text)
             with self._lock:
                 for scope, name, _, _ in warned:
                     self.stats.warnings[(scope, name)] = self.stats.warnings.get((scope, name), 0) + 1

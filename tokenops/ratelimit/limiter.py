@@ -127,7 +127,7 @@ class RateLimiter:
             waited = self.clock() - start
         self.stats.admitted += 1
         self.stats.queued_s += waited
-        request.decisions["rate_limit"] = "admitted" if waited <= 0 else f"queued:{waited:.3f}s"
+        request.decide("rate_limit", "admitted" if waited <= 0 else f"queued:{waited:.3f}s")
         with self._lock:
             self._pending[request.id] = _Pending(
                 request.tenant, tokens, token_charges, [s.key for s in slots], now, self.fair is not None
@@ -151,7 +151,7 @@ class RateLimiter:
         reason = f"{scope}:{kind}"
         self.stats.rejected += 1
         self.stats.by_reason[reason] = self.stats.by_reason.get(reason, 0) + 1
-        request.decisions["rate_limit"] = f"rejected:{reason}"
+        request.decide("rate_limit", f"rejected:{reason}")
         retry = math.ceil(max(verdict.wait_s, 0.001) * 100) / 100
         return Rejection(
             429,

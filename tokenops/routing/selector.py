@@ -106,10 +106,10 @@ class ReplicaSelector:
             chosen, reason = replicas[0], policy
         else:
             chosen, reason = getattr(self, f"_select_{policy}")(request, replicas)
-        decisions = getattr(request, "decisions", None)
-        if isinstance(decisions, dict):
-            decisions["replica_policy"] = reason
-            decisions["replica"] = chosen.name
+        decide = getattr(request, "decide", None)  # a GatewayRequest (the bench's requests have no record)
+        if decide is not None:
+            decide("replica_policy", reason)
+            decide("replica", chosen.name)
         self.tracker.start(
             chosen.name,
             getattr(request, "id", ""),

@@ -216,7 +216,7 @@ def tokenops_select_replica(request, replicas):
         chosen = yield
     else:
         excluded = [r.name for r in replicas if r not in allowed]
-        request.decisions["breaker"] = {"excluded": excluded}
+        request.decide("breaker", {"excluded": excluded})
         original = list(replicas)
         replicas[:] = allowed  # the selectors below see only replicas that may be called
         try:
@@ -243,7 +243,7 @@ def tokenops_route(request, candidates, profiles):
         why = "overloaded"
     if why is None:
         return decision
-    request.decisions["degraded"] = {"from": decision.model, "to": target, "reason": why}
+    request.decide("degraded", {"from": decision.model, "to": target, "reason": why})
     return dataclasses.replace(decision, model=target, reason=f"degraded:{why}")
 
 
@@ -254,7 +254,7 @@ def tokenops_fallback(request, error):
     failed = request.attempts[-1] if request.attempts else request.model
     target = degrade_to.get(failed)
     if target and target not in request.attempts:
-        request.decisions["degraded"] = {"from": failed, "to": target, "reason": getattr(error, "kind", "error")}
+        request.decide("degraded", {"from": failed, "to": target, "reason": getattr(error, "kind", "error")})
         return target
     return None
 

@@ -182,7 +182,7 @@ def is_opted_out(request) -> bool:
 
 
 def _is_cacheable(request) -> bool:
-    return (request.body.get("n") or 1) == 1 and not is_opted_out(request)
+    return (request.sampling.n or 1) == 1 and not is_opted_out(request)
 
 
 @hookimpl
@@ -190,10 +190,10 @@ def tokenops_cache_lookup(request):
     if cache is None:
         return None
     if not _is_cacheable(request):
-        request.decisions["semantic_cache"] = {"result": "off"}
+        request.decide("semantic_cache", {"result": "off"})
         return None
     response, decision = cache.lookup(request)
-    request.decisions["semantic_cache"] = decision
+    request.decide("semantic_cache", decision)
     if response is None:
         return None
     return dataclasses.replace(response, backend="cache", extra={**response.extra, "cache": decision})

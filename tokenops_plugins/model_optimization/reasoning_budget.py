@@ -170,19 +170,19 @@ def tokenops_register_commands(app):
 
 @hookimpl(trylast=True)
 def tokenops_reasoning_budget(request, model):
-    body = request.body
+    fields = request.output
     feats = None
     if _conf["record_features"] or _conf["adaptive"]:
         from ._adaptive_budget import features
 
         feats = features(request.prompt_text())
         if _conf["record_features"]:
-            request.decisions["reasoning_features"] = {"dimension": feats[0], "words": feats[1]}
+            request.decide("reasoning_features", {"dimension": feats[0], "words": feats[1]})
     suppress = tuple(_conf["reflection_words"]) if _conf["suppress_reflection"] else ()
-    if body.get("max_thinking_tokens") is not None:
-        limit = body["max_thinking_tokens"]
+    if fields.max_thinking_tokens is not None:
+        limit = fields.max_thinking_tokens
         return ReasoningBudget(limit, suppress, f"max_thinking_tokens={limit}")
-    effort = body.get("reasoning_effort")
+    effort = fields.reasoning_effort
     if effort is not None:
         limit = 0 if effort in ("none", "minimal") else _limit(_conf[effort])
         return ReasoningBudget(limit, suppress, f"reasoning_effort={effort}")

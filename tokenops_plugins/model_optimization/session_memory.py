@@ -179,7 +179,7 @@ def tokenops_fit_context(request, window):
     limits = [x for x in (window.max_model_len, _conf["token_budget"]) if x]
     if not limits:
         return result
-    asked = request.body.get("max_tokens") or request.body.get("max_completion_tokens")
+    asked = request.max_tokens if request.sampling.is_max_tokens_sent else None  # the client's limit, if sent
     budget = min(limits) - (asked or _conf["reserve_tokens"])
     if budget <= 0 or window.count_tokens(request.messages) <= budget:
         return result

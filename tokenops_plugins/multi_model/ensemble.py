@@ -131,10 +131,10 @@ def tokenops_ensemble(request, responses):
         )
     aggregator = _conf["aggregator"] or responses[-1].model
     # the final answer is the aggregator's: it gets the client's token limit (members already had it)
-    asked = request.body.get("max_completion_tokens") or request.body.get("max_tokens")
+    asked = request.max_tokens if request.sampling.is_max_tokens_sent else None
     return EnsembleFollowUp(
         aggregator,
         aggregate_prompt(question, responses),
         lambda answer: billed(answer, answer),
-        int(asked) if asked else 256,
+        asked if asked else 256,
     )

@@ -102,7 +102,7 @@ def tokenops_validate(request, response):
     if _on("logprob"):
         scores.append(logprob_confidence(response.token_logprobs))
     if _on("json"):
-        scores.append(json_validity(response.text, request.body.get("response_format")))
+        scores.append(json_validity(response.text, request.output.response_format))
     if _on("regex") and _conf["regex"] is not None:
         scores.append(1.0 if _conf["regex"].search(response.text) else 0.0)
     if _on("consistency"):

@@ -1,0 +1,251 @@
+"""The typed parts of a request: its sampling and output fields, read once from the validated body
+(with whether the client sent each), and the declared keys of its decision record, checked when
+written. :mod:`tokenops.types` re-exports them; backends and plugins read these, not the body
+(the body stays for the schema and for upstreams that get it forwarded unchanged)."""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+#: The body's sampling fields (:class:`SamplingFields`) and output fields (:class:`OutputFields`):
+#: ``tests/test_typed_request.py`` fails when code in ``tokenops/backends/`` or the plugins reads
+#: one of these names from a body dict.
+SAMPLING_NAMES = (
+    "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "ignore_eos",
+    "max_tokens",
+    "max_completion_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "min_tokens",
+)
+OUTPUT_NAMES = (
+    "logprobs",
+    "top_logprobs",
+    "echo",
+    "stream_options",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning_effort",
+    "max_thinking_tokens",
+)
+
+
+def _sent_only(body: dict[str, Any], sent: set[str] | None) -> dict[str, Any]:
+    return body if sent is None else {k: v for k, v in body.items() if k in sent}
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+#: The :class:`SamplingFields` that are None when not sent.
+_SENT_WHEN_SET = (
+    "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "min_tokens",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingFields:
+    """The sampling fields of a request as the client sent them, read once from the validated
+    body when the :class:`GatewayRequest` is made; None (or empty) where the client sent none.
+    Backends read these fields, not the body."""
+
+    n: int | None = None  # choices asked
+    temperature: float | None = None  # None: the backend's default (1.0 on the bundled engine)
+    top_p: float | None = None  # nucleus sampling mass
+    top_k: int | None = None  # the ``top_k`` extension (vLLM's); 0 or None: off
+    seed: int | None = None  # a per-request seed for reproducible sampling
+    stop: tuple[str, ...] = ()  # stop strings (a single string becomes one)
+    ignore_eos: bool = False  # the ``ignore_eos`` extension: generate up to max_tokens
+    #: whether the client set ``max_tokens`` or ``max_completion_tokens`` (the limit itself,
+    #: after the server's default, is ``GatewayRequest.max_tokens``)
+    is_max_tokens_sent: bool = False
+    presence_penalty: float | None = None  # minus this for each token already in the output
+    frequency_penalty: float | None = None  # minus this times each token's count in the output
+    repetition_penalty: float | None = None  # the vLLM extension: logits of seen tokens divided by it
+    #: token id (a string of digits, as the JSON key) -> bias in [-100, 100]; None when not sent
+    logit_bias: dict[str, float] | None = None
+    min_tokens: int | None = None  # the vLLM extension: no stop rule ends the output before it
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], sent: set[str] | None = None) -> SamplingFields:
+        """The fields of ``body``; with ``sent`` (the names the client's JSON held, as the
+        schema saw them) a value the schema filled in by default counts as not sent."""
+        body = _sent_only(body, sent)
+        stop = body.get("stop")
+        return cls(
+            n=body.get("n"),
+            temperature=body.get("temperature"),
+            top_p=body.get("top_p"),
+            top_k=body.get("top_k"),
+            seed=body.get("seed"),
+            stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+            ignore_eos=bool(body.get("ignore_eos")),
+            is_max_tokens_sent=body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None,
+            presence_penalty=_float(body.get("presence_penalty")),
+            frequency_penalty=_float(body.get("frequency_penalty")),
+            repetition_penalty=_float(body.get("repetition_penalty")),
+            logit_bias=body.get("logit_bias") or None,
+            min_tokens=body.get("min_tokens"),
+        )
+
+    def sent(self) -> set[str]:
+        """The names of the fields the client sent (for decisions and logs)."""
+        out = {name for name in _SENT_WHEN_SET if getattr(self, name) is not None}
+        out |= {"stop"} if self.stop else set()
+        out |= {"ignore_eos"} if self.ignore_eos else set()
+        return out | ({"max_tokens"} if self.is_max_tokens_sent else set())
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFields:
+    """What the client asked the answer to carry or look like, read once from the validated body
+    like :class:`SamplingFields`: logprobs, echo, usage in the stream, structured outputs and tool
+    calls, thinking budgets. None (or False) where the client sent none."""
+
+    #: chat: whether to return the sampled tokens' logprobs (a bool); completions: how many
+    #: alternatives per token (an int, 0 for the sampled token's alone)
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = None  # chat: alternatives per token (needs ``logprobs: true``)
+    echo: bool = False  # completions: the prompt comes back before the answer
+    include_usage: bool = False  # ``stream_options.include_usage``: a last chunk with the usage
+    response_format: dict[str, Any] | None = None  # text, json_object or json_schema (checked by the schema)
+    tools: list[dict[str, Any]] | None = None  # the functions the model may call (checked by the schema)
+    tool_choice: str | dict[str, Any] | None = None  # none | auto | required | a named function
+    parallel_tool_calls: bool | None = None  # whether one answer may hold several calls
+    #: OpenAI's ``reasoning_effort`` as sent (the backend that acts on it checks the value)
+    reasoning_effort: object = None
+    #: the ``max_thinking_tokens`` extension as sent (the backend that acts on it checks the value)
+    max_thinking_tokens: object = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], sent: set[str] | None = None) -> OutputFields:
+        """The fields of ``body``, as :meth:`SamplingFields.from_body` reads them."""
+        body = _sent_only(body, sent)
+        options = body.get("stream_options")
+        return cls(
+            logprobs=body.get("logprobs"),
+            top_logprobs=body.get("top_logprobs"),
+            echo=bool(body.get("echo")),
+            include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+            response_format=body.get("response_format"),
+            tools=body.get("tools"),
+            tool_choice=body.get("tool_choice"),
+            parallel_tool_calls=body.get("parallel_tool_calls"),
+            reasoning_effort=body.get("reasoning_effort"),
+            max_thinking_tokens=body.get("max_thinking_tokens"),
+        )
+
+    def wants_logprobs(self, kind: str) -> bool:
+        """Whether the answer carries logprobs: chat's ``logprobs: true``, a completion's ``logprobs`` set."""
+        return bool(self.logprobs) if kind == "chat" else self.logprobs is not None
+
+
+class RouteRecord(TypedDict):
+    """``decisions["route"]``: the router's choice."""
+
+    model: str
+    reason: str
+    router: str | None
+    score: float | None
+
+
+#: One move of a request: a fallback to another model, a retry on another replica, a degradation
+#: to a smaller model (``from``/``to`` name models or replicas). Functional form: ``from`` is a keyword.
+Hop = TypedDict("Hop", {"from": str, "to": str, "error": str, "reason": str}, total=False)
+
+
+class Decisions(TypedDict, total=False):
+    """What each step decided for one request: the keys the core and the built-in plugins write
+    into ``GatewayRequest.decisions`` and their types. A plain dict, so the store's ``decisions``
+    JSON keeps its shape (old rows included); every writer goes through
+    ``GatewayRequest.decide`` (or ``add_decision`` for the lists), which refuses a key not
+    declared here or a value of the wrong basic type, and a type checker holds the readers to
+    these names and types."""
+
+    api: str  # "messages" | "responses": the wire API the client spoke (absent: chat/completions)
+    admit: dict[str, str]  # {"rejected": code} when admission refused
+    rate_limit: str  # "admitted" | "queued:<s>s" | "rejected:<why>"
+    budget: str | dict[str, float]  # "refused:<scope>" or {"reserved_usd": estimate}
+    budget_warning: str  # a soft budget was passed (also a response header)
+    cache: str  # "hit" | "miss"
+    semantic_cache: dict[str, Any]  # the semantic cache's lookup: result, similarity, ...
+    route: RouteRecord
+    memory: Any  # what session memory did to the context (tokenops.memory.fit)
+    replica: str  # the replica chosen
+    replica_policy: str  # why the selector chose it
+    breaker: dict[str, Any]  # {"excluded": [replicas an open breaker kept out]}
+    degraded: Hop  # sent to a smaller model while the asked one is down
+    fallbacks: list[Hop]  # models tried after a failure (tokenops_fallback)
+    retries: list[Hop]  # replicas retried after a failure
+    validate: float  # the lowest validator score
+    logprobs_for_validation: bool  # logprobs asked for the validators, hidden from the client
+    escalated: bool  # a cascade went past its first model
+    cascade: dict[str, Any]  # {"min_score", "steps": [{"model", "score"}]}
+    ensemble: dict[str, Any]  # members, method, failures, member costs, follow-up
+    reasoning_budget: dict[str, Any]  # the thinking budget given (max_thinking_tokens, suppress, reason)
+    reasoning_features: dict[str, Any]  # what the adaptive budget policy saw
+    thinking: dict[str, list[Any]]  # per choice: closed_by, first_pass, spent
+    stop_sequence: str  # the stop string that ended choice 0 (Anthropic's stop_sequence)
+    image: dict[str, Any]  # an image request's plan and sizes
+
+
+class DecisionError(TypeError):
+    """A decision key that :class:`Decisions` does not declare, or a value of the wrong type."""
+
+
+def _runtime_types(hint: Any) -> tuple[type, ...]:
+    """The basic run-time types of an annotation: ``dict[str, Any]`` and a TypedDict are dict,
+    ``float`` takes an int too, ``Any`` anything."""
+    if hint is Any:
+        return (object,)
+    if hint is float:
+        return (int, float)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return tuple(t for arg in typing.get_args(hint) for t in _runtime_types(arg))
+    if hint is type(None):
+        return (type(None),)
+    if typing.is_typeddict(hint):
+        return (dict,)
+    return (origin or hint,)
+
+
+#: key -> the run-time types its value may have (from :class:`Decisions`' annotations)
+DECISION_TYPES: dict[str, tuple[type, ...]] = {
+    key: _runtime_types(hint) for key, hint in typing.get_type_hints(Decisions).items()
+}
+
+
+def check_decision(key: str, value: object) -> None:
+    """Raise :class:`DecisionError` unless ``key`` is declared in :class:`Decisions` and ``value``
+    has its basic type (a bool is no number)."""
+    allowed = DECISION_TYPES.get(key)
+    if allowed is None:
+        raise DecisionError(f"decision {key!r} is not declared in tokenops.types.Decisions")
+    is_number_key = (int in allowed or float in allowed) and bool not in allowed
+    if not isinstance(value, allowed) or (is_number_key and isinstance(value, bool)):
+        names = " | ".join(t.__name__ for t in allowed)
+        raise DecisionError(f"decision {key!r} takes {names}, got {type(value).__name__}")
