@@ -6,6 +6,7 @@ import pytest
 import torch
 from fused_checks import fused_and_reference, mixed_prefills, serve_and_generate
 
+from tests.serve_configs import config as serve_config, local_model, section
 from tokenops.engine import fused_decode, panels
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.config import EngineConfig
@@ -360,9 +361,9 @@ def test_serve_decodes_through_the_fused_step(tmp_path, tiny_llama_dir, panel_dt
     (a 40-token prompt: a prefill whose attention is split by rows), and answers exactly what the
     PyTorch forward generates; with ``[engine] panel_dtype = "bfloat16"`` what the engine with
     bfloat16 panels generates."""
-    config = f'[[models]]\nname = "tiny"\nbackend = "local"\npath = "{tiny_llama_dir}"\n'
+    config = local_model("tiny", tiny_llama_dir)
     if panel_dtype:
-        config += f'\n[engine]\npanel_dtype = "{panel_dtype}"\n'
+        config = serve_config(config, section("engine", panel_dtype=panel_dtype))
     if panel_dtype:  # the same engine in process: the rounded weights, through the fused step
         reference_config = EngineConfig(model=str(tiny_llama_dir), device="cpu", panel_dtype=panel_dtype)
     else:

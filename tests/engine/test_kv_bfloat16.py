@@ -7,6 +7,7 @@ import pytest
 import torch
 from fused_checks import fused_and_reference, mixed_prefills, serve_and_generate
 
+from tests.serve_configs import config as serve_config, local_model, section
 from tokenops.engine import fused_decode
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.config import EngineConfig
@@ -70,8 +71,7 @@ def test_serve_with_a_bfloat16_cache(tmp_path, tiny_llama_dir):
     """``tokenops serve`` with ``[plugins.kv_policy] cache_dtype = "bfloat16"`` streams through the fused
     step and answers what the same engine generates in process."""
     prompt = "the cache holds half the bytes " * 5
-    config = (f'[[models]]\nname = "tiny"\nbackend = "local"\npath = "{tiny_llama_dir}"\n\n'
-              '[plugins.kv_policy]\ncache_dtype = "bfloat16"\n')
+    config = serve_config(local_model("tiny", tiny_llama_dir), section("plugins.kv_policy", cache_dtype="bfloat16"))
     text, stats, reference = serve_and_generate(
         tmp_path, config, prompt, EngineConfig(model=str(tiny_llama_dir), device="cpu", kv_cache_dtype="bfloat16"))
     assert [e["kv_dtype"] for e in stats["engines"].values()] == ["bfloat16"], stats["engines"]
