@@ -28,8 +28,6 @@ PACKAGES = {"tokenops": ROOT / "tokenops", "tokenops_plugins": ROOT / "tokenops_
 DEFERRED_CYCLES = {
     # admin_key hashes with auth's helpers; auth.resolve_admin_key is a shim that defers to admin_key
     frozenset({"tokenops.gateway.admin_key", "tokenops.gateway.auth"}),
-    # `tune` loads its view only when it prints; the view formats with tune's table helpers
-    frozenset({"tokenops.cli.tune", "tokenops.cli.tune_view"}),
     # capture registers the distill CLI in tokenops_register_commands; the CLI parses capture's config
     frozenset({"tokenops_plugins.distill.capture", "tokenops_plugins.distill._cli"}),
 }

@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from tests.serve_configs import config as serve_config, openai_model, section
 from tokenops.testing_serve import ServeProcess, free_port
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -74,8 +75,10 @@ def _wait_for(predicate, timeout_s: float) -> float:
 
 def test_a_dead_replica_costs_no_client_errors_and_recovers_by_background_probes(tmp_path):
     a, b = Upstream().start(), Upstream().start()
-    config = (f'[[models]]\nname = "m"\nbackend = "openai"\nurls = ["{a.url}", "{b.url}"]\nmax_retries = 0\n\n'
-              "[plugins.circuit_breaker]\nconsecutive_failures = 3\ncooldown_s = 1.0\nhealth_probe_interval_s = 0.3\n")
+    config = serve_config(
+        openai_model("m", urls=[a.url, b.url], max_retries=0),
+        section("plugins.circuit_breaker", consecutive_failures=3, cooldown_s=1.0, health_probe_interval_s=0.3),
+    )
     try:
         with ServeProcess(tmp_path, config=config, store=False) as gw:
             client = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import httpx
-import openai
 import pytest
 import torch
+from fused_checks import fused_and_reference, mixed_prefills, serve_and_generate
 
+from tests.serve_configs import config as serve_config, local_model, section
 from tokenops.engine import fused_decode, panels
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.config import EngineConfig
 from tokenops.engine.engine import LLMEngine
 from tokenops.engine.sampling import SamplingParams
-from tokenops.testing_serve import ServeProcess
 
 needs_lib = pytest.mark.skipif(fused_decode._library() is None, reason="no C compiler: decodes use the PyTorch path")
 DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "qwen3_hd128", "mistral", "mistral_h12", "phi3")
@@ -25,12 +24,7 @@ def _prefill(runner, prompts, tables):
 def _decode_both(runner, chunks):
     """Logits of the same decode step through the fused call and through the PyTorch forward
     (which rewrites the same K/V slots with the same values)."""
-    fused = runner.fused_decode(chunks)
-    saved, runner.fused_decode = runner.fused_decode, None
-    try:
-        reference = runner.execute(chunks)
-    finally:
-        runner.fused_decode = saved
+    fused, reference, _ = fused_and_reference(runner, chunks)
     return fused, reference
 
 
@@ -93,11 +87,8 @@ def test_prefill_chunks_take_the_fused_step(arch, threads, tiny_checkpoint, make
     max_rows tokens keeps the PyTorch forward."""
     runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=1024,
                          weight_layout="plain")
-    g = torch.Generator().manual_seed(3)
     vocab = runner.vocab_size
-    lengths = (70, 9, 130, 17)
-    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
-    tables = [list(range(0, 60)), list(range(60, 70)), list(range(70, 130)), list(range(130, 145))]
+    prompts, tables = mixed_prefills(vocab, seed=3)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -108,13 +99,7 @@ def test_prefill_chunks_take_the_fused_step(arch, threads, tiny_checkpoint, make
                   ChunkInput(prompts[1] * 3, 17, tables[3], num_logits=3)]]
         for chunks in steps:
             assert runner.fused_decode.accepts(chunks)
-            fused = runner.fused_decode(chunks)
-            cache = runner.kv_cache.clone()
-            saved_decoder, runner.fused_decode = runner.fused_decode, None
-            try:
-                reference = runner.execute(chunks)
-            finally:
-                runner.fused_decode = saved_decoder
+            fused, reference, cache = fused_and_reference(runner, chunks)
             assert fused.shape == reference.shape == (sum(c.num_logits for c in chunks), vocab)
             torch.testing.assert_close(fused, reference, atol=3e-4, rtol=1e-4)
             torch.testing.assert_close(cache, runner.kv_cache, atol=1e-4, rtol=1e-4)
@@ -376,21 +361,15 @@ def test_serve_decodes_through_the_fused_step(tmp_path, tiny_llama_dir, panel_dt
     (a 40-token prompt: a prefill whose attention is split by rows), and answers exactly what the
     PyTorch forward generates; with ``[engine] panel_dtype = "bfloat16"`` what the engine with
     bfloat16 panels generates."""
-    config = f'[[models]]\nname = "tiny"\nbackend = "local"\npath = "{tiny_llama_dir}"\n'
+    config = local_model("tiny", tiny_llama_dir)
     if panel_dtype:
-        config += f'\n[engine]\npanel_dtype = "{panel_dtype}"\n'
-    with ServeProcess(tmp_path, config=config, store=False) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
-        stream = client.completions.create(model="tiny", prompt=PROMPT_40, max_tokens=16, temperature=0,
-                                           stream=True, extra_body={"ignore_eos": True})
-        text = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
-        stats = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers).json()
+        config = serve_config(config, section("engine", panel_dtype=panel_dtype))
+    if panel_dtype:  # the same engine in process: the rounded weights, through the fused step
+        reference_config = EngineConfig(model=str(tiny_llama_dir), device="cpu", panel_dtype=panel_dtype)
+    else:
+        reference_config = EngineConfig(model=str(tiny_llama_dir), device="cpu", decode_kernel="torch")
+    text, stats, reference = serve_and_generate(tmp_path, config, PROMPT_40, reference_config)
     engines = [e for e in stats["engines"].values() if "fused_decode_steps" in e]
     assert engines and engines[0]["fused_decode_steps"] == engines[0]["num_steps"] >= 16, stats["engines"]
     assert engines[0]["panel_dtype"] == (panel_dtype or "float32")
-    if panel_dtype:  # the same engine in process: the rounded weights, through the fused step
-        engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", panel_dtype=panel_dtype))
-    else:
-        engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", decode_kernel="torch"))
-    reference = engine.generate([PROMPT_40], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))[0]
-    assert text == reference.outputs[0].text
+    assert text == reference

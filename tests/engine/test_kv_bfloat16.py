@@ -3,17 +3,14 @@ fused step (its ``TK_KV_BF16`` build) and by the PyTorch forward alike."""
 
 from __future__ import annotations
 
-import httpx
-import openai
 import pytest
 import torch
+from fused_checks import fused_and_reference, mixed_prefills, serve_and_generate
 
+from tests.serve_configs import config as serve_config, local_model, section
 from tokenops.engine import fused_decode
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.sampling import SamplingParams
-from tokenops.testing_serve import ServeProcess
 
 needs_lib = pytest.mark.skipif(fused_decode._library(kv_bf16=True) is None, reason="no C compiler")
 
@@ -36,11 +33,7 @@ def test_fused_step_on_a_bfloat16_cache_matches_the_pytorch_forward(arch, thread
     runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=1024,
                          weight_layout="plain", kv_cache_dtype="bfloat16")
     assert runner.fused_decode is not None and runner.kv_cache.dtype == torch.bfloat16
-    g = torch.Generator().manual_seed(5)
-    vocab = runner.vocab_size
-    lengths = (70, 9, 130, 17)
-    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
-    tables = [list(range(0, 60)), list(range(60, 70)), list(range(70, 130)), list(range(130, 145))]
+    prompts, tables = mixed_prefills(runner.vocab_size, seed=5)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -50,13 +43,7 @@ def test_fused_step_on_a_bfloat16_cache_matches_the_pytorch_forward(arch, thread
                  [ChunkInput([4], 110, tables[0]), ChunkInput([8], 10, tables[1])]]
         for chunks in steps:
             assert runner.fused_decode.accepts(chunks)
-            fused = runner.fused_decode(chunks)
-            cache = runner.kv_cache.clone()
-            decoder, runner.fused_decode = runner.fused_decode, None
-            try:
-                reference = runner.execute(chunks)
-            finally:
-                runner.fused_decode = decoder
+            fused, reference, cache = fused_and_reference(runner, chunks)
             torch.testing.assert_close(fused, reference, atol=3e-4, rtol=1e-4)
             # the same values rounded to bfloat16: equal but where float32 rounding straddles a bfloat16 step
             differ = (cache != runner.kv_cache).sum().item()
@@ -84,18 +71,11 @@ def test_serve_with_a_bfloat16_cache(tmp_path, tiny_llama_dir):
     """``tokenops serve`` with ``[plugins.kv_policy] cache_dtype = "bfloat16"`` streams through the fused
     step and answers what the same engine generates in process."""
     prompt = "the cache holds half the bytes " * 5
-    config = (f'[[models]]\nname = "tiny"\nbackend = "local"\npath = "{tiny_llama_dir}"\n\n'
-              '[plugins.kv_policy]\ncache_dtype = "bfloat16"\n')
-    with ServeProcess(tmp_path, config=config, store=False) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
-        stream = client.completions.create(model="tiny", prompt=prompt, max_tokens=16, temperature=0, stream=True,
-                                           extra_body={"ignore_eos": True})
-        text = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
-        stats = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers).json()
+    config = serve_config(local_model("tiny", tiny_llama_dir), section("plugins.kv_policy", cache_dtype="bfloat16"))
+    text, stats, reference = serve_and_generate(
+        tmp_path, config, prompt, EngineConfig(model=str(tiny_llama_dir), device="cpu", kv_cache_dtype="bfloat16"))
     assert [e["kv_dtype"] for e in stats["engines"].values()] == ["bfloat16"], stats["engines"]
     engines = [e for e in stats["engines"].values() if "fused_decode_steps" in e]
     if fused_decode._library(kv_bf16=True) is not None:
         assert engines and engines[0]["fused_decode_steps"] >= 16, stats["engines"]
-    engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", kv_cache_dtype="bfloat16"))
-    reference = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))[0]
-    assert text == reference.outputs[0].text
+    assert text == reference

@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from tests.serve_configs import config as serve_config, local_model
 from tokenops.testing_serve import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ def _spec_stats(node):
 
 def test_documented_speculative_block_serves_with_drafts(tmp_path):
     assert "disable_by_batch_size = 8" in BLOCK
-    config = f'[[models]]\nname = "target"\nbackend = "local"\npath = "{TARGET}"\n\n{BLOCK}'
+    config = serve_config(local_model("target", TARGET), BLOCK)
     with ServeProcess(tmp_path, config=config, store=False) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
         text = "the harbour boats and the gulls over the tide " * 6
@@ -60,7 +61,7 @@ def test_documented_draft_block_serves_the_targets_greedy_output(tmp_path):
     assert DRAFT_BLOCK is not None, "the draft block is gone from docs/engine-optimizations.md"
     block = DRAFT_BLOCK.group(1).replace('"tokenops/demo_models/', f'"{REPO}/tokenops/demo_models/')
     assert "num_tokens = 8" in block and "draft_min_confidence = 0.1" in block
-    config = f'[[models]]\nname = "target"\nbackend = "local"\npath = "{TARGET}"\n\n{block}'
+    config = serve_config(local_model("target", TARGET), block)
     prompt = [1, 44, 316, 1070, 301, 620, 282, 3097, 16, 4, 75, 281]
     with ServeProcess(tmp_path, config=config, store=False) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)

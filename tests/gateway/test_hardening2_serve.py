@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from tests.serve_configs import config as serve_config, local_model, section
 from tokenops.engine.default_model import shipped_model_dir
 from tokenops.testing_serve import ServeProcess
 
@@ -27,8 +28,10 @@ MODEL = "demo"  # the demo chat model (the gateway is under test); one constant 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    config = (f'[[models]]\nname = "{MODEL}"\nbackend = "local"\npath = "{shipped_model_dir()}"\n\n'
-              f'[gateway]\napi_keys = {{ "{API_KEY}" = "acme" }}\nmetrics_key = "prom-scrape-key"\n')
+    config = serve_config(
+        local_model(MODEL, shipped_model_dir()),
+        section("gateway", api_keys={API_KEY: "acme"}, metrics_key="prom-scrape-key"),
+    )
     with ServeProcess(tmp_path_factory.mktemp("hardening2"), config=config, admin_key=ADMIN_KEY) as srv:
         yield srv
 

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from tests.gateway.openai_upstream import MODEL_ID, Upstream
+from tests.serve_configs import config as serve_config, openai_model
 from tokenops.testing_serve import ServeProcess, free_port
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "serve.md"
@@ -47,8 +48,10 @@ def test_documented_model_name_example_maps_to_the_upstream_id(tmp_path):
 
 def test_served_model_in_the_config_file(tmp_path):
     with Upstream() as up:
-        config = (f'[[models]]\nname = "pinned"\nbackend = "openai"\nurl = "{up.url}"\nserved_model = "{MODEL_ID}"\n\n'
-                  f'[[models]]\nname = "wrong"\nbackend = "openai"\nurl = "{up.url}"\nserved_model = "not-there"\n')
+        config = serve_config(
+            openai_model("pinned", up.url, served_model=MODEL_ID),
+            openai_model("wrong", up.url, served_model="not-there"),
+        )
         with ServeProcess(tmp_path, config=config, store=False) as srv:
             client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
             assert client.chat.completions.create(model="pinned", messages=HI).model == "pinned"

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from tests.serve_configs import config as serve_config, local_model
 from tokenops.testing_serve import ServeProcess
 
 
@@ -46,8 +47,7 @@ def test_serve_exits_when_every_one_of_several_models_fails(gpt2_dir, tmp_path):
     (missing / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", '
                                          '"vocab_size": 32, "hidden_size": 8, "num_hidden_layers": 1, '
                                          '"num_attention_heads": 2, "intermediate_size": 16}')
-    config = (f'[[models]]\nname = "gpt2"\nbackend = "local"\npath = "{gpt2_dir}"\n\n'
-              f'[[models]]\nname = "empty"\nbackend = "local"\npath = "{missing}"\n')
+    config = serve_config(local_model("gpt2", gpt2_dir), local_model("empty", missing))
     done = _serve(tmp_path / "srv", config=config)
     assert done.returncode != 0, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]

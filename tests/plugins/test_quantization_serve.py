@@ -9,11 +9,12 @@ from pathlib import Path
 import openai
 import pytest
 
+from tests.serve_configs import config, local_model, section
 from tokenops.testing_serve import ServeProcess
 
 TARGET = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "target"
 pytestmark = pytest.mark.skipif(not (TARGET / "config.json").is_file(), reason="demo target not trained")
-CONFIG = f'[[models]]\nname = "target"\nbackend = "local"\npath = "{TARGET}"\n\n[plugins.quantization]\nweights = "int8"\n'
+CONFIG = config(local_model("target", TARGET), section("plugins.quantization", weights="int8"))
 
 
 def test_int8_weights_serve_greedy_answers(tmp_path):

@@ -21,6 +21,7 @@ from tokenops.backends.anthropic_upstream import native_deltas, native_once, nat
 from tokenops.backends.base import Delta, replica_name
 from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.native_upstream import upstream_error as _upstream_error
+from tokenops.backends.openai_answers import answer_of, chunk_deltas, usage_delta
 from tokenops.backends.openai_responses import responses_once, responses_stream, wants_responses
 from tokenops.backends.sse import sse_data as _sse_data
 from tokenops.config import ModelConfig, Settings
@@ -295,38 +296,7 @@ class OpenAIBackend:
             data = json.loads(response.content)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise BackendError(f"{self.name}: bad upstream answer: {e}", "error", 502, self.name) from None
-        choices = []
-        for c in data.get("choices", []):
-            message = c.get("message") or {}
-            text = message.get("content") if request.kind == "chat" else c.get("text")
-            choices.append(
-                {
-                    "index": c.get("index", 0),
-                    "text": text or "",
-                    "finish_reason": c.get("finish_reason"),
-                    "logprobs": c.get("logprobs"),
-                    "tool_calls": message.get("tool_calls") or None,
-                    "refusal": message.get("refusal"),
-                    "message_extra": _other_fields(message),
-                }
-            )
-        if not choices:
-            raise BackendError(f"{self.name}: upstream answer has no choices", "error", 502, self.name)
-        usage = data.get("usage") or {}
-        details = usage.get("prompt_tokens_details") or {}
-        return GatewayResponse(
-            text=choices[0]["text"],
-            model=self.model,
-            finish_reason=choices[0]["finish_reason"],
-            tool_calls=choices[0]["tool_calls"],
-            refusal=choices[0]["refusal"],
-            prompt_tokens=usage.get("prompt_tokens") or 0,
-            completion_tokens=usage.get("completion_tokens") or 0,
-            cached_tokens=details.get("cached_tokens") or 0,
-            backend=self.name,
-            extra={"choices": choices},
-            reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
-        )
+        return answer_of(data, request.kind, self.model, self.name)
 
     async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
         if wants_native(self, request):
@@ -364,61 +334,14 @@ class OpenAIBackend:
                     raise BackendError(f"{self.name}: {err.get('message', 'upstream error')}", "error", 502, self.name)
                 if chunk.get("usage"):
                     usage = chunk["usage"]
-                for c in chunk.get("choices") or []:
-                    calls = refusal = other = None
-                    if request.kind == "chat":
-                        delta = c.get("delta") or {}
-                        text = delta.get("content") or ""
-                        calls, refusal = delta.get("tool_calls") or None, delta.get("refusal") or None
-                        other = _other_fields(delta)
-                    else:
-                        text = c.get("text") or ""
-                    lp = c.get("logprobs")
-                    n = _count_tokens(request.kind, lp, text or calls or refusal or other)
-                    num_tokens += n
-                    if text or c.get("finish_reason") or lp or calls or refusal or other:
-                        yield Delta(
-                            index=c.get("index", 0),
-                            text=text,
-                            num_tokens=n,
-                            finish_reason=c.get("finish_reason"),
-                            logprobs=lp,
-                            tool_calls=calls,
-                            refusal=refusal,
-                            extra=other,
-                        )
+                deltas, n = chunk_deltas(chunk, request.kind)
+                num_tokens += n
+                for delta in deltas:
+                    yield delta
         except httpx.TimeoutException:
             raise BackendError(f"{self.name}: upstream timed out mid-stream", "timeout", 504, self.name) from None
         except httpx.HTTPError as e:
             raise BackendError(f"{self.name}: stream broke: {type(e).__name__}", "error", 502, self.name) from None
         finally:
             await response.aclose()
-        usage = usage or {}
-        details = usage.get("prompt_tokens_details") or {}
-        yield Delta(
-            prompt_tokens=usage.get("prompt_tokens") or 0,
-            completion_tokens=usage.get("completion_tokens") or num_tokens,
-            cached_tokens=details.get("cached_tokens") or 0,
-            reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
-        )
-
-
-_MESSAGE_FIELDS = ("role", "content", "tool_calls", "refusal")
-
-
-def _other_fields(message: dict[str, Any]) -> dict[str, Any] | None:
-    """The fields of an upstream message or delta beyond those the gateway carries itself
-    (vLLM's ``reasoning_content``, OpenAI's ``annotations``/``audio``), passed on as they are."""
-    other = {k: v for k, v in message.items() if k not in _MESSAGE_FIELDS and v is not None}
-    return other or None
-
-
-def _count_tokens(kind: str, logprobs: Any, text: Any) -> int:
-    """Tokens in one upstream chunk: exact when logprobs are present, else one per
-    non-empty chunk (OpenAI-compatible servers send one token per chunk)."""
-    if isinstance(logprobs, dict):
-        if kind == "chat" and isinstance(logprobs.get("content"), list):
-            return len(logprobs["content"])
-        if isinstance(logprobs.get("tokens"), list):
-            return len(logprobs["tokens"])
-    return 1 if text else 0
+        yield usage_delta(usage or {}, num_tokens)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from tokenops.cli import bench_options as opts
 from tokenops.cli.options import JsonOpt, StoreOpt
 
 bench_app = typer.Typer(help="Benchmark an OpenAI-compatible server (TTFT/TPOT/ITL/E2E, throughput, goodput).")
@@ -48,110 +49,41 @@ def _progress():
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
-    url: Annotated[
-        str | None,
-        typer.Option(
-            "--url",
-            help="Base URL of the server (…/v1 accepted); default: the `tokenops serve` holding this folder's store.",
-            envvar="TOKENOPS_URL",
-        ),
-    ] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Model name (default: the first in /v1/models).")] = None,
-    workload: Annotated[
-        str,
-        typer.Option(
-            "--workload",
-            "-w",
-            help="synthetic | shared-prefix | sharegpt | sharegpt-multiturn | replay | file | a plugin's.",
-        ),
-    ] = "synthetic",
-    dataset: Annotated[
-        str | None,
-        typer.Option(
-            "--dataset", help='file: JSON Lines, one request per line ({"prompt" or "messages", "output_tokens"}).'
-        ),
-    ] = None,
-    num_requests: Annotated[
-        int, typer.Option("--num-requests", "-n", help="Requests (conversations for multi-turn) per load level.")
-    ] = 100,
-    rate: Annotated[str | None, typer.Option("--rate", help="Requests/s, 'inf', or a sweep like 1,2,4.")] = None,
-    arrival: Annotated[str, typer.Option("--arrival", help="poisson | constant | gamma.")] = "poisson",
-    burstiness: Annotated[float, typer.Option("--burstiness", help="Gamma shape: 1 = Poisson, < 1 burstier.")] = 1.0,
-    concurrency: Annotated[
-        str | None, typer.Option("--concurrency", help="Fixed requests in flight, or a sweep like 1,4,16.")
-    ] = None,
-    slo: Annotated[
-        list[str] | None, typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")
-    ] = None,
-    slo_preset: Annotated[
-        str | None, typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")
-    ] = None,
-    input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens (mean).")] = 128,
-    output_len: Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens (mean).")] = 64,
-    length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
-    length_spread: Annotated[
-        float, typer.Option("--length-spread", help="Relative std / half-width of lengths.")
-    ] = 0.25,
-    prefix_len: Annotated[int, typer.Option("--prefix-len", help="shared-prefix: system prompt tokens.")] = 256,
-    num_prefixes: Annotated[int, typer.Option("--num-prefixes", help="shared-prefix: distinct system prompts.")] = 4,
-    max_input_len: Annotated[
-        int, typer.Option("--max-input-len", help="ShareGPT: skip longer prompts (tokens).")
-    ] = 1024,
-    max_output_len: Annotated[int, typer.Option("--max-output-len", help="ShareGPT: cap answer tokens.")] = 256,
-    max_turns: Annotated[int, typer.Option("--max-turns", help="sharegpt-multiturn: turns per conversation.")] = 4,
-    time_scale: Annotated[
-        float, typer.Option("--time-scale", help="replay: multiply recorded gaps (0.5 = twice as fast).")
-    ] = 1.0,
-    endpoint: Annotated[str, typer.Option("--endpoint", help="chat | completions.")] = "chat",
-    api_key: Annotated[
-        str | None, typer.Option("--api-key", help="Bearer key for the target.", envvar="OPENAI_API_KEY")
-    ] = None,
-    temperature: Annotated[
-        str,
-        typer.Option(
-            "--temperature", help="Sampling temperature sent with every request (0 = greedy), or 'server' to send none."
-        ),
-    ] = "0",
-    ignore_eos: Annotated[
-        bool, typer.Option("--ignore-eos", help="Ask the server to ignore EOS (fixed answer lengths).")
-    ] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of workload and arrivals.")] = 0,
-    timeout: Annotated[float, typer.Option("--timeout", help="Per-request timeout (s).")] = 300.0,
-    think_time: Annotated[
-        float,
-        typer.Option(
-            "--think-time",
-            help="With --concurrency: seconds each client waits after an answer before its next request.",
-        ),
-    ] = 0.0,
-    ramp_up: Annotated[
-        float,
-        typer.Option(
-            "--ramp-up", help="With --concurrency: start the clients evenly over this many seconds (not in lockstep)."
-        ),
-    ] = 0.0,
-    reuse_prompts: Annotated[
-        bool,
-        typer.Option(
-            "--reuse-prompts",
-            help="Send the same seeded prompts at every level and run (prefix-cache studies); default: fresh prompts per level and run.",
-        ),
-    ] = False,
-    plot: Annotated[str | None, typer.Option("--plot", help="Write a latency–throughput plot (.html or .png).")] = None,
-    output: Annotated[
-        str | None, typer.Option("--output", "-o", help="Write the full run (with every request) as JSON.")
-    ] = None,
+    url: opts.BenchUrlOpt = None,
+    model: opts.ModelOpt = None,
+    workload: opts.WorkloadOpt = "synthetic",
+    dataset: opts.DatasetOpt = None,
+    num_requests: opts.NumRequestsOpt = 100,
+    rate: opts.RateOpt = None,
+    arrival: opts.ArrivalOpt = "poisson",
+    burstiness: opts.BurstinessOpt = 1.0,
+    concurrency: opts.ConcurrencyOpt = None,
+    slo: opts.SloOpt = None,
+    slo_preset: opts.SloPresetOpt = None,
+    input_len: opts.InputLenOpt = 128,
+    output_len: opts.OutputLenOpt = 64,
+    length_dist: opts.LengthDistOpt = "fixed",
+    length_spread: opts.LengthSpreadOpt = 0.25,
+    prefix_len: opts.PrefixLenOpt = 256,
+    num_prefixes: opts.NumPrefixesOpt = 4,
+    max_input_len: opts.MaxInputLenOpt = 1024,
+    max_output_len: opts.MaxOutputLenOpt = 256,
+    max_turns: opts.MaxTurnsOpt = 4,
+    time_scale: opts.TimeScaleOpt = 1.0,
+    endpoint: opts.EndpointOpt = "chat",
+    api_key: opts.ApiKeyOpt = None,
+    temperature: opts.TemperatureOpt = "0",
+    ignore_eos: opts.IgnoreEosOpt = False,
+    seed: opts.SeedOpt = 0,
+    timeout: opts.TimeoutOpt = 300.0,
+    think_time: opts.ThinkTimeOpt = 0.0,
+    ramp_up: opts.RampUpOpt = 0.0,
+    reuse_prompts: opts.ReusePromptsOpt = False,
+    plot: opts.PlotOpt = None,
+    output: opts.OutputOpt = None,
     store: StoreOpt = None,
-    no_store: Annotated[bool, typer.Option("--no-store", help="Do not save the run in the store.")] = False,
-    admin_key_file: Annotated[
-        str | None,
-        typer.Option(
-            "--admin-key-file",
-            help="With --url of another tokenops server: "
-            "its admin key (first line of the file; or TOKENOPS_ADMIN_KEY), to save the run in that "
-            "server's store.",
-        ),
-    ] = None,
+    no_store: opts.NoStoreOpt = False,
+    admin_key_file: opts.AdminKeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Load-test a server and print latency percentiles, throughput and goodput."""

@@ -84,9 +84,8 @@ def _ms(value: Any) -> str:
 
 
 def _print_tables(report: dict[str, Any]) -> None:
-    from rich import box
+    """The report's tables, one function each so a new table is a new function, not a longer one."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     if not console.is_terminal:  # pipes and files get whole tables, not a guessed 80 columns
@@ -95,7 +94,18 @@ def _print_tables(report: dict[str, Any]) -> None:
         f"[bold]{report['requests']}[/] requests since {report['since']} UTC: "
         f"{report['tokens_in']} tokens in, {report['tokens_out']} tokens out, ${report['cost_usd']:.4f}"
     )
-    usage = report["usage_by_model_day"]
+    console.print(_usage_table(report["usage_by_model_day"]))
+    console.print(_cache_table(report["cache_hit_rates"]))
+    console.print(_routes_table(report["route_reasons"]))
+    runs = report.get("bench_runs") or {"rows": []}
+    if runs["rows"]:
+        console.print(_bench_runs_table(runs))
+
+
+def _usage_table(usage: dict[str, Any]) -> Any:
+    from rich import box
+    from rich.table import Table
+
     table = Table(title="Usage by model and day (latency of successful requests, ms)", box=box.SIMPLE_HEAD)
     for col in ("day", "model", "req", "err", "tok in", "tok out", "cost $", "ttft50", "ttft95", "e2e50", "e2e95"):
         table.add_column(col, justify="left" if col in ("day", "model") else "right", no_wrap=col != "model")
@@ -114,15 +124,25 @@ def _print_tables(report: dict[str, Any]) -> None:
             _ms(row[ix["e2e_p50"]]),
             _ms(row[ix["e2e_p95"]]),
         )
-    console.print(table)
-    cache = report["cache_hit_rates"]
+    return table
+
+
+def _cache_table(cache: dict[str, Any]) -> Any:
+    from rich import box
+    from rich.table import Table
+
     table = Table(title="Cache hit rates (gateway: per request; prefix: per prompt token)", box=box.SIMPLE_HEAD)
     for col in ("cache", "model", "lookups", "hits", "hit rate"):
         table.add_column(col, justify="left" if col in ("cache", "model") else "right")
     for cache_name, model, lookups, hits, rate in cache["rows"]:
         table.add_row(cache_name, str(model), str(lookups), str(hits), "-" if rate is None else f"{rate:.1%}")
-    console.print(table)
-    routes = report["route_reasons"]
+    return table
+
+
+def _routes_table(routes: dict[str, Any]) -> Any:
+    from rich import box
+    from rich.table import Table
+
     table = Table(
         title="Routing (requested -> served, router, reason; escalations; ensemble members)", box=box.SIMPLE_HEAD
     )
@@ -140,31 +160,35 @@ def _print_tables(report: dict[str, Any]) -> None:
             str(row[ix["escalated"]]),
             str(row[ix["ensemble_members"]] or "-"),
         )
-    console.print(table)
-    runs = report.get("bench_runs") or {"rows": []}
-    if runs["rows"]:
-        table = Table(title="Bench runs (newest first; `tokenops bench compare ID ID`)", box=box.SIMPLE_HEAD)
-        for col in ("run", "time", "target", "workload", "levels", "req", "err", "max req/s", "goodput/s", "ttft50"):
-            table.add_column(col, justify="left" if col in ("run", "time", "target", "workload") else "right")
-        ix = {c: i for i, c in enumerate(runs["columns"])}
-        for row in runs["rows"]:
+    return table
 
-            def num(c: str, row: Any = row) -> str:  # row bound now: the loop moves on
-                return "-" if row[ix[c]] is None else f"{row[ix[c]]:.3g}"
 
-            table.add_row(
-                str(row[ix["run_id"]]),
-                str(row[ix["ts"]])[:19],
-                str(row[ix["target"]]),
-                str(row[ix["workload"]]),
-                str(row[ix["levels"]]),
-                str(row[ix["requests"]] or 0),
-                str(row[ix["errors"]] or 0),
-                num("max_throughput_rps"),
-                num("max_goodput_rps"),
-                _ms(row[ix["best_ttft_p50"]]),
-            )
-        console.print(table)
+def _bench_runs_table(runs: dict[str, Any]) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="Bench runs (newest first; `tokenops bench compare ID ID`)", box=box.SIMPLE_HEAD)
+    for col in ("run", "time", "target", "workload", "levels", "req", "err", "max req/s", "goodput/s", "ttft50"):
+        table.add_column(col, justify="left" if col in ("run", "time", "target", "workload") else "right")
+    ix = {c: i for i, c in enumerate(runs["columns"])}
+    for row in runs["rows"]:
+
+        def num(c: str, row: Any = row) -> str:  # row bound now: the loop moves on
+            return "-" if row[ix[c]] is None else f"{row[ix[c]]:.3g}"
+
+        table.add_row(
+            str(row[ix["run_id"]]),
+            str(row[ix["ts"]])[:19],
+            str(row[ix["target"]]),
+            str(row[ix["workload"]]),
+            str(row[ix["levels"]]),
+            str(row[ix["requests"]] or 0),
+            str(row[ix["errors"]] or 0),
+            num("max_throughput_rps"),
+            num("max_goodput_rps"),
+            _ms(row[ix["best_ttft_p50"]]),
+        )
+    return table
 
 
 def report_command(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
+from tokenops.cli import bench_options as bo
+from tokenops.cli import tune_options as to
 from tokenops.cli.options import AdminKeyOpt, JsonOpt, StoreOpt
 
 
@@ -23,172 +24,64 @@ def _parse_params(items: list[str]) -> dict[str, list[Any]]:
     return out
 
 
-def _short(params: dict[str, Any], default: dict[str, Any]) -> str:
-    diff = {k.removeprefix("engine."): v for k, v in params.items() if default.get(k) != v}
-    return ", ".join(f"{k}={v}" for k, v in diff.items()) or "(default)"
-
-
-def trials_table(outcome, space, title: str = "trials"):
-    from rich import box
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("#", "configuration (changes from default)", "goodput/s", "status", "meas.", "time"):
-        t.add_column(col, justify="left" if col.startswith("config") or col == "status" else "right")
-    best = outcome.best
-    default = space.default()
-    for tr in outcome.trials:
-        mark = " [bold green]<- best[/]" if tr is best else ""
-        good = (
-            f"<{tr.result.points[0].rate:.3g}"
-            if tr.result.status == "pruned" and tr.result.points
-            else f"{tr.goodput:.3g}"
-        )
-        t.add_row(
-            str(tr.number),
-            _short(tr.params, default),
-            good,
-            tr.result.status + mark,
-            str(len(tr.result.points)),
-            f"{tr.duration_s:.0f}s",
-        )
-    return t
-
-
 def register(app: typer.Typer) -> None:
     app.command("tune")(tune)
 
 
 def tune(
-    slo: Annotated[
-        list[str] | None, typer.Option("--slo", help="SLO like p95=200ms or tpot_p95=50ms (repeatable).")
-    ] = None,
-    slo_preset: Annotated[
-        str | None, typer.Option("--slo-preset", help="Named SLOs from profiles/slo/NAME.toml (--slo adds/overrides).")
-    ] = None,
-    url: Annotated[
-        str | None,
-        typer.Option(
-            "--url",
-            help="A running server: its live tunables are searched (default: the `tokenops serve` of this folder, else --launch).",
-            envvar="TOKENOPS_URL",
-        ),
-    ] = None,
-    launch: Annotated[
-        bool,
-        typer.Option(
-            "--launch", help="Launch the engine, relaunched per configuration (restart tunables searched too)."
-        ),
-    ] = False,
-    engine: Annotated[
-        str,
-        typer.Option(
-            "--engine", help="With --launch: tokenops (bundled), vllm or sglang; any launcher a plugin registers."
-        ),
-    ] = "tokenops",
-    model_path: Annotated[
-        str | None,
-        typer.Option(
-            "--model-path",
-            "--model",
-            help="With --launch: model folder (default: the embedded demo model); vllm/sglang also take a hub id.",
-        ),
-    ] = None,
-    launcher_cmd: Annotated[
-        str | None,
-        typer.Option(
-            "--launcher-cmd", help="With --launch: the command that starts the engine, e.g. '/opt/vllm/bin/vllm serve'."
-        ),
-    ] = None,
-    launcher_arg: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--launcher-arg",
-            help="With --launch: extra engine arguments, e.g. --launcher-arg='--tensor-parallel-size 2' (repeatable).",
-        ),
-    ] = None,
-    ready_timeout: Annotated[
-        float,
-        typer.Option("--ready-timeout", help="With --launch: seconds a launched engine may take to become ready."),
-    ] = 600.0,
+    slo: bo.SloOpt = None,
+    slo_preset: bo.SloPresetOpt = None,
+    url: to.TuneUrlOpt = None,
+    launch: to.LaunchOpt = False,
+    engine: to.EngineOpt = "tokenops",
+    model_path: to.ModelPathOpt = None,
+    launcher_cmd: to.LauncherCmdOpt = None,
+    launcher_arg: to.LauncherArgOpt = None,
+    ready_timeout: to.ReadyTimeoutOpt = 600.0,
     admin_key: AdminKeyOpt = None,
-    workload: Annotated[
-        str, typer.Option("--workload", "-w", help="Workload name (see tokenops bench).")
-    ] = "synthetic",
-    dataset: Annotated[
-        str | None, typer.Option("--dataset", help="file workload: JSON Lines of requests (see tokenops bench).")
-    ] = None,
-    input_len: Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens.")] = 128,
-    output_len: Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens.")] = 64,
-    length_dist: Annotated[str, typer.Option("--length-dist", help="fixed | uniform | normal | lognormal.")] = "fixed",
-    max_input_len: Annotated[int, typer.Option("--max-input-len", help="ShareGPT prompt cap (tokens).")] = 1024,
-    max_output_len: Annotated[int, typer.Option("--max-output-len", help="ShareGPT answer cap (tokens).")] = 256,
-    budget: Annotated[
-        str,
-        typer.Option(
-            "--budget",
-            help="Trials (20) or wall time (10m, 90s); the default keeps a study on the demo engine under 10 minutes.",
-        ),
-    ] = "6m",
-    only: Annotated[
-        list[str] | None, typer.Option("--only", help="Search only these tunables or dotted prefixes (repeatable).")
-    ] = None,
-    exclude: Annotated[
-        list[str] | None, typer.Option("--exclude", help="Leave these tunables or prefixes at their values.")
-    ] = None,
-    param: Annotated[
-        list[str] | None, typer.Option("--param", help="Candidates for a tunable: NAME=v1,v2,... (repeatable).")
-    ] = None,
-    measure_s: Annotated[float, typer.Option("--measure-seconds", help="Length of one rate measurement.")] = 6.0,
-    min_requests: Annotated[int, typer.Option("--min-requests", help="Fewest requests per measurement.")] = 12,
-    max_measurements: Annotated[int, typer.Option("--max-measurements", help="Rate measurements per trial.")] = 5,
-    start_rate: Annotated[
-        float | None, typer.Option("--start-rate", help="First rate tried (default: probed).")
-    ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the search, workload and arrivals.")] = 0,
-    apply: Annotated[
-        bool,
-        typer.Option(
-            "--apply",
-            help="Push the winner's live tunables to the running server (this folder's, or --url with --admin-key); restart ones are listed for the next start.",
-        ),
-    ] = False,
-    validate: Annotated[
-        bool,
-        typer.Option(
-            "--validate",
-            help="Afterwards re-measure default and winner back to back at the winner's goodput (extra time).",
-        ),
-    ] = False,
-    profile_dir: Annotated[
-        str, typer.Option("--profile-dir", help="Where the winner's profile is written.")
-    ] = "profiles/engines",
+    workload: to.WorkloadOpt = "synthetic",
+    dataset: to.DatasetOpt = None,
+    input_len: to.InputLenOpt = 128,
+    output_len: to.OutputLenOpt = 64,
+    length_dist: bo.LengthDistOpt = "fixed",
+    max_input_len: to.MaxInputLenOpt = 1024,
+    max_output_len: to.MaxOutputLenOpt = 256,
+    budget: to.BudgetOpt = "6m",
+    only: to.OnlyOpt = None,
+    exclude: to.ExcludeOpt = None,
+    param: to.ParamOpt = None,
+    measure_s: to.MeasureSecondsOpt = 6.0,
+    min_requests: to.MinRequestsOpt = 12,
+    max_measurements: to.MaxMeasurementsOpt = 5,
+    start_rate: to.StartRateOpt = None,
+    seed: to.SeedOpt = 0,
+    apply: to.ApplyOpt = False,
+    validate: to.ValidateOpt = False,
+    profile_dir: to.ProfileDirOpt = "profiles/engines",
     store: StoreOpt = None,
-    no_store: Annotated[bool, typer.Option("--no-store", help="Do not save trials in the store.")] = False,
+    no_store: to.NoStoreOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find the configuration with the highest goodput that meets every --slo."""
     from tokenops.bench.slo_presets import resolve
+    from tokenops.cli.tune_view import print_json, print_result
+    from tokenops.tune.profile import write_profile
 
     slo = resolve(slo, slo_preset)
     say = _say(as_json)
     url, launch, local = _target(url, launch, apply, store, say)
-    o = locals()
-    plan = _plan(o, slo, local)
+    plan = _plan(locals(), slo, local)
     report, session = _search(plan, as_json, say)
-    out = report.outcome
-    best = out.best
-    from tokenops.tune.profile import write_profile
-
+    best = report.outcome.best
     profile = write_profile(report, profile_dir) if best is not None else None
     stored = None if no_store else _store_trials(report, None if launch else url, admin_key, store)
     restart_pending: list[str] = []
     if apply and best is not None:
         report.applied, restart_pending = _apply(best.params, url if not launch else None, admin_key, store)
     if as_json:
-        _print_json(report, plan, session, profile, restart_pending, stored)
+        print_json(report, plan, session, profile, restart_pending, stored)
         return
-    _print(report, profile, stored, url, restart_pending)
+    print_result(report, profile, stored, url, restart_pending)
 
 
 def _say(as_json: bool) -> Any:
@@ -306,68 +199,6 @@ def _store_trials(report: Any, url: str | None, admin_key: str | None, store: st
     from tokenops.tune.profile import save_trials
 
     return save_trials(report, store or default_path(), run_target(url, admin_key, store))
-
-
-def _print_json(
-    report: Any, plan: Any, session: Any, profile: Any, restart_pending: list[str], stored: str | None
-) -> None:
-    out, best = report.outcome, report.outcome.best
-    typer.echo(
-        json.dumps(
-            {
-                "study": report.study,
-                "model": report.model,
-                "slo": [s.label for s in plan.slos],
-                "elapsed_s": report.elapsed_s,
-                "stopped_by": out.stopped_by,
-                "space": {d.name: d.values for d in report.space.dims},
-                "dropped": dict(session.irrelevant + report.space.dropped),
-                "default": out.default.to_dict() if out.default else None,
-                "best": best.to_dict() if best else None,
-                "ratio": out.ratio,
-                "profile": str(profile) if profile else None,
-                "applied": report.applied,
-                "restart_pending": restart_pending,
-                "saved": stored,
-                "validation": report.validation,
-                "engine": plan.engine if plan.launch else None,
-                "launch_flags": report.launch_flags,
-                "trials": [t.to_dict() for t in out.trials],
-            },
-            indent=1,
-            default=str,
-        )
-    )
-
-
-def _print(report: Any, profile: Any, stored: str | None, url: str | None, restart_pending: list[str]) -> None:
-    from rich.console import Console
-
-    from tokenops.cli.tune_view import print_outcome
-
-    console = Console()
-    if not console.is_terminal:  # pipes and files get the whole table, not a guessed 80 columns
-        console = Console(width=160)
-    print_outcome(console, report, trials_table, _short)
-    if profile:
-        console.print(
-            f"profile written to {profile}; start with it: tokenops serve --engine-profile {profile.stem}",
-            markup=False,
-            highlight=False,
-        )
-    if stored:
-        console.print(stored, markup=False, highlight=False)
-    if report.applied:
-        console.print(
-            f"applied to {url or 'the server of this folder'}: {report.applied}", markup=False, highlight=False
-        )
-    if restart_pending:
-        console.print(
-            f"need a restart (take effect with `tokenops serve --engine-profile "
-            f"{profile.stem if profile else 'NAME'}`): {', '.join(restart_pending)}",
-            markup=False,
-            highlight=False,
-        )
 
 
 def _root(url: str | None) -> str:

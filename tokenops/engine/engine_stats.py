@@ -3,12 +3,43 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from tokenops.engine.config import engine_tunables
+from tokenops.engine.config import EngineConfig, engine_tunables
+from tokenops.engine.policies import EnginePolicies
+from tokenops.engine.scheduler import Scheduler
 
-#: An :class:`tokenops.engine.engine.LLMEngine` (not imported: engine.py imports this module).
-LLMEngine = Any
+
+class LLMEngine(Protocol):
+    """What these functions read of :class:`tokenops.engine.engine.LLMEngine`, which imports this module
+    (so it is named by its shape, not imported): a renamed counter fails the type check here instead of
+    turning into an ``AttributeError`` on ``/admin/stats``. Read-only, as the functions only read it
+    (tunables change ``config``'s fields, never the engine's attributes)."""
+
+    @property
+    def config(self) -> EngineConfig: ...
+    @property
+    def runner(self) -> Any: ...  # a ModelRunner, or a test's stand-in: read through getattr where optional
+    @property
+    def scheduler(self) -> Scheduler: ...
+    @property
+    def policies(self) -> EnginePolicies: ...
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def num_steps(self) -> int: ...
+    @property
+    def last_step_time_s(self) -> float: ...
+    @property
+    def last_batch_tokens(self) -> int: ...
+    @property
+    def total_prompt_tokens(self) -> int: ...
+    @property
+    def total_generation_tokens(self) -> int: ...
+    @property
+    def spec_decoder(self) -> Any: ...  # a SpecDecoder or None
+    @property
+    def kv_policy(self) -> Any: ...  # a KV policy or None
 
 
 def run_settings(engine: LLMEngine) -> dict[str, Any]:

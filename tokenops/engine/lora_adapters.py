@@ -146,6 +146,28 @@ def load_adapter(
     """
     folder = Path(path).expanduser()
     where = f"LoRA adapter {name!r} ({folder})"
+    cfg = _read_config(where, folder)
+    if args.is_moe:
+        raise AdapterError(f"{where}: the base is a mixture-of-experts model; adapters are served on dense bases only")
+    base = cfg.get("base_model_name_or_path")
+    if check_base and not _same_base(base, served_names):
+        raise AdapterError(f"{where}: it was made for base model {base!r}, but this engine serves {served_names[0]!r}")
+    rank, alpha = int(cfg.get("r", 0)), float(cfg.get("lora_alpha", cfg.get("r", 0)))
+    if rank < 1:
+        raise AdapterError(f"{where}: rank r = {cfg.get('r')!r} must be a positive integer")
+    scaling = alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise AdapterError(f"{where}: adapters are kept in float32 or bfloat16, not {dtype}")
+    found = _read_matrices(where, folder / "adapter_model.safetensors", args)
+    _check_shapes(where, found, _part_sizes(args), rank)
+    weights = _fuse(found, args, rank, scaling, dtype, torch.device(device))
+    targets = tuple(sorted({part for _, part in found}, key=list(TARGETS).index))
+    return LoraAdapter(name, folder, rank, alpha, scaling, base, targets, weights)
+
+
+def _read_config(where: str, folder: Path) -> dict[str, Any]:
+    """``adapter_config.json`` of a PEFT folder that also holds its weights, refused when it asks for a
+    PEFT feature the engine does not apply (serving it anyway would silently give other outputs)."""
     cfg_file, weights_file = folder / "adapter_config.json", folder / "adapter_model.safetensors"
     for f in (cfg_file, weights_file):
         if not f.is_file():
@@ -167,20 +189,14 @@ def load_adapter(
     for key in ("modules_to_save", "rank_pattern", "alpha_pattern", "layers_to_transform"):
         if cfg.get(key):
             raise AdapterError(f"{where}: {key} is not supported (the adapter sets {cfg[key]!r})")
-    if args.is_moe:
-        raise AdapterError(f"{where}: the base is a mixture-of-experts model; adapters are served on dense bases only")
-    base = cfg.get("base_model_name_or_path")
-    if check_base and not _same_base(base, served_names):
-        raise AdapterError(f"{where}: it was made for base model {base!r}, but this engine serves {served_names[0]!r}")
-    rank, alpha = int(cfg.get("r", 0)), float(cfg.get("lora_alpha", cfg.get("r", 0)))
-    if rank < 1:
-        raise AdapterError(f"{where}: rank r = {cfg.get('r')!r} must be a positive integer")
-    scaling = alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
-    if dtype not in (torch.float32, torch.bfloat16):
-        raise AdapterError(f"{where}: adapters are kept in float32 or bfloat16, not {dtype}")
+    return cfg
+
+
+def _read_matrices(where: str, weights_file: Path, args: ModelArgs) -> dict[tuple[int, str], dict[str, torch.Tensor]]:
+    """The adapter's matrices by (layer, part) then "A"/"B"; any weight that is not a LoRA matrix of a
+    target of a layer the base has is refused, so nothing in the file is silently ignored."""
     from safetensors import safe_open
 
-    sizes = _part_sizes(args)
     found: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
     try:
         with safe_open(str(weights_file), framework="pt", device="cpu") as f:
@@ -198,6 +214,17 @@ def load_adapter(
         raise AdapterError(f"{where}: cannot read adapter_model.safetensors: {type(e).__name__}: {e}") from None
     if not found:
         raise AdapterError(f"{where}: adapter_model.safetensors holds no LoRA weights")
+    return found
+
+
+def _check_shapes(
+    where: str,
+    found: dict[tuple[int, str], dict[str, torch.Tensor]],
+    sizes: dict[str, tuple[int, int]],
+    rank: int,
+) -> None:
+    """Every (layer, part) has both matrices, shaped for ``rank`` on this base: an adapter made for
+    another base of the same family fails here with both shapes named, not in a matmul."""
     for (layer, part), ab in found.items():
         if set(ab) != {"A", "B"}:
             raise AdapterError(f"{where}: layer {layer} {part} has lora_{''.join(ab)} but not both A and B")
@@ -207,9 +234,6 @@ def load_adapter(
                 f"{where}: layer {layer} {part} has A {tuple(ab['A'].shape)} and B {tuple(ab['B'].shape)}, but rank "
                 f"{rank} on this base needs A {(rank, in_f)} and B {(out_f, rank)} (an adapter for another base?)"
             )
-    weights = _fuse(found, args, rank, scaling, dtype, torch.device(device))
-    targets = tuple(sorted({part for _, part in found}, key=list(TARGETS).index))
-    return LoraAdapter(name, folder, rank, alpha, scaling, base, targets, weights)
 
 
 def _host(t: torch.Tensor) -> np.ndarray:

@@ -7,15 +7,17 @@ carries :func:`markdown`). A field Anthropic's API does not have is a 400 naming
 Anthropic answers. A field it has that the translation cannot carry (``container``,
 ``mcp_servers``, server tools, ``document`` blocks...) reaches an upstream that serves
 ``/v1/messages`` as sent, and is a 400 naming it everywhere else.
+
+The top-level fields are translated here; ``system`` and the messages' content blocks in
+:mod:`tokenops.gateway.messages_content`.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from tokenops.gateway.errors import APIError
+from tokenops.gateway.messages_content import Untranslatable, bad, chat_messages, require
 
 PASS = "passes through"
 
@@ -95,24 +97,6 @@ _NEUTRAL = {"speed": ("standard", None), "service_tier": ("auto", "standard_only
 _EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 
 
-def bad(message: str, param: str | None = None) -> APIError:
-    return APIError(400, message, code="invalid_value", param=param)
-
-
-class Untranslatable(list[tuple[str, str]]):
-    """``(param, message)`` of what the chat translation cannot carry: a 400 unless the request
-    passes through to an upstream serving /v1/messages."""
-
-    def note(self, message: str, param: str) -> None:
-        self.append((param, message))
-
-    def error(self) -> APIError | None:
-        if not self:
-            return None
-        param, message = self[0]
-        return APIError(400, message, code="unsupported_parameter", param=param)
-
-
 def check_fields(data: dict[str, Any], *, is_count: bool = False) -> None:
     """400 naming every field the Messages API does not have (as Anthropic answers)."""
     known = set(COUNT_FIELDS) if is_count else set(_BY_NAME)
@@ -130,195 +114,12 @@ def check_fields(data: dict[str, Any], *, is_count: bool = False) -> None:
             raise bad(f"{required}: Field required", param=required)
 
 
-def _require(cond: bool, message: str, param: str) -> None:
-    if not cond:
-        raise bad(f"{param}: {message}", param=param)
-
-
-def _text_of(blocks: Any, param: str) -> str:
-    """A string, or ``text`` blocks joined (``system``, ``tool_result`` content)."""
-    if isinstance(blocks, str):
-        return blocks
-    _require(isinstance(blocks, list), "must be a string or a list of text blocks", param)
-    out = []
-    for i, b in enumerate(blocks):
-        _require(
-            isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str),
-            'must be a text block ({"type": "text", "text": ...})',
-            f"{param}[{i}]",
-        )
-        out.append(b["text"])
-    return "\n".join(out)
-
-
-def _image_part(block: dict[str, Any], param: str, problems: Untranslatable) -> dict[str, Any] | None:
-    source = block.get("source")
-    if not isinstance(source, dict):
-        raise bad(f"{param}.source: an image block needs a source", param=f"{param}.source")
-    url: Any  # the client's JSON value as sent
-    if source.get("type") == "base64":
-        url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
-    elif source.get("type") == "url":
-        url = source.get("url")
-    else:  # e.g. "file" (Anthropic's Files API)
-        problems.note(
-            f"{param}.source.type {source.get('type')!r} cannot be translated: send base64 or url",
-            f"{param}.source.type",
-        )
-        return None
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _tool_result(block: dict[str, Any], param: str, problems: Untranslatable) -> dict[str, Any]:
-    _require(isinstance(block.get("tool_use_id"), str), "needs a string tool_use_id", f"{param}.tool_use_id")
-    content = block.get("content", "")
-    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") != "text" for b in content):
-        problems.note(
-            f"{param}.content: only text blocks can be translated to a chat tool message (send images "
-            "in a user turn, or use a model whose upstream serves /v1/messages)",
-            f"{param}.content",
-        )
-        content = [b for b in content if isinstance(b, dict) and b.get("type") == "text"]
-    text = _text_of(content, f"{param}.content")
-    if block.get("is_error"):  # chat tool messages have no error flag: the model reads it in the text
-        text = f"Error: {text}"
-    return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": text}
-
-
-#: The fields of each block type the translation carries (or, like ``cache_control``, needs not).
-_BLOCK_FIELDS = {
-    "text": {"type", "text", "cache_control", "citations"},
-    "image": {"type", "source", "cache_control"},
-    "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
-    "tool_use": {"type", "id", "name", "input", "cache_control"},
-    "thinking": {"type", "thinking", "signature"},
-    "redacted_thinking": {"type", "data"},
-}
-
-
-def _check_block(block: dict[str, Any], where: str, problems: Untranslatable) -> None:
-    known = _BLOCK_FIELDS.get(block.get("type") or "")
-    extra = sorted(k for k, v in block.items() if known is not None and k not in known and v is not None)
-    if block.get("citations"):
-        extra.append("citations")
-    if extra:
-        problems.note(
-            f"{where}: `{extra[0]}` of a {block.get('type')} block cannot be translated to chat "
-            "completions; remove it, or use a model whose upstream serves /v1/messages",
-            f"{where}.{extra[0]}",
-        )
-
-
-def _user(content: list[dict[str, Any]], param: str, problems: Untranslatable) -> list[dict[str, Any]]:
-    tools: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    for i, block in enumerate(content):
-        where, kind = f"{param}[{i}]", block.get("type")
-        _check_block(block, where, problems)
-        if kind == "text":
-            _require(isinstance(block.get("text"), str), "a text block needs a string text", f"{where}.text")
-            parts.append({"type": "text", "text": block["text"]})
-        elif kind == "image":
-            part = _image_part(block, where, problems)
-            if part is not None:
-                parts.append(part)
-        elif kind == "tool_result":
-            tools.append(_tool_result(block, where, problems))
-        else:
-            problems.note(
-                f"{where}.type {kind!r} cannot be translated to chat completions (text, image, "
-                "tool_result in user turns); send it to a model whose upstream serves /v1/messages",
-                f"{where}.type",
-            )
-    out = list(tools)  # tool results answer the previous assistant turn: they come first
-    if parts:
-        is_plain = all(p["type"] == "text" for p in parts)
-        out.append({"role": "user", "content": "\n".join(p["text"] for p in parts) if is_plain else parts})
-    return out
-
-
-def _assistant(content: list[dict[str, Any]], param: str, problems: Untranslatable) -> dict[str, Any]:
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for i, block in enumerate(content):
-        where, kind = f"{param}[{i}]", block.get("type")
-        _check_block(block, where, problems)
-        if kind == "text":
-            _require(isinstance(block.get("text"), str), "a text block needs a string text", f"{where}.text")
-            texts.append(block["text"])
-        elif kind == "tool_use":
-            _require(
-                isinstance(block.get("id"), str) and isinstance(block.get("name"), str),
-                "a tool_use block needs a string id and name",
-                where,
-            )
-            _require(isinstance(block.get("input"), dict), "a tool_use block needs an object input", f"{where}.input")
-            calls.append(
-                {
-                    "id": block["id"],
-                    "type": "function",
-                    "function": {"name": block["name"], "arguments": json.dumps(block["input"])},
-                }
-            )
-        elif kind in ("thinking", "redacted_thinking"):
-            continue
-        else:
-            problems.note(
-                f"{where}.type {kind!r} cannot be translated to chat completions (text, tool_use, "
-                "thinking in assistant turns); send it to a model whose upstream serves /v1/messages",
-                f"{where}.type",
-            )
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
-    if calls:
-        message["tool_calls"] = calls
-    return message
-
-
-def chat_messages(data: dict[str, Any], problems: Untranslatable) -> list[dict[str, Any]]:
-    """``system`` + ``messages`` as chat-completions messages."""
-    out: list[dict[str, Any]] = []
-    if data.get("system") is not None:
-        system = _text_of(data["system"], "system")
-        if system:
-            out.append({"role": "system", "content": system})
-    messages = data["messages"]
-    _require(isinstance(messages, list) and bool(messages), "must be a non-empty list", "messages")
-    for i, m in enumerate(messages):
-        param = f"messages[{i}]"
-        _require(
-            isinstance(m, dict) and m.get("role") in ("user", "assistant"),
-            'needs a role of "user" or "assistant" (the system prompt is the top-level `system`)',
-            param,
-        )
-        extra = set(m) - {"role", "content"}
-        _require(not extra, f"unknown field(s) {', '.join(sorted(extra))}", param)
-        content = m.get("content")
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        _require(
-            isinstance(content, list) and all(isinstance(b, dict) for b in content),
-            "content must be a string or a list of content blocks",
-            f"{param}.content",
-        )
-        if m["role"] == "user":
-            out.extend(_user(content, f"{param}.content", problems))
-        else:
-            if i == len(messages) - 1:
-                problems.note(
-                    f"{param}: a last assistant message (prefill) cannot be translated: end with a user "
-                    "turn, or use a model whose upstream serves /v1/messages",
-                    param,
-                )
-            out.append(_assistant(content, f"{param}.content", problems))
-    return out
-
-
 def _tools(tools: Any, problems: Untranslatable) -> list[dict[str, Any]]:
-    _require(isinstance(tools, list), "must be a list of tools", "tools")
+    require(isinstance(tools, list), "must be a list of tools", "tools")
     out = []
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
-        _require(isinstance(tool, dict), "must be an object", param)
+        require(isinstance(tool, dict), "must be an object", param)
         if tool.get("type") not in (None, "custom"):
             problems.note(
                 f"{param}.type {tool.get('type')!r}: server tools cannot be translated; define a custom "
@@ -327,9 +128,9 @@ def _tools(tools: Any, problems: Untranslatable) -> list[dict[str, Any]]:
             )
             continue
         extra = set(tool) - {"name", "description", "input_schema", "type", "cache_control", "strict"}
-        _require(not extra, f"unknown or unsupported field(s) {', '.join(sorted(extra))}", param)
-        _require(isinstance(tool.get("name"), str), "needs a string name", f"{param}.name")
-        _require(isinstance(tool.get("input_schema"), dict), "needs an input_schema object", f"{param}.input_schema")
+        require(not extra, f"unknown or unsupported field(s) {', '.join(sorted(extra))}", param)
+        require(isinstance(tool.get("name"), str), "needs a string name", f"{param}.name")
+        require(isinstance(tool.get("input_schema"), dict), "needs an input_schema object", f"{param}.input_schema")
         fn: dict[str, Any] = {"name": tool["name"], "parameters": tool["input_schema"]}
         if tool.get("description") is not None:
             fn["description"] = tool["description"]
@@ -338,14 +139,14 @@ def _tools(tools: Any, problems: Untranslatable) -> list[dict[str, Any]]:
 
 
 def _tool_choice(choice: Any, body: dict[str, Any]) -> None:
-    _require(
+    require(
         isinstance(choice, dict) and choice.get("type") in ("auto", "any", "tool", "none"),
         'must be {"type": "auto" | "any" | "tool" | "none"}',
         "tool_choice",
     )
     kind = choice["type"]
     if kind == "tool":
-        _require(isinstance(choice.get("name"), str), 'type "tool" needs the tool\'s name', "tool_choice.name")
+        require(isinstance(choice.get("name"), str), 'type "tool" needs the tool\'s name', "tool_choice.name")
         body["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     else:
         body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
@@ -354,22 +155,22 @@ def _tool_choice(choice: Any, body: dict[str, Any]) -> None:
 
 
 def _thinking(thinking: Any, body: dict[str, Any], is_reasoning_model: bool | None, problems: Untranslatable) -> None:
-    _require(
+    require(
         isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled", "adaptive", "between_tools"),
         'must be {"type": "enabled", "budget_tokens": N}, {"type": "disabled"} or {"type": "adaptive"}',
         "thinking",
     )
     kind = thinking["type"]
     extra = set(thinking) - {"type", "budget_tokens", "display"}
-    _require(not extra, f"unknown field(s) {', '.join(sorted(extra))}", "thinking")
-    _require(
+    require(not extra, f"unknown field(s) {', '.join(sorted(extra))}", "thinking")
+    require(
         thinking.get("display") in (None, "summarized", "omitted"),
         'must be "summarized" or "omitted"',
         "thinking.display",
     )
     if kind == "enabled":
         budget = thinking.get("budget_tokens")
-        _require(
+        require(
             isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0,
             "must be an integer >= 0",
             "thinking.budget_tokens",
@@ -386,12 +187,12 @@ def _thinking(thinking: Any, body: dict[str, Any], is_reasoning_model: bool | No
 
 
 def _output_config(config: Any, body: dict[str, Any]) -> None:
-    _require(isinstance(config, dict), "must be an object", "output_config")
+    require(isinstance(config, dict), "must be an object", "output_config")
     extra = set(config) - {"format", "effort"}
-    _require(not extra, f"unknown field(s) {', '.join(sorted(extra))}", "output_config")
+    require(not extra, f"unknown field(s) {', '.join(sorted(extra))}", "output_config")
     fmt = config.get("format")
     if fmt is not None:
-        _require(
+        require(
             isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict),
             'must be {"type": "json_schema", "schema": {...}}',
             "output_config.format",
@@ -399,7 +200,7 @@ def _output_config(config: Any, body: dict[str, Any]) -> None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
     effort = config.get("effort")
     if effort is not None:
-        _require(effort in _EFFORT, f"must be one of {', '.join(_EFFORT)}", "output_config.effort")
+        require(effort in _EFFORT, f"must be one of {', '.join(_EFFORT)}", "output_config.effort")
         body["reasoning_effort"] = _EFFORT[effort]
 
 
@@ -424,13 +225,13 @@ def chat_body(
     if not is_count:
         body["max_tokens"] = data["max_tokens"]
         stream = data.get("stream", False)
-        _require(isinstance(stream, bool), "must be true or false", "stream")
+        require(isinstance(stream, bool), "must be true or false", "stream")
         body["stream"] = stream
         if stream:
             body["stream_options"] = {"include_usage": True}
         temperature = data.get("temperature")
         if temperature is not None:
-            _require(
+            require(
                 isinstance(temperature, (int, float)) and 0 <= temperature <= 1,
                 "must be between 0 and 1",
                 "temperature",
@@ -441,7 +242,7 @@ def chat_body(
                 body[name] = data[name]
         stops = data.get("stop_sequences")
         if stops is not None:
-            _require(
+            require(
                 isinstance(stops, list) and all(isinstance(s, str) and s for s in stops),
                 "must be a list of non-empty strings",
                 "stop_sequences",
@@ -450,7 +251,7 @@ def chat_body(
                 body["stop"] = stops
         metadata = data.get("metadata")
         if metadata is not None:
-            _require(isinstance(metadata, dict) and set(metadata) <= {"user_id"}, "only user_id is known", "metadata")
+            require(isinstance(metadata, dict) and set(metadata) <= {"user_id"}, "only user_id is known", "metadata")
             if metadata.get("user_id") is not None:
                 body["user"] = metadata["user_id"]
     if data.get("tools") is not None:

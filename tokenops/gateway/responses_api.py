@@ -27,15 +27,9 @@ from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.event_stream import EventStream
+from tokenops.gateway.responses_chat import chat_body, deferred_error
 from tokenops.gateway.responses_output import ResponseFrame
-from tokenops.gateway.responses_request import (
-    ResponsesRequest,
-    Translation,
-    chat_body,
-    deferred_error,
-    input_items,
-    parse,
-)
+from tokenops.gateway.responses_request import ResponsesRequest, Translation, input_items, parse
 from tokenops.gateway.responses_stream import EventWriter
 from tokenops.store.stored_responses import Limits, ResponseStore, StoredResponse, purge_stored_responses
 from tokenops.types import GatewayRequest, NativeRequest

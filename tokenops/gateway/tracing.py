@@ -3,7 +3,8 @@
 Off unless ``[telemetry] otlp_endpoint`` or an ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` variable
 names a collector (and ``OTEL_SDK_DISABLED`` is not true); while off every function here returns at
 once, so the pipeline pays one attribute check per step. This is the only module that knows
-OpenTelemetry: the pipeline calls it, plugins never do.
+OpenTelemetry (with :mod:`tokenops.gateway.trace_spans`, its recorded spans and the thread that
+exports them): the pipeline calls it, plugins never do.
 
 Spans (children of the request's root span, ``{operation} {model}``): ``tokenops.admission``,
 ``tokenops.cache_lookup``, ``tokenops.route``, one ``{operation} {model}`` client span per backend
@@ -26,29 +27,23 @@ collector never blocks the event loop: it loses the spans that overflow the queu
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
-import queue
 import random
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from tokenops import trace_context
+from tokenops.gateway.trace_spans import KIND_CLIENT, KIND_SERVER, RequestTrace, Span, SpanBuilder, clean, new_span_id
 
 log = logging.getLogger("tokenops.gateway")
 
 #: perf_counter -> wall clock (ns), for spans whose times the pipeline measured with perf_counter.
 _OFFSET_NS = time.time_ns() - int(time.perf_counter() * 1e9)
-#: Finished traces waiting for the builder thread; beyond this many, traces are dropped (and counted).
-MAX_QUEUED_TRACES = 4096
-_builder: _Builder | None = None
+_builder: SpanBuilder | None = None
 #: The running attempt's ``traceparent`` while its backend call runs (sent upstream by ``trace_context.inject``).
 _attempt_parent = trace_context.attempt_parent  # what the HTTP backends send upstream (tokenops.trace_context)
-_KIND_SERVER, _KIND_CLIENT, _KIND_INTERNAL = "server", "client", "internal"
 
 
 def _ns(perf_t: float) -> int:
@@ -79,7 +74,7 @@ def configure(otlp_endpoint: str | None, service_name: str = "tokenops") -> bool
     url = endpoint_from(otlp_endpoint)
     if url is None or _builder is not None:
         return _builder is not None
-    _builder = _Builder(url, os.environ.get("OTEL_SERVICE_NAME") or service_name)
+    _builder = SpanBuilder(url, os.environ.get("OTEL_SERVICE_NAME") or service_name)
     log.info("tracing: exporting spans to %s", url)
     return True
 
@@ -94,57 +89,6 @@ def shutdown() -> None:
 
 def is_on() -> bool:
     return _builder is not None
-
-
-@dataclass(slots=True)
-class _Span:
-    """A span as the request path records it; the builder thread makes the SDK span from it."""
-
-    name: str
-    span_id: int
-    parent_id: int | None
-    start_ns: int
-    kind: str = _KIND_INTERNAL
-    attrs: dict[str, Any] = field(default_factory=dict)
-    end_ns: int | None = None
-    error: tuple[str, str] | None = None  # (error.type, message)
-
-
-@dataclass(slots=True)
-class RequestTrace:
-    """A request's spans; attempts still open are keyed by the attempt's request id (ensemble members
-    run concurrently under ids of their own)."""
-
-    trace_id: int
-    remote_parent: tuple[int, int] | None  # the client's (trace id, span id)
-    root: _Span
-    spans: list[_Span] = field(default_factory=list)
-    attempts: dict[str, _Span] = field(default_factory=dict)
-    num_attempts: int = 0
-    answered: set[str] = field(default_factory=set)  # request ids with a successful attempt (cascade steps follow)
-
-    def child(
-        self,
-        name: str,
-        kind: str = _KIND_INTERNAL,
-        parent: _Span | None = None,
-        start_ns: int | None = None,
-        attrs: dict[str, Any] | None = None,
-    ) -> _Span:
-        span = _Span(
-            name,
-            _span_id(),
-            (parent or self.root).span_id,
-            time.time_ns() if start_ns is None else start_ns,
-            kind,
-            _clean(attrs or {}),
-        )
-        self.spans.append(span)
-        return span
-
-
-def _span_id() -> int:
-    return random.getrandbits(64) or 1  # the SDK's RandomIdGenerator draws ids the same way
 
 
 def _parse_traceparent(value: str) -> tuple[int, int] | None:
@@ -178,19 +122,19 @@ def start_request(request: Any, rec: Any) -> None:
         value = getattr(request.sampling, name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             attrs[f"gen_ai.request.{name}"] = value
-    root = _Span(
+    root = Span(
         f"{operation} {request.model}",
-        _span_id(),
+        new_span_id(),
         remote[1] if remote else None,
         _ns(rec.start),
-        _KIND_SERVER,
-        _clean(attrs),
+        KIND_SERVER,
+        clean(attrs),
     )
     rec.trace = RequestTrace(remote[0] if remote else (random.getrandbits(128) or 1), remote, root)
 
 
 @contextlib.contextmanager
-def step(rec: Any, name: str, **attrs: Any) -> Iterator[_Span | None]:
+def step(rec: Any, name: str, **attrs: Any) -> Iterator[Span | None]:
     """A span around one pipeline step (admission, cache lookup, routing); yields it (None when off)."""
     state = rec.trace
     if state is None:
@@ -206,9 +150,9 @@ def step(rec: Any, name: str, **attrs: Any) -> Iterator[_Span | None]:
         span.end_ns = time.time_ns()
 
 
-def annotate(span: _Span | None, **attrs: Any) -> None:
+def annotate(span: Span | None, **attrs: Any) -> None:
     if span is not None:
-        span.attrs.update(_clean(attrs))
+        span.attrs.update(clean(attrs))
 
 
 @contextlib.contextmanager
@@ -228,7 +172,7 @@ def attempt(rec: Any, request: Any, replica: Any, why: str) -> Iterator[None]:
     operation = _operation(request.kind)
     span = state.child(
         f"{operation} {replica.model}",
-        _KIND_CLIENT,
+        KIND_CLIENT,
         attrs={
             "gen_ai.operation.name": operation,
             "gen_ai.request.model": replica.model,
@@ -270,7 +214,7 @@ def end_attempt(
         return
     end = time.time_ns()
     span.attrs.update(
-        _clean(
+        clean(
             {
                 "gen_ai.response.model": model,
                 "gen_ai.usage.input_tokens": tokens_in,
@@ -317,7 +261,7 @@ def end_request(rec: Any) -> None:
     ensemble = decisions.get("ensemble") or {}
     root = state.root
     root.attrs.update(
-        _clean(
+        clean(
             {
                 "gen_ai.response.model": rec.model_served,
                 "gen_ai.usage.input_tokens": rec.tokens_in,
@@ -344,107 +288,6 @@ def end_request(rec: Any) -> None:
         builder.submit(state)
 
 
-class _Builder:
-    """The thread that turns recorded traces into SDK spans (with the recorded ids and times)."""
-
-    def __init__(self, url: str, service: str) -> None:
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-            from opentelemetry.sdk.trace.id_generator import IdGenerator
-            from opentelemetry.sdk.trace.sampling import ALWAYS_ON
-        except ImportError as e:
-            raise RuntimeError(
-                f"tracing to {url} needs the OpenTelemetry SDK: pip install 'tokenops[telemetry]' ({e})"
-            ) from e
-
-        class Recorded(IdGenerator):
-            """Hands the SDK the ids the request path drew (only the builder thread creates spans)."""
-
-            span_id = trace_id = 1
-
-            def generate_span_id(self) -> int:
-                return self.span_id
-
-            def generate_trace_id(self) -> int:
-                return self.trace_id
-
-        class FixedResource(Resource):
-            """The exporter groups spans by resource, hashing it per span (a JSON dump each time);
-            ours never changes, so its hash is computed once."""
-
-            @functools.cached_property
-            def _hash(self) -> int:
-                return Resource.__hash__(self)
-
-            def __hash__(self) -> int:
-                return self._hash
-
-        base = Resource.create({"service.name": service})
-        self.ids = Recorded()
-        # every request is traced (the sampling decision is the collector's): ALWAYS_ON skips the parent lookup
-        self.provider = TracerProvider(
-            resource=FixedResource(base.attributes, base.schema_url), id_generator=self.ids, sampler=ALWAYS_ON
-        )
-        # a short export timeout: a dead collector costs the export thread 2 s per batch, never a request
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url, timeout=2)))
-        self.tracer = self.provider.get_tracer("tokenops")
-        self.queue: queue.SimpleQueue[RequestTrace | None] = queue.SimpleQueue()
-        self.num_dropped = 0
-        self.thread = threading.Thread(target=self._run, name="tokenops-trace-builder", daemon=True)
-        self.thread.start()
-
-    def submit(self, state: RequestTrace) -> None:
-        if self.queue.qsize() >= MAX_QUEUED_TRACES:
-            self.num_dropped += 1
-            if self.num_dropped in (1, 100, 10000):
-                log.warning("tracing: %d traces dropped (the span builder is behind)", self.num_dropped)
-            return
-        self.queue.put(state)
-
-    def close(self) -> None:
-        self.queue.put(None)
-        self.thread.join(timeout=10)
-        try:
-            self.provider.shutdown()
-        except Exception as e:  # a collector gone at shutdown loses its last spans, nothing more
-            log.warning("tracing shutdown: %s", e)
-
-    def _run(self) -> None:
-        while (state := self.queue.get()) is not None:
-            try:
-                self._build(state)
-            except Exception as e:  # a bad trace must not stop the others
-                log.warning("tracing: a trace could not be built: %s", e)
-
-    def _build(self, state: RequestTrace) -> None:
-        from opentelemetry import trace
-        from opentelemetry.context import Context
-        from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-
-        kinds = {_KIND_SERVER: SpanKind.SERVER, _KIND_CLIENT: SpanKind.CLIENT, _KIND_INTERNAL: SpanKind.INTERNAL}
-        sampled = TraceFlags(TraceFlags.SAMPLED)
-        self.ids.trace_id = state.trace_id
-        for span in (state.root, *state.spans):
-            if span.parent_id is None:
-                ctx = Context()
-            else:
-                is_remote = span is state.root
-                ctx = trace.set_span_in_context(
-                    NonRecordingSpan(SpanContext(state.trace_id, span.parent_id, is_remote, sampled)), Context()
-                )
-            self.ids.span_id = span.span_id
-            made = self.tracer.start_span(
-                span.name, context=ctx, kind=kinds[span.kind], attributes=span.attrs, start_time=span.start_ns
-            )
-            if span.error is not None:
-                made.set_attribute("error.type", span.error[0])
-                made.set_status(Status(StatusCode.ERROR, span.error[1]))
-            made.end(end_time=span.end_ns if span.end_ns is not None else state.root.end_ns)
-
-
 def _operation(kind: str) -> str:
     """``gen_ai.operation.name`` of a request kind."""
     return {"completion": "text_completion", "embedding": "embeddings"}.get(kind, kind)
@@ -452,8 +295,3 @@ def _operation(kind: str) -> str:
 
 def _error_of(e: BaseException) -> tuple[str, str]:
     return (str(getattr(e, "kind", None) or getattr(e, "code", None) or type(e).__name__), str(e)[:200])
-
-
-def _clean(attrs: dict[str, Any]) -> dict[str, Any]:
-    """OpenTelemetry attributes take scalars and lists of them, never None."""
-    return {k: v for k, v in attrs.items() if v is not None}

@@ -134,6 +134,73 @@ def overrun(s: BenchSummary, cfg: BracketConfig) -> float | None:
     return s.duration_s * cfg.min_sustained / expected
 
 
+class _Bracket:
+    """One configuration's search state (its measurements so far) with the search's phases as methods,
+    so ``find_goodput`` reads as the order of the phases rather than one long loop."""
+
+    def __init__(self, measure: MeasureFn, cfg: BracketConfig, deadline: float | None) -> None:
+        self.measure = measure
+        self.cfg = cfg
+        self.deadline = deadline
+        self.t0 = time.monotonic()
+        self.points: list[RatePoint] = []
+
+    def probe(self, rate: float, repeat: int = 0) -> RatePoint:
+        s = self.measure(rate, repeat)
+        ratio = s.worst_slo_ratio()
+        assert ratio is not None, "goodput needs at least one SLO"
+        lag = overrun(s, self.cfg)
+        kept_up = lag is None
+        if lag is not None:
+            ratio = max(ratio, lag)
+        p = RatePoint(rate, bool(s.is_slo_met) and kept_up, ratio, s, repeat)
+        self.points.append(p)
+        return p
+
+    def budget_left(self, extra: int = 0) -> bool:
+        return len(self.points) < self.cfg.max_measurements + extra and (
+            self.deadline is None or time.monotonic() < self.deadline
+        )
+
+    def done(self, status: str, lo: RatePoint | None, hi: RatePoint | None) -> GoodputResult:
+        est = _crossing(lo, hi) if lo is not None and hi is not None else None
+        return GoodputResult(lo.rate if lo else 0.0, status, self.points, est, time.monotonic() - self.t0)
+
+    def bracket(
+        self, lo: RatePoint | None, hi: RatePoint | None
+    ) -> tuple[RatePoint | None, RatePoint | None, GoodputResult | None]:
+        """Step the rate by ``growth`` until one pass and one miss bracket the knee; (lo, hi, the
+        result when the search ends here: infeasible below ``min_rate``)."""
+        cfg = self.cfg
+        while self.budget_left() and (lo is None or hi is None):
+            if lo is None:
+                assert hi is not None  # every probe sets lo or hi, and a failed confirmation sets hi
+                rate = hi.rate / cfg.growth
+                if rate < cfg.min_rate:
+                    return lo, hi, self.done("infeasible", None, hi)
+                p = self.probe(rate)
+            else:
+                rate = lo.rate * cfg.growth
+                if rate > cfg.max_rate:
+                    break
+                p = self.probe(rate)
+            if p.is_met:
+                lo = p
+            else:
+                hi = p
+        return lo, hi, None
+
+    def narrow(self, lo: RatePoint, hi: RatePoint | None) -> tuple[RatePoint, RatePoint | None]:
+        """Bisect (on the interpolated crossing) until pass and miss are within ``rel_tol``."""
+        while self.budget_left() and hi is not None and hi.rate / lo.rate > 1 + self.cfg.rel_tol:
+            p = self.probe(_crossing(lo, hi))
+            if p.is_met:
+                lo = p
+            else:
+                hi = p
+        return lo, hi
+
+
 def find_goodput(
     measure: MeasureFn,
     start_rate: float,
@@ -148,71 +215,33 @@ def find_goodput(
     :param deadline: ``time.monotonic()`` after which no new measurement starts.
     """
     cfg = cfg or BracketConfig()
-    t0 = time.monotonic()
-    points: list[RatePoint] = []
-
-    def probe(rate: float, repeat: int = 0) -> RatePoint:
-        s = measure(rate, repeat)
-        ratio = s.worst_slo_ratio()
-        assert ratio is not None, "goodput needs at least one SLO"
-        lag = overrun(s, cfg)
-        kept_up = lag is None
-        if lag is not None:
-            ratio = max(ratio, lag)
-        p = RatePoint(rate, bool(s.is_slo_met) and kept_up, ratio, s, repeat)
-        points.append(p)
-        return p
-
-    def budget_left(extra: int = 0) -> bool:
-        return len(points) < cfg.max_measurements + extra and (deadline is None or time.monotonic() < deadline)
-
-    def done(status: str, lo: RatePoint | None, hi: RatePoint | None) -> GoodputResult:
-        est = _crossing(lo, hi) if lo is not None and hi is not None else None
-        return GoodputResult(lo.rate if lo else 0.0, status, points, est, time.monotonic() - t0)
-
-    first = probe(incumbent if incumbent else start_rate)
+    search = _Bracket(measure, cfg, deadline)
+    first = search.probe(incumbent if incumbent else start_rate)
     lo = first if first.is_met else None
     hi = None if first.is_met else first
     if incumbent and not first.is_met:
         # cannot beat the incumbent: estimate where it would pass, for the search's benefit
         est = first.rate / first.worst_ratio if math.isfinite(first.worst_ratio) else first.rate / cfg.growth
-        return GoodputResult(0.0, "pruned", points, est, time.monotonic() - t0)
+        return GoodputResult(0.0, "pruned", search.points, est, time.monotonic() - search.t0)
     confirmed: set[float] = set()
     while True:
-        while budget_left() and (lo is None or hi is None):
-            if lo is None:
-                assert hi is not None  # every probe sets lo or hi, and a failed confirmation sets hi
-                rate = hi.rate / cfg.growth
-                if rate < cfg.min_rate:
-                    return done("infeasible", None, hi)
-                p = probe(rate)
-            else:
-                rate = lo.rate * cfg.growth
-                if rate > cfg.max_rate:
-                    break
-                p = probe(rate)
-            if p.is_met:
-                lo = p
-            else:
-                hi = p
+        lo, hi, ended = search.bracket(lo, hi)
+        if ended is not None:
+            return ended
         if lo is None:
             # passes that did not survive their repeat are not goodput, but neither is this infeasible
-            return done("unconfirmed" if any(p.is_met for p in points) else "infeasible", None, hi)
-        while budget_left() and hi is not None and hi.rate / lo.rate > 1 + cfg.rel_tol:
-            p = probe(_crossing(lo, hi))
-            if p.is_met:
-                lo = p
-            else:
-                hi = p
+            status = "unconfirmed" if any(p.is_met for p in search.points) else "infeasible"
+            return search.done(status, None, hi)
+        lo, hi = search.narrow(lo, hi)
         if not cfg.is_confirmed:
-            return done("complete", lo, hi)
-        if lo.rate in confirmed or not budget_left(extra=2):
-            return done("unconfirmed", lo, hi)  # a winner must have passed twice
-        again = probe(lo.rate, repeat=1)
+            return search.done("complete", lo, hi)
+        if lo.rate in confirmed or not search.budget_left(extra=2):
+            return search.done("unconfirmed", lo, hi)  # a winner must have passed twice
+        again = search.probe(lo.rate, repeat=1)
         if again.is_met:
-            return done("complete", lo, hi)
+            return search.done("complete", lo, hi)
         confirmed.add(lo.rate)
         # the pass was luck: the knee is below; fall back to the best lower pass, if any
         hi = again
-        lower = [p for p in points if p.is_met and p.rate < again.rate]
+        lower = [p for p in search.points if p.is_met and p.rate < again.rate]
         lo = max(lower, key=lambda p: p.rate) if lower else None

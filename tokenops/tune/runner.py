@@ -295,16 +295,7 @@ class TuneSession:
             for name, why in self.irrelevant:
                 self.on_status(f"dropped {name}: {why}")
             if not space.dims:
-                irrelevant = {n for n, _ in self.irrelevant}
-                space.unmatched = [
-                    o
-                    for o in space.unmatched
-                    if not any(n == o or n.startswith(o.rstrip(".") + ".") for n in irrelevant)
-                ]
-                reasons = [f"{n} {why}" for n, why in self.irrelevant]
-                if space.dropped or space.unmatched or not reasons:
-                    reasons.append(space.why_empty())
-                raise TuneError(f"nothing to search: {'; '.join(reasons)}")
+                raise TuneError(f"nothing to search: {self._why_empty(space)}")
             requests = self._fresh_requests(3)
             self._apply(space.default())
             start = p.start_rate or self._probe_start_rate(model, requests)
@@ -327,33 +318,10 @@ class TuneSession:
                 return find_goodput(fn, start, bracket, incumbent, stop)
 
             outcome = Tuner(space, evaluate, p.budget, p.seed, on_trial=self.on_trial).run(started=t0)
-            validation = []
             best = outcome.best
-            if p.validate and best is not None and best.number != 0:
-                self.on_status(f"validating at {best.goodput:.3g}/s: the default, then the winner, same arrivals")
-                for name, params in (("default", space.default()), ("winner", best.params)):
-                    self._apply(params)
-                    s = fn(best.goodput, 2)
-                    validation.append(
-                        {
-                            "name": name,
-                            "params": params,
-                            "rate": best.goodput,
-                            "met": s.is_slo_met,
-                            "achieved_rps": s.request_rate,
-                            "errors": s.num_errors,
-                            "slo": {r["label"]: r["value_s"] for r in s.slo},
-                        }
-                    )
-            if p.url and self.original:  # only what differs, so the audit shows real changes
-                restore = {
-                    k: self.original[k]
-                    for k in space.names
-                    if k in self.original and self.current.get(k, ...) != self.original[k]
-                }
-                assert self.admin is not None  # set by _build_space for a --url run
-                self.admin.patch(restore, actor="tune (restore)")
-                self.current.update(restore)
+            validation = self._validate(space, best, fn) if p.validate and best is not None and best.number != 0 else []
+            if p.url and self.original:
+                self._restore(space)
         finally:
             if self.server is not None:
                 self.server.stop()
@@ -363,6 +331,51 @@ class TuneSession:
         return TuneReport(
             study, model, outcome, space, p, time.monotonic() - t0, validation=validation, launch_flags=flags
         )
+
+    def _why_empty(self, space: SearchSpace) -> str:
+        """Why ``space`` has nothing to search: the tunables found irrelevant to this deployment, and the
+        space's own reasons unless every ``--only`` it did not match was one of those."""
+        irrelevant = {n for n, _ in self.irrelevant}
+        space.unmatched = [
+            o for o in space.unmatched if not any(n == o or n.startswith(o.rstrip(".") + ".") for n in irrelevant)
+        ]
+        reasons = [f"{n} {why}" for n, why in self.irrelevant]
+        if space.dropped or space.unmatched or not reasons:
+            reasons.append(space.why_empty())
+        return "; ".join(reasons)
+
+    def _validate(self, space: SearchSpace, best: Trial, fn: MeasureFn) -> list[dict[str, Any]]:
+        """``--validate``: the default and the winner measured back to back at the winner's goodput with
+        the same arrivals, so the ratio the study reports is checked on one footing."""
+        self.on_status(f"validating at {best.goodput:.3g}/s: the default, then the winner, same arrivals")
+        validation = []
+        for name, params in (("default", space.default()), ("winner", best.params)):
+            self._apply(params)
+            s = fn(best.goodput, 2)
+            validation.append(
+                {
+                    "name": name,
+                    "params": params,
+                    "rate": best.goodput,
+                    "met": s.is_slo_met,
+                    "achieved_rps": s.request_rate,
+                    "errors": s.num_errors,
+                    "slo": {r["label"]: r["value_s"] for r in s.slo},
+                }
+            )
+        return validation
+
+    def _restore(self, space: SearchSpace) -> None:
+        """Put a ``--url`` server's searched tunables back as they were; only what differs, so the
+        audit shows real changes."""
+        restore = {
+            k: self.original[k]
+            for k in space.names
+            if k in self.original and self.current.get(k, ...) != self.original[k]
+        }
+        assert self.admin is not None  # set by _build_space for a --url run
+        self.admin.patch(restore, actor="tune (restore)")
+        self.current.update(restore)
 
     def close(self) -> None:
         if self.admin is not None:

@@ -160,50 +160,14 @@ def train(
     student = load_hf(student_dir).train()
     teacher = _teacher(teacher_dir, student, cfg, log)
     encoded, kd_flags = _encode(tok, student, pairs, replay_prompts, cfg, log)
-    decay = [p for p in student.parameters() if p.dim() >= 2]
-    no_decay = [p for p in student.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
-    )
+    opt = tt.make_optimizer(student, cfg.lr)
     out.mkdir(parents=True, exist_ok=True)
     ckpt_path = out / "checkpoint.pt"
-    step = 0
     rng = np.random.default_rng(cfg.seed)
-    if resume:
-        if not ckpt_path.exists():
-            raise FileNotFoundError(f"--resume: no checkpoint at {ckpt_path}")
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        student.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        step = ckpt["step"]
-        rng.bit_generator.state = ckpt["rng"]
-        log(f"resumed at step {step} of {cfg.steps}")
+    step = _resume(ckpt_path, student, opt, rng, cfg, log) if resume else 0
     batch = min(cfg.batch_size, len(encoded))
     ces, kls, started = [], [], time.perf_counter()
-
-    def save_checkpoint() -> None:
-        torch.save(
-            {
-                "model": student.state_dict(),
-                "optimizer": opt.state_dict(),
-                "step": step,
-                "rng": rng.bit_generator.state,
-            },
-            ckpt_path,
-        )
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (
-        TextColumn("distill"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, disable=not progress, transient=False) as bar:
+    with _progress_bar(progress) as bar:
         task = bar.add_task("train", total=cfg.steps, completed=step, info="")
         while step < cfg.steps:
             picked = rng.choice(len(encoded), size=batch, replace=False)
@@ -214,17 +178,14 @@ def train(
             loss, ce, kl = kd_loss(
                 student, teacher, ids, att, labels, cfg, kd_flags[torch.from_numpy(picked)] if replay_prompts else None
             )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
-            opt.step()
+            tt.optimizer_step(student, opt, loss)
             ces.append(ce)
             kls.append(kl)
             step += 1
             bar.update(task, advance=1, info=f"ce {np.mean(ces[-20:]):.3f} kl {np.mean(kls[-20:]):.3f}")
             if step % cfg.checkpoint_every == 0 and step < cfg.steps:
-                save_checkpoint()
-    save_checkpoint()
+                _save_checkpoint(ckpt_path, student, opt, step, rng)
+    _save_checkpoint(ckpt_path, student, opt, step, rng)
     save_model(student, out, student_dir)
     return {
         "steps": step,
@@ -237,3 +198,38 @@ def train(
         "train_minutes": round((time.perf_counter() - started) / 60, 2),
         "out": str(out),
     }
+
+
+def _save_checkpoint(path: Path, student: Any, opt: Any, step: int, rng: np.random.Generator) -> None:
+    """Weights, optimizer, step and the batch sampler's state: ``--resume`` continues the same run."""
+    torch.save(
+        {"model": student.state_dict(), "optimizer": opt.state_dict(), "step": step, "rng": rng.bit_generator.state},
+        path,
+    )
+
+
+def _resume(path: Path, student: Any, opt: Any, rng: np.random.Generator, cfg: KDConfig, log: Callable) -> int:
+    """Load the checkpoint at ``path`` into ``student``, ``opt`` and ``rng``; the step to continue from."""
+    if not path.exists():
+        raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+    ckpt = torch.load(path, weights_only=False)
+    student.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    step = ckpt["step"]
+    rng.bit_generator.state = ckpt["rng"]
+    log(f"resumed at step {step} of {cfg.steps}")
+    return step
+
+
+def _progress_bar(progress: bool) -> Any:
+    """The training's progress bar (steps, running CE/KL, time left); a no-op without ``progress``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (
+        TextColumn("distill"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(),
+    )
+    return Progress(*columns, disable=not progress, transient=False)

@@ -236,6 +236,27 @@ class FinetuneConfig:
         assert self.minutes > 0 and self.batch_size > 0
 
 
+def make_optimizer(model, lr: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (norms and biases are not shrunk), as the ladder
+    and the distillation student are both trained."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
+
+
+def optimizer_step(model, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One update from ``loss``, the gradient norm clipped to 1 (a long answer cannot blow a step up)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
 def finetune(
     model,
     tok,
@@ -252,14 +273,7 @@ def finetune(
     order_rng = np.random.default_rng(cfg.seed)
     encoded = [encode_pair(tok, p, a, cfg.max_len) for _, p, a in pairs]
     model.float().train()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-    )
+    opt = make_optimizer(model, cfg.lr)
     num_steps, losses, order, cursor = cfg.steps, [], length_bucketed(encoded, cfg.batch_size, order_rng), 0
     started = time.perf_counter()
     calibration_started = started
@@ -274,10 +288,7 @@ def finetune(
             group["lr"] = lr_at(step, num_steps or 10**9, cfg.lr, cfg.warmup)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             loss = answer_loss(model, ids, att, labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step(model, opt, loss)
         losses.append(loss.item())
         step += 1
         if step == 3:
