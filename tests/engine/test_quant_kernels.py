@@ -51,14 +51,14 @@ def test_linear_matches_reference(kernels: QuantKernels, qtype: QT, threads: int
     raw = random_raw(qtype, OUT_FEATURES, IN_FEATURES, seed=2)
     w = quant_kernels.dequantize_reference(raw, qtype, IN_FEATURES).double()
     packed = kernels.pack(raw, qtype, IN_FEATURES)
-    assert (packed is not None) == (qtype not in K_QUANTS)
+    assert packed is not None
     worst = 0.0
     for num_rows in ROWS:
         x = torch.randn(num_rows, IN_FEATURES, generator=torch.Generator().manual_seed(num_rows))
         exact = x.double() @ w.T
         rounded = quantize_activations(x).double() @ w.T
         for method in Method:
-            for pw in ([None, packed] if packed is not None else [None]):
+            for pw in [None, packed] if packed is not None else [None]:
                 y = kernels.linear(x, None if pw else raw, qtype, IN_FEATURES, method, threads, pw)
                 assert y.shape == (num_rows, OUT_FEATURES) and y.dtype == torch.float32
                 if method == Method.EXACT:
@@ -80,15 +80,17 @@ def test_exact_env_switches_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _rel_err(kernels.linear(x, raw, QT.Q4_K, 256), exact) < 1e-5
 
 
-@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", QTYPES, ids=lambda t: t.name)
 def test_packed_rows_decode_like_the_raw_ones(kernels: QuantKernels, qtype: QT) -> None:
-    raw = random_raw(qtype, OUT_FEATURES, 64, seed=3)
-    packed = kernels.pack(raw, qtype, 64)
-    assert packed is not None and packed.data.numel() == (OUT_FEATURES + 7) // 8 * 8 * raw.shape[1]
-    ref = quant_kernels.dequantize_reference(raw, qtype, 64)
+    width = 512 if qtype in K_QUANTS else 64
+    raw = random_raw(qtype, OUT_FEATURES, width, seed=3)
+    packed = kernels.pack(raw, qtype, width)
+    extra = 4 * width // 256 if qtype in (QT.Q4_K, QT.Q5_K) else 0  # their scales and mins a byte each
+    assert packed is not None and packed.data.numel() == (OUT_FEATURES + 7) // 8 * 8 * (raw.shape[1] + extra)
+    ref = quant_kernels.dequantize_reference(raw, qtype, width)
     assert torch.equal(kernels.unpack_rows(packed), ref)
-    arena = torch.zeros(kernels.packed_bytes(qtype, OUT_FEATURES, 64) + 5, dtype=torch.uint8)
-    into = kernels.pack(raw, qtype, 64, out=arena[5:])
+    arena = torch.zeros(kernels.packed_bytes(qtype, OUT_FEATURES, width) + 5, dtype=torch.uint8)
+    into = kernels.pack(raw, qtype, width, out=arena[5:])
     assert into is not None and into.data.data_ptr() == arena[5:].data_ptr() and torch.equal(into.data, packed.data)
     ids = torch.tensor([[42, 0], [7, 8]])
     assert torch.equal(kernels.unpack_rows(packed, ids), ref[ids])

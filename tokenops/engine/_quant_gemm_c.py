@@ -121,7 +121,7 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
             quantize_act(x + m * xs, K, a[m]);
         }
         if (w->packed) {
-            int64_t G = (N + 7) / 8, nb = K / 32;
+            int64_t G = (N + 7) / 8, nb = K / qk_block(t);
             tk_gemv_packed_fn fn = gemv_packed_fn(t);
             /* rows in blocks of TK_ROW_TILE (a multiple of 4: the same 4-row calls, the same results):
                one block's rounded activations stay in L2 while every weight group passes over them;
@@ -208,6 +208,8 @@ int qk_features(void) {
 int qk_block_values(int t) { return qk_bytes(t) ? qk_block(t) : 0; }
 int qk_block_bytes(int t) { return qk_bytes(t); }
 int qk_packable(int t) { return qk_packed_bytes(t) != 0; }
+/* bytes of one packed group of 8 rows of K values (0: not packable, or K not a multiple of the block) */
+int64_t qk_group_bytes(int t, int64_t K) { return K % qk_block(t) ? 0 : K / qk_block(t) * qk_packed_bytes(t); }
 
 /* y[M, N] = x[M, K] . W^T, method as for qk_product. packed: W is qk_pack's output (groups of 8 rows,
    rb bytes each). Returns 0, -1 on allocation failure, -2 for an unknown (or unpackable) format, a

@@ -48,7 +48,7 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from tokenops.engine import _quant_formats_c, _quant_gemm_c, _quant_gemv_c, _quant_packed_c
+from tokenops.engine import _quant_formats_c, _quant_gemm_c, _quant_gemv_c, _quant_packed_c, _quant_packed_k_c
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,13 @@ GEMV_MAX_ROWS = 8
 weight takes the integer path at every row count: four rows per pass over a group of eight weight
 rows out-run the float32 GEMM (docs/engine-optimizations.md has the figures)."""
 
-SOURCE = _quant_formats_c.SOURCE + _quant_gemv_c.SOURCE + _quant_packed_c.SOURCE + _quant_gemm_c.SOURCE
+SOURCE = (
+    _quant_formats_c.SOURCE
+    + _quant_gemv_c.SOURCE
+    + _quant_packed_c.SOURCE
+    + _quant_packed_k_c.SOURCE
+    + _quant_gemm_c.SOURCE
+)
 
 
 class Method(enum.IntEnum):
@@ -85,7 +91,7 @@ class Method(enum.IntEnum):
 @dataclass(frozen=True, slots=True)
 class PackedWeight:
     """A weight repacked by :meth:`QuantKernels.pack`: ``data`` is uint8 ``[ceil(out_features / 8),
-    8 * row_bytes]``, groups of eight rows interleaved (see :mod:`._quant_packed_c`)."""
+    group_bytes]``, groups of eight rows interleaved (see :mod:`._quant_packed_c`, :mod:`._quant_packed_k_c`)."""
 
     data: torch.Tensor
     qtype: int
@@ -104,6 +110,8 @@ class QuantKernels:
         self.lib.qk_dequantize.argtypes = [i32, p, i64, p, i64, i64]
         self.lib.qk_pack.argtypes = [i32, p, i64, i64, i64, p]
         self.lib.qk_unpack_rows.argtypes = [i32, p, i64, p, i64, i64, p]
+        self.lib.qk_group_bytes.argtypes = [i32, i64]
+        self.lib.qk_group_bytes.restype = i64
         for fn in (
             self.lib.qk_linear,
             self.lib.qk_dequantize,
@@ -139,20 +147,26 @@ class QuantKernels:
         """Bytes :meth:`pack` writes for this weight (0 for a type without a packed kernel)."""
         if not self.lib.qk_packable(int(qtype)):
             return 0
-        return (out_features + 7) // 8 * 8 * self.row_bytes(qtype, in_features)
+        return (out_features + 7) // 8 * self.group_bytes(qtype, in_features)
+
+    def group_bytes(self, qtype: int, in_features: int) -> int:
+        """Bytes of one packed group of eight rows: eight rows' bytes, and for Q4_K / Q5_K four more
+        per row and super-block (their 6-bit scales and mins held a byte each)."""
+        self.row_bytes(qtype, in_features)  # raises for a type or width without a kernel
+        return int(self.lib.qk_group_bytes(int(qtype), in_features))
 
     def pack(
         self, raw: torch.Tensor, qtype: int, in_features: int, out: torch.Tensor | None = None
     ) -> PackedWeight | None:
         """``raw`` repacked into groups of eight interleaved rows, for a faster GEMV (``None`` for a
-        type without a packed kernel: Q8_0, Q4_0 and Q4_1 have one). ``out``: contiguous uint8 of
+        type without a packed kernel: every type of :data:`SUPPORTED` has one). ``out``: contiguous uint8 of
         :meth:`packed_bytes` elements to pack into (a slice of one huge-page arena for a whole
         model: streaming ~100 MB per token through 4 KiB pages measured ~25% slower here)."""
         raw = self._check_raw(raw, qtype, in_features)
         if not self.lib.qk_packable(int(qtype)):
             return None
         out_features = raw.shape[0]
-        shape = ((out_features + 7) // 8, 8 * raw.shape[1])
+        shape = ((out_features + 7) // 8, self.group_bytes(qtype, in_features))
         if out is None:
             data = torch.empty(shape, dtype=torch.uint8)
         else:
