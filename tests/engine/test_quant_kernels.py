@@ -137,3 +137,44 @@ def test_module_linear_falls_back_without_a_compiler(monkeypatch: pytest.MonkeyP
     slow = quant_kernels.linear(x, raw, QT.Q8_0, 96)
     assert _rel_err(fast, slow.double()) < 1e-4
     assert torch.allclose(slow, x @ quant_kernels.dequantize_reference(raw, QT.Q8_0, 96).T)
+
+
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
+def test_avx512_and_avx2_packed_paths_agree(qtype: QT) -> None:
+    """The 512-bit kernels (two groups of eight rows per instruction) give the 256-bit VNNI kernels'
+    floats exactly: one group, one pair, pairs and an odd last group, 1-70 rows, two threads."""
+    kernels = _kernels(False)
+    if not kernels.has_avx512:
+        pytest.skip("this CPU (or build) has no AVX-512 VNNI")
+    for out_features in (8, 16, 43, 64):
+        raw = random_raw(qtype, out_features, 256, seed=out_features)
+        packed = kernels.pack(raw, qtype, 256)
+        w = quant_kernels.dequantize_reference(raw, qtype, 256).double()
+        for num_rows in (1, 3, 4, 70):
+            x = torch.randn(num_rows, 256, generator=torch.Generator().manual_seed(num_rows))
+            try:
+                assert kernels.set_avx512(True)
+                wide = kernels.linear(x, None, qtype, 256, Method.GEMV, 2, packed)
+                assert not kernels.set_avx512(False)
+                narrow = kernels.linear(x, None, qtype, 256, Method.GEMV, 2, packed)
+            finally:
+                kernels.set_avx512(None)
+            assert torch.equal(wide, narrow), (out_features, num_rows)
+            assert _rel_err(wide, quantize_activations(x).double() @ w.T) < 1e-5
+
+
+def test_avx512_env_switch_keeps_the_avx2_path() -> None:
+    """``TOKENOPS_QUANT_AVX512=0`` keeps the 256-bit kernels (read once, at the first product)."""
+    import os
+    import subprocess
+    import sys
+
+    kernels = _kernels(False)
+    code = (
+        "import torch; from tokenops.engine.quant_kernels import get_kernels; k = get_kernels(); "
+        "print(int(k.avx512_active))"
+    )
+    for value, expect in (("0", False), ("1", kernels.has_avx512)):
+        env = {**os.environ, "TOKENOPS_QUANT_AVX512": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == str(int(expect)), (value, out.stderr)

@@ -48,7 +48,14 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from tokenops.engine import _quant_formats_c, _quant_gemm_c, _quant_gemv_c, _quant_packed_c, _quant_packed_k_c
+from tokenops.engine import (
+    _quant_avx512_c,
+    _quant_formats_c,
+    _quant_gemm_c,
+    _quant_gemv_c,
+    _quant_packed_c,
+    _quant_packed_k_c,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +79,7 @@ SOURCE = (
     + _quant_gemv_c.SOURCE
     + _quant_packed_c.SOURCE
     + _quant_packed_k_c.SOURCE
+    + _quant_avx512_c.SOURCE
     + _quant_gemm_c.SOURCE
 )
 
@@ -123,8 +131,24 @@ class QuantKernels:
             self.lib.qk_unpack_rows,
         ):
             fn.restype = i32
+        self.lib.qk_set_avx512.argtypes = [i32]
+        self.lib.qk_set_avx512.restype = i32
+        self.lib.qk_avx512_active.restype = i32
         features = self.lib.qk_features()
         self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
+        self.has_avx512 = bool(features & 4)
+
+    def set_avx512(self, on: bool | None) -> bool:
+        """Use the 512-bit kernels for packed Q8_0/Q4_0/Q4_1 products (where the build and the CPU
+        have AVX-512 VNNI) or the 256-bit ones (``None``: as ``TOKENOPS_QUANT_AVX512`` says, on unless
+        ``0``); returns whether the 512-bit ones are now used. This library only: the fused step's
+        own build reads the variable itself. Not while a product runs."""
+        return bool(self.lib.qk_set_avx512(-1 if on is None else int(on)))
+
+    @property
+    def avx512_active(self) -> bool:
+        """Whether packed Q8_0/Q4_0/Q4_1 products run the 512-bit kernels."""
+        return bool(self.lib.qk_avx512_active())
 
     def row_bytes(self, qtype: int, in_features: int) -> int:
         """Bytes of one encoded row of ``in_features`` values (ValueError if it cannot be encoded)."""
