@@ -6,7 +6,7 @@ float32-panel GEMM above), packed with the 256-bit kernels, and packed with the 
 CPU time of the calling thread (``time.thread_time``; with one thread the kernels run on it), the best
 of ``--repeat`` calls after a warm-up: on a shared box the best is the figure least disturbed by other
 jobs. Shapes (out x in): down 576x1536, gate_up 3072x576 (the fused step's gate and up in one
-weight), lm_head 49152x576. Random blocks (``tests/engine/quant_blocks.py``): the kernels' speed does
+weight), lm_head 49152x576; the K-quants only on down (their 256-value super-blocks do not divide 576). Random blocks (``tests/engine/quant_blocks.py``): the kernels' speed does
 not depend on the values.
 
 Run: ``.venv/bin/python tests/benchmarks/quant_paths.py [--qtypes Q4_1,Q8_0,Q4_K,Q5_K,Q6_K]
@@ -27,7 +27,7 @@ from gguf import GGMLQuantizationType as QT
 from tokenops.engine.quant_kernels import Method, QuantKernels, get_kernels
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from quant_blocks import random_raw  # noqa: E402
+from quant_blocks import K_QUANTS, random_raw  # noqa: E402
 
 SHAPES = {"down": (576, 1536), "gate_up": (3072, 576), "lm_head": (49152, 576)}
 
@@ -76,6 +76,8 @@ def main() -> None:
     )
     for qname in args.qtypes.split(","):
         for shape in args.shapes.split(","):
+            if SHAPES[shape][1] % (256 if QT[qname] in K_QUANTS else 32):
+                continue  # K-quant rows are 256-value super-blocks: 576 wide cannot be one
             for rows in (int(r) for r in args.rows.split(",")):
                 flat, p256, p512 = paths(k, QT[qname], shape, rows, args.repeat)
                 cells = [f"{v * 1e6:.1f}" if v is not None else "-" for v in (flat, p256, p512)]

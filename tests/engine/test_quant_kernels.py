@@ -139,24 +139,25 @@ def test_module_linear_falls_back_without_a_compiler(monkeypatch: pytest.MonkeyP
     assert torch.allclose(slow, x @ quant_kernels.dequantize_reference(raw, QT.Q8_0, 96).T)
 
 
-@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", QTYPES, ids=lambda t: t.name)
 def test_avx512_and_avx2_packed_paths_agree(qtype: QT) -> None:
     """The 512-bit kernels (two groups of eight rows per instruction) give the 256-bit VNNI kernels'
     floats exactly: one group, one pair, pairs and an odd last group, 1-70 rows, two threads."""
     kernels = _kernels(False)
     if not kernels.has_avx512:
         pytest.skip("this CPU (or build) has no AVX-512 VNNI")
+    width = 512 if qtype in K_QUANTS else 256
     for out_features in (8, 16, 43, 64):
-        raw = random_raw(qtype, out_features, 256, seed=out_features)
-        packed = kernels.pack(raw, qtype, 256)
-        w = quant_kernels.dequantize_reference(raw, qtype, 256).double()
+        raw = random_raw(qtype, out_features, width, seed=out_features)
+        packed = kernels.pack(raw, qtype, width)
+        w = quant_kernels.dequantize_reference(raw, qtype, width).double()
         for num_rows in (1, 3, 4, 70):
-            x = torch.randn(num_rows, 256, generator=torch.Generator().manual_seed(num_rows))
+            x = torch.randn(num_rows, width, generator=torch.Generator().manual_seed(num_rows))
             try:
                 assert kernels.set_avx512(True)
-                wide = kernels.linear(x, None, qtype, 256, Method.GEMV, 2, packed)
+                wide = kernels.linear(x, None, qtype, width, Method.GEMV, 2, packed)
                 assert not kernels.set_avx512(False)
-                narrow = kernels.linear(x, None, qtype, 256, Method.GEMV, 2, packed)
+                narrow = kernels.linear(x, None, qtype, width, Method.GEMV, 2, packed)
             finally:
                 kernels.set_avx512(None)
             assert torch.equal(wide, narrow), (out_features, num_rows)

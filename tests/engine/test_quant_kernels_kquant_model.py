@@ -70,15 +70,16 @@ def test_fused_step_greedy_equals_dequantized_float32(tmp_path, monkeypatch, qty
 
 
 @torch.no_grad()
-def test_avx512_and_avx2_products_agree_in_the_engine(tmp_path, monkeypatch) -> None:
-    """The same Q8_0 model's logits with the 512-bit packed kernels and with the 256-bit ones (the
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K"])
+def test_avx512_and_avx2_products_agree_in_the_engine(tmp_path, monkeypatch, qtype: str) -> None:
+    """The same model's logits with the 512-bit packed kernels and with the 256-bit ones (the
     switch ``TOKENOPS_QUANT_AVX512=0``), in the PyTorch forward that calls this library."""
     _needs_kernels()
     kernels = quant_kernels.get_kernels()
     assert kernels is not None
     if not kernels.has_avx512:
         pytest.skip("this CPU (or build) has no AVX-512 VNNI")
-    path = write_tiny_gguf(tmp_path / "m.gguf", "llama", "Q8_0", seed=4)
+    path = write_tiny_gguf(tmp_path / "m.gguf", "llama", qtype, seed=4)
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.model_runner import ModelRunner
 

@@ -139,7 +139,7 @@ class QuantKernels:
         self.has_avx512 = bool(features & 4)
 
     def set_avx512(self, on: bool | None) -> bool:
-        """Use the 512-bit kernels for packed Q8_0/Q4_0/Q4_1 products (where the build and the CPU
+        """Use the 512-bit kernels for packed products (where the build and the CPU
         have AVX-512 VNNI) or the 256-bit ones (``None``: as ``TOKENOPS_QUANT_AVX512`` says, on unless
         ``0``); returns whether the 512-bit ones are now used. This library only: the fused step's
         own build reads the variable itself. Not while a product runs."""
@@ -147,7 +147,7 @@ class QuantKernels:
 
     @property
     def avx512_active(self) -> bool:
-        """Whether packed Q8_0/Q4_0/Q4_1 products run the 512-bit kernels."""
+        """Whether packed products run the 512-bit kernels."""
         return bool(self.lib.qk_avx512_active())
 
     def row_bytes(self, qtype: int, in_features: int) -> int:
