@@ -8,7 +8,9 @@ bytes. Two paths, picked by the number of rows:
 * **GEMV** (up to :data:`GEMV_MAX_ROWS` rows: decode and verify steps; every row count for weights
   repacked by :func:`pack`). The activations are rounded to two bytes per value (per block of 32,
   ``q d + q2 d2``: an int8 code and an int8 remainder on a 254x finer scale) and multiplied against
-  the weight blocks with integer byte products (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``), as
+  the weight blocks with integer byte products (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``; on weights
+  packed by :func:`pack`, 512-bit ``vpdpbusd`` over two row groups where the CPU has AVX-512 VNNI,
+  checked at run time, ``TOKENOPS_QUANT_AVX512=0`` to keep the 256-bit kernels), as
   llama.cpp does with one byte; up to four rows share each unpacked weight block. The error is
   ~3e-5 of the largest output (one byte, llama.cpp's Q8 activations: ~7e-3, enough to flip
   near-tied greedy tokens of a real model).
@@ -23,7 +25,7 @@ activations instead, through the GEMM: the products of a float32 reference, for 
 against another implementation.
 
 The C source (:mod:`._quant_formats_c`, :mod:`._quant_gemv_c`, :mod:`._quant_packed_c`,
-:mod:`._quant_gemm_c`) is compiled at
+:mod:`._quant_packed_k_c`, :mod:`._quant_avx512_c`, :mod:`._quant_gemm_c`) is compiled at
 first use by :func:`tokenops.engine.native.build_library` with ``-march=native``, into a cache keyed
 by the source and the CPU's feature flags, so the instructions used are the ones this CPU has (the
 run-time check). A CPU without AVX2 gets the plain-C GEMM for every path (on rounded activations
