@@ -101,6 +101,7 @@ def test_packed_rows_decode_like_the_raw_ones(kernels: QuantKernels, qtype: QT) 
 def test_simd_build_uses_the_cpu(kernels: QuantKernels) -> None:
     flags = open("/proc/cpuinfo").read() if not kernels.plain else ""
     assert kernels.has_avx2 == (" avx2" in flags and " fma" in flags and " f16c" in flags)
+    assert kernels.has_avx512 == (" avx512_vnni" in flags and " avx512bw" in flags)  # the run-time check
     if kernels.plain:
         assert not kernels.has_vnni
 
