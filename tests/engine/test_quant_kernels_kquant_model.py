@@ -97,3 +97,42 @@ def test_avx512_and_avx2_products_agree_in_the_engine(tmp_path, monkeypatch, qty
     finally:
         kernels.set_avx512(None)  # back to TOKENOPS_QUANT_AVX512's choice
     assert torch.equal(wide, narrow)
+
+
+def test_kquant_gguf_served_through_the_fused_step(tmp_path) -> None:
+    """A Q6_K file (packed at load, the fused step with two-byte activations, the 512-bit kernels where
+    the CPU has them) through a real ``tokenops serve`` and the openai SDK: the greedy completion is
+    transformers' on the same file dequantized to float32."""
+    import httpx
+    import openai
+
+    from tokenops.engine.loader import load_tokenizer
+    from tokenops.testing_serve import ServeProcess
+
+    _needs_kernels()
+    path = write_tiny_gguf(tmp_path / "tiny-q6k.gguf", "llama", "Q6_K", seed=5)
+    tokenizer = load_tokenizer(path)
+    ids = tokenizer.encode("the then there", add_special_tokens=False)
+    hf = load_hf_gguf(path)
+    hf.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = hf.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=NUM_NEW,
+            min_new_tokens=NUM_NEW,
+            pad_token_id=0,
+        )
+    new = out[0, len(ids) :].tolist()
+    stop = [i for i, t in enumerate(new) if t in tokenizer.eos_token_ids]
+    expected = tokenizer.decode(new[: stop[0]] if stop else new)
+    assert expected
+    env = {"TOKENOPS_ENGINE__TORCH_THREADS": "1", "TOKENOPS_QUANT_EXACT": "0"}
+    with ServeProcess(tmp_path / "serve", args=["--model", f"q6k={path}"], env=env, store=False) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused")
+        r = client.completions.create(model="q6k", prompt="the then there", max_tokens=NUM_NEW, temperature=0)
+        assert r.choices[0].text == expected
+        stats = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers, timeout=30).json()["engines"]["q6k#0"]
+        assert stats["weight_format"].startswith("gguf Q6_K") and stats["forward"] == "fused"
+        assert stats["panel_dtype"] == "gguf" and stats["fused_decode_steps"] > 0
