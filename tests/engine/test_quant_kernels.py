@@ -51,14 +51,14 @@ def test_linear_matches_reference(kernels: QuantKernels, qtype: QT, threads: int
     raw = random_raw(qtype, OUT_FEATURES, IN_FEATURES, seed=2)
     w = quant_kernels.dequantize_reference(raw, qtype, IN_FEATURES).double()
     packed = kernels.pack(raw, qtype, IN_FEATURES)
-    assert (packed is not None) == (qtype not in K_QUANTS)
+    assert packed is not None
     worst = 0.0
     for num_rows in ROWS:
         x = torch.randn(num_rows, IN_FEATURES, generator=torch.Generator().manual_seed(num_rows))
         exact = x.double() @ w.T
         rounded = quantize_activations(x).double() @ w.T
         for method in Method:
-            for pw in ([None, packed] if packed is not None else [None]):
+            for pw in [None, packed] if packed is not None else [None]:
                 y = kernels.linear(x, None if pw else raw, qtype, IN_FEATURES, method, threads, pw)
                 assert y.shape == (num_rows, OUT_FEATURES) and y.dtype == torch.float32
                 if method == Method.EXACT:
@@ -80,15 +80,17 @@ def test_exact_env_switches_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _rel_err(kernels.linear(x, raw, QT.Q4_K, 256), exact) < 1e-5
 
 
-@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", QTYPES, ids=lambda t: t.name)
 def test_packed_rows_decode_like_the_raw_ones(kernels: QuantKernels, qtype: QT) -> None:
-    raw = random_raw(qtype, OUT_FEATURES, 64, seed=3)
-    packed = kernels.pack(raw, qtype, 64)
-    assert packed is not None and packed.data.numel() == (OUT_FEATURES + 7) // 8 * 8 * raw.shape[1]
-    ref = quant_kernels.dequantize_reference(raw, qtype, 64)
+    width = 512 if qtype in K_QUANTS else 64
+    raw = random_raw(qtype, OUT_FEATURES, width, seed=3)
+    packed = kernels.pack(raw, qtype, width)
+    extra = 4 * width // 256 if qtype in (QT.Q4_K, QT.Q5_K) else 0  # their scales and mins a byte each
+    assert packed is not None and packed.data.numel() == (OUT_FEATURES + 7) // 8 * 8 * (raw.shape[1] + extra)
+    ref = quant_kernels.dequantize_reference(raw, qtype, width)
     assert torch.equal(kernels.unpack_rows(packed), ref)
-    arena = torch.zeros(kernels.packed_bytes(qtype, OUT_FEATURES, 64) + 5, dtype=torch.uint8)
-    into = kernels.pack(raw, qtype, 64, out=arena[5:])
+    arena = torch.zeros(kernels.packed_bytes(qtype, OUT_FEATURES, width) + 5, dtype=torch.uint8)
+    into = kernels.pack(raw, qtype, width, out=arena[5:])
     assert into is not None and into.data.data_ptr() == arena[5:].data_ptr() and torch.equal(into.data, packed.data)
     ids = torch.tensor([[42, 0], [7, 8]])
     assert torch.equal(kernels.unpack_rows(packed, ids), ref[ids])
@@ -99,6 +101,7 @@ def test_packed_rows_decode_like_the_raw_ones(kernels: QuantKernels, qtype: QT) 
 def test_simd_build_uses_the_cpu(kernels: QuantKernels) -> None:
     flags = open("/proc/cpuinfo").read() if not kernels.plain else ""
     assert kernels.has_avx2 == (" avx2" in flags and " fma" in flags and " f16c" in flags)
+    assert kernels.has_avx512 == (" avx512_vnni" in flags and " avx512bw" in flags)  # the run-time check
     if kernels.plain:
         assert not kernels.has_vnni
 
@@ -135,3 +138,45 @@ def test_module_linear_falls_back_without_a_compiler(monkeypatch: pytest.MonkeyP
     slow = quant_kernels.linear(x, raw, QT.Q8_0, 96)
     assert _rel_err(fast, slow.double()) < 1e-4
     assert torch.allclose(slow, x @ quant_kernels.dequantize_reference(raw, QT.Q8_0, 96).T)
+
+
+@pytest.mark.parametrize("qtype", QTYPES, ids=lambda t: t.name)
+def test_avx512_and_avx2_packed_paths_agree(qtype: QT) -> None:
+    """The 512-bit kernels (two groups of eight rows per instruction) give the 256-bit VNNI kernels'
+    floats exactly: one group, one pair, pairs and an odd last group, 1-70 rows, two threads."""
+    kernels = _kernels(False)
+    if not kernels.has_avx512:
+        pytest.skip("this CPU (or build) has no AVX-512 VNNI")
+    width = 512 if qtype in K_QUANTS else 256
+    for out_features in (8, 16, 43, 64):
+        raw = random_raw(qtype, out_features, width, seed=out_features)
+        packed = kernels.pack(raw, qtype, width)
+        w = quant_kernels.dequantize_reference(raw, qtype, width).double()
+        for num_rows in (1, 3, 4, 70):
+            x = torch.randn(num_rows, width, generator=torch.Generator().manual_seed(num_rows))
+            try:
+                assert kernels.set_avx512(True)
+                wide = kernels.linear(x, None, qtype, width, Method.GEMV, 2, packed)
+                assert not kernels.set_avx512(False)
+                narrow = kernels.linear(x, None, qtype, width, Method.GEMV, 2, packed)
+            finally:
+                kernels.set_avx512(None)
+            assert torch.equal(wide, narrow), (out_features, num_rows)
+            assert _rel_err(wide, quantize_activations(x).double() @ w.T) < 1e-5
+
+
+def test_avx512_env_switch_keeps_the_avx2_path() -> None:
+    """``TOKENOPS_QUANT_AVX512=0`` keeps the 256-bit kernels (read once, at the first product)."""
+    import os
+    import subprocess
+    import sys
+
+    kernels = _kernels(False)
+    code = (
+        "import torch; from tokenops.engine.quant_kernels import get_kernels; k = get_kernels(); "
+        "print(int(k.avx512_active))"
+    )
+    for value, expect in (("0", False), ("1", kernels.has_avx512)):
+        env = {**os.environ, "TOKENOPS_QUANT_AVX512": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == str(int(expect)), (value, out.stderr)

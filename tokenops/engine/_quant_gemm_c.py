@@ -121,20 +121,36 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
             quantize_act(x + m * xs, K, a[m]);
         }
         if (w->packed) {
-            int64_t G = (N + 7) / 8, nb = K / 32;
+            int64_t G = (N + 7) / 8, nb = K / qk_block(t);
             tk_gemv_packed_fn fn = gemv_packed_fn(t);
+            int64_t step = 1;  /* groups per pass: 2 on the 512-bit path */
+#ifdef TK_AVX512
+            tk_pair512_fn fn512 = vnni && tk_use_avx512() ? pair512_fn(t) : NULL;
+            if (fn512) step = 2;
+#endif
             /* rows in blocks of TK_ROW_TILE (a multiple of 4: the same 4-row calls, the same results):
                one block's rounded activations stay in L2 while every weight group passes over them;
                a prefill chunk's 512 rows (1.5 MB at K = 1536) were re-read from L3 for every group */
             for (int64_t m0 = 0; m0 < M; m0 += TK_ROW_TILE) {
                 int64_t m1 = M - m0 < TK_ROW_TILE ? M : m0 + TK_ROW_TILE;
-                _Pragma("omp for schedule(dynamic, 4) nowait")
-                for (int64_t g = 0; g < G; g++) {
-                    int64_t nn = N - g * 8 < 8 ? N - g * 8 : 8;
+                _Pragma("omp for schedule(dynamic, 2) nowait")
+                for (int64_t u = 0; u < (G + step - 1) / step; u++) {  /* a unit: step groups */
+                    int64_t g = u * step, nn = N - g * 8 < 8 * step ? N - g * 8 : 8 * step;
                     for (int64_t m = m0; m < m1; m += 4) {
                         int R = m1 - m < 4 ? (int)(m1 - m) : 4;
+                        float o[16];
+#ifdef TK_AVX512
+                        if (nn > 8) {  /* two groups in one 512-bit pass */
+                            __m512 out[4];
+                            fn512(R, W + g * rb, rb, nb, a + m, out);
+                            for (int r = 0; r < R; r++) {
+                                _mm512_storeu_ps(o, out[r]);
+                                qk_put(y + (m + r) * ys, o, b, g * 8, nn, acc);
+                            }
+                            continue;
+                        }
+#endif
                         __m256 out[4];
-                        float o[8];
                         fn(R, vnni, W + g * rb, nb, a + m, out);
                         for (int r = 0; r < R; r++) {
                             _mm256_storeu_ps(o, out[r]);
@@ -196,10 +212,16 @@ static inline void qk_embed_row(const qk_weight *w, int64_t tok, float *out) {
     else dequant_row(w->t, w->data + tok * w->rb, out, w->K);
 }
 
-/* What this build can do: bit 0 AVX2 (integer GEMV, SIMD GEMM), bit 1 VNNI. */
+/* What this build can do: bit 0 AVX2 (integer GEMV, SIMD GEMM), bit 1 VNNI, bit 2 the 512-bit packed
+   kernels (built, and the CPU runs them). */
 int qk_features(void) {
 #ifdef TK_AVX2
-    return 1 | (TK_HAVE_VNNI ? 2 : 0);
+    int avx512 = 0;
+#ifdef TK_AVX512
+    __builtin_cpu_init();
+    avx512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+#endif
+    return 1 | (TK_HAVE_VNNI ? 2 : 0) | (avx512 ? 4 : 0);
 #else
     return 0;
 #endif
@@ -208,6 +230,8 @@ int qk_features(void) {
 int qk_block_values(int t) { return qk_bytes(t) ? qk_block(t) : 0; }
 int qk_block_bytes(int t) { return qk_bytes(t); }
 int qk_packable(int t) { return qk_packed_bytes(t) != 0; }
+/* bytes of one packed group of 8 rows of K values (0: not packable, or K not a multiple of the block) */
+int64_t qk_group_bytes(int t, int64_t K) { return K % qk_block(t) ? 0 : K / qk_block(t) * qk_packed_bytes(t); }
 
 /* y[M, N] = x[M, K] . W^T, method as for qk_product. packed: W is qk_pack's output (groups of 8 rows,
    rb bytes each). Returns 0, -1 on allocation failure, -2 for an unknown (or unpackable) format, a

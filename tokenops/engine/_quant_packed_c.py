@@ -21,18 +21,27 @@ static int qk_packed_bytes(int t) {  /* bytes per block of a group of 8 rows (0:
         case TK_Q8_0: return 8 * 34;
         case TK_Q4_0: return 8 * 18;
         case TK_Q4_1: return 8 * 20;
+        case TK_Q4_K: return 1184;  /* the K-quants' layouts: _quant_packed_k_c */
+        case TK_Q5_K: return 1440;
+        case TK_Q6_K: return 1680;
         default: return 0;
     }
 }
+static void pack_k_row(int t, const uint8_t *src, int64_t K, int r, uint8_t *dst, int pb);
+static void dequant_group_row_k(int t, const uint8_t *restrict g, int64_t K, int r, float *restrict y);
 
 /* out[G = ceil(N / 8)][nb][qk_packed_bytes] from raw rows (rb bytes apart); rows past N are zeros */
 int qk_pack(int t, const uint8_t *raw, int64_t rb, int64_t N, int64_t K, uint8_t *out) {
     int pb = qk_packed_bytes(t);
-    if (!pb || K % 32) return -2;
-    int64_t nb = K / 32, G = (N + 7) / 8;
+    if (!pb || K % qk_block(t)) return -2;
+    int64_t nb = K / qk_block(t), G = (N + 7) / 8;
     int hdr = t == TK_Q4_1 ? 32 : 16, cb = t == TK_Q8_0 ? 8 : 4;  /* header bytes, chunks */
     int bb = qk_bytes(t), qoff = t == TK_Q4_1 ? 4 : 2;
     memset(out, 0, (size_t)(G * nb * pb));
+    if (qk_block(t) == 256) {
+        for (int64_t n = 0; n < N; n++) pack_k_row(t, raw + n * rb, K, (int)(n % 8), out + n / 8 * nb * pb, pb);
+        return 0;
+    }
     for (int64_t n = 0; n < N; n++) {
         int64_t g = n / 8, r = n % 8;
         for (int64_t b = 0; b < nb; b++) {
@@ -51,6 +60,10 @@ int qk_pack(int t, const uint8_t *raw, int64_t rb, int64_t N, int64_t K, uint8_t
 
 /* row r (0-7) of group g as float32, y[K] */
 static void dequant_group_row(int t, const uint8_t *restrict g, int64_t K, int r, float *restrict y) {
+    if (qk_block(t) == 256) {
+        dequant_group_row_k(t, g, K, r, y);
+        return;
+    }
     int64_t nb = K / 32;
     int pb = qk_packed_bytes(t), hdr = t == TK_Q4_1 ? 32 : 16;
     for (int64_t b = 0; b < nb; b++) {
@@ -72,6 +85,10 @@ static void dequant_group_row(int t, const uint8_t *restrict g, int64_t K, int r
 /* the 8 rows of group g as float32, y[8][K] (the GEMM's panels: rows two at a time, as 8 lanes) */
 static void dequant_group(int t, const uint8_t *restrict g, int64_t K, float *restrict y) {
 #ifdef TK_AVX2
+    if (qk_block(t) == 256) {  /* the K-quants' panels: row by row (EXACT and the plain build only) */
+        for (int r = 0; r < 8; r++) dequant_group_row_k(t, g, K, r, y + r * K);
+        return;
+    }
     int64_t nb = K / 32;
     int pb = qk_packed_bytes(t), hdr = t == TK_Q4_1 ? 32 : 16;
     for (int64_t b = 0; b < nb; b++) {
@@ -110,7 +127,7 @@ static void dequant_group(int t, const uint8_t *restrict g, int64_t K, float *re
 
 /* rows ids[0..n) of a packed weight (rb bytes per group) as float32 y[n][K]: an embedding lookup */
 int qk_unpack_rows(int t, const uint8_t *P, int64_t rb, const int64_t *ids, int64_t n, int64_t K, float *y) {
-    if (!qk_packed_bytes(t) || K % 32) return -2;
+    if (!qk_packed_bytes(t) || K % qk_block(t)) return -2;
     for (int64_t i = 0; i < n; i++) dequant_group_row(t, P + ids[i] / 8 * rb, K, (int)(ids[i] % 8), y + i * K);
     return 0;
 }
@@ -194,24 +211,21 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
     for (int r = 0; r < R; r++) out[r] = acc[r];
 }
 
-#define TK_GEMV_P(T_)                                                                                   \
+#define TK_GEMV_P(T_, KERNEL)                                                                           \
 static void gemv_packed_##T_(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) { \
     switch (R * 2 + vnni) {                                                                             \
-        case 2: gemv_group(T_, 1, 0, g, nb, a, out); break;                                             \
-        case 4: gemv_group(T_, 2, 0, g, nb, a, out); break;                                             \
-        case 6: gemv_group(T_, 3, 0, g, nb, a, out); break;                                             \
-        case 8: gemv_group(T_, 4, 0, g, nb, a, out); break;                                             \
-        case 3: gemv_group(T_, 1, TK_HAVE_VNNI, g, nb, a, out); break;                                  \
-        case 5: gemv_group(T_, 2, TK_HAVE_VNNI, g, nb, a, out); break;                                  \
-        case 7: gemv_group(T_, 3, TK_HAVE_VNNI, g, nb, a, out); break;                                  \
-        default: gemv_group(T_, 4, TK_HAVE_VNNI, g, nb, a, out); break;                                 \
+        case 2: KERNEL(T_, 1, 0, g, nb, a, out); break;                                                 \
+        case 4: KERNEL(T_, 2, 0, g, nb, a, out); break;                                                 \
+        case 6: KERNEL(T_, 3, 0, g, nb, a, out); break;                                                 \
+        case 8: KERNEL(T_, 4, 0, g, nb, a, out); break;                                                 \
+        case 3: KERNEL(T_, 1, TK_HAVE_VNNI, g, nb, a, out); break;                                      \
+        case 5: KERNEL(T_, 2, TK_HAVE_VNNI, g, nb, a, out); break;                                      \
+        case 7: KERNEL(T_, 3, TK_HAVE_VNNI, g, nb, a, out); break;                                      \
+        default: KERNEL(T_, 4, TK_HAVE_VNNI, g, nb, a, out); break;                                     \
     }                                                                                                   \
 }
-TK_GEMV_P(TK_Q8_0) TK_GEMV_P(TK_Q4_0) TK_GEMV_P(TK_Q4_1)
+TK_GEMV_P(TK_Q8_0, gemv_group) TK_GEMV_P(TK_Q4_0, gemv_group) TK_GEMV_P(TK_Q4_1, gemv_group)
 
 typedef void (*tk_gemv_packed_fn)(int, int, const uint8_t *, int64_t, const tk_act *, __m256 *);
-static tk_gemv_packed_fn gemv_packed_fn(int t) {
-    return t == TK_Q8_0 ? gemv_packed_TK_Q8_0 : t == TK_Q4_0 ? gemv_packed_TK_Q4_0 : gemv_packed_TK_Q4_1;
-}
 #endif
 """

@@ -8,7 +8,9 @@ bytes. Two paths, picked by the number of rows:
 * **GEMV** (up to :data:`GEMV_MAX_ROWS` rows: decode and verify steps; every row count for weights
   repacked by :func:`pack`). The activations are rounded to two bytes per value (per block of 32,
   ``q d + q2 d2``: an int8 code and an int8 remainder on a 254x finer scale) and multiplied against
-  the weight blocks with integer byte products (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``), as
+  the weight blocks with integer byte products (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``; on weights
+  packed by :func:`pack`, 512-bit ``vpdpbusd`` over two row groups where the CPU has AVX-512 VNNI,
+  checked at run time, ``TOKENOPS_QUANT_AVX512=0`` to keep the 256-bit kernels), as
   llama.cpp does with one byte; up to four rows share each unpacked weight block. The error is
   ~3e-5 of the largest output (one byte, llama.cpp's Q8 activations: ~7e-3, enough to flip
   near-tied greedy tokens of a real model).
@@ -23,7 +25,7 @@ activations instead, through the GEMM: the products of a float32 reference, for 
 against another implementation.
 
 The C source (:mod:`._quant_formats_c`, :mod:`._quant_gemv_c`, :mod:`._quant_packed_c`,
-:mod:`._quant_gemm_c`) is compiled at
+:mod:`._quant_packed_k_c`, :mod:`._quant_avx512_c`, :mod:`._quant_gemm_c`) is compiled at
 first use by :func:`tokenops.engine.native.build_library` with ``-march=native``, into a cache keyed
 by the source and the CPU's feature flags, so the instructions used are the ones this CPU has (the
 run-time check). A CPU without AVX2 gets the plain-C GEMM for every path (on rounded activations
@@ -48,7 +50,14 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from tokenops.engine import _quant_formats_c, _quant_gemm_c, _quant_gemv_c, _quant_packed_c
+from tokenops.engine import (
+    _quant_avx512_c,
+    _quant_formats_c,
+    _quant_gemm_c,
+    _quant_gemv_c,
+    _quant_packed_c,
+    _quant_packed_k_c,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +76,14 @@ GEMV_MAX_ROWS = 8
 weight takes the integer path at every row count: four rows per pass over a group of eight weight
 rows out-run the float32 GEMM (docs/engine-optimizations.md has the figures)."""
 
-SOURCE = _quant_formats_c.SOURCE + _quant_gemv_c.SOURCE + _quant_packed_c.SOURCE + _quant_gemm_c.SOURCE
+SOURCE = (
+    _quant_formats_c.SOURCE
+    + _quant_gemv_c.SOURCE
+    + _quant_packed_c.SOURCE
+    + _quant_packed_k_c.SOURCE
+    + _quant_avx512_c.SOURCE
+    + _quant_gemm_c.SOURCE
+)
 
 
 class Method(enum.IntEnum):
@@ -85,7 +101,7 @@ class Method(enum.IntEnum):
 @dataclass(frozen=True, slots=True)
 class PackedWeight:
     """A weight repacked by :meth:`QuantKernels.pack`: ``data`` is uint8 ``[ceil(out_features / 8),
-    8 * row_bytes]``, groups of eight rows interleaved (see :mod:`._quant_packed_c`)."""
+    group_bytes]``, groups of eight rows interleaved (see :mod:`._quant_packed_c`, :mod:`._quant_packed_k_c`)."""
 
     data: torch.Tensor
     qtype: int
@@ -104,6 +120,8 @@ class QuantKernels:
         self.lib.qk_dequantize.argtypes = [i32, p, i64, p, i64, i64]
         self.lib.qk_pack.argtypes = [i32, p, i64, i64, i64, p]
         self.lib.qk_unpack_rows.argtypes = [i32, p, i64, p, i64, i64, p]
+        self.lib.qk_group_bytes.argtypes = [i32, i64]
+        self.lib.qk_group_bytes.restype = i64
         for fn in (
             self.lib.qk_linear,
             self.lib.qk_dequantize,
@@ -115,8 +133,24 @@ class QuantKernels:
             self.lib.qk_unpack_rows,
         ):
             fn.restype = i32
+        self.lib.qk_set_avx512.argtypes = [i32]
+        self.lib.qk_set_avx512.restype = i32
+        self.lib.qk_avx512_active.restype = i32
         features = self.lib.qk_features()
         self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
+        self.has_avx512 = bool(features & 4)
+
+    def set_avx512(self, on: bool | None) -> bool:
+        """Use the 512-bit kernels for packed products (where the build and the CPU
+        have AVX-512 VNNI) or the 256-bit ones (``None``: as ``TOKENOPS_QUANT_AVX512`` says, on unless
+        ``0``); returns whether the 512-bit ones are now used. This library only: the fused step's
+        own build reads the variable itself. Not while a product runs."""
+        return bool(self.lib.qk_set_avx512(-1 if on is None else int(on)))
+
+    @property
+    def avx512_active(self) -> bool:
+        """Whether packed products run the 512-bit kernels."""
+        return bool(self.lib.qk_avx512_active())
 
     def row_bytes(self, qtype: int, in_features: int) -> int:
         """Bytes of one encoded row of ``in_features`` values (ValueError if it cannot be encoded)."""
@@ -139,20 +173,26 @@ class QuantKernels:
         """Bytes :meth:`pack` writes for this weight (0 for a type without a packed kernel)."""
         if not self.lib.qk_packable(int(qtype)):
             return 0
-        return (out_features + 7) // 8 * 8 * self.row_bytes(qtype, in_features)
+        return (out_features + 7) // 8 * self.group_bytes(qtype, in_features)
+
+    def group_bytes(self, qtype: int, in_features: int) -> int:
+        """Bytes of one packed group of eight rows: eight rows' bytes, and for Q4_K / Q5_K four more
+        per row and super-block (their 6-bit scales and mins held a byte each)."""
+        self.row_bytes(qtype, in_features)  # raises for a type or width without a kernel
+        return int(self.lib.qk_group_bytes(int(qtype), in_features))
 
     def pack(
         self, raw: torch.Tensor, qtype: int, in_features: int, out: torch.Tensor | None = None
     ) -> PackedWeight | None:
         """``raw`` repacked into groups of eight interleaved rows, for a faster GEMV (``None`` for a
-        type without a packed kernel: Q8_0, Q4_0 and Q4_1 have one). ``out``: contiguous uint8 of
+        type without a packed kernel: every type of :data:`SUPPORTED` has one). ``out``: contiguous uint8 of
         :meth:`packed_bytes` elements to pack into (a slice of one huge-page arena for a whole
         model: streaming ~100 MB per token through 4 KiB pages measured ~25% slower here)."""
         raw = self._check_raw(raw, qtype, in_features)
         if not self.lib.qk_packable(int(qtype)):
             return None
         out_features = raw.shape[0]
-        shape = ((out_features + 7) // 8, 8 * raw.shape[1])
+        shape = ((out_features + 7) // 8, self.group_bytes(qtype, in_features))
         if out is None:
             data = torch.empty(shape, dtype=torch.uint8)
         else:

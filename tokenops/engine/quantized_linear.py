@@ -2,8 +2,8 @@
 
 :func:`quantized_linear` is the one place a step multiplies by a quantized weight. On CPU with
 float32 activations it runs the native kernels of :mod:`tokenops.engine.quant_kernels` straight
-from the blocks (Q8_0, Q4_0, Q4_1 and the K-quants); :func:`pack_weights` repacks the Q8_0/Q4_0/Q4_1
-weights at load into the kernels' interleaved row groups, in place of the file's layout (the bytes
+from the blocks (Q8_0, Q4_0, Q4_1 and the K-quants); :func:`pack_weights` repacks every one of
+them at load into the kernels' interleaved row groups, in place of the file's layout (the bytes
 are held once; embedding lookups decode rows from the packed groups). Elsewhere (another device or
 dtype, a type without a kernel, no C compiler) it dequantizes the weight (one layer at a time, the
 copy lives only for that product) and calls ``F.linear``. :func:`set_kernel` routes products to
