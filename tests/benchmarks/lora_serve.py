@@ -221,12 +221,12 @@ async def lora_server(base: str, adapters: list[Path], extra: Path, kernel: str,
     lora_models = [MODEL, "a1", "a2", "a3"]
     config = lora_config(base, adapters, kernel)
     with ServeProcess(WORK / "serve-lora", config=config, env=SERVE_ENV, store=False) as srv:
+        ready_mib = status_mib(srv.proc.pid, "VmRSS")
         await fill_kv(srv.base_url, lora_models, KV_TOKENS, 1)
         await run_load(srv.base_url, lora_models, 4)  # warm-up
         loads = {"base_only": [MODEL], "mixed": lora_models}
         out = await timed_rounds(srv, loads, opts.rounds, opts.max_tokens)
-        out["peak_rss_mib"] = status_mib(srv.proc.pid, "VmHWM")
-        out["kv_tokens"] = KV_TOKENS
+        out.update(rss_at_ready_mib=ready_mib, peak_rss_mib=status_mib(srv.proc.pid, "VmHWM"), kv_tokens=KV_TOKENS)
         if not opts.no_health:
             out["health"] = await health_during_adapter_load(srv, lora_models, extra, opts.max_tokens)
             out["peak_rss_mib_after_4th_adapter"] = status_mib(srv.proc.pid, "VmHWM")
@@ -240,10 +240,12 @@ async def merged_server(base: str, merged: list[Path], kernel: str, kv_tokens: i
     models = [MODEL] + [f"m{i}" for i in range(1, len(merged) + 1)]
     config = merged_config(base, merged, kernel, kv_tokens)
     with ServeProcess(WORK / "serve-merged", config=config, env=SERVE_ENV, store=False) as srv:
+        ready_mib = status_mib(srv.proc.pid, "VmRSS")
         await fill_kv(srv.base_url, models, kv_tokens, len(models))
         await run_load(srv.base_url, models, 4)  # warm-up
         out = (await timed_rounds(srv, {"mixed": models}, opts.rounds, opts.max_tokens))["mixed"]
-        out.update(kv_tokens_per_model=kv_tokens, models=len(models), peak_rss_mib=status_mib(srv.proc.pid, "VmHWM"))
+        peak = status_mib(srv.proc.pid, "VmHWM")
+        out.update(kv_tokens_per_model=kv_tokens, models=len(models), rss_at_ready_mib=ready_mib, peak_rss_mib=peak)
     return out
 
 
