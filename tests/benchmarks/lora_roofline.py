@@ -8,9 +8,11 @@ wall and of the process's CPU time) at 1, 12 and 48 rows on the embedded Q4_1 GG
 it the FLOPs such a step does and the bytes it reads (the weights once, each row's K/V), with this
 box's copy bandwidth. ``four_12_over_one_48`` is the time of four 12-row steps over one 48-row step:
 the most that putting 48 rows in one step can gain over four engines of 12, per step and nothing
-else counted. Prints JSON.
+else counted. On a shared box the CPU time of a one-thread run (``--threads 1``) is the clean
+figure: with two threads, one spins at the kernels' barriers while the other is descheduled, and
+that spinning counts as CPU time. Prints JSON.
 
-    .venv/bin/python tests/benchmarks/lora_roofline.py [--reps 8]
+    .venv/bin/python tests/benchmarks/lora_roofline.py [--reps 8] [--threads 1]
 """
 
 from __future__ import annotations
@@ -88,20 +90,25 @@ def time_steps(engine: LLMEngine, rows_list: list[int], reps: int) -> dict[int, 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=0, help="torch (and native kernel) threads; 0: torch's default")
     opts = ap.parse_args()
+    import torch
+
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
     gguf = gguf_path()
     engine = LLMEngine(EngineConfig(model=str(gguf), device="cpu", kv_cache_tokens=4096, max_num_seqs=48))
     params = matrix_params(gguf)
     weights = weight_bytes_per_token(gguf).total
     kv_row = CONTEXT * kv_bytes_per_token(gguf)
-    bandwidth = stream_bandwidth()
+    bandwidth = stream_bandwidth(threads=opts.threads or None)
     steps = time_steps(engine, [1, 12, 48], opts.reps)
     out: dict = {
         "matrix_params": params,
         "weight_bytes": weights,
         "kv_bytes_per_row": kv_row,
         "copy_gb_s": round(bandwidth / 1e9, 2),
-        "threads": __import__("torch").get_num_threads(),
+        "threads": torch.get_num_threads(),
         "load": [round(x, 1) for x in os.getloadavg()],
     }
     for rows, t in steps.items():
