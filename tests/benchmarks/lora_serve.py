@@ -12,7 +12,7 @@ Three random rank-16 adapters on every projection of SmolLM2-135M-Instruct (peft
    resized from the bytes a KV token takes; the size found is cached for the next run), or are at
    their floor (1024 tokens each: the set does not fit). The same 48 requests spread over the four:
    ``lora mixed / merged mixed``; ``--merged 1`` serves only the base and one merged model (what fits
-   of the float32 set);
+   the adapter server's memory on the GGUF base; on the float32 one not even that does);
 3. ``/health`` latency (polled every 10 ms from a thread) while a fourth adapter is loaded through
    ``POST /admin/lora`` during the mixed load, against the same load without a load.
 
