@@ -113,8 +113,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--libgomp-default", action="store_true",
-                    help="keep libgomp's own barrier spin (not tokenops serve's, tokenops/engine/openmp_wait.py)")
+    ap.add_argument(
+        "--libgomp-default",
+        action="store_true",
+        help="keep libgomp's own barrier spin (not tokenops serve's, tokenops/engine/openmp_wait.py)",
+    )
     ap.add_argument("--async-engine", action="store_true", help="through AsyncLLMEngine (the serve path minus HTTP)")
     args = ap.parse_args()
     if not args.libgomp_default:  # as tokenops serve does, before torch is imported
@@ -145,9 +148,11 @@ def main() -> None:
         if best is None or wall < best[0]:
             best = (wall, cpu, num)
     wall, cpu, num = best
-    print(f"{Path(path).name}: {args.rows} rows x {args.tokens} tokens after 64, {args.threads} threads, best of "
-          f"{args.repeats}: {num / wall:.1f} tok/s, {1000 * cpu / num:.2f} CPU-ms per token, "
-          f"{cpu / wall:.2f} cores busy{' (AsyncLLMEngine)' if args.async_engine else ''}")
+    print(
+        f"{Path(path).name}: {args.rows} rows x {args.tokens} tokens after 64, {args.threads} threads, best of "
+        f"{args.repeats}: {num / wall:.1f} tok/s, {1000 * cpu / num:.2f} CPU-ms per token, "
+        f"{cpu / wall:.2f} cores busy{' (AsyncLLMEngine)' if args.async_engine else ''}"
+    )
     if args.async_engine:
         return
     counter: collections.Counter = collections.Counter()

@@ -89,20 +89,40 @@ def main() -> None:
     requests = et.sample_requests(tok, 48, 0, 384, 192, "clip", min_prompt=16, min_output=8)
     with tempfile.TemporaryDirectory(prefix="tokenops-profile-") as tmp:
         if args.gguf:  # the GGUF peer run's server (10,240 bfloat16 KV tokens); prompts are in range of its vocabulary
-            config = (f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{args.gguf}"\n\n[engine]\n'
-                      f"max_num_seqs = {args.max_num_seqs}\nkv_cache_tokens = 10240\ntorch_threads = {args.threads}\n"
-                      '\n[plugins.kv_policy]\ncache_dtype = "bfloat16"\n')
+            config = (
+                f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{args.gguf}"\n\n[engine]\n'
+                f"max_num_seqs = {args.max_num_seqs}\nkv_cache_tokens = 10240\ntorch_threads = {args.threads}\n"
+                '\n[plugins.kv_policy]\ncache_dtype = "bfloat16"\n'
+            )
         else:
             path = Path(tmp) / "llama-32m"
             et.build_model(path, 0, et.PEER_MODEL_CONFIG)
-            config = (f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{path}"\n\n[engine]\n'
-                      f"max_num_seqs = {args.max_num_seqs}\nkv_cache_tokens = 32768\ntorch_threads = {args.threads}\n")
+            config = (
+                f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{path}"\n\n[engine]\n'
+                f"max_num_seqs = {args.max_num_seqs}\nkv_cache_tokens = 32768\ntorch_threads = {args.threads}\n"
+            )
         raw = Path(tmp) / "profile.txt"
         with ServeProcess(Path(tmp) / "serve", config=config) as srv:
             lp.run_requests(srv.url, "bench", [(requests[0][0][:16], 4)] * 2)  # warm-up
-            spy = subprocess.Popen([py_spy(), "record", "-p", str(srv.proc.pid), "-r", str(RATE), "--threads",
-                                    "-f", "raw", "-o", str(raw), "--nonblocking", *(["--native"] if args.native else [])],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                [
+                    py_spy(),
+                    "record",
+                    "-p",
+                    str(srv.proc.pid),
+                    "-r",
+                    str(RATE),
+                    "--threads",
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(raw),
+                    "--nonblocking",
+                    *(["--native"] if args.native else []),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             time.sleep(1.0)
             start = time.perf_counter()
             if args.workload == "load":
