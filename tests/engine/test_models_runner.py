@@ -104,7 +104,7 @@ def test_transform_and_compile_hooks(tiny_llama_dir, make_runner):
 
 
 def test_split_by_length_groups_similar_lengths():
-    from tokenops.engine.attention import split_by_length
+    from tokenops.engine.attention_metadata import split_by_length
 
     assert split_by_length([]) == []
     assert split_by_length([10, 9, 9, 8]) == [(0, 4)]  # padding cheaper than another call
