@@ -114,16 +114,20 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
-        "--libgomp-default",
-        action="store_true",
-        help="keep libgomp's own barrier spin (not tokenops serve's, tokenops/engine/openmp_wait.py)",
+        "--omp-spin",
+        type=int,
+        default=0,
+        help="TOKENOPS_OMP_SPIN for this run: a bounded barrier spin (tokenops/engine/openmp_wait.py)",
     )
     ap.add_argument("--async-engine", action="store_true", help="through AsyncLLMEngine (the serve path minus HTTP)")
     args = ap.parse_args()
-    if not args.libgomp_default:  # as tokenops serve does, before torch is imported
-        from tokenops.engine.openmp_wait import prefer_short_spin
+    if args.omp_spin:  # as tokenops serve does with TOKENOPS_OMP_SPIN, before torch is imported
+        import os
 
-        prefer_short_spin()
+        from tokenops.engine.openmp_wait import SPIN_ENV, apply_spin_setting
+
+        os.environ[SPIN_ENV] = str(args.omp_spin)
+        apply_spin_setting()
     from real_model import gguf_path
 
     from tokenops.engine.config import EngineConfig

@@ -1,4 +1,5 @@
-"""``tokenops serve`` bounds libgomp's barrier spin before torch loads (tokenops/engine/openmp_wait.py)."""
+"""``TOKENOPS_OMP_SPIN`` bounds libgomp's barrier spin in ``tokenops serve``, set before torch loads
+(tokenops/engine/openmp_wait.py); without it nothing changes."""
 
 from __future__ import annotations
 
@@ -6,31 +7,40 @@ import os
 import subprocess
 import sys
 
-from tokenops.engine.openmp_wait import SPIN_COUNT, prefer_short_spin
+import pytest
+
+from tokenops.engine.openmp_wait import SPIN_ENV, apply_spin_setting
 
 
-def test_prefer_short_spin_sets_the_bounded_spin_unless_the_user_chose():
+def test_spin_setting_is_opt_in_and_the_users_own_variables_win():
     env: dict[str, str] = {}
-    assert prefer_short_spin(env)
-    assert env == {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": str(SPIN_COUNT)}
+    assert not apply_spin_setting(env) and env == {}
+    env = {SPIN_ENV: "0"}
+    assert not apply_spin_setting(env) and env == {SPIN_ENV: "0"}
+    env = {SPIN_ENV: "1000"}
+    assert apply_spin_setting(env)
+    assert env == {SPIN_ENV: "1000", "OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "1000"}
     for mine in ({"OMP_WAIT_POLICY": "passive"}, {"GOMP_SPINCOUNT": "300000"}):
-        env = dict(mine)
-        assert not prefer_short_spin(env)
-        assert env == mine
+        env = {SPIN_ENV: "1000", **mine}
+        assert not apply_spin_setting(env)
+        assert env == {SPIN_ENV: "1000", **mine}
+    with pytest.raises(ValueError, match=SPIN_ENV):
+        apply_spin_setting({SPIN_ENV: "lots"})
 
 
-def test_prefer_short_spin_leaves_a_process_whose_libgomp_is_loaded():
-    # torch is loaded in this test process: libgomp read its environment already
-    import torch  # noqa: F401
+def test_spin_setting_leaves_a_process_whose_libgomp_is_loaded(monkeypatch):
+    import torch  # noqa: F401  (libgomp read its environment already)
 
-    before = dict(os.environ)
-    assert not prefer_short_spin()
-    assert dict(os.environ) == before
+    monkeypatch.setenv(SPIN_ENV, "1000")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert not apply_spin_setting()
+    assert "OMP_WAIT_POLICY" not in os.environ
 
 
-def test_serve_sets_it_before_torch_loads():
-    """The real ``tokenops serve`` command up to the server start (replaced by a probe that reports
-    the environment and whether torch was loaded by then), in a fresh interpreter."""
+def _serve_probe(env: dict[str, str]) -> list[str]:
+    """The real ``tokenops serve`` command up to the server start (replaced by a probe that prints the
+    two variables and whether torch was loaded by then), in a fresh interpreter."""
     probe = (
         "import os, sys\n"
         "import tokenops.gateway.server as server\n"
@@ -41,10 +51,12 @@ def test_serve_sets_it_before_torch_loads():
         "sys.argv = ['tokenops', 'serve', '--no-store']\n"
         "main()\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split()[-3:] == ["active", str(SPIN_COUNT), "False"], out.stdout
-    env["OMP_WAIT_POLICY"] = "passive"  # the user's choice stays
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
-    assert out.stdout.split()[-3:] == ["passive", "None", "False"], out.stdout + out.stderr[-2000:]
+    return out.stdout.split()[-3:]
+
+
+def test_serve_sets_the_spin_before_torch_loads_only_when_asked():
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", SPIN_ENV)}
+    assert _serve_probe(env) == ["None", "None", "False"]
+    assert _serve_probe({**env, SPIN_ENV: "1000"}) == ["active", "1000", "False"]
