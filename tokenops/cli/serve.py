@@ -66,9 +66,6 @@ def serve_command(
     Without \\[gateway] api_keys only loopback clients are served, and binding a
     non-loopback --host is refused unless --allow-open.
     """
-    from tokenops.engine.openmp_wait import apply_spin_setting
-
-    apply_spin_setting()  # TOKENOPS_OMP_SPIN, before anything imports torch (and libgomp): see openmp_wait.py
     from tokenops.config import load_settings
     from tokenops.gateway.server import model_from_arg, run_server
 

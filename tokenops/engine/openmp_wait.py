@@ -14,10 +14,10 @@ main thread's in-process decode ran at 142 tok/s against 89 tok/s through :class
 thread), and a bounded spin of 1,000 (~50 us, libgomp's cap for throttled threads) lost on the shared
 box at load 4-6: batch-1 55-57 tok/s against 79-80 with libgomp's default (docs/engine-optimizations.md).
 
-So it is off by default: ``TOKENOPS_OMP_SPIN=N`` makes ``tokenops serve`` set ``OMP_WAIT_POLICY=active``
+So it is off by default: ``TOKENOPS_OMP_SPIN=N`` makes the ``tokenops`` command (``serve`` and the rest) set ``OMP_WAIT_POLICY=active``
 and ``GOMP_SPINCOUNT=N`` (``GOMP_SPINCOUNT`` alone does not lift the throttled count: libgomp caps it at
 100 unless the wait policy is active, then at 1,000). libgomp reads them once, when it is loaded (torch
-loads it), so serve applies this before anything imports torch. A user's own ``OMP_WAIT_POLICY`` or
+loads it), so the CLI applies this before any command imports torch. A user's own ``OMP_WAIT_POLICY`` or
 ``GOMP_SPINCOUNT`` wins.
 """
 
