@@ -61,6 +61,8 @@ def run(engine, rows: int, tokens: int, counter: collections.Counter | None) -> 
     while engine.scheduler.waiting or any(s.is_prefill for s in engine.scheduler.running):
         engine.step()  # prefill (and the first token) untimed
     engine.stats()
+    if counter is not None:
+        counter.clear()  # the parts' timers ran during the prefill too
     step = engine.step
     if counter is not None:
         step = timed(counter, "LLMEngine.step", engine.step)
