@@ -76,6 +76,8 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--gguf", default=None, help="serve this GGUF (as gguf_peer.py does) instead of the 32M fp32 model")
+    ap.add_argument("--native", action="store_true", help="py-spy --native: the C frames too (slower sampling)")
     args = ap.parse_args()
     import engine_throughput as et
     import llamacpp_peer as lp
@@ -86,16 +88,41 @@ def main() -> None:
     tok = Tokenizer.from_dir(et.TOKENIZER_DIR)
     requests = et.sample_requests(tok, 48, 0, 384, 192, "clip", min_prompt=16, min_output=8)
     with tempfile.TemporaryDirectory(prefix="tokenops-profile-") as tmp:
-        path = Path(tmp) / "llama-32m"
-        et.build_model(path, 0, et.PEER_MODEL_CONFIG)
-        config = (f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{path}"\n\n[engine]\n'
-                  f"max_num_seqs = {args.max_num_seqs}\nkv_cache_tokens = 32768\ntorch_threads = {args.threads}\n")
+        if args.gguf:  # the GGUF peer run's server (10,240 bfloat16 KV tokens); prompts are in range of its vocabulary
+            config = (
+                f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{args.gguf}"\n\n[engine]\n'
+                f"max_num_seqs = {args.max_num_seqs}\nkv_cache_tokens = 10240\ntorch_threads = {args.threads}\n"
+                '\n[plugins.kv_policy]\ncache_dtype = "bfloat16"\n'
+            )
+        else:
+            path = Path(tmp) / "llama-32m"
+            et.build_model(path, 0, et.PEER_MODEL_CONFIG)
+            config = (
+                f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{path}"\n\n[engine]\n'
+                f"max_num_seqs = {args.max_num_seqs}\nkv_cache_tokens = 32768\ntorch_threads = {args.threads}\n"
+            )
         raw = Path(tmp) / "profile.txt"
         with ServeProcess(Path(tmp) / "serve", config=config) as srv:
             lp.run_requests(srv.url, "bench", [(requests[0][0][:16], 4)] * 2)  # warm-up
-            spy = subprocess.Popen([py_spy(), "record", "-p", str(srv.proc.pid), "-r", str(RATE), "--threads",
-                                    "-f", "raw", "-o", str(raw), "--nonblocking"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                [
+                    py_spy(),
+                    "record",
+                    "-p",
+                    str(srv.proc.pid),
+                    "-r",
+                    str(RATE),
+                    "--threads",
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(raw),
+                    "--nonblocking",
+                    *(["--native"] if args.native else []),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             time.sleep(1.0)
             start = time.perf_counter()
             if args.workload == "load":

@@ -104,7 +104,7 @@ def test_transform_and_compile_hooks(tiny_llama_dir, make_runner):
 
 
 def test_split_by_length_groups_similar_lengths():
-    from tokenops.engine.attention import split_by_length
+    from tokenops.engine.attention_metadata import split_by_length
 
     assert split_by_length([]) == []
     assert split_by_length([10, 9, 9, 8]) == [(0, 4)]  # padding cheaper than another call
@@ -116,7 +116,7 @@ def test_split_by_length_groups_similar_lengths():
 
 def test_decode_groups_give_the_same_logits(tiny_llama_dir, make_runner, monkeypatch):
     """Decodes split into several padded groups match one padded batch."""
-    import tokenops.engine.attention as attention
+    import tokenops.engine.attention_metadata as attention
 
     runner = make_runner(tiny_llama_dir)
     lengths = [3, 25, 9, 17, 2]

@@ -23,10 +23,11 @@ from typing import Any
 
 from tokenops.engine.config import EngineConfig
 from tokenops.engine.engine_stats import apply_engine_tunables, engine_stats
+from tokenops.engine.execute import execute_chunks
 from tokenops.engine.output_processor import OutputProcessor, RequestState
 from tokenops.engine.outputs import RequestOutput
 from tokenops.engine.policies import EnginePolicies, builtin_kv_policy
-from tokenops.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logits
+from tokenops.engine.prompt_logprobs import record_prompt_logprobs
 from tokenops.engine.sampling import SampledToken, Sampler, SamplingParams
 from tokenops.engine.scheduler import Scheduler, SchedulerOutput
 from tokenops.engine.sequence import Sequence, SequenceStatus
@@ -238,46 +239,7 @@ class LLMEngine:
 
     def _execute(self, batch: SchedulerOutput) -> tuple[Any, list[tuple[Sequence, str]]]:
         """Run the forward; returns logits (row ``chunk.row`` per chunk) and failed sequences."""
-        from tokenops.engine.batch import ChunkInput
-
-        chunks = batch.chunks
-        # a speculative decode chunk is the decode token plus the proposals, with logits at each
-        for c in chunks:  # a prompt whose logprobs are asked: logits at every position
-            c.num_logits = (
-                c.num_tokens if wants_prompt_logits(c.seq) and not c.num_spec_tokens else 1 + c.num_spec_tokens
-            )
-        inputs = [
-            ChunkInput(
-                c.seq.token_ids[c.start_pos : c.start_pos + c.num_tokens - c.num_spec_tokens] + c.spec_token_ids,
-                c.start_pos,
-                c.seq.block_table,
-                c.num_logits,
-                c.seq.lora,
-            )
-            for c in chunks
-        ]
-        row = 0
-        for chunk, one in zip(chunks, inputs):
-            chunk.row = row
-            row += one.num_logits
-        try:
-            return self.runner.execute(inputs), []
-        except Exception:
-            pass  # retried chunk by chunk below to find the request that breaks it
-        import torch
-
-        failed, rows = [], []
-        for chunk, one in zip(chunks, inputs):
-            try:
-                rows.append(self.runner.execute([one]))
-            except Exception as e:
-                failed.append((chunk.seq, f"{type(e).__name__}: {e}"))
-                rows.append(None)
-        ok = next((r for r in rows if r is not None), torch.zeros(1, 1))
-        logits = torch.cat(
-            [r if r is not None else ok[:1].new_zeros((one.num_logits, ok.shape[1])) for r, one in zip(rows, inputs)]
-        )
-        return logits, failed
+        return execute_chunks(self.runner, batch.chunks)
 
     def _sample_and_append(
         self, logits: Any, rows: list[int], seqs: list[Sequence], touched: dict[str, RequestState]

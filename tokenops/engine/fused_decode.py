@@ -62,7 +62,7 @@ from tokenops.engine.fused_library import library as _library
 from tokenops.engine.fused_library import weight_of as _weight
 from tokenops.engine.models.layers import Linear, rope_cos_sin
 from tokenops.engine.models.llama import CausalLM
-from tokenops.engine.panels import PANEL_DTYPES, PanelWeight, _pack_panels, _panelled_size, hugepage_arena
+from tokenops.engine.panels import PANEL_DTYPES, PanelWeight, pack_arena
 
 if TYPE_CHECKING:
     from tokenops.engine.batch import ChunkInput
@@ -130,6 +130,21 @@ class FusedDecoder:
         self._panels = {} if quantized else copies  # id(weight) -> address of its panels
         self._linear_fn = lib.linear_panels
 
+        ptr = self._pointer_fn(copies)
+        self._layers = self._layer_records(ptr, kv_cache)
+        if quantized:
+            self._embed = copies[id(stack.embed_tokens.weight_q)]
+        else:
+            embed = stack.embed_tokens.weight.detach()  # rows, as they are (a tied lm_head's panels are a copy)
+            self._keep.append(embed)
+            self._embed = embed.data_ptr()
+        self._final_norm = ptr(stack.norm.weight)
+        self._lm_head = ptr(_weight(model.lm_head))
+        self._init_buffers(args, block_size)
+
+    def _pointer_fn(self, copies: dict[int, int]) -> Any:
+        """``ptr(t)``: where the step reads ``t`` (its placed copy, else the float32 tensor itself, kept alive)."""
+
         def ptr(t: torch.Tensor | object | None) -> int | None:
             if t is None:
                 return None
@@ -141,7 +156,12 @@ class FusedDecoder:
             self._keep.append(t)
             return t.data_ptr()
 
-        layers = (LayerRecord * args.num_layers)()
+        return ptr
+
+    def _layer_records(self, ptr: Any, kv_cache: torch.Tensor) -> Any:
+        """The C step's per-layer records: norms, products (+ biases), the layer's cache, its window."""
+        stack = self.model.model
+        layers = (LayerRecord * self.args.num_layers)()
         for i, layer in enumerate(stack.layers):
             attn, mlp = layer.self_attn, layer.dense_mlp
             layers[i] = LayerRecord(
@@ -161,15 +181,10 @@ class FusedDecoder:
                 kv_cache[1, i].data_ptr(),
                 int(attn.window or 0),
             )
-        self._layers = layers
-        if quantized:
-            self._embed = copies[id(stack.embed_tokens.weight_q)]
-        else:
-            embed = stack.embed_tokens.weight.detach()  # rows, as they are (a tied lm_head's panels are a copy)
-            self._keep.append(embed)
-            self._embed = embed.data_ptr()
-        self._final_norm = ptr(stack.norm.weight)
-        self._lm_head = ptr(_weight(model.lm_head))
+        return layers
+
+    def _init_buffers(self, args: Any, block_size: int) -> None:
+        """The step's work area (grown per call), the fixed part of its meta and the rotary tables (grown per call)."""
         hidden, inter = args.hidden_size, args.intermediate_size
         qkv = (args.num_heads + 2 * args.num_kv_heads) * args.head_dim
         self._work_per_row = 2 * hidden + qkv + args.num_heads * args.head_dim + 2 * inter
@@ -206,17 +221,7 @@ class FusedDecoder:
             for w, rec in zip({id(w): w for w in big}.values(), self._qweights):
                 copies[id(w)] = ctypes.addressof(rec)
         else:
-            num = sum(_panelled_size(w) for w in big)
-            self._arena_buf, self.arena = hugepage_arena(num, PANEL_DTYPES[panel_dtype])
-            at = 0
-            with torch.no_grad():
-                for w in big:
-                    if id(w) in copies:
-                        continue
-                    size = _panelled_size(w)
-                    _pack_panels(w.detach(), self.arena[at : at + size])
-                    copies[id(w)] = self.arena[at:].data_ptr()
-                    at += size
+            self._arena_buf, self.arena, copies = pack_arena(big, PANEL_DTYPES[panel_dtype])
         return copies
 
     def attach_linear_layers(self, model: torch.nn.Module) -> int:

@@ -93,7 +93,13 @@ class ModelRunner:
         self._allocate_kv_cache()
         self.kv_offload = self._make_offload_store()
         self.native_attention = self._pick_attention_kernel()
-        model = apply_transforms(raw_model, config, transforms)
+        self._prepare_forward(apply_transforms(raw_model, config, transforms), compile)
+        self.load_time_s = time.perf_counter() - start
+
+    def _prepare_forward(self, model: torch.nn.Module, compile: ModelCompiler | None) -> None:
+        """The fused step, the (compiled) forward and its packed linear weights, and the LoRA set, for the
+        transformed ``model``."""
+        config = self.config
         #: Engine steps of up to 2048 tokens (decodes, prefill and verify chunks) in one native call (fused_decode.py);
         #: built before packing, which releases the dense weights it copies.
         self.fused_decode = make_fused_decoder(
@@ -141,7 +147,6 @@ class ModelRunner:
                 "that step is off for this model (decode_kernel, a model it cannot run or a compiled forward; "
                 "see the log)"
             )
-        self.load_time_s = time.perf_counter() - start
 
     def _allocate_kv_cache(self) -> None:
         args = self.args

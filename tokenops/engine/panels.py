@@ -65,6 +65,22 @@ def _pack_panels(w: torch.Tensor, out: torch.Tensor) -> None:
         view[full].copy_(tail.t()[..., order])
 
 
+def pack_arena(weights: list[torch.Tensor], dtype: torch.dtype) -> tuple[mmap.mmap, torch.Tensor, dict[int, int]]:
+    """Every distinct tensor of ``weights`` packed in panels, one after the other, into a new huge-page
+    arena of ``dtype``; returns the mapping, the arena and id(weight) -> address of its panels."""
+    distinct = list({id(w): w for w in weights}.values())
+    buf, arena = hugepage_arena(sum(_panelled_size(w) for w in distinct), dtype)
+    copies: dict[int, int] = {}
+    at = 0
+    with torch.no_grad():
+        for w in distinct:
+            size = _panelled_size(w)
+            _pack_panels(w.detach(), arena[at : at + size])
+            copies[id(w)] = arena[at:].data_ptr()
+            at += size
+    return buf, arena, copies
+
+
 class PanelWeight:
     """A linear layer's weight in the decoder's arena: ``(x, bias) -> x @ W.T + bias`` through the
     fused step's products (one native call; ``x`` float32 on CPU, any leading shape)."""
