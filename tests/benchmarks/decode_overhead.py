@@ -87,7 +87,7 @@ def run_async(engine, rows: int, tokens: int) -> tuple[float, float, int]:
     from tokenops.engine.async_engine import AsyncLLMEngine
     from tokenops.engine.sampling import SamplingParams
 
-    aengine = run_async.__dict__.setdefault("aengine", AsyncLLMEngine(engine))
+    aengine = run_async.__dict__["aengine"]
     params = SamplingParams(max_tokens=tokens + 1, temperature=0.0, ignore_eos=True)
 
     async def one(i: int, started: list) -> int:
@@ -122,6 +122,12 @@ def main() -> None:
         help="TOKENOPS_OMP_SPIN for this run: a bounded barrier spin (tokenops/engine/openmp_wait.py)",
     )
     ap.add_argument("--async-engine", action="store_true", help="through AsyncLLMEngine (the serve path minus HTTP)")
+    ap.add_argument(
+        "--build-elsewhere",
+        action="store_true",
+        help="with --async-engine: build the engine on the main thread, step it on the engine thread "
+        "(the serve path before build_on_engine_thread: two OpenMP pools)",
+    )
     args = ap.parse_args()
     if args.omp_spin:  # as tokenops serve does with TOKENOPS_OMP_SPIN, before torch is imported
         import os
@@ -143,8 +149,19 @@ def main() -> None:
         kv_cache_dtype="bfloat16",
         max_num_seqs=max(48, args.rows),
     )
-    engine = LLMEngine(cfg)
-    run(engine, args.rows, 16, None)  # warm up
+    if args.async_engine:
+        from tokenops.engine.async_engine import AsyncLLMEngine
+
+        if args.build_elsewhere:  # the serve path before: built on another thread than the one stepping
+            aengine = AsyncLLMEngine(LLMEngine(cfg))
+        else:  # as tokenops serve builds it: on the engine thread
+            aengine = AsyncLLMEngine.build_on_engine_thread(lambda: LLMEngine(cfg))
+        run_async.__dict__["aengine"] = aengine
+        engine = aengine.engine
+        run_async(engine, args.rows, 16)  # warm up
+    else:
+        engine = LLMEngine(cfg)
+        run(engine, args.rows, 16, None)  # warm up
     best = None
     for _ in range(args.repeats):
         if args.async_engine:

@@ -1,5 +1,6 @@
-"""``TOKENOPS_OMP_SPIN`` bounds libgomp's barrier spin in ``tokenops serve``, set before torch loads
-(tokenops/engine/openmp_wait.py); without it nothing changes."""
+"""The ``tokenops`` command bounds libgomp's barrier spin (``GOMP_SPINCOUNT``, default
+``DEFAULT_SPINS``, ``TOKENOPS_OMP_SPIN`` to change it) before torch loads (tokenops/engine/openmp_wait.py),
+and serve builds its engine on the thread that steps it (one OpenMP pool)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,17 @@ import sys
 
 import pytest
 
-from tokenops.engine.openmp_wait import SPIN_ENV, apply_spin_setting
+from tokenops.engine.openmp_wait import DEFAULT_SPINS, SPIN_ENV, apply_spin_setting
 
 
-def test_spin_setting_is_opt_in_and_the_users_own_variables_win():
+def test_spin_default_its_override_and_the_users_own_variables_win():
     env: dict[str, str] = {}
-    assert not apply_spin_setting(env) and env == {}
+    assert apply_spin_setting(env) and env == {"GOMP_SPINCOUNT": str(DEFAULT_SPINS)}
     env = {SPIN_ENV: "0"}
     assert not apply_spin_setting(env) and env == {SPIN_ENV: "0"}
-    env = {SPIN_ENV: "1000"}
+    env = {SPIN_ENV: "300"}
     assert apply_spin_setting(env)
-    assert env == {SPIN_ENV: "1000", "OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "1000"}
+    assert env == {SPIN_ENV: "300", "GOMP_SPINCOUNT": "300"}
     for mine in ({"OMP_WAIT_POLICY": "passive"}, {"GOMP_SPINCOUNT": "300000"}):
         env = {SPIN_ENV: "1000", **mine}
         assert not apply_spin_setting(env)
@@ -35,7 +36,7 @@ def test_spin_setting_leaves_a_process_whose_libgomp_is_loaded(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     assert not apply_spin_setting()
-    assert "OMP_WAIT_POLICY" not in os.environ
+    assert "GOMP_SPINCOUNT" not in os.environ
 
 
 def _serve_probe(env: dict[str, str]) -> list[str]:
@@ -56,7 +57,48 @@ def _serve_probe(env: dict[str, str]) -> list[str]:
     return out.stdout.split()[-3:]
 
 
-def test_serve_sets_the_spin_before_torch_loads_only_when_asked():
+def test_serve_sets_the_spin_before_torch_loads():
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", SPIN_ENV)}
-    assert _serve_probe(env) == ["None", "None", "False"]
-    assert _serve_probe({**env, SPIN_ENV: "1000"}) == ["active", "1000", "False"]
+    assert _serve_probe(env) == ["None", str(DEFAULT_SPINS), "False"]
+    assert _serve_probe({**env, SPIN_ENV: "300"}) == ["None", "300", "False"]
+    assert _serve_probe({**env, SPIN_ENV: "0"}) == ["None", "None", "False"]
+
+
+def test_the_engine_is_built_and_stepped_on_one_thread(tiny_checkpoint):
+    """``build_on_engine_thread`` runs the factory on the thread that then runs the steps (one OpenMP
+    pool; two made libgomp throttle every barrier) and answers; a failing build raises to the caller."""
+    import asyncio
+    import threading
+
+    from tokenops.engine.async_engine import AsyncLLMEngine
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.sampling import SamplingParams
+
+    built_on: list[threading.Thread] = []
+
+    def factory() -> LLMEngine:
+        built_on.append(threading.current_thread())
+        return LLMEngine(EngineConfig(model=str(tiny_checkpoint("llama")), kv_cache_tokens=512))
+
+    engine = AsyncLLMEngine.build_on_engine_thread(factory)
+    try:
+        assert built_on == [engine._thread] and built_on[0] is not threading.current_thread()
+
+        async def ask() -> int:
+            made = 0
+            params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+            async for out in engine.generate([5, 6, 7], params):
+                made += len(out.outputs[0].delta_token_ids) if out.outputs else 0
+            return made
+
+        assert asyncio.run(ask()) == 4
+        assert engine._thread is built_on[0] and engine.is_running
+    finally:
+        engine.shutdown()
+
+    def broken() -> LLMEngine:
+        raise ValueError("no such model")
+
+    with pytest.raises(ValueError, match="no such model"):
+        AsyncLLMEngine.build_on_engine_thread(broken)

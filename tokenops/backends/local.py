@@ -94,7 +94,8 @@ class LocalBackend:
             build = self.calls.build_engine
             config = self.config
             assert config is not None  # __init__ builds it whenever no engine is passed in
-            self.engine = await asyncio.to_thread(lambda: AsyncLLMEngine(build(config)))
+            # Built on its own engine thread (one OpenMP pool: see build_on_engine_thread).
+            self.engine = await asyncio.to_thread(AsyncLLMEngine.build_on_engine_thread, lambda: build(config))
         start = getattr(self.engine, "start", None)
         if start is not None:
             start()

@@ -15,7 +15,7 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from tokenops.engine.config import EngineConfig
@@ -48,6 +48,32 @@ class AsyncLLMEngine:
         self._last_stats: dict[str, Any] = self.engine.stats()
 
     # -- lifecycle ---------------------------------------------------------------------
+
+    @classmethod
+    def build_on_engine_thread(cls, factory: Callable[[], LLMEngine]) -> AsyncLLMEngine:
+        """Build the engine with ``factory`` on the thread that then runs its steps, and start it.
+
+        Why: torch and the fused step's C library run their parallel regions on OpenMP (libgomp),
+        which keeps one pool of worker threads per thread that opened a region. An engine loaded on
+        one thread (weights packed, warm-up steps) and stepped on another leaves two pools, more
+        OpenMP threads than this 2-core box has CPUs, and libgomp then cuts every barrier's spin to
+        about 100 iterations before a futex sleep: batch-1 decode ran at ~90 tok/s that way against
+        ~155 with one thread doing both (issue 35, ``tests/benchmarks/decode_overhead.py
+        --async-engine``). Blocks until the engine is built; a failing build raises here."""
+        ready: concurrent.futures.Future[AsyncLLMEngine] = concurrent.futures.Future()
+
+        def main() -> None:
+            try:
+                self = cls(factory())
+            except BaseException as e:  # the caller sees the build's own error
+                ready.set_exception(e)
+                return
+            self._thread = threading.current_thread()
+            ready.set_result(self)
+            self._run()
+
+        threading.Thread(target=main, name="tokenops-engine", daemon=True).start()
+        return ready.result()
 
     def start(self) -> None:
         """Start the engine thread (does nothing if it runs already)."""
