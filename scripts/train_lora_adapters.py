@@ -60,9 +60,9 @@ class Spec:
 
 ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SPECS = (
-    Spec("smollm2-math", "math", ALL, steps=150, top_layers=12),
-    Spec("smollm2-instruction", "instruction", ALL, steps=150, top_layers=12),
-    Spec("smollm2-code", "code", ALL, steps=48),
+    Spec("smollm2-math", "math", ALL, steps=160, top_layers=8),
+    Spec("smollm2-instruction", "instruction", ALL, steps=80, top_layers=8),
+    Spec("smollm2-code", "code", ALL, steps=60),
 )
 #: greedy token budget of a keep answer per suite (code answers run longer than the others)
 KEEP_TOKENS = {"code": 64}
