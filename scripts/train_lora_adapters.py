@@ -123,7 +123,7 @@ def training_pairs(dimension: str, num: int, seed: int) -> list[tuple[str, str]]
     return pairs[:num]
 
 
-def keep_prompts(dimension: str, per_dimension: int, seed: int) -> dict[str, str]:
+def keep_prompts(dimension: str, per_dimension: int, seed: int, counts: dict[str, int] | None = None) -> dict[str, str]:
     """Training-seed prompts of the other suites (never held out), answered later by the base:
     prompt -> its suite."""
     from tokenops_plugins.multi_model._suites import make_suite
@@ -133,9 +133,11 @@ def keep_prompts(dimension: str, per_dimension: int, seed: int) -> dict[str, str
         if dim != dimension:
             exclude = heldout(dim)
             prompts = [
-                t.prompt for t in make_suite(dim, 4 * per_dimension, seed=5000 + seed) if t.prompt not in exclude
+                t.prompt
+                for t in make_suite(dim, 4 * (counts or {}).get(dim, per_dimension), seed=5000 + seed)
+                if t.prompt not in exclude
             ]
-            out.update(dict.fromkeys(prompts[:per_dimension], dim))
+            out.update(dict.fromkeys(prompts[: (counts or {}).get(dim, per_dimension)], dim))
     return out
 
 
@@ -385,7 +387,8 @@ def main() -> None:
         pairs = training_pairs(spec.dimension, args.examples, args.seed)
         if args.keep:
             t0 = time.perf_counter()
-            dims = keep_prompts(spec.dimension, args.keep, args.seed)
+            counts = {d: int(k) for d, k in (x.split("=") for x in args.keep_dim or [])}
+            dims = keep_prompts(spec.dimension, args.keep, args.seed, counts)
             prompts = list(dims)
             kept = list(zip(prompts, base_answers(base, tok, prompts, dims, args.keep_cache, end_id)))
             print(

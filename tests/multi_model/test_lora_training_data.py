@@ -67,3 +67,11 @@ def test_lora_targets_name_only_the_top_layers():
     assert pattern.fullmatch("model.layers.29.self_attn.q_proj")
     assert pattern.fullmatch(f"model.layers.{30 - spec.top_layers}.mlp.down_proj")
     assert not pattern.fullmatch(f"model.layers.{29 - spec.top_layers}.self_attn.q_proj")
+
+
+def test_keep_counts_per_suite_override_the_default():
+    prompts = train.keep_prompts("math", 2, seed=0, counts={"extraction": 12})
+    per_suite = {d: sum(v == d for v in prompts.values()) for d in set(prompts.values())}
+    assert per_suite["extraction"] == 12 and per_suite["code"] == 2 and "math" not in per_suite
+    held_out = {t.prompt for t in make_suite("extraction", train.HELDOUT_PER_DIMENSION, seed=0)}
+    assert not held_out & set(prompts)
