@@ -337,6 +337,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--examples", type=int, default=64, help="training pairs per adapter")
     ap.add_argument("--keep", type=int, default=0, help="base-answered prompts per other suite (0: none)")
+    ap.add_argument("--keep-dim", action="append", help="SUITE=K: K keep prompts of that suite instead of --keep")
     ap.add_argument(
         "--keep-cache",
         type=Path,
