@@ -30,7 +30,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -60,10 +60,12 @@ class Spec:
 
 ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SPECS = (
-    Spec("smollm2-math", "math", ALL),
-    Spec("smollm2-instruction", "instruction", ALL),
-    Spec("smollm2-code", "code", ALL),
+    Spec("smollm2-math", "math", ALL, steps=160, top_layers=8),
+    Spec("smollm2-instruction", "instruction", ALL, steps=80, top_layers=8),
+    Spec("smollm2-code", "code", ALL, steps=60),
 )
+#: greedy token budget of a keep answer per suite (code answers run longer than the others)
+KEEP_TOKENS = {"code": 64}
 KEEP_DIMENSIONS = ("math", "extraction", "instruction", "retrieval", "code", "classification")
 
 
@@ -74,12 +76,35 @@ def heldout(dimension: str) -> set[str]:
 
 
 def math_steps(prompt: str, reference: str) -> str:
-    """The suite's math answer with its two steps written out (the checker reads the last number)."""
+    """The suite's math answer written as steps a 135M model can compute one digit at a time (the
+    checker reads the last number). The operands are first restated with two digits each (the columns
+    are then copies of neighbouring tokens), every sum has two terms. ``+``: column addition with the
+    carry added to the tens, the answer is the tens sum followed by the units digit (``36+78+07: units
+    6+8=14, 14+7=21, tens 3+7=10, 10+0=10, 10+2=12, answer 121``). ``-``: signed columns, then tens
+    and units joined (``... tens 3-7=-4, -4+0=-4, -40+5=-35``). ``*``: the
+    product split over b's tens and units (``41*14 = 41*10 + 41*4 = 410+164 = 574, 574+12 = 586``)."""
     import re
 
-    a, op, b, c = re.search(r"\((-?\d+) ([-+*]) (-?\d+)\) \+ (\d+)", prompt).groups()
-    first = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
-    return f"{a} {op} {b} = {first}, {first} + {c} = {reference}"
+    a, op, b, c = (x if x in "+-*" else int(x) for x in re.search(r"\((\d+) ([-+*]) (\d+)\) \+ (\d+)", prompt).groups())
+    (a1, a0), (b1, b0), (c1, c0) = divmod(a, 10), divmod(b, 10), divmod(c, 10)
+    if op == "+":
+        units, tens = a0 + b0 + c0, a1 + b1 + c1
+        text = (
+            f"{a:02d}+{b:02d}+{c:02d}: units {a0}+{b0}={a0 + b0}, {a0 + b0}+{c0}={units}, "
+            f"tens {a1}+{b1}={a1 + b1}, {a1 + b1}+{c1}={tens}, {tens}+{units // 10}={tens + units // 10}, "
+            f"answer {a + b + c}"
+        )
+    elif op == "-":
+        units, tens = a0 - b0 + c0, a1 - b1 + c1
+        text = (
+            f"{a:02d}-{b:02d}+{c:02d}: units {a0}-{b0}={a0 - b0}, {a0 - b0}+{c0}={units}, "
+            f"tens {a1}-{b1}={a1 - b1}, {a1 - b1}+{c1}={tens}, {10 * tens}{units:+d}={10 * tens + units}"
+        )
+    else:
+        product = a * b
+        text = f"{a}*{b} = {a}*{b1 * 10} + {a}*{b0} = {a * b1 * 10}+{a * b0} = {product}, {product}+{c} = {product + c}"
+    assert text.endswith(reference), (prompt, text, reference)
+    return text
 
 
 def training_pairs(dimension: str, num: int, seed: int) -> list[tuple[str, str]]:
@@ -98,22 +123,41 @@ def training_pairs(dimension: str, num: int, seed: int) -> list[tuple[str, str]]
     return pairs[:num]
 
 
-def keep_prompts(dimension: str, per_dimension: int, seed: int) -> list[str]:
-    """Training-seed prompts of the other suites (never held out), answered later by the base."""
+def keep_prompts(dimension: str, per_dimension: int, seed: int, counts: dict[str, int] | None = None) -> dict[str, str]:
+    """Training-seed prompts of the other suites (never held out), answered later by the base:
+    prompt -> its suite."""
     from tokenops_plugins.multi_model._suites import make_suite
 
-    out = []
+    out = {}
     for dim in KEEP_DIMENSIONS:
         if dim != dimension:
             exclude = heldout(dim)
-            out += [t.prompt for t in make_suite(dim, 4 * per_dimension, seed=5000 + seed)
-                    if t.prompt not in exclude][:per_dimension]
+            prompts = [
+                t.prompt
+                for t in make_suite(dim, 4 * (counts or {}).get(dim, per_dimension), seed=5000 + seed)
+                if t.prompt not in exclude
+            ]
+            out.update(dict.fromkeys(prompts[: (counts or {}).get(dim, per_dimension)], dim))
     return out
 
 
+def base_answers(base, tok, prompts: list[str], dimension_of: dict[str, str], cache: Path, end_id: int) -> list[str]:
+    """The base's greedy answers to keep prompts, cached in ``cache`` (JSON) so that several adapters
+    (or reruns) pay the generation pass once."""
+    known = json.loads(cache.read_text()) if cache.exists() else {}
+    todo = [p for p in prompts if p not in known]
+    for dim in sorted({dimension_of[p] for p in todo}):
+        batch = [p for p in todo if dimension_of[p] == dim]
+        known.update(zip(batch, greedy(base, tok, batch, KEEP_TOKENS.get(dim, 40), end_id)))
+    if todo:
+        cache.write_text(json.dumps(known, indent=1) + "\n")
+    return [known[p] for p in prompts]
+
+
 def prompt_ids(tok, prompt: str) -> list[int]:
-    return tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True,
-                                   return_dict=False)
+    return tok.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
 
 
 def encode(tok, prompt: str, answer: str, end_id: int) -> tuple[list[int], list[int]]:
@@ -129,14 +173,20 @@ def greedy(model, tok, prompts: list[str], max_new_tokens: int, end_id: int, bat
     model.eval()
     answers = []
     for i in range(0, len(prompts), batch):
-        rows = [prompt_ids(tok, p) for p in prompts[i:i + batch]]
+        rows = [prompt_ids(tok, p) for p in prompts[i : i + batch]]
         width = max(map(len, rows))
         ids = torch.tensor([[0] * (width - len(r)) + list(r) for r in rows])
         att = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-        gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=False,
-                             eos_token_id=end_id, pad_token_id=0)
+        gen = model.generate(
+            input_ids=ids,
+            attention_mask=att,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=end_id,
+            pad_token_id=0,
+        )
         for row in gen[:, width:].tolist():
-            answers.append(tok.decode(row[:row.index(end_id)] if end_id in row else row, skip_special_tokens=True))
+            answers.append(tok.decode(row[: row.index(end_id)] if end_id in row else row, skip_special_tokens=True))
     return answers
 
 
@@ -146,16 +196,16 @@ def lower_states(base, rows: list[list[int]], cut: int, batch: int = 16) -> list
     (no adapter there), so training steps run only the top layers (most of the CPU time saved)."""
     layers, out = base.model.layers, []
     for i in range(0, len(rows), batch):
-        chunk = rows[i:i + batch]
+        chunk = rows[i : i + batch]
         ids = torch.zeros((len(chunk), max(map(len, chunk))), dtype=torch.long)
         for r, x in enumerate(chunk):
-            ids[r, :len(x)] = torch.tensor(x)
+            ids[r, : len(x)] = torch.tensor(x)
         h = base.model.embed_tokens(ids)
         pos = torch.arange(ids.shape[1]).unsqueeze(0)
         rope = base.model.rotary_emb(h, position_ids=pos)
         for layer in layers[:cut]:  # right padding under a causal mask: real tokens never see the pads
             h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=rope)
-        out += [h[r, :len(x)].clone() for r, x in enumerate(chunk)]
+        out += [h[r, : len(x)].clone() for r, x in enumerate(chunk)]
     return out
 
 
@@ -165,8 +215,8 @@ def top_loss(base, cut: int, states: list[torch.Tensor], masks: list[list[int]],
     h = torch.zeros((len(rows), width, states[0].shape[-1]))
     labels = torch.full((len(rows), width), -100, dtype=torch.long)
     for r, (st, m, x) in enumerate(zip(states, masks, rows)):
-        h[r, :len(x)] = st
-        labels[r, :len(x)] = torch.where(torch.tensor(m, dtype=torch.bool), torch.tensor(x), -100)
+        h[r, : len(x)] = st
+        labels[r, : len(x)] = torch.where(torch.tensor(m, dtype=torch.bool), torch.tensor(x), -100)
     pos = torch.arange(width).unsqueeze(0)
     rope = base.model.rotary_emb(h, position_ids=pos)
     for layer in base.model.layers[cut:]:
@@ -191,9 +241,21 @@ def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tupl
     states = lower_states(base, [x for x, _ in encoded], cut)
     cached_s = time.perf_counter() - started
     print(f"[{spec.name}] layer-{cut} inputs of {len(encoded)} examples in {cached_s:.0f}s", flush=True)
-    config = LoraConfig(r=spec.rank, lora_alpha=2 * spec.rank, lora_dropout=0.0,
-                        target_modules=spec.target_regex(num_layers), task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=spec.rank,
+        lora_alpha=2 * spec.rank,
+        lora_dropout=0.0,
+        target_modules=spec.target_regex(num_layers),
+        task_type="CAUSAL_LM",
+    )
     model = get_peft_model(base, config)
+    if args.init:  # warm start: continue from an adapter trained before (same rank and layers)
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        saved = load_file(str(Path(args.init) / spec.name / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(model, {k: v.float() for k, v in saved.items()})
+        assert not [k for k in result.missing_keys if "lora" in k], result.missing_keys
     inner = model.base_model.model  # the LlamaForCausalLM with the LoRA layers injected
     inner.train()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -203,33 +265,52 @@ def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tupl
     for step in range(steps):
         if cursor + args.batch_size > len(order):
             order, cursor = rng.permutation(len(encoded)), 0
-        picked = order[cursor:cursor + args.batch_size]
+        picked = order[cursor : cursor + args.batch_size]
         cursor += args.batch_size
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, spec.lr, min(20, steps // 5))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            loss = top_loss(inner, cut, [states[i] for i in picked], [encoded[i][1] for i in picked],
-                            [encoded[i][0] for i in picked])
+            loss = top_loss(
+                inner,
+                cut,
+                [states[i] for i in picked],
+                [encoded[i][1] for i in picked],
+                [encoded[i][0] for i in picked],
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         losses.append(loss.item())
         if (step + 1) % 10 == 0:
-            print(f"[{spec.name}] step {step + 1}/{steps} answer loss {np.mean(losses[-10:]):.3f} "
-                  f"{(time.perf_counter() - started) / 60:.1f} min", flush=True)
+            print(
+                f"[{spec.name}] step {step + 1}/{steps} answer loss {np.mean(losses[-10:]):.3f} "
+                f"{(time.perf_counter() - started) / 60:.1f} min",
+                flush=True,
+            )
     minutes = (time.perf_counter() - started) / 60
     folder = Path(args.out) / spec.name
     model.save_pretrained(str(folder))
     unwrapped = model.unload()  # the base without LoRA layers, for the next adapter
     to_fp16(folder, base_name=args.base_name)
-    info = {"dimension": spec.dimension, "rank": spec.rank, "targets": list(spec.targets),
-            "top_layers": spec.top_layers, "steps": steps, "batch_size": args.batch_size, "lr": spec.lr,
-            "train_minutes": round(minutes, 2), "lower_layers_cache_s": round(cached_s, 1),
-            "seconds_per_step": round((minutes * 60 - cached_s) / steps, 2), "threads": args.threads,
-            "bf16_autocast": args.bf16, "examples": len(pairs), "first_answer_loss": round(float(np.mean(losses[:5])), 3),
-            "final_answer_loss": round(float(np.mean(losses[-10:])), 3),
-            "file_bytes": (folder / "adapter_model.safetensors").stat().st_size}
+    info = {
+        "dimension": spec.dimension,
+        "rank": spec.rank,
+        "targets": list(spec.targets),
+        "top_layers": spec.top_layers,
+        "steps": steps,
+        "batch_size": args.batch_size,
+        "lr": spec.lr,
+        "train_minutes": round(minutes, 2),
+        "lower_layers_cache_s": round(cached_s, 1),
+        "seconds_per_step": round((minutes * 60 - cached_s) / steps, 2),
+        "threads": args.threads,
+        "bf16_autocast": args.bf16,
+        "examples": len(pairs),
+        "first_answer_loss": round(float(np.mean(losses[:5])), 3),
+        "final_answer_loss": round(float(np.mean(losses[-10:])), 3),
+        "file_bytes": (folder / "adapter_model.safetensors").stat().st_size,
+    }
     return info, unwrapped
 
 
@@ -256,6 +337,24 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--examples", type=int, default=64, help="training pairs per adapter")
     ap.add_argument("--keep", type=int, default=0, help="base-answered prompts per other suite (0: none)")
+    ap.add_argument("--keep-dim", action="append", help="SUITE=K: K keep prompts of that suite instead of --keep")
+    ap.add_argument(
+        "--keep-cache",
+        type=Path,
+        default=Path("/tmp/tokenops-lora-keep-answers.json"),
+        help="JSON cache of the base's keep answers (shared by the adapters and reruns)",
+    )
+    ap.add_argument(
+        "--top-layers", type=int, default=None, help="LoRA on the last N layers (default: each adapter's own)"
+    )
+    ap.add_argument("--rank", type=int, default=None, help="LoRA rank (default: each adapter's own)")
+    ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: each adapter's own)")
+    ap.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="folder holding an adapter of the same name to continue training from (warm start)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-bf16", dest="bf16", action="store_false")
     ap.add_argument("--seed", type=int, default=0)
@@ -278,15 +377,28 @@ def main() -> None:
     for spec in SPECS:
         if args.only and spec.name not in args.only:
             continue
+        spec = replace(
+            spec,
+            **{
+                k: v
+                for k, v in (("top_layers", args.top_layers), ("rank", args.rank), ("lr", args.lr))
+                if v is not None
+            },
+        )
         pairs = training_pairs(spec.dimension, args.examples, args.seed)
         if args.keep:
             t0 = time.perf_counter()
-            prompts = keep_prompts(spec.dimension, args.keep, args.seed)
-            kept = list(zip(prompts, greedy(base, tok, prompts, 40, end_id)))
-            print(f"[{spec.name}] {len(kept)} keep answers from the base in {time.perf_counter() - t0:.0f}s", flush=True)
-            pairs = pairs[:len(pairs) - len(kept)] + kept
+            counts = {d: int(k) for d, k in (x.split("=") for x in args.keep_dim or [])}
+            dims = keep_prompts(spec.dimension, args.keep, args.seed, counts)
+            prompts = list(dims)
+            kept = list(zip(prompts, base_answers(base, tok, prompts, dims, args.keep_cache, end_id)))
+            print(
+                f"[{spec.name}] {len(kept)} keep answers from the base in {time.perf_counter() - t0:.0f}s", flush=True
+            )
+            pairs = pairs[: len(pairs) - len(kept)] + kept
             random.Random(args.seed).shuffle(pairs)
         info, base = train_one(base, tok, spec, pairs, args)
+        info["command"] = "scripts/train_lora_adapters.py " + " ".join(sys.argv[1:])
         print(f"[{spec.name}] {json.dumps(info)}", flush=True)
         report = json.loads(report_path.read_text()) if report_path.exists() else {"adapters": {}}
         report["adapters"][spec.name] = info  # read just before writing: adapters may train in parallel

@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 ADAPTERS = REPO / "tokenops" / "demo_models" / "adapters"
 #: adapter name -> the suite it was trained for
 OWN_SUITE = {"smollm2-math": "math", "smollm2-instruction": "instruction", "smollm2-code": "code"}
-MAX_TOKENS = {"math": 40, "code": 48, "extraction": 40, "instruction": 16}
+#: answer token budgets: math 80 leaves room for the math adapter's digit steps (up to 59 tokens), instruction
+#: 32 for seven uppercase words (up to 22 tokens: a correct answer did not fit in the former 16)
+MAX_TOKENS = {"math": 80, "code": 48, "extraction": 40, "instruction": 32}
 BASE = "smollm2-135m-instruct"
 
 
@@ -33,8 +35,12 @@ def lora_args(folder: Path = ADAPTERS) -> list[str]:
 
 
 def ask(client, model: str, task) -> bool:
-    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": task.prompt}],
-                                       temperature=0, max_tokens=MAX_TOKENS.get(task.dimension, 12))
+    r = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": task.prompt}],
+        temperature=0,
+        max_tokens=MAX_TOKENS.get(task.dimension, 12),
+    )
     return bool(task.check(r.choices[0].message.content or ""))
 
 
@@ -54,6 +60,7 @@ def score(client, models: list[str], suites: list[str], n: int, workers: int) ->
 
 def goals(table: dict, suites: list[str]) -> list[tuple[str, bool]]:
     """One line per adapter: own suite >= base + 15 points, others within 3 points of the base."""
+
     def pct(m, s):
         k, n = table[m][s]
         return 100.0 * k / n
@@ -84,9 +91,12 @@ def capability_profile(model: str, row: dict[str, tuple[int, int]], n: int) -> d
     for suite, (k, asked) in row.items():
         lo, hi = wilson(k, asked)
         dims[suite] = {"score": k / asked, "ci_low": lo, "ci_high": hi, "n": asked, "errors": 0}
-    return {"model": model, "source": f"tests/benchmarks/lora_quality.py n={n} seed=0 (GGUF default + --lora)",
-            "notes": "held-out items (suites' seed 0), greedy, through tokenops serve; token limits of lora_quality.py",
-            "dimensions": dims}
+    return {
+        "model": model,
+        "source": f"tests/benchmarks/lora_quality.py n={n} seed=0 (GGUF default + --lora)",
+        "notes": "held-out items (suites' seed 0), greedy, through tokenops serve; token limits of lora_quality.py",
+        "dimensions": dims,
+    }
 
 
 def main() -> None:
@@ -101,8 +111,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--adapters", type=Path, default=ADAPTERS, help="folder holding the three adapter folders")
     ap.add_argument("--json", type=Path, default=None, help="write the counts here")
-    ap.add_argument("--profiles", type=Path, default=None,
-                    help="write each model's capability profile (these suites) into this folder")
+    ap.add_argument(
+        "--profiles",
+        type=Path,
+        default=None,
+        help="write each model's capability profile (these suites) into this folder",
+    )
     args = ap.parse_args()
     suites = args.suites.split(",")
     models = [BASE, *OWN_SUITE]
@@ -110,12 +124,19 @@ def main() -> None:
     from real_model import SERVE_ENV
 
     started = time.perf_counter()
-    with ServeProcess(Path(tempfile.mkdtemp(prefix="lora-quality-")), args=lora_args(args.adapters), env=SERVE_ENV,
-                      store=False, ready_timeout_s=600) as srv:
+    with ServeProcess(
+        Path(tempfile.mkdtemp(prefix="lora-quality-")),
+        args=lora_args(args.adapters),
+        env=SERVE_ENV,
+        store=False,
+        ready_timeout_s=600,
+    ) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=900)
         table = score(client, models, suites, args.n, args.workers)
-    print(f"\nheld-out accuracy through tokenops serve (default GGUF model + 3 adapters), n={args.n} per suite, "
-          f"{time.perf_counter() - started:.0f}s\n")
+    print(
+        f"\nheld-out accuracy through tokenops serve (default GGUF model + 3 adapters), n={args.n} per suite, "
+        f"{time.perf_counter() - started:.0f}s\n"
+    )
     print(f"| model | {' | '.join(suites)} |\n|---|{'---|' * len(suites)}")
     for m in models:
         cells = []

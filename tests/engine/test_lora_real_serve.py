@@ -102,6 +102,6 @@ def test_an_adapter_beats_the_base_on_its_held_out_items(served):
     sys.path.insert(0, str(REPO / "tests" / "benchmarks"))
     from lora_quality import score
 
-    # the code adapter is the one that beats the base on its suite (docs/lora.md: 9/15 against 5/15)
+    # docs/lora.md: code 28/30 against the base's 9/30 (15 items here: a margin of 3 is far inside that)
     table = score(_client(served), [MODEL, "smollm2-code"], ["code"], n=15, workers=8)
     assert table["smollm2-code"]["code"][0] >= table[MODEL]["code"][0] + 3, table

@@ -27,16 +27,36 @@ def test_training_pairs_avoid_the_held_out_split_and_pass_the_checker(spec):
         assert tasks[prompt].check(answer), (prompt, answer)
 
 
-def test_math_answers_write_both_steps():
-    task = GENERATORS["math"](__import__("random").Random(3), 0)
-    answer = train.math_steps(task.prompt, task.reference)
-    assert answer.count("=") == 2 and answer.endswith(task.reference) and task.check(answer)
+@pytest.mark.parametrize("op", ["+", "-", "*"])
+def test_math_answers_write_digit_steps_that_end_on_the_reference(op):
+    import random
+
+    rng, seen = random.Random(3), 0
+    for i in range(400):
+        task = GENERATORS["math"](rng, i)
+        if f" {op} " not in task.prompt:
+            continue
+        answer = train.math_steps(task.prompt, task.reference)
+        assert answer.count("=") >= 2 and answer.endswith(task.reference) and task.check(answer), answer
+        seen += 1
+    assert seen > 50
+
+
+def test_math_column_form_names_the_carry():
+    answer = train.math_steps("Compute (36 + 78) + 7. Reply with the number only.", "121")
+    assert answer == "36+78+07: units 6+8=14, 14+7=21, tens 3+7=10, 10+0=10, 10+2=12, answer 121"
+    minus = train.math_steps("Compute (36 - 78) + 7. Reply with the number only.", "-35")
+    assert minus.startswith("36-78+07: units 6-8=-2, -2+7=5,") and minus.endswith("-40+5=-35")
 
 
 def test_keep_prompts_come_from_the_other_suites_only():
     prompts = train.keep_prompts("code", 3, seed=0)
     assert len(prompts) == 3 * (len(train.KEEP_DIMENSIONS) - 1)
+    assert "code" not in prompts.values()
     assert not {t.prompt for t in make_suite("code", 50, seed=5000)} & set(prompts)
+    for dim in set(prompts.values()):  # never a held-out prompt of the suite it comes from
+        held_out = {t.prompt for t in make_suite(dim, train.HELDOUT_PER_DIMENSION, seed=0)}
+        assert not held_out & {p for p, d in prompts.items() if d == dim}
 
 
 def test_lora_targets_name_only_the_top_layers():
@@ -47,3 +67,11 @@ def test_lora_targets_name_only_the_top_layers():
     assert pattern.fullmatch("model.layers.29.self_attn.q_proj")
     assert pattern.fullmatch(f"model.layers.{30 - spec.top_layers}.mlp.down_proj")
     assert not pattern.fullmatch(f"model.layers.{29 - spec.top_layers}.self_attn.q_proj")
+
+
+def test_keep_counts_per_suite_override_the_default():
+    prompts = train.keep_prompts("math", 2, seed=0, counts={"extraction": 12})
+    per_suite = {d: sum(v == d for v in prompts.values()) for d in set(prompts.values())}
+    assert per_suite["extraction"] == 12 and per_suite["code"] == 2 and "math" not in per_suite
+    held_out = {t.prompt for t in make_suite("extraction", train.HELDOUT_PER_DIMENSION, seed=0)}
+    assert not held_out & set(prompts)
