@@ -291,7 +291,8 @@ def run_peer(args, tok) -> None:
             if precision == "fp32" and args.concurrency != args.parallel:
                 systems.append((f"tokenops@{args.parallel} {precision}", lambda: serve(args.parallel), False))
             systems.append((f"llama.cpp server {precision}",
-                            lambda gguf=gguf: lp.LlamaServer(gguf, args.parallel, args.threads, ctx_per_slot), True))
+                            lambda gguf=gguf: lp.LlamaServer(  # repack off for Q8_0: this build crashes repacking
+                                gguf, args.parallel, args.threads, ctx_per_slot, repack=precision == "fp32"), True))
             for name, make, with_b1 in systems:
                 with make() as srv:
                     url = srv.url
