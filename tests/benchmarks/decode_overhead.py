@@ -79,7 +79,7 @@ def run(engine, rows: int, tokens: int, counter: collections.Counter | None) -> 
     return time.perf_counter() - wall0, time.process_time() - cpu0, rows * tokens
 
 
-def run_async(engine, rows: int, tokens: int) -> tuple[float, float, int]:
+def run_async(aengine, rows: int, tokens: int) -> tuple[float, float, int]:
     """The same decode through :class:`AsyncLLMEngine` (its engine thread, the event loop that streams
     each token): the serve path without HTTP. Timed from the first streamed token of the last row."""
     import asyncio
@@ -87,7 +87,6 @@ def run_async(engine, rows: int, tokens: int) -> tuple[float, float, int]:
     from tokenops.engine.async_engine import AsyncLLMEngine
     from tokenops.engine.sampling import SamplingParams
 
-    aengine = run_async.__dict__["aengine"]
     params = SamplingParams(max_tokens=tokens + 1, temperature=0.0, ignore_eos=True)
 
     async def one(i: int, started: list) -> int:
@@ -156,16 +155,15 @@ def main() -> None:
             aengine = AsyncLLMEngine(LLMEngine(cfg))
         else:  # as tokenops serve builds it: on the engine thread
             aengine = AsyncLLMEngine.build_on_engine_thread(lambda: LLMEngine(cfg))
-        run_async.__dict__["aengine"] = aengine
         engine = aengine.engine
-        run_async(engine, args.rows, 16)  # warm up
+        run_async(aengine, args.rows, 16)  # warm up
     else:
         engine = LLMEngine(cfg)
         run(engine, args.rows, 16, None)  # warm up
     best = None
     for _ in range(args.repeats):
         if args.async_engine:
-            wall, cpu, num = run_async(engine, args.rows, args.tokens)
+            wall, cpu, num = run_async(aengine, args.rows, args.tokens)
         else:
             wall, cpu, num = run(engine, args.rows, args.tokens, None)
         if best is None or wall < best[0]:
