@@ -11,7 +11,8 @@ Built in:
 - queue orders ``fcfs`` (arrival) and ``priority`` (lower ``priority`` first, then
   arrival, as vLLM);
 - proposers ``ngram`` (prompt lookup) and ``draft`` (a draft model), see
-  :mod:`tokenops.engine.proposers`;
+  :mod:`tokenops.engine.proposers`, and ``suffix`` (prompt lookup, then a corpus of the model's
+  own answers), see :mod:`tokenops.engine.suffix_proposer`;
 - the KV policy sink + window (StreamingLLM-style) when ``kv_window_tokens`` is set;
 - no weight transform and no compile step.
 """
@@ -58,10 +59,18 @@ def _draft(config: EngineConfig) -> Proposer:
     return DraftModelProposer(config)
 
 
+def _suffix(config: EngineConfig) -> Proposer:
+    from tokenops.engine.suffix_proposer import build_suffix_proposer
+
+    return build_suffix_proposer(config)
+
+
 BUILTIN_SCHEDULE_ORDERS: Mapping[str, ScheduleOrder] = MappingProxyType(
     {"fcfs": fcfs_order, "priority": priority_order}
 )
-BUILTIN_PROPOSERS: Mapping[str, ProposerFactory] = MappingProxyType({"ngram": _ngram, "draft": _draft})
+BUILTIN_PROPOSERS: Mapping[str, ProposerFactory] = MappingProxyType(
+    {"ngram": _ngram, "draft": _draft, "suffix": _suffix}
+)
 
 
 class SinkWindowPolicy:

@@ -49,6 +49,10 @@ class NgramProposer:
     def find(self, tokens: list[int], num_tokens: int) -> list[int]:
         """The up to ``num_tokens`` tokens that followed the latest earlier occurrence of
         the longest matching suffix of ``tokens`` (empty when none matches)."""
+        return self.lookup(tokens, num_tokens)[0]
+
+    def lookup(self, tokens: list[int], num_tokens: int) -> tuple[list[int], int]:
+        """:meth:`find`'s tokens and the length of the suffix matched (0: none)."""
         length = len(tokens)
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
             suffix = tokens[length - n :]
@@ -57,9 +61,9 @@ class NgramProposer:
             i = length - n - 1
             while i >= 0:
                 if tokens[i] == first and tokens[i : i + n] == suffix:
-                    return tokens[i + n : i + n + num_tokens]
+                    return tokens[i + n : i + n + num_tokens], n
                 i -= 1
-        return []
+        return [], 0
 
     def propose(self, seqs: list[Sequence], num_tokens: list[int]) -> list[Proposal]:
         return [Proposal(self.find(seq.token_ids, k)) for seq, k in zip(seqs, num_tokens)]

@@ -11,15 +11,20 @@ Enable per engine (``EngineConfig(speculative="ngram", num_speculative_tokens=4)
 or in ``tokenops.toml``::
 
     [plugins.speculative]
-    method = "ngram"        # ngram | draft | a name a plugin registers (tokenops_register_proposers)
+    method = "ngram"        # ngram | suffix | draft | a name a plugin registers (tokenops_register_proposers)
     num_tokens = 4          # most proposed tokens per step (adaptive k stays in [1, this])
     min_ngram = 2           # 1 also proposes after a lone matching token (rarely accepted)
     max_ngram = 4
+    corpus = "path/to/answers.u16"  # method = "suffix" only: unset = the default model's shipped corpus, "none" = none
     draft_model = "path/to/draft"   # method = "draft" only
     draft_min_confidence = 0.0      # draft only: stop a proposal at a token the draft gives < this probability
     disable_by_batch_size = 0       # no proposals while this many sequences or more run (0: never)
 
 Tunables (restart): ``speculative.method``, ``speculative.num_tokens``.
+``suffix`` (:mod:`tokenops.engine.suffix_proposer`) is prompt lookup first and, where it finds
+nothing, the most frequent continuation in a corpus of the model's own answers: the one that pays
+on chat, where little of the answer is in the prompt. Its corpus must be built with the model's
+tokenizer (checked when the engine is built).
 The draft-model proposer is registered by ``draft_proposer.py``; this module owns the
 shared settings and applies them to the engine config (``tokenops_engine_config``). The
 method name is checked against the registered proposers when the engine is built.
@@ -31,6 +36,7 @@ from typing import Any
 
 from tokenops import hookimpl
 from tokenops.engine.proposers import NgramProposer
+from tokenops.engine.suffix_proposer import build_suffix_proposer
 from tokenops.tunables import Tunable
 
 __all__ = ["NgramProposer", "settings"]
@@ -43,12 +49,13 @@ TOKENOPS_SETTINGS = {
         "num_tokens",
         "min_ngram",
         "max_ngram",
+        "corpus",
         "draft_model",
         "draft_min_confidence",
         "disable_by_batch_size",
     )
 }
-METHODS = ("ngram", "draft")
+METHODS = ("ngram", "suffix", "draft")
 
 #: min_ngram 2 (the engine's bare proposer keeps 1): a verify row costs a quarter to a half of a decode
 #: step on the quantized default model, and tokens that followed a lone matching token were accepted
@@ -59,6 +66,7 @@ _conf: dict[str, Any] = {
     "num_tokens": 4,
     "min_ngram": 2,
     "max_ngram": 4,
+    "corpus": None,
     "draft_model": None,
     "draft_min_confidence": 0.0,
     "disable_by_batch_size": 0,
@@ -116,6 +124,9 @@ def tokenops_configure(settings):
         raise ValueError(
             f"[plugins.speculative] disable_by_batch_size must be an integer >= 0 (0: never), not {disable!r}"
         )
+    corpus = conf.get("corpus")
+    if corpus is not None and (not isinstance(corpus, str) or not corpus):
+        raise ValueError(f"[plugins.speculative] corpus must be a file path or 'none', not {corpus!r}")
     confidence = conf.get("draft_min_confidence", 0.0)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:
         raise ValueError("[plugins.speculative] draft_min_confidence must be a number in [0, 1)")
@@ -126,6 +137,7 @@ def tokenops_configure(settings):
                 "num_tokens",
                 "min_ngram",
                 "max_ngram",
+                "corpus",
                 "draft_model",
                 "draft_min_confidence",
                 "disable_by_batch_size",
@@ -157,3 +169,9 @@ def tokenops_tunable_values(config):
 @hookimpl
 def tokenops_register_proposers(register):
     register("ngram", lambda config: NgramProposer(int(_conf["min_ngram"]), int(_conf["max_ngram"])))
+    register(
+        "suffix",
+        lambda config: build_suffix_proposer(
+            config, _conf["corpus"], int(_conf["min_ngram"]), int(_conf["max_ngram"])
+        ),
+    )

@@ -1,0 +1,149 @@
+"""A suffix array over a token corpus, and the most likely continuation of a context in it.
+
+The ``suffix`` speculative proposer (:mod:`tokenops.engine.suffix_proposer`) asks this index:
+"where in the corpus does the longest suffix of this sequence occur, and what followed it most
+often?". The suffix array orders every position of the corpus by the tokens that start there, so
+all occurrences of a pattern are one contiguous range of it, and the tokens that follow them sit
+sorted in that range: extending the pattern by one token is two binary searches, and the most
+frequent next token is the longest run in a sorted column. Walking the most frequent continuation
+token by token, with the share of the occurrences it keeps as its probability, is the same walk
+SuffixDecoding (Oliaro et al., 2024) makes down its suffix tree, on a flat array instead of a tree.
+
+Built with prefix doubling in numpy (ranks of 2^k-token prefixes, one ``argsort`` per doubling):
+0.6 s for 400k tokens here; a compiled suffix sorter (libdivsufsort) would be faster, but the
+index is built once per engine and the numpy version needs no extra dependency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Marks "past the end of the corpus" in the padded token column; below every token id, so
+#: a suffix that ends sorts before the longer ones that share its tokens.
+_END = -1
+
+
+def suffix_array(tokens: np.ndarray) -> np.ndarray:
+    """Start positions of ``tokens``' suffixes in lexicographic order (shorter first on ties)."""
+    n = len(tokens)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    rank = tokens.astype(np.int64)
+    width = 1
+    while True:
+        second = np.full(n, _END, dtype=np.int64)
+        second[: n - width] = rank[width:]
+        key = rank * (n + 2) + (second + 1)  # rank < max(n, vocab) keeps this inside int64
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.concatenate(([0], np.cumsum(ordered[1:] != ordered[:-1])))
+        if rank[order[-1]] == n - 1 or width >= n:  # every suffix has its own rank
+            return order
+        width *= 2
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """The most likely continuation of a context: its tokens, the probability of each token given
+    the ones before it (its share of the occurrences), how many occurrences each share is of, and
+    the context length matched."""
+
+    tokens: list[int]
+    probs: list[float]
+    support: list[int]
+    match_len: int
+
+    def smoothed(self, prior: float) -> list[float]:
+        """Each token's share with ``prior`` pseudo-occurrences that continue otherwise: one of one
+        occurrence is not the certainty that 50 of 50 are."""
+        return [p * n / (n + prior) for p, n in zip(self.probs, self.support)]
+
+
+class SuffixIndex:
+    """Occurrences of token patterns in a corpus and the continuations that followed them."""
+
+    def __init__(self, tokens: np.ndarray, vocab_size: int, max_walk: int = 64) -> None:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if len(tokens) and (tokens.min() < 0 or tokens.max() >= vocab_size):
+            raise ValueError(f"corpus token ids must lie in [0, {vocab_size}), got {tokens.min()}..{tokens.max()}")
+        self.num_tokens = len(tokens)
+        self.vocab_size = vocab_size
+        self.max_walk = max_walk
+        self._sa = suffix_array(tokens)
+        # padded so that a position up to max_walk past the end reads _END
+        self._col = np.concatenate((tokens, np.full(max_walk + 1, _END, dtype=np.int64)))
+        counts = np.bincount(tokens, minlength=vocab_size)
+        self._first = np.concatenate(([0], np.cumsum(counts)))  # token v starts at _first[v]
+
+    def _refine(self, lo: int, hi: int, offset: int, token: int) -> tuple[int, int]:
+        """The part of range [lo, hi) (suffixes sharing ``offset`` tokens) whose next token is ``token``."""
+        column = self._col[self._sa[lo:hi] + offset]
+        return lo + int(np.searchsorted(column, token, "left")), lo + int(np.searchsorted(column, token, "right"))
+
+    def find(self, pattern: list[int]) -> tuple[int, int]:
+        """The suffix-array range of ``pattern``'s occurrences (empty: lo == hi)."""
+        if not pattern or not 0 <= pattern[0] < self.vocab_size:
+            return 0, 0
+        lo, hi = int(self._first[pattern[0]]), int(self._first[pattern[0] + 1])
+        for offset, token in enumerate(pattern[1:], 1):
+            if hi - lo == 0:
+                break
+            lo, hi = self._refine(lo, hi, offset, token)
+        return lo, hi
+
+    def longest_match(self, context: list[int], max_len: int, min_count: int = 1) -> tuple[int, int, int]:
+        """The longest suffix of ``context`` (at most ``max_len`` tokens) occurring at least
+        ``min_count`` times with a token after it: (length, lo, hi); length 0 when none does."""
+        best = (0, 0, 0)
+        low, high = 1, min(max_len, len(context), self.max_walk)
+        while low <= high:  # a suffix occurs whenever a longer one does: binary search the length
+            mid = (low + high) // 2
+            lo, hi = self.find(context[len(context) - mid :])
+            if self._followed(lo, hi, mid) >= min_count:
+                best, low = (mid, lo, hi), mid + 1
+            else:
+                high = mid - 1
+        return best
+
+    def _followed(self, lo: int, hi: int, offset: int) -> int:
+        """How many of the range's occurrences have a token after the pattern (not the corpus end)."""
+        if hi <= lo:
+            return 0
+        column = self._col[self._sa[lo:hi] + offset]
+        return hi - lo - int(np.searchsorted(column, _END, "right"))
+
+    def continuation(
+        self, context: list[int], num_tokens: int, max_match: int = 16, min_count: int = 2, min_prob: float = 0.0
+    ) -> Continuation:
+        """Walk the most frequent continuation after the longest matching suffix of ``context``:
+        up to ``num_tokens`` tokens, stopping when the walk's probability (the product of each
+        token's share) falls under ``min_prob`` or a step has fewer than ``min_count`` occurrences."""
+        length, lo, hi = self.longest_match(context, max_match, min_count)
+        if length == 0:
+            return Continuation([], [], [], 0)
+        tokens: list[int] = []
+        probs: list[float] = []
+        support: list[int] = []
+        joint, offset = 1.0, length
+        while len(tokens) < num_tokens and offset < self.max_walk:
+            column = self._col[self._sa[lo:hi] + offset]
+            column = column[np.searchsorted(column, _END, "right") :]  # occurrences with a next token
+            if len(column) < min_count:
+                break
+            starts = np.flatnonzero(np.concatenate(([True], column[1:] != column[:-1])))
+            runs = np.diff(np.append(starts, len(column)))
+            best = int(np.argmax(runs))
+            prob = float(runs[best]) / len(column)
+            if joint * prob < min_prob:
+                break
+            token = int(column[starts[best]])
+            tokens.append(token)
+            probs.append(prob)
+            support.append(len(column))
+            joint *= prob
+            lo, hi = self._refine(lo, hi, offset, token)
+            offset += 1
+        return Continuation(tokens, probs, support, length)

@@ -1,0 +1,252 @@
+"""The ``suffix`` proposer: prompt lookup and the model's own past answers, whichever pays.
+
+Prompt lookup (:class:`~tokenops.engine.proposers.NgramProposer`) finds little to copy in most chat
+turns: the answer is new text. But a small instruct model writes the same phrases across answers
+("Sure! Here", "I hope this helps", list and code scaffolding), so a corpus of its own answers to
+other prompts (``scripts/build_spec_corpus.py``) predicts many of its next tokens. Each step this
+proposer has two candidates: the prompt-lookup match (matches of 1-8 tokens), and the most frequent
+continuation of the sequence's longest suffix found in the corpus, walked in a suffix array
+(:class:`~tokenops.engine.suffix_index.SuffixIndex`; SuffixDecoding, Oliaro et al. 2024, walks a
+suffix tree over past outputs the same way).
+
+Which candidate, and how much of it, follows from what verifying costs. On the quantized default
+model a verify row costs about a fifth of a decode step (``tests/benchmarks/speculative.py
+--verify-cost``), so a proposed token must be likely to be accepted to pay: verifying j tokens costs
+``1 + row_cost * j`` steps and yields ``1 + p1 + p1 p2 + ...`` tokens on average, ``p`` each token's
+chance of acceptance once those before it are accepted. Those chances come from acceptance tables
+(:class:`AcceptanceTables`) measured on the corpus' own prompts: by match length and position for
+prompt lookup, by the token's share of the corpus occurrences and the matched context length for
+the corpus. The proposer keeps the candidate and cut with the best expected tokens per cost, and
+proposes nothing when no cut beats a plain decode step.
+
+Deterministic (no ``probs``): for sampled requests the target accepts a token with its own
+probability, as for prompt lookup. Stateless per sequence; the index is read-only and shared by the
+engines of a process.
+
+The corpus is two files: ``NAME.u16`` (uint16 token ids, each answer ended by a stop token) and
+``NAME.json`` (``vocab_size`` and ``tokenizer_sha256``, a digest of the tokenizer's vocabulary,
+checked against the target's so a corpus of another tokenizer is refused instead of proposing
+nonsense, and the ``acceptance`` tables). The default model's corpus ships in
+``tokenops/demo_models/smollm2-answers``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tokenops.engine.proposers import NgramProposer
+from tokenops.engine.protocols import Proposal
+from tokenops.engine.suffix_index import Continuation, SuffixIndex
+
+if TYPE_CHECKING:
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.sequence import Sequence
+    from tokenops.engine.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+#: The default model's corpus (its greedy answers to 2,000 ShareGPT prompts outside the benchmarks' split).
+DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "demo_models" / "smollm2-answers" / "answers.u16"
+
+
+def tokenizer_digest(tokenizer: Tokenizer, vocab_size: int) -> str:
+    """sha256 of the token strings of ids 0..vocab_size-1: equal for the same vocabulary."""
+    digest = hashlib.sha256()
+    for token_id in range(vocab_size):
+        digest.update((tokenizer.id_to_token(token_id) or "").encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()
+
+
+def corpus_meta_path(corpus: Path) -> Path:
+    return corpus.with_suffix(".json")
+
+
+def corpus_meta(tokenizer: Tokenizer) -> dict[str, object]:
+    """What a corpus file's JSON records about the tokenizer it was built with."""
+    return {"vocab_size": tokenizer.vocab_size, "tokenizer_sha256": tokenizer_digest(tokenizer, tokenizer.vocab_size)}
+
+
+def load_corpus_meta(corpus: Path, tokenizer: Tokenizer) -> dict[str, object]:
+    """The corpus' JSON, after checking it was built with ``tokenizer`` (ValueError if not)."""
+    meta_path = corpus_meta_path(corpus)
+    if not corpus.is_file() or not meta_path.is_file():
+        raise ValueError(f"speculative corpus {corpus} needs the token file and {meta_path.name} beside it")
+    meta = json.loads(meta_path.read_text())
+    expected = corpus_meta(tokenizer)
+    if any(meta.get(key) != value for key, value in expected.items()):
+        raise ValueError(
+            f"speculative corpus {corpus} was built with another tokenizer (vocab {meta.get('vocab_size')}, "
+            f"the model's {tokenizer.vocab_size}): rebuild it with scripts/build_spec_corpus.py"
+        )
+    return meta
+
+
+#: Buckets of the acceptance tables: a prompt-lookup match of 1..OWN_MAX_MATCH tokens (longer ones
+#: count as the longest), the first OWN_POSITIONS proposed tokens (later ones as the last); a corpus
+#: token's smoothed share in tenths, its walk's matched context as <2, 2-3, 4-7 and >= 8 tokens.
+OWN_MAX_MATCH = 6
+OWN_POSITIONS = 8
+SHARE_BUCKETS = 10
+MATCH_BUCKETS = (2, 4, 8)
+
+
+def match_bucket(match_len: int) -> int:
+    return sum(match_len >= edge for edge in MATCH_BUCKETS)
+
+
+def share_bucket(share: float) -> int:
+    return min(int(share * SHARE_BUCKETS), SHARE_BUCKETS - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceTables:
+    """How often the target accepted a proposed token, given that it accepted the ones before it:
+    ``own[n - 1][j]`` for the j-th token of a prompt-lookup match of n tokens, ``corpus[b][m]`` for a
+    corpus token of share bucket b after a context match of bucket m. Measured on the corpus' own
+    prompts, cross-fitted (:mod:`tokenops.engine.suffix_calibration`), stored in the corpus' JSON."""
+
+    own: list[list[float]]
+    corpus: list[list[float]]
+
+    def own_probs(self, match_len: int, num_tokens: int) -> list[float]:
+        row = self.own[min(match_len, len(self.own)) - 1]
+        return [row[min(j, len(row) - 1)] for j in range(num_tokens)]
+
+    def corpus_probs(self, walk: Continuation) -> list[float]:
+        m = match_bucket(walk.match_len)
+        return [self.corpus[share_bucket(p)][m] for p in walk.smoothed(1.0)]
+
+    def to_json(self) -> dict[str, list[list[float]]]:
+        return {"own": self.own, "corpus": self.corpus}
+
+    @classmethod
+    def from_json(cls, data: dict[str, list[list[float]]]) -> AcceptanceTables:
+        own, corpus = data["own"], data["corpus"]
+        if len(own) != OWN_MAX_MATCH or any(len(r) != OWN_POSITIONS for r in own):
+            raise ValueError(f"acceptance table 'own' must be {OWN_MAX_MATCH} x {OWN_POSITIONS}")
+        if len(corpus) != SHARE_BUCKETS or any(len(r) != len(MATCH_BUCKETS) + 1 for r in corpus):
+            raise ValueError(f"acceptance table 'corpus' must be {SHARE_BUCKETS} x {len(MATCH_BUCKETS) + 1}")
+        return cls(own, corpus)
+
+
+#: A verify row's cost in decode steps on the quantized default model: 0.20 measured at one thread
+#: (``speculative.py --verify-cost``); 0.25 predicted the best cuts in the replay (a row also costs
+#: the rejection and KV bookkeeping the measurement leaves out).
+DEFAULT_ROW_COST = 0.25
+
+
+def best_cut(probs: list[float], row_cost: float) -> tuple[int, float]:
+    """How many of a proposal's tokens to verify, and the expected tokens per decode-step cost that
+    gives: token j is accepted with ``probs[j]`` once those before it are; verifying j tokens costs
+    ``1 + row_cost * j`` steps and yields ``1 + p1 + p1 p2 + ...`` tokens on average."""
+    best_len, best_ratio, joint, expected = 0, 1.0, 1.0, 1.0
+    for length, prob in enumerate(probs, 1):
+        joint *= prob
+        expected += joint
+        ratio = expected / (1.0 + row_cost * length)
+        if ratio > best_ratio:
+            best_len, best_ratio = length, ratio
+    return best_len, best_ratio
+
+
+class SuffixProposer:
+    """Prompt lookup and the corpus' most frequent continuation, whichever the acceptance tables
+    expect to pay more, cut where it pays most (module doc). Without a corpus: prompt lookup as the
+    ``ngram`` proposer does it."""
+
+    vocab_size: int | None = None  # proposes ids of the sequence or the corpus (checked at load)
+
+    def __init__(
+        self,
+        index: SuffixIndex | None,
+        tables: AcceptanceTables | None,
+        min_ngram: int = 1,
+        max_ngram: int = 8,
+        row_cost: float = DEFAULT_ROW_COST,
+        max_match: int = 16,
+    ) -> None:
+        if (index is None) != (tables is None):
+            raise ValueError("a corpus index needs its acceptance tables (and tables a corpus)")
+        self.lookup = NgramProposer(min_ngram, max_ngram)
+        self.index = index
+        self.tables = tables
+        self.row_cost = row_cost
+        self.max_match = max_match
+        #: proposals per source (the engine's stats say how many were accepted)
+        self.num_from_prompt = 0
+        self.num_from_corpus = 0
+
+    def find(self, tokens: list[int], num_tokens: int) -> list[int]:
+        own, match_len = self.lookup.lookup(tokens, num_tokens)
+        if self.index is None or self.tables is None:
+            self.num_from_prompt += bool(own)
+            return own
+        best, best_ratio, from_corpus = [], 1.0, False
+        if own:
+            cut, ratio = best_cut(self.tables.own_probs(match_len, len(own)), self.row_cost)
+            best, best_ratio = own[:cut], ratio
+        walk = self.index.continuation(tokens, num_tokens, max_match=self.max_match, min_count=1)
+        if walk.tokens:
+            cut, ratio = best_cut(self.tables.corpus_probs(walk), self.row_cost)
+            if ratio > best_ratio:
+                best, from_corpus = walk.tokens[:cut], True
+        if best:
+            self.num_from_corpus += from_corpus
+            self.num_from_prompt += not from_corpus
+        return best
+
+    def propose(self, seqs: list[Sequence], num_tokens: list[int]) -> list[Proposal]:
+        return [Proposal(self.find(seq.token_ids, k)) for seq, k in zip(seqs, num_tokens)]
+
+    def on_verified(self, seq: Sequence, num_proposed: int, num_accepted: int) -> None:
+        pass
+
+    def release(self, seq: Sequence) -> None:
+        pass
+
+    def retain(self, seq_ids: set[int]) -> None:
+        pass
+
+
+_INDEXES: dict[tuple[str, int], SuffixIndex] = {}  # built once per corpus file: engines share them
+
+
+def _index(corpus: Path) -> SuffixIndex:
+    stat = corpus.stat()
+    key = (str(corpus.resolve()), stat.st_mtime_ns)
+    if key not in _INDEXES:
+        meta = json.loads(corpus_meta_path(corpus).read_text())
+        _INDEXES[key] = SuffixIndex(np.fromfile(corpus, dtype=np.uint16), int(meta["vocab_size"]))
+    return _INDEXES[key]
+
+
+def build_suffix_proposer(
+    config: EngineConfig, corpus: str | None = None, min_ngram: int | None = None, max_ngram: int | None = None
+) -> SuffixProposer:
+    """The proposer for ``config``'s model. ``corpus``: a corpus file (refused with a ValueError when
+    it is missing, has no acceptance tables or was built with another tokenizer), ``"none"`` for
+    prompt lookup alone, or None for the shipped corpus of the default model when the model has its
+    tokenizer (else prompt lookup alone, logged). The lookup's match sizes default to 1..8 (the
+    tables cut what a short match proposes)."""
+    from tokenops.engine.loader import load_tokenizer, resolve_model_dir
+
+    sizes = (min_ngram or 1, max_ngram or 8)
+    if corpus == "none":
+        return SuffixProposer(None, None, *sizes)
+    path = Path(corpus).expanduser() if corpus else DEFAULT_CORPUS
+    try:
+        meta = load_corpus_meta(path, load_tokenizer(resolve_model_dir(config.model, config.allow_download)))
+        tables = AcceptanceTables.from_json(meta["acceptance"])  # type: ignore[arg-type]
+    except (ValueError, KeyError) as e:
+        if corpus:
+            raise ValueError(f"speculative corpus {path}: {e}") from None
+        log.warning("speculative = 'suffix': %s; proposing from prompt lookup alone", e)
+        return SuffixProposer(None, None, *sizes)
+    return SuffixProposer(_index(path), tables, *sizes)
