@@ -273,7 +273,8 @@ def test_plugin_settings_enable_speculation():
         assert (config.speculative, config.num_speculative_tokens) == ("ngram", 3)
         registered = {}
         plugin.tokenops_register_proposers(register=registered.__setitem__)
-        assert list(registered) == ["ngram"] and registered["ngram"](config).max_ngram == 2
+        assert list(registered) == ["ngram", "suffix"] and registered["ngram"](config).max_ngram == 2
+        assert registered["ngram"](config).min_ngram == 2  # ngram's own default below the max set
         explicit = EngineConfig(speculative="draft", draft_model="d")
         plugin.tokenops_engine_config(explicit)  # an explicit engine setting wins
         assert explicit.speculative == "draft"

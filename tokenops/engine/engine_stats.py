@@ -74,7 +74,7 @@ def engine_stats(engine: LLMEngine) -> dict[str, Any]:
         "total_generation_tokens": engine.total_generation_tokens,
         "num_steps": engine.num_steps,
         "expert_load": expert_load() if callable(expert_load) else None,
-        **({"spec_decode": engine.spec_decoder.stats.as_dict()} if engine.spec_decoder is not None else {}),
+        **({"spec_decode": _spec_decode_stats(engine.spec_decoder)} if engine.spec_decoder is not None else {}),
         **(
             {"fused_decode_steps": engine.runner.num_fused_steps, "panel_dtype": engine.runner.fused_decode.panel_dtype}
             if getattr(engine.runner, "fused_decode", None) is not None
@@ -123,3 +123,13 @@ def apply_engine_tunables(engine: LLMEngine, values: dict[str, Any]) -> dict[str
     for name, value in applied.items():
         setattr(engine.config, name.removeprefix("engine."), value)
     return applied
+
+
+def _spec_decode_stats(decoder: Any) -> dict[str, Any]:
+    """The speculative counters, with the proposer's own under ``proposer`` when it keeps some
+    (an optional ``stats()`` method, e.g. the suffix proposer's proposals per source)."""
+    stats = decoder.stats.as_dict()
+    proposer_stats = getattr(decoder.proposer, "stats", None)
+    if callable(proposer_stats):
+        stats["proposer"] = proposer_stats()
+    return stats

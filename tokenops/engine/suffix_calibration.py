@@ -7,7 +7,9 @@ tokens without running the model. Cross-fitted: the answers are split into ``fol
 each group is replayed against an index of the other answers, so a walk never finds the answer it
 is predicting (as on a new prompt). Each table cell is ``(accepted + 1) / (reached + 4)``: a token
 is "reached" when every token before it in its proposal was accepted; the prior keeps rare cells
-near a fifth, where they would not be proposed.
+near a quarter, where they would not be proposed. Along the share axis the corpus table is made
+non-decreasing (weighted isotonic regression), since a token most occurrences agree on is never
+less likely to be accepted than one fewer agree on; sparse cells then follow their neighbours.
 """
 
 from __future__ import annotations
@@ -82,8 +84,26 @@ def calibrate(
                 cells = [corpus[share_bucket(share), column] for share in walk.smoothed(1.0)]
                 _add(cells, _accepted(walk.tokens, answer, at))
 
-    def table(counts: np.ndarray) -> list[list[float]]:
-        rates = (counts[..., 1] + PRIOR_ACCEPTED) / (counts[..., 0] + PRIOR_REACHED)
-        return [[round(float(x), 4) for x in row] for row in rates]
+    own_rates = (own[..., 1] + PRIOR_ACCEPTED) / (own[..., 0] + PRIOR_REACHED)
+    corpus_rates = (corpus[..., 1] + PRIOR_ACCEPTED) / (corpus[..., 0] + PRIOR_REACHED)
+    for column in range(corpus_rates.shape[1]):  # a larger share is never less likely to be accepted
+        corpus_rates[:, column] = monotone(corpus_rates[:, column], corpus[:, column, 0] + PRIOR_REACHED)
+    return AcceptanceTables(_rounded(own_rates), _rounded(corpus_rates))
 
-    return AcceptanceTables(table(own), table(corpus))
+
+def _rounded(rates: np.ndarray) -> list[list[float]]:
+    return [[round(float(x), 4) for x in row] for row in rates]
+
+
+def monotone(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence nearest to ``values`` in weighted least squares (pool adjacent
+    violators): a share bucket with few samples takes its neighbours' rate instead of its noise."""
+    blocks: list[list[float]] = []  # [weighted mean, weight, length]
+    for value, weight in zip(values.tolist(), weights.tolist()):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            last = blocks.pop()
+            prev = blocks[-1]
+            total = prev[1] + last[1]
+            blocks[-1] = [(prev[0] * prev[1] + last[0] * last[1]) / total, total, prev[2] + last[2]]
+    return np.array([mean for mean, _, length in blocks for _ in range(int(length))])

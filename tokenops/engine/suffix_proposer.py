@@ -20,8 +20,9 @@ the corpus. The proposer keeps the candidate and cut with the best expected toke
 proposes nothing when no cut beats a plain decode step.
 
 Deterministic (no ``probs``): for sampled requests the target accepts a token with its own
-probability, as for prompt lookup. Stateless per sequence; the index is read-only and shared by the
-engines of a process.
+probability, as for prompt lookup. It remembers only which source each proposal under verification
+came from, for its ``stats()`` (proposals and accepted tokens per source, in the engine's
+``spec_decode.proposer``); the index is read-only and shared by the engines of a process.
 
 The corpus is two files: ``NAME.u16`` (uint16 token ids, each answer ended by a stop token) and
 ``NAME.json`` (``vocab_size`` and ``tokenizer_sha256``, a digest of the tokenizer's vocabulary,
@@ -140,6 +141,7 @@ class AcceptanceTables:
 #: (``speculative.py --verify-cost``); 0.25 predicted the best cuts in the replay (a row also costs
 #: the rejection and KV bookkeeping the measurement leaves out).
 DEFAULT_ROW_COST = 0.25
+SOURCES = ("prompt", "corpus")
 
 
 def best_cut(probs: list[float], row_cost: float) -> tuple[int, float]:
@@ -179,40 +181,52 @@ class SuffixProposer:
         self.tables = tables
         self.row_cost = row_cost
         self.max_match = max_match
-        #: proposals per source (the engine's stats say how many were accepted)
-        self.num_from_prompt = 0
-        self.num_from_corpus = 0
+        #: per source ("prompt", "corpus"): proposals, proposed tokens, accepted tokens
+        self.counts = {source: [0, 0, 0] for source in SOURCES}
+        self._source: dict[int, str] = {}  # seq_id -> the source of its proposal under verification
 
-    def find(self, tokens: list[int], num_tokens: int) -> list[int]:
+    def find(self, tokens: list[int], num_tokens: int) -> tuple[list[int], str]:
+        """The proposal for a sequence of ``tokens`` and its source (``prompt`` or ``corpus``)."""
         own, match_len = self.lookup.lookup(tokens, num_tokens)
         if self.index is None or self.tables is None:
-            self.num_from_prompt += bool(own)
-            return own
-        best, best_ratio, from_corpus = [], 1.0, False
+            return own, "prompt"
+        best, best_ratio, source = [], 1.0, "prompt"
         if own:
-            cut, ratio = best_cut(self.tables.own_probs(match_len, len(own)), self.row_cost)
-            best, best_ratio = own[:cut], ratio
+            cut, best_ratio = best_cut(self.tables.own_probs(match_len, len(own)), self.row_cost)
+            best = own[:cut]
         walk = self.index.continuation(tokens, num_tokens, max_match=self.max_match, min_count=1)
         if walk.tokens:
             cut, ratio = best_cut(self.tables.corpus_probs(walk), self.row_cost)
             if ratio > best_ratio:
-                best, from_corpus = walk.tokens[:cut], True
-        if best:
-            self.num_from_corpus += from_corpus
-            self.num_from_prompt += not from_corpus
-        return best
+                best, source = walk.tokens[:cut], "corpus"
+        return best, source
 
     def propose(self, seqs: list[Sequence], num_tokens: list[int]) -> list[Proposal]:
-        return [Proposal(self.find(seq.token_ids, k)) for seq, k in zip(seqs, num_tokens)]
+        proposals = []
+        for seq, k in zip(seqs, num_tokens):
+            tokens, source = self.find(seq.token_ids, k)
+            if tokens:
+                self._source[seq.seq_id] = source
+                self.counts[source][0] += 1
+                self.counts[source][1] += len(tokens)
+            proposals.append(Proposal(tokens))
+        return proposals
 
     def on_verified(self, seq: Sequence, num_proposed: int, num_accepted: int) -> None:
-        pass
+        source = self._source.pop(seq.seq_id, None)
+        if source is not None:
+            self.counts[source][2] += num_accepted
 
     def release(self, seq: Sequence) -> None:
-        pass
+        self._source.pop(seq.seq_id, None)
 
     def retain(self, seq_ids: set[int]) -> None:
-        pass
+        self._source = {i: s for i, s in self._source.items() if i in seq_ids}
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per source: ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``."""
+        names = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+        return {source: dict(zip(names, counts)) for source, counts in self.counts.items()}
 
 
 _INDEXES: dict[tuple[str, int], SuffixIndex] = {}  # built once per corpus file: engines share them

@@ -13,8 +13,8 @@ or in ``tokenops.toml``::
     [plugins.speculative]
     method = "ngram"        # ngram | suffix | draft | a name a plugin registers (tokenops_register_proposers)
     num_tokens = 4          # most proposed tokens per step (adaptive k stays in [1, this])
-    min_ngram = 2           # 1 also proposes after a lone matching token (rarely accepted)
-    max_ngram = 4
+    min_ngram = 2           # ngram: 2 (1 also proposes after a lone matching token, rarely accepted); suffix: 1
+    max_ngram = 4           # ngram: 4; suffix: 8 (its acceptance tables cut what a short match proposes)
     corpus = "path/to/answers.u16"  # method = "suffix" only: unset = the default model's shipped corpus, "none" = none
     draft_model = "path/to/draft"   # method = "draft" only
     draft_min_confidence = 0.0      # draft only: stop a proposal at a token the draft gives < this probability
@@ -57,15 +57,16 @@ TOKENOPS_SETTINGS = {
 }
 METHODS = ("ngram", "suffix", "draft")
 
-#: min_ngram 2 (the engine's bare proposer keeps 1): a verify row costs a quarter to a half of a decode
+#: ngram's min_ngram 2 (the engine's bare proposer keeps 1): a verify row costs a quarter to a half of a decode
 #: step on the quantized default model, and tokens that followed a lone matching token were accepted
 #: 16-29% of the time there, too rarely to pay for it (tests/benchmarks/speculative_replay.py;
 #: docs/engine-optimizations.md, "On the real default model").
+NGRAM_SIZES = (2, 4)
 _conf: dict[str, Any] = {
     "method": None,
     "num_tokens": 4,
-    "min_ngram": 2,
-    "max_ngram": 4,
+    "min_ngram": None,  # None: the method's default (NGRAM_SIZES, or the suffix proposer's own)
+    "max_ngram": None,
     "corpus": None,
     "draft_model": None,
     "draft_min_confidence": 0.0,
@@ -115,7 +116,8 @@ def tokenops_configure(settings):
         value = conf.get(key, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"[plugins.speculative] {key} must be an integer >= 1, not {value!r}")
-    if conf.get("min_ngram", _conf["min_ngram"]) > conf.get("max_ngram", _conf["max_ngram"]):
+    low, high = conf.get("min_ngram", _conf["min_ngram"]), conf.get("max_ngram", _conf["max_ngram"])
+    if low is not None and high is not None and low > high:
         raise ValueError("[plugins.speculative] min_ngram must be <= max_ngram")
     if method == "draft" and not (conf.get("draft_model") or _conf["draft_model"]):
         raise ValueError("[plugins.speculative] method = 'draft' needs draft_model (a local model folder)")
@@ -168,10 +170,18 @@ def tokenops_tunable_values(config):
 
 @hookimpl
 def tokenops_register_proposers(register):
-    register("ngram", lambda config: NgramProposer(int(_conf["min_ngram"]), int(_conf["max_ngram"])))
+    register("ngram", lambda config: NgramProposer(*ngram_sizes()))
     register(
         "suffix",
-        lambda config: build_suffix_proposer(
-            config, _conf["corpus"], int(_conf["min_ngram"]), int(_conf["max_ngram"])
-        ),
+        lambda config: build_suffix_proposer(config, _conf["corpus"], _conf["min_ngram"], _conf["max_ngram"]),
     )
+
+
+def ngram_sizes() -> tuple[int, int]:
+    """The ``ngram`` proposer's match sizes: the settings, else :data:`NGRAM_SIZES`."""
+    low, high = _conf["min_ngram"], _conf["max_ngram"]
+    if low is None:
+        low = NGRAM_SIZES[0] if high is None else min(NGRAM_SIZES[0], high)
+    if high is None:
+        high = max(NGRAM_SIZES[1], low)
+    return int(low), int(high)

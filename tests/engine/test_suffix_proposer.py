@@ -1,0 +1,168 @@
+"""The ``suffix`` proposer: the suffix array, the corpus walk, the acceptance-table cut, corpus checks,
+calibration, and greedy exactness in the engine (tiny checkpoints; the real model is in
+``test_suffix_proposer_serve.py``)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from tokenops.engine.config import EngineConfig
+from tokenops.engine.engine import LLMEngine
+from tokenops.engine.policies import BUILTIN_PROPOSERS, EnginePolicies
+from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.suffix_calibration import calibrate, split_answers
+from tokenops.engine.suffix_index import SuffixIndex, suffix_array
+from tokenops.engine.suffix_proposer import (
+    MATCH_BUCKETS,
+    OWN_MAX_MATCH,
+    OWN_POSITIONS,
+    SHARE_BUCKETS,
+    AcceptanceTables,
+    SuffixProposer,
+    best_cut,
+    build_suffix_proposer,
+    corpus_meta,
+    corpus_meta_path,
+)
+
+
+def flat_tables(own: float, corpus: float) -> AcceptanceTables:
+    return AcceptanceTables(
+        [[own] * OWN_POSITIONS for _ in range(OWN_MAX_MATCH)],
+        [[corpus] * (len(MATCH_BUCKETS) + 1) for _ in range(SHARE_BUCKETS)],
+    )
+
+
+def test_suffix_array_orders_every_suffix():
+    rng = random.Random(0)
+    for _ in range(200):
+        tokens = [rng.randrange(rng.randint(1, 4)) for _ in range(rng.randint(1, 50))]
+        expected = sorted(range(len(tokens)), key=lambda i: tokens[i:])  # shorter first on a shared prefix
+        assert suffix_array(np.array(tokens)).tolist() == expected
+
+
+def test_continuation_walks_the_most_frequent_follower():
+    # "1 2" is followed by 3 three times and by 4 once; "1 2 3" always by 5, then 6 twice, 7 once
+    corpus = [1, 2, 3, 5, 6, 0, 1, 2, 3, 5, 6, 0, 1, 2, 3, 5, 7, 0, 1, 2, 4, 0]
+    index = SuffixIndex(np.array(corpus), vocab_size=10)
+    walk = index.continuation([9, 1, 2], 4, min_count=1)
+    assert walk.match_len == 2  # "9 1 2" is not in the corpus, "1 2" is
+    assert walk.tokens[:3] == [3, 5, 6]
+    assert walk.probs[:3] == pytest.approx([3 / 4, 1.0, 2 / 3]) and walk.support[:3] == [4, 3, 3]
+    assert walk.smoothed(1.0)[0] == pytest.approx(3 / 4 * 4 / 5)
+    assert index.continuation([9, 1, 2], 4, min_count=4).tokens == [3]  # the next step has 3 occurrences
+    assert index.continuation([8, 8], 4).tokens == []  # no suffix occurs
+    with pytest.raises(ValueError, match="token ids"):
+        SuffixIndex(np.array([1, 12]), vocab_size=10)
+
+
+def test_best_cut_stops_where_expected_tokens_per_cost_peak():
+    assert best_cut([0.9, 0.9, 0.1], 0.2) == (2, pytest.approx((1 + 0.9 + 0.81) / 1.4))
+    assert best_cut([0.1, 0.9], 0.2)[0] == 0  # a first token rarely accepted: plain decoding is cheaper
+    assert best_cut([], 0.2) == (0, 1.0)
+
+
+def test_proposer_takes_the_candidate_expected_to_pay_more():
+    corpus = np.array([7, 8, 9, 10, 11, 0] * 5)
+    index = SuffixIndex(corpus, vocab_size=20)
+    sure_corpus = SuffixProposer(index, flat_tables(own=0.3, corpus=0.9))
+    # no prompt-lookup match: the corpus continues "7 8" with 9 10 11 0
+    assert sure_corpus.find([3, 4, 7, 8], 4) == ([9, 10, 11, 0], "corpus")
+    # the sequence repeats itself ("7 8" then 12): prompt lookup proposes 12..., trusted more here
+    sure_own = SuffixProposer(index, flat_tables(own=0.9, corpus=0.3))
+    assert sure_own.find([7, 8, 12, 13, 7, 8], 2) == ([12, 13], "prompt")
+    assert sure_corpus.find([7, 8, 12, 13, 7, 8], 2) == ([9, 10], "corpus")
+    unsure = SuffixProposer(index, flat_tables(own=0.1, corpus=0.1))
+    assert unsure.find([7, 8, 12, 13, 7, 8], 4) == ([], "prompt")
+    lookup_only = SuffixProposer(None, None)
+    assert lookup_only.find([7, 8, 12, 13, 7, 8], 2) == ([12, 13], "prompt")
+    with pytest.raises(ValueError, match="acceptance tables"):
+        SuffixProposer(index, None)
+
+
+def test_acceptance_tables_round_trip_and_refuse_a_wrong_shape():
+    tables = flat_tables(0.5, 0.25)
+    assert AcceptanceTables.from_json(json.loads(json.dumps(tables.to_json()))) == tables
+    with pytest.raises(ValueError, match="'own'"):
+        AcceptanceTables.from_json({"own": [[0.5]], "corpus": tables.corpus})
+
+
+def test_calibration_learns_that_repeated_phrases_are_accepted():
+    rng = random.Random(1)
+    phrase = [30, 31, 32, 33, 34, 35]
+    answers = []
+    for _ in range(24):  # every answer: random tokens, then the phrase, then random tokens, then the stop id
+        answers.append(
+            [rng.randrange(40, 90) for _ in range(5)] + phrase + [rng.randrange(40, 90) for _ in range(5)] + [2]
+        )
+    flat = np.array([t for a in answers for t in a])
+    assert split_answers(flat, [0, 2]) == answers
+    tables = calibrate([[1, 1] for _ in answers], answers, vocab_size=100, folds=4)
+    # the phrase's tokens follow a 2+-token match with every occurrence agreeing: near-certain
+    assert tables.corpus[SHARE_BUCKETS - 1][1] > 0.8
+    # a random token after a 1-token match of a random token: rarely right
+    assert tables.corpus[5][0] < 0.5
+
+
+def _toy_corpus(tmp_path, model_dir, answers: list[list[int]]):
+    from tokenops.engine.loader import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    corpus = tmp_path / "answers.u16"
+    np.asarray([t for a in answers for t in a], dtype=np.uint16).tofile(corpus)
+    tables = calibrate([[1] for _ in answers], answers, tokenizer.vocab_size, folds=4)
+    meta = {**corpus_meta(tokenizer), "acceptance": tables.to_json()}
+    corpus_meta_path(corpus).write_text(json.dumps(meta))
+    return corpus, meta
+
+
+def test_a_corpus_of_another_tokenizer_or_without_tables_is_refused(tmp_path, tiny_llama_dir):
+    corpus, meta = _toy_corpus(tmp_path, tiny_llama_dir, [[5, 6, 7, 2]] * 4)
+    config = EngineConfig(model=str(tiny_llama_dir), device="cpu")
+    assert build_suffix_proposer(config, str(corpus)).index is not None
+    corpus_meta_path(corpus).write_text(json.dumps({**meta, "tokenizer_sha256": "0" * 64}))
+    with pytest.raises(ValueError, match="another tokenizer"):
+        build_suffix_proposer(config, str(corpus))
+    corpus_meta_path(corpus).write_text(json.dumps({k: v for k, v in meta.items() if k != "acceptance"}))
+    with pytest.raises(ValueError, match="acceptance"):
+        build_suffix_proposer(config, str(corpus))
+    with pytest.raises(ValueError, match="needs the token file"):
+        build_suffix_proposer(config, str(tmp_path / "missing.u16"))
+    assert build_suffix_proposer(config, "none").index is None
+
+
+def test_the_default_corpus_is_skipped_for_another_tokenizer(tiny_llama_dir, caplog):
+    proposer = build_suffix_proposer(EngineConfig(model=str(tiny_llama_dir), device="cpu"))
+    assert proposer.index is None  # the shipped corpus is SmolLM2's
+    assert "prompt lookup alone" in caplog.text
+
+
+def test_suffix_speculation_keeps_the_greedy_output(tmp_path, tiny_llama_dir):
+    base = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", block_size=4, kv_cache_tokens=512))
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 5, 6], [20, 21, 22, 23, 24]]
+    expected = [o.outputs[0].token_ids for o in base.generate(prompts, params)]
+    # the corpus: the model's own answers to half the prompts, 3 copies (every fold of the calibration sees one)
+    answers = [list(t) + [2] for t in expected[:2]] * 3
+    corpus, _ = _toy_corpus(tmp_path, tiny_llama_dir, answers)
+    policies = EnginePolicies(
+        proposers={**BUILTIN_PROPOSERS, "suffix": lambda c: build_suffix_proposer(c, str(corpus))}
+    )
+    config = EngineConfig(
+        model=str(tiny_llama_dir),
+        device="cpu",
+        block_size=4,
+        kv_cache_tokens=512,
+        speculative="suffix",
+        num_speculative_tokens=4,
+    )
+    spec = LLMEngine(config, policies=policies)
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, params)] == expected
+    stats = spec.stats()["spec_decode"]
+    corpus_stats = stats["proposer"]["corpus"]
+    assert corpus_stats["num_drafts"] > 0 and corpus_stats["num_accepted_tokens"] > 0, stats
+    assert stats["num_accepted_tokens"] >= corpus_stats["num_accepted_tokens"]
