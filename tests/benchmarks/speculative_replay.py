@@ -11,7 +11,9 @@ speed-up of each setting without running it, and prints:
 - the predicted decode speed-up for ``min_ngram`` x ``num_speculative_tokens`` (the engine's
   adaptive k: EWMA of accepted tokens, alpha 0.5, ``ceil(ewma) + 1``);
 - the best any per-match-length choice of k could do with those acceptance tables known in advance
-  (a ceiling for prompt lookup on the workload).
+  (a ceiling for prompt lookup on the workload);
+- the ``suffix`` proposer's predicted speed-up (prompt lookup and the shipped corpus of the model's
+  own answers, :mod:`tokenops.engine.suffix_proposer`), under the engine's adaptive k.
 
 Run::
 
@@ -83,6 +85,30 @@ def replay(samples: list[Sample], cost: list[float], min_n: int, max_n: int, max
     return plain / spec
 
 
+def replay_proposer(samples: list[Sample], cost: list[float], propose, max_k: int) -> float:
+    """Predicted decode speed-up of ``propose(tokens, k) -> proposal`` under the engine's adaptive k."""
+    plain = spec = 0.0
+    for prompt, out in samples:
+        plain += len(out) - 1
+        seq, done, ewma = list(prompt) + out[:1], 1, None
+        while done < len(out):
+            k = max_k if ewma is None else min(max_k, max(1, math.ceil(ewma - 1e-9) + 1))
+            k = min(k, len(out) - done - 1)
+            proposal = propose(seq, k) if k > 0 else []
+            if not proposal:
+                spec += cost[0]
+                seq.append(out[done])
+                done += 1
+                continue
+            a = _accepted(proposal, out, done)
+            spec += cost[len(proposal)]
+            emit = min(a + 1, len(out) - done)
+            seq += out[done:done + emit]
+            done += emit
+            ewma = 0.5 * (float(max_k) if ewma is None else ewma) + 0.5 * a
+    return plain / spec
+
+
 def acceptance_by_match_length(samples: list[Sample], min_n: int, max_n: int, k: int) -> dict[int, list[float]]:
     """Per match length n: the fraction of proposals whose first 1..k tokens were all accepted."""
     counts: dict[int, int] = {}
@@ -106,7 +132,6 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     import torch
-
     from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
     from tokenops.engine.loader import load_tokenizer
     from tokenops.engine.sampling import SamplingParams
@@ -117,6 +142,13 @@ def main() -> None:
         sys.exit(f"the default model's package is not installed ({SMOLLM2_INSTALL})")
     cost = bench.verify_cost(model, args.threads, max_rows=13)
     tok, convs = load_tokenizer(model), bench.heldout_messages(400)
+    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.suffix_proposer import build_suffix_proposer
+
+    suffix = build_suffix_proposer(EngineConfig(model=str(model)))
+    if suffix.index is None:
+        print("# suffix proposer: no corpus for this model (skipped)")
+        suffix = None
     engine = bench.make_engine(model, 8, args.threads)
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
     for name, make in (("rewrite", bench.rewrite_prompts), ("chat", bench.chat_prompts)):
@@ -132,6 +164,10 @@ def main() -> None:
             print(f"{min_n:>10}" + "".join(f"{replay(samples, cost, min_n, 4, k):>7.2f}x" for k in (4, 6, 8, 12)))
         print(f"# acceptance tables known in advance, k chosen per match length: "
               f"{replay(samples, cost, 1, 6, 12, table):.2f}x (ceiling)")
+        if suffix is not None:
+            print("# suffix proposer (prompt lookup + the shipped corpus, its acceptance tables): "
+                  + "  ".join(f"k={k} {replay_proposer(samples, cost, lambda t, n: suffix.find(t, n)[0], k):.2f}x"
+                              for k in (4, 8)))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from tokenops.engine.sampling import SamplingParams
 from tokenops.engine.suffix_calibration import calibrate, split_answers
 from tokenops.engine.suffix_index import SuffixIndex, suffix_array
 from tokenops.engine.suffix_proposer import (
+    CORPUS_POSITIONS,
     MATCH_BUCKETS,
     OWN_MAX_MATCH,
     OWN_POSITIONS,
@@ -33,7 +34,7 @@ from tokenops.engine.suffix_proposer import (
 def flat_tables(own: float, corpus: float) -> AcceptanceTables:
     return AcceptanceTables(
         [[own] * OWN_POSITIONS for _ in range(OWN_MAX_MATCH)],
-        [[corpus] * (len(MATCH_BUCKETS) + 1) for _ in range(SHARE_BUCKETS)],
+        [[[corpus] * CORPUS_POSITIONS for _ in range(len(MATCH_BUCKETS) + 1)] for _ in range(SHARE_BUCKETS)],
     )
 
 
@@ -103,9 +104,9 @@ def test_calibration_learns_that_repeated_phrases_are_accepted():
     assert split_answers(flat, [0, 2]) == answers
     tables = calibrate([[1, 1] for _ in answers], answers, vocab_size=100, folds=4)
     # the phrase's tokens follow a 2+-token match with every occurrence agreeing: near-certain
-    assert tables.corpus[SHARE_BUCKETS - 1][1] > 0.8
+    assert tables.corpus[SHARE_BUCKETS - 1][1][1] > 0.8
     # a random token after a 1-token match of a random token: rarely right
-    assert tables.corpus[5][0] < 0.5
+    assert tables.corpus[5][0][0] < 0.5
 
 
 def _toy_corpus(tmp_path, model_dir, answers: list[list[int]]):

@@ -15,12 +15,14 @@ less likely to be accepted than one fewer agree on; sparse cells then follow the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from tokenops.engine.proposers import NgramProposer
 from tokenops.engine.suffix_index import SuffixIndex
 from tokenops.engine.suffix_proposer import (
+    CORPUS_POSITIONS,
     MATCH_BUCKETS,
     OWN_MAX_MATCH,
     OWN_POSITIONS,
@@ -65,7 +67,7 @@ def calibrate(
 ) -> AcceptanceTables:
     """The acceptance tables of the first ``max_answers`` answers (module doc)."""
     own = np.zeros((OWN_MAX_MATCH, OWN_POSITIONS, 2), dtype=np.int64)  # [..., reached / accepted]
-    corpus = np.zeros((SHARE_BUCKETS, len(MATCH_BUCKETS) + 1, 2), dtype=np.int64)
+    corpus = np.zeros((SHARE_BUCKETS, len(MATCH_BUCKETS) + 1, CORPUS_POSITIONS, 2), dtype=np.int64)
     lookup = NgramProposer(1, 8)
     replayed = min(max_answers, len(answers))
     for fold in range(folds):
@@ -81,18 +83,23 @@ def calibrate(
                 _add([row[min(j, OWN_POSITIONS - 1)] for j in range(len(tokens))], _accepted(tokens, answer, at))
                 walk = index.continuation(context, num_tokens, min_count=1)
                 column = match_bucket(walk.match_len)
-                cells = [corpus[share_bucket(share), column] for share in walk.smoothed(1.0)]
+                cells = [
+                    corpus[share_bucket(share), column, min(j, CORPUS_POSITIONS - 1)]
+                    for j, share in enumerate(walk.smoothed(1.0))
+                ]
                 _add(cells, _accepted(walk.tokens, answer, at))
 
     own_rates = (own[..., 1] + PRIOR_ACCEPTED) / (own[..., 0] + PRIOR_REACHED)
     corpus_rates = (corpus[..., 1] + PRIOR_ACCEPTED) / (corpus[..., 0] + PRIOR_REACHED)
     for column in range(corpus_rates.shape[1]):  # a larger share is never less likely to be accepted
-        corpus_rates[:, column] = monotone(corpus_rates[:, column], corpus[:, column, 0] + PRIOR_REACHED)
+        for j in range(CORPUS_POSITIONS):
+            weights = corpus[:, column, j, 0] + PRIOR_REACHED
+            corpus_rates[:, column, j] = monotone(corpus_rates[:, column, j], weights)
     return AcceptanceTables(_rounded(own_rates), _rounded(corpus_rates))
 
 
-def _rounded(rates: np.ndarray) -> list[list[float]]:
-    return [[round(float(x), 4) for x in row] for row in rates]
+def _rounded(rates: np.ndarray) -> Any:
+    return np.round(rates, 4).tolist()
 
 
 def monotone(values: np.ndarray, weights: np.ndarray) -> np.ndarray:

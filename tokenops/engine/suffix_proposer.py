@@ -38,7 +38,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -96,6 +96,7 @@ OWN_MAX_MATCH = 6
 OWN_POSITIONS = 8
 SHARE_BUCKETS = 10
 MATCH_BUCKETS = (2, 4, 8)
+CORPUS_POSITIONS = 3  # the walk's first, second, and later tokens
 
 
 def match_bucket(match_len: int) -> int:
@@ -109,12 +110,12 @@ def share_bucket(share: float) -> int:
 @dataclass(frozen=True, slots=True)
 class AcceptanceTables:
     """How often the target accepted a proposed token, given that it accepted the ones before it:
-    ``own[n - 1][j]`` for the j-th token of a prompt-lookup match of n tokens, ``corpus[b][m]`` for a
-    corpus token of share bucket b after a context match of bucket m. Measured on the corpus' own
+    ``own[n - 1][j]`` for the j-th token of a prompt-lookup match of n tokens, ``corpus[b][m][j]`` for
+    the j-th token of a corpus walk, of share bucket b, after a context match of bucket m. Measured on the corpus' own
     prompts, cross-fitted (:mod:`tokenops.engine.suffix_calibration`), stored in the corpus' JSON."""
 
     own: list[list[float]]
-    corpus: list[list[float]]
+    corpus: list[list[list[float]]]
 
     def own_probs(self, match_len: int, num_tokens: int) -> list[float]:
         row = self.own[min(match_len, len(self.own)) - 1]
@@ -122,18 +123,20 @@ class AcceptanceTables:
 
     def corpus_probs(self, walk: Continuation) -> list[float]:
         m = match_bucket(walk.match_len)
-        return [self.corpus[share_bucket(p)][m] for p in walk.smoothed(1.0)]
+        last = CORPUS_POSITIONS - 1
+        return [self.corpus[share_bucket(p)][m][min(j, last)] for j, p in enumerate(walk.smoothed(1.0))]
 
-    def to_json(self) -> dict[str, list[list[float]]]:
+    def to_json(self) -> dict[str, Any]:
         return {"own": self.own, "corpus": self.corpus}
 
     @classmethod
-    def from_json(cls, data: dict[str, list[list[float]]]) -> AcceptanceTables:
+    def from_json(cls, data: dict[str, Any]) -> AcceptanceTables:
         own, corpus = data["own"], data["corpus"]
         if len(own) != OWN_MAX_MATCH or any(len(r) != OWN_POSITIONS for r in own):
             raise ValueError(f"acceptance table 'own' must be {OWN_MAX_MATCH} x {OWN_POSITIONS}")
-        if len(corpus) != SHARE_BUCKETS or any(len(r) != len(MATCH_BUCKETS) + 1 for r in corpus):
-            raise ValueError(f"acceptance table 'corpus' must be {SHARE_BUCKETS} x {len(MATCH_BUCKETS) + 1}")
+        shape = (SHARE_BUCKETS, len(MATCH_BUCKETS) + 1, CORPUS_POSITIONS)
+        if np.shape(corpus) != shape:
+            raise ValueError(f"acceptance table 'corpus' must be {' x '.join(map(str, shape))}")
         return cls(own, corpus)
 
 
