@@ -167,3 +167,35 @@ def test_suffix_speculation_keeps_the_greedy_output(tmp_path, tiny_llama_dir):
     corpus_stats = stats["proposer"]["corpus"]
     assert corpus_stats["num_drafts"] > 0 and corpus_stats["num_accepted_tokens"] > 0, stats
     assert stats["num_accepted_tokens"] >= corpus_stats["num_accepted_tokens"]
+
+
+def test_plugin_settings_pick_the_corpus_and_check_it(tmp_path, tiny_llama_dir):
+    import tokenops_plugins.model_optimization.ngram_proposer as plugin
+
+    class Settings:
+        def __init__(self, conf):
+            self.conf = conf
+
+        def plugin_settings(self, name):
+            return self.conf if name == "speculative" else {}
+
+    corpus, _ = _toy_corpus(tmp_path, tiny_llama_dir, [[5, 6, 7, 2]] * 4)
+    saved = dict(plugin._conf)
+    try:
+        plugin.tokenops_configure(Settings({"method": "suffix", "corpus": str(corpus), "num_tokens": 6}))
+        config = EngineConfig(model=str(tiny_llama_dir), device="cpu")
+        plugin.tokenops_engine_config(config)
+        assert (config.speculative, config.num_speculative_tokens) == ("suffix", 6)
+        registered = {}
+        plugin.tokenops_register_proposers(register=registered.__setitem__)
+        proposer = registered["suffix"](config)
+        assert proposer.index is not None and (proposer.lookup.min_ngram, proposer.lookup.max_ngram) == (1, 8)
+        assert registered["ngram"](config).min_ngram == 2  # each method keeps its own default sizes
+        with pytest.raises(ValueError, match="corpus"):
+            plugin.tokenops_configure(Settings({"method": "suffix", "corpus": 3}))
+        plugin.tokenops_configure(Settings({"method": "suffix", "corpus": str(tmp_path / "none.u16")}))
+        with pytest.raises(ValueError, match="needs the token file"):
+            registered["suffix"](config)
+    finally:
+        plugin._conf.clear()
+        plugin._conf.update(saved)
