@@ -13,7 +13,7 @@ The output is a flat array of uint16 token ids, each answer ending in the stop t
 emitted (``<|im_end|>``, 2) or, when it ran out of ``--max-tokens``, ``<|endoftext|>`` (0), written every ``--save-every`` prompts so a long run can be stopped; beside it
 ``NAME.json`` records the tokenizer it was built with (the proposer refuses a corpus of another)::
 
-    .venv/bin/python scripts/build_spec_corpus.py --prompts 2000 --out tokenops/demo_models/smollm2-answers/answers.u16
+    .venv/bin/python scripts/build_spec_corpus.py --prompts 640 --out tokenops/demo_models/smollm2-answers/answers.u16
 
 and then replays the first ``--calibrate`` answers against the others for the proposer's acceptance
 tables (:mod:`tokenops.engine.suffix_calibration`); ``--calibrate-only`` redoes only that.
@@ -90,7 +90,7 @@ def generate(args, model, tok, prompts: list[list[int]]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--prompts", type=int, default=2000)
+    p.add_argument("--prompts", type=int, default=640)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--threads", type=int, default=2)

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The default model's corpus (its greedy answers to 2,000 ShareGPT prompts outside the benchmarks' split).
+#: The default model's corpus (its greedy answers to 640 ShareGPT prompts outside the benchmarks' split).
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "demo_models" / "smollm2-answers" / "answers.u16"
 
 
