@@ -65,6 +65,7 @@ def test_best_cut_stops_where_expected_tokens_per_cost_peak():
     assert best_cut([0.9, 0.9, 0.1], 0.2) == (2, pytest.approx((1 + 0.9 + 0.81) / 1.4))
     assert best_cut([0.1, 0.9], 0.2)[0] == 0  # a first token rarely accepted: plain decoding is cheaper
     assert best_cut([], 0.2) == (0, 1.0)
+    assert best_cut([0.5], 0.2)[0] == 1 and best_cut([0.5], 0.2, round_cost=0.3)[0] == 0  # a round's own cost
 
 
 def test_proposer_takes_the_candidate_expected_to_pay_more():

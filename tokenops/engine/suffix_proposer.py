@@ -11,9 +11,10 @@ suffix tree over past outputs the same way).
 
 Which candidate, and how much of it, follows from what verifying costs. On the quantized default
 model a verify row costs about a fifth of a decode step (``tests/benchmarks/speculative.py
---verify-cost``), so a proposed token must be likely to be accepted to pay: verifying j tokens costs
-``1 + row_cost * j`` steps and yields ``1 + p1 + p1 p2 + ...`` tokens on average, ``p`` each token's
-chance of acceptance once those before it are accepted. Those chances come from acceptance tables
+--verify-cost``) and a verify round a tenth or more on top, so a proposed token must be likely to
+be accepted to pay: verifying j tokens costs ``1 + round_cost + row_cost * j`` steps and yields
+``1 + p1 + p1 p2 + ...`` tokens on average, ``p`` each token's chance of acceptance once those
+before it are accepted. Those chances come from acceptance tables
 (:class:`AcceptanceTables`) measured on the corpus' own prompts: by match length and position for
 prompt lookup, by the token's share of the corpus occurrences and the matched context length for
 the corpus. The proposer keeps the candidate and cut with the best expected tokens per cost, and
@@ -141,21 +142,23 @@ class AcceptanceTables:
 
 
 #: A verify row's cost in decode steps on the quantized default model: 0.20 measured at one thread
-#: (``speculative.py --verify-cost``); 0.25 predicted the best cuts in the replay (a row also costs
-#: the rejection and KV bookkeeping the measurement leaves out).
+#: (``speculative.py --verify-cost``), and a verify round 0.1-0.2 more than a plain step whatever its
+#: rows (rejection, KV roll-back, more tokens through the output processor: the engine's step CPU time
+#: against the forward's). These two gave the best replayed cuts (``speculative_replay.py``).
 DEFAULT_ROW_COST = 0.25
+DEFAULT_ROUND_COST = 0.1
 SOURCES = ("prompt", "corpus")
 
 
-def best_cut(probs: list[float], row_cost: float) -> tuple[int, float]:
+def best_cut(probs: list[float], row_cost: float, round_cost: float = 0.0) -> tuple[int, float]:
     """How many of a proposal's tokens to verify, and the expected tokens per decode-step cost that
     gives: token j is accepted with ``probs[j]`` once those before it are; verifying j tokens costs
-    ``1 + row_cost * j`` steps and yields ``1 + p1 + p1 p2 + ...`` tokens on average."""
+    ``1 + round_cost + row_cost * j`` steps and yields ``1 + p1 + p1 p2 + ...`` tokens on average."""
     best_len, best_ratio, joint, expected = 0, 1.0, 1.0, 1.0
     for length, prob in enumerate(probs, 1):
         joint *= prob
         expected += joint
-        ratio = expected / (1.0 + row_cost * length)
+        ratio = expected / (1.0 + round_cost + row_cost * length)
         if ratio > best_ratio:
             best_len, best_ratio = length, ratio
     return best_len, best_ratio
@@ -175,6 +178,7 @@ class SuffixProposer:
         min_ngram: int = 1,
         max_ngram: int = 8,
         row_cost: float = DEFAULT_ROW_COST,
+        round_cost: float = DEFAULT_ROUND_COST,
         max_match: int = 16,
     ) -> None:
         if (index is None) != (tables is None):
@@ -183,6 +187,7 @@ class SuffixProposer:
         self.index = index
         self.tables = tables
         self.row_cost = row_cost
+        self.round_cost = round_cost
         self.max_match = max_match
         #: per source ("prompt", "corpus"): proposals, proposed tokens, accepted tokens
         self.counts = {source: [0, 0, 0] for source in SOURCES}
@@ -195,11 +200,11 @@ class SuffixProposer:
             return own, "prompt"
         best, best_ratio, source = [], 1.0, "prompt"
         if own:
-            cut, best_ratio = best_cut(self.tables.own_probs(match_len, len(own)), self.row_cost)
+            cut, best_ratio = best_cut(self.tables.own_probs(match_len, len(own)), self.row_cost, self.round_cost)
             best = own[:cut]
         walk = self.index.continuation(tokens, num_tokens, max_match=self.max_match, min_count=1)
         if walk.tokens:
-            cut, ratio = best_cut(self.tables.corpus_probs(walk), self.row_cost)
+            cut, ratio = best_cut(self.tables.corpus_probs(walk), self.row_cost, self.round_cost)
             if ratio > best_ratio:
                 best, source = walk.tokens[:cut], "corpus"
         return best, source
