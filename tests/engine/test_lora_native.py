@@ -1,0 +1,95 @@
+"""The fused step's tiled LoRA products (tokenops/engine/_lora_c.py) against plain torch.
+
+Rows of several adapters and of the base, in any order, grouped into tiles of one adapter by
+:class:`NativeLora`: every adapter row must get ``x @ A.T @ B.T * scale`` on its adapter's columns
+and every base row nothing. Shapes are chosen to reach each path of the C products: a group of
+one row, groups longer than a tile, ranks 16, 8 and 5 (a rank not a multiple of four), widths that
+leave a tail under one vector and blocks of four vectors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tokenops.engine import fused_library
+from tokenops.engine.batch import ChunkInput
+from tokenops.engine.lora_adapters import LoraAdapter, LoraWeights
+from tokenops.engine.lora_native import TILE, NativeLora, apply_products, tiles
+
+K = 52  # input features: not a multiple of 8 or 16 (the scalar tail of x A^T)
+#: the q/k/v parts' output columns (first column, width): 100 = a block of 64 + two of 16 + a tail of 4
+PARTS = ((0, 100), (100, 24), (124, 7))
+N = 131
+DOWN_IN, DOWN_OUT = 40, 72
+
+
+def _adapter(name: str, rank: int, scaling: float, parts: tuple[int, ...], seed: int) -> LoraAdapter:
+    """Random A and B on q/k/v (the given parts) of layer 0 and on down_proj of layer 1."""
+    g = torch.Generator().manual_seed(seed)
+    qkv = LoraWeights(
+        torch.randn(len(parts) * rank, K, generator=g),
+        tuple((PARTS[j][0], torch.randn(rank, PARTS[j][1], generator=g) * scaling) for j in parts),
+    )
+    down = LoraWeights(
+        torch.randn(rank, DOWN_IN, generator=g), ((0, torch.randn(rank, DOWN_OUT, generator=g) * scaling),)
+    )
+    weights = {(0, "self_attn.qkv_proj"): qkv, (1, "mlp.down_proj"): down}
+    return LoraAdapter(name, Path("/nonexistent"), rank, 2.0 * rank, scaling, None, (), weights)
+
+
+def _expected(x: torch.Tensor, y: torch.Tensor, names: list, adapters: dict, key: tuple) -> torch.Tensor:
+    """Plain torch, row by row: y + (x A_j^T) B_j^T on part j's columns of each adapter row."""
+    out = y.clone().double()
+    for m, name in enumerate(names):
+        if name is None:
+            continue
+        w = adapters[name].weights[key]
+        r = adapters[name].rank
+        for j, (off, bt) in enumerate(w.parts):
+            a = w.a[j * r : (j + 1) * r].double()
+            out[m, off : off + bt.shape[1]] += x[m].double() @ a.T @ bt.double()
+    return out.float()
+
+
+@pytest.fixture(scope="module")
+def lib():
+    lib = fused_library.library("float32")
+    if lib is None:
+        pytest.skip("the fused step's C library does not build here")
+    return lib
+
+
+def test_tiles_group_rows_by_adapter():
+    tile, rows = tiles([0, -1, 0, 1, 0, 0, 0, -1])
+    assert sorted(rows) == list(range(8))
+    groups = [rows[tile[i] : tile[i + 1]] for i in range(len(tile) - 1)]
+    assert all(0 < len(g) <= TILE for g in groups)
+    assert groups == [[0, 2, 4, 5], [6], [1, 7], [3]]
+
+
+def test_tiled_products_match_torch_on_mixed_rows(lib):
+    adapters = {
+        "r16": _adapter("r16", 16, 0.5, (0, 1, 2), 1),
+        "r8": _adapter("r8", 8, 2.0, (0, 2), 2),  # no k part
+        "r5": _adapter("r5", 5, 1.0, (1,), 3),
+    }
+    # chunks in mixed order: a prefill of 6 rows on r16 (a tile and a half), one-row groups (r5),
+    # base rows between adapter rows
+    spec = [("r16", 6), (None, 1), ("r8", 1), ("r5", 1), ("r16", 1), (None, 3), ("r8", 2), ("r16", 1)]
+    chunks = [ChunkInput(list(range(n)), 0, [0], lora=name) for name, n in spec]
+    names = [name for name, n in spec for _ in range(n)]
+    native = NativeLora(num_layers=2)
+    step = native.step(chunks, adapters)
+    g = torch.Generator().manual_seed(0)
+    for layer, projection, key, k, n in (
+        (0, 0, "self_attn.qkv_proj", K, N),
+        (1, 3, "mlp.down_proj", DOWN_IN, DOWN_OUT),
+    ):
+        x = torch.randn(len(names), k, generator=g)
+        y = torch.randn(len(names), n, generator=g)
+        want = _expected(x, y, names, adapters, (layer, key))
+        base = [m for m, name in enumerate(names) if name is None]
+        apply_products(lib, step, layer, projection, x, y)
+        torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-4)
+        assert torch.equal(y[base], want[base])  # base rows untouched
