@@ -75,7 +75,10 @@ TK_LORA_INLINE void lora_a_block(const float *const *x, int NR, const float *a, 
     int64_t k = 0;
     for (; k + TK_VW <= K; k += TK_VW) {
         tk_vf av[4], xv[TK_LORA_TILE];
-        for (int j = 0; j < NJ; j++) av[j] = *(const tk_vf *)(a + j * K + k);
+        for (int j = 0; j < NJ; j++) {
+            av[j] = *(const tk_vf *)(a + j * K + k);
+            __builtin_prefetch(a + j * K + k + 128, 0, 3);  /* A comes from memory: ask 512 bytes ahead */
+        }
         for (int i = 0; i < NR; i++) xv[i] = *(const tk_vf *)(x[i] + k);
         for (int i = 0; i < NR; i++) for (int j = 0; j < NJ; j++) acc[i][j] += xv[i] * av[j];
     }
@@ -157,8 +160,11 @@ static void lora_a(const tk_lora *lo, int64_t l, int p, const int64_t *rows, int
     const float *xr[TK_LORA_TILE];
     float *tr[TK_LORA_TILE];
     for (int i = 0; i < nr; i++) { xr[i] = x + rows[i] * xs; tr[i] = lo->t + rows[i] * lo->tw; }
-    for (int64_t q = ad->start[l * 4 + p]; q < ad->start[l * 4 + p + 1]; q++) {
-        const tk_lora_part *pt = ad->parts + q;
+    for (int64_t q = ad->start[l * 4 + p], end = ad->start[l * 4 + p + 1]; q < end; q++) {
+        tk_lora_part pt[1] = {ad->parts[q]};
+        /* parts whose A are stacked (q/k/v, gate/up: one matrix, T side by side) in one pass */
+        for (; q + 1 < end && ad->parts[q + 1].a == pt->a + pt->r * K && ad->parts[q + 1].t == pt->t + pt->r; q++)
+            pt->r += ad->parts[q + 1].r;
         switch (nr) {
             case 4: lora_a_rows(pt, xr, 4, K, tr); break;
             case 3: lora_a_rows(pt, xr, 3, K, tr); break;
