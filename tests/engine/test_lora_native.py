@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from tokenops.engine import fused_library
+from tokenops.engine._lora_c import LORA_SOURCE
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.lora_adapters import LoraAdapter, LoraWeights
 from tokenops.engine.lora_native import TILE, NativeLora, apply_products, tiles
@@ -61,6 +62,7 @@ def lib():
 
 
 def test_tiles_group_rows_by_adapter():
+    assert f"#define TK_LORA_TILE {TILE} " in LORA_SOURCE  # the C loops hold a tile's rows in TK_LORA_TILE slots
     tile, rows = tiles([0, -1, 0, 1, 0, 0, 0, -1])
     assert sorted(rows) == list(range(8))
     groups = [rows[tile[i] : tile[i + 1]] for i in range(len(tile) - 1)]
