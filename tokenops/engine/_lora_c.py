@@ -152,8 +152,8 @@ static inline const tk_lora_adapter *lora_rows(const tk_lora *lo, const int64_t 
 
 /* T[m] = x[m] A^T for every part of projection p of layer l, for the tile's rows (one adapter;
    x: rows xs apart, K wide) */
-static void lora_a(const tk_lora *lo, int64_t l, int p, const int64_t *rows, int nr, const float *x, int64_t xs,
-                   int64_t K) {
+static __attribute__((noinline)) void lora_a_tile(const tk_lora *lo, int64_t l, int p, const int64_t *rows, int nr,
+                                                 const float *x, int64_t xs, int64_t K) {
     /*lora_a*/
     const tk_lora_adapter *ad = lora_rows(lo, rows, nr);
     if (!ad) return;
@@ -175,7 +175,8 @@ static void lora_a(const tk_lora *lo, int64_t l, int p, const int64_t *rows, int
 }
 
 /* y[m][off:off+n] += T[m] B^T for the same parts and rows (y: rows ys apart) */
-static void lora_b(const tk_lora *lo, int64_t l, int p, const int64_t *rows, int nr, float *y, int64_t ys) {
+static __attribute__((noinline)) void lora_b_tile(const tk_lora *lo, int64_t l, int p, const int64_t *rows, int nr,
+                                                 float *y, int64_t ys) {
     /*lora_b*/
     const tk_lora_adapter *ad = lora_rows(lo, rows, nr);
     if (!ad) return;
@@ -191,6 +192,15 @@ static void lora_b(const tk_lora *lo, int64_t l, int p, const int64_t *rows, int
             default: for (int i = 0; i < nr; i++) lora_b_rows(pt, yr + i, 1, tr + i);
         }
     }
+}
+
+/* the step's calls: nothing but a test on base rows and steps without adapters */
+static inline void lora_a(const tk_lora *lo, int64_t l, int p, const int64_t *rows, int nr, const float *x, int64_t xs,
+                          int64_t K) {
+    if (lo && nr > 0 && lo->ad[rows[0]] >= 0) lora_a_tile(lo, l, p, rows, nr, x, xs, K);
+}
+static inline void lora_b(const tk_lora *lo, int64_t l, int p, const int64_t *rows, int nr, float *y, int64_t ys) {
+    if (lo && nr > 0 && lo->ad[rows[0]] >= 0) lora_b_tile(lo, l, p, rows, nr, y, ys);
 }
 
 /* Exported for the tests: y[m] += (x[m] A^T) B^T over every part of (layer l, projection p) of the
