@@ -3,10 +3,11 @@
 Without this, a step holding one adapter row left the fused step for the PyTorch forward — on the
 default GGUF model several times slower per step than the fused step, whatever the adapter costs
 (docs/lora.md). Here the step stays native: :class:`NativeLora` describes each loaded adapter once
-(per layer and projection, the addresses of its A and B matrices, see ``tk_lora_adapter``) and,
-per step, which rows use which adapter and the rows in tiles of one adapter (``tk_lora``); the C step
-adds ``(x A^T) B^T`` to those rows after each product, a tile at a time. The adapter's tensors are the ones :class:`~tokenops.engine.lora_adapters.LoraSet`
-holds (float32, contiguous): nothing is copied.
+(per layer and projection, the addresses of its A and B matrices, see ``tk_lora_adapter``) and, per
+step, which rows use which adapter and the rows in tiles of one adapter (``tk_lora``); the C step
+adds ``(x A^T) B^T`` to those rows after each product, a tile at a time. The adapter's tensors are
+the ones :class:`~tokenops.engine.lora_adapters.LoraSet` holds (float32, contiguous): nothing is
+copied.
 """
 
 from __future__ import annotations
