@@ -25,31 +25,37 @@ N = 131
 DOWN_IN, DOWN_OUT = 40, 72
 
 
+#: (adapter, layer, module) -> the plain matrices, per part: (first column, A [rank, in], B [out, rank])
+PLAIN: dict[tuple[str, int, str], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
+
+
+def _weights(
+    key: tuple[str, int, str], parts: list[tuple[int, int]], k: int, rank: int, scaling: float, g
+) -> LoraWeights:
+    """peft's A [rank, in] and B [out, rank] per part, kept in PLAIN, turned into the engine's layout."""
+    plain = [(off, torch.randn(rank, k, generator=g), torch.randn(n, rank, generator=g)) for off, n in parts]
+    PLAIN[key] = plain
+    stacked = torch.cat([a for _, a, _ in plain])
+    return LoraWeights(stacked, tuple((off, (b * scaling).T.contiguous()) for off, _, b in plain))
+
+
 def _adapter(name: str, rank: int, scaling: float, parts: tuple[int, ...], seed: int) -> LoraAdapter:
     """Random A and B on q/k/v (the given parts) of layer 0 and on down_proj of layer 1."""
     g = torch.Generator().manual_seed(seed)
-    qkv = LoraWeights(
-        torch.randn(len(parts) * rank, K, generator=g),
-        tuple((PARTS[j][0], torch.randn(rank, PARTS[j][1], generator=g) * scaling) for j in parts),
-    )
-    down = LoraWeights(
-        torch.randn(rank, DOWN_IN, generator=g), ((0, torch.randn(rank, DOWN_OUT, generator=g) * scaling),)
-    )
+    qkv = _weights((name, 0, "self_attn.qkv_proj"), [PARTS[j] for j in parts], K, rank, scaling, g)
+    down = _weights((name, 1, "mlp.down_proj"), [(0, DOWN_OUT)], DOWN_IN, rank, scaling, g)
     weights = {(0, "self_attn.qkv_proj"): qkv, (1, "mlp.down_proj"): down}
     return LoraAdapter(name, Path("/nonexistent"), rank, 2.0 * rank, scaling, None, (), weights)
 
 
 def _expected(x: torch.Tensor, y: torch.Tensor, names: list, adapters: dict, key: tuple) -> torch.Tensor:
-    """Plain torch, row by row: y + (x A_j^T) B_j^T on part j's columns of each adapter row."""
+    """Plain torch in float64, row by row: y + x @ A.T @ B.T * scale on each part's columns of an adapter row."""
     out = y.clone().double()
     for m, name in enumerate(names):
         if name is None:
             continue
-        w = adapters[name].weights[key]
-        r = adapters[name].rank
-        for j, (off, bt) in enumerate(w.parts):
-            a = w.a[j * r : (j + 1) * r].double()
-            out[m, off : off + bt.shape[1]] += x[m].double() @ a.T @ bt.double()
+        for off, a, b in PLAIN[(name, *key)]:
+            out[m, off : off + b.shape[0]] += x[m].double() @ a.double().T @ b.double().T * adapters[name].scaling
     return out.float()
 
 
