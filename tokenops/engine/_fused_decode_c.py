@@ -615,7 +615,7 @@ static int fused_step(const tk_layer *layers, const int64_t *meta, float eps, fl
     int64_t BS = meta[7], MB = meta[8], NL = meta[9], max_len = meta[10];
     const int64_t *tokens = meta + 11, *slots = tokens + M, *ctx = slots + M, *pos = ctx + M, *glen = pos + M;
     const int64_t *tables = glen + M, *lrows = tables + M * MB + 1;
-    int64_t L = lrows[-1], rmax = 1;
+    int64_t L = lrows[-1], rmax = 1, NT = lora_ntiles(lora, M);
     for (int64_t m = 0; m < M; m++) rmax = glen[m] > rmax ? glen[m] : rmax;
     if (rmax > TK_ROW_BLOCK) rmax = TK_ROW_BLOCK;  /* a long chunk attends in blocks of rows */
     int64_t QKV = (H + 2 * KVH) * D;
@@ -632,34 +632,39 @@ static int fused_step(const tk_layer *layers, const int64_t *meta, float eps, fl
     _Pragma("omp parallel num_threads(nthreads) if(nthreads > 1)")
     {
         float *scores = (float *)malloc(sizeof(float) * (size_t)(rmax * H * (max_len > 0 ? max_len : 1)));
-        int64_t lo[rmax > 0 ? rmax : 1];
+        int64_t lo[rmax > 0 ? rmax : 1], tr[TK_LORA_TILE];  /* tr: a tile's rows */
         if (!scores) failed = 1;
         _Pragma("omp for schedule(static)")
         for (int64_t m = 0; m < M; m++) TK_EMBED(x + m * HD, embed, tokens[m], HD);
         for (int64_t l = 0; l < NL; l++) {
             const tk_layer *ly = layers + l;
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) {
-                if (l > 0) lora_b(lora, l - 1, 3, m, x + m * HD);  /* the previous layer's down_proj */
-                rmsnorm(x + m * HD, ly->in_norm, h + m * HD, HD, eps);
-                lora_a(lora, l, 0, m, h + m * HD, HD);
+            for (int64_t b = 0; b < NT; b++) {  /* tiles of rows (lora_tile): one row each without adapters */
+                int nr = lora_tile(lora, b, tr);
+                if (l > 0) lora_b(lora, l - 1, 3, tr, nr, x, HD);  /* the previous layer's down_proj */
+                for (int i = 0; i < nr; i++) rmsnorm(x + tr[i] * HD, ly->in_norm, h + tr[i] * HD, HD, eps);
+                lora_a(lora, l, 0, tr, nr, h, HD, HD);
             }
             TK_LINEAR(h, HD, M, ly->wqkv, ly->bqkv, qkv, QKV, HD, 0, nthreads);
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) {
-                float *q = qkv + m * QKV, *k = q + H * D, *v = k + KVH * D;
-                lora_b(lora, l, 0, m, q);
-                const float *c = cos_tab + pos[m] * D, *s = sin_tab + pos[m] * D;
-                for (int64_t j = 0; j < H; j++) {
-                    if (ly->q_norm) rmsnorm(q + j * D, ly->q_norm, q + j * D, D, eps);
-                    rope(q + j * D, c, s, D);
+            for (int64_t b = 0; b < NT; b++) {
+                int nr = lora_tile(lora, b, tr);
+                lora_b(lora, l, 0, tr, nr, qkv, QKV);
+                for (int i = 0; i < nr; i++) {
+                    int64_t m = tr[i];
+                    float *q = qkv + m * QKV, *k = q + H * D, *v = k + KVH * D;
+                    const float *c = cos_tab + pos[m] * D, *s = sin_tab + pos[m] * D;
+                    for (int64_t j = 0; j < H; j++) {
+                        if (ly->q_norm) rmsnorm(q + j * D, ly->q_norm, q + j * D, D, eps);
+                        rope(q + j * D, c, s, D);
+                    }
+                    for (int64_t j = 0; j < KVH; j++) {
+                        if (ly->k_norm) rmsnorm(k + j * D, ly->k_norm, k + j * D, D, eps);
+                        rope(k + j * D, c, s, D);
+                    }
+                    kv_store(ly->kc + slots[m] * KVH * D, k, KVH * D);
+                    kv_store(ly->vc + slots[m] * KVH * D, v, KVH * D);
                 }
-                for (int64_t j = 0; j < KVH; j++) {
-                    if (ly->k_norm) rmsnorm(k + j * D, ly->k_norm, k + j * D, D, eps);
-                    rope(k + j * D, c, s, D);
-                }
-                kv_store(ly->kc + slots[m] * KVH * D, k, KVH * D);
-                kv_store(ly->vc + slots[m] * KVH * D, v, KVH * D);
             }
             /* each group's window split into S stretches of at least 32 positions, one per thread; a
                long chunk (a prefill) is split by rows instead, into S parts of about equal work */
@@ -688,27 +693,32 @@ static int fused_step(const tk_layer *layers, const int64_t *meta, float eps, fl
                 merge(partbuf + (u / H) * S * PS, S, PS, u % H, H, D, att + u * D);
             if (lora) {  /* no barrier: the product's own loops end with one */
                 _Pragma("omp for schedule(static) nowait")
-                for (int64_t m = 0; m < M; m++) lora_a(lora, l, 1, m, att + m * H * D, H * D);
+                for (int64_t b = 0; b < NT; b++) {
+                    int nr = lora_tile(lora, b, tr);
+                    lora_a(lora, l, 1, tr, nr, att, H * D, H * D);
+                }
             }
             TK_LINEAR(att, H * D, M, ly->wo, ly->bo, x, HD, H * D, 1, nthreads);
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) {
-                lora_b(lora, l, 1, m, x + m * HD);
-                rmsnorm(x + m * HD, ly->post_norm, h + m * HD, HD, eps);
-                lora_a(lora, l, 2, m, h + m * HD, HD);
+            for (int64_t b = 0; b < NT; b++) {
+                int nr = lora_tile(lora, b, tr);
+                lora_b(lora, l, 1, tr, nr, x, HD);
+                for (int i = 0; i < nr; i++) rmsnorm(x + tr[i] * HD, ly->post_norm, h + tr[i] * HD, HD, eps);
+                lora_a(lora, l, 2, tr, nr, h, HD, HD);
             }
             TK_LINEAR(h, HD, M, ly->wgu, ly->bgu, gu, 2 * I, HD, 0, nthreads);
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) {
-                lora_b(lora, l, 2, m, gu + m * 2 * I);
-                silu_mul(gu + m * 2 * I, I);
-                lora_a(lora, l, 3, m, gu + m * 2 * I, I);
+            for (int64_t b = 0; b < NT; b++) {
+                int nr = lora_tile(lora, b, tr);
+                lora_b(lora, l, 2, tr, nr, gu, 2 * I);
+                for (int i = 0; i < nr; i++) silu_mul(gu + tr[i] * 2 * I, I);
+                lora_a(lora, l, 3, tr, nr, gu, 2 * I, I);
             }
             TK_LINEAR(gu, 2 * I, M, ly->wd, ly->bd, x, HD, I, 1, nthreads);
         }
         _Pragma("omp for schedule(static)")
         for (int64_t j = 0; j < L; j++) {
-            lora_b(lora, NL - 1, 3, lrows[j], x + lrows[j] * HD);  /* the last down_proj, on the rows that matter */
+            lora_b(lora, NL - 1, 3, lrows + j, 1, x, HD);  /* the last down_proj, on the rows that matter */
             rmsnorm(x + lrows[j] * HD, final_norm, h + j * HD, HD, eps);
         }
         TK_LINEAR(h, HD, L, lm_head, NULL, logits, V, HD, 0, nthreads);

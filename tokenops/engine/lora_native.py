@@ -3,10 +3,11 @@
 Without this, a step holding one adapter row left the fused step for the PyTorch forward — on the
 default GGUF model several times slower per step than the fused step, whatever the adapter costs
 (docs/lora.md). Here the step stays native: :class:`NativeLora` describes each loaded adapter once
-(per layer and projection, the addresses of its A and B matrices, see ``tk_lora_adapter``) and,
-per step, which rows use which adapter (``tk_lora``), with the chunks ordered by adapter; the C step
-adds ``(x A^T) B^T`` to those rows after each product. The adapter's tensors are the ones :class:`~tokenops.engine.lora_adapters.LoraSet`
-holds (float32, contiguous): nothing is copied.
+(per layer and projection, the addresses of its A and B matrices, see ``tk_lora_adapter``) and, per
+step, which rows use which adapter and the rows in tiles of one adapter (``tk_lora``); the C step
+adds ``(x A^T) B^T`` to those rows after each product, a tile at a time. The adapter's tensors are
+the ones :class:`~tokenops.engine.lora_adapters.LoraSet` holds (float32, contiguous): nothing is
+copied.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from tokenops.engine.lora_adapters import LoraAdapter
 #: our module -> the projection index the C step passes to ``lora_add``
 PROJECTIONS = {"self_attn.qkv_proj": 0, "self_attn.o_proj": 1, "mlp.gate_up_proj": 2, "mlp.down_proj": 3}
 _i64, _p = ctypes.c_int64, ctypes.c_void_p
+#: rows per tile of the C products (``TK_LORA_TILE`` in :mod:`tokenops.engine._lora_c`)
+TILE = 4
 
 
 class _Part(ctypes.Structure):
@@ -33,7 +36,15 @@ class _Adapter(ctypes.Structure):
 
 
 class _Step(ctypes.Structure):
-    _fields_ = [("adapters", _p), ("ad", _p), ("t", _p), ("tw", _i64)]
+    _fields_ = [
+        ("adapters", _p),
+        ("ad", _p),
+        ("t", _p),
+        ("tw", _i64),
+        ("ntiles", _i64),
+        ("tile", _p),
+        ("rows", _p),
+    ]
 
 
 class _Record:
@@ -90,31 +101,49 @@ class NativeLora:
         for name in [n for n, rec in self._records.items() if loaded.get(n) is not rec.adapter]:
             del self._records[name]
 
-    def step(
-        self, chunks: list[ChunkInput], adapters: dict[str, LoraAdapter]
-    ) -> tuple[list[ChunkInput], int, list[int] | None]:
-        """The step's chunks ordered by adapter (rows of one adapter next to each other, so a thread
-        reads its matrices from cache row after row), the address of their ``tk_lora``, and the rows of
-        the fused step's logits that give ``chunks``' order (None: the order is unchanged)."""
+    def step(self, chunks: list[ChunkInput], adapters: dict[str, LoraAdapter]) -> int:
+        """The address of the step's ``tk_lora`` for ``chunks`` (rows in chunk order, unchanged): each
+        row's adapter, and the rows in tiles of at most :data:`TILE` of one adapter, each adapter's
+        tiles next to each other (a thread reads its matrices from cache tile after tile)."""
         self.forget(adapters)
-        order = sorted(range(len(chunks)), key=lambda i: (chunks[i].lora is not None, chunks[i].lora or ""))
-        ordered = [chunks[i] for i in order]
-        names = list(dict.fromkeys(c.lora for c in ordered if c.lora is not None))
+        names = list(dict.fromkeys(c.lora for c in chunks if c.lora is not None))
         recs = [self._record(adapters[name]) for name in names]
         index = {name: k for k, name in enumerate(names)}
-        ad = [index[c.lora] if c.lora is not None else -1 for c in ordered for _ in c.token_ids]
+        ad = [index[c.lora] if c.lora is not None else -1 for c in chunks for _ in c.token_ids]
+        tile, rows = tiles(ad)
         width = max(rec.width for rec in recs)
         if self._t.numel() < len(ad) * width:
             self._t = torch.empty(len(ad) * width)
         structs = (_Adapter * len(recs))(*(rec.struct for rec in recs))
-        ad_t = torch.tensor(ad, dtype=torch.long)
-        step = _Step(ctypes.addressof(structs), ad_t.data_ptr(), self._t.data_ptr(), width)
-        self._keep = [structs, ad_t, step]
-        if order == list(range(len(chunks))):
-            return ordered, ctypes.addressof(step), None
-        first, at = [0] * len(chunks), 0
-        for i in order:
-            first[i] = at
-            at += chunks[i].num_logits
-        rows = [first[i] + j for i in range(len(chunks)) for j in range(chunks[i].num_logits)]
-        return ordered, ctypes.addressof(step), rows
+        arrays = [torch.tensor(v, dtype=torch.long) for v in (ad, tile, rows)]
+        step = _Step(ctypes.addressof(structs), arrays[0].data_ptr(), self._t.data_ptr(), width)
+        step.ntiles, step.tile, step.rows = len(tile) - 1, arrays[1].data_ptr(), arrays[2].data_ptr()
+        self._keep = [structs, arrays, step]
+        return ctypes.addressof(step)
+
+
+def tiles(ad: list[int]) -> tuple[list[int], list[int]]:
+    """The step's rows (``ad``: each row's adapter index, -1 the base) in tiles of at most :data:`TILE`
+    rows of one adapter: (tile starts in ``rows`` and its end, every row once, grouped by adapter)."""
+    groups: dict[int, list[int]] = {}
+    for m, a in enumerate(ad):
+        groups.setdefault(a, []).append(m)
+    tile, rows = [0], []
+    for group in groups.values():
+        for i in range(0, len(group), TILE):
+            rows.extend(group[i : i + TILE])
+            tile.append(len(rows))
+    return tile, rows
+
+
+def apply_products(lib: ctypes.CDLL, step: int, layer: int, projection: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    """``y += (x A^T) B^T`` for every row of a step (``step``: the address :meth:`NativeLora.step`
+    gave) on one projection of one layer, by the fused step's own C products, tile by tile, outside
+    the step: how the tests check them against torch. ``x`` [rows, in], ``y`` [rows, out], float32."""
+    for t in (x, y):
+        if t.dtype != torch.float32 or not t.is_contiguous():
+            raise ValueError("apply_products reads contiguous float32 rows")
+    fn = lib.lora_apply_f32
+    fn.argtypes = [_p, _i64, ctypes.c_int, _p, _i64, _p, _i64]
+    fn.restype = ctypes.c_int
+    fn(step, layer, projection, x.data_ptr(), x.shape[1], y.data_ptr(), y.shape[1])

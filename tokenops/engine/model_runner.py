@@ -270,9 +270,7 @@ class ModelRunner:
         """The fused step over chunks with adapter rows (lora_native.py); logits in ``chunks``' order."""
         self.lora.count_step([c.lora for c in chunks], fused=True)
         assert self.fused_decode is not None  # execute() checked it
-        ordered, lora, rows = self._lora_native.step(chunks, self.lora.adapters)
-        logits = self.fused_decode(ordered, lora)
-        return logits if rows is None else logits[rows]
+        return self.fused_decode(chunks, self._lora_native.step(chunks, self.lora.adapters))
 
     @property
     def _lora_native(self) -> NativeLora:
