@@ -45,7 +45,8 @@ prompts (``tokenops/demo_models/smollm2-answers``, built by ``scripts/build_spec
 the conversations after the 400 held out here: no prompt of these workloads is in it).
 
 ``--verify-cost`` prints what one verify step of 1-9 rows costs against as many decode steps.
-A draft for the default model must share SmolLM2's tokenizer (49152 tokens); none ships.
+A draft for the default model must share SmolLM2's tokenizer (49152 tokens); none ships (the
+``suffix`` proposer's corpus of the model's own answers is the draft-free alternative).
 """
 
 from __future__ import annotations
