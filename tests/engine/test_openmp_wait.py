@@ -102,3 +102,21 @@ def test_the_engine_is_built_and_stepped_on_one_thread(tiny_checkpoint):
 
     with pytest.raises(ValueError, match="no such model"):
         AsyncLLMEngine.build_on_engine_thread(broken)
+
+
+def test_programs_other_than_tokenops_do_not_inherit_the_commands_spin(monkeypatch):
+    import tokenops.engine.openmp_wait as openmp_wait
+    from tokenops.tune.launcher import CommandLineLauncher, Launcher, TokenopsLauncher
+
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    monkeypatch.setenv("GOMP_SPINCOUNT", str(DEFAULT_SPINS))
+    monkeypatch.setattr(openmp_wait, "_set_for_this_process", True)  # as the tokenops command leaves it
+    assert "GOMP_SPINCOUNT" not in openmp_wait.environ_for_other_programs()
+    assert issubclass(CommandLineLauncher, Launcher) and "environment" not in vars(CommandLineLauncher)
+    assert "GOMP_SPINCOUNT" not in Launcher().environment({}, None)  # vLLM, llama.cpp, SGLang launchers
+    assert "environment" in vars(TokenopsLauncher)  # a tokenops child keeps its own setting
+    monkeypatch.setenv("GOMP_SPINCOUNT", "5000")  # the user's own value is not the command's: kept
+    assert openmp_wait.environ_for_other_programs()["GOMP_SPINCOUNT"] == "5000"
+    monkeypatch.setattr(openmp_wait, "_set_for_this_process", False)
+    monkeypatch.setenv("GOMP_SPINCOUNT", str(DEFAULT_SPINS))  # set by the user before tokenops started
+    assert openmp_wait.environ_for_other_programs()["GOMP_SPINCOUNT"] == str(DEFAULT_SPINS)

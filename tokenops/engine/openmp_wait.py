@@ -49,4 +49,26 @@ def apply_spin_setting(environ: dict[str, str] | None = None) -> bool:
     if env.get("OMP_WAIT_POLICY") or env.get("GOMP_SPINCOUNT"):
         return False
     env["GOMP_SPINCOUNT"] = str(spins)
+    if environ is None:
+        global _set_for_this_process
+        _set_for_this_process = True
     return True
+
+
+#: Whether :func:`apply_spin_setting` set ``GOMP_SPINCOUNT`` in this process's environment (not the user).
+_set_for_this_process = False
+
+
+def environ_for_other_programs() -> dict[str, str]:
+    """This process's environment for a program that is not tokenops (vLLM, llama.cpp's server, SGLang,
+    which ``tokenops tune`` launches): without the ``GOMP_SPINCOUNT`` the command set for tokenops' own
+    engine, so a peer's OpenMP pool waits as it would when launched by hand. A value the user set stays."""
+    env = dict(os.environ)
+    if _set_for_this_process and env.get("GOMP_SPINCOUNT") == _spins_set():
+        env.pop("GOMP_SPINCOUNT")
+    return env
+
+
+def _spins_set() -> str:
+    raw = os.environ.get(SPIN_ENV, "").strip()
+    return raw if raw else str(DEFAULT_SPINS)

@@ -218,8 +218,11 @@ class Launcher:
         raise NotImplementedError
 
     def environment(self, params: dict[str, Any], server: ServerProcess) -> dict[str, str]:
-        """The server's whole environment."""
-        return dict(os.environ)
+        """The server's whole environment: this process's, less the barrier spin the ``tokenops``
+        command set for its own engine (:func:`~tokenops.engine.openmp_wait.environ_for_other_programs`)."""
+        from tokenops.engine.openmp_wait import environ_for_other_programs
+
+        return environ_for_other_programs()
 
     def prepare(self, params: dict[str, Any]) -> ServerProcess:
         """The server for ``params`` with its port, command and environment, not started yet."""
