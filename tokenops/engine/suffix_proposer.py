@@ -75,19 +75,33 @@ def corpus_meta(tokenizer: Tokenizer) -> dict[str, object]:
     return {"vocab_size": tokenizer.vocab_size, "tokenizer_sha256": tokenizer_digest(tokenizer, tokenizer.vocab_size)}
 
 
-def load_corpus_meta(corpus: Path, tokenizer: Tokenizer) -> dict[str, object]:
-    """The corpus' JSON, after checking it was built with ``tokenizer`` (ValueError if not)."""
+def load_corpus_meta(corpus: Path, expected: dict[str, object]) -> dict[str, object]:
+    """The corpus' JSON, after checking it was built with the tokenizer ``expected`` describes
+    (:func:`corpus_meta`; ValueError if not)."""
     meta_path = corpus_meta_path(corpus)
     if not corpus.is_file() or not meta_path.is_file():
         raise ValueError(f"speculative corpus {corpus} needs the token file and {meta_path.name} beside it")
     meta = json.loads(meta_path.read_text())
-    expected = corpus_meta(tokenizer)
     if any(meta.get(key) != value for key, value in expected.items()):
         raise ValueError(
             f"speculative corpus {corpus} was built with another tokenizer (vocab {meta.get('vocab_size')}, "
-            f"the model's {tokenizer.vocab_size}): rebuild it with scripts/build_spec_corpus.py"
+            f"the model's {expected['vocab_size']}): rebuild it with scripts/build_spec_corpus.py"
         )
     return meta
+
+
+_TOKENIZER_META: dict[tuple[str, int], dict[str, object]] = {}
+
+
+def model_tokenizer_meta(model_dir: Path) -> dict[str, object]:
+    """:func:`corpus_meta` of a model's tokenizer, once per model file or folder and process (loading a
+    GGUF's tokenizer takes seconds; the engines of a replicated model share the result)."""
+    from tokenops.engine.loader import load_tokenizer
+
+    key = (str(model_dir.resolve()), model_dir.stat().st_mtime_ns)
+    if key not in _TOKENIZER_META:
+        _TOKENIZER_META[key] = corpus_meta(load_tokenizer(model_dir))
+    return _TOKENIZER_META[key]
 
 
 #: Buckets of the acceptance tables: a prompt-lookup match of 1..OWN_MAX_MATCH tokens (longer ones
@@ -257,14 +271,14 @@ def build_suffix_proposer(
     prompt lookup alone, or None for the shipped corpus of the default model when the model has its
     tokenizer (else prompt lookup alone, logged). The lookup's match sizes default to 1..8 (the
     tables cut what a short match proposes)."""
-    from tokenops.engine.loader import load_tokenizer, resolve_model_dir
+    from tokenops.engine.loader import resolve_model_dir
 
     sizes = (min_ngram or 1, max_ngram or 8)
     if corpus == "none":
         return SuffixProposer(None, None, *sizes)
     path = Path(corpus).expanduser() if corpus else DEFAULT_CORPUS
     try:
-        meta = load_corpus_meta(path, load_tokenizer(resolve_model_dir(config.model, config.allow_download)))
+        meta = load_corpus_meta(path, model_tokenizer_meta(resolve_model_dir(config.model, config.allow_download)))
         tables = AcceptanceTables.from_json(meta["acceptance"])  # type: ignore[arg-type]
     except (ValueError, KeyError) as e:
         if corpus:
