@@ -291,7 +291,9 @@ def run_demo_models(args) -> None:
     tok = Tokenizer.from_dir(target)
     convs = heldout_messages(200)
     _set_plugin_settings(min_ngram=args.min_ngram, max_ngram=args.max_ngram)
-    print(f"# n-gram {args.min_ngram}..{args.max_ngram}, greedy, {args.requests} requests x {args.max_tokens} tokens, k={args.k} (adaptive), "
+    sizes = "method defaults" if args.min_ngram is None and args.max_ngram is None else \
+        f"{args.min_ngram}..{args.max_ngram}"
+    print(f"# prompt lookup sizes {sizes}, greedy, {args.requests} requests x {args.max_tokens} tokens, k={args.k} (adaptive), "
           f"draft min confidence {args.min_confidence}, draft weights {args.draft_panel_dtype}, "
           f"disabled at batch >= {args.disable_by_batch_size or 'never'}")
     print(HEADER)

@@ -54,35 +54,20 @@ def _accepted(proposal: list[int], out: list[int], at: int) -> int:
 
 def replay(samples: list[Sample], cost: list[float], min_n: int, max_n: int, max_k: int,
            table: dict[int, list[float]] | None = None) -> float:
-    """Predicted decode speed-up (plain decode steps / speculative step cost). ``table``: choose k
-    per proposal from the acceptance table of its match length instead of the adaptive k."""
-    plain = spec = 0.0
-    for prompt, out in samples:
-        plain += len(out) - 1
-        seq, done, ewma = list(prompt) + out[:1], 1, None
-        while done < len(out):
-            k = max_k if ewma is None else min(max_k, max(1, math.ceil(ewma - 1e-9) + 1))
-            k = min(k, len(out) - done - 1)
-            proposal, n = find(seq, k, min_n, max_n) if k > 0 else ([], 0)
-            if proposal and table is not None:
-                expected, best, best_k = 1.0, 1.0 / cost[0], 0
-                for j in range(1, len(proposal) + 1):
-                    expected += table[n][j - 1]
-                    if expected / cost[j] > best:
-                        best, best_k = expected / cost[j], j
-                proposal = proposal[:best_k]
-            if not proposal:
-                spec += cost[0]
-                seq.append(out[done])
-                done += 1
-                continue
-            a = _accepted(proposal, out, done)
-            spec += cost[len(proposal)]
-            emit = min(a + 1, len(out) - done)
-            seq += out[done:done + emit]
-            done += emit
-            ewma = 0.5 * (float(max_k) if ewma is None else ewma) + 0.5 * a
-    return plain / spec
+    """Predicted decode speed-up of prompt lookup (plain decode steps / speculative step cost).
+    ``table``: cut each proposal where the acceptance table of its match length says it pays most."""
+    def propose(seq: list[int], k: int) -> list[int]:
+        proposal, n = find(seq, k, min_n, max_n)
+        if not proposal or table is None:
+            return proposal
+        expected, best, best_k = 1.0, 1.0 / cost[0], 0
+        for j in range(1, len(proposal) + 1):
+            expected += table[n][j - 1]
+            if expected / cost[j] > best:
+                best, best_k = expected / cost[j], j
+        return proposal[:best_k]
+
+    return replay_proposer(samples, cost, propose, max_k)
 
 
 def replay_proposer(samples: list[Sample], cost: list[float], propose, max_k: int) -> float:

@@ -79,8 +79,9 @@ def calibrate(
             for at in range(1, len(answer) - 1):
                 context = prompts[i] + answer[:at]
                 tokens, match_len = lookup.lookup(context, num_tokens)
-                row = own[min(match_len, OWN_MAX_MATCH) - 1]
-                _add([row[min(j, OWN_POSITIONS - 1)] for j in range(len(tokens))], _accepted(tokens, answer, at))
+                if tokens:
+                    row = own[min(match_len, OWN_MAX_MATCH) - 1]
+                    _add([row[min(j, OWN_POSITIONS - 1)] for j in range(len(tokens))], _accepted(tokens, answer, at))
                 walk = index.continuation(context, num_tokens, min_count=1)
                 column = match_bucket(walk.match_len)
                 cells = [

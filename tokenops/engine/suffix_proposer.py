@@ -254,12 +254,10 @@ class SuffixProposer:
 _INDEXES: dict[tuple[str, int], SuffixIndex] = {}  # built once per corpus file: engines share them
 
 
-def _index(corpus: Path) -> SuffixIndex:
-    stat = corpus.stat()
-    key = (str(corpus.resolve()), stat.st_mtime_ns)
+def _index(corpus: Path, vocab_size: int) -> SuffixIndex:
+    key = (str(corpus.resolve()), corpus.stat().st_mtime_ns)
     if key not in _INDEXES:
-        meta = json.loads(corpus_meta_path(corpus).read_text())
-        _INDEXES[key] = SuffixIndex(np.fromfile(corpus, dtype=np.uint16), int(meta["vocab_size"]))
+        _INDEXES[key] = SuffixIndex(np.fromfile(corpus, dtype=np.uint16), vocab_size)
     return _INDEXES[key]
 
 
@@ -285,4 +283,4 @@ def build_suffix_proposer(
             raise ValueError(f"speculative corpus {path}: {e}") from None
         log.warning("speculative = 'suffix': %s; proposing from prompt lookup alone", e)
         return SuffixProposer(None, None, *sizes)
-    return SuffixProposer(_index(path), tables, *sizes)
+    return SuffixProposer(_index(path, int(meta["vocab_size"])), tables, *sizes)  # type: ignore[call-overload]
