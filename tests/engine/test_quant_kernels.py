@@ -165,6 +165,49 @@ def test_avx512_and_avx2_packed_paths_agree(qtype: QT) -> None:
             assert _rel_err(wide, quantize_activations(x).double() @ w.T) < 1e-5
 
 
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
+def test_amx_tiles_give_the_512_bit_kernels_floats(qtype: QT) -> None:
+    """AMX tiles (two or more rows) give the 512-bit kernel's floats exactly, so a verify or batched row
+    equals the row decoded alone: one group, pairs in passes of one, two and three, an odd last group,
+    rows across the tile passes (8) and the row blocks (64), two threads."""
+    kernels = _kernels(False)
+    if not kernels.has_amx:
+        pytest.skip("this CPU (or build, or OS) has no AMX-INT8")
+    width = 256
+    for out_features in (8, 16, 43, 64, 100):
+        raw = random_raw(qtype, out_features, width, seed=out_features)
+        packed = kernels.pack(raw, qtype, width)
+        for num_rows in (2, 6, 7, 8, 9, 17, 70):
+            x = torch.randn(num_rows, width, generator=torch.Generator().manual_seed(num_rows))
+            try:
+                assert kernels.set_amx(True)
+                tiles = kernels.linear(x, None, qtype, width, Method.GEMV, 2, packed)
+                assert not kernels.set_amx(False)
+                vectors = kernels.linear(x, None, qtype, width, Method.GEMV, 2, packed)
+            finally:
+                kernels.set_amx(None)
+            assert torch.equal(tiles, vectors), (out_features, num_rows)
+            alone = kernels.linear(x[-1:], None, qtype, width, Method.GEMV, 2, packed)
+            assert torch.equal(tiles[-1:], alone), (out_features, num_rows)
+
+
+def test_amx_env_switch() -> None:
+    """``TOKENOPS_QUANT_AMX=0`` keeps the vector kernels (read once, at the first product)."""
+    import os
+    import subprocess
+    import sys
+
+    kernels = _kernels(False)
+    code = (
+        "import torch; from tokenops.engine.quant_kernels import get_kernels; k = get_kernels(); "
+        "print(int(k.amx_active))"
+    )
+    for value, expect in (("0", False), ("1", kernels.has_amx)):
+        env = {**os.environ, "TOKENOPS_QUANT_AMX": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == str(int(expect)), (value, out.stderr)
+
+
 def test_avx512_env_switch_keeps_the_avx2_path() -> None:
     """``TOKENOPS_QUANT_AVX512=0`` keeps the 256-bit kernels (read once, at the first product)."""
     import os

@@ -86,7 +86,9 @@ static inline void qk_put(float *restrict y, const float *restrict v, const floa
 /* Bytes of scratch a product of M rows needs (the quantized activations, or the GEMM's rounded
    ones), and the integer path's layout. */
 size_t qk_scratch_bytes(int64_t M, int64_t K) {
-    size_t ints = sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * (K / 32) * 5) + (size_t)(2 * M * K);
+    /* + TK_AMX_ROWS rows past the last: an AMX tile of a last short pass reads (and ignores) them */
+    size_t ints = sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * (K / 32) * 5) +
+                  (size_t)(2 * (M + TK_AMX_ROWS) * K);
     size_t floats = sizeof(float) * (size_t)(M * K);
     return ints > floats ? ints : floats;
 }
@@ -106,6 +108,45 @@ static inline tk_act qk_act_at(void *scratch, int64_t M, int64_t K, int64_t m) {
    count picks). scratch: qk_scratch_bytes, shared (none for 3); panel: TK_PANEL * K floats per
    thread (3/4). A build without AVX2 runs 1/2 as 4. */
 #define TK_ROW_TILE 64
+#ifdef TK_AMX
+/* qk_product's packed integer path on AMX tiles (every thread of the region calls it): passes of three
+   pairs of groups over blocks of TK_ROW_TILE rows; an odd last group takes the 256-bit kernel fn */
+static void qk_product_amx(const qk_weight *w, int vnni, tk_gemv_packed_fn fn, const tk_act *a, int64_t M,
+                           const float *b, float *y, int64_t ys, int acc) {
+    const int64_t N = w->N, K = w->K, rb = w->rb, G = (N + 7) / 8, P = G / 2, nb = K / qk_block(w->t);
+    const int64_t S = (P + TK_AMX_PAIRS - 1) / TK_AMX_PAIRS + (G & 1);
+    float tacc[TK_AMX_PAIRS * TK_ROW_TILE * 16] __attribute__((aligned(64)));
+    tk_amx_begin(M < TK_AMX_ROWS ? (int)M : TK_AMX_ROWS);
+    for (int64_t m0 = 0; m0 < M; m0 += TK_ROW_TILE) {
+        int64_t mm = M - m0 < TK_ROW_TILE ? M - m0 : TK_ROW_TILE;
+        _Pragma("omp for schedule(dynamic, 1) nowait")
+        for (int64_t su = 0; su < S; su++) {
+            int64_t p0 = su * TK_AMX_PAIRS;
+            if (p0 >= P) {  /* the odd last group */
+                int64_t g = G - 1, nn = N - g * 8;
+                for (int64_t m = m0; m < m0 + mm; m += 4) {
+                    int R = m0 + mm - m < 4 ? (int)(m0 + mm - m) : 4;
+                    float o[8];
+                    __m256 out[4];
+                    fn(R, vnni, w->data + g * rb, nb, a + m, out);
+                    for (int r = 0; r < R; r++) {
+                        _mm256_storeu_ps(o, out[r]);
+                        qk_put(y + (m + r) * ys, o, b, g * 8, nn, acc);
+                    }
+                }
+                continue;
+            }
+            int U = P - p0 < TK_AMX_PAIRS ? (int)(P - p0) : TK_AMX_PAIRS;
+            amx_pairs_any(w->t, U, mm, w->data + 2 * p0 * rb, rb, nb, a + m0, K, tacc);
+            for (int i = 0; i < U; i++) {
+                int64_t g = 2 * (p0 + i), nn = N - g * 8 < 16 ? N - g * 8 : 16;
+                for (int64_t r = 0; r < mm; r++) qk_put(y + (m0 + r) * ys, tacc + (i * mm + r) * 16, b, g * 8, nn, acc);
+            }
+        }
+    }
+    tk_amx_end();
+}
+#endif
 static void qk_product(const qk_weight *w, int method, const float *x, int64_t xs, int64_t M, const float *b,
                        float *y, int64_t ys, int acc, void *scratch, float *panel) {
     const int64_t N = w->N, K = w->K, rb = w->rb;
@@ -127,6 +168,15 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
 #ifdef TK_AVX512
             tk_pair512_fn fn512 = vnni && tk_use_avx512() ? pair512_fn(t) : NULL;
             if (fn512) step = 2;
+#endif
+#ifdef TK_AMX
+            /* two or more rows: AMX tiles (the same floats as fn512) */
+            const int amx = fn512 && M >= TK_AMX_MIN_ROWS && tk_amx_type(t) && tk_use_amx();
+#endif
+#ifdef TK_AMX
+            if (amx) {
+                qk_product_amx(w, vnni, fn, a, M, b, y, ys, acc);
+            } else
 #endif
             /* rows in blocks of TK_ROW_TILE (a multiple of 4: the same 4-row calls, the same results):
                one block's rounded activations stay in L2 while every weight group passes over them;
@@ -221,7 +271,7 @@ int qk_features(void) {
     __builtin_cpu_init();
     avx512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
 #endif
-    return 1 | (TK_HAVE_VNNI ? 2 : 0) | (avx512 ? 4 : 0);
+    return 1 | (TK_HAVE_VNNI ? 2 : 0) | (avx512 ? 4 : 0) | (avx512 && tk_amx_allowed() ? 8 : 0);
 #else
     return 0;
 #endif

@@ -25,7 +25,7 @@ activations instead, through the GEMM: the products of a float32 reference, for 
 against another implementation.
 
 The C source (:mod:`._quant_formats_c`, :mod:`._quant_gemv_c`, :mod:`._quant_packed_c`,
-:mod:`._quant_packed_k_c`, :mod:`._quant_avx512_c`, :mod:`._quant_gemm_c`) is compiled at
+:mod:`._quant_packed_k_c`, :mod:`._quant_avx512_c`, :mod:`._quant_amx_c`, :mod:`._quant_gemm_c`) is compiled at
 first use by :func:`tokenops.engine.native.build_library` with ``-march=native``, into a cache keyed
 by the source and the CPU's feature flags, so the instructions used are the ones this CPU has (the
 run-time check). A CPU without AVX2 gets the plain-C GEMM for every path (on rounded activations
@@ -51,6 +51,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from tokenops.engine import (
+    _quant_amx_c,
     _quant_avx512_c,
     _quant_formats_c,
     _quant_gemm_c,
@@ -82,6 +83,7 @@ SOURCE = (
     + _quant_packed_c.SOURCE
     + _quant_packed_k_c.SOURCE
     + _quant_avx512_c.SOURCE
+    + _quant_amx_c.SOURCE
     + _quant_gemm_c.SOURCE
 )
 
@@ -136,9 +138,13 @@ class QuantKernels:
         self.lib.qk_set_avx512.argtypes = [i32]
         self.lib.qk_set_avx512.restype = i32
         self.lib.qk_avx512_active.restype = i32
+        self.lib.qk_set_amx.argtypes = [i32]
+        self.lib.qk_set_amx.restype = i32
+        self.lib.qk_amx_active.restype = i32
         features = self.lib.qk_features()
         self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
         self.has_avx512 = bool(features & 4)
+        self.has_amx = bool(features & 8)
 
     def set_avx512(self, on: bool | None) -> bool:
         """Use the 512-bit kernels for packed products (where the build and the CPU
@@ -151,6 +157,18 @@ class QuantKernels:
     def avx512_active(self) -> bool:
         """Whether packed products run the 512-bit kernels."""
         return bool(self.lib.qk_avx512_active())
+
+    def set_amx(self, on: bool | None) -> bool:
+        """Use AMX tiles for packed products of two or more rows (Q8_0, Q4_0, Q4_1; where the build,
+        the CPU and the OS allow them) or not (``None``: as ``TOKENOPS_QUANT_AMX`` says, on unless
+        ``0``); returns whether they are now used. The same floats either way. This library only: the
+        fused step's own build reads the variable itself. Not while a product runs."""
+        return bool(self.lib.qk_set_amx(-1 if on is None else int(on)))
+
+    @property
+    def amx_active(self) -> bool:
+        """Whether packed products of two or more rows run on AMX tiles."""
+        return bool(self.lib.qk_amx_active())
 
     def row_bytes(self, qtype: int, in_features: int) -> int:
         """Bytes of one encoded row of ``in_features`` values (ValueError if it cannot be encoded)."""
