@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tokenops.engine.sampling import argmax_rows
+
 if TYPE_CHECKING:
     import torch
 
@@ -84,7 +86,7 @@ def _draw_one(dist: torch.Tensor, generator: torch.Generator | None) -> int:
 def verify_greedy(target_logits: torch.Tensor, draft_token_ids: list[int]) -> list[int]:
     """Greedy verification: accepted tokens (equal to the target's argmax) plus the
     target's argmax at the first mismatch or the bonus position."""
-    best = target_logits.argmax(dim=-1).tolist()
+    best = argmax_rows(target_logits)
     assert len(best) == len(draft_token_ids) + 1
     out: list[int] = []
     for token, target in zip(draft_token_ids, best):

@@ -23,6 +23,17 @@ if TYPE_CHECKING:
 MAX_LOGPROBS = 20
 
 
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """Each row's argmax (the first one on ties, as ``torch.argmax``). On CPU float32 through numpy:
+    torch's CPU argmax took ~0.1 ms per 49k-token row, numpy's ~8 us (a batch-1 decode step of the
+    quantized default model is ~10 ms, and a verify step argmaxes every row)."""
+    import torch
+
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return logits.detach().numpy().argmax(axis=-1).tolist()
+    return logits.argmax(dim=-1).tolist()
+
+
 def draw(probs: torch.Tensor, u: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row of ``probs`` ``[rows, vocab]`` (unnormalised weights >= 0 are fine) by inverting its
     cumulative distribution at ``u`` ``[rows]``, uniforms in [0, 1): the first token whose cumulative weight
@@ -209,7 +220,7 @@ class Sampler:
             logits = apply_thinking(logits, thinking_rows, [seqs[i].thinking for i in thinking_rows])
         raw = logits  # what logprobs report (vLLM's raw_logprobs): masked, not penalised
         logits = apply_processors(logits, seqs, self.eos_token_ids)
-        token_ids = logits.argmax(dim=-1).tolist()  # greedy rows keep these
+        token_ids = argmax_rows(logits)  # greedy rows keep these
         random_rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if random_rows:
             rows = torch.tensor(random_rows, device=logits.device)
