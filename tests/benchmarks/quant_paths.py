@@ -1,7 +1,8 @@
 """CPU time per call of the quantized kernels' paths on SmolLM2-135M's shapes, one thread, best of N:
 the weight in GGUF's layout (the path ``linear`` picks for it: the integer GEMV up to 8 rows, the
-float32-panel GEMM above), packed with the 256-bit kernels, and packed with the 512-bit kernels
-(AVX-512 VNNI, Q8_0/Q4_0/Q4_1 only; ``-`` where the CPU or the type has none).
+float32-panel GEMM above), packed with the 256-bit kernels, packed with the 512-bit kernels
+(AVX-512 VNNI) and with AMX tiles (AMX-INT8, Q8_0/Q4_0/Q4_1, 6 rows or more: below that the
+512-bit kernel runs either way; ``-`` where the CPU or the type has none).
 
 CPU time of the calling thread (``time.thread_time``; with one thread the kernels run on it), the best
 of ``--repeat`` calls after a warm-up: on a shared box the best is the figure least disturbed by other
@@ -11,7 +12,8 @@ not depend on the values.
 
 ``--engine``: the packaged SmolLM2-135M Q4_1 in the engine's fused step instead (one thread), a
 ``--prompt``-token prefill and ``--decode`` batch-1 decode steps, process CPU time, best of 5, with
-``TOKENOPS_QUANT_AVX512=0`` and ``=1`` (each in its own process: the variable is read once).
+``TOKENOPS_QUANT_AVX512=0``, then ``=1`` with ``TOKENOPS_QUANT_AMX=0`` and with ``=1`` (each in its
+own process: the variables are read once).
 
 Run: ``.venv/bin/python tests/benchmarks/quant_paths.py [--qtypes Q4_1,Q8_0,Q4_K,Q5_K,Q6_K]
 [--rows 1,4,64,512] [--repeat 20] [--engine [--prompt 512] [--decode 64]]``.
@@ -54,13 +56,15 @@ def paths(k: QuantKernels, qtype: QT, shape: str, rows: int, repeat: int) -> lis
     x = torch.randn(rows, in_features)
     n = repeat if rows * out_features * in_features < 1e9 else max(3, repeat // 5)  # big calls: fewer
     res: list[float | None] = [best_cpu(lambda: k.linear(x, raw, qtype, in_features, Method.AUTO, 1), n)]
-    for wide in (False, True):
-        if packed is None or (wide and not k.set_avx512(True)):
+    for wide, amx in ((False, False), (True, False), (True, True)):
+        if packed is None or (wide and not k.set_avx512(True)) or (amx and (rows < 6 or not k.set_amx(True))):
             res.append(None)
             continue
         k.set_avx512(wide)
+        k.set_amx(amx)
         res.append(best_cpu(lambda: k.linear(x, None, qtype, in_features, Method.GEMV, 1, packed), n))
-    k.set_avx512(True)
+    k.set_avx512(None)
+    k.set_amx(None)
     return res
 
 
@@ -101,8 +105,8 @@ def engine(prompt: int, decode: int, repeat: int) -> None:
     import subprocess
 
     print(f"SmolLM2-135M Q4_1, fused step, 1 thread, process CPU time, best of {repeat}:")
-    for flag, name in (("0", "256-bit"), ("1", "512-bit")):
-        env = {**os.environ, "TOKENOPS_QUANT_AVX512": flag, "TOKENOPS_QUANT_EXACT": "0"}
+    for flag, amx, name in (("0", "0", "256-bit"), ("1", "0", "512-bit"), ("1", "1", "512-bit + AMX")):
+        env = {**os.environ, "TOKENOPS_QUANT_AVX512": flag, "TOKENOPS_QUANT_AMX": amx, "TOKENOPS_QUANT_EXACT": "0"}
         cmd = [sys.executable, __file__, "--engine-child", f"{prompt},{decode},{repeat}"]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.split()
         print(f"  {name}: prefill of {prompt} tokens {out[-2]} ms, batch-1 decode {out[-1]} ms per token", flush=True)
@@ -114,7 +118,7 @@ def main() -> None:
     ap.add_argument("--rows", default="1,4,64,512")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--engine", action="store_true", help="the real model's prefill and decode, 256- vs 512-bit")
+    ap.add_argument("--engine", action="store_true", help="the real model's prefill and decode: 256-bit, 512-bit, AMX")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--engine-child", help=argparse.SUPPRESS)
@@ -128,20 +132,27 @@ def main() -> None:
         return
     k = get_kernels()
     assert k is not None, "no C compiler: the kernels could not be built"
-    print(f"kernels: avx2={k.has_avx2} vnni={k.has_vnni} avx512={k.has_avx512}; 1 thread, CPU us per call, best")
     print(
-        f"{'type':5} {'shape':8} {'rows':>4} {'GGUF layout':>12} {'packed 256':>11} {'packed 512':>11} {'512/256':>8}"
+        f"kernels: avx2={k.has_avx2} vnni={k.has_vnni} avx512={k.has_avx512} amx={k.has_amx}; "
+        "1 thread, CPU us per call, best"
+    )
+    print(
+        f"{'type':5} {'shape':8} {'rows':>4} {'GGUF layout':>12} {'packed 256':>11} {'packed 512':>11} "
+        f"{'512/256':>8} {'AMX':>10} {'AMX/512':>8}"
     )
     for qname in args.qtypes.split(","):
         for shape in args.shapes.split(","):
             if SHAPES[shape][1] % (256 if QT[qname] in K_QUANTS else 32):
                 continue  # K-quant rows are 256-value super-blocks: 576 wide cannot be one
             for rows in (int(r) for r in args.rows.split(",")):
-                flat, p256, p512 = paths(k, QT[qname], shape, rows, args.repeat)
-                cells = [f"{v * 1e6:.1f}" if v is not None else "-" for v in (flat, p256, p512)]
+                flat, p256, p512, amx = paths(k, QT[qname], shape, rows, args.repeat)
+                cells = [f"{v * 1e6:.1f}" if v is not None else "-" for v in (flat, p256, p512, amx)]
                 ratio = f"{p512 / p256:.2f}" if p512 is not None and p256 else "-"
+                amx_ratio = f"{amx / p512:.2f}" if amx is not None and p512 else "-"
                 print(
-                    f"{qname:5} {shape:8} {rows:4} {cells[0]:>12} {cells[1]:>11} {cells[2]:>11} {ratio:>8}", flush=True
+                    f"{qname:5} {shape:8} {rows:4} {cells[0]:>12} {cells[1]:>11} {cells[2]:>11} {ratio:>8} "
+                    f"{cells[3]:>10} {amx_ratio:>8}",
+                    flush=True,
                 )
 
 
