@@ -10,6 +10,7 @@ family the engine runs: extend it (one row, plus the tensor names in
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,33 +78,42 @@ class TensorInfo:
     num_bytes: int
 
 
+def _read_with_gguf(path: Path) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int, int, int]]]:
+    """:func:`~tokenops.engine.gguf_header.read_header`'s result through ggml-org's ``GGUFReader``
+    (the files that reader does not take). What is needed is copied out and the reader dropped at once:
+    its hundreds of thousands of small objects for a 49k vocabulary would otherwise be interleaved
+    with the model's long-lived objects, and the allocator could not give their memory back (~80 MiB
+    more RSS measured on SmolLM2)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path), "r")
+    metadata = {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
+    tensors = [
+        (t.name, tuple(int(n) for n in t.shape), int(t.tensor_type), int(t.data_offset), int(t.n_bytes))
+        for t in reader.tensors
+    ]
+    del reader
+    return metadata, tensors
+
+
 class GGUFFile:
     """An open GGUF file: ``metadata`` (key -> Python value) and ``tensors`` (name -> :class:`TensorInfo`).
 
-    ggml-org's ``GGUFReader`` parses the header; what is needed is copied out and the reader is
-    dropped at once (its hundreds of thousands of small objects for a 49k vocabulary would otherwise
-    be interleaved with the model's long-lived objects, and the allocator could not give their
-    memory back: ~80 MiB more RSS measured on SmolLM2). Tensor bytes are read from a plain
-    ``numpy.memmap`` of the file."""
+    The header is read by :mod:`tokenops.engine.gguf_header` (ggml-org's ``GGUFReader`` for what that
+    does not take). Tensor bytes are read from a plain ``numpy.memmap`` of the file."""
 
     def __init__(self, path: str | Path) -> None:
-        from gguf import GGUFReader
+        from tokenops.engine.gguf_header import UnsupportedHeader, read_header
 
         self.path = Path(path)
         try:
-            reader = GGUFReader(str(self.path), "r")
-        except (ValueError, OSError) as e:
+            try:  # the header in one pass (tokenops/engine/gguf_header.py: ~20x faster than GGUFReader)
+                self.metadata, tensors = read_header(self.path)
+            except UnsupportedHeader:
+                self.metadata, tensors = _read_with_gguf(self.path)
+        except (ValueError, OSError, struct.error, KeyError) as e:
             raise GGUFError(f"{self.path} is not a readable GGUF file: {e}") from None
-        self.metadata: dict[str, Any] = {
-            key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")
-        }
-        self.tensors = {
-            t.name: TensorInfo(
-                t.name, tuple(int(n) for n in t.shape), int(t.tensor_type), int(t.data_offset), int(t.n_bytes)
-            )
-            for t in reader.tensors
-        }
-        del reader
+        self.tensors = {t[0]: TensorInfo(*t) for t in tensors}
         # copy-on-write ("c"): writable for torch.from_numpy, the file itself is never written
         self._map: np.memmap | None = np.memmap(self.path, mode="c", dtype=np.uint8)
 
