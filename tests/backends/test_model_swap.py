@@ -19,6 +19,7 @@ class FakeEngine:
         self.log = log
         self.fails = fails
         self.gate: asyncio.Event | None = None
+        self.load_error: str | None = None
 
     async def load_engine(self) -> None:
         self.log.append(f"load {self.model}")
@@ -116,6 +117,7 @@ def test_a_failed_load_fails_its_requests_only():
             await use(swap, e["b"])
         assert info.value.status == 503 and info.value.kind == "model_load_failed"
         assert "`b` failed to load" in str(info.value) and "no weights for b" in str(info.value)
+        assert e["b"].load_error == "FileNotFoundError: no weights for b"  # failed for good, as at start
         await use(swap, e["a"])  # a serves again (reloaded into the freed slot)
         assert log == ["load a", "unload a", "load b", "load a"]
         assert swap.stats()["num_load_failures"] == 1 and list(swap.resident) == ["a#0"]

@@ -68,6 +68,8 @@ class LocalBackend:
         #: the bound on resident engines this one is under ([gateway] max_loaded_models), or None:
         #: its engine is then built on a request's demand and may be closed to make room
         self.swap: ModelSwap | None = None
+        #: why the engine failed to load (set by the gateway at start, or by the swap on demand), else None
+        self.load_error: str | None = None
         self.max_model_len: int | None = getattr(engine, "max_model_len", None)
         self.default_max_tokens = settings.gateway.default_max_tokens
         self.tool_call_parser = model.tool_call_parser
@@ -84,7 +86,7 @@ class LocalBackend:
         """Loaded, or (under a bound) started and loadable on demand; a model that failed at start stays failed."""
         if self.engine is not None:
             return True
-        return self.swap is not None and self.started.is_set() and getattr(self, "load_error", None) is None
+        return self.swap is not None and self.started.is_set() and self.load_error is None
 
     async def start(self) -> None:
         try:

@@ -40,6 +40,8 @@ class Swappable(Protocol):
 
     name: str
     model: str
+    #: why its engine failed to load (it then stays failed), else None
+    load_error: str | None
 
     async def load_engine(self) -> None: ...
 
@@ -190,7 +192,9 @@ class ModelSwap:
                 await self._unload(victim)
             await self._load(backend)
         except Exception as e:
-            self._fail_waiters(backend, e)
+            # failed for good, as at start: its requests get the cause at once (no eviction per retry)
+            backend.load_error = " ".join(f"{type(e).__name__}: {e}".split())
+            self._fail_waiters(backend, backend.load_error)
         else:
             self._admit_waiters(backend.name)
         finally:
@@ -228,8 +232,7 @@ class ModelSwap:
             self._join(name)
             waiter.future.set_result(None)
 
-    def _fail_waiters(self, backend: Swappable, error: Exception) -> None:
-        cause = " ".join(f"{type(error).__name__}: {error}".split())
+    def _fail_waiters(self, backend: Swappable, cause: str) -> None:
         for waiter in [w for w in self.waiters if w.backend.name == backend.name]:
             self.waiters.remove(waiter)
             if not waiter.future.done():
