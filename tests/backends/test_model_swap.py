@@ -140,3 +140,27 @@ def test_a_waiter_that_goes_away_leaves_the_queue():
         assert log == ["load a"] and swap.draining is None  # nobody wants b any more: a stays
 
     asyncio.run(main())
+
+
+def test_attach_pins_lora_bases_and_needs_room_beyond_them():
+    from types import SimpleNamespace
+
+    from tokenops.backends.model_swap import attach
+    from tokenops.config import ConfigError
+
+    def replicas(*names: str) -> dict:
+        out = {}
+        for n in names:
+            backend = FakeEngine(n, [])
+            backend.config, backend.swap = object(), None  # a bundled engine built from its config
+            out[n] = [SimpleNamespace(backend=backend)]
+        return out
+
+    assert attach(0, replicas("a", "b")) is None  # no bound
+    assert attach(2, replicas("a", "b")) is None  # everything fits
+    models = replicas("base", "a", "b")
+    swap = attach(2, models, lora_bases=["base"])
+    assert swap is not None and swap.pinned == {"base#0"} and swap.initial == {"a#0"} and swap.num_slots == 1
+    assert models["base"][0].backend.swap is None and models["b"][0].backend.swap is swap
+    with pytest.raises(ConfigError, match="raise it to at least 2"):
+        attach(1, replicas("base", "a"), lora_bases=["base"])

@@ -117,3 +117,16 @@ def test_serve_flag_sets_the_bound(monkeypatch):
     with pytest.raises(SystemExit) as e:
         main(["serve", "--no-store", "--max-loaded-models", "-1"])
     assert e.value.code == 2
+
+
+def test_dashboard_models_table_shows_what_is_loaded(server):
+    from tokenops.tui.screens.models import model_cells, models_title
+
+    stats = httpx.get(f"{server.url}/admin/stats", headers=server.admin_headers).json()
+    names = {m: model_cells(m, stats["models"][m])[0] for m in MODELS}
+    resident = [m for m in MODELS if stats["models"][m]["resident"]]
+    assert len(resident) == 1 and names[resident[0]] == resident[0]
+    assert all(names[m] == f"{m} (not loaded)" for m in MODELS if m not in resident)
+    title = models_title(stats["model_swap"])
+    assert title.startswith("models: 1 of at most 1 engines loaded, ") and " evictions, " in title
+    assert models_title(None) == "models"
