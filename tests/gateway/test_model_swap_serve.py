@@ -130,3 +130,10 @@ def test_dashboard_models_table_shows_what_is_loaded(server):
     title = models_title(stats["model_swap"])
     assert title.startswith("models: 1 of at most 1 engines loaded, ") and " evictions, " in title
     assert models_title(None) == "models"
+
+
+def test_runtime_adapter_refuses_a_base_loaded_on_demand(server):
+    r = httpx.post(
+        f"{server.url}/admin/lora", headers=server.admin_headers, json={"name": "x", "path": "/tmp", "base": "chat"}
+    )
+    assert r.status_code == 400 and "max_loaded_models" in r.json()["error"]["message"]
