@@ -137,3 +137,16 @@ def test_runtime_adapter_refuses_a_base_loaded_on_demand(server):
         f"{server.url}/admin/lora", headers=server.admin_headers, json={"name": "x", "path": "/tmp", "base": "chat"}
     )
     assert r.status_code == 400 and "max_loaded_models" in r.json()["error"]["message"]
+
+
+def test_tokenize_loads_a_model_that_is_not_resident(server):
+    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    ask(client, "chat")
+    assert swap_stats(server)["resident"]["small"] is False
+    r = httpx.post(f"{server.url}/tokenize", json={"model": "small", "prompt": "hello there"})
+    assert r.status_code == 200 and r.json()["count"] > 0
+    assert swap_stats(server)["resident"] == {"chat": False, "small": True, "draft": False}
+    r = httpx.post(f"{server.url}/detokenize", json={"model": "chat", "tokens": r.json()["tokens"]})
+    assert r.status_code == 200 and "hello" in r.json()["prompt"]
+    r = httpx.post(f"{server.url}/tokenize", json={"model": "gone", "prompt": "hi"})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "model_load_failed"

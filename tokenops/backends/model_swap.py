@@ -26,7 +26,7 @@ import gc
 import logging
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -318,3 +318,18 @@ def resident_models(swap: ModelSwap, replicas: dict[str, list[Any]]) -> dict[str
         if backends and all(hasattr(b, "unload_engine") for b in backends):
             out[model] = any(swap.is_resident(b.name) for b in backends)
     return out
+
+
+@contextlib.asynccontextmanager
+async def engine_held(backend: Any) -> AsyncIterator[None]:
+    """Keep ``backend``'s engine resident for the block, loading it first if it is loaded on demand
+    (what uses the engine outside a request: ``/tokenize``); nothing for other backends."""
+    swap = getattr(backend, "swap", None)
+    if swap is None:
+        yield
+        return
+    await swap.acquire(backend)
+    try:
+        yield
+    finally:
+        swap.release(backend)
