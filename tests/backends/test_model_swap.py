@@ -37,9 +37,11 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def started(slots: int, names: str, initial: int, log: list[str]) -> tuple[ModelSwap, dict[str, FakeEngine]]:
+async def started(
+    slots: int, names: str, initial: int, log: list[str], grace_s: float = 0.0
+) -> tuple[ModelSwap, dict[str, FakeEngine]]:
     engines = {n: FakeEngine(n, log) for n in names}
-    swap = ModelSwap(slots, initial=[e.name for e in list(engines.values())[:initial]])
+    swap = ModelSwap(slots, initial=[e.name for e in list(engines.values())[:initial]], drain_grace_s=grace_s)
     for e in engines.values():
         await swap.start(e)
     return swap, engines
@@ -164,3 +166,27 @@ def test_attach_pins_lora_bases_and_needs_room_beyond_them():
     assert models["base"][0].backend.swap is None and models["b"][0].backend.swap is swap
     with pytest.raises(ConfigError, match="raise it to at least 2"):
         attach(1, replicas("base", "a"), lora_bases=["base"])
+
+
+def test_a_victim_takes_a_burst_during_its_grace_then_drains():
+    async def main() -> None:
+        log: list[str] = []
+        swap, e = await started(1, "ab", 1, log, grace_s=0.2)
+        await swap.acquire(e["a"])
+        wants_b = asyncio.create_task(swap.acquire(e["b"]))
+        await settle()
+        assert swap.draining == "a#0"
+        await asyncio.wait_for(swap.acquire(e["a"]), 1)  # within the grace: joins a's batch
+        await asyncio.sleep(0.3)
+        late = asyncio.create_task(swap.acquire(e["a"]))  # after it: waits behind b's load
+        await settle()
+        assert not late.done() and not wants_b.done() and swap.in_flight["a#0"] == 2
+        swap.release(e["a"])
+        swap.release(e["a"])
+        await asyncio.wait_for(wants_b, 1)
+        assert log == ["load a", "unload a", "load b"] and not late.done()
+        swap.release(e["b"])
+        await asyncio.wait_for(late, 1)
+        assert log[-2:] == ["unload b", "load a"]
+
+    asyncio.run(main())

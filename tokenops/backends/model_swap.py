@@ -8,7 +8,8 @@ What Ollama does with ``OLLAMA_MAX_LOADED_MODELS`` and LM Studio with its just-i
 
 Fairness: a request for a resident engine joins its batch at once, so one engine's burst is served
 in one batch, not one request per load. A request that needs a load waits in a FIFO. When every slot
-is busy the head of that FIFO picks its victim (the least recently used resident engine) and the
+is busy the head of that FIFO picks its victim (the least recently used resident engine) and, after a
+short grace (:data:`DRAIN_GRACE_S`: a burst sent at once still lands in one batch per model), the
 victim stops taking new requests (they queue behind) until its running ones end: a busy model cannot
 keep a waiting one out for ever. One load per model at a time: later requests for a model being
 loaded wait for that load.
@@ -33,6 +34,12 @@ from typing import Any, Protocol
 from tokenops.types import BackendError
 
 log = logging.getLogger("tokenops.backends")
+
+#: Seconds a victim still takes new requests after a load chose it. Without it, 48 requests sent at
+#: once over four models with room for two made the victims stop mid-burst and load again for the
+#: requests that came a moment later (4 loads a round instead of 2 in tests/benchmarks/lora_serve.py);
+#: a waiting load is held back by at most this plus the requests it let in.
+DRAIN_GRACE_S = 0.5
 
 
 class Swappable(Protocol):
@@ -60,7 +67,13 @@ class ModelSwap:
     ``max_loaded`` counts every bundled engine, the ``pinned`` ones (never evicted, not managed
     here) included; ``initial`` names the backends built at start."""
 
-    def __init__(self, max_loaded: int, pinned: Iterable[str] = (), initial: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        max_loaded: int,
+        pinned: Iterable[str] = (),
+        initial: Iterable[str] = (),
+        drain_grace_s: float = DRAIN_GRACE_S,
+    ) -> None:
         self.pinned = set(pinned)
         assert max_loaded > len(self.pinned), "ModelSwap needs a slot beyond the pinned engines"
         self.max_loaded = max_loaded
@@ -71,6 +84,8 @@ class ModelSwap:
         self.loading: set[str] = set()
         #: the victim chosen by a waiting load: takes no new request until its running ones end
         self.draining: str | None = None
+        self.draining_since = 0.0
+        self.drain_grace_s = drain_grace_s
         self.waiters: deque[_Waiter] = deque()
         self.known: dict[str, Swappable] = {}
         self.num_loads = 0
@@ -131,7 +146,9 @@ class ModelSwap:
             self._pump()
 
     def _can_join(self, name: str) -> bool:
-        return name in self.resident and name != self.draining
+        if name not in self.resident:
+            return False
+        return name != self.draining or time.monotonic() - self.draining_since < self.drain_grace_s
 
     def _join(self, name: str) -> None:
         self.in_flight[name] += 1
@@ -176,6 +193,7 @@ class ModelSwap:
             if victim is None:
                 if self.draining not in self.resident:
                     self.draining = next(iter(self.resident), None)
+                    self.draining_since = time.monotonic()
                 return False
             del self.resident[victim]
         self.draining = None
