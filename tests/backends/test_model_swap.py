@@ -38,10 +38,11 @@ async def settle() -> None:
 
 
 async def started(
-    slots: int, names: str, initial: int, log: list[str], grace_s: float = 0.0
+    slots: int, names: str, initial: int, log: list[str], grace_s: float = 0.0, gather_s: float = 0.0
 ) -> tuple[ModelSwap, dict[str, FakeEngine]]:
     engines = {n: FakeEngine(n, log) for n in names}
-    swap = ModelSwap(slots, initial=[e.name for e in list(engines.values())[:initial]], drain_grace_s=grace_s)
+    first = [e.name for e in list(engines.values())[:initial]]
+    swap = ModelSwap(slots, initial=first, drain_grace_s=grace_s, gather_s=gather_s)
     for e in engines.values():
         await swap.start(e)
     return swap, engines
@@ -188,5 +189,22 @@ def test_a_victim_takes_a_burst_during_its_grace_then_drains():
         swap.release(e["b"])
         await asyncio.wait_for(late, 1)
         assert log[-2:] == ["unload b", "load a"]
+
+    asyncio.run(main())
+
+
+def test_a_load_lets_the_burst_it_came_in_reach_the_resident_engines_first():
+    async def main() -> None:
+        log: list[str] = []
+        swap, e = await started(1, "ab", 1, log, gather_s=0.1)
+        wants_b = asyncio.create_task(swap.acquire(e["b"]))
+        await settle()
+        assert log == ["load a"]  # a is idle, but b's load waits for the burst
+        await asyncio.wait_for(swap.acquire(e["a"]), 1)  # a's request a moment later: a is still there
+        await asyncio.sleep(0.2)
+        assert swap.draining == "a#0" and not wants_b.done()  # now busy: b waits for it
+        swap.release(e["a"])
+        await asyncio.wait_for(wants_b, 1)
+        assert log == ["load a", "unload a", "load b"]
 
     asyncio.run(main())

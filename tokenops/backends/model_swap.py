@@ -35,12 +35,16 @@ from tokenops.types import BackendError
 
 log = logging.getLogger("tokenops.backends")
 
-#: Seconds a victim still takes new requests after a load chose it. Without it, 48 requests sent at
-#: once over four models with room for two made the victims stop mid-burst and load again for the
-#: requests that came a moment later (4 loads a round where 2 would do in tests/benchmarks/lora_serve.py;
-#: with 0.5 s, 3-4: on a busy 2-core box such a burst takes over a second to arrive). A waiting load
-#: is held back by at most this plus the requests it let in, less than a load itself takes (4-15 s).
+#: Seconds a victim still takes new requests after a load chose it: the rest of a burst that reaches
+#: it a moment later joins its batch rather than waiting for the victim to go and loading it again. A
+#: waiting load is held back by at most this plus the requests it let in, less than a load itself
+#: takes (4-15 s for SmolLM2's GGUF on a busy 2-core box).
 DRAIN_GRACE_S = 2.0
+#: Seconds a request that needs a load waits before a victim is chosen: the burst it came in reaches
+#: the resident engines first, which are then busy rather than idle and evicted before their own
+#: requests arrive (at the start of each round of lora_serve.py's load both resident engines were idle,
+#: were closed for the first two other models' requests, and loaded again a moment later for theirs).
+LOAD_GATHER_S = 0.25
 
 
 class Swappable(Protocol):
@@ -60,6 +64,7 @@ class Swappable(Protocol):
 class _Waiter:
     backend: Swappable
     future: asyncio.Future[None]
+    since: float = 0.0
 
 
 class ModelSwap:
@@ -74,6 +79,7 @@ class ModelSwap:
         pinned: Iterable[str] = (),
         initial: Iterable[str] = (),
         drain_grace_s: float = DRAIN_GRACE_S,
+        gather_s: float = LOAD_GATHER_S,
     ) -> None:
         self.pinned = set(pinned)
         assert max_loaded > len(self.pinned), "ModelSwap needs a slot beyond the pinned engines"
@@ -87,6 +93,8 @@ class ModelSwap:
         self.draining: str | None = None
         self.draining_since = 0.0
         self.drain_grace_s = drain_grace_s
+        self.gather_s = gather_s
+        self._timer: asyncio.TimerHandle | None = None
         self.waiters: deque[_Waiter] = deque()
         self.known: dict[str, Swappable] = {}
         self.num_loads = 0
@@ -129,7 +137,7 @@ class ModelSwap:
             self._join(backend.name)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(backend, future)
+        waiter = _Waiter(backend, future, time.monotonic())
         self.waiters.append(waiter)
         self._pump()
         try:
@@ -180,7 +188,7 @@ class ModelSwap:
                 waiter.future.set_result(None)
             elif name in self.loading or name in self.resident or is_blocked:
                 continue  # admitted when its load ends / its draining ends / after the head's load
-            elif self._begin_load(waiter.backend):
+            elif self._begin_load(waiter):
                 is_load_started = True
             else:
                 is_blocked = True
@@ -189,10 +197,14 @@ class ModelSwap:
             return True
         return is_load_started and self.draining is None and any(w.backend.name in self.resident for w in self.waiters)
 
-    def _begin_load(self, backend: Swappable) -> bool:
-        """Start loading ``backend`` into a free slot or over an idle victim; False when it must wait."""
-        victim = None
+    def _begin_load(self, waiter: _Waiter) -> bool:
+        """Start loading the waiter's backend into a free slot or over an idle victim; False when it must wait."""
+        backend, victim = waiter.backend, None
         if len(self.resident) + len(self.loading) >= self.num_slots:
+            gather = waiter.since + self.gather_s - time.monotonic()
+            if gather > 0:
+                self._pump_later(gather)
+                return False
             victim = next((n for n in self.resident if not self.in_flight[n]), None)
             if victim is None:
                 if self.draining not in self.resident:
@@ -207,6 +219,14 @@ class ModelSwap:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True
+
+    def _pump_later(self, delay: float) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._pump()
 
     async def _swap_in(self, backend: Swappable, victim: Swappable | None) -> None:
         try:
