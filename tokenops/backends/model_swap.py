@@ -7,12 +7,13 @@ not resident waits while the least recently used resident engine with no request
 What Ollama does with ``OLLAMA_MAX_LOADED_MODELS`` and LM Studio with its just-in-time loading.
 
 Fairness: a request for a resident engine joins its batch at once, so one engine's burst is served
-in one batch, not one request per load. A request that needs a load waits in a FIFO. When every slot
-is busy the head of that FIFO picks its victim (the least recently used resident engine) and, after a
-short grace (:data:`DRAIN_GRACE_S`: a burst sent at once still lands in one batch per model), the
-victim stops taking new requests (they queue behind) until its running ones end: a busy model cannot
-keep a waiting one out for ever. One load per model at a time: later requests for a model being
-loaded wait for that load.
+in one batch, not one request per load. A request that needs a load waits in a FIFO, and a victim is
+chosen only :data:`LOAD_GATHER_S` after it arrived (the rest of its burst reaches the resident engines
+first). The head of the FIFO then closes the least recently used idle engine or, when all are busy,
+picks the least recently used one, which after :data:`DRAIN_GRACE_S` stops taking new requests (they
+queue behind) until its running ones end: a busy model cannot keep a waiting one out for ever. One
+load per model at a time (later requests for a model being loaded wait for that load), and one build
+at a time in all.
 
 Models with LoRA adapters stay resident (their adapters run on their engine; evicting it would drop
 them): they count toward the bound and are never evicted.
