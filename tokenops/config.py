@@ -111,6 +111,15 @@ class GatewaySettings:
     retry_budget_min_per_s: float = 5.0
     # x-tokenops-* response headers (model, replica, cache, route, cost); off where routing must stay private
     decision_headers: bool = True
+    # bundled-engine models resident at once (0: all); the others load on demand, the least recently
+    # used idle one closed to make room (tokenops/backends/model_swap.py)
+    max_loaded_models: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_loaded_models, bool) or not isinstance(self.max_loaded_models, int):
+            raise ConfigError(f"[gateway] max_loaded_models: expected an integer, got {self.max_loaded_models!r}")
+        if self.max_loaded_models < 0:
+            raise ConfigError("[gateway] max_loaded_models must be >= 0 (0: no bound)")
 
 
 @dataclass(slots=True)

@@ -3,7 +3,8 @@
 Three random rank-16 adapters on every projection of SmolLM2-135M-Instruct (peft,
 ``init_lora_weights=False``; speed does not need trained ones), served on one base:
 
-1. the same 48 requests (``--max-tokens`` greedy tokens each, all sent at once) on the base alone,
+1. the same 48 requests (``--max-tokens`` greedy tokens each, all sent at once, the models they name
+   in one seeded interleaved order for every server: :func:`request_order`) on the base alone,
    then spread evenly over the base and the three adapters: ``mixed / base`` throughput;
 2. the three adapters merged into their base (``lora_merged.py``: peft's ``merge_and_unload``, then
    for the GGUF base converted and quantized to Q4_1 like the packaged file) and served as three more
@@ -13,7 +14,12 @@ Three random rank-16 adapters on every projection of SmolLM2-135M-Instruct (peft
    their floor (1024 tokens each: the set does not fit). The same 48 requests spread over the four:
    ``lora mixed / merged mixed``; ``--merged 1`` serves only the base and one merged model (what fits
    the adapter server's memory on the GGUF base; on the float32 one not even that does);
-3. ``/health`` latency (polled every 10 ms from a thread) while a fourth adapter is loaded through
+3. the same merged models as four ``[[models]]`` under ``[gateway] max_loaded_models = --swap-bound``
+   (2: the base and one merged Q4_1 model are what fit the adapter server's memory): the others are
+   loaded on demand and the least recently used idle engine closed for room, as Ollama does; the same
+   48 requests, the same rounds, with the loads they cost and the server's peak; the always-resident
+   run of 2. is kept beside it (labelled: it does not fit);
+4. ``/health`` latency (polled every 10 ms from a thread) while a fourth adapter is loaded through
    ``POST /admin/lora`` during the mixed load, against the same load without a load.
 
 Every KV block of both servers is made resident first (long prompts fill the caches), so the peak is
@@ -24,6 +30,7 @@ gguf`` (the default) serves the embedded Q4_1 GGUF, ``--base hf`` the float32 HF
 adapters and merged models are cached in ``~/.cache/tokenops/lora-bench``. Prints JSON.
 
     .venv/bin/python tests/benchmarks/lora_serve.py [--base gguf|hf] [--rounds 3] [--merged 3] [--no-health]
+        [--swap-bound 2] [--no-resident-merged]
 """
 
 from __future__ import annotations
@@ -52,17 +59,31 @@ MIN_KV_TOKENS = 1024
 BUDGET_TOLERANCE = 0.05
 
 
+def request_order(num_models: int = 4, seed: int = 40) -> list[int]:
+    """Which model each of the NUM_REQUESTS requests names (an index into the server's models): as many
+    for each, in a seeded shuffle rather than round-robin, as traffic from several users interleaves.
+    Every server gets the same order."""
+    import random
+
+    order = [i % num_models for i in range(NUM_REQUESTS)]
+    random.Random(seed).shuffle(order)
+    return order
+
+
+REQUEST_ORDER = request_order()
+
+
 async def run_load(base_url: str, models: list[str], max_tokens: int, pid: int | None = None) -> dict:
-    """NUM_REQUESTS completions sent at once, round-robin over ``models``: output tokens per second, and
-    per CPU second of the server process ``pid`` (all its threads) when given: on a shared box the
-    wall clock counts other people's work, the server's CPU time much less so."""
+    """NUM_REQUESTS completions sent at once, over ``models`` in :data:`REQUEST_ORDER`: output tokens per
+    second, and per CPU second of the server process ``pid`` (all its threads) when given: on a shared box
+    the wall clock counts other people's work, the server's CPU time much less so."""
     import openai
 
     client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=900)
 
     async def one(i: int) -> int:
         r = await client.completions.create(
-            model=models[i % len(models)],
+            model=models[REQUEST_ORDER[i] % len(models)],
             prompt=f"Write a short note about item number {i}.",
             max_tokens=max_tokens,
             temperature=0,
@@ -187,10 +208,12 @@ def lora_config(base: str, adapters: list[Path], kernel: str) -> str:
     return f'[[models]]\nname = "{MODEL}"\npath = "{base}"\nlora = {{ {lora} }}\n' + engine_toml(KV_TOKENS, kernel)
 
 
-def merged_config(base: str, merged: list[Path], kernel: str, kv_tokens: int) -> str:
-    """The base and each merged model as its own ``[[models]]``, ``kv_tokens`` of KV cache each."""
+def merged_config(base: str, merged: list[Path], kernel: str, kv_tokens: int, swap_bound: int = 0) -> str:
+    """The base and each merged model as its own ``[[models]]``, ``kv_tokens`` of KV cache each; at most
+    ``swap_bound`` of them resident (``[gateway] max_loaded_models``; 0: all)."""
     engine = engine_toml(kv_tokens, kernel)
-    text = f'[[models]]\nname = "{MODEL}"\npath = "{base}"\n{engine}'
+    text = f"[gateway]\nmax_loaded_models = {swap_bound}\n\n"
+    text += f'[[models]]\nname = "{MODEL}"\npath = "{base}"\n{engine}'
     for i, p in enumerate(merged, 1):
         text += f'\n[[models]]\nname = "m{i}"\npath = "{p}"\n{engine}'
     return text
@@ -202,16 +225,30 @@ async def timed_rounds(srv: ServeProcess, loads: dict[str, list[str]], rounds: i
     runs: dict[str, list[dict]] = {name: [] for name in loads}
     for _ in range(rounds):
         for name, models in loads.items():
-            runs[name].append(await run_load(srv.base_url, models, max_tokens, srv.proc.pid))
+            before = swap_stats(srv)
+            run = await run_load(srv.base_url, models, max_tokens, srv.proc.pid)
+            if before is not None:  # a server under max_loaded_models: the loads this round cost
+                after = swap_stats(srv) or {}
+                run["loads"] = after["num_loads"] - before["num_loads"]
+                run["load_s"] = round(after["load_seconds"] - before["load_seconds"], 2)
+            runs[name].append(run)
         print("round", json.dumps(runs), file=sys.stderr, flush=True)
+    keys = ("tok_s", "tok_cpu_s", "cpu_s", "loads", "load_s")
     return {
         name: {
             "tok_s": max(r["tok_s"] for r in rs),
             "tok_cpu_s": max(r["tok_cpu_s"] for r in rs),
-            "rounds": [{k: r[k] for k in ("tok_s", "tok_cpu_s", "cpu_s")} for r in rs],
+            "rounds": [{k: r[k] for k in keys if k in r} for r in rs],
         }
         for name, rs in runs.items()
     }
+
+
+def swap_stats(srv: ServeProcess) -> dict | None:
+    """``/admin/stats``' ``model_swap`` (None: no bound on resident engines)."""
+    import httpx
+
+    return httpx.get(f"{srv.url}/admin/stats", headers=srv.admin_headers, timeout=60).json().get("model_swap")
 
 
 async def lora_server(base: str, adapters: list[Path], extra: Path, kernel: str, opts: argparse.Namespace) -> dict:
@@ -281,6 +318,38 @@ async def merged_in_budget(base: str, merged: list[Path], kernel: str, budget_mi
     return final
 
 
+async def merged_swapping(base: str, merged: list[Path], kernel: str, budget_mib: float, opts) -> dict:
+    """The base and the merged models as ``[[models]]`` with at most ``opts.swap_bound`` engines resident
+    (``[gateway] max_loaded_models``), ``opts.swap_kv_tokens`` of KV cache each; the others load on
+    demand, the least recently used idle one closed for room. The same 48 requests in the same order,
+    the same rounds; the loads each round cost. Its peak includes what a swap holds for a moment (the
+    file mapping and new buffers of the engine being built, heap not yet returned by the closed one)."""
+    n, bound, kv = len(merged) + 1, opts.swap_bound, opts.swap_kv_tokens
+    models = [MODEL] + [f"m{i}" for i in range(1, n)]
+    config = merged_config(base, merged, kernel, kv, bound)
+    with ServeProcess(WORK / "serve-merged-swap", config=config, env=SERVE_ENV, store=False) as srv:
+        ready_mib = status_mib(srv.proc.pid, "VmRSS")
+        await fill_kv(srv.base_url, models, kv, n)
+        await run_load(srv.base_url, models, 4)  # warm-up
+        at_start = swap_stats(srv) or {}
+        out = (await timed_rounds(srv, {"mixed": models}, opts.rounds, opts.max_tokens))["mixed"]
+        stats = swap_stats(srv) or {}
+        out.update(
+            max_loaded_models=bound,
+            models=n,
+            kv_tokens_per_model=kv,
+            rss_at_ready_mib=ready_mib,
+            peak_rss_mib=status_mib(srv.proc.pid, "VmHWM"),
+            loads_in_rounds=stats.get("num_loads", 0) - at_start.get("num_loads", 0),
+            load_s_in_rounds=round(stats.get("load_seconds", 0.0) - at_start.get("load_seconds", 0.0), 2),
+            loads_in_all=stats.get("num_loads"),
+            evictions_in_all=stats.get("num_evictions"),
+        )
+    out["rss_over_budget"] = round(out["peak_rss_mib"] / budget_mib, 3)
+    out["fits_budget"] = out["rss_over_budget"] <= 1 + BUDGET_TOLERANCE
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", choices=["hf", "gguf"], default="gguf")
@@ -289,6 +358,21 @@ async def main() -> None:
     ap.add_argument("--merged", type=int, default=3, help="merged models served beside the base (0: none)")
     ap.add_argument("--no-merged", action="store_true", help="the same as --merged 0")
     ap.add_argument("--no-health", action="store_true", help="skip /health during an adapter load")
+    ap.add_argument(
+        "--swap-bound",
+        type=int,
+        default=2,
+        help="engines resident at once for the merged models loaded on demand (0: skip that run); 2: the "
+        "base and one merged Q4_1 model are what fit the adapter server's memory (docs/lora.md)",
+    )
+    ap.add_argument(
+        "--swap-kv-tokens",
+        type=int,
+        default=MIN_KV_TOKENS,
+        help="KV cache tokens of each engine loaded on demand (the floor by default: with 2304, two engines "
+        "fit at rest but a swap's moment went over the adapter server's peak)",
+    )
+    ap.add_argument("--no-resident-merged", action="store_true", help="skip the always-resident merged run")
     opts = ap.parse_args()
     ROOT.mkdir(parents=True, exist_ok=True)
     adapters = [make_adapter(seed) for seed in (1, 2, 3)]
@@ -303,12 +387,21 @@ async def main() -> None:
     out["lora"] = lora
     out["mixed_over_base"] = round(lora["mixed"]["tok_s"] / lora["base_only"]["tok_s"], 3)
     out["mixed_over_base_cpu"] = round(lora["mixed"]["tok_cpu_s"] / lora["base_only"]["tok_cpu_s"], 3)
-    if merged:
+    if merged and not opts.no_resident_merged:
         m = await merged_in_budget(base, merged, kernel, lora["peak_rss_mib"], opts)
+        m["label"] = "always resident" + ("" if m["fits_budget"] else ": does not fit the adapter server's memory")
         out["merged"] = m
         out["lora_over_merged"] = round(lora["mixed"]["tok_s"] / m["tok_s"], 3)
         out["lora_over_merged_cpu"] = round(lora["mixed"]["tok_cpu_s"] / m["tok_cpu_s"], 3)
         out["merged_rss_over_lora_rss"] = m["rss_over_budget"]
+    if merged and opts.swap_bound > 0:
+        w = await merged_swapping(base, merged, kernel, lora["peak_rss_mib"], opts)
+        w["label"] = f"max_loaded_models = {opts.swap_bound}, loaded on demand" + (
+            "" if w["fits_budget"] else ": does not fit the adapter server's memory either"
+        )
+        out["merged_swapping"] = w
+        out["lora_over_merged_swapping"] = round(lora["mixed"]["tok_s"] / w["tok_s"], 3)
+        out["lora_over_merged_swapping_cpu"] = round(lora["mixed"]["tok_cpu_s"] / w["tok_cpu_s"], 3)
     out["load_after"] = load_avg()
     print(json.dumps(out, indent=1))
 

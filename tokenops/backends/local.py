@@ -19,6 +19,7 @@ from tokenops.backends.field_table import check_bundled_fields
 from tokenops.backends.local_fields import check_content_parts, echo_logprobs, processor_params
 from tokenops.backends.local_stream import ChoiceStreams, engine_failure
 from tokenops.backends.local_structured import plan_request
+from tokenops.backends.model_swap import ModelSwap
 from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
@@ -64,6 +65,11 @@ class LocalBackend:
         self.engine = engine
         #: set once start() ends, loaded or not: the LoRA adapters on this engine wait for it
         self.started = asyncio.Event()
+        #: the bound on resident engines this one is under ([gateway] max_loaded_models), or None:
+        #: its engine is then built on a request's demand and may be closed to make room
+        self.swap: ModelSwap | None = None
+        #: why the engine failed to load (set by the gateway at start, or by the swap on demand), else None
+        self.load_error: str | None = None
         self.max_model_len: int | None = getattr(engine, "max_model_len", None)
         self.default_max_tokens = settings.gateway.default_max_tokens
         self.tool_call_parser = model.tool_call_parser
@@ -77,15 +83,19 @@ class LocalBackend:
 
     @property
     def ready(self) -> bool:
-        return self.engine is not None
+        """Loaded, or (under a bound) started and loadable on demand; a model that failed at start stays failed."""
+        if self.engine is not None:
+            return True
+        return self.swap is not None and self.started.is_set() and self.load_error is None
 
     async def start(self) -> None:
         try:
-            await self._start()
+            await (self.load_engine() if self.swap is None else self.swap.start(self))
         finally:
             self.started.set()
 
-    async def _start(self) -> None:
+    async def load_engine(self) -> None:
+        """Build the engine (on its own thread: the event loop and /health stay free)."""
         if self.engine is None:
             from tokenops.engine.async_engine import AsyncLLMEngine
 
@@ -107,6 +117,13 @@ class LocalBackend:
     async def close(self) -> None:
         if self.engine is not None and hasattr(self.engine, "shutdown"):
             await asyncio.to_thread(self.engine.shutdown)
+
+    async def unload_engine(self) -> None:
+        """Stop the engine's thread and drop it (weights and KV cache go with the last reference);
+        :meth:`load_engine` builds it again from the same config."""
+        engine, self.engine = self.engine, None
+        if engine is not None and hasattr(engine, "shutdown"):
+            await asyncio.to_thread(engine.shutdown)
 
     def stats(self) -> dict[str, Any] | None:
         if self.engine is None:
@@ -202,7 +219,20 @@ class LocalBackend:
         return plan, prompt_ids, params
 
     async def stream(self, request: GatewayRequest, lora: str | None = None) -> AsyncIterator[Delta]:
-        """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py)."""
+        """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py).
+        Under a bound on resident engines, it first waits for this model's engine (loaded on demand)."""
+        if self.swap is None:
+            async for delta in self._stream(request, lora):
+                yield delta
+            return
+        await self.swap.acquire(self)
+        try:
+            async for delta in self._stream(request, lora):
+                yield delta
+        finally:
+            self.swap.release(self)
+
+    async def _stream(self, request: GatewayRequest, lora: str | None) -> AsyncIterator[Delta]:
         plan, prompt_ids, params = await self._prepare(request)
         streams = ChoiceStreams(request, prompt_ids, params, plan, self.reasoning_parser, self.engine.tokenizer)
         last = None

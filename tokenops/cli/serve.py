@@ -57,6 +57,15 @@ LoraOpt = Annotated[
         help="NAME=FOLDER: serve a PEFT LoRA adapter on the first local model as model NAME (repeatable; docs/lora.md).",
     ),
 ]
+MaxLoadedOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-loaded-models",
+        min=0,
+        help="Bundled-engine models resident at once (0: all); the others load on demand, the least "
+        "recently used idle one closed for room ([gateway] max_loaded_models; docs/serving.md).",
+    ),
+]
 
 
 def serve_command(
@@ -73,6 +82,7 @@ def serve_command(
     engine_profile: EngineProfileOpt = None,
     old_profile: OldProfileOpt = None,
     lora: LoraOpt = None,
+    max_loaded_models: MaxLoadedOpt = None,
 ) -> None:
     """Serve /v1/chat/completions, /v1/completions, /v1/models, /metrics and /admin.
 
@@ -87,6 +97,8 @@ def serve_command(
 
         raise UserError(f"serve --profile is now --engine-profile: tokenops serve --engine-profile {old_profile}")
     settings = _settings(config, host, port, store, admin_key, admin_key_file, model, lora)
+    if max_loaded_models is not None:
+        settings.gateway.max_loaded_models = max_loaded_models
     startup_tunables = _engine_profile(settings, engine_profile or settings.engine.profile)
     run_server(
         settings,

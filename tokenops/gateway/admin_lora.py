@@ -93,8 +93,20 @@ async def load_lora(request: Request) -> Response:
         for m, rs in gw.replicas.items()
         if rs and getattr(rs[0].backend, "kind", None) == "local" and hasattr(rs[0].backend, "started")
     ]
+    # an engine that loads on demand ([gateway] max_loaded_models) would drop the adapter when evicted
+    on_demand = [m for m in bases if getattr(gw.replicas[m][0].backend, "swap", None) is not None]
+    bases = [m for m in bases if m not in on_demand]
     if base is None:
         base = bases[0] if bases else None
+    if base in on_demand:
+        raise APIError(
+            400,
+            f"base {base!r} is loaded on demand ([gateway] max_loaded_models) and may be evicted with its "
+            f"adapters; give it lora = {{...}} in [[models]] (it then stays resident) or choose one of: "
+            f"{', '.join(bases) or 'none'}",
+            code="invalid_value",
+            param="base",
+        )
     if base not in bases:
         raise APIError(
             400,

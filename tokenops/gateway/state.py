@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from tokenops.backends import model_swap
 from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
@@ -62,6 +63,8 @@ class Gateway:
             {m.name: m for m in model_configs(settings)} if replicas is None else {m.name: m for m in settings.models}
         )
         self.replicas = replicas if replicas is not None else build_replicas(settings, hooks.get_backend_factories())
+        lora_bases = [m.name for m in self.models.values() if m.lora]
+        self.model_swap = model_swap.attach(settings.gateway.max_loaded_models, self.replicas, lora_bases)
         self.store = store
         self.api_keys = ApiKeys(settings.gateway.api_keys, allow_open=allow_open)
         if admin_key_hash is None:
@@ -284,6 +287,9 @@ class Gateway:
                 "reasoning_tokens": m.get("reasoning_tokens"),
                 "cost_per_hour_usd": hourly.get(name, 0.0) * 3600.0 / self.window.window_s,
             }
+        if self.model_swap is not None:  # which bundled-engine models are resident ([gateway] max_loaded_models)
+            for name, is_resident in model_swap.resident_models(self.model_swap, self.replicas).items():
+                models.setdefault(name, {})["resident"] = is_resident
         history = snap.pop("history")
         return {
             "time": now,
@@ -296,6 +302,7 @@ class Gateway:
             "escalations": num_escalations,
             "spend": self.keys.dashboard_rows(),
             "breakers": replica_states(self.replicas),
+            "model_swap": self.model_swap.stats() if self.model_swap is not None else None,
             "history": history,
         }
 

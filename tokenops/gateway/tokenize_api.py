@@ -10,7 +10,9 @@ serve ``/tokenize``; a 404 from the upstream is passed on as one).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -19,9 +21,10 @@ from starlette.responses import Response
 
 from tokenops.backends.base import Replica
 from tokenops.gateway.body import checked_body
-from tokenops.gateway.errors import APIError, ModelNotFound
+from tokenops.gateway.errors import APIError, ModelNotFound, api_error
 from tokenops.gateway.keyed_body import authorized_body
 from tokenops.gateway.messages_schema import chat_body
+from tokenops.gateway.model_routes import model_failure
 from tokenops.gateway.schemas import ChatMessage, chat_request
 from tokenops.types import BackendError, OutputFields
 
@@ -96,6 +99,8 @@ def replica_for(gw: Any, model: str | None) -> Replica:
     if model not in gw.replicas:
         raise ModelNotFound(model, list(gw.replicas))
     ready = [r for r in gw.replicas[model] if r.ready]
+    if not ready and (failure := model_failure(model, gw.replicas[model])) is not None:
+        raise failure  # failed to load (at start or on demand): the cause, not "still loading"
     if not ready:
         raise APIError(
             503, f"The model `{model}` is not ready yet (still loading); retry shortly.", code="model_not_ready"
@@ -204,6 +209,24 @@ async def tokenize(request: Request) -> Response:
     req: TokenizeRequest = _parsed(TokenizeRequest, data)
     if (req.prompt is None) == (req.messages is None):
         raise APIError(400, "send exactly one of `prompt` and `messages`", param="prompt")
+    async with loaded(replica):
+        answer = await _token_ids(replica, req)
+    return Response(json.dumps(answer), media_type=_JSON)
+
+
+@contextlib.asynccontextmanager
+async def loaded(replica: Replica) -> AsyncIterator[None]:
+    """The replica's engine kept resident meanwhile (loaded first under ``[gateway] max_loaded_models``)."""
+    from tokenops.backends.model_swap import engine_held
+
+    try:
+        async with engine_held(replica.backend):
+            yield
+    except BackendError as e:  # its engine failed to load: the 503 a request to it gets
+        raise api_error(e) from None
+
+
+async def _token_ids(replica: Replica, req: TokenizeRequest) -> dict[str, Any]:
     if req.prompt is not None:
         tok = _tokenizer(replica)
         special = True if req.add_special_tokens is None else req.add_special_tokens
@@ -230,7 +253,7 @@ async def tokenize(request: Request) -> Response:
         "tokens": ids,
         "token_strs": [_tokenizer(replica).id_to_token(i) for i in ids] if req.return_token_strs else None,
     }
-    return Response(json.dumps(answer), media_type=_JSON)
+    return answer
 
 
 @router.post("/detokenize", tags=["vllm"], summary="Text of token ids (vLLM's shape)")
@@ -240,7 +263,8 @@ async def detokenize(request: Request) -> Response:
     if replica.backend.kind == "openai":
         return await _passed_through(replica, "/detokenize", data)
     req: DetokenizeRequest = _parsed(DetokenizeRequest, data)
-    tok = _tokenizer(replica)
+    async with loaded(replica):
+        tok = _tokenizer(replica)  # kept: it outlives an eviction of its engine
     bad = [t for t in req.tokens if not 0 <= t < tok.vocab_size]
     if bad:
         raise APIError(
@@ -277,7 +301,8 @@ async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str,
             raise _upstream_error(replica, "/v1/messages/count_tokens or /tokenize", status, answer)
         return answer["count"]
     try:
-        ids = await asyncio.to_thread(chat_token_ids, replica, greq.body)
+        async with loaded(replica):
+            ids = await asyncio.to_thread(chat_token_ids, replica, greq.body)
     except BackendError as e:
         raise APIError(400, str(e), param="model") from None
     return len(ids)

@@ -39,7 +39,8 @@ SPEND_COLUMNS = (
 
 def model_cells(name: str, model: dict[str, Any]) -> list[Any]:
     return [
-        name,
+        # under [gateway] max_loaded_models, a model whose engine is not resident (it loads on demand)
+        f"{name} (not loaded)" if model.get("resident") is False else name,
         usage_bar(model.get("share"), width=8, warn=2, danger=2),
         fmt_int(model.get("requests")),
         fmt_int(model.get("errors")),
@@ -52,6 +53,17 @@ def model_cells(name: str, model: dict[str, Any]) -> list[Any]:
         fmt_usd(model.get("cost_usd")),
         fmt_usd(model.get("cost_per_hour_usd")),
     ]
+
+
+def models_title(swap: dict[str, Any] | None) -> str:
+    """The models table's title: with a bound on resident engines, what is loaded and how often."""
+    if not swap:
+        return "models"
+    return (
+        f"models: {len(swap.get('resident') or [])} of at most {swap.get('max_loaded_models')} engines loaded, "
+        f"{fmt_int(swap.get('num_loads'))} loads, {fmt_int(swap.get('num_evictions'))} evictions, "
+        f"{swap.get('load_seconds', 0.0):.1f} s loading"
+    )
 
 
 def spend_rows(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -112,7 +124,9 @@ class ModelsScreen(DashboardScreen):
         cache = stats.get("cache") or {}
         self._ensure_columns()  # stats may arrive before on_mount
         with self.app.batch_update():
-            sync_rows(self.query_one("#models", DataTable), {n: model_cells(n, m) for n, m in sorted(models.items())})
+            table = self.query_one("#models", DataTable)
+            table.border_title = models_title(stats.get("model_swap"))
+            sync_rows(table, {n: model_cells(n, m) for n, m in sorted(models.items())})
             sync_rows(self.query_one("#routes", DataTable), route_rows(stats.get("routes") or {}))
             sync_rows(self.query_one("#spend", DataTable), spend_rows(stats.get("spend") or []))
             hits, lookups = cache.get("hits", 0), cache.get("lookups", 0)
