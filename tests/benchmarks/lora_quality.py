@@ -5,7 +5,7 @@ adapters of ``tokenops/demo_models/adapters/`` (``--lora NAME=FOLDER``); the bas
 answer the held-out items of each suite (the suites' seed 0, never trained on: see
 ``scripts/train_lora_adapters.py``) through the openai SDK, greedy; each answer is checked by its
 task's checker. Prints a table (rows: models, columns: suites) with Wilson 95% intervals and the
-goal: each adapter >= base + 15 points on its own suite and within 3 points of the base on the others.
+goal: each adapter >= base + 15 points on its own suite and no more than 3 points below the base on the others.
 
     .venv/bin/python tests/benchmarks/lora_quality.py [--n 20] [--suites math,instruction,code] [--json OUT]
 
@@ -65,7 +65,8 @@ def score(
 
 
 def goals(table: dict, suites: list[str]) -> list[tuple[str, bool]]:
-    """One line per adapter: own suite >= base + 15 points, others within 3 points of the base."""
+    """One line per adapter: own suite >= base + 15 points, no other suite more than 3 points below the
+    base (a gain elsewhere is no harm: it is printed, and flagged when over 3 points, but it does not fail)."""
 
     def pct(m, s):
         k, n = table[m][s]
@@ -75,7 +76,7 @@ def goals(table: dict, suites: list[str]) -> list[tuple[str, bool]]:
     for name, own in OWN_SUITE.items():
         if name not in table:
             continue
-        parts, ok = [], True
+        parts, ok, gains = [], True, []
         if own in suites:
             gain = pct(name, own) - pct(BASE, own)
             ok &= gain >= 15
@@ -83,9 +84,11 @@ def goals(table: dict, suites: list[str]) -> list[tuple[str, bool]]:
         for s in suites:
             if s != own:
                 diff = pct(name, s) - pct(BASE, s)
-                ok &= abs(diff) <= 3
+                ok &= diff >= -3
                 parts.append(f"{s} {diff:+.0f}")
-        lines.append((f"{name}: " + ", ".join(parts) + f" -> {'MET' if ok else 'NOT MET'}", ok))
+                gains += [s] if diff > 3 else []
+        flag = f" (gains over 3 points: {', '.join(gains)})" if gains else ""
+        lines.append((f"{name}: " + ", ".join(parts) + f" -> {'MET' if ok else 'NOT MET'}{flag}", ok))
     return lines
 
 
