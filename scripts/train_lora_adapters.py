@@ -235,6 +235,23 @@ def top_hidden(base, cut: int, states: list[torch.Tensor], rows: list[list[int]]
     return base.model.norm(h)
 
 
+def cached_lower_states(base, rows: list[list[int]], cut: int, folder: Path | None) -> list[torch.Tensor]:
+    """``lower_states`` kept on disk under a digest of the rows and the cut: reruns on the same examples
+    (another learning rate, KL weight or step count) skip the frozen layers' pass, most of a run's time."""
+    if folder is None:
+        return lower_states(base, rows, cut)
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps([cut, rows]).encode()).hexdigest()[:16]
+    path = folder / f"states-{digest}.pt"
+    if path.exists():
+        return torch.load(path)
+    states = lower_states(base, rows, cut)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(states, path)
+    return states
+
+
 def answer_positions(masks: list[list[int]], rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """(where, target): the positions that predict an answer token (a [rows, width - 1] bool mask) and
     those tokens."""
@@ -282,7 +299,7 @@ def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tupl
     end_id = tok.convert_tokens_to_ids("<|im_end|>")
     encoded = [encode(tok, p, a, end_id) for p, a in pairs]
     started = time.perf_counter()
-    states = lower_states(base, [x for x, _ in encoded], cut)
+    states = cached_lower_states(base, [x for x, _ in encoded], cut, args.states_cache)
     cached_s = time.perf_counter() - started
     print(f"[{spec.name}] layer-{cut} inputs of {len(encoded)} examples in {cached_s:.0f}s", flush=True)
     config = LoraConfig(
@@ -391,6 +408,12 @@ def main() -> None:
         type=float,
         default=0.0,
         help="weight of the KL term that holds the adapter to the base's distributions on the keep answers",
+    )
+    ap.add_argument(
+        "--states-cache",
+        type=Path,
+        default=None,
+        help="folder keeping the frozen lower layers' outputs per example set (reruns skip that pass)",
     )
     ap.add_argument(
         "--keep-cache",
