@@ -153,6 +153,28 @@ def keep_prompts(dimension: str, per_dimension: int, seed: int, counts: dict[str
     return out
 
 
+def code_neighbours(num: int, seed: int) -> list[str]:
+    """Code prompts next to the suite's but never in it: the templates with numbers above the suite's
+    (2-19) and the five fixed functions under other names. Half of the code suite is prompts drawn from
+    small sets (five fixed functions, ``repeat``/``count_over`` with one number), so every one of them is
+    in the held-out or validation split and the keep share never shows them: an adapter drifts there
+    (one flipped fixed prompt is ~5 of 100 items). The base's answers to these neighbours hold it."""
+    from tokenops_plugins.multi_model._suites import _CODE_SPECS, _CODE_TEMPLATES
+
+    rng, out = random.Random(f"neighbours:{seed}"), []
+    while len(out) < num:
+        if rng.random() < 0.5:
+            name, spec, _, _ = rng.choice(_CODE_SPECS)
+            name = f"{name}{rng.choice(['_fn', '2', '_value', '_of', 'x'])}"
+        else:
+            name, spec, _, _ = rng.choice(_CODE_TEMPLATES)
+            a, b = rng.randint(20, 99), rng.randint(20, 99)
+            spec = spec.format(a=a, b=b, c=a + b + 10)
+        prompt = f"Write a Python function `{name}` that {spec}. Reply with the code only."
+        out += [prompt] if prompt not in out else []
+    return out
+
+
 def base_answers(base, tok, prompts: list[str], dimension_of: dict[str, str], cache: Path, end_id: int) -> list[str]:
     """The base's greedy answers to keep prompts, cached in ``cache`` (JSON) so that several adapters
     (or reruns) pay the generation pass once."""
@@ -410,6 +432,12 @@ def main() -> None:
         help="weight of the KL term that holds the adapter to the base's distributions on the keep answers",
     )
     ap.add_argument(
+        "--code-neighbours",
+        type=int,
+        default=0,
+        help="keep prompts next to the code suite's but outside it (see code_neighbours), for the other adapters",
+    )
+    ap.add_argument(
         "--states-cache",
         type=Path,
         default=None,
@@ -468,6 +496,8 @@ def main() -> None:
             t0 = time.perf_counter()
             counts = {d: int(k) for d, k in (x.split("=") for x in args.keep_dim or [])}
             dims = keep_prompts(spec.dimension, args.keep, args.seed, counts)
+            if spec.dimension != "code":
+                dims.update(dict.fromkeys(code_neighbours(args.code_neighbours, args.seed), "code"))
             prompts = list(dims)
             kept = list(zip(prompts, base_answers(base, tok, prompts, dims, args.keep_cache, end_id)))
             args.keep_prompts = prompts
