@@ -120,3 +120,11 @@ def test_keep_kl_is_zero_for_an_untouched_adapter_and_grows_with_drift():
     drifted = train.top_loss(*args, keep_kl=0.0)
     assert train.top_loss(*args, keep_kl=5.0) > drifted + 1e-4
     assert torch.allclose(train.top_loss(model, 1, states, masks, rows, [False, False], keep_kl=5.0), drifted)
+
+
+def test_code_neighbours_are_never_code_suite_prompts():
+    neighbours = train.code_neighbours(128, seed=0)
+    assert len(set(neighbours)) == 128
+    suite = {t.prompt for s in (0, train.VALIDATION_SEED, *range(1000, 1010)) for t in make_suite("code", 256, seed=s)}
+    assert not suite & set(neighbours)
+    assert any("`add" in p for p in neighbours) and any("greater than" in p for p in neighbours)
