@@ -12,6 +12,11 @@ scores 0.9+ on extraction, classification and retrieval, so adapters there could
 - A "keep" share: prompts of the other suites answered by the base model itself (greedy), so an
   adapter learns to leave what it was not trained for as the base does (the quality goal asks
   each adapter to stay within 3 points of the base off its own suite).
+- The validation split (the suites' seed 9000, ``VALIDATION_SEED``) is excluded too: settings are
+  chosen on it (``lora_quality.py --seed 9000``), never on the held-out split.
+- ``--keep-kl W`` adds W times the KL divergence from the base's next-token distributions to the
+  adapter's on the keep answers (the base is the same model with the adapter disabled), so the adapter
+  is held to the base's whole distribution off its suite, not only to each greedy token.
 - Training: ``peft`` LoRA on the fp32 Hugging Face copy of the default model
   (``tests/real_model.py: smollm2_folder()``, dequantized from the shipped GGUF), the SmolLM2 chat
   template (what ``serve`` renders), loss on the answer only, AdamW with warmup + cosine, bf16
