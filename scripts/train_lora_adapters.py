@@ -12,6 +12,11 @@ scores 0.9+ on extraction, classification and retrieval, so adapters there could
 - A "keep" share: prompts of the other suites answered by the base model itself (greedy), so an
   adapter learns to leave what it was not trained for as the base does (the quality goal asks
   each adapter to stay within 3 points of the base off its own suite).
+- The validation split (the suites' seed 9000, ``VALIDATION_SEED``) is excluded too: settings are
+  chosen on it (``lora_quality.py --seed 9000``), never on the held-out split.
+- ``--keep-kl W`` adds W times the KL divergence from the base's next-token distributions to the
+  adapter's on the keep answers (the base is the same model with the adapter disabled), so the adapter
+  is held to the base's whole distribution off its suite, not only to each greedy token.
 - Training: ``peft`` LoRA on the fp32 Hugging Face copy of the default model
   (``tests/real_model.py: smollm2_folder()``, dequantized from the shipped GGUF), the SmolLM2 chat
   template (what ``serve`` renders), loss on the answer only, AdamW with warmup + cosine, bf16
@@ -41,6 +46,9 @@ sys.path.insert(0, str(REPO))
 OUT = REPO / "tokenops" / "demo_models" / "adapters"
 HELDOUT_SEED = 0
 HELDOUT_PER_DIMENSION = 100
+#: the validation split (settings and checkpoints are chosen on it, never on the held-out split): the suites'
+#: seed 9000, which no training pair (suite seeds 1000+) or keep prompt (5000+) uses
+VALIDATION_SEED = 9000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,15 @@ def heldout(dimension: str) -> set[str]:
     from tokenops_plugins.multi_model._suites import make_suite
 
     return {t.prompt for t in make_suite(dimension, HELDOUT_PER_DIMENSION, HELDOUT_SEED)}
+
+
+def excluded(dimension: str) -> set[str]:
+    """Prompts never trained on: the held-out split and the validation split (small suites such as
+    instruction's 200 prompts draw the same prompt under several seeds, so seeds alone do not keep
+    the splits apart)."""
+    from tokenops_plugins.multi_model._suites import make_suite
+
+    return heldout(dimension) | {t.prompt for t in make_suite(dimension, HELDOUT_PER_DIMENSION, VALIDATION_SEED)}
 
 
 def math_steps(prompt: str, reference: str) -> str:
@@ -108,11 +125,11 @@ def math_steps(prompt: str, reference: str) -> str:
 
 
 def training_pairs(dimension: str, num: int, seed: int) -> list[tuple[str, str]]:
-    """``num`` distinct (prompt, answer) pairs of one suite, none of them held out. A suite with few
+    """``num`` distinct (prompt, answer) pairs of one suite, none of them held out or in the validation split. A suite with few
     distinct prompts (instruction: 200) repeats prompts with fresh reference answers."""
     from tokenops_plugins.multi_model._suites import make_suite
 
-    exclude, pairs, suite_seed = heldout(dimension), [], 1000 + seed
+    exclude, pairs, suite_seed = excluded(dimension), [], 1000 + seed
     while len(pairs) < num:
         for task in make_suite(dimension, 256, seed=suite_seed):
             if task.prompt not in exclude:
@@ -131,13 +148,35 @@ def keep_prompts(dimension: str, per_dimension: int, seed: int, counts: dict[str
     out = {}
     for dim in KEEP_DIMENSIONS:
         if dim != dimension:
-            exclude = heldout(dim)
+            exclude = excluded(dim)
             prompts = [
                 t.prompt
                 for t in make_suite(dim, 4 * (counts or {}).get(dim, per_dimension), seed=5000 + seed)
                 if t.prompt not in exclude
             ]
             out.update(dict.fromkeys(prompts[: (counts or {}).get(dim, per_dimension)], dim))
+    return out
+
+
+def code_neighbours(num: int, seed: int) -> list[str]:
+    """Code prompts next to the suite's but never in it: the templates with numbers above the suite's
+    (2-19) and the five fixed functions under other names. Half of the code suite is prompts drawn from
+    small sets (five fixed functions, ``repeat``/``count_over`` with one number), so every one of them is
+    in the held-out or validation split and the keep share never shows them: an adapter drifts there
+    (one flipped fixed prompt is ~5 of 100 items). The base's answers to these neighbours hold it."""
+    from tokenops_plugins.multi_model._suites import _CODE_SPECS, _CODE_TEMPLATES
+
+    rng, out = random.Random(f"neighbours:{seed}"), []
+    while len(out) < num:
+        if rng.random() < 0.5:
+            name, spec, _, _ = rng.choice(_CODE_SPECS)
+            name = f"{name}{rng.choice(['_fn', '2', '_value', '_of', 'x'])}"
+        else:
+            name, spec, _, _ = rng.choice(_CODE_TEMPLATES)
+            a, b = rng.randint(20, 99), rng.randint(20, 99)
+            spec = spec.format(a=a, b=b, c=a + b + 10)
+        prompt = f"Write a Python function `{name}` that {spec}. Reply with the code only."
+        out += [prompt] if prompt not in out else []
     return out
 
 
@@ -209,22 +248,71 @@ def lower_states(base, rows: list[list[int]], cut: int, batch: int = 16) -> list
     return out
 
 
-def top_loss(base, cut: int, states: list[torch.Tensor], masks: list[list[int]], rows: list[list[int]]) -> torch.Tensor:
-    """Answer-only cross-entropy from cached layer-``cut`` inputs through the top layers (with LoRA)."""
+def top_hidden(base, cut: int, states: list[torch.Tensor], rows: list[list[int]]) -> torch.Tensor:
+    """The final-norm hidden states of token rows from their cached layer-``cut`` inputs, through the top
+    layers (with LoRA unless the adapter is disabled around the call)."""
     width = max(len(x) for x in rows)
     h = torch.zeros((len(rows), width, states[0].shape[-1]))
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    for r, (st, m, x) in enumerate(zip(states, masks, rows)):
+    for r, (st, x) in enumerate(zip(states, rows)):
         h[r, : len(x)] = st
-        labels[r, : len(x)] = torch.where(torch.tensor(m, dtype=torch.bool), torch.tensor(x), -100)
     pos = torch.arange(width).unsqueeze(0)
     rope = base.model.rotary_emb(h, position_ids=pos)
     for layer in base.model.layers[cut:]:
         h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=rope)
-    h = base.model.norm(h)
+    return base.model.norm(h)
+
+
+def cached_lower_states(base, rows: list[list[int]], cut: int, folder: Path | None) -> list[torch.Tensor]:
+    """``lower_states`` kept on disk under a digest of the rows and the cut: reruns on the same examples
+    (another learning rate, KL weight or step count) skip the frozen layers' pass, most of a run's time."""
+    if folder is None:
+        return lower_states(base, rows, cut)
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps([cut, rows]).encode()).hexdigest()[:16]
+    path = folder / f"states-{digest}.pt"
+    if path.exists():
+        return torch.load(path)
+    states = lower_states(base, rows, cut)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(states, path)
+    return states
+
+
+def answer_positions(masks: list[list[int]], rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(where, target): the positions that predict an answer token (a [rows, width - 1] bool mask) and
+    those tokens."""
+    width = max(len(x) for x in rows)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for r, (m, x) in enumerate(zip(masks, rows)):
+        labels[r, : len(x)] = torch.where(torch.tensor(m, dtype=torch.bool), torch.tensor(x), -100)
     target = labels[:, 1:]
-    keep = target != -100
-    return torch.nn.functional.cross_entropy(base.lm_head(h[:, :-1][keep]).float(), target[keep])
+    return target != -100, target[target != -100]
+
+
+def top_loss(model, cut: int, states, masks, rows, is_keep: list[bool], keep_kl: float) -> torch.Tensor:
+    """Answer-only cross-entropy through the top layers, plus ``keep_kl`` times the KL divergence from the
+    base's next-token distributions to the adapter's on the answer tokens of keep rows (the base's own
+    answers to other suites). The greedy answer alone only pins each arg-max; the KL term also holds the
+    near-ties that a small drift flips, which is how an adapter loses points on a suite it never saw."""
+    inner = model.base_model.model  # the LlamaForCausalLM with the LoRA layers injected
+    where, target = answer_positions(masks, rows)
+    logits = inner.lm_head(top_hidden(inner, cut, states, rows)[:, :-1][where]).float()
+    loss = torch.nn.functional.cross_entropy(logits, target)
+    keep_rows = [r for r, k in enumerate(is_keep) if k]
+    if keep_kl <= 0 or not keep_rows:
+        return loss
+    kw, _ = answer_positions([masks[r] for r in keep_rows], [rows[r] for r in keep_rows])
+    with torch.no_grad(), model.disable_adapter():
+        teacher = inner.lm_head(top_hidden(inner, cut, [states[r] for r in keep_rows], [rows[r] for r in keep_rows]))
+    teacher = teacher[:, :-1][kw].float()
+    # the keep rows' answer positions inside the whole batch's flattened answer positions
+    row_of = torch.arange(len(rows)).unsqueeze(1).expand_as(where)[where]
+    student = logits[torch.isin(row_of, torch.tensor(keep_rows))]
+    kl = torch.nn.functional.kl_div(
+        torch.log_softmax(student, -1), torch.log_softmax(teacher, -1), log_target=True, reduction="batchmean"
+    )
+    return loss + keep_kl * kl
 
 
 def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tuple[dict, object]:
@@ -238,7 +326,7 @@ def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tupl
     end_id = tok.convert_tokens_to_ids("<|im_end|>")
     encoded = [encode(tok, p, a, end_id) for p, a in pairs]
     started = time.perf_counter()
-    states = lower_states(base, [x for x, _ in encoded], cut)
+    states = cached_lower_states(base, [x for x, _ in encoded], cut, args.states_cache)
     cached_s = time.perf_counter() - started
     print(f"[{spec.name}] layer-{cut} inputs of {len(encoded)} examples in {cached_s:.0f}s", flush=True)
     config = LoraConfig(
@@ -256,8 +344,8 @@ def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tupl
         saved = load_file(str(Path(args.init) / spec.name / "adapter_model.safetensors"))
         result = set_peft_model_state_dict(model, {k: v.float() for k, v in saved.items()})
         assert not [k for k in result.missing_keys if "lora" in k], result.missing_keys
-    inner = model.base_model.model  # the LlamaForCausalLM with the LoRA layers injected
-    inner.train()
+    model.base_model.model.train()
+    keep = set(args.keep_prompts)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=spec.lr, weight_decay=0.0)
     rng = np.random.default_rng(args.seed)
@@ -271,11 +359,13 @@ def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tupl
             group["lr"] = lr_at(step, steps, spec.lr, min(20, steps // 5))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             loss = top_loss(
-                inner,
+                model,
                 cut,
                 [states[i] for i in picked],
                 [encoded[i][1] for i in picked],
                 [encoded[i][0] for i in picked],
+                [pairs[i][0] in keep for i in picked],
+                args.keep_kl,
             )
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -307,6 +397,8 @@ def train_one(base, tok, spec: Spec, pairs: list[tuple[str, str]], args) -> tupl
         "threads": args.threads,
         "bf16_autocast": args.bf16,
         "examples": len(pairs),
+        "keep_examples": sum(p in keep for p, _ in pairs),
+        "keep_kl": args.keep_kl,
         "first_answer_loss": round(float(np.mean(losses[:5])), 3),
         "final_answer_loss": round(float(np.mean(losses[-10:])), 3),
         "file_bytes": (folder / "adapter_model.safetensors").stat().st_size,
@@ -338,6 +430,24 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=64, help="training pairs per adapter")
     ap.add_argument("--keep", type=int, default=0, help="base-answered prompts per other suite (0: none)")
     ap.add_argument("--keep-dim", action="append", help="SUITE=K: K keep prompts of that suite instead of --keep")
+    ap.add_argument(
+        "--keep-kl",
+        type=float,
+        default=0.0,
+        help="weight of the KL term that holds the adapter to the base's distributions on the keep answers",
+    )
+    ap.add_argument(
+        "--code-neighbours",
+        type=int,
+        default=0,
+        help="keep prompts next to the code suite's but outside it (see code_neighbours), for the other adapters",
+    )
+    ap.add_argument(
+        "--states-cache",
+        type=Path,
+        default=None,
+        help="folder keeping the frozen lower layers' outputs per example set (reruns skip that pass)",
+    )
     ap.add_argument(
         "--keep-cache",
         type=Path,
@@ -386,12 +496,16 @@ def main() -> None:
             },
         )
         pairs = training_pairs(spec.dimension, args.examples, args.seed)
+        args.keep_prompts = []
         if args.keep:
             t0 = time.perf_counter()
             counts = {d: int(k) for d, k in (x.split("=") for x in args.keep_dim or [])}
             dims = keep_prompts(spec.dimension, args.keep, args.seed, counts)
+            if spec.dimension != "code":
+                dims.update(dict.fromkeys(code_neighbours(args.code_neighbours, args.seed), "code"))
             prompts = list(dims)
             kept = list(zip(prompts, base_answers(base, tok, prompts, dims, args.keep_cache, end_id)))
+            args.keep_prompts = prompts
             print(
                 f"[{spec.name}] {len(kept)} keep answers from the base in {time.perf_counter() - t0:.0f}s", flush=True
             )

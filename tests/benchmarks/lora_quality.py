@@ -5,9 +5,13 @@ adapters of ``tokenops/demo_models/adapters/`` (``--lora NAME=FOLDER``); the bas
 answer the held-out items of each suite (the suites' seed 0, never trained on: see
 ``scripts/train_lora_adapters.py``) through the openai SDK, greedy; each answer is checked by its
 task's checker. Prints a table (rows: models, columns: suites) with Wilson 95% intervals and the
-goal: each adapter >= base + 15 points on its own suite and within 3 points of the base on the others.
+goal: each adapter >= base + 15 points on its own suite and no more than 3 points below the base on the others.
 
     .venv/bin/python tests/benchmarks/lora_quality.py [--n 20] [--suites math,instruction,code] [--json OUT]
+
+``--seed 9000`` measures the validation split instead (the suites' seed 9000, also never trained on: settings
+and checkpoints are chosen there, the held-out split is measured once for what ships); ``--models`` asks only
+some of the models (``--base-json`` reads the base row from an earlier ``--json`` of the same n and seed).
 """
 
 from __future__ import annotations
@@ -44,11 +48,13 @@ def ask(client, model: str, task) -> bool:
     return bool(task.check(r.choices[0].message.content or ""))
 
 
-def score(client, models: list[str], suites: list[str], n: int, workers: int) -> dict[str, dict[str, tuple[int, int]]]:
+def score(
+    client, models: list[str], suites: list[str], n: int, workers: int, seed: int = 0
+) -> dict[str, dict[str, tuple[int, int]]]:
     """(correct, asked) per model and suite."""
     from tokenops_plugins.multi_model._suites import make_suite
 
-    jobs = [(m, s, t) for s in suites for t in make_suite(s, n, seed=0) for m in models]
+    jobs = [(m, s, t) for s in suites for t in make_suite(s, n, seed=seed) for m in models]
     with cf.ThreadPoolExecutor(workers) as pool:
         results = list(pool.map(lambda job: ask(client, job[0], job[2]), jobs))
     table: dict[str, dict[str, list[int]]] = {m: {s: [0, 0] for s in suites} for m in models}
@@ -59,7 +65,8 @@ def score(client, models: list[str], suites: list[str], n: int, workers: int) ->
 
 
 def goals(table: dict, suites: list[str]) -> list[tuple[str, bool]]:
-    """One line per adapter: own suite >= base + 15 points, others within 3 points of the base."""
+    """One line per adapter: own suite >= base + 15 points, no other suite more than 3 points below the
+    base (a gain elsewhere is no harm: it is printed, and flagged when over 3 points, but it does not fail)."""
 
     def pct(m, s):
         k, n = table[m][s]
@@ -69,7 +76,7 @@ def goals(table: dict, suites: list[str]) -> list[tuple[str, bool]]:
     for name, own in OWN_SUITE.items():
         if name not in table:
             continue
-        parts, ok = [], True
+        parts, ok, gains = [], True, []
         if own in suites:
             gain = pct(name, own) - pct(BASE, own)
             ok &= gain >= 15
@@ -77,13 +84,15 @@ def goals(table: dict, suites: list[str]) -> list[tuple[str, bool]]:
         for s in suites:
             if s != own:
                 diff = pct(name, s) - pct(BASE, s)
-                ok &= abs(diff) <= 3
+                ok &= diff >= -3
                 parts.append(f"{s} {diff:+.0f}")
-        lines.append((f"{name}: " + ", ".join(parts) + f" -> {'MET' if ok else 'NOT MET'}", ok))
+                gains += [s] if diff > 3 else []
+        flag = f" (gains over 3 points: {', '.join(gains)})" if gains else ""
+        lines.append((f"{name}: " + ", ".join(parts) + f" -> {'MET' if ok else 'NOT MET'}{flag}", ok))
     return lines
 
 
-def capability_profile(model: str, row: dict[str, tuple[int, int]], n: int) -> dict:
+def capability_profile(model: str, row: dict[str, tuple[int, int]], n: int, seed: int = 0) -> dict:
     """The profile format ``tokenops profile run`` writes (the routers read it), from these counts."""
     from tokenops_plugins.multi_model._profiles import wilson
 
@@ -93,7 +102,7 @@ def capability_profile(model: str, row: dict[str, tuple[int, int]], n: int) -> d
         dims[suite] = {"score": k / asked, "ci_low": lo, "ci_high": hi, "n": asked, "errors": 0}
     return {
         "model": model,
-        "source": f"tests/benchmarks/lora_quality.py n={n} seed=0 (GGUF default + --lora)",
+        "source": f"tests/benchmarks/lora_quality.py n={n} seed={seed} (GGUF default + --lora)",
         "notes": "held-out items (suites' seed 0), greedy, through tokenops serve; token limits of lora_quality.py",
         "dimensions": dims,
     }
@@ -107,6 +116,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=20, help="held-out items per suite")
+    ap.add_argument("--seed", type=int, default=0, help="suite seed: 0 the held-out split, 9000 the validation split")
+    ap.add_argument("--models", default=None, help="comma-separated models to ask (default: the base and all adapters)")
+    ap.add_argument("--base-json", type=Path, default=None, help="take the base row from this earlier --json")
     ap.add_argument("--suites", default="math,instruction,code,extraction,classification")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--adapters", type=Path, default=ADAPTERS, help="folder holding the three adapter folders")
@@ -119,7 +131,11 @@ def main() -> None:
     )
     args = ap.parse_args()
     suites = args.suites.split(",")
-    models = [BASE, *OWN_SUITE]
+    models = args.models.split(",") if args.models else [BASE, *OWN_SUITE]
+    cached = json.loads(args.base_json.read_text()) if args.base_json else None
+    if cached:
+        assert (cached["n"], cached.get("seed", 0)) == (args.n, args.seed), "the base row is of another n or seed"
+        models = [m for m in models if m != BASE]
     sys.path.insert(0, str(REPO / "tests"))
     from real_model import SERVE_ENV
 
@@ -132,9 +148,12 @@ def main() -> None:
         ready_timeout_s=600,
     ) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=900)
-        table = score(client, models, suites, args.n, args.workers)
+        table = score(client, models, suites, args.n, args.workers, args.seed)
+    if cached:
+        table[BASE] = {s: tuple(cached["table"][BASE][s]) for s in suites}
+        models = [BASE, *models]
     print(
-        f"\nheld-out accuracy through tokenops serve (default GGUF model + 3 adapters), n={args.n} per suite, "
+        f"\n{'held-out' if args.seed == 0 else f'validation (seed {args.seed})'} accuracy through tokenops serve (default GGUF model + 3 adapters), n={args.n} per suite, "
         f"{time.perf_counter() - started:.0f}s\n"
     )
     print(f"| model | {' | '.join(suites)} |\n|---|{'---|' * len(suites)}")
@@ -150,9 +169,9 @@ def main() -> None:
         print(line)
     if args.profiles:
         for m in models:
-            print(f"profile -> {save_profile(capability_profile(m, table[m], args.n), args.profiles)}")
+            print(f"profile -> {save_profile(capability_profile(m, table[m], args.n, args.seed), args.profiles)}")
     if args.json:
-        args.json.write_text(json.dumps({"n": args.n, "table": table}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"n": args.n, "seed": args.seed, "table": table}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

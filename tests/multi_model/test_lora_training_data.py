@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
@@ -75,3 +76,55 @@ def test_keep_counts_per_suite_override_the_default():
     assert per_suite["extraction"] == 12 and per_suite["code"] == 2 and "math" not in per_suite
     held_out = {t.prompt for t in make_suite("extraction", train.HELDOUT_PER_DIMENSION, seed=0)}
     assert not held_out & set(prompts)
+
+
+@pytest.mark.parametrize("spec", train.SPECS, ids=lambda s: s.name)
+def test_the_validation_split_is_never_trained_on(spec):
+    """Settings are chosen on the validation split (lora_quality.py --seed 9000): neither the adapter's own
+    training pairs nor its keep prompts may contain one of its prompts."""
+    validation = {
+        d: {t.prompt for t in make_suite(d, train.HELDOUT_PER_DIMENSION, seed=train.VALIDATION_SEED)}
+        for d in train.KEEP_DIMENSIONS
+    }
+    trained = {p for p, _ in train.training_pairs(spec.dimension, 480, seed=0)}
+    assert not validation[spec.dimension] & trained
+    for prompt, dim in train.keep_prompts(spec.dimension, 96, seed=0).items():
+        assert prompt not in validation[dim], (dim, prompt)
+
+
+def _tiny_peft_model():
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4
+    )
+    base = LlamaForCausalLM(config)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    return get_peft_model(base, lora)
+
+
+def test_keep_kl_is_zero_for_an_untouched_adapter_and_grows_with_drift():
+    model = _tiny_peft_model()
+    rows = [[1, 5, 7, 9, 11, 2], [1, 6, 8, 3]]
+    masks = [[0, 0, 0, 1, 1, 1], [0, 0, 1, 1]]
+    states = train.lower_states(model.base_model.model, rows, cut=1)
+    args = (model, 1, states, masks, rows, [True, False])
+    plain = train.top_loss(*args, keep_kl=0.0)
+    assert torch.allclose(train.top_loss(*args, keep_kl=5.0), plain)  # LoRA B starts at zero: no drift
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    drifted = train.top_loss(*args, keep_kl=0.0)
+    assert train.top_loss(*args, keep_kl=5.0) > drifted + 1e-4
+    assert torch.allclose(train.top_loss(model, 1, states, masks, rows, [False, False], keep_kl=5.0), drifted)
+
+
+def test_code_neighbours_are_never_code_suite_prompts():
+    neighbours = train.code_neighbours(128, seed=0)
+    assert len(set(neighbours)) == 128
+    suite = {t.prompt for s in (0, train.VALIDATION_SEED, *range(1000, 1010)) for t in make_suite("code", 256, seed=s)}
+    assert not suite & set(neighbours)
+    assert any("`add" in p for p in neighbours) and any("greater than" in p for p in neighbours)
