@@ -30,7 +30,7 @@ gguf`` (the default) serves the embedded Q4_1 GGUF, ``--base hf`` the float32 HF
 adapters and merged models are cached in ``~/.cache/tokenops/lora-bench``. Prints JSON.
 
     .venv/bin/python tests/benchmarks/lora_serve.py [--base gguf|hf] [--rounds 3] [--merged 3] [--no-health]
-        [--swap-bound 2] [--no-resident-merged]
+        [--swap-bound 3] [--no-resident-merged]
 """
 
 from __future__ import annotations
@@ -361,9 +361,9 @@ async def main() -> None:
     ap.add_argument(
         "--swap-bound",
         type=int,
-        default=2,
-        help="engines resident at once for the merged models loaded on demand (0: skip that run); 2: the "
-        "base and one merged Q4_1 model are what fit the adapter server's memory (docs/lora.md)",
+        default=3,
+        help="engines resident at once for the merged models loaded on demand (0: skip that run); 3: what "
+        "fits the adapter server's memory since the one-pass GGUF header read (0.95x its peak; docs/lora.md)",
     )
     ap.add_argument(
         "--swap-kv-tokens",
