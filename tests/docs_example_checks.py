@@ -21,6 +21,14 @@ import pytest
 DOCS_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
+def first_toml_block(doc: Any, heading: str) -> str:
+    """The first ```toml block after ``heading`` in the markdown file ``doc`` (a Path)."""
+    text = doc.read_text()
+    section = text[text.index(heading) :]
+    block = section[section.index("```toml") + len("```toml") :]
+    return block[: block.index("```")]
+
+
 def stats(srv: Any) -> dict:
     return httpx.get(f"{srv.url}/admin/stats", headers=srv.admin_headers, timeout=30).json()
 

@@ -11,6 +11,8 @@ import pytest
 import tokenops
 from tokenops.testing_serve import ServeProcess
 
+from tests.docs_example_checks import first_toml_block
+
 openai = pytest.importorskip("openai")
 FOLDER = Path(tokenops.__file__).parent / "demo_models" / "digits-diffusion"
 pytestmark = pytest.mark.skipif(not (FOLDER / "model_index.json").is_file(), reason="demo diffusion model not shipped")
@@ -19,10 +21,7 @@ pytestmark = pytest.mark.skipif(not (FOLDER / "model_index.json").is_file(), rea
 
 def _documented_config() -> str:
     """The ``[[models]]`` example of docs/serve.md's Images section, pointed at the shipped folder."""
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text()
-    section = docs[docs.index("## Images"):]
-    block = section[section.index("```toml") + len("```toml"):]
-    block = block[:block.index("```")]
+    block = first_toml_block(Path(__file__).resolve().parents[2] / "docs" / "serve.md", "## Images")
     assert 'path = "tokenops/demo_models/digits-diffusion"' in block
     return block.replace('path = "tokenops/demo_models/digits-diffusion"', f'path = "{FOLDER}"')
 

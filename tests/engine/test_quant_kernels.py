@@ -191,8 +191,14 @@ def test_amx_tiles_give_the_512_bit_kernels_floats(qtype: QT) -> None:
             assert torch.equal(tiles[-1:], alone), (out_features, num_rows)
 
 
-def test_amx_env_switch() -> None:
-    """``TOKENOPS_QUANT_AMX=0`` keeps the vector kernels (read once, at the first product)."""
+@pytest.mark.parametrize(
+    ("variable", "active", "available"),
+    [("TOKENOPS_QUANT_AVX512", "avx512_active", "has_avx512"), ("TOKENOPS_QUANT_AMX", "amx_active", "has_amx")],
+    ids=["avx512", "amx"],
+)
+def test_env_switch_keeps_the_narrower_path(variable: str, active: str, available: str) -> None:
+    """``TOKENOPS_QUANT_AVX512=0`` keeps the 256-bit kernels, ``TOKENOPS_QUANT_AMX=0`` the vector ones
+    (each read once, at the first product)."""
     import os
     import subprocess
     import sys
@@ -200,26 +206,9 @@ def test_amx_env_switch() -> None:
     kernels = _kernels(False)
     code = (
         "import torch; from tokenops.engine.quant_kernels import get_kernels; k = get_kernels(); "
-        "print(int(k.amx_active))"
+        f"print(int(k.{active}))"
     )
-    for value, expect in (("0", False), ("1", kernels.has_amx)):
-        env = {**os.environ, "TOKENOPS_QUANT_AMX": value}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        assert out.stdout.strip() == str(int(expect)), (value, out.stderr)
-
-
-def test_avx512_env_switch_keeps_the_avx2_path() -> None:
-    """``TOKENOPS_QUANT_AVX512=0`` keeps the 256-bit kernels (read once, at the first product)."""
-    import os
-    import subprocess
-    import sys
-
-    kernels = _kernels(False)
-    code = (
-        "import torch; from tokenops.engine.quant_kernels import get_kernels; k = get_kernels(); "
-        "print(int(k.avx512_active))"
-    )
-    for value, expect in (("0", False), ("1", kernels.has_avx512)):
-        env = {**os.environ, "TOKENOPS_QUANT_AVX512": value}
+    for value, expect in (("0", False), ("1", getattr(kernels, available))):
+        env = {**os.environ, variable: value}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == str(int(expect)), (value, out.stderr)

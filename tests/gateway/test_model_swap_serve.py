@@ -13,16 +13,15 @@ import pytest
 from tokenops.config import ConfigError, load_settings
 from tokenops.testing_serve import ServeProcess
 
+from tests.docs_example_checks import first_toml_block
+
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["chat", "small", "draft"]
 
 
 def documented_config() -> str:
     """The block of docs/serve.md's "Models loaded on demand", its paths made absolute."""
-    docs = (ROOT / "docs" / "serve.md").read_text()
-    section = docs[docs.index("## Models loaded on demand") :]
-    block = section[section.index("```toml") + len("```toml") :]
-    block = block[: block.index("```")]
+    block = first_toml_block(ROOT / "docs" / "serve.md", "## Models loaded on demand")
     assert "max_loaded_models = 1" in block
     return block.replace('path = "tokenops/', f'path = "{ROOT}/tokenops/')
 

@@ -119,11 +119,10 @@ class LocalBackend:
             await asyncio.to_thread(self.engine.shutdown)
 
     async def unload_engine(self) -> None:
-        """Stop the engine's thread and drop it (weights and KV cache go with the last reference);
+        """:meth:`close`, then drop the engine (weights and KV cache go with the last reference);
         :meth:`load_engine` builds it again from the same config."""
-        engine, self.engine = self.engine, None
-        if engine is not None and hasattr(engine, "shutdown"):
-            await asyncio.to_thread(engine.shutdown)
+        await self.close()
+        self.engine = None
 
     def stats(self) -> dict[str, Any] | None:
         if self.engine is None:

@@ -38,8 +38,9 @@ log = logging.getLogger("tokenops.backends")
 
 #: Seconds a victim still takes new requests after a load chose it: the rest of a burst that reaches
 #: it a moment later joins its batch rather than waiting for the victim to go and loading it again. A
-#: waiting load is held back by at most this plus the requests it let in, less than a load itself
-#: takes (4-15 s for SmolLM2's GGUF on a busy 2-core box).
+#: waiting load is held back by at most this plus the requests it let in. Chosen when a load of
+#: SmolLM2's GGUF took 4-15 s on a busy box; since the one-pass header read a load takes ~0.5 s on a
+#: quiet one, so the grace can now be longer than the load it protects (not re-tuned since).
 DRAIN_GRACE_S = 2.0
 #: Seconds a request that needs a load waits before a victim is chosen: the burst it came in reaches
 #: the resident engines first, which are then busy rather than idle and evicted before their own
@@ -104,8 +105,8 @@ class ModelSwap:
         self.load_seconds = 0.0
         self.loads: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
-        #: one build at a time: a build is mostly Python (the GGUF metadata parse) holding the GIL, so
-        #: two at once only contend, and each holds the file mapping and new buffers: a higher peak
+        #: one build at a time: two at once contend for the same cores and each holds its file mapping
+        #: and new buffers, a higher peak (932-940 MiB against 803 MiB in lora_serve.py, docs/lora.md)
         self._build_lock = asyncio.Lock()
 
     @property

@@ -1,20 +1,21 @@
-"""C source, part 7 of the quantized linear kernels: Intel AMX tiles for the packed integer product of
-two or more rows (Q8_0, Q4_0, Q4_1).
+"""C source, part 7 of the quantized linear kernels: Intel AMX tiles for packed integer products of
+six rows or more (Q8_0, Q4_0, Q4_1).
 
 Why: the 512-bit kernel (:mod:`._quant_avx512_c`) multiplies four activation bytes into sixteen
-weight rows per ``vpdpbusd``, one activation row at a time, so every row of a step costs its share of
-instructions: on SmolLM2's Q4_1 weights a verify chunk of 3 rows took 1.39x one decode row, 9 rows
-2.48x, and speculative decoding on chat paid for each proposed token almost a fifth of a step. One
-AMX ``tdpbsud`` multiplies a tile of up to 16 activation rows by 32 weight values of 16 weight rows
-(the two interleaved groups of eight that the 512-bit kernel reads), so the integer work of a block
-no longer grows with the rows, and a step of 2-16 rows costs about what reading the weights costs.
+weight rows per ``vpdpbusd``, one activation row at a time, so each row of a step costs its own 16
+``vpdpbusd`` per pair of groups and block. One AMX ``tdpbsud`` multiplies one block (32 values) of up
+to eight activation rows by the block's codes of a pair of groups (16 weight rows), whatever the rows;
+what still grows with the rows is the float epilogue. Measured (docs/engine-optimizations.md, "AMX
+tiles for six rows and more"): 0.70-0.92x the 512-bit kernel's time from 6 rows on, slower below, so
+fewer rows keep the 512-bit kernel (``TK_AMX_MIN_ROWS``).
 
 The integer sums are exact, and each row's float epilogue is the 512-bit kernel's, operation for
 operation (block scale products, then ``acc += f * d``, then the offset term), so a row gives the same
 floats on either path, whatever the number of rows beside it: a verify row still equals the row
-decoded alone. Tiles: 0/1 the int32 sums of the rounded activations' two bytes (``q``, ``q2``), 2/3
-those bytes for one block of the rows (straight from the scratch, rows ``2K`` apart), 4 the block's
-weights of 16 rows as unsigned bytes (nibbles unpacked; Q8_0's codes are stored as ``w + 128``).
+decoded alone. Tiles: 0-2 the int32 sums of up to three pairs of groups (each activation row's ``q``
+and ``q2`` sums on two tile rows), 3 one block's ``q`` and ``q2`` bytes of the rows (straight from
+the scratch, where they lie ``K`` apart), 4-6 each pair's codes of the block as unsigned bytes
+(nibbles unpacked; Q8_0's codes are stored as ``w + 128``).
 
 Selected at run time: compiled only where the compiler targets AMX-INT8 (the ``-march=native``
 build on a CPU that has it), used when the CPU reports AMX-TILE and AMX-INT8, Linux grants the
@@ -70,7 +71,6 @@ int qk_set_amx(int on) {
     return on;
 }
 int qk_amx_active(void) { return tk_use_amx(); }
-int qk_amx_supported(void) { return tk_amx_allowed(); }
 
 /* the types the tiles take (the K-quants keep the 512-bit kernel: 16-value sub-blocks, 6-bit scales) */
 static inline int tk_amx_type(int t) { return t == TK_Q8_0 || t == TK_Q4_0 || t == TK_Q4_1; }
@@ -121,48 +121,27 @@ TK_INLINE void amx_unpack(const int T, const uint8_t *p0, const uint8_t *p1, uin
     }
 }
 
-/* acc rows += one block's sums (c: tile 0-2's stores of pass rows m.., R of them) times their scales */
-TK_INLINE void amx_epilogue(const int U, int64_t M, int64_t m, int R, int64_t b, const int32_t *c, const __m512 *dv,
-                            const __m512 *mv, const tk_act *a, float *restrict acc) {
-    for (int i = 0; i < U; i++)
-        for (int r = 0; r < R; r++) {
-            const tk_act *ar = a + m + r;
-            const int32_t *ci = c + i * 2 * TK_AMX_ROWS * 16 + 32 * r;
-            float *o = acc + ((i * M) + m + r) * 16;
-            __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512((const __m512i *)ci));
-            __m512 s2 = _mm512_cvtepi32_ps(_mm512_load_si512((const __m512i *)(ci + 16)));
-            __m512 f = _mm512_fmadd_ps(s2, _mm512_set1_ps(ar->d2[b]), _mm512_mul_ps(s, _mm512_set1_ps(ar->d[b])));
-            __m512 v = _mm512_fmadd_ps(f, dv[i], _mm512_load_ps(o));
-            _mm512_store_ps(o, _mm512_fmadd_ps(mv[i], _mm512_set1_ps(ar->s32[b]), v));
-        }
-}
-
 /* acc[(i * M + r) * 16 ..] for activation rows r < M and pairs i < U (U <= TK_AMX_PAIRS; pair i's first
-   group at g0 + 2 i rb, its second rb on) in passes of TK_AMX_ROWS rows: the 512-bit kernel's floats.
-   Software-pipelined: the tile products of a pass are issued before the previous pass's float epilogue,
-   which runs while they do (two sets of buffers for the unpacked weights and the sums). */
+   group at g0 + 2 i rb, its second rb on) in passes of TK_AMX_ROWS rows: the 512-bit kernel's floats */
 TK_INLINE void amx_pairs(const int T, const int U, int64_t M, const uint8_t *restrict g0, int64_t rb, int64_t nb,
                          const tk_act *a, int64_t K, float *restrict acc) {
     const int pb = T == TK_Q8_0 ? 272 : T == TK_Q4_0 ? 144 : 160;
-    uint8_t bt[2][TK_AMX_PAIRS][512] __attribute__((aligned(64)));
-    int32_t c[2][TK_AMX_PAIRS * 2 * TK_AMX_ROWS * 16] __attribute__((aligned(64)));
-    __m512 dv[2][TK_AMX_PAIRS], mv[2][TK_AMX_PAIRS];
-    int64_t pend_b = -1, pend_m = 0;
-    int pend_R = 0, pend = 0;
+    uint8_t bt[TK_AMX_PAIRS][512] __attribute__((aligned(64)));
+    int32_t c[TK_AMX_PAIRS][2 * TK_AMX_ROWS * 16] __attribute__((aligned(64)));
+    __m512 dv[TK_AMX_PAIRS], mv[TK_AMX_PAIRS];
     for (int64_t i = 0; i < U * M * 16; i += 16) _mm512_store_ps(acc + i, _mm512_setzero_ps());
     for (int64_t b = 0; b < nb; b++) {
-        const int bb = b & 1;
         _Pragma("GCC unroll 3")
         for (int i = 0; i < U; i++) {
             const uint8_t *p0 = g0 + 2 * i * rb + b * pb, *p1 = p0 + rb;
-            amx_unpack(T, p0, p1, bt[bb][i]);
-            dv[bb][i] = halves_ph(p0, p1);
-            mv[bb][i] = T == TK_Q4_1 ? halves_ph(p0 + 16, p1 + 16)
-                                     : _mm512_mul_ps(dv[bb][i], _mm512_set1_ps(T == TK_Q8_0 ? -128.f : -8.f));
+            amx_unpack(T, p0, p1, bt[i]);
+            dv[i] = halves_ph(p0, p1);
+            mv[i] = T == TK_Q4_1 ? halves_ph(p0 + 16, p1 + 16)
+                                 : _mm512_mul_ps(dv[i], _mm512_set1_ps(T == TK_Q8_0 ? -128.f : -8.f));
         }
-        _tile_loadd(4, bt[bb][0], 64);
-        if (U > 1) _tile_loadd(5, bt[bb][1], 64);
-        if (U > 2) _tile_loadd(6, bt[bb][2], 64);
+        _tile_loadd(4, bt[0], 64);
+        if (U > 1) _tile_loadd(5, bt[1], 64);
+        if (U > 2) _tile_loadd(6, bt[2], 64);
         for (int64_t m = 0; m < M; m += TK_AMX_ROWS) {
             const int R = M - m < TK_AMX_ROWS ? (int)(M - m) : TK_AMX_ROWS;
             _tile_loadd(3, a[m].q + b * 32, K);  /* q, q2 of row m, then of row m + 1 ... */
@@ -170,17 +149,21 @@ TK_INLINE void amx_pairs(const int T, const int U, int64_t M, const uint8_t *res
             _tile_dpbsud(0, 3, 4);
             if (U > 1) { _tile_zero(1); _tile_dpbsud(1, 3, 5); }
             if (U > 2) { _tile_zero(2); _tile_dpbsud(2, 3, 6); }
-            int32_t *cc = c[pend ^ 1];
-            _tile_stored(0, cc, 64);
-            if (U > 1) _tile_stored(1, cc + 2 * TK_AMX_ROWS * 16, 64);
-            if (U > 2) _tile_stored(2, cc + 4 * TK_AMX_ROWS * 16, 64);
-            if (pend_b >= 0)
-                amx_epilogue(U, M, pend_m, pend_R, pend_b, c[pend], dv[pend_b & 1], mv[pend_b & 1], a, acc);
-            pend ^= 1;
-            pend_b = b, pend_m = m, pend_R = R;
+            _tile_stored(0, c[0], 64);
+            if (U > 1) _tile_stored(1, c[1], 64);
+            if (U > 2) _tile_stored(2, c[2], 64);
+            for (int i = 0; i < U; i++)
+                for (int r = 0; r < R; r++) {
+                    const tk_act *ar = a + m + r;
+                    float *o = acc + ((i * M) + m + r) * 16;
+                    __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512((const __m512i *)(c[i] + 32 * r)));
+                    __m512 s2 = _mm512_cvtepi32_ps(_mm512_load_si512((const __m512i *)(c[i] + 32 * r + 16)));
+                    __m512 f = _mm512_fmadd_ps(s2, _mm512_set1_ps(ar->d2[b]), _mm512_mul_ps(s, _mm512_set1_ps(ar->d[b])));
+                    __m512 v = _mm512_fmadd_ps(f, dv[i], _mm512_load_ps(o));
+                    _mm512_store_ps(o, _mm512_fmadd_ps(mv[i], _mm512_set1_ps(ar->s32[b]), v));
+                }
         }
     }
-    if (pend_b >= 0) amx_epilogue(U, M, pend_m, pend_R, pend_b, c[pend], dv[pend_b & 1], mv[pend_b & 1], a, acc);
 }
 
 static void amx_pairs_any(int t, int U, int64_t M, const uint8_t *g0, int64_t rb, int64_t nb, const tk_act *a,

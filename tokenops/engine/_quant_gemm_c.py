@@ -170,11 +170,8 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
             if (fn512) step = 2;
 #endif
 #ifdef TK_AMX
-            /* two or more rows: AMX tiles (the same floats as fn512) */
-            const int amx = fn512 && M >= TK_AMX_MIN_ROWS && tk_amx_type(t) && tk_use_amx();
-#endif
-#ifdef TK_AMX
-            if (amx) {
+            /* TK_AMX_MIN_ROWS rows or more: AMX tiles (the same floats as fn512) */
+            if (fn512 && M >= TK_AMX_MIN_ROWS && tk_amx_type(t) && tk_use_amx()) {
                 qk_product_amx(w, vnni, fn, a, M, b, y, ys, acc);
             } else
 #endif
