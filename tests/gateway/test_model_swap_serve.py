@@ -149,3 +149,26 @@ def test_tokenize_loads_a_model_that_is_not_resident(server):
     assert r.status_code == 200 and "hello" in r.json()["prompt"]
     r = httpx.post(f"{server.url}/tokenize", json={"model": "gone", "prompt": "hi"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "model_load_failed"
+
+
+def test_the_real_default_model_swaps_with_the_same_greedy_answers(tmp_path):
+    """SmolLM2-135M-Instruct's GGUF served as two models under ``max_loaded_models = 1``: each request
+    swaps, and each model answers greedily as it did before it was evicted and loaded again."""
+    from tests.real_model import SERVE_ENV, gguf_path, serve_args
+
+    serve_args()  # skips without the default model's package
+    config = "[gateway]\nmax_loaded_models = 1\n" + "".join(
+        f'\n[[models]]\nname = "{name}"\npath = "{gguf_path()}"\n' for name in ("left", "right")
+    )
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    with ServeProcess(tmp_path, config=config, env=SERVE_ENV, store=False) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        answers = [
+            client.chat.completions.create(model=m, messages=question, max_tokens=12, temperature=0)
+            .choices[0]
+            .message.content
+            for m in ("left", "right", "left", "right")
+        ]
+        swap = httpx.get(f"{srv.url}/admin/stats", headers=srv.admin_headers).json()["model_swap"]
+    assert "Paris" in answers[0] and answers == [answers[0]] * 4, answers
+    assert swap["num_loads"] >= 4 and swap["num_evictions"] >= 3, swap
