@@ -223,20 +223,27 @@ HEADER = (f"{'method/workload':<16}{'batch':>6}{'base t/s':>10}{'spec t/s':>10}{
 
 def run_default_model(args) -> None:
     """The real default model (module doc): the rewrite and chat workloads, batch 1 by default."""
+    from tokenops.engine.config import EngineConfig
     from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
     from tokenops.engine.loader import load_tokenizer
+    from tokenops.engine.suffix_proposer import default_verify_costs, linear_verify_costs
 
     model = smollm2_path()
     if model is None:
         sys.exit(f"the default model's package is not installed ({SMOLLM2_INSTALL})")
     tok = load_tokenizer(model)
     convs = heldout_messages(400)
+    costs = None if args.verify_costs is None else \
+        list(linear_verify_costs()) if args.verify_costs == "linear" else [float(c) for c in args.verify_costs.split(",")]
     _set_plugin_settings(min_ngram=args.min_ngram, max_ngram=args.max_ngram, corpus=args.corpus,
-                         draft_min_confidence=args.min_confidence)
+                         draft_min_confidence=args.min_confidence, verify_costs=costs)
     sizes = "method defaults" if args.min_ngram is None and args.max_ngram is None else \
         f"{args.min_ngram}..{args.max_ngram}"
     print(f"# SmolLM2-135M-Instruct Q4_1 GGUF ({model.name}), greedy, ends at EOS or {args.max_tokens} tokens, "
           f"{args.requests} requests per workload, k={args.k} (adaptive), prompt lookup sizes {sizes}")
+    shown = costs or default_verify_costs(EngineConfig(model=str(model), device="cpu"))
+    print(f"# suffix: verify costs {', '.join(f'{c:.2f}' for c in shown[:8])} decode steps for 1.. tokens "
+          f"({'--verify-costs' if costs else 'the default for this model and CPU'})")
     print(HEADER)
     makers = {"rewrite": rewrite_prompts, "chat": chat_prompts}
     for method in args.methods.split(","):
@@ -343,6 +350,9 @@ def main() -> None:
                    help="draft: the draft model's weights in the fused decode step (engine draft_panel_dtype)")
     p.add_argument("--disable-by-batch-size", type=int, default=0,
                    help="no proposals while this many sequences or more run (0: never)")
+    p.add_argument("--verify-costs", default=None,
+                   help="suffix: what a step verifying 1, 2, ... tokens costs in decode steps, comma-separated, or "
+                        "'linear' (a quarter step a row); default: the table for this model and CPU")
     p.add_argument("--verify-cost", action="store_true",
                    help="only print what a verify step of 1-9 rows costs against single decode steps")
     args = p.parse_args()

@@ -167,7 +167,7 @@ def test_avx512_and_avx2_packed_paths_agree(qtype: QT) -> None:
 
 @pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
 def test_amx_tiles_give_the_512_bit_kernels_floats(qtype: QT) -> None:
-    """AMX tiles (two or more rows) give the 512-bit kernel's floats exactly, so a verify or batched row
+    """AMX tiles (three or more rows) give the 512-bit kernel's floats exactly, so a verify or batched row
     equals the row decoded alone: one group, pairs in passes of one, two and three, an odd last group,
     rows across the tile passes (8) and the row blocks (64), two threads."""
     kernels = _kernels(False)
@@ -177,7 +177,7 @@ def test_amx_tiles_give_the_512_bit_kernels_floats(qtype: QT) -> None:
     for out_features in (8, 16, 43, 64, 100):
         raw = random_raw(qtype, out_features, width, seed=out_features)
         packed = kernels.pack(raw, qtype, width)
-        for num_rows in (2, 6, 7, 8, 9, 17, 70):
+        for num_rows in (2, 3, 4, 5, 6, 7, 8, 9, 17, 70):
             x = torch.randn(num_rows, width, generator=torch.Generator().manual_seed(num_rows))
             try:
                 assert kernels.set_amx(True)
@@ -212,3 +212,18 @@ def test_env_switch_keeps_the_narrower_path(variable: str, active: str, availabl
         env = {**os.environ, variable: value}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == str(int(expect)), (value, out.stderr)
+
+
+def test_amx_min_rows_reads_its_variable() -> None:
+    """The tiles start at 3 rows (measured on the default model's whole step); ``TOKENOPS_QUANT_AMX_MIN_ROWS``
+    moves that for another CPU, and a value that is not a positive integer keeps 3."""
+    import os
+    import subprocess
+    import sys
+
+    assert _kernels(False).amx_min_rows == 3 or "TOKENOPS_QUANT_AMX_MIN_ROWS" in os.environ
+    code = "from tokenops.engine.quant_kernels import get_kernels; print(get_kernels().amx_min_rows)"
+    for value, expect in (("6", "6"), ("zero", "3"), ("-2", "3")):
+        env = {**os.environ, "TOKENOPS_QUANT_AMX_MIN_ROWS": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == expect, (value, out.stderr)

@@ -22,10 +22,13 @@ from tokenops.engine.suffix_proposer import (
     OWN_MAX_MATCH,
     OWN_POSITIONS,
     SHARE_BUCKETS,
+    AMX_VERIFY_COSTS,
     AcceptanceTables,
     SuffixProposer,
     best_cut,
     build_suffix_proposer,
+    default_verify_costs,
+    linear_verify_costs,
     corpus_meta,
     corpus_meta_path,
 )
@@ -66,6 +69,45 @@ def test_best_cut_stops_where_expected_tokens_per_cost_peak():
     assert best_cut([0.1, 0.9], 0.2)[0] == 0  # a first token rarely accepted: plain decoding is cheaper
     assert best_cut([], 0.2) == (0, 1.0)
     assert best_cut([0.5], 0.2)[0] == 1 and best_cut([0.5], 0.2, round_cost=0.3)[0] == 0  # a round's own cost
+
+
+def test_best_cut_follows_a_measured_cost_table():
+    """With a table where more rows cost little more (the AMX tiles), a longer cut pays where a row's
+    fixed cost stops it; no cut runs past the table's end."""
+    probs = [0.8, 0.3, 0.9, 0.9]
+    assert best_cut(probs, 0.25)[0] == 1  # a quarter step a row: the 2nd token (0.24 expected) does not pay
+    flat = (1.13, 1.2, 1.25, 1.3)
+    length, ratio = best_cut(probs, flat)
+    assert length == 4 and ratio == pytest.approx((1 + 0.8 + 0.24 + 0.216 + 0.1944) / 1.3)
+    assert best_cut(probs, flat[:2])[0] == 2
+    assert best_cut(probs, linear_verify_costs(0.25, 4)) == best_cut(probs, 0.25)
+    with pytest.raises(ValueError, match="must not decrease"):
+        build_suffix_proposer(EngineConfig(model=None, device="cpu"), "none", verify_costs=[1.2, 1.1])
+    with pytest.raises(ValueError, match="numbers >= 1"):
+        build_suffix_proposer(EngineConfig(model=None, device="cpu"), "none", verify_costs=[0.5])
+    assert build_suffix_proposer(EngineConfig(model=None, device="cpu"), "none", verify_costs=[1.1, 1.2]).verify_costs \
+        == (1.1, 1.2)
+
+
+def test_default_verify_costs_take_the_amx_table_only_where_the_gguf_runs_on_the_tiles(tmp_path, tiny_llama_dir):
+    from tokenops.engine import quant_kernels
+    from tokenops.engine.default_model import smollm2_path
+
+    assert default_verify_costs(EngineConfig(model=str(tiny_llama_dir), device="cpu")) == linear_verify_costs()
+    gguf = smollm2_path()
+    if gguf is None:
+        pytest.skip("the default model's package is not installed")
+    kernels = quant_kernels.get_kernels()
+    on = kernels is not None and kernels.amx_active
+    expected = AMX_VERIFY_COSTS if on else linear_verify_costs()
+    assert default_verify_costs(EngineConfig(model=str(gguf), device="cpu")) == expected
+    assert build_suffix_proposer(EngineConfig(model=str(gguf), device="cpu"), "none").verify_costs == expected
+    if on:
+        try:
+            kernels.set_amx(False)
+            assert default_verify_costs(EngineConfig(model=str(gguf), device="cpu")) == linear_verify_costs()
+        finally:
+            kernels.set_amx(None)
 
 
 def test_proposer_takes_the_candidate_expected_to_pay_more():
@@ -192,6 +234,13 @@ def test_plugin_settings_pick_the_corpus_and_check_it(tmp_path, tiny_llama_dir):
         proposer = registered["suffix"](config)
         assert proposer.index is not None and (proposer.lookup.min_ngram, proposer.lookup.max_ngram) == (1, 8)
         assert registered["ngram"](config).min_ngram == 2  # each method keeps its own default sizes
+        assert proposer.verify_costs == linear_verify_costs()  # a safetensors toy: no AMX table
+        plugin.tokenops_configure(Settings({"method": "suffix", "verify_costs": [1.1, 1.15, 1.2]}))
+        assert registered["suffix"](config).verify_costs == (1.1, 1.15, 1.2)
+        with pytest.raises(ValueError, match=r"\[plugins.speculative\] verify_costs must not decrease"):
+            plugin.tokenops_configure(Settings({"method": "suffix", "verify_costs": [1.3, 1.2]}))
+        with pytest.raises(ValueError, match="verify_costs must be a non-empty list"):
+            plugin.tokenops_configure(Settings({"method": "suffix", "verify_costs": "fast"}))
         with pytest.raises(ValueError, match="corpus"):
             plugin.tokenops_configure(Settings({"method": "suffix", "corpus": 3}))
         plugin.tokenops_configure(Settings({"method": "suffix", "corpus": str(tmp_path / "none.u16")}))

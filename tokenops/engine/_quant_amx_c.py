@@ -1,13 +1,15 @@
 """C source, part 7 of the quantized linear kernels: Intel AMX tiles for packed integer products of
-six rows or more (Q8_0, Q4_0, Q4_1).
+three rows or more (Q8_0, Q4_0, Q4_1).
 
 Why: the 512-bit kernel (:mod:`._quant_avx512_c`) multiplies four activation bytes into sixteen
 weight rows per ``vpdpbusd``, one activation row at a time, so each row of a step costs its own 16
 ``vpdpbusd`` per pair of groups and block. One AMX ``tdpbsud`` multiplies one block (32 values) of up
 to eight activation rows by the block's codes of a pair of groups (16 weight rows), whatever the rows;
 what still grows with the rows is the float epilogue. Measured (docs/engine-optimizations.md, "AMX
-tiles for six rows and more"): 0.70-0.92x the 512-bit kernel's time from 6 rows on, slower below, so
-fewer rows keep the 512-bit kernel (``TK_AMX_MIN_ROWS``).
+tiles for six rows and more"): 0.70-0.92x the 512-bit kernel's time from 6 rows on for one large
+matrix alone; over a whole step of the default model (every matrix, thirteenth session) the tiles
+already win from 3 rows (0.96x the step at 3 rows, 0.90x at 4, 0.83x at 5) and lose at 2, so fewer
+rows keep the 512-bit kernel (``TK_AMX_MIN_ROWS``, or ``TOKENOPS_QUANT_AMX_MIN_ROWS`` for another CPU).
 
 The integer sums are exact, and each row's float epilogue is the 512-bit kernel's, operation for
 operation (block scale products, then ``acc += f * d``, then the offset term), so a row gives the same
@@ -32,10 +34,21 @@ SOURCE = r"""
 #include <unistd.h>
 #endif
 
-#define TK_AMX_MIN_ROWS 6  /* fewer rows stay on the 512-bit kernel: it is as fast or faster there (docs) */
+#define TK_AMX_MIN_ROWS 3  /* fewer rows stay on the 512-bit kernel: it is faster there (docs) */
 #define TK_AMX_ROWS 8      /* activation rows per pass (their q and q2 fill a tile's 16 rows) */
 
 static int tk_amx_state = -1;  /* -1: not decided yet, 0: off, 1: on */
+static int tk_amx_rows = 0;    /* 0: not read yet; else the fewest rows a product takes the tiles for */
+
+/* TK_AMX_MIN_ROWS, or TOKENOPS_QUANT_AMX_MIN_ROWS (a positive integer) where it is set: read once */
+static int tk_amx_min_rows(void) {
+    int r = __atomic_load_n(&tk_amx_rows, __ATOMIC_RELAXED);
+    if (r > 0) return r;
+    const char *env = getenv("TOKENOPS_QUANT_AMX_MIN_ROWS");
+    r = env && atoi(env) > 0 ? atoi(env) : TK_AMX_MIN_ROWS;
+    __atomic_store_n(&tk_amx_rows, r, __ATOMIC_RELAXED);
+    return r;
+}
 
 /* the CPU has AMX-TILE and AMX-INT8 and the kernel lets this process use the tile data */
 static int tk_amx_allowed(void) {
@@ -71,6 +84,7 @@ int qk_set_amx(int on) {
     return on;
 }
 int qk_amx_active(void) { return tk_use_amx(); }
+int qk_amx_min_rows(void) { return tk_amx_min_rows(); }
 
 /* the types the tiles take (the K-quants keep the 512-bit kernel: 16-value sub-blocks, 6-bit scales) */
 static inline int tk_amx_type(int t) { return t == TK_Q8_0 || t == TK_Q4_0 || t == TK_Q4_1; }

@@ -171,7 +171,7 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
 #endif
 #ifdef TK_AMX
             /* TK_AMX_MIN_ROWS rows or more: AMX tiles (the same floats as fn512) */
-            if (fn512 && M >= TK_AMX_MIN_ROWS && tk_amx_type(t) && tk_use_amx()) {
+            if (fn512 && M >= tk_amx_min_rows() && tk_amx_type(t) && tk_use_amx()) {
                 qk_product_amx(w, vnni, fn, a, M, b, y, ys, acc);
             } else
 #endif

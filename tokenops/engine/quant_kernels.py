@@ -141,6 +141,7 @@ class QuantKernels:
         self.lib.qk_set_amx.argtypes = [i32]
         self.lib.qk_set_amx.restype = i32
         self.lib.qk_amx_active.restype = i32
+        self.lib.qk_amx_min_rows.restype = i32
         features = self.lib.qk_features()
         self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
         self.has_avx512 = bool(features & 4)
@@ -159,15 +160,20 @@ class QuantKernels:
         return bool(self.lib.qk_avx512_active())
 
     def set_amx(self, on: bool | None) -> bool:
-        """Use AMX tiles for packed products of two or more rows (Q8_0, Q4_0, Q4_1; where the build,
+        """Use AMX tiles for packed products of three or more rows (Q8_0, Q4_0, Q4_1; where the build,
         the CPU and the OS allow them) or not (``None``: as ``TOKENOPS_QUANT_AMX`` says, on unless
         ``0``); returns whether they are now used. The same floats either way. This library only: the
         fused step's own build reads the variable itself. Not while a product runs."""
         return bool(self.lib.qk_set_amx(-1 if on is None else int(on)))
 
     @property
+    def amx_min_rows(self) -> int:
+        """The fewest rows a packed product takes the tiles for (3, or ``TOKENOPS_QUANT_AMX_MIN_ROWS``)."""
+        return int(self.lib.qk_amx_min_rows())
+
+    @property
     def amx_active(self) -> bool:
-        """Whether packed products of two or more rows run on AMX tiles."""
+        """Whether packed products of three or more rows (``TOKENOPS_QUANT_AMX_MIN_ROWS``) run on AMX tiles."""
         return bool(self.lib.qk_amx_active())
 
     def row_bytes(self, qtype: int, in_features: int) -> int:

@@ -12,9 +12,10 @@ suffix tree over past outputs the same way).
 Which candidate, and how much of it, follows from what verifying costs. On the quantized default
 model a verify row costs about a fifth of a decode step (``tests/benchmarks/speculative.py
 --verify-cost``) and a verify round a tenth or more on top, so a proposed token must be likely to
-be accepted to pay: verifying j tokens costs ``1 + round_cost + row_cost * j`` steps and yields
-``1 + p1 + p1 p2 + ...`` tokens on average, ``p`` each token's chance of acceptance once those
-before it are accepted. Those chances come from acceptance tables
+be accepted to pay: verifying j tokens costs ``round_cost + cost(j)`` steps (``cost(j) = 1 +
+row_cost * j``, or a measured table: with the AMX tiles a step of 4-8 rows costs little more than
+one of 3) and yields ``1 + p1 + p1 p2 + ...`` tokens on average, ``p`` each token's chance of
+acceptance once those before it are accepted. Those chances come from acceptance tables
 (:class:`AcceptanceTables`) measured on the corpus' own prompts: by match length and position for
 prompt lookup, by the token's share of the corpus occurrences and the matched context length for
 the corpus. The proposer keeps the candidate and cut with the best expected tokens per cost, and
@@ -37,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,18 +163,63 @@ class AcceptanceTables:
 #: against the forward's). These two gave the best replayed cuts (``speculative_replay.py``).
 DEFAULT_ROW_COST = 0.25
 DEFAULT_ROUND_COST = 0.1
+#: What one step verifying j = 1..8 proposals costs in plain decode steps (before the round cost) where
+#: the quantized matrices run on the AMX tiles from 3 rows (``_quant_amx_c``): the default model's
+#: Q4_1 GGUF, one thread, Sapphire Rapids (``speculative.py --verify-cost --threads 1``, thirteenth
+#: session). Not linear: 4-8 rows cost ~0.1 step a row more, a 9th row a second pass over the weights.
+AMX_VERIFY_COSTS = (1.13, 1.29, 1.39, 1.47, 1.59, 1.69, 1.77, 2.17)
 SOURCES = ("prompt", "corpus")
 
 
-def best_cut(probs: list[float], row_cost: float, round_cost: float = 0.0) -> tuple[int, float]:
+def linear_verify_costs(row_cost: float = DEFAULT_ROW_COST, num: int = 16) -> tuple[float, ...]:
+    """``1 + row_cost * j`` for j = 1..num: a verify row costing the same whatever the rows beside it."""
+    return tuple(1.0 + row_cost * j for j in range(1, num + 1))
+
+
+def default_verify_costs(config: EngineConfig) -> tuple[float, ...]:
+    """:data:`AMX_VERIFY_COSTS` where ``config``'s model is a GGUF file run on the CPU by the quantized
+    kernels with their AMX tiles on; elsewhere a row at :data:`DEFAULT_ROW_COST`."""
+    from tokenops.engine import quant_kernels
+    from tokenops.engine.gguf_reader import is_gguf
+
+    if config.device not in ("cpu", "auto") or not config.model or not Path(config.model).is_file():
+        return linear_verify_costs()
+    if config.device == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            return linear_verify_costs()
+    kernels = quant_kernels.get_kernels()
+    if kernels is None or not kernels.amx_active or not is_gguf(Path(config.model)):
+        return linear_verify_costs()
+    return AMX_VERIFY_COSTS
+
+
+def check_verify_costs(costs: object) -> tuple[float, ...]:
+    """``costs`` as a tuple, after checking it is a non-empty list of numbers >= 1 that never
+    decreases (ValueError with what is wrong)."""
+    if (
+        not isinstance(costs, (list, tuple))
+        or not costs
+        or any(isinstance(c, bool) or not isinstance(c, (int, float)) or c < 1 for c in costs)
+    ):
+        raise ValueError(f"verify_costs must be a non-empty list of numbers >= 1 (decode steps), not {costs!r}")
+    if any(b < a for a, b in zip(costs, costs[1:])):
+        raise ValueError(f"verify_costs must not decrease: verifying more tokens never costs less ({list(costs)})")
+    return tuple(float(c) for c in costs)
+
+
+def best_cut(probs: list[float], costs: float | Sequence[float], round_cost: float = 0.0) -> tuple[int, float]:
     """How many of a proposal's tokens to verify, and the expected tokens per decode-step cost that
     gives: token j is accepted with ``probs[j]`` once those before it are; verifying j tokens costs
-    ``1 + round_cost + row_cost * j`` steps and yields ``1 + p1 + p1 p2 + ...`` tokens on average."""
+    ``round_cost + costs[j - 1]`` steps (``costs`` a number: ``1 + costs * j``, a row's cost; a
+    table: no cut past its end) and yields ``1 + p1 + p1 p2 + ...`` tokens on average."""
+    table = linear_verify_costs(costs, len(probs)) if isinstance(costs, (int, float)) else costs
     best_len, best_ratio, joint, expected = 0, 1.0, 1.0, 1.0
-    for length, prob in enumerate(probs, 1):
+    for length, prob in enumerate(probs[: len(table)], 1):
         joint *= prob
         expected += joint
-        ratio = expected / (1.0 + round_cost + row_cost * length)
+        ratio = expected / (round_cost + table[length - 1])
         if ratio > best_ratio:
             best_len, best_ratio = length, ratio
     return best_len, best_ratio
@@ -194,13 +241,15 @@ class SuffixProposer:
         row_cost: float = DEFAULT_ROW_COST,
         round_cost: float = DEFAULT_ROUND_COST,
         max_match: int = 16,
+        verify_costs: Sequence[float] | None = None,
     ) -> None:
         if (index is None) != (tables is None):
             raise ValueError("a corpus index needs its acceptance tables (and tables a corpus)")
         self.lookup = NgramProposer(min_ngram, max_ngram)
         self.index = index
         self.tables = tables
-        self.row_cost = row_cost
+        #: what verifying j = 1.. tokens costs in decode steps (best_cut); row_cost's line without a table
+        self.verify_costs = tuple(verify_costs) if verify_costs is not None else linear_verify_costs(row_cost)
         self.round_cost = round_cost
         self.max_match = max_match
         #: per source ("prompt", "corpus"): proposals, proposed tokens, accepted tokens
@@ -214,11 +263,11 @@ class SuffixProposer:
             return own, "prompt"
         best, best_ratio, source = [], 1.0, "prompt"
         if own:
-            cut, best_ratio = best_cut(self.tables.own_probs(match_len, len(own)), self.row_cost, self.round_cost)
+            cut, best_ratio = best_cut(self.tables.own_probs(match_len, len(own)), self.verify_costs, self.round_cost)
             best = own[:cut]
         walk = self.index.continuation(tokens, num_tokens, max_match=self.max_match, min_count=1)
         if walk.tokens:
-            cut, ratio = best_cut(self.tables.corpus_probs(walk), self.row_cost, self.round_cost)
+            cut, ratio = best_cut(self.tables.corpus_probs(walk), self.verify_costs, self.round_cost)
             if ratio > best_ratio:
                 best, source = walk.tokens[:cut], "corpus"
         return best, source
@@ -262,18 +311,24 @@ def _index(corpus: Path, vocab_size: int) -> SuffixIndex:
 
 
 def build_suffix_proposer(
-    config: EngineConfig, corpus: str | None = None, min_ngram: int | None = None, max_ngram: int | None = None
+    config: EngineConfig,
+    corpus: str | None = None,
+    min_ngram: int | None = None,
+    max_ngram: int | None = None,
+    verify_costs: Sequence[float] | None = None,
 ) -> SuffixProposer:
     """The proposer for ``config``'s model. ``corpus``: a corpus file (refused with a ValueError when
     it is missing, has no acceptance tables or was built with another tokenizer), ``"none"`` for
     prompt lookup alone, or None for the shipped corpus of the default model when the model has its
     tokenizer (else prompt lookup alone, logged). The lookup's match sizes default to 1..8 (the
-    tables cut what a short match proposes)."""
+    tables cut what a short match proposes). ``verify_costs``: what a step verifying j = 1.. tokens
+    costs in decode steps (default: :func:`default_verify_costs`)."""
     from tokenops.engine.loader import resolve_model_dir
 
     sizes = (min_ngram or 1, max_ngram or 8)
+    costs = check_verify_costs(verify_costs) if verify_costs is not None else default_verify_costs(config)
     if corpus == "none":
-        return SuffixProposer(None, None, *sizes)
+        return SuffixProposer(None, None, *sizes, verify_costs=costs)
     path = Path(corpus).expanduser() if corpus else DEFAULT_CORPUS
     try:
         meta = load_corpus_meta(path, model_tokenizer_meta(resolve_model_dir(config.model, config.allow_download)))
@@ -282,5 +337,6 @@ def build_suffix_proposer(
         if corpus:
             raise ValueError(f"speculative corpus {path}: {e}") from None
         log.warning("speculative = 'suffix': %s; proposing from prompt lookup alone", e)
-        return SuffixProposer(None, None, *sizes)
-    return SuffixProposer(_index(path, int(meta["vocab_size"])), tables, *sizes)  # type: ignore[call-overload]
+        return SuffixProposer(None, None, *sizes, verify_costs=costs)
+    index = _index(path, int(meta["vocab_size"]))
+    return SuffixProposer(index, tables, *sizes, verify_costs=costs)  # type: ignore[call-overload]

@@ -16,6 +16,7 @@ or in ``tokenops.toml``::
     min_ngram = 2           # ngram: 2 (1 also proposes after a lone matching token, rarely accepted); suffix: 1
     max_ngram = 4           # ngram: 4; suffix: 8 (its acceptance tables cut what a short match proposes)
     corpus = "path/to/answers.u16"  # method = "suffix" only: unset = the default model's shipped corpus, "none" = none
+    verify_costs = [1.13, 1.29, 1.39, 1.47, 1.59, 1.69, 1.77, 2.17]  # suffix only: a step verifying 1, 2, ... tokens, in decode steps
     draft_model = "path/to/draft"   # method = "draft" only
     draft_min_confidence = 0.0      # draft only: stop a proposal at a token the draft gives < this probability
     disable_by_batch_size = 0       # no proposals while this many sequences or more run (0: never)
@@ -24,7 +25,10 @@ Tunables (restart): ``speculative.method``, ``speculative.num_tokens``.
 ``suffix`` (:mod:`tokenops.engine.suffix_proposer`) is prompt lookup first and, where it finds
 nothing, the most frequent continuation in a corpus of the model's own answers: the one that pays
 on chat, where little of the answer is in the prompt. Its corpus must be built with the model's
-tokenizer (checked when the engine is built).
+tokenizer (checked when the engine is built). ``verify_costs`` tells it what verifying costs on
+your machine (``tests/benchmarks/speculative.py --verify-cost`` prints the column); unset, it uses
+the table measured with the AMX tiles where the model's GGUF runs on them, else a row at a quarter
+of a decode step (:func:`tokenops.engine.suffix_proposer.default_verify_costs`).
 The draft-model proposer is registered by ``draft_proposer.py``; this module owns the
 shared settings and applies them to the engine config (``tokenops_engine_config``). The
 method name is checked against the registered proposers when the engine is built.
@@ -36,7 +40,7 @@ from typing import Any
 
 from tokenops import hookimpl
 from tokenops.engine.proposers import NgramProposer
-from tokenops.engine.suffix_proposer import build_suffix_proposer
+from tokenops.engine.suffix_proposer import build_suffix_proposer, check_verify_costs
 from tokenops.tunables import Tunable
 
 __all__ = ["NgramProposer", "settings"]
@@ -68,6 +72,7 @@ _conf: dict[str, Any] = {
     "min_ngram": None,  # None: the method's default (NGRAM_SIZES, or the suffix proposer's own)
     "max_ngram": None,
     "corpus": None,
+    "verify_costs": None,  # None: suffix_proposer.default_verify_costs for the engine's model
     "draft_model": None,
     "draft_min_confidence": 0.0,
     "disable_by_batch_size": 0,
@@ -129,6 +134,11 @@ def tokenops_configure(settings):
     corpus = conf.get("corpus")
     if corpus is not None and (not isinstance(corpus, str) or not corpus):
         raise ValueError(f"[plugins.speculative] corpus must be a file path or 'none', not {corpus!r}")
+    if conf.get("verify_costs") is not None:
+        try:
+            check_verify_costs(conf["verify_costs"])
+        except ValueError as e:
+            raise ValueError(f"[plugins.speculative] {e}") from None
     confidence = conf.get("draft_min_confidence", 0.0)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:
         raise ValueError("[plugins.speculative] draft_min_confidence must be a number in [0, 1)")
@@ -140,6 +150,7 @@ def tokenops_configure(settings):
                 "min_ngram",
                 "max_ngram",
                 "corpus",
+                "verify_costs",
                 "draft_model",
                 "draft_min_confidence",
                 "disable_by_batch_size",
@@ -173,7 +184,9 @@ def tokenops_register_proposers(register):
     register("ngram", lambda config: NgramProposer(*ngram_sizes()))
     register(
         "suffix",
-        lambda config: build_suffix_proposer(config, _conf["corpus"], _conf["min_ngram"], _conf["max_ngram"]),
+        lambda config: build_suffix_proposer(
+            config, _conf["corpus"], _conf["min_ngram"], _conf["max_ngram"], _conf["verify_costs"]
+        ),
     )
 
 
