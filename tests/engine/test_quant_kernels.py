@@ -9,7 +9,6 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as QT
 from quant_blocks import K_QUANTS, quantize_activations, random_raw
-
 from tokenops.engine import quant_kernels
 from tokenops.engine.quant_kernels import Method, QuantKernels
 

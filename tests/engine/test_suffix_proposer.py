@@ -9,7 +9,6 @@ import random
 
 import numpy as np
 import pytest
-
 from tokenops.engine.config import EngineConfig
 from tokenops.engine.engine import LLMEngine
 from tokenops.engine.policies import BUILTIN_PROPOSERS, EnginePolicies
@@ -17,20 +16,20 @@ from tokenops.engine.sampling import SamplingParams
 from tokenops.engine.suffix_calibration import calibrate, split_answers
 from tokenops.engine.suffix_index import SuffixIndex, suffix_array
 from tokenops.engine.suffix_proposer import (
+    AMX_VERIFY_COSTS,
     CORPUS_POSITIONS,
     MATCH_BUCKETS,
     OWN_MAX_MATCH,
     OWN_POSITIONS,
     SHARE_BUCKETS,
-    AMX_VERIFY_COSTS,
     AcceptanceTables,
     SuffixProposer,
     best_cut,
     build_suffix_proposer,
-    default_verify_costs,
-    linear_verify_costs,
     corpus_meta,
     corpus_meta_path,
+    default_verify_costs,
+    linear_verify_costs,
 )
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections import abc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -209,7 +209,7 @@ def check_verify_costs(costs: object) -> tuple[float, ...]:
     return tuple(float(c) for c in costs)
 
 
-def best_cut(probs: list[float], costs: float | Sequence[float], round_cost: float = 0.0) -> tuple[int, float]:
+def best_cut(probs: list[float], costs: float | abc.Sequence[float], round_cost: float = 0.0) -> tuple[int, float]:
     """How many of a proposal's tokens to verify, and the expected tokens per decode-step cost that
     gives: token j is accepted with ``probs[j]`` once those before it are; verifying j tokens costs
     ``round_cost + costs[j - 1]`` steps (``costs`` a number: ``1 + costs * j``, a row's cost; a
@@ -241,7 +241,7 @@ class SuffixProposer:
         row_cost: float = DEFAULT_ROW_COST,
         round_cost: float = DEFAULT_ROUND_COST,
         max_match: int = 16,
-        verify_costs: Sequence[float] | None = None,
+        verify_costs: abc.Sequence[float] | None = None,
     ) -> None:
         if (index is None) != (tables is None):
             raise ValueError("a corpus index needs its acceptance tables (and tables a corpus)")
@@ -315,7 +315,7 @@ def build_suffix_proposer(
     corpus: str | None = None,
     min_ngram: int | None = None,
     max_ngram: int | None = None,
-    verify_costs: Sequence[float] | None = None,
+    verify_costs: abc.Sequence[float] | None = None,
 ) -> SuffixProposer:
     """The proposer for ``config``'s model. ``corpus``: a corpus file (refused with a ValueError when
     it is missing, has no acceptance tables or was built with another tokenizer), ``"none"`` for
@@ -338,5 +338,5 @@ def build_suffix_proposer(
             raise ValueError(f"speculative corpus {path}: {e}") from None
         log.warning("speculative = 'suffix': %s; proposing from prompt lookup alone", e)
         return SuffixProposer(None, None, *sizes, verify_costs=costs)
-    index = _index(path, int(meta["vocab_size"]))
-    return SuffixProposer(index, tables, *sizes, verify_costs=costs)  # type: ignore[call-overload]
+    index = _index(path, int(meta["vocab_size"]))  # type: ignore[call-overload]
+    return SuffixProposer(index, tables, *sizes, verify_costs=costs)
