@@ -98,9 +98,11 @@ def test_default_verify_costs_take_the_amx_table_only_where_the_gguf_runs_on_the
         pytest.skip("the default model's package is not installed")
     kernels = quant_kernels.get_kernels()
     on = kernels is not None and kernels.amx_active
-    expected = AMX_VERIFY_COSTS if on else linear_verify_costs()
-    assert default_verify_costs(EngineConfig(model=str(gguf), device="cpu")) == expected
-    assert build_suffix_proposer(EngineConfig(model=str(gguf), device="cpu"), "none").verify_costs == expected
+    for threads in (1, 2, 4):
+        expected = AMX_VERIFY_COSTS[min(threads, 2)] if on else linear_verify_costs()
+        config = EngineConfig(model=str(gguf), device="cpu", torch_threads=threads)
+        assert default_verify_costs(config) == expected
+        assert build_suffix_proposer(config, "none").verify_costs == expected
     if on:
         try:
             kernels.set_amx(False)

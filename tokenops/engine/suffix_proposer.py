@@ -164,10 +164,14 @@ class AcceptanceTables:
 DEFAULT_ROW_COST = 0.25
 DEFAULT_ROUND_COST = 0.1
 #: What one step verifying j = 1..8 proposals costs in plain decode steps (before the round cost) where
-#: the quantized matrices run on the AMX tiles from 3 rows (``_quant_amx_c``): the default model's
-#: Q4_1 GGUF, one thread, Sapphire Rapids (``speculative.py --verify-cost --threads 1``, thirteenth
-#: session). Not linear: 4-8 rows cost ~0.1 step a row more, a 9th row a second pass over the weights.
-AMX_VERIFY_COSTS = (1.13, 1.29, 1.39, 1.47, 1.59, 1.69, 1.77, 2.17)
+#: the quantized matrices run on the AMX tiles from 3 rows (``_quant_amx_c``), by torch threads (2 for
+#: more): the default model's Q4_1 GGUF on Sapphire Rapids (``speculative.py --verify-cost --threads
+#: N``, thirteenth session; 2 threads: the mean of three runs). Not linear: 4-8 rows cost ~0.1 step a
+#: row more, a 9th row a second pass over the weights.
+AMX_VERIFY_COSTS = {
+    1: (1.13, 1.29, 1.39, 1.47, 1.59, 1.69, 1.77, 2.17),
+    2: (1.14, 1.15, 1.20, 1.34, 1.45, 1.62, 1.67, 2.02),
+}
 SOURCES = ("prompt", "corpus")
 
 
@@ -177,22 +181,23 @@ def linear_verify_costs(row_cost: float = DEFAULT_ROW_COST, num: int = 16) -> tu
 
 
 def default_verify_costs(config: EngineConfig) -> tuple[float, ...]:
-    """:data:`AMX_VERIFY_COSTS` where ``config``'s model is a GGUF file run on the CPU by the quantized
-    kernels with their AMX tiles on; elsewhere a row at :data:`DEFAULT_ROW_COST`."""
+    """:data:`AMX_VERIFY_COSTS` for the engine's torch threads where ``config``'s model is a GGUF file
+    run on the CPU by the quantized kernels with their AMX tiles on; elsewhere a row at
+    :data:`DEFAULT_ROW_COST`."""
     from tokenops.engine import quant_kernels
     from tokenops.engine.gguf_reader import is_gguf
 
     if config.device not in ("cpu", "auto") or not config.model or not Path(config.model).is_file():
         return linear_verify_costs()
-    if config.device == "auto":
-        import torch
+    import torch
 
-        if torch.cuda.is_available():
-            return linear_verify_costs()
+    if config.device == "auto" and torch.cuda.is_available():
+        return linear_verify_costs()
     kernels = quant_kernels.get_kernels()
     if kernels is None or not kernels.amx_active or not is_gguf(Path(config.model)):
         return linear_verify_costs()
-    return AMX_VERIFY_COSTS
+    threads = config.torch_threads or torch.get_num_threads()
+    return AMX_VERIFY_COSTS[1 if threads == 1 else 2]
 
 
 def check_verify_costs(costs: object) -> tuple[float, ...]:

@@ -16,7 +16,7 @@ or in ``tokenops.toml``::
     min_ngram = 2           # ngram: 2 (1 also proposes after a lone matching token, rarely accepted); suffix: 1
     max_ngram = 4           # ngram: 4; suffix: 8 (its acceptance tables cut what a short match proposes)
     corpus = "path/to/answers.u16"  # method = "suffix" only: unset = the default model's shipped corpus, "none" = none
-    verify_costs = [1.13, 1.29, 1.39, 1.47, 1.59, 1.69, 1.77, 2.17]  # suffix only: a step verifying 1, 2, ... tokens, in decode steps
+    verify_costs = [1.14, 1.15, 1.2, 1.34, 1.45, 1.62, 1.67, 2.02]  # suffix only: a step verifying 1, 2, ... tokens, in decode steps
     draft_model = "path/to/draft"   # method = "draft" only
     draft_min_confidence = 0.0      # draft only: stop a proposal at a token the draft gives < this probability
     disable_by_batch_size = 0       # no proposals while this many sequences or more run (0: never)
