@@ -166,11 +166,13 @@ DEFAULT_ROUND_COST = 0.1
 #: What one step verifying j = 1..8 proposals costs in plain decode steps (before the round cost) where
 #: the quantized matrices run on the AMX tiles from 3 rows (``_quant_amx_c``), by torch threads (2 for
 #: more): the default model's Q4_1 GGUF on Sapphire Rapids (``speculative.py --verify-cost --threads
-#: N``, thirteenth session; 2 threads: the mean of three runs). Not linear: 4-8 rows cost ~0.1 step a
-#: row more, a 9th row a second pass over the weights.
+#: N``, thirteenth session). Not linear: 4-8 rows cost ~0.1 step a row more, a 9th row a second pass
+#: over the weights. 2 threads: the mean of three runs (1.14, 1.15, 1.20, ...) + 0.05, since a round's
+#: Python is a larger share of the faster step there (+0.05 gave 1.32-1.34x on 24 chat prompts against
+#: 1.29-1.31x in paired runs; -0.05 1.28x; at one thread +-0.05 both lost).
 AMX_VERIFY_COSTS = {
     1: (1.13, 1.29, 1.39, 1.47, 1.59, 1.69, 1.77, 2.17),
-    2: (1.14, 1.15, 1.20, 1.34, 1.45, 1.62, 1.67, 2.02),
+    2: (1.19, 1.20, 1.25, 1.39, 1.50, 1.67, 1.72, 2.07),
 }
 SOURCES = ("prompt", "corpus")
 
