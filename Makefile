@@ -23,6 +23,8 @@ $(PY):
 
 # torch is pinned first: an unpinned torch would pull the CUDA build.
 $(STAMP): $(PY) pyproject.toml
+	@avail=$$(df -Pk . | awk 'NR==2 {print $$4}'); [ "$${avail:-0}" -gt 6000000 ] || \
+	  echo "==> warning: $$(( $${avail:-0} / 1024 )) MiB free on this disk; the two environments take ~4.5 GB (an install that runs out stops with pip's 'No space left on device')"
 	@echo "==> [2/3] installing torch 2.13.0 (CPU; the largest download)"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) torch==2.13.0
 	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, plot, diffusion, telemetry)"
