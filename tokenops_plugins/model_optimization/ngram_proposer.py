@@ -54,6 +54,7 @@ TOKENOPS_SETTINGS = {
         "min_ngram",
         "max_ngram",
         "corpus",
+        "verify_costs",
         "draft_model",
         "draft_min_confidence",
         "disable_by_batch_size",
