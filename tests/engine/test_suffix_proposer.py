@@ -88,11 +88,15 @@ def test_best_cut_follows_a_measured_cost_table():
         == (1.1, 1.2)
 
 
-def test_default_verify_costs_take_the_amx_table_only_where_the_gguf_runs_on_the_tiles(tmp_path, tiny_llama_dir):
+def test_default_verify_costs_take_the_amx_table_only_where_the_gguf_runs_on_the_tiles(
+    tmp_path, tiny_llama_dir, monkeypatch
+):
     from tokenops.engine import quant_kernels
-    from tokenops.engine.default_model import smollm2_path
+    from tokenops.engine.default_model import DEFAULT_MODEL_ENV, smollm2_path
 
     assert default_verify_costs(EngineConfig(model=str(tiny_llama_dir), device="cpu")) == linear_verify_costs()
+    assert default_verify_costs(EngineConfig(model=str(tmp_path / "missing.gguf"), device="cpu")) \
+        == linear_verify_costs()
     gguf = smollm2_path()
     if gguf is None:
         pytest.skip("the default model's package is not installed")
@@ -103,6 +107,9 @@ def test_default_verify_costs_take_the_amx_table_only_where_the_gguf_runs_on_the
         config = EngineConfig(model=str(gguf), device="cpu", torch_threads=threads)
         assert default_verify_costs(config) == expected
         assert build_suffix_proposer(config, "none").verify_costs == expected
+    monkeypatch.delenv(DEFAULT_MODEL_ENV, raising=False)  # model unset: serve's embedded default, the same GGUF
+    assert default_verify_costs(EngineConfig(model=None, device="cpu", torch_threads=1)) == \
+        (AMX_VERIFY_COSTS[1] if on else linear_verify_costs())
     if on:
         try:
             kernels.set_amx(False)

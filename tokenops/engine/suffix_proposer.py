@@ -186,17 +186,20 @@ def default_verify_costs(config: EngineConfig) -> tuple[float, ...]:
     """:data:`AMX_VERIFY_COSTS` for the engine's torch threads where ``config``'s model is a GGUF file
     run on the CPU by the quantized kernels with their AMX tiles on; elsewhere a row at
     :data:`DEFAULT_ROW_COST`."""
-    from tokenops.engine import quant_kernels
-    from tokenops.engine.gguf_reader import is_gguf
-
-    if config.device not in ("cpu", "auto") or not config.model or not Path(config.model).is_file():
-        return linear_verify_costs()
     import torch
 
-    if config.device == "auto" and torch.cuda.is_available():
+    from tokenops.engine import quant_kernels
+    from tokenops.engine.gguf_reader import is_gguf
+    from tokenops.engine.loader import resolve_model_dir
+
+    if config.device not in ("cpu", "auto") or (config.device == "auto" and torch.cuda.is_available()):
+        return linear_verify_costs()
+    try:
+        path = resolve_model_dir(config.model, config.allow_download)  # None: the embedded default model
+    except Exception:  # noqa: BLE001 - the engine build reports a model it cannot find; the cost is a guess
         return linear_verify_costs()
     kernels = quant_kernels.get_kernels()
-    if kernels is None or not kernels.amx_active or not is_gguf(Path(config.model)):
+    if kernels is None or not kernels.amx_active or not path.is_file() or not is_gguf(path):
         return linear_verify_costs()
     threads = config.torch_threads or torch.get_num_threads()
     return AMX_VERIFY_COSTS[1 if threads == 1 else 2]
