@@ -1,8 +1,9 @@
 """CPU time per call of the quantized kernels' paths on SmolLM2-135M's shapes, one thread, best of N:
 the weight in GGUF's layout (the path ``linear`` picks for it: the integer GEMV up to 8 rows, the
 float32-panel GEMM above), packed with the 256-bit kernels, packed with the 512-bit kernels
-(AVX-512 VNNI) and with AMX tiles (AMX-INT8, Q8_0/Q4_0/Q4_1, 6 rows or more: below that the
-512-bit kernel runs either way; ``-`` where the CPU or the type has none).
+(AVX-512 VNNI) and with AMX tiles (AMX-INT8, Q8_0/Q4_0/Q4_1, from ``QuantKernels.amx_min_rows``
+rows, 3 unless ``TOKENOPS_QUANT_AMX_MIN_ROWS`` says otherwise: below that the 512-bit kernel runs
+either way; ``-`` where the CPU or the type has none).
 
 CPU time of the calling thread (``time.thread_time``; with one thread the kernels run on it), the best
 of ``--repeat`` calls after a warm-up: on a shared box the best is the figure least disturbed by other
@@ -57,7 +58,7 @@ def paths(k: QuantKernels, qtype: QT, shape: str, rows: int, repeat: int) -> lis
     n = repeat if rows * out_features * in_features < 1e9 else max(3, repeat // 5)  # big calls: fewer
     res: list[float | None] = [best_cpu(lambda: k.linear(x, raw, qtype, in_features, Method.AUTO, 1), n)]
     for wide, amx in ((False, False), (True, False), (True, True)):
-        if packed is None or (wide and not k.set_avx512(True)) or (amx and (rows < 6 or not k.set_amx(True))):
+        if packed is None or (wide and not k.set_avx512(True)) or (amx and (rows < k.amx_min_rows or not k.set_amx(True))):
             res.append(None)
             continue
         k.set_avx512(wide)
