@@ -257,3 +257,41 @@ def test_plugin_settings_pick_the_corpus_and_check_it(tmp_path, tiny_llama_dir):
     finally:
         plugin._conf.clear()
         plugin._conf.update(saved)
+
+
+def test_a_match_hint_gives_the_same_walks_as_a_fresh_search():
+    """Continuing a growing context from the last call's hint gives exactly the fresh search's
+    continuation (tokens, shares, supports, match length) at every step, through matches that extend,
+    matches that break, no match at all and the length cap."""
+    rng = random.Random(7)
+    corpus = []
+    phrases = [[rng.randrange(2, 30) for _ in range(rng.randrange(3, 12))] for _ in range(40)]
+    for _ in range(300):
+        corpus += rng.choice(phrases) + ([rng.randrange(2, 30)] if rng.random() < 0.3 else []) + [0]
+    index = SuffixIndex(np.array(corpus), vocab_size=40)
+    for trial in range(30):
+        context = [rng.randrange(2, 40) for _ in range(3)]
+        hint = None
+        for _ in range(60):
+            grow = rng.choice(phrases)[: rng.randrange(1, 4)] if rng.random() < 0.7 else [rng.randrange(2, 40)]
+            context = context + grow
+            for max_match in (16, 4):
+                fresh = index.continuation(context, 5, max_match=max_match, min_count=1)
+                if max_match == 16:
+                    hinted = index.continuation(context, 5, max_match=16, min_count=1, hint=hint)
+                    assert (hinted.tokens, hinted.probs, hinted.support, hinted.match_len) == \
+                        (fresh.tokens, fresh.probs, fresh.support, fresh.match_len), (trial, context)
+                    hint = hinted.hint
+    # the proposer keeps one hint per sequence: the same proposals as without
+    proposer = SuffixProposer(index, flat_tables(own=0.5, corpus=0.8))
+    context = [5, 6]
+    for step in range(80):
+        context += rng.choice(phrases)[: rng.randrange(1, 3)]
+        assert proposer.find(context, 6, seq_id=3) == proposer.find(context, 6), step
+    assert 3 in proposer._hints
+    proposer.retain(set())
+    assert not proposer._hints
+    # a hint from another context (its last token differs) or another min_count is ignored
+    walk = index.continuation(phrases[0], 3, min_count=1)
+    other = [*phrases[1], 39]
+    assert index.continuation(other, 3, min_count=1, hint=walk.hint) == index.continuation(other, 3, min_count=1)

@@ -47,6 +47,20 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
+class MatchHint:
+    """A context's longest match, kept to find the next one faster once the context has grown: the
+    context's length and last token (to check the new context extends it), the match length (shorter
+    than every cap, so the true longest) and its suffix-array range."""
+
+    context_len: int
+    last_token: int
+    length: int
+    lo: int
+    hi: int
+    min_count: int
+
+
+@dataclass(frozen=True, slots=True)
 class Continuation:
     """The most likely continuation of a context: its tokens, the probability of each token given
     the ones before it (its share of the occurrences), how many occurrences each share is of, and
@@ -56,6 +70,8 @@ class Continuation:
     probs: list[float]
     support: list[int]
     match_len: int
+    #: the match as a hint for the same context grown by more tokens (``longest_match``), or None
+    hint: MatchHint | None = None
 
     def smoothed(self, prior: float) -> list[float]:
         """Each token's share with ``prior`` pseudo-occurrences that continue otherwise: one of one
@@ -105,11 +121,36 @@ class SuffixIndex:
             lo, hi = self._refine(lo, hi, offset, token)
         return lo, hi
 
-    def longest_match(self, context: list[int], max_len: int, min_count: int = 1) -> tuple[int, int, int]:
+    def longest_match(
+        self, context: list[int], max_len: int, min_count: int = 1, hint: MatchHint | None = None
+    ) -> tuple[int, int, int]:
         """The longest suffix of ``context`` (at most ``max_len`` tokens) occurring at least
-        ``min_count`` times with a token after it: (length, lo, hi); length 0 when none does."""
+        ``min_count`` times with a token after it: (length, lo, hi); length 0 when none does.
+
+        ``hint``: the longest match of a shorter context this one extends by n tokens. Its occurrences
+        bound the new match to at most its length + n (a longer suffix's first tokens would be a
+        longer match of the old context), so the old range refined by the n new tokens is the answer
+        when it still occurs; else the search runs below that bound. Same result as without it."""
         best = (0, 0, 0)
         low, high = 1, min(max_len, len(context), self.max_walk)
+        if (
+            hint is not None
+            and hint.min_count == min_count
+            and 0 < hint.context_len <= len(context)
+            and context[hint.context_len - 1] == hint.last_token
+        ):
+            grown = len(context) - hint.context_len
+            if hint.length + grown <= high:
+                lo, hi = (hint.lo, hint.hi) if hint.length else (0, self.num_tokens)  # 0: the empty pattern
+                for offset, token in enumerate(context[hint.context_len :], hint.length):
+                    if hi <= lo:
+                        break
+                    lo, hi = self._refine(lo, hi, offset, token)
+                if hint.length + grown == 0:
+                    return best
+                if self._followed(lo, hi, hint.length + grown) >= min_count:
+                    return hint.length + grown, lo, hi
+                high = hint.length + grown - 1
         while low <= high:  # a suffix occurs whenever a longer one does: binary search the length
             mid = (low + high) // 2
             lo, hi = self.find(context[len(context) - mid :])
@@ -126,14 +167,23 @@ class SuffixIndex:
         return hi - self._refine(lo, hi, offset, _END)[1]
 
     def continuation(
-        self, context: list[int], num_tokens: int, max_match: int = 16, min_count: int = 2
+        self,
+        context: list[int],
+        num_tokens: int,
+        max_match: int = 16,
+        min_count: int = 2,
+        hint: MatchHint | None = None,
     ) -> Continuation:
         """Walk the most frequent continuation after the longest matching suffix of ``context``:
         up to ``num_tokens`` tokens, stopping where a step has fewer than ``min_count`` occurrences
-        (how many of the tokens to propose is the caller's choice, from the shares)."""
-        length, lo, hi = self.longest_match(context, max_match, min_count)
+        (how many of the tokens to propose is the caller's choice, from the shares). ``hint``: the
+        ``hint`` of an earlier continuation of a context this one extends (``longest_match``); the
+        result carries one for the next call, None where a cap cut the match (it may be longer)."""
+        length, lo, hi = self.longest_match(context, max_match, min_count, hint)
+        uncapped = length < min(max_match, len(context), self.max_walk)
+        new_hint = MatchHint(len(context), context[-1], length, lo, hi, min_count) if uncapped and context else None
         if length == 0:
-            return Continuation([], [], [], 0)
+            return Continuation([], [], [], 0, new_hint)
         tokens: list[int] = []
         probs: list[float] = []
         support: list[int] = []
@@ -147,7 +197,7 @@ class SuffixIndex:
             support.append(total)
             lo, hi = self._refine(lo, hi, offset, token)
             offset += 1
-        return Continuation(tokens, probs, support, length)
+        return Continuation(tokens, probs, support, length, new_hint)
 
     def _most_frequent(self, lo: int, hi: int, offset: int) -> tuple[int, int, int]:
         """The most frequent token after the range's patterns (the first of the sorted column on ties),

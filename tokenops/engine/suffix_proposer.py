@@ -47,7 +47,7 @@ import numpy as np
 
 from tokenops.engine.proposers import NgramProposer
 from tokenops.engine.protocols import Proposal
-from tokenops.engine.suffix_index import Continuation, SuffixIndex
+from tokenops.engine.suffix_index import Continuation, MatchHint, SuffixIndex
 
 if TYPE_CHECKING:
     from tokenops.engine.config import EngineConfig
@@ -265,9 +265,12 @@ class SuffixProposer:
         #: per source ("prompt", "corpus"): proposals, proposed tokens, accepted tokens
         self.counts = {source: [0, 0, 0] for source in SOURCES}
         self._source: dict[int, str] = {}  # seq_id -> the source of its proposal under verification
+        #: seq_id -> its last corpus match, which the next step's walk starts from (the same walk, faster)
+        self._hints: dict[int, MatchHint] = {}
 
-    def find(self, tokens: list[int], num_tokens: int) -> tuple[list[int], str]:
-        """The proposal for a sequence of ``tokens`` and its source (``prompt`` or ``corpus``)."""
+    def find(self, tokens: list[int], num_tokens: int, seq_id: int | None = None) -> tuple[list[int], str]:
+        """The proposal for a sequence of ``tokens`` and its source (``prompt`` or ``corpus``);
+        ``seq_id`` keeps the sequence's corpus match for its next call."""
         own, match_len = self.lookup.lookup(tokens, num_tokens)
         if self.index is None or self.tables is None:
             return own, "prompt"
@@ -275,7 +278,13 @@ class SuffixProposer:
         if own:
             cut, best_ratio = best_cut(self.tables.own_probs(match_len, len(own)), self.verify_costs, self.round_cost)
             best = own[:cut]
-        walk = self.index.continuation(tokens, num_tokens, max_match=self.max_match, min_count=1)
+        hint = self._hints.get(seq_id) if seq_id is not None else None
+        walk = self.index.continuation(tokens, num_tokens, max_match=self.max_match, min_count=1, hint=hint)
+        if seq_id is not None:
+            if walk.hint is None:
+                self._hints.pop(seq_id, None)
+            else:
+                self._hints[seq_id] = walk.hint
         if walk.tokens:
             cut, ratio = best_cut(self.tables.corpus_probs(walk), self.verify_costs, self.round_cost)
             if ratio > best_ratio:
@@ -285,7 +294,7 @@ class SuffixProposer:
     def propose(self, seqs: list[Sequence], num_tokens: list[int]) -> list[Proposal]:
         proposals = []
         for seq, k in zip(seqs, num_tokens):
-            tokens, source = self.find(seq.token_ids, k)
+            tokens, source = self.find(seq.token_ids, k, seq.seq_id)
             if tokens:
                 self._source[seq.seq_id] = source
                 self.counts[source][0] += 1
@@ -300,9 +309,11 @@ class SuffixProposer:
 
     def release(self, seq: Sequence) -> None:
         self._source.pop(seq.seq_id, None)
+        self._hints.pop(seq.seq_id, None)
 
     def retain(self, seq_ids: set[int]) -> None:
         self._source = {i: s for i, s in self._source.items() if i in seq_ids}
+        self._hints = {i: h for i, h in self._hints.items() if i in seq_ids}
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per source: ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``."""
