@@ -19,7 +19,7 @@ from tokenops.backends.field_table import check_bundled_fields
 from tokenops.backends.local_fields import check_content_parts, echo_logprobs, processor_params
 from tokenops.backends.local_stream import ChoiceStreams, engine_failure
 from tokenops.backends.local_structured import plan_request
-from tokenops.backends.model_swap import ModelSwap
+from tokenops.backends.model_swap import ModelSwap, engine_held
 from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
@@ -220,16 +220,9 @@ class LocalBackend:
     async def stream(self, request: GatewayRequest, lora: str | None = None) -> AsyncIterator[Delta]:
         """The request's deltas; ``lora`` names the loaded adapter it runs with (tokenops/backends/lora.py).
         Under a bound on resident engines, it first waits for this model's engine (loaded on demand)."""
-        if self.swap is None:
+        async with engine_held(self):
             async for delta in self._stream(request, lora):
                 yield delta
-            return
-        await self.swap.acquire(self)
-        try:
-            async for delta in self._stream(request, lora):
-                yield delta
-        finally:
-            self.swap.release(self)
 
     async def _stream(self, request: GatewayRequest, lora: str | None) -> AsyncIterator[Delta]:
         plan, prompt_ids, params = await self._prepare(request)

@@ -63,7 +63,7 @@ MaxLoadedOpt = Annotated[
         "--max-loaded-models",
         min=0,
         help="Bundled-engine models resident at once (0: all); the others load on demand, the least "
-        "recently used idle one closed for room ([gateway] max_loaded_models; docs/serving.md).",
+        "recently used idle one closed for room ([gateway] max_loaded_models; docs/serve.md).",
     ),
 ]
 
