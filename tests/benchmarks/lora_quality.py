@@ -11,7 +11,8 @@ goal: each adapter >= base + 15 points on its own suite and no more than 3 point
 
 ``--seed 9000`` measures the validation split instead (the suites' seed 9000, also never trained on: settings
 and checkpoints are chosen there, the held-out split is measured once for what ships); ``--models`` asks only
-some of the models (``--base-json`` reads the base row from an earlier ``--json`` of the same n and seed).
+some of the models (``--base-json`` reads the base row from an earlier ``--json`` of the same n and seed);
+``--dump`` writes each item's prompt, answer and verdict, to see which items an adapter flips.
 """
 
 from __future__ import annotations
@@ -38,27 +39,30 @@ def lora_args(folder: Path = ADAPTERS) -> list[str]:
     return [arg for name in OWN_SUITE for arg in ("--lora", f"{name}={folder / name}")]
 
 
-def ask(client, model: str, task) -> bool:
+def ask(client, model: str, task) -> tuple[bool, str]:
     r = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": task.prompt}],
         temperature=0,
         max_tokens=MAX_TOKENS.get(task.dimension, 12),
     )
-    return bool(task.check(r.choices[0].message.content or ""))
+    text = r.choices[0].message.content or ""
+    return bool(task.check(text)), text
 
 
 def score(
-    client, models: list[str], suites: list[str], n: int, workers: int, seed: int = 0
+    client, models: list[str], suites: list[str], n: int, workers: int, seed: int = 0, answers: list | None = None
 ) -> dict[str, dict[str, tuple[int, int]]]:
-    """(correct, asked) per model and suite."""
+    """(correct, asked) per model and suite; ``answers`` (a list) receives one record per item asked."""
     from tokenops_plugins.multi_model._suites import make_suite
 
     jobs = [(m, s, t) for s in suites for t in make_suite(s, n, seed=seed) for m in models]
     with cf.ThreadPoolExecutor(workers) as pool:
         results = list(pool.map(lambda job: ask(client, job[0], job[2]), jobs))
     table: dict[str, dict[str, list[int]]] = {m: {s: [0, 0] for s in suites} for m in models}
-    for (m, s, _), ok in zip(jobs, results):
+    for (m, s, t), (ok, text) in zip(jobs, results):
+        if answers is not None:
+            answers.append({"model": m, "suite": s, "prompt": t.prompt, "answer": text, "ok": ok})
         table[m][s][0] += ok
         table[m][s][1] += 1
     return {m: {s: (v[0], v[1]) for s, v in row.items()} for m, row in table.items()}
@@ -123,6 +127,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--adapters", type=Path, default=ADAPTERS, help="folder holding the three adapter folders")
     ap.add_argument("--json", type=Path, default=None, help="write the counts here")
+    ap.add_argument("--dump", type=Path, default=None, help="write every item's prompt, answer and check here (JSON lines)")
     ap.add_argument(
         "--profiles",
         type=Path,
@@ -148,7 +153,10 @@ def main() -> None:
         ready_timeout_s=600,
     ) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=900)
-        table = score(client, models, suites, args.n, args.workers, args.seed)
+        answers: list = []
+        table = score(client, models, suites, args.n, args.workers, args.seed, answers)
+    if args.dump:
+        args.dump.write_text("".join(json.dumps(a) + "\n" for a in answers))
     if cached:
         table[BASE] = {s: tuple(cached["table"][BASE][s]) for s in suites}
         models = [BASE, *models]

@@ -402,6 +402,11 @@ async def main() -> None:
         out["merged_swapping"] = w
         out["lora_over_merged_swapping"] = round(lora["mixed"]["tok_s"] / w["tok_s"], 3)
         out["lora_over_merged_swapping_cpu"] = round(lora["mixed"]["tok_cpu_s"] / w["tok_cpu_s"], 3)
+        # the most adapter rows could reach against this route: the mixed load as fast as the base alone
+        out["ceiling_base_only_over_merged_swapping"] = round(lora["base_only"]["tok_s"] / w["tok_s"], 3)
+        out["ceiling_base_only_over_merged_swapping_cpu"] = round(
+            lora["base_only"]["tok_cpu_s"] / w["tok_cpu_s"], 3
+        )
     out["load_after"] = load_avg()
     print(json.dumps(out, indent=1))
 
