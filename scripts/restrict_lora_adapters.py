@@ -121,6 +121,19 @@ def rewrite(
     }
 
 
+def combine_off(by_suite: dict, balance: str) -> dict[str, tuple[torch.Tensor, int]]:
+    """One (sum, count) per module from the per-suite second moments: ``tokens`` pools every keep token
+    (a suite with long answers weighs more), ``suites`` averages each suite's mean (returned with count 1)."""
+    suites = list(by_suite.values())
+    out = {}
+    for module in suites[0]:
+        if balance == "tokens":
+            out[module] = (sum(s[module][0] for s in suites), sum(s[module][1] for s in suites))
+        else:
+            out[module] = (sum(s[module][0] / s[module][1] for s in suites) / len(suites), 1)
+    return out
+
+
 def parse_per_adapter(values: list[str] | None, default: float) -> tuple[float, dict[str, float]]:
     """``X`` sets the default, ``NAME=X`` one adapter's value."""
     per: dict[str, float] = {}
@@ -144,11 +157,18 @@ def main() -> None:
     ap.add_argument("--scale", action="append", help="factor on lora_alpha, or NAME=factor (default 1)")
     ap.add_argument("--examples", type=int, default=200, help="own-suite training rows for C_in")
     ap.add_argument("--keep", type=int, default=48, help="keep prompts per other suite for C_off")
+    ap.add_argument("--keep-dim", action="append", help="SUITE=K: K keep prompts of that suite instead of --keep")
     ap.add_argument(
         "--code-neighbours", type=int, default=64, help="code neighbours among the keep rows (not for code)"
     )
     ap.add_argument("--keep-cache", type=Path, default=Path("/tmp/tokenops-lora-keep-answers.json"))
     ap.add_argument("--stats-cache", type=Path, default=None, help="folder keeping the second moments per adapter")
+    ap.add_argument(
+        "--off-balance",
+        choices=["tokens", "suites"],
+        default="tokens",
+        help="C_off over all keep tokens, or the mean of each other suite's own (short answers count as much as long)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True, help="folder the restricted adapter folders go to")
     args = ap.parse_args()
@@ -176,14 +196,18 @@ def main() -> None:
             stats_in, stats_off, counts = torch.load(cached)
         else:
             pairs = T.training_pairs(spec.dimension, args.examples, 0)
-            dims = T.keep_prompts(spec.dimension, args.keep, 0)
+            counts_per = {d: int(k) for d, k in (x.split("=") for x in args.keep_dim or [])}
+            dims = T.keep_prompts(spec.dimension, args.keep, 0, counts_per)
             if spec.dimension != "code":
                 dims.update(dict.fromkeys(T.code_neighbours(args.code_neighbours, 0), "code"))
             prompts = list(dims)
             kept = list(zip(prompts, T.base_answers(base, tok, prompts, dims, args.keep_cache, end_id)))
             model = PeftModel.from_pretrained(base, str(args.adapters / spec.name))
             stats_in = second_moments(model, [T.encode(tok, p, a, end_id)[0] for p, a in pairs])
-            stats_off = second_moments(model, [T.encode(tok, p, a, end_id)[0] for p, a in kept])
+            stats_off = {
+                suite: second_moments(model, [T.encode(tok, p, a, end_id)[0] for p, a in kept if dims[p] == suite])
+                for suite in sorted(set(dims.values()))
+            }
             base = model.unload()
             counts = {"own_rows": len(pairs), "keep_rows": len(kept)}
             if cached:
@@ -193,12 +217,17 @@ def main() -> None:
             args.adapters / spec.name,
             args.out / spec.name,
             stats_in,
-            stats_off,
+            combine_off(stats_off, args.off_balance),
             off_per.get(spec.name, off_weight),
             ridge_per.get(spec.name, ridge),
             scale_per.get(spec.name, scale),
         )
-        info.update(counts, seconds=round(time.perf_counter() - t0, 1), source=str(args.adapters / spec.name))
+        info.update(
+            counts,
+            off_balance=args.off_balance,
+            seconds=round(time.perf_counter() - t0, 1),
+            source=str(args.adapters / spec.name),
+        )
         info["command"] = "scripts/restrict_lora_adapters.py " + " ".join(sys.argv[1:])
         report[spec.name] = info
         print(f"[{spec.name}] {json.dumps(info)}", flush=True)

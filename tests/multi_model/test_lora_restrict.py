@@ -98,3 +98,14 @@ def test_second_moments_name_the_modules_as_the_saved_file_does(tmp_path):
     assert {f"{name}.lora_A.weight" for name in stats} == {k for k in keys if ".lora_A." in k}
     total, count = stats[next(n for n in stats if n.endswith("down_proj"))]
     assert count == 5 and total.shape == (32, 32)
+
+
+def test_off_suite_moments_pool_tokens_or_average_suites():
+    from restrict_lora_adapters import combine_off
+
+    long = {"m": (torch.full((2, 2), 90.0, dtype=torch.float64), 90)}  # 90 tokens of mean 1
+    short = {"m": (torch.full((2, 2), 30.0, dtype=torch.float64), 10)}  # 10 tokens of mean 3
+    pooled, n = combine_off({"code": long, "classification": short}, "tokens")["m"]
+    assert n == 100 and torch.allclose(pooled / n, torch.full((2, 2), 1.2, dtype=torch.float64))
+    balanced, n = combine_off({"code": long, "classification": short}, "suites")["m"]
+    assert n == 1 and torch.allclose(balanced, torch.full((2, 2), 2.0, dtype=torch.float64))
