@@ -141,3 +141,19 @@ def test_store_records_image_requests(server, client):
     engine = stats.json()["engines"]["digits-diffusion#0"]
     assert engine["images_total"] >= 2 and engine["diffusion_steps_total"] >= 1
     assert httpx.get(f"{server.url}/metrics").status_code == 200
+
+
+def test_the_default_listing_loads_the_image_model_on_its_first_request(tmp_path):
+    """A plain ``tokenops serve`` lists digits-diffusion lazily: ready without diffusers imported (it costs
+    ~2 s of start), the first image request loads it, concurrent first requests share one load."""
+    import concurrent.futures as cf
+
+    with ServeProcess(tmp_path) as srv:
+        assert httpx.get(f"{srv.url}/ready", timeout=10).status_code == 200
+        listed = httpx.get(f"{srv.base_url}/models", timeout=10).json()["data"]
+        assert "digits-diffusion" in [m["id"] for m in listed]
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        with cf.ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda seed: client.images.generate(
+                model="digits-diffusion", prompt="3", response_format="b64_json", extra_body={"seed": seed}), (0, 1)))
+        assert [len(r.data) for r in results] == [1, 1] and results[0].data[0].b64_json != results[1].data[0].b64_json

@@ -61,9 +61,20 @@ class DiffusionBackend:
         self.model = model.name
         self.name = replica_name(model)
         self.path = model.path
+        options = dict(model.engine)
         # [[models]] engine = {torch_threads = N}, else [engine] torch_threads: small images gain nothing from
         # more threads, and on a busy CPU extra threads spin at every op's barrier
-        self.torch_threads = model.engine.get("torch_threads", settings.engine.torch_threads)
+        self.torch_threads = options.pop("torch_threads", settings.engine.torch_threads)
+        # load = "lazy": the pipeline (and diffusers, ~2 s to import) loads on the first image request, not at start
+        load = options.pop("load", "start")
+        if load not in ("start", "lazy") or options:
+            bad = f"load = {load!r}" if load not in ("start", "lazy") else ", ".join(sorted(options))
+            raise ConfigError(
+                f'model {model.name!r}: diffusion models take engine = {{ torch_threads, load = "start"|"lazy" }}; '
+                f"got {bad}"
+            )
+        self.is_lazy = load == "lazy"
+        self._load_lock = asyncio.Lock()
         self.pipeline = pipeline  # a tokenops.diffusion.model.DiffusionModel once loaded
         self._slot = asyncio.Semaphore(1)
         self._lock = threading.Lock()
@@ -77,18 +88,35 @@ class DiffusionBackend:
 
     @property
     def ready(self) -> bool:
-        return self.pipeline is not None
+        return self.pipeline is not None or self.is_lazy
 
     async def start(self) -> None:
         if self.torch_threads:
             import torch
 
             torch.set_num_threads(int(self.torch_threads))
-        if self.pipeline is None:
-            from tokenops.diffusion.model import DiffusionModel
+        if not self.is_lazy:
+            await self.ensure_loaded()
 
-            assert self.path is not None  # __init__ refuses a model with neither a path nor a pipeline
-            self.pipeline = await asyncio.to_thread(DiffusionModel.load, self.path)
+    async def ensure_loaded(self) -> Any:
+        """The pipeline, loaded now if this is a lazy model's first request (one load however many wait)."""
+        async with self._load_lock:
+            if self.pipeline is None:
+                from tokenops.diffusion.model import DiffusionModel
+
+                assert self.path is not None  # __init__ refuses a model with neither a path nor a pipeline
+                try:
+                    self.pipeline = await asyncio.to_thread(DiffusionModel.load, self.path)
+                except Exception as e:
+                    if not self.is_lazy:
+                        raise  # at start: the server reports the failed model as for any other kind
+                    raise BackendError(
+                        f"`{self.model}` could not be loaded from {self.path}: {e}",
+                        kind="unavailable",
+                        status=503,
+                        backend=self.name,
+                    ) from None
+        return self.pipeline
 
     async def close(self) -> None:
         self.pipeline = None

@@ -96,7 +96,9 @@ def default_model_configs() -> list[ModelConfig]:
         )
     digits_dir = Path(__file__).resolve().parent.parent / "demo_models" / DEMO_DIFFUSION_NAME
     if (digits_dir / "model_index.json").is_file() and _has_module("diffusers"):  # the diffusion extra
-        models.append(ModelConfig(name=DEMO_DIFFUSION_NAME, backend="diffusion", path=str(digits_dir)))
+        models.append(  # loads on its first image request: diffusers alone takes ~2 s to import
+            ModelConfig(name=DEMO_DIFFUSION_NAME, backend="diffusion", path=str(digits_dir), engine={"load": "lazy"})
+        )
     return models
 
 
