@@ -108,9 +108,8 @@ def rewrite(
     config["lora_alpha"] = config["lora_alpha"] * scale
     (dst / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(weights, str(dst / "adapter_model.safetensors"), metadata={"format": "pt"})
-    for extra in ("README.md",):
-        if (src / extra).exists():
-            shutil.copy(src / extra, dst / extra)
+    if (src / "README.md").exists():
+        shutil.copy(src / "README.md", dst / "README.md")
     return {
         "off_weight": off_weight,
         "ridge": ridge,

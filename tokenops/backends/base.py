@@ -226,3 +226,17 @@ def replica_index(model: Any) -> int:
 def replica_name(model: Any) -> str:
     """``name#index`` of one replica's model config (its ``replica:N`` tag)."""
     return f"{model.name}#{replica_index(model)}"
+
+
+def pop_load_mode(model: Any, options: dict[str, Any], kind: str, takes: str) -> bool:
+    """Pop ``load = "start"|"lazy"`` from a model's ``engine`` ``options`` (what the backend has not
+    popped yet) and refuse what is left: True when the model loads on its first request."""
+    from tokenops.config import ConfigError
+
+    load = options.pop("load", "start")
+    if load not in ("start", "lazy") or options:
+        bad = f"load = {load!r}" if load not in ("start", "lazy") else ", ".join(sorted(options))
+        raise ConfigError(
+            f'model {model.name!r}: {kind} models take engine = {{ {takes}, load = "start"|"lazy" }}; got {bad}'
+        )
+    return load == "lazy"

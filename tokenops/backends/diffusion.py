@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenops.backends.base import replica_name
+from tokenops.backends.base import pop_load_mode, replica_name
 from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.config import ConfigError, ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
@@ -66,14 +66,7 @@ class DiffusionBackend:
         # more threads, and on a busy CPU extra threads spin at every op's barrier
         self.torch_threads = options.pop("torch_threads", settings.engine.torch_threads)
         # load = "lazy": the pipeline (and diffusers, ~2 s to import) loads on the first image request, not at start
-        load = options.pop("load", "start")
-        if load not in ("start", "lazy") or options:
-            bad = f"load = {load!r}" if load not in ("start", "lazy") else ", ".join(sorted(options))
-            raise ConfigError(
-                f'model {model.name!r}: diffusion models take engine = {{ torch_threads, load = "start"|"lazy" }}; '
-                f"got {bad}"
-            )
-        self.is_lazy = load == "lazy"
+        self.is_lazy = pop_load_mode(model, options, "diffusion", "torch_threads")
         self._load_lock = asyncio.Lock()
         self.pipeline = pipeline  # a tokenops.diffusion.model.DiffusionModel once loaded
         self._slot = asyncio.Semaphore(1)

@@ -17,9 +17,9 @@ import os
 import threading
 from typing import Any
 
-from tokenops.backends.base import replica_name
+from tokenops.backends.base import pop_load_mode, replica_name
 from tokenops.backends.prompt_bound import NORMALIZER_SLACK
-from tokenops.config import ConfigError, ModelConfig, Settings
+from tokenops.config import ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 #: The name the packaged MiniLM is listed under when no ``[[models]]`` are configured.
@@ -65,13 +65,7 @@ class EmbeddingBackend:
         self.path = model.path
         options = dict(model.engine)
         self.device = str(options.pop("device", "cpu"))
-        load = options.pop("load", "start")
-        if load not in ("start", "lazy") or options:
-            bad = f"load = {load!r}" if load not in ("start", "lazy") else ", ".join(sorted(options))
-            raise ConfigError(
-                f'model {model.name!r}: embedding models take engine = {{ device, load = "start"|"lazy" }}; got {bad}'
-            )
-        self.is_lazy = load == "lazy"
+        self.is_lazy = pop_load_mode(model, options, "embedding", "device")
         self.max_model_len: int | None = None
         self.dim: int | None = None
         self._st: Any = None

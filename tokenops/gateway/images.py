@@ -202,9 +202,7 @@ async def generate(gw: Any, greq: GatewayRequest, req: ImageGenerationRequest, m
                 use="a diffusion model",
                 alternatives=models,
             )
-            ensure_loaded = getattr(replica.backend, "ensure_loaded", None)
-            if ensure_loaded is not None:  # a lazy model (the default listing's) loads on its first request
-                await ensure_loaded()
+            await replica.backend.ensure_loaded()  # a lazy model (the default listing's) loads on its first request
             size = parse_size(req.size, replica.backend.native_size())
             t0 = time.perf_counter()
             replica.in_flight += 1
