@@ -32,6 +32,13 @@ class FakeEngine:
         self.log.append(f"unload {self.model}")
 
 
+@pytest.fixture(autouse=True)
+def _no_memory_to_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake engines hold no memory; the real release (a full collection) takes ~0.5 s in a process
+    that imported torch and more than 1 s late in the suite, which the stall guards below would count."""
+    monkeypatch.setattr("tokenops.backends.model_swap.release_memory", lambda: None)
+
+
 async def settle() -> None:
     for _ in range(20):
         await asyncio.sleep(0)
@@ -172,22 +179,22 @@ def test_attach_pins_lora_bases_and_needs_room_beyond_them():
 def test_a_victim_takes_a_burst_during_its_grace_then_drains():
     async def main() -> None:
         log: list[str] = []
-        swap, e = await started(1, "ab", 1, log, grace_s=0.2)
+        swap, e = await started(1, "ab", 1, log, grace_s=0.5)
         await swap.acquire(e["a"])
         wants_b = asyncio.create_task(swap.acquire(e["b"]))
         await settle()
         assert swap.draining == "a#0"
-        await asyncio.wait_for(swap.acquire(e["a"]), 1)  # within the grace: joins a's batch
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(swap.acquire(e["a"]), 10)  # within the grace: joins a's batch
+        await asyncio.sleep(0.6)
         late = asyncio.create_task(swap.acquire(e["a"]))  # after it: waits behind b's load
         await settle()
         assert not late.done() and not wants_b.done() and swap.in_flight["a#0"] == 2
         swap.release(e["a"])
         swap.release(e["a"])
-        await asyncio.wait_for(wants_b, 1)
+        await asyncio.wait_for(wants_b, 10)
         assert log == ["load a", "unload a", "load b"] and not late.done()
         swap.release(e["b"])
-        await asyncio.wait_for(late, 1)
+        await asyncio.wait_for(late, 10)
         assert log[-2:] == ["unload b", "load a"]
 
     asyncio.run(main())
@@ -196,15 +203,15 @@ def test_a_victim_takes_a_burst_during_its_grace_then_drains():
 def test_a_load_lets_the_burst_it_came_in_reach_the_resident_engines_first():
     async def main() -> None:
         log: list[str] = []
-        swap, e = await started(1, "ab", 1, log, gather_s=0.1)
+        swap, e = await started(1, "ab", 1, log, gather_s=0.5)
         wants_b = asyncio.create_task(swap.acquire(e["b"]))
         await settle()
         assert log == ["load a"]  # a is idle, but b's load waits for the burst
-        await asyncio.wait_for(swap.acquire(e["a"]), 1)  # a's request a moment later: a is still there
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(swap.acquire(e["a"]), 10)  # a's request a moment later: a is still there
+        await asyncio.sleep(0.6)
         assert swap.draining == "a#0" and not wants_b.done()  # now busy: b waits for it
         swap.release(e["a"])
-        await asyncio.wait_for(wants_b, 1)
+        await asyncio.wait_for(wants_b, 10)
         assert log == ["load a", "unload a", "load b"]
 
     asyncio.run(main())
