@@ -87,3 +87,33 @@ def test_a_truncated_file_is_a_gguf_error(tmp_path) -> None:
         path.write_bytes(data[:size])
         with pytest.raises(GGUFError):
             GGUFFile(path)
+
+
+def test_an_engine_build_reads_its_files_header_once(tmp_path, monkeypatch) -> None:
+    from tests.engine.tiny_gguf import write_tiny_gguf
+    from tokenops.engine import gguf_header
+    from tokenops.engine.engine import EngineConfig
+    from tokenops.engine.gguf_reader import reusing_headers
+    from tokenops.engine.model_runner import ModelRunner
+
+    reads: list[str] = []
+    real = gguf_header.read_header
+
+    def counted(path):
+        reads.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(gguf_header, "read_header", counted)
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    GGUFFile(path).close()
+    GGUFFile(path).close()
+    assert len(reads) == 2  # outside a build nothing is kept
+    reads.clear()
+    runner = ModelRunner(EngineConfig(model=str(path), kv_cache_tokens=64, block_size=16))
+    assert len(reads) == 1 and runner.tokenizer.encode("hi")  # the weights and the tokenizer from one read
+    reads.clear()
+    with reusing_headers():
+        GGUFFile(path).close()
+        _write(path)  # the file changed within the block: read again
+        assert GGUFFile(path).get("t.u8") == 200
+    assert len(reads) == 2

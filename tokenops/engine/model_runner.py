@@ -17,6 +17,7 @@ import torch
 from tokenops.engine.attention import AttentionMetadata
 from tokenops.engine.batch import ChunkInput
 from tokenops.engine.fused_decode import make_fused_decoder
+from tokenops.engine.gguf_reader import reusing_headers
 from tokenops.engine.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
 from tokenops.engine.lora_adapters import AdapterError, LoraAdapter, LoraSet, load_adapter
 from tokenops.engine.lora_native import NativeLora
@@ -70,8 +71,9 @@ class ModelRunner:
         self.dtype = parse_dtype(config.dtype)
         self.model_dir = resolve_model_dir(config.model, getattr(config, "allow_download", False))
         self.model_name = config.model_name or _served_name(config.model)
-        raw_model, self.args, self.hf_config = load_model(self.model_dir, self.dtype, self.device)
-        self.tokenizer: Tokenizer = load_tokenizer(self.model_dir)
+        with reusing_headers():  # a GGUF file's header read once for the weights and the tokenizer
+            raw_model, self.args, self.hf_config = load_model(self.model_dir, self.dtype, self.device)
+            self.tokenizer: Tokenizer = load_tokenizer(self.model_dir)
         #: e.g. "gguf Q4_1x210/Q8_0x1" when the weights stay quantized (the PyTorch forward runs them), else None
         self.weight_format: str | None = getattr(raw_model, "quantized_format", None)
         self.vocab_size = self.args.vocab_size
