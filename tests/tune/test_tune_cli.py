@@ -18,7 +18,7 @@ def test_tune_against_live_tunables_writes_profile_and_trials(tmp_path):
     # 20 ms a step: one slot serves at most ~6 req/s (8 steps a request), under the 20 req/s the search
     # starts at, so max_num_seqs=1 fails the SLO at the default's goodput however slow the box; 32 slots
     # serve a request in ~0.21 s, far inside p95=600ms. (At 4 ms a step one slot made ~27 req/s, and on a
-    # loaded CI box the default's measured goodput fell below that: stop 49's fresh-clone run.)
+    # loaded box the default's measured goodput fell below that: a fresh-clone CI run, 2026-11-27.)
     engine = FakeEngine(base_s=0.02, per_token_s=0.0002, max_num_seqs=32)
     store = str(tmp_path / "t.duckdb")
     with FakeServer(engine) as s:
