@@ -23,7 +23,9 @@ pytestmark = pytest.mark.skipif(not is_default_available(), reason="needs the se
 def served(tmp_path_factory):
     with Upstream() as up:
         config = ('[[models]]\nname = "minilm"\nbackend = "embedding"\ncost_input_per_1m = 0.02\n\n'
-                  f'[[models]]\nname = "up-embed"\nbackend = "openai"\nurl = "{up.url}"\n')
+                  f'[[models]]\nname = "up-embed"\nbackend = "openai"\nurl = "{up.url}"\n\n'
+                  '[[models]]\nname = "broken"\nbackend = "embedding"\npath = "/nonexistent/embedder"\n'
+                  'engine = { load = "lazy" }\n')
         with ServeProcess(tmp_path_factory.mktemp("embeddings"), config=config) as srv:
             yield up, srv, openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
 
@@ -101,6 +103,15 @@ def test_embedding_requests_are_recorded_with_cost(served):
     after = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers).json()["models"]["minilm"]
     assert after["input_tokens"] - before.get("input_tokens", 0) == used
     assert after["cost_usd"] - before.get("cost_usd", 0.0) == pytest.approx(used * 0.02 / 1e6)
+
+
+def test_a_lazy_model_that_fails_to_load_is_a_503_naming_its_folder_and_the_others_serve(served):
+    _, _, client = served
+    for _ in range(2):  # failed, and still failing: not a 500, not a stall
+        with pytest.raises(openai.APIStatusError) as info:
+            client.embeddings.create(model="broken", input="hello")
+        assert info.value.status_code == 503 and "/nonexistent/embedder" in info.value.message
+    assert len(client.embeddings.create(model="minilm", input="hello").data[0].embedding) == 384
 
 
 def test_default_models_list_minilm_loaded_lazily():

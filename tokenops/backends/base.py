@@ -8,12 +8,13 @@ delta carrying the usage. Failures are raised as :class:`tokenops.types.BackendE
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from tokenops.types import GatewayRequest, GatewayResponse
+from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 
 @dataclass(slots=True)
@@ -240,3 +241,37 @@ def pop_load_mode(model: Any, options: dict[str, Any], kind: str, takes: str) ->
             f'model {model.name!r}: {kind} models take engine = {{ {takes}, load = "start"|"lazy" }}; got {bad}'
         )
     return load == "lazy"
+
+
+class LoadOnce:
+    """The model of an in-process backend (embedding, diffusion), loaded once: at start, or with
+    ``load = "lazy"`` on its first request. Concurrent callers share one load; a lazy load that fails
+    is a 503 naming the folder (at start the server reports a failed model as for any other kind)."""
+
+    def __init__(self, model: Any, backend: str, is_lazy: bool, value: Any = None) -> None:
+        self.model, self.backend, self.is_lazy = model, backend, is_lazy
+        #: the loaded model, None until loaded (and after close)
+        self.value = value
+        self._lock = asyncio.Lock()
+
+    @property
+    def ready(self) -> bool:
+        """Routable: loaded, or loaded when first asked."""
+        return self.value is not None or self.is_lazy
+
+    async def get(self, load: Callable[[], Any]) -> Any:
+        """The model, ``load()`` run on a thread first if it is not loaded yet."""
+        async with self._lock:
+            if self.value is None:
+                try:
+                    self.value = await asyncio.to_thread(load)
+                except Exception as e:
+                    if not self.is_lazy:
+                        raise
+                    raise BackendError(
+                        f"`{self.model.name}` could not be loaded from {self.model.path}: {e}",
+                        kind="unavailable",
+                        status=503,
+                        backend=self.backend,
+                    ) from None
+        return self.value

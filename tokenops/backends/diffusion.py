@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenops.backends.base import pop_load_mode, replica_name
+from tokenops.backends.base import LoadOnce, pop_load_mode, replica_name
 from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.config import ConfigError, ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
@@ -66,9 +66,9 @@ class DiffusionBackend:
         # more threads, and on a busy CPU extra threads spin at every op's barrier
         self.torch_threads = options.pop("torch_threads", settings.engine.torch_threads)
         # load = "lazy": the pipeline (and diffusers, ~2 s to import) loads on the first image request, not at start
-        self.is_lazy = pop_load_mode(model, options, "diffusion", "torch_threads")
-        self._load_lock = asyncio.Lock()
-        self.pipeline = pipeline  # a tokenops.diffusion.model.DiffusionModel once loaded
+        is_lazy = pop_load_mode(model, options, "diffusion", "torch_threads")
+        #: a tokenops.diffusion.model.DiffusionModel once loaded
+        self._pipeline = LoadOnce(model, self.name, is_lazy, pipeline)
         self._slot = asyncio.Semaphore(1)
         self._lock = threading.Lock()
         self.num_running = 0
@@ -80,39 +80,34 @@ class DiffusionBackend:
         self.last_e2e_s: float | None = None
 
     @property
+    def pipeline(self) -> Any:
+        return self._pipeline.value
+
+    @property
     def ready(self) -> bool:
-        return self.pipeline is not None or self.is_lazy
+        return self._pipeline.ready
 
     async def start(self) -> None:
         if self.torch_threads:
             import torch
 
             torch.set_num_threads(int(self.torch_threads))
-        if not self.is_lazy:
+        if not self._pipeline.is_lazy:
             await self.ensure_loaded()
 
     async def ensure_loaded(self) -> Any:
         """The pipeline, loaded now if this is a lazy model's first request (one load however many wait)."""
-        async with self._load_lock:
-            if self.pipeline is None:
-                from tokenops.diffusion.model import DiffusionModel
 
-                assert self.path is not None  # __init__ refuses a model with neither a path nor a pipeline
-                try:
-                    self.pipeline = await asyncio.to_thread(DiffusionModel.load, self.path)
-                except Exception as e:
-                    if not self.is_lazy:
-                        raise  # at start: the server reports the failed model as for any other kind
-                    raise BackendError(
-                        f"`{self.model}` could not be loaded from {self.path}: {e}",
-                        kind="unavailable",
-                        status=503,
-                        backend=self.name,
-                    ) from None
-        return self.pipeline
+        def load() -> Any:
+            from tokenops.diffusion.model import DiffusionModel
+
+            assert self.path is not None  # __init__ refuses a model with neither a path nor a pipeline
+            return DiffusionModel.load(self.path)
+
+        return await self._pipeline.get(load)
 
     async def close(self) -> None:
-        self.pipeline = None
+        self._pipeline.value = None
 
     # -- text endpoints: not this kind's job --------------------------------
 

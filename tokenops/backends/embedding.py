@@ -17,7 +17,7 @@ import os
 import threading
 from typing import Any
 
-from tokenops.backends.base import pop_load_mode, replica_name
+from tokenops.backends.base import LoadOnce, pop_load_mode, replica_name
 from tokenops.backends.prompt_bound import NORMALIZER_SLACK
 from tokenops.config import ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
@@ -65,36 +65,39 @@ class EmbeddingBackend:
         self.path = model.path
         options = dict(model.engine)
         self.device = str(options.pop("device", "cpu"))
-        self.is_lazy = pop_load_mode(model, options, "embedding", "device")
         self.max_model_len: int | None = None
         self.dim: int | None = None
-        self._st: Any = None
-        self._load_lock = asyncio.Lock()
+        #: the SentenceTransformer once loaded
+        self._model = LoadOnce(model, self.name, pop_load_mode(model, options, "embedding", "device"))
         self._encode_lock = threading.Lock()  # one forward pass at a time (2-core boxes; torch threads)
 
     @property
+    def _st(self) -> Any:
+        return self._model.value
+
+    @property
     def ready(self) -> bool:
-        return self._st is not None or self.is_lazy
+        return self._model.ready
 
     async def start(self) -> None:
-        if not self.is_lazy:
+        if not self._model.is_lazy:
             await self._ensure_loaded()
 
     async def _ensure_loaded(self) -> Any:
-        async with self._load_lock:
-            if self._st is None:
-                st = await asyncio.to_thread(_load, self.path, self.device)
-                self.max_model_len = int(st.max_seq_length)
-                self.dim = int(
-                    st.get_embedding_dimension()
-                    if hasattr(st, "get_embedding_dimension")
-                    else st.get_sentence_embedding_dimension()
-                )
-                self._st = st
-        return self._st
+        def load() -> Any:
+            st = _load(self.path, self.device)
+            self.max_model_len = int(st.max_seq_length)
+            self.dim = int(
+                st.get_embedding_dimension()
+                if hasattr(st, "get_embedding_dimension")
+                else st.get_sentence_embedding_dimension()
+            )
+            return st
+
+        return await self._model.get(load)
 
     async def close(self) -> None:
-        self._st = None
+        self._model.value = None
 
     def stats(self) -> dict[str, Any] | None:
         return None

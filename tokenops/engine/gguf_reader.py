@@ -118,22 +118,23 @@ def reusing_headers() -> Iterator[None]:
 
 
 def _read_header(path: Path) -> _Header:
-    from tokenops.engine.gguf_header import UnsupportedHeader, read_header
-
     shared = _SHARED_HEADERS.get()
-    key = None
-    if shared is not None:
+    if shared is not None:  # within an engine build
         st = path.stat()
         key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
-        if key in shared:
-            return shared[key]
+        if key not in shared:
+            shared[key] = _read_header_now(path)
+        return shared[key]
+    return _read_header_now(path)
+
+
+def _read_header_now(path: Path) -> _Header:
+    from tokenops.engine.gguf_header import UnsupportedHeader, read_header
+
     try:  # the header in one pass (tokenops/engine/gguf_header.py: ~20x faster than GGUFReader)
-        header = read_header(path)
+        return read_header(path)
     except UnsupportedHeader:
-        header = _read_with_gguf(path)
-    if shared is not None and key is not None:
-        shared[key] = header
-    return header
+        return _read_with_gguf(path)
 
 
 class GGUFFile:
