@@ -133,16 +133,17 @@ def test_quantized_rows_of_an_embedding_are_the_dequantized_rows():
 
 
 def test_unsupported_tensor_type_is_one_line_error(tmp_path):
-    """A type the engine does not implement (Q5_0 here) is refused at load, naming tensor and type."""
+    """A type the engine does not implement (TQ2_0, a ternary type, here) is refused at load, naming
+    tensor and type."""
     from tokenops.engine.config import EngineConfig
     from tokenops.engine.loader import UnsupportedModelError
     from tokenops.engine.model_runner import ModelRunner
 
-    write_tiny_gguf(tmp_path / "q5_0.gguf", "llama", "Q8_0", tensor_types={"blk.1.ffn_up.weight": "Q5_0"})
+    write_tiny_gguf(tmp_path / "tq2.gguf", "llama", "Q8_0", tensor_types={"blk.1.ffn_up.weight": "TQ2_0"})
     with pytest.raises(UnsupportedModelError) as err:
-        ModelRunner(EngineConfig(model=str(tmp_path / "q5_0.gguf"), device="cpu", block_size=4, kv_cache_tokens=64))
+        ModelRunner(EngineConfig(model=str(tmp_path / "tq2.gguf"), device="cpu", block_size=4, kv_cache_tokens=64))
     message = str(err.value)
-    assert "blk.1.ffn_up.weight" in message and "Q5_0" in message and "\n" not in message
+    assert "blk.1.ffn_up.weight" in message and "TQ2_0" in message and "\n" not in message
 
 
 def test_native_decode_kernel_runs_quantized_weights(tmp_path, monkeypatch):

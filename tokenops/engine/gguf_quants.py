@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tokenops.engine import gguf_transcode
+
 QK_K = 256
 
 
@@ -138,8 +140,17 @@ QUANT_TYPES: dict[int, QuantType] = {
         QuantType("Q5_K", 13, QK_K, 176, _q5_k),
         QuantType("Q6_K", 14, QK_K, 210, _q6_k),
         QuantType("BF16", 30, 1, 2, _bf16),
+        # read by transcoding to Q8_0 at load (tokenops/engine/gguf_transcode.py)
+        QuantType("Q5_0", 6, 32, 22, gguf_transcode.q5_0),
+        QuantType("Q5_1", 7, 32, 24, gguf_transcode.q5_1),
+        QuantType("Q2_K", 10, QK_K, 84, gguf_transcode.q2_k),
+        QuantType("Q3_K", 11, QK_K, 110, gguf_transcode.q3_k),
+        QuantType("IQ4_NL", 20, 32, 18, gguf_transcode.iq4_nl),
+        QuantType("IQ4_XS", 23, QK_K, 136, gguf_transcode.iq4_xs),
     )
 }
+#: the types above that the engine keeps as Q8_0 (decoded and re-encoded once, at load)
+TRANSCODED_TO_Q8_0: frozenset[int] = frozenset({6, 7, 10, 11, 20, 23})
 
 
 class UnsupportedQuantType(ValueError):

@@ -16,9 +16,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from tokenops.engine.gguf_quants import TRANSCODED_TO_Q8_0, dequantize, quant_type
 from tokenops.engine.gguf_reader import GGUFError, GGUFFile, gguf_architecture, gguf_model_args
 from tokenops.engine.models.args import ModelArgs
 from tokenops.engine.models.llama import CausalLM
+from tokenops.engine.gguf_transcode import Q8_0, transcode_rows
 from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, pack_weights
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,7 @@ def _release_freed_heap() -> None:
 
 
 def _type_counts(file: GGUFFile) -> dict[str, int]:
+    """Tensors per type; a type held as Q8_0 is named ``Q5_0>Q8_0``."""
     from tokenops.engine.gguf_quants import QUANT_TYPES
 
     counts: dict[str, int] = {}
@@ -109,6 +112,7 @@ def _type_counts(file: GGUFFile) -> dict[str, int]:
         if len(file.tensors[name].shape) > 1:
             qt = QUANT_TYPES.get(file.tensor_type(name))
             label = qt.name if qt else str(file.tensor_type(name))
+            label += ">Q8_0" if qt is not None and qt.ggml_type in TRANSCODED_TO_Q8_0 else ""
             counts[label] = counts.get(label, 0) + 1
     return dict(sorted(counts.items()))
 
@@ -122,29 +126,42 @@ def _stacked(
     for name in names:
         if not file.has_tensor(name):
             raise GGUFError(f"GGUF file lacks tensor {name!r}")
+    kept = [_kept_type(file, name) for name in names]  # a transcoded tensor joins its Q8_0 neighbours
     groups: list[list[int]] = []
-    for i, name in enumerate(names):
-        if groups and file.tensor_type(names[groups[-1][-1]]) == file.tensor_type(name):
+    for i in range(len(names)):
+        if groups and kept[groups[-1][-1]] == kept[i]:
             groups[-1].append(i)
         else:
             groups.append([i])
     out = []
     for group in groups:
+        first = names[group[0]]
+        columns = int(file.tensors[first].shape[0])
         views = [file.raw_view(names[i]) for i in group]
-        if len({v.shape[1] for v in views}) != 1:
+        if len({int(file.tensors[names[i]].shape[0]) for i in group}) != 1:
             raise GGUFError(f"GGUF tensors {', '.join(names[i] for i in group)} differ in row length")
-        raw = torch.empty((sum(v.shape[0] for v in views), views[0].shape[1]), dtype=torch.uint8, device=device)
+        row_bytes = quant_type(kept[group[0]], first).row_bytes(columns)
+        raw = torch.empty((sum(v.shape[0] for v in views), row_bytes), dtype=torch.uint8, device=device)
         at = 0
         for i, view in zip(group, views):
             src = torch.from_numpy(view)  # copy-on-write mapping: read here, never written
             heads = permute_heads[i]
             if heads is not None:
                 src = src.index_select(0, _unpermute_index(view.shape[0], heads))
-            raw[at : at + view.shape[0]].copy_(src)
+            source = quant_type(file.tensor_type(names[i]), names[i])
+            if source.ggml_type == kept[i]:
+                raw[at : at + view.shape[0]].copy_(src)
+            else:  # Q5_0, IQ4_NL, Q3_K...: decoded and re-encoded as Q8_0, a chunk of rows at a time
+                transcode_rows(src, lambda rows, qt=source: dequantize(rows, qt), raw[at : at + view.shape[0]])
             at += view.shape[0]
-        first = names[group[0]]
-        out.append(QuantizedWeight(raw, file.tensor_type(first), int(file.tensors[first].shape[0]), first))
+        out.append(QuantizedWeight(raw, kept[group[0]], columns, first))
     return out
+
+
+def _kept_type(file: GGUFFile, name: str) -> int:
+    """The ggml type a tensor is held in: its own, or Q8_0 for the types read by transcoding."""
+    ggml_type = int(quant_type(file.tensor_type(name), name).ggml_type)  # an unknown type: one line, here
+    return Q8_0 if ggml_type in TRANSCODED_TO_Q8_0 else ggml_type
 
 
 def _unpermute_index(rows: int, num_heads: int) -> torch.Tensor:
