@@ -23,8 +23,9 @@ Q8_0 = 8  # ggml type ids
 Q8_0_BYTES = 34
 
 #: the 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's ``kvalues_iq4nl``)
-IQ4_LEVELS = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
-                          dtype=torch.float32)
+IQ4_LEVELS = torch.tensor(
+    [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=torch.float32
+)
 
 
 def _f16(raw: torch.Tensor) -> torch.Tensor:

@@ -18,9 +18,9 @@ from torch import nn
 
 from tokenops.engine.gguf_quants import TRANSCODED_TO_Q8_0, dequantize, quant_type
 from tokenops.engine.gguf_reader import GGUFError, GGUFFile, gguf_architecture, gguf_model_args
+from tokenops.engine.gguf_transcode import Q8_0, transcode_rows
 from tokenops.engine.models.args import ModelArgs
 from tokenops.engine.models.llama import CausalLM
-from tokenops.engine.gguf_transcode import Q8_0, transcode_rows
 from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, pack_weights
 
 log = logging.getLogger(__name__)
