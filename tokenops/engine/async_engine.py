@@ -164,6 +164,7 @@ class AsyncLLMEngine:
         tenant: str = "default",
         priority: int = 0,
         lora: str | None = None,
+        priority_class: str = "interactive",
     ) -> AsyncIterator[RequestOutput]:
         """Stream a request: one output per step that produced tokens, the last one
         with ``finished`` set. Raises the engine's error (e.g. PromptTooLongError)."""
@@ -175,7 +176,7 @@ class AsyncLLMEngine:
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = (loop, q)
-        self._inbox.put(("add", request_id, prompt, params, tenant, priority, lora))
+        self._inbox.put(("add", request_id, prompt, params, tenant, priority, lora, priority_class))
         is_done = False
         try:
             while True:
@@ -229,13 +230,21 @@ class AsyncLLMEngine:
     def _handle(self, command: tuple) -> None:
         kind = command[0]
         if kind == "add":
-            _, request_id, prompt, params, tenant, priority, lora = command
+            _, request_id, prompt, params, tenant, priority, lora, priority_class = command
             with self._streams_lock:
                 if request_id not in self._streams:
                     return  # the consumer already left
             try:
                 with self._engine_lock:
-                    self.engine.add_request(request_id, prompt, params, tenant=tenant, priority=priority, lora=lora)
+                    self.engine.add_request(
+                        request_id,
+                        prompt,
+                        params,
+                        tenant=tenant,
+                        priority=priority,
+                        lora=lora,
+                        priority_class=priority_class,
+                    )
             except Exception as e:
                 self._dispatch(request_id, e, True)
         elif kind == "abort":

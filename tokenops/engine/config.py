@@ -65,6 +65,24 @@ class EngineConfig:
     schedule_policy: str = _knob(
         "fcfs", tunable="live", help="Order of the waiting queue.", choices=("fcfs", "priority")
     )
+    #: Priority classes (tokenops/engine/scheduler.py): waiting interactive sequences go before batch
+    #: ones, and running batch sequences are preempted when an interactive one finds no room.
+    priority_classes: bool = _knob(
+        True,
+        tunable="live",
+        searchable=False,
+        help="Admit interactive requests before batch ones and preempt batch work to make room "
+        "for them (false: one first-come queue).",
+    )
+    batch_max_share: float = _knob(
+        1.0,
+        tunable="live",
+        searchable=False,
+        minimum=0.0,
+        maximum=1.0,
+        help="Share (0..1) of the running slots and step tokens batch requests may hold while "
+        "interactive ones are present (1: all the capacity they leave idle).",
+    )
     torch_threads: int | None = _knob(
         None,
         tunable="restart",
@@ -166,6 +184,11 @@ class EngineConfig:
             _check_int("torch_threads", self.torch_threads, 0)
         if not isinstance(self.schedule_policy, str) or not self.schedule_policy:
             raise ValueError("engine schedule_policy must be a policy name such as 'fcfs' or 'priority'")
+        if not isinstance(self.priority_classes, bool):
+            raise ValueError("engine priority_classes must be true or false")
+        share = self.batch_max_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ValueError(f"engine batch_max_share must be a number in [0, 1], not {share!r}")
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError("engine enable_prefix_caching must be true or false")
         _check_int("seed", self.seed, None)

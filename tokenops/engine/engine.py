@@ -30,7 +30,7 @@ from tokenops.engine.policies import EnginePolicies, builtin_kv_policy
 from tokenops.engine.prompt_logprobs import record_prompt_logprobs
 from tokenops.engine.sampling import SampledToken, Sampler, SamplingParams
 from tokenops.engine.scheduler import Scheduler, SchedulerOutput
-from tokenops.engine.sequence import Sequence, SequenceStatus
+from tokenops.engine.sequence import INTERACTIVE, PRIORITY_CLASSES, Sequence, SequenceStatus
 
 
 class PromptTooLongError(ValueError):
@@ -115,10 +115,14 @@ class LLMEngine:
         tenant: str = "default",
         priority: int = 0,
         lora: str | None = None,
+        priority_class: str = INTERACTIVE,
     ) -> None:
         """Queue a request; raises ValueError (or PromptTooLongError) when it cannot run.
 
-        ``lora`` names a loaded LoRA adapter the request runs with (None: the base model)."""
+        ``lora`` names a loaded LoRA adapter the request runs with (None: the base model);
+        ``priority_class`` is "interactive" or "batch" (see tokenops/engine/scheduler.py)."""
+        if priority_class not in PRIORITY_CLASSES:
+            raise ValueError(f"priority_class must be one of {', '.join(PRIORITY_CLASSES)}, not {priority_class!r}")
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         if not isinstance(params, SamplingParams):
@@ -143,7 +147,7 @@ class LLMEngine:
             )
         if lora is not None and lora not in self.lora_names():
             raise ValueError(f"LoRA adapter {lora!r} is not loaded")
-        seq = Sequence(request_id, token_ids, params, tenant=tenant, priority=priority)
+        seq = Sequence(request_id, token_ids, params, tenant=tenant, priority=priority, priority_class=priority_class)
         seq.lora = lora
         if params.seed is not None:
             seq.generator = Sampler.new_generator(params.seed, 0)

@@ -68,6 +68,10 @@ def engine_stats(engine: LLMEngine) -> dict[str, Any]:
         "prefix_cache_queries": bm.num_prefix_queries,
         "prefix_cache_hits": bm.num_prefix_hits,
         "num_preemptions": engine.scheduler.num_preemptions,
+        # priority classes: of the counts above, the batch sequences (Batch API lines)
+        "num_running_batch": engine.scheduler.num_running_batch,
+        "num_waiting_batch": engine.scheduler.num_waiting_batch,
+        "num_batch_preemptions": engine.scheduler.num_batch_preemptions,
         "last_step_time_s": engine.last_step_time_s,
         "last_batch_tokens": engine.last_batch_tokens,
         "total_prompt_tokens": engine.total_prompt_tokens,

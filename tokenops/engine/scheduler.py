@@ -6,6 +6,17 @@ sequences from the waiting queue, in the order of ``config.schedule_policy`` (pi
 the ``schedule_orders`` the engine passes in: fcfs and priority are built in).
 When a decode finds no free KV block, the latest-arrived running sequence is
 preempted by recompute: its blocks are freed and it goes back to the waiting queue.
+
+Priority classes (``config.priority_classes``, live): a sequence is "interactive" (API
+requests) or "batch" (Batch API lines). Waiting interactive sequences are admitted before any
+batch one, whatever the queue order says within a class; running interactive prefills get the
+budget before batch ones. When a waiting interactive sequence finds no slot or no KV blocks, the
+newest running batch sequences are preempted (by recompute) until it fits, and a decode short
+of KV preempts batch sequences before interactive ones. While interactive work is present
+(waiting or running), batch sequences are admitted up to ``batch_max_share`` of ``max_num_seqs``
+and take at most that share of each step's tokens; while interactive work waits, the batch
+sequences above that share are preempted. A preempted batch sequence waits at the head of
+the batch class and resumes as soon as room returns.
 The config object is read every step, so live tunable changes apply on the next one.
 """
 
@@ -63,6 +74,14 @@ class SchedulerOutput:
         return not self.chunks
 
 
+@dataclass(slots=True)
+class BatchCap:
+    """What batch sequences may still take in this step: slots and tokens."""
+
+    num_seqs: int
+    num_tokens: int
+
+
 class Scheduler:
     """Owns the waiting and running queues and the block manager."""
 
@@ -79,6 +98,8 @@ class Scheduler:
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
+        #: Of those, preemptions of batch sequences (most of them to make room for interactive ones).
+        self.num_batch_preemptions = 0
         #: Speculative decoding: how many proposed tokens to budget for a decoding
         #: sequence (None = off). Set by the engine.
         self.num_spec_tokens_fn: Callable[[Sequence], int] | None = None
@@ -90,6 +111,14 @@ class Scheduler:
     @property
     def num_running(self) -> int:
         return len(self.running)
+
+    @property
+    def num_running_batch(self) -> int:
+        return sum(1 for s in self.running if s.is_batch)
+
+    @property
+    def num_waiting_batch(self) -> int:
+        return sum(1 for s in self.waiting if s.is_batch)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -104,14 +133,40 @@ class Scheduler:
     # -- one step ----------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        config, bm = self.config, self.block_manager
-        bm.enable_prefix_caching = config.enable_prefix_caching
+        config = self.config
+        self.block_manager.enable_prefix_caching = config.enable_prefix_caching
         out = SchedulerOutput()
-        budget = config.max_num_batched_tokens
-        decodes = [s for s in self.running if not s.is_prefill]
+        classes = config.priority_classes
+        if classes and self.waiting:
+            self._make_room_for_interactive(out)
         prefills = [s for s in self.running if s.is_prefill]
-        scheduled: set[int] = set()  # seq ids; victims are the latest-arrived of the others
+        budget, is_short = self._schedule_decodes(out, classes)
+        may_admit = not is_short and bool(self.waiting)
+        if not classes:
+            budget = self._schedule_prefills(prefills, budget, out)
+            if may_admit:
+                self._admit(self._order(self.waiting), budget, out)
+            return out
+        # interactive work first; batch work takes what is left, within its share
+        budget = self._schedule_prefills([s for s in prefills if not s.is_batch], budget, out)
+        if may_admit:
+            budget = self._admit(self._order([s for s in self.waiting if not s.is_batch]), budget, out)
+        cap = self._batch_cap(out)
+        budget = self._schedule_prefills([s for s in prefills if s.is_batch], budget, out, cap)
+        if may_admit and not any(not s.is_batch for s in self.waiting):
+            self._admit(self._order(self.waiting), budget, out, cap)
+        return out
 
+    def _order(self, waiting: list[Sequence]) -> list[Sequence]:
+        # the engine validates names when built and when the tunable changes: fcfs is only a guard
+        return self.schedule_orders.get(self.config.schedule_policy, fcfs_order)(list(waiting))
+
+    def _schedule_decodes(self, out: SchedulerOutput, classes: bool) -> tuple[int, bool]:
+        """One token per running decode; returns the budget left and whether KV ran short."""
+        bm, budget = self.block_manager, self.config.max_num_batched_tokens
+        decodes = [s for s in self.running if not s.is_prefill]
+        scheduled: set[int] = set()  # seq ids; victims are the latest-arrived of the others
+        is_short = False
         for i, seq in enumerate(decodes):
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
@@ -122,9 +177,15 @@ class Scheduler:
                 break
             while not bm.can_append(seq):
                 candidates = [s for s in self.running if s is not seq and s.seq_id not in scheduled]
-                victim = max(candidates, key=lambda s: (s.arrival_time, s.seq_id)) if candidates else seq
+                # under priority classes batch sequences go first, so interactive ones keep their KV
+                victim = (
+                    max(candidates, key=lambda s: (classes and s.is_batch, s.arrival_time, s.seq_id))
+                    if candidates
+                    else seq
+                )
                 self._preempt(victim)
                 out.preempted.append(victim)
+                is_short = True
                 if victim is seq:
                     break
             if seq.status is not SequenceStatus.RUNNING:
@@ -139,26 +200,38 @@ class Scheduler:
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, 1 + num_spec, num_spec_tokens=num_spec))
             scheduled.add(seq.seq_id)
             budget -= 1 + num_spec
+        return budget, is_short
 
+    def _schedule_prefills(
+        self, prefills: list[Sequence], budget: int, out: SchedulerOutput, cap: BatchCap | None = None
+    ) -> int:
+        """The next chunk of each running sequence whose prompt is partly computed."""
         for seq in prefills:
-            if budget == 0:
+            limit = budget if cap is None else min(budget, cap.num_tokens)
+            if limit == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue
-            num_tokens = min(seq.num_uncomputed_tokens, budget)
+            num_tokens = min(seq.num_uncomputed_tokens, limit)
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, num_tokens))
             budget -= num_tokens
+            if cap is not None:
+                cap.num_tokens -= num_tokens
+        return budget
 
-        if out.preempted or budget == 0 or not self.waiting:
-            return out
-        # the engine validates names when built and when the tunable changes: fcfs is only a guard
-        ordered = self.schedule_orders.get(config.schedule_policy, fcfs_order)(list(self.waiting))
+    def _admit(self, ordered: list[Sequence], budget: int, out: SchedulerOutput, cap: BatchCap | None = None) -> int:
+        """Admit waiting sequences in ``ordered`` until one does not fit; returns the budget left.
+        ``cap`` bounds the batch sequences among them."""
+        config, bm = self.config, self.block_manager
         num_seqs = len(self.running)
         for seq in ordered:
-            if budget == 0:
+            limit = budget if cap is None or not seq.is_batch else min(budget, cap.num_tokens)
+            if limit == 0:
                 break
             # an empty batch admits anything, so n > max_num_seqs cannot starve
             if num_seqs and num_seqs + 1 + seq.num_pending_forks > config.max_num_seqs:
+                break
+            if cap is not None and seq.is_batch and cap.num_seqs < 1 + seq.num_pending_forks:
                 break
             if not bm.can_allocate(seq):
                 break
@@ -169,19 +242,71 @@ class Scheduler:
                 seq.first_scheduled_time = time.time()
             self.running.append(seq)
             num_seqs += 1 + seq.num_pending_forks
-            num_tokens = min(seq.num_uncomputed_tokens, budget)
+            num_tokens = min(seq.num_uncomputed_tokens, limit)
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, num_tokens))
             budget -= num_tokens
-        return out
+            if cap is not None and seq.is_batch:
+                cap.num_seqs -= 1 + seq.num_pending_forks
+                cap.num_tokens -= num_tokens
+        return budget
+
+    # -- priority classes ------------------------------------------------------------
+
+    def _batch_cap(self, out: SchedulerOutput) -> BatchCap | None:
+        """What batch sequences may still take this step while interactive work is present
+        (``batch_max_share`` of the slots and of the step's tokens); None: no bound."""
+        if all(s.is_batch for s in self.running) and all(s.is_batch for s in self.waiting):
+            return None
+        config, share = self.config, self.config.batch_max_share
+        num_batch_seqs = sum(1 + s.num_pending_forks for s in self.running if s.is_batch)
+        num_batch_tokens = sum(c.num_tokens for c in out.chunks if c.seq.is_batch)
+        return BatchCap(
+            max(0, int(share * config.max_num_seqs) - num_batch_seqs),
+            max(0, int(share * config.max_num_batched_tokens) - num_batch_tokens),
+        )
+
+    def _make_room_for_interactive(self, out: SchedulerOutput) -> None:
+        """Preempt the newest running batch sequences while batch work holds more than its share of
+        the slots, and while the waiting interactive sequences (in queue order) find no slot or KV
+        blocks; stops at the first interactive one that would not fit even with every batch one gone."""
+        batch = sorted((s for s in self.running if s.is_batch), key=lambda s: (s.arrival_time, s.seq_id))
+        waiting = [s for s in self.waiting if not s.is_batch]
+        if not batch or not waiting:
+            return
+        config, bm = self.config, self.block_manager
+        max_batch_seqs = int(config.batch_max_share * config.max_num_seqs)
+        while batch and sum(1 + s.num_pending_forks for s in batch) > max_batch_seqs:
+            self._preempt_for_interactive(batch.pop(), out)
+        num_seqs = num_blocks = 0  # what the interactive sequences admitted so far need
+        for seq in self._order(waiting):
+            num_seqs += 1 + seq.num_pending_forks
+            # every block counted fresh: a cached prefix only makes the room found larger
+            num_blocks += bm.num_blocks_for(len(seq.token_ids))
+            num_held = len(self.running) - len(batch)  # the interactive sequences running
+            num_batch_blocks = sum(len(s.block_table) for s in batch)
+            if (num_held and num_held + num_seqs > config.max_num_seqs) or (
+                num_blocks > bm.num_free_blocks + num_batch_blocks
+            ):
+                return  # it waits for interactive work to finish: preempting batch work would not help
+            while batch and (len(self.running) + num_seqs > config.max_num_seqs or num_blocks > bm.num_free_blocks):
+                self._preempt_for_interactive(batch.pop(), out)
+
+    def _preempt_for_interactive(self, seq: Sequence, out: SchedulerOutput) -> None:
+        self._preempt(seq)
+        out.preempted.append(seq)
 
     def _preempt(self, seq: Sequence) -> None:
-        """Free ``seq``'s blocks and queue it for recomputation at the front."""
+        """Free ``seq``'s blocks and queue it for recomputation at the front. With prefix caching
+        its full blocks stay cached while free (and go to the KV offload tier when evicted, if the
+        engine has one), so resuming it loads them back instead of recomputing them."""
         self.block_manager.free(seq)
         self.running.remove(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_computed_tokens = 0
         self.waiting.insert(0, seq)
         self.num_preemptions += 1
+        if seq.is_batch:
+            self.num_batch_preemptions += 1
 
     def update_computed(self, out: SchedulerOutput) -> None:
         """Record that the step computed its chunks; registers newly full blocks."""

@@ -15,6 +15,11 @@ from tokenops.engine.sampling import SamplingParams
 
 _seq_ids = itertools.count()
 
+#: Priority classes: the scheduler admits waiting interactive sequences before any batch one and
+#: preempts running batch sequences to make room for them (tokenops/engine/scheduler.py).
+INTERACTIVE, BATCH = "interactive", "batch"
+PRIORITY_CLASSES = (INTERACTIVE, BATCH)
+
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
@@ -35,6 +40,7 @@ class Sequence:
         "request_id",
         "tenant",
         "priority",
+        "priority_class",
         "arrival_time",
         "params",
         "output_index",
@@ -72,14 +78,17 @@ class Sequence:
         priority: int = 0,
         arrival_time: float | None = None,
         output_index: int = 0,
+        priority_class: str = INTERACTIVE,
     ) -> None:
         assert prompt_token_ids, "a sequence needs at least one prompt token"
+        assert priority_class in PRIORITY_CLASSES, priority_class
         self.seq_id = next(_seq_ids)
         self.request_id = request_id
         self.tenant = tenant
         #: the LoRA adapter this sequence runs with (None: the base model)
         self.lora: str | None = None
         self.priority = priority
+        self.priority_class = priority_class
         self.arrival_time = time.time() if arrival_time is None else arrival_time
         self.params = params
         self.output_index = output_index
@@ -140,6 +149,11 @@ class Sequence:
         return self.status is SequenceStatus.FINISHED
 
     @property
+    def is_batch(self) -> bool:
+        """Batch work (the Batch API's lines): runs on what interactive requests leave idle."""
+        return self.priority_class == BATCH
+
+    @property
     def is_prefill(self) -> bool:
         """More than the one decode token is left to compute."""
         return self.num_uncomputed_tokens > 1
@@ -161,6 +175,7 @@ class Sequence:
             self.priority,
             self.arrival_time,
             output_index,
+            self.priority_class,
         )
         child.token_ids = list(self.token_ids)
         child.lora = self.lora
