@@ -56,6 +56,9 @@ class GatewayRequest:
     stream: bool = False
     max_tokens: int = 256  # the answer's token limit after defaults were applied
     priority: int = 0  # the body's priority extension: lower runs first under the priority schedule policy
+    #: "interactive" (API requests: bounded by [gateway] max_queued_*) or "batch" (never counted against them)
+    priority_class: str = "interactive"
+    batch_id: str | None = None  # the Batch API batch this request is a line of (priority_class "batch")
     id: str = field(default_factory=new_request_id)  # the request id, also in the response and the store
     arrival: float = field(default_factory=time.time)  # unix time the gateway received it
     headers: dict[str, str] = field(default_factory=dict)  # the client's HTTP headers (credentials removed)
@@ -71,6 +74,9 @@ class GatewayRequest:
     sampling: SamplingFields = None  # type: ignore[assignment]  # None only until __post_init__ fills it
     #: The output fields (logprobs, echo, structured outputs, thinking budgets), typed like ``sampling``.
     output: OutputFields = None  # type: ignore[assignment]  # None only until __post_init__ fills it
+    #: ``(prompt tokens, of them from the prefix cache)``, set by a backend that knows them before its
+    #: first delta (the bundled engine): Anthropic's ``message_start`` reports them. None: not known.
+    prompt_counts: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.sampling is None:

@@ -141,7 +141,12 @@ CHAT = [
         _rejected('one tier; "auto" and "default" are accepted'),
         is_neutral=lambda v: v in ("auto", "default"),
     ),
-    Field("prompt_cache_key", _rejected("not implemented (the prefix cache needs no key)")),
+    Field(
+        "prompt_cache_key",
+        "acts: replica affinity: requests with the same key go to the same replica (bounded load; "
+        "every routing policy but `least_load` and `p2c`); the engine's prefix cache itself needs no key",
+        "passes through (and acts as on the bundled engine)",
+    ),
     Field("prompt_cache_retention", _rejected("not implemented")),
     Field("prompt_cache_options", _rejected("not implemented")),
     Field("safety_identifier", _rejected("not implemented; send `user`")),
@@ -151,8 +156,9 @@ CHAT = [
 COMPLETIONS = [
     Field(
         "prompt",
-        "acts: one prompt (a string or token ids) per request; a list of several is a 400",
-        "acts: the same check, then passes through",
+        "acts: a string, token ids, or a list of either (one choice per prompt and `n`: prompt i's choices "
+        "are `index` i*n to i*n+n-1; at most `[gateway] max_messages` prompts)",
+        "acts: the same checks; each prompt is sent as a request of its own",
     ),
     *_SAMPLING,
     Field("max_tokens", "acts (0 only with `echo`)", "acts: sent as `max_tokens` (the gateway's default when absent)"),

@@ -88,6 +88,14 @@ class LocalBackend:
             return True
         return self.swap is not None and self.started.is_set() and self.load_error is None
 
+    @property
+    def num_slots(self) -> int | None:
+        """Requests this engine runs at once (``max_num_seqs``, live): the gateway queues the rest
+        (tokenops/gateway/admission.py); None when unknown."""
+        config = getattr(self.engine, "config", None) if self.engine is not None else self.config
+        slots = getattr(config, "max_num_seqs", None)
+        return slots if isinstance(slots, int) else None
+
     async def start(self) -> None:
         try:
             await (self.load_engine() if self.swap is None else self.swap.start(self))
@@ -144,6 +152,12 @@ class LocalBackend:
     async def complete(self, request: GatewayRequest) -> GatewayResponse:
         return await collect(self.stream(request), self.model, self.name)
 
+    def prompt_token_ids(self, request: GatewayRequest) -> list[int]:
+        """The prompt's token ids as :meth:`stream` builds them (chat template, tools as planned):
+        ``/v1/messages/count_tokens`` counts with it, so its count is the engine's."""
+        plan = self._plan(request) if request.kind == "chat" else None
+        return self._prompt_ids(request, plan.template_kwargs if plan else None)
+
     def _prompt_ids(self, request: GatewayRequest, template_kwargs: dict[str, Any] | None = None) -> list[int]:
         tok = self.engine.tokenizer
         if request.kind == "chat":
@@ -188,6 +202,7 @@ class LocalBackend:
                 ignore_eos=sampling.ignore_eos,
                 logprobs=logprobs,
                 prompt_logprobs=echo_logprobs(request),
+                is_prefill_only=max_tokens == 0,  # Anthropic's cache pre-warming (messages_api.py)
                 **extras,
             )
         except ValueError as e:
@@ -234,6 +249,7 @@ class LocalBackend:
             request_id=request.id,
             tenant=request.tenant,
             priority=request.priority,
+            priority_class=request.priority_class,
             **({"lora": lora} if lora is not None else {}),
         )
         try:

@@ -47,6 +47,8 @@ class ChoiceStreams:
     def deltas(self, out: Any) -> list[Delta]:
         """The deltas of one engine output (every choice that moved or finished)."""
         found = []
+        if self.request.prompt_counts is None:  # known before the first token: message_start says them
+            self.request.prompt_counts = (len(out.prompt_token_ids), out.num_cached_tokens or 0)
         for c in out.outputs:
             if self.echoed is not None and c.index not in self.echoed:  # the prompt first (completions' echo)
                 self.echoed.add(c.index)

@@ -82,6 +82,9 @@ class SamplingParams:
     #: ``prompt_logprobs``; the prompt then skips the prefix cache (its logits are needed).
     #: With it, ``max_tokens`` may be 0: the prompt is scored and nothing is generated.
     prompt_logprobs: int | None = None
+    #: ``max_tokens`` may be 0 without ``prompt_logprobs`` too: the prompt is computed (into the
+    #: prefix cache) and nothing is sampled (Anthropic's cache pre-warming, ``max_tokens: 0``).
+    is_prefill_only: bool = False
 
     def __post_init__(self) -> None:
         _int("n", self.n, 1)
@@ -89,7 +92,7 @@ class SamplingParams:
             _int("prompt_logprobs", self.prompt_logprobs, 0)
             if self.prompt_logprobs > MAX_LOGPROBS:
                 raise ValueError(f"prompt_logprobs must be at most {MAX_LOGPROBS}, got {self.prompt_logprobs}")
-        _int("max_tokens", self.max_tokens, 0 if self.prompt_logprobs is not None else 1)
+        _int("max_tokens", self.max_tokens, 0 if self.prompt_logprobs is not None or self.is_prefill_only else 1)
         self._check_processors()
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")

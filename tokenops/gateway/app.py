@@ -20,6 +20,7 @@ from starlette.responses import Response
 from tokenops import __version__
 from tokenops.backends.base import Replica
 from tokenops.config import Settings
+from tokenops.gateway.abandon import unless_abandoned
 from tokenops.gateway.admin import router as admin_router
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.decision_headers import decision_values
@@ -34,10 +35,11 @@ from tokenops.gateway.model_routes import router as model_router
 from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
 from tokenops.gateway.openapi_contract import allowed_methods, declare
 from tokenops.gateway.openapi_errors import add_error_responses
+from tokenops.gateway.prompt_fan_out import PromptFanOut
 from tokenops.gateway.replica_health import prometheus_text as breaker_metrics
 from tokenops.gateway.replica_health import replica_states
 from tokenops.gateway.responses_api import router as responses_router
-from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_request
+from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_requests
 from tokenops.gateway.state import Gateway
 from tokenops.gateway.tokenize_api import router as tokenize_router
 from tokenops.types import GatewayRequest
@@ -151,14 +153,19 @@ async def _handle(request: Request, build) -> Response:
     conf = gw.settings.gateway
     raw = await read_body(request, conf.max_body_bytes, conf.body_timeout_s)
     # large bodies are parsed and validated in a worker thread (the event loop keeps serving)
-    greq: GatewayRequest = await build_off_loop(raw, lambda b: build(checked_body(b, conf), conf.default_max_tokens))
-    greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
-    greq.api_key_id = key_id
-    greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
-    greq.session_id = greq.headers.get("x-session-id") or greq.session_id
+    built = await build_off_loop(raw, lambda b: build(checked_body(b, conf), conf.default_max_tokens))
+    greqs: list[GatewayRequest] = built if isinstance(built, list) else [built]  # a list: completions' prompts
+    for greq in greqs:
+        greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
+        greq.api_key_id = key_id
+        greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
+        greq.session_id = greq.headers.get("x-session-id") or greq.session_id
+    greq = greqs[0]
+    runner = gw.pipeline if len(greqs) == 1 else PromptFanOut(gw.pipeline, greqs)
     if greq.stream:
-        return await _stream(gw, greq)
-    response, rec = await gw.pipeline.respond(greq)
+        return await _stream(gw, greq, request.receive, runner)
+    # a client that leaves cancels its request (the engine aborts it): tokenops/gateway/abandon.py
+    response, rec = await unless_abandoned(request.receive, runner.respond(greq))
     return Response(
         response_body(greq, response, rec.model_served or greq.model),
         media_type=_JSON,
@@ -166,8 +173,9 @@ async def _handle(request: Request, build) -> Response:
     )
 
 
-async def _stream(gw: Gateway, greq: GatewayRequest) -> Response:
-    deltas, rec = await gw.pipeline.open_stream(greq)
+async def _stream(gw: Gateway, greq: GatewayRequest, receive: Any, runner: Any) -> Response:
+    # up to the first delta (a wait for a slot, the prefill) nothing is written: watched like a whole answer
+    deltas, rec = await unless_abandoned(receive, runner.open_stream(greq))
     writer = ChunkWriter(greq, rec.model_served or greq.model)
 
     async def body() -> AsyncIterator[bytes]:
@@ -248,7 +256,8 @@ def _install_openai_routes(app: FastAPI) -> None:
         summary="Create a text completion (SSE when stream is true)",
     )
     async def completions(request: Request) -> Response:
-        return await _handle(request, completion_request)
+        limit = request.app.state.gateway.settings.gateway.max_messages  # prompts of one body
+        return await _handle(request, lambda data, default: completion_requests(data, default, limit))
 
     @app.get("/v1/models", tags=["openai"], summary="Models this server serves")
     async def list_models(request: Request) -> Response:

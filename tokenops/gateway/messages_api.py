@@ -21,11 +21,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from tokenops.gateway.abandon import unless_abandoned
+from tokenops.gateway.admission import for_messages
 from tokenops.gateway.body import build_off_loop, checked_body
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.event_stream import EventStream
 from tokenops.gateway.keyed_body import authorized_body
-from tokenops.gateway.messages_schema import chat_body, check_fields
+from tokenops.gateway.messages_schema import chat_body, check_fields, messages_error
 from tokenops.gateway.messages_stream import encode_stream, error_body, message_body
 from tokenops.gateway.schemas import chat_request
 from tokenops.gateway.tokenize_api import count_message_tokens
@@ -38,6 +40,9 @@ _SECRET_HEADERS = ("authorization", "x-api-key", "x-admin-key", "cookie")
 
 
 def anthropic_error(err: APIError) -> Response:
+    """``err`` in Anthropic's shape, naming the Messages API's fields (``input_schema``, not the
+    translation's ``tools[0].function.parameters``)."""
+    err = messages_error(err)
     return Response(json.dumps(error_body(err)), status_code=err.status, media_type=_JSON, headers=err.headers)
 
 
@@ -60,16 +65,37 @@ def _is_reasoning(gw: Any, model: Any) -> bool | None:
     return replicas[0].backend.reasoning_parser is not None
 
 
+def is_bundled(gw: Any, model: Any) -> bool:
+    """Every replica of ``model`` is a bundled (text-only) engine."""
+    replicas = gw.replicas.get(model) if isinstance(model, str) else None
+    return bool(replicas) and all(getattr(r.backend, "kind", None) == "local" for r in replicas or ())
+
+
+def text_only_error(gw: Any, model: Any, untranslatable: Any) -> APIError | None:
+    """The 400 of the first block a bundled (text-only) model cannot read, e.g. an ``image``."""
+    if not untranslatable.text_only or not is_bundled(gw, model):
+        return None
+    param, message = untranslatable.text_only[0]
+    return APIError(400, message, code="unsupported_content_type", param=param)
+
+
 def messages_request(gw: Any, data: dict[str, Any], default_max_tokens: int) -> GatewayRequest:
     """The internal request of a Messages body; what the translation cannot carry is a 400
-    now, unless the model's upstreams may take the body as sent."""
+    now, unless the model's upstreams may take the body as sent. ``max_tokens: 0`` (cache
+    pre-warming) runs the prompt into the prefix cache and generates nothing."""
     body, untranslatable = chat_body(data, is_reasoning_model=_is_reasoning(gw, data.get("model")))
-    err = untranslatable.error()
+    err = untranslatable.error() or text_only_error(gw, data.get("model"), untranslatable)
     if err is not None and not _upstream_only(gw, data.get("model")):
         raise err
     if untranslatable:  # the chat body does not hold the whole request: a cache keyed on it must not answer it
         body["cache"] = False
-    greq = chat_request(body, default_max_tokens)
+    is_prefill_only = body.get("max_tokens") == 0 and type(body.get("max_tokens")) is int
+    if is_prefill_only:  # validated as 1 (chat's floor), run as 0
+        body["max_tokens"] = 1
+        body["cache"] = False  # a semantic-cache answer would warm nothing
+    greq = chat_request(body, default_max_tokens, is_generating=not is_prefill_only)
+    if is_prefill_only:
+        greq.max_tokens = greq.body["max_tokens"] = 0
     greq.native = NativeRequest(api="messages", path="/messages", body=data, untranslatable=list(untranslatable))
     greq.decide("api", "messages")
     return greq
@@ -80,7 +106,7 @@ async def _answer(request: Request, handler: Callable[[Request], Awaitable[Respo
     try:
         return await handler(request)
     except APIError as e:
-        return anthropic_error(e)
+        return anthropic_error(for_messages(e))  # a full queue: 529 overloaded_error
     except Exception as e:
         error_id = secrets.token_hex(6)
         log.error("internal error %s on %s", error_id, request.url.path, exc_info=e)
@@ -101,13 +127,13 @@ async def create_message(request: Request) -> Response:
 async def _create(request: Request) -> Response:
     gw, (tenant, key_id), raw = await authorized_body(request)
     conf = gw.settings.gateway
-    greq = await build_off_loop(raw, lambda b: messages_request(gw, checked_body(b, conf), conf.default_max_tokens))
+    greq = await build_off_loop(raw, lambda b: messages_request(gw, checked_body(b, conf, "blocks"), conf.default_max_tokens))
     greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
     greq.api_key_id = key_id
     greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
     greq.session_id = greq.headers.get("x-session-id") or greq.session_id
     if greq.stream:
-        deltas, rec = await gw.pipeline.open_stream(greq)
+        deltas, rec = await unless_abandoned(request.receive, gw.pipeline.open_stream(greq))
         body = encode_stream(
             greq, deltas, rec, rec.model_served or greq.model, with_decisions=gw.pipeline.decision_headers
         )
@@ -122,7 +148,7 @@ async def _create(request: Request) -> Response:
                 **greq.response_headers,
             },
         )
-    response, rec = await gw.pipeline.respond(greq)
+    response, rec = await unless_abandoned(request.receive, gw.pipeline.respond(greq))  # a client that leaves cancels
     answer = message_body(greq, response, rec.model_served or greq.model)
     return Response(
         json.dumps(answer, ensure_ascii=False),
@@ -138,22 +164,23 @@ async def count_tokens(request: Request) -> Response:
 
 async def _count(request: Request) -> Response:
     gw, _, raw = await authorized_body(request)
-    data = checked_body(raw, gw.settings.gateway)
+    data = await build_off_loop(raw, lambda b: checked_body(b, gw.settings.gateway, "blocks"))
     check_fields(data, is_count=True)
     count = await count_message_tokens(gw, data, dict(request.headers))
     return Response(json.dumps({"input_tokens": count}), media_type=_JSON)
 
 
-@router.api_route("/v1/messages", methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+_OTHER_METHODS = ["GET", "HEAD", "OPTIONS", "PUT", "PATCH", "DELETE"]
+
+
+@router.api_route("/v1/messages", methods=_OTHER_METHODS, include_in_schema=False)
 async def wrong_method(request: Request) -> Response:
     return anthropic_error(
         APIError(405, f"Method {request.method} is not allowed on /v1/messages: use POST.", headers={"Allow": "POST"})
     )
 
 
-@router.api_route(
-    "/v1/messages/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False
-)
+@router.api_route("/v1/messages/{rest:path}", methods=[*_OTHER_METHODS, "POST"], include_in_schema=False)
 async def unknown_path(request: Request, rest: str) -> Response:
     # e.g. the Message Batches API, which this server does not implement
     if rest == "count_tokens":  # the path exists: another method is a 405, as the OpenAPI document says

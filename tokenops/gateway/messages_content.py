@@ -22,7 +22,12 @@ def bad(message: str, param: str | None = None) -> APIError:
 
 class Untranslatable(list[tuple[str, str]]):
     """``(param, message)`` of what the chat translation cannot carry: a 400 unless the request
-    passes through to an upstream serving /v1/messages."""
+    passes through to an upstream serving /v1/messages. ``text_only`` holds the blocks a text-only
+    model cannot read (images): translated for a chat upstream, a 400 naming them on the bundled engine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text_only: list[tuple[str, str]] = []
 
     def note(self, message: str, param: str) -> None:
         self.append((param, message))
@@ -124,6 +129,13 @@ def _user(content: list[dict[str, Any]], param: str, problems: Untranslatable) -
             require(isinstance(block.get("text"), str), "a text block needs a string text", f"{where}.text")
             parts.append({"type": "text", "text": block["text"]})
         elif kind == "image":
+            problems.text_only.append(
+                (
+                    f"{where}.type",
+                    f"{where}: `image` blocks are not supported by this model: it reads text only. Send "
+                    "text, or use a model whose upstream reads images.",
+                )
+            )
             part = _image_part(block, where, problems)
             if part is not None:
                 parts.append(part)

@@ -14,9 +14,11 @@ The top-level fields are translated here; ``system`` and the messages' content b
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from tokenops.gateway.errors import APIError
 from tokenops.gateway.messages_content import Untranslatable, bad, chat_messages, require
 
 PASS = "passes through"
@@ -35,10 +37,15 @@ def _no(reason: str) -> str:
 
 FIELDS = [
     Field("model", "acts: picks the model (routers may choose another)", "acts: sent as the upstream's own id"),
-    Field("max_tokens", "acts (>= 1)"),
+    Field(
+        "max_tokens",
+        "acts; `0` pre-fills the prefix cache: the prompt is run, nothing is generated, the answer is "
+        "empty (`stop_reason` `max_tokens`) with its usage",
+    ),
     Field(
         "messages",
-        "acts: `text`, `image` (as an `image_url` part), `tool_use`, `tool_result` blocks; earlier "
+        "acts: `text`, `image` (an `image_url` part for a chat upstream; a 400 naming it on the text-only "
+        "bundled models), `tool_use`, `tool_result` blocks; earlier "
         "`thinking`/`redacted_thinking` blocks are dropped (chat templates drop them too); other block types 400; "
         "a last `assistant` message (prefill) 400",
     ),
@@ -263,6 +270,34 @@ def chat_body(
     if data.get("output_config") is not None:
         _output_config(data["output_config"], body)
     return body, problems
+
+
+#: The chat translation's field names back in the Messages API's (most specific first).
+_MESSAGES_NAMES = [
+    (re.compile(r"tools(?:\.|\[)(\d+)\]?\.function\.parameters"), r"tools[\1].input_schema"),
+    (re.compile(r"tools(?:\.|\[)(\d+)\]?\.function\.(name|description)"), r"tools[\1].\2"),
+    (re.compile(r"tools(?:\.|\[)(\d+)\]?\.function\b"), r"tools[\1]"),
+    (re.compile(r"response_format(?:\.json_schema)?\.schema"), "output_config.format.schema"),
+    (re.compile(r"response_format(?:\.json_schema)?"), "output_config.format"),
+    (re.compile(r"\bmax_thinking_tokens\b"), "thinking.budget_tokens"),
+    (re.compile(r"\breasoning_effort\b"), "output_config.effort"),
+]
+#: Whole parameters renamed (only as ``param``: the words are too common to replace in text).
+_MESSAGES_PARAMS = {"stop": "stop_sequences", "user": "metadata.user_id"}
+
+
+def messages_error(e: APIError) -> APIError:
+    """An error about the translated chat request (its checks, the schema budget, a backend's 400)
+    in the Messages API's names: ``tools[0].function.parameters`` -> ``tools[0].input_schema``,
+    ``response_format`` -> ``output_config.format``, ``max_thinking_tokens`` -> ``thinking.budget_tokens``."""
+
+    def fix(text: str) -> str:
+        for pattern, ours in _MESSAGES_NAMES:
+            text = pattern.sub(ours, text)
+        return text
+
+    param = None if e.param is None else _MESSAGES_PARAMS.get(e.param, fix(e.param))
+    return APIError(e.status, fix(e.message), code=e.code, param=param, type=e.type, headers=e.headers)
 
 
 def markdown() -> str:

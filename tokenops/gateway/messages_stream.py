@@ -256,8 +256,8 @@ async def encode_stream(
                 native = _with_decisions(native, rec, with_decisions)
             yield event(native.get("type", "message"), native)
         return
-    if not is_started:
-        yield _message_start(request, model)
+    if not is_started:  # nothing generated (e.g. max_tokens 0): the final usage is known now
+        yield _message_start(request, model, last_usage)
     for chunk in blocks.close():
         yield chunk
     reason, sequence = stop_reason(request, finish, has_calls)
@@ -275,8 +275,13 @@ async def encode_stream(
     yield event("message_stop", {"type": "message_stop"})
 
 
-def _message_start(request: GatewayRequest, model: str) -> bytes:
-    # input tokens are known once the backend's usage arrives: message_delta carries them (the SDKs take them there)
+def _message_start(request: GatewayRequest, model: str, last_usage: Delta | None = None) -> bytes:
+    # sent with the first delta, by when the bundled engine has counted the prompt (``prompt_counts``):
+    # no later than the first token; a chat upstream counts only at the end (message_delta has it then)
+    counts = request.prompt_counts
+    if counts is None and last_usage is not None:
+        counts = (last_usage.prompt_tokens or 0, last_usage.cached_tokens or 0)
+    prompt, cached = counts or (0, 0)
     return event(
         "message_start",
         {
@@ -289,7 +294,7 @@ def _message_start(request: GatewayRequest, model: str) -> bytes:
                 "content": [],
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": usage(0, 0, 0),
+                "usage": usage(prompt, 0, cached),
             },
         },
     )

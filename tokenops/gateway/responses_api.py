@@ -17,24 +17,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from tokenops.gateway.abandon import unless_abandoned
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
+from tokenops.gateway.body_counts import check_count, parsed_count
 from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.event_stream import EventStream
+from tokenops.gateway.responses_chain import (
+    check_stored_bytes,
+    is_translated,
+    limits,
+    not_stored_event,
+    stored_items,
+)
 from tokenops.gateway.responses_chat import chat_body, deferred_error
 from tokenops.gateway.responses_output import ResponseFrame
 from tokenops.gateway.responses_request import ResponsesRequest, Translation, input_items, parse
 from tokenops.gateway.responses_stream import EventWriter
-from tokenops.store.stored_responses import Limits, ResponseStore, StoredResponse, purge_stored_responses
+from tokenops.store.stored_responses import ChainHead, ResponseStore, StoredResponse, purge_stored_responses
 from tokenops.types import GatewayRequest, NativeRequest
 
 router = APIRouter()
+log = logging.getLogger(__name__)
 _JSON = "application/json"
 _SECRET_HEADERS = ("authorization", "x-api-key", "x-admin-key", "cookie")
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -50,14 +61,7 @@ def response_store(app: Any) -> ResponseStore:
             from tokenops.store import Store
 
             store = app.state.response_memory_store = Store.open(":memory:")
-        conf = gw.settings.store
-        rs = app.state.response_store = ResponseStore(
-            store,
-            Limits(
-                max_age_s=float(conf.responses_max_age_hours) * 3600.0,
-                max_per_tenant=int(conf.responses_max_per_tenant),
-            ),
-        )
+        rs = app.state.response_store = ResponseStore(store, limits(gw.settings.gateway, gw.settings.store))
     return rs
 
 
@@ -77,17 +81,22 @@ def _not_found(response_id: str, param: str | None = None) -> APIError:
     return APIError(404, f"Response with id '{response_id}' not found.", code="response_not_found", param=param)
 
 
-async def _stored(request: Request, tenant: str, response_id: str, param: str | None = None) -> StoredResponse:
+async def _stored(request: Request, tenant: str, response_id: str) -> StoredResponse:
     found = await asyncio.to_thread(response_store(request.app).get, tenant, response_id)
     if found is None:
-        if param == "previous_response_id":
-            raise APIError(
-                404,
-                f"Previous response with id '{response_id}' not found.",
-                code="previous_response_not_found",
-                param=param,
-            )
         raise _not_found(response_id)
+    return found
+
+
+async def _previous(store: ResponseStore, tenant: str, response_id: str) -> ChainHead:
+    found = await asyncio.to_thread(store.head, tenant, response_id)
+    if found is None:
+        raise APIError(
+            404,
+            f"Previous response with id '{response_id}' not found.",
+            code="previous_response_not_found",
+            param="previous_response_id",
+        )
     return found
 
 
@@ -96,14 +105,24 @@ def _replica_kinds(gw: Any, model: Any) -> list[tuple[str | None, Any]]:
     return [(getattr(r.backend, "kind", None), getattr(r.backend, "serves_responses", None)) for r in replicas or ()]
 
 
+def _is_reasoning(gw: Any, model: str) -> bool | None:
+    """Whether ``model`` thinks: known for bundled models (a ``reasoning_parser``), else None."""
+    replicas = gw.replicas.get(model) or ()
+    if not replicas or any(getattr(r.backend, "kind", None) != "local" for r in replicas):
+        return None
+    return getattr(replicas[0].backend, "reasoning_parser", None) is not None
+
+
 def _build(
     gw: Any, data: dict[str, Any], history: list[dict[str, Any]], default_max_tokens: int
 ) -> tuple[ResponsesRequest, GatewayRequest, list[dict[str, Any]], Translation]:
     req = parse(data)
     items = history + input_items(req)
     tr = Translation(offset=len(history))
-    body = chat_body(req, items, tr)
+    tr.is_reasoning_model = _is_reasoning(gw, req.model)
+    body = chat_body(req, items, tr, default_max_tokens)
     kinds = _replica_kinds(gw, req.model)
+    tr.stored = stored_items(items[len(history) :], is_translated(kinds))  # this turn's own items, as kept
     is_upstream = bool(kinds) and all(kind == "openai" for kind, _ in kinds)
     # what only the Responses API carries is a 400 now, unless the model's upstreams may take the body as sent
     if tr.untranslatable and not (is_upstream and all(serves is not False for _, serves in kinds)):
@@ -161,28 +180,35 @@ async def create_response(request: Request) -> Response:
         raise APIError(503, "The server is shutting down.", code="shutting_down")
     conf = gw.settings.gateway
     raw = await read_body(request, conf.max_body_bytes, conf.body_timeout_s)
-    data = await build_off_loop(raw, lambda b: checked_body(b, conf))
-    previous = data.get("previous_response_id")
+    data = await build_off_loop(raw, lambda b: checked_body(b, conf, "input"))
+    store = response_store(request.app)
+    previous, head = data.get("previous_response_id"), None
     history: list[dict[str, Any]] = []
     if isinstance(previous, str) and previous:
-        found = await _stored(request, tenant, previous, "previous_response_id")
-        history = found.input_items + found.response.get("output", [])
+        head = await _previous(store, tenant, previous)  # the bounds first, from its row alone
+        check_count(parsed_count(data, "input"), conf.max_messages, "input", head.num_chain_items)
+        history = await asyncio.to_thread(store.conversation, tenant, previous)
     req, greq, items, tr = await build_off_loop(raw, lambda _: _build(gw, data, history, conf.default_max_tokens))
     greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
     greq.api_key_id = key_id
     greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
     greq.session_id = greq.headers.get("x-session-id") or greq.session_id
-    store = response_store(request.app)
+    if req.store:  # measured off the loop: a 4 MB input is serialized once to count its bytes
+        frame = ResponseFrame(req, req.model)
+        await build_off_loop(
+            raw, lambda _: check_stored_bytes(store.limits, head, tr.stored, frame.body("in_progress", []))
+        )
+    items = history + tr.stored  # what is kept: save() writes this turn's own items, linked to the chain
     try:
         if greq.stream:
             return await _stream(gw, store, req, greq, items, tr)
-        answer, rec = await gw.pipeline.respond(greq)
+        answer, rec = await unless_abandoned(request.receive, gw.pipeline.respond(greq))  # a client that leaves cancels
     except APIError as e:
         raise deferred_error(e, tr) from None
     frame = ResponseFrame(req, rec.model_served or req.model)
     body = frame.finished(answer)
-    if req.store:
-        await asyncio.to_thread(store.save, greq.tenant, body, items, req.previous_response_id)
+    if req.store and not await _save(store, greq.tenant, body, items, req.previous_response_id, tr.offset):
+        body["store"] = False
     return Response(_dumps(body), media_type=_JSON, headers=greq.response_headers or None)
 
 
@@ -222,8 +248,9 @@ async def _stream(
             usage.reasoning_tokens if usage else rec.reasoning_tokens,
             decision_values(rec) if gw.pipeline.decision_headers else None,
         )
-        if req.store:  # before the last event: the client's next turn finds it
-            await asyncio.to_thread(store.save, greq.tenant, final, items, req.previous_response_id)
+        # before the last event: the client's next turn finds it
+        if req.store and not await _save(store, greq.tenant, final, items, req.previous_response_id, tr.offset):
+            events[-1] = not_stored_event(events[-1])
         for event in events:
             yield event
 
@@ -235,11 +262,27 @@ async def _stream(
     )
 
 
+async def _save(
+    store: ResponseStore,
+    tenant: str,
+    body: dict[str, Any],
+    items: list[dict[str, Any]],
+    previous_response_id: str | None,
+    num_history: int,
+) -> bool:
+    is_saved = await asyncio.to_thread(store.save, tenant, body, items, previous_response_id, num_history)
+    if not is_saved:
+        log.warning("response %s not kept: its answer passes a stored-bytes bound of [gateway]", body["id"])
+    return is_saved
+
+
 @router.get("/v1/responses/{response_id}", tags=["openai"], summary="A stored response (this tenant's)")
 async def retrieve_response(request: Request, response_id: str) -> Response:
     _, tenant, _ = _tenant(request)
-    found = await _stored(request, tenant, response_id)
-    return Response(_dumps(found.response), media_type=_JSON)
+    found = await asyncio.to_thread(response_store(request.app).response, tenant, response_id)
+    if found is None:
+        raise _not_found(response_id)
+    return Response(_dumps(found), media_type=_JSON)
 
 
 @router.delete("/v1/responses/{response_id}", tags=["openai"], summary="Delete a stored response (this tenant's)")

@@ -12,7 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from tokenops.gateway.errors import APIError
-from tokenops.gateway.responses_request import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest, Translation, bad
+from tokenops.gateway.responses_request import (
+    INCLUDE_VALUES,
+    LOGPROBS_INCLUDE,
+    TEXT_PARTS,
+    ResponsesRequest,
+    Translation,
+    bad,
+)
 from tokenops.gateway.structured import check_structured
 
 _CHAT_PARTS = {"input_image": "image_url", "input_file": "file", "input_audio": "input_audio"}
@@ -93,15 +100,33 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None, tr: Tra
 # -- the other fields -----------------------------------------------------------
 
 
+_HOSTED_TOOLS = (
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "code_interpreter",
+    "computer_use_preview",
+    "image_generation",
+    "mcp",
+)
+
+
+def _tool_refusal(kind: Any) -> str:
+    """Why a tool of type ``kind`` cannot run here, and what to send instead."""
+    if kind in _HOSTED_TOOLS:
+        return f"`{kind}` is a hosted tool (OpenAI runs it on its servers); none run here: define a `function` tool"
+    if kind == "custom":
+        return "`custom` (free-form) tools are not implemented: define a `function` tool with a string parameter"
+    if kind == "local_shell":
+        return "`local_shell` is not implemented: define a `function` tool (e.g. `shell` with a `command` parameter)"
+    return f"tools of type {kind!r} are not supported by this model (function tools are)"
+
+
 def _chat_tools(tools: list[dict[str, Any]], tr: Translation) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(tools):
         if tool.get("type") != "function":
-            tr.defer(
-                f"tools[{i}].type",
-                f"tools[{i}]: tools of type {tool.get('type')!r} are not supported by this model (function tools are)",
-                "unsupported_tool_type",
-            )
+            tr.defer(f"tools[{i}].type", f"tools[{i}]: {_tool_refusal(tool.get('type'))}", "unsupported_tool_type")
             continue
         fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
         out.append({"type": "function", "function": fn})
@@ -168,11 +193,36 @@ def responses_error(e: APIError) -> APIError:
     return APIError(e.status, fix(e.message), code=e.code, param=param, type=e.type, headers=e.headers)
 
 
-def chat_body(req: ResponsesRequest, items: list[dict[str, Any]], tr: Translation) -> dict[str, Any]:
+_EFFORTS = {"none": "none", "minimal": "minimal", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+_SUMMARIES = ("auto", "concise", "detailed")
+
+
+def _reasoning(reasoning: dict[str, Any], body: dict[str, Any], tr: Translation) -> None:
+    """``reasoning``: ``effort`` as chat's ``reasoning_effort`` (the thinking budget) for a model that
+    thinks or may (an upstream); a model that does not think is within any effort. ``summary`` is
+    accepted: there is no summarizer, reasoning items carry their text in ``content``."""
+    for key, value in reasoning.items():
+        if key not in ("effort", "summary", "generate_summary"):
+            raise bad(f"reasoning.{key}: unknown field (effort, summary are)", f"reasoning.{key}")
+        if key != "effort" and value is not None and value not in _SUMMARIES:
+            raise bad(f"reasoning.{key} must be one of {', '.join(_SUMMARIES)}; got {value!r}", f"reasoning.{key}")
+    effort = reasoning.get("effort")
+    if effort is None:
+        return
+    if effort not in _EFFORTS:
+        raise bad(f"reasoning.effort must be one of {', '.join(_EFFORTS)}; got {effort!r}", "reasoning.effort")
+    if tr.is_reasoning_model is not False:
+        body["reasoning_effort"] = _EFFORTS[effort]
+
+
+def chat_body(
+    req: ResponsesRequest, items: list[dict[str, Any]], tr: Translation, default_max_tokens: int | None = None
+) -> dict[str, Any]:
     """The chat completions body answering ``req`` over the conversation ``items``
-    (what it cannot express is kept in ``tr``)."""
+    (what it cannot express is kept in ``tr``). Its schemas are held to the output
+    ``max_output_tokens`` (else ``default_max_tokens``) can hold, as chat's to ``max_tokens``."""
     body: dict[str, Any] = {"model": req.model, "messages": chat_messages(items, req.instructions, tr)}
-    for name in ("temperature", "top_p", "parallel_tool_calls", "user"):
+    for name in ("temperature", "top_p", "parallel_tool_calls", "user", "prompt_cache_key"):
         if getattr(req, name) is not None:
             body[name] = getattr(req, name)
     if req.tools and (tools := _chat_tools(req.tools, tr)):
@@ -186,20 +236,15 @@ def chat_body(req: ResponsesRequest, items: list[dict[str, Any]], tr: Translatio
             body["response_format"] = fmt
         if req.text.get("verbosity") not in (None, "medium"):
             body["verbosity"] = req.text["verbosity"]
-    include = [v for v in req.include or () if v != LOGPROBS_INCLUDE]
-    if include:
-        body["include"] = include
+    for i, value in enumerate(req.include or ()):
+        if value not in INCLUDE_VALUES:
+            raise bad(f"include[{i}]: {value!r} is not an include value ({', '.join(INCLUDE_VALUES)})", f"include[{i}]")
     if req.top_logprobs or LOGPROBS_INCLUDE in (req.include or ()):
         body["logprobs"] = True
         if req.top_logprobs:
             body["top_logprobs"] = req.top_logprobs
     if req.reasoning:
-        effort = req.reasoning.get("effort")
-        if effort is not None:
-            body["reasoning_effort"] = effort
-        rest = {k: v for k, v in req.reasoning.items() if k != "effort" and v is not None}
-        if rest:
-            body["reasoning"] = rest
+        _reasoning(req.reasoning, body, tr)
     if (req.stream_options or {}).get("include_obfuscation"):
         tr.defer(
             "stream_options.include_obfuscation",
@@ -225,7 +270,7 @@ def chat_body(req: ResponsesRequest, items: list[dict[str, Any]], tr: Translatio
                 raise bad(f"Unknown parameter: '{name}'.", name, code="unknown_parameter")
             body[name] = value
     try:
-        check_structured(body)
+        check_structured(body, req.max_output_tokens or default_max_tokens)  # the one schema budget
     except APIError as e:
         raise responses_error(e) from None
     return body

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.metadata_bounds import Metadata
 
 _PASS_NATIVE = "passes through"
 #: name -> (what the bundled engine does, what an upstream serving /v1/responses gets)
@@ -47,9 +48,13 @@ FIELDS: dict[str, tuple[str, str]] = {
         "acts (default true): kept in the store per tenant, bounded by `[store] responses_*`",
         "acts as on the bundled engine; the upstream gets `store: false`",
     ),
-    "metadata": ("acts: kept with the response", _PASS_NATIVE),
+    "metadata": (
+        "acts: kept with the response; at most 16 pairs, keys up to 64 and values up to 512 characters",
+        _PASS_NATIVE,
+    ),
     "tools": (
-        "acts: `function` tools (as chat tools); other tool types (`web_search`, ...) are a 400 naming them",
+        "acts: `function` tools (as chat tools); hosted tools (`web_search`, `file_search`, `code_interpreter`, "
+        "`computer_use_preview`, `image_generation`, `mcp`), `custom` and `local_shell` are a 400 naming the type",
         _PASS_NATIVE,
     ),
     "tool_choice": (
@@ -62,14 +67,26 @@ FIELDS: dict[str, tuple[str, str]] = {
         "`verbosity` other than `medium` is a 400",
         _PASS_NATIVE,
     ),
-    "max_output_tokens": ("acts", _PASS_NATIVE),
+    "max_output_tokens": ("acts: 1 to 2^31-1, as chat's `max_tokens`", _PASS_NATIVE),
     "temperature": ("acts", _PASS_NATIVE),
     "top_p": ("acts", _PASS_NATIVE),
     "top_logprobs": ("acts: `output_text` parts carry `logprobs`", _PASS_NATIVE),
-    "include": ("acts: `message.output_text.logprobs`; other values are a 400", _PASS_NATIVE),
+    "include": (
+        "acts: `message.output_text.logprobs` (logprobs on `output_text` parts); `reasoning.encrypted_content` "
+        "accepted (reasoning items carry their text in `content`, no `encrypted_content`: nothing is kept "
+        "encrypted here); OpenAI's values about hosted tools and input images accepted (such items never occur "
+        "here); any other value is a 400 naming it",
+        _PASS_NATIVE,
+    ),
+    "prompt_cache_key": (
+        "acts: replica affinity (as chat's `prompt_cache_key`: the same key, the same replica)",
+        _PASS_NATIVE,
+    ),
     "reasoning": (
-        "acts: `effort` on models with a `reasoning_parser` (400 on others); output has `reasoning` "
-        "items; `summary` is a 400 (no summaries)",
+        "acts: `effort` is the thinking budget on models with a `reasoning_parser` (`xhigh` as `high`); a "
+        "model that does not think spends no thinking tokens, within any effort: accepted; `summary` "
+        "(`auto`, `concise`, `detailed`) accepted: no summarizer here, `reasoning` items carry the reasoning "
+        "text in `content` and an empty `summary`; other keys are a 400 naming them",
         _PASS_NATIVE,
     ),
     "stream": (
@@ -85,7 +102,6 @@ FIELDS: dict[str, tuple[str, str]] = {
 _REJECTED = (
     "conversation",
     "prompt",
-    "prompt_cache_key",
     "prompt_cache_retention",
     "prompt_cache_options",
     "safety_identifier",
@@ -95,6 +111,20 @@ _REJECTED = (
 for _name in _REJECTED:
     FIELDS[_name] = ("400 naming it (not implemented)", _PASS_NATIVE)
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+#: OpenAI's ``include`` values: logprobs act; the others name items that never occur here (hosted
+#: tools and images are refused, reasoning is not kept encrypted), so asking for them changes nothing.
+INCLUDE_VALUES = (
+    LOGPROBS_INCLUDE,
+    "reasoning.encrypted_content",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "code_interpreter_call.outputs",
+)
+#: chat's bound on ``max_tokens`` (a signed 32-bit integer), for ``max_output_tokens`` too
+MAX_OUTPUT_TOKENS = 2**31 - 1
 
 
 class ResponsesRequest(BaseModel):
@@ -106,16 +136,17 @@ class ResponsesRequest(BaseModel):
     instructions: str | None = None
     previous_response_id: str | None = None
     store: bool = True
-    metadata: dict[str, str] | None = Field(None, max_length=16)
+    metadata: Metadata | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     text: dict[str, Any] | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(None, ge=1, le=MAX_OUTPUT_TOKENS)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_logprobs: int | None = Field(None, ge=0, le=20)
     include: list[str] | None = None
+    prompt_cache_key: str | None = None
     reasoning: dict[str, Any] | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
@@ -157,6 +188,9 @@ class Translation:
 
     def __init__(self, offset: int = 0) -> None:
         self.offset = offset  # items of earlier turns before this request's input
+        self.stored: list[dict[str, Any]] = []  # this request's own input items as they are stored
+        #: whether the model thinks (a bundled model with a ``reasoning_parser``); None: not known here
+        self.is_reasoning_model: bool | None = None
         self.untranslatable: dict[str, APIError] = {}
         self.text_only: dict[str, APIError] = {}
 

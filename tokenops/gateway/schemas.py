@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.json_types import INTEGRAL_FLOAT
+from tokenops.gateway.metadata_bounds import Metadata
 from tokenops.gateway.structured import check_structured
 from tokenops.types import GatewayRequest, OutputFields, SamplingFields
 
@@ -55,6 +56,8 @@ def _chat_schema(schema: dict[str, Any]) -> None:
     }
 
 
+#: Entries of ``logit_bias`` (OpenAI's limit; a 400 naming the field above it).
+MAX_LOGIT_BIAS = 300
 #: A token id as a prompt may carry it (the vocabulary sizes served fit in 31 bits).
 TokenId = Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT]
 
@@ -108,9 +111,10 @@ class _CommonRequest(BaseModel):
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = Field(
         None,
-        description="Token id (as a string) -> bias in [-100, 100].",
+        description=f"Token id (as a string) -> bias in [-100, 100]; at most {MAX_LOGIT_BIAS} entries.",
         json_schema_extra={
             "propertyNames": {"pattern": "^[0-9]+$"},
+            "maxProperties": MAX_LOGIT_BIAS,
             "additionalProperties": {"minimum": -100, "maximum": 100},
         },
     )
@@ -120,6 +124,14 @@ class _CommonRequest(BaseModel):
     min_tokens: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(
         None, description="Extension (vLLM): no stop rule ends the output before it."
     )
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _logit_bias_size(cls, value: Any) -> Any:
+        # counted before each entry is validated: OpenAI's limit, and a 100k-entry map took 0.1 s
+        if isinstance(value, dict) and len(value) > MAX_LOGIT_BIAS:
+            raise ValueError(f"at most {MAX_LOGIT_BIAS} token biases (OpenAI's limit), got {len(value)}")
+        return value
 
     @field_validator("logit_bias")
     @classmethod
@@ -139,6 +151,7 @@ class ChatCompletionRequest(_CommonRequest):
     max_completion_tokens: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(None)
     logprobs: bool | None = False
     top_logprobs: Annotated[int, Field(strict=True, ge=0, le=20), INTEGRAL_FLOAT] | None = Field(None)
+    metadata: Metadata | None = None
 
 
 def _completion_schema(schema: dict[str, Any]) -> None:
@@ -152,12 +165,12 @@ def _completion_schema(schema: dict[str, Any]) -> None:
 
 class CompletionRequest(_CommonRequest):
     model_config = ConfigDict(extra="allow", json_schema_extra=_completion_schema)
-    # one prompt per request: a list of strings or of token-id lists holds exactly one
+    # a list of strings or of token-id lists is one prompt each (at most [gateway] max_messages)
     prompt: (
         str
-        | Annotated[list[str], Field(min_length=1, max_length=1)]
+        | Annotated[list[str], Field(min_length=1)]
         | Annotated[list[TokenId], Field(min_length=1)]
-        | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=1)]
+        | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)]
     )
     max_tokens: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(
         None, description="0 (with `echo`): score the prompt, generate nothing."
@@ -215,15 +228,29 @@ def chat_request(data: dict[str, Any], default_max_tokens: int, *, is_generating
 
 
 def completion_request(data: dict[str, Any], default_max_tokens: int) -> GatewayRequest:
+    """The request of a body with one prompt (a list of several: :func:`completion_requests`)."""
+    [request] = completion_requests(data, default_max_tokens, max_prompts=1)
+    return request
+
+
+def completion_requests(data: dict[str, Any], default_max_tokens: int, max_prompts: int) -> list[GatewayRequest]:
+    """One request per prompt: ``prompt`` may be a list of strings or of token-id lists (OpenAI's
+    batch of prompts), at most ``max_prompts`` of them (``[gateway] max_messages``)."""
     try:
         req = CompletionRequest.model_validate(data, strict=True)
     except ValidationError as e:
         raise _format_validation(e) from None
-    prompt: Any = req.prompt
-    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-        if len(prompt) != 1:
-            raise APIError(400, "batched prompts are not supported: send one prompt per request", param="prompt")
-        prompt = prompt[0]
+    prompts: list[Any] = [req.prompt]
+    if isinstance(req.prompt, list) and not isinstance(req.prompt[0], int):
+        prompts = list(req.prompt)
+    if len(prompts) > max_prompts:
+        raise APIError(
+            400,
+            f"prompt: {len(prompts)} prompts exceed this server's limit of {max_prompts} per request "
+            "([gateway] max_messages); send fewer.",
+            code="too_many_messages",
+            param="prompt",
+        )
     if req.max_tokens == 0 and not req.echo:
         raise APIError(
             400,
@@ -231,20 +258,25 @@ def completion_request(data: dict[str, Any], default_max_tokens: int) -> Gateway
             code="invalid_value",
             param="max_tokens",
         )
-    body = req.model_dump(exclude_none=True)
-    body["prompt"] = prompt
-    return GatewayRequest(
-        kind="completion",
-        model=req.model,
-        body=body,
-        prompt=prompt,
-        stream=req.stream,
-        max_tokens=req.max_tokens if req.max_tokens is not None else default_max_tokens,
-        session_id=req.user,
-        priority=req.priority,
-        sampling=SamplingFields.from_body(body, req.model_fields_set),
-        output=OutputFields.from_body(body, req.model_fields_set),
-    )
+    common = req.model_dump(exclude_none=True)
+    out = []
+    for prompt in prompts:
+        body = {**common, "prompt": prompt}
+        out.append(
+            GatewayRequest(
+                kind="completion",
+                model=req.model,
+                body=body,
+                prompt=prompt,
+                stream=req.stream,
+                max_tokens=req.max_tokens if req.max_tokens is not None else default_max_tokens,
+                session_id=req.user,
+                priority=req.priority,
+                sampling=SamplingFields.from_body(body, req.model_fields_set),
+                output=OutputFields.from_body(body, req.model_fields_set),
+            )
+        )
+    return out
 
 
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 from tokenops.backends.base import Replica
-from tokenops.gateway.body import checked_body
+from tokenops.gateway.body import build_off_loop, checked_body
 from tokenops.gateway.errors import APIError, ModelNotFound, api_error
 from tokenops.gateway.keyed_body import authorized_body
 from tokenops.gateway.messages_schema import chat_body
@@ -90,12 +90,19 @@ async def _passed_through(replica: Replica, path: str, data: dict[str, Any]) -> 
     return Response(json.dumps(answer), media_type=_JSON)
 
 
+def default_model(gw: Any) -> str:
+    """The model a request without ``model`` means (vLLM serves one, and lm-eval sends none): the
+    first configured text model (bundled or upstream), which is the default model when none are configured."""
+    for name, replicas in gw.replicas.items():
+        if any(getattr(r.backend, "kind", None) in ("local", "openai") for r in replicas):
+            return str(name)
+    raise APIError(400, "model: required (this server serves no text model)", param="model")
+
+
 def replica_for(gw: Any, model: str | None) -> Replica:
-    """A ready replica of ``model`` (the only model when None)."""
+    """A ready replica of ``model`` (the default text model when None)."""
     if model is None:
-        if len(gw.replicas) != 1:
-            raise APIError(400, "model: required when the server serves several models", param="model")
-        model = next(iter(gw.replicas))
+        model = default_model(gw)
     if model not in gw.replicas:
         raise ModelNotFound(model, list(gw.replicas))
     ready = [r for r in gw.replicas[model] if r.ready]
@@ -194,7 +201,7 @@ def _upstream_error(replica: Replica, path: str, status: int, data: Any) -> APIE
 
 async def _auth_and_body(request: Request) -> tuple[Any, dict[str, Any]]:
     gw, _, raw = await authorized_body(request)
-    data = checked_body(raw, gw.settings.gateway)
+    data = await build_off_loop(raw, lambda b: checked_body(b, gw.settings.gateway))
     if data.get("model") is not None and not isinstance(data["model"], str):
         raise APIError(400, "model: must be a string", param="model")
     return gw, data
@@ -206,12 +213,24 @@ async def tokenize(request: Request) -> Response:
     replica = replica_for(gw, data.get("model"))
     if replica.backend.kind == "openai":
         return await _passed_through(replica, "/tokenize", data)
-    req: TokenizeRequest = _parsed(TokenizeRequest, data)
-    if (req.prompt is None) == (req.messages is None):
-        raise APIError(400, "send exactly one of `prompt` and `messages`", param="prompt")
+    # validated (messages, tool schemas: up to seconds of Python) in a worker thread
+    req = await asyncio.to_thread(_tokenize_request, data)
     async with loaded(replica):
         answer = await _token_ids(replica, req)
     return Response(json.dumps(answer), media_type=_JSON)
+
+
+def _tokenize_request(data: dict[str, Any]) -> TokenizeRequest:
+    """The validated request: its fields, and its tools as a chat request's (the one schema budget)."""
+    req: TokenizeRequest = _parsed(TokenizeRequest, data)
+    if (req.prompt is None) == (req.messages is None):
+        raise APIError(400, "send exactly one of `prompt` and `messages`", param="prompt")
+    if req.tools is not None:
+        from tokenops.gateway.structured import check_structured
+
+        # as a chat request's: a tool without "function" was a 500 (KeyError); schemas measured
+        check_structured({"tools": req.tools})
+    return req
 
 
 @contextlib.asynccontextmanager
@@ -233,10 +252,7 @@ async def _token_ids(replica: Replica, req: TokenizeRequest) -> dict[str, Any]:
         ids = await asyncio.to_thread(tok.encode, req.prompt, special)
     else:
         body = {"messages": [m.model_dump(exclude_none=True) for m in req.messages or []]}
-        if req.tools is not None:
-            from tokenops.gateway.structured import check_tools
-
-            check_tools(req.tools)  # as a chat request's: a tool without "function" was a 500 (KeyError)
+        if req.tools is not None:  # checked by _tokenize_request
             body["tools"] = req.tools
         ids = await asyncio.to_thread(
             lambda: chat_token_ids(
@@ -262,16 +278,25 @@ async def detokenize(request: Request) -> Response:
     replica = replica_for(gw, data.get("model"))
     if replica.backend.kind == "openai":
         return await _passed_through(replica, "/detokenize", data)
-    req: DetokenizeRequest = _parsed(DetokenizeRequest, data)
+    req: DetokenizeRequest = await asyncio.to_thread(_parsed, DetokenizeRequest, data)
     async with loaded(replica):
         tok = _tokenizer(replica)  # kept: it outlives an eviction of its engine
-    bad = [t for t in req.tokens if not 0 <= t < tok.vocab_size]
+    bad = await asyncio.to_thread(lambda: [t for t in req.tokens if not 0 <= t < tok.vocab_size][:1])
     if bad:
         raise APIError(
             400, f"tokens: {bad[0]} is not a token id of `{replica.model}` (0-{tok.vocab_size - 1})", param="tokens"
         )
     text = await asyncio.to_thread(tok.decode, req.tokens, False)
     return Response(json.dumps({"prompt": text}, ensure_ascii=False), media_type=_JSON)
+
+
+def _count_request(data: dict[str, Any]) -> tuple[Any, Any]:
+    """The validated chat translation of a count_tokens body, and what it could not carry."""
+    body, untranslatable = chat_body(data, is_count=True)
+    err = untranslatable.error()
+    if err is not None:
+        raise err
+    return chat_request(body, 1, is_generating=False), untranslatable  # the schema budget without max_tokens
 
 
 async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str, str]) -> int:
@@ -289,20 +314,60 @@ async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str,
             return answer["input_tokens"]
         if status not in (404, 405):
             raise _upstream_error(replica, "/v1/messages/count_tokens", status, answer)
-    body, untranslatable = chat_body(data, is_count=True)
-    err = untranslatable.error()
-    if err is not None:
-        raise err
-    greq = chat_request(body, 1, is_generating=False)  # validates the translation (tools, tool_choice)
+    # the translation validated (tools, tool_choice, their schemas) in a worker thread: a
+    # 300 KB tool schema holds Python for about a second
+    greq, untranslatable = await asyncio.to_thread(_count_request, data)
     if backend.kind == "openai":
         upstream_body = {k: v for k, v in greq.body.items() if k in ("messages", "tools")}
         status, answer = await _upstream(replica, "/tokenize", upstream_body)
         if status >= 400 or not isinstance(answer, dict) or not isinstance(answer.get("count"), int):
             raise _upstream_error(replica, "/v1/messages/count_tokens or /tokenize", status, answer)
         return answer["count"]
+    if untranslatable.text_only:  # a text-only model reads no image: a 400 naming it, as /v1/messages answers
+        param, message = untranslatable.text_only[0]
+        raise APIError(400, message, code="unsupported_content_type", param=param)
     try:
-        async with loaded(replica):
-            ids = await asyncio.to_thread(chat_token_ids, replica, greq.body)
+        async with loaded(replica):  # counted as the engine builds its prompt (tools as it renders them)
+            local: Any = backend  # a LocalBackend (kind "local")
+            ids = await asyncio.to_thread(local.prompt_token_ids, greq)
     except BackendError as e:
         raise APIError(400, str(e), param="model") from None
     return len(ids)
+
+
+@router.get("/tokenizer_info", tags=["vllm"], summary="The tokenizer's configuration (vLLM's shape)")
+async def tokenizer_info(request: Request) -> Response:
+    """vLLM's ``GET /tokenizer_info``: class, special tokens, chat template, context length (lm-eval's
+    ``tokenizer_backend=remote`` reads it). ``?model=`` picks a model (default: the default text model)."""
+    gw, _, _ = await authorized_body(request)
+    replica = replica_for(gw, request.query_params.get("model"))
+    if replica.backend.kind == "openai":
+        return await _passed_through_get(replica, "/tokenizer_info")
+    async with loaded(replica):
+        tok = _tokenizer(replica)
+    special = getattr(tok, "special_tokens", {}) or {}
+    answer = {
+        "tokenizer_class": "PreTrainedTokenizerFast",  # what transformers builds from a tokenizer.json
+        "model": replica.model,
+        "model_max_length": replica.backend.max_model_len,
+        "chat_template": getattr(tok, "chat_template", None),
+        "add_bos_token": bool(getattr(tok, "add_bos_token", False)),
+        **{name: special.get(name) for name in ("bos_token", "eos_token", "pad_token", "unk_token")},
+    }
+    return Response(json.dumps(answer, ensure_ascii=False), media_type=_JSON)
+
+
+async def _passed_through_get(replica: Replica, path: str) -> Response:
+    backend = replica.backend
+    client = backend._client
+    if client is None:
+        raise APIError(503, f"The model `{replica.model}` is not ready yet.", code="model_not_ready")
+    url = backend.url[: -len("/v1")] + path
+    try:
+        r = await client.get(url, headers=backend._headers, timeout=backend._timeout)
+        data = r.json()
+    except Exception as e:  # noqa: BLE001 - any transport or JSON failure is the upstream's
+        raise APIError(502, f"{backend.name}: {url}: {type(e).__name__}", code="upstream_error") from None
+    if r.status_code >= 400:
+        raise _upstream_error(replica, path, r.status_code, data)
+    return Response(json.dumps(data), media_type=_JSON)

@@ -49,3 +49,10 @@ def session_key(request: Any) -> str | None:
             return str(value)
     user = (getattr(request, "body", None) or {}).get("user")
     return str(user) if user else None
+
+
+def cache_key(request: Any) -> str | None:
+    """The client's ``prompt_cache_key`` (chat, Responses): requests that share one share a
+    long prefix, so they should meet the same replica's prefix cache."""
+    key = (getattr(request, "body", None) or {}).get("prompt_cache_key")
+    return key if isinstance(key, str) and key else None

@@ -12,6 +12,9 @@ None). The others:
   under the bounded-load capacity (``prefix_load_factor`` x the mean load, where
   load = outstanding tokens + tokens given lately, decayed over ~30 s),
   so affinity and load are traded in one score rather than switched between.
+- a request with a ``prompt_cache_key`` goes where its key is consistently hashed (bounded
+  loads, as ``sticky``) under every policy but the load-only ``least_load`` and ``p2c``,
+  round robin included: the client says which requests share a prefix.
 - ``kv_aware``: the same score over the engine's own unit: chained hashes of
   ``block_size``-token blocks of the tokenized prompt salted by tenant (the bundled
   engine's prefix-cache key), each replica bounded by its ``kv_blocks_total``.
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tokenops.routing.estimate import estimate_prompt_tokens, request_text, session_key
+from tokenops.routing.estimate import cache_key, estimate_prompt_tokens, request_text, session_key
 from tokenops.routing.hash_ring import HashRing
 from tokenops.routing.load_tracker import LoadTracker
 from tokenops.routing.prefix_index import PrefixIndex, blocks_of, chained_hashes
@@ -100,10 +103,13 @@ class ReplicaSelector:
     def select(self, request: Any, replicas: Sequence[Any]) -> Any:
         """The chosen replica, or None for round robin / no replicas."""
         policy = self.config.policy
-        if not replicas or policy == "round_robin":
+        key = cache_key(request) if policy not in ("least_load", "p2c") else None
+        if not replicas or (policy == "round_robin" and (key is None or len(replicas) == 1)):
             return None
         if len(replicas) == 1:
             chosen, reason = replicas[0], policy
+        elif key is not None:
+            chosen, reason = self._keyed(key, replicas, "cache_key")
         else:
             chosen, reason = getattr(self, f"_select_{policy}")(request, replicas)
         decide = getattr(request, "decide", None)  # a GatewayRequest (the bench's requests have no record)
@@ -146,11 +152,15 @@ class ReplicaSelector:
         if key is None:
             chosen, _ = self._select_least_load(request, replicas)
             return chosen, "sticky:no_session"
+        return self._keyed(key, replicas, "sticky")
+
+    def _keyed(self, key: str, replicas: Sequence[Any], label: str) -> tuple[Any, str]:
+        """The replica ``key`` hashes to, or the next one under the bounded load."""
         ring = self._ring([r.name for r in replicas])
         by_name = {r.name: r for r in replicas}
         name = ring.lookup_bounded(key, self.tracker.num_in_flight, self.config.sticky_load_factor)
         home = ring.lookup(key)
-        return by_name[name], ("sticky" if name == home else "sticky:overflow")
+        return by_name[name], (label if name == home else f"{label}:overflow")
 
     def _ring(self, names: list[str]) -> HashRing:
         key = tuple(sorted(names))
