@@ -1,7 +1,7 @@
 """How much output a JSON schema forces, measured without building anything.
 
 A schema can ask for far more text than any request may generate: ``"minLength":
-1000000000``, ``minItems`` nested inside ``minItems``, a ``pattern`` with ``a{10000000}``,
+1000000000``, ``minItems`` nested inside ``minItems``, a ``pattern`` with ``a{10000000}`` or ``(a{1000}){1000}``,
 a property that is required inside itself through ``$ref``. Building a sample of such
 a schema (what the budget-aware close measures) or compiling it into a grammar takes
 the memory and time of that text. :func:`min_json_chars` computes a lower bound on the
@@ -18,15 +18,15 @@ can answer a 400 that says what to change.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, TypeGuard
+
+from tokenops.engine.regex_size import PatternTooDeep, pattern_size
 
 #: Returned for a schema with no finite instance (a property required inside itself).
 INFINITE = float("inf")
 #: Keywords whose value is a count of characters, items or properties the output must have.
 SIZING_KEYWORDS = ("minLength", "minItems", "minProperties", "minContains")
-_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 _SUB_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 _SUB_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SUB_ONE = (
@@ -62,6 +62,7 @@ class ShapeLimits:
     max_depth: int = 64
     max_enum_values: int = 2_000
     max_enum_chars: int = 256 * 1024
+    max_pattern_chars: int = 64 * 1024  # all ``pattern`` strings of one schema (parsing one costs ~2 us a character)
 
 
 def check_shape(schema: Any, limits: ShapeLimits, output_cap: int) -> None:
@@ -69,7 +70,7 @@ def check_shape(schema: Any, limits: ShapeLimits, output_cap: int) -> None:
     ``pattern`` repetition against ``output_cap`` characters (iteratively: the depth is
     what is being checked). Raises :class:`SchemaSizeError`."""
     stack: list[tuple[Any, int, str]] = [(schema, 0, "")]
-    num_nodes = num_enum = enum_chars = 0
+    num_nodes = num_enum = enum_chars = pattern_chars = 0
     while stack:
         node, depth, where = stack.pop()
         if depth > limits.max_depth:
@@ -88,13 +89,12 @@ def check_shape(schema: Any, limits: ShapeLimits, output_cap: int) -> None:
                 raise SchemaSizeError(f"{key} {value} asks for more than {output_cap} characters", key, where)
         pattern = node.get("pattern")
         if isinstance(pattern, str):
-            for m in _QUANTIFIER.finditer(pattern):
-                if int(m.group(1)[:12]) > output_cap or (m.group(2) and int(m.group(2)[:12]) > output_cap):
-                    raise SchemaSizeError(
-                        f"pattern repetition {m.group(0)[:40]} asks for more than {output_cap} characters",
-                        "pattern",
-                        where,
-                    )
+            pattern_chars += len(pattern)
+            if pattern_chars > limits.max_pattern_chars:
+                raise SchemaSizeError(
+                    f"has patterns of more than {limits.max_pattern_chars} characters in all", "pattern", where
+                )
+            _check_pattern(pattern, output_cap, where)
         if isinstance(node.get("enum"), list):
             num_enum += len(node["enum"])
             enum_chars += _json_len(node["enum"], limits.max_enum_chars)
@@ -118,6 +118,28 @@ def check_shape(schema: Any, limits: ShapeLimits, output_cap: int) -> None:
         for key in _SUB_ONE:
             if isinstance(node.get(key), (dict, list)):
                 stack.append((node[key], depth + 1, f"{where}/{key}"))
+
+
+def _check_pattern(pattern: str, output_cap: int, where: str) -> None:
+    """A ``pattern`` whose shortest match, or whose nested repetitions (upper bounds multiplied),
+    exceed ``output_cap`` characters (:mod:`tokenops.engine.regex_size`)."""
+    try:
+        size = pattern_size(pattern, output_cap)
+    except PatternTooDeep as e:
+        raise SchemaSizeError(f"pattern {e}", "pattern", where) from None
+    shown = pattern if len(pattern) <= 40 else pattern[:37] + "..."
+    if size.min_chars > output_cap:
+        raise SchemaSizeError(
+            f"pattern {shown} asks for more than {output_cap} characters (nested repetitions multiply)",
+            "pattern",
+            where,
+        )
+    if size.span > output_cap:
+        raise SchemaSizeError(
+            f"pattern {shown} repeats more than {output_cap} characters (nested upper bounds multiply)",
+            "pattern",
+            where,
+        )
 
 
 def _is_number(value: Any) -> TypeGuard[int | float]:
@@ -242,12 +264,14 @@ class _Sizer:
             return 4
         return 1
 
-    @staticmethod
-    def pattern_chars(schema: dict[str, Any]) -> int:
+    def pattern_chars(self, schema: dict[str, Any]) -> int:
         pattern = schema.get("pattern")
         if not isinstance(pattern, str):
             return 0
-        return max((int(m.group(1)[:12]) for m in _QUANTIFIER.finditer(pattern)), default=0)
+        try:
+            return pattern_size(pattern, self.cap).min_chars
+        except PatternTooDeep:
+            return self.cap + 1
 
     @staticmethod
     def keyword(schema: dict[str, Any]) -> str:
