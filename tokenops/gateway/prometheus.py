@@ -165,6 +165,9 @@ _ENGINE_GAUGES = {
     "num_requests_running": ("num_running", "Number of requests in model execution batches."),
     "num_requests_waiting": ("num_waiting", "Number of requests waiting to be processed."),
     "kv_cache_usage_perc": ("kv_cache_usage", "KV-cache usage. 1 means 100 percent usage."),
+    # priority classes: of the two above, the batch work (Batch API lines)
+    "num_batch_requests_running": ("num_running_batch", "Of the running requests, the batch-class ones."),
+    "num_batch_requests_waiting": ("num_waiting_batch", "Of the waiting requests, the batch-class ones."),
 }
 _ENGINE_COUNTERS = {
     "prefix_cache_queries_total": (
@@ -173,6 +176,10 @@ _ENGINE_COUNTERS = {
     ),
     "prefix_cache_hits_total": ("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
     "num_preemptions_total": ("num_preemptions", "Cumulative number of preemptions from the engine."),
+    "num_batch_preemptions_total": (
+        "num_batch_preemptions",
+        "Of the preemptions, those of batch-class requests (most to make room for interactive ones).",
+    ),
     # speculative decoding (engines with speculative set; nested under stats["spec_decode"])
     "spec_decode_num_drafts_total": ("spec_decode.num_drafts", "Number of spec decoding drafts."),
     "spec_decode_num_draft_tokens_total": ("spec_decode.num_draft_tokens", "Number of draft tokens."),
