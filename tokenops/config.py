@@ -97,6 +97,10 @@ class GatewaySettings:
     max_connections: int = 4096
     max_connections_per_client: int = 256
     max_messages: int = 10000
+    # stored /v1/responses state (tokenops/store/stored_responses.py): one response's row, and a
+    # previous_response_id chain's rows together; a turn past either is a 400
+    max_stored_response_bytes: int = 1024 * 1024
+    max_chain_bytes: int = 16 * 1024 * 1024
     # what a request's JSON schemas may force or hold (tokenops/gateway/schema_budget.py)
     schema_max_output_chars: int = 65536
     schema_max_nodes: int = 10000
@@ -120,6 +124,12 @@ class GatewaySettings:
             raise ConfigError(f"[gateway] max_loaded_models: expected an integer, got {self.max_loaded_models!r}")
         if self.max_loaded_models < 0:
             raise ConfigError("[gateway] max_loaded_models must be >= 0 (0: no bound)")
+        row, chain = self.max_stored_response_bytes, self.max_chain_bytes
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (row, chain)) or row > chain:
+            raise ConfigError(
+                "[gateway] max_stored_response_bytes and max_chain_bytes: expected integers >= 1, "
+                f"the first <= the second; got {row!r} and {chain!r}"
+            )
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ import msgspec
 from pydantic_core import from_json
 from starlette.requests import ClientDisconnect, Request
 
+from tokenops.gateway.body_counts import Unit, check_count, parsed_count, raw_count
 from tokenops.gateway.errors import APIError
 
 #: Bodies larger than this are parsed and validated in a worker thread.
@@ -114,17 +115,22 @@ def _check_finite(data: dict[str, Any], max_int_bits: int = 0) -> None:
         raise APIError(400, f"{where}: integers must fit in {limit}.", code="invalid_value", param=where)
 
 
-def checked_body(raw: bytes, conf: Any) -> dict[str, Any]:
+def checked_body(raw: bytes, conf: Any, unit: Unit | None = None) -> dict[str, Any]:
     """:func:`parse_json` plus the cheap bounds of ``[gateway]`` (``max_messages``),
-    checked before validation or tokenization spend time on the body."""
+    checked before validation or tokenization spend time on the body. ``unit``: what
+    else counts as messages (Anthropic content blocks, Responses input items)."""
     if len(raw) > OFF_LOOP_BYTES:
         # counted before parsing: building 100,000 message dicts holds the GIL ~0.15 s,
         # counting them (msgspec, messages kept as raw slices) ~15 ms
         _check_message_count(_count_messages(raw), conf.max_messages)
+        if unit is not None:
+            check_count(raw_count(raw, unit), conf.max_messages, unit)
     data = parse_json(raw, check_finite=False)
     messages = data.get("messages")
     if isinstance(messages, list):
         _check_message_count(len(messages), conf.max_messages)
+    if unit is not None:
+        check_count(parsed_count(data, unit), conf.max_messages, unit)
     _check_finite(data, MAX_INT_BITS)
     return data
 

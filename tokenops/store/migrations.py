@@ -119,6 +119,18 @@ CREATE TABLE stored_responses (
 CREATE INDEX stored_responses_tenant ON stored_responses (tenant, created_at);
 """
 
+# A response keeps only its own turn and links to the one before; rows written before hold the
+# whole conversation (is_whole) and end a chain walk. chain_bytes / chain_items sum the chain up to
+# and including the row, so a new turn is checked against the bounds without reading the chain.
+_LINKED_RESPONSES = """
+ALTER TABLE stored_responses ADD COLUMN chain_bytes BIGINT;
+ALTER TABLE stored_responses ADD COLUMN chain_items INTEGER;
+ALTER TABLE stored_responses ADD COLUMN is_whole BOOLEAN;
+ALTER TABLE stored_responses ADD COLUMN is_hidden BOOLEAN;
+UPDATE stored_responses SET chain_bytes = num_bytes, is_whole = true, is_hidden = false,
+    chain_items = coalesce(json_array_length(input_items), 0) + coalesce(json_array_length(response, '$.output'), 0)
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "telemetry tables", _TELEMETRY),
     (2, "config audit and capability profiles", _AUDIT_AND_PROFILES),
@@ -135,6 +147,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
         "ALTER TABLE distill_pairs ADD COLUMN num_logprobs INTEGER",
     ),
     (9, "stored responses of /v1/responses", _STORED_RESPONSES),
+    (10, "stored responses linked by previous_response_id", _LINKED_RESPONSES),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -255,9 +255,12 @@ class TenantRow(SQLModel, table=True):
 
 class StoredResponseRow(SQLModel, table=True):
     """A ``/v1/responses`` answer kept for ``previous_response_id`` and ``GET /v1/responses/{id}``
-    (:mod:`tokenops.store.stored_responses`). ``input_items`` is the whole conversation the
-    answer was made from (earlier turns included), so a response never needs the ones before it;
-    ``response`` the Response object as sent, both JSON."""
+    (:mod:`tokenops.store.stored_responses`). ``input_items`` holds this turn's own input (the
+    earlier turns are the rows ``previous_response_id`` links to; rows stored before migration 10
+    hold the whole conversation: ``is_whole``); ``response`` the Response object as sent, both JSON.
+    ``num_bytes`` is the row's size, ``chain_bytes`` and ``chain_items`` the sums over its chain
+    (output items included). A deleted or evicted response that a later one still links to stays
+    as a link only (``is_hidden``)."""
 
     __tablename__ = "stored_responses"
 
@@ -269,6 +272,10 @@ class StoredResponseRow(SQLModel, table=True):
     input_items: str | None = _col(STR, is_json=True)
     response: str | None = _col(STR, is_json=True)
     num_bytes: int | None = _col(BIGINT)
+    chain_bytes: int | None = _col(BIGINT)
+    chain_items: int | None = _col(INT)
+    is_whole: bool | None = _col(BOOL)
+    is_hidden: bool | None = _col(BOOL)
 
 
 class ImageRequestRow(SQLModel, table=True):
