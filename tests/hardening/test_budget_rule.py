@@ -14,8 +14,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-
-from tests.serve_configs import config as serve_config, local_model
+from tests.serve_configs import config as serve_config
+from tests.serve_configs import local_model
 from tokenops.engine.default_model import shipped_model_dir
 from tokenops.testing_serve import ServeProcess
 
