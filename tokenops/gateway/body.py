@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from tokenops.gateway.body_counts import Unit, check_count, parsed_count, raw_count
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.prompt_list import check_prompt_count, parsed_prompt_count, raw_prompt_count
 
 #: Bodies larger than this are parsed and validated in a worker thread.
 OFF_LOOP_BYTES = 64 * 1024
@@ -125,10 +126,13 @@ def checked_body(raw: bytes, conf: Any, unit: Unit | None = None) -> dict[str, A
         _check_message_count(_count_messages(raw), conf.max_messages)
         if unit is not None:
             check_count(raw_count(raw, unit), conf.max_messages, unit)
+        if b'"prompt"' in raw:  # batched completion prompts count as messages (tokenops/gateway/prompt_list.py)
+            check_prompt_count(raw_prompt_count(raw), conf.max_messages)
     data = parse_json(raw, check_finite=False)
     messages = data.get("messages")
     if isinstance(messages, list):
         _check_message_count(len(messages), conf.max_messages)
+    check_prompt_count(parsed_prompt_count(data), conf.max_messages)
     if unit is not None:
         check_count(parsed_count(data, unit), conf.max_messages, unit)
     _check_finite(data, MAX_INT_BITS)
@@ -239,8 +243,19 @@ def _has_infinity(value: Any) -> bool:
     return False
 
 
+#: Keys of bodies that carry JSON schemas (chat's and Responses' ``schema``, tool ``parameters``,
+#: Anthropic's ``input_schema``): checking a schema takes 0.1-1 s of Python even for a small body.
+SCHEMA_MARKERS = (b'"schema"', b'"parameters"', b'"input_schema"')
+
+
+def has_schema_work(raw: bytes) -> bool:
+    """Whether ``raw`` may carry a schema to check (a byte scan: microseconds for a small body)."""
+    return any(marker in raw for marker in SCHEMA_MARKERS)
+
+
 async def build_off_loop(raw: bytes, build: Callable[[bytes], T]) -> T:
-    """``build(raw)`` (parse + validate), in a worker thread when ``raw`` is large."""
-    if len(raw) <= OFF_LOOP_BYTES:
+    """``build(raw)`` (parse + validate), in a worker thread when ``raw`` is large or carries
+    a schema (:func:`has_schema_work`)."""
+    if len(raw) <= OFF_LOOP_BYTES and not has_schema_work(raw):
         return build(raw)
     return await anyio.to_thread.run_sync(build, raw)
