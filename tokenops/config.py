@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokenops.batch_settings import BatchSettings
 from tokenops.slo import SLO, parse_slos
 
 #: Built-in plugin names the operator lets another plugin take: ``[plugins] replace`` of every
@@ -192,6 +193,7 @@ class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    batches: BatchSettings = field(default_factory=BatchSettings)  # [batches]: the Batch API (docs/batches.md)
     plugins: dict[str, Any] = field(default_factory=dict)  # [plugins] enable/disable + per-plugin tables
     slo: list[str] = field(default_factory=list)
     source: str | None = None  # the file these came from
@@ -235,6 +237,15 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     try:
         return cls(**kwargs)
     except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _batch_settings(data: dict[str, Any], where: str) -> BatchSettings:
+    try:
+        return _build(BatchSettings, data, f"{where} [batches]")
+    except ConfigError:
+        raise
+    except ValueError as e:  # BatchSettings names the key (it sits below this floor)
         raise ConfigError(f"{where}: {e}") from None
 
 
@@ -297,7 +308,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
             raise ConfigError(f"{p}: invalid TOML: {e}") from None
     where = str(path) if path else "settings"
     _env_overrides(data, environ)
-    allowed = {"models", "gateway", "engine", "store", "telemetry", "plugins", "slo"}
+    allowed = {"models", "gateway", "engine", "store", "telemetry", "batches", "plugins", "slo"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
@@ -316,6 +327,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
         engine=_build(EngineSettings, data.get("engine", {}), f"{where} [engine]"),
         store=_build(StoreSettings, data.get("store", {}), f"{where} [store]"),
         telemetry=_build(TelemetrySettings, data.get("telemetry", {}), f"{where} [telemetry]"),
+        batches=_batch_settings(data.get("batches", {}), where),
         plugins=data.get("plugins", {}),
         slo=list(slo_list),
         source=str(path) if path else None,

@@ -22,11 +22,14 @@ from tokenops.backends.base import Replica
 from tokenops.config import Settings
 from tokenops.gateway.abandon import unless_abandoned
 from tokenops.gateway.admin import router as admin_router
+from tokenops.gateway.batches import router as batches_router
+from tokenops.gateway.batches.batch_state import batch_runner
 from tokenops.gateway.body import build_off_loop, checked_body, read_body
 from tokenops.gateway.decision_headers import decision_values
 from tokenops.gateway.distill_admin import router as distill_admin_router
 from tokenops.gateway.errors import APIError, sse_error
 from tokenops.gateway.event_stream import EventStream
+from tokenops.gateway.files import router as files_router
 from tokenops.gateway.guards import GuardMiddleware
 from tokenops.gateway.images import router as images_router
 from tokenops.gateway.messages_api import router as messages_router
@@ -88,9 +91,13 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         gateway.begin()  # models load in the background; /health answers meanwhile
+        if gateway.store is not None:  # batches left unfinished by the last run resume once models load
+            batch_runner(app).start()  # (without a store it starts with the first batch)
         try:
             yield
         finally:
+            if getattr(app.state, "batch_runner", None) is not None:  # lines in flight are not written:
+                await app.state.batch_runner.stop()  # they run again after a restart
             await gateway.drain(drain_timeout_s)
             await gateway.stop()
 
@@ -111,6 +118,8 @@ def create_app(
     app.include_router(responses_router)  # /v1/responses (OpenAI's Responses API)
     app.include_router(messages_router)  # /v1/messages, /v1/messages/count_tokens (Anthropic)
     app.include_router(tokenize_router)  # /tokenize, /detokenize (vLLM)
+    app.include_router(files_router)  # /v1/files (Batch API input and output)
+    app.include_router(batches_router)  # /v1/batches (OpenAI's Batch API)
     _install_openapi(app)
     return app
 

@@ -123,6 +123,7 @@ class GuardMiddleware:
         if (
             scope.get("method") in _BODY_METHODS
             and not is_json_content_type(headers.get("content-type"))
+            and not _is_credentialed_upload(scope, headers)
             and _is_routed(scope)
         ):  # an undeclared method or path gets its 405 / 404 from routing
             return APIError(
@@ -133,6 +134,17 @@ class GuardMiddleware:
                 type="invalid_request_error",
             )
         return None
+
+
+def _is_credentialed_upload(scope: dict, headers: dict[str, str]) -> bool:
+    """A file upload (``POST /v1/files``, multipart) that carries an ``Authorization`` or ``X-Api-Key``
+    header: a cross-site form cannot send either without a CORS preflight (the openai SDK always does)."""
+    content_type = (headers.get("content-type") or "").lower()
+    return (
+        scope.get("path") == "/v1/files"
+        and content_type.startswith("multipart/form-data")
+        and bool(headers.get("authorization") or headers.get("x-api-key"))
+    )
 
 
 def _is_routed(scope: dict) -> bool:
@@ -150,6 +162,6 @@ def _headers(scope: dict) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in scope.get("headers") or ():
         key = name.decode("latin-1")
-        if key in ("host", "content-type") and key not in out:
+        if key in ("host", "content-type", "authorization", "x-api-key") and key not in out:
             out[key] = value.decode("latin-1")
     return out

@@ -49,6 +49,8 @@ class PipelineSteps:
         self.retry_budget = RetryBudget()
         #: ``[gateway] decision_headers``: the x-tokenops-* response headers (tokenops.gateway.decision_headers)
         self.decision_headers = True
+        #: ``[batches] discount``: the share of the price a batch line's tokens cost
+        self.batch_discount = 1.0
 
     # -- records ----------------------------------------------------------
 
@@ -63,6 +65,8 @@ class PipelineSteps:
             start=time.perf_counter(),
             is_stream=request.stream,
             decisions=request.decisions,
+            priority_class=request.priority_class,
+            batch_id=request.batch_id,
         )
         tracing.start_request(request, rec)
         return rec
@@ -71,6 +75,8 @@ class PipelineSteps:
         self, rec: RequestRecord, status: int | None = None, error: str | None = None, error_kind: str | None = None
     ) -> None:
         rec.finish(status, error, error_kind)
+        if rec.priority_class == "batch":  # batch tokens are priced at [batches] discount
+            rec.cost_usd *= self.batch_discount
         rec.is_escalated = bool(rec.decisions.get("escalated") or rec.decisions.get("fallbacks"))
         tracing.end_request(rec)
         self.on_finish(rec)

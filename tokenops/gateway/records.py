@@ -48,6 +48,9 @@ class RequestRecord:
     decisions: Decisions = field(default_factory=Decisions)  # the request's own dict (tokenops.types)
     #: The request's open trace (tokenops.gateway.tracing), None while tracing is off.
     trace: Any = None
+    #: "interactive" or "batch" (a Batch API line: priced at [batches] discount), and its batch.
+    priority_class: str = "interactive"
+    batch_id: str | None = None
 
     @property
     def is_ok(self) -> bool:
@@ -120,6 +123,8 @@ class RequestRecord:
             "stream": self.is_stream,
             "cost_usd": self.cost_usd,
             "decisions": json.dumps(self.decisions, default=str, separators=(",", ":")),
+            "batch_id": self.batch_id,
+            "priority_class": self.priority_class,
         }
 
     def summary(self) -> dict[str, Any]:

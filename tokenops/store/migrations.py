@@ -131,6 +131,27 @@ UPDATE stored_responses SET chain_bytes = num_bytes, is_whole = true, is_hidden 
     chain_items = coalesce(json_array_length(input_items), 0) + coalesce(json_array_length(response, '$.output'), 0)
 """
 
+# The Batch API (tokenops/store/batch_store.py): uploaded and written files, batches; a request
+# row says which batch it ran for and its priority class.
+_BATCHES = """
+CREATE TABLE files (
+    id VARCHAR PRIMARY KEY, tenant VARCHAR NOT NULL, purpose VARCHAR NOT NULL, filename VARCHAR,
+    num_bytes BIGINT, num_lines INTEGER, created_at TIMESTAMP NOT NULL, batch_id VARCHAR
+);
+CREATE INDEX files_tenant ON files (tenant, created_at);
+CREATE TABLE batches (
+    id VARCHAR PRIMARY KEY, tenant VARCHAR NOT NULL, api_key_id VARCHAR, endpoint VARCHAR NOT NULL,
+    input_file_id VARCHAR NOT NULL, completion_window VARCHAR, window_s DOUBLE, status VARCHAR NOT NULL,
+    output_file_id VARCHAR, error_file_id VARCHAR, metadata_json VARCHAR, errors_json VARCHAR,
+    num_total INTEGER, num_completed INTEGER, num_failed INTEGER, created_at TIMESTAMP NOT NULL,
+    in_progress_at TIMESTAMP, expires_at TIMESTAMP, finalizing_at TIMESTAMP, completed_at TIMESTAMP,
+    failed_at TIMESTAMP, expired_at TIMESTAMP, cancelling_at TIMESTAMP, cancelled_at TIMESTAMP
+);
+CREATE INDEX batches_tenant ON batches (tenant, created_at);
+ALTER TABLE requests ADD COLUMN batch_id VARCHAR;
+ALTER TABLE requests ADD COLUMN priority_class VARCHAR
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "telemetry tables", _TELEMETRY),
     (2, "config audit and capability profiles", _AUDIT_AND_PROFILES),
@@ -148,6 +169,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     ),
     (9, "stored responses of /v1/responses", _STORED_RESPONSES),
     (10, "stored responses linked by previous_response_id", _LINKED_RESPONSES),
+    (11, "batch api files and batches", _BATCHES),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -25,6 +25,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
+from tokenops.store.batch_tables import BatchRow, FileRow
+
 
 def _col(sa_type: Any, *, primary_key: bool = False, nullable: bool = True, is_json: bool = False) -> Any:
     """A field with an explicit SQL type (SQLModel's defaults would pick REAL for float).
@@ -74,6 +76,9 @@ class RequestRow(SQLModel, table=True):
     decisions: str | None = _col(STR, is_json=True)
     #: Of tokens_out, those spent thinking (reasoning models), when counted (migration 6 appends it).
     reasoning_tokens: int | None = _col(BIGINT)
+    #: The batch a request ran for, and its priority class ("interactive" | "batch"; migration 11).
+    batch_id: str | None = _col(STR)
+    priority_class: str | None = _col(STR)
 
 
 class EngineStatsRow(SQLModel, table=True):
@@ -347,6 +352,8 @@ ALL_MODELS: dict[str, type[SQLModel]] = {
         ImageRequestRow,
         DistillPairRow,
         StoredResponseRow,
+        FileRow,
+        BatchRow,
     )
 }
 

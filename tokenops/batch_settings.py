@@ -1,0 +1,26 @@
+"""``[batches]``: the Batch API's bounds and policy (docs/batches.md). Declared apart from
+:mod:`tokenops.config` (which loads it) so the runner's knobs sit in one short place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class BatchSettings:
+    """Upload bounds, the runner's share of the engine, and the price of batch tokens."""
+
+    max_file_bytes: int = 209_715_200  # an uploaded JSONL file (OpenAI's bound: 200 MB)
+    max_lines: int = 50_000  # lines of one input file (OpenAI's bound)
+    max_in_flight: int = 8  # batch lines running at once, all batches together
+    discount: float = 0.5  # batch tokens cost this share of the model's price
+    max_files_per_tenant: int = 10_000  # stored files of one tenant (uploads past it: 400)
+
+    def __post_init__(self) -> None:
+        for name in ("max_file_bytes", "max_lines", "max_in_flight", "max_files_per_tenant"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"[batches] {name}: expected an integer >= 1, got {value!r}")
+        discount = self.discount
+        if isinstance(discount, bool) or not isinstance(discount, (int, float)) or not 0.0 <= discount <= 1.0:
+            raise ValueError(f"[batches] discount: expected a share of the price in [0, 1], got {discount!r}")

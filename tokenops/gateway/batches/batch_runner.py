@@ -1,0 +1,302 @@
+"""The batch runner: an asyncio task of the server that feeds batch lines into the pipeline.
+
+Batches with work left are taken oldest first (after a restart too: their state is in the
+store). A batch is ``validating`` (every line's ``url`` must be its endpoint; else ``failed``
+with the lines named), then ``in_progress``: its lines not yet in its output or error file
+run through the same pipeline as API requests (:mod:`.batch_lines`), marked
+``priority_class = "batch"``, at most ``[batches] max_in_flight`` at once over all batches.
+Each finished line is appended durably (:mod:`.batch_output`) before it is counted. Then
+``finalizing`` -> ``completed``. A cancel stops feeding and cancels the lines in flight
+(``cancelling`` -> ``cancelled``); past its ``completion_window`` a batch stops the same way
+and its lines that did not run go to the error file as ``batch_expired`` (``expired``).
+Stopping the server cancels the lines in flight without writing them: they run after restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from tokenops.batch_settings import BatchSettings
+from tokenops.gateway.batches.batch_input import parse_line, raw_lines
+from tokenops.gateway.batches.batch_lines import build_call, num_tokens, run_call
+from tokenops.gateway.batches.batch_output import DurableAppender, output_line, recover
+from tokenops.gateway.errors import APIError
+from tokenops.prometheus_text import PREFIX
+from tokenops.store.batch_store import BatchStore
+from tokenops.store.migrations import utcnow
+
+log = logging.getLogger("tokenops.batches")
+#: refusals worth another try later (a full queue, a rate limit, a model still loading)
+_RETRY_STATUSES = (429, 503)
+_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0)
+_COUNTS_EVERY_S = 0.25
+
+
+def output_ids(batch_id: str) -> tuple[str, str]:
+    """The output and error file ids of a batch (fixed at creation: the files are appended to)."""
+    suffix = batch_id.removeprefix("batch_")
+    return f"file-{suffix}-output", f"file-{suffix}-errors"
+
+
+class _Run:
+    """One batch while it runs: its files, live counts, lines in flight, whether it was cancelled."""
+
+    def __init__(self, row: dict[str, Any], store: BatchStore) -> None:
+        self.row = row
+        self.id: str = row["id"]
+        out, err = output_ids(self.id)
+        self.paths = (store.path(out), store.path(err))
+        self.appender = DurableAppender(*self.paths)
+        self.num_completed = 0
+        self.num_failed = 0
+        self.in_flight: set[asyncio.Task] = set()
+        self.is_cancelled = False
+        self.counts_written_at = 0.0
+
+
+class BatchRunner:
+    """Runs the store's batches (see the module docstring); one per app."""
+
+    def __init__(self, gw: Any, store: BatchStore, settings: BatchSettings) -> None:
+        self.gw = gw
+        self.store = store
+        self.settings = settings
+        self.runs: dict[str, _Run] = {}
+        self.num_lines = {"completed": 0, "failed": 0, "expired": 0}
+        self.num_tokens = 0
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._main: asyncio.Task | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        if self._main is None:
+            self._wakeup = asyncio.Event()
+            self._slots = asyncio.Semaphore(self.settings.max_in_flight)
+            self._main = asyncio.get_running_loop().create_task(self._loop(), name="tokenops-batch-runner")
+
+    async def stop(self) -> None:
+        """Cancel everything; lines in flight are not written (they run after a restart)."""
+        tasks = [t for t in (self._main, *self._tasks.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        for run in self.runs.values():
+            run.appender.close()
+        self._main = None
+
+    def wake(self) -> None:
+        """A batch was created or cancelled: look at the store now."""
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def live_counts(self, batch_id: str) -> dict[str, int] | None:
+        run = self.runs.get(batch_id)
+        return None if run is None else {"completed": run.num_completed, "failed": run.num_failed}
+
+    def cancel(self, batch_id: str) -> None:
+        """Stop feeding ``batch_id`` and cancel its lines in flight (its state is already ``cancelling``)."""
+        run = self.runs.get(batch_id)
+        if run is not None:
+            run.is_cancelled = True
+            for task in list(run.in_flight):
+                task.cancel()
+        self.wake()
+
+    async def _loop(self) -> None:
+        assert self._wakeup is not None
+        await self.gw.wait_started()
+        while True:
+            self._wakeup.clear()
+            try:
+                for row in await asyncio.to_thread(self.store.active_batches):
+                    if row["id"] not in self._tasks:
+                        task = asyncio.get_running_loop().create_task(self._run(row), name=f"batch-{row['id']}")
+                        self._tasks[row["id"]] = task
+                        task.add_done_callback(lambda _, b=row["id"]: self._tasks.pop(b, None))
+            except Exception:
+                log.exception("batch runner: reading the store failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), 5.0)
+
+    # -- one batch ----------------------------------------------------------
+
+    async def _run(self, row: dict[str, Any]) -> None:
+        run = self.runs[row["id"]] = _Run(row, self.store)
+        try:
+            if row["status"] == "validating" and not await self._validate(run):
+                return
+            if row["status"] in ("validating", "in_progress"):
+                now = utcnow()
+                if row["in_progress_at"] is None:
+                    await self._update(run, status="in_progress", in_progress_at=now)
+                remaining = (row["expires_at"] - now).total_seconds() if row["expires_at"] else None
+                try:
+                    async with asyncio.timeout(max(0.0, remaining) if remaining is not None else None):
+                        await self._feed(run)
+                except TimeoutError:
+                    await self._finish(run, "expired")
+                    return
+            await self._finish(run, "cancelled" if run.is_cancelled or row["status"] == "cancelling" else "completed")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.exception("batch %s failed", run.id)
+            await self._update(run, status="failed", failed_at=utcnow(), errors_json=_errors([(None, "internal_error", str(e))]))
+        finally:
+            run.appender.close()
+            self.runs.pop(run.id, None)
+
+    async def _validate(self, run: _Run) -> bool:
+        """Every line's url is the batch's endpoint; else the batch is ``failed`` naming the lines."""
+        endpoint = run.row["endpoint"]
+
+        def check() -> tuple[int, list[tuple[int, str, str]]]:
+            problems, total = [], 0
+            with open(self.store.path(run.row["input_file_id"]), "rb") as f:
+                for number, raw in raw_lines(f):
+                    total += 1
+                    url = parse_line(number, raw).url
+                    if url != endpoint and len(problems) < 100:
+                        problems.append((number, "invalid_url", f"line {number}: url {url!r} is not the batch's endpoint {endpoint!r}"))
+            return total, problems
+
+        try:
+            total, problems = await asyncio.to_thread(check)
+        except (OSError, APIError) as e:
+            total, problems = 0, [(None, "invalid_file", f"the input file cannot be read: {e}")]
+        if problems:
+            await self._update(run, status="failed", failed_at=utcnow(), num_total=total, errors_json=_errors(problems))
+            return False
+        await self._update(run, num_total=total)
+        return True
+
+    async def _feed(self, run: _Run) -> None:
+        assert self._slots is not None
+        found = await asyncio.to_thread(recover, *run.paths)
+        run.num_completed, run.num_failed = found.num_completed, found.num_failed
+        await self._write_counts(run)
+        with open(self.store.path(run.row["input_file_id"]), "rb") as f:
+            lines = list(raw_lines(f))
+        try:
+            for number, raw in lines:
+                if run.is_cancelled:
+                    break
+                line = parse_line(number, raw)
+                if line.custom_id in found.done:
+                    continue
+                await self._slots.acquire()
+                if run.is_cancelled:
+                    self._slots.release()
+                    break
+                task = asyncio.get_running_loop().create_task(self._line(run, line.custom_id, line.url, line.body))
+                run.in_flight.add(task)
+                task.add_done_callback(lambda t: (run.in_flight.discard(t), self._slots.release()))  # type: ignore[union-attr]
+            while run.in_flight:
+                await asyncio.gather(*list(run.in_flight), return_exceptions=True)
+        finally:
+            for task in list(run.in_flight):
+                task.cancel()
+            if run.in_flight:
+                await asyncio.gather(*list(run.in_flight), return_exceptions=True)
+        await self._write_counts(run, force=True)
+
+    async def _line(self, run: _Run, custom_id: str, url: str, body: dict[str, Any]) -> None:
+        request_id, status, answer, error = None, 200, None, None
+        for delay in (*_RETRY_DELAYS_S, None):
+            try:
+                call = build_call(self.gw, url, body)
+                request = call.request
+                request.tenant, request.api_key_id = run.row["tenant"], run.row["api_key_id"]
+                request.priority_class, request.batch_id = "batch", run.id
+                request_id = request.id
+                answer, status, error = await run_call(self.gw, call), 200, None
+                break
+            except APIError as e:
+                status, answer = e.status, e.body()
+                error = {"code": e.code or e.type, "message": e.message}
+                if status not in _RETRY_STATUSES or delay is None or e.code == "shutting_down":
+                    break
+                await asyncio.sleep(delay)
+        is_error = status >= 400
+        await asyncio.shield(run.appender.append(is_error, output_line(custom_id, status, request_id, answer, error)))
+        if is_error:
+            run.num_failed += 1
+            self.num_lines["failed"] += 1
+        else:
+            run.num_completed += 1
+            self.num_lines["completed"] += 1
+            self.num_tokens += num_tokens(answer or {})
+        await self._write_counts(run)
+
+    async def _finish(self, run: _Run, final: str) -> None:
+        """``finalizing``, then ``final``: lines that never ran are written when expired; the
+        output and error files become files of the tenant (when they hold lines)."""
+        await self._update(run, status="finalizing", finalizing_at=utcnow())
+
+        def files() -> dict[str, Any]:
+            found = recover(*run.paths)
+            if final == "expired":
+                with open(self.store.path(run.row["input_file_id"]), "rb") as f:
+                    for number, raw in raw_lines(f):
+                        custom_id = parse_line(number, raw).custom_id
+                        if custom_id not in found.done:
+                            message = "This request could not be executed before the completion window expired."
+                            run.appender.append_now(True, output_line(custom_id, 0, None, None, {"code": "batch_expired", "message": message}))
+                            self.num_lines["expired"] += 1
+            ids: dict[str, Any] = {"num_completed": found.num_completed, "num_failed": found.num_failed}
+            for (name, path), file_id in zip((("output_file_id", run.paths[0]), ("error_file_id", run.paths[1])), output_ids(run.id)):
+                if path.exists() and path.stat().st_size > 0:
+                    purpose = "batch_output"
+                    self.store.add_file(file_id, run.row["tenant"], purpose, path.name, _num_lines(path), run.id)
+                    ids[name] = file_id
+            return ids
+
+        ids = await asyncio.to_thread(files)
+        run.num_completed, run.num_failed = ids["num_completed"], ids["num_failed"]
+        await self._update(run, status=final, **{f"{final}_at": utcnow()}, **ids)
+
+    async def _update(self, run: _Run, **fields: Any) -> None:
+        await asyncio.shield(asyncio.to_thread(self.store.update_batch, run.id, **fields))
+        run.row.update(fields)
+
+    async def _write_counts(self, run: _Run, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - run.counts_written_at >= _COUNTS_EVERY_S:
+            run.counts_written_at = now
+            await self._update(run, num_completed=run.num_completed, num_failed=run.num_failed)
+
+    # -- metrics ------------------------------------------------------------
+
+    def prometheus_lines(self) -> list[str]:
+        lines_name, tokens_name = PREFIX + "batch_lines_total", PREFIX + "batch_tokens_total"
+        out = [f"# HELP {lines_name} Batch API lines finished, by outcome.", f"# TYPE {lines_name} counter"]
+        out += [f'{lines_name}{{status="{status}"}} {n}' for status, n in self.num_lines.items()]
+        out += [f"# HELP {tokens_name} Tokens (prompt and generated) of completed batch lines.", f"# TYPE {tokens_name} counter"]
+        out.append(f"{tokens_name} {self.num_tokens}")
+        running = PREFIX + "batch_lines_running"
+        out += [f"# HELP {running} Batch lines in flight.", f"# TYPE {running} gauge"]
+        out.append(f"{running} {sum(len(r.in_flight) for r in self.runs.values())}")
+        return out
+
+
+def _errors(problems: list[tuple[int | None, str, str]]) -> dict[str, Any]:
+    return {"object": "list", "data": [{"code": code, "message": message, "param": None, "line": number} for number, code, message in problems]}
+
+
+def _num_lines(path: Any) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def expiry(created_at: Any, window_s: float) -> Any:
+    return created_at + timedelta(seconds=window_s)

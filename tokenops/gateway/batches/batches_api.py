@@ -1,0 +1,144 @@
+"""OpenAI's Batch API: ``POST /v1/batches``, ``GET /v1/batches``, ``GET /v1/batches/{id}``,
+``POST /v1/batches/{id}/cancel``. Per tenant (the same API keys as every ``/v1`` route):
+another tenant's batch is a 404. The work is done by the runner (:mod:`.batch_runner`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.responses import Response
+
+from tokenops.gateway.batches.batch_lines import ENDPOINTS
+from tokenops.gateway.batches.batch_runner import expiry
+from tokenops.gateway.batches.batch_state import batch_object, batch_runner, batch_store, window_seconds
+from tokenops.gateway.body import parse_json, read_body
+from tokenops.gateway.errors import APIError
+from tokenops.gateway.metadata_bounds import Metadata
+from tokenops.store.batch_store import new_id
+from tokenops.store.migrations import utcnow
+
+router = APIRouter()
+_JSON = "application/json"
+_CANCELLABLE = ("validating", "in_progress")
+
+
+class CreateBatch(BaseModel):
+    """The body of ``POST /v1/batches``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    input_file_id: str
+    endpoint: Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
+    #: "24h" (OpenAI); tokenops also takes <N>h, <N>m and <N>s (docs/batches.md)
+    completion_window: str
+    metadata: Metadata | None = None
+    output_expires_after: dict[str, Any] | None = None  # accepted, not acted on: files do not expire here
+
+
+def tenant_of(request: Request, is_write: bool = False) -> tuple[Any, str, str | None]:
+    """``(gateway, tenant, key id)`` of a Batch or Files API request (a 401 without a valid key)."""
+    gw = request.app.state.gateway
+    if is_write and gw.is_draining:
+        raise APIError(503, "The server is shutting down.", code="shutting_down")
+    client = request.client.host if request.client else None
+    tenant, key_id = gw.api_keys.tenant_for(request.headers, client)
+    return gw, tenant, key_id
+
+
+def dumps(value: Any, status: int = 200) -> Response:
+    return Response(json.dumps(value, separators=(",", ":")), status_code=status, media_type=_JSON)
+
+
+def not_found(kind: str, object_id: str, param: str | None = None) -> APIError:
+    return APIError(404, f"No {kind} found with id {object_id!r}.", code=f"{kind}_not_found", param=param)
+
+
+def _parse(raw: bytes) -> CreateBatch:
+    data = parse_json(raw)
+    try:
+        return CreateBatch.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        hint = f" (one of {', '.join(ENDPOINTS)})" if loc == "endpoint" else ""
+        raise APIError(400, f"{loc}: {err.get('msg', 'invalid value')}{hint}", code="invalid_value", param=loc or None) from None
+
+
+@router.post("/v1/batches", tags=["batches"], summary="Create a batch from an uploaded JSONL file")
+async def create_batch(request: Request) -> Response:
+    gw, tenant, key_id = tenant_of(request, is_write=True)
+    conf = gw.settings.gateway
+    body = _parse(await read_body(request, conf.max_body_bytes, conf.body_timeout_s))
+    window_s = window_seconds(body.completion_window)
+    store = batch_store(request.app)
+    found = await asyncio.to_thread(store.file, tenant, body.input_file_id)
+    if found is None:
+        raise not_found("file", body.input_file_id, "input_file_id")
+    if found["purpose"] != "batch":
+        raise APIError(
+            400, f"input_file_id: the file's purpose is {found['purpose']!r}; upload the input with purpose \"batch\"",
+            code="invalid_value", param="input_file_id",
+        )  # fmt: skip
+    now = utcnow()
+    row = {
+        "id": new_id("batch_"), "tenant": tenant, "api_key_id": key_id, "endpoint": body.endpoint,
+        "input_file_id": body.input_file_id, "completion_window": body.completion_window, "window_s": window_s,
+        "status": "validating", "metadata_json": body.metadata, "num_total": found["num_lines"],
+        "num_completed": 0, "num_failed": 0, "created_at": now, "expires_at": expiry(now, window_s),
+    }  # fmt: skip
+    created = await asyncio.to_thread(store.add_batch, row)
+    runner = batch_runner(request.app)
+    runner.start()  # started with the app when it has a store; else with its first batch
+    runner.wake()
+    return dumps(batch_object(created))
+
+
+@router.get("/v1/batches", tags=["batches"], summary="This tenant's batches, newest first")
+async def list_batches(
+    request: Request, after: str | None = Query(None, max_length=200), limit: int = Query(20, ge=1, le=100)
+) -> Response:
+    _, tenant, _ = tenant_of(request)
+    rows = await asyncio.to_thread(batch_store(request.app).batches, tenant, after, limit + 1)
+    runner = batch_runner(request.app)
+    data = [batch_object(r, runner.live_counts(r["id"])) for r in rows[:limit]]
+    return dumps(
+        {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": len(rows) > limit,
+        }
+    )
+
+
+async def _batch(request: Request, batch_id: str) -> tuple[Any, dict[str, Any]]:
+    _, tenant, _ = tenant_of(request)
+    row = await asyncio.to_thread(batch_store(request.app).batch, tenant, batch_id)
+    if row is None:
+        raise not_found("batch", batch_id)
+    return tenant, row
+
+
+@router.get("/v1/batches/{batch_id}", tags=["batches"], summary="A batch of this tenant")
+async def retrieve_batch(request: Request, batch_id: str) -> Response:
+    _, row = await _batch(request, batch_id)
+    return dumps(batch_object(row, batch_runner(request.app).live_counts(batch_id)))
+
+
+@router.post("/v1/batches/{batch_id}/cancel", tags=["batches"], summary="Cancel a batch (lines in flight too)")
+async def cancel_batch(request: Request, batch_id: str) -> Response:
+    _, row = await _batch(request, batch_id)
+    runner = batch_runner(request.app)
+    if row["status"] in ("cancelling", "cancelled"):
+        return dumps(batch_object(row, runner.live_counts(batch_id)))
+    if row["status"] not in _CANCELLABLE:
+        raise APIError(409, f"Cannot cancel a batch with status {row['status']!r}.", code="batch_not_cancellable")
+    fields = {"status": "cancelling", "cancelling_at": utcnow()}
+    await asyncio.to_thread(batch_store(request.app).update_batch, batch_id, **fields)
+    runner.cancel(batch_id)
+    return dumps(batch_object({**row, **fields}, runner.live_counts(batch_id)))

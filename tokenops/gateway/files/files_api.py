@@ -1,0 +1,145 @@
+"""OpenAI's Files API, for batch input and output: ``POST /v1/files`` (multipart, ``purpose =
+"batch"``: the JSONL is checked line by line as it is stored, :mod:`tokenops.gateway.batches.batch_input`),
+``GET /v1/files``, ``GET /v1/files/{id}``, ``DELETE /v1/files/{id}``, ``GET /v1/files/{id}/content``.
+Per tenant: another tenant's file is a 404. An upload is bounded by ``[batches] max_file_bytes``
+(413 while it arrives) and ``max_lines``; a tenant keeps at most ``max_files_per_tenant`` files."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import IO, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from starlette.datastructures import UploadFile
+from starlette.responses import FileResponse, Response
+
+from tokenops.gateway.batches.batch_input import check_file
+from tokenops.gateway.batches.batch_state import batch_store, file_object
+from tokenops.gateway.batches.batches_api import dumps, not_found, tenant_of
+from tokenops.gateway.errors import APIError
+from tokenops.store.batch_store import new_id
+
+router = APIRouter()
+#: multipart headers and the purpose field, beside the file itself
+_FORM_OVERHEAD_BYTES = 64 * 1024
+_READ_RATE_BYTES_S = 1024 * 1024  # an upload may take body_timeout_s plus a second per MB
+
+
+async def _form(request: Request, limit: int, timeout_s: float) -> Any:
+    """The multipart form, refused with 413 once the body passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"The upload of {declared} bytes exceeds [batches] max_file_bytes.", code="request_too_large")
+    if not (request.headers.get("content-type") or "").lower().startswith("multipart/form-data"):
+        raise APIError(415, "Upload the file as multipart/form-data with fields file and purpose.", code="unsupported_media_type")
+    size = 0
+    receive = request.receive
+
+    async def bounded() -> Any:
+        nonlocal size
+        message = await receive()
+        size += len(message.get("body", b""))
+        if size > limit:
+            raise APIError(413, "The upload exceeds [batches] max_file_bytes.", code="request_too_large")
+        return message
+
+    bounded_request = Request(request.scope, bounded)
+    budget = timeout_s + (int(declared) if declared and declared.isdigit() else limit) / _READ_RATE_BYTES_S
+    try:
+        return await asyncio.wait_for(bounded_request.form(max_files=1, max_fields=8), budget)
+    except TimeoutError:
+        raise APIError(408, f"The upload did not arrive within {budget:.0f} s.", code="request_timeout") from None
+    except APIError:
+        raise
+    except Exception as e:  # malformed multipart (starlette's MultiPartException and the parser's errors)
+        raise APIError(400, f"The multipart body cannot be read: {e}", code="invalid_multipart") from None
+
+
+@router.post("/v1/files", tags=["files"], summary="Upload a JSONL file for the Batch API (multipart)")
+async def upload_file(request: Request) -> Response:
+    gw, tenant, _ = tenant_of(request, is_write=True)
+    settings = gw.settings.batches
+    form = await _form(request, settings.max_file_bytes + _FORM_OVERHEAD_BYTES, gw.settings.gateway.body_timeout_s)
+    try:
+        purpose, upload = form.get("purpose"), form.get("file")
+        if purpose != "batch":
+            raise APIError(400, f"purpose: only \"batch\" is served here, got {purpose!r}", code="invalid_value", param="purpose")
+        if not isinstance(upload, UploadFile):
+            raise APIError(400, "file: send the JSONL file as the multipart field `file`", code="invalid_value", param="file")
+        if upload.size is not None and upload.size > settings.max_file_bytes:
+            raise APIError(413, f"file: {upload.size} bytes exceed [batches] max_file_bytes = {settings.max_file_bytes}", code="request_too_large", param="file")
+        store = batch_store(request.app)
+        if await asyncio.to_thread(store.num_files, tenant) >= settings.max_files_per_tenant:
+            raise APIError(400, f"This tenant holds [batches] max_files_per_tenant = {settings.max_files_per_tenant} files; delete some first.", code="too_many_files")
+        file_id = new_id("file-")
+        row = await asyncio.to_thread(_store_checked, gw, store, file_id, tenant, upload.file, upload.filename)
+    finally:
+        await form.close()
+    return dumps(file_object(row))
+
+
+def _store_checked(gw: Any, store: Any, file_id: str, tenant: str, stream: IO[bytes], filename: str | None) -> dict[str, Any]:
+    """Check and copy the upload to its place; only a file that passed is kept (and recorded)."""
+    final = store.path(file_id)
+    part = final.with_suffix(".part")
+    try:
+        with open(part, "wb") as out:
+            num_lines = check_file(gw, stream, out, gw.settings.batches.max_lines)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(part, final)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()
+    return store.add_file(file_id, tenant, "batch", filename, num_lines)
+
+
+@router.get("/v1/files", tags=["files"], summary="This tenant's files")
+async def list_files(
+    request: Request,
+    purpose: str | None = Query(None, max_length=64),
+    after: str | None = Query(None, max_length=200),
+    limit: int = Query(10000, ge=1, le=10000),
+    order: Literal["asc", "desc"] = Query("desc"),
+) -> Response:
+    _, tenant, _ = tenant_of(request)
+    rows = await asyncio.to_thread(batch_store(request.app).files, tenant, purpose, after, limit + 1, order == "desc")
+    data = [file_object(r) for r in rows[:limit]]
+    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+    return dumps({"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": len(rows) > limit})
+
+
+async def _file(request: Request, file_id: str) -> tuple[str, dict[str, Any]]:
+    _, tenant, _ = tenant_of(request)
+    row = await asyncio.to_thread(batch_store(request.app).file, tenant, file_id)
+    if row is None:
+        raise not_found("file", file_id)
+    return tenant, row
+
+
+@router.get("/v1/files/{file_id}", tags=["files"], summary="A file of this tenant")
+async def retrieve_file(request: Request, file_id: str) -> Response:
+    _, row = await _file(request, file_id)
+    return dumps(file_object(row))
+
+
+@router.delete("/v1/files/{file_id}", tags=["files"], summary="Delete a file (not the input of a running batch)")
+async def delete_file(request: Request, file_id: str) -> Response:
+    tenant, _ = await _file(request, file_id)
+    store = batch_store(request.app)
+    users = [b["id"] for b in await asyncio.to_thread(store.active_batches) if b["input_file_id"] == file_id]
+    if users:
+        raise APIError(409, f"The file is the input of batch {users[0]}, which has not finished; cancel it first.", code="file_in_use")
+    await asyncio.to_thread(store.delete_file, tenant, file_id)
+    return dumps({"id": file_id, "object": "file", "deleted": True})
+
+
+@router.get("/v1/files/{file_id}/content", tags=["files"], summary="The bytes of a file of this tenant")
+async def file_content(request: Request, file_id: str) -> Response:
+    _, row = await _file(request, file_id)
+    path = batch_store(request.app).path(file_id)
+    if not path.exists():
+        raise not_found("file", file_id)
+    return FileResponse(path, media_type="application/jsonl", filename=row["filename"] or f"{file_id}.jsonl")

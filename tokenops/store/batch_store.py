@@ -1,0 +1,175 @@
+"""The Batch API's state (``files`` and ``batches`` tables, migration 11) and file bytes.
+
+File bytes live on disk in ``<store folder>/files/<id>.jsonl`` (an uploaded input, or the
+output and error files a batch appends to); their metadata and every batch's state in the
+store. Every read takes the tenant: another tenant's file or batch reads as missing. Calls
+are blocking DuckDB work: the gateway runs them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tokenops.store.migrations import utcnow
+
+#: batch states that still have work (the runner resumes them after a restart)
+ACTIVE_STATES = ("validating", "in_progress", "finalizing", "cancelling")
+_FILE_COLUMNS = ("id", "tenant", "purpose", "filename", "num_bytes", "num_lines", "created_at", "batch_id")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:24]}"
+
+
+def unix(ts: datetime | None) -> int | None:
+    """A stored (naive UTC) timestamp as unix seconds, as the API shows it."""
+    return None if ts is None else int(ts.replace(tzinfo=UTC).timestamp())
+
+
+class BatchStore:
+    """Files and batches of one store (a :class:`tokenops.store.Store`)."""
+
+    def __init__(self, store: Any, files_dir: str | Path) -> None:
+        self.store = store
+        self.files_dir = Path(files_dir)
+        self.files_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._columns: list[str] | None = None
+
+    def path(self, file_id: str) -> Path:
+        assert file_id.startswith("file-") and "/" not in file_id and "\\" not in file_id
+        return self.files_dir / f"{file_id}.jsonl"
+
+    # -- files ----------------------------------------------------------------
+
+    def add_file(
+        self,
+        file_id: str,
+        tenant: str,
+        purpose: str,
+        filename: str | None,
+        num_lines: int,
+        batch_id: str | None = None,
+    ) -> dict[str, Any]:
+        size = os.path.getsize(self.path(file_id))
+        row = [file_id, tenant, purpose, filename, size, num_lines, utcnow(), batch_id]
+        with self._lock:
+            self.store.execute(f"INSERT OR REPLACE INTO files ({', '.join(_FILE_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+        return dict(zip(_FILE_COLUMNS, row))
+
+    def file(self, tenant: str, file_id: str) -> dict[str, Any] | None:
+        row = self.store.execute(
+            f"SELECT {', '.join(_FILE_COLUMNS)} FROM files WHERE id = ? AND tenant = ?", [file_id, tenant]
+        ).fetchone()
+        return None if row is None else dict(zip(_FILE_COLUMNS, row))
+
+    def files(
+        self, tenant: str, purpose: str | None = None, after: str | None = None, limit: int = 10000, newest_first: bool = True
+    ) -> list[dict[str, Any]]:
+        """The tenant's files, newest first (or oldest), those past ``after`` (a file id)."""
+        return self._page("files", _FILE_COLUMNS, tenant, after, limit, newest_first, ("purpose", purpose))
+
+    def num_files(self, tenant: str) -> int:
+        return int(self.store.execute("SELECT count(*) FROM files WHERE tenant = ?", [tenant]).fetchone()[0])
+
+    def delete_file(self, tenant: str, file_id: str) -> bool:
+        with self._lock:
+            found = self.store.execute("DELETE FROM files WHERE id = ? AND tenant = ?", [file_id, tenant]).fetchone()[0]
+        if found:
+            self.path(file_id).unlink(missing_ok=True)
+        return bool(found)
+
+    # -- batches --------------------------------------------------------------
+
+    @property
+    def batch_columns(self) -> list[str]:
+        if self._columns is None:
+            rows = self.store.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'batches' ORDER BY ordinal_position"
+            ).fetchall()
+            self._columns = [r[0] for r in rows]
+        return self._columns
+
+    def add_batch(self, row: dict[str, Any]) -> dict[str, Any]:
+        columns = [c for c in self.batch_columns if c in row]
+        with self._lock:
+            self.store.execute(
+                f"INSERT INTO batches ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                [_encode(c, row[c]) for c in columns],
+            )
+        return self.batch(row["tenant"], row["id"]) or row
+
+    def batch(self, tenant: str | None, batch_id: str) -> dict[str, Any] | None:
+        """The batch ``batch_id`` of ``tenant`` (any tenant's when None: the runner's view)."""
+        sql = f"SELECT {', '.join(self.batch_columns)} FROM batches WHERE id = ?"
+        params = [batch_id]
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            params.append(tenant)
+        row = self.store.execute(sql, params).fetchone()
+        return None if row is None else _decode(dict(zip(self.batch_columns, row)))
+
+    def batches(self, tenant: str, after: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        rows = self._page("batches", self.batch_columns, tenant, after, limit, True, ("status", None))
+        return [_decode(r) for r in rows]
+
+    def active_batches(self) -> list[dict[str, Any]]:
+        """Every batch with work left, oldest first (the runner's queue after a restart)."""
+        rows = self.store.execute(
+            f"SELECT {', '.join(self.batch_columns)} FROM batches WHERE status IN ({', '.join('?' for _ in ACTIVE_STATES)}) "
+            "ORDER BY created_at, id",
+            list(ACTIVE_STATES),
+        ).fetchall()
+        return [_decode(dict(zip(self.batch_columns, r))) for r in rows]
+
+    def update_batch(self, batch_id: str, **fields: Any) -> None:
+        if not fields:
+            return
+        with self._lock:
+            self.store.execute(
+                f"UPDATE batches SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?",
+                [*(_encode(k, v) for k, v in fields.items()), batch_id],
+            )
+
+    def _page(
+        self,
+        table: str,
+        columns: Any,
+        tenant: str,
+        after: str | None,
+        limit: int,
+        newest_first: bool,
+        where: tuple[str, str | None],
+    ) -> list[dict[str, Any]]:
+        sql = f"SELECT {', '.join(columns)} FROM {table} WHERE tenant = ?"
+        params: list[Any] = [tenant]
+        if where[1] is not None:
+            sql += f" AND {where[0]} = ?"
+            params.append(where[1])
+        op = "<" if newest_first else ">"
+        if after:
+            sql += (
+                f" AND (created_at, id) {op} (SELECT (created_at, id) FROM {table} WHERE id = ? AND tenant = ?)"
+            )
+            params += [after, tenant]
+        direction = "DESC" if newest_first else "ASC"
+        sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
+        params.append(limit)
+        return [dict(zip(columns, r)) for r in self.store.execute(sql, params).fetchall()]
+
+
+def _encode(column: str, value: Any) -> Any:
+    return json.dumps(value, separators=(",", ":")) if column.endswith("_json") and value is not None else value
+
+
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    for column in ("metadata_json", "errors_json"):
+        if row.get(column) is not None:
+            row[column] = json.loads(row[column])
+    return row
