@@ -119,8 +119,22 @@ class GatewaySettings:
     # bundled-engine models resident at once (0: all); the others load on demand, the least recently
     # used idle one closed to make room (tokenops/backends/model_swap.py)
     max_loaded_models: int = 0
+    # admission (tokenops/gateway/admission.py): past a model's slots, requests wait in its queue,
+    # bounded by requests and by (estimated) prompt tokens; past that a 429 with Retry-After
+    max_queued_requests: int = 256
+    max_queued_tokens: int = 262144
+    upstream_max_running: int = 256  # slots of one upstream replica (a bundled engine's: max_num_seqs)
+    # SIGTERM: requests in flight get this long to finish, then are cancelled and the server exits
+    drain_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
+        for name, least in (("max_queued_requests", 0), ("max_queued_tokens", 0), ("upstream_max_running", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"[gateway] {name}: expected an integer >= {least}, got {value!r}")
+        drain = self.drain_timeout_s
+        if isinstance(drain, bool) or not isinstance(drain, (int, float)) or not 0 <= drain <= 3600:
+            raise ConfigError(f"[gateway] drain_timeout_s: expected seconds in [0, 3600], got {drain!r}")
         if isinstance(self.max_loaded_models, bool) or not isinstance(self.max_loaded_models, int):
             raise ConfigError(f"[gateway] max_loaded_models: expected an integer, got {self.max_loaded_models!r}")
         if self.max_loaded_models < 0:
@@ -131,6 +145,28 @@ class GatewaySettings:
                 "[gateway] max_stored_response_bytes and max_chain_bytes: expected integers >= 1, "
                 f"the first <= the second; got {row!r} and {chain!r}"
             )
+
+
+def gateway_tunables() -> list[Any]:
+    """The ``[gateway]`` settings that are live tunables (``gateway.<name>``, shown in ``/admin/tunables``);
+    their defaults are the settings' defaults, declared once above."""
+    from tokenops.tunables import Tunable
+
+    d = GatewaySettings()
+    return [
+        Tunable("gateway.max_queued_requests", "int", d.max_queued_requests,
+                "Requests that may wait for a model's slots; past it a 429 with Retry-After.",
+                live=True, minimum=0, maximum=1_000_000, searchable=False),
+        Tunable("gateway.max_queued_tokens", "int", d.max_queued_tokens,
+                "Prompt tokens (estimated) that may wait for a model's slots; past it a 429.",
+                live=True, minimum=0, maximum=1_000_000_000, searchable=False),
+        Tunable("gateway.upstream_max_running", "int", d.upstream_max_running,
+                "Requests one upstream replica runs at once (a bundled engine's slots: max_num_seqs).",
+                live=True, minimum=1, maximum=1_000_000, searchable=False),
+        Tunable("gateway.drain_timeout_s", "float", d.drain_timeout_s,
+                "On SIGTERM: how long requests in flight may finish before they are cancelled.",
+                live=True, minimum=0.0, maximum=3600.0, searchable=False),
+    ]  # fmt: skip
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ import pluggy
 
 from tokenops import hookspecs
 from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
-from tokenops.config import replaceable_plugins
+from tokenops.config import gateway_tunables, replaceable_plugins
 from tokenops.engine.config import engine_tunables
 from tokenops.tunables import Tunable, TunableRegistry
 
@@ -298,6 +298,8 @@ def _reset_tunables() -> None:
 
 #: The owner the registry gives the bundled engine's tunables (no plugin: the core declares them).
 ENGINE_TUNABLES_OWNER = "engine"
+#: The owner of the ``gateway.*`` tunables (``[gateway]`` settings the gateway applies live).
+GATEWAY_TUNABLES_OWNER = "gateway"
 
 
 def get_tunables() -> TunableRegistry:
@@ -315,6 +317,8 @@ def get_tunables() -> TunableRegistry:
                 order_impl.function(register=lambda name, order: orders.append(name))
             for tunable in engine_tunables(orders):
                 registry.register(tunable, plugin=ENGINE_TUNABLES_OWNER)
+            for tunable in gateway_tunables():  # admission and drain ([gateway]): the gateway applies them
+                registry.register(tunable, plugin=GATEWAY_TUNABLES_OWNER)
             for impl in pm.hook.tokenops_register_tunables.get_hookimpls():
                 owner = impl.plugin_name
 

@@ -7,11 +7,15 @@ keeps of a stream as it passes (tokens, timings, choice 0's answer) is in :mod:`
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import Any
 
 from tokenops.backends.base import Delta, Replica
 from tokenops.gateway import confidence, hooks
+from tokenops.gateway.admission import AdmissionControl, QueueLimits, Ticket
 from tokenops.gateway.decision_headers import decision_headers
 from tokenops.gateway.delta_stream import (
     DeltaStream,
@@ -21,7 +25,7 @@ from tokenops.gateway.delta_stream import (
     is_cancel,
     replay_deltas,
 )
-from tokenops.gateway.errors import api_error
+from tokenops.gateway.errors import APIError, api_error
 from tokenops.gateway.multi_model import run_cascade, run_ensemble
 from tokenops.gateway.pipeline_steps import OFF_LOOP_PROMPT_CHARS, PipelineSteps
 from tokenops.gateway.records import RequestRecord
@@ -32,7 +36,48 @@ __all__ = ["OFF_LOOP_PROMPT_CHARS", "Pipeline"]
 
 class Pipeline(PipelineSteps):
     """Runs requests through the steps (:class:`PipelineSteps`) against the configured replicas:
-    a whole answer (:meth:`respond`) or a stream (:meth:`open_stream`)."""
+    a whole answer (:meth:`respond`) or a stream (:meth:`open_stream`). Past the routing step a
+    request holds one of its model's slots (:mod:`.admission`) until its backend is done with it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: the bounded, tenant-fair queue in front of each model (the gateway passes its live limits)
+        self.admission = AdmissionControl(self.num_slots)
+        #: the tasks running a whole answer or a stream's start, which a drain cuts at its deadline
+        self.live: set[asyncio.Task[Any]] = set()
+        self.is_cut = False
+
+    def cut(self) -> None:
+        """The drain's deadline: every whole answer (and stream start) still running is cancelled
+        and answered 503 ``shutting_down`` (streams already sending are left to the server)."""
+        self.is_cut = True
+        for task in list(self.live):
+            task.cancel()
+
+    @contextlib.contextmanager
+    def _cuttable(self) -> Iterator[None]:
+        task = asyncio.current_task()
+        if task is not None:
+            self.live.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if not self.is_cut:
+                raise
+            raise APIError(
+                503, "The server shut down before the answer was ready; retry.", code="shutting_down"
+            ) from None
+        finally:
+            self.live.discard(task)
+
+    def num_slots(self, model: str, limits: QueueLimits) -> int:
+        """Requests ``model``'s replicas run at once: a bundled engine's ``max_num_seqs``, else the
+        ``[gateway] upstream_max_running`` of each upstream replica."""
+        total = 0
+        for replica in self.replicas.get(model, ()):
+            slots = getattr(replica.backend, "num_slots", None)
+            total += slots if isinstance(slots, int) and slots > 0 else limits.upstream_max_running
+        return max(1, total)
 
     async def answer(self, request: GatewayRequest, rec: RequestRecord, decision: RouteDecision) -> GatewayResponse:
         """The routed answer: one model, a cascade (``escalate_to``) or an ensemble (``members``)."""
@@ -52,12 +97,13 @@ class Pipeline(PipelineSteps):
     async def respond(self, request: GatewayRequest) -> tuple[GatewayResponse, RequestRecord]:
         rec = self.new_record(request)
         self.retry_budget.on_request()
-        with self.tracked(rec):
+        with self.tracked(rec), self._cuttable():
             response = await self._admit_and_lookup(request, rec)
             if response is None:
                 decision = await self._decide(request, rec)
-                await self._fit_context(request, decision)
-                response = await self.answer(request, rec, decision)
+                async with self.admission.slot(request, decision.model):
+                    await self._fit_context(request, decision)
+                    response = await self.answer(request, rec, decision)
             else:
                 self._account(rec, "", response)
             rec.finish_reason = response.finish_reason
@@ -80,28 +126,37 @@ class Pipeline(PipelineSteps):
         rec = self.new_record(request)
         self.retry_budget.on_request()
         self.num_in_flight += 1
-        with self._finish_on_failure(rec):
+        with self._finish_on_failure(rec), self._cuttable():
             cached = await self._admit_and_lookup(request, rec)
             if cached is not None:
                 self._account(rec, "", cached)
                 self.show_decisions(request, rec)
                 return await DeltaStream.start(self._replay(rec, cached)), rec
             decision = await self._decide(request, rec)
-            await self._fit_context(request, decision)
-            if decision.members or decision.escalate_to:  # needs whole answers: run, then replay
-                response = await self.answer(request, rec, decision)
-                self.show_decisions(request, rec)
-                return await DeltaStream.start(self._replay(rec, response)), rec
+            ticket = await self.admission.enter(request, decision.model)  # held until the stream ends
+            try:
+                await self._fit_context(request, decision)
+                if decision.members or decision.escalate_to:  # needs whole answers: run, then replay
+                    try:
+                        response = await self.answer(request, rec, decision)
+                    finally:
+                        ticket.release()
+                    self.show_decisions(request, rec)
+                    return await DeltaStream.start(self._replay(rec, response)), rec
 
-            def step(r: Replica) -> Awaitable[tuple[AsyncIterator[Delta], Delta | None]]:
-                return first_delta(r.backend.stream(request))
+                def step(r: Replica) -> Awaitable[tuple[AsyncIterator[Delta], Delta | None]]:
+                    return first_delta(r.backend.stream(request))
 
-            # a plugin (distill capture) wants choice 0's logprobs: asked for, hidden from a client that did not ask
-            hide_logprobs = hooks.wants_logprobs(request, decision.model) and confidence.request_logprobs(request)
-            replica, (it, first), t0 = await self._call(request, rec, decision.model, step)
+                # a plugin (distill capture) wants choice 0's logprobs: asked for, hidden from a client that did not ask
+                hide_logprobs = hooks.wants_logprobs(request, decision.model) and confidence.request_logprobs(request)
+                replica, (it, first), t0 = await self._call(request, rec, decision.model, step)
+            except BaseException:
+                ticket.release()
+                raise
         replica.in_flight += 1
         self.show_decisions(request, rec, with_cost=False)  # a stream's cost is known at its end (final chunk)
-        return await DeltaStream.start(self._deltas(request, rec, replica, it, first, t0, hide_logprobs)), rec
+        deltas = self._deltas(request, rec, replica, it, first, t0, hide_logprobs, ticket)
+        return await DeltaStream.start(deltas), rec
 
     async def _deltas(
         self,
@@ -112,6 +167,7 @@ class Pipeline(PipelineSteps):
         first: Delta | None,
         t0: float,
         hide_logprobs: bool = False,
+        ticket: Ticket | None = None,
     ) -> AsyncIterator[Delta]:
         assembly = StreamAssembly(rec, hide_logprobs)
         status, error, error_kind = 200, None, None
@@ -132,6 +188,8 @@ class Pipeline(PipelineSteps):
             raise
         finally:
             await aclose_quietly(it)
+            if ticket is not None:
+                ticket.release()
             replica.in_flight -= 1
             self.num_in_flight -= 1
             rec.finish_reason = assembly.finish.get(0)

@@ -4,6 +4,7 @@ open-server rule, graceful shutdown (drain in-flight requests, flush telemetry).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -160,6 +161,20 @@ def _exit_cleanly_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
+def _drain_on_signal(server: Any, gw: Any) -> None:
+    """SIGTERM/SIGINT start the gateway's drain at once (new and queued requests get 503, /ready
+    says so) and give uvicorn the drain's deadline (``[gateway] drain_timeout_s``, live) as its
+    graceful-shutdown timeout, past which it cancels the requests still running."""
+    handle_exit = server.handle_exit
+
+    def on_signal(sig: int, frame: Any) -> None:
+        if not server.should_exit:
+            server.config.timeout_graceful_shutdown = math.ceil(gw.begin_drain())
+        handle_exit(sig, frame)
+
+    server.handle_exit = on_signal
+
+
 def run_server(
     settings: Settings,
     *,
@@ -190,7 +205,7 @@ def run_server(
             store=store,
             admin_key_hash=key_hash,
             allow_open=allow_open,
-            drain_timeout_s=min(settings.gateway.request_timeout_s, 30.0),
+            drain_timeout_s=settings.gateway.drain_timeout_s,
         )
         gw = app.state.gateway
         gw.freezes_heap = True  # a long-lived process: see Gateway.start
@@ -220,12 +235,14 @@ def run_server(
             port=settings.gateway.port,
             log_level=log_level,
             access_log=False,
-            timeout_graceful_shutdown=30,
+            # then the gateway cuts whole answers, and uvicorn cancels the streams still sending
+            timeout_graceful_shutdown=math.ceil(settings.gateway.drain_timeout_s),
             lifespan="on",
             **uvicorn_limits(settings.gateway),
         )
         _exit_cleanly_on_sigterm()
         server = uvicorn.Server(config)
+        _drain_on_signal(server, gw)
         # every configured model failed to load: stop rather than answer /health with nothing to serve
         gw.on_nothing_to_serve = lambda _cause: setattr(server, "should_exit", True)
         server.run()

@@ -17,6 +17,7 @@ from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
 from tokenops.gateway import hooks, schema_budget, tracing
+from tokenops.gateway.admission import QueueLimits
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.expert_plans import ExpertPlans
 from tokenops.gateway.metrics_auth import MetricsAuth
@@ -32,6 +33,8 @@ from tokenops.types import TelemetryEvent
 log = logging.getLogger("tokenops.gateway")
 
 RECENT_REQUESTS = 1000
+#: After the drain deadline: how long cancelled requests get to abort and finish their records.
+_CANCEL_GRACE_S = 2.0
 
 
 class Gateway:
@@ -77,6 +80,8 @@ class Gateway:
         self.pipeline = Pipeline(self.replicas, self.models, self.on_finish)
         self.pipeline.retry_budget = retry_budget(settings.gateway)
         self.pipeline.decision_headers = settings.gateway.decision_headers
+        # the queue bounds as configured, or as last patched live (gateway.* tunables)
+        self.pipeline.admission.limits = lambda: QueueLimits.current(settings.gateway, self.tunable_values)
         self.keys = self._key_service()
         self.engine_telemetry = EngineTelemetry(self.replicas, telemetry_interval_s)
         self.started_at = time.time()
@@ -89,6 +94,9 @@ class Gateway:
         self.tunables_per_model: dict[str, dict[str, Any]] = {}  # name -> {model: value} where models differ
         self.is_ready = False
         self.is_draining = False
+        #: when a drain's grace ends (time.monotonic()); what is still running then is cancelled
+        self.drain_deadline: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()  # on_finish (event loop) vs stats() (admin thread)
         self._start_task: asyncio.Task | None = None
         #: gc.freeze() once the models are loaded (tokenops serve sets it; tests building many apps do not)
@@ -121,6 +129,7 @@ class Gateway:
         """Start the backends in the background: /health answers at once, /ready (and
         requests) once the models are loaded. :meth:`wait_started` awaits it."""
         if self._start_task is None:
+            self._loop = asyncio.get_running_loop()
             tracing.configure(self.settings.telemetry.otlp_endpoint, self.settings.telemetry.service_name)
             self._start_task = asyncio.get_running_loop().create_task(self.start(), name="tokenops-start-backends")
 
@@ -172,10 +181,38 @@ class Gateway:
         self.pipeline.profiles = await asyncio.to_thread(self.profile_source.load)
         self.profile_source.start(self.pipeline)
 
+    def begin_drain(self, timeout_s: float | None = None) -> float:
+        """Stop taking requests (503 ``shutting_down``; queued ones too) and set the drain's deadline,
+        ``timeout_s`` from now (default: ``[gateway] drain_timeout_s``, live). Safe from a signal
+        handler; a second call keeps the first deadline. Returns the seconds left until it."""
+        if self.drain_deadline is None:
+            if timeout_s is None:
+                timeout_s = float(
+                    self.tunable_values.get("gateway.drain_timeout_s", self.settings.gateway.drain_timeout_s)
+                )
+            self.drain_deadline = time.monotonic() + timeout_s
+            self.is_draining = True
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._start_drain_clock)
+        return max(0.0, self.drain_deadline - time.monotonic())
+
+    def _start_drain_clock(self) -> None:
+        """On the event loop: queued requests are refused now; running ones are cut at the deadline."""
+        assert self.drain_deadline is not None and self._loop is not None
+        self.pipeline.admission.close()
+        self._loop.call_later(max(0.0, self.drain_deadline - time.monotonic()), self.pipeline.cut)
+
     async def drain(self, timeout_s: float = 30.0) -> None:
-        """Wait for in-flight requests to finish (graceful shutdown)."""
-        self.is_draining = True
-        deadline = time.monotonic() + timeout_s
+        """Wait for in-flight requests to finish until the drain's deadline (graceful shutdown), then
+        cut what still runs (:meth:`Pipeline.cut`; under ``tokenops serve`` uvicorn cancels the streams
+        still sending, its ``timeout_graceful_shutdown``) and give their cleanup a short grace."""
+        self.begin_drain(timeout_s)
+        self.pipeline.admission.close()
+        assert self.drain_deadline is not None
+        while self.pipeline.num_in_flight > 0 and time.monotonic() < self.drain_deadline:
+            await asyncio.sleep(0.05)
+        self.pipeline.cut()
+        deadline = time.monotonic() + _CANCEL_GRACE_S
         while self.pipeline.num_in_flight > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
@@ -302,6 +339,7 @@ class Gateway:
             "escalations": num_escalations,
             "spend": self.keys.dashboard_rows(),
             "breakers": replica_states(self.replicas),
+            "admission": self.pipeline.admission.stats(),  # per model: running, waiting, rejected, slots
             "model_swap": self.model_swap.stats() if self.model_swap is not None else None,
             "history": history,
         }
@@ -346,6 +384,8 @@ class Gateway:
                 configured = getattr(self.settings.engine, t.name[len("engine.") :])
                 if configured is not None:
                     value = configured
+            elif t.name.startswith("gateway.") and hasattr(self.settings.gateway, t.name[len("gateway.") :]):
+                value = getattr(self.settings.gateway, t.name[len("gateway.") :])
             values[t.name] = value
         return values
 
