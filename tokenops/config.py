@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenops.batch_settings import BatchSettings
+from tokenops.lora_settings import LoraSettings
 from tokenops.slo import SLO, parse_slos
 
 #: Built-in plugin names the operator lets another plugin take: ``[plugins] replace`` of every
@@ -229,6 +230,7 @@ class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    lora: LoraSettings = field(default_factory=LoraSettings)
     batches: BatchSettings = field(default_factory=BatchSettings)  # [batches]: the Batch API (docs/batches.md)
     plugins: dict[str, Any] = field(default_factory=dict)  # [plugins] enable/disable + per-plugin tables
     slo: list[str] = field(default_factory=list)
@@ -322,8 +324,8 @@ def _env_overrides(data: dict[str, Any], environ: dict[str, str]) -> None:
         if not var.startswith("TOKENOPS_") or "__" not in var:
             continue
         section, _, key = var[len("TOKENOPS_") :].lower().partition("__")
-        if section not in ("gateway", "engine", "store"):
-            raise ConfigError(f"{var}: unknown section {section!r}; use GATEWAY, ENGINE or STORE")
+        if section not in ("gateway", "engine", "store", "lora"):
+            raise ConfigError(f"{var}: unknown section {section!r}; use GATEWAY, ENGINE, STORE or LORA")
         data.setdefault(section, {})[key] = value
 
 
@@ -344,7 +346,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
             raise ConfigError(f"{p}: invalid TOML: {e}") from None
     where = str(path) if path else "settings"
     _env_overrides(data, environ)
-    allowed = {"models", "gateway", "engine", "store", "telemetry", "batches", "plugins", "slo"}
+    allowed = {"models", "gateway", "engine", "store", "telemetry", "lora", "batches", "plugins", "slo"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
@@ -363,6 +365,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
         engine=_build(EngineSettings, data.get("engine", {}), f"{where} [engine]"),
         store=_build(StoreSettings, data.get("store", {}), f"{where} [store]"),
         telemetry=_build(TelemetrySettings, data.get("telemetry", {}), f"{where} [telemetry]"),
+        lora=_build(LoraSettings, data.get("lora", {}), f"{where} [lora]"),
         batches=_batch_settings(data.get("batches", {}), where),
         plugins=data.get("plugins", {}),
         slo=list(slo_list),

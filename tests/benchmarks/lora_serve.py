@@ -257,7 +257,9 @@ async def lora_server(base: str, adapters: list[Path], extra: Path, kernel: str,
 
     lora_models = [MODEL, "a1", "a2", "a3"]
     config = lora_config(base, adapters, kernel)
-    with ServeProcess(WORK / "serve-lora", config=config, env=SERVE_ENV, store=False) as srv:
+    # the extra adapter is loaded at run time (POST /admin/lora): its folder must be under [lora] roots
+    env = {**SERVE_ENV, "TOKENOPS_LORA__ROOTS": str(extra.parent)}
+    with ServeProcess(WORK / "serve-lora", config=config, env=env, store=False) as srv:
         ready_mib = status_mib(srv.proc.pid, "VmRSS")
         await fill_kv(srv.base_url, lora_models, KV_TOKENS, 1)
         await run_load(srv.base_url, lora_models, 4)  # warm-up

@@ -23,7 +23,9 @@ def served(tiny_llama_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("lora_serve")
     adapter = make_adapter(tiny_llama_dir, root / "alpha", *ADAPTERS["alpha"])
     args = ["--model", f"tiny={tiny_llama_dir}", "--lora", f"alpha={adapter}"]
-    with ServeProcess(root / "serve", args=args, store=False) as srv:
+    # adapters loaded at run time (POST /admin/lora) come from the tests' temporary folders
+    roots = {"TOKENOPS_LORA__ROOTS": str(tmp_path_factory.getbasetemp())}
+    with ServeProcess(root / "serve", args=args, store=False, env=roots) as srv:
         yield srv, tiny_llama_dir, adapter
 
 

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from tokenops.gateway import hooks
-from tokenops.gateway.body import admin_body, read_body
+from tokenops.gateway.body import admin_body, check_depth, read_body
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.state import RECENT_REQUESTS, Gateway
 from tokenops.gateway.tunable_patch import apply_everywhere
@@ -199,6 +199,7 @@ async def add_store_rows(request: Request) -> Response:
     # the store's wire format (NaN for a missing figure, tagged dates), read with the /v1 body's size
     # limit and deadline and parsed off the loop; too deep a body is a 400 like a malformed one
     raw = await read_body(request, 8 * 1024 * 1024, 30.0)
+    await asyncio.to_thread(check_depth, raw)  # the same depth limit as every other body
     try:
         objects = (await asyncio.to_thread(wire.decode, raw))["objects"]
         assert isinstance(objects, list)
@@ -229,11 +230,23 @@ async def add_store_rows(request: Request) -> Response:
     return _json({"added": len(rows)})
 
 
-@router.get("/requests", summary="Most recent requests, newest first (memory ring, not the store)")
+@router.get(
+    "/requests",
+    summary="Most recent requests, newest first: this process's and the store's (the list survives restarts)",
+)
 async def recent_requests(request: Request, limit: int = Query(50, ge=1, le=RECENT_REQUESTS)) -> Response:
     gw = _gateway(request)
-    items = list(gw.recent)[-limit:]
-    return _json({"requests": [r.summary() for r in reversed(items)]})
+    items = [r.summary() for r in reversed(list(gw.recent)[-limit:])]
+    if gw.store is not None and hasattr(gw.store, "execute"):
+        from tokenops.store.request_history import latest_requests, merge_newest
+
+        try:  # the requests of earlier runs; the ones in memory may not be flushed yet
+            stored = await asyncio.to_thread(latest_requests, gw.store, limit)
+        except Exception as e:  # the store is the history, not the request path: say so, answer from memory
+            log.warning("GET /admin/requests: the store's requests could not be read: %s", e)
+        else:
+            items = merge_newest(items, stored, limit)
+    return _json({"requests": items})
 
 
 @router.get("/query/{name}", summary="Run a named store query (parameters as query string)")

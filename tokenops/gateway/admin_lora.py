@@ -3,8 +3,10 @@
 - ``GET /admin/lora``: the adapters served, with their base (``parent``), folder and memory.
 - ``POST /admin/lora`` ``{"name", "path", "base"?, "check_base"?}``: load a PEFT adapter folder onto
   every replica of ``base`` (default: the first bundled-engine model) and serve it as model ``name``.
-  A bad adapter (missing files, a rank or shape that does not fit, another base) is a 400
-  ``invalid_lora_adapter`` and changes nothing.
+  The folder must lie under ``[lora] roots`` (:mod:`tokenops.gateway.lora_roots`; one 400 for any
+  path outside, whether or not it exists). A bad adapter (a malformed ``adapter_config.json``,
+  missing files, a rank or shape that does not fit, another base) is a 400 naming what is wrong
+  and changes nothing.
 - ``DELETE /admin/lora/{name}``: stop serving it (409 ``lora_in_use`` while requests run on it).
 
 The files are read and checked off the event loop and beside the running engine loop; only adding
@@ -13,6 +15,7 @@ the adapter to the engine's set waits for the end of a step (tokenops/engine/asy
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -23,6 +26,7 @@ from tokenops.backends.base import Replica
 from tokenops.backends.lora import LoraBackend
 from tokenops.gateway.body import admin_body
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.lora_roots import adapter_roots, check_adapter_config, check_name, resolve_under_roots
 
 router = APIRouter(tags=["admin"])
 
@@ -70,7 +74,15 @@ def _non_empty_str(body: dict[str, Any], field: str) -> str:
     return value
 
 
-@router.post("/lora", summary="Load a PEFT LoRA adapter folder and serve it as a model")
+def _load_lock(request: Request) -> asyncio.Lock:
+    """One load at a time: two requests for one name must not both pass the name check."""
+    lock = getattr(request.app.state, "lora_load_lock", None)
+    if lock is None:
+        lock = request.app.state.lora_load_lock = asyncio.Lock()
+    return lock
+
+
+@router.post("/lora", summary="Load a PEFT LoRA adapter folder (under [lora] roots) and serve it as a model")
 async def load_lora(request: Request) -> Response:
     gw = _gateway(request)
     body = await admin_body(request)  # the /v1 parser: size, deadline, depth, finite numbers
@@ -82,12 +94,26 @@ async def load_lora(request: Request) -> Response:
             code="unknown_parameter",
             param=unknown[0],
         )
-    name, path, base = _non_empty_str(body, "name"), _non_empty_str(body, "path"), body.get("base")
+    name, path, base = check_name(_non_empty_str(body, "name")), _non_empty_str(body, "path"), body.get("base")
     check_base = body.get("check_base", True)
     if not isinstance(check_base, bool):
         raise APIError(400, "'check_base' must be a boolean", code="invalid_value", param="check_base")
-    if name in gw.replicas:
-        raise APIError(409, f"a model named {name!r} is already served", code="model_exists", param="name")
+    if base is not None and not isinstance(base, str):
+        raise APIError(400, "'base' must be a model name (a string)", code="invalid_value", param="base")
+    async with _load_lock(request):
+        if name in gw.replicas:
+            raise APIError(409, f"a model named {name!r} is already served", code="model_exists", param="name")
+        base = _base_of(gw, base)
+        roots = adapter_roots(gw.settings.lora.roots, getattr(gw.store, "path", None))
+        folder = resolve_under_roots(path, roots)
+        await asyncio.to_thread(check_adapter_config, folder)
+        replicas = await _load_replicas(gw, name, str(folder), base, check_base)
+        gw.replicas[name] = replicas
+    return _json(_card(name, replicas), status=201)
+
+
+def _base_of(gw: Any, base: str | None) -> str:
+    """The bundled-engine model the adapter goes on (the first one by default)."""
     bases = [
         m
         for m, rs in gw.replicas.items()
@@ -107,13 +133,18 @@ async def load_lora(request: Request) -> Response:
             code="invalid_value",
             param="base",
         )
-    if base not in bases:
+    if base is None or base not in bases:
         raise APIError(
             400,
-            f"base {base!r} is not a bundled-engine model; choose one of: {', '.join(bases) or 'none'}",
+            f"base {base!r} is not a bundled-engine model; choose one of: {', '.join(bases) or 'none'}"[:400],
             code="invalid_value",
             param="base",
         )
+    return base
+
+
+async def _load_replicas(gw: Any, name: str, path: str, base: str, check_base: bool) -> list[Replica]:
+    """The adapter loaded on every replica of ``base``, or on none: a failure undoes the ones loaded."""
     replicas = [
         Replica(
             name=f"{name}#{r.index}",
@@ -130,12 +161,13 @@ async def load_lora(request: Request) -> Response:
                 raise ValueError(f"base replica {r.backend.base.name} is not loaded")
             await r.backend.load()
             loaded.append(r)
-    except ValueError as e:  # AdapterError and friends: undo the replicas already loaded
+    except BaseException as e:  # AdapterError and friends, or anything else: undo the replicas loaded
         for r in loaded:
             await r.backend.pool.drop(name)
-        raise APIError(400, str(e), code="invalid_lora_adapter", param="path") from None
-    gw.replicas[name] = replicas
-    return _json(_card(name, replicas), status=201)
+        if isinstance(e, ValueError):
+            raise APIError(400, str(e), code="invalid_lora_adapter", param="path") from None
+        raise
+    return replicas
 
 
 @router.delete("/lora/{name}", summary="Stop serving a LoRA adapter")

@@ -3,8 +3,9 @@
 Order of work, cheapest first: the declared size, the bytes as they arrive (size
 and a deadline), then JSON parsing. The parser (pydantic-core's ``from_json``)
 refuses what the rest of the gateway cannot carry: lone UTF-16 surrogates,
-``NaN``/``Infinity``, and nesting deeper than its recursion limit (a few hundred
-levels), each as a 400 that says what to fix. Bodies above
+``NaN``/``Infinity``, and objects and arrays nested deeper than :data:`MAX_JSON_DEPTH`
+levels, each as a 400 that says what to fix. Everything that reads a body before it
+(msgspec's count of ``messages``) refuses the same depth with the same answer. Bodies above
 :data:`OFF_LOOP_BYTES` are parsed (and validated, see :func:`build_off_loop`) in
 a worker thread so the event loop keeps answering ``/health`` meanwhile.
 """
@@ -27,6 +28,9 @@ from tokenops.gateway.prompt_list import check_prompt_count, parsed_prompt_count
 
 #: Bodies larger than this are parsed and validated in a worker thread.
 OFF_LOOP_BYTES = 64 * 1024
+#: Objects and arrays nested deeper than this are refused (400 ``invalid_json``) on every route:
+#: pydantic-core's parser stops there, and every reader before it refuses the same depth.
+MAX_JSON_DEPTH = 200
 T = TypeVar("T")
 
 
@@ -153,7 +157,27 @@ def _count_messages(raw: bytes) -> int:
         messages = _ENVELOPE.decode(raw).messages
     except (msgspec.DecodeError, msgspec.ValidationError):
         return 0
+    except RecursionError:  # msgspec recurses into the fields it skips (a 500 once)
+        raise too_deep() from None
     return len(messages or ())
+
+
+def too_deep() -> APIError:
+    """The 400 of a body nested deeper than :data:`MAX_JSON_DEPTH`, whichever reader found it."""
+    return APIError(400, f"We could not parse the JSON body of your request: {_DEPTH_REASON}.", code="invalid_json")
+
+
+def check_depth(raw: bytes) -> None:
+    """The 400 of :func:`too_deep` when ``raw`` nests deeper than :data:`MAX_JSON_DEPTH`, for a
+    route that reads its body with another parser (other faults are left to that parser)."""
+    try:
+        from_json(raw, allow_inf_nan=True)
+    except ValueError as e:
+        if "recursion limit" in str(e):
+            raise too_deep() from None
+
+
+_DEPTH_REASON = f"it is nested too deeply (objects and arrays more than {MAX_JSON_DEPTH} levels deep); flatten it"
 
 
 def _check_message_count(num: int, limit: int) -> None:
@@ -171,7 +195,7 @@ def _reason(message: str) -> str:
     if "surrogate" in message or "hex escape" in message:
         return f"a \\u escape is not valid Unicode (a lone UTF-16 surrogate?) ({message})"
     if "recursion limit" in message:
-        return "it is nested too deeply"
+        return _DEPTH_REASON
     return message
 
 

@@ -14,6 +14,9 @@
   (the traceback goes to the log under the same id), sent as a normal response,
   so the keep-alive connection stays usable. Starlette's own last-resort handler
   re-raises after answering, which makes the server drop the connection.
+
+Under ``/v1/messages`` these answers are in Anthropic's error shape, as every other
+answer of the Messages API is.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ class GuardMiddleware:
         if self._is_guarded():
             refusal = self._refusal(scope)
             if refusal is not None:
-                await refusal.response()(scope, receive, send)
+                await _error_response(scope, refusal)(scope, receive, send)
                 return
         response_started = False
 
@@ -106,7 +109,7 @@ class GuardMiddleware:
                 "retry, and report the id if it persists.",
                 code="internal_error",
             )
-            await err.response()(scope, receive, send)
+            await _error_response(scope, err)(scope, receive, send)
 
     def _refusal(self, scope: dict) -> APIError | None:
         headers = _headers(scope)
@@ -148,14 +151,25 @@ def _is_credentialed_upload(scope: dict, headers: dict[str, str]) -> bool:
 
 
 def _is_routed(scope: dict) -> bool:
-    """Some route takes this method and path (asked only of a body with the wrong type)."""
-    from starlette.routing import Match
+    """The method is one the path takes (asked only of a body with the wrong type): the OpenAPI
+    document's methods of the path, as a 405's ``Allow`` lists them. Hidden catch-alls that only
+    answer a 405 (the Messages API's) leave the answer to them: a PUT there is a 405, not a 415."""
+    from tokenops.gateway.openapi_contract import allowed_methods
 
     app = scope.get("app")
-    routes = getattr(getattr(app, "router", None), "routes", None)
-    if routes is None:
+    if getattr(app, "router", None) is None:
         return True
-    return any(route.matches(scope)[0] is Match.FULL for route in routes)
+    return scope.get("method") in allowed_methods(app, scope)
+
+
+def _error_response(scope: dict, err: APIError) -> Callable:
+    """``err`` as an ASGI response: Anthropic's shape under ``/v1/messages``, OpenAI's elsewhere."""
+    path = scope.get("path", "")
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        from tokenops.gateway.messages_api import anthropic_error
+
+        return anthropic_error(err)
+    return err.response()
 
 
 def _headers(scope: dict) -> dict[str, str]:

@@ -41,22 +41,37 @@ def _number(name: str, value: Any, *, positive: bool) -> float | None:
     return value
 
 
+#: The latest time a key may expire at (9999-12-31T23:59:59Z): the store, the admin API's ISO
+#: dates and Python's datetime all end there.
+MAX_EPOCH_S = 253_402_300_799.0
+
+
 def parse_time(name: str, value: Any) -> float | None:
-    """An ISO 8601 time (UTC when no offset is given) or epoch seconds; None clears it."""
+    """An ISO 8601 time (UTC when no offset is given) or epoch seconds, after 1970 and no later
+    than 9999-12-31T23:59:59Z; None clears it."""
     if value is None:
         return None
     if isinstance(value, bool):
         raise FieldError(f"{name} must be an ISO 8601 time or epoch seconds", name)
     if isinstance(value, (int, float)):
-        if not math.isfinite(value) or value <= 0:
-            raise FieldError(f"{name} must be a positive finite epoch time", name)
+        if not math.isfinite(value) or not 0 < value <= MAX_EPOCH_S:
+            raise FieldError(
+                f"{name} must be epoch seconds between 1970 and 9999-12-31T23:59:59Z "
+                f"(0 < {name} <= {MAX_EPOCH_S:.0f}), got {value!r}"[:300],
+                name,
+            )
         return float(value)
     if isinstance(value, str):
         try:
             t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise FieldError(f"{name}: {value!r} is not an ISO 8601 time (e.g. 2026-12-31T00:00:00Z)", name) from None
-        return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+            ts = (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+        except (ValueError, OverflowError):
+            raise FieldError(
+                f"{name}: {value!r} is not an ISO 8601 time (e.g. 2026-12-31T00:00:00Z)"[:300], name
+            ) from None
+        if not 0 < ts <= MAX_EPOCH_S:  # e.g. 0001-01-01T00:00:00+14:00, 9999-12-31T23:59:59-01:00
+            raise FieldError(f"{name}: {value!r} is not between 1970 and 9999-12-31T23:59:59Z"[:300], name)
+        return ts
     raise FieldError(f"{name} must be an ISO 8601 time or epoch seconds", name)
 
 

@@ -154,33 +154,33 @@ class KeyRegistry:
             log.warning("key registry: Redis unreachable, using the last known keys: %s", e)
 
     def _publish(self, key: ManagedKey | None = None, tenant: Tenant | None = None) -> None:
-        if self.store is not None:
-            from tokenops.store.table_models import ApiKeyRow, TenantRow
-
-            if key is not None:
-                d = key.to_dict()
-                d["models"] = None if key.models is None else json.dumps(key.models)
-                for name in ("created_at", "expires_at", "revoked_at"):
-                    d[name] = _dt(d[name])
-                self.store.add(ApiKeyRow(**d))
-            if tenant is not None:
-                self.store.add(
-                    TenantRow(
-                        name=tenant.name,
-                        budget_usd=tenant.budget.usd,
-                        budget_period=tenant.budget.period,
-                        soft_budget_usd=tenant.budget.soft_usd,
-                        created_at=_dt(tenant.created_at),
-                    )
-                )
+        """Write ``key`` / ``tenant`` to the store, Redis and this process, or to none of them:
+        everything that can be refused (a time the store cannot hold, the admin view) is built
+        before the first write, and a Redis failure puts the store's rows back."""
+        rows = self._store_rows(key, tenant)
+        payloads = {
+            "all": None if key is None else (key.id, json.dumps(key.to_dict())),
+            "tenants": None if tenant is None else (tenant.name, json.dumps(tenant.to_dict())),
+        }
+        if key is not None:
+            key.public(self.clock())  # the answer the admin API gives must render, before anything is kept
+        previous = self._store_rows(
+            self._keys.get(key.id) if key is not None else None,
+            self._tenants.get(tenant.name) if tenant is not None else None,
+        )
+        if self.store is not None and rows:
+            self.store.add(*rows)
         if self.redis is not None:
-            pipe = self.redis.pipeline(transaction=True)
-            if key is not None:
-                pipe.hset(self.prefix + "all", key.id, json.dumps(key.to_dict()))
-            if tenant is not None:
-                pipe.hset(self.prefix + "tenants", tenant.name, json.dumps(tenant.to_dict()))
-            pipe.incr(self.prefix + "version")
-            pipe.execute()
+            try:
+                pipe = self.redis.pipeline(transaction=True)
+                for table, item in payloads.items():
+                    if item is not None:
+                        pipe.hset(self.prefix + table, *item)
+                pipe.incr(self.prefix + "version")
+                pipe.execute()
+            except Exception:
+                self._restore_store(key, tenant, previous)
+                raise
             self._reload_from_redis()
         else:
             keys, tenants = dict(self._keys), dict(self._tenants)
@@ -189,6 +189,45 @@ class KeyRegistry:
             if tenant is not None:
                 tenants[tenant.name] = tenant
             self._install(keys, tenants)
+
+    def _store_rows(self, key: ManagedKey | None, tenant: Tenant | None) -> list[Any]:
+        """The store's rows of ``key`` and ``tenant`` (none without a store)."""
+        if self.store is None:
+            return []
+        from tokenops.store.table_models import ApiKeyRow, TenantRow
+
+        rows: list[Any] = []
+        if key is not None:
+            d = key.to_dict()
+            d["models"] = None if key.models is None else json.dumps(key.models)
+            for name in ("created_at", "expires_at", "revoked_at"):
+                d[name] = _dt(d[name])
+            rows.append(ApiKeyRow(**d))
+        if tenant is not None:
+            rows.append(
+                TenantRow(
+                    name=tenant.name,
+                    budget_usd=tenant.budget.usd,
+                    budget_period=tenant.budget.period,
+                    soft_budget_usd=tenant.budget.soft_usd,
+                    created_at=_dt(tenant.created_at),
+                )
+            )
+        return rows
+
+    def _restore_store(self, key: ManagedKey | None, tenant: Tenant | None, previous: list[Any]) -> None:
+        """Undo :meth:`_publish`'s store write: the previous rows back, new ones deleted."""
+        if self.store is None:
+            return
+        try:
+            if key is not None and key.id not in self._keys:
+                self.store.execute("DELETE FROM api_keys WHERE id = ?", [key.id])
+            if tenant is not None and tenant.name not in self._tenants:
+                self.store.execute("DELETE FROM tenants WHERE name = ?", [tenant.name])
+            if previous:
+                self.store.add(*previous)
+        except Exception as e:  # the store itself fails: say so; the next start reads what it holds
+            log.error("key registry: could not undo a store write after Redis failed: %s", e)
 
     # -- reads ------------------------------------------------------------------
 
