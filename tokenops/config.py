@@ -60,10 +60,23 @@ class ModelConfig:
     #: Bundled engine: LoRA adapters held in memory at once (0: all); the least recently used one
     #: is unloaded to make room and reloaded from its folder when asked again.
     max_loras: int = 0
+    #: Upstream engines (backend "openai"): send vLLM's ``priority`` = 1 with batch lines (the
+    #: upstream must accept the field: vLLM with --scheduling-policy priority), and hold batch lines
+    #: to this many in flight while interactive requests are (0: no bound).
+    priority_field: bool = False
+    batch_max_in_flight_upstream: int = 0
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("[[models]] entry without a name")
+        if not isinstance(self.priority_field, bool):
+            raise ConfigError(f"model {self.name!r}: priority_field must be true or false")
+        limit = self.batch_max_in_flight_upstream
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ConfigError(
+                f"model {self.name!r}: batch_max_in_flight_upstream must be an integer >= 0 (0: no bound), "
+                f"not {limit!r}"
+            )
         if not isinstance(self.lora, dict) or not all(
             isinstance(k, str) and k and isinstance(v, str) for k, v in self.lora.items()
         ):

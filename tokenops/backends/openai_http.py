@@ -22,6 +22,7 @@ from tokenops.backends.base import Delta, replica_name
 from tokenops.backends.http_transport import PooledTransport
 from tokenops.backends.native_upstream import upstream_error as _upstream_error
 from tokenops.backends.openai_answers import answer_of, chunk_deltas, usage_delta
+from tokenops.backends.openai_http_meter import BATCH, BatchMeter
 from tokenops.backends.openai_responses import responses_once, responses_stream, wants_responses
 from tokenops.backends.sse import sse_data as _sse_data
 from tokenops.config import ModelConfig, Settings
@@ -94,6 +95,10 @@ class OpenAIBackend:
         self._probe: asyncio.Task | None = None
         #: Whether the upstream serves OpenAI's /v1/responses: None until a request finds out.
         self.serves_responses: bool | None = None
+        #: Batch lines: sent with vLLM's ``priority`` = 1 when the upstream takes it, and held back
+        #: while interactive requests are in flight (tokenops/backends/openai_http_meter.py).
+        self.priority_field = model.priority_field
+        self.meter = BatchMeter(model.batch_max_in_flight_upstream)
 
     @property
     def ready(self) -> bool:
@@ -180,6 +185,8 @@ class OpenAIBackend:
         # ``cache`` is the gateway's own switch (semantic cache), not the upstream's
         body = {k: v for k, v in request.body.items() if v is not None and k != "cache"}
         body["model"] = self.upstream_model
+        if self.priority_field and request.priority_class == BATCH:
+            body["priority"] = max(1, body.get("priority") or 0)  # vLLM: lower runs first; 0 is the default
         if request.kind == "embedding":
             return body
         body["stream"] = stream
@@ -263,6 +270,10 @@ class OpenAIBackend:
         raise last
 
     async def chat(self, request: GatewayRequest) -> GatewayResponse:
+        async with self.meter.hold(request.priority_class):
+            return await self._chat(request)
+
+    async def _chat(self, request: GatewayRequest) -> GatewayResponse:
         if wants_native(self, request):
             answer = await native_once(self, request)
             if answer is not None:
@@ -278,7 +289,8 @@ class OpenAIBackend:
     async def embed(self, request: GatewayRequest) -> dict[str, Any]:
         """Pass an embeddings request through; returns the upstream's answer as it came
         (the gateway puts its own model name in)."""
-        response = await self._send(request, stream=False)
+        async with self.meter.hold(request.priority_class):
+            response = await self._send(request, stream=False)
         try:
             data = json.loads(response.content)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -288,7 +300,8 @@ class OpenAIBackend:
         return data
 
     async def complete(self, request: GatewayRequest) -> GatewayResponse:
-        return await self._one(request)
+        async with self.meter.hold(request.priority_class):
+            return await self._one(request)
 
     async def _one(self, request: GatewayRequest) -> GatewayResponse:
         response = await self._send(request, stream=False)
@@ -299,6 +312,11 @@ class OpenAIBackend:
         return answer_of(data, request.kind, self.model, self.name)
 
     async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
+        async with self.meter.hold(request.priority_class):
+            async for delta in self._stream(request):
+                yield delta
+
+    async def _stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
         if wants_native(self, request):
             response = await native_open(self, request)
             if response is not None:
