@@ -161,28 +161,6 @@ class GatewaySettings:
             )
 
 
-def gateway_tunables() -> list[Any]:
-    """The ``[gateway]`` settings that are live tunables (``gateway.<name>``, shown in ``/admin/tunables``);
-    their defaults are the settings' defaults, declared once above."""
-    from tokenops.tunables import Tunable
-
-    d = GatewaySettings()
-    return [
-        Tunable("gateway.max_queued_requests", "int", d.max_queued_requests,
-                "Requests that may wait for a model's slots; past it a 429 with Retry-After.",
-                live=True, minimum=0, maximum=1_000_000, searchable=False),
-        Tunable("gateway.max_queued_tokens", "int", d.max_queued_tokens,
-                "Prompt tokens (estimated) that may wait for a model's slots; past it a 429.",
-                live=True, minimum=0, maximum=1_000_000_000, searchable=False),
-        Tunable("gateway.upstream_max_running", "int", d.upstream_max_running,
-                "Requests one upstream replica runs at once (a bundled engine's slots: max_num_seqs).",
-                live=True, minimum=1, maximum=1_000_000, searchable=False),
-        Tunable("gateway.drain_timeout_s", "float", d.drain_timeout_s,
-                "On SIGTERM: how long requests in flight may finish before they are cancelled.",
-                live=True, minimum=0.0, maximum=3600.0, searchable=False),
-    ]  # fmt: skip
-
-
 @dataclass(slots=True)
 class TelemetrySettings:
     """``[telemetry]``: OpenTelemetry traces (tokenops/gateway/tracing.py). Off unless a collector is named

@@ -25,9 +25,9 @@ import pluggy
 
 from tokenops import hookspecs
 from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
-from tokenops.config import gateway_tunables, replaceable_plugins
+from tokenops.config import GatewaySettings, replaceable_plugins
 from tokenops.engine.config import engine_tunables
-from tokenops.tunables import Tunable, TunableRegistry
+from tokenops.tunables import Tunable, TunableRegistry, gateway_tunables
 
 ENTRY_POINT_GROUP = "tokenops"
 
@@ -317,7 +317,7 @@ def get_tunables() -> TunableRegistry:
                 order_impl.function(register=lambda name, order: orders.append(name))
             for tunable in engine_tunables(orders):
                 registry.register(tunable, plugin=ENGINE_TUNABLES_OWNER)
-            for tunable in gateway_tunables():  # admission and drain ([gateway]): the gateway applies them
+            for tunable in gateway_tunables(GatewaySettings()):  # [gateway] admission and drain
                 registry.register(tunable, plugin=GATEWAY_TUNABLES_OWNER)
             for impl in pm.hook.tokenops_register_tunables.get_hookimpls():
                 owner = impl.plugin_name

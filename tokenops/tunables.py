@@ -128,3 +128,22 @@ class TunableRegistry:
 
     def defaults(self, prefix: str = "") -> dict[str, Any]:
         return {t.name: t.default for t in self if t.name.startswith(prefix)}
+
+
+def gateway_tunables(d: Any) -> list[Tunable]:
+    """The ``[gateway]`` settings that are live tunables (``gateway.<name>``, shown in ``/admin/tunables``);
+    ``d`` is a default ``GatewaySettings`` (declared once there, on a floor above this one)."""
+    return [
+        Tunable("gateway.max_queued_requests", "int", d.max_queued_requests,
+                "Requests that may wait for a model's slots; past it a 429 with Retry-After.",
+                live=True, minimum=0, maximum=1_000_000, searchable=False),
+        Tunable("gateway.max_queued_tokens", "int", d.max_queued_tokens,
+                "Prompt tokens (estimated) that may wait for a model's slots; past it a 429.",
+                live=True, minimum=0, maximum=1_000_000_000, searchable=False),
+        Tunable("gateway.upstream_max_running", "int", d.upstream_max_running,
+                "Requests one upstream replica runs at once (a bundled engine's slots: max_num_seqs).",
+                live=True, minimum=1, maximum=1_000_000, searchable=False),
+        Tunable("gateway.drain_timeout_s", "float", d.drain_timeout_s,
+                "On SIGTERM: how long requests in flight may finish before they are cancelled.",
+                live=True, minimum=0.0, maximum=3600.0, searchable=False),
+    ]  # fmt: skip

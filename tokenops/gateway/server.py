@@ -235,8 +235,7 @@ def run_server(
             port=settings.gateway.port,
             log_level=log_level,
             access_log=False,
-            # then the gateway cuts whole answers, and uvicorn cancels the streams still sending
-            timeout_graceful_shutdown=math.ceil(settings.gateway.drain_timeout_s),
+            timeout_graceful_shutdown=math.ceil(settings.gateway.drain_timeout_s),  # then it cancels streams
             lifespan="on",
             **uvicorn_limits(settings.gateway),
         )
