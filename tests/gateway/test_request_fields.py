@@ -23,7 +23,7 @@ SAMPLES = {
     "functions": [{"name": "f", "parameters": {"type": "object"}}], "function_call": "auto",
     "audio": {"voice": "alloy", "format": "wav"}, "modalities": ["text", "audio"],
     "prediction": {"type": "content", "content": "x"}, "web_search_options": {},
-    "verbosity": "low", "store": True, "metadata": {"k": "v"}, "service_tier": "flex", "prompt_cache_key": "k",
+    "verbosity": "low", "store": True, "metadata": {"k": "v"}, "service_tier": "flex",
     "prompt_cache_retention": "24h", "prompt_cache_options": {"mode": "x"}, "safety_identifier": "s",
     "moderation": {"mode": "x"}, "suffix": "!", "best_of": 2,
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
 from tokenops.backends.reasoning_parsers import get_reasoning_parser
+from tokenops.backends.tool_format import GENERIC, NATIVE, tool_format_of
 from tokenops.backends.tool_parsers import get_tool_call_parser
 from tokenops.config import ModelConfig, Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
@@ -73,6 +75,9 @@ class LocalBackend:
         self.max_model_len: int | None = getattr(engine, "max_model_len", None)
         self.default_max_tokens = settings.gateway.default_max_tokens
         self.tool_call_parser = model.tool_call_parser
+        self.model_tool_call_parser = model.tool_call_parser
+        #: native | generic, decided when the engine loads (None before)
+        self.tool_format: str | None = None
         try:
             get_tool_call_parser(model.tool_call_parser)
             self.reasoning_parser = get_reasoning_parser(model.reasoning_parser)
@@ -121,6 +126,16 @@ class LocalBackend:
         tokenizer = getattr(self.engine, "tokenizer", None)
         if tokenizer is not None:  # measured once, off the loop: check_prompt_fits needs it per request
             await asyncio.to_thread(max_token_chars, tokenizer)
+            self._choose_tool_format(tokenizer)
+
+    def _choose_tool_format(self, tokenizer: Any) -> None:
+        """Native calls when the chat template renders tools, else the generic format
+        (tokenops/backends/tool_format.py); logged once per load."""
+        self.tool_format = tool_format_of(tokenizer)
+        self.tool_call_parser = self.model_tool_call_parser if self.tool_format == NATIVE else GENERIC
+        logging.getLogger("tokenops.backends").info(
+            "model %s: tool format: %s (parser %s)", self.model, self.tool_format, self.tool_call_parser
+        )
 
     async def close(self) -> None:
         if self.engine is not None and hasattr(self.engine, "shutdown"):
@@ -156,13 +171,19 @@ class LocalBackend:
         """The prompt's token ids as :meth:`stream` builds them (chat template, tools as planned):
         ``/v1/messages/count_tokens`` counts with it, so its count is the engine's."""
         plan = self._plan(request) if request.kind == "chat" else None
-        return self._prompt_ids(request, plan.template_kwargs if plan else None)
+        return self._prompt_ids(request, plan)
 
-    def _prompt_ids(self, request: GatewayRequest, template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    def _prompt_ids(self, request: GatewayRequest, plan: Any = None) -> list[int]:
         tok = self.engine.tokenizer
         if request.kind == "chat":
             messages = [_plain(m) for m in request.messages or []]
-            text = tok.apply_chat_template(messages, add_generation_prompt=True, **(template_kwargs or {}))
+            if plan is not None:
+                messages = plan.prompt_messages(messages)
+            try:
+                text = tok.apply_chat_template(messages, add_generation_prompt=True, **(plan.template_kwargs if plan else {}))
+            except ValueError as e:  # the template refused the conversation (raise_exception)
+                why = " (tools use the generic format, in a system message)" if plan and plan.generic_tools else ""
+                raise BackendError(f"{e}{why}", kind="bad_request", status=400, backend=self.name) from None
             return tok.encode(text, add_special_tokens=False)
         if isinstance(request.prompt, list):
             return list(request.prompt)
@@ -220,7 +241,7 @@ class LocalBackend:
         check_prompt_fits(request, getattr(self.engine, "tokenizer", None), self.max_model_len, self.name)
         # the plan measures and samples the schemas (json_shortest): off the loop, like tokenizing
         plan = await asyncio.to_thread(self._plan, request) if request.kind == "chat" else None
-        prompt_ids = await asyncio.to_thread(self._prompt_ids, request, plan.template_kwargs if plan else None)
+        prompt_ids = await asyncio.to_thread(self._prompt_ids, request, plan)
         params = self._sampling(request, len(prompt_ids))
         if plan is not None and plan.grammar is not None:
             params.grammar = await self._compile(plan.grammar)

@@ -89,7 +89,8 @@ def messages_request(gw: Any, data: dict[str, Any], default_max_tokens: int) -> 
         raise err
     if untranslatable:  # the chat body does not hold the whole request: a cache keyed on it must not answer it
         body["cache"] = False
-    is_prefill_only = body.get("max_tokens") == 0 and type(body.get("max_tokens")) is int
+    asked = data.get("max_tokens")  # the Anthropic body's (its chat translation carries it as sent)
+    is_prefill_only = asked == 0 and type(asked) is int
     if is_prefill_only:  # validated as 1 (chat's floor), run as 0
         body["max_tokens"] = 1
         body["cache"] = False  # a semantic-cache answer would warm nothing
