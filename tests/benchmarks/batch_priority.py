@@ -1,0 +1,217 @@
+"""Idle-priority scheduling on the default model (SmolLM2-135M GGUF): does a batch use the capacity
+interactive traffic leaves idle without slowing that traffic down?
+
+One ``tokenops serve`` (bundled engine). First the engine's capacity: ShareGPT-shaped requests in a
+closed loop at ``max_num_seqs`` concurrency (output tokens/s and requests/s). Then interactive traffic,
+ShareGPT-shaped, Poisson at ``--load`` (0.5) of that request rate for ``--seconds``, three times:
+
+- alone;
+- with a batch of ``--batch-lines`` ShareGPT-shaped lines submitted through the Batch API
+  (POST /v1/files + /v1/batches) at the same moment, priority classes on;
+- the same with priority classes off (``engine.priority_classes = false``, live: one first-come queue).
+
+For each run: interactive TTFT p95 and TPOT p95, the batch's output tokens/s during the run (the
+engine's generated tokens minus the interactive ones) and the share of the idle capacity it took
+(batch tokens/s over capacity minus the interactive-only tokens/s). The goal: priority on keeps
+TTFT/TPOT p95 within 10% of interactive-only while the batch takes >= 80% of the idle capacity.
+The batch is cancelled after each run (the next starts on an idle engine).
+
+    .venv/bin/python tests/benchmarks/batch_priority.py [--seconds 60] [--load 0.5] [--share 1.0] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tokenops.bench.arrivals import ArrivalSpec  # noqa: E402
+from tokenops.bench.loadgen import LoadSpec, run_load  # noqa: E402
+from tokenops.bench.metrics import metric_values, percentile  # noqa: E402
+from tokenops.bench.sharegpt import sharegpt  # noqa: E402
+from tokenops.testing_serve import ServeProcess  # noqa: E402
+
+MODEL = "smollm2"
+MAX_NUM_SEQS = 16
+SHAPE = {"max_input_len": 384, "max_output_len": 96, "min_output_len": 8}
+
+
+def server_config(gguf: str, share: float) -> str:
+    return (
+        f'[[models]]\nname = "{MODEL}"\nbackend = "local"\npath = "{gguf}"\n'
+        f"engine = {{ max_num_seqs = {MAX_NUM_SEQS}, batch_max_share = {share} }}\n\n"
+        "[batches]\nmax_in_flight = 64\n"
+    )
+
+
+def engine_stats(srv: ServeProcess) -> dict[str, Any]:
+    import httpx
+
+    engines = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers, timeout=60).json()["engines"]
+    return next(iter(engines.values()))
+
+
+def set_priority_classes(srv: ServeProcess, on: bool) -> None:
+    import httpx
+
+    r = httpx.patch(
+        srv.url + "/admin/tunables",
+        headers=srv.admin_headers,
+        json={"values": {"engine.priority_classes": on}},
+        timeout=60,
+    )
+    r.raise_for_status()
+
+
+def wait_idle(srv: ServeProcess, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (s := engine_stats(srv))["num_running"] or s["num_waiting"]:
+        assert time.monotonic() < deadline, f"the engine did not drain: {s}"
+        time.sleep(0.5)
+
+
+async def capacity(srv: ServeProcess, seconds: float) -> tuple[float, float]:
+    """Output tokens/s and requests/s with ``MAX_NUM_SEQS`` requests always in flight."""
+    num = max(2 * MAX_NUM_SEQS, int(seconds * 2))
+    spec = LoadSpec(srv.url, MODEL, concurrency=MAX_NUM_SEQS, ignore_eos=True, ramp_up_s=2.0)
+    results, duration = await run_load(sharegpt(num, seed=1, **SHAPE), spec)
+    ok = [r for r in results if r.is_ok]
+    return sum(r.num_output_tokens for r in ok) / duration, len(ok) / duration
+
+
+def submit_batch(srv: ServeProcess, n: int) -> str:
+    import openai
+
+    client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120)
+    lines = [
+        {
+            "custom_id": f"line-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": MODEL, "messages": req.messages, "max_tokens": req.max_tokens, "ignore_eos": True,
+                     "temperature": 0},
+        }
+        for i, req in enumerate(sharegpt(n, seed=2, **SHAPE))
+    ]
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    uploaded = client.files.create(file=("lines.jsonl", io.BytesIO(data)), purpose="batch")
+    return client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                 completion_window="24h").id
+
+
+def stop_batch(srv: ServeProcess, batch_id: str) -> dict[str, int]:
+    import openai
+
+    client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120)
+    try:
+        client.batches.cancel(batch_id)
+    except openai.ConflictError:  # it had finished
+        pass
+    while (batch := client.batches.retrieve(batch_id)).status not in ("cancelled", "completed", "failed"):
+        time.sleep(0.5)
+    wait_idle(srv)
+    counts = batch.request_counts
+    return {"completed": counts.completed if counts else 0, "total": counts.total if counts else 0}
+
+
+async def interactive_run(srv: ServeProcess, rate: float, seconds: float, batch_lines: int) -> dict[str, Any]:
+    num = max(4, int(rate * seconds))
+    spec = LoadSpec(srv.url, MODEL, arrival=ArrivalSpec(rate, seed=3), ignore_eos=True)
+    requests = sharegpt(num, seed=4, **SHAPE)
+    generated0 = engine_stats(srv)["total_generation_tokens"]
+    preempted0 = engine_stats(srv)["num_batch_preemptions"]
+    batch_id = submit_batch(srv, batch_lines) if batch_lines else None
+    results, duration = await run_load(requests, spec)
+    stats = engine_stats(srv)
+    ok = [r for r in results if r.is_ok]
+    interactive_tokens = sum(r.num_output_tokens for r in ok)
+    batch_tokens = stats["total_generation_tokens"] - generated0 - interactive_tokens
+    counts = stop_batch(srv, batch_id) if batch_id else None
+    return {
+        "num_requests": num,
+        "num_errors": len(results) - len(ok),
+        "duration_s": round(duration, 2),
+        "ttft_p95_s": percentile(metric_values(results, "ttft"), 95),
+        "tpot_p95_s": percentile(metric_values(results, "tpot"), 95),
+        "interactive_tps": interactive_tokens / duration,
+        "batch_tps": batch_tokens / duration,
+        "batch_preemptions": stats["num_batch_preemptions"] - preempted0,
+        "batch_lines": counts,
+    }
+
+
+def ratio(value: float | None, base: float | None) -> str:
+    if value is None or not base:
+        return "-"
+    return f"{value / base:.2f}x"
+
+
+def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dict[str, Any]]) -> None:
+    alone = runs["interactive only"]
+    idle = cap_tps - alone["interactive_tps"]
+    print(f"capacity: {cap_tps:.0f} output tok/s, {cap_rps:.2f} req/s at {MAX_NUM_SEQS} in flight; "
+          f"interactive at {rate:.2f} req/s; idle capacity {idle:.0f} tok/s")
+    head = (f"{'run':<22}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
+            f"{'inter tok/s':>12}{'batch tok/s':>12}{'idle used':>10}{'preempt':>8}")
+    print(head)
+    print("-" * len(head))
+    for name, r in runs.items():
+        ttft, tpot = r["ttft_p95_s"], r["tpot_p95_s"]
+        used = f"{r['batch_tps'] / idle:.0%}" if r["batch_lines"] and idle > 0 else "-"
+        print(f"{name:<22}{(ttft or math.nan) * 1000:>8.0f}ms{ratio(ttft, alone['ttft_p95_s']):>9}"
+              f"{(tpot or math.nan) * 1000:>8.1f}ms{ratio(tpot, alone['tpot_p95_s']):>9}"
+              f"{r['interactive_tps']:>12.0f}{(r['batch_tps'] if r['batch_lines'] else 0):>12.0f}{used:>10}"
+              f"{r['batch_preemptions']:>8}")
+
+
+async def bench(srv: ServeProcess, args: argparse.Namespace) -> dict[str, Any]:
+    await capacity(srv, 10)  # warm-up: weights paged in, prefix cache and allocator settled
+    cap_tps, cap_rps = await capacity(srv, args.seconds / 2)
+    wait_idle(srv)
+    rate = args.load * cap_rps
+    lines = args.batch_lines or int(2 * cap_tps * args.seconds / SHAPE["max_output_len"]) + MAX_NUM_SEQS
+    runs: dict[str, dict[str, Any]] = {}
+    runs["interactive only"] = await interactive_run(srv, rate, args.seconds, 0)
+    set_priority_classes(srv, True)
+    runs["+ batch, priority on"] = await interactive_run(srv, rate, args.seconds, lines)
+    set_priority_classes(srv, False)
+    runs["+ batch, priority off"] = await interactive_run(srv, rate, args.seconds, lines)
+    set_priority_classes(srv, True)
+    return {"capacity_tps": cap_tps, "capacity_rps": cap_rps, "rate": rate, "batch_lines": lines, "runs": runs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=60.0, help="length of each interactive run")
+    ap.add_argument("--load", type=float, default=0.5, help="interactive request rate / measured capacity")
+    ap.add_argument("--share", type=float, default=1.0, help="engine batch_max_share")
+    ap.add_argument("--batch-lines", type=int, default=0, help="lines of the batch (0: enough to outlast a run)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    from tests import real_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = server_config(str(real_model.gguf_path()), args.share)
+        with ServeProcess(tmp, config=config, env=real_model.SERVE_ENV) as srv:
+            out = asyncio.run(bench(srv, args))
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return
+    print_table(out["capacity_tps"], out["capacity_rps"], out["rate"], out["runs"])
+    print(f"batch: {out['batch_lines']} lines submitted with each batched run (cancelled after it); "
+          f"lines done: {', '.join(str(r['batch_lines']) for r in out['runs'].values() if r['batch_lines'])}")
+
+
+if __name__ == "__main__":
+    main()
