@@ -17,10 +17,11 @@ class BatchSettings:
     max_files_per_tenant: int = 10_000  # stored files of one tenant (uploads past it: 400)
 
     def __post_init__(self) -> None:
+        # TypeError: what tokenops.config turns into a ConfigError naming the section and file
         for name in ("max_file_bytes", "max_lines", "max_in_flight", "max_files_per_tenant"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"[batches] {name}: expected an integer >= 1, got {value!r}")
+                raise TypeError(f"{name}: expected an integer >= 1, got {value!r}")
         discount = self.discount
         if isinstance(discount, bool) or not isinstance(discount, (int, float)) or not 0.0 <= discount <= 1.0:
-            raise ValueError(f"[batches] discount: expected a share of the price in [0, 1], got {discount!r}")
+            raise TypeError(f"discount: expected a share of the price in [0, 1], got {discount!r}")

@@ -269,15 +269,6 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         raise ConfigError(f"{where}: {e}") from None
 
 
-def _batch_settings(data: dict[str, Any], where: str) -> BatchSettings:
-    try:
-        return _build(BatchSettings, data, f"{where} [batches]")
-    except ConfigError:
-        raise
-    except ValueError as e:  # BatchSettings names the key (it sits below this floor)
-        raise ConfigError(f"{where}: {e}") from None
-
-
 def _scalar_of_optional(hint: Any) -> type | None:
     """``int | None`` -> ``int`` (likewise float, bool, str); None for anything else."""
     if typing.get_origin(hint) not in (typing.Union, types.UnionType):
@@ -357,7 +348,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
         store=_build(StoreSettings, data.get("store", {}), f"{where} [store]"),
         telemetry=_build(TelemetrySettings, data.get("telemetry", {}), f"{where} [telemetry]"),
         lora=_build(LoraSettings, data.get("lora", {}), f"{where} [lora]"),
-        batches=_batch_settings(data.get("batches", {}), where),
+        batches=_build(BatchSettings, data.get("batches", {}), f"{where} [batches]"),
         plugins=data.get("plugins", {}),
         slo=list(slo_list),
         source=str(path) if path else None,

@@ -10,11 +10,12 @@ import json
 import os
 import signal
 import time
+import tomllib
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
-
 from tests.serve_configs import config as serve_config
 from tests.serve_configs import local_model, section
 from tokenops.engine.default_model import shipped_model_dir
@@ -22,14 +23,23 @@ from tokenops.testing_serve import ServeProcess
 
 API_KEY, OTHER_KEY, ADMIN_KEY = "batch-api-key-1", "batch-other-key-1", "batch-admin-key-1"
 MODEL = "demo"
+ROOT = Path(__file__).resolve().parents[2]
 PRICE_IN, PRICE_OUT = 1000.0, 2000.0  # USD per 1M tokens: large, so a batch line's cost is visible
+
+
+def documented_batches() -> dict:
+    """docs/batches.md's ``[batches]`` block, copied from the page (not retyped)."""
+    from tests.test_docs_examples import blocks
+
+    block = next(b for b in blocks(ROOT / "docs" / "batches.md") if b.language == "toml")
+    return tomllib.loads(block.code)["batches"]
 
 
 def _config(**batches) -> str:
     return serve_config(
         local_model(MODEL, shipped_model_dir(), cost_input_per_1m=PRICE_IN, cost_output_per_1m=PRICE_OUT),
         section("gateway", api_keys={API_KEY: "acme", OTHER_KEY: "globex"}, metrics_key="batch-metrics-key"),
-        section("batches", **{"max_in_flight": 8, "discount": 0.5, **batches}),
+        section("batches", **{**documented_batches(), **batches}),
     )
 
 
@@ -111,14 +121,18 @@ def test_batch_lines_are_priced_at_the_discount_and_shown_apart(served, client):
     assert len(mine) == 3 and all(r["priority_class"] == "batch" for r in mine)
     for r in mine:
         full = (r["tokens_in"] * PRICE_IN + r["tokens_out"] * PRICE_OUT) / 1e6
-        assert r["cost_usd"] == pytest.approx(0.5 * full)
-    interactive = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        assert r["cost_usd"] == pytest.approx(documented_batches()["discount"] * full)
+    interactive = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
     rows = httpx.get(f"{served.url}/admin/requests?limit=5", headers=served.admin_headers, timeout=30).json()
     row = next(r for r in rows["requests"] if r["id"].split("-", 1)[-1] == interactive.id.split("-", 1)[-1])
     assert row["priority_class"] == "interactive" and row["batch_id"] is None
     assert row["cost_usd"] == pytest.approx((row["tokens_in"] * PRICE_IN + row["tokens_out"] * PRICE_OUT) / 1e6)
     metrics = httpx.get(f"{served.url}/metrics", headers={"Authorization": "Bearer batch-metrics-key"}, timeout=30).text
-    completed = next(line for line in metrics.splitlines() if line.startswith('tokenops:batch_lines_total{status="completed"}'))
+    completed = next(
+        line for line in metrics.splitlines() if line.startswith('tokenops:batch_lines_total{status="completed"}')
+    )
     assert int(completed.split()[-1]) >= 3
     tokens = next(line for line in metrics.splitlines() if line.startswith("tokenops:batch_tokens_total"))
     assert int(tokens.split()[-1]) > 0
@@ -128,12 +142,44 @@ def test_batch_lines_are_priced_at_the_discount_and_shown_apart(served, client):
     ("bad", "says"),
     [
         ("not json", "line 3: We could not parse"),
-        ({"custom_id": "req-0", "method": "POST", "url": "/v1/chat/completions", "body": {"model": MODEL, "messages": []}}, "line 3: custom_id 'req-0' is already used on line 1"),
+        (
+            {
+                "custom_id": "req-0",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": MODEL, "messages": []},
+            },
+            "line 3: custom_id 'req-0' is already used on line 1",
+        ),
         ({"custom_id": "x", "method": "GET", "url": "/v1/chat/completions", "body": {}}, "line 3: method"),
         ({"custom_id": "x", "method": "POST", "url": "/v1/images/generations", "body": {}}, "line 3: url"),
-        ({"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "nope", "messages": []}}, "line 3: body.model 'nope' is not served"),
-        ({"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "body": {"model": MODEL, "messages": "hi"}}, "line 3: body.messages"),
-        ({"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "body": {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}}, "line 3: body.stream"),
+        (
+            {
+                "custom_id": "x",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "nope", "messages": []},
+            },
+            "line 3: body.model 'nope' is not served",
+        ),
+        (
+            {
+                "custom_id": "x",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": MODEL, "messages": "hi"},
+            },
+            "line 3: body.messages",
+        ),
+        (
+            {
+                "custom_id": "x",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True},
+            },
+            "line 3: body.stream",
+        ),
     ],
 )
 def test_a_bad_line_is_named_by_number_at_upload(client, bad, says):
@@ -232,3 +278,58 @@ def test_kill_9_mid_batch_resumes_after_restart_without_repeats(tmp_path):
         ids = [line["custom_id"] for line in out]
         assert len(ids) == len(set(ids)) == 300
         assert set(ids) == {line["custom_id"] for line in lines}
+
+
+def test_cli_submits_waits_and_downloads(served, tmp_path):
+    from tokenops.cli import build_app
+    from typer.testing import CliRunner
+
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(_jsonl(_lines(5, prefix="cli")))
+    common = ["--url", served.url, "--api-key", API_KEY]
+    runner = CliRunner()
+    result = runner.invoke(
+        build_app(), ["batch", "submit", str(source), "--wait", "--timeout", "240", "--json", *common]
+    )
+    assert result.exit_code == 0, result.output
+    batch = json.loads(result.output)
+    assert batch["status"] == "completed" and batch["request_counts"] == {"total": 5, "completed": 5, "failed": 0}
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(build_app(), ["batch", "download", batch["id"], "-o", str(out), *common])
+    assert result.exit_code == 0, result.output
+    assert sorted(json.loads(line)["custom_id"] for line in out.read_text().splitlines()) == [
+        f"cli-{i}" for i in range(5)
+    ]
+    result = runner.invoke(build_app(), ["batch", "status", "batch_nope", *common])
+    assert result.exit_code != 0 and "404" in str(result.exception or result.output)
+
+
+@pytest.mark.slow
+def test_a_2000_line_batch_from_upload_to_download(client):
+    lines = _lines(2000, max_tokens=4, prefix="big")
+    t0 = time.monotonic()
+    done = _wait(client, _submit(client, lines).id, ("completed", "failed"), timeout_s=1200)
+    took = time.monotonic() - t0
+    assert done.status == "completed" and done.request_counts.completed == 2000, done
+    ids = [line["custom_id"] for line in _read(client, done.output_file_id)]
+    assert len(ids) == len(set(ids)) == 2000 and set(ids) == {line["custom_id"] for line in lines}
+    print(f"2000 lines (max_tokens 4, demo model) in {took:.1f} s: {2000 / took:.1f} lines/s")
+
+
+@pytest.mark.slow
+def test_a_batch_on_the_default_model(tmp_path):
+    from tests.real_model import MODEL as REAL
+    from tests.real_model import SERVE_ENV
+
+    lines = [
+        {"custom_id": f"real-{i}", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": REAL, "messages": [{"role": "user", "content": f"What is {i} plus {i}?"}], "max_tokens": 16}}
+        for i in range(6)
+    ]  # fmt: skip
+    with ServeProcess(tmp_path, env=SERVE_ENV, admin_key=ADMIN_KEY) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120)
+        done = _wait(client, _submit(client, lines).id, ("completed", "failed"), timeout_s=600)
+        assert done.status == "completed" and done.request_counts.completed == 6
+        out = _read(client, done.output_file_id)
+        assert sorted(line["custom_id"] for line in out) == sorted(line["custom_id"] for line in lines)
+        assert all(line["response"]["body"]["choices"][0]["message"]["content"] for line in out)

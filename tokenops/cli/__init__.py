@@ -55,6 +55,7 @@ COMMAND_MODULES = (
     "moe",
     "keys",
     "lora",
+    "batch_cmd",
 )
 
 

@@ -60,7 +60,9 @@ class BatchStore:
         size = os.path.getsize(self.path(file_id))
         row = [file_id, tenant, purpose, filename, size, num_lines, utcnow(), batch_id]
         with self._lock:
-            self.store.execute(f"INSERT OR REPLACE INTO files ({', '.join(_FILE_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+            self.store.execute(
+                f"INSERT OR REPLACE INTO files ({', '.join(_FILE_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row
+            )
         return dict(zip(_FILE_COLUMNS, row))
 
     def file(self, tenant: str, file_id: str) -> dict[str, Any] | None:
@@ -70,7 +72,12 @@ class BatchStore:
         return None if row is None else dict(zip(_FILE_COLUMNS, row))
 
     def files(
-        self, tenant: str, purpose: str | None = None, after: str | None = None, limit: int = 10000, newest_first: bool = True
+        self,
+        tenant: str,
+        purpose: str | None = None,
+        after: str | None = None,
+        limit: int = 10000,
+        newest_first: bool = True,
     ) -> list[dict[str, Any]]:
         """The tenant's files, newest first (or oldest), those past ``after`` (a file id)."""
         return self._page("files", _FILE_COLUMNS, tenant, after, limit, newest_first, ("purpose", purpose))
@@ -154,9 +161,7 @@ class BatchStore:
             params.append(where[1])
         op = "<" if newest_first else ">"
         if after:
-            sql += (
-                f" AND (created_at, id) {op} (SELECT (created_at, id) FROM {table} WHERE id = ? AND tenant = ?)"
-            )
+            sql += f" AND (created_at, id) {op} (SELECT (created_at, id) FROM {table} WHERE id = ? AND tenant = ?)"
             params += [after, tenant]
         direction = "DESC" if newest_first else "ASC"
         sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"

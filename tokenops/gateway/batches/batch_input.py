@@ -42,7 +42,7 @@ def parse_line(number: int, raw: bytes) -> InputLine:
     if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID_CHARS:
         raise bad_line(number, f"custom_id must be a non-empty string of at most {MAX_CUSTOM_ID_CHARS} characters")
     if data.get("method") != "POST":
-        raise bad_line(number, f"method must be \"POST\", got {data.get('method')!r}")
+        raise bad_line(number, f'method must be "POST", got {data.get("method")!r}')
     url = data.get("url")
     if url not in ENDPOINTS:
         raise bad_line(number, f"url must be one of {', '.join(ENDPOINTS)}, got {url!r}")
@@ -91,5 +91,10 @@ def check_file(gw: Any, stream: IO[bytes], out: IO[bytes], max_lines: int) -> in
             raise bad_line(number, _in_body(e)) from None
         out.write(raw if raw.endswith(b"\n") else raw + b"\n")
     if num_lines == 0:
-        raise APIError(400, "The file has no lines: a batch input holds one request per line.", code="invalid_batch_line", param="file")
+        raise APIError(
+            400,
+            "The file has no lines: a batch input holds one request per line.",
+            code="invalid_batch_line",
+            param="file",
+        )
     return num_lines

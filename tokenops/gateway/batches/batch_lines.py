@@ -48,7 +48,9 @@ def build_call(gw: Any, url: str, body: dict[str, Any]) -> LineCall:
     if url == RESPONSES:
         if data.get("previous_response_id") is not None:
             raise APIError(
-                400, "body.previous_response_id: a batch line carries its whole input", param="body.previous_response_id"
+                400,
+                "body.previous_response_id: a batch line carries its whole input",
+                param="body.previous_response_id",
             )
         req, request, _, tr = responses_request(gw, {**data, "store": False}, [], conf.default_max_tokens)
         return LineCall(url, request, (req, tr))

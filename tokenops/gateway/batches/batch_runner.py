@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from datetime import timedelta
@@ -112,6 +113,9 @@ class BatchRunner:
                 task.cancel()
         self.wake()
 
+    def _forget(self, task: asyncio.Task) -> None:
+        self._tasks = {b: t for b, t in self._tasks.items() if t is not task}
+
     async def _loop(self) -> None:
         assert self._wakeup is not None
         await self.gw.wait_started()
@@ -122,7 +126,7 @@ class BatchRunner:
                     if row["id"] not in self._tasks:
                         task = asyncio.get_running_loop().create_task(self._run(row), name=f"batch-{row['id']}")
                         self._tasks[row["id"]] = task
-                        task.add_done_callback(lambda _, b=row["id"]: self._tasks.pop(b, None))
+                        task.add_done_callback(self._forget)
             except Exception:
                 log.exception("batch runner: reading the store failed")
             with contextlib.suppress(TimeoutError):
@@ -151,7 +155,9 @@ class BatchRunner:
             raise
         except Exception as e:
             log.exception("batch %s failed", run.id)
-            await self._update(run, status="failed", failed_at=utcnow(), errors_json=_errors([(None, "internal_error", str(e))]))
+            await self._update(
+                run, status="failed", failed_at=utcnow(), errors_json=_errors([(None, "internal_error", str(e))])
+            )
         finally:
             run.appender.close()
             self.runs.pop(run.id, None)
@@ -160,14 +166,21 @@ class BatchRunner:
         """Every line's url is the batch's endpoint; else the batch is ``failed`` naming the lines."""
         endpoint = run.row["endpoint"]
 
-        def check() -> tuple[int, list[tuple[int, str, str]]]:
-            problems, total = [], 0
+        def check() -> tuple[int, list[tuple[int | None, str, str]]]:
+            problems: list[tuple[int | None, str, str]] = []
+            total = 0
             with open(self.store.path(run.row["input_file_id"]), "rb") as f:
                 for number, raw in raw_lines(f):
                     total += 1
                     url = parse_line(number, raw).url
                     if url != endpoint and len(problems) < 100:
-                        problems.append((number, "invalid_url", f"line {number}: url {url!r} is not the batch's endpoint {endpoint!r}"))
+                        problems.append(
+                            (
+                                number,
+                                "invalid_url",
+                                f"line {number}: url {url!r} is not the batch's endpoint {endpoint!r}",
+                            )
+                        )
             return total, problems
 
         try:
@@ -200,7 +213,7 @@ class BatchRunner:
                     break
                 task = asyncio.get_running_loop().create_task(self._line(run, line.custom_id, line.url, line.body))
                 run.in_flight.add(task)
-                task.add_done_callback(lambda t: (run.in_flight.discard(t), self._slots.release()))  # type: ignore[union-attr]
+                task.add_done_callback(functools.partial(self._line_done, run))
             while run.in_flight:
                 await asyncio.gather(*list(run.in_flight), return_exceptions=True)
         finally:
@@ -209,6 +222,11 @@ class BatchRunner:
             if run.in_flight:
                 await asyncio.gather(*list(run.in_flight), return_exceptions=True)
         await self._write_counts(run, force=True)
+
+    def _line_done(self, run: _Run, task: asyncio.Task) -> None:
+        run.in_flight.discard(task)
+        assert self._slots is not None
+        self._slots.release()
 
     async def _line(self, run: _Run, custom_id: str, url: str, body: dict[str, Any]) -> None:
         request_id, status, answer, error = None, 200, None, None
@@ -227,6 +245,11 @@ class BatchRunner:
                 if status not in _RETRY_STATUSES or delay is None or e.code == "shutting_down":
                     break
                 await asyncio.sleep(delay)
+            except Exception as e:  # a bug, not the line's fault: written as a 500, the batch goes on
+                log.exception("batch %s: line %s failed", run.id, custom_id)
+                status, answer = 500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}}
+                error = {"code": "internal_error", "message": f"{type(e).__name__}: {e}"}
+                break
         is_error = status >= 400
         await asyncio.shield(run.appender.append(is_error, output_line(custom_id, status, request_id, answer, error)))
         if is_error:
@@ -251,10 +274,15 @@ class BatchRunner:
                         custom_id = parse_line(number, raw).custom_id
                         if custom_id not in found.done:
                             message = "This request could not be executed before the completion window expired."
-                            run.appender.append_now(True, output_line(custom_id, 0, None, None, {"code": "batch_expired", "message": message}))
+                            run.appender.append_now(
+                                True,
+                                output_line(custom_id, 0, None, None, {"code": "batch_expired", "message": message}),
+                            )
                             self.num_lines["expired"] += 1
             ids: dict[str, Any] = {"num_completed": found.num_completed, "num_failed": found.num_failed}
-            for (name, path), file_id in zip((("output_file_id", run.paths[0]), ("error_file_id", run.paths[1])), output_ids(run.id)):
+            for (name, path), file_id in zip(
+                (("output_file_id", run.paths[0]), ("error_file_id", run.paths[1])), output_ids(run.id)
+            ):
                 if path.exists() and path.stat().st_size > 0:
                     purpose = "batch_output"
                     self.store.add_file(file_id, run.row["tenant"], purpose, path.name, _num_lines(path), run.id)
@@ -281,7 +309,10 @@ class BatchRunner:
         lines_name, tokens_name = PREFIX + "batch_lines_total", PREFIX + "batch_tokens_total"
         out = [f"# HELP {lines_name} Batch API lines finished, by outcome.", f"# TYPE {lines_name} counter"]
         out += [f'{lines_name}{{status="{status}"}} {n}' for status, n in self.num_lines.items()]
-        out += [f"# HELP {tokens_name} Tokens (prompt and generated) of completed batch lines.", f"# TYPE {tokens_name} counter"]
+        out += [
+            f"# HELP {tokens_name} Tokens (prompt and generated) of completed batch lines.",
+            f"# TYPE {tokens_name} counter",
+        ]
         out.append(f"{tokens_name} {self.num_tokens}")
         running = PREFIX + "batch_lines_running"
         out += [f"# HELP {running} Batch lines in flight.", f"# TYPE {running} gauge"]
@@ -290,7 +321,12 @@ class BatchRunner:
 
 
 def _errors(problems: list[tuple[int | None, str, str]]) -> dict[str, Any]:
-    return {"object": "list", "data": [{"code": code, "message": message, "param": None, "line": number} for number, code, message in problems]}
+    return {
+        "object": "list",
+        "data": [
+            {"code": code, "message": message, "param": None, "line": number} for number, code, message in problems
+        ],
+    }
 
 
 def _num_lines(path: Any) -> int:

@@ -25,7 +25,7 @@ def window_seconds(value: Any) -> float:
     if not match or seconds > MAX_WINDOW_S:
         raise APIError(
             400,
-            f"completion_window must be \"24h\" (or, as tokenops' extension, <N>h, <N>m or <N>s up to 168h); "
+            f'completion_window must be "24h" (or, as tokenops\' extension, <N>h, <N>m or <N>s up to 168h); '
             f"got {value!r}",
             code="invalid_value",
             param="completion_window",

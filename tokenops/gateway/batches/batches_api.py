@@ -65,7 +65,9 @@ def _parse(raw: bytes) -> CreateBatch:
         err = e.errors(include_url=False)[0]
         loc = ".".join(str(x) for x in err.get("loc", ()))
         hint = f" (one of {', '.join(ENDPOINTS)})" if loc == "endpoint" else ""
-        raise APIError(400, f"{loc}: {err.get('msg', 'invalid value')}{hint}", code="invalid_value", param=loc or None) from None
+        raise APIError(
+            400, f"{loc}: {err.get('msg', 'invalid value')}{hint}", code="invalid_value", param=loc or None
+        ) from None
 
 
 @router.post("/v1/batches", tags=["batches"], summary="Create a batch from an uploaded JSONL file")

@@ -31,9 +31,13 @@ async def _form(request: Request, limit: int, timeout_s: float) -> Any:
     """The multipart form, refused with 413 once the body passes ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"The upload of {declared} bytes exceeds [batches] max_file_bytes.", code="request_too_large")
+        raise APIError(
+            413, f"The upload of {declared} bytes exceeds [batches] max_file_bytes.", code="request_too_large"
+        )
     if not (request.headers.get("content-type") or "").lower().startswith("multipart/form-data"):
-        raise APIError(415, "Upload the file as multipart/form-data with fields file and purpose.", code="unsupported_media_type")
+        raise APIError(
+            415, "Upload the file as multipart/form-data with fields file and purpose.", code="unsupported_media_type"
+        )
     size = 0
     receive = request.receive
 
@@ -65,14 +69,27 @@ async def upload_file(request: Request) -> Response:
     try:
         purpose, upload = form.get("purpose"), form.get("file")
         if purpose != "batch":
-            raise APIError(400, f"purpose: only \"batch\" is served here, got {purpose!r}", code="invalid_value", param="purpose")
+            raise APIError(
+                400, f'purpose: only "batch" is served here, got {purpose!r}', code="invalid_value", param="purpose"
+            )
         if not isinstance(upload, UploadFile):
-            raise APIError(400, "file: send the JSONL file as the multipart field `file`", code="invalid_value", param="file")
+            raise APIError(
+                400, "file: send the JSONL file as the multipart field `file`", code="invalid_value", param="file"
+            )
         if upload.size is not None and upload.size > settings.max_file_bytes:
-            raise APIError(413, f"file: {upload.size} bytes exceed [batches] max_file_bytes = {settings.max_file_bytes}", code="request_too_large", param="file")
+            raise APIError(
+                413,
+                f"file: {upload.size} bytes exceed [batches] max_file_bytes = {settings.max_file_bytes}",
+                code="request_too_large",
+                param="file",
+            )
         store = batch_store(request.app)
         if await asyncio.to_thread(store.num_files, tenant) >= settings.max_files_per_tenant:
-            raise APIError(400, f"This tenant holds [batches] max_files_per_tenant = {settings.max_files_per_tenant} files; delete some first.", code="too_many_files")
+            raise APIError(
+                400,
+                f"This tenant holds [batches] max_files_per_tenant = {settings.max_files_per_tenant} files; delete some first.",
+                code="too_many_files",
+            )
         file_id = new_id("file-")
         row = await asyncio.to_thread(_store_checked, gw, store, file_id, tenant, upload.file, upload.filename)
     finally:
@@ -80,7 +97,9 @@ async def upload_file(request: Request) -> Response:
     return dumps(file_object(row))
 
 
-def _store_checked(gw: Any, store: Any, file_id: str, tenant: str, stream: IO[bytes], filename: str | None) -> dict[str, Any]:
+def _store_checked(
+    gw: Any, store: Any, file_id: str, tenant: str, stream: IO[bytes], filename: str | None
+) -> dict[str, Any]:
     """Check and copy the upload to its place; only a file that passed is kept (and recorded)."""
     final = store.path(file_id)
     part = final.with_suffix(".part")
@@ -131,7 +150,11 @@ async def delete_file(request: Request, file_id: str) -> Response:
     store = batch_store(request.app)
     users = [b["id"] for b in await asyncio.to_thread(store.active_batches) if b["input_file_id"] == file_id]
     if users:
-        raise APIError(409, f"The file is the input of batch {users[0]}, which has not finished; cancel it first.", code="file_in_use")
+        raise APIError(
+            409,
+            f"The file is the input of batch {users[0]}, which has not finished; cancel it first.",
+            code="file_in_use",
+        )
     await asyncio.to_thread(store.delete_file, tenant, file_id)
     return dumps({"id": file_id, "object": "file", "deleted": True})
 
