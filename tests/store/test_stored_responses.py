@@ -48,3 +48,73 @@ def test_purge_with_the_tenant(store):
     assert purge_stored_responses(store, "gone") == {"stored_responses": 2}
     assert rs.count("gone") == 0 and rs.count("stays") == 1
     assert purge_stored_responses(None, "gone") == {"stored_responses": 0}
+
+
+def _turn(rs: ResponseStore, tenant: str, rid: str, own: list, history: list, previous: str | None) -> list:
+    body = {"id": rid, "model": "m", "output": [{"type": "message", "id": f"out_{rid}"}]}
+    assert rs.save(tenant, body, history + own, previous, len(history))
+    return history + own + body["output"]
+
+
+def test_a_chain_is_stored_as_links_each_turn_once(store):
+    rs = ResponseStore(store)
+    history = _turn(rs, "a", "r1", [{"id": "i1"}], [], None)
+    history = _turn(rs, "a", "r2", [{"id": "i2"}], history, "r1")
+    _turn(rs, "a", "r3", [{"id": "i3"}, {"id": "i3b"}], history, "r2")
+    rows = dict(store.execute("SELECT id, input_items FROM stored_responses").fetchall())
+    assert rows["r3"] == '[{"id":"i3"},{"id":"i3b"}]'  # its own items only, not the turns before
+    found = rs.get("a", "r3")
+    assert [i["id"] for i in found.input_items] == ["i1", "out_r1", "i2", "out_r2", "i3", "i3b"]
+    head = rs.head("a", "r3")
+    assert head.num_chain_items == 7 and head.num_chain_bytes == sum(rs.row_sizes("a").values())
+    assert rs.head("b", "r3") is None and rs.conversation("b", "r3") == []
+
+
+def test_deleted_or_evicted_turns_stay_links_until_nothing_needs_them(store):
+    rs = ResponseStore(store, Limits(max_per_tenant=2))
+    history = _turn(rs, "a", "r1", [{"id": "i1"}], [], None)
+    history = _turn(rs, "a", "r2", [{"id": "i2"}], history, "r1")
+    assert rs.delete("a", "r1") and rs.get("a", "r1") is None and rs.head("a", "r1") is None
+    assert [i["id"] for i in rs.get("a", "r2").input_items] == ["i1", "out_r1", "i2"]
+    _turn(rs, "a", "r3", [{"id": "i3"}], history, "r2")  # r1 is now a hidden link of r3's chain too
+    _turn(rs, "a", "x1", [{"id": "j1"}], [], None)  # count bound 2: r2 is evicted (hidden), still a link
+    assert rs.count("a") == 2 and rs.get("a", "r2") is None
+    assert [i["id"] for i in rs.get("a", "r3").input_items] == ["i1", "out_r1", "i2", "out_r2", "i3"]
+    rs.delete("a", "r3")  # the last turn that needed them: the links go with it
+    assert set(rs.row_sizes("a")) == {"x1"}
+    assert rs.purge_tenant("a") == 1 and rs.row_sizes("a") == {}
+
+
+def test_a_row_or_chain_past_its_bound_is_not_stored(store):
+    rs = ResponseStore(store, Limits(max_response_bytes=400, max_chain_bytes=700))
+    body = {"id": "big", "output": []}
+    assert not rs.save("a", body, [{"text": "x" * 500}]) and rs.get("a", "big") is None
+    history = _turn(rs, "a", "r1", [{"text": "x" * 200}], [], None)
+    history = _turn(rs, "a", "r2", [{"text": "x" * 200}], history, "r1")
+    head = rs.head("a", "r2")
+    assert rs.limits.bound_passed(300, head) == "max_chain_bytes" and rs.limits.bound_passed(401, None)
+    assert not rs.save("a", {"id": "r3", "output": []}, history + [{"text": "x" * 300}], "r2", len(history))
+
+
+def test_rows_stored_before_links_still_answer_and_continue(tmp_path):
+    """Migration 10: a row of migration 9 holds the whole conversation; a chain walk ends there."""
+    import duckdb
+
+    from tokenops.store import Store
+    from tokenops.store.migrations import apply_migrations
+
+    path = str(tmp_path / "old.duckdb")
+    con = duckdb.connect(path)
+    apply_migrations(con, upto=9)
+    con.execute(
+        "INSERT INTO stored_responses VALUES ('old', 'a', ?, 'm', 'older', ?, ?, 10)",
+        [utcnow(), '[{"id":"i0"},{"id":"o0"},{"id":"i1"}]', '{"id":"old","output":[{"id":"o1"}]}'],
+    )
+    con.close()
+    with Store.open(path) as store:
+        rs = ResponseStore(store)
+        assert [i["id"] for i in rs.get("a", "old").input_items] == ["i0", "o0", "i1"]
+        assert rs.head("a", "old").num_chain_items == 4
+        history = rs.conversation("a", "old")
+        _turn(rs, "a", "new", [{"id": "i2"}], history, "old")
+        assert [i["id"] for i in rs.get("a", "new").input_items] == ["i0", "o0", "i1", "o1", "i2"]
