@@ -60,7 +60,7 @@ def test_text_that_is_not_a_call_stays_content():
 
 
 def test_unknown_parser_names_the_known_ones():
-    with pytest.raises(ValueError, match="known: hermes"):
+    with pytest.raises(ValueError, match="known: generic, hermes"):
         get_tool_call_parser("mistral-v9")
 
 
@@ -113,7 +113,7 @@ def test_an_unknown_parser_in_the_config_is_a_config_error():
     from tokenops.backends.local import LocalBackend
     from tokenops.config import ConfigError, ModelConfig, Settings
 
-    with pytest.raises(ConfigError, match="unknown tool_call_parser 'bogus'; known: hermes"):
+    with pytest.raises(ConfigError, match="unknown tool_call_parser 'bogus'; known: generic, hermes"):
         LocalBackend(ModelConfig(name="demo", tool_call_parser="bogus"), Settings())
 
 

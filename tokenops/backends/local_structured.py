@@ -17,6 +17,10 @@ The policy that maps an OpenAI chat request onto the engine's mechanisms:
   and no ``additionalProperties``/``patternProperties`` generates only its listed
   properties: the output still validates against the schema as sent, and a model cannot
   wander off into invented keys until it runs out of tokens.
+- A model whose chat template renders no tools (``tool_call_parser`` is then ``generic``, set
+  at load) gets them in a system message (:mod:`tokenops.backends.tool_format`), and with
+  ``tool_choice: "auto"`` a grammar that admits calls or a text reply
+  (:mod:`tokenops.backends.generic_tool_calls`): the model decides inside the call envelope.
 
 Requests are checked (schemas, tool names) by :mod:`tokenops.gateway.structured` before
 they get here.
@@ -28,6 +32,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from tokenops.backends.generic_tool_calls import TEXT_REPLY, GenericToolCallParser
+from tokenops.backends.tool_format import NO_CALL_NAME, generic_messages
 from tokenops.backends.tool_parsers import ToolCallParser, ToolCallStream, get_tool_call_parser
 from tokenops.types import OutputFields
 
@@ -41,50 +47,60 @@ class StructuredPlan:
     parser: ToolCallParser | None = None
     #: The grammar writes any call (forced, or auto beside a response_format): valid as it grows.
     is_call_constrained: bool = False
+    #: The tools the generic format writes into the prompt (tokenops/backends/tool_format.py), or None.
+    generic_tools: list[dict[str, Any]] | None = None
 
     def new_stream(self) -> ToolCallStream | None:
         return self.parser.stream(self.is_call_constrained) if self.parser is not None else None
 
+    def prompt_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` as the chat template gets them (the generic format adds the tools)."""
+        return generic_messages(messages, self.generic_tools) if self.generic_tools else messages
+
 
 def plan_request(fields: OutputFields, parser_name: str) -> StructuredPlan:
-    """The plan for the output fields of a validated chat request."""
-    from tokenops.engine.grammar import GrammarSpec
+    """The plan for the output fields of a validated chat request (``parser_name``: the model's
+    tool-call parser; ``generic`` for a model whose template knows no tools)."""
+    from tokenops.engine.grammar import GrammarError, GrammarSpec
 
     plan = StructuredPlan(template_kwargs={})
     tools = fields.tools or []
     choice = fields.tool_choice if fields.tool_choice is not None else ("auto" if tools else "none")
-    if tools and choice != "none":
+    if not tools or choice == "none":
+        plan.grammar = response_format_grammar(fields.response_format)
+        return plan
+    is_generic = parser_name == GenericToolCallParser.name
+    plan.parser = get_tool_call_parser(parser_name)
+    if is_generic:
+        if any((t.get("function") or {}).get("name") == NO_CALL_NAME for t in tools):
+            raise GrammarError(
+                f"this model's chat template has no tool support, so its tools use the generic format, where the "
+                f"name {NO_CALL_NAME!r} means no call: rename that tool"
+            )
+        plan.generic_tools = tools
+    else:
         plan.template_kwargs["tools"] = tools
-        plan.parser = get_tool_call_parser(parser_name)
-        functions = [t["function"] for t in tools if t.get("type", "function") == "function"]
-        if isinstance(choice, dict):
-            wanted = (choice.get("function") or {}).get("name")
-            functions = [f for f in functions if f.get("name") == wanted]
-            functions = _closed_functions(functions)
-            plan.grammar = GrammarSpec(
-                "lark", plan.parser.grammar(functions, parallel=False), plan.parser.shortest(functions)
-            )
-            plan.is_call_constrained = True
-        elif choice == "required":
-            parallel = fields.parallel_tool_calls is True
-            functions = _closed_functions(functions)
-            plan.grammar = GrammarSpec(
-                "lark", plan.parser.grammar(functions, parallel=parallel), plan.parser.shortest(functions)
-            )
-            plan.is_call_constrained = True
-        elif (answer := response_format_grammar(fields.response_format)) is not None:
-            # auto beside a response_format: calls, or the answer in the format
-            functions = _closed_functions(functions)
-            schema = json.loads(answer.source)
+    functions = [t["function"] for t in tools if t.get("type", "function") == "function"]
+    parallel = fields.parallel_tool_calls is True
+    answer: str | None = None
+    shortest = ""
+    if isinstance(choice, dict):
+        wanted = (choice.get("function") or {}).get("name")
+        functions, parallel = [f for f in functions if f.get("name") == wanted], False
+    elif choice != "required":  # auto: calls, or the answer in the response_format, or (generic) text
+        if (answer_spec := response_format_grammar(fields.response_format)) is not None:
+            schema = json.loads(answer_spec.source)
             if isinstance(schema, dict):
                 schema = {**schema, "x-guidance": {"whitespace_flexible": False}}
-            grammar = plan.parser.grammar(
-                functions, parallel=fields.parallel_tool_calls is True, answer=f"%json {json.dumps(schema)}"
-            )
-            plan.grammar = GrammarSpec("lark", grammar, max(plan.parser.shortest(functions), answer.shortest, key=len))
-            plan.is_call_constrained = True
-    if plan.grammar is None:
-        plan.grammar = response_format_grammar(fields.response_format)
+            answer, shortest = f"%json {json.dumps(schema)}", answer_spec.shortest
+        elif is_generic:
+            answer = TEXT_REPLY
+        else:
+            return plan  # a native format with auto: the model is free, its calls parsed
+    functions = _closed_functions(functions)
+    grammar = plan.parser.grammar(functions, parallel=parallel, answer=answer)
+    plan.grammar = GrammarSpec("lark", grammar, max(plan.parser.shortest(functions), shortest, key=len))
+    plan.is_call_constrained = True
     return plan
 
 

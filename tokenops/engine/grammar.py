@@ -161,13 +161,17 @@ class GrammarCompiler:
         return self._lltok
 
     def _closing_classes(self) -> Any:
-        """Token classes :func:`steer_to_close` prefers, in order: tokens that start with a
-        quote and hold only JSON closers (``"]}``; they end a string), tokens of only ``]``
-        and ``}``, tokens of only closers and separators (``"]},:``). Decoded once per tokenizer."""
+        """Token classes :func:`steer_to_close` prefers, in order: end of sequence (where the
+        grammar allows it: a turn of complete calls ends rather than start one more), tokens
+        that start with a quote and hold only JSON closers (``"]}``; they end a string), tokens
+        of only ``]`` and ``}``, tokens of only closers and separators (``"]},:``). Decoded once
+        per tokenizer."""
         if self._closing is None:
             import torch
 
             lltok = self._tokenizer()
+            eos = torch.zeros(self.vocab_size, dtype=torch.bool)
+            eos[[t for t in self._eos if t < self.vocab_size]] = True
             classes = tuple(torch.zeros(self.vocab_size, dtype=torch.bool) for _ in range(3))
             for token_id in range(min(self.vocab_size, lltok.vocab_size)):
                 if lltok.is_special_token(token_id):
@@ -178,7 +182,7 @@ class GrammarCompiler:
                 classes[0][token_id] = text.startswith(b'"') and not text.strip(b'"]}')
                 classes[1][token_id] = not text.strip(b"]}")
                 classes[2][token_id] = True
-            self._closing = classes
+            self._closing = (eos, *classes)
         return self._closing
 
     def compile(self, spec: GrammarSpec) -> GrammarMatcher:
@@ -297,7 +301,10 @@ def steer_to_close(logits: torch.Tensor, rows: list[int], matchers: list[Grammar
     sub = logits.index_select(0, index)
     allowed = torch.isfinite(sub)
     keep = allowed
-    is_steered = torch.zeros(len(rows), dtype=torch.bool, device=logits.device)
+    # a row in free text (a reply beside tool calls: it may end here and most tokens may follow;
+    # inside a JSON string most may follow too, but not the end) is not steered
+    may_end = (allowed & classes[0].to(logits.device)).any(dim=1)
+    is_steered = may_end & (allowed.sum(dim=1) > allowed.shape[1] // 2)
     for tokens in classes:  # per row, the first class that has an allowed token wins
         in_class = allowed & tokens.to(logits.device)
         takes = in_class.any(dim=1) & ~is_steered

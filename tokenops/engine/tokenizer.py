@@ -62,6 +62,7 @@ class Tokenizer:
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
         self.add_bos_token = add_bos_token
         self._template: jinja2.Template | None = None
+        self._renders_tools: bool | None = None
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:
@@ -131,6 +132,28 @@ class Tokenizer:
             raise
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"chat template failed: {e}") from None
+
+
+    def renders_tools(self) -> bool:
+        """Whether the chat template writes ``tools`` into the prompt: a conversation rendered with
+        and without a dummy tool differs. Decided once per tokenizer (templates are fixed at load);
+        a template that fails either way counts as not rendering them."""
+        if self._renders_tools is None:
+            probe = [{"role": "user", "content": "hi"}]
+            tool = {"type": "function", "function": _PROBE_TOOL}
+            try:
+                self._renders_tools = self.apply_chat_template(probe, tools=[tool]) != self.apply_chat_template(probe)
+            except ChatTemplateError:
+                self._renders_tools = False
+        return self._renders_tools
+
+
+#: The dummy tool :meth:`Tokenizer.renders_tools` renders (a name no template special-cases).
+_PROBE_TOOL = {
+    "name": "tokenops_probe_tool",
+    "description": "A tool that probes the chat template.",
+    "parameters": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]},
+}
 
 
 class IncrementalDetokenizer:

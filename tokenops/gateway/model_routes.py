@@ -102,6 +102,9 @@ def model_cards(gw: Any) -> Iterator[dict[str, Any]]:
         if lens:
             card["max_model_len"] = min(lens)
         card["backend"] = getattr(replicas[0].backend, "kind", None) if replicas else None
+        tool_format = getattr(replicas[0].backend, "tool_format", None) if replicas else None
+        if isinstance(tool_format, str):  # the bundled engine's: native | generic (backends/tool_format.py)
+            card["tool_format"] = tool_format
         card["replicas"] = len(replicas)
         if name == RANDOM_MODEL_NAME:
             card["random_weights"] = True

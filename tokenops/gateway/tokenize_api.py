@@ -159,7 +159,9 @@ def chat_token_ids(
     kwargs = {**plan.template_kwargs, **(template_kwargs or {})}
     try:
         text = tok.apply_chat_template(
-            [_plain(m) for m in body["messages"]], add_generation_prompt=add_generation_prompt, **kwargs
+            plan.prompt_messages([_plain(m) for m in body["messages"]]),
+            add_generation_prompt=add_generation_prompt,
+            **kwargs,
         )
     except ValueError as e:  # the template raised (e.g. roles out of order)
         raise APIError(400, str(e), code="invalid_value", param="messages") from None

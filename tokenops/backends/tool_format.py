@@ -1,0 +1,105 @@
+"""How tools reach a bundled-engine model's prompt: ``native`` or ``generic``.
+
+A model whose chat template renders ``tools`` (Hermes, Qwen 2.5/3, Llama 3.x, Mistral...)
+gets them through its template, and writes calls in its own format (``[[models]]
+tool_call_parser``). A model whose template ignores them (SmolLM2, the fallback template)
+gets the **generic** format instead: decided once at load by rendering the template with
+and without a dummy tool (:meth:`tokenops.engine.tokenizer.Tokenizer.renders_tools`).
+
+The generic format, the one documented way (docs/serve.md, "Tools on every model"):
+
+- The tools go into a system message (the client's own system message, if any, comes
+  first, then a blank line), as :func:`generic_system_prompt` writes it: one JSON object
+  per tool (``name``, ``description``, ``parameters``) between ``<tools>`` and
+  ``</tools>``, and how to answer.
+- A call is ``<tool_call>{"name": NAME, "arguments": {...}}</tool_call>``; several calls
+  follow each other, one per line. An answer without a call (``tool_choice: "auto"``)
+  starts with ``<tool_call>{"name": "none"}</tool_call>`` and goes on in plain text: the
+  model decides *inside* the call envelope, where even a 135M model picks the tool a
+  request needs, and that preamble is never shown to the client.
+- Earlier turns are rendered the same way: an assistant message's ``tool_calls`` become
+  its ``<tool_call>`` lines, and ``tool`` messages become a user message
+  ``<tool_result name=NAME>...</tool_result>`` (consecutive results in one message), so
+  templates that know only user/assistant/system render them.
+
+The grammar that constrains the answer is the generic parser's
+(:mod:`tokenops.backends.generic_tool_calls`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+NATIVE, GENERIC = "native", "generic"
+#: The name a generic answer "calls" to say that no tool is needed; then the answer is text.
+NO_CALL_NAME = "none"
+
+
+def tool_format_of(tokenizer: Any) -> str:
+    """``native`` when the model's chat template renders tools, else ``generic``."""
+    renders = getattr(tokenizer, "renders_tools", None)
+    return NATIVE if renders is not None and renders() else GENERIC
+
+
+def generic_system_prompt(tools: list[dict[str, Any]]) -> str:
+    """The system text that lists ``tools`` (OpenAI ``{"type": "function", "function": ...}``)."""
+    lines = []
+    for tool in tools:
+        fn = tool.get("function") or {}
+        entry = {"name": fn.get("name"), "description": fn.get("description") or ""}
+        entry["parameters"] = fn.get("parameters") or {"type": "object", "properties": {}}
+        lines.append(json.dumps(entry, ensure_ascii=False))
+    listing = "\n".join(lines)
+    return (
+        f"You can call these functions:\n<tools>\n{listing}\n</tools>\n"
+        "Reply with the function calls that answer the user's request, each as "
+        '<tool_call>{"name": "function name", "arguments": {...}}</tool_call>.\n'
+        f'When no function fits the request, call "{NO_CALL_NAME}" and answer in plain text.'
+    )
+
+
+def generic_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` (content already plain text) as the generic format renders them."""
+    names = {
+        c.get("id"): (c.get("function") or {}).get("name")
+        for m in messages
+        if m.get("role") == "assistant"
+        for c in m.get("tool_calls") or []
+    }
+    system = generic_system_prompt(tools)
+    if messages and messages[0].get("role") in ("system", "developer"):
+        first = messages[0].get("content") or ""
+        system = f"{first}\n\n{system}" if first else system
+        messages = messages[1:]
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    is_result = False  # the last message is tool results (the next one joins it)
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            name = message.get("name") or names.get(message.get("tool_call_id")) or "tool"
+            result = f"<tool_result name={name}>{message.get('content') or ''}</tool_result>"
+            if is_result:
+                out[-1] = {"role": "user", "content": f"{out[-1]['content']}\n{result}"}
+            else:
+                out.append({"role": "user", "content": result})
+            is_result = True
+            continue
+        is_result = False
+        if role == "assistant" and message.get("tool_calls"):
+            calls = [call_text(c.get("function") or {}) for c in message["tool_calls"]]
+            text = message.get("content") or ""
+            out.append({"role": "assistant", "content": "\n".join(([text] if text else []) + calls)})
+            continue
+        out.append(message)
+    return out
+
+
+def call_text(function: dict[str, Any]) -> str:
+    """One call in the generic format (``function``: OpenAI ``{"name", "arguments"}``, arguments as text)."""
+    args = function.get("arguments") or "{}"
+    try:
+        args = json.dumps(json.loads(args), ensure_ascii=False) if isinstance(args, str) else json.dumps(args)
+    except ValueError:
+        pass  # what the client sent, as it sent it
+    return f'<tool_call>{{"name": {json.dumps(function.get("name") or "")}, "arguments": {args}}}</tool_call>'
