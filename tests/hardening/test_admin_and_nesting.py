@@ -303,3 +303,38 @@ def test_request_history_reads_what_an_earlier_process_wrote(tmp_path):
     merged = merge_newest([new.summary()], [row, {**row, "id": "req-new"}], 10)
     assert [r["id"] for r in merged] == ["req-new", "req-old"] and merged[0]["kind"] == "chat"
     assert [r["id"] for r in merge_newest([new.summary()], [row], 1)] == ["req-new"]
+
+
+class _DownRedis:
+    """A Redis whose every command fails (the connection dropped between two requests)."""
+
+    def pipeline(self, transaction: bool = False):
+        return self
+
+    def __getattr__(self, name):  # hset, hsetnx, incr, get... queued or sent: all fail at the end
+        return lambda *a, **k: self
+
+    def execute(self):
+        raise ConnectionError("redis is down")
+
+
+def test_a_key_whose_redis_write_fails_is_not_kept_in_the_store(tmp_path):
+    """The registry's write order: store, then Redis; a Redis failure deletes the new store rows (and
+    puts an updated key's old row back), so the next start does not bring back a half-made key."""
+    from tokenops.keys.registry import KeyRegistry
+    from tokenops.store.store import Store
+
+    with Store.open(tmp_path / "tokenops.duckdb") as store:
+        seeded = KeyRegistry(store, config_tenants={"acme"})
+        kept, _ = seeded.create({"tenant": "acme", "name": "kept"})
+        registry = KeyRegistry(store, redis_client=_DownRedis(), config_tenants={"acme"})
+        with pytest.raises(ConnectionError):
+            registry.create({"tenant": "acme", "name": "half-made"})
+        with pytest.raises(ConnectionError):
+            registry.update(kept.id, {"name": "changed"})
+        with pytest.raises(ConnectionError):
+            registry.put_tenant("new-tenant", {"budget_usd": 1.0})
+        rows = store.execute("SELECT id, name FROM api_keys").fetchall()
+        assert rows == [(kept.id, "kept")]
+        assert store.execute("SELECT count(*) FROM tenants").fetchone() == (0,)
+        assert [k.name for k in KeyRegistry(store, config_tenants={"acme"}).keys()] == ["kept"]

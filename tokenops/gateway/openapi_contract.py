@@ -52,10 +52,10 @@ _KEY_FIELDS = {
     "expires_at": {
         "anyOf": [
             {"type": "string", "format": "date-time"},
-            {"type": "number", "exclusiveMinimum": 0},
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 253402300799},
             {"type": "null"},
         ],
-        "description": "ISO 8601 time or epoch seconds.",
+        "description": "ISO 8601 time or epoch seconds, 1970 to 9999-12-31T23:59:59Z.",
     },
 }
 KEY_CREATE = {
@@ -72,8 +72,8 @@ LORA_LOAD = {
     "additionalProperties": False,
     "required": ["name", "path"],
     "properties": {
-        "name": {"type": "string", "minLength": 1},
-        "path": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
+        "path": {"type": "string", "minLength": 1, "description": "A folder under [lora] roots."},
         "base": {"type": "string"},
         "check_base": {"type": "boolean"},
     },
