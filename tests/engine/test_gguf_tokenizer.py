@@ -81,3 +81,21 @@ def test_smollm2_tokenizer_matches_transformers():
     assert ours.encode(chat) == hf.encode(chat, add_special_tokens=False)
     assert ours.bos_token_id == 1 and not ours.add_bos_token
     assert 2 in ours.eos_token_ids and ours.id_to_token(2) == "<|im_end|>"
+
+
+def test_a_gemma_file_without_a_template_gets_gemmas_turns(tmp_path, monkeypatch):
+    """Gemma GGUFs may ship without ``tokenizer.chat_template`` (the registry's Gemma 3 270M Q4_K_M
+    does): the turn format of the architecture, not the generic ``role: content`` fallback."""
+    from tokenops.engine.gguf_reader import GGUFFile
+    from tokenops.engine.gguf_tokenizer import gguf_tokenizer
+
+    path = write_tiny_gguf(tmp_path / "g.gguf", "llama", "Q8_0")
+    file = GGUFFile(path)
+    real_get = file.get
+    as_gemma = {"tokenizer.chat_template": None, "general.architecture": "gemma3"}
+    monkeypatch.setattr(file, "get", lambda key, default=None: as_gemma[key] if key in as_gemma else real_get(key, default))
+    chat = gguf_tokenizer(file).apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+         {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}])
+    assert chat == ("<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+                    "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n")

@@ -75,6 +75,21 @@ _EOG_TEXTS = (
     "<|eom_id|>",
 )
 
+#: Gemma's turn format (its model card's), for Gemma GGUF files written without
+#: ``tokenizer.chat_template`` (the registry's Gemma 3 270M Q4_K_M is one): a system message opens
+#: the first user turn, the assistant's role is ``model``. BOS comes from the tokenizer.
+GEMMA_TURNS = (
+    "{% set ns = namespace(system='') %}"
+    "{% for message in messages %}{% if message['role'] == 'system' %}"
+    "{% set ns.system = ns.system + message['content'] + '\n\n' %}"
+    "{% else %}<start_of_turn>{{ 'model' if message['role'] == 'assistant' else 'user' }}\n"
+    "{% if loop.first or (loop.index0 == 1 and messages[0]['role'] == 'system') %}{{ ns.system }}{% endif %}"
+    "{{ message['content'] }}<end_of_turn>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+#: The chat format of an architecture whose GGUF files may lack a template (else the generic fallback).
+ARCHITECTURE_CHAT_TEMPLATES = {"gemma": GEMMA_TURNS, "gemma2": GEMMA_TURNS, "gemma3": GEMMA_TURNS}
+
 
 def gguf_tokenizer(file: GGUFFile) -> Tokenizer:
     """The engine :class:`Tokenizer` of a GGUF file (vocabulary, specials, chat template, stops)."""
@@ -104,10 +119,13 @@ def gguf_tokenizer(file: GGUFFile) -> Tokenizer:
     eos_ids = {file.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")}
     eos_ids |= {i for i, t in enumerate(tokens) if types[i] == _CONTROL and t in _EOG_TEXTS}
     add_bos = file.get("tokenizer.ggml.add_bos_token")
+    template = file.get("tokenizer.chat_template")
+    if template is None:
+        template = ARCHITECTURE_CHAT_TEMPLATES.get(str(file.get("general.architecture", "")))
     return Tokenizer(
         backend,
         special,
-        file.get("tokenizer.chat_template"),
+        template,
         {i for i in eos_ids if isinstance(i, int)},
         bool(default_bos if add_bos is None else add_bos),
     )
