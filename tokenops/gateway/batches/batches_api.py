@@ -39,6 +39,17 @@ class CreateBatch(BaseModel):
     output_expires_after: dict[str, Any] | None = None  # accepted, not acted on: files do not expire here
 
 
+def error_response(description: str) -> dict[str, Any]:
+    """An error status a route declares beside the common ones (tokenops/gateway/openapi_errors.py)."""
+    ref = {"$ref": "#/components/schemas/ErrorResponse"}
+    return {"description": description, "content": {"application/json": {"schema": ref}}}
+
+
+def _create_body() -> dict[str, Any]:
+    schema = CreateBatch.model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
 def tenant_of(request: Request, is_write: bool = False) -> tuple[Any, str, str | None]:
     """``(gateway, tenant, key id)`` of a Batch or Files API request (a 401 without a valid key)."""
     gw = request.app.state.gateway
@@ -70,7 +81,12 @@ def _parse(raw: bytes) -> CreateBatch:
         ) from None
 
 
-@router.post("/v1/batches", tags=["batches"], summary="Create a batch from an uploaded JSONL file")
+@router.post(
+    "/v1/batches",
+    tags=["batches"],
+    summary="Create a batch from an uploaded JSONL file",
+    openapi_extra=_create_body(),
+)
 async def create_batch(request: Request) -> Response:
     gw, tenant, key_id = tenant_of(request, is_write=True)
     conf = gw.settings.gateway
@@ -132,7 +148,12 @@ async def retrieve_batch(request: Request, batch_id: str) -> Response:
     return dumps(batch_object(row, batch_runner(request.app).live_counts(batch_id)))
 
 
-@router.post("/v1/batches/{batch_id}/cancel", tags=["batches"], summary="Cancel a batch (lines in flight too)")
+@router.post(
+    "/v1/batches/{batch_id}/cancel",
+    tags=["batches"],
+    summary="Cancel a batch (lines in flight too)",
+    openapi_extra={"responses": {"409": error_response("The batch has finished (or is finalizing)")}},
+)
 async def cancel_batch(request: Request, batch_id: str) -> Response:
     _, row = await _batch(request, batch_id)
     runner = batch_runner(request.app)

@@ -17,7 +17,7 @@ from starlette.responses import FileResponse, Response
 
 from tokenops.gateway.batches.batch_input import check_file
 from tokenops.gateway.batches.batch_state import batch_store, file_object
-from tokenops.gateway.batches.batches_api import dumps, not_found, tenant_of
+from tokenops.gateway.batches.batches_api import dumps, error_response, not_found, tenant_of
 from tokenops.gateway.errors import APIError
 from tokenops.store.batch_store import new_id
 
@@ -61,7 +61,31 @@ async def _form(request: Request, limit: int, timeout_s: float) -> Any:
         raise APIError(400, f"The multipart body cannot be read: {e}", code="invalid_multipart") from None
 
 
-@router.post("/v1/files", tags=["files"], summary="Upload a JSONL file for the Batch API (multipart)")
+_UPLOAD = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "purpose"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary", "description": "JSONL, one request a line"},
+                        "purpose": {"type": "string", "enum": ["batch"]},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/v1/files",
+    tags=["files"],
+    summary="Upload a JSONL file for the Batch API (multipart)",
+    openapi_extra=_UPLOAD,
+)
 async def upload_file(request: Request) -> Response:
     gw, tenant, _ = tenant_of(request, is_write=True)
     settings = gw.settings.batches
@@ -144,7 +168,12 @@ async def retrieve_file(request: Request, file_id: str) -> Response:
     return dumps(file_object(row))
 
 
-@router.delete("/v1/files/{file_id}", tags=["files"], summary="Delete a file (not the input of a running batch)")
+@router.delete(
+    "/v1/files/{file_id}",
+    tags=["files"],
+    summary="Delete a file (not the input of a running batch)",
+    openapi_extra={"responses": {"409": error_response("The file is the input of a batch that has not finished")}},
+)
 async def delete_file(request: Request, file_id: str) -> Response:
     tenant, _ = await _file(request, file_id)
     store = batch_store(request.app)
@@ -159,7 +188,17 @@ async def delete_file(request: Request, file_id: str) -> Response:
     return dumps({"id": file_id, "object": "file", "deleted": True})
 
 
-@router.get("/v1/files/{file_id}/content", tags=["files"], summary="The bytes of a file of this tenant")
+@router.get(
+    "/v1/files/{file_id}/content",
+    tags=["files"],
+    summary="The bytes of a file of this tenant",
+    response_class=FileResponse,
+    openapi_extra={
+        "responses": {
+            "200": {"description": "The file", "content": {"application/jsonl": {"schema": {"type": "string"}}}}
+        }
+    },
+)
 async def file_content(request: Request, file_id: str) -> Response:
     _, row = await _file(request, file_id)
     path = batch_store(request.app).path(file_id)
