@@ -66,10 +66,10 @@ def test_waiting_interactive_goes_before_earlier_batch_whatever_the_queue_order(
         late = seq(8, INTERACTIVE, priority=100)
         for s in [*batch, late]:
             sched.add(s)
-        out = sched.schedule()
-        admitted = [c.seq for c in out.chunks]
-        assert admitted[0] is late, policy
-        assert admitted == [late, batch[0]], policy  # within the batch class the order still holds
+        assert [c.seq for c in step(sched).chunks] == [late], policy
+        # the next step, with no interactive prompt in it, takes batch prompts: within the class the
+        # queue order still holds
+        assert [c.seq for c in step(sched).chunks] == [late, batch[0]], policy
 
 
 def test_without_priority_classes_the_queue_is_one_first_come_queue():
@@ -239,3 +239,17 @@ def test_the_share_and_the_switch_are_live_tunables_checked_on_the_config():
         EngineConfig(batch_max_share=-0.1)
     with pytest.raises(ValueError, match="priority_classes"):
         EngineConfig(priority_classes="yes")
+
+
+def test_a_step_with_an_interactive_prompt_carries_batch_decodes_but_no_batch_prompt():
+    sched = make(max_seqs=8, budget=64)
+    decoding = seq(4, BATCH, max_tokens=40)
+    sched.add(decoding)
+    step(sched)  # its prompt is computed: it decodes from now on
+    sched.add(seq(8, BATCH, first=20))
+    interactive = seq(8, INTERACTIVE, first=40)
+    sched.add(interactive)
+    out = step(sched)
+    assert [(c.seq.priority_class, c.num_tokens) for c in out.chunks] == [(BATCH, 1), (INTERACTIVE, 8)]
+    # the next step has no interactive prompt: the waiting batch prompt goes in
+    assert sum(1 for c in step(sched).chunks if c.seq.is_batch and c.num_tokens > 1) == 1

@@ -10,7 +10,8 @@ preempted by recompute: its blocks are freed and it goes back to the waiting que
 Priority classes (``config.priority_classes``, live): a sequence is "interactive" (API
 requests) or "batch" (Batch API lines). Waiting interactive sequences are admitted before any
 batch one, whatever the queue order says within a class; running interactive prefills get the
-budget before batch ones. When a waiting interactive sequence finds no slot or no KV blocks, the
+budget before batch ones, and a step that computes an interactive prompt carries no batch
+prompt (batch decodes still run). When a waiting interactive sequence finds no slot or no KV blocks, the
 newest running batch sequences are preempted (by recompute) until it fits, and a decode short
 of KV preempts batch sequences before interactive ones. While interactive work is present
 (waiting or running), batch sequences are admitted up to ``batch_max_share`` of ``max_num_seqs``
@@ -148,9 +149,14 @@ class Scheduler:
                 self._admit(self._order(self.waiting), budget, out)
             return out
         # interactive work first; batch work takes what is left, within its share
+        num_chunks = len(out.chunks)
         budget = self._schedule_prefills([s for s in prefills if not s.is_batch], budget, out)
         if may_admit:
             budget = self._admit(self._order([s for s in self.waiting if not s.is_batch]), budget, out)
+        if len(out.chunks) > num_chunks:
+            # a step that computes an interactive prompt carries no batch prompt: the prompt's
+            # time to first token is its own prefill (and the decodes), not a batch prompt's too
+            return out
         cap = self._batch_cap(out)
         budget = self._schedule_prefills([s for s in prefills if s.is_batch], budget, out, cap)
         if may_admit and not any(not s.is_batch for s in self.waiting):
