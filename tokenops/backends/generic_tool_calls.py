@@ -2,10 +2,10 @@
 
 The format is :mod:`tokenops.backends.tool_format`'s: each call
 ``<tool_call>{"name": NAME, "arguments": {...}}</tool_call>``, several one per line, and a
-reply without a call ``<tool_call>{"name": "none"}</tool_call>`` then plain text. The
+reply without a call ``<tool_call>{"name": "text"}</tool_call>`` then plain text. The
 grammar (llguidance Lark) admits, as the request asks:
 
-- ``tool_choice: "auto"``: complete calls, or the ``none`` preamble and a free text reply
+- ``tool_choice: "auto"``: complete calls, or the ``text`` preamble and a free text reply
   (or, beside a ``response_format``, the answer in that format);
 - ``"required"``: calls only; a named function: one call of it;
 - with ``parallel_tool_calls``: one or more complete calls and then only the end of the
@@ -39,7 +39,7 @@ def _lark_string(text: str) -> str:
 
 
 class GenericToolCallStream(ToolCallStream):
-    """:class:`ToolCallStream` for the generic format: the ``none`` preamble is dropped and
+    """:class:`ToolCallStream` for the generic format: the ``text`` preamble is dropped and
     everything after it is the reply's content (leading whitespace dropped)."""
 
     def __init__(self, is_constrained: bool) -> None:
@@ -77,7 +77,7 @@ class GenericToolCallParser(ToolCallParser):
 
     def grammar(self, functions: list[dict[str, Any]], parallel: bool, answer: str | None = None) -> str:
         """Calls of ``functions`` (one, or one or more when ``parallel``), or, with ``answer`` (a
-        Lark expression, or :data:`TEXT_REPLY`), the ``none`` preamble followed by that answer."""
+        Lark expression, or :data:`TEXT_REPLY`), the ``text`` preamble followed by that answer."""
         alternatives = []
         for fn in functions:
             params = fn.get("parameters") or {"type": "object", "properties": {}}

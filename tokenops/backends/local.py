@@ -28,6 +28,7 @@ from tokenops.backends.reasoning_parsers import get_reasoning_parser
 from tokenops.backends.tool_format import GENERIC, NATIVE, tool_format_of
 from tokenops.backends.tool_parsers import get_tool_call_parser
 from tokenops.config import ModelConfig, Settings
+from tokenops.engine.sampling_defaults import SamplingDefaults, model_sampling_defaults
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 
@@ -78,6 +79,8 @@ class LocalBackend:
         self.model_tool_call_parser = model.tool_call_parser
         #: native | generic, decided when the engine loads (None before)
         self.tool_format: str | None = None
+        #: what unset temperature / top_p / top_k become (the model's recommendation, else llama.cpp's)
+        self.sampling_defaults = SamplingDefaults()
         try:
             get_tool_call_parser(model.tool_call_parser)
             self.reasoning_parser = get_reasoning_parser(model.reasoning_parser)
@@ -123,6 +126,8 @@ class LocalBackend:
         if start is not None:
             start()
         self.max_model_len = self.engine.max_model_len
+        if self.config is not None:
+            self.sampling_defaults = await asyncio.to_thread(model_sampling_defaults, self.config.model)
         tokenizer = getattr(self.engine, "tokenizer", None)
         if tokenizer is not None:  # measured once, off the loop: check_prompt_fits needs it per request
             await asyncio.to_thread(max_token_chars, tokenizer)
@@ -133,9 +138,14 @@ class LocalBackend:
         (tokenops/backends/tool_format.py); logged once per load."""
         self.tool_format = tool_format_of(tokenizer)
         self.tool_call_parser = self.model_tool_call_parser if self.tool_format == NATIVE else GENERIC
-        logging.getLogger("tokenops.backends").info(
-            "model %s: tool format: %s (parser %s)", self.model, self.tool_format, self.tool_call_parser
-        )
+        if self.tool_format == GENERIC:  # shown at the default log level: why calls look as they do
+            logging.getLogger("tokenops.backends").warning(
+                "model %s: tool format: generic (its chat template renders no tools: they go in a system "
+                "message and calls are grammar-constrained; docs/serve.md, Tools on every model)",
+                self.model,
+            )
+        else:
+            logging.getLogger("tokenops.backends").info("model %s: tool format: native", self.model)
 
     async def close(self) -> None:
         if self.engine is not None and hasattr(self.engine, "shutdown"):
@@ -211,13 +221,15 @@ class LocalBackend:
         else:
             logprobs = None if output.logprobs is None else int(output.logprobs)
         extras = processor_params(request, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
+        defaults = self.sampling_defaults  # per field: a value the request sent wins
         try:
             return SamplingParams(
                 n=sampling.n or 1,
                 max_tokens=max_tokens,
-                temperature=1.0 if sampling.temperature is None else sampling.temperature,
-                top_p=1.0 if sampling.top_p is None else sampling.top_p,
-                top_k=sampling.top_k or 0,
+                temperature=defaults.temperature if sampling.temperature is None else sampling.temperature,
+                top_p=defaults.top_p if sampling.top_p is None else sampling.top_p,
+                top_k=defaults.top_k if sampling.top_k is None else sampling.top_k,
+                min_p=defaults.min_p,
                 seed=sampling.seed,
                 stop=list(sampling.stop),
                 ignore_eos=sampling.ignore_eos,

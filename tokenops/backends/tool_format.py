@@ -14,7 +14,7 @@ The generic format, the one documented way (docs/serve.md, "Tools on every model
   ``</tools>``, and how to answer.
 - A call is ``<tool_call>{"name": NAME, "arguments": {...}}</tool_call>``; several calls
   follow each other, one per line. An answer without a call (``tool_choice: "auto"``)
-  starts with ``<tool_call>{"name": "none"}</tool_call>`` and goes on in plain text: the
+  starts with ``<tool_call>{"name": "text"}</tool_call>`` and goes on in plain text: the
   model decides *inside* the call envelope, where even a 135M model picks the tool a
   request needs, and that preamble is never shown to the client.
 - Earlier turns are rendered the same way: an assistant message's ``tool_calls`` become
@@ -33,7 +33,9 @@ from typing import Any
 
 NATIVE, GENERIC = "native", "generic"
 #: The name a generic answer "calls" to say that no tool is needed; then the answer is text.
-NO_CALL_NAME = "none"
+#: (measured on SmolLM2-135M with tests/benchmarks/tool_calls.py: "text" 90% right on irrelevant
+#: requests and 64% on obvious ones over 200 cases; "none" 40% and 60% over 40)
+NO_CALL_NAME = "text"
 
 
 def tool_format_of(tokenizer: Any) -> str:

@@ -1,0 +1,139 @@
+"""Tool-calling benchmark: generated cases (tests/benchmarks/tool_call_cases.py, four kinds:
+one obvious tool, choose among several, parallel calls, irrelevance) sent with the openai SDK to
+``tokenops serve`` on the default model (SmolLM2-135M-Instruct, its generic tool format), greedy,
+``tool_choice`` auto (``parallel_tool_calls: true`` for the parallel kind).
+
+A case is right when the calls made are exactly the expected ones: same tool names, each call's
+``arguments`` valid JSON that validates against the tool's ``parameters``, and argument values equal
+(strings compared case-insensitively, numbers numerically); for irrelevance, when no tool is called.
+Calls whose ``arguments`` do not parse are counted apart ("invalid JSON"): the grammar should make
+that 0. ``--peer URL`` runs the same cases against another OpenAI-compatible server (``--peer-model``).
+
+Run: .venv/bin/python tests/benchmarks/tool_calls.py [--cases 200] [--concurrency 8] [--peer URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.benchmarks.tool_call_cases import ToolCase, generate  # noqa: E402
+
+KINDS = ("obvious", "choose", "parallel", "irrelevance")
+
+
+def _same(value: Any, wanted: Any) -> bool:
+    if isinstance(wanted, str):
+        return isinstance(value, str) and value.strip().lower() == wanted.lower()
+    if isinstance(wanted, (int, float)) and not isinstance(wanted, bool):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and float(value) == float(wanted)
+    return value == wanted
+
+
+def score(case: ToolCase, calls: list[tuple[str, str]]) -> tuple[bool, int]:
+    """(right, number of calls whose arguments are not valid JSON)."""
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in case.tools}
+    invalid, made = 0, []
+    for name, arguments in calls:
+        try:
+            args = json.loads(arguments)
+            jsonschema.validate(args, schemas.get(name, {}))
+        except json.JSONDecodeError:
+            invalid += 1
+            continue
+        except jsonschema.ValidationError:
+            continue
+        made.append((name, args))
+    if len(made) != len(calls) or len(calls) != len(case.expected):
+        return False, invalid
+    left = list(case.expected)
+    for name, args in made:
+        match = next(
+            (e for e in left if e[0] == name and e[1].keys() == args.keys() and all(_same(args[k], v) for k, v in e[1].items())),
+            None,
+        )
+        if match is None:
+            return False, invalid
+        left.remove(match)
+    return True, invalid
+
+
+def ask(client: openai.OpenAI, model: str, case: ToolCase, max_tokens: int) -> list[tuple[str, str]]:
+    extra = {"parallel_tool_calls": True} if case.kind == "parallel" else {}
+    out = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": case.prompt}],
+        tools=case.tools,
+        tool_choice="auto",
+        temperature=0,
+        max_tokens=max_tokens,
+        **extra,
+    )
+    return [(c.function.name, c.function.arguments) for c in out.choices[0].message.tool_calls or []]
+
+
+def run(base_url: str, model: str, cases: list[ToolCase], concurrency: int, max_tokens: int) -> dict[str, list[int]]:
+    """Per kind: [right, total, invalid-JSON calls]."""
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=1800)
+    with ThreadPoolExecutor(concurrency) as pool:
+        answers = list(pool.map(lambda c: ask(client, model, c, max_tokens), cases))
+    table = {kind: [0, 0, 0] for kind in KINDS}
+    for case, calls in zip(cases, answers):
+        right, invalid = score(case, calls)
+        row = table[case.kind]
+        row[0] += right
+        row[1] += 1
+        row[2] += invalid
+    return table
+
+
+def print_table(title: str, table: dict[str, list[int]], wall_s: float) -> None:
+    print(f"\n{title}  ({wall_s:.0f} s)")
+    print(f"{'kind':>12}  {'right':>7}  {'share':>6}  {'invalid JSON calls':>18}")
+    for kind, (right, total, invalid) in table.items():
+        if total:
+            print(f"{kind:>12}  {right:>3}/{total:<3}  {right / total:>6.0%}  {invalid:>18}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=200, help="cases in all (a quarter per kind)")
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--url", help="an already running tokenops serve (its /v1); default: start one")
+    ap.add_argument("--peer", help="another OpenAI-compatible server's /v1 to run the same cases against")
+    ap.add_argument("--peer-model", default="default")
+    args = ap.parse_args()
+    cases = generate(max(1, args.cases // 4))
+    from tests.real_model import MODEL, SERVE_ENV
+
+    if args.url:
+        start = time.monotonic()
+        table = run(args.url, MODEL, cases, args.concurrency, args.max_tokens)
+        print_table(f"tokenops serve, {MODEL}, {len(cases)} cases", table, time.monotonic() - start)
+    else:
+        from tokenops.testing_serve import ServeProcess
+
+        with tempfile.TemporaryDirectory() as tmp, ServeProcess(tmp, env=SERVE_ENV, store=False) as srv:
+            start = time.monotonic()
+            table = run(srv.base_url, MODEL, cases, args.concurrency, args.max_tokens)
+            print_table(f"tokenops serve, {MODEL}, {len(cases)} cases", table, time.monotonic() - start)
+    if args.peer:
+        start = time.monotonic()
+        table = run(args.peer, args.peer_model, cases, args.concurrency, args.max_tokens)
+        print_table(f"peer {args.peer}, {args.peer_model}", table, time.monotonic() - start)
+
+
+if __name__ == "__main__":
+    main()
