@@ -150,7 +150,9 @@ class BatchRunner:
                 except TimeoutError:
                     await self._finish(run, "expired")
                     return
-            await self._finish(run, "cancelled" if run.is_cancelled or row["status"] == "cancelling" else "completed")
+            # a batch found cancelling, or finalizing after a cancel (a restart in between), ends cancelled
+            is_cancelled = run.is_cancelled or row["status"] == "cancelling" or row["cancelling_at"] is not None
+            await self._finish(run, "cancelled" if is_cancelled else "completed")
         except asyncio.CancelledError:
             raise
         except Exception as e:
