@@ -11,6 +11,8 @@ import io
 import json
 import threading
 import time
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -18,13 +20,13 @@ import pytest
 
 from tests.gateway.openai_upstream import build_app
 from tests.serve_configs import config as serve_config
-from tests.serve_configs import openai_model, section
+from tests.serve_configs import section
 from tokenops.backends.openai_http_meter import BatchMeter
 from tokenops.config import ConfigError, ModelConfig
 from tokenops.testing_serve import ServeProcess, free_port
 
 API_KEY = "meter-api-key-1"
-MODEL = "up"
+ROOT = Path(__file__).resolve().parents[2]
 INTERACTIVE_S, BATCH_S = 3.0, 0.4  # how long the upstream holds each kind of request
 
 
@@ -136,18 +138,31 @@ class SlowUpstream:
         return peak
 
 
+def documented_model() -> str:
+    """docs/batches.md's upstream ``[[models]]`` block under "Idle priority", copied from the page."""
+    from tests.test_docs_examples import blocks
+
+    page = ROOT / "docs" / "batches.md"
+    return next(b.code for b in blocks(page) if b.language == "toml" and "batch_max_in_flight_upstream" in b.code)
+
+
 def test_batch_lines_yield_to_interactive_ones_at_an_upstream_engine(tmp_path):
+    block = documented_model()
+    model = tomllib.loads(block)["models"][0]
+    limit = model["batch_max_in_flight_upstream"]
+    assert model["priority_field"] is True and 1 <= limit < 6
     with SlowUpstream() as up:
         config = serve_config(
-            openai_model(MODEL, up.url + "/v1", priority_field=True, batch_max_in_flight_upstream=1),
+            block.replace(model["url"], up.url + "/v1"),
             section("gateway", api_keys={API_KEY: "acme"}),
             section("batches", max_in_flight=8),
         )
+        name = model["name"]
         with ServeProcess(tmp_path, config=config) as srv:
             client = openai.OpenAI(base_url=srv.base_url, api_key=API_KEY, max_retries=0, timeout=120)
             answer: list[str] = []
             interactive = threading.Thread(target=lambda: answer.append(client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "interactive hello"}], max_tokens=8,
+                model=name, messages=[{"role": "user", "content": "interactive hello"}], max_tokens=8,
             ).choices[0].message.content or ""))
             interactive.start()
             deadline = time.monotonic() + 60
@@ -155,7 +170,7 @@ def test_batch_lines_yield_to_interactive_ones_at_an_upstream_engine(tmp_path):
                 assert time.monotonic() < deadline, "the interactive request never reached the upstream"
                 time.sleep(0.02)
             lines = [{"custom_id": f"l{i}", "method": "POST", "url": "/v1/chat/completions",
-                      "body": {"model": MODEL, "messages": [{"role": "user", "content": f"batch-line {i}"}],
+                      "body": {"model": name, "messages": [{"role": "user", "content": f"batch-line {i}"}],
                                "max_tokens": 8}} for i in range(6)]
             data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
             uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
@@ -167,8 +182,8 @@ def test_batch_lines_yield_to_interactive_ones_at_an_upstream_engine(tmp_path):
                 time.sleep(0.2)
     assert answer and answer[0].startswith("echo: interactive hello")
     assert batch.request_counts.completed == 6
-    # while the interactive request was in flight upstream, at most one batch line was
-    assert up.max_batch_in_flight_during_interactive() == 1
+    # while the interactive request was in flight upstream, at most `limit` batch lines were (6 without it)
+    assert up.max_batch_in_flight_during_interactive() == limit
     sent = {b["messages"][-1]["content"]: b for b in up.bodies}
     assert all(sent[f"batch-line {i}"]["priority"] == 1 for i in range(6))
     assert "priority" not in sent["interactive hello"] or sent["interactive hello"]["priority"] == 0

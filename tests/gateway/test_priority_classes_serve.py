@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -22,6 +23,16 @@ from tokenops.testing_serve import ServeProcess
 API_KEY, ADMIN_KEY, METRICS_KEY = "prio-api-key-1", "prio-admin-key-1", "prio-metrics-key-1"
 MODEL = "demo"
 BATCH_TOKENS = 400  # each batch line decodes this many tokens (ignore_eos): long enough to be caught running
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def documented_engine() -> str:
+    """docs/batches.md's ``[engine]`` block under "Idle priority", copied from the page."""
+    from tests.docs_example_checks import first_toml_block
+
+    block = first_toml_block(ROOT / "docs" / "batches.md", "## Idle priority")
+    assert "priority_classes = true" in block
+    return block
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +41,7 @@ def served(tmp_path_factory):
         local_model(MODEL, shipped_model_dir(), engine={"max_num_seqs": 2}),
         section("gateway", api_keys={API_KEY: "acme"}, metrics_key=METRICS_KEY),
         section("batches", max_in_flight=8),
+        documented_engine(),
     )
     with ServeProcess(tmp_path_factory.mktemp("prio"), config=config, admin_key=ADMIN_KEY) as srv:
         yield srv
