@@ -31,8 +31,8 @@ def documented_batches() -> dict:
     """docs/batches.md's ``[batches]`` block, copied from the page (not retyped)."""
     from tests.test_docs_examples import blocks
 
-    block = next(b for b in blocks(ROOT / "docs" / "batches.md") if b.language == "toml")
-    return tomllib.loads(block.code)["batches"]
+    tables = [tomllib.loads(b.code) for b in blocks(ROOT / "docs" / "batches.md") if b.language == "toml"]
+    return next(t["batches"] for t in tables if "batches" in t)
 
 
 def _config(**batches) -> str:
@@ -335,3 +335,54 @@ def test_a_batch_on_the_default_model(tmp_path):
         out = _read(client, done.output_file_id)
         assert sorted(line["custom_id"] for line in out) == sorted(line["custom_id"] for line in lines)
         assert all(line["response"]["body"]["choices"][0]["message"]["content"] for line in out)
+
+
+def test_lists_page_with_after_as_the_sdk_walks_them(client):
+    for _ in range(3):
+        _submit(client, _lines(1, prefix="page"))
+    whole = [b.id for b in client.batches.list(limit=100).data]
+    walked = [b.id for b in client.batches.list(limit=2)]  # the SDK follows `after` page by page
+    assert len(whole) >= 3 and walked == whole  # newest first, no repeats, none left out
+    files = [f.id for f in client.files.list(purpose="batch").data]
+    assert len(files) == len(set(files)) >= 3
+    oldest_first = [f.id for f in client.files.list(purpose="batch", order="asc").data]
+    assert oldest_first == files[::-1]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "kind"),
+    [
+        ("/v1/completions", {"prompt": "Once upon", "max_tokens": 4}, "text_completion"),
+        ("/v1/responses", {"input": "Say hi", "max_output_tokens": 4}, "response"),
+    ],
+)
+def test_every_endpoint_runs_as_its_route_would(client, endpoint, body, kind):
+    lines = [
+        {"custom_id": f"{kind}-{i}", "method": "POST", "url": endpoint, "body": {"model": MODEL, **body}}
+        for i in range(3)
+    ]
+    uploaded = client.files.create(file=("in.jsonl", io.BytesIO(_jsonl(lines))), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h")
+    done = _wait(client, batch.id, ("completed", "failed"))
+    assert done.status == "completed" and done.request_counts.completed == 3, done
+    out = _read(client, done.output_file_id)
+    assert {line["response"]["body"]["object"] for line in out} == {kind}
+
+
+def test_a_line_its_route_refuses_goes_to_the_error_file(client):
+    # the demo chat model serves no embeddings: each line is the 400 the route would answer
+    lines = [
+        {"custom_id": f"emb-{i}", "method": "POST", "url": "/v1/embeddings", "body": {"model": MODEL, "input": "x"}}
+        for i in range(2)
+    ]
+    uploaded = client.files.create(file=("in.jsonl", io.BytesIO(_jsonl(lines))), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h")
+    done = _wait(client, batch.id, ("completed", "failed"))
+    assert done.status == "completed" and (done.request_counts.completed, done.request_counts.failed) == (0, 2)
+    assert done.output_file_id is None
+    errors = _read(client, done.error_file_id)
+    assert sorted(e["custom_id"] for e in errors) == ["emb-0", "emb-1"]
+    for e in errors:
+        assert (
+            e["response"]["status_code"] == 400 and e["response"]["body"]["error"]["message"] == e["error"]["message"]
+        )
