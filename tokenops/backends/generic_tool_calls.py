@@ -85,12 +85,13 @@ class GenericToolCallParser(ToolCallParser):
                 params = {**params, "x-guidance": JSON_STYLE}
             head = _lark_string(f'{OPEN_TAG}{{"name": {json.dumps(fn["name"])}, "arguments": ')
             alternatives.append(f"{head} %json {json.dumps(params)} {_lark_string('}' + CLOSE_TAG)}")
-        rules = [f"call: {' | '.join(f'( {a} )' for a in alternatives)}"]
-        start = 'call ("\\n" call)*' if parallel else "call"
+        rules = [f"call: {' | '.join(f'( {a} )' for a in alternatives)}"] if alternatives else []
+        branches = [('call ("\\n" call)*' if parallel else "call")] if alternatives else []
         if answer is not None:
-            start += f" | {_lark_string(NO_CALL)} {answer}"
+            branches.append(f"{_lark_string(NO_CALL)} {answer}")
+        start = " | ".join(branches)
         if answer == TEXT_REPLY:
-            rules.append(f"{TEXT_REPLY}: /(.|\\n)*/")
+            rules.append(f"{TEXT_REPLY}: /\\s*\\S(.|\\n)*/")  # not empty: a reply says something
         return f"start: {start}\n" + "\n".join(rules) + "\n"
 
     def stream(self, is_constrained: bool) -> ToolCallStream:

@@ -330,7 +330,7 @@ class LocalBackend:
         from tokenops.engine.grammar import GrammarError
 
         try:
-            return plan_request(request.output, self.tool_call_parser)
+            return plan_request(request.output, self.tool_call_parser, request.messages)
         except GrammarError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
 

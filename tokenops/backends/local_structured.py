@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenops.backends.generic_tool_calls import TEXT_REPLY, GenericToolCallParser
-from tokenops.backends.tool_format import NO_CALL_NAME, generic_messages
+from tokenops.backends.tool_format import NO_CALL_NAME, answered_calls, generic_messages
 from tokenops.backends.tool_parsers import ToolCallParser, ToolCallStream, get_tool_call_parser
 from tokenops.types import OutputFields
 
@@ -58,9 +58,12 @@ class StructuredPlan:
         return generic_messages(messages, self.generic_tools) if self.generic_tools else messages
 
 
-def plan_request(fields: OutputFields, parser_name: str) -> StructuredPlan:
+def plan_request(
+    fields: OutputFields, parser_name: str, messages: list[dict[str, Any]] | None = None
+) -> StructuredPlan:
     """The plan for the output fields of a validated chat request (``parser_name``: the model's
-    tool-call parser; ``generic`` for a model whose template knows no tools)."""
+    tool-call parser; ``generic`` for a model whose template knows no tools; ``messages``: the
+    conversation, which the generic format's ``auto`` reads for the calls just answered)."""
     from tokenops.engine.grammar import GrammarError, GrammarSpec
 
     plan = StructuredPlan(template_kwargs={})
@@ -95,6 +98,9 @@ def plan_request(fields: OutputFields, parser_name: str) -> StructuredPlan:
             answer, shortest = f"%json {json.dumps(schema)}", answer_spec.shortest
         elif is_generic:
             answer = TEXT_REPLY
+            # a small model calls the tool it just got results from again and again: not offered this turn
+            answered = answered_calls(messages or [])
+            functions = [f for f in functions if f.get("name") not in answered]
         else:
             return plan  # a native format with auto: the model is free, its calls parsed
     functions = _closed_functions(functions)

@@ -21,6 +21,9 @@ The generic format, the one documented way (docs/serve.md, "Tools on every model
   its ``<tool_call>`` lines, and ``tool`` messages become a user message
   ``<tool_result name=NAME>...</tool_result>`` (consecutive results in one message), so
   templates that know only user/assistant/system render them.
+- With ``tool_choice: "auto"``, the tools whose results end the conversation are not
+  offered again in that turn (a small model calls the same tool again and again): the
+  model answers from the results, or calls another tool.
 
 The grammar that constrains the answer is the generic parser's
 (:mod:`tokenops.backends.generic_tool_calls`).
@@ -95,6 +98,16 @@ def generic_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
             continue
         out.append(message)
     return out
+
+
+def answered_calls(messages: list[dict[str, Any]]) -> set[str]:
+    """Names of the tools whose results end ``messages`` (the last assistant turn's calls)."""
+    if not messages or messages[-1].get("role") != "tool":
+        return set()
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            return {(c.get("function") or {}).get("name") for c in message.get("tool_calls") or []}
+    return set()
 
 
 def call_text(function: dict[str, Any]) -> str:
