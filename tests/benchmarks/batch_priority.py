@@ -1,9 +1,11 @@
 """Idle-priority scheduling on the default model (SmolLM2-135M GGUF): does a batch use the capacity
 interactive traffic leaves idle without slowing that traffic down?
 
-One ``tokenops serve`` (bundled engine). First the engine's capacity: ShareGPT-shaped requests in a
-closed loop at ``max_num_seqs`` concurrency (output tokens/s and requests/s). Then interactive traffic,
-ShareGPT-shaped, Poisson at ``--load`` (0.5) of that request rate for ``--seconds``, three times:
+One ``tokenops serve`` (bundled engine, ``max_num_seqs`` 16). First the engine's capacity: the
+interactive shape's requests/s in a closed loop at 16 in flight, and the generated tokens/s of a
+batch alone filling the engine. Then interactive traffic, ShareGPT-shaped, Poisson at ``--load``
+(0.5) of that request rate for ``--seconds``, three kinds of run (``--repeat`` times each, in turn;
+the table shows medians):
 
 - alone;
 - with a batch of ``--batch-lines`` ShareGPT-shaped lines submitted through the Batch API
@@ -16,7 +18,7 @@ engine's generated tokens minus the interactive ones) and the share of the idle 
 TTFT/TPOT p95 within 10% of interactive-only while the batch takes >= 80% of the idle capacity.
 The batch is cancelled after each run (the next starts on an idle engine).
 
-    .venv/bin/python tests/benchmarks/batch_priority.py [--seconds 60] [--load 0.5] [--share 1.0] [--json]
+    .venv/bin/python tests/benchmarks/batch_priority.py [--seconds 60] [--load 0.5] [--share 1.0] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import asyncio
 import io
 import json
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -80,13 +83,26 @@ def wait_idle(srv: ServeProcess, timeout_s: float = 600) -> None:
         time.sleep(0.5)
 
 
-async def capacity(srv: ServeProcess, seconds: float) -> tuple[float, float]:
-    """Output tokens/s and requests/s with ``MAX_NUM_SEQS`` requests always in flight."""
+async def request_capacity(srv: ServeProcess, seconds: float) -> float:
+    """Requests/s of the interactive shape with ``MAX_NUM_SEQS`` requests always in flight."""
     num = max(2 * MAX_NUM_SEQS, int(seconds * 2))
     spec = LoadSpec(srv.url, MODEL, concurrency=MAX_NUM_SEQS, ignore_eos=True, ramp_up_s=2.0)
     results, duration = await run_load(sharegpt(num, seed=1, **SHAPE), spec)
-    ok = [r for r in results if r.is_ok]
-    return sum(r.num_output_tokens for r in ok) / duration, len(ok) / duration
+    return sum(1 for r in results if r.is_ok) / duration
+
+
+def token_capacity(srv: ServeProcess, seconds: float, lines: int) -> float:
+    """Generated tokens/s of the engine saturated by a batch alone (what there is to share)."""
+    batch_id = submit_batch(srv, lines)
+    deadline = time.monotonic() + 300
+    while engine_stats(srv)["num_running"] < MAX_NUM_SEQS:
+        assert time.monotonic() < deadline, "the batch did not fill the engine"
+        time.sleep(0.2)
+    start, generated0 = time.monotonic(), engine_stats(srv)["total_generation_tokens"]
+    time.sleep(seconds)
+    tps = (engine_stats(srv)["total_generation_tokens"] - generated0) / (time.monotonic() - start)
+    stop_batch(srv, batch_id)
+    return tps
 
 
 def submit_batch(srv: ServeProcess, n: int) -> str:
@@ -156,11 +172,24 @@ def ratio(value: float | None, base: float | None) -> str:
     return f"{value / base:.2f}x"
 
 
+def median_runs(repeats: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per run kind, the median of each figure over the repeats (the box is shared: one run is noisy)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in repeats[0]:
+        rows = [r[name] for r in repeats]
+        out[name] = {}
+        for k, first in rows[0].items():
+            values = [row[k] for row in rows if isinstance(row[k], (int, float))]
+            out[name][k] = statistics.median(values) if values and not isinstance(first, dict) else first
+    return out
+
+
 def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dict[str, Any]]) -> None:
     alone = runs["interactive only"]
     idle = cap_tps - alone["interactive_tps"]
-    print(f"capacity: {cap_tps:.0f} output tok/s, {cap_rps:.2f} req/s at {MAX_NUM_SEQS} in flight; "
-          f"interactive at {rate:.2f} req/s; idle capacity {idle:.0f} tok/s")
+    print(f"capacity: {cap_tps:.0f} generated tok/s (a batch alone, {MAX_NUM_SEQS} slots), {cap_rps:.2f} "
+          f"interactive req/s at {MAX_NUM_SEQS} in flight; interactive at {rate:.2f} req/s; idle capacity "
+          f"{idle:.0f} tok/s")
     head = (f"{'run':<22}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
             f"{'inter tok/s':>12}{'batch tok/s':>12}{'idle used':>10}{'preempt':>8}")
     print(head)
@@ -175,19 +204,24 @@ def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dic
 
 
 async def bench(srv: ServeProcess, args: argparse.Namespace) -> dict[str, Any]:
-    await capacity(srv, 10)  # warm-up: weights paged in, prefix cache and allocator settled
-    cap_tps, cap_rps = await capacity(srv, args.seconds / 2)
+    await request_capacity(srv, 10)  # warm-up: weights paged in, prefix cache and allocator settled
+    cap_rps = await request_capacity(srv, args.seconds / 2)
     wait_idle(srv)
+    cap_tps = token_capacity(srv, args.seconds / 2, 4 * MAX_NUM_SEQS)
     rate = args.load * cap_rps
     lines = args.batch_lines or int(2 * cap_tps * args.seconds / SHAPE["max_output_len"]) + MAX_NUM_SEQS
-    runs: dict[str, dict[str, Any]] = {}
-    runs["interactive only"] = await interactive_run(srv, rate, args.seconds, 0)
-    set_priority_classes(srv, True)
-    runs["+ batch, priority on"] = await interactive_run(srv, rate, args.seconds, lines)
-    set_priority_classes(srv, False)
-    runs["+ batch, priority off"] = await interactive_run(srv, rate, args.seconds, lines)
-    set_priority_classes(srv, True)
-    return {"capacity_tps": cap_tps, "capacity_rps": cap_rps, "rate": rate, "batch_lines": lines, "runs": runs}
+    repeats = []
+    for _ in range(args.repeat):  # the three kinds in turn, so the box's load drifts over all of them
+        runs: dict[str, dict[str, Any]] = {}
+        runs["interactive only"] = await interactive_run(srv, rate, args.seconds, 0)
+        set_priority_classes(srv, True)
+        runs["+ batch, priority on"] = await interactive_run(srv, rate, args.seconds, lines)
+        set_priority_classes(srv, False)
+        runs["+ batch, priority off"] = await interactive_run(srv, rate, args.seconds, lines)
+        set_priority_classes(srv, True)
+        repeats.append(runs)
+    return {"capacity_tps": cap_tps, "capacity_rps": cap_rps, "rate": rate, "batch_lines": lines,
+            "runs": median_runs(repeats), "repeats": repeats}
 
 
 def main() -> None:
@@ -196,6 +230,7 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.5, help="interactive request rate / measured capacity")
     ap.add_argument("--share", type=float, default=1.0, help="engine batch_max_share")
     ap.add_argument("--batch-lines", type=int, default=0, help="lines of the batch (0: enough to outlast a run)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each kind (the table shows medians)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -209,8 +244,10 @@ def main() -> None:
         print(json.dumps(out, indent=2, default=str))
         return
     print_table(out["capacity_tps"], out["capacity_rps"], out["rate"], out["runs"])
-    print(f"batch: {out['batch_lines']} lines submitted with each batched run (cancelled after it); "
-          f"lines done: {', '.join(str(r['batch_lines']) for r in out['runs'].values() if r['batch_lines'])}")
+    done = [f"{r['batch_lines']['completed']}/{r['batch_lines']['total']}" for rs in out["repeats"]
+            for r in rs.values() if r["batch_lines"]]
+    print(f"batch: {out['batch_lines']} lines submitted with each batched run, cancelled after it "
+          f"(lines done per run, on/off in turn: {', '.join(done)}); medians of {len(out['repeats'])} repeat(s)")
 
 
 if __name__ == "__main__":
