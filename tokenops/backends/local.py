@@ -190,7 +190,9 @@ class LocalBackend:
             if plan is not None:
                 messages = plan.prompt_messages(messages)
             try:
-                text = tok.apply_chat_template(messages, add_generation_prompt=True, **(plan.template_kwargs if plan else {}))
+                text = tok.apply_chat_template(
+                    messages, add_generation_prompt=True, **(plan.template_kwargs if plan else {})
+                )
             except ValueError as e:  # the template refused the conversation (raise_exception)
                 why = " (tools use the generic format, in a system message)" if plan and plan.generic_tools else ""
                 raise BackendError(f"{e}{why}", kind="bad_request", status=400, backend=self.name) from None

@@ -10,6 +10,7 @@ and only those rows: their logprobs are those of the masked distribution.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -61,6 +62,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
+    min_p: float = 0.0  # drop tokens under min_p x the likeliest token's probability (llama.cpp's, vLLM's); 0 = off
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
@@ -98,6 +100,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
         if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if isinstance(self.min_p, bool) or not isinstance(self.min_p, (int, float)) or not 0 <= self.min_p < 1:
+            raise ValueError(f"min_p must be in [0, 1), got {self.min_p!r}")
         if self.top_k == -1:
             self.top_k = 0  # vLLM's spelling of "off"
         _int("top_k", self.top_k, 0)
@@ -260,29 +264,52 @@ class Sampler:
         return logits
 
     def probs(self, logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-        """Per-row token probabilities after temperature, top-k and top-p ([rows, vocab]);
+        """Per-row token probabilities after temperature, top-k, top-p and min-p ([rows, vocab]);
         speculative decoding verifies proposals against them."""
         torch = self._torch
         temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype, device=logits.device)
         logits = logits / temps.unsqueeze(1)
-        top_ks = [p.top_k for p in params]
-        if any(top_ks):
-            vocab = logits.shape[1]
-            k = torch.tensor([min(k, vocab) if k else vocab for k in top_ks], device=logits.device)
+        vocab = logits.shape[1]
+        ks = [min(p.top_k, vocab) if p.top_k else vocab for p in params]
+        if max(ks) < vocab:
+            # every row keeps at most k tokens (the default sampler's top-k 40): top-p and min-p work on
+            # the k best columns only, a partial selection instead of sorting the whole vocabulary
+            values, order = logits.topk(max(ks), dim=-1)  # sorted, descending
+            rank = torch.arange(values.shape[1], device=logits.device).unsqueeze(0)
+            values = values.masked_fill(rank >= torch.tensor(ks, device=logits.device).unsqueeze(1), float("-inf"))
+            kept = self._nucleus(values, params).softmax(dim=-1)
+            return torch.zeros_like(logits).scatter_(1, order, kept)
+        if any(ks_i < vocab for ks_i in ks):
+            k = torch.tensor(ks, device=logits.device)
             sorted_desc = logits.sort(dim=-1, descending=True).values
             kth = sorted_desc.gather(1, (k - 1).unsqueeze(1))
             logits = logits.masked_fill(logits < kth, float("-inf"))
-        top_ps = [p.top_p for p in params]
-        if any(p < 1.0 for p in top_ps):
+        if any(p.top_p < 1.0 or p.min_p > 0 for p in params):
             sorted_logits, order = logits.sort(dim=-1, descending=True)
-            sorted_probs = sorted_logits.softmax(dim=-1)
-            # drop a token when the mass before it already reaches top_p (the first token always stays)
-            mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-            top_p = torch.tensor(top_ps, dtype=logits.dtype, device=logits.device).unsqueeze(1)
-            drop_sorted = mass_before >= top_p
+            drop_sorted = self._nucleus(sorted_logits, params).isinf()
             drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
             logits = logits.masked_fill(drop, float("-inf"))
         return logits.softmax(dim=-1)
+
+    def _nucleus(self, sorted_logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+        """``sorted_logits`` (each row descending) with the tokens top-p and min-p drop set to -inf."""
+        torch = self._torch
+        top_ps, min_ps = [p.top_p for p in params], [p.min_p for p in params]
+        if any(p < 1.0 for p in top_ps):
+            sorted_probs = sorted_logits.softmax(dim=-1)
+            # drop a token when the mass before it already reaches top_p (the first token always stays)
+            mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+            top_p = torch.tensor(top_ps, dtype=sorted_logits.dtype, device=sorted_logits.device).unsqueeze(1)
+            sorted_logits = sorted_logits.masked_fill(mass_before >= top_p, float("-inf"))
+        if any(p > 0 for p in min_ps):
+            # p(token) < min_p p(best)  <=>  logit < best logit + log(min_p); min_p 0 keeps every token
+            floor = torch.tensor(
+                [math.log(p) if p > 0 else float("-inf") for p in min_ps],
+                dtype=sorted_logits.dtype,
+                device=sorted_logits.device,
+            ).unsqueeze(1)
+            sorted_logits = sorted_logits.masked_fill(sorted_logits < sorted_logits[:, :1] + floor, float("-inf"))
+        return sorted_logits
 
     def _fill_logprobs(
         self, logits: torch.Tensor, rows: list[int], seqs: Sequence[SamplingRow], out: list[SampledToken]

@@ -105,6 +105,9 @@ def model_cards(gw: Any) -> Iterator[dict[str, Any]]:
         tool_format = getattr(replicas[0].backend, "tool_format", None) if replicas else None
         if isinstance(tool_format, str):  # the bundled engine's: native | generic (backends/tool_format.py)
             card["tool_format"] = tool_format
+        defaults = getattr(replicas[0].backend, "sampling_defaults", None) if replicas else None
+        if defaults is not None:  # the bundled engine's, for unset fields (engine/sampling_defaults.py)
+            card["sampling_defaults"] = defaults.as_dict()
         card["replicas"] = len(replicas)
         if name == RANDOM_MODEL_NAME:
             card["random_weights"] = True
