@@ -47,7 +47,9 @@ TOOLS = {
         {"amount": {"type": "number"}, "from_currency": {"type": "string"}, "to_currency": {"type": "string"}},
     ),
     "translate": _fn(
-        "translate", "Translate a text into another language", {"text": {"type": "string"}, "language": {"type": "string"}}
+        "translate",
+        "Translate a text into another language",
+        {"text": {"type": "string"}, "language": {"type": "string"}},
     ),
     "set_timer": _fn("set_timer", "Set a timer for a number of minutes", {"minutes": {"type": "integer"}}),
 }
@@ -66,7 +68,9 @@ def _request(rng: random.Random) -> tuple[str, str, dict[str, Any]]:
     tool = rng.choice(list(TOOLS))
     if tool == "get_weather":
         city = rng.choice(CITIES)
-        prompt = rng.choice(["What's the weather in {c}?", "Is it raining in {c} right now?", "How warm is it in {c} today?"])
+        prompt = rng.choice(
+            ["What's the weather in {c}?", "Is it raining in {c} right now?", "How warm is it in {c} today?"]
+        )
         return prompt.format(c=city), tool, {"city": city}
     if tool == "add":
         a, b = rng.randint(2, 99), rng.randint(2, 99)
@@ -74,9 +78,11 @@ def _request(rng: random.Random) -> tuple[str, str, dict[str, Any]]:
         return prompt.format(a=a, b=b), tool, {"a": a, "b": b}
     if tool == "get_stock_price":
         symbol = rng.choice(SYMBOLS)
-        return rng.choice(["What is the stock price of {s}?", "How much is {s} stock trading at?"]).format(s=symbol), tool, {
-            "symbol": symbol
-        }
+        return (
+            rng.choice(["What is the stock price of {s}?", "How much is {s} stock trading at?"]).format(s=symbol),
+            tool,
+            {"symbol": symbol},
+        )
     if tool == "convert_currency":
         amount, src, dst = rng.randint(5, 500), *rng.sample(CURRENCIES, 2)
         prompt = f"Convert {amount} {src} to {dst}."
@@ -85,9 +91,11 @@ def _request(rng: random.Random) -> tuple[str, str, dict[str, Any]]:
         word, language = rng.choice(WORDS), rng.choice(LANGUAGES)
         return f"Translate '{word}' into {language}.", tool, {"text": word, "language": language}
     minutes = rng.randint(2, 60)
-    return rng.choice(["Set a timer for {m} minutes.", "Start a {m} minute timer."]).format(m=minutes), tool, {
-        "minutes": minutes
-    }
+    return (
+        rng.choice(["Set a timer for {m} minutes.", "Start a {m} minute timer."]).format(m=minutes),
+        tool,
+        {"minutes": minutes},
+    )
 
 
 IRRELEVANT = [

@@ -60,7 +60,11 @@ def score(case: ToolCase, calls: list[tuple[str, str]]) -> tuple[bool, int]:
     left = list(case.expected)
     for name, args in made:
         match = next(
-            (e for e in left if e[0] == name and e[1].keys() == args.keys() and all(_same(args[k], v) for k, v in e[1].items())),
+            (
+                e
+                for e in left
+                if e[0] == name and e[1].keys() == args.keys() and all(_same(args[k], v) for k, v in e[1].items())
+            ),
             None,
         )
         if match is None:

@@ -15,7 +15,6 @@ import httpx
 import jsonschema
 import openai
 import pytest
-
 from tests.real_model import MODEL, SERVE_ENV, serve_args
 from tokenops.testing_serve import ServeProcess
 

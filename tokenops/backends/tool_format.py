@@ -106,7 +106,7 @@ def answered_calls(messages: list[dict[str, Any]]) -> set[str]:
         return set()
     for message in reversed(messages):
         if message.get("role") == "assistant":
-            return {(c.get("function") or {}).get("name") for c in message.get("tool_calls") or []}
+            return {str((c.get("function") or {}).get("name")) for c in message.get("tool_calls") or []}
     return set()
 
 

@@ -133,7 +133,6 @@ class Tokenizer:
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"chat template failed: {e}") from None
 
-
     def renders_tools(self) -> bool:
         """Whether the chat template writes ``tools`` into the prompt: a conversation rendered with
         and without a dummy tool differs. Decided once per tokenizer (templates are fixed at load);
