@@ -128,6 +128,17 @@ def test_an_interactive_request_finishes_before_the_batch_lines_queued_before_it
     _finish(client, served, batch.id)
 
 
+def test_the_batch_share_is_a_live_tunable_and_a_bad_value_is_a_400_naming_it(served):
+    url, headers = served.url + "/admin/tunables", served.admin_headers
+    bad = httpx.patch(url, headers=headers, json={"values": {"engine.batch_max_share": 1.5}}, timeout=30)
+    assert bad.status_code == 400 and "engine.batch_max_share" in bad.text, bad.text
+    good = httpx.patch(url, headers=headers, json={"values": {"engine.batch_max_share": 0.5}}, timeout=30)
+    assert good.status_code == 200, good.text
+    values = {t["name"]: t["value"] for t in httpx.get(url, headers=headers, timeout=30).json()["tunables"]}
+    assert values["engine.batch_max_share"] == 0.5
+    httpx.patch(url, headers=headers, json={"values": {"engine.batch_max_share": 1.0}}, timeout=30)
+
+
 @pytest.mark.slow
 def test_without_priority_classes_the_same_request_waits_behind_the_batch(served, client):
     patch = httpx.patch(
