@@ -34,3 +34,23 @@ def test_a_torn_last_line_is_cut_off_and_not_counted_done(tmp_path):
     assert [line["custom_id"] for line in lines] == ["a", "b", "c"]
     assert lines[2]["response"] == {"status_code": 200, "request_id": "req-5", "body": {"ok": True}}
     assert lines[2]["error"] is None and lines[2]["id"].startswith("batch_req_")
+
+
+def test_a_line_cancelled_while_being_written_is_written_whole_before_the_files_are_read(tmp_path):
+    out, err = tmp_path / "out.jsonl", tmp_path / "err.jsonl"
+
+    async def cancel_mid_write() -> None:
+        appender = DurableAppender(out, err)
+        writes = [
+            asyncio.ensure_future(appender.append(False, output_line(f"x{i}", 200, None, {}, None))) for i in range(20)
+        ]
+        await asyncio.sleep(0)  # the writes have started
+        for write in writes:
+            write.cancel()  # an expiry or a cancel of the batch while its lines are written
+        await appender.drain()
+        appender.close()
+        # what the runner reads back at finalizing holds every line whose write began, once
+        assert recover(out, err).done == {f"x{i}" for i in range(20)}
+
+    asyncio.run(cancel_mid_write())
+    assert len(out.read_text().splitlines()) == 20

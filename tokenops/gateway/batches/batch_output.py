@@ -70,6 +70,8 @@ class DurableAppender:
         self.paths = {False: output, True: errors}
         self._fds: dict[bool, int] = {}
         self._lock = asyncio.Lock()
+        #: writes under way; they finish even when the line's task is cancelled meanwhile
+        self._pending: set[asyncio.Future] = set()
 
     def _write(self, is_error: bool, line: bytes) -> None:
         fd = self._fds.get(is_error)
@@ -80,9 +82,21 @@ class DurableAppender:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
 
-    async def append(self, is_error: bool, line: bytes) -> None:
+    async def _append(self, is_error: bool, line: bytes) -> None:
         async with self._lock:  # one write at a time: lines never interleave
             await asyncio.to_thread(self._write, is_error, line)
+
+    async def append(self, is_error: bool, line: bytes) -> None:
+        """Write ``line``; a cancel of the caller does not stop the write (see :meth:`drain`)."""
+        write = asyncio.ensure_future(self._append(is_error, line))
+        self._pending.add(write)
+        write.add_done_callback(self._pending.discard)
+        await asyncio.shield(write)
+
+    async def drain(self) -> None:
+        """Wait for every write under way: read the files back only after this."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     def append_now(self, is_error: bool, line: bytes) -> None:
         """Blocking :meth:`append` (expiry writes many lines from a worker thread)."""

@@ -91,7 +91,8 @@ class BatchRunner:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-        for run in self.runs.values():
+        for run in list(self.runs.values()):
+            await run.appender.drain()
             run.appender.close()
         self._main = None
 
@@ -161,6 +162,7 @@ class BatchRunner:
                 run, status="failed", failed_at=utcnow(), errors_json=_errors([(None, "internal_error", str(e))])
             )
         finally:
+            await run.appender.drain()  # a line being written when the server stops is written whole
             run.appender.close()
             self.runs.pop(run.id, None)
 
@@ -253,7 +255,7 @@ class BatchRunner:
                 error = {"code": "internal_error", "message": f"{type(e).__name__}: {e}"}
                 break
         is_error = status >= 400
-        await asyncio.shield(run.appender.append(is_error, output_line(custom_id, status, request_id, answer, error)))
+        await run.appender.append(is_error, output_line(custom_id, status, request_id, answer, error))
         if is_error:
             run.num_failed += 1
             self.num_lines["failed"] += 1
@@ -266,6 +268,7 @@ class BatchRunner:
     async def _finish(self, run: _Run, final: str) -> None:
         """``finalizing``, then ``final``: lines that never ran are written when expired; the
         output and error files become files of the tenant (when they hold lines)."""
+        await run.appender.drain()  # lines cancelled while being written are in the files first
         await self._update(run, status="finalizing", finalizing_at=utcnow())
 
         def files() -> dict[str, Any]:
