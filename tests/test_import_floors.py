@@ -59,6 +59,7 @@ FLOOR_OF = {
     "tokenops.semcache": "services",
     "tokenops.memory": "services",
     "tokenops.keys": "services",
+    "tokenops.shared_state": "services",  # the shared-state seam (stored responses in PostgreSQL)
     "tokenops.backends": "backends",
     "tokenops.bench": "bench",
     "tokenops.plugin_manager": "plugin manager",
@@ -73,6 +74,7 @@ FLOOR_OF = {
     "tokenops.testing": "surfaces",
     "tokenops.testing_gateway": "surfaces",
     "tokenops.testing_serve": "surfaces",
+    "tokenops.testing_postgres": "surfaces",
     "tokenops.__main__": "surfaces",
 }
 

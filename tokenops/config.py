@@ -19,6 +19,7 @@ from typing import Any
 
 from tokenops.batch_settings import BatchSettings
 from tokenops.lora_settings import LoraSettings
+from tokenops.shared_settings import SharedSettings
 from tokenops.slo import SLO, parse_slos
 
 #: Built-in plugin names the operator lets another plugin take: ``[plugins] replace`` of every
@@ -223,6 +224,7 @@ class Settings:
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     lora: LoraSettings = field(default_factory=LoraSettings)
     batches: BatchSettings = field(default_factory=BatchSettings)  # [batches]: the Batch API (docs/batches.md)
+    shared: SharedSettings = field(default_factory=SharedSettings)  # [shared]: state replicas share (docs/scale-out.md)
     plugins: dict[str, Any] = field(default_factory=dict)  # [plugins] enable/disable + per-plugin tables
     slo: list[str] = field(default_factory=list)
     source: str | None = None  # the file these came from
@@ -306,8 +308,8 @@ def _env_overrides(data: dict[str, Any], environ: dict[str, str]) -> None:
         if not var.startswith("TOKENOPS_") or "__" not in var:
             continue
         section, _, key = var[len("TOKENOPS_") :].lower().partition("__")
-        if section not in ("gateway", "engine", "store", "lora"):
-            raise ConfigError(f"{var}: unknown section {section!r}; use GATEWAY, ENGINE, STORE or LORA")
+        if section not in ("gateway", "engine", "store", "lora", "shared"):
+            raise ConfigError(f"{var}: unknown section {section!r}; use GATEWAY, ENGINE, STORE, LORA or SHARED")
         data.setdefault(section, {})[key] = value
 
 
@@ -328,7 +330,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
             raise ConfigError(f"{p}: invalid TOML: {e}") from None
     where = str(path) if path else "settings"
     _env_overrides(data, environ)
-    allowed = {"models", "gateway", "engine", "store", "telemetry", "lora", "batches", "plugins", "slo"}
+    allowed = {"models", "gateway", "engine", "store", "telemetry", "lora", "batches", "shared", "plugins", "slo"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
@@ -349,6 +351,7 @@ def load_settings(path: str | os.PathLike | None = None, environ: dict[str, str]
         telemetry=_build(TelemetrySettings, data.get("telemetry", {}), f"{where} [telemetry]"),
         lora=_build(LoraSettings, data.get("lora", {}), f"{where} [lora]"),
         batches=_build(BatchSettings, data.get("batches", {}), f"{where} [batches]"),
+        shared=_build(SharedSettings, data.get("shared", {}), f"{where} [shared]"),
         plugins=data.get("plugins", {}),
         slo=list(slo_list),
         source=str(path) if path else None,

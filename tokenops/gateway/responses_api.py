@@ -8,8 +8,9 @@ A thin layer: the body is translated into the gateway's one chat request
 back as a Response (:mod:`tokenops.gateway.responses_output`) or as typed events
 (:mod:`tokenops.gateway.responses_stream`). With ``store`` (the default) the Response
 and the conversation it answered are kept per tenant
-(:mod:`tokenops.store.stored_responses`), in the server's store, or in memory with
-``--no-store``; ``previous_response_id`` reads them back, for this tenant only.
+behind the shared-state seam (:mod:`tokenops.shared_state`): in the server's store, in memory
+with ``--no-store``, or in PostgreSQL for every replica with ``[shared] postgres_url``;
+``previous_response_id`` reads them back, for this tenant only.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from tokenops.gateway.responses_chat import chat_body, deferred_error
 from tokenops.gateway.responses_output import ResponseFrame
 from tokenops.gateway.responses_request import ResponsesRequest, Translation, input_items, parse
 from tokenops.gateway.responses_stream import EventWriter
-from tokenops.store.stored_responses import ChainHead, ResponseStore, StoredResponse, purge_stored_responses
+from tokenops.shared_state import ResponseStore, open_response_store
+from tokenops.store.stored_responses import ChainHead, StoredResponse
 from tokenops.types import GatewayRequest, NativeRequest
 
 router = APIRouter()
@@ -52,22 +54,19 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def response_store(app: Any) -> ResponseStore:
-    """The app's stored responses: in its store, or an in-memory one without a store."""
+    """The app's stored responses, from the shared-state seam (its store, memory, or ``[shared]``)."""
     rs = getattr(app.state, "response_store", None)
     if rs is None:
-        gw = app.state.gateway
-        store = gw.store
-        if store is None:
-            from tokenops.store import Store
-
-            store = app.state.response_memory_store = Store.open(":memory:")
-        rs = app.state.response_store = ResponseStore(store, limits(gw.settings.gateway, gw.settings.store))
+        s = app.state.gateway.settings
+        rs = app.state.response_store = open_response_store(
+            s.shared, limits(s.gateway, s.store), app.state.gateway.store
+        )
     return rs
 
 
 def purge_tenant(app: Any, tenant: str) -> dict[str, int]:
     """``DELETE /admin/tenants/{name}``: the tenant's stored responses go with it."""
-    return purge_stored_responses(response_store(app).store, tenant)
+    return {"stored_responses": response_store(app).purge_tenant(tenant)}
 
 
 def _tenant(request: Request) -> tuple[Any, str, str | None]:
