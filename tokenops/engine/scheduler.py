@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from tokenops.engine.block_manager import BlockManager
 from tokenops.engine.policies import BUILTIN_SCHEDULE_ORDERS, fcfs_order
+from tokenops.engine.priority_classes import BatchCap, batch_cap, make_room_for_interactive
 from tokenops.engine.sequence import Sequence, SequenceStatus
 
 if TYPE_CHECKING:
@@ -73,14 +74,6 @@ class SchedulerOutput:
     @property
     def is_empty(self) -> bool:
         return not self.chunks
-
-
-@dataclass(slots=True)
-class BatchCap:
-    """What batch sequences may still take in this step: slots and tokens."""
-
-    num_seqs: int
-    num_tokens: int
 
 
 class Scheduler:
@@ -139,7 +132,13 @@ class Scheduler:
         out = SchedulerOutput()
         classes = config.priority_classes
         if classes and self.waiting:
-            self._make_room_for_interactive(out)
+
+            def preempt(seq: Sequence) -> None:
+                self._preempt(seq)
+                out.preempted.append(seq)
+
+            interactive = self._order([s for s in self.waiting if not s.is_batch])
+            make_room_for_interactive(config, self.block_manager, self.running, interactive, preempt)
         prefills = [s for s in self.running if s.is_prefill]
         budget, is_short = self._schedule_decodes(out, classes)
         may_admit = not is_short and bool(self.waiting)
@@ -157,7 +156,7 @@ class Scheduler:
             # a step that computes an interactive prompt carries no batch prompt: the prompt's
             # time to first token is its own prefill (and the decodes), not a batch prompt's too
             return out
-        cap = self._batch_cap(out)
+        cap = batch_cap(config, self.running, self.waiting, sum(c.num_tokens for c in out.chunks if c.seq.is_batch))
         budget = self._schedule_prefills([s for s in prefills if s.is_batch], budget, out, cap)
         if may_admit and not any(not s.is_batch for s in self.waiting):
             self._admit(self._order(self.waiting), budget, out, cap)
@@ -255,51 +254,6 @@ class Scheduler:
                 cap.num_seqs -= 1 + seq.num_pending_forks
                 cap.num_tokens -= num_tokens
         return budget
-
-    # -- priority classes ------------------------------------------------------------
-
-    def _batch_cap(self, out: SchedulerOutput) -> BatchCap | None:
-        """What batch sequences may still take this step while interactive work is present
-        (``batch_max_share`` of the slots and of the step's tokens); None: no bound."""
-        if all(s.is_batch for s in self.running) and all(s.is_batch for s in self.waiting):
-            return None
-        config, share = self.config, self.config.batch_max_share
-        num_batch_seqs = sum(1 + s.num_pending_forks for s in self.running if s.is_batch)
-        num_batch_tokens = sum(c.num_tokens for c in out.chunks if c.seq.is_batch)
-        return BatchCap(
-            max(0, int(share * config.max_num_seqs) - num_batch_seqs),
-            max(0, int(share * config.max_num_batched_tokens) - num_batch_tokens),
-        )
-
-    def _make_room_for_interactive(self, out: SchedulerOutput) -> None:
-        """Preempt the newest running batch sequences while batch work holds more than its share of
-        the slots, and while the waiting interactive sequences (in queue order) find no slot or KV
-        blocks; stops at the first interactive one that would not fit even with every batch one gone."""
-        batch = sorted((s for s in self.running if s.is_batch), key=lambda s: (s.arrival_time, s.seq_id))
-        waiting = [s for s in self.waiting if not s.is_batch]
-        if not batch or not waiting:
-            return
-        config, bm = self.config, self.block_manager
-        max_batch_seqs = int(config.batch_max_share * config.max_num_seqs)
-        while batch and sum(1 + s.num_pending_forks for s in batch) > max_batch_seqs:
-            self._preempt_for_interactive(batch.pop(), out)
-        num_seqs = num_blocks = 0  # what the interactive sequences admitted so far need
-        for seq in self._order(waiting):
-            num_seqs += 1 + seq.num_pending_forks
-            # every block counted fresh: a cached prefix only makes the room found larger
-            num_blocks += bm.num_blocks_for(len(seq.token_ids))
-            num_held = len(self.running) - len(batch)  # the interactive sequences running
-            num_batch_blocks = sum(len(s.block_table) for s in batch)
-            if (num_held and num_held + num_seqs > config.max_num_seqs) or (
-                num_blocks > bm.num_free_blocks + num_batch_blocks
-            ):
-                return  # it waits for interactive work to finish: preempting batch work would not help
-            while batch and (len(self.running) + num_seqs > config.max_num_seqs or num_blocks > bm.num_free_blocks):
-                self._preempt_for_interactive(batch.pop(), out)
-
-    def _preempt_for_interactive(self, seq: Sequence, out: SchedulerOutput) -> None:
-        self._preempt(seq)
-        out.preempted.append(seq)
 
     def _preempt(self, seq: Sequence) -> None:
         """Free ``seq``'s blocks and queue it for recomputation at the front. With prefix caching
