@@ -90,6 +90,7 @@ def serve_command(
     Without \\[gateway] api_keys only loopback clients are served, and binding a
     non-loopback --host is refused unless --allow-open.
     """
+    from tokenops.cli.serve_progress import StartProgress
     from tokenops.gateway.server import run_server
 
     if old_profile is not None:
@@ -107,6 +108,7 @@ def serve_command(
         use_store=not no_store,
         log_level=log_level,
         echo=typer.echo,
+        start_report=StartProgress(),  # loading, kernels compiling, loaded/failed, ready: on stderr
     )
 
 

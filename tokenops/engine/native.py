@@ -185,7 +185,9 @@ def build_library(compiler: str | None = None, source: str = _SOURCE, stem: str 
     if lib.is_file():
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+    from tokenops.engine.compile_notice import compiling
+
+    with compiling(stem, out_dir), tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         src = Path(tmp) / f"{stem}.c"
         src.write_text(source)
         tmp_lib = Path(tmp) / lib.name

@@ -13,6 +13,12 @@ the cause. An upstream (``backend = "openai"``) that cannot be reached counts as
 replica while it is down: listed under ``unreachable`` and ``failed_replicas``, not
 serving (so a server whose only model is that upstream answers 503), and back as soon
 as the upstream answers again (it is asked every 2 s).
+
+``/v1/models`` lists the models that can answer: a model still loading is not listed (``/ready``
+names it under ``loading``), nor is a failed one; ``GET /v1/models/{id}`` answers for every
+configured model with its ``status`` (``ready``, ``loading`` or ``failed`` with its ``error``).
+A model that loads on its first request (``engine = {load = "lazy"}``, or one beyond
+``[gateway] max_loaded_models``) can answer: it is listed.
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ def readiness(gw: Any) -> tuple[int, dict[str, Any]]:
     is_serving = any(states.values())
     is_ready = bool(states) and is_serving and not is_loading and not gw.is_draining
     body: dict[str, Any] = {"ready": is_ready, "replicas": states}
+    loading = [model for model in gw.replicas if model_status(gw, model) == "loading"]
+    if loading:
+        body["loading"] = loading  # not in /v1/models yet
     if failed:
         body["failed"] = failed
     failed_replicas = {name: cause for name, cause in errors.items() if cause}
@@ -85,44 +94,59 @@ def model_failure(model: str, replicas: list[Any]) -> APIError | None:
     )
 
 
+def model_status(gw: Any, model: str) -> str:
+    """``ready`` (it can answer now, or loads on its first request), ``loading`` or ``failed``."""
+    replicas = gw.replicas.get(model, [])
+    if any(r.ready for r in replicas):
+        return "ready"
+    return "failed" if model in failed_models(gw) else "loading"
+
+
 def model_cards(gw: Any) -> Iterator[dict[str, Any]]:
-    """The ``/v1/models`` cards of every configured model, in configuration order."""
+    """The ``/v1/models`` cards of the models that can answer, in configuration order: a model
+    still loading or failed is not listed (``GET /v1/models/{id}`` says which)."""
+    for name, replicas in gw.replicas.items():
+        if model_status(gw, name) == "ready":
+            yield _card(gw, name, replicas)
+
+
+def _card(gw: Any, name: str, replicas: list[Any]) -> dict[str, Any]:
     from tokenops.backends.registry import RANDOM_MODEL_NAME
 
-    for name, replicas in gw.replicas.items():
-        card: dict[str, Any] = {
-            "id": name,
-            "object": "model",
-            "created": int(gw.started_at),
-            "owned_by": "tokenops",
-            "root": getattr(replicas[0].backend, "upstream_model", name) if replicas else name,
-            "parent": getattr(replicas[0].backend, "parent", None) if replicas else None,
-        }
-        lens = [r.backend.max_model_len for r in replicas if getattr(r.backend, "max_model_len", None)]
-        if lens:
-            card["max_model_len"] = min(lens)
-        card["backend"] = getattr(replicas[0].backend, "kind", None) if replicas else None
-        tool_format = getattr(replicas[0].backend, "tool_format", None) if replicas else None
-        if isinstance(tool_format, str):  # the bundled engine's: native | generic (backends/tool_format.py)
-            card["tool_format"] = tool_format
-        defaults = getattr(replicas[0].backend, "sampling_defaults", None) if replicas else None
-        if defaults is not None:  # the bundled engine's, for unset fields (engine/sampling_defaults.py)
-            card["sampling_defaults"] = defaults.as_dict()
-        card["replicas"] = len(replicas)
-        if name == RANDOM_MODEL_NAME:
-            card["random_weights"] = True
-            card["description"] = "random weights (demo model): the stack works offline; the text is gibberish"
-        yield card
+    card: dict[str, Any] = {
+        "id": name,
+        "object": "model",
+        "created": int(gw.started_at),
+        "owned_by": "tokenops",
+        "root": getattr(replicas[0].backend, "upstream_model", name) if replicas else name,
+        "parent": getattr(replicas[0].backend, "parent", None) if replicas else None,
+    }
+    lens = [r.backend.max_model_len for r in replicas if getattr(r.backend, "max_model_len", None)]
+    if lens:
+        card["max_model_len"] = min(lens)
+    card["backend"] = getattr(replicas[0].backend, "kind", None) if replicas else None
+    tool_format = getattr(replicas[0].backend, "tool_format", None) if replicas else None
+    if isinstance(tool_format, str):  # the bundled engine's: native | generic (backends/tool_format.py)
+        card["tool_format"] = tool_format
+    defaults = getattr(replicas[0].backend, "sampling_defaults", None) if replicas else None
+    if defaults is not None:  # the bundled engine's, for unset fields (engine/sampling_defaults.py)
+        card["sampling_defaults"] = defaults.as_dict()
+    card["replicas"] = len(replicas)
+    if name == RANDOM_MODEL_NAME:
+        card["random_weights"] = True
+        card["description"] = "random weights (demo model): the stack works offline; the text is gibberish"
+    return card
 
 
 def model_card(gw: Any, model_id: str) -> dict[str, Any] | None:
-    for card in model_cards(gw):
-        if card["id"] == model_id:
-            cause = failed_models(gw).get(model_id)
-            if cause:
-                card["status"], card["error"] = "failed", cause
-            return card
-    return None
+    """The card of any configured model, with its ``status`` (and the ``error`` of a failed one)."""
+    if model_id not in gw.replicas:
+        return None
+    card = _card(gw, model_id, gw.replicas[model_id])
+    card["status"] = model_status(gw, model_id)
+    if card["status"] == "failed":
+        card["error"] = failed_models(gw)[model_id]
+    return card
 
 
 def _authorize(request: Request) -> Any:

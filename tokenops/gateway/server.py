@@ -151,6 +151,34 @@ def start_store_channel(store: Any, gw: Any, url: str) -> Any:
         return None
 
 
+def announce_when_serving(server: Any, gw: Any, url: str, echo: Any) -> Any:
+    """``gw.on_started``: once the port is bound too (a fast start can beat uvicorn's bind), tell
+    the start report and echo the "tokenops serving" line naming the models that can answer."""
+    import asyncio
+
+    from tokenops.gateway.model_routes import model_status
+
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def announce() -> None:
+        while not server.started and not server.should_exit:
+            await asyncio.sleep(0.02)
+        if server.should_exit:
+            return
+        serving = [m for m in gw.replicas if model_status(gw, m) == "ready"]
+        if gw.start_report is not None and hasattr(gw.start_report, "ready"):
+            gw.start_report.ready(serving)
+        echo(f"tokenops serving {', '.join(serving)} at {url}/v1  (metrics {url}/metrics, admin {url}/admin)")
+        sys.stdout.flush()
+
+    def on_started() -> None:
+        task = asyncio.get_running_loop().create_task(announce())
+        tasks.add(task)  # held until done: the loop keeps only a weak reference
+        task.add_done_callback(tasks.discard)
+
+    return on_started
+
+
 def _exit_cleanly_on_sigterm() -> None:
     """uvicorn re-raises the signal that stopped it once it has drained; make that a
     normal exit, so the store below is still flushed and closed (SIGINT stays 130)."""
@@ -183,10 +211,13 @@ def run_server(
     log_level: str = "warning",
     echo=print,
     startup_tunables: dict[str, Any] | None = None,
+    start_report: Any = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry. When every
-    configured model fails to load, stop and raise :class:`ConfigError` naming the cause (the
-    CLI prints it as one line and exits non-zero)."""
+    configured model fails to load, stop at once and raise :class:`ConfigError` naming the cause
+    (the CLI prints it as one line and exits non-zero). ``start_report`` hears each model's start
+    (:class:`tokenops.gateway.model_loading.StartReport`, plus ``ready(models)`` and ``detach()``);
+    "tokenops serving ..." is echoed once the models are loaded and the port answers."""
     import uvicorn
 
     from tokenops.gateway.app import create_app
@@ -216,7 +247,8 @@ def run_server(
             from tokenops.gateway.admin import apply_when_ready
 
             apply_when_ready(gw, startup_tunables, actor=f"profile {settings.engine.profile}")
-        echo(f"tokenops serving {', '.join(gw.replicas)} at {url}/v1  (metrics {url}/metrics, admin {url}/admin)")
+        # the "serving" line waits until the models answer (announce_when_serving); this one says what loads
+        echo(f"tokenops starting at {url}: {', '.join(gw.replicas)} (GET {url}/ready is 200 once they can answer)")
         if not settings.gateway.admin_key and not settings.gateway.admin_key_hash:
             echo(admin_key_notice(store_dir, new_key is not None))  # the file's path, never the key
         num_managed = len(gw.keys.registry.keys())
@@ -244,10 +276,14 @@ def run_server(
         _drain_on_signal(server, gw)
         # every configured model failed to load: stop rather than answer /health with nothing to serve
         gw.on_nothing_to_serve = lambda _cause: setattr(server, "should_exit", True)
+        gw.start_report = start_report
+        gw.on_started = announce_when_serving(server, gw, url, echo)
         server.run()
         if gw.start_failure is not None:
             raise ConfigError(gw.start_failure)
     finally:
+        if start_report is not None and hasattr(start_report, "detach"):
+            start_report.detach()  # a progress display stops before the last line is printed
         if channel is not None:
             channel.close()
         if store is not None:

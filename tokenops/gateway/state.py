@@ -22,6 +22,7 @@ from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
 from tokenops.gateway.expert_plans import ExpertPlans
 from tokenops.gateway.metrics_auth import MetricsAuth
 from tokenops.gateway.metrics_window import MetricsWindow
+from tokenops.gateway.model_loading import StartReport, nothing_to_serve, start_backends
 from tokenops.gateway.pipeline import Pipeline
 from tokenops.gateway.prometheus import PrometheusMetrics
 from tokenops.gateway.records import RequestRecord
@@ -105,6 +106,9 @@ class Gateway:
         #: ``on_nothing_to_serve(cause)`` is then called (tokenops serve stops and exits non-zero).
         self.start_failure: str | None = None
         self.on_nothing_to_serve: Callable[[str], None] | None = None
+        #: told how each model's start goes (tokenops serve's progress); ``on_started()`` once it is done
+        self.start_report: StartReport | None = None
+        self.on_started: Callable[[], None] | None = None
 
     def _key_service(self) -> Any:
         """Managed keys and spend budgets (:mod:`tokenops.keys`); enforced by the key_budgets plugin."""
@@ -145,26 +149,22 @@ class Gateway:
         self.engine_telemetry.start()
         await self._start_profiles()
         backends = [r.backend for rs in self.replicas.values() for r in rs]
-        results = await asyncio.gather(*(b.start() for b in backends), return_exceptions=True)
+        results = await start_backends(self.replicas, self.models, self.start_report)
         self._show_running_tunables()
-        is_any_up = any(not isinstance(result, BaseException) for result in results)
+        is_any_up = any(result is None for result in results)
         for backend, result in zip(backends, results):
-            if isinstance(result, BaseException):
-                # kept on the backend: /ready lists it and requests to the model get this cause
-                cause = " ".join(f"{type(result).__name__}: {result}".split())
-                backend.load_error = cause
-                if is_any_up:
-                    log.error(
-                        "model %s failed to load (the other models keep serving): %s",
-                        getattr(backend, "name", backend),
-                        cause,
-                    )
+            if result is not None and is_any_up:  # kept on the backend: /ready lists it, requests get it
+                log.error(
+                    "model %s failed to load (the other models keep serving): %s",
+                    getattr(backend, "name", backend),
+                    backend.load_error,
+                )
         if backends and not is_any_up:
             self.start_failure = nothing_to_serve(self.replicas)
             if self.on_nothing_to_serve is not None:
                 self.on_nothing_to_serve(self.start_failure)
-            else:  # an app embedded elsewhere keeps running: say it in the log
-                log.error("%s", self.start_failure)
+                return  # the server stops now: nothing below is needed
+            log.error("%s", self.start_failure)  # an app embedded elsewhere keeps running: say it in the log
         # what is alive now (weights, modules, tokenizers) lives as long as the server: freezing
         # it keeps full collections, triggered by a request's many small objects, from walking it
         # (a ~0.3 s pause of every request on the demo engine, measured in tests/benchmarks/hostile_load.py)
@@ -172,6 +172,8 @@ class Gateway:
             gc.collect()
             gc.freeze()
         self.is_ready = all(b.ready for b in backends)
+        if self.on_started is not None and not self.start_failure:
+            self.on_started()
 
     async def _start_profiles(self) -> None:
         """Capability profiles from profiles/models/ and the store, kept current (gateway/profile_source.py)."""
@@ -389,10 +391,3 @@ class Gateway:
             values[t.name] = value
         return values
 
-
-def nothing_to_serve(replicas: dict[str, list[Any]]) -> str:
-    """One line naming why no configured model loaded (each model's first cause)."""
-    causes = [f"model {name!r} failed to load: {rs[0].backend.load_error}" for name, rs in replicas.items() if rs]
-    if len(causes) == 1:
-        return f"nothing to serve: {causes[0]}"
-    return f"nothing to serve: all {len(causes)} models failed to load; " + "; ".join(causes)
