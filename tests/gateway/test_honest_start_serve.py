@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-
-from tests.serve_configs import config as serve_config, model
+from tests.serve_configs import config as serve_config
+from tests.serve_configs import model
 from tokenops.testing_serve import ServeProcess
 
 PLUGIN = str(Path(__file__).with_name("gated_backend_plugin.py"))

@@ -151,6 +151,25 @@ def start_store_channel(store: Any, gw: Any, url: str) -> Any:
         return None
 
 
+def _echo_start(gw: Any, url: str, key_notice: str, allow_open: bool, echo: Any) -> None:
+    """What starts, where the admin key is, which API keys hold: the lines before the models load."""
+    settings = gw.settings
+    # the "serving" line waits until the models answer (announce_when_serving); this one says what loads
+    echo(f"tokenops starting at {url}: {', '.join(gw.replicas)} (GET {url}/ready is 200 once they can answer)")
+    if not settings.gateway.admin_key and not settings.gateway.admin_key_hash:
+        echo(key_notice)  # the file's path, never the key
+    num_managed = len(gw.keys.registry.keys())
+    if settings.gateway.api_keys or num_managed:
+        echo(f"API keys: {len(settings.gateway.api_keys)} configured, {num_managed} managed (tokenops keys)")
+    else:
+        echo(
+            "API keys: none configured; serving loopback clients only"
+            if not allow_open
+            else "API keys: none configured; OPEN to every client (--allow-open)"
+        )
+    sys.stdout.flush()
+
+
 def announce_when_serving(server: Any, gw: Any, url: str, echo: Any) -> Any:
     """``gw.on_started``: once the port is bound too (a fast start can beat uvicorn's bind), tell
     the start report and echo the "tokenops serving" line naming the models that can answer."""
@@ -247,20 +266,7 @@ def run_server(
             from tokenops.gateway.admin import apply_when_ready
 
             apply_when_ready(gw, startup_tunables, actor=f"profile {settings.engine.profile}")
-        # the "serving" line waits until the models answer (announce_when_serving); this one says what loads
-        echo(f"tokenops starting at {url}: {', '.join(gw.replicas)} (GET {url}/ready is 200 once they can answer)")
-        if not settings.gateway.admin_key and not settings.gateway.admin_key_hash:
-            echo(admin_key_notice(store_dir, new_key is not None))  # the file's path, never the key
-        num_managed = len(gw.keys.registry.keys())
-        if settings.gateway.api_keys or num_managed:
-            echo(f"API keys: {len(settings.gateway.api_keys)} configured, {num_managed} managed (tokenops keys)")
-        else:
-            echo(
-                "API keys: none configured; serving loopback clients only"
-                if not allow_open
-                else "API keys: none configured; OPEN to every client (--allow-open)"
-            )
-        sys.stdout.flush()
+        _echo_start(gw, url, admin_key_notice(store_dir, new_key is not None), allow_open, echo)
         config = uvicorn.Config(
             app,
             host=settings.gateway.host,
