@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 from tokenops.testing_serve import free_port
 
@@ -73,13 +74,17 @@ def postgres_server(timeout_s: float = 60.0) -> Iterator[str]:
     data, port = os.path.join(root, "data"), free_port()
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
     try:
-        _quiet([*prefix, initdb, "-D", data, "-U", USER, "--auth=trust", "-N", "-E", "UTF8", "--locale=C"], timeout_s, "initdb")
+        _quiet(
+            [*prefix, initdb, "-D", data, "-U", USER, "--auth=trust", "-N", "-E", "UTF8", "--locale=C"],
+            timeout_s,
+            "initdb",
+        )
         start = [*prefix, pg_ctl, "-D", data, "-l", os.path.join(root, "log"), "-w", "-t", str(int(timeout_s))]
         try:
             _quiet([*start, "-o", options, "start"], timeout_s + 5, "pg_ctl start")
         except RuntimeError as e:
-            log = os.path.join(root, "log")
-            raise RuntimeError(f"{e}\n{open(log).read() if os.path.exists(log) else ''}") from None
+            log = Path(root, "log")
+            raise RuntimeError(f"{e}\n{log.read_text() if log.exists() else ''}") from None
         try:
             yield f"postgresql+psycopg://{USER}@127.0.0.1:{port}/postgres"
         finally:

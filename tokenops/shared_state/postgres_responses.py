@@ -214,8 +214,7 @@ class PostgresResponseStore:
         with self._tx(write=True) as con:
             found = con.execute(
                 sa.text(
-                    "UPDATE stored_responses SET is_hidden = true "
-                    "WHERE id = :id AND tenant = :tenant AND NOT is_hidden"
+                    "UPDATE stored_responses SET is_hidden = true WHERE id = :id AND tenant = :tenant AND NOT is_hidden"
                 ),
                 {"id": response_id, "tenant": tenant},
             ).rowcount
