@@ -174,3 +174,36 @@ def test_serve_with_only_a_failing_model_exits_at_once_naming_it(tmp_path):
     assert last == f"error: nothing to serve: model 'broken' failed to load: RuntimeError: {CAUSE}", out.text()
     assert not any(line.startswith("tokenops serving") for _, line in out.lines), out.text()
     assert "Traceback" not in out.text()
+
+
+@pytest.mark.slow
+def test_the_first_start_says_it_compiles_the_kernels_once(tmp_path):
+    """A shipped HF model on the bundled engine with an empty kernel cache: the compile is a step of
+    the load, saying where it is cached; the second start finds the kernels there and says nothing."""
+    import tokenops
+
+    folder = Path(tokenops.__file__).parent / "demo_models" / "ladder-small"
+    cache = tmp_path / "kernels"
+    logs = []
+    for run in ("first", "second"):
+        env = {"TOKENOPS_NATIVE_CACHE": str(cache)}
+        with ServeProcess(tmp_path / run, args=["--model", f"small={folder}"], env=env, store=False) as srv:
+            client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+            assert [m.id for m in client.models.list().data] == ["small"]
+            got = client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi"}],
+                                                 max_tokens=4)
+            assert got.usage.completion_tokens >= 1
+        logs.append(srv.log().splitlines())
+    first, second = logs
+
+    def at(lines: list[str], prefix: str) -> int:
+        found = [i for i, line in enumerate(lines) if line.startswith(prefix)]
+        assert found, f"no line starting with {prefix!r} in:\n" + "\n".join(lines)
+        return found[0]
+
+    compiling = at(first, "compiling the ")
+    assert f"for this CPU (once; cached in {cache})" in first[compiling]
+    assert at(first, f"loading small (bundled engine, {folder})") < compiling < at(first, "loaded small in ")
+    assert at(first, "loaded small in ") < at(first, "ready: small (") < at(first, "tokenops serving small at ")
+    assert not any(line.startswith("compiling ") for line in second), "\n".join(second)
+    assert at(second, "loaded small in ") < at(second, "tokenops serving small at ")
