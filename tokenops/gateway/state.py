@@ -390,4 +390,3 @@ class Gateway:
                 value = getattr(self.settings.gateway, t.name[len("gateway.") :])
             values[t.name] = value
         return values
-
