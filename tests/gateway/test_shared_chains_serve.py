@@ -85,6 +85,13 @@ def test_a_chain_started_on_one_gateway_continues_on_the_other(gateways):
     # GET on B of what A stored, and the other way round
     assert b.responses.retrieve(first.id).output_text == first.output_text
     assert a.responses.retrieve(second.id).id == second.id
+    # a streamed turn on B is saved before its closing event: A continues from it at once
+    events = list(b.responses.create(model="demo", input="Once more.", previous_response_id=third.id,
+                                     max_output_tokens=4, temperature=0, stream=True))
+    streamed = events[-1].response
+    assert events[-1].type in ("response.completed", "response.incomplete") and streamed.store
+    fifth = a.responses.create(model="demo", input="Done.", previous_response_id=streamed.id, max_output_tokens=4)
+    assert len(a.responses.input_items.list(fifth.id, limit=100).data) == len(items) + 2 + 1 + 1
 
 
 def test_a_delete_on_one_gateway_is_seen_on_the_other(gateways):
