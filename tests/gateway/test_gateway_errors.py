@@ -163,7 +163,8 @@ async def test_health_answers_while_models_load_and_ready_says_when_they_are():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             assert (await c.get("/health")).status_code == 200
             r = await c.get("/ready")
-            assert r.status_code == 503 and r.json() == {"ready": False, "replicas": {"fake-model#0": False}}
+            assert r.status_code == 503 and r.json() == {"ready": False, "replicas": {"fake-model#0": False},
+                                                  "loading": ["fake-model"]}  # named: not in /v1/models yet
             r = await c.post("/v1/chat/completions", json={"model": "fake-model", "messages": MSG})
             _is_openai_error(r, 503, "model_not_ready")
             await app.state.gateway.wait_started()
