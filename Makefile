@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadscope)
 
-.PHONY: serve shell test test-all lint install phoenix redis postgres tmux clean
+.PHONY: serve shell test test-fast test-all lint install phoenix redis postgres tmux clean
 
 # pip shows its progress; PYTHONWARNINGS reaches the build backend too, so setuptools'
 # warnings about the editable build do not bury it.
@@ -98,6 +98,12 @@ lint: $(STAMP)
 
 test: $(STAMP) $(PHOENIX_STAMP) redis postgres tmux lint
 	@$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
+
+# The fast tier: tests that run in this process (no server, no other program), for the edit-test loop;
+# CI runs it before the full suite.
+test-fast: $(STAMP)
+	@$(PY) -m pytest -q -m "not slow and not full_only" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
 test-all: $(STAMP) $(PHOENIX_STAMP) redis postgres tmux lint

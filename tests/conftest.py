@@ -34,3 +34,33 @@ def install_example(tmp_path_factory):
         return str(target)
 
     return install
+
+
+#: What makes a test module leave the process: it starts ``tokenops serve`` or another program.
+_SPAWNS = ("ServeProcess", "subprocess", "Popen", "multiprocessing", "install_example", "run_test(")
+#: Modules that stay in this process but take seconds each (measured: ``--durations=0`` summed per file):
+#: CLI commands that build stores and tunes, the fused C step compiled and run per architecture, model
+#: loads, dashboard snapshots (3-25 s each, serially, on the 2-core box).
+_SECONDS = {"tests/tune/test_tune_cli.py", "tests/engine/test_fused_decode.py", "tests/keys/test_keys_cli.py",
+            "tests/store/test_report_cli.py", "tests/multi_model/test_profile_cli.py",
+            "tests/compute_network/test_gateway_layer4.py", "tests/gateway/test_fuzz_api.py",
+            "tests/tui/test_snapshots.py", "tests/bench/test_bench_cli.py", "tests/engine/test_gguf_tokenizer.py",
+            "tests/engine/test_gguf_header.py", "tests/bench/test_bench_loadgen.py", "tests/keys/test_keys_serve.py",
+            "tests/test_demo_models.py", "tests/store/test_store_channel.py",
+            "tests/engine/test_quant_kernels_model.py", "tests/keys/test_keys_redis.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``full_only`` every test of a module that starts a server or another process (or drives
+    the Textual app), or is listed in :data:`_SECONDS`: ``make test-fast`` runs the rest, in this
+    process, in about a minute; ``make test`` runs all."""
+    root = Path(__file__).resolve().parents[1]
+    seen: dict[Path, bool] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in seen:
+            text = path.read_text(errors="replace") if path.suffix == ".py" else ""
+            rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+            seen[path] = rel in _SECONDS or any(s in text for s in _SPAWNS)
+        if seen[path]:
+            item.add_marker(pytest.mark.full_only)
