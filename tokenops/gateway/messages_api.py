@@ -128,7 +128,9 @@ async def create_message(request: Request) -> Response:
 async def _create(request: Request) -> Response:
     gw, (tenant, key_id), raw = await authorized_body(request)
     conf = gw.settings.gateway
-    greq = await build_off_loop(raw, lambda b: messages_request(gw, checked_body(b, conf, "blocks"), conf.default_max_tokens))
+    greq = await build_off_loop(
+        raw, lambda b: messages_request(gw, checked_body(b, conf, "blocks"), conf.default_max_tokens)
+    )
     greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
     greq.api_key_id = key_id
     greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
