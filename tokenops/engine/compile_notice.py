@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("tokenops.engine.native")
 
@@ -58,10 +59,20 @@ def compiling(stem: str, cache_dir: Path) -> Iterator[None]:
         listeners = list(_listeners)
     if not listeners:
         log.info("compiling %s for this CPU (once; cached in %s)", what, cache_dir)
-    finish = [listener(what, cache_dir) for listener in listeners]
+    finish = [_told(listener, what, cache_dir) for listener in listeners]
     try:
         yield
     finally:
         for done in finish:
             if done is not None:
-                done()
+                _told(done)
+
+
+def _told(call: Callable[..., Any], *args: Any) -> Any:
+    """A listener's answer; a display that fails (its stream closed: a CLI runner's, a server's that
+    stopped without detaching) never fails the compile it is told about."""
+    try:
+        return call(*args)
+    except Exception:  # noqa: BLE001 (any display error: the kernel still compiles)
+        log.debug("a compile listener failed", exc_info=True)
+        return None
