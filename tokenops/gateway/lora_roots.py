@@ -56,7 +56,7 @@ def resolve_under_roots(path: str, roots: list[Path]) -> Path:
     same whether or not ``path`` exists (nothing under it is read before this check)."""
     try:
         real = Path(os.path.realpath(Path(path).expanduser()))
-    except (ValueError, OSError):  # a NUL byte, a name too long: no path at all
+    except (ValueError, OSError, RuntimeError):  # a NUL byte, a lone surrogate, a name too long, ~nouser
         real = None
     if real is not None and any(real == root or root in real.parents for root in roots):
         return real
