@@ -55,6 +55,7 @@ def test_schemathesis_with_every_check_finds_nothing(served, tmp_path):
 @pytest.mark.slow
 def test_schemathesis_deeper_run_finds_nothing(served, tmp_path):
     result = _schemathesis(served, tmp_path, "--max-examples", "100")
+    print(result.stdout[-1500:])  # the summary: operations, test cases, phases (pytest -s shows it)
     assert result.returncode == 0, _failures(result)
 
 
