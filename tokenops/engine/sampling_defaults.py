@@ -3,7 +3,8 @@
 A request without ``temperature`` used to sample at temperature 1 from the whole vocabulary, so
 a small model's first answer was often gibberish. Now each unset field takes, in order: the
 model's own recommendation (a GGUF's ``general.sampling.*`` keys, a Hugging Face folder's
-``generation_config.json``, as vLLM reads it), else the truncated sampler llama.cpp and Ollama
+``generation_config.json``, as vLLM reads it; for a few models whose files carry none, what their
+model card recommends), else the truncated sampler llama.cpp and Ollama
 default to (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05). Requests cannot send ``min_p``
 yet (a 400 names it); the model's or llama.cpp's value always applies on the bundled engine. A value the request sends always wins, field
 by field; ``temperature: 0`` is greedy as before. ``GET /v1/models/{id}`` shows the defaults and
@@ -61,17 +62,34 @@ def _from(values: dict[str, Any], source: str) -> SamplingDefaults:
     )
 
 
+#: What a model's authors recommend on its model card when its files carry no sampling values, by
+#: GGUF ``general.basename`` (lower case): SmolLM2's card generates with temperature 0.2, top-p 0.9.
+MODEL_CARD_DEFAULTS: dict[str, tuple[dict[str, float], str]] = {
+    "smollm2": ({"temperature": 0.2, "top_p": 0.9}, "SmolLM2's model card"),
+}
+
+
 def model_sampling_defaults(model: str | Path | None) -> SamplingDefaults:
-    """The defaults of the model at ``model`` (a GGUF file or a Hugging Face folder); llama.cpp's
-    when it recommends none or cannot be read."""
-    if model is None:
-        return SamplingDefaults()
+    """The defaults of the model at ``model`` (a GGUF file or a Hugging Face folder; none: the
+    embedded default model); its model card's (:data:`MODEL_CARD_DEFAULTS`) when its files carry
+    none; llama.cpp's when it recommends none or cannot be read."""
+    if not model:  # the embedded default model (SmolLM2's GGUF, or the suite's toy folder)
+        from tokenops.engine.default_model import default_model_dir
+
+        try:
+            model = default_model_dir()
+        except Exception:  # noqa: BLE001 (not installed: the engine's load says so itself)
+            return SamplingDefaults()
     path = Path(model)
     try:
         if path.is_file() and path.suffix == ".gguf":
             from tokenops.engine.gguf_reader import GGUFFile
 
             file = GGUFFile(path)
+            if not any(file.get(f"general.sampling.{g}") is not None for g in ("temp", "top_p", "top_k", "min_p")):
+                card = MODEL_CARD_DEFAULTS.get(str(file.get("general.basename", "")).lower())
+                if card is not None:
+                    return _from(*card)
             return _from(
                 {
                     k: file.get(f"general.sampling.{g}")
