@@ -106,6 +106,8 @@ class LocalBackend:
 
     async def start(self) -> None:
         try:
+            if self.config is not None:  # read at start, loaded now or on demand (model swap): the card shows them
+                self.sampling_defaults = await asyncio.to_thread(model_sampling_defaults, self.config.model)
             await (self.load_engine() if self.swap is None else self.swap.start(self))
         finally:
             self.started.set()
@@ -126,8 +128,6 @@ class LocalBackend:
         if start is not None:
             start()
         self.max_model_len = self.engine.max_model_len
-        if self.config is not None:
-            self.sampling_defaults = await asyncio.to_thread(model_sampling_defaults, self.config.model)
         tokenizer = getattr(self.engine, "tokenizer", None)
         if tokenizer is not None:  # measured once, off the loop: check_prompt_fits needs it per request
             await asyncio.to_thread(max_token_chars, tokenizer)
