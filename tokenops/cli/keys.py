@@ -85,7 +85,8 @@ class _Target:
         from tokenops.store import Store
 
         settings = load_settings(self.config)
-        from tokenops.gateway import hooks
+        from tokenops.gateway.core import hooks
+        from tokenops.store.batch_store import purge_tenant_batches
         from tokenops.store.stored_responses import purge_stored_responses
 
         hooks.configure(settings)  # routers learn their aliases
@@ -110,7 +111,11 @@ class _Target:
                         service,
                         args[0],
                         set(settings.gateway.api_keys.values()),
-                        lambda tenant: {**hooks.forget_tenant(tenant, store), **purge_stored_responses(store, tenant)},
+                        lambda tenant: {
+                            **hooks.forget_tenant(tenant, store),
+                            **purge_stored_responses(store, tenant),
+                            **purge_tenant_batches(store, tenant),
+                        },
                     )
             except admin_ops.KeyOpsError as e:
                 raise UserError(e.message) from None

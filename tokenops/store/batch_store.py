@@ -27,6 +27,12 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:24]}"
 
 
+def output_ids(batch_id: str) -> tuple[str, str]:
+    """The output and error file ids of a batch (fixed at creation: the files are appended to)."""
+    suffix = batch_id.removeprefix("batch_")
+    return f"file-{suffix}-output", f"file-{suffix}-errors"
+
+
 def unix(ts: datetime | None) -> int | None:
     """A stored (naive UTC) timestamp as unix seconds, as the API shows it."""
     return None if ts is None else int(ts.replace(tzinfo=UTC).timestamp())
@@ -91,6 +97,18 @@ class BatchStore:
         if found:
             self.path(file_id).unlink(missing_ok=True)
         return bool(found)
+
+    def purge_tenant(self, tenant: str) -> dict[str, int]:
+        """Delete every file and batch of ``tenant``: rows, and bytes on disk (a running batch's
+        output and error files too; the runner stops such a batch first)."""
+        with self._lock:
+            file_ids = [r[0] for r in self.store.execute("SELECT id FROM files WHERE tenant = ?", [tenant]).fetchall()]
+            batch_ids = [r[0] for r in self.store.execute("SELECT id FROM batches WHERE tenant = ?", [tenant]).fetchall()]
+            self.store.execute("DELETE FROM files WHERE tenant = ?", [tenant])
+            self.store.execute("DELETE FROM batches WHERE tenant = ?", [tenant])
+        for file_id in {*file_ids, *(f for b in batch_ids for f in output_ids(b))}:
+            self.path(file_id).unlink(missing_ok=True)
+        return {"files": len(file_ids), "batches": len(batch_ids)}
 
     # -- batches --------------------------------------------------------------
 
@@ -167,6 +185,15 @@ class BatchStore:
         sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
         params.append(limit)
         return [dict(zip(columns, r)) for r in self.store.execute(sql, params).fetchall()]
+
+
+def purge_tenant_batches(store: Any, tenant: str) -> dict[str, int]:
+    """What deleting a tenant with no server running reports for its files and batches (the
+    bytes live in ``<store folder>/files``, where the server keeps them)."""
+    path = getattr(store, "path", None)
+    if store is None or path in (None, ":memory:"):
+        return {"files": 0, "batches": 0}
+    return BatchStore(store, Path(path).expanduser().parent / "files").purge_tenant(tenant)
 
 
 def _encode(column: str, value: Any) -> Any:

@@ -28,7 +28,7 @@ from tokenops.gateway.batches.batch_lines import build_call, num_tokens, run_cal
 from tokenops.gateway.batches.batch_output import DurableAppender, output_line, recover
 from tokenops.gateway.errors import APIError
 from tokenops.prometheus_text import PREFIX
-from tokenops.store.batch_store import BatchStore
+from tokenops.store.batch_store import BatchStore, output_ids
 from tokenops.store.migrations import utcnow
 
 log = logging.getLogger("tokenops.batches")
@@ -36,12 +36,6 @@ log = logging.getLogger("tokenops.batches")
 _RETRY_STATUSES = (429, 503)
 _RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0)
 _COUNTS_EVERY_S = 0.25
-
-
-def output_ids(batch_id: str) -> tuple[str, str]:
-    """The output and error file ids of a batch (fixed at creation: the files are appended to)."""
-    suffix = batch_id.removeprefix("batch_")
-    return f"file-{suffix}-output", f"file-{suffix}-errors"
 
 
 class _Run:
@@ -74,6 +68,9 @@ class BatchRunner:
         self._main: asyncio.Task | None = None
         self._wakeup: asyncio.Event | None = None
         self._slots: asyncio.Semaphore | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+        #: batches stopped for good (their tenant deleted): never taken up again
+        self._dropped: set[str] = set()
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -81,6 +78,7 @@ class BatchRunner:
         if self._main is None:
             self._wakeup = asyncio.Event()
             self._slots = asyncio.Semaphore(self.settings.max_in_flight)
+            self._event_loop = asyncio.get_running_loop()
             self._main = asyncio.get_running_loop().create_task(self._loop(), name="tokenops-batch-runner")
 
     async def stop(self) -> None:
@@ -114,6 +112,22 @@ class BatchRunner:
                 task.cancel()
         self.wake()
 
+    def drop_tenant(self, tenant: str, timeout_s: float = 30.0) -> None:
+        """From a worker thread: stop the tenant's running batches for good (their lines in flight
+        too, nothing more written) and wait until they stopped; the caller then deletes them."""
+        if self._event_loop is not None and self._event_loop.is_running():
+            asyncio.run_coroutine_threadsafe(self._drop_tenant(tenant), self._event_loop).result(timeout_s)
+
+    async def _drop_tenant(self, tenant: str) -> None:
+        ids = [b for b, run in self.runs.items() if run.row["tenant"] == tenant]
+        self._dropped.update(ids)
+        tasks = [self._tasks[b] for b in ids if b in self._tasks]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
     def _forget(self, task: asyncio.Task) -> None:
         self._tasks = {b: t for b, t in self._tasks.items() if t is not task}
 
@@ -124,7 +138,7 @@ class BatchRunner:
             self._wakeup.clear()
             try:
                 for row in await asyncio.to_thread(self.store.active_batches):
-                    if row["id"] not in self._tasks:
+                    if row["id"] not in self._tasks and row["id"] not in self._dropped:
                         task = asyncio.get_running_loop().create_task(self._run(row), name=f"batch-{row['id']}")
                         self._tasks[row["id"]] = task
                         task.add_done_callback(self._forget)

@@ -65,6 +65,15 @@ def batch_runner(app: Any) -> Any:
     return runner
 
 
+def purge_tenant(app: Any, tenant: str) -> dict[str, int]:
+    """``DELETE /admin/tenants/{name}`` (on a worker thread): the tenant's batches stop, then its
+    files and batches go, rows and bytes."""
+    runner = getattr(app.state, "batch_runner", None)
+    if runner is not None:
+        runner.drop_tenant(tenant)
+    return batch_store(app).purge_tenant(tenant)
+
+
 def file_object(row: dict[str, Any]) -> dict[str, Any]:
     """A ``files`` row as OpenAI's File object."""
     return {

@@ -5,7 +5,6 @@ another tenant's batch is a 404. The work is done by the runner (:mod:`.batch_ru
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -15,14 +14,14 @@ from starlette.responses import Response
 from tokenops.gateway.batches.batch_lines import ENDPOINTS
 from tokenops.gateway.batches.batch_runner import expiry
 from tokenops.gateway.batches.batch_state import batch_object, batch_runner, batch_store, window_seconds
-from tokenops.gateway.body import parse_json, read_body
+from tokenops.gateway.batches.tenant_rows import dumps, error_response, list_page, not_found, tenant_of, tenant_row
+from tokenops.gateway.edge.body import parse_json, read_body
 from tokenops.gateway.errors import APIError
-from tokenops.gateway.metadata_bounds import Metadata
+from tokenops.gateway.openai.metadata_bounds import Metadata
 from tokenops.store.batch_store import new_id
 from tokenops.store.migrations import utcnow
 
 router = APIRouter()
-_JSON = "application/json"
 _CANCELLABLE = ("validating", "in_progress")
 
 
@@ -39,33 +38,9 @@ class CreateBatch(BaseModel):
     output_expires_after: dict[str, Any] | None = None  # accepted, not acted on: files do not expire here
 
 
-def error_response(description: str) -> dict[str, Any]:
-    """An error status a route declares beside the common ones (tokenops/gateway/openapi_errors.py)."""
-    ref = {"$ref": "#/components/schemas/ErrorResponse"}
-    return {"description": description, "content": {"application/json": {"schema": ref}}}
-
-
 def _create_body() -> dict[str, Any]:
     schema = CreateBatch.model_json_schema()
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-def tenant_of(request: Request, is_write: bool = False) -> tuple[Any, str, str | None]:
-    """``(gateway, tenant, key id)`` of a Batch or Files API request (a 401 without a valid key)."""
-    gw = request.app.state.gateway
-    if is_write and gw.is_draining:
-        raise APIError(503, "The server is shutting down.", code="shutting_down")
-    client = request.client.host if request.client else None
-    tenant, key_id = gw.api_keys.tenant_for(request.headers, client)
-    return gw, tenant, key_id
-
-
-def dumps(value: Any, status: int = 200) -> Response:
-    return Response(json.dumps(value, separators=(",", ":")), status_code=status, media_type=_JSON)
-
-
-def not_found(kind: str, object_id: str, param: str | None = None) -> APIError:
-    return APIError(404, f"No {kind} found with id {object_id!r}.", code=f"{kind}_not_found", param=param)
 
 
 def _parse(raw: bytes) -> CreateBatch:
@@ -123,28 +98,12 @@ async def list_batches(
     rows = await asyncio.to_thread(batch_store(request.app).batches, tenant, after, limit + 1)
     runner = batch_runner(request.app)
     data = [batch_object(r, runner.live_counts(r["id"])) for r in rows[:limit]]
-    return dumps(
-        {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": len(rows) > limit,
-        }
-    )
-
-
-async def _batch(request: Request, batch_id: str) -> tuple[Any, dict[str, Any]]:
-    _, tenant, _ = tenant_of(request)
-    row = await asyncio.to_thread(batch_store(request.app).batch, tenant, batch_id)
-    if row is None:
-        raise not_found("batch", batch_id)
-    return tenant, row
+    return list_page(data, len(rows) > limit)
 
 
 @router.get("/v1/batches/{batch_id}", tags=["batches"], summary="A batch of this tenant")
 async def retrieve_batch(request: Request, batch_id: str) -> Response:
-    _, row = await _batch(request, batch_id)
+    _, row = await tenant_row(request, "batch", batch_id)
     return dumps(batch_object(row, batch_runner(request.app).live_counts(batch_id)))
 
 
@@ -155,7 +114,7 @@ async def retrieve_batch(request: Request, batch_id: str) -> Response:
     openapi_extra={"responses": {"409": error_response("The batch has finished (or is finalizing)")}},
 )
 async def cancel_batch(request: Request, batch_id: str) -> Response:
-    _, row = await _batch(request, batch_id)
+    _, row = await tenant_row(request, "batch", batch_id)
     runner = batch_runner(request.app)
     if row["status"] in ("cancelling", "cancelled"):
         return dumps(batch_object(row, runner.live_counts(batch_id)))

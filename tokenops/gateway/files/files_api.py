@@ -17,7 +17,7 @@ from starlette.responses import FileResponse, Response
 
 from tokenops.gateway.batches.batch_input import check_file
 from tokenops.gateway.batches.batch_state import batch_store, file_object
-from tokenops.gateway.batches.batches_api import dumps, error_response, not_found, tenant_of
+from tokenops.gateway.batches.tenant_rows import dumps, error_response, list_page, not_found, tenant_of, tenant_row
 from tokenops.gateway.errors import APIError
 from tokenops.store.batch_store import new_id
 
@@ -149,22 +149,12 @@ async def list_files(
 ) -> Response:
     _, tenant, _ = tenant_of(request)
     rows = await asyncio.to_thread(batch_store(request.app).files, tenant, purpose, after, limit + 1, order == "desc")
-    data = [file_object(r) for r in rows[:limit]]
-    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
-    return dumps({"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": len(rows) > limit})
-
-
-async def _file(request: Request, file_id: str) -> tuple[str, dict[str, Any]]:
-    _, tenant, _ = tenant_of(request)
-    row = await asyncio.to_thread(batch_store(request.app).file, tenant, file_id)
-    if row is None:
-        raise not_found("file", file_id)
-    return tenant, row
+    return list_page([file_object(r) for r in rows[:limit]], len(rows) > limit)
 
 
 @router.get("/v1/files/{file_id}", tags=["files"], summary="A file of this tenant")
 async def retrieve_file(request: Request, file_id: str) -> Response:
-    _, row = await _file(request, file_id)
+    _, row = await tenant_row(request, "file", file_id)
     return dumps(file_object(row))
 
 
@@ -175,7 +165,7 @@ async def retrieve_file(request: Request, file_id: str) -> Response:
     openapi_extra={"responses": {"409": error_response("The file is the input of a batch that has not finished")}},
 )
 async def delete_file(request: Request, file_id: str) -> Response:
-    tenant, _ = await _file(request, file_id)
+    tenant, _ = await tenant_row(request, "file", file_id)
     store = batch_store(request.app)
     users = [b["id"] for b in await asyncio.to_thread(store.active_batches) if b["input_file_id"] == file_id]
     if users:
@@ -200,7 +190,7 @@ async def delete_file(request: Request, file_id: str) -> Response:
     },
 )
 async def file_content(request: Request, file_id: str) -> Response:
-    _, row = await _file(request, file_id)
+    _, row = await tenant_row(request, "file", file_id)
     path = batch_store(request.app).path(file_id)
     if not path.exists():
         raise not_found("file", file_id)
