@@ -16,7 +16,7 @@ emitted (``<|im_end|>``, 2) or, when it ran out of ``--max-tokens``, ``<|endofte
     .venv/bin/python scripts/build_spec_corpus.py --prompts 640 --out tokenops/demo_models/smollm2-answers/answers.u16
 
 and then replays the first ``--calibrate`` answers against the others for the proposer's acceptance
-tables (:mod:`tokenops.engine.suffix_calibration`); ``--calibrate-only`` redoes only that.
+tables (:mod:`tokenops.engine.spec.suffix_calibration`); ``--calibrate-only`` redoes only that.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def chat_ids(tok, users: list[str]) -> list[list[int]]:
 
 def generate(args, model, tok, prompts: list[list[int]]) -> None:
     """The model's greedy answers to ``prompts``, written to ``args.out`` every ``--save-every``."""
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     engine = LLMEngine(
         EngineConfig(
@@ -100,10 +100,10 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
 
-    from tokenops.engine.default_model import smollm2_path
-    from tokenops.engine.loader import load_tokenizer
-    from tokenops.engine.suffix_calibration import calibrate, split_answers
-    from tokenops.engine.suffix_proposer import corpus_meta, corpus_meta_path
+    from tokenops.engine.models.default_model import smollm2_path
+    from tokenops.engine.models.loader import load_tokenizer
+    from tokenops.engine.spec.suffix_calibration import calibrate, split_answers
+    from tokenops.engine.spec.suffix_proposer import corpus_meta, corpus_meta_path
 
     model = smollm2_path()
     tok = load_tokenizer(model)

@@ -58,7 +58,7 @@ def serve_args() -> list[str]:
     when its package is not installed)."""
     import pytest
 
-    from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
+    from tokenops.engine.models.default_model import SMOLLM2_INSTALL, smollm2_path
 
     if smollm2_path() is None:
         pytest.skip(f"the default model's package is not installed ({SMOLLM2_INSTALL})")

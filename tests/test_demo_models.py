@@ -118,7 +118,7 @@ def test_models_are_trained_and_target_beats_draft(hf_models):
 def test_chat_template_renders_with_transformers_and_tokenops():
     from transformers import AutoTokenizer
 
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
     expected = "<|bos|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
@@ -150,7 +150,7 @@ def test_hf_greedy_generation_offline(hf_models, name):
 
 
 def test_default_model_is_the_shipped_target():
-    from tokenops.engine.default_model import default_model_dir, default_model_name
+    from tokenops.engine.models.default_model import default_model_dir, default_model_name
 
     assert default_model_dir() == DEMO / "target"
     assert default_model_name() == "tokenops-demo"
@@ -159,9 +159,9 @@ def test_default_model_is_the_shipped_target():
 @pytest.mark.parametrize("name", ["target", "moe"])
 def test_tokenops_engine_greedy_equals_transformers(hf_models, name):
     try:
-        from tokenops.engine.config import EngineConfig
-        from tokenops.engine.engine import LLMEngine
-        from tokenops.engine.sampling import SamplingParams
+        from tokenops.engine.core.config import EngineConfig
+        from tokenops.engine.core.engine import LLMEngine
+        from tokenops.engine.sampling.sampling import SamplingParams
     except ImportError as e:  # only while the engine is being built
         pytest.skip(f"tokenops engine not importable yet: {e}")
     engine = LLMEngine(EngineConfig(model=str(DEMO / name), device="cpu", dtype="float32", kv_cache_tokens=2048))

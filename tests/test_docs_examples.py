@@ -135,10 +135,10 @@ def test_plugin_block_registers_and_its_hooks_act(block, register_plugin):
         assert isinstance(decision, RouteDecision) and decision.model == "big", decision
         assert hooks.get_route(**route_kwargs("topic", "translate good night to French")).model == "small"
     if "tokenops_register_proposers" in implemented:  # the "Engine policies" plugin: selectable by name
-        from tokenops.engine.config import EngineConfig
-        from tokenops.engine.protocols import Proposer
-        from tokenops.engine.sampling import SamplingParams
-        from tokenops.engine.sequence import Sequence
+        from tokenops.engine.core.config import EngineConfig
+        from tokenops.engine.core.protocols import Proposer
+        from tokenops.engine.sampling.sampling import SamplingParams
+        from tokenops.engine.core.sequence import Sequence
         from tokenops.policy_hooks import configure_engine, proposers, schedule_orders
 
         config = configure_engine(EngineConfig(speculative="repeat-last", schedule_policy="sjf"))

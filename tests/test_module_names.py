@@ -36,11 +36,11 @@ SHARED_NAMES: dict[str, tuple[frozenset[str], str]] = {
         "the base class of its folder: the Backend protocol, the dashboard's base screen",
     ),
     "config.py": (
-        frozenset({"tokenops/config.py", "tokenops/engine/config.py", "tokenops/ratelimit/config.py"}),
+        frozenset({"tokenops/config.py", "tokenops/engine/core/config.py", "tokenops/ratelimit/config.py"}),
         "the settings of its package: tokenops.toml, the EngineConfig, [plugins.rate_limit]",
     ),
     "engine.py": (
-        frozenset({"tokenops/engine/engine.py", "tokenops/tui/screens/engine.py"}),
+        frozenset({"tokenops/engine/core/engine.py", "tokenops/tui/screens/engine.py"}),
         "the LLMEngine in its package; " + _SCREEN,
     ),
     "engine_profile.py": (

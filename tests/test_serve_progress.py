@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 
 from tokenops.cli.serve_progress import StartProgress
-from tokenops.engine import compile_notice
+from tokenops.engine.kernels import compile_notice
 
 
 def _start(progress: StartProgress, cache: Path) -> None:

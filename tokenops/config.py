@@ -56,7 +56,7 @@ class ModelConfig:
     #: "think" sends <think>…</think> as reasoning_content. None: no reasoning parser.
     reasoning_parser: str | None = None
     #: Bundled engine: LoRA adapters served on this model, name -> PEFT adapter folder
-    #: (tokenops/engine/lora_adapters.py); each name is a model of its own in every endpoint.
+    #: (tokenops/engine/lora/lora_adapters.py); each name is a model of its own in every endpoint.
     lora: dict[str, str] = field(default_factory=dict)
     #: Bundled engine: LoRA adapters held in memory at once (0: all); the least recently used one
     #: is unloaded to make room and reloaded from its folder when asked again.
@@ -172,9 +172,9 @@ class TelemetrySettings:
 
 
 def _engine_settings_class() -> type:
-    """``[engine]``: the :class:`~tokenops.engine.config.EngineConfig` fields marked as
+    """``[engine]``: the :class:`~tokenops.engine.core.config.EngineConfig` fields marked as
     settings (same names, types and defaults: declared there once) plus ``profile``."""
-    from tokenops.engine.config import EngineConfig, setting_fields
+    from tokenops.engine.core.config import EngineConfig, setting_fields
 
     hints = typing.get_type_hints(EngineConfig)
     cls = dataclasses.make_dataclass(
@@ -185,7 +185,7 @@ def _engine_settings_class() -> type:
         slots=True,
     )
     cls.__module__ = __name__
-    cls.__doc__ = "The ``[engine]`` section: defaults of every local model's engine (tokenops/engine/config.py)."
+    cls.__doc__ = "The ``[engine]`` section: defaults of every local model's engine (tokenops/engine/core/config.py)."
     return cls
 
 

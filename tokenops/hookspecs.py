@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from tokenops.bench.workloads import BenchRequest
     from tokenops.config import Settings
     from tokenops.diffusion.plan import DiffusionPlan
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.protocols import KVPolicy, ProposerFactory, ScheduleOrder
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.protocols import KVPolicy, ProposerFactory, ScheduleOrder
     from tokenops.gateway.records import RequestRecord
     from tokenops.memory.fit import ContextWindow
     from tokenops.store import Store
@@ -139,7 +139,7 @@ def tokenops_tunable_values(config: EngineConfig) -> dict[str, Any] | None:
 
     Runs on: the event loop (the gateway's start-up task), after every backend started.
 
-    :param config: the engine's final :class:`tokenops.engine.config.EngineConfig` (after
+    :param config: the engine's final :class:`tokenops.engine.core.config.EngineConfig` (after
         ``tokenops_engine_config``).
     :returns: ``{tunable name: value}`` for the tunables this plugin owns, or None.
     """
@@ -328,7 +328,7 @@ def tokenops_transform_model(model: torch.nn.Module, config: EngineConfig) -> to
     for ``tokenops serve``).
 
     :param model: the ``torch.nn.Module``.
-    :param config: the :class:`tokenops.engine.config.EngineConfig`.
+    :param config: the :class:`tokenops.engine.core.config.EngineConfig`.
     :returns: a replacement module, or None to keep it.
     """
 
@@ -348,8 +348,8 @@ def tokenops_register_proposers(register: Callable[[str, ProposerFactory], None]
     ``tokenops serve``); the proposer's methods then run on the engine thread.
 
     :param register: ``register(name, factory)``; ``factory(config)`` gets the engine's final
-        :class:`tokenops.engine.config.EngineConfig` and returns a
-        :class:`tokenops.engine.protocols.Proposer`.
+        :class:`tokenops.engine.core.config.EngineConfig` and returns a
+        :class:`tokenops.engine.core.protocols.Proposer`.
     """
 
 
@@ -386,8 +386,8 @@ def tokenops_kv_policy(config: EngineConfig) -> KVPolicy | None:
     Runs on: build time. In the thread that builds the engine (a gateway worker thread for
     ``tokenops serve``); the policy's ``blocks_to_evict`` then runs on the engine thread.
 
-    :param config: the :class:`tokenops.engine.config.EngineConfig`.
-    :returns: a :class:`tokenops.engine.protocols.KVPolicy`, or None. First non-None result wins.
+    :param config: the :class:`tokenops.engine.core.config.EngineConfig`.
+    :returns: a :class:`tokenops.engine.core.protocols.KVPolicy`, or None. First non-None result wins.
     """
 
 
@@ -489,7 +489,7 @@ def tokenops_engine_config(config: EngineConfig) -> None:
 
     Runs on: build time. In the thread that builds the gateway app.
 
-    :param config: the mutable :class:`tokenops.engine.config.EngineConfig`.
+    :param config: the mutable :class:`tokenops.engine.core.config.EngineConfig`.
     """
 
 
@@ -525,8 +525,8 @@ def tokenops_register_schedule_orders(register: Callable[[str, ScheduleOrder], N
     the engine thread in every scheduler step with waiting sequences: keep it fast.
 
     :param register: ``register(name, order)``; ``order(waiting)`` takes the waiting
-        :class:`tokenops.engine.sequence.Sequence` objects and returns them in admission
-        order (a :class:`tokenops.engine.protocols.ScheduleOrder`).
+        :class:`tokenops.engine.core.sequence.Sequence` objects and returns them in admission
+        order (a :class:`tokenops.engine.core.protocols.ScheduleOrder`).
     """
 
 

@@ -26,7 +26,7 @@ import pluggy
 from tokenops import hookspecs
 from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
 from tokenops.config import GatewaySettings, replaceable_plugins
-from tokenops.engine.config import engine_tunables
+from tokenops.engine.core.config import engine_tunables
 from tokenops.tunables import Tunable, TunableRegistry, gateway_tunables
 
 ENTRY_POINT_GROUP = "tokenops"

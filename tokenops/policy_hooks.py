@@ -1,7 +1,7 @@
 """The plugin side of the bundled engine: hooks -> :class:`EnginePolicies`, once, at build time.
 
 The engine (:mod:`tokenops.engine`) never imports the plugin manager; it runs on the
-policies it is given (:class:`tokenops.engine.policies.EnginePolicies`, the built-ins by
+policies it is given (:class:`tokenops.engine.core.policies.EnginePolicies`, the built-ins by
 default). This module is where ``tokenops serve`` (and any caller that wants the plugins'
 techniques) collects them from the hooks:
 
@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tokenops.engine.policies import BUILTIN_PROPOSERS, BUILTIN_SCHEDULE_ORDERS, EnginePolicies
+from tokenops.engine.core.policies import BUILTIN_PROPOSERS, BUILTIN_SCHEDULE_ORDERS, EnginePolicies
 from tokenops.types import GatewayRequest, ReasoningBudget
 
 if TYPE_CHECKING:
     from tokenops.backends.plugin_calls import PluginCalls
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
 
 
 def _named(hook_name: str, builtins: dict[str, Any], what: str) -> dict[str, Any]:
@@ -123,7 +123,7 @@ def check_names(config: EngineConfig, orders: dict[str, Any], props: dict[str, A
 def build_engine(config: EngineConfig, runner: Any = None, *, configured: bool = False) -> LLMEngine:
     """An :class:`LLMEngine` with the plugins' policies: how ``tokenops serve`` builds one.
     ``configured``: ``config`` already went through :func:`configure_engine`."""
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.core.engine import LLMEngine
 
     if not configured:
         configure_engine(config)

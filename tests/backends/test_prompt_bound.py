@@ -17,7 +17,7 @@ DEMO = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "targe
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     return Tokenizer.from_dir(DEMO)
 

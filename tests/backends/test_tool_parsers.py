@@ -65,8 +65,8 @@ def test_unknown_parser_names_the_known_ones():
 
 
 def test_forced_call_grammar_accepts_the_format_and_refuses_other_functions():
-    from tokenops.engine.grammar import GrammarCompiler, GrammarSpec
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.sampling.grammar import GrammarCompiler, GrammarSpec
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(DEMO)
     compiler = GrammarCompiler.for_tokenizer(tok, 8192)
@@ -118,8 +118,8 @@ def test_an_unknown_parser_in_the_config_is_a_config_error():
 
 
 def test_auto_beside_a_response_format_allows_calls_or_the_json_answer():
-    from tokenops.engine.grammar import GrammarCompiler, GrammarSpec
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.sampling.grammar import GrammarCompiler, GrammarSpec
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": ADD["parameters"]}}
     plan = plan_request(OutputFields.from_body({"tools": [{"type": "function", "function": WEATHER}], "response_format": fmt}), "hermes")
@@ -149,8 +149,8 @@ _LINKED = {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"
 def test_forced_calls_resolve_defs_and_recursive_refs_against_the_parameters(params, good, bad, choice):
     """``$ref`` pointers are relative to the function's parameters (as pydantic writes
     them), not to the call envelope the grammar wraps them in."""
-    from tokenops.engine.grammar import GrammarCompiler
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.sampling.grammar import GrammarCompiler
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(DEMO)
     compiler = GrammarCompiler.for_tokenizer(tok, 8192)

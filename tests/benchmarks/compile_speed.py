@@ -22,9 +22,9 @@ DEMO = ROOT / "tokenops" / "demo_models" / "target"
 
 def run(model, batch: int, max_tokens: int, threads: int, compiled: bool) -> tuple[float, float]:
     import tokenops_plugins.compute_model.compile as compile_plugin
-    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.core.config import EngineConfig
     from tokenops.policy_hooks import build_engine  # the plugins transform and compile, as in serve
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     compile_plugin._conf["enabled"] = compiled
     try:

@@ -53,7 +53,7 @@ def instrument(engine, counter: collections.Counter) -> None:
 
 def run(engine, rows: int, tokens: int, counter: collections.Counter | None) -> tuple[float, float, int]:
     """Decode ``tokens`` after a 64-token prompt in ``rows`` sequences; returns wall s, CPU s, tokens."""
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     params = SamplingParams(max_tokens=tokens + 1, temperature=0.0, ignore_eos=True)
     for i in range(rows):
@@ -84,8 +84,8 @@ def run_async(aengine, rows: int, tokens: int) -> tuple[float, float, int]:
     each token): the serve path without HTTP. Timed from the first streamed token of the last row."""
     import asyncio
 
-    from tokenops.engine.async_engine import AsyncLLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.async_engine import AsyncLLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     params = SamplingParams(max_tokens=tokens + 1, temperature=0.0, ignore_eos=True)
 
@@ -118,7 +118,7 @@ def main() -> None:
         "--omp-spin",
         type=int,
         default=0,
-        help="TOKENOPS_OMP_SPIN for this run: a bounded barrier spin (tokenops/engine/openmp_wait.py)",
+        help="TOKENOPS_OMP_SPIN for this run: a bounded barrier spin (tokenops/engine/kernels/openmp_wait.py)",
     )
     ap.add_argument("--async-engine", action="store_true", help="through AsyncLLMEngine (the serve path minus HTTP)")
     ap.add_argument(
@@ -131,14 +131,14 @@ def main() -> None:
     if args.omp_spin:  # as tokenops serve does with TOKENOPS_OMP_SPIN, before torch is imported
         import os
 
-        from tokenops.engine.openmp_wait import SPIN_ENV, apply_spin_setting
+        from tokenops.engine.kernels.openmp_wait import SPIN_ENV, apply_spin_setting
 
         os.environ[SPIN_ENV] = str(args.omp_spin)
         apply_spin_setting()
     from real_model import gguf_path
 
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
 
     path = args.gguf or str(gguf_path())
     cfg = EngineConfig(
@@ -149,7 +149,7 @@ def main() -> None:
         max_num_seqs=max(48, args.rows),
     )
     if args.async_engine:
-        from tokenops.engine.async_engine import AsyncLLMEngine
+        from tokenops.engine.core.async_engine import AsyncLLMEngine
 
         if args.build_elsewhere:  # the serve path before: built on another thread than the one stepping
             aengine = AsyncLLMEngine(LLMEngine(cfg))

@@ -167,9 +167,9 @@ def sample_requests(tok, n: int, seed: int, max_prompt: int, max_output: int, le
 
 
 def run_engine(path: Path, requests, concurrency: int, budget: int, kv_cache_tokens: int = 16384) -> tuple[float, int, dict]:
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     engine = LLMEngine(EngineConfig(model=str(path), device="cpu", max_num_seqs=concurrency,
                                     max_num_batched_tokens=budget, kv_cache_tokens=kv_cache_tokens))
@@ -212,9 +212,9 @@ def ttft_followups(path: Path, tok, num_convs: int, max_prompt: int, max_output:
     follow-up turn (2 .. ``max_turns``) of ``num_convs`` multi-turn conversations, each
     conversation run alone on an idle engine. A follow-up prompt is the history so far
     (prompts and generated tokens, token for token) plus the next user turn."""
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     engine = LLMEngine(EngineConfig(model=str(path), device="cpu", enable_prefix_caching=caching,
                                     kv_cache_tokens=16384, max_num_batched_tokens=512))
@@ -379,7 +379,7 @@ def main() -> None:
         args.requests = args.requests or 48
         args.threads = args.threads or 2
         args.concurrency = args.concurrency or args.requests
-        from tokenops.engine.tokenizer import Tokenizer
+        from tokenops.engine.core.tokenizer import Tokenizer
 
         torch.set_num_threads(args.threads)
         if args.gguf is not None:
@@ -399,7 +399,7 @@ def main() -> None:
         args.max_prompt_len = 1024 if args.lengths == "filter" else 256
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(TOKENIZER_DIR)
     with tempfile.TemporaryDirectory(prefix="tokenops-bench-") as tmp:

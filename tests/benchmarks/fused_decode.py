@@ -1,4 +1,4 @@
-"""The fused decode step (``tokenops/engine/fused_decode.py``) in-process: where its time goes,
+"""The fused decode step (``tokenops/engine/kernels/fused_decode.py``) in-process: where its time goes,
 and how it compares with the PyTorch forward at 1-96 decode rows.
 
 Builds the 32M-parameter Llama of ``engine_throughput.py --peer llamacpp`` (random weights,
@@ -53,8 +53,8 @@ def _instrument(source: str) -> str:
 
 
 def phases(runner, context: int, threads: int, num_rows: int = 1, steps: int = 200) -> None:
-    from tokenops.engine import fused_decode
-    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.kernels import fused_decode
+    from tokenops.engine.core.batch import ChunkInput
 
     with tempfile.TemporaryDirectory() as tmp:
         src, lib_path = Path(tmp) / "fd.c", Path(tmp) / "fd.so"
@@ -96,7 +96,7 @@ def phases(runner, context: int, threads: int, num_rows: int = 1, steps: int = 2
 
 
 def rows(runner, sizes: list[int]) -> None:
-    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.core.batch import ChunkInput
 
     decoder = runner.fused_decode
     # contexts 150-395 tokens, like decodes of the clipped ShareGPT workload; 25 blocks of 16 each
@@ -124,7 +124,7 @@ def products(threads: int, sizes: list[int]) -> None:
     the two interleaved per shape."""
     import torch
 
-    from tokenops.engine import fused_decode, panels
+    from tokenops.engine.kernels import fused_decode, panels
 
     lib = fused_decode._library()
     shapes = [(1024, 512), (512, 512), (2816, 512), (512, 1408), (8192, 512)]  # qkv, o, gate/up, down, vocab
@@ -167,8 +167,8 @@ def main() -> None:
     import torch
 
     from engine_throughput import PEER_MODEL_CONFIG, build_model
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
 
     torch.set_num_threads(args.threads)
     sizes = [int(x) for x in args.rows.split(",") if x]

@@ -129,7 +129,7 @@ def llamacpp_ids(tool: Path, model: Path, text: str, workdir: Path) -> list[int]
 def tokenization(model: Path, texts: list[str], tool: Path | None, workdir: Path) -> dict:
     from transformers import AutoTokenizer
 
-    from tokenops.engine.loader import load_tokenizer
+    from tokenops.engine.models.loader import load_tokenizer
 
     ours = load_tokenizer(model)
     hf = AutoTokenizer.from_pretrained(str(model.parent), gguf_file=model.name)
@@ -155,7 +155,7 @@ def tokenization(model: Path, texts: list[str], tool: Path | None, workdir: Path
 
 
 def windows(model: Path, text: str, ctx: int, chunks: int) -> tuple[list[list[int]], bool, int | None]:
-    from tokenops.engine.loader import load_tokenizer
+    from tokenops.engine.models.loader import load_tokenizer
 
     tok = load_tokenizer(model)
     ids = tok.encode(text, add_special_tokens=False)
@@ -180,15 +180,15 @@ def window_nll(logits: torch.Tensor, ids: list[int]) -> tuple[float, int]:
 
 
 def our_logits(runner, ids: list[int]) -> torch.Tensor:
-    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.core.batch import ChunkInput
 
     table = list(range(runner.num_blocks))
     return runner.execute([ChunkInput(ids, 0, table, num_logits=len(ids))])
 
 
 def perplexity_and_agreement(model: Path, wins: list[list[int]], skip_hf: bool, threads: int) -> dict:
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     ctx = len(wins[0])
     runner = ModelRunner(EngineConfig(model=str(model), device="cpu", block_size=16, kv_cache_tokens=ctx + 64,
@@ -243,9 +243,9 @@ def greedy_vs_llamacpp(model: Path, server_bin: Path, prompts: list[list[int]], 
     import httpx
 
     from llamacpp_peer import LlamaServer
-    from tokenops.engine.batch import ChunkInput
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     # all prompts decode together (one step per token for the whole batch: the per-step weight
     # dequantization is paid once for every sequence)
@@ -284,7 +284,7 @@ def greedy_vs_llamacpp(model: Path, server_bin: Path, prompts: list[list[int]], 
 
 
 def chat_prompts(model: Path, texts: list[str], count: int) -> list[list[int]]:
-    from tokenops.engine.loader import load_tokenizer
+    from tokenops.engine.models.loader import load_tokenizer
 
     tok = load_tokenizer(model)
     short = [t for t in texts if len(t) < 400][:count]
@@ -292,7 +292,7 @@ def chat_prompts(model: Path, texts: list[str], count: int) -> list[list[int]]:
 
 
 def main() -> None:
-    from tokenops.engine.default_model import smollm2_path
+    from tokenops.engine.models.default_model import smollm2_path
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gguf", type=Path, default=None, help="GGUF file (default: the packaged SmolLM2 Q4_1)")

@@ -94,7 +94,7 @@ def weight_bytes_per_token(gguf: Path) -> WeightBytes:
     to it (it then serves as the output projection). Vectors (norms) are left out: kilobytes."""
     from gguf import GGMLQuantizationType
 
-    from tokenops.engine.gguf_reader import GGUFFile
+    from tokenops.engine.gguf.gguf_reader import GGUFFile
 
     file = GGUFFile(gguf)
     tied = not file.has_tensor("output.weight")
@@ -239,8 +239,8 @@ def run_gguf(args, sample_requests: Callable) -> None:
     import tempfile
 
     import llamacpp_peer as lp
-    from tokenops.engine.gguf_reader import GGUFFile
-    from tokenops.engine.gguf_tokenizer import gguf_tokenizer
+    from tokenops.engine.gguf.gguf_reader import GGUFFile
+    from tokenops.engine.gguf.gguf_tokenizer import gguf_tokenizer
     from tokenops.testing_serve import ServeProcess
 
     server_bin = lp.llama_server()

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = run(args.url, args.pid, args.rounds)
     else:
         from tests import real_model
-        from tokenops.engine.default_model import smollm2_path
+        from tokenops.engine.models.default_model import smollm2_path
         from tokenops.testing_serve import ServeProcess
 
         if smollm2_path() is None:

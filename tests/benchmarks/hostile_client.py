@@ -187,7 +187,7 @@ def run(url: str, pid: int, seconds: float, workers: int, log: Callable[[str], N
 
 
 def server_config() -> str:
-    from tokenops.engine.default_model import shipped_model_dir
+    from tokenops.engine.models.default_model import shipped_model_dir
 
     return (f'[[models]]\nname = "{CHAT_MODEL}"\nbackend = "local"\npath = "{shipped_model_dir()}"\n\n'
             f'[[models]]\nname = "{EMBED_MODEL}"\nbackend = "embedding"\n\n'

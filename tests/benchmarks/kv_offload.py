@@ -55,15 +55,15 @@ def text_tokens(tok, num_tokens: int) -> list[int]:
 
 
 def engine_config(device: str, tier: bool):
-    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.core.config import EngineConfig
 
     extra = {"kv_offload_host_mb": HOST_MB} if tier else {}
     return EngineConfig(model=str(TARGET), device=device, kv_cache_tokens=POOL_TOKENS, **extra)
 
 
 def bench_engine(lengths: list[int], reps: int, device: str, corpus: list[int]) -> list[dict]:
-    from tokenops.engine.engine import LLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     engines = {"recompute": LLMEngine(engine_config(device, False)), "tier": LLMEngine(engine_config(device, True))}
     one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
@@ -166,7 +166,7 @@ def main() -> None:
     args = parser.parse_args()
     if max(args.lengths) + TURN_TOKENS >= POOL_TOKENS:
         raise SystemExit(f"prefix lengths must leave room for a {TURN_TOKENS}-token turn in {POOL_TOKENS} tokens")
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(TARGET)
     corpus = text_tokens(tok, 80_000)

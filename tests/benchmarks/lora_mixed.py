@@ -23,9 +23,9 @@ os.environ["TOKENOPS_DEFAULT_MODEL"] = ""
 import torch  # noqa: E402
 
 from tests.real_model import smollm2_folder  # noqa: E402
-from tokenops.engine.config import EngineConfig  # noqa: E402
-from tokenops.engine.engine import LLMEngine  # noqa: E402
-from tokenops.engine.sampling import SamplingParams  # noqa: E402
+from tokenops.engine.core.config import EngineConfig  # noqa: E402
+from tokenops.engine.core.engine import LLMEngine  # noqa: E402
+from tokenops.engine.sampling.sampling import SamplingParams  # noqa: E402
 
 NUM, NEW = int(os.environ.get("LORA_BENCH_PROMPTS", 8)), int(os.environ.get("LORA_BENCH_TOKENS", 32))
 ADAPTER = Path("/tmp/tokenops-lora-bench/r16-all")
@@ -47,7 +47,7 @@ def make_adapter() -> Path:
 
 def step_times(engine: LLMEngine, path: Path, rows: int = 48, reps: int = 6) -> dict:
     """ms of one decode step of ``rows`` rows: base only vs 3/4 of them over three adapters."""
-    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.core.batch import ChunkInput
 
     for name in ("s1", "s2", "s3"):
         engine.load_lora(name, str(path))

@@ -27,13 +27,13 @@ os.environ["TOKENOPS_DEFAULT_MODEL"] = ""
 import torch  # noqa: E402
 from lora_mixed import make_adapter  # noqa: E402
 from tests.real_model import gguf_path  # noqa: E402
-from tokenops.engine import fused_library  # noqa: E402
-from tokenops.engine.batch import ChunkInput  # noqa: E402
-from tokenops.engine.config import EngineConfig  # noqa: E402
-from tokenops.engine.engine import LLMEngine  # noqa: E402
+from tokenops.engine.kernels import fused_library  # noqa: E402
+from tokenops.engine.core.batch import ChunkInput  # noqa: E402
+from tokenops.engine.core.config import EngineConfig  # noqa: E402
+from tokenops.engine.core.engine import LLMEngine  # noqa: E402
 
 CONTEXT, BLOCK = 32, 16
-#: the first line of each half's body in tokenops/engine/_lora_c.py: a variant returns right there
+#: the first line of each half's body in tokenops/engine/lora/_lora_c.py: a variant returns right there
 _CUTS = {"a_only": ["/*lora_b*/"], "none": ["/*lora_a*/", "/*lora_b*/"]}
 
 

@@ -31,8 +31,8 @@ os.environ["TOKENOPS_DEFAULT_MODEL"] = ""
 from gguf_peer import stream_bandwidth, weight_bytes_per_token  # noqa: E402
 from lora_merged import kv_bytes_per_token  # noqa: E402
 from tests.real_model import gguf_path  # noqa: E402
-from tokenops.engine.config import EngineConfig  # noqa: E402
-from tokenops.engine.engine import LLMEngine  # noqa: E402
+from tokenops.engine.core.config import EngineConfig  # noqa: E402
+from tokenops.engine.core.engine import LLMEngine  # noqa: E402
 
 CONTEXT = 32  # tokens each row has in the cache: ~10 of prompt and half of lora_serve.py's 32 outputs
 BLOCK = 16
@@ -40,7 +40,7 @@ BLOCK = 16
 
 def matrix_params(gguf: Path) -> int:
     """Weights one token multiplies by (every matrix, the tied embedding once as the output projection)."""
-    from tokenops.engine.gguf_reader import GGUFFile
+    from tokenops.engine.gguf.gguf_reader import GGUFFile
 
     file = GGUFFile(gguf)
     tied = not file.has_tensor("output.weight")
@@ -66,7 +66,7 @@ def attention_flops_per_row(gguf: Path, context: int) -> int:
 
 def time_steps(engine: LLMEngine, rows_list: list[int], reps: int) -> dict[int, dict]:
     """Wall and process-CPU ms of one decode step of each row count (interleaved, after a warm-up)."""
-    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.core.batch import ChunkInput
 
     blocks = CONTEXT // BLOCK + 1
     walls: dict[int, list[float]] = {r: [] for r in rows_list}

@@ -1,5 +1,5 @@
 """What the penalties, ``logit_bias`` and ``min_tokens`` cost the sampler: milliseconds per call of
-:func:`tokenops.engine.logits_processors.apply_processors` on a batch of rows with a context of
+:func:`tokenops.engine.sampling.logits_processors.apply_processors` on a batch of rows with a context of
 ``--context`` tokens each, over a vocabulary, against the same batch asking for nothing (the transform
 is skipped). The peer is vLLM's approach (batched counts per row); the figure to read is the cost
 next to a decode step of the served model (tens of milliseconds on CPU for SmolLM2-135M).
@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from tokenops.engine.logits_processors import apply_processors
-from tokenops.engine.sampling import SamplingParams
-from tokenops.engine.sequence import Sequence
+from tokenops.engine.sampling.logits_processors import apply_processors
+from tokenops.engine.sampling.sampling import SamplingParams
+from tokenops.engine.core.sequence import Sequence
 
 
 def per_call_ms(fn, repeats: int) -> float:
@@ -43,8 +43,8 @@ def rows_of(num: int, vocab: int, context: int, **params) -> list[Sequence]:
 
 
 def engine_ab(model: str, every: dict) -> None:
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
 
     engine = LLMEngine(EngineConfig(model=model))
     prompts = [f"Write a story about a dragon number {i}." for i in range(8)]

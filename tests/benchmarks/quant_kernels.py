@@ -1,4 +1,4 @@
-"""The quantized linear kernels (``tokenops/engine/quant_kernels.py``) on SmolLM2-135M's weight shapes:
+"""The quantized linear kernels (``tokenops/engine/kernels/quant_kernels.py``) on SmolLM2-135M's weight shapes:
 GB/s (encoded weight bytes over time) and GFLOP/s of each path, against decoding the weight and
 running ``torch``'s ``F.linear`` on it, and against ``F.linear`` on a float32 weight held in memory.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from gguf import GGMLQuantizationType as QT
 
-from tokenops.engine.quant_kernels import Method, QuantKernels, get_kernels
+from tokenops.engine.kernels.quant_kernels import Method, QuantKernels, get_kernels
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from quant_blocks import K_QUANTS, random_raw  # noqa: E402

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from gguf import GGMLQuantizationType as QT
 
-from tokenops.engine.quant_kernels import Method, QuantKernels, get_kernels
+from tokenops.engine.kernels.quant_kernels import Method, QuantKernels, get_kernels
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from quant_blocks import K_QUANTS, random_raw  # noqa: E402
@@ -73,9 +73,9 @@ def engine_child(prompt: int, decode: int, repeat: int) -> None:
     """In a process whose ``TOKENOPS_QUANT_AVX512`` is set: the packaged SmolLM2 Q4_1 in the engine's
     fused step, 1 thread: a ``prompt``-token prefill and ``decode`` batch-1 steps, process CPU time,
     best of ``repeat``."""
-    from tokenops.engine.batch import ChunkInput
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from real_model import gguf_path

@@ -63,7 +63,7 @@ def random_llama(path: Path) -> Path:
 def perplexity(runner, texts, chunk: int, policy=None) -> float:
     import torch
 
-    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.core.batch import ChunkInput
 
     bs = runner.block_size
     total_nll, total = 0.0, 0
@@ -83,7 +83,7 @@ def perplexity(runner, texts, chunk: int, policy=None) -> float:
 
 
 def weight_bytes(model) -> int:
-    from tokenops.engine.weight_layout import packed_bytes
+    from tokenops.engine.kernels.weight_layout import packed_bytes
 
     seen, num = set(), packed_bytes(model)
     for t in list(model.parameters()) + list(model.buffers()):
@@ -94,7 +94,7 @@ def weight_bytes(model) -> int:
 
 
 def tokens_per_s(config, prompts, max_tokens: int) -> float:
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.sampling.sampling import SamplingParams
     from tokenops.policy_hooks import build_engine
 
     engine = build_engine(config)  # with the plugins' transforms, as tokenops serve builds it
@@ -119,9 +119,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     import tokenops_plugins.model_optimization.quantization as quant
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
+    from tokenops.engine.core.tokenizer import Tokenizer
     from tokenops.policy_hooks import collect_policies
     from tokenops_plugins.model_optimization.kv_policy import SinkWindowPolicy
 

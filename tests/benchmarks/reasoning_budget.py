@@ -44,8 +44,8 @@ GRID = (0, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 64)
 def build_engine(path: Path, threads: int):
     import torch
 
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
 
     torch.set_num_threads(threads)
     return LLMEngine(EngineConfig(model=str(path), model_name=MODEL, max_num_seqs=64, max_num_batched_tokens=2048,
@@ -55,7 +55,7 @@ def build_engine(path: Path, threads: int):
 def run(engine, tasks, budget_for, suppress=(), max_tokens=200) -> list[dict]:
     """Answer ``tasks`` greedily, each under ``budget_for(task)``; one dict per task."""
     from tokenops.backends.reasoning_control import thinking_control
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.sampling.sampling import SamplingParams
     from tokenops.types import ReasoningBudget
 
     tok = engine.tokenizer

@@ -126,14 +126,14 @@ class SimReplica:
 
 
 def make_engine(kv_tokens: int, threads: int):
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
 
     return LLMEngine(EngineConfig(kv_cache_tokens=kv_tokens, torch_threads=threads, device="cpu", seed=0))
 
 
 def run(policy: str, sessions: list[Session], args, num_replicas: int, kv_tokens: int) -> RunResult:
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.sampling.sampling import SamplingParams
     from tokenops.routing.selector import ReplicaSelector, SelectorConfig
     from tokenops.types import GatewayRequest
 

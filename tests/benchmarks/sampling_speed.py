@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from tokenops.engine.sampling import draw
+from tokenops.engine.sampling.sampling import draw
 
 
 def per_call_ms(fn, repeats: int) -> float:

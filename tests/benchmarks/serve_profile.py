@@ -82,7 +82,7 @@ def main() -> None:
     import engine_throughput as et
     import llamacpp_peer as lp
 
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
     from tokenops.testing_serve import ServeProcess
 
     tok = Tokenizer.from_dir(et.TOKENIZER_DIR)

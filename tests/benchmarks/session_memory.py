@@ -91,7 +91,7 @@ def main() -> None:
 
     torch.set_num_threads(1)  # on a shared 2-core box extra threads only spin (MiniLM calls got 10x slower)
     import tokenops_plugins.model_optimization.session_memory as plugin
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
     from tokenops.memory.fit import ContextWindow, fit_conversation, message_text
     from tokenops.memory.memory_store import get_session_memory, set_session_memory
     from tokenops.types import GatewayRequest
@@ -154,9 +154,9 @@ def main() -> None:
         for way, res in served.items():
             results[way].update(res)
     elif not args.no_answers:
-        from tokenops.engine.config import EngineConfig
-        from tokenops.engine.engine import LLMEngine
-        from tokenops.engine.sampling import SamplingParams
+        from tokenops.engine.core.config import EngineConfig
+        from tokenops.engine.core.engine import LLMEngine
+        from tokenops.engine.sampling.sampling import SamplingParams
 
         engine = LLMEngine(EngineConfig(model=str(model_dir), device="cpu", max_model_len=max(args.budget, 256)))
         params = SamplingParams(temperature=0, max_tokens=max_tokens)

@@ -128,8 +128,8 @@ def chat_prompts(tok, convs, num: int) -> list[list[int]]:
 
 
 def make_engine(model: Path, batch: int, threads: int, **spec):
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.sampling.sampling import SamplingParams
     from tokenops.policy_hooks import build_engine
 
     config = EngineConfig(model=str(model), device="cpu", torch_threads=threads, max_num_seqs=batch,
@@ -167,7 +167,7 @@ def compare(model: Path, prompts, batch: int, max_tokens: int, threads: int, ign
     per second of each engine (keys ``NAME_wall``, ``NAME_cpu`` end to end, ``NAME_decode_wall``,
     ``NAME_decode_cpu`` after the group's first tokens; NAME base or spec), whether the outputs are
     identical, the speculative engine's stats and the number of generated tokens."""
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     engines = {"base": make_engine(model, batch, threads), "spec": make_engine(model, batch, threads, **spec)}
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=ignore_eos)
@@ -223,10 +223,10 @@ HEADER = (f"{'method/workload':<16}{'batch':>6}{'base t/s':>10}{'spec t/s':>10}{
 
 def run_default_model(args) -> None:
     """The real default model (module doc): the rewrite and chat workloads, batch 1 by default."""
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
-    from tokenops.engine.loader import load_tokenizer
-    from tokenops.engine.suffix_proposer import default_verify_costs, linear_verify_costs
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.models.default_model import SMOLLM2_INSTALL, smollm2_path
+    from tokenops.engine.models.loader import load_tokenizer
+    from tokenops.engine.spec.suffix_proposer import default_verify_costs, linear_verify_costs
 
     model = smollm2_path()
     if model is None:
@@ -266,9 +266,9 @@ def verify_cost(model: Path, threads: int, repeats: int = 30, max_rows: int = 9)
     """CPU milliseconds of one step of ``rows`` tokens with logits at every row (a verify chunk of
     ``rows - 1`` proposals) at position 256, against ``rows`` single-token decode steps: what a round
     of speculation costs before any proposal is accepted."""
-    from tokenops.engine.batch import ChunkInput
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     runner = ModelRunner(EngineConfig(model=str(model), device="cpu", block_size=16, kv_cache_tokens=2048,
                                       torch_threads=threads))
@@ -293,7 +293,7 @@ def run_demo_models(args) -> None:
     target, draft = DEMO / "target", DEMO / "draft"
     if not (target / "model.safetensors").exists():
         sys.exit("demo target model missing (tokenops/demo_models/target); train it first")
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(target)
     convs = heldout_messages(200)
@@ -363,7 +363,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"# conditions: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, torch threads {args.threads}")
     if args.verify_cost:
-        from tokenops.engine.default_model import smollm2_path
+        from tokenops.engine.models.default_model import smollm2_path
 
         verify_cost(smollm2_path() if args.model == "default" else DEMO / "target", args.threads)
     elif args.model == "default":

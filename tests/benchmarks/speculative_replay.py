@@ -13,7 +13,7 @@ speed-up of each setting without running it, and prints:
 - the best any per-match-length choice of k could do with those acceptance tables known in advance
   (a ceiling for prompt lookup on the workload);
 - the ``suffix`` proposer's predicted speed-up (prompt lookup and the shipped corpus of the model's
-  own answers, :mod:`tokenops.engine.suffix_proposer`), under the engine's adaptive k.
+  own answers, :mod:`tokenops.engine.spec.suffix_proposer`), under the engine's adaptive k.
 
 Run::
 
@@ -117,9 +117,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     import torch
-    from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
-    from tokenops.engine.loader import load_tokenizer
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.models.default_model import SMOLLM2_INSTALL, smollm2_path
+    from tokenops.engine.models.loader import load_tokenizer
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     torch.set_num_threads(args.threads)
     model = smollm2_path()
@@ -127,8 +127,8 @@ def main() -> None:
         sys.exit(f"the default model's package is not installed ({SMOLLM2_INSTALL})")
     cost = bench.verify_cost(model, args.threads, max_rows=13)
     tok, convs = load_tokenizer(model), bench.heldout_messages(400)
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.suffix_proposer import build_suffix_proposer
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.spec.suffix_proposer import build_suffix_proposer
 
     suffix = build_suffix_proposer(EngineConfig(model=str(model)))
     if suffix.index is None:

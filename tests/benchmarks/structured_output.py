@@ -9,7 +9,7 @@ spends computing the rows' bitmasks (llguidance) and applying them, measured ins
 the same runs; "overhead" is that time as a share of the constrained step.
 
 Then how many of 20 answers sampled at temperature 1 are valid JSON with the grammar
-alone and with the budget-aware close (tokenops/engine/grammar.py, steer_to_close).
+alone and with the budget-aware close (tokenops/engine/sampling/grammar.py, steer_to_close).
 
 Then the two grammar libraries on the demo tokenizer, the peer comparison behind the
 choice of llguidance: schema compile time and mask time per token over a fixed JSON
@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 
 from tokenops.backends.local_structured import close_objects
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.grammar import GrammarSpec
-from tokenops.engine.sampling import Sampler, SamplingParams
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.grammar import GrammarSpec
+from tokenops.engine.sampling.sampling import Sampler, SamplingParams
 
 DEMO = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "target"
 SCHEMA = {"type": "object", "properties": {
@@ -134,7 +134,7 @@ def library_figures() -> None:
     import llguidance.torch as llt
 
     tok_json = (DEMO / "tokenizer.json").read_text()
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(DEMO)
     vocab = 8192

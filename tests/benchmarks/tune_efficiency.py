@@ -46,9 +46,9 @@ def calibrate() -> tuple[dict[str, float], str]:
         import torch
 
         torch.set_num_threads(1)  # one thread: timings on a shared CPU are far steadier
-        from tokenops.engine.batch import ChunkInput
-        from tokenops.engine.config import EngineConfig
-        from tokenops.engine.model_runner import ModelRunner
+        from tokenops.engine.core.batch import ChunkInput
+        from tokenops.engine.core.config import EngineConfig
+        from tokenops.engine.core.model_runner import ModelRunner
 
         runner = ModelRunner(EngineConfig(device="cpu", kv_cache_tokens=16384))
     except Exception as e:  # noqa: BLE001 - any failure means: use the fallback, and say why

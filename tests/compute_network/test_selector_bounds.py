@@ -31,7 +31,7 @@ def _chat(text: str) -> GatewayRequest:
 
 @pytest.mark.parametrize("policy", ["prefix_aware", "kv_aware"])
 def test_a_huge_prompt_is_selected_in_milliseconds_and_keeps_its_affinity(policy):
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     engine = _Engine(Tokenizer.from_dir(DEMO))
     replicas = [_Replica("a", engine), _Replica("b", engine)]

@@ -35,8 +35,8 @@ def tiny_llama_dir(tiny_checkpoint) -> Path:
 @pytest.fixture
 def make_runner():
     """``make_runner(model_dir, **engine_config_overrides) -> ModelRunner`` (CPU, fp32)."""
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     def build(model_dir, **overrides):
         model = None if model_dir is None else str(model_dir)

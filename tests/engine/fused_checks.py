@@ -8,10 +8,10 @@ import httpx
 import openai
 import torch
 
-from tokenops.engine.batch import ChunkInput
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.sampling import SamplingParams
 from tokenops.testing_serve import ServeProcess
 
 #: Prompt lengths of a mixed prefill: 70 and 130 split attention rows between threads (over 16

@@ -6,10 +6,10 @@ import time
 import pytest
 
 from engine_fakes import FakeRunner, FakeTokenizer, reference_greedy
-from tokenops.engine.async_engine import AsyncLLMEngine
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import EngineRequestError, LLMEngine, PromptTooLongError
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.core.async_engine import AsyncLLMEngine
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import EngineRequestError, LLMEngine, PromptTooLongError
+from tokenops.engine.sampling.sampling import SamplingParams
 
 
 @pytest.fixture

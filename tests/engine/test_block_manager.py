@@ -3,9 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenops.engine.block_manager import BlockManager
-from tokenops.engine.sampling import SamplingParams
-from tokenops.engine.sequence import Sequence
+from tokenops.engine.kv.block_manager import BlockManager
+from tokenops.engine.sampling.sampling import SamplingParams
+from tokenops.engine.core.sequence import Sequence
 
 
 def seq(tokens, tenant="default"):

@@ -29,7 +29,7 @@ def readme_snippet() -> str:
 
 
 def _require_smollm2() -> None:
-    from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
+    from tokenops.engine.models.default_model import SMOLLM2_INSTALL, smollm2_path
 
     if smollm2_path() is None:
         pytest.skip(f"the default model's package is not installed ({SMOLLM2_INSTALL})")
@@ -63,8 +63,8 @@ def test_default_serve_answers_capital_of_france(tmp_path):
 def test_default_is_smollm2_and_a_missing_package_says_how_to_install(monkeypatch):
     import importlib.metadata
 
-    from tokenops.engine import default_model
-    from tokenops.engine.loader import resolve_model_dir
+    from tokenops.engine.models import default_model
+    from tokenops.engine.models.loader import resolve_model_dir
 
     monkeypatch.delenv("TOKENOPS_DEFAULT_MODEL")
     assert default_model.default_model_name() == MODEL

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from engine_fakes import EOS, OFFSET, FakeRunner, FakeTokenizer, reference_greedy
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import EngineRequestError, LLMEngine, PromptTooLongError
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import EngineRequestError, LLMEngine, PromptTooLongError
+from tokenops.engine.sampling.sampling import SamplingParams
 from tokenops.tunables import TunableError
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8)
@@ -143,7 +143,7 @@ def test_logprobs_report_raw_log_softmax_and_top_alternatives():
         assert [t["logprob"] for t in entry["top"]] == sorted([t["logprob"] for t in entry["top"]], reverse=True)
         assert entry["token"] == FakeTokenizer().id_to_token(token_id)
         runner = FakeRunner()
-        from tokenops.engine.batch import ChunkInput
+        from tokenops.engine.core.batch import ChunkInput
 
         logits = runner.execute([ChunkInput(context, 0, list(range(len(context) // 4 + 1)))])[0]
         assert math.isclose(entry["logprob"], torch.log_softmax(logits, -1)[token_id].item(), abs_tol=1e-5)

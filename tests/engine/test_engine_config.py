@@ -3,7 +3,7 @@
 import pytest
 
 from tokenops.config import EngineSettings
-from tokenops.engine.config import EngineConfig, engine_tunables, setting_fields, tunable_names
+from tokenops.engine.core.config import EngineConfig, engine_tunables, setting_fields, tunable_names
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -47,7 +47,7 @@ def test_engine_settings_are_generated_from_the_fields():
 def test_live_tunables_apply_and_restart_ones_are_refused():
     from types import SimpleNamespace
 
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.core.engine import LLMEngine
     from tokenops.tunables import TunableError
 
     engine = SimpleNamespace(config=EngineConfig())  # apply_tunables only touches the config

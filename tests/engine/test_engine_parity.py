@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tiny_models import load_hf_model
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.sampling import SamplingParams
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen2_sliding", "mixtral", "qwen2_moe")
 NUM_NEW = 10

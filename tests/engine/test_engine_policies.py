@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.policies import BUILTIN_SCHEDULE_ORDERS, EnginePolicies
-from tokenops.engine.protocols import KVPolicy, Proposal, Proposer, ScheduleOrder
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS, EnginePolicies
+from tokenops.engine.core.protocols import KVPolicy, Proposal, Proposer, ScheduleOrder
+from tokenops.engine.sampling.sampling import SamplingParams
 
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "tokenops" / "engine"
 

@@ -1,4 +1,4 @@
-"""The fused decode step (tokenops.engine.fused_decode) against the PyTorch forward."""
+"""The fused decode step (tokenops.engine.kernels.fused_decode) against the PyTorch forward."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import torch
 from fused_checks import fused_and_reference, mixed_prefills, serve_and_generate
 
 from tests.serve_configs import config as serve_config, local_model, section
-from tokenops.engine import fused_decode, panels
-from tokenops.engine.batch import ChunkInput
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.kernels import fused_decode, panels
+from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.sampling import SamplingParams
 
 needs_lib = pytest.mark.skipif(fused_decode._library() is None, reason="no C compiler: decodes use the PyTorch path")
 DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "qwen3_hd128", "mistral", "mistral_h12", "phi3")

@@ -12,7 +12,7 @@ import torch
 from test_models_parity import greedy_paged, hf_greedy, prompt, scattered_blocks
 from tiny_gguf_hf import write_gguf_from_hf
 from tiny_models import load_hf_model
-from tokenops.engine.batch import ChunkInput
+from tokenops.engine.core.batch import ChunkInput
 
 def _hf_from_gguf(path):
     from transformers import AutoModelForCausalLM

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from tiny_gguf import write_tiny_gguf
-from tokenops.engine import quant_kernels
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.kernels import quant_kernels
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
@@ -139,8 +139,8 @@ def test_preemption_happens_and_gives_the_unpreempted_output(gguf_files, referen
 
 @torch.no_grad()
 def test_int8_kv_cache_logits_stay_close(gguf_files):
-    from tokenops.engine.batch import ChunkInput
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.core.model_runner import ModelRunner
 
     def logits(**kw) -> torch.Tensor:
         runner = ModelRunner(EngineConfig(model=str(gguf_files[0]), device="cpu", block_size=4, kv_cache_tokens=256,
@@ -185,7 +185,7 @@ def test_verify_chunks_run_in_the_fused_quantized_step(gguf_files):
     """A verify chunk (the decode token and its k proposals, logits at every row) is one fused step over
     the packed quantized weights, like a plain decode, and each of its rows gets the logits that row
     gets decoded alone."""
-    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.core.batch import ChunkInput
 
     if quant_kernels.get_kernels() is None or not quant_kernels.get_kernels().has_avx2:
         pytest.skip("the quantized kernels need a C compiler and AVX2")
@@ -215,7 +215,7 @@ def test_the_target_as_its_own_draft_accepts_every_proposal(gguf_files):
 def test_grammar_is_respected_beside_speculated_rows(gguf_files):
     schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "n": {"type": "integer"}},
               "required": ["answer", "n"]}
-    from tokenops.engine.grammar import GrammarSpec
+    from tokenops.engine.sampling.grammar import GrammarSpec
 
     engine = _engine(gguf_files[0], speculative="ngram", num_speculative_tokens=4)
     matcher = engine.grammar_compiler.compile(GrammarSpec.json_schema(schema))

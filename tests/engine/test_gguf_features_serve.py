@@ -39,9 +39,9 @@ def _engine_stats(srv: ServeProcess) -> dict:
 
 
 def _greedy_without_speculation(prompt: list[int], max_tokens: int) -> str:
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     engine = LLMEngine(EngineConfig(model=str(gguf_path()), device="cpu", kv_cache_tokens=1024, torch_threads=1))
     out = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True))[0]

@@ -1,4 +1,4 @@
-"""The one-pass GGUF header reader (``tokenops/engine/gguf_header.py``) against ggml-org's ``GGUFReader``:
+"""The one-pass GGUF header reader (``tokenops/engine/gguf/gguf_header.py``) against ggml-org's ``GGUFReader``:
 every key, value, value type and tensor entry equal, on the packaged SmolLM2 file and on a generated
 file holding every value type; what it does not read falls back to ``GGUFReader``; a broken file is a
 GGUFError."""
@@ -10,8 +10,8 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
 from tests.real_model import gguf_path
-from tokenops.engine.gguf_header import UnsupportedHeader, read_header
-from tokenops.engine.gguf_reader import GGUFError, GGUFFile, _read_with_gguf
+from tokenops.engine.gguf.gguf_header import UnsupportedHeader, read_header
+from tokenops.engine.gguf.gguf_reader import GGUFError, GGUFFile, _read_with_gguf
 
 
 def _same(path) -> None:
@@ -91,10 +91,10 @@ def test_a_truncated_file_is_a_gguf_error(tmp_path) -> None:
 
 def test_an_engine_build_reads_its_files_header_once(tmp_path, monkeypatch) -> None:
     from tests.engine.tiny_gguf import write_tiny_gguf
-    from tokenops.engine import gguf_header
-    from tokenops.engine.engine import EngineConfig
-    from tokenops.engine.gguf_reader import reusing_headers
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.gguf import gguf_header
+    from tokenops.engine.core.engine import EngineConfig
+    from tokenops.engine.gguf.gguf_reader import reusing_headers
+    from tokenops.engine.core.model_runner import ModelRunner
 
     reads: list[str] = []
     real = gguf_header.read_header

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tiny_gguf import GGUF_ARCHS, QTYPES, load_hf_gguf, write_tiny_gguf
-from tokenops.engine.batch import ChunkInput
+from tokenops.engine.core.batch import ChunkInput
 
 # every architecture in one common type, every type in the llama family (Q4_1 with a tied output,
 # as the default model has it)
@@ -43,8 +43,8 @@ def _prompt(n: int = 13) -> list[int]:
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{a}-{q}" for a, q in CASES])
 def pair(request, tmp_path_factory):
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     arch, qtype = request.param
     folder = tmp_path_factory.mktemp(f"gguf-{arch}-{qtype}")
@@ -92,8 +92,8 @@ def test_prefill_logits_and_greedy_decode_match_transformers(pair):
 
 def test_weights_stay_quantized(pair):
     """Resident weights are the file's blocks (at most 1.2x the file), never float32 copies."""
-    from tokenops.engine.gguf_weights import weight_bytes
-    from tokenops.engine.quantized_linear import QuantizedLinear
+    from tokenops.engine.gguf.gguf_weights import weight_bytes
+    from tokenops.engine.kernels.quantized_linear import QuantizedLinear
 
     arch, qtype, runner, _, path = pair
     model = runner._raw_model
@@ -108,7 +108,7 @@ def test_weights_stay_quantized(pair):
 def test_dequantize_matches_gguf_reference(qtype):
     import gguf
 
-    from tokenops.engine.gguf_quants import QUANT_TYPES, dequantize
+    from tokenops.engine.gguf.gguf_quants import QUANT_TYPES, dequantize
 
     qt = next(t for t in QUANT_TYPES.values() if t.name == qtype)
     rng = np.random.default_rng(3)
@@ -122,7 +122,7 @@ def test_dequantize_matches_gguf_reference(qtype):
 
 
 def test_quantized_rows_of_an_embedding_are_the_dequantized_rows():
-    from tokenops.engine.quantized_linear import QuantizedEmbedding, QuantizedWeight
+    from tokenops.engine.kernels.quantized_linear import QuantizedEmbedding, QuantizedWeight
     from tiny_gguf import _encode
 
     rng = np.random.default_rng(4)
@@ -135,9 +135,9 @@ def test_quantized_rows_of_an_embedding_are_the_dequantized_rows():
 def test_unsupported_tensor_type_is_one_line_error(tmp_path):
     """A type the engine does not implement (TQ2_0, a ternary type, here) is refused at load, naming
     tensor and type."""
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.loader import UnsupportedModelError
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.models.loader import UnsupportedModelError
+    from tokenops.engine.core.model_runner import ModelRunner
 
     write_tiny_gguf(tmp_path / "tq2.gguf", "llama", "Q8_0", tensor_types={"blk.1.ffn_up.weight": "TQ2_0"})
     with pytest.raises(UnsupportedModelError) as err:
@@ -149,8 +149,8 @@ def test_unsupported_tensor_type_is_one_line_error(tmp_path):
 def test_native_decode_kernel_runs_quantized_weights(tmp_path, monkeypatch):
     """The fused step runs GGUF weights through the quantized kernels (two-byte activations): its
     logits match the PyTorch forward's; with float32 activations asked for it declines."""
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     path = write_tiny_gguf(tmp_path / "m.gguf", "llama", "Q4_0")
     monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
@@ -171,9 +171,9 @@ def test_unsupported_architecture_and_non_gguf_files_are_one_line_errors(tmp_pat
     import gguf
 
     from tokenops.config import ConfigError
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.loader import UnsupportedModelError
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.models.loader import UnsupportedModelError
+    from tokenops.engine.core.model_runner import ModelRunner
     from tokenops.gateway.server import model_from_arg
 
     w = gguf.GGUFWriter(str(tmp_path / "phi.gguf"), "mamba")  # an architecture the engine does not run

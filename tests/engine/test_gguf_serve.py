@@ -45,7 +45,7 @@ def _complete(client, model: str) -> str:
 def test_gguf_files_served_from_the_command_line_and_the_config(tmp_path, files):
     import openai
 
-    from tokenops.engine.loader import load_tokenizer
+    from tokenops.engine.models.loader import load_tokenizer
 
     expected = {arch: _expected(path, load_tokenizer(path)) for arch, path in files.items()}
     assert all(expected.values()), expected  # something to compare (no immediate end of sequence)

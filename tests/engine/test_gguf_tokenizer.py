@@ -31,7 +31,7 @@ def _hf_tokenizer(path: Path):
 
 
 def _ours(path: Path):
-    from tokenops.engine.loader import load_tokenizer
+    from tokenops.engine.models.loader import load_tokenizer
 
     return load_tokenizer(path)
 
@@ -66,7 +66,7 @@ def test_sentencepiece_matches_transformers_and_llama_cpp_rules(tmp_path):
 
 
 def test_smollm2_tokenizer_matches_transformers():
-    from tokenops.engine.default_model import smollm2_path
+    from tokenops.engine.models.default_model import smollm2_path
 
     path = smollm2_path()
     if path is None:
@@ -86,8 +86,8 @@ def test_smollm2_tokenizer_matches_transformers():
 def test_a_gemma_file_without_a_template_gets_gemmas_turns(tmp_path, monkeypatch):
     """Gemma GGUFs may ship without ``tokenizer.chat_template`` (the registry's Gemma 3 270M Q4_K_M
     does): the turn format of the architecture, not the generic ``role: content`` fallback."""
-    from tokenops.engine.gguf_reader import GGUFFile
-    from tokenops.engine.gguf_tokenizer import gguf_tokenizer
+    from tokenops.engine.gguf.gguf_reader import GGUFFile
+    from tokenops.engine.gguf.gguf_tokenizer import gguf_tokenizer
 
     path = write_tiny_gguf(tmp_path / "g.gguf", "llama", "Q8_0")
     file = GGUFFile(path)

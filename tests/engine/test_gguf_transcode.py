@@ -1,4 +1,4 @@
-"""GGUF types read by transcoding to Q8_0 at load (tokenops/engine/gguf_transcode.py): Q5_0, Q5_1,
+"""GGUF types read by transcoding to Q8_0 at load (tokenops/engine/gguf/gguf_transcode.py): Q5_0, Q5_1,
 Q2_K, Q3_K, IQ4_NL and IQ4_XS decode as ``gguf.quants.dequantize`` does (random valid blocks: every
 code, scale and bit pattern), the Q8_0 re-encoding stays within Q8_0's rounding, and a model whose
 file mixes them in loads and computes what transformers computes from the same file."""
@@ -12,8 +12,8 @@ from gguf import GGMLQuantizationType as QT
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize as reference
 
-from tokenops.engine.gguf_quants import QUANT_TYPES, TRANSCODED_TO_Q8_0, dequantize
-from tokenops.engine.gguf_transcode import requantize_q8_0
+from tokenops.engine.gguf.gguf_quants import QUANT_TYPES, TRANSCODED_TO_Q8_0, dequantize
+from tokenops.engine.gguf.gguf_transcode import requantize_q8_0
 
 #: where each type's float16 scales sit in its block (kept small and finite in random blocks)
 SCALE_OFFSETS = {QT.Q5_0: (0,), QT.Q5_1: (0, 2), QT.Q2_K: (80, 82), QT.Q3_K: (108,), QT.IQ4_NL: (0,),
@@ -53,15 +53,15 @@ def test_a_file_mixing_a_transcoded_type_loads_and_matches_transformers(tmp_path
     with one line), is held as Q8_0, and its logits match transformers' on the same file."""
     from tiny_gguf import write_tiny_gguf
 
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     path = write_tiny_gguf(tmp_path / "m.gguf", "llama", "Q8_0", tensor_types={"blk.1.ffn_up.weight": mixed})
     runner = ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=64))
     assert f"{mixed}>Q8_0x1" in (runner.weight_format or "")
     from transformers import AutoModelForCausalLM
 
-    from tokenops.engine.batch import ChunkInput
+    from tokenops.engine.core.batch import ChunkInput
 
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file="m.gguf").eval()
 

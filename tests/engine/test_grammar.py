@@ -1,4 +1,4 @@
-"""Grammar-constrained decoding in the engine (tokenops/engine/grammar.py): compile and
+"""Grammar-constrained decoding in the engine (tokenops/engine/sampling/grammar.py): compile and
 cache, masks applied to the constrained rows only, matchers advanced per token, the
 budget-aware close, ``n > 1`` and speculative decoding beside constrained rows."""
 
@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tokenops.backends.local_structured import close_objects
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.grammar import GrammarError, GrammarSpec, apply_token_bitmasks, new_bitmask
-from tokenops.engine.sampling import Sampler, SamplingParams
-from tokenops.engine.sequence import Sequence
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.grammar import GrammarError, GrammarSpec, apply_token_bitmasks, new_bitmask
+from tokenops.engine.sampling.sampling import Sampler, SamplingParams
+from tokenops.engine.core.sequence import Sequence
 
 DEMO = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models"
 
@@ -113,7 +113,7 @@ def test_speculative_decoding_runs_beside_constrained_rows():
 
 
 def test_grammar_cache_is_bounded_in_bytes(demo_engine):
-    from tokenops.engine.grammar import GrammarCompiler
+    from tokenops.engine.sampling.grammar import GrammarCompiler
 
     base = demo_engine.grammar_compiler
     compiler = GrammarCompiler(base._tokenizer_json, base.vocab_size, base._eos)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tokenops.engine.json_schema_size import INFINITE, SchemaSizeError, ShapeLimits, check_shape, min_json_chars
-from tokenops.engine.json_shortest import shortest_json
+from tokenops.engine.sampling.json_schema_size import INFINITE, SchemaSizeError, ShapeLimits, check_shape, min_json_chars
+from tokenops.engine.sampling.json_shortest import shortest_json
 
 
 @pytest.mark.parametrize("schema, keyword", [

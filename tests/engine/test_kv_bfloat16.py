@@ -8,9 +8,9 @@ import torch
 from fused_checks import fused_and_reference, mixed_prefills, serve_and_generate
 
 from tests.serve_configs import config as serve_config, local_model, section
-from tokenops.engine import fused_decode
-from tokenops.engine.batch import ChunkInput
-from tokenops.engine.config import EngineConfig
+from tokenops.engine.kernels import fused_decode
+from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.core.config import EngineConfig
 
 needs_lib = pytest.mark.skipif(fused_decode._library(kv_bf16=True) is None, reason="no C compiler")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tokenops.engine.batch import ChunkInput
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.kv_quant import dequantize_kv, kv_bytes_per_token, quantize_kv
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.kv.kv_quant import dequantize_kv, kv_bytes_per_token, quantize_kv
+from tokenops.engine.sampling.sampling import SamplingParams
 
 
 def test_quantize_roundtrip_error_is_half_a_step():
@@ -79,7 +79,7 @@ def _generate_long(model_dir, max_tokens, **kw):
 
 
 def test_sink_window_keeps_generating_with_bounded_blocks(tiny_llama_dir):
-    from tokenops.engine.policies import SinkWindowPolicy
+    from tokenops.engine.core.policies import SinkWindowPolicy
 
     base, base_peak, _, _ = _generate_long(tiny_llama_dir, 80)
     outs, peak, per_seq, engine = _generate_long(tiny_llama_dir, 80, kv_sink_tokens=4, kv_window_tokens=16)
@@ -93,7 +93,7 @@ def test_sink_window_keeps_generating_with_bounded_blocks(tiny_llama_dir):
 
 
 def test_sink_window_policy_blocks():
-    from tokenops.engine.policies import SinkWindowPolicy
+    from tokenops.engine.core.policies import SinkWindowPolicy
 
     policy = SinkWindowPolicy(num_sink_tokens=4, window=8)
     table = list(range(10))
@@ -114,7 +114,7 @@ def test_config_rejects_bad_kv_options():
 
 
 def test_sink_window_with_ngram_speculation_and_int8(tiny_llama_dir):
-    from tokenops.engine.policies import SinkWindowPolicy
+    from tokenops.engine.core.policies import SinkWindowPolicy
 
     outs, _, per_seq, engine = _generate_long(tiny_llama_dir, 40, kv_sink_tokens=4, kv_window_tokens=16,
                                               speculative="ngram", kv_cache_dtype="int8")
@@ -137,7 +137,7 @@ def test_kv_plugin_settings_reach_the_engine_config():
         config = EngineConfig()
         plugin.tokenops_engine_config(config)
         assert (config.kv_sink_tokens, config.kv_window_tokens, config.kv_cache_dtype) == (4, 64, "int8")
-        from tokenops.engine.policies import builtin_kv_policy
+        from tokenops.engine.core.policies import builtin_kv_policy
 
         policy = builtin_kv_policy(config)  # the engine's built-in policy reads those settings
         assert (policy.num_sink_tokens, policy.window) == (4, 64)

@@ -8,13 +8,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenops.engine.block_manager import BlockManager
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.offload_index import OffloadIndex
-from tokenops.engine.offload_store import OffloadStore
-from tokenops.engine.sampling import SamplingParams
-from tokenops.engine.sequence import Sequence
+from tokenops.engine.kv.block_manager import BlockManager
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.kv.offload_index import OffloadIndex
+from tokenops.engine.kv.offload_store import OffloadStore
+from tokenops.engine.sampling.sampling import SamplingParams
+from tokenops.engine.core.sequence import Sequence
 
 
 def seq(tokens, tenant="default"):

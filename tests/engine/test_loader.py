@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from tokenops.engine.batch import ChunkInput
-from tokenops.engine.loader import (
+from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.models.loader import (
     ModelNotFoundError,
     UnsupportedModelError,
     load_model,
@@ -134,7 +134,7 @@ def test_hub_id_found_in_hf_cache(tiny_llama_dir, tmp_path, monkeypatch, make_ru
 
 
 def test_default_random_model_created_once_offline(isolated_cache, monkeypatch, make_runner):
-    from tokenops.engine import default_model
+    from tokenops.engine.models import default_model
 
     monkeypatch.setattr(default_model, "shipped_model_dir", lambda: isolated_cache / "no-shipped-model")
     start = time.perf_counter()
@@ -158,7 +158,7 @@ def test_default_random_model_created_once_offline(isolated_cache, monkeypatch, 
 
 
 def test_shipped_demo_model_wins(tiny_llama_dir, isolated_cache, monkeypatch):
-    from tokenops.engine import default_model
+    from tokenops.engine.models import default_model
 
     monkeypatch.setattr(default_model, "shipped_model_dir", lambda: tiny_llama_dir)
     assert default_model.default_model_dir() == tiny_llama_dir

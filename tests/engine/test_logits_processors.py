@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from tiny_models import load_hf_model
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.logits_processors import apply_processors
-from tokenops.engine.sampling import Sampler, SamplingParams
-from tokenops.engine.sequence import Sequence
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.logits_processors import apply_processors
+from tokenops.engine.sampling.sampling import Sampler, SamplingParams
+from tokenops.engine.core.sequence import Sequence
 
 VOCAB = 32
 PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7], [10, 11, 12, 13] * 4 + [10], list(range(20, 45)), [1, 2, 3]]

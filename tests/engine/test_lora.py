@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from tiny_models import load_hf_model
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.lora_adapters import AdapterError
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.lora.lora_adapters import AdapterError
+from tokenops.engine.sampling.sampling import SamplingParams
 
 peft = pytest.importorskip("peft")
 NUM_NEW = 8
@@ -188,8 +188,8 @@ def test_adapter_rows_on_a_gguf_base_fused_step_match_pytorch_forward(tmp_path, 
     """A quantized base: the fused step's adapter products (float32, beside the 8-bit-activation base
     products) give the PyTorch forward's logits, in a step mixing base and adapter chunks."""
     from tiny_gguf import HEADS, HIDDEN, INTERMEDIATE, LAYERS, write_tiny_gguf
-    from tokenops.engine.batch import ChunkInput
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.core.model_runner import ModelRunner
 
     path = write_tiny_gguf(tmp_path / "m.gguf", "llama", "Q4_0")
     monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")

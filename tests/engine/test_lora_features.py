@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from test_lora import ADAPTERS, BLOCK, make_adapter
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.grammar import GrammarSpec
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.grammar import GrammarSpec
+from tokenops.engine.sampling.sampling import SamplingParams
 
 peft = pytest.importorskip("peft")
 NAMES = [None, "alpha", "beta"]

@@ -1,4 +1,4 @@
-"""The fused step's tiled LoRA products (tokenops/engine/_lora_c.py) against plain torch.
+"""The fused step's tiled LoRA products (tokenops/engine/lora/_lora_c.py) against plain torch.
 
 Rows of several adapters and of the base, in any order, grouped into tiles of one adapter by
 :class:`NativeLora`: every adapter row must get ``x @ A.T @ B.T * scale`` on its adapter's columns
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenops.engine import fused_library
-from tokenops.engine._lora_c import LORA_SOURCE
-from tokenops.engine.batch import ChunkInput
-from tokenops.engine.lora_adapters import LoraAdapter, LoraWeights
-from tokenops.engine.lora_native import TILE, NativeLora, apply_products, tiles
+from tokenops.engine.kernels import fused_library
+from tokenops.engine.lora._lora_c import LORA_SOURCE
+from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.lora.lora_adapters import LoraAdapter, LoraWeights
+from tokenops.engine.lora.lora_native import TILE, NativeLora, apply_products, tiles
 
 K = 52  # input features: not a multiple of 8 or 16 (the scalar tail of x A^T)
 #: the q/k/v parts' output columns (first column, width): 100 = a block of 64 + two of 16 + a tail of 4

@@ -10,7 +10,7 @@ import pytest
 
 from test_lora import ADAPTERS, make_adapter, make_engine
 from tokenops.backends.lora import LoraPool
-from tokenops.engine.async_engine import AsyncLLMEngine
+from tokenops.engine.core.async_engine import AsyncLLMEngine
 from tokenops.types import BackendError
 
 pytest.importorskip("peft")

@@ -12,7 +12,7 @@ import torch
 
 from test_lora import ADAPTERS, NUM_NEW, hf_greedy, make_adapter, merged, prompts, tensor_bytes
 from tiny_models import load_hf_model
-from tokenops.engine.tokenizer import Tokenizer
+from tokenops.engine.core.tokenizer import Tokenizer
 from tokenops.testing_serve import ServeProcess
 
 peft = pytest.importorskip("peft")

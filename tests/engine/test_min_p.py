@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from tokenops.engine.sampling import Sampler, SamplingParams
+from tokenops.engine.sampling.sampling import Sampler, SamplingParams
 
 
 def test_min_p_drops_tokens_under_a_share_of_the_likeliest():

@@ -11,8 +11,8 @@ import torch
 
 from test_models_parity import hf_greedy, scattered_blocks
 from tiny_models import load_hf_model
-from tokenops.engine.batch import ChunkInput
-from tokenops.engine.loader import UnsupportedModelError, model_args
+from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.models.loader import UnsupportedModelError, model_args
 
 
 @torch.no_grad()
@@ -46,7 +46,7 @@ def test_each_model_takes_the_step_it_can_run(tiny_checkpoint, make_runner):
     assert gemma2.native_attention is None
     with pytest.raises(ValueError, match="soft-caps attention scores"):
         make_runner(tiny_checkpoint("gemma2"), attention_backend="native")
-    from tokenops.engine.fused_decode import ineligible_reason
+    from tokenops.engine.kernels.fused_decode import ineligible_reason
 
     runner = make_runner(tiny_checkpoint("phi3_longrope"), decode_kernel="torch")
     assert ineligible_reason(runner.model, runner.kv_cache, runner.device) == "partial rotary embeddings"

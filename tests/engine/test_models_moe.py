@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tiny_models import MOE_ARCHS
-from tokenops.engine.batch import ChunkInput
+from tokenops.engine.core.batch import ChunkInput
 
 
 @pytest.mark.parametrize("arch", MOE_ARCHS)

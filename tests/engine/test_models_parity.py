@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tiny_models import ARCHS, load_hf_model
-from tokenops.engine.batch import ChunkInput
+from tokenops.engine.core.batch import ChunkInput
 
 BLOCK = 4
 PROMPT_LEN = 13
@@ -52,8 +52,8 @@ def hf_greedy(hf, ids: list[int], num_new: int) -> list[int]:
 
 @pytest.fixture(scope="module", params=ARCHS)
 def pair(request, tiny_checkpoint):
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     path = tiny_checkpoint(request.param)
     runner = ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=BLOCK, kv_cache_tokens=64 * BLOCK))

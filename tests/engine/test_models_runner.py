@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tokenops import hookimpl
-from tokenops.engine.batch import ChunkInput
+from tokenops.engine.core.batch import ChunkInput
 from tokenops.plugin_manager import register_plugin, unregister_plugin
 
 
@@ -82,8 +82,8 @@ class _Scaled(torch.nn.Module):
 
 def test_transform_and_compile_hooks(tiny_llama_dir, make_runner):
     """The hooks reach the runner as the engine's policies, collected once (serve's way)."""
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
     from tokenops.policy_hooks import collect_policies
 
     plain = make_runner(tiny_llama_dir).execute([ChunkInput([1, 2, 3], 0, [0])])[0]
@@ -104,7 +104,7 @@ def test_transform_and_compile_hooks(tiny_llama_dir, make_runner):
 
 
 def test_split_by_length_groups_similar_lengths():
-    from tokenops.engine.attention_metadata import split_by_length
+    from tokenops.engine.kernels.attention_metadata import split_by_length
 
     assert split_by_length([]) == []
     assert split_by_length([10, 9, 9, 8]) == [(0, 4)]  # padding cheaper than another call
@@ -116,7 +116,7 @@ def test_split_by_length_groups_similar_lengths():
 
 def test_decode_groups_give_the_same_logits(tiny_llama_dir, make_runner, monkeypatch):
     """Decodes split into several padded groups match one padded batch."""
-    import tokenops.engine.attention_metadata as attention
+    import tokenops.engine.kernels.attention_metadata as attention
 
     runner = make_runner(tiny_llama_dir)
     lengths = [3, 25, 9, 17, 2]

@@ -1,16 +1,16 @@
-"""The compiled paged decode kernel (tokenops.engine.native) against the PyTorch path."""
+"""The compiled paged decode kernel (tokenops.engine.kernels.native) against the PyTorch path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tokenops.engine import native
-from tokenops.engine.attention import AttentionMetadata, paged_attention
-from tokenops.engine.batch import ChunkInput
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.kernels import native
+from tokenops.engine.kernels.attention import AttentionMetadata, paged_attention
+from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.sampling import SamplingParams
 
 kernel = native.get_kernel()
 needs_kernel = pytest.mark.skipif(kernel is None, reason="no C compiler: the engine uses the PyTorch path")

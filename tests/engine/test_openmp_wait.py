@@ -1,5 +1,5 @@
 """The ``tokenops`` command bounds libgomp's barrier spin (``GOMP_SPINCOUNT``, default
-``DEFAULT_SPINS``, ``TOKENOPS_OMP_SPIN`` to change it) before torch loads (tokenops/engine/openmp_wait.py),
+``DEFAULT_SPINS``, ``TOKENOPS_OMP_SPIN`` to change it) before torch loads (tokenops/engine/kernels/openmp_wait.py),
 and serve builds its engine on the thread that steps it (one OpenMP pool)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tokenops.engine.openmp_wait import DEFAULT_SPINS, SPIN_ENV, apply_spin_setting
+from tokenops.engine.kernels.openmp_wait import DEFAULT_SPINS, SPIN_ENV, apply_spin_setting
 
 
 def test_spin_default_its_override_and_the_users_own_variables_win():
@@ -70,10 +70,10 @@ def test_the_engine_is_built_and_stepped_on_one_thread(tiny_checkpoint):
     import asyncio
     import threading
 
-    from tokenops.engine.async_engine import AsyncLLMEngine
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.async_engine import AsyncLLMEngine
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     built_on: list[threading.Thread] = []
 
@@ -105,7 +105,7 @@ def test_the_engine_is_built_and_stepped_on_one_thread(tiny_checkpoint):
 
 
 def test_programs_other_than_tokenops_do_not_inherit_the_commands_spin(monkeypatch):
-    import tokenops.engine.openmp_wait as openmp_wait
+    import tokenops.engine.kernels.openmp_wait as openmp_wait
     from tokenops.tune.launcher import CommandLineLauncher, Launcher, TokenopsLauncher
 
     monkeypatch.delenv(SPIN_ENV, raising=False)

@@ -5,12 +5,12 @@ import itertools
 
 import pytest
 
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine_stats import apply_engine_tunables
-from tokenops.engine.policies import BUILTIN_SCHEDULE_ORDERS
-from tokenops.engine.sampling import SamplingParams
-from tokenops.engine.scheduler import Scheduler
-from tokenops.engine.sequence import BATCH, INTERACTIVE, Sequence, SequenceStatus
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine_stats import apply_engine_tunables
+from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS
+from tokenops.engine.sampling.sampling import SamplingParams
+from tokenops.engine.core.scheduler import Scheduler
+from tokenops.engine.core.sequence import BATCH, INTERACTIVE, Sequence, SequenceStatus
 
 _clock = itertools.count()
 

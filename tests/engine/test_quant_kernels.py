@@ -1,4 +1,4 @@
-"""The quantized linear kernels (``tokenops/engine/quant_kernels.py``) against ``gguf``'s own decoder
+"""The quantized linear kernels (``tokenops/engine/kernels/quant_kernels.py``) against ``gguf``'s own decoder
 and torch's matmul: every format, 1-64 rows and ragged output counts, one and two threads, every path
 (integer GEMV with and without VNNI, float32 GEMM, weights packed or in GGUF's layout), in the SIMD
 build and in the plain-C fallback build."""
@@ -9,8 +9,8 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as QT
 from quant_blocks import K_QUANTS, quantize_activations, random_raw
-from tokenops.engine import quant_kernels
-from tokenops.engine.quant_kernels import Method, QuantKernels
+from tokenops.engine.kernels import quant_kernels
+from tokenops.engine.kernels.quant_kernels import Method, QuantKernels
 
 QTYPES = [QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
 ROWS = [1, 3, 7, 16, 64]
@@ -204,7 +204,7 @@ def test_env_switch_keeps_the_narrower_path(variable: str, active: str, availabl
 
     kernels = _kernels(False)
     code = (
-        "import torch; from tokenops.engine.quant_kernels import get_kernels; k = get_kernels(); "
+        "import torch; from tokenops.engine.kernels.quant_kernels import get_kernels; k = get_kernels(); "
         f"print(int(k.{active}))"
     )
     for value, expect in (("0", False), ("1", getattr(kernels, available))):
@@ -221,7 +221,7 @@ def test_amx_min_rows_reads_its_variable() -> None:
     import sys
 
     assert _kernels(False).amx_min_rows == 3 or "TOKENOPS_QUANT_AMX_MIN_ROWS" in os.environ
-    code = "from tokenops.engine.quant_kernels import get_kernels; print(get_kernels().amx_min_rows)"
+    code = "from tokenops.engine.kernels.quant_kernels import get_kernels; print(get_kernels().amx_min_rows)"
     for value, expect in (("6", "6"), ("zero", "3"), ("-2", "3")):
         env = {**os.environ, "TOKENOPS_QUANT_AMX_MIN_ROWS": value}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

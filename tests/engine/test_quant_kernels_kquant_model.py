@@ -9,8 +9,8 @@ import pytest
 import torch
 from tiny_gguf import load_hf_gguf, write_tiny_gguf
 
-from tokenops.engine import quant_kernels
-from tokenops.engine.batch import ChunkInput
+from tokenops.engine.kernels import quant_kernels
+from tokenops.engine.core.batch import ChunkInput
 
 NUM_NEW = 12
 
@@ -22,8 +22,8 @@ def _needs_kernels() -> None:
 
 
 def _runner(path, monkeypatch: pytest.MonkeyPatch):
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
     return ModelRunner(EngineConfig(model=str(path), device="cpu", block_size=4, kv_cache_tokens=128, torch_threads=1))
@@ -32,7 +32,7 @@ def _runner(path, monkeypatch: pytest.MonkeyPatch):
 @torch.no_grad()
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K"])
 def test_fused_step_greedy_equals_dequantized_float32(tmp_path, monkeypatch, qtype: str) -> None:
-    from tokenops.engine.quantized_linear import QuantizedWeight
+    from tokenops.engine.kernels.quantized_linear import QuantizedWeight
 
     _needs_kernels()
     path = write_tiny_gguf(tmp_path / "m.gguf", "llama", qtype, seed=3)
@@ -80,8 +80,8 @@ def test_avx512_and_avx2_products_agree_in_the_engine(tmp_path, monkeypatch, qty
     if not kernels.has_avx512:
         pytest.skip("this CPU (or build) has no AVX-512 VNNI")
     path = write_tiny_gguf(tmp_path / "m.gguf", "llama", qtype, seed=4)
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
     runner = ModelRunner(
@@ -106,7 +106,7 @@ def test_kquant_gguf_served_through_the_fused_step(tmp_path) -> None:
     import httpx
     import openai
 
-    from tokenops.engine.loader import load_tokenizer
+    from tokenops.engine.models.loader import load_tokenizer
     from tokenops.testing_serve import ServeProcess
 
     _needs_kernels()

@@ -11,14 +11,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tokenops.engine import quant_kernels
+from tokenops.engine.kernels import quant_kernels
 
 PROMPT_IDS = [1, 9690, 198, 2683, 253, 1345, 2838, 563, 253, 9401, 638, 3680, 288, 5400, 30, 2, 198]
 NUM_TOKENS = 32
 
 
 def _model_path() -> str:
-    from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
+    from tokenops.engine.models.default_model import SMOLLM2_INSTALL, smollm2_path
 
     path = smollm2_path()
     if path is None:
@@ -27,8 +27,8 @@ def _model_path() -> str:
 
 
 def _runner(monkeypatch: pytest.MonkeyPatch, exact: bool):
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.model_runner import ModelRunner
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
 
     monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "1" if exact else "0")
     return ModelRunner(EngineConfig(model=_model_path(), device="cpu", block_size=16, kv_cache_tokens=256,
@@ -37,8 +37,8 @@ def _runner(monkeypatch: pytest.MonkeyPatch, exact: bool):
 
 @torch.no_grad()
 def test_real_model_fused_8bit_step_agrees_with_float32(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tokenops.engine.batch import ChunkInput
-    from tokenops.engine.quantized_linear import QuantizedWeight
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.kernels.quantized_linear import QuantizedWeight
 
     if quant_kernels.get_kernels() is None or not quant_kernels.get_kernels().has_avx2:
         pytest.skip("the quantized kernels need a C compiler and AVX2")

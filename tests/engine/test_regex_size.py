@@ -1,12 +1,12 @@
-"""The pattern walk of tokenops/engine/regex_size.py and its use by the schema budget."""
+"""The pattern walk of tokenops/engine/sampling/regex_size.py and its use by the schema budget."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from tokenops.engine.json_schema_size import SchemaSizeError, ShapeLimits, check_shape, min_json_chars
-from tokenops.engine.regex_size import PatternSize, PatternTooDeep, pattern_size
+from tokenops.engine.sampling.json_schema_size import SchemaSizeError, ShapeLimits, check_shape, min_json_chars
+from tokenops.engine.sampling.regex_size import PatternSize, PatternTooDeep, pattern_size
 
 CAP = 65_536
 

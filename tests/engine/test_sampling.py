@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from tokenops.engine.sampling import Sampler, SamplingParams
-from tokenops.engine.sequence import Sequence
+from tokenops.engine.sampling.sampling import Sampler, SamplingParams
+from tokenops.engine.core.sequence import Sequence
 
 
 def seqs_for(*params):
@@ -78,7 +78,7 @@ def test_logprobs_are_raw_log_softmax_with_top_alternatives():
 def test_draw_inverts_the_cdf_exactly():
     import torch
 
-    from tokenops.engine.sampling import draw
+    from tokenops.engine.sampling.sampling import draw
 
     probs = torch.tensor([[0.1, 0.0, 0.2, 0.7], [0.0, 0.0, 1.0, 0.0]])
     # boundaries: u * total falls in [cdf[i-1], cdf[i]) -> token i; zero-weight tokens are never picked
@@ -102,7 +102,7 @@ def test_draw_inverts_the_cdf_exactly():
 def test_sampler_reuses_its_cdf_buffer():
     import torch
 
-    from tokenops.engine.sampling import Sampler
+    from tokenops.engine.sampling.sampling import Sampler
 
     sampler = Sampler(seed=0)
     a = sampler._cdf_buffer(torch.Size([4, 100]))

@@ -3,10 +3,10 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.sampling import SamplingParams
-from tokenops.engine.scheduler import Scheduler
-from tokenops.engine.sequence import Sequence, SequenceStatus
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.sampling.sampling import SamplingParams
+from tokenops.engine.core.scheduler import Scheduler
+from tokenops.engine.core.sequence import Sequence, SequenceStatus
 
 
 def fcfs(waiting):
@@ -151,7 +151,7 @@ def test_a_lone_sequence_preempts_itself_and_no_new_prefill_starts():
 
 
 def test_priority_policy_built_in_and_switched_live():
-    from tokenops.engine.policies import BUILTIN_SCHEDULE_ORDERS
+    from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS
 
     sched = make(max_seqs=1, budget=64, schedule_policy="priority", orders=BUILTIN_SCHEDULE_ORDERS)
     low, high = seq(3, priority=5, max_tokens=1), seq(3, priority=0, max_tokens=1)
@@ -197,7 +197,7 @@ _ops = st.lists(
 @settings(max_examples=120, deadline=None)
 @given(ops=_ops, policy=st.sampled_from(["fcfs", "priority"]))
 def test_random_workloads_never_leak_blocks(ops, policy):
-    from tokenops.engine.policies import BUILTIN_SCHEDULE_ORDERS
+    from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS
 
     sched = make(num_blocks=10, block_size=2, budget=8, max_seqs=4, schedule_policy=policy,
                  orders=BUILTIN_SCHEDULE_ORDERS)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.rejection import verify_greedy, verify_proposal
-from tokenops.engine.sampling import SamplingParams
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.spec.rejection import verify_greedy, verify_proposal
+from tokenops.engine.sampling.sampling import SamplingParams
 
 # Repetitive prompts (n-gram hits) and plain ones, of different lengths.
 PROMPTS = [
@@ -127,7 +127,7 @@ def test_adaptive_k_shrinks_when_proposals_fail(tiny_llama_dir, tiny_checkpoint)
 
 
 def test_ngram_proposer_lookup():
-    from tokenops.engine.proposers import NgramProposer
+    from tokenops.engine.spec.proposers import NgramProposer
 
     p = NgramProposer(1, 3)
     assert p.find([1, 2, 3, 4, 9, 1, 2, 3], 2) == [4, 9]
@@ -176,8 +176,8 @@ def test_rejection_sampler_one_hot_proposal():
 def _exact_second_token_marginal(runner, prompt, params):
     """P(t2) = sum_t1 p(t1 | prompt) p(t2 | prompt, t1) under the target, with the
     request's temperature/top-k."""
-    from tokenops.engine.batch import ChunkInput
-    from tokenops.engine.sampling import Sampler
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.sampling.sampling import Sampler
 
     sampler = Sampler(0)
     table = list(range(runner.num_blocks))[:8]
@@ -293,7 +293,7 @@ def test_async_engine_streams_speculative_tokens(tiny_llama_dir):
     """Through AsyncLLMEngine: deltas of several tokens per step add up to the greedy output."""
     import asyncio
 
-    from tokenops.engine.async_engine import AsyncLLMEngine
+    from tokenops.engine.core.async_engine import AsyncLLMEngine
 
     prompt = PROMPTS[1]
     params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
@@ -341,7 +341,7 @@ DEMO = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models"
 @pytest.mark.skipif(not (DEMO / "draft" / "model.safetensors").exists(), reason="demo models not built")
 @pytest.mark.parametrize("method", ["ngram", "draft"])
 def test_demo_models_greedy_identical(method):
-    from tokenops.engine.tokenizer import Tokenizer
+    from tokenops.engine.core.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(DEMO / "target")
     texts = ["Write a Python function that reverses a string.", "What is the capital of France?",

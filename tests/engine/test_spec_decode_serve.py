@@ -54,9 +54,9 @@ def test_documented_draft_block_serves_the_targets_greedy_output(tmp_path):
     """The recommended draft settings (k = 8, the confidence stop at 0.1, the draft's weights in
     bfloat16 by default) through ``tokenops serve`` with the openai SDK: the target's own greedy
     tokens, with drafts proposed and accepted."""
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     assert DRAFT_BLOCK is not None, "the draft block is gone from docs/engine-optimizations.md"
     block = DRAFT_BLOCK.group(1).replace('"tokenops/demo_models/', f'"{REPO}/tokenops/demo_models/')

@@ -9,13 +9,13 @@ import random
 
 import numpy as np
 import pytest
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.policies import BUILTIN_PROPOSERS, EnginePolicies
-from tokenops.engine.sampling import SamplingParams
-from tokenops.engine.suffix_calibration import calibrate, split_answers
-from tokenops.engine.suffix_index import SuffixIndex, suffix_array
-from tokenops.engine.suffix_proposer import (
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.core.policies import BUILTIN_PROPOSERS, EnginePolicies
+from tokenops.engine.sampling.sampling import SamplingParams
+from tokenops.engine.spec.suffix_calibration import calibrate, split_answers
+from tokenops.engine.spec.suffix_index import SuffixIndex, suffix_array
+from tokenops.engine.spec.suffix_proposer import (
     AMX_VERIFY_COSTS,
     CORPUS_POSITIONS,
     MATCH_BUCKETS,
@@ -91,8 +91,8 @@ def test_best_cut_follows_a_measured_cost_table():
 def test_default_verify_costs_take_the_amx_table_only_where_the_gguf_runs_on_the_tiles(
     tmp_path, tiny_llama_dir, monkeypatch
 ):
-    from tokenops.engine import quant_kernels
-    from tokenops.engine.default_model import DEFAULT_MODEL_ENV, smollm2_path
+    from tokenops.engine.kernels import quant_kernels
+    from tokenops.engine.models.default_model import DEFAULT_MODEL_ENV, smollm2_path
 
     assert default_verify_costs(EngineConfig(model=str(tiny_llama_dir), device="cpu")) == linear_verify_costs()
     assert default_verify_costs(EngineConfig(model=str(tmp_path / "missing.gguf"), device="cpu")) \
@@ -161,7 +161,7 @@ def test_calibration_learns_that_repeated_phrases_are_accepted():
 
 
 def _toy_corpus(tmp_path, model_dir, answers: list[list[int]]):
-    from tokenops.engine.loader import load_tokenizer
+    from tokenops.engine.models.loader import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     corpus = tmp_path / "answers.u16"

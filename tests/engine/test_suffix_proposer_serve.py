@@ -31,9 +31,9 @@ MAX_TOKENS = 64
 
 
 def _greedy_without_speculation(messages: list[dict]) -> str:
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     engine = LLMEngine(EngineConfig(model=str(gguf_path()), device="cpu", kv_cache_tokens=1024, torch_threads=1))
     text = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)

@@ -3,10 +3,10 @@
 import pytest
 
 from engine_fakes import EOS, OFFSET, FakeRunner, FakeTokenizer
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
-from tokenops.engine.sampling import SamplingParams
-from tokenops.engine.thinking import ThinkingControl
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.sampling.sampling import SamplingParams
+from tokenops.engine.sampling.thinking import ThinkingControl
 
 TOK = FakeTokenizer()
 THOUGHT = "abcWdefghijklmnopqrstuvwxyz\n"  # 28 characters of natural thinking, a reflection "W" inside

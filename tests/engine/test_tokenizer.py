@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tiny_models import CHAT_TEMPLATE
-from tokenops.engine.tokenizer import (
+from tokenops.engine.core.tokenizer import (
     FALLBACK_CHAT_TEMPLATE,
     ChatTemplateError,
     IncrementalDetokenizer,

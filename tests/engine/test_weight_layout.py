@@ -1,15 +1,15 @@
-"""oneDNN prepacked linear weights (tokenops.engine.weight_layout) against plain F.linear."""
+"""oneDNN prepacked linear weights (tokenops.engine.kernels.weight_layout) against plain F.linear."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tokenops.engine.config import EngineConfig
-from tokenops.engine.engine import LLMEngine
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine import LLMEngine
 from tokenops.engine.models.layers import Linear
-from tokenops.engine.sampling import SamplingParams
-from tokenops.engine.weight_layout import onednn_available, pack_linear_weights
+from tokenops.engine.sampling.sampling import SamplingParams
+from tokenops.engine.kernels.weight_layout import onednn_available, pack_linear_weights
 
 from tiny_models import make_tiny_checkpoint
 
@@ -51,7 +51,7 @@ def test_engine_output_identical_with_and_without_packing(tmp_path):
 
 
 def test_tied_lm_head_keeps_the_shared_weight(tmp_path):
-    from tokenops.engine.loader import load_model
+    from tokenops.engine.models.loader import load_model
 
     path = make_tiny_checkpoint("qwen2", tmp_path)  # the tiny qwen2 ties its embeddings
     model, args, _ = load_model(path, torch.float32, torch.device("cpu"))
@@ -76,7 +76,7 @@ def test_layout_choice_and_errors():
 
 @needs_onednn
 def test_auto_packs_only_large_weights():
-    from tokenops.engine.weight_layout import MIN_PACKED_ELEMENTS
+    from tokenops.engine.kernels.weight_layout import MIN_PACKED_ELEMENTS
 
     small, large = Linear(64, 64), Linear(512, MIN_PACKED_ELEMENTS // 512)
     model = torch.nn.Sequential(small, large)
@@ -89,7 +89,7 @@ def test_auto_packs_only_large_weights():
 
 @needs_onednn
 def test_auto_packs_a_shared_weight_only_while_its_copy_is_small(monkeypatch):
-    from tokenops.engine import weight_layout
+    from tokenops.engine.kernels import weight_layout
     from tokenops.engine.models.layers import Embedding
 
     def tied():
@@ -116,7 +116,7 @@ def test_a_compiled_forward_is_not_packed_for_onednn():
     for ``auto`` to pack it when the forward is eager."""
     from pathlib import Path
 
-    from tokenops.engine.policies import EnginePolicies
+    from tokenops.engine.core.policies import EnginePolicies
 
     target = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "target"
     if not (target / "config.json").is_file():

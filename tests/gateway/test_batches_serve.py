@@ -18,7 +18,7 @@ import openai
 import pytest
 from tests.serve_configs import config as serve_config
 from tests.serve_configs import local_model, section
-from tokenops.engine.default_model import shipped_model_dir
+from tokenops.engine.models.default_model import shipped_model_dir
 from tokenops.testing_serve import ServeProcess
 
 API_KEY, OTHER_KEY, ADMIN_KEY = "batch-api-key-1", "batch-other-key-1", "batch-admin-key-1"

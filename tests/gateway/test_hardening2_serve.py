@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tests.serve_configs import config as serve_config, local_model, section
-from tokenops.engine.default_model import shipped_model_dir
+from tokenops.engine.models.default_model import shipped_model_dir
 from tokenops.testing_serve import ServeProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

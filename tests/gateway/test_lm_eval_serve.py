@@ -43,7 +43,7 @@ def _served(tmp_path: Path, workdir: Path, folder: Path, name: str, env: dict[st
 
 def test_lm_eval_multiple_choice_equals_transformers(tmp_path):
     """With float32 activations (``TOKENOPS_QUANT_EXACT=1``) every loglikelihood equals the oracle's to
-    2e-4; with the default two-byte activations of the quantized products (tokenops/engine/quant_kernels.py)
+    2e-4; with the default two-byte activations of the quantized products (tokenops/engine/kernels/quant_kernels.py)
     to 1e-2 (3.2e-3 the largest difference measured, on a choice of -12.75): the same answers either way."""
     workdir = tmp_path / "task"
     shutil.copytree(TASK_DIR, workdir)

@@ -22,7 +22,7 @@ import pytest
 
 from tests.gateway.anthropic_upstream import MODEL_ID, SIGNATURE, TEXT, THINKING, TOOL_ID, AnthropicUpstream
 from tests.gateway.openai_upstream import Upstream
-from tokenops.engine.default_model import smollm2_path
+from tokenops.engine.models.default_model import smollm2_path
 from tokenops.testing_serve import ServeProcess
 from tokenops_plugins.model_optimization._reasoning_tasks import make_reasoning_suite
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tokenops.engine.default_model import shipped_model_dir
+from tokenops.engine.models.default_model import shipped_model_dir
 from tokenops.testing_serve import ServeProcess
 
 KEY = "contract-key-123"

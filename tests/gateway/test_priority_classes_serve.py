@@ -17,7 +17,7 @@ import pytest
 
 from tests.serve_configs import config as serve_config
 from tests.serve_configs import local_model, section
-from tokenops.engine.default_model import shipped_model_dir
+from tokenops.engine.models.default_model import shipped_model_dir
 from tokenops.testing_serve import ServeProcess
 
 API_KEY, ADMIN_KEY, METRICS_KEY = "prio-api-key-1", "prio-admin-key-1", "prio-metrics-key-1"

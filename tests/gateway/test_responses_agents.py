@@ -23,7 +23,7 @@ QUESTION = "Please order 2 apples to Paris, France."
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     pytest.importorskip("agents")
-    from tokenops.engine.default_model import SMOLLM2_INSTALL, smollm2_path
+    from tokenops.engine.models.default_model import SMOLLM2_INSTALL, smollm2_path
 
     if smollm2_path() is None:
         pytest.skip(f"the default model's package is not installed ({SMOLLM2_INSTALL})")

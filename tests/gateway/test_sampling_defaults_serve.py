@@ -1,5 +1,5 @@
 """Unset sampling fields take the model's recommended defaults (its files', else its model card's: SmolLM2's
-says temperature 0.2, top-p 0.9), else llama.cpp's truncated sampler (tokenops/engine/sampling_defaults.py).
+says temperature 0.2, top-p 0.9), else llama.cpp's truncated sampler (tokenops/engine/sampling/sampling_defaults.py).
 Measured through serve, 600 answers to the README's request: 0 unreadable with SmolLM2's card values,
 2-5 with llama.cpp's (0.8/0.95/40/0.05: "I'suѕѕѕ...", "I'sláh"; SmolLM2 puts 40% on "'s" after
 "Hello! I"); so 20 of 20 is a test that does not flake. Through a real ``tokenops serve`` on the default model: the
@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tests import real_model
-from tokenops.engine.sampling_defaults import SamplingDefaults, model_sampling_defaults
+from tokenops.engine.sampling.sampling_defaults import SamplingDefaults, model_sampling_defaults
 from tokenops.testing_serve import ServeProcess
 
 def unreadable(text: str) -> str | None:

@@ -24,7 +24,7 @@ import openai
 import pytest
 from tests.serve_configs import config as serve_config
 from tests.serve_configs import local_model, section
-from tokenops.engine.default_model import shipped_model_dir
+from tokenops.engine.models.default_model import shipped_model_dir
 from tokenops.testing_serve import ServeProcess
 
 API_KEY, ADMIN_KEY = "h3-api-key-123", "h3-admin-key-123"

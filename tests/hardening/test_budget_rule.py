@@ -16,7 +16,7 @@ import openai
 import pytest
 from tests.serve_configs import config as serve_config
 from tests.serve_configs import local_model
-from tokenops.engine.default_model import shipped_model_dir
+from tokenops.engine.models.default_model import shipped_model_dir
 from tokenops.testing_serve import ServeProcess
 
 MODEL = "demo"

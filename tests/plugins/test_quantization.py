@@ -73,7 +73,7 @@ def test_hook_applies_configured_mode(model):
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_int8_few_rows_use_the_native_kernel_and_match_dequantized(bias, monkeypatch):
-    from tokenops.engine.native import get_kernel
+    from tokenops.engine.kernels.native import get_kernel
     from tokenops_plugins.model_optimization import _quant_layers
 
     if get_kernel() is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import openai
 
-from tokenops.engine.thinking import ThinkingControl
+from tokenops.engine.sampling.thinking import ThinkingControl
 from tokenops.testing_serve import ServeProcess
 
 OPEN, CLOSE, EOS, NL, WORD = 1, 2, 3, 4, 5

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tokenops.engine.thinking import ThinkingControl
+from tokenops.engine.sampling.thinking import ThinkingControl
 from tokenops.testing_serve import ServeProcess
 from tokenops_plugins.model_optimization._adaptive_budget import BudgetTable, features
 from tokenops_plugins.model_optimization._traffic_budget import (

@@ -13,7 +13,7 @@ grammar (llguidance Lark) admits, as the request asks:
 
 Each call's ``arguments`` is its own ``%json`` with the function's ``parameters`` as the
 root schema (as the ``hermes`` grammar does), so every call is valid JSON for its schema;
-the budget-aware close (:func:`tokenops.engine.grammar.steer_to_close`) ends the turn
+the budget-aware close (:func:`tokenops.engine.sampling.grammar.steer_to_close`) ends the turn
 rather than start a call that cannot finish.
 """
 
@@ -99,7 +99,7 @@ class GenericToolCallParser(ToolCallParser):
 
     def shortest(self, functions: list[dict[str, Any]]) -> str:
         """The longest of the functions' shortest calls (for the budget-aware close)."""
-        from tokenops.engine.json_shortest import shortest_json
+        from tokenops.engine.sampling.json_shortest import shortest_json
 
         calls = [
             f'{OPEN_TAG}{{"name": {json.dumps(fn["name"])}, "arguments": {shortest_json(fn.get("parameters") or {})}}}'

@@ -28,7 +28,7 @@ from tokenops.backends.reasoning_parsers import get_reasoning_parser
 from tokenops.backends.tool_format import GENERIC, NATIVE, tool_format_of
 from tokenops.backends.tool_parsers import get_tool_call_parser
 from tokenops.config import ModelConfig, Settings
-from tokenops.engine.sampling_defaults import SamplingDefaults, model_sampling_defaults
+from tokenops.engine.sampling.sampling_defaults import SamplingDefaults, model_sampling_defaults
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 
 
@@ -36,7 +36,7 @@ def engine_config_for(model: ModelConfig, settings: Settings, configure_engine: 
     """The :class:`EngineConfig` of one model: ``[engine]`` settings, then the model's overrides,
     then ``configure_engine`` (the plugins' ``tokenops_engine_config`` when the backend was built
     with :func:`tokenops.policy_hooks.plugin_calls`)."""
-    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.core.config import EngineConfig
 
     overrides = dict(model.engine)
     overrides.setdefault("model", model.path)
@@ -115,7 +115,7 @@ class LocalBackend:
     async def load_engine(self) -> None:
         """Build the engine (on its own thread: the event loop and /health stay free)."""
         if self.engine is None:
-            from tokenops.engine.async_engine import AsyncLLMEngine
+            from tokenops.engine.core.async_engine import AsyncLLMEngine
 
             # Loading weights blocks for a while: keep the event loop (and /health) free. The
             # plugins' engine policies are collected once, here (the config is configured already).
@@ -202,7 +202,7 @@ class LocalBackend:
         return tok.encode(request.prompt or "", add_special_tokens=True)
 
     def _sampling(self, request: GatewayRequest, num_prompt: int) -> Any:
-        from tokenops.engine.sampling import SamplingParams
+        from tokenops.engine.sampling.sampling import SamplingParams
 
         sampling, output = request.sampling, request.output
         max_tokens = request.max_tokens
@@ -329,7 +329,7 @@ class LocalBackend:
         return thinking_control(tok, p.open_tag, p.close_tag, budget, starts)
 
     def _plan(self, request: GatewayRequest) -> Any:
-        from tokenops.engine.grammar import GrammarError
+        from tokenops.engine.sampling.grammar import GrammarError
 
         try:
             return plan_request(request.output, self.tool_call_parser, request.messages)
@@ -338,7 +338,7 @@ class LocalBackend:
 
     async def _compile(self, spec: Any) -> Any:
         """A matcher for ``spec``, compiled off the event loop and the engine thread."""
-        from tokenops.engine.grammar import COMPILE_TIMEOUT_S, GrammarError
+        from tokenops.engine.sampling.grammar import COMPILE_TIMEOUT_S, GrammarError
 
         try:
             return await asyncio.wait_for(self.engine.grammar_compiler.compile_async(spec), COMPILE_TIMEOUT_S)

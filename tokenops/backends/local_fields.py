@@ -1,5 +1,5 @@
 """The request fields the bundled engine reads beyond the basic sampling ones: penalties,
-``logit_bias`` and ``min_tokens`` (into :class:`~tokenops.engine.sampling.SamplingParams`), completions'
+``logit_bias`` and ``min_tokens`` (into :class:`~tokenops.engine.sampling.sampling.SamplingParams`), completions'
 ``echo`` (the prompt and its tokens' logprobs, as the first delta of each choice), and the content
 parts a text-only model cannot read (a 400 naming the part, never a silently dropped image).
 

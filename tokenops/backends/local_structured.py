@@ -43,7 +43,7 @@ class StructuredPlan:
     """What one chat request needs: template variables, a grammar, a tool-call parser."""
 
     template_kwargs: dict[str, Any]
-    grammar: Any = None  # tokenops.engine.grammar.GrammarSpec
+    grammar: Any = None  # tokenops.engine.sampling.grammar.GrammarSpec
     parser: ToolCallParser | None = None
     #: The grammar writes any call (forced, or auto beside a response_format): valid as it grows.
     is_call_constrained: bool = False
@@ -64,7 +64,7 @@ def plan_request(
     """The plan for the output fields of a validated chat request (``parser_name``: the model's
     tool-call parser; ``generic`` for a model whose template knows no tools; ``messages``: the
     conversation, which the generic format's ``auto`` reads for the calls just answered)."""
-    from tokenops.engine.grammar import GrammarError, GrammarSpec
+    from tokenops.engine.sampling.grammar import GrammarError, GrammarSpec
 
     plan = StructuredPlan(template_kwargs={})
     tools = fields.tools or []
@@ -112,7 +112,7 @@ def plan_request(
 
 def response_format_grammar(response_format: Any) -> Any:
     """The grammar of an OpenAI ``response_format`` (None for ``text`` or none)."""
-    from tokenops.engine.grammar import GrammarSpec
+    from tokenops.engine.sampling.grammar import GrammarSpec
 
     if not isinstance(response_format, dict):
         return None

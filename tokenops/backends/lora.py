@@ -4,7 +4,7 @@ Each ``[[models]] lora = {name = "folder"}`` entry (or ``--lora NAME=FOLDER``) b
 in the gateway whose replicas are :class:`LoraBackend` objects, one per replica of the base. They hold
 no engine: a request is run by the base replica's engine with the adapter named
 (:meth:`LocalBackend.stream`'s ``lora``), so base and adapter rows share one batch
-(tokenops/engine/lora_adapters.py). Which adapter answers is thus a routing decision like any model name.
+(tokenops/engine/lora/lora_adapters.py). Which adapter answers is thus a routing decision like any model name.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from tokenops.types import GatewayRequest, ReasoningBudget
 
 if TYPE_CHECKING:
     from tokenops.diffusion.samplers import DiffusionPlan
-    from tokenops.engine.config import EngineConfig
+    from tokenops.engine.core.config import EngineConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class PluginCalls:
 
 
 def _configure_builtin(config: EngineConfig) -> EngineConfig:
-    from tokenops.engine.policies import EnginePolicies
+    from tokenops.engine.core.policies import EnginePolicies
 
     policies = EnginePolicies()  # the built-in queue orders and proposers: names outside them are refused now
     policies.schedule_order(config.schedule_policy)
@@ -43,7 +43,7 @@ def _configure_builtin(config: EngineConfig) -> EngineConfig:
 
 
 def _build_builtin(config: EngineConfig) -> Any:
-    from tokenops.engine.engine import LLMEngine
+    from tokenops.engine.core.engine import LLMEngine
 
     return LLMEngine(config)
 

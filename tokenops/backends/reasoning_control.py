@@ -1,6 +1,6 @@
 """Thinking control for the bundled engine: the request's budget (from the
 ``tokenops_reasoning_budget`` hook) turned into the engine's token-level
-:class:`tokenops.engine.thinking.ThinkingControl`.
+:class:`tokenops.engine.sampling.thinking.ThinkingControl`.
 
 Request fields: ``reasoning_effort`` (OpenAI's ``none``/``minimal``/``low``/``medium``/
 ``high``) and the extension ``max_thinking_tokens`` (an integer >= 0). Both need a model
@@ -98,7 +98,7 @@ def thinking_control(
     tokenizer: Any, open_tag: str, close_tag: str, budget: ReasoningBudget | None, starts_thinking: bool = False
 ) -> Any:
     """The engine's per-request control for these tags and ``budget`` (counting only when None)."""
-    from tokenops.engine.thinking import ThinkingControl
+    from tokenops.engine.sampling.thinking import ThinkingControl
 
     encode = lambda s: tuple(tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
     return ThinkingControl(

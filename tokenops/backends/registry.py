@@ -62,7 +62,7 @@ def default_model_configs() -> list[ModelConfig]:
     from pathlib import Path
 
     try:
-        from tokenops.engine.default_model import default_model_name
+        from tokenops.engine.models.default_model import default_model_name
 
         name = default_model_name()
     except ImportError:  # engine extras missing: the name is still the demo's

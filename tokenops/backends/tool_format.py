@@ -4,7 +4,7 @@ A model whose chat template renders ``tools`` (Hermes, Qwen 2.5/3, Llama 3.x, Mi
 gets them through its template, and writes calls in its own format (``[[models]]
 tool_call_parser``). A model whose template ignores them (SmolLM2, the fallback template)
 gets the **generic** format instead: decided once at load by rendering the template with
-and without a dummy tool (:meth:`tokenops.engine.tokenizer.Tokenizer.renders_tools`).
+and without a dummy tool (:meth:`tokenops.engine.core.tokenizer.Tokenizer.renders_tools`).
 
 The generic format, the one documented way (docs/serve.md, "Tools on every model"):
 

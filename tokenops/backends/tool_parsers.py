@@ -239,7 +239,7 @@ class HermesToolCallParser(ToolCallParser):
 
     def shortest(self, functions: list[dict[str, Any]]) -> str:
         """The longest of the functions' shortest calls (for the budget-aware close)."""
-        from tokenops.engine.json_shortest import shortest_json
+        from tokenops.engine.sampling.json_shortest import shortest_json
 
         calls = [
             f'{self.open_tag}\n{{"name":{json.dumps(fn["name"])},"arguments":'

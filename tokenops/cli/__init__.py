@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: known errors become one line (``TOKENOPS_DEBUG=1`` shows tracebacks)."""
     known = _known_errors()
     try:
-        from tokenops.engine.openmp_wait import apply_spin_setting
+        from tokenops.engine.kernels.openmp_wait import apply_spin_setting
 
         apply_spin_setting()  # TOKENOPS_OMP_SPIN, before any command imports torch (and libgomp): see openmp_wait.py
         build_app()(args=argv, standalone_mode=True)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from tokenops.engine import compile_notice
+from tokenops.engine.kernels import compile_notice
 
 
 class StartProgress:

@@ -4,7 +4,7 @@ prefill, prefix caching, Hugging Face checkpoints (see DESIGN.md).
 Importing this package is cheap; the public classes load on first access:
 ``LLMEngine``, ``AsyncLLMEngine``, ``SamplingParams``, ``EngineConfig``,
 ``ModelRunner``, ``ChunkInput``, ``Tokenizer``, ``EnginePolicies`` (the policies an engine
-takes as constructor arguments; contracts in :mod:`tokenops.engine.protocols`).
+takes as constructor arguments; contracts in :mod:`tokenops.engine.core.protocols`).
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "LLMEngine": "tokenops.engine.engine",
-    "AsyncLLMEngine": "tokenops.engine.async_engine",
-    "SamplingParams": "tokenops.engine.sampling",
-    "EngineConfig": "tokenops.engine.config",
-    "EnginePolicies": "tokenops.engine.policies",
-    "RequestOutput": "tokenops.engine.outputs",
-    "CompletionOutput": "tokenops.engine.outputs",
-    "ModelRunner": "tokenops.engine.model_runner",
-    "ChunkInput": "tokenops.engine.batch",
-    "Tokenizer": "tokenops.engine.tokenizer",
-    "IncrementalDetokenizer": "tokenops.engine.tokenizer",
-    "default_model_dir": "tokenops.engine.default_model",
-    "default_model_name": "tokenops.engine.default_model",
+    "LLMEngine": "tokenops.engine.core.engine",
+    "AsyncLLMEngine": "tokenops.engine.core.async_engine",
+    "SamplingParams": "tokenops.engine.sampling.sampling",
+    "EngineConfig": "tokenops.engine.core.config",
+    "EnginePolicies": "tokenops.engine.core.policies",
+    "RequestOutput": "tokenops.engine.core.outputs",
+    "CompletionOutput": "tokenops.engine.core.outputs",
+    "ModelRunner": "tokenops.engine.core.model_runner",
+    "ChunkInput": "tokenops.engine.core.batch",
+    "Tokenizer": "tokenops.engine.core.tokenizer",
+    "IncrementalDetokenizer": "tokenops.engine.core.tokenizer",
+    "default_model_dir": "tokenops.engine.models.default_model",
+    "default_model_name": "tokenops.engine.models.default_model",
 }
 
 __all__ = sorted(_LAZY)

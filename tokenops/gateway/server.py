@@ -26,7 +26,7 @@ def model_from_arg(value: str, name: str | None = None) -> ModelConfig:
         return ModelConfig(name=served, backend="openai", url=value)
     path = Path(value).expanduser()
     if path.is_file():
-        from tokenops.engine.gguf_reader import is_gguf
+        from tokenops.engine.gguf.gguf_reader import is_gguf
 
         if not is_gguf(path):
             raise ConfigError(f"--model {value}: a file but not a GGUF model (a .gguf file, a model folder or a URL)")

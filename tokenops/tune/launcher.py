@@ -219,8 +219,8 @@ class Launcher:
 
     def environment(self, params: dict[str, Any], server: ServerProcess) -> dict[str, str]:
         """The server's whole environment: this process's, less the barrier spin the ``tokenops``
-        command set for its own engine (:func:`~tokenops.engine.openmp_wait.environ_for_other_programs`)."""
-        from tokenops.engine.openmp_wait import environ_for_other_programs
+        command set for its own engine (:func:`~tokenops.engine.kernels.openmp_wait.environ_for_other_programs`)."""
+        from tokenops.engine.kernels.openmp_wait import environ_for_other_programs
 
         return environ_for_other_programs()
 

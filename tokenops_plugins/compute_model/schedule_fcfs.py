@@ -2,7 +2,7 @@
 registered here so `tokenops plugins` lists it with the other queue orders)."""
 
 from tokenops import hookimpl
-from tokenops.engine.policies import fcfs_order
+from tokenops.engine.core.policies import fcfs_order
 
 TOKENOPS_LAYER = "compute_model"
 

@@ -2,7 +2,7 @@
 engine as ``priority``; registered here so `tokenops plugins` lists it."""
 
 from tokenops import hookimpl
-from tokenops.engine.policies import priority_order
+from tokenops.engine.core.policies import priority_order
 
 TOKENOPS_LAYER = "compute_model"
 

@@ -55,9 +55,9 @@ def traffic_figures(model_dir: Path, pairs: list[tuple[str, str]], max_new_token
 def draft_acceptance(teacher_dir: Path, draft_dir: Path, prompts: list[str], k: int = 4, max_tokens: int = 32) -> dict:
     """The bundled engine's speculative decoding (greedy) with ``draft_dir`` drafting for ``teacher_dir``."""
     from tokenizers import Tokenizer
-    from tokenops.engine.config import EngineConfig
-    from tokenops.engine.engine import LLMEngine
-    from tokenops.engine.sampling import SamplingParams
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
 
     from ..multi_model import _task_training as tt
 

@@ -40,7 +40,7 @@ class Int8Linear(nn.Module):
         return nn.functional.linear(x, self.dequantized(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
 
 
-#: Rows up to which Int8Linear multiplies with the native int8 kernel (tokenops.engine.native): measured
+#: Rows up to which Int8Linear multiplies with the native int8 kernel (tokenops.engine.kernels.native): measured
 #: on the 32M benchmark Llama's layers (2 threads), one row took 2.1 ms against 4.4 ms for float32
 #: oneDNN and ~40 ms for dequantize-then-matmul; at 4 rows and more the unblocked kernel loses to
 #: dequantizing.
@@ -48,7 +48,7 @@ MAX_KERNEL_ROWS = 2
 
 
 def _q8_kernel():
-    from tokenops.engine.native import get_kernel
+    from tokenops.engine.kernels.native import get_kernel
 
     return get_kernel()
 

@@ -1,7 +1,7 @@
 """Speculative decoding with a draft model (a second, smaller model, same tokenizer).
 
 The proposer itself is built into the engine
-(:class:`tokenops.engine.proposers.DraftModelProposer`, which explains how the draft's
+(:class:`tokenops.engine.spec.proposers.DraftModelProposer`, which explains how the draft's
 paged cache shares the target's block tables); this plugin registers it under ``draft``
 with the ``[plugins.speculative] draft_min_confidence`` setting applied.
 
@@ -13,7 +13,7 @@ Enable with ``EngineConfig(speculative="draft", draft_model="path/to/draft")`` o
 from __future__ import annotations
 
 from tokenops import hookimpl
-from tokenops.engine.proposers import DraftModelProposer
+from tokenops.engine.spec.proposers import DraftModelProposer
 
 TOKENOPS_LAYER = "model_optimization"
 

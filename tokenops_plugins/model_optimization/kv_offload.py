@@ -1,5 +1,5 @@
 """KV offload tier policy: when it is on and how big it is (the mechanism is in the engine:
-``tokenops/engine/offload_index.py`` and ``offload_store.py``).
+``tokenops/engine/kv/offload_index.py`` and ``offload_store.py``).
 
 Prefix-cache blocks the engine's KV pool evicts are copied to host memory (and, when
 the host tier overflows, to disk) under their chained block hash; a returning prefix

@@ -18,7 +18,7 @@ sequences fit in the cache together. Preempted sequences are recomputed in full
 and evicted again on their next decode step. Not combined with the draft-model
 proposer (its cache shares the block tables).
 
-The policy is built into the engine (:class:`tokenops.engine.policies.SinkWindowPolicy`,
+The policy is built into the engine (:class:`tokenops.engine.core.policies.SinkWindowPolicy`,
 used whenever ``kv_window_tokens`` is set); this plugin maps ``[plugins.kv_policy]`` onto
 those engine settings.
 
@@ -28,7 +28,7 @@ Enable: ``EngineConfig(kv_sink_tokens=4, kv_window_tokens=256)`` or in
     [plugins.kv_policy]
     sink_tokens = 4
     window_tokens = 256
-    cache_dtype = "int8"    # also: the int8 KV cache (tokenops/engine/kv_quant.py)
+    cache_dtype = "int8"    # also: the int8 KV cache (tokenops/engine/kv/kv_quant.py)
                             # or "bfloat16": a float32 model's cache in half the bytes
 """
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenops import hookimpl
-from tokenops.engine.policies import SinkWindowPolicy
+from tokenops.engine.core.policies import SinkWindowPolicy
 from tokenops.tunables import Tunable
 
 __all__ = ["SinkWindowPolicy"]

@@ -1,6 +1,6 @@
 """Speculative decoding settings and the n-gram (prompt lookup) proposer with them.
 
-The proposer (:class:`tokenops.engine.proposers.NgramProposer`, built into the engine)
+The proposer (:class:`tokenops.engine.spec.proposers.NgramProposer`, built into the engine)
 matches the last ``n`` tokens of a sequence (``n`` from ``max_ngram`` down to
 ``min_ngram``) against earlier positions of the same sequence and proposes the tokens
 that followed the most recent match. It costs no model forward, so it pays off whenever
@@ -22,13 +22,13 @@ or in ``tokenops.toml``::
     disable_by_batch_size = 0       # no proposals while this many sequences or more run (0: never)
 
 Tunables (restart): ``speculative.method``, ``speculative.num_tokens``.
-``suffix`` (:mod:`tokenops.engine.suffix_proposer`) is prompt lookup first and, where it finds
+``suffix`` (:mod:`tokenops.engine.spec.suffix_proposer`) is prompt lookup first and, where it finds
 nothing, the most frequent continuation in a corpus of the model's own answers: the one that pays
 on chat, where little of the answer is in the prompt. Its corpus must be built with the model's
 tokenizer (checked when the engine is built). ``verify_costs`` tells it what verifying costs on
 your machine (``tests/benchmarks/speculative.py --verify-cost`` prints the column); unset, it uses
 the table measured with the AMX tiles where the model's GGUF runs on them, else a row at a quarter
-of a decode step (:func:`tokenops.engine.suffix_proposer.default_verify_costs`).
+of a decode step (:func:`tokenops.engine.spec.suffix_proposer.default_verify_costs`).
 The draft-model proposer is registered by ``draft_proposer.py``; this module owns the
 shared settings and applies them to the engine config (``tokenops_engine_config``). The
 method name is checked against the registered proposers when the engine is built.
@@ -39,8 +39,8 @@ from __future__ import annotations
 from typing import Any
 
 from tokenops import hookimpl
-from tokenops.engine.proposers import NgramProposer
-from tokenops.engine.suffix_proposer import build_suffix_proposer, check_verify_costs
+from tokenops.engine.spec.proposers import NgramProposer
+from tokenops.engine.spec.suffix_proposer import build_suffix_proposer, check_verify_costs
 from tokenops.tunables import Tunable
 
 __all__ = ["NgramProposer", "settings"]

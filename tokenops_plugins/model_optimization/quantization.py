@@ -5,7 +5,7 @@
   minimum), two 4-bit values packed per byte (8x smaller than fp32, plus scales).
 
 Weights stay quantized in memory. For one or two rows (decode at batch 1-2) int8 layers
-multiply with the engine's native int8 kernel (``tokenops.engine.native``, reading the int8
+multiply with the engine's native int8 kernel (``tokenops.engine.kernels.native``, reading the int8
 weights directly, about 2x faster than float32 there); otherwise weights are dequantized per
 matmul into the activation dtype. torch's packed int8/int4 CPU kernels were measured slower
 than both on the development machine (docs/engine-optimizations.md).

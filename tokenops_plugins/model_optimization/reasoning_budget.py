@@ -1,6 +1,6 @@
 """Reasoning budget policy: how long a reasoning model may think, per request.
 
-The engine enforces a budget by budget forcing (:mod:`tokenops.engine.thinking`); this
+The engine enforces a budget by budget forcing (:mod:`tokenops.engine.sampling.thinking`); this
 plugin decides it (``tokenops_reasoning_budget``), in this order:
 
 1. ``max_thinking_tokens`` in the request (extension): that many tokens;

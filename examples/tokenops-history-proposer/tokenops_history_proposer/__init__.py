@@ -3,7 +3,7 @@
 Both are registered by name (``tokenops_register_proposers`` and
 ``tokenops_register_schedule_orders``), which makes them selectable with
 ``speculative = "history"`` and ``schedule_policy = "sjf"``. The proposer implements
-:class:`tokenops.engine.protocols.Proposer`. Its methods run on the engine thread,
+:class:`tokenops.engine.core.protocols.Proposer`. Its methods run on the engine thread,
 once per step, so lookups stay bounded: ``max_sequences`` finished sequences, each
 scanned from its end.
 """
@@ -14,7 +14,7 @@ from collections import deque
 from typing import Any
 
 from tokenops import hookimpl
-from tokenops.engine.protocols import Proposal
+from tokenops.engine.core.protocols import Proposal
 
 TOKENOPS_LAYER = "model_optimization"
 
@@ -61,7 +61,7 @@ class HistoryProposer:
                     return corpus[at + n:at + n + num_tokens]
         return []
 
-    # -- tokenops.engine.protocols.Proposer ------------------------------------------------
+    # -- tokenops.engine.core.protocols.Proposer ------------------------------------------------
 
     def propose(self, seqs: list[Any], num_tokens: list[int]) -> list[Proposal]:
         for seq in seqs:

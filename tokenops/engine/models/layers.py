@@ -13,12 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tokenops.engine.attention import AttentionMetadata, paged_attention
+from tokenops.engine.kernels.attention import AttentionMetadata, paged_attention
 from tokenops.engine.models.args import ModelArgs
 from tokenops.engine.models.rope import apply_rope, rope_cos_sin
 
 if TYPE_CHECKING:
-    from tokenops.engine.panels import PanelWeight
+    from tokenops.engine.kernels.panels import PanelWeight
 
 __all__ = ["Embedding", "GatedMLP", "Linear", "RMSNorm", "SelfAttention", "activation", "apply_rope", "rope_cos_sin"]
 
@@ -42,14 +42,14 @@ class Linear(nn.Linear):
     """``nn.Linear`` without random initialisation: weights always come from a checkpoint,
     and initialising billions of parameters only to overwrite them costs seconds.
 
-    After :meth:`pack` (see :mod:`tokenops.engine.weight_layout`) the layer multiplies
+    After :meth:`pack` (see :mod:`tokenops.engine.kernels.weight_layout`) the layer multiplies
     through oneDNN with its weight prepacked in the GEMM's own blocked layout; with a
     :attr:`panel`, through the fused decode step's products over its packed copy."""
 
     #: The oneDNN-packed weight (an opaque ``mkldnn`` tensor), or None: plain ``F.linear``.
     packed: torch.Tensor | None = None
     #: The weight as the fused decode step packs it (a callable ``(x, bias) -> y``, see
-    #: tokenops/engine/fused_decode.py), or None.
+    #: tokenops/engine/kernels/fused_decode.py), or None.
     panel: PanelWeight | None = None
 
     def reset_parameters(self) -> None:

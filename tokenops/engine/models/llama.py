@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from tokenops.engine.attention import AttentionMetadata
+from tokenops.engine.kernels.attention import AttentionMetadata
 from tokenops.engine.models.args import ModelArgs
 from tokenops.engine.models.layers import Embedding, GatedMLP, Linear, RMSNorm, SelfAttention
 from tokenops.engine.models.moe import SparseMoeBlock

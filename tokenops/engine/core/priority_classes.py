@@ -1,0 +1,72 @@
+"""The scheduler's priority classes: what batch sequences may take, and which to preempt for
+interactive ones (``config.priority_classes``; the rules are in :mod:`tokenops.engine.core.scheduler`).
+
+Plain functions over the scheduler's queues, so they are read and tested apart from the step loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenops.engine.kv.block_manager import BlockManager
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.sequence import Sequence
+
+
+@dataclass(slots=True)
+class BatchCap:
+    """What batch sequences may still take in this step: slots and tokens."""
+
+    num_seqs: int
+    num_tokens: int
+
+
+def batch_cap(
+    config: EngineConfig, running: list[Sequence], waiting: list[Sequence], num_batch_tokens: int
+) -> BatchCap | None:
+    """What batch sequences may still take this step while interactive work is present
+    (``batch_max_share`` of the slots and of the step's tokens, ``num_batch_tokens`` of which
+    they have taken already); None: nothing interactive is there, no bound."""
+    if all(s.is_batch for s in running) and all(s.is_batch for s in waiting):
+        return None
+    share = config.batch_max_share
+    num_batch_seqs = sum(1 + s.num_pending_forks for s in running if s.is_batch)
+    return BatchCap(
+        max(0, int(share * config.max_num_seqs) - num_batch_seqs),
+        max(0, int(share * config.max_num_batched_tokens) - num_batch_tokens),
+    )
+
+
+def make_room_for_interactive(
+    config: EngineConfig,
+    bm: BlockManager,
+    running: list[Sequence],
+    waiting: list[Sequence],
+    preempt: Callable[[Sequence], None],
+) -> None:
+    """Preempt the newest running batch sequences while batch work holds more than its share of
+    the slots, and while the waiting interactive sequences (``waiting``, in queue order) find no
+    slot or KV blocks; stops at the first interactive one that would not fit even with every batch
+    one gone. ``preempt`` takes a sequence out of ``running`` and frees its blocks."""
+    batch = sorted((s for s in running if s.is_batch), key=lambda s: (s.arrival_time, s.seq_id))
+    if not batch or not waiting:
+        return
+    max_batch_seqs = int(config.batch_max_share * config.max_num_seqs)
+    while batch and sum(1 + s.num_pending_forks for s in batch) > max_batch_seqs:
+        preempt(batch.pop())
+    num_seqs = num_blocks = 0  # what the interactive sequences admitted so far need
+    for seq in waiting:
+        num_seqs += 1 + seq.num_pending_forks
+        # every block counted fresh: a cached prefix only makes the room found larger
+        num_blocks += bm.num_blocks_for(len(seq.token_ids))
+        num_held = len(running) - len(batch)  # the interactive sequences running
+        num_batch_blocks = sum(len(s.block_table) for s in batch)
+        if (num_held and num_held + num_seqs > config.max_num_seqs) or (
+            num_blocks > bm.num_free_blocks + num_batch_blocks
+        ):
+            return  # it waits for interactive work to finish: preempting batch work would not help
+        while batch and (len(running) + num_seqs > config.max_num_seqs or num_blocks > bm.num_free_blocks):
+            preempt(batch.pop())

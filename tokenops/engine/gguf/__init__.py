@@ -1,0 +1,1 @@
+"""GGUF files: header, reader, quant types, tokenizer, weights and transcoding."""

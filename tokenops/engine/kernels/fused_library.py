@@ -1,0 +1,203 @@
+"""The C library behind the fused step (:mod:`tokenops.engine.kernels.fused_decode`), built once per panel
+and KV dtype, and which models the step can run (:func:`ineligible_reason`): kept apart from the
+decoder class so each file holds one concern."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from tokenops.engine.kernels._fused_decode_c import SOURCE as _SOURCE
+from tokenops.engine.models.layers import Linear
+from tokenops.engine.models.llama import CausalLM
+
+log = logging.getLogger(__name__)
+
+
+class QkWeight(ctypes.Structure):
+    """``qk_weight`` of the quantized kernels' C source: a GGUF-encoded weight as the fused step reads it."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("rb", ctypes.c_int64),
+        ("N", ctypes.c_int64),
+        ("K", ctypes.c_int64),
+        ("t", ctypes.c_int32),
+        ("packed", ctypes.c_int32),
+    ]
+
+
+class LayerRecord(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_void_p)
+        for name in (
+            "in_norm",
+            "post_norm",
+            "q_norm",
+            "k_norm",
+            "wqkv",
+            "bqkv",
+            "wo",
+            "bo",
+            "wgu",
+            "bgu",
+            "wd",
+            "bd",
+            "kc",
+            "vc",
+        )
+    ] + [("window", ctypes.c_int64)]
+
+
+_lock = threading.Lock()
+_libs: dict[str, ctypes.CDLL | None] = {}  # panel dtype (+ "-kvbf16") -> library (None: could not be built)
+
+
+def library(panel_dtype: str = "float32", kv_bf16: bool = False) -> ctypes.CDLL | None:
+    key = panel_dtype + ("-kvbf16" if kv_bf16 else "")
+    if key in _libs:
+        return _libs[key]
+    with _lock:
+        if key not in _libs:
+            import subprocess
+
+            from tokenops.engine.kernels.native import build_library
+
+            source, stem = _SOURCE, "fused_decode"
+            if panel_dtype == "bfloat16":
+                source, stem = "#define TK_PANEL_BF16 1\n" + _SOURCE, "fused_decode_bf16"
+            elif panel_dtype == "gguf":  # the products from GGUF blocks (quant_kernels' source, TK_QUANT)
+                from tokenops.engine.kernels.quant_kernels import SOURCE as quant_source
+
+                source, stem = quant_source + "#define TK_QUANT 1\n" + _SOURCE, "fused_decode_gguf"
+            if kv_bf16:
+                source, stem = "#define TK_KV_BF16 1\n" + source, stem + "_kvbf16"
+            lib = None
+            try:
+                lib = ctypes.CDLL(str(build_library(source=source, stem=stem)))
+                p = ctypes.c_void_p
+                lib.fused_decode_f32.argtypes = [
+                    p,
+                    p,
+                    ctypes.c_float,
+                    ctypes.c_float,
+                    p,
+                    p,
+                    p,
+                    p,
+                    p,
+                    p,
+                    p,
+                    ctypes.c_int,
+                ]
+                lib.fused_decode_f32.restype = ctypes.c_int
+                i64 = ctypes.c_int64
+                lib.linear_panels.argtypes = [p, i64, p, p, p, i64, i64, ctypes.c_int]
+                lib.linear_panels.restype = ctypes.c_int
+                lib.fused_draft_f32.argtypes = [*lib.fused_decode_f32.argtypes, i64, p, i64, ctypes.c_float, p, p, p]
+                lib.fused_decode_lora_f32.argtypes = [*lib.fused_decode_f32.argtypes, p]
+                lib.fused_decode_lora_f32.restype = ctypes.c_int
+                lib.fused_draft_f32.restype = ctypes.c_int
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                log.warning("fused decode step unavailable, decodes use the PyTorch path: %s", e)
+                lib = None
+            _libs[key] = lib
+    return _libs[key]
+
+
+def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: torch.device) -> str | None:
+    """Why ``model`` cannot use the fused decode step, or None when it can."""
+    from tokenops.engine.kernels.native import disabled
+
+    if disabled():
+        return "native kernels are disabled (TOKENOPS_NATIVE_ATTENTION=0)"
+    if device.type != "cpu":
+        return "it is for CPU"
+    if not isinstance(model, CausalLM):
+        return "the model was replaced by a transform"
+    args = model.args
+    if args.is_moe:
+        return "the model has mixture-of-experts layers"
+    if kv_cache.dtype not in (torch.float32, torch.bfloat16):
+        return "it needs a float32 or bfloat16 KV cache"
+    if args.hidden_act not in ("silu", "swish"):
+        return f"activation {args.hidden_act!r} (only SiLU)"
+    layers = [
+        m
+        for layer in model.model.layers
+        for m in (
+            layer.self_attn.qkv_proj,
+            layer.self_attn.o_proj,
+            layer.dense_mlp.gate_up_proj,
+            layer.dense_mlp.down_proj,
+        )
+    ]
+    if is_quantized(model):
+        why = _quantized_reason(model, layers + [model.lm_head])
+        if why is not None:
+            return why
+    else:
+        for module in layers + [model.lm_head]:
+            if type(module) is not Linear:
+                return f"a weight transform replaced a linear layer ({type(module).__name__})"
+    if any(param.dtype != torch.float32 for param in model.parameters()):
+        return "it needs float32 weights"
+    if args.num_heads % args.num_kv_heads:
+        return "query heads are not a multiple of KV heads"
+    # what the C step does not compute (Gemma 2/3, Phi-3 variants): such models keep the PyTorch forward
+    if args.norm_offset or args.embed_scale != 1.0 or args.sandwich_norms:
+        return "Gemma-style norms and embedding scale"
+    if args.attn_softcap is not None or args.final_softcap is not None:
+        return "soft-capped attention scores or logits"
+    if args.rotary_dim != args.head_dim:
+        return "partial rotary embeddings"
+    if args.local_rope_theta is not None or args.rope_spec().attention_factor() != 1.0 or args.rope_spec().is_longrope:
+        return "per-layer or LongRoPE rotary tables"
+    if args.query_pre_attn_scalar is not None and args.attn_scale != args.head_dim**-0.5:
+        return "an attention scale other than head_dim ** -0.5"
+    return None
+
+
+def is_quantized(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds GGUF-encoded weights (a GGUF file's model): the fused step then runs
+    its products through the quantized kernels (:mod:`tokenops.engine.kernels.quant_kernels`)."""
+    from tokenops.engine.kernels.quantized_linear import QuantizedLinear
+
+    return isinstance(getattr(model, "lm_head", None), QuantizedLinear)
+
+
+def _quantized_reason(model: CausalLM, linears: Sequence[torch.nn.Module]) -> str | None:
+    from tokenops.engine.kernels import quant_kernels
+    from tokenops.engine.kernels.quantized_linear import QuantizedEmbedding, QuantizedLinear
+
+    kernels = quant_kernels.get_kernels()
+    if kernels is None or not kernels.has_avx2:
+        return "the quantized kernels need AVX2 and a C compiler"
+    if quant_kernels.exact():
+        return "TOKENOPS_QUANT_EXACT asks for float32 activations"
+    embed = model.model.embed_tokens
+    if not isinstance(embed, QuantizedEmbedding) or embed.dtype != torch.float32:
+        return "its embedding is not quantized"
+    for module in [*linears, embed]:
+        weights = [embed.weight_q] if module is embed else getattr(module, "parts", [])
+        if not isinstance(module, (QuantizedLinear, QuantizedEmbedding)) or len(weights) != 1:
+            return f"a layer mixes encodings or is not quantized ({type(module).__name__})"
+        if weights[0].ggml_type not in quant_kernels.SUPPORTED:
+            return f"no kernel for {weights[0].qtype.name} weights"
+    return None
+
+
+def weight_of(linear: torch.nn.Module) -> Any:
+    """What the fused step multiplies by: a Linear's weight, a QuantizedLinear's one QuantizedWeight."""
+    parts = getattr(linear, "parts", None)
+    return parts[0] if parts is not None else linear.weight
+
+
+def dense_linear_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the float32 linear weights (what the decoder holds a copy of)."""
+    return sum(m.weight.numel() * 4 for m in model.modules() if type(m) is Linear)

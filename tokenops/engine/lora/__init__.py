@@ -1,0 +1,1 @@
+"""LoRA adapters: weights, batched product and its native kernel."""

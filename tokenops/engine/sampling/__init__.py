@@ -1,0 +1,1 @@
+"""Sampling: parameters, defaults, logits processors, grammars (JSON schema, regex), thinking budgets, prompt logprobs."""

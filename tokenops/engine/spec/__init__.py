@@ -1,0 +1,1 @@
+"""Speculative decoding: proposers (n-gram, suffix index), verification by rejection sampling."""
