@@ -49,12 +49,29 @@ def collect_report(path: str, since: str, by: str | None = None) -> dict[str, An
         ).fetchone()
         report["requests"], report["tokens_in"], report["tokens_out"], report["cost_usd"] = totals
         report["usage_by_model_day"] = store.run_query("usage_by_model_day", since=start)
+        report["usage_by_class"] = _usage_by_class(store, start)
         report["cache_hit_rates"] = store.run_query("cache_hit_rates", since=start)
         report["route_reasons"] = store.run_query("route_reasons", since=start)
         report["bench_runs"] = store.run_query("bench_runs", since=start, limit=10)
         if by is not None:  # spend per API key or tenant (and model)
             report[f"spend_by_{by}"] = store.run_query(f"spend_by_{by}", since=start)
     return report
+
+
+_BY_CLASS_COLUMNS = ("class", "requests", "batches", "errors", "tokens_in", "tokens_out", "cost_usd", "ttft_p95")
+
+
+def _usage_by_class(store: Any, start: Any) -> dict[str, Any]:
+    """Interactive traffic apart from Batch API lines (``priority_class``; a row written before
+    the column existed is interactive). A batch line's ``cost_usd`` is already at ``[batches] discount``."""
+    rows = store.execute(
+        "SELECT coalesce(priority_class, 'interactive') AS class, count(*), count(DISTINCT batch_id), "
+        "count(*) FILTER (WHERE status <> 'ok'), coalesce(sum(tokens_in), 0), coalesce(sum(tokens_out), 0), "
+        "coalesce(sum(cost_usd), 0.0), quantile_cont(ttft_s, 0.95) FILTER (WHERE status = 'ok') "
+        "FROM requests WHERE ts >= ? GROUP BY 1 ORDER BY 1 DESC",
+        [start],
+    ).fetchall()
+    return {"columns": list(_BY_CLASS_COLUMNS), "rows": [list(r) for r in rows]}
 
 
 class By(str, Enum):
@@ -95,6 +112,9 @@ def _print_tables(report: dict[str, Any]) -> None:
         f"{report['tokens_in']} tokens in, {report['tokens_out']} tokens out, ${report['cost_usd']:.4f}"
     )
     console.print(_usage_table(report["usage_by_model_day"]))
+    by_class = report.get("usage_by_class") or {"rows": []}
+    if any(row[0] == "batch" for row in by_class["rows"]):  # only when batches ran: no empty table otherwise
+        console.print(_class_table(by_class))
     console.print(_cache_table(report["cache_hit_rates"]))
     console.print(_routes_table(report["route_reasons"]))
     runs = report.get("bench_runs") or {"rows": []}
@@ -124,6 +144,21 @@ def _usage_table(usage: dict[str, Any]) -> Any:
             _ms(row[ix["e2e_p50"]]),
             _ms(row[ix["e2e_p95"]]),
         )
+    return table
+
+
+def _class_table(by_class: dict[str, Any]) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="Interactive and batch traffic (batch cost at the [batches] discount)", box=box.SIMPLE_HEAD)
+    for col in ("class", "req", "batches", "err", "tok in", "tok out", "cost $", "ttft95 ms"):
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for cls, num, batches, errors, tok_in, tok_out, cost, ttft95 in by_class["rows"]:
+        table.add_row(
+            cls, str(num), str(batches) if cls == "batch" else "-", str(errors), str(tok_in), str(tok_out),
+            f"{cost:.4f}", _ms(ttft95),
+        )  # fmt: skip
     return table
 
 
