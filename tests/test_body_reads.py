@@ -27,16 +27,19 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tokenops/backends/openai_http.py", "stream_options"): "pass-through: set for streams (usage), dropped otherwise",
     # the schema: what is checked (or translated) before the request and its typed fields exist
     **{
-        ("tokenops/gateway/structured.py", name): "schema: checks the structured-output fields of the body"
+        ("tokenops/gateway/openai/structured.py", name): "schema: checks the structured-output fields of the body"
         for name in ("response_format", "tools", "tool_choice", "parallel_tool_calls")
     },
     **{
-        ("tokenops/gateway/schema_budget.py", name): "schema: the output a schema forces, against max_tokens"
+        ("tokenops/gateway/edge/schema_budget.py", name): "schema: the output a schema forces, against max_tokens"
         for name in ("response_format", "tools", "tool_choice")
     },
-    ("tokenops/gateway/messages_schema.py", "tools"): "schema: translating an Anthropic body into the chat body",
+    (
+        "tokenops/gateway/anthropic/messages_schema.py",
+        "tools",
+    ): "schema: translating an Anthropic body into the chat body",
     # a cache keys on the body as the client sent it: the logprobs the gateway added come out for the lookup
-    ("tokenops/gateway/confidence.py", "logprobs"): "cache key: the client's body without the gateway's logprobs",
+    ("tokenops/gateway/core/confidence.py", "logprobs"): "cache key: the client's body without the gateway's logprobs",
 }
 
 
@@ -94,7 +97,9 @@ def body_reads(source: str, where: str) -> list[tuple[str, int, str]]:
 
 
 def test_backends_and_plugins_read_typed_fields_not_the_body():
-    files = sorted((ROOT / "tokenops" / "backends").rglob("*.py")) + sorted((ROOT / "tokenops" / "gateway").rglob("*.py"))
+    files = sorted((ROOT / "tokenops" / "backends").rglob("*.py")) + sorted(
+        (ROOT / "tokenops" / "gateway").rglob("*.py")
+    )
     files += [p for d in _plugin_dirs() for p in sorted(d.rglob("*.py"))]
     assert len(files) > 40  # the walk sees both trees
     found = [

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from tests import docs_example_checks as engine_checks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +64,15 @@ def blocks(path: Path) -> list[Block]:
         while end < len(lines) and not lines[end].startswith(fence.group(1)):
             end += 1
         previous = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
-        out.append(Block(path.name, start + 1, fence.group(2).lower(), "\n".join(lines[start + 1:end]) + "\n",
-                         bool(SKIP.search(previous))))
+        out.append(
+            Block(
+                path.name,
+                start + 1,
+                fence.group(2).lower(),
+                "\n".join(lines[start + 1 : end]) + "\n",
+                bool(SKIP.search(previous)),
+            )
+        )
         i = end + 1
     return out
 
@@ -88,8 +94,10 @@ def test_the_extractor_sees_the_blocks():
 
 @pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in RUNNABLE])
 def test_every_runnable_block_has_a_runner(block):
-    assert block.kind != "unknown", (f"{block.id}: a {block.language} block that is neither a plugin, a pytest "
-                                     "module nor a config file; mark it <!-- docs-test: skip (why) --> or make it run")
+    assert block.kind != "unknown", (
+        f"{block.id}: a {block.language} block that is neither a plugin, a pytest "
+        "module nor a config file; mark it <!-- docs-test: skip (why) --> or make it run"
+    )
 
 
 def _load_plugin(block: Block) -> types.ModuleType:
@@ -106,7 +114,7 @@ def _request(text: str, model: str = "m"):
 
 @pytest.mark.parametrize("block", _of_kind("plugin"))
 def test_plugin_block_registers_and_its_hooks_act(block, register_plugin):
-    from tokenops.gateway import hooks
+    from tokenops.gateway.core import hooks
     from tokenops.tunables import Tunable
     from tokenops.types import Rejection
 
@@ -137,8 +145,8 @@ def test_plugin_block_registers_and_its_hooks_act(block, register_plugin):
     if "tokenops_register_proposers" in implemented:  # the "Engine policies" plugin: selectable by name
         from tokenops.engine.core.config import EngineConfig
         from tokenops.engine.core.protocols import Proposer
-        from tokenops.engine.sampling.sampling import SamplingParams
         from tokenops.engine.core.sequence import Sequence
+        from tokenops.engine.sampling.sampling import SamplingParams
         from tokenops.policy_hooks import configure_engine, proposers, schedule_orders
 
         config = configure_engine(EngineConfig(speculative="repeat-last", schedule_policy="sjf"))
@@ -163,7 +171,9 @@ def test_abridged_plugin_block_matches_the_example_it_names(block):
     assert source.is_file(), f"{block.id} names {source}, which does not exist"
 
     def hooks_of(code: str) -> set[str]:
-        return {n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef) and n.name.startswith("tokenops_")}
+        return {
+            n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef) and n.name.startswith("tokenops_")
+        }
 
     assert hooks_of(block.code) <= hooks_of(source.read_text()), f"{block.id} shows hooks the example lacks"
 
@@ -177,9 +187,25 @@ def test_pytest_block_passes_and_fails_when_broken(block, tmp_path):
     assert broken != block.code
     (tmp_path / "test_doc_snippet.py").write_text(block.code)
     (tmp_path / "test_doc_snippet_broken.py").write_text(broken)
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
-                          "-o", "asyncio_mode=auto", "test_doc_snippet.py", "test_doc_snippet_broken.py"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rA",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "asyncio_mode=auto",
+            "test_doc_snippet.py",
+            "test_doc_snippet_broken.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     report = out.stdout + out.stderr
     assert re.search(r"^PASSED test_doc_snippet\.py::", report, flags=re.M), report[-3000:]
     assert re.search(r"^FAILED test_doc_snippet_broken\.py::", report, flags=re.M), report[-3000:]
@@ -240,8 +266,13 @@ def test_every_block_of_the_reference_runs_or_says_why():
 
 
 def _chat(client, model: str, text: str, **kw):
-    return client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}],
-                                          max_tokens=kw.pop("max_tokens", 4), temperature=0, **kw)
+    return client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": text}],
+        max_tokens=kw.pop("max_tokens", 4),
+        temperature=0,
+        **kw,
+    )
 
 
 def _rows(srv) -> list[dict]:
@@ -324,15 +355,29 @@ def _check_images(srv, client) -> None:
     assert plan["cache_threshold"] == 0.1, plan
 
 
-CHECKS = {"quantization": engine_checks.check_quantization, "kv_offload": engine_checks.check_kv_offload,
-          "compile": engine_checks.check_compile, "session_memory": engine_checks.check_session_memory,
-          "eplb": engine_checks.check_eplb, "distill_capture": engine_checks.check_distill_capture,
-          "keys": engine_checks.check_keys,
-          "router": _check_router, "cascade": _check_cascade, "validators": _check_cascade,
-          "ensemble": _check_ensemble, "semantic_cache": _check_cache, "fallback": _check_replicas,
-          "load_balance": _check_replicas, "circuit_breaker": _check_replicas, "rate_limit": _check_rate_limit,
-          "speculative": _check_engine, "kv_policy": _check_engine, "reasoning_budget": _check_reasoning,
-          "diffusion_sampler": _check_images, "step_cache": _check_images}
+CHECKS = {
+    "quantization": engine_checks.check_quantization,
+    "kv_offload": engine_checks.check_kv_offload,
+    "compile": engine_checks.check_compile,
+    "session_memory": engine_checks.check_session_memory,
+    "eplb": engine_checks.check_eplb,
+    "distill_capture": engine_checks.check_distill_capture,
+    "keys": engine_checks.check_keys,
+    "router": _check_router,
+    "cascade": _check_cascade,
+    "validators": _check_cascade,
+    "ensemble": _check_ensemble,
+    "semantic_cache": _check_cache,
+    "fallback": _check_replicas,
+    "load_balance": _check_replicas,
+    "circuit_breaker": _check_replicas,
+    "rate_limit": _check_rate_limit,
+    "speculative": _check_engine,
+    "kv_policy": _check_engine,
+    "reasoning_budget": _check_reasoning,
+    "diffusion_sampler": _check_images,
+    "step_cache": _check_images,
+}
 
 
 #: What a block needs besides the folder: ``[plugins.keys]`` a Redis (its URL rewritten to a throwaway one).
@@ -348,18 +393,19 @@ def _prepare(workdir: Path) -> None:
 
     (workdir / "tokenops").symlink_to(ROOT / "tokenops")
     (workdir / "profiles" / "routers").mkdir(parents=True)
-    Logistic().fit(["prove the theorem", "prove this lemma about primes", "say hello", "hello my friend"],
-                   [1.0, 1.0, 0.0, 0.0]).save(workdir / "profiles" / "routers" / "win_predictor.json")
+    Logistic().fit(
+        ["prove the theorem", "prove this lemma about primes", "say hello", "hello my friend"], [1.0, 1.0, 0.0, 0.0]
+    ).save(workdir / "profiles" / "routers" / "win_predictor.json")
 
 
-@pytest.mark.parametrize("group", [pytest.param(g, marks=[pytest.mark.slow] if g in SLOW_GROUPS else [])
-                                   for g in sorted(_marked("serve"))])
+@pytest.mark.parametrize(
+    "group", [pytest.param(g, marks=[pytest.mark.slow] if g in SLOW_GROUPS else []) for g in sorted(_marked("serve"))]
+)
 def test_reference_blocks_act_through_serve(group, tmp_path):
     import contextlib
 
     import httpx
     import openai
-
     from tokenops.testing_serve import ServeProcess
 
     found = _marked("serve")[group]
@@ -388,8 +434,10 @@ def test_reference_blocks_act_through_serve(group, tmp_path):
             body = json.loads(patch.code)
             r = httpx.patch(f"{srv.url}/admin/tunables", json=body, headers=srv.admin_headers)
             assert r.status_code == 200, r.text
-            live = {t["name"]: t["value"] for t in httpx.get(f"{srv.url}/admin/tunables",
-                                                             headers=srv.admin_headers).json()["tunables"]}
+            live = {
+                t["name"]: t["value"]
+                for t in httpx.get(f"{srv.url}/admin/tunables", headers=srv.admin_headers).json()["tunables"]
+            }
             assert {k: live[k] for k in body["values"]} == body["values"]
     if missing:
         pytest.skip(f"checked all but {', '.join(missing)}: {'; '.join(missing.values())}")

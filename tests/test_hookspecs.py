@@ -11,7 +11,6 @@ import typing
 from pathlib import Path
 
 import pytest
-
 from tokenops import hookimpl, hookspecs, may_block
 from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
 
@@ -22,7 +21,9 @@ BARE_ANY = {"Any", "Any | None", "typing.Any", "Optional[Any]"}
 def _type_namespace() -> dict:
     """hookspecs' globals plus what its ``if TYPE_CHECKING:`` block imports (as a type checker sees it)."""
     source = Path(hookspecs.__file__).read_text()
-    block = next(n for n in ast.parse(source).body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    block = next(
+        n for n in ast.parse(source).body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING"
+    )
     ns = dict(vars(hookspecs))
     exec(compile(ast.Module(body=block.body, type_ignores=[]), hookspecs.__file__, "exec"), ns)
     return ns
@@ -32,8 +33,10 @@ def untyped_without_reason(fn, reasons: dict[str, str]) -> list[str]:
     """``hook.param`` / ``hook.return`` that are unannotated or bare ``Any`` with no reason in ``reasons``."""
     sig = inspect.signature(fn)
     found = []
-    for where, annotation in [*((p.name, p.annotation) for p in sig.parameters.values()),
-                              ("return", sig.return_annotation)]:
+    for where, annotation in [
+        *((p.name, p.annotation) for p in sig.parameters.values()),
+        ("return", sig.return_annotation),
+    ]:
         key = f"{fn.__name__}.{where}"
         if (annotation is inspect.Signature.empty or str(annotation).strip() in BARE_ANY) and not reasons.get(key):
             found.append(key)
@@ -49,7 +52,9 @@ def thread_problems(fn) -> list[str]:
     runs_on = [line for line in doc.splitlines() if line.startswith("Runs on: ")]
     if len(runs_on) != 1:
         problems.append("no single 'Runs on: ...' line")
-    elif not any(w in runs_on[0] for w in ("event loop", "worker thread", "engine thread", "main thread", "build time")):
+    elif not any(
+        w in runs_on[0] for w in ("event loop", "worker thread", "engine thread", "main thread", "build time")
+    ):
         problems.append(f"'Runs on:' names no known thread: {runs_on[0]!r}")
     opts = getattr(fn, "tokenops_spec", None) or {}
     if opts.get("firstresult") and "First non-None result wins" not in " ".join(doc.split()):
@@ -94,12 +99,21 @@ def test_the_checks_catch_an_untyped_or_threadless_spec():
         """
 
     assert untyped_without_reason(tokenops_example, {}) == [
-        "tokenops_example.request", "tokenops_example.other", "tokenops_example.return"]
-    assert untyped_without_reason(tokenops_example, {"tokenops_example.request": "why", "tokenops_example.other": "x",
-                                                     "tokenops_example.return": "y"}) == []
+        "tokenops_example.request",
+        "tokenops_example.other",
+        "tokenops_example.return",
+    ]
+    assert (
+        untyped_without_reason(
+            tokenops_example,
+            {"tokenops_example.request": "why", "tokenops_example.other": "x", "tokenops_example.return": "y"},
+        )
+        == []
+    )
     assert len(thread_problems(tokenops_example)) == 3
-    tokenops_example.__doc__ = ("Does something.\n\nCalled once.\n\nRuns on: the event loop.\n\n"
-                                ":returns: a thing. First non-None result wins.")
+    tokenops_example.__doc__ = (
+        "Does something.\n\nCalled once.\n\nRuns on: the event loop.\n\n:returns: a thing. First non-None result wins."
+    )
     assert thread_problems(tokenops_example) == []
 
 
@@ -187,7 +201,7 @@ async def test_unmarked_hooks_stay_on_the_loop_and_marked_ones_move(register_plu
 
 def test_semantic_router_is_blocking_only_when_it_routes():
     from tokenops.config import Settings
-    from tokenops.gateway import hooks
+    from tokenops.gateway.core import hooks
     from tokenops.types import GatewayRequest
     from tokenops_plugins.multi_model import semantic_router
 
@@ -199,8 +213,11 @@ def test_semantic_router_is_blocking_only_when_it_routes():
 
     assert not blocking("auto")
     settings = Settings()
-    settings.plugins["router"] = {"use": "semantic", "default": "a", "semantic": {
-        "embedder": "lexical", "routes": [{"model": "a", "examples": ["hello"]}]}}
+    settings.plugins["router"] = {
+        "use": "semantic",
+        "default": "a",
+        "semantic": {"embedder": "lexical", "routes": [{"model": "a", "examples": ["hello"]}]},
+    }
     semantic_router.tokenops_configure(settings)
     try:
         assert blocking("auto") and not blocking("a")  # only requests for the router's alias embed

@@ -66,7 +66,7 @@ SHARED_NAMES: dict[str, tuple[frozenset[str], str]] = {
         "the mixture-of-experts layer among the engine's model architectures; " + _CLI,
     ),
     "records.py": (
-        frozenset({"tokenops/gateway/records.py", "tokenops/keys/records.py"}),
+        frozenset({"tokenops/gateway/observability/records.py", "tokenops/keys/records.py"}),
         "the records of its package: a finished request's (gateway), a key's and a tenant's (keys)",
     ),
     "registry.py": (

@@ -8,9 +8,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from tokenops.gateway.schemas import chat_request, completion_request
 import pytest
-
+from tokenops.gateway.openai.schemas import chat_request, completion_request
 from tokenops.types import DecisionError, Decisions, GatewayRequest, OutputFields, SamplingFields
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,8 +77,16 @@ def test_decide_refuses_an_unknown_key_and_a_value_of_the_wrong_type():
 
 
 def test_sampling_fields_are_read_once_with_what_was_sent():
-    req = chat_request({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.5,
-                        "stop": "END", "max_completion_tokens": 7}, 256)
+    req = chat_request(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "temperature": 0.5,
+            "stop": "END",
+            "max_completion_tokens": 7,
+        },
+        256,
+    )
     assert req.sampling == SamplingFields(temperature=0.5, stop=("END",), is_max_tokens_sent=True)
     assert req.sampling.sent() == {"temperature", "stop", "max_tokens"} and req.max_tokens == 7
     plain = completion_request({"model": "m", "prompt": "hi"}, 256)
@@ -96,12 +103,29 @@ def test_override_sampling_changes_fields_and_body_alike():
 
 
 def test_output_and_penalty_fields_are_read_once_with_what_was_sent():
-    req = chat_request({"model": "m", "messages": [{"role": "user", "content": "hi"}], "logprobs": True,
-                        "top_logprobs": 2, "presence_penalty": 1, "logit_bias": {"5": -100}, "min_tokens": 3,
-                        "stream": True, "stream_options": {"include_usage": True}, "reasoning_effort": "low",
-                        "response_format": {"type": "json_object"}}, 256)
-    assert req.output == OutputFields(logprobs=True, top_logprobs=2, include_usage=True, reasoning_effort="low",
-                                      response_format={"type": "json_object"})
+    req = chat_request(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "logprobs": True,
+            "top_logprobs": 2,
+            "presence_penalty": 1,
+            "logit_bias": {"5": -100},
+            "min_tokens": 3,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "reasoning_effort": "low",
+            "response_format": {"type": "json_object"},
+        },
+        256,
+    )
+    assert req.output == OutputFields(
+        logprobs=True,
+        top_logprobs=2,
+        include_usage=True,
+        reasoning_effort="low",
+        response_format={"type": "json_object"},
+    )
     assert (req.sampling.presence_penalty, req.sampling.logit_bias, req.sampling.min_tokens) == (1.0, {"5": -100}, 3)
     assert req.sampling.sent() == {"presence_penalty", "logit_bias", "min_tokens"}
     plain = chat_request({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, 256)

@@ -50,8 +50,9 @@ class ModelConfig:
     engine: dict[str, Any] = field(default_factory=dict)  # per-model engine overrides
     timeout_s: float = 600.0
     max_retries: int = 2
-    #: Bundled engine: the format the model writes tool calls in (tokenops/backends/tool_parsers.py).
-    tool_call_parser: str = "hermes"
+    #: Bundled engine: the format the model writes tool calls in (tokenops/backends/tool_parsers.py);
+    #: "auto": the one its chat template renders calls in (tokenops/backends/tool_format.py).
+    tool_call_parser: str = "auto"
     #: Bundled engine: how the model marks its thinking (tokenops/backends/reasoning_parsers.py):
     #: "think" sends <think>…</think> as reasoning_content. None: no reasoning parser.
     reasoning_parser: str | None = None
@@ -117,12 +118,12 @@ class GatewaySettings:
     # previous_response_id chain's rows together; a turn past either is a 400
     max_stored_response_bytes: int = 1024 * 1024
     max_chain_bytes: int = 16 * 1024 * 1024
-    # what a request's JSON schemas may force or hold (tokenops/gateway/schema_budget.py)
+    # what a request's JSON schemas may force or hold (tokenops/gateway/edge/schema_budget.py)
     schema_max_output_chars: int = 65536
     schema_max_nodes: int = 10000
     schema_max_depth: int = 64
     schema_max_enum_values: int = 2000
-    # /metrics behind a key when API keys exist (tokenops/gateway/metrics_auth.py)
+    # /metrics behind a key when API keys exist (tokenops/gateway/observability/metrics_auth.py)
     metrics_key: str | None = None
     metrics_per_tenant: bool = True
     # a request whose replica fails before answering is retried on another replica of its model
@@ -134,7 +135,7 @@ class GatewaySettings:
     # bundled-engine models resident at once (0: all); the others load on demand, the least recently
     # used idle one closed to make room (tokenops/backends/model_swap.py)
     max_loaded_models: int = 0
-    # admission (tokenops/gateway/admission.py): past a model's slots, requests wait in its queue,
+    # admission (tokenops/gateway/core/admission.py): past a model's slots, requests wait in its queue,
     # bounded by requests and by (estimated) prompt tokens; past that a 429 with Retry-After
     max_queued_requests: int = 256
     max_queued_tokens: int = 262144
@@ -164,7 +165,7 @@ class GatewaySettings:
 
 @dataclass(slots=True)
 class TelemetrySettings:
-    """``[telemetry]``: OpenTelemetry traces (tokenops/gateway/tracing.py). Off unless a collector is named
+    """``[telemetry]``: OpenTelemetry traces (tokenops/gateway/observability/tracing.py). Off unless a collector is named
     here or in the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``."""
 
     otlp_endpoint: str | None = None  # OTLP/HTTP collector, e.g. http://localhost:4318

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from tokenops.diffusion.plan import DiffusionPlan
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.protocols import KVPolicy, ProposerFactory, ScheduleOrder
-    from tokenops.gateway.records import RequestRecord
+    from tokenops.gateway.observability.records import RequestRecord
     from tokenops.memory.fit import ContextWindow
     from tokenops.store import Store
     from tokenops.tunables import Tunable
@@ -661,7 +661,7 @@ def tokenops_request_finished(record: RequestRecord) -> None:
 
     Runs on: the event loop. Must not block: hand slow work (a Redis round trip) to a thread.
 
-    :param record: the :class:`tokenops.gateway.records.RequestRecord` (``id``, ``tenant``,
+    :param record: the :class:`tokenops.gateway.observability.records.RequestRecord` (``id``, ``tenant``,
         ``tokens_in``, ``tokens_out``, ``status``, ``decisions``...); read it, do not change it.
     """
 

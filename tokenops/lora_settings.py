@@ -1,4 +1,4 @@
-"""``[lora]``: the folders ``POST /admin/lora`` may load adapters from (tokenops/gateway/lora_roots.py,
+"""``[lora]``: the folders ``POST /admin/lora`` may load adapters from (tokenops/gateway/admin/lora_roots.py,
 docs/lora.md). Declared apart from :mod:`tokenops.config` (which loads it)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The running upstream attempt's W3C ``traceparent``, shared by the gateway's tracing (which
-sets it around each attempt, :mod:`tokenops.gateway.tracing`) and the HTTP backends (which send
+sets it around each attempt, :mod:`tokenops.gateway.observability.tracing`) and the HTTP backends (which send
 it upstream, so a traced vLLM joins the request's trace). It lives below both so that no
 backend imports the gateway."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tokenops.backends.local import LocalBackend
 from tokenops.config import ModelConfig, Settings
-from tokenops.gateway.schemas import chat_request
+from tokenops.gateway.openai.schemas import chat_request
 
 DEMO = Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "target"
 
@@ -29,13 +29,31 @@ async def test_a_slow_compile_makes_only_its_own_request_wait():
 
         compiler.compile = slow_compile
         schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-        constrained = asyncio.create_task(backend.chat(chat_request({
-            "model": "demo", "messages": [{"role": "user", "content": "ok?"}], "max_tokens": 16,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "ok", "schema": schema}}}, 16)))
+        constrained = asyncio.create_task(
+            backend.chat(
+                chat_request(
+                    {
+                        "model": "demo",
+                        "messages": [{"role": "user", "content": "ok?"}],
+                        "max_tokens": 16,
+                        "response_format": {"type": "json_schema", "json_schema": {"name": "ok", "schema": schema}},
+                    },
+                    16,
+                )
+            )
+        )
         await asyncio.sleep(0.1)
-        plain = await backend.chat(chat_request({
-            "model": "demo", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4,
-            "ignore_eos": True}, 16))
+        plain = await backend.chat(
+            chat_request(
+                {
+                    "model": "demo",
+                    "messages": [{"role": "user", "content": "hello"}],
+                    "max_tokens": 4,
+                    "ignore_eos": True,
+                },
+                16,
+            )
+        )
         # answered while the compile was still held: it blocked neither the event loop nor the engine
         assert plain.completion_tokens == 4 and not returned.is_set() and not constrained.done()
         release.set()

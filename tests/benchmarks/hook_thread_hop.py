@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import time
 
-from tokenops.gateway import hooks
+from tokenops.gateway.core import hooks
 from tokenops.plugin_manager import get_plugin_manager
 from tokenops.types import GatewayRequest
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.gateway.otlp_receiver import Receiver  # noqa: E402
 from tokenops.gateway import tracing  # noqa: E402
-from tokenops.gateway.records import RequestRecord  # noqa: E402
+from tokenops.gateway.observability.records import RequestRecord  # noqa: E402
 from tokenops.types import GatewayRequest  # noqa: E402
 
 N = 3000
@@ -28,8 +28,15 @@ class _Replica:
 
 def one_request() -> None:
     req = GatewayRequest(kind="chat", model="m", body={"temperature": 0.5}, headers={})
-    rec = RequestRecord(id=req.id, kind="chat", tenant="t", model_requested="m", arrival=time.time(),
-                        start=time.perf_counter(), decisions=req.decisions)
+    rec = RequestRecord(
+        id=req.id,
+        kind="chat",
+        tenant="t",
+        model_requested="m",
+        arrival=time.time(),
+        start=time.perf_counter(),
+        decisions=req.decisions,
+    )
     tracing.start_request(req, rec)
     with tracing.step(rec, "tokenops.admission"):
         pass

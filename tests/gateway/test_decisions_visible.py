@@ -7,9 +7,8 @@ import json
 import socket
 
 import pytest
-
 from tokenops.config import Settings
-from tokenops.gateway import tracing
+from tokenops.gateway.observability import tracing
 from tokenops.testing_gateway import FakeBackend, gateway_client
 from tokenops_plugins.multi_model import ensemble
 
@@ -40,13 +39,22 @@ async def test_decision_headers_on_by_default_off_by_option():
     settings.gateway.decision_headers = False
     async with gateway_client({"m": [FakeBackend("m", reply="hello there")]}, settings) as c:
         for stream in (False, True):
-            r = await c.post("/v1/chat/completions", json={"model": "m", "messages": MSG, "stream": stream,
-                                                           **({"stream_options": {"include_usage": True}} if stream else {})})
+            r = await c.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "m",
+                    "messages": MSG,
+                    "stream": stream,
+                    **({"stream_options": {"include_usage": True}} if stream else {}),
+                },
+            )
             assert r.status_code == 200
             assert not [h for h in r.headers if h.startswith("x-tokenops-")]
             assert "tokenops" not in r.text
-        for path, body in (("/v1/messages", {"model": "m", "max_tokens": 8, "messages": MSG}),
-                           ("/v1/responses", {"model": "m", "input": "hi"})):
+        for path, body in (
+            ("/v1/messages", {"model": "m", "max_tokens": 8, "messages": MSG}),
+            ("/v1/responses", {"model": "m", "input": "hi"}),
+        ):
             for stream in (False, True):
                 r = await c.post(path, json={**body, "stream": stream})
                 assert r.status_code == 200 and not [h for h in r.headers if h.startswith("x-tokenops-")]
@@ -74,7 +82,10 @@ async def test_ensemble_usage_is_every_billed_call_and_model_the_one_that_answer
         r = await c.post("/v1/chat/completions", json={"model": "ensemble:moa", "messages": MSG})
         body, rec = r.json(), c.gateway.recent[-1]
         assert body["model"] == "big" and r.headers["x-tokenops-model"] == "big"  # the aggregator wrote the text
-        assert rec.decisions["ensemble"]["answered_by"] == "big" and rec.decisions["ensemble"]["members"] == ["small", "big"]
+        assert rec.decisions["ensemble"]["answered_by"] == "big" and rec.decisions["ensemble"]["members"] == [
+            "small",
+            "big",
+        ]
         assert body["usage"]["prompt_tokens"] == rec.tokens_in and body["usage"]["completion_tokens"] == rec.tokens_out
         assert len(big.requests) == 2  # its proposal and the aggregation, both in usage
 
@@ -129,15 +140,23 @@ async def test_spans_have_kinds_and_the_service_resource():
 
 
 def test_one_definition_of_an_error_in_stats_metrics_and_store_rows():
-    from tokenops.gateway.metrics_window import MetricsWindow
-    from tokenops.gateway.prometheus import PrometheusMetrics
-    from tokenops.gateway.records import RequestRecord
+    from tokenops.gateway.observability.metrics_window import MetricsWindow
+    from tokenops.gateway.observability.prometheus import PrometheusMetrics
+    from tokenops.gateway.observability.records import RequestRecord
 
     window, prom = MetricsWindow(window_s=60), PrometheusMetrics()
     statuses = [200, 200, 404, 429, 499, 499, 500, 502]
     for status in statuses:
-        rec = RequestRecord(id="r", kind="chat", tenant="t", model_requested="m", arrival=0.0, start=1.0,
-                            model_served="m", status=status)
+        rec = RequestRecord(
+            id="r",
+            kind="chat",
+            tenant="t",
+            model_requested="m",
+            arrival=0.0,
+            start=1.0,
+            model_served="m",
+            status=status,
+        )
         rec.end = 2.0
         window.add(rec, now=1000.0)
         prom.observe(rec)
@@ -156,8 +175,9 @@ async def test_decision_headers_on_embeddings():
     from tokenops.config import ModelConfig
 
     with Upstream() as up:
-        backend = OpenAIBackend(ModelConfig(name="emb", backend="openai", url=f"{up.url}/v1", cost_input_per_1m=1.0),
-                                Settings())
+        backend = OpenAIBackend(
+            ModelConfig(name="emb", backend="openai", url=f"{up.url}/v1", cost_input_per_1m=1.0), Settings()
+        )
         async with gateway_client({"emb": [backend]}) as c:
             r = await c.post("/v1/embeddings", json={"model": "emb", "input": "one two"})
             assert r.status_code == 200, r.text

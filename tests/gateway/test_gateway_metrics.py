@@ -4,21 +4,33 @@ from __future__ import annotations
 
 import re
 
-from tokenops.gateway.metrics_window import MetricsWindow, percentile
-from tokenops.gateway.records import RequestRecord
+from tokenops.gateway.observability.metrics_window import MetricsWindow, percentile
+from tokenops.gateway.observability.records import RequestRecord
 from tokenops.slo import parse_slos
 from tokenops.testing_gateway import FakeBackend, gateway_client
 
-NAMES = ("time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
-         "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries",
-         "prefix_cache_hits", "prompt_tokens_total", "generation_tokens_total", "request_success_total")
+NAMES = (
+    "time_to_first_token_seconds",
+    "inter_token_latency_seconds",
+    "e2e_request_latency_seconds",
+    "num_requests_running",
+    "num_requests_waiting",
+    "kv_cache_usage_perc",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "request_success_total",
+)
 
 
 async def test_metrics_exposition_has_vllm_names_labelled_by_model():
     async with gateway_client([FakeBackend(reply="a b c")]) as c:
         for stream in (False, True):
-            await c.post("/v1/chat/completions", json={"model": "fake-model", "stream": stream,
-                                                        "messages": [{"role": "user", "content": "hi"}]})
+            await c.post(
+                "/v1/chat/completions",
+                json={"model": "fake-model", "stream": stream, "messages": [{"role": "user", "content": "hi"}]},
+            )
         r = await c.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.text
@@ -33,12 +45,21 @@ async def test_metrics_exposition_has_vllm_names_labelled_by_model():
     assert 'tokenops:inter_token_latency_seconds_count{model_name="fake-model"} 2' in text
     for line in text.splitlines():  # every sample line parses as name{labels} value
         if line and not line.startswith("#"):
-            assert re.match(r'^[a-z_:][a-z0-9_:]*(\{[^}]*\})? [-+0-9.e]+(inf)?$', line, re.I), line
+            assert re.match(r"^[a-z_:][a-z0-9_:]*(\{[^}]*\})? [-+0-9.e]+(inf)?$", line, re.I), line
 
 
 def _rec(t_ttft: float, t_e2e: float, ok: bool = True, tokens_out: int = 5) -> RequestRecord:
-    rec = RequestRecord(id="r", kind="chat", tenant="t", model_requested="m", arrival=0.0, start=100.0,
-                        tokens_in=10, tokens_out=tokens_out, status=200 if ok else 500)
+    rec = RequestRecord(
+        id="r",
+        kind="chat",
+        tenant="t",
+        model_requested="m",
+        arrival=0.0,
+        start=100.0,
+        tokens_in=10,
+        tokens_out=tokens_out,
+        status=200 if ok else 500,
+    )
     rec.first_token_at = 100.0 + t_ttft
     rec.end = 100.0 + t_e2e
     return rec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tokenops import hookimpl
 from tokenops.backends.base import Replica
-from tokenops.gateway.telemetry import EngineTelemetry
+from tokenops.gateway.observability.telemetry import EngineTelemetry
 from tokenops.testing_gateway import FakeBackend
 
 

@@ -1,5 +1,5 @@
 """Nothing silently dropped: every OpenAI request field acts, passes through, or gets a
-400 — checked against the table of tokenops/gateway/fields.py, its copy in
+400 — checked against the table of tokenops/gateway/core/fields.py, its copy in
 docs/serve.md, the request schemas, the openai SDK's own parameter lists, and a
 running ``tokenops serve`` (bundled engine and an OpenAI-compatible upstream)."""
 
@@ -11,36 +11,59 @@ from pathlib import Path
 
 import openai
 import pytest
-
 from tests.gateway.openai_upstream import Upstream
-from tokenops.gateway.fields import TABLES, declared, markdown
+from tokenops.gateway.core.fields import TABLES, declared, markdown
 from tokenops.testing_serve import ServeProcess
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "serve.md"
 
 #: A value that changes something, for every field the bundled backends reject.
 SAMPLES = {
-    "functions": [{"name": "f", "parameters": {"type": "object"}}], "function_call": "auto",
-    "audio": {"voice": "alloy", "format": "wav"}, "modalities": ["text", "audio"],
-    "prediction": {"type": "content", "content": "x"}, "web_search_options": {},
-    "verbosity": "low", "store": True, "metadata": {"k": "v"}, "service_tier": "flex",
-    "prompt_cache_retention": "24h", "prompt_cache_options": {"mode": "x"}, "safety_identifier": "s",
-    "moderation": {"mode": "x"}, "suffix": "!", "best_of": 2,
+    "functions": [{"name": "f", "parameters": {"type": "object"}}],
+    "function_call": "auto",
+    "audio": {"voice": "alloy", "format": "wav"},
+    "modalities": ["text", "audio"],
+    "prediction": {"type": "content", "content": "x"},
+    "web_search_options": {},
+    "verbosity": "low",
+    "store": True,
+    "metadata": {"k": "v"},
+    "service_tier": "flex",
+    "prompt_cache_retention": "24h",
+    "prompt_cache_options": {"mode": "x"},
+    "safety_identifier": "s",
+    "moderation": {"mode": "x"},
+    "suffix": "!",
+    "best_of": 2,
 }
 #: Fields the bundled engine acts on that an upstream must get unchanged too.
-ACTED = {"frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"50": 5}, "repetition_penalty": 1.1,
-         "min_tokens": 1}
+ACTED = {
+    "frequency_penalty": 0.5,
+    "presence_penalty": -0.5,
+    "logit_bias": {"50": 5},
+    "repetition_penalty": 1.1,
+    "min_tokens": 1,
+}
 #: Values that change nothing, accepted by the bundled engine.
-NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "store": False, "service_tier": "auto",
-           "modalities": ["text"]}
+NEUTRAL = {
+    "frequency_penalty": 0,
+    "presence_penalty": 0.0,
+    "logit_bias": {},
+    "store": False,
+    "service_tier": "auto",
+    "modalities": ["text"],
+}
 
 
 def sdk_fields(kind: str) -> set[str]:
     from openai.types import completion_create_params, embedding_create_params
     from openai.types.chat import completion_create_params as chat_params
 
-    params = {"chat": chat_params.CompletionCreateParamsBase, "completion": completion_create_params.CompletionCreateParamsBase,
-              "embedding": embedding_create_params.EmbeddingCreateParams}[kind]
+    params = {
+        "chat": chat_params.CompletionCreateParamsBase,
+        "completion": completion_create_params.CompletionCreateParamsBase,
+        "embedding": embedding_create_params.EmbeddingCreateParams,
+    }[kind]
     return set(typing.get_type_hints(params)) | ({"stream"} if kind != "embedding" else set())
 
 
@@ -48,7 +71,7 @@ def test_docs_carry_the_generated_tables():
     text = DOCS.read_text()
     found = re.search(r"<!-- fields:begin -->\n(.*?)<!-- fields:end -->", text, re.S)
     assert found, "docs/serve.md lacks the fields tables"
-    assert found.group(1) == markdown(), "docs/serve.md is stale: paste `python -m tokenops.gateway.fields`"
+    assert found.group(1) == markdown(), "docs/serve.md is stale: paste `python -m tokenops.gateway.core.fields`"
 
 
 @pytest.mark.parametrize("kind", list(TABLES))
@@ -56,7 +79,7 @@ def test_every_known_field_has_a_row(kind):
     rows = [f.name for f in TABLES[kind]]
     assert len(rows) == len(set(rows)), "a field listed twice"
     missing = (sdk_fields(kind) | declared(kind)) - set(rows)
-    assert not missing, f"{kind}: no row for {sorted(missing)} in tokenops/gateway/fields.py"
+    assert not missing, f"{kind}: no row for {sorted(missing)} in tokenops/gateway/core/fields.py"
 
 
 def test_every_rejected_field_has_a_sample():
@@ -74,8 +97,9 @@ def served(tmp_path_factory):
 
 def _call(client, kind, model, extra):
     if kind == "chat":
-        return client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
-                                              extra_body=extra)
+        return client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2, extra_body=extra
+        )
     return client.completions.create(model=model, prompt="hi", max_tokens=2, extra_body=extra)
 
 
@@ -108,8 +132,17 @@ def test_upstream_gets_every_field_unchanged(served):
 
 def test_completion_fields_the_engine_rejects_pass_through_to_upstreams(served):
     up, client = served
-    got = client.completions.create(model="up", prompt="Once", max_tokens=4, echo=True, suffix="!", best_of=2,
-                                    logit_bias={"50": 1}, presence_penalty=0.5, extra_body={"min_p": 0.1})
+    got = client.completions.create(
+        model="up",
+        prompt="Once",
+        max_tokens=4,
+        echo=True,
+        suffix="!",
+        best_of=2,
+        logit_bias={"50": 1},
+        presence_penalty=0.5,
+        extra_body={"min_p": 0.1},
+    )
     sent = up.bodies[-1]
     assert (sent["echo"], sent["suffix"], sent["best_of"], sent["min_p"]) == (True, "!", 2, 0.1)
     assert sent["logit_bias"] == {"50": 1} and sent["presence_penalty"] == 0.5
@@ -118,9 +151,11 @@ def test_completion_fields_the_engine_rejects_pass_through_to_upstreams(served):
 
 def test_non_text_content_parts_pass_through_to_upstreams(served):
     up, client = served
-    parts = [{"type": "text", "text": "What is this?"},
-             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
-             {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]
+    parts = [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+    ]
     client.chat.completions.create(model="up", max_tokens=2, messages=[{"role": "user", "content": parts}])
     assert up.bodies[-1]["messages"][0]["content"] == parts
     with pytest.raises(openai.BadRequestError) as e:  # the bundled demo model is text-only

@@ -30,7 +30,7 @@ from tokenops.testing_serve import ServeProcess
 API_KEY, ADMIN_KEY = "h3-api-key-123", "h3-admin-key-123"
 MODEL = "demo"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-DEPTH_LIMIT = 200  # tokenops.gateway.body.MAX_JSON_DEPTH
+DEPTH_LIMIT = 200  # tokenops.gateway.edge.body.MAX_JSON_DEPTH
 
 
 def _lora_block(root: Path) -> str:
@@ -283,7 +283,7 @@ def test_request_history_reads_what_an_earlier_process_wrote(tmp_path):
     summary's shape after the store is closed and opened again, and merged with the ones in memory."""
     import time
 
-    from tokenops.gateway.records import RequestRecord
+    from tokenops.gateway.observability.records import RequestRecord
     from tokenops.store.request_history import latest_requests, merge_newest
     from tokenops.store.store import Store
 

@@ -6,9 +6,8 @@ import json
 from datetime import datetime
 
 import pytest
-
-from tokenops.gateway.confidence import request_logprobs, strip_logprobs, token_logprobs
-from tokenops.gateway.profile_source import ProfileSource, merge_profiles
+from tokenops.gateway.core.confidence import request_logprobs, strip_logprobs, token_logprobs
+from tokenops.gateway.core.profile_source import ProfileSource, merge_profiles
 from tokenops.types import GatewayRequest, GatewayResponse
 from tokenops_plugins.multi_model._calibration import calibrate_share, strong_share
 from tokenops_plugins.multi_model._profiles import save_profile
@@ -26,38 +25,61 @@ def test_calibration_reports_the_share_it_really_sends():
 
 
 def test_route_calibrate_cli_does_not_claim_an_impossible_share(tmp_path):
-    from typer.testing import CliRunner
-
     from tokenops.cli import build_app
     from tokenops.store import Store
+    from typer.testing import CliRunner
 
     db = tmp_path / "s.duckdb"
     with Store.open(db) as store:
         w = store.writer()
-        w.write_many("requests", [{"id": f"r{i}", "ts": float(i), "status": "ok",
-                                   "decisions": json.dumps({"route": {"router": "threshold", "score": 0.5}})}
-                                  for i in range(10)])
+        w.write_many(
+            "requests",
+            [
+                {
+                    "id": f"r{i}",
+                    "ts": float(i),
+                    "status": "ok",
+                    "decisions": json.dumps({"route": {"router": "threshold", "score": 0.5}}),
+                }
+                for i in range(10)
+            ],
+        )
         w.close()
     out = tmp_path / "threshold.toml"
-    r = CliRunner().invoke(build_app(), ["route", "calibrate", "--strong-share", "0.3", "--store", str(db), "--out", str(out)])
+    r = CliRunner().invoke(
+        build_app(), ["route", "calibrate", "--strong-share", "0.3", "--store", str(db), "--out", str(out)]
+    )
     assert r.exit_code == 0, r.output
     assert "sends 30%" not in r.output and "asked for 30%" in r.output, r.output
 
 
 def test_store_rows_newer_than_the_file_win(tmp_path):
-    save_profile({"model": "m", "updated_at": "2026-01-01T00:00:00+00:00",
-                  "dimensions": {"math": {"score": 0.1, "ci_low": 0.0, "ci_high": 0.3, "n": 10},
-                                 "code": {"score": 0.5, "ci_low": 0.3, "ci_high": 0.7, "n": 10}}}, tmp_path)
+    save_profile(
+        {
+            "model": "m",
+            "updated_at": "2026-01-01T00:00:00+00:00",
+            "dimensions": {
+                "math": {"score": 0.1, "ci_low": 0.0, "ci_high": 0.3, "n": 10},
+                "code": {"score": 0.5, "ci_low": 0.3, "ci_high": 0.7, "n": 10},
+            },
+        },
+        tmp_path,
+    )
     src = ProfileSource(tmp_path)
     files = src.load()
-    rows = [("m", "math", 0.9, 0.8, 0.95, 40, datetime(2026, 2, 1)), ("m", "code", 0.0, 0.0, 0.1, 5, datetime(2025, 1, 1)),
-            ("other", "math", 0.7, 0.6, 0.8, 20, datetime(2026, 2, 1))]
+    rows = [
+        ("m", "math", 0.9, 0.8, 0.95, 40, datetime(2026, 2, 1)),
+        ("m", "code", 0.0, 0.0, 0.1, 5, datetime(2025, 1, 1)),
+        ("other", "math", 0.7, 0.6, 0.8, 20, datetime(2026, 2, 1)),
+    ]
     merged = merge_profiles(files, rows)
     assert merged["m"]["dimensions"]["math"]["score"] == 0.9  # newer store row
     assert merged["m"]["dimensions"]["code"]["score"] == 0.5  # older store row loses to the file
     assert merged["other"]["dimensions"]["math"]["n"] == 20
     assert not src.changed()
-    save_profile({"model": "new", "dimensions": {"math": {"score": 1.0, "ci_low": 0.9, "ci_high": 1.0, "n": 3}}}, tmp_path)
+    save_profile(
+        {"model": "new", "dimensions": {"math": {"score": 1.0, "ci_low": 0.9, "ci_high": 1.0, "n": 3}}}, tmp_path
+    )
     assert src.changed() and "new" in src.load()
 
 
@@ -86,7 +108,9 @@ def test_shipped_weights_stay_light_and_the_ladder_shares_the_demo_tokenizer():
         config = json.loads((demo / name / "config.json").read_text())
         assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
         assert (demo / name / "tokenizer.json").read_bytes() == (demo / "target" / "tokenizer.json").read_bytes()
-        assert (demo / name / "tokenizer_config.json").read_bytes() == (demo / "target" / "tokenizer_config.json").read_bytes()
+        assert (demo / name / "tokenizer_config.json").read_bytes() == (
+            demo / "target" / "tokenizer_config.json"
+        ).read_bytes()
 
 
 def test_plain_serve_serves_the_ladder_with_its_prices():

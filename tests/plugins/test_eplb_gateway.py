@@ -24,7 +24,7 @@ async def test_stats_carry_a_plan_for_moe_replicas_only():
 
 
 async def test_scrapes_and_polls_reuse_the_plan_until_the_load_changes(monkeypatch):
-    from tokenops.gateway import expert_plans
+    from tokenops.gateway.observability import expert_plans
 
     calls = []
     real = expert_plans.hooks.get_expert_plan

@@ -9,8 +9,9 @@ delta carrying the usage. Failures are raised as :class:`tokenops.types.BackendE
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -113,6 +114,15 @@ class Replica:
     @property
     def ready(self) -> bool:
         return bool(self.backend.ready)
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """The one place a request enters and leaves :attr:`in_flight` (replica selection reads it)."""
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
 
 
 async def collect(deltas: AsyncIterator[Delta], model: str, backend: str | None = None) -> GatewayResponse:

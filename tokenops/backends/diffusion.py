@@ -2,7 +2,7 @@
 
 Configured as ``[[models]] backend = "diffusion"`` with ``path`` = the folder (see
 :mod:`tokenops.diffusion.model`). It serves ``POST /v1/images/generations``
-(:mod:`tokenops.gateway.images`); chat and completion requests get a 400 saying so.
+(:mod:`tokenops.gateway.openai.images`); chat and completion requests get a 400 saying so.
 Each request's sampler, step count and step-cache policy come from the
 ``tokenops_diffusion_plan`` plugins, then from the request's own extension fields.
 Generations run one at a time per replica, on a worker thread.

@@ -5,12 +5,12 @@ Nothing is silently dropped.
 The table here is the one source: :func:`check_bundled_fields` enforces the 400s of
 the bundled backends (the ``local`` engine for chat/completions, the ``embedding``
 backend for embeddings), docs/serve.md carries :func:`markdown` verbatim (a test
-compares them; ``python -m tokenops.gateway.fields`` prints it), and a test checks
+compares them; ``python -m tokenops.gateway.core.fields`` prints it), and a test checks
 that every field the request schemas and the openai SDK know has a row. The
 ``openai`` backend sends every field the client sent (``model`` replaced by the
 upstream's id, ``max_tokens`` and ``stream_options`` set by the gateway).
 
-It sits with the backends, which enforce it; :mod:`tokenops.gateway.fields` is its name for the
+It sits with the backends, which enforce it; :mod:`tokenops.gateway.core.fields` is its name for the
 gateway and the docs.
 
 A field the bundled engine learns to act on: move its row's ``local`` cell to an

@@ -25,7 +25,7 @@ from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
 from tokenops.backends.reasoning_parsers import get_reasoning_parser
-from tokenops.backends.tool_format import GENERIC, NATIVE, tool_format_of
+from tokenops.backends.tool_format import AUTO, GENERIC, tool_format_of
 from tokenops.backends.tool_parsers import get_tool_call_parser
 from tokenops.config import ModelConfig, Settings
 from tokenops.engine.sampling.sampling_defaults import SamplingDefaults, model_sampling_defaults
@@ -75,14 +75,15 @@ class LocalBackend:
         self.load_error: str | None = None
         self.max_model_len: int | None = getattr(engine, "max_model_len", None)
         self.default_max_tokens = settings.gateway.default_max_tokens
-        self.tool_call_parser = model.tool_call_parser
+        #: the parser in use: the configured one, or (``auto``) the one the template's calls are in, found at load
+        self.tool_call_parser = model.tool_call_parser if model.tool_call_parser != AUTO else "hermes"
         self.model_tool_call_parser = model.tool_call_parser
         #: native | generic, decided when the engine loads (None before)
         self.tool_format: str | None = None
         #: what unset temperature / top_p / top_k become (the model's recommendation, else llama.cpp's)
         self.sampling_defaults = SamplingDefaults()
         try:
-            get_tool_call_parser(model.tool_call_parser)
+            get_tool_call_parser(self.tool_call_parser)
             self.reasoning_parser = get_reasoning_parser(model.reasoning_parser)
         except ValueError as e:
             from tokenops.config import ConfigError
@@ -99,7 +100,7 @@ class LocalBackend:
     @property
     def num_slots(self) -> int | None:
         """Requests this engine runs at once (``max_num_seqs``, live): the gateway queues the rest
-        (tokenops/gateway/admission.py); None when unknown."""
+        (tokenops/gateway/core/admission.py); None when unknown."""
         config = getattr(self.engine, "config", None) if self.engine is not None else self.config
         slots = getattr(config, "max_num_seqs", None)
         return slots if isinstance(slots, int) else None
@@ -136,16 +137,18 @@ class LocalBackend:
     def _choose_tool_format(self, tokenizer: Any) -> None:
         """Native calls when the chat template renders tools, else the generic format
         (tokenops/backends/tool_format.py); logged once per load."""
-        self.tool_format = tool_format_of(tokenizer)
-        self.tool_call_parser = self.model_tool_call_parser if self.tool_format == NATIVE else GENERIC
+        self.tool_format, self.tool_call_parser = tool_format_of(tokenizer, self.model_tool_call_parser)
         if self.tool_format == GENERIC:  # shown at the default log level: why calls look as they do
             logging.getLogger("tokenops.backends").warning(
-                "model %s: tool format: generic (its chat template renders no tools: they go in a system "
+                "model %s: tool format: generic (its chat template renders no tools, or calls in no format a "
+                "tool_call_parser reads: they go in a system "
                 "message and calls are grammar-constrained; docs/serve.md, Tools on every model)",
                 self.model,
             )
         else:
-            logging.getLogger("tokenops.backends").info("model %s: tool format: native", self.model)
+            logging.getLogger("tokenops.backends").info(
+                "model %s: tool format: native (%s)", self.model, self.tool_call_parser
+            )
 
     async def close(self) -> None:
         if self.engine is not None and hasattr(self.engine, "shutdown"):

@@ -22,7 +22,7 @@ The policy that maps an OpenAI chat request onto the engine's mechanisms:
   ``tool_choice: "auto"`` a grammar that admits calls or a text reply
   (:mod:`tokenops.backends.generic_tool_calls`): the model decides inside the call envelope.
 
-Requests are checked (schemas, tool names) by :mod:`tokenops.gateway.structured` before
+Requests are checked (schemas, tool names) by :mod:`tokenops.gateway.openai.structured` before
 they get here.
 """
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenops.backends.generic_tool_calls import TEXT_REPLY, GenericToolCallParser
+from tokenops.backends.json_tool_calls import JSON_CALL_PARSERS, native_messages
 from tokenops.backends.tool_format import NO_CALL_NAME, answered_calls, generic_messages
 from tokenops.backends.tool_parsers import ToolCallParser, ToolCallStream, get_tool_call_parser
 from tokenops.types import OutputFields
@@ -49,13 +50,18 @@ class StructuredPlan:
     is_call_constrained: bool = False
     #: The tools the generic format writes into the prompt (tokenops/backends/tool_format.py), or None.
     generic_tools: list[dict[str, Any]] | None = None
+    #: The model's tool-call parser (its name): how earlier calls reach the template.
+    parser_name: str = ""
 
     def new_stream(self) -> ToolCallStream | None:
         return self.parser.stream(self.is_call_constrained) if self.parser is not None else None
 
     def prompt_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``messages`` as the chat template gets them (the generic format adds the tools)."""
-        return generic_messages(messages, self.generic_tools) if self.generic_tools else messages
+        """``messages`` as the chat template gets them (the generic format adds the tools; Llama 3.x
+        and Mistral templates take earlier calls' arguments as objects)."""
+        if self.generic_tools:
+            return generic_messages(messages, self.generic_tools)
+        return native_messages(messages, self.parser_name) if self.parser_name in JSON_CALL_PARSERS else messages
 
 
 def plan_request(
@@ -66,7 +72,7 @@ def plan_request(
     conversation, which the generic format's ``auto`` reads for the calls just answered)."""
     from tokenops.engine.sampling.grammar import GrammarError, GrammarSpec
 
-    plan = StructuredPlan(template_kwargs={})
+    plan = StructuredPlan(template_kwargs={}, parser_name=parser_name)
     tools = fields.tools or []
     choice = fields.tool_choice if fields.tool_choice is not None else ("auto" if tools else "none")
     if not tools or choice == "none":

@@ -216,7 +216,7 @@ def _save(run: Any, url: str, store: str | None, admin_key_file: str | None) -> 
 
     key = os.environ.get("TOKENOPS_ADMIN_KEY") or None
     if admin_key_file:
-        from tokenops.gateway.admin_key import read_key_file
+        from tokenops.gateway.admin.admin_key import read_key_file
 
         key = read_key_file(admin_key_file)
     return save_run(run, store or default_path(), run_target(url, key, store))

@@ -58,7 +58,7 @@ def local_server(store: str | None) -> dict[str, Any] | None:
 
 def _own_key_file(info: dict[str, Any]) -> str | None:
     """The key in the local server's key file, when this user owns it (as the socket: same user only)."""
-    from tokenops.gateway.admin_key import key_file, read_key_file
+    from tokenops.gateway.admin.admin_key import key_file, read_key_file
 
     path = key_file(Path(str(info.get("path") or "")).expanduser().parent)
     try:
@@ -92,7 +92,7 @@ def resolve_connection(
     if not url.startswith(("http://", "https://")):
         raise UserError(f"--url must start with http:// or https://, got {url!r}")
     if admin_key_file:
-        from tokenops.gateway.admin_key import read_key_file
+        from tokenops.gateway.admin.admin_key import read_key_file
 
         return url.rstrip("/"), read_key_file(admin_key_file)
     key = admin_key or gateway.admin_key

@@ -137,7 +137,7 @@ def _settings(
     if store:
         settings.store.path = store
     if admin_key_file:
-        from tokenops.gateway.admin_key import read_key_file
+        from tokenops.gateway.admin.admin_key import read_key_file
 
         settings.gateway.admin_key = read_key_file(admin_key_file)
     elif admin_key:

@@ -18,7 +18,7 @@ from tokenops.engine.kernels import compile_notice
 
 
 class StartProgress:
-    """The :class:`tokenops.gateway.model_loading.StartReport` of ``tokenops serve`` (also told of
+    """The :class:`tokenops.gateway.core.model_loading.StartReport` of ``tokenops serve`` (also told of
     kernel compiles, from whichever thread builds them)."""
 
     def __init__(self, stream: TextIO | None = None, is_tty: bool | None = None) -> None:

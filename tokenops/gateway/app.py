@@ -1,4 +1,5 @@
-"""The FastAPI app: OpenAI-compatible ``/v1`` endpoints, health, ``/metrics`` and the admin API.
+"""The FastAPI app: one router per room (OpenAI's routes, Responses, Messages, files, batches, admin,
+operations), the error handlers and the OpenAPI document.
 
 ``create_app(settings, backends=None)`` builds it; the lifespan starts the
 backends (in the background: ``/ready`` says when they are loaded) and engine
@@ -20,36 +21,24 @@ from starlette.responses import Response
 from tokenops import __version__
 from tokenops.backends.base import Replica
 from tokenops.config import Settings
-from tokenops.gateway.abandon import unless_abandoned
-from tokenops.gateway.admin import router as admin_router
+from tokenops.gateway.admin.admin import router as admin_router
+from tokenops.gateway.admin.distill_admin import router as distill_admin_router
+from tokenops.gateway.anthropic.messages_api import router as messages_router
 from tokenops.gateway.batches import router as batches_router
 from tokenops.gateway.batches.batch_state import batch_runner
-from tokenops.gateway.body import build_off_loop, checked_body, read_body
-from tokenops.gateway.decision_headers import decision_values
-from tokenops.gateway.distill_admin import router as distill_admin_router
-from tokenops.gateway.errors import APIError, sse_error
-from tokenops.gateway.event_stream import EventStream
+from tokenops.gateway.edge.guards import GuardMiddleware
+from tokenops.gateway.edge.openapi_contract import allowed_methods, declare
+from tokenops.gateway.edge.openapi_errors import add_error_responses
+from tokenops.gateway.errors import APIError
 from tokenops.gateway.files import router as files_router
-from tokenops.gateway.guards import GuardMiddleware
-from tokenops.gateway.images import router as images_router
-from tokenops.gateway.messages_api import router as messages_router
-from tokenops.gateway.model_routes import model_cards, readiness
-from tokenops.gateway.model_routes import router as model_router
-from tokenops.gateway.openai_format import DONE, ChunkWriter, response_body
-from tokenops.gateway.openapi_contract import allowed_methods, declare
-from tokenops.gateway.openapi_errors import add_error_responses
-from tokenops.gateway.prompt_fan_out import PromptFanOut
-from tokenops.gateway.replica_health import prometheus_text as breaker_metrics
-from tokenops.gateway.replica_health import replica_states
-from tokenops.gateway.responses_api import router as responses_router
-from tokenops.gateway.schemas import ChatCompletionRequest, CompletionRequest, chat_request, completion_requests
+from tokenops.gateway.observability.ops_routes import router as ops_router
+from tokenops.gateway.openai.chat_routes import router as chat_router
+from tokenops.gateway.openai.images import router as images_router
+from tokenops.gateway.openai.model_routes import router as model_router
+from tokenops.gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
+from tokenops.gateway.openai.tokenize_api import router as tokenize_router
+from tokenops.gateway.responses.responses_api import router as responses_router
 from tokenops.gateway.state import Gateway
-from tokenops.gateway.tokenize_api import router as tokenize_router
-from tokenops.types import GatewayRequest
-
-_JSON = "application/json"
-#: Credentials never travel further than authentication (plugins see the other headers).
-_SECRET_HEADERS = ("authorization", "x-api-key", "x-admin-key", "cookie")
 
 
 def _group(backends: Any) -> dict[str, list[Replica]]:
@@ -110,7 +99,8 @@ def create_app(
     app.state.gateway = gateway
     app.add_middleware(GuardMiddleware, gateway=gateway)
     _install_error_handlers(app)
-    _install_openai_routes(app)
+    app.include_router(chat_router)  # /v1/chat/completions, /v1/completions, /v1/models
+    app.include_router(ops_router)  # /health, /ready, /metrics
     app.include_router(admin_router)
     app.include_router(model_router)  # /v1/embeddings, /v1/models/{id}
     app.include_router(images_router)  # /v1/images/generations
@@ -150,151 +140,7 @@ def _install_error_handlers(app: FastAPI) -> None:
             headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
         return APIError(exc.status_code, message, code=None, headers=headers).response()
 
-    # anything else: tokenops.gateway.guards.GuardMiddleware answers a 500 without internals
-
-
-async def _handle(request: Request, build) -> Response:
-    gw: Gateway = request.app.state.gateway
-    if gw.is_draining:
-        raise APIError(503, "The server is shutting down.", code="shutting_down")
-    client = request.client.host if request.client else None
-    tenant, key_id = gw.api_keys.tenant_for(request.headers, client)
-    conf = gw.settings.gateway
-    raw = await read_body(request, conf.max_body_bytes, conf.body_timeout_s)
-    # large bodies are parsed and validated in a worker thread (the event loop keeps serving)
-    built = await build_off_loop(raw, lambda b: build(checked_body(b, conf), conf.default_max_tokens))
-    greqs: list[GatewayRequest] = built if isinstance(built, list) else [built]  # a list: completions' prompts
-    for greq in greqs:
-        greq.tenant = greq.session_id if (gw.api_keys.is_open and greq.session_id) else tenant
-        greq.api_key_id = key_id
-        greq.headers = {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}
-        greq.session_id = greq.headers.get("x-session-id") or greq.session_id
-    greq = greqs[0]
-    runner = gw.pipeline if len(greqs) == 1 else PromptFanOut(gw.pipeline, greqs)
-    if greq.stream:
-        return await _stream(gw, greq, request.receive, runner)
-    # a client that leaves cancels its request (the engine aborts it): tokenops/gateway/abandon.py
-    response, rec = await unless_abandoned(request.receive, runner.respond(greq))
-    return Response(
-        response_body(greq, response, rec.model_served or greq.model),
-        media_type=_JSON,
-        headers=greq.response_headers or None,
-    )
-
-
-async def _stream(gw: Gateway, greq: GatewayRequest, receive: Any, runner: Any) -> Response:
-    # up to the first delta (a wait for a slot, the prefill) nothing is written: watched like a whole answer
-    deltas, rec = await unless_abandoned(receive, runner.open_stream(greq))
-    writer = ChunkWriter(greq, rec.model_served or greq.model)
-
-    async def body() -> AsyncIterator[bytes]:
-        started: set[int] = set()
-        usage = None
-        # without a usage chunk, the last finish chunk carries the decisions: it is held until the end
-        hold = gw.pipeline.decision_headers and not writer.include_usage
-        held: tuple[int, str] | None = None
-        async with contextlib.aclosing(deltas):
-            try:
-                async for d in deltas:
-                    if held is not None and not d.is_usage:
-                        yield writer.finish(*held)
-                        held = None
-                    if d.is_usage:
-                        usage = d
-                        continue
-                    if writer.is_chat and d.index not in started:
-                        started.add(d.index)
-                        yield writer.role(d.index)
-                    if d.extra and writer.is_chat:  # e.g. reasoning_content: before the content, as sent
-                        yield writer.other(d.index, d.extra)
-                    if d.text or d.logprobs:
-                        yield writer.content(d.index, d.text, d.logprobs)
-                    if d.refusal and writer.is_chat:
-                        yield writer.refusal(d.index, d.refusal)
-                    if d.tool_calls and writer.is_chat:
-                        yield writer.tool_calls(d.index, d.tool_calls)
-                    if d.finish_reason and hold:
-                        held = (d.index, d.finish_reason)
-                    elif d.finish_reason:
-                        yield writer.finish(d.index, d.finish_reason)
-            except APIError as e:
-                if held is not None:
-                    yield writer.finish(*held)
-                yield sse_error(e)
-                yield DONE
-                return
-        final = decision_values(rec) if gw.pipeline.decision_headers else None
-        if writer.include_usage:
-            prompt = usage.prompt_tokens if usage else rec.tokens_in
-            completion = usage.completion_tokens if usage and usage.completion_tokens is not None else rec.tokens_out
-            yield writer.usage(
-                prompt or 0,
-                completion or 0,
-                (usage.cached_tokens if usage else rec.tokens_cached) or 0,
-                usage.reasoning_tokens if usage else rec.reasoning_tokens,
-                final,
-            )
-        elif held is not None:
-            yield writer.finish(*held, final)
-        yield DONE
-
-    return EventStream(
-        body(),
-        deltas,
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no", **greq.response_headers},
-    )
-
-
-def _install_openai_routes(app: FastAPI) -> None:
-    from tokenops.gateway.schemas import openapi_body
-
-    @app.post(
-        "/v1/chat/completions",
-        tags=["openai"],
-        openapi_extra=openapi_body(ChatCompletionRequest),
-        summary="Create a chat completion (SSE when stream is true)",
-    )
-    async def chat_completions(request: Request) -> Response:
-        return await _handle(request, chat_request)
-
-    @app.post(
-        "/v1/completions",
-        tags=["openai"],
-        openapi_extra=openapi_body(CompletionRequest),
-        summary="Create a text completion (SSE when stream is true)",
-    )
-    async def completions(request: Request) -> Response:
-        limit = request.app.state.gateway.settings.gateway.max_messages  # prompts of one body
-        return await _handle(request, lambda data, default: completion_requests(data, default, limit))
-
-    @app.get("/v1/models", tags=["openai"], summary="Models this server serves")
-    async def list_models(request: Request) -> Response:
-        gw: Gateway = request.app.state.gateway
-        client = request.client.host if request.client else None
-        gw.api_keys.tenant_for(request.headers, client)
-        return Response(json.dumps({"object": "list", "data": list(model_cards(gw))}), media_type=_JSON)
-
-    @app.get("/health", tags=["ops"], summary="Liveness")
-    async def health() -> Response:
-        return Response(b'{"status":"ok"}', media_type=_JSON)
-
-    @app.get("/ready", tags=["ops"], summary="Readiness: every backend loaded or failed, one serving")
-    async def ready(request: Request) -> Response:
-        status, body = readiness(request.app.state.gateway)  # a failed model is listed, not waited for
-        return Response(json.dumps(body), status_code=status, media_type=_JSON)
-
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (vLLM names under tokenops:)")
-    async def metrics(request: Request) -> Response:
-        gw: Gateway = request.app.state.gateway
-        gw.metrics_auth.check(request.headers)  # the admin key or [gateway] metrics_key once keys exist
-        per_model: dict[str, list[dict[str, Any]]] = {}
-        stats = gw.engine_stats()
-        for model, rs in gw.replicas.items():
-            per_model[model] = [stats[r.name] for r in rs if r.name in stats]
-        text = gw.prometheus.render({m: s for m, s in per_model.items() if s}, gw.replicas)
-        text += breaker_metrics(replica_states(gw.replicas))
-        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    # anything else: tokenops.gateway.edge.guards.GuardMiddleware answers a 500 without internals
 
 
 def _install_openapi(app: FastAPI) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from tokenops.gateway.errors import APIError
 
-ADMIN_KEY_FILE = "admin_key"  # in the store folder, mode 0600 (see tokenops.gateway.admin_key)
+ADMIN_KEY_FILE = "admin_key"  # in the store folder, mode 0600 (see tokenops.gateway.admin.admin_key)
 
 
 def hash_key(key: str) -> str:
@@ -121,7 +121,7 @@ class AdminAuth:
 def resolve_admin_key(
     admin_key: str | None, admin_key_hash: str | None, store_dir: str | Path | None
 ) -> tuple[str, str | None]:
-    """See :func:`tokenops.gateway.admin_key.resolve_admin_key` (a generated key goes to a 0600 file)."""
-    from tokenops.gateway.admin_key import resolve_admin_key as resolve
+    """See :func:`tokenops.gateway.admin.admin_key.resolve_admin_key` (a generated key goes to a 0600 file)."""
+    from tokenops.gateway.admin.admin_key import resolve_admin_key as resolve
 
     return resolve(admin_key, admin_key_hash, store_dir)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenops.config import ConfigError, ModelConfig, Settings
-from tokenops.gateway.admin_key import admin_key_notice, secure_store_files
+from tokenops.gateway.admin.admin_key import admin_key_notice, secure_store_files
 from tokenops.gateway.auth import is_loopback, resolve_admin_key
 
 log = logging.getLogger("tokenops.gateway")
@@ -124,13 +124,13 @@ def open_store(settings: Settings) -> tuple[Any, Any]:
 def start_store_channel(store: Any, gw: Any, url: str) -> Any:
     """Serve the store (and live tunables) to local CLI processes of this user
     (:mod:`tokenops.store.channel`); a channel that cannot start is logged, not fatal."""
-    from tokenops.gateway.admin import _tunables_list, apply_tunables
+    from tokenops.gateway.admin.admin import _tunables_list, apply_tunables
     from tokenops.store.channel import StoreChannel
 
     channel = StoreChannel(store)
     for wildcard in ("//0.0.0.0:", "//[::]:"):  # local clients reach a wildcard bind on loopback
         url = url.replace(wildcard, "//127.0.0.1:")
-    from tokenops.gateway.admin import deployment_facts
+    from tokenops.gateway.admin.admin import deployment_facts
 
     channel.publish(
         url=url, models=list(gw.replicas), profile=getattr(gw.settings.engine, "profile", None), **deployment_facts(gw)
@@ -175,7 +175,7 @@ def announce_when_serving(server: Any, gw: Any, url: str, echo: Any) -> Any:
     the start report and echo the "tokenops serving" line naming the models that can answer."""
     import asyncio
 
-    from tokenops.gateway.model_routes import model_status
+    from tokenops.gateway.openai.model_routes import model_status
 
     tasks: set[asyncio.Task[None]] = set()
 
@@ -235,12 +235,12 @@ def run_server(
     """Serve until SIGINT/SIGTERM; then drain, stop the engines and flush telemetry. When every
     configured model fails to load, stop at once and raise :class:`ConfigError` naming the cause
     (the CLI prints it as one line and exits non-zero). ``start_report`` hears each model's start
-    (:class:`tokenops.gateway.model_loading.StartReport`, plus ``ready(models)`` and ``detach()``);
+    (:class:`tokenops.gateway.core.model_loading.StartReport`, plus ``ready(models)`` and ``detach()``);
     "tokenops serving ..." is echoed once the models are loaded and the port answers."""
     import uvicorn
 
     from tokenops.gateway.app import create_app
-    from tokenops.gateway.http_protocol import uvicorn_limits
+    from tokenops.gateway.edge.http_protocol import uvicorn_limits
 
     check_exposure(settings, allow_open, _num_managed_keys(settings) if use_store else 0)
     os.umask(0o077)  # store, WAL, admin key file: readable by this user only
@@ -263,7 +263,7 @@ def run_server(
         if store is not None:
             channel = start_store_channel(store, gw, url)
         if startup_tunables:  # a profile's live tunables beyond [engine]/[gateway]
-            from tokenops.gateway.admin import apply_when_ready
+            from tokenops.gateway.admin.admin import apply_when_ready
 
             apply_when_ready(gw, startup_tunables, actor=f"profile {settings.engine.profile}")
         _echo_start(gw, url, admin_key_notice(store_dir, new_key is not None), allow_open, echo)

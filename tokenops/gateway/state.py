@@ -16,18 +16,20 @@ from tokenops.backends import model_swap
 from tokenops.backends.base import Replica
 from tokenops.backends.registry import build_replicas, model_configs
 from tokenops.config import ConfigError, Settings
-from tokenops.gateway import hooks, schema_budget, tracing
-from tokenops.gateway.admission import QueueLimits
 from tokenops.gateway.auth import AdminAuth, ApiKeys, resolve_admin_key
-from tokenops.gateway.expert_plans import ExpertPlans
-from tokenops.gateway.metrics_auth import MetricsAuth
-from tokenops.gateway.metrics_window import MetricsWindow
-from tokenops.gateway.model_loading import StartReport, nothing_to_serve, start_backends
-from tokenops.gateway.pipeline import Pipeline
-from tokenops.gateway.prometheus import PrometheusMetrics
-from tokenops.gateway.records import RequestRecord
-from tokenops.gateway.replica_health import replica_states
-from tokenops.gateway.telemetry import EngineTelemetry
+from tokenops.gateway.core import hooks
+from tokenops.gateway.core.admission import QueueLimits
+from tokenops.gateway.core.model_loading import StartReport, nothing_to_serve, start_backends
+from tokenops.gateway.core.pipeline import Pipeline
+from tokenops.gateway.edge import schema_budget
+from tokenops.gateway.observability import tracing
+from tokenops.gateway.observability.expert_plans import ExpertPlans
+from tokenops.gateway.observability.metrics_auth import MetricsAuth
+from tokenops.gateway.observability.metrics_window import MetricsWindow
+from tokenops.gateway.observability.prometheus import PrometheusMetrics
+from tokenops.gateway.observability.records import RequestRecord
+from tokenops.gateway.observability.replica_health import replica_states
+from tokenops.gateway.observability.telemetry import EngineTelemetry
 from tokenops.routing.retry import retry_budget
 from tokenops.types import TelemetryEvent
 
@@ -176,8 +178,8 @@ class Gateway:
             self.on_started()
 
     async def _start_profiles(self) -> None:
-        """Capability profiles from profiles/models/ and the store, kept current (gateway/profile_source.py)."""
-        from tokenops.gateway.profile_source import ProfileSource
+        """Capability profiles from profiles/models/ and the store, kept current (gateway/core/profile_source.py)."""
+        from tokenops.gateway.core.profile_source import ProfileSource
 
         self.profile_source = ProfileSource.from_settings(self.settings, self.store)
         self.pipeline.profiles = await asyncio.to_thread(self.profile_source.load)

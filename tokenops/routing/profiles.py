@@ -4,7 +4,7 @@ A profile holds, per capability dimension, the share of suite tasks a model got 
 with a Wilson 95% interval, plus latency and cost measured at a small load.
 
 The file format is a contract between core and plugins: the gateway loads profiles at
-start and reloads them (``tokenops/gateway/profile_source.py``), the multi-model plugins
+start and reloads them (``tokenops/gateway/core/profile_source.py``), the multi-model plugins
 write them (``tokenops profile run``) and route on them (the profile router).
 """
 

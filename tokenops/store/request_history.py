@@ -1,5 +1,5 @@
 """The latest requests from the store's ``requests`` table, in the shape ``GET /admin/requests``
-lists them (``RequestRecord.summary`` in tokenops/gateway/records.py), so the list survives a
+lists them (``RequestRecord.summary`` in tokenops/gateway/observability/records.py), so the list survives a
 restart of the server: the gateway merges these rows with the requests it still holds in memory
 (which the batched writer may not have flushed yet)."""
 

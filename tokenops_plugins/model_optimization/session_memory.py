@@ -20,7 +20,7 @@ Off by default. ``tokenops.toml``::
     reserve_tokens = 128      # room kept for the completion when the request sets no max_tokens
     embedder = "auto"         # auto (MiniLM when installed), minilm, lexical
 
-Admin: ``/admin/memory/...`` (tokenops/gateway/admin_memory.py). Memory lives in the
+Admin: ``/admin/memory/...`` (tokenops/gateway/admin/admin_memory.py). Memory lives in the
 server process only: it does not survive a restart.
 """
 
@@ -141,16 +141,21 @@ def tokenops_configure(settings):
     from tokenops.semcache.embedders import get_embedder
 
     embedder = get_embedder(values["embedder"])  # MiniLM loads on first use, in a worker thread
-    set_session_memory(
-        SessionMemory(
-            embedder.embed,
-            ttl_s=float(values["ttl_s"]),
-            max_session_bytes=values["max_session_kb"] * 1024,
-            max_sessions=values["max_sessions"],
-            chunk_chars=values["chunk_chars"],
-            max_total_bytes=values["max_total_mb"] << 20,
-        )
-    )
+    limits = {
+        "ttl_s": float(values["ttl_s"]),
+        "max_session_bytes": values["max_session_kb"] * 1024,
+        "max_sessions": values["max_sessions"],
+        "chunk_chars": values["chunk_chars"],
+        "max_total_bytes": values["max_total_mb"] << 20,
+    }
+    shared = getattr(settings, "shared", None)
+    if shared is None:
+        set_session_memory(SessionMemory(embedder.embed, **limits))
+        return
+    from tokenops.shared_state import open_session_memory
+
+    # [shared] redis_url: every replica remembers and recalls the same sessions (docs/deploy.md)
+    set_session_memory(open_session_memory(shared, embedder.embed, **limits))
 
 
 @hookimpl

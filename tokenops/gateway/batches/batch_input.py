@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from tokenops.gateway.batches.batch_lines import ENDPOINTS, build_call
-from tokenops.gateway.body import parse_json
+from tokenops.gateway.edge.body import parse_json
 from tokenops.gateway.errors import APIError
 
 MAX_CUSTOM_ID_CHARS = 512

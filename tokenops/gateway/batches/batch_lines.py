@@ -10,14 +10,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tokenops.gateway.body import checked_body
-from tokenops.gateway.embeddings import embed, embedding_request
+from tokenops.gateway.edge.body import checked_body
 from tokenops.gateway.errors import APIError
-from tokenops.gateway.openai_format import response_body
-from tokenops.gateway.responses_api import _build as responses_request
-from tokenops.gateway.responses_chat import deferred_error
-from tokenops.gateway.responses_output import ResponseFrame
-from tokenops.gateway.schemas import chat_request, completion_request
+from tokenops.gateway.openai.embeddings import embed, embedding_request
+from tokenops.gateway.openai.openai_format import response_body
+from tokenops.gateway.openai.schemas import chat_request, completion_request
+from tokenops.gateway.responses.responses_api import _build as responses_request
+from tokenops.gateway.responses.responses_chat import deferred_error
+from tokenops.gateway.responses.responses_output import ResponseFrame
 from tokenops.types import GatewayRequest
 
 CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES = "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"
@@ -83,3 +83,11 @@ def num_tokens(body: dict[str, Any]) -> int:
         return total
     parts = ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
     return sum(v for k in parts if isinstance(v := usage.get(k), int))
+
+
+def num_generated(body: dict[str, Any]) -> int:
+    """Generated tokens of a response body (its ``usage``; 0 for embeddings)."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return 0
+    return sum(v for k in ("completion_tokens", "output_tokens") if isinstance(v := usage.get(k), int))

@@ -15,6 +15,7 @@ Stopping the server cancels the lines in flight without writing them: they run a
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -24,7 +25,7 @@ from typing import Any
 
 from tokenops.batch_settings import BatchSettings
 from tokenops.gateway.batches.batch_input import parse_line, raw_lines
-from tokenops.gateway.batches.batch_lines import build_call, num_tokens, run_call
+from tokenops.gateway.batches.batch_lines import build_call, num_generated, num_tokens, run_call
 from tokenops.gateway.batches.batch_output import DurableAppender, output_line, recover
 from tokenops.gateway.errors import APIError
 from tokenops.prometheus_text import PREFIX
@@ -52,6 +53,16 @@ class _Run:
         self.in_flight: set[asyncio.Task] = set()
         self.is_cancelled = False
         self.counts_written_at = 0.0
+        #: (monotonic time, generated tokens) of each line this process finished: the recent rate
+        self.finished: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
+        self.started = time.monotonic()
+
+    def rate(self, window_s: float = 30.0) -> dict[str, float]:
+        """Lines/s and generated tokens/s over the last ``window_s`` (or since this process took it up)."""
+        now = time.monotonic()
+        span = max(1e-3, min(window_s, now - self.started))
+        recent = [n for t, n in self.finished if t >= now - span]
+        return {"lines_per_s": len(recent) / span, "tokens_per_s": sum(recent) / span}
 
 
 class BatchRunner:
@@ -98,6 +109,11 @@ class BatchRunner:
         """A batch was created or cancelled: look at the store now."""
         if self._wakeup is not None:
             self._wakeup.set()
+
+    def live_rate(self, batch_id: str) -> dict[str, float] | None:
+        """Recent lines/s and generated tokens/s of a batch this process runs (None: not running here)."""
+        run = self.runs.get(batch_id)
+        return None if run is None else run.rate()
 
     def live_counts(self, batch_id: str) -> dict[str, int] | None:
         run = self.runs.get(batch_id)
@@ -276,6 +292,7 @@ class BatchRunner:
         else:
             run.num_completed += 1
             self.num_lines["completed"] += 1
+            run.finished.append((time.monotonic(), num_generated(answer or {})))
             self.num_tokens += num_tokens(answer or {})
         await self._write_counts(run)
 

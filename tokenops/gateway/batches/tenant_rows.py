@@ -12,18 +12,15 @@ from starlette.responses import Response
 
 from tokenops.gateway.batches.batch_state import batch_store
 from tokenops.gateway.errors import APIError
+from tokenops.gateway.intake import caller
 
 _JSON = "application/json"
 
 
 def tenant_of(request: Request, is_write: bool = False) -> tuple[Any, str, str | None]:
     """``(gateway, tenant, key id)`` of a Batch or Files API request (a 401 without a valid key)."""
-    gw = request.app.state.gateway
-    if is_write and gw.is_draining:
-        raise APIError(503, "The server is shutting down.", code="shutting_down")
-    client = request.client.host if request.client else None
-    tenant, key_id = gw.api_keys.tenant_for(request.headers, client)
-    return gw, tenant, key_id
+    who = caller(request, is_write=is_write)
+    return who.gateway, who.tenant, who.key_id
 
 
 def dumps(value: Any, status: int = 200) -> Response:

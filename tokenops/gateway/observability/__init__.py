@@ -1,0 +1,1 @@
+"""What the gateway lets operators see: Prometheus ``/metrics``, the sliding-window stats, traces and engine telemetry."""
