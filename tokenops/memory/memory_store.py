@@ -12,7 +12,8 @@ be 10 GiB), the least recently used sessions go whole. Retrieval ranks entries b
 cosine similarity to a query. Sessions of different tenants never meet: every call
 names the tenant.
 
-In-process only: memory does not survive a restart of ``tokenops serve``.
+In-process: memory does not survive a restart of ``tokenops serve``; ``[shared] redis_url`` keeps
+it in Redis for every gateway replica instead (tokenops/shared_state/redis_memory.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -280,14 +281,30 @@ class SessionMemory:
             }
 
 
-_active: SessionMemory | None = None
+class SessionMemoryStore(Protocol):
+    """What the plugin and the admin API ask of session memory: :class:`SessionMemory` (this
+    process) or :class:`tokenops.shared_state.redis_memory.RedisSessionMemory` (every replica)."""
+
+    ttl_s: float
+    max_session_bytes: int
+
+    def remember(self, tenant: str, session: str, turns: list[tuple[str, str]]) -> int: ...
+    def recall(self, tenant: str, session: str, query: str) -> list[tuple[float, MemoryEntry]]: ...
+    def sessions(self, tenant: str | None = None) -> list[dict[str, Any]]: ...
+    def entries(self, tenant: str, session: str) -> list[dict[str, Any]] | None: ...
+    def delete_session(self, tenant: str, session: str) -> int: ...
+    def delete_tenant(self, tenant: str) -> int: ...
+    def stats(self) -> dict[str, int]: ...
 
 
-def get_session_memory() -> SessionMemory | None:
+_active: SessionMemoryStore | None = None
+
+
+def get_session_memory() -> SessionMemoryStore | None:
     """The memory the session-memory plugin serves from (None when it is off)."""
     return _active
 
 
-def set_session_memory(memory: SessionMemory | None) -> None:
+def set_session_memory(memory: SessionMemoryStore | None) -> None:
     global _active
     _active = memory

@@ -86,6 +86,20 @@ class _Entry:
     num_bytes: int
 
 
+@dataclass(slots=True, frozen=True)
+class SharedEntry:
+    """A stored answer as it travels between replicas: the keys, the response, the question's
+    vector (None without semantic matching) and the seconds it has left to live."""
+
+    partition: tuple[str, str]
+    exact_key: str
+    context_key: str
+    question: str
+    response: Any
+    vector: Any
+    ttl_s: float
+
+
 @dataclass(slots=True)
 class CacheStats:
     lookups: int = 0
@@ -134,6 +148,10 @@ class SemanticCache:
         self._ids = itertools.count()
         self.num_bytes = 0
         self._lock = threading.RLock()
+        #: Told of every answer this cache stores and every tenant it drops (a feed to the other
+        #: gateway replicas, tokenops/shared_state/redis_cache_feed.py); None: nobody listens.
+        self.on_store: Callable[[SharedEntry], None] | None = None
+        self.on_delete_tenant: Callable[[str], None] | None = None
         has_words = bool(getattr(embedder, "has_word_similarity", False))
         self.word_similarity = WordSimilarity(embedder) if has_words else None
 
@@ -228,41 +246,55 @@ class SemanticCache:
     def store(self, request: Any, response: Any) -> bool:
         partition, exact_key, context_key, question = self.keys_of(request)
         vector = self.embedder.embed([question])[0] if self.config.is_semantic else None
-        text = getattr(response, "text", "") or ""
-        num_bytes = (
-            len(question.encode())
-            + len(text.encode())
-            + ENTRY_OVERHEAD_BYTES
-            + (vector.nbytes if vector is not None else 0)
-        )
+        shared = SharedEntry(partition, exact_key, context_key, question, response, vector, self.config.ttl_s)
+        if not self._keep(shared):
+            return False
+        if self.on_store is not None:
+            self.on_store(shared)
+        return True
+
+    def add_shared(self, shared: SharedEntry) -> bool:
+        """Keep an answer another replica stored (its vector comes with it: nothing is embedded);
+        False when it has expired or is over the byte budget alone."""
+        return shared.ttl_s > 0 and self._keep(shared)
+
+    def _keep(self, shared: SharedEntry) -> bool:
+        text = getattr(shared.response, "text", "") or ""
+        vector = shared.vector if self.config.is_semantic else None
+        num_bytes = len(shared.question.encode()) + len(text.encode()) + ENTRY_OVERHEAD_BYTES
+        num_bytes += vector.nbytes if vector is not None else 0
         if num_bytes > self.config.max_bytes:
             return False
         with self._lock:
-            old = self._exact.get(exact_key)
+            old = self._exact.get(shared.exact_key)
             if old is not None and old in self._entries:
                 self._drop(self._entries[old])
             entry = _Entry(
                 next(self._ids),
-                partition,
-                exact_key,
-                context_key,
-                question,
-                signature(question),
-                response,
-                self.clock() + self.config.ttl_s,
+                shared.partition,
+                shared.exact_key,
+                shared.context_key,
+                shared.question,
+                signature(shared.question),
+                shared.response,
+                self.clock() + min(shared.ttl_s, self.config.ttl_s),
                 num_bytes,
             )
-            self._entries[entry.key] = entry
-            self._exact[exact_key] = entry.key
-            if vector is not None:
-                index = self._indexes.get(partition)
-                if index is None:
-                    index = self._indexes[partition] = VectorIndex(len(vector))
-                index.add(entry.key, vector)
-            self.num_bytes += num_bytes
-            self.stats.stores += 1
-            self._evict()
-            return True
+            self._add(entry, vector)
+        return True
+
+    def _add(self, entry: _Entry, vector: Any) -> None:
+        """Index ``entry`` and charge its bytes (under the lock)."""
+        self._entries[entry.key] = entry
+        self._exact[entry.exact_key] = entry.key
+        if vector is not None:
+            index = self._indexes.get(entry.partition)
+            if index is None:
+                index = self._indexes[entry.partition] = VectorIndex(len(vector))
+            index.add(entry.key, vector)
+        self.num_bytes += entry.num_bytes
+        self.stats.stores += 1
+        self._evict()
 
     def set_config(self, config: CacheConfig) -> None:
         """Use ``config`` from now on (a live tunable change); entries over a smaller
@@ -298,13 +330,16 @@ class SemanticCache:
                 del self._indexes[entry.partition]
         self.num_bytes -= entry.num_bytes
 
-    def delete_tenant(self, tenant: str) -> int:
-        """Drop every cached answer of ``tenant`` (all its models); returns how many."""
+    def delete_tenant(self, tenant: str, *, is_shared: bool = True) -> int:
+        """Drop every cached answer of ``tenant`` (all its models); returns how many. The
+        other replicas are told unless ``is_shared`` is False (they told this one)."""
         with self._lock:
             doomed = [e for e in self._entries.values() if e.partition[0] == str(tenant)]
             for entry in doomed:
                 self._drop(entry)
-            return len(doomed)
+        if is_shared and self.on_delete_tenant is not None:
+            self.on_delete_tenant(str(tenant))
+        return len(doomed)
 
     def __len__(self) -> int:
         return len(self._entries)

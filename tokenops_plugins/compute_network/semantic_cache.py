@@ -30,6 +30,8 @@ TOKENOPS_SETTINGS = {
 
 cache: SemanticCache | None = None
 _embedder_name = "auto"
+_shared = None  # [shared] of the settings: a redis_url feeds the cache across replicas
+_feed = None
 _FIELDS = {
     "cache.semantic_threshold": "threshold",
     "cache.ttl_s": "ttl_s",
@@ -41,20 +43,30 @@ _OFF = ("off", "false", "0", "no", "no-cache", "no-store", "bypass")
 
 
 def configure(config: CacheConfig | None = None, embedder=None, **kw) -> SemanticCache:
-    """Install a cache (tests pass an embedder and clock); returns it."""
-    global cache
+    """Install a cache (tests pass an embedder and clock); returns it. With ``[shared] redis_url``
+    it is fed from and to the other gateway replicas (tokenops/shared_state/redis_cache_feed.py)."""
+    global cache, _feed
+    disable()
     cache = SemanticCache(embedder or get_embedder(_embedder_name), config or CacheConfig(), **kw)
+    if _shared is not None:
+        from tokenops.shared_state import open_cache_feed
+
+        _feed = open_cache_feed(_shared, cache)
     return cache
 
 
 def disable() -> None:
-    global cache
+    global cache, _feed
+    if _feed is not None:
+        _feed.close()
+        _feed = None
     cache = None
 
 
 @hookimpl
 def tokenops_configure(settings):
-    global _embedder_name
+    global _embedder_name, _shared
+    _shared = getattr(settings, "shared", None)
     raw = dict(settings.plugin_settings("semantic_cache"))
     if not raw or not raw.pop("enabled", True):
         return

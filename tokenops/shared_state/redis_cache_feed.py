@@ -1,0 +1,132 @@
+"""The semantic cache across gateway replicas (``[shared] redis_url``): every replica keeps its own
+:class:`~tokenops.semcache.cache.SemanticCache` (its own vector index, so a lookup never leaves the
+process), and every answer one replica stores is appended to a Redis stream that all replicas read.
+
+- **write**: :meth:`RedisCacheFeed.publish` (the cache's ``on_store``) appends the entry — keys,
+  question, the response as JSON, the question's float32 vector, the seconds it has left — with
+  ``XADD``, trimmed to ``max_entries`` and to the entries younger than the cache's TTL;
+- **read**: a daemon thread blocks on ``XREAD`` from the last id it saw and hands other replicas'
+  entries to :meth:`SemanticCache.add_shared` (nothing is embedded again). A replica that starts
+  (or restarts after a crash) reads the stream from its start, so it comes up with the service's
+  entries, not an empty cache;
+- **tenant deletion** travels the same stream: a replica that drops a tenant's answers tells the
+  others, in order with the entries.
+
+Why a stream and not pub/sub: a subscriber that reconnects (or starts late) loses what was
+published meanwhile; a stream is read from an id, so nothing is missed, and its length is bounded.
+Each replica's byte budget (``max_bytes``) holds locally as in one process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from tokenops.semcache.cache import SemanticCache, SharedEntry
+from tokenops.types import GatewayResponse
+
+log = logging.getLogger(__name__)
+
+
+def encode_entry(entry: SharedEntry) -> dict[str, bytes | str]:
+    response = entry.response
+    body = dataclasses.asdict(response) if dataclasses.is_dataclass(response) else {"text": str(response)}
+    meta = {
+        "partition": list(entry.partition),
+        "exact_key": entry.exact_key,
+        "context_key": entry.context_key,
+        "question": entry.question,
+        "response": body,
+        "expires_at": time.time() + entry.ttl_s,
+    }
+    vector = b"" if entry.vector is None else np.asarray(entry.vector, dtype=np.float32).tobytes()
+    return {"m": json.dumps(meta, default=str), "v": vector}
+
+
+def decode_entry(fields: dict[bytes, bytes]) -> SharedEntry:
+    meta = json.loads(fields[b"m"])
+    vector_bytes = fields.get(b"v", b"")
+    vector = np.frombuffer(vector_bytes, dtype=np.float32).copy() if vector_bytes else None
+    known = {f.name for f in dataclasses.fields(GatewayResponse)}
+    response = GatewayResponse(**{k: v for k, v in meta["response"].items() if k in known})
+    partition = (str(meta["partition"][0]), str(meta["partition"][1]))
+    ttl_s = float(meta["expires_at"]) - time.time()
+    return SharedEntry(partition, meta["exact_key"], meta["context_key"], meta["question"], response, vector, ttl_s)
+
+
+class RedisCacheFeed:
+    """Feeds ``cache`` from, and to, the other replicas through one Redis stream."""
+
+    def __init__(self, cache: SemanticCache, client: Any, *, prefix: str = "tokenops", max_entries: int = 100_000):
+        self.cache = cache
+        self.client = client
+        self.stream = f"{prefix}:semcache:feed"
+        self.max_entries = max_entries
+        self.origin = uuid.uuid4().hex
+        self.last_id = "0-0"
+        self.num_received = 0
+        self.num_published = 0
+        self._stop = threading.Event()
+        self._caught_up = threading.Event()
+        cache.on_store = self.publish
+        cache.on_delete_tenant = self.publish_delete_tenant
+        self._thread = threading.Thread(target=self._run, name="semantic-cache-feed", daemon=True)
+        self._thread.start()
+
+    def publish(self, entry: SharedEntry) -> None:
+        fields = {"o": self.origin, "t": "put", **encode_entry(entry)}
+        # MINID trims what has outlived the TTL (stream ids are Redis' clock in ms)
+        oldest = int((time.time() - self.cache.config.ttl_s) * 1000)
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.xadd(self.stream, fields, maxlen=self.max_entries, approximate=True)
+            pipe.xtrim(self.stream, minid=f"{max(0, oldest)}-0", approximate=True)
+            pipe.execute()
+        self.num_published += 1
+
+    def publish_delete_tenant(self, tenant: str) -> None:
+        self.client.xadd(self.stream, {"o": self.origin, "t": "delete_tenant", "tenant": tenant})
+
+    def wait_caught_up(self, timeout_s: float = 10.0) -> bool:
+        """True once the stream as it was at start has been read."""
+        return self._caught_up.wait(timeout_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self.cache.on_store == self.publish:
+            self.cache.on_store = None
+            self.cache.on_delete_tenant = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                replies = self.client.xread({self.stream: self.last_id}, count=512, block=500)
+            except Exception as e:  # Redis away: keep serving from the local cache, retry
+                log.warning("semantic cache feed: %s", e)
+                self._stop.wait(1.0)
+                continue
+            if not replies:
+                self._caught_up.set()
+                continue
+            for _, messages in replies:
+                for message_id, fields in messages:
+                    self.last_id = message_id.decode() if isinstance(message_id, bytes) else message_id
+                    self._apply(fields)
+
+    def _apply(self, fields: dict[bytes, bytes]) -> None:
+        if fields.get(b"o", b"").decode() == self.origin:
+            return
+        try:
+            if fields.get(b"t") == b"delete_tenant":
+                self.cache.delete_tenant(fields[b"tenant"].decode(), is_shared=False)
+            elif self.cache.add_shared(decode_entry(fields)):
+                self.num_received += 1
+        except (KeyError, ValueError, TypeError) as e:
+            log.warning("semantic cache feed: skipped an entry (%s)", e)
