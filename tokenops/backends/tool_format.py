@@ -1,10 +1,13 @@
 """How tools reach a bundled-engine model's prompt: ``native`` or ``generic``.
 
-A model whose chat template renders ``tools`` (Hermes, Qwen 2.5/3, Llama 3.x, Mistral...)
-gets them through its template, and writes calls in its own format (``[[models]]
-tool_call_parser``). A model whose template ignores them (SmolLM2, the fallback template)
-gets the **generic** format instead: decided once at load by rendering the template with
-and without a dummy tool (:meth:`tokenops.engine.core.tokenizer.Tokenizer.renders_tools`).
+A model whose chat template renders ``tools`` gets them through its template, and writes
+calls in its own format: ``[[models]] tool_call_parser``, or with its default ``auto`` the
+format the template renders an earlier call in (:func:`native_parser_of`: ``hermes`` for
+Hermes and Qwen 2.5/3 templates, ``llama3_json`` for Llama 3.x, ``mistral`` for Mistral
+7B v0.3/Nemo/Small). A model whose template ignores them (SmolLM2, the fallback template),
+or writes calls in a format no parser reads (Qwen3-Coder's XML, Mistral's ``[ARGS]``), gets
+the **generic** format instead: decided once at load by rendering the template with and
+without a dummy tool (:meth:`tokenops.engine.core.tokenizer.Tokenizer.renders_tools`).
 
 The generic format, the one documented way (docs/serve.md, "Tools on every model"):
 
@@ -32,6 +35,7 @@ The grammar that constrains the answer is the generic parser's
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 NATIVE, GENERIC = "native", "generic"
@@ -41,10 +45,55 @@ NATIVE, GENERIC = "native", "generic"
 NO_CALL_NAME = "text"
 
 
-def tool_format_of(tokenizer: Any) -> str:
-    """``native`` when the model's chat template renders tools, else ``generic``."""
+#: ``[[models]] tool_call_parser`` default: the parser whose format the chat template writes calls in.
+AUTO = "auto"
+_PROBE = "tokenops_probe_tool"
+#: How each native parser's calls look where a template renders an earlier call of :data:`_PROBE`.
+_RENDERED_CALLS = {
+    "hermes": re.compile(r'<tool_call>\s*\{\s*"name"\s*:\s*"' + _PROBE + '"'),
+    "mistral": re.compile(r'\[TOOL_CALLS\]\s*\[\s*\{\s*"name"\s*:\s*"' + _PROBE + '"'),
+    "llama3_json": re.compile(r'\{\s*"name"\s*:\s*"' + _PROBE + r'"\s*,\s*"parameters"\s*:'),
+}
+
+
+def tool_format_of(tokenizer: Any, parser: str = AUTO) -> tuple[str, str]:
+    """``(format, parser name)`` for a model: ``native`` and its parser when the chat template renders
+    tools and the parser is configured (``parser`` not :data:`AUTO`) or found by :func:`native_parser_of`;
+    else ``generic`` (no tools in the template, or calls in a format no parser reads)."""
     renders = getattr(tokenizer, "renders_tools", None)
-    return NATIVE if renders is not None and renders() else GENERIC
+    try:
+        is_rendered = renders is not None and renders()
+    except Exception:  # noqa: BLE001 (a template that fails on a tool, not only through raise_exception)
+        is_rendered = False
+    if not is_rendered:
+        return GENERIC, GENERIC
+    found = native_parser_of(tokenizer) if parser == AUTO else parser
+    return (NATIVE, found) if found is not None else (GENERIC, GENERIC)
+
+
+def native_parser_of(tokenizer: Any) -> str | None:
+    """The parser of the format the chat template writes an earlier call in (``hermes``, ``mistral``,
+    ``llama3_json``), or None: the format a model was trained to write calls in is the one its template
+    renders them in, whatever the family is called."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": _PROBE,
+            "description": "A probe.",
+            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]},
+        },
+    }
+    call = {"id": "probe0001", "type": "function", "function": {"name": _PROBE, "arguments": {"x": "y"}}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "probe0001", "name": _PROBE, "content": "ok"},
+    ]
+    try:
+        text = tokenizer.apply_chat_template(messages, tools=[tool])
+    except Exception:  # noqa: BLE001 (a template that cannot render a call: no native calls to read)
+        return None
+    return next((name for name, shape in _RENDERED_CALLS.items() if shape.search(text)), None)
 
 
 def generic_system_prompt(tools: list[dict[str, Any]]) -> str:
