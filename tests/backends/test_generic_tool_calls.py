@@ -49,4 +49,6 @@ def test_results_and_calls_of_earlier_turns_are_rendered_as_text():
         "role": "assistant",
         "content": '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>',
     }
-    assert out[3] == {"role": "user", "content": "<tool_result name=add>3</tool_result>"}
+    assert out[3] == {"role": "user", "content": "add returned: 3\nAnswer my question with this result."}
+    two = generic_messages([*messages, {"role": "tool", "tool_call_id": "c1", "name": "add", "content": "4"}], tools)
+    assert two[3]["content"] == "add returned: 3\nadd returned: 4\nAnswer my question with these results."

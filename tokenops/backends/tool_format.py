@@ -21,9 +21,10 @@ The generic format, the one documented way (docs/serve.md, "Tools on every model
   model decides *inside* the call envelope, where even a 135M model picks the tool a
   request needs, and that preamble is never shown to the client.
 - Earlier turns are rendered the same way: an assistant message's ``tool_calls`` become
-  its ``<tool_call>`` lines, and ``tool`` messages become a user message
-  ``<tool_result name=NAME>...</tool_result>`` (consecutive results in one message), so
-  templates that know only user/assistant/system render them.
+  its ``<tool_call>`` lines, and ``tool`` messages become one user message, a line
+  ``NAME returned: RESULT`` per result and then "Answer my question with this result."
+  (:data:`RESULTS_ASK`), so templates that know only user/assistant/system render them and
+  a small model answers from the result rather than about it.
 - With ``tool_choice: "auto"``, the tools whose results end the conversation are not
   offered again in that turn (a small model calls the same tool again and again): the
   model answers from the results, or calls another tool.
@@ -43,6 +44,10 @@ NATIVE, GENERIC = "native", "generic"
 #: (measured on SmolLM2-135M with tests/benchmarks/tool_calls.py: "text" 90% right on irrelevant
 #: requests and 64% on obvious ones over 200 cases; "none" 40% and 60% over 40)
 NO_CALL_NAME = "text"
+#: What follows a turn's tool results: measured on SmolLM2-135M through serve (8 weather and sum
+#: conversations, greedy), 7 of 8 answers then quote the result, against 1 of 8 after the results
+#: alone in ``<tool_result name=...>`` tags (the answers described the function instead).
+RESULTS_ASK = "Answer my question with {these}."
 
 
 #: ``[[models]] tool_call_parser`` default: the parser whose format the chat template writes calls in.
@@ -127,26 +132,30 @@ def generic_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
         system = f"{first}\n\n{system}" if first else system
         messages = messages[1:]
     out: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    is_result = False  # the last message is tool results (the next one joins it)
+    results: list[str] = []  # the tool results of the run of ``tool`` messages being read
     for message in messages:
         role = message.get("role")
         if role == "tool":
             name = message.get("name") or names.get(message.get("tool_call_id")) or "tool"
-            result = f"<tool_result name={name}>{message.get('content') or ''}</tool_result>"
-            if is_result:
-                out[-1] = {"role": "user", "content": f"{out[-1]['content']}\n{result}"}
-            else:
-                out.append({"role": "user", "content": result})
-            is_result = True
+            results.append(f"{name} returned: {message.get('content') or ''}")
             continue
-        is_result = False
+        _flush_results(out, results)
         if role == "assistant" and message.get("tool_calls"):
             calls = [call_text(c.get("function") or {}) for c in message["tool_calls"]]
             text = message.get("content") or ""
             out.append({"role": "assistant", "content": "\n".join(([text] if text else []) + calls)})
             continue
         out.append(message)
+    _flush_results(out, results)
     return out
+
+
+def _flush_results(out: list[dict[str, Any]], results: list[str]) -> None:
+    """Consecutive tool results as one user message that asks for the answer from them."""
+    if results:
+        these = "this result" if len(results) == 1 else "these results"
+        out.append({"role": "user", "content": "\n".join(results) + f"\n{RESULTS_ASK.format(these=these)}"})
+        results.clear()
 
 
 def answered_calls(messages: list[dict[str, Any]]) -> set[str]:
