@@ -113,6 +113,28 @@ def make_stats(num_points: int = 300, num_replicas: int = 2, moe: bool = True, n
     }
 
 
+def make_batches_view() -> dict[str, Any]:
+    """A deterministic ``/admin/batches`` payload: one batch running, one finished."""
+    counts = lambda total, completed, failed: {"total": total, "completed": completed, "failed": failed}  # noqa: E731
+    return {
+        "batches": [
+            {"id": "batch_running", "tenant": "acme", "status": "in_progress", "endpoint": "/v1/chat/completions",
+             "created_at": int(T0), "request_counts": counts(2000, 480, 20), "progress": 0.25, "lines_per_s": 2.5,
+             "tokens_per_s": 161.3, "eta_s": 600.0},
+            {"id": "batch_done", "tenant": "globex", "status": "completed", "endpoint": "/v1/chat/completions",
+             "created_at": int(T0) - 60, "request_counts": counts(10, 10, 0), "progress": 1.0, "lines_per_s": None,
+             "tokens_per_s": None, "eta_s": None},
+        ],
+        "lines_running": 16,
+        "tokens_per_s": 161.3,
+        "interactive": {
+            "window_s": 60.0, "num_requests": 42, "ttft_p95_s": 0.2345, "tpot_p95_s": 0.031,
+            "slo": [{"label": "ttft p95<=500ms", "metric": "ttft", "percentile": 95, "threshold_s": 0.5,
+                     "value_s": 0.2345, "met": True}],
+        },
+    }  # fmt: skip
+
+
 class FakeAdminClient:
     """Stands in for :class:`tokenops.tui.client.AdminClient` (same methods, same errors)."""
 
@@ -123,6 +145,7 @@ class FakeAdminClient:
         self.num_stats_calls = 0
         self.values = {t.name: t.default for t in TUNABLES}
         self.changes: list[list[Any]] = []
+        self.batches_view = make_batches_view()
 
     def stats(self) -> dict[str, Any]:
         self.num_stats_calls += 1
@@ -176,6 +199,10 @@ class FakeAdminClient:
             }
         raise AdminError(f"unknown query {name!r}; known: config_changes, images_by_model_hour, latency_by_model_hour, "
                          "usage_by_model_day", 404)
+
+    def batches(self) -> dict[str, Any]:
+        self._check()
+        return self.batches_view
 
     def _check(self) -> None:
         if self.is_down:

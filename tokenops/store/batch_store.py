@@ -103,7 +103,9 @@ class BatchStore:
         output and error files too; the runner stops such a batch first)."""
         with self._lock:
             file_ids = [r[0] for r in self.store.execute("SELECT id FROM files WHERE tenant = ?", [tenant]).fetchall()]
-            batch_ids = [r[0] for r in self.store.execute("SELECT id FROM batches WHERE tenant = ?", [tenant]).fetchall()]
+            batch_ids = [
+                r[0] for r in self.store.execute("SELECT id FROM batches WHERE tenant = ?", [tenant]).fetchall()
+            ]
             self.store.execute("DELETE FROM files WHERE tenant = ?", [tenant])
             self.store.execute("DELETE FROM batches WHERE tenant = ?", [tenant])
         for file_id in {*file_ids, *(f for b in batch_ids for f in output_ids(b))}:
@@ -150,6 +152,16 @@ class BatchStore:
             f"SELECT {', '.join(self.batch_columns)} FROM batches WHERE status IN ({', '.join('?' for _ in ACTIVE_STATES)}) "
             "ORDER BY created_at, id",
             list(ACTIVE_STATES),
+        ).fetchall()
+        return [_decode(dict(zip(self.batch_columns, r))) for r in rows]
+
+    def recent_batches(self, limit: int = 50) -> list[dict[str, Any]]:
+        """Every tenant's batches with work left, then the newest of the others (the admin view)."""
+        cols = ", ".join(self.batch_columns)
+        states = ", ".join("?" for _ in ACTIVE_STATES)
+        rows = self.store.execute(
+            f"SELECT {cols} FROM batches ORDER BY (status IN ({states})) DESC, created_at DESC, id DESC LIMIT ?",
+            [*ACTIVE_STATES, limit],
         ).fetchall()
         return [_decode(dict(zip(self.batch_columns, r))) for r in rows]
 

@@ -18,6 +18,7 @@ from tokenops.tui.client import AdminError, Client, ServerUnreachable
 from tokenops.tui.connection import ConnectionState
 from tokenops.tui.messages import StatsFailed, StatsReceived
 from tokenops.tui.screens.base import DashboardScreen
+from tokenops.tui.screens.batch_view import BatchesScreen
 from tokenops.tui.screens.engine import EngineScreen
 from tokenops.tui.screens.experts import ExpertsScreen
 from tokenops.tui.screens.history import HistoryScreen
@@ -46,6 +47,7 @@ class DashboardApp(App[None]):
         "experts": ExpertsScreen,
         "tuning": TuningScreen,
         "history": HistoryScreen,
+        "batches": BatchesScreen,
     }
     DEFAULT_MODE = "overview"
     ENABLE_COMMAND_PALETTE = False
@@ -56,6 +58,7 @@ class DashboardApp(App[None]):
         Binding("4", "switch_mode('experts')", "Experts"),
         Binding("5", "switch_mode('tuning')", "Tuning"),
         Binding("6", "switch_mode('history')", "History"),
+        Binding("b", "switch_mode('batches')", "Batches"),
         Binding("p", "toggle_pause", "Pause", show=False),
         Binding("q", "quit", "Quit"),
     ]

@@ -29,6 +29,7 @@ class Client(Protocol):
     def tunables(self) -> list[dict[str, Any]]: ...
     def patch_tunables(self, values: dict[str, Any], actor: str = "dashboard") -> dict[str, Any]: ...
     def query(self, name: str, **params: Any) -> dict[str, Any]: ...
+    def batches(self) -> dict[str, Any]: ...
 
 
 class AdminClient:
@@ -79,6 +80,10 @@ class AdminClient:
     def query(self, name: str, **params: Any) -> dict[str, Any]:
         """``GET /admin/query/{name}``: ``{"name", "columns", "rows"}`` of a named store query."""
         return self._request("GET", f"/admin/query/{name}", params=params)
+
+    def batches(self) -> dict[str, Any]:
+        """``GET /admin/batches``: every tenant's batches (progress, rates, ETA) and interactive latency."""
+        return self._request("GET", "/admin/batches")
 
 
 def _error_message(response: httpx.Response) -> str:
