@@ -38,6 +38,8 @@ FLOOR_OF = {
     "tokenops": "contract",  # the package itself: ``hookimpl`` and the version
     "tokenops.types": "contract",
     "tokenops.type_reference": "contract",
+    "tokenops.json_types": "contract",  # JSON Schema's integers for pydantic fields (request schemas, the sampling registry)
+    "tokenops.sampling_fields": "contract",  # the sampling-field registry: schema, typed field, table row, cache key
     "tokenops.errors": "contract",
     "tokenops.hookspecs": "contract",
     "tokenops.tunables": "contract",
@@ -63,6 +65,7 @@ FLOOR_OF = {
     "tokenops.backends": "backends",
     "tokenops.bench": "bench",
     "tokenops.plugin_manager": "plugin manager",
+    "tokenops.plugin_sets": "plugin manager",  # one gateway's own plugin instances
     "tokenops.plugin_sections": "plugin manager",
     "tokenops.policy_hooks": "plugin manager",
     "tokenops.diffusion.plan": "plugin manager",  # the diffusion plan's hook, as policy_hooks is the engine's

@@ -15,7 +15,6 @@ import importlib.metadata
 import importlib.util
 import inspect
 import os
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from tokenops import hookspecs
 from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
 from tokenops.config import GatewaySettings, replaceable_plugins
 from tokenops.engine.core.config import engine_tunables
+from tokenops.plugin_sets import Listing, PluginSet, active, trace_if_asked
 from tokenops.tunables import Tunable, TunableRegistry, gateway_tunables
 
 ENTRY_POINT_GROUP = "tokenops"
@@ -58,6 +58,8 @@ _pm: pluggy.PluginManager | None = None
 _sources: dict[str, tuple[str, str | None, Any]] = {}  # name -> (source, version, plugin obj)
 _tunables: TunableRegistry | None = None
 _extra_files: list[str] = []
+_classes: dict[str, type] = {}  # name -> class of a class plugin (each plugin set makes its own instance)
+_generation = 0  # bumped by every change of the plugins (_reset_tunables)
 
 
 def _new_manager() -> pluggy.PluginManager:
@@ -100,6 +102,8 @@ def _check(pm: pluggy.PluginManager, name: str, plugin: Any) -> None:
 
 
 def _register(pm: pluggy.PluginManager, plugin: Any, name: str, source: str, version: str | None) -> None:
+    if inspect.isclass(plugin):  # a plugin class: its instances carry their config (docs/plugins.md)
+        _classes[name], plugin = plugin, plugin()
     _check(pm, name, plugin)
     try:
         pm.register(plugin, name=name)
@@ -136,9 +140,8 @@ def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
 
 
 def replacements() -> set[str]:
-    """Built-in plugin names the operator lets another plugin take: ``TOKENOPS_REPLACE_PLUGINS``
-    (comma-separated), ``[plugins] replace = [...]`` of the configuration file (read here
-    because the plugin manager loads before the CLI reads settings) and :func:`allow_replacing`."""
+    """Built-in names another plugin may take: ``TOKENOPS_REPLACE_PLUGINS`` (comma-separated), ``[plugins]
+    replace`` of tokenops.toml (read here: plugins load before settings) and :func:`allow_replacing`."""
     names = {s.strip() for s in os.environ.get("TOKENOPS_REPLACE_PLUGINS", "").split(",") if s.strip()}
     path = os.environ.get("TOKENOPS_CONFIG") or "tokenops.toml"
     try:
@@ -227,28 +230,29 @@ def get_plugin_manager() -> pluggy.PluginManager:
             _load_entry_points(pm)
             for path in _file_paths():
                 _load_file(pm, path)
-            if os.environ.get("TOKENOPS_TRACE_PLUGINS"):
-                _enable_tracing(pm)
+            trace_if_asked(pm)
             _pm = pm
         return _pm
 
 
 def hook() -> Any:
-    """Shorthand for ``get_plugin_manager().hook``."""
-    return get_plugin_manager().hook
+    """The hooks of the running gateway's plugin set (:mod:`tokenops.plugin_sets`), else the manager's."""
+    return (active() or get_plugin_manager()).hook
 
 
-def _enable_tracing(pm: pluggy.PluginManager) -> None:
-    def before(hook_name, impls, kwargs):
-        names = [i.plugin_name for i in impls]
-        print(f"[tokenops hook] {hook_name} -> {names} args={sorted(kwargs)}", file=sys.stderr)
+def get_plugin(name: str) -> Any:
+    """The plugin object of that name the running gateway uses (its own instance of a class plugin)."""
+    return (active() or get_plugin_manager()).get_plugin(name)
 
-    def after(outcome, hook_name, impls, kwargs):
-        exc = outcome.exception
-        res = f"raised {exc!r}" if exc else f"= {outcome.get_result()!r}"[:200]
-        print(f"[tokenops hook] {hook_name} {res}", file=sys.stderr)
 
-    pm.add_hookcall_monitoring(before, after)
+def _listing() -> tuple[int, Listing]:
+    with _lock:
+        return _generation, [(n, p, _classes.get(n)) for n, p in get_plugin_manager().list_name_plugin()]
+
+
+def new_plugin_set() -> PluginSet:
+    """A gateway's own plugin set: fresh instances of the class plugins, module plugins shared."""
+    return PluginSet(_listing)
 
 
 def add_plugin_file(path: str) -> None:
@@ -277,6 +281,7 @@ def unregister_plugin(name: str) -> None:
         if pm.has_plugin(name):
             pm.unregister(name=name)
         _sources.pop(name, None)
+        _classes.pop(name, None)
         _reset_tunables()
 
 
@@ -286,14 +291,16 @@ def reset() -> None:
     with _lock:
         _pm = None
         _sources.clear()
+        _classes.clear()
         _extra_files.clear()
         replaceable_plugins.clear()
         _reset_tunables()
 
 
-def _reset_tunables() -> None:
-    global _tunables
+def _reset_tunables() -> None:  # after any change of the plugins: plugin sets re-mirror too
+    global _tunables, _generation
     _tunables = None
+    _generation += 1
 
 
 #: The owner the registry gives the bundled engine's tunables (no plugin: the core declares them).

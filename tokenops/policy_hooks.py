@@ -35,11 +35,11 @@ if TYPE_CHECKING:
 
 def _named(hook_name: str, builtins: dict[str, Any], what: str) -> dict[str, Any]:
     """Built-ins plus the names each implementation of a ``register(name, obj)`` hook adds."""
-    from tokenops.plugin_manager import PluginLoadError, get_plugin_manager
+    from tokenops.plugin_manager import PluginLoadError, hook
 
     found = dict(builtins)
     owners: dict[str, str] = {}
-    for impl in getattr(get_plugin_manager().hook, hook_name).get_hookimpls():
+    for impl in getattr(hook(), hook_name).get_hookimpls():
 
         def register(name: str, obj: Any, _owner: str = impl.plugin_name) -> None:
             if not isinstance(name, str) or not name or not callable(obj):

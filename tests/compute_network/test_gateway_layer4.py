@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tokenops.config import Settings
 from tokenops.resilience.breaker import BreakerConfig
 from tokenops.testing_gateway import FakeBackend, gateway_client
 from tokenops.types import BackendError
@@ -101,23 +102,18 @@ async def test_traffic_degrades_to_the_smaller_model_when_all_replicas_die(break
 
 
 async def test_rate_limit_429_carries_retry_after():
-    from tokenops.ratelimit.config import Limit, RateLimitConfig
-    from tokenops_plugins.compute_network import rate_limit
-
-    rate_limit.configure(RateLimitConfig(enabled=True, burst_s=20.0, defaults={"tenant": Limit(requests_per_min=6)}))
-    try:
-        async with gateway_client([FakeBackend("big", "big#0", reply="ok")]) as client:
-            statuses = []
-            for _ in range(6):
-                r = await client.post("/v1/chat/completions", json=_body())
-                statuses.append(r.status_code)
-                if r.status_code == 429:
-                    assert int(r.headers["retry-after"]) >= 1
-                    assert r.json()["error"]["code"] == "rate_limit_exceeded"
-            assert statuses[:2] == [200, 200] and 429 in statuses
-            assert rate_limit.limiter.num_pending == 0  # completions released and corrected
-    finally:
-        rate_limit.configure(RateLimitConfig())
+    settings = Settings(plugins={"rate_limit": {"burst_s": 20.0, "tenant": {"requests_per_min": 6}}})
+    async with gateway_client([FakeBackend("big", "big#0", reply="ok")], settings) as client:
+        statuses = []
+        for _ in range(6):
+            r = await client.post("/v1/chat/completions", json=_body())
+            statuses.append(r.status_code)
+            if r.status_code == 429:
+                assert int(r.headers["retry-after"]) >= 1
+                assert r.json()["error"]["code"] == "rate_limit_exceeded"
+        assert statuses[:2] == [200, 200] and 429 in statuses
+        limiter = client.gateway.plugins.get_plugin("rate_limit").limiter  # this gateway's own instance
+        assert limiter.num_pending == 0  # completions released and corrected
 
 
 async def test_semantic_cache_through_the_gateway():
@@ -176,15 +172,9 @@ async def test_rate_limit_queue_mode_waits_in_the_gateway_instead_of_refusing():
     """Admission runs off the event loop, so queue mode really waits for a slot."""
     import asyncio
 
-    from tokenops.ratelimit.config import Limit, RateLimitConfig
-    from tokenops_plugins.compute_network import rate_limit
-
-    rate_limit.configure(RateLimitConfig(enabled=True, mode="queue", queue_timeout_s=5.0,
-                                         defaults={"tenant": Limit(max_concurrency=1)}))
-    try:
-        async with gateway_client([FakeBackend("big", "big#0", reply="ok", delay_s=0.3)]) as client:
-            replies = await asyncio.gather(*(client.post("/v1/chat/completions", json=_body()) for _ in range(3)))
-            assert [r.status_code for r in replies] == [200, 200, 200]
-            assert rate_limit.limiter.num_pending == 0
-    finally:
-        rate_limit.configure(RateLimitConfig())
+    settings = Settings(plugins={"rate_limit": {"mode": "queue", "queue_timeout_s": 5.0,
+                                                "tenant": {"max_concurrency": 1}}})
+    async with gateway_client([FakeBackend("big", "big#0", reply="ok", delay_s=0.3)], settings) as client:
+        replies = await asyncio.gather(*(client.post("/v1/chat/completions", json=_body()) for _ in range(3)))
+        assert [r.status_code for r in replies] == [200, 200, 200]
+        assert client.gateway.plugins.get_plugin("rate_limit").limiter.num_pending == 0

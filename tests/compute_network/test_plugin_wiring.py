@@ -54,13 +54,13 @@ def test_defaults_change_nothing_but_breakers_on_replica_sets():
 
 @pytest.fixture
 def restore():
-    from tokenops_plugins.compute_network import circuit_breaker, load_balance, rate_limit, semantic_cache
+    from tokenops_plugins.compute_network import circuit_breaker, load_balance, semantic_cache
     from tokenops.ratelimit.config import RateLimitConfig
 
     yield
     load_balance.apply({"routing.replica_policy": "round_robin"})
     load_balance.selector.tracker.reset()
-    rate_limit.configure(RateLimitConfig())
+    get_plugin_manager().get_plugin("rate_limit").configure(RateLimitConfig())
     semantic_cache.disable()
     circuit_breaker.disable()
 
@@ -81,7 +81,7 @@ def test_policy_tunable_switches_selection_live(restore):
 
 
 def test_configure_from_settings(restore):
-    from tokenops_plugins.compute_network import circuit_breaker, load_balance, rate_limit, semantic_cache
+    from tokenops_plugins.compute_network import circuit_breaker, load_balance, semantic_cache
 
     settings = Settings(plugins={
         "load_balance": {"policy": "prefix_aware", "prefix_load_weight": 0.25},
@@ -93,21 +93,21 @@ def test_configure_from_settings(restore):
     for name in MINE:
         get_plugin_manager().get_plugin(name).tokenops_configure(settings)
     assert load_balance.selector.config.policy == "prefix_aware"
-    assert rate_limit.limiter is not None and rate_limit.limiter.config.burst_s == 1.0
+    limiter = get_plugin_manager().get_plugin("rate_limit").limiter  # the process-wide instance (no gateway)
+    assert limiter is not None and limiter.config.burst_s == 1.0
     assert semantic_cache.cache is not None and semantic_cache.cache.config.ttl_s == 60
     assert semantic_cache.cache.embedder.name == "lexical"
     assert circuit_breaker.degrade_to == {"big": "small"} and circuit_breaker.health.outliers.config.factor == 4.0
     with pytest.raises(ConfigError, match="rate_limit"):
-        rate_limit.tokenops_configure(Settings(plugins={"rate_limit": {"tenant": {"requests_per_min": -1}}}))
+        get_plugin_manager().get_plugin("rate_limit").tokenops_configure(
+            Settings(plugins={"rate_limit": {"tenant": {"requests_per_min": -1}}}))
     with pytest.raises(ConfigError, match="circuit_breaker"):
         circuit_breaker.tokenops_configure(Settings(plugins={"circuit_breaker": {"bogus": 1}}))
 
 
 def test_rate_limit_tunable_enables_and_telemetry_corrects(restore):
-    from tokenops_plugins.compute_network import rate_limit
-
     hook().tokenops_apply_tunables(values={"ratelimit.tenant_tokens_per_min": 6000, "ratelimit.burst_s": 1.0})
-    assert rate_limit.limiter is not None
+    assert get_plugin_manager().get_plugin("rate_limit").limiter is not None
     r = chat("x" * 40, max_tokens=50)  # estimate 10 + 50 = 60 of a 100-token bucket
     assert hook().tokenops_admit(request=r) is None
     assert r.decisions["rate_limit"] == "admitted"

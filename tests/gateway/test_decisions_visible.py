@@ -105,15 +105,14 @@ async def test_a_dead_collector_costs_only_spans():
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     settings = Settings()
     settings.telemetry.otlp_endpoint = dead
-    try:
-        async with gateway_client({"m": [FakeBackend("m", reply="still served")]}, settings) as c:
+    async with gateway_client({"m": [FakeBackend("m", reply="still served")]}, settings) as c:
+        assert c.gateway.tracer is not None  # this gateway's own span builder
+        with c.gateway.scope():
             assert tracing.is_on()
-            for _ in range(20):
-                r = await c.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
-                assert r.status_code == 200 and "still served" in r.text
-    finally:
-        tracing.shutdown()
-    assert not tracing.is_on()
+        for _ in range(20):
+            r = await c.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
+            assert r.status_code == 200 and "still served" in r.text
+    assert c.gateway.tracer is None and not tracing.is_on()  # stopped with its gateway
 
 
 async def test_spans_have_kinds_and_the_service_resource():
@@ -125,12 +124,10 @@ async def test_spans_have_kinds_and_the_service_resource():
     settings = Settings()
     with Receiver() as receiver:
         settings.telemetry.otlp_endpoint = receiver.url
-        try:
-            async with gateway_client({"m": [FakeBackend("m", reply="traced")]}, settings) as c:
-                r = await c.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
-                assert r.status_code == 200
-        finally:
-            tracing.shutdown()  # exports what is queued
+        async with gateway_client({"m": [FakeBackend("m", reply="traced")]}, settings) as c:
+            r = await c.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
+            assert r.status_code == 200
+        # the gateway's stop exported what was queued
         spans = receiver.wait_for(lambda spans: len({s["kind"] for s in spans}) == 3)
     [root] = [s for s in spans if s["parent_span_id"] is None]
     [attempt] = [s for s in spans if "tokenops.attempt" in s["attributes"]]

@@ -81,7 +81,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         gateway.begin()  # models load in the background; /health answers meanwhile
         if gateway.store is not None:  # batches left unfinished by the last run resume once models load
-            batch_runner(app).start()  # (without a store it starts with the first batch)
+            with gateway.scope():  # its task runs with this gateway's plugins
+                batch_runner(app).start()  # (without a store it starts with the first batch)
         try:
             yield
         finally:

@@ -4,12 +4,12 @@ metrics, recent requests, current tunable values — and its start/stop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
-import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tokenops.backends import model_swap
@@ -21,7 +21,9 @@ from tokenops.gateway.core import hooks
 from tokenops.gateway.core.admission import QueueLimits
 from tokenops.gateway.core.model_loading import StartReport, nothing_to_serve, start_backends
 from tokenops.gateway.core.pipeline import Pipeline
-from tokenops.gateway.edge import schema_budget
+from tokenops.gateway.counters import GatewayCounters
+from tokenops.gateway.edge.schema_budget import SchemaBudget, in_force
+from tokenops.gateway.lifecycle import Lifecycle, Phase
 from tokenops.gateway.observability import tracing
 from tokenops.gateway.observability.expert_plans import ExpertPlans
 from tokenops.gateway.observability.metrics_auth import MetricsAuth
@@ -30,6 +32,8 @@ from tokenops.gateway.observability.prometheus import PrometheusMetrics
 from tokenops.gateway.observability.records import RequestRecord
 from tokenops.gateway.observability.replica_health import replica_states
 from tokenops.gateway.observability.telemetry import EngineTelemetry
+from tokenops.keys import service as key_service
+from tokenops.plugin_manager import new_plugin_set
 from tokenops.routing.retry import retry_budget
 from tokenops.types import TelemetryEvent
 
@@ -41,7 +45,11 @@ _CANCEL_GRACE_S = 2.0
 
 
 class Gateway:
-    """The state behind one FastAPI app (``app.state.gateway``)."""
+    """The state behind one FastAPI app (``app.state.gateway``): the composition root. It builds and
+    owns everything one server holds — its own plugin instances (``plugins``), schema budget, span
+    builder and key service, set around its requests and tasks by :meth:`scope`, never in process
+    globals — so two gateways in one process share nothing. Lifecycle: built -> :meth:`begin`
+    (starting, then serving) -> :meth:`begin_drain` / :meth:`drain` (draining) -> :meth:`stop`."""
 
     def __init__(
         self,
@@ -55,10 +63,27 @@ class Gateway:
         telemetry_interval_s: float = 1.0,
     ) -> None:
         self.settings = settings
-        schema_budget.configure(schema_budget.SchemaBudget.from_settings(settings.gateway))
+        self.lifecycle = Lifecycle()
+        self.schema_budget = SchemaBudget.from_settings(settings.gateway)
+        self.plugins = new_plugin_set()  # this gateway's own plugin instances, configured below
+        self.tracer: Any = None  # the span builder, once begin() finds a collector (tracing.configure)
+        self.keys: Any = None
+        with self.scope():
+            self._build(settings, replicas, store, admin_key_hash, allow_open, window_s, telemetry_interval_s)
+
+    def _build(
+        self,
+        settings: Settings,
+        replicas: dict[str, list[Replica]] | None,
+        store: Any,
+        admin_key_hash: str | None,
+        allow_open: bool,
+        window_s: float,
+        telemetry_interval_s: float,
+    ) -> None:
         # plugins first: they adjust engine configs, which are checked as the replicas are built
         try:
-            hooks.configure(settings)
+            self.plugins.configure(settings)
         except ValueError as e:  # a plugin refusing its [plugins.*] table: one line at start
             raise ConfigError(str(e)) from None
         try:
@@ -80,6 +105,7 @@ class Gateway:
         self.window = MetricsWindow(window_s=window_s, slos=settings.slos)
         self.prometheus = PrometheusMetrics()
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
+        self.counters = GatewayCounters(window_s=window_s)
         self.pipeline = Pipeline(self.replicas, self.models, self.on_finish)
         self.pipeline.retry_budget = retry_budget(settings.gateway)
         self.pipeline.decision_headers = settings.gateway.decision_headers
@@ -88,19 +114,12 @@ class Gateway:
         self.keys = self._key_service()
         self.engine_telemetry = EngineTelemetry(self.replicas, telemetry_interval_s)
         self.started_at = time.time()
-        self.routes: dict[str, int] = {}
-        self.cache = {"lookups": 0, "hits": 0}
-        self.num_escalations = 0
-        self.per_model: dict[str, dict[str, float]] = {}
-        self._model_costs: deque[tuple[float, str, float]] = deque()
         self.tunable_values: dict[str, Any] = {}
         self.tunables_per_model: dict[str, dict[str, Any]] = {}  # name -> {model: value} where models differ
-        self.is_ready = False
-        self.is_draining = False
+        self.is_ready = False  # every backend loaded
         #: when a drain's grace ends (time.monotonic()); what is still running then is cancelled
         self.drain_deadline: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()  # on_finish (event loop) vs stats() (admin thread)
         self._start_task: asyncio.Task | None = None
         #: gc.freeze() once the models are loaded (tokenops serve sets it; tests building many apps do not)
         self.freezes_heap = False
@@ -114,10 +133,8 @@ class Gateway:
 
     def _key_service(self) -> Any:
         """Managed keys and spend budgets (:mod:`tokenops.keys`); enforced by the key_budgets plugin."""
-        from tokenops.keys import service
-
         prices = {name: (m.cost_input_per_1m, m.cost_output_per_1m) for name, m in self.models.items()}
-        keys = service.KeyService.from_settings(
+        keys = key_service.KeyService.from_settings(
             self.settings,
             self.store,
             prices,
@@ -126,8 +143,29 @@ class Gateway:
         self.api_keys.managed = keys
         per_tenant = self.settings.gateway.metrics_per_tenant
         self.prometheus.sections.append(lambda: keys.prometheus_lines(per_tenant=per_tenant))
-        service.active = keys
         return keys
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """What this gateway owns, in force for the block and the tasks it starts: its plugin set,
+        schema budget, span builder and key service (the edge middleware wraps every request)."""
+        with (
+            self.plugins.activate(),
+            in_force(self.schema_budget),
+            tracing.exporting(self.tracer),
+            contextlib.ExitStack() as stack,
+        ):
+            token = key_service.in_use.set(self.keys)
+            stack.callback(key_service.in_use.reset, token)
+            yield
+
+    @property
+    def phase(self) -> Phase:
+        return self.lifecycle.phase
+
+    @property
+    def is_draining(self) -> bool:
+        return self.lifecycle.is_draining
 
     # -- lifecycle --------------------------------------------------------
 
@@ -136,8 +174,10 @@ class Gateway:
         requests) once the models are loaded. :meth:`wait_started` awaits it."""
         if self._start_task is None:
             self._loop = asyncio.get_running_loop()
-            tracing.configure(self.settings.telemetry.otlp_endpoint, self.settings.telemetry.service_name)
-            self._start_task = asyncio.get_running_loop().create_task(self.start(), name="tokenops-start-backends")
+            self.lifecycle.move(Phase.STARTING)
+            self.tracer = tracing.configure(self.settings.telemetry.otlp_endpoint, self.settings.telemetry.service_name)
+            with self.scope():  # the task (and what it starts) runs with this gateway's plugins
+                self._start_task = self._loop.create_task(self.start(), name="tokenops-start-backends")
 
     async def wait_started(self) -> None:
         if self._start_task is None:
@@ -163,6 +203,7 @@ class Gateway:
                 )
         if backends and not is_any_up:
             self.start_failure = nothing_to_serve(self.replicas)
+            self.lifecycle.move_if_allowed(Phase.FAILED)
             if self.on_nothing_to_serve is not None:
                 self.on_nothing_to_serve(self.start_failure)
                 return  # the server stops now: nothing below is needed
@@ -174,6 +215,8 @@ class Gateway:
             gc.collect()
             gc.freeze()
         self.is_ready = all(b.ready for b in backends)
+        if not self.start_failure:
+            self.lifecycle.move_if_allowed(Phase.SERVING)  # a drain begun meanwhile keeps draining
         if self.on_started is not None and not self.start_failure:
             self.on_started()
 
@@ -195,7 +238,7 @@ class Gateway:
                     self.tunable_values.get("gateway.drain_timeout_s", self.settings.gateway.drain_timeout_s)
                 )
             self.drain_deadline = time.monotonic() + timeout_s
-            self.is_draining = True
+            self.lifecycle.move_if_allowed(Phase.DRAINING)
             if self._loop is not None and not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self._start_drain_clock)
         return max(0.0, self.drain_deadline - time.monotonic())
@@ -224,7 +267,8 @@ class Gateway:
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
         await self.engine_telemetry.stop()
-        await asyncio.to_thread(tracing.shutdown)  # flushes queued spans, bounded by the exporter's timeout
+        await asyncio.to_thread(tracing.shutdown, self.tracer)  # flushes queued spans, bounded by its timeout
+        self.tracer = None
         if getattr(self, "profile_source", None) is not None:
             await self.profile_source.stop()
         for rs in self.replicas.values():
@@ -233,6 +277,7 @@ class Gateway:
                     await r.backend.close()
                 except Exception as e:
                     log.warning("closing %s failed: %s", r.name, e)
+        self.lifecycle.move(Phase.STOPPED)
 
     # -- per request ------------------------------------------------------
 
@@ -241,44 +286,9 @@ class Gateway:
         self.window.add(rec)
         self.prometheus.observe(rec)
         self.recent.append(rec)
-        with self._lock:
-            self._count(rec)
+        self.counters.add(rec)
         hooks.request_finished(rec)
         hooks.record(TelemetryEvent("requests", rec.row(), ts=rec.arrival))
-
-    def _count(self, rec: RequestRecord) -> None:
-        if rec.route_reason:
-            self.routes[rec.route_reason] = self.routes.get(rec.route_reason, 0) + 1
-        if "cache" in rec.decisions:
-            self.cache["lookups"] += 1
-            self.cache["hits"] += 1 if rec.is_cache_hit else 0
-        self.num_escalations += 1 if rec.is_escalated else 0
-        model = rec.model_served or rec.model_requested
-        m = self.per_model.setdefault(
-            model,
-            {
-                "requests": 0,
-                "errors": 0,
-                "rejected": 0,
-                "disconnected": 0,
-                "input_tokens": 0,
-                "output_tokens": 0,
-                "cost_usd": 0.0,
-            },
-        )
-        m["requests"] += 1
-        outcome = rec.outcome  # one definition of an error everywhere (RequestRecord.outcome)
-        if outcome != "ok":
-            m[outcome + "s" if outcome == "error" else outcome] += 1
-        m["input_tokens"] += rec.tokens_in
-        m["output_tokens"] += rec.tokens_out
-        if rec.reasoning_tokens is not None:  # reasoning models: the share of output spent thinking
-            m["reasoning_tokens"] = m.get("reasoning_tokens", 0) + rec.reasoning_tokens
-        m["cost_usd"] += rec.cost_usd
-        now = time.time()
-        self._model_costs.append((now, model, rec.cost_usd))
-        while self._model_costs and self._model_costs[0][0] < now - self.window.window_s:
-            self._model_costs.popleft()
 
     # -- views ------------------------------------------------------------
 
@@ -302,32 +312,8 @@ class Gateway:
         """The ``GET /admin/stats`` document."""
         now = time.time()
         snap = self.window.snapshot(in_flight=self.pipeline.num_in_flight, now=now)
-        with self._lock:
-            per_model = {k: dict(v) for k, v in self.per_model.items()}
-            costs = list(self._model_costs)
-            routes, cache, num_escalations = dict(self.routes), dict(self.cache), self.num_escalations
-        total = sum(m["requests"] for m in per_model.values()) or 1
-        hourly: dict[str, float] = {}
-        for _, model, cost in costs:
-            hourly[model] = hourly.get(model, 0.0) + cost
-        models = {}
-        for name in sorted(set(self.replicas) | set(per_model)):
-            m = per_model.get(
-                name, {"requests": 0, "errors": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
-            )
-            models[name] = {
-                "requests": int(m["requests"]),
-                "errors": int(m["errors"]),
-                "rejected": int(m.get("rejected", 0)),
-                "disconnected": int(m.get("disconnected", 0)),
-                "error_rate": m["errors"] / m["requests"] if m["requests"] else 0.0,
-                "input_tokens": int(m["input_tokens"]),
-                "output_tokens": int(m["output_tokens"]),
-                "cost_usd": m["cost_usd"],
-                "share": m["requests"] / total,
-                "reasoning_tokens": m.get("reasoning_tokens"),
-                "cost_per_hour_usd": hourly.get(name, 0.0) * 3600.0 / self.window.window_s,
-            }
+        counts = self.counters.snapshot()
+        models = self.counters.model_rows(counts, list(self.replicas))
         if self.model_swap is not None:  # which bundled-engine models are resident ([gateway] max_loaded_models)
             for name, is_resident in model_swap.resident_models(self.model_swap, self.replicas).items():
                 models.setdefault(name, {})["resident"] = is_resident
@@ -338,9 +324,10 @@ class Gateway:
             **snap,
             "engines": self.engine_stats(),
             "models": models,
-            "routes": routes,
-            "cache": cache,
-            "escalations": num_escalations,
+            "phase": self.lifecycle.phase.value,
+            "routes": counts.routes,
+            "cache": {"lookups": counts.cache.num_lookups, "hits": counts.cache.num_hits},
+            "escalations": counts.num_escalations,
             "spend": self.keys.dashboard_rows(),
             "breakers": replica_states(self.replicas),
             "admission": self.pipeline.admission.stats(),  # per model: running, waiting, rejected, slots

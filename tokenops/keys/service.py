@@ -3,8 +3,8 @@ spend ledger (in-process, or Redis when ``[plugins.keys] redis_url`` or
 ``[plugins.rate_limit] redis_url`` is set) and the admission guard — plus the
 401 rule for revoked and expired keys and the ``/metrics`` lines.
 
-``active`` is the service of the gateway running in this process, which the
-``key_budgets`` plugin enforces.
+``active()`` is the service of the gateway serving the running request (each gateway owns one
+and sets it around its requests, :data:`in_use`), which the ``key_budgets`` plugin enforces.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +28,13 @@ log = logging.getLogger("tokenops.keys")
 #: Set to 1 to enable ``POST /admin/budget-clock`` (tests move the budget clock with it).
 TEST_CLOCK_ENV = "TOKENOPS_BUDGET_TEST_CLOCK"
 
-active: KeyService | None = None
+#: The running gateway's key service (``Gateway.scope`` sets it); None outside a gateway.
+in_use: ContextVar[KeyService | None] = ContextVar("tokenops_key_service", default=None)
+
+
+def active() -> KeyService | None:
+    return in_use.get()
+
 #: How often an open server (no key known yet) asks Redis whether a key was created elsewhere.
 OPEN_RECHECK_S = 1.0
 

@@ -122,7 +122,7 @@ def tokenops_cache_store(request, response):
     global num_captured
     if not should_capture(_config, request, response):
         return
-    from tokenops.plugin_manager import get_plugin_manager
+    from tokenops.plugin_manager import hook
     from tokenops.types import TelemetryEvent
 
     global num_below_confidence
@@ -143,7 +143,7 @@ def tokenops_cache_store(request, response):
         "mean_logprob": mean,
         "num_logprobs": len(response.token_logprobs or ()) or None,
     }
-    get_plugin_manager().hook.tokenops_record(event=TelemetryEvent("distill_pairs", row, ts=request.arrival))
+    hook().tokenops_record(event=TelemetryEvent("distill_pairs", row, ts=request.arrival))
     num_captured += 1
 
 

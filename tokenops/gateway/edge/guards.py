@@ -80,6 +80,10 @@ class GuardMiddleware:
         return keys.is_open and not keys.allow_open
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        with self.gateway.scope():  # this gateway's plugins, budgets and tracer, for this request only
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -18,6 +18,9 @@ not have been answered within ``max_tokens`` anyway.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,13 +55,23 @@ class SchemaBudget:
         )
 
 
-#: The budget of this process's gateway (set when the gateway starts; tests may replace it).
-current = SchemaBudget()
+#: The budget of the gateway serving the running request: each ``Gateway`` owns one and sets it
+#: around its requests (:func:`in_force`); outside any gateway the defaults hold.
+_in_force: ContextVar[SchemaBudget | None] = ContextVar("tokenops_schema_budget", default=None)
+_DEFAULT = SchemaBudget()
 
 
-def configure(budget: SchemaBudget) -> None:
-    global current
-    current = budget
+def current() -> SchemaBudget:
+    return _in_force.get() or _DEFAULT
+
+
+@contextlib.contextmanager
+def in_force(budget: SchemaBudget) -> Iterator[None]:
+    token = _in_force.set(budget)
+    try:
+        yield
+    finally:
+        _in_force.reset(token)
 
 
 def _refusal(param: str, e: SchemaSizeError, limit: str) -> APIError:
@@ -69,7 +82,7 @@ def _refusal(param: str, e: SchemaSizeError, limit: str) -> APIError:
 def check_schema_shape(schema: Any, param: str, budget: SchemaBudget | None = None) -> None:
     """400 unless ``schema``'s own size (subschemas, nesting, enum values, sizing keywords
     one by one) is within the ceilings: cheap, and done before anything else reads it."""
-    budget = budget or current
+    budget = budget or current()
     try:
         check_shape(schema, budget.shape, budget.max_output_chars)
     except SchemaSizeError as e:
@@ -87,7 +100,7 @@ def check_schema_size(
 ) -> None:
     """400 unless ``schema`` fits the ceilings and, when ``is_enforced`` (decoding follows
     it), ``max_tokens``."""
-    budget = budget or current
+    budget = budget or current()
     ceiling = budget.max_output_chars
     try:
         check_shape(schema, budget.shape, ceiling)

@@ -32,6 +32,7 @@ import os
 import random
 import time
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from tokenops import trace_context
@@ -49,7 +50,9 @@ log = logging.getLogger("tokenops.gateway")
 
 #: perf_counter -> wall clock (ns), for spans whose times the pipeline measured with perf_counter.
 _OFFSET_NS = time.time_ns() - int(time.perf_counter() * 1e9)
-_builder: SpanBuilder | None = None
+#: The span builder of the gateway serving the running request: each gateway makes its own
+#: (:func:`configure`) and sets it around its requests (:func:`exporting`); None: tracing is off.
+_in_use: ContextVar[SpanBuilder | None] = ContextVar("tokenops_span_builder", default=None)
 #: The running attempt's ``traceparent`` while its backend call runs (sent upstream by ``trace_context.inject``).
 _attempt_parent = trace_context.attempt_parent  # what the HTTP backends send upstream (tokenops.trace_context)
 
@@ -73,30 +76,39 @@ def endpoint_from(configured: str | None, environ: Any = os.environ) -> str | No
     return None
 
 
-def configure(otlp_endpoint: str | None, service_name: str = "tokenops") -> bool:
-    """Start exporting to the collector, if one is named; returns whether tracing is on.
+def configure(otlp_endpoint: str | None, service_name: str = "tokenops") -> SpanBuilder | None:
+    """A span builder exporting to the collector, if one is named (None: tracing stays off); the
+    gateway that made it owns it, sets it around its requests (:func:`exporting`) and closes it
+    (:func:`shutdown`).
 
     Raises ``RuntimeError`` naming the ``telemetry`` extra when a collector is named but the
     OpenTelemetry SDK is not installed (a silent no-op would hide the misconfiguration)."""
-    global _builder
     url = endpoint_from(otlp_endpoint)
-    if url is None or _builder is not None:
-        return _builder is not None
-    _builder = SpanBuilder(url, os.environ.get("OTEL_SERVICE_NAME") or service_name)
+    if url is None:
+        return None
+    builder = SpanBuilder(url, os.environ.get("OTEL_SERVICE_NAME") or service_name)
     log.info("tracing: exporting spans to %s", url)
-    return True
+    return builder
 
 
-def shutdown() -> None:
-    """Build and export what is queued (bounded by the exporter's timeout) and stop."""
-    global _builder
-    builder, _builder = _builder, None
+@contextlib.contextmanager
+def exporting(builder: SpanBuilder | None) -> Iterator[None]:
+    """Spans of the requests run in this block go to ``builder`` (None: no spans)."""
+    token = _in_use.set(builder)
+    try:
+        yield
+    finally:
+        _in_use.reset(token)
+
+
+def shutdown(builder: SpanBuilder | None) -> None:
+    """Build and export what ``builder`` has queued (bounded by the exporter's timeout) and stop it."""
     if builder is not None:
         builder.close()
 
 
 def is_on() -> bool:
-    return _builder is not None
+    return _in_use.get() is not None
 
 
 def _parse_traceparent(value: str) -> tuple[int, int] | None:
@@ -113,7 +125,7 @@ def _parse_traceparent(value: str) -> tuple[int, int] | None:
 
 def start_request(request: Any, rec: Any) -> None:
     """Open the request's root span, continuing the client's ``traceparent`` when it sent one."""
-    if _builder is None:
+    if _in_use.get() is None:
         return
     header = request.headers.get("traceparent")
     remote = _parse_traceparent(header) if header else None
@@ -291,7 +303,7 @@ def end_request(rec: Any) -> None:
     if rec.outcome == "error":
         root.error = (rec.error_kind or "error", (rec.error or "")[:200])
     root.end_ns = _ns(rec.end) if rec.end is not None else time.time_ns()
-    builder = _builder
+    builder = _in_use.get()
     if builder is not None:
         builder.submit(state)
 
