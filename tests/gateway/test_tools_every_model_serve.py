@@ -51,7 +51,7 @@ def _check_call(name: str, arguments: str) -> None:
 
 def test_the_model_card_and_the_log_name_the_generic_format(srv):
     card = httpx.get(f"{srv.base_url}/models/{MODEL}", timeout=30).json()
-    assert card["tool_format"] == "generic"
+    assert card["tool_format"] == "generic" and card["tool_call_parser"] == "generic"
     assert "tool format: generic" in srv.log()
 
 

@@ -129,6 +129,7 @@ def _card(gw: Any, name: str, replicas: list[Any]) -> dict[str, Any]:
     tool_format = getattr(replicas[0].backend, "tool_format", None) if replicas else None
     if isinstance(tool_format, str):  # the bundled engine's: native | generic (backends/tool_format.py)
         card["tool_format"] = tool_format
+        card["tool_call_parser"] = replicas[0].backend.tool_call_parser  # hermes, llama3_json, mistral, generic
     defaults = getattr(replicas[0].backend, "sampling_defaults", None) if replicas else None
     if defaults is not None:  # the bundled engine's, for unset fields (engine/sampling/sampling_defaults.py)
         card["sampling_defaults"] = defaults.as_dict()
