@@ -9,7 +9,8 @@
   "soft_budget_usd"}``: create a tenant or set its budget.
 - ``DELETE /admin/tenants/{name}``: delete a tenant: its keys are revoked, its budget
   record removed, and every plugin forgets its data (session memory, captured
-  distillation pairs; ``tokenops_tenant_deleted``); answers what was revoked and purged.
+  distillation pairs; ``tokenops_tenant_deleted``), its stored responses, files and batches
+  (a running batch stops first; file bytes go too); answers what was revoked and purged.
 - ``POST /admin/budget-clock`` ``{"offset_s"}``: for tests only, with
   ``TOKENOPS_BUDGET_TEST_CLOCK=1`` in the server's environment (else 404).
 
@@ -126,6 +127,7 @@ async def delete_tenant(request: Request, name: str) -> Response:
     config_tenants = set(gw.settings.gateway.api_keys.values())
     from tokenops.gateway.core import hooks
     from tokenops.gateway.responses.responses_api import purge_tenant as purge_responses
+    from tokenops.gateway.batches.batch_state import purge_tenant as purge_batches
 
     return _json(
         await _run(
@@ -133,7 +135,11 @@ async def delete_tenant(request: Request, name: str) -> Response:
             gw.keys,
             name,
             config_tenants,
-            lambda tenant: {**hooks.forget_tenant(tenant, gw.store), **purge_responses(request.app, tenant)},
+            lambda tenant: {
+                **hooks.forget_tenant(tenant, gw.store),
+                **purge_responses(request.app, tenant),
+                **purge_batches(request.app, tenant),
+            },
         )
     )
 
