@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadscope)
 
-.PHONY: serve shell test test-fast test-all lint install phoenix redis postgres tmux clean
+.PHONY: serve shell test test-fast test-all lint install phoenix redis postgres haproxy tmux clean
 
 # pip shows its progress; PYTHONWARNINGS reaches the build backend too, so setuptools'
 # warnings about the editable build do not bury it.
@@ -72,6 +72,12 @@ postgres:
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq postgresql >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq postgresql >/dev/null 2>&1)); } || true
 
+# HAProxy (Debian's haproxy package) for the load-balancer test of docs/deploy.md
+# (tests/gateway/test_deploy_haproxy_serve.py), the same way: the test starts its own haproxy.
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || ls /usr/sbin/haproxy >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq haproxy >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq haproxy >/dev/null 2>&1)); } || true
+
 # tmux for the dashboard's terminal test (tests/tui/test_dashboard_finds_server.py), the same way.
 tmux:
 	@command -v tmux >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
@@ -96,7 +102,7 @@ lint: $(STAMP)
 	@$(VENV)/bin/ruff format --check tokenops tokenops_plugins
 	@$(VENV)/bin/mypy --python-executable $(PY)
 
-test: $(STAMP) $(PHOENIX_STAMP) redis postgres tmux lint
+test: $(STAMP) $(PHOENIX_STAMP) redis postgres haproxy tmux lint
 	@$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
@@ -106,7 +112,7 @@ test-fast: $(STAMP)
 	@$(PY) -m pytest -q -m "not slow and not full_only" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
-test-all: $(STAMP) $(PHOENIX_STAMP) redis postgres tmux lint
+test-all: $(STAMP) $(PHOENIX_STAMP) redis postgres haproxy tmux lint
 	$(PY) -m pytest -q -m "" $(XDIST) $(PYTEST_ARGS)
 
 clean:
