@@ -76,7 +76,11 @@ async def test_two_apps_in_one_process_keep_their_own_plugin_config_budgets_and_
     for client in (strict, open_):
         assert client.gateway.phase is Phase.STOPPED
         assert client.gateway.lifecycle.history == [
-            Phase.BUILT, Phase.STARTING, Phase.SERVING, Phase.DRAINING, Phase.STOPPED,
+            Phase.BUILT,
+            Phase.STARTING,
+            Phase.SERVING,
+            Phase.DRAINING,
+            Phase.STOPPED,
         ]
 
 

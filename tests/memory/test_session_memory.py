@@ -101,26 +101,24 @@ def test_fit_gives_up_when_the_last_message_alone_is_too_long():
 
 
 def test_plugin_settings_are_checked():
-    import tokenops_plugins.model_optimization.session_memory as plugin
     from tokenops.memory.memory_store import get_session_memory, set_session_memory
+    from tokenops_plugins.model_optimization.session_memory import SessionMemoryPlugin
 
     from tokenops.config import Settings as RealSettings
 
     def Settings(conf):  # the real settings with only [plugins.session_memory]
         return RealSettings(plugins={"session_memory": conf})
 
-    saved = dict(plugin._conf)
+    plugin = SessionMemoryPlugin()  # an instance of its own: its config is its own
     try:
         plugin.tokenops_configure(Settings({}))
         assert get_session_memory() is None  # off by default
         plugin.tokenops_configure(Settings({"enabled": True, "embedder": "lexical", "ttl_s": 5}))
-        assert get_session_memory().ttl_s == 5
+        assert get_session_memory().ttl_s == 5 and plugin.conf["ttl_s"] == 5
         for bad in ({"ttl_s": -1}, {"embedder": "bert"}, {"max_session_kb": 0}, {"nope": 1}):
             with pytest.raises(ValueError, match="session_memory"):
                 plugin.tokenops_configure(Settings({"enabled": True, **bad}))
     finally:
-        plugin._conf.clear()
-        plugin._conf.update(saved)
         set_session_memory(None)
 
 

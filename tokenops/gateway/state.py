@@ -33,6 +33,7 @@ from tokenops.gateway.observability.records import RequestRecord
 from tokenops.gateway.observability.replica_health import replica_states
 from tokenops.gateway.observability.telemetry import EngineTelemetry
 from tokenops.keys import service as key_service
+from tokenops.memory import memory_store
 from tokenops.plugin_manager import new_plugin_set
 from tokenops.routing.retry import retry_budget
 from tokenops.types import TelemetryEvent
@@ -68,6 +69,7 @@ class Gateway:
         self.plugins = new_plugin_set()  # this gateway's own plugin instances, configured below
         self.tracer: Any = None  # the span builder, once begin() finds a collector (tracing.configure)
         self.keys: Any = None
+        self.memory_slot = memory_store.MemorySlot()  # the session memory its plugin serves from
         with self.scope():
             self._build(settings, replicas, store, admin_key_hash, allow_open, window_s, telemetry_interval_s)
 
@@ -155,8 +157,8 @@ class Gateway:
             tracing.exporting(self.tracer),
             contextlib.ExitStack() as stack,
         ):
-            token = key_service.in_use.set(self.keys)
-            stack.callback(key_service.in_use.reset, token)
+            stack.callback(key_service.in_use.reset, key_service.in_use.set(self.keys))
+            stack.callback(memory_store.slot_in_use.reset, memory_store.slot_in_use.set(self.memory_slot))
             yield
 
     @property
@@ -199,7 +201,7 @@ class Gateway:
                 log.error(
                     "model %s failed to load (the other models keep serving): %s",
                     getattr(backend, "name", backend),
-                    backend.load_error,
+                    getattr(backend, "load_error", None),
                 )
         if backends and not is_any_up:
             self.start_failure = nothing_to_serve(self.replicas)
@@ -343,14 +345,8 @@ class Gateway:
         names = {t.name for t in get_tunables()}
         per_model: dict[str, dict[str, Any]] = {}
         for model, replicas in self.replicas.items():
-            config = next(
-                (
-                    r.backend.config
-                    for r in replicas
-                    if getattr(r.backend, "config", None) is not None and getattr(r.backend, "ready", False)
-                ),
-                None,
-            )
+            configs = (getattr(r.backend, "config", None) for r in replicas if getattr(r.backend, "ready", False))
+            config = next((c for c in configs if c is not None), None)
             if config is None:  # not a bundled engine, or it failed to load
                 continue
             values = {

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -297,14 +298,24 @@ class SessionMemoryStore(Protocol):
     def stats(self) -> dict[str, int]: ...
 
 
-_active: SessionMemoryStore | None = None
+class MemorySlot:
+    """Where one gateway keeps the session memory its plugin serves from (each gateway owns one)."""
+
+    __slots__ = ("memory",)
+
+    def __init__(self) -> None:
+        self.memory: SessionMemoryStore | None = None
+
+
+#: The slot of the gateway running this code (``Gateway.scope`` sets it); the process's outside any gateway.
+slot_in_use: ContextVar[MemorySlot | None] = ContextVar("tokenops_session_memory", default=None)
+_PROCESS_SLOT = MemorySlot()
 
 
 def get_session_memory() -> SessionMemoryStore | None:
     """The memory the session-memory plugin serves from (None when it is off)."""
-    return _active
+    return (slot_in_use.get() or _PROCESS_SLOT).memory
 
 
 def set_session_memory(memory: SessionMemoryStore | None) -> None:
-    global _active
-    _active = memory
+    (slot_in_use.get() or _PROCESS_SLOT).memory = memory

@@ -18,6 +18,7 @@ TOKENOPS_LAYER = "compute_network"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
 TOKENOPS_SETTINGS = {"keys": ("redis_url",)}
 
+
 class KeyBudgets:
     """Enforces the running gateway's key service (``tokenops.keys.service.active()``); remembers
     which keys' limits it gave that gateway's ``rate_limit`` plugin (one instance per gateway)."""

@@ -66,11 +66,150 @@ _DEFAULTS: dict[str, Any] = {
     "max_recalled": 32,
     "min_score": 0.0,
 }
-_conf: dict[str, Any] = dict(_DEFAULTS)
 
 
-@hookimpl
-def tokenops_register_tunables(register):
+class SessionMemoryPlugin:
+    """One gateway's session-memory settings and background writer (each gateway has its own
+    instance; the memory itself sits in the gateway's slot, :func:`set_session_memory`)."""
+
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
+
+    def __init__(self) -> None:
+        self.conf: dict[str, Any] = dict(_DEFAULTS)
+        self._executor: Any = None
+
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register_tunables(register)
+
+    @hookimpl
+    def tokenops_configure(self, settings):
+        values = checked(settings)
+        self.conf.update(values)
+        if not values["enabled"]:
+            set_session_memory(None)
+            return
+        from tokenops.semcache.embedders import get_embedder
+
+        embedder = get_embedder(values["embedder"])  # MiniLM loads on first use, in a worker thread
+        limits = {
+            "ttl_s": float(values["ttl_s"]),
+            "max_session_bytes": values["max_session_kb"] * 1024,
+            "max_sessions": values["max_sessions"],
+            "chunk_chars": values["chunk_chars"],
+            "max_total_bytes": values["max_total_mb"] << 20,
+        }
+        shared = getattr(settings, "shared", None)
+        if shared is None:
+            set_session_memory(SessionMemory(embedder.embed, **limits))
+            return
+        from tokenops.shared_state import open_session_memory
+
+        # [shared] redis_url: every replica remembers and recalls the same sessions (docs/deploy.md)
+        set_session_memory(open_session_memory(shared, embedder.embed, **limits))
+
+    @hookimpl
+    def tokenops_apply_tunables(self, values):
+        memory = get_session_memory()
+        if "session_memory.token_budget" in values:
+            self.conf["token_budget"] = values["session_memory.token_budget"]
+        if memory is not None:
+            if "session_memory.ttl_s" in values:
+                memory.ttl_s = float(values["session_memory.ttl_s"])
+            if "session_memory.max_session_kb" in values:
+                memory.max_session_bytes = values["session_memory.max_session_kb"] * 1024
+
+    @hookimpl
+    def tokenops_fit_context(self, request, window):
+        memory = get_session_memory()
+        if memory is None or not request.session_id or not request.messages:
+            return None
+        conf = self.conf
+        tenant, session = request.tenant, request.session_id
+        result: dict[str, Any] = {
+            "session": session,
+            "stored": memory.remember(tenant, session, _turns(request.messages)),
+        }
+        limits = [x for x in (window.max_model_len, conf["token_budget"]) if x]
+        if not limits:
+            return result
+        asked = request.max_tokens if request.sampling.is_max_tokens_sent else None  # the client's limit, if sent
+        budget = min(limits) - (asked or conf["reserve_tokens"])
+        if budget <= 0 or window.count_tokens(request.messages) <= budget:
+            return result
+        query = message_text(request.messages[-1])
+        recalled = [
+            (e.role, e.text)
+            for score, e in memory.recall(tenant, session, query)[: conf["max_recalled"]]
+            if score >= conf["min_score"]
+        ]
+        fitted = fit_conversation(request.messages, budget, window.count_tokens, recalled, conf["recent_share"])
+        if fitted is None:
+            result["fitted"] = False  # even the system messages and the last one do not fit: the backend says so
+            return result
+        request.messages, info = fitted
+        if "messages" in request.body:  # upstream backends send the body
+            request.body = {**request.body, "messages": request.messages}
+        result.update(info, fitted=True)
+        return result
+
+    @hookimpl
+    def tokenops_cache_store(self, request, response):
+        """The answer is a turn of the session too (clients that resend it are deduplicated)."""
+        memory = get_session_memory()
+        if memory is None or request.kind != "chat" or not request.session_id or not response.text:
+            return
+        # on the event loop here: embed in the background
+        self._background().submit(memory.remember, request.tenant, request.session_id, [("assistant", response.text)])
+
+    @hookimpl
+    def tokenops_tenant_deleted(self, tenant, store):
+        """A deleted tenant's sessions are forgotten (after turns still being stored land)."""
+        memory = get_session_memory()
+        if memory is None:
+            return None
+        if self._executor is not None:
+            self._executor.submit(lambda: None).result()  # one worker: earlier stores have run
+        return {"session_memory_entries": memory.delete_tenant(tenant)}
+
+    def _background(self) -> Any:
+        if self._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-memory")
+        return self._executor
+
+
+def checked(settings) -> dict[str, Any]:
+    """``[plugins.session_memory]`` with the defaults filled in; ValueError naming a bad key."""
+    values = settings.plugin_settings("session_memory", _DEFAULTS)
+    if not isinstance(values["enabled"], bool):
+        raise ValueError("[plugins.session_memory] enabled must be true or false")
+    for key, low in (("ttl_s", 1e-3), ("recent_share", 0.0), ("min_score", -1.0)):
+        v = values[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v < float("inf"):
+            raise ValueError(f"[plugins.session_memory] {key} must be a number >= {low}")
+    if values["recent_share"] > 1:
+        raise ValueError("[plugins.session_memory] recent_share must be between 0 and 1")
+    for key, low in (
+        ("max_session_kb", 1),
+        ("max_total_mb", 1),
+        ("max_sessions", 1),
+        ("token_budget", 0),
+        ("reserve_tokens", 1),
+        ("chunk_chars", 16),
+        ("max_recalled", 1),
+    ):
+        v = values[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"[plugins.session_memory] {key} must be an integer >= {low}")
+    if values["embedder"] not in ("auto", "minilm", "lexical"):
+        raise ValueError("[plugins.session_memory] embedder must be auto, minilm or lexical")
+    return values
+
+
+def register_tunables(register) -> None:
     register(
         Tunable(
             "session_memory.ttl_s",
@@ -109,130 +248,5 @@ def tokenops_register_tunables(register):
     )
 
 
-@hookimpl
-def tokenops_configure(settings):
-    values = settings.plugin_settings("session_memory", _DEFAULTS)
-    if not isinstance(values["enabled"], bool):
-        raise ValueError("[plugins.session_memory] enabled must be true or false")
-    for key, low in (("ttl_s", 1e-3), ("recent_share", 0.0), ("min_score", -1.0)):
-        v = values[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v < float("inf"):
-            raise ValueError(f"[plugins.session_memory] {key} must be a number >= {low}")
-    if values["recent_share"] > 1:
-        raise ValueError("[plugins.session_memory] recent_share must be between 0 and 1")
-    for key, low in (
-        ("max_session_kb", 1),
-        ("max_total_mb", 1),
-        ("max_sessions", 1),
-        ("token_budget", 0),
-        ("reserve_tokens", 1),
-        ("chunk_chars", 16),
-        ("max_recalled", 1),
-    ):
-        v = values[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError(f"[plugins.session_memory] {key} must be an integer >= {low}")
-    if values["embedder"] not in ("auto", "minilm", "lexical"):
-        raise ValueError("[plugins.session_memory] embedder must be auto, minilm or lexical")
-    _conf.update(values)
-    if not values["enabled"]:
-        set_session_memory(None)
-        return
-    from tokenops.semcache.embedders import get_embedder
-
-    embedder = get_embedder(values["embedder"])  # MiniLM loads on first use, in a worker thread
-    limits = {
-        "ttl_s": float(values["ttl_s"]),
-        "max_session_bytes": values["max_session_kb"] * 1024,
-        "max_sessions": values["max_sessions"],
-        "chunk_chars": values["chunk_chars"],
-        "max_total_bytes": values["max_total_mb"] << 20,
-    }
-    shared = getattr(settings, "shared", None)
-    if shared is None:
-        set_session_memory(SessionMemory(embedder.embed, **limits))
-        return
-    from tokenops.shared_state import open_session_memory
-
-    # [shared] redis_url: every replica remembers and recalls the same sessions (docs/deploy.md)
-    set_session_memory(open_session_memory(shared, embedder.embed, **limits))
-
-
-@hookimpl
-def tokenops_apply_tunables(values):
-    memory = get_session_memory()
-    if "session_memory.token_budget" in values:
-        _conf["token_budget"] = values["session_memory.token_budget"]
-    if memory is not None:
-        if "session_memory.ttl_s" in values:
-            memory.ttl_s = float(values["session_memory.ttl_s"])
-        if "session_memory.max_session_kb" in values:
-            memory.max_session_bytes = values["session_memory.max_session_kb"] * 1024
-
-
 def _turns(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(m["role"], text) for m in messages if m.get("role") in ("user", "assistant") and (text := message_text(m))]
-
-
-@hookimpl
-def tokenops_fit_context(request, window):
-    memory = get_session_memory()
-    if memory is None or not request.session_id or not request.messages:
-        return None
-    tenant, session = request.tenant, request.session_id
-    result: dict[str, Any] = {"session": session, "stored": memory.remember(tenant, session, _turns(request.messages))}
-    limits = [x for x in (window.max_model_len, _conf["token_budget"]) if x]
-    if not limits:
-        return result
-    asked = request.max_tokens if request.sampling.is_max_tokens_sent else None  # the client's limit, if sent
-    budget = min(limits) - (asked or _conf["reserve_tokens"])
-    if budget <= 0 or window.count_tokens(request.messages) <= budget:
-        return result
-    query = message_text(request.messages[-1])
-    recalled = [
-        (e.role, e.text)
-        for score, e in memory.recall(tenant, session, query)[: _conf["max_recalled"]]
-        if score >= _conf["min_score"]
-    ]
-    fitted = fit_conversation(request.messages, budget, window.count_tokens, recalled, _conf["recent_share"])
-    if fitted is None:
-        result["fitted"] = False  # even the system messages and the last one do not fit: the backend says so
-        return result
-    request.messages, info = fitted
-    if "messages" in request.body:  # upstream backends send the body
-        request.body = {**request.body, "messages": request.messages}
-    result.update(info, fitted=True)
-    return result
-
-
-@hookimpl
-def tokenops_cache_store(request, response):
-    """The answer is a turn of the session too (clients that resend it are deduplicated)."""
-    memory = get_session_memory()
-    if memory is None or request.kind != "chat" or not request.session_id or not response.text:
-        return
-    # on the event loop here: embed in the background
-    _background().submit(memory.remember, request.tenant, request.session_id, [("assistant", response.text)])
-
-
-@hookimpl
-def tokenops_tenant_deleted(tenant, store):
-    """A deleted tenant's sessions are forgotten (after turns still being stored land)."""
-    memory = get_session_memory()
-    if memory is None:
-        return None
-    if _executor is not None:
-        _executor.submit(lambda: None).result()  # one worker: earlier stores have run
-    return {"session_memory_entries": memory.delete_tenant(tenant)}
-
-
-_executor: Any = None
-
-
-def _background() -> Any:
-    global _executor
-    if _executor is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-memory")
-    return _executor
