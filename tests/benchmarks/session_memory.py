@@ -90,7 +90,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)  # on a shared 2-core box extra threads only spin (MiniLM calls got 10x slower)
-    import tokenops_plugins.model_optimization.session_memory as plugin
+    from tokenops_plugins.model_optimization.session_memory import SessionMemoryPlugin
     from tokenops.engine.core.tokenizer import Tokenizer
     from tokenops.memory.fit import ContextWindow, fit_conversation, message_text
     from tokenops.memory.memory_store import get_session_memory, set_session_memory
@@ -109,6 +109,7 @@ def main() -> None:
         plain = [{"role": m["role"], "content": message_text(m)} for m in messages]
         return len(tok.encode(tok.apply_chat_template(plain, add_generation_prompt=True), add_special_tokens=False))
 
+    plugin = SessionMemoryPlugin()  # the instance a gateway would hold
     plugin.tokenops_configure(Settings())
     max_tokens = 8
     window = ContextWindow(None, count, True)
