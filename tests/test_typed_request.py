@@ -87,7 +87,7 @@ def test_sampling_fields_are_read_once_with_what_was_sent():
         },
         256,
     )
-    assert req.sampling == SamplingFields(temperature=0.5, stop=("END",), is_max_tokens_sent=True)
+    assert req.sampling == SamplingFields(temperature=0.5, stop=("END",), max_tokens=7)
     assert req.sampling.sent() == {"temperature", "stop", "max_tokens"} and req.max_tokens == 7
     plain = completion_request({"model": "m", "prompt": "hi"}, 256)
     assert plain.sampling == SamplingFields() and plain.max_tokens == 256

@@ -10,25 +10,12 @@ import typing
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from tokenops.sampling_fields import REGISTRY
+
 #: The body's sampling fields (:class:`SamplingFields`) and output fields (:class:`OutputFields`):
 #: ``tests/test_typed_request.py`` fails when code in ``tokenops/backends/`` or the plugins reads
 #: one of these names from a body dict.
-SAMPLING_NAMES = (
-    "n",
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "stop",
-    "ignore_eos",
-    "max_tokens",
-    "max_completion_tokens",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "logit_bias",
-    "min_tokens",
-)
+SAMPLING_NAMES = (*(f.name for f in REGISTRY), "max_tokens", "max_completion_tokens")
 OUTPUT_NAMES = (
     "logprobs",
     "top_logprobs",
@@ -45,78 +32,6 @@ OUTPUT_NAMES = (
 
 def _sent_only(body: dict[str, Any], sent: set[str] | None) -> dict[str, Any]:
     return body if sent is None else {k: v for k, v in body.items() if k in sent}
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-#: The :class:`SamplingFields` that are None when not sent.
-_SENT_WHEN_SET = (
-    "n",
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "logit_bias",
-    "min_tokens",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingFields:
-    """The sampling fields of a request as the client sent them, read once from the validated
-    body when the :class:`GatewayRequest` is made; None (or empty) where the client sent none.
-    Backends read these fields, not the body."""
-
-    n: int | None = None  # choices asked
-    temperature: float | None = None  # None: the backend's default (1.0 on the bundled engine)
-    top_p: float | None = None  # nucleus sampling mass
-    top_k: int | None = None  # the ``top_k`` extension (vLLM's); 0 or None: off
-    seed: int | None = None  # a per-request seed for reproducible sampling
-    stop: tuple[str, ...] = ()  # stop strings (a single string becomes one)
-    ignore_eos: bool = False  # the ``ignore_eos`` extension: generate up to max_tokens
-    #: whether the client set ``max_tokens`` or ``max_completion_tokens`` (the limit itself,
-    #: after the server's default, is ``GatewayRequest.max_tokens``)
-    is_max_tokens_sent: bool = False
-    presence_penalty: float | None = None  # minus this for each token already in the output
-    frequency_penalty: float | None = None  # minus this times each token's count in the output
-    repetition_penalty: float | None = None  # the vLLM extension: logits of seen tokens divided by it
-    #: token id (a string of digits, as the JSON key) -> bias in [-100, 100]; None when not sent
-    logit_bias: dict[str, float] | None = None
-    min_tokens: int | None = None  # the vLLM extension: no stop rule ends the output before it
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any], sent: set[str] | None = None) -> SamplingFields:
-        """The fields of ``body``; with ``sent`` (the names the client's JSON held, as the
-        schema saw them) a value the schema filled in by default counts as not sent."""
-        body = _sent_only(body, sent)
-        stop = body.get("stop")
-        return cls(
-            n=body.get("n"),
-            temperature=body.get("temperature"),
-            top_p=body.get("top_p"),
-            top_k=body.get("top_k"),
-            seed=body.get("seed"),
-            stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
-            ignore_eos=bool(body.get("ignore_eos")),
-            is_max_tokens_sent=body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None,
-            presence_penalty=_float(body.get("presence_penalty")),
-            frequency_penalty=_float(body.get("frequency_penalty")),
-            repetition_penalty=_float(body.get("repetition_penalty")),
-            logit_bias=body.get("logit_bias") or None,
-            min_tokens=body.get("min_tokens"),
-        )
-
-    def sent(self) -> set[str]:
-        """The names of the fields the client sent (for decisions and logs)."""
-        out = {name for name in _SENT_WHEN_SET if getattr(self, name) is not None}
-        out |= {"stop"} if self.stop else set()
-        out |= {"ignore_eos"} if self.ignore_eos else set()
-        return out | ({"max_tokens"} if self.is_max_tokens_sent else set())
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +57,8 @@ class OutputFields:
 
     @classmethod
     def from_body(cls, body: dict[str, Any], sent: set[str] | None = None) -> OutputFields:
-        """The fields of ``body``, as :meth:`SamplingFields.from_body` reads them."""
+        """The fields of ``body`` (a validated body or a request model's attributes); with ``sent``
+        (the names the client's JSON held) a value a schema filled in by default counts as not sent."""
         body = _sent_only(body, sent)
         options = body.get("stream_options")
         return cls(

@@ -13,8 +13,8 @@ from tokenops.request_fields import Decisions as Decisions
 from tokenops.request_fields import Hop as Hop
 from tokenops.request_fields import OutputFields as OutputFields
 from tokenops.request_fields import RouteRecord as RouteRecord
-from tokenops.request_fields import SamplingFields as SamplingFields
 from tokenops.request_fields import check_decision
+from tokenops.sampling_fields import SamplingFields as SamplingFields
 
 
 def new_request_id(prefix: str = "req") -> str:
@@ -80,7 +80,7 @@ class GatewayRequest:
 
     def __post_init__(self) -> None:
         if self.sampling is None:
-            self.sampling = SamplingFields.from_body(self.body)
+            self.sampling = SamplingFields.from_values(self.body)
         if self.output is None:
             self.output = OutputFields.from_body(self.body)
 

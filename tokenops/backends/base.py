@@ -70,8 +70,10 @@ class Backend(Protocol):
     name: str
     kind: str
     model: str
-    #: Context window in tokens, when known (None: let the server decide).
-    max_model_len: int | None
+
+    @property
+    def max_model_len(self) -> int | None:
+        """Context window in tokens, when known (None: let the server decide)."""
 
     @property
     def ready(self) -> bool:
@@ -106,7 +108,7 @@ class Replica:
 
     name: str
     model: str
-    backend: Any
+    backend: Backend
     index: int = 0
     in_flight: int = 0
     labels: dict[str, Any] = field(default_factory=dict)

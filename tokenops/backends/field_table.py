@@ -13,8 +13,9 @@ upstream's id, ``max_tokens`` and ``stream_options`` set by the gateway).
 It sits with the backends, which enforce it; :mod:`tokenops.gateway.core.fields` is its name for the
 gateway and the docs.
 
-A field the bundled engine learns to act on: move its row's ``local`` cell to an
-"acts" text and drop its ``reject`` entry; its schema field (if any) is enough.
+The sampling fields' rows come from their registry (:mod:`tokenops.sampling_fields`), with their
+schemas. Another field the bundled engine learns to act on: change its row's ``bundled`` text from
+the 400 to what it does; its schema field (if any) is enough.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tokenops.sampling_fields import REGISTRY
 from tokenops.types import BackendError, GatewayRequest
 
 PASS = "passes through"
@@ -46,38 +48,14 @@ def _rejected(reason: str) -> str:
     return f"400 ({reason})"
 
 
-_PENALTIES = [
-    Field(
-        "frequency_penalty", "acts: minus the value times each token's count in the output so far ([-2, 2], else 400)"
-    ),
-    Field("presence_penalty", "acts: minus the value for each token already in the output ([-2, 2], else 400)"),
-    Field(
-        "logit_bias",
-        "acts: token id -> value in [-100, 100] added to its logit (an id outside the vocabulary, 400)",
-        "passes through (the range is checked first)",
-    ),
-    Field(
-        "repetition_penalty",
-        "acts (extension, as vLLM): logits of the prompt's and output's tokens divided by "
-        "it (multiplied when negative); > 0, 1 is off",
-    ),
-    Field(
-        "min_tokens",
-        "acts (extension, as vLLM): end-of-sequence, stop strings and stop tokens end nothing "
-        "before it; at most `max_tokens`",
-    ),
-]
+#: The sampling fields' rows, from their registry (tokenops/sampling_fields.py).
+_SAMPLING_FIELDS = [Field(f.name, f.bundled, f.upstream) for f in REGISTRY]
 _SAMPLING = [
     Field(
         "model",
         "acts: picks the model (routers may choose another)",
         "acts: sent as the upstream's own id (`served_model`, else learned from its /v1/models)",
     ),
-    Field("temperature", "acts"),
-    Field("top_p", "acts"),
-    Field("n", "acts (1-16)"),
-    Field("stop", "acts"),
-    Field("seed", "acts"),
     Field("stream", "acts", "acts: the gateway streams from the upstream when the client streams"),
     Field(
         "stream_options",
@@ -87,8 +65,6 @@ _SAMPLING = [
     Field(
         "user", "acts: session hint; the tenant on an open server", "passes through (and acts as on the bundled engine)"
     ),
-    Field("top_k", "acts (extension, as vLLM)"),
-    Field("ignore_eos", "acts (extension, as vLLM)"),
     Field("priority", "acts (extension: order under the `priority` schedule policy)"),
     Field(
         "cache",
@@ -105,6 +81,7 @@ CHAT = [
         "passes through (every content part)",
     ),
     *_SAMPLING,
+    *_SAMPLING_FIELDS,
     Field("max_tokens", "acts", "acts: sent as `max_tokens` (the gateway's default when absent)"),
     Field("max_completion_tokens", "acts (wins over `max_tokens`)", "acts: sent as `max_tokens`"),
     Field("logprobs", "acts"),
@@ -113,7 +90,6 @@ CHAT = [
     Field("tool_choice", STRUCTURED),
     Field("parallel_tool_calls", STRUCTURED),
     Field("response_format", STRUCTURED),
-    *_PENALTIES,
     Field("functions", _rejected("deprecated by OpenAI: send `tools`")),
     Field("function_call", _rejected("deprecated by OpenAI: send `tool_choice`")),
     Field("audio", _rejected("no audio output")),
@@ -161,9 +137,9 @@ COMPLETIONS = [
         "acts: the same checks; each prompt is sent as a request of its own",
     ),
     *_SAMPLING,
+    *_SAMPLING_FIELDS,
     Field("max_tokens", "acts (0 only with `echo`)", "acts: sent as `max_tokens` (the gateway's default when absent)"),
     Field("logprobs", "acts (0-20)"),
-    *_PENALTIES,
     Field(
         "echo",
         "acts: the prompt before the completion and, with `logprobs`, its tokens' logprobs (the first "

@@ -74,7 +74,6 @@ class LocalBackend:
         #: why the engine failed to load (set by the gateway at start, or by the swap on demand), else None
         self.load_error: str | None = None
         self.max_model_len: int | None = getattr(engine, "max_model_len", None)
-        self.default_max_tokens = settings.gateway.default_max_tokens
         #: the parser in use: the configured one, or (``auto``) the one the template's calls are in, found at load
         self.tool_call_parser = model.tool_call_parser if model.tool_call_parser != AUTO else "hermes"
         self.model_tool_call_parser = model.tool_call_parser
@@ -226,16 +225,12 @@ class LocalBackend:
         else:
             logprobs = None if output.logprobs is None else int(output.logprobs)
         extras = processor_params(request, max_tokens, getattr(self.engine, "vocab_size", None), self.name)
-        defaults = self.sampling_defaults  # per field: a value the request sent wins
         try:
             return SamplingParams(
                 n=sampling.n or 1,
                 max_tokens=max_tokens,
-                temperature=defaults.temperature if sampling.temperature is None else sampling.temperature,
-                top_p=defaults.top_p if sampling.top_p is None else sampling.top_p,
-                top_k=defaults.top_k if sampling.top_k is None else sampling.top_k,
-                min_p=defaults.min_p,
-                seed=sampling.seed,
+                # temperature, top_p, top_k, min_p, seed: a value the request sent wins over the model's default
+                **sampling.engine_args(self.sampling_defaults),
                 stop=list(sampling.stop),
                 ignore_eos=sampling.ignore_eos,
                 logprobs=logprobs,

@@ -173,6 +173,30 @@ class OpenAIBackend:
             self._is_ready = False
             await _release_client()
 
+    async def send(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        *,
+        root: bool = True,
+    ) -> httpx.Response:
+        """One request to the upstream's ``path``, at its root (``/tokenize``) or under ``/v1``; a
+        body is sent as the upstream's model. Raises ``RuntimeError`` before the backend started and
+        httpx's errors when the upstream cannot be reached."""
+        if self._client is None:
+            raise RuntimeError(f"{self.name} is not started")
+        url = (self.url[: -len("/v1")] if root else self.url) + path
+        payload = None if body is None else {**body, "model": self.upstream_model}
+        return await self._client.request(
+            method, url, json=payload, headers={**self._headers, **(headers or {})}, timeout=self._timeout
+        )
+
+    def authorization(self) -> str:
+        """The ``authorization`` header the upstream is sent ("" without a key)."""
+        return self._headers.get("authorization", "")
+
     def stats(self) -> dict[str, Any] | None:
         return None
 

@@ -20,34 +20,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenops.sampling_fields import cache_key_names
 from tokenops.semcache.embedders import Embedder, WordSimilarity
 from tokenops.semcache.index import VectorIndex
 from tokenops.semcache.verifier import Signature, Verifier, signature
 
 #: Bytes charged per entry on top of its texts and vector (dict slots, keys, response object).
 ENTRY_OVERHEAD_BYTES = 512
-#: Request fields that change the answer and so belong in the exact-match key.
+#: Request fields that change the answer and so belong in the exact-match key: the sampling
+#: fields their registry marks so, the token limits and the output fields.
 _ANSWER_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
+    *cache_key_names(),
     "max_tokens",
     "max_completion_tokens",
-    "stop",
-    "seed",
-    "n",
     "logprobs",
     "top_logprobs",
     "response_format",
     "tools",
     "tool_choice",
-    "presence_penalty",
-    "frequency_penalty",
-    "logit_bias",
     "suffix",
     "echo",
-    "repetition_penalty",
-    "min_tokens",
 )
 
 

@@ -45,15 +45,21 @@ def _adapters(gw: Any) -> dict[str, list[Replica]]:
     return {name: rs for name, rs in gw.replicas.items() if rs and isinstance(rs[0].backend, LoraBackend)}
 
 
+def _lora(replica: Replica) -> LoraBackend:
+    """The adapter backend of one of an adapter's replicas (only those are passed here)."""
+    assert isinstance(replica.backend, LoraBackend), replica.name
+    return replica.backend
+
+
 def _card(name: str, replicas: list[Replica]) -> dict[str, Any]:
-    b = replicas[0].backend
+    b = _lora(replicas[0])
     return {
         "name": name,
         "parent": b.parent,
         "path": b.path,
-        "loaded": all(r.backend.is_loaded for r in replicas),
+        "loaded": all(_lora(r).is_loaded for r in replicas),
         "replicas": len(replicas),
-        "resident": all(name in r.backend.pool.resident for r in replicas),
+        "resident": all(name in _lora(r).pool.resident for r in replicas),
         "bytes": (b.info or {}).get("bytes"),
         "file_bytes": (b.info or {}).get("file_bytes"),
         "rank": (b.info or {}).get("rank"),
@@ -157,13 +163,14 @@ async def _load_replicas(gw: Any, name: str, path: str, base: str, check_base: b
     loaded: list[Replica] = []
     try:
         for r in replicas:
-            if r.backend.base.engine is None:
-                raise ValueError(f"base replica {r.backend.base.name} is not loaded")
-            await r.backend.load()
+            lora = _lora(r)
+            if lora.base.engine is None:
+                raise ValueError(f"base replica {lora.base.name} is not loaded")
+            await lora.load()
             loaded.append(r)
     except BaseException as e:  # AdapterError and friends, or anything else: undo the replicas loaded
         for r in loaded:
-            await r.backend.pool.drop(name)
+            await _lora(r).pool.drop(name)
         if isinstance(e, ValueError):
             raise APIError(400, str(e), code="invalid_lora_adapter", param="path") from None
         raise
@@ -179,9 +186,9 @@ async def unload_lora(request: Request, name: str) -> Response:
     del gw.replicas[name]  # new requests for it are a 404 from here on
     for r in replicas:
         try:
-            await r.backend.pool.drop(name)
+            await _lora(r).pool.drop(name)
         except ValueError as e:  # requests run on it: serve the adapter on, as before
             gw.replicas[name] = replicas
             raise APIError(409, f"{e}; retry when they end", code="lora_in_use") from None
-        r.backend.is_loaded = False
+        _lora(r).is_loaded = False
     return _json({"name": name, "deleted": True})

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tokenops.gateway.core import hooks
 from tokenops.gateway.core.capability import choose_capable_replica
-from tokenops.gateway.edge.json_types import INTEGRAL_FLOAT
+from tokenops.json_types import INTEGRAL_FLOAT
 from tokenops.gateway.errors import APIError
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest
 

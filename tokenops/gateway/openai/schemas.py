@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
-from tokenops.gateway.edge.json_types import INTEGRAL_FLOAT
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.openai.metadata_bounds import Metadata
 from tokenops.gateway.openai.structured import check_structured
+from tokenops.json_types import INTEGRAL_FLOAT
+from tokenops.request_fields import OUTPUT_NAMES
+from tokenops.sampling_fields import MAX_LOGIT_BIAS, schema_fields
 from tokenops.types import GatewayRequest, OutputFields, SamplingFields
 
 
@@ -56,8 +58,6 @@ def _chat_schema(schema: dict[str, Any]) -> None:
     }
 
 
-#: Entries of ``logit_bias`` (OpenAI's limit; a 400 naming the field above it).
-MAX_LOGIT_BIAS = 300
 #: A token id as a prompt may carry it (the vocabulary sizes served fit in 31 bits).
 TokenId = Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT]
 
@@ -85,45 +85,29 @@ class ChatMessage(BaseModel):
         return value
 
 
-class _CommonRequest(BaseModel):
+#: The sampling fields' schemas, from their registry (tokenops/sampling_fields.py).
+_SamplingRequest = create_model("_SamplingRequest", __config__=ConfigDict(extra="allow"), **schema_fields())  # type: ignore[call-overload]
+
+
+class _CommonRequest(_SamplingRequest):  # type: ignore[valid-type,misc]
     model_config = ConfigDict(extra="allow")
     model: str = Field(min_length=1)
     max_tokens: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(None)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: Annotated[int, Field(strict=True, ge=-1, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(
-        None, description="Extension: sample from the k most likely tokens (0 or -1: off)."
-    )
-    n: Annotated[int, Field(strict=True, ge=1, le=16), INTEGRAL_FLOAT] = Field(1)
-    stop: str | list[str] | None = None
-    seed: Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1), INTEGRAL_FLOAT] | None = Field(
-        None, description="A 64-bit signed integer."
-    )
     cache: bool | None = Field(None, description="Extension: false skips the semantic cache.")
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="End-user id; used as the session hint (and tenant on an open server).")
-    ignore_eos: bool | None = Field(None, description="Extension: keep generating past end-of-sequence.")
     priority: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1), INTEGRAL_FLOAT] = Field(
         0, description="Extension: lower runs first under the `priority` schedule policy."
     )
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = Field(
-        None,
-        description=f"Token id (as a string) -> bias in [-100, 100]; at most {MAX_LOGIT_BIAS} entries.",
-        json_schema_extra={
-            "propertyNames": {"pattern": "^[0-9]+$"},
-            "maxProperties": MAX_LOGIT_BIAS,
-            "additionalProperties": {"minimum": -100, "maximum": 100},
-        },
-    )
-    repetition_penalty: float | None = Field(
-        None, gt=0, description="Extension (vLLM): divide the logits of prompt and output tokens by it (1: off)."
-    )
-    min_tokens: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1), INTEGRAL_FLOAT] | None = Field(
-        None, description="Extension (vLLM): no stop rule ends the output before it."
-    )
+
+    def to_fields(self) -> tuple[SamplingFields, OutputFields]:
+        """The typed sampling and output fields, read from the validated attributes (a field the
+        schema filled in by default counts as not sent)."""
+        sent = self.model_fields_set
+        values = {name: getattr(self, name) for name in sent}
+        output = {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in values.items() if k in OUTPUT_NAMES}
+        return SamplingFields.from_values(values), OutputFields.from_body(output)
 
     @field_validator("logit_bias", mode="before")
     @classmethod
@@ -209,21 +193,22 @@ def chat_request(data: dict[str, Any], default_max_tokens: int, *, is_generating
         raise _format_validation(e) from None
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", code="invalid_value", param="top_logprobs")
-    body = req.model_dump(exclude_none=True)
-    asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    body = req.model_dump(exclude_none=True)  # what an upstream is sent
+    sampling, output = req.to_fields()
+    limit = sampling.max_tokens if sampling.max_tokens is not None else default_max_tokens
     # response_format / tools / tool_choice, and the output their schemas force: a 400 before any backend
-    check_structured(body, (asked if asked is not None else default_max_tokens) if is_generating else None)
+    check_structured(body, limit if is_generating else None)
     return GatewayRequest(
         kind="chat",
         model=req.model,
         body=body,
         messages=body["messages"],
         stream=req.stream,
-        max_tokens=asked if asked is not None else default_max_tokens,
+        max_tokens=limit,
         session_id=req.user,
         priority=req.priority,
-        sampling=SamplingFields.from_body(body, req.model_fields_set),
-        output=OutputFields.from_body(body, req.model_fields_set),
+        sampling=sampling,
+        output=output,
     )
 
 
@@ -258,25 +243,24 @@ def completion_requests(data: dict[str, Any], default_max_tokens: int, max_promp
             code="invalid_value",
             param="max_tokens",
         )
-    common = req.model_dump(exclude_none=True)
-    out = []
-    for prompt in prompts:
-        body = {**common, "prompt": prompt}
-        out.append(
-            GatewayRequest(
-                kind="completion",
-                model=req.model,
-                body=body,
-                prompt=prompt,
-                stream=req.stream,
-                max_tokens=req.max_tokens if req.max_tokens is not None else default_max_tokens,
-                session_id=req.user,
-                priority=req.priority,
-                sampling=SamplingFields.from_body(body, req.model_fields_set),
-                output=OutputFields.from_body(body, req.model_fields_set),
-            )
+    common = req.model_dump(exclude_none=True)  # what an upstream is sent, one body per prompt
+    sampling, output = req.to_fields()
+    limit = sampling.max_tokens if sampling.max_tokens is not None else default_max_tokens
+    return [
+        GatewayRequest(
+            kind="completion",
+            model=req.model,
+            body={**common, "prompt": prompt},
+            prompt=prompt,
+            stream=req.stream,
+            max_tokens=limit,
+            session_id=req.user,
+            priority=req.priority,
+            sampling=sampling,
+            output=output,
         )
-    return out
+        for prompt in prompts
+    ]
 
 
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:

@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 from tokenops.backends.base import Replica
+from tokenops.backends.openai_http import OpenAIBackend
 from tokenops.gateway.anthropic.messages_schema import chat_body
 from tokenops.gateway.edge.body import build_off_loop, checked_body
 from tokenops.gateway.errors import APIError, ModelNotFound, api_error
@@ -155,7 +156,7 @@ def chat_token_ids(
             code="invalid_value",
             param="chat_template_kwargs",
         )
-    plan = plan_request(OutputFields.from_body(body), replica.backend.tool_call_parser)
+    plan = plan_request(OutputFields.from_body(body), getattr(replica.backend, "tool_call_parser", "hermes"))
     kwargs = {**plan.template_kwargs, **(template_kwargs or {})}
     try:
         text = tok.apply_chat_template(
@@ -172,25 +173,23 @@ async def _upstream(
     replica: Replica, path: str, body: dict[str, Any], headers: dict[str, str] | None = None, *, root: bool = True
 ) -> tuple[int, Any]:
     """POST ``body`` to an ``openai`` upstream (at its root, or under ``/v1``); ``(status, JSON)``."""
-    backend = replica.backend
-    client = backend._client
-    if client is None:
-        raise APIError(503, f"The model `{replica.model}` is not ready yet.", code="model_not_ready")
-    url = (backend.url[: -len("/v1")] if root else backend.url) + path
+    backend = _upstream_backend(replica)
     try:
-        r = await client.post(
-            url,
-            json={**body, "model": backend.upstream_model},
-            headers={**backend._headers, **(headers or {})},
-            timeout=backend._timeout,
-        )
+        r = await backend.send("POST", path, body, headers, root=root)
+    except RuntimeError:
+        raise APIError(503, f"The model `{replica.model}` is not ready yet.", code="model_not_ready") from None
     except Exception as e:  # noqa: BLE001 - any transport failure is the upstream's
-        raise APIError(502, f"{backend.name}: cannot reach {url}: {type(e).__name__}", code="upstream_error") from None
+        raise APIError(502, f"{backend.name}: cannot reach {path}: {type(e).__name__}", code="upstream_error") from None
     try:
         data = r.json()
     except ValueError:
         data = None
     return r.status_code, data
+
+
+def _upstream_backend(replica: Replica) -> OpenAIBackend:
+    """The ``openai`` backend of a replica the caller found to be one (``kind == "openai"``)."""
+    return cast(OpenAIBackend, replica.backend)
 
 
 def _upstream_error(replica: Replica, path: str, status: int, data: Any) -> APIError:
@@ -309,7 +308,7 @@ async def count_message_tokens(gw: Any, data: dict[str, Any], headers: dict[str,
     backend = replica.backend
     if backend.kind == "openai":
         forwarded = {k: v for k, v in headers.items() if k in ("anthropic-version", "anthropic-beta")}
-        bearer = backend._headers.get("authorization", "")
+        bearer = _upstream_backend(replica).authorization()
         if bearer.startswith("Bearer "):  # as on /v1/messages: Anthropic-native servers read x-api-key
             forwarded["x-api-key"] = bearer[len("Bearer ") :]
         status, answer = await _upstream(replica, "/messages/count_tokens", data, forwarded, root=False)
@@ -361,16 +360,14 @@ async def tokenizer_info(request: Request) -> Response:
 
 
 async def _passed_through_get(replica: Replica, path: str) -> Response:
-    backend = replica.backend
-    client = backend._client
-    if client is None:
-        raise APIError(503, f"The model `{replica.model}` is not ready yet.", code="model_not_ready")
-    url = backend.url[: -len("/v1")] + path
+    backend = _upstream_backend(replica)
     try:
-        r = await client.get(url, headers=backend._headers, timeout=backend._timeout)
+        r = await backend.send("GET", path)
         data = r.json()
+    except RuntimeError:
+        raise APIError(503, f"The model `{replica.model}` is not ready yet.", code="model_not_ready") from None
     except Exception as e:  # noqa: BLE001 - any transport or JSON failure is the upstream's
-        raise APIError(502, f"{backend.name}: {url}: {type(e).__name__}", code="upstream_error") from None
+        raise APIError(502, f"{backend.name}: {path}: {type(e).__name__}", code="upstream_error") from None
     if r.status_code >= 400:
         raise _upstream_error(replica, path, r.status_code, data)
     return Response(json.dumps(data), media_type=_JSON)
