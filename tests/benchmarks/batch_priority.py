@@ -20,7 +20,8 @@ is never above 100%. The goal: priority on keeps
 TTFT/TPOT p95 within 10% of interactive-only while the batch takes >= 80% of the idle capacity.
 The batch is cancelled after each run (the next starts on an idle engine).
 
-    .venv/bin/python tests/benchmarks/batch_priority.py [--seconds 60] [--load 0.5] [--share 1.0] [--repeat 1]
+    .venv/bin/python tests/benchmarks/batch_priority.py [--seconds 60] [--load 0.5] [--share 1.0]
+        [--step-tokens 0] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ MAX_NUM_SEQS = 16
 SHAPE = {"max_input_len": 384, "max_output_len": 96, "min_output_len": 8}
 
 
-def server_config(gguf: str, share: float) -> str:
+def server_config(gguf: str, share: float, step_tokens: int = 0) -> str:
     return (
         f'[[models]]\nname = "{MODEL}"\nbackend = "local"\npath = "{gguf}"\n'
-        f"engine = {{ max_num_seqs = {MAX_NUM_SEQS}, batch_max_share = {share} }}\n\n"
+        f"engine = {{ max_num_seqs = {MAX_NUM_SEQS}, batch_max_share = {share}, batch_step_tokens = {step_tokens} }}\n\n"
         "[batches]\nmax_in_flight = 64\n"
     )
 
@@ -254,6 +255,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0, help="length of each interactive run")
     ap.add_argument("--load", type=float, default=0.5, help="interactive request rate / measured capacity")
     ap.add_argument("--share", type=float, default=1.0, help="engine batch_max_share")
+    ap.add_argument("--step-tokens", type=int, default=0, help="engine batch_step_tokens (0: no bound)")
     ap.add_argument("--batch-lines", type=int, default=0, help="lines of the batch (0: enough to outlast a run)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each kind (the table shows medians)")
     ap.add_argument("--json", action="store_true")
@@ -262,7 +264,7 @@ def main() -> None:
     from tests import real_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = server_config(str(real_model.gguf_path()), args.share)
+        config = server_config(str(real_model.gguf_path()), args.share, args.step_tokens)
         with ServeProcess(tmp, config=config, env=real_model.SERVE_ENV) as srv:
             out = asyncio.run(bench(srv, args))
     if args.json:

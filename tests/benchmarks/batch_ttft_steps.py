@@ -11,7 +11,8 @@ and its parts, summed per request: the wait for the step in progress at arrival,
 request's first chunk (queued), the steps from its first chunk to its first token (prefill), and what
 batch work each of those steps carried (batch tokens in the steps an interactive request waited on).
 
-Run: ``.venv/bin/python tests/benchmarks/batch_ttft_steps.py [--seconds 40] [--rate 1.0] [--share 0.1]``
+Run: ``.venv/bin/python tests/benchmarks/batch_ttft_steps.py [--seconds 40] [--rate 1.0] [--share 0.1]
+[--step-tokens 0,128]`` (one batch run per ``batch_step_tokens`` value)
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--rate", type=float, default=1.0, help="interactive requests/s")
     ap.add_argument("--share", type=float, default=0.1, help="engine batch_max_share")
+    ap.add_argument("--step-tokens", default="0", help="engine batch_step_tokens, comma-separated: one run each")
     ap.add_argument("--batch-lines", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
@@ -182,8 +184,12 @@ def main() -> None:
     run(engine, argparse.Namespace(**{**vars(args), "seconds": 5.0}), False, seed=99)  # warm-up
     rows = []
     for r in range(args.repeat):
-        rows.append(("interactive only", run(engine, args, False, seed=r)))
-        rows.append((f"+ batch, share {args.share}", run(engine, args, True, seed=r)))
+        kinds = [("interactive only", False, 0)]
+        kinds += [(f"+ batch, step {n}", True, int(n)) for n in args.step_tokens.split(",")]
+        for name, with_batch, step_tokens in kinds:
+            engine.config.batch_step_tokens = step_tokens
+            rows.append((name, run(engine, args, with_batch, seed=r)))
+            print(name, rows[-1], file=sys.stderr, flush=True)
     keys = list(rows[0][1])
     print(f"{'run':<22}" + "".join(f"{k:>14}" for k in keys))
     for name, row in rows:

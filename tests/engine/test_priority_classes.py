@@ -253,3 +253,48 @@ def test_a_step_with_an_interactive_prompt_carries_batch_decodes_but_no_batch_pr
     assert [(c.seq.priority_class, c.num_tokens) for c in out.chunks] == [(BATCH, 1), (INTERACTIVE, 8)]
     # the next step has no interactive prompt: the waiting batch prompt goes in
     assert sum(1 for c in step(sched).chunks if c.seq.is_batch and c.num_tokens > 1) == 1
+
+
+def test_batch_step_tokens_bounds_every_batch_step_also_with_nothing_interactive():
+    # a batch alone fills each step with prompts (up to the budget) unless batch_step_tokens bounds it:
+    # the step an interactive request arrives during is then short
+    sched = make(max_seqs=4, budget=64, batch_step_tokens=12)
+    for i in range(4):
+        sched.add(seq(40, BATCH, max_tokens=6, first=10 * i))
+    sizes = []
+    while sched.has_unfinished():
+        out = step(sched)
+        batch_tokens = sum(c.num_tokens for c in out.chunks if c.seq.is_batch)
+        num_decodes = sum(1 for c in out.chunks if not c.seq.is_prefill or c.num_tokens == 1)
+        sizes.append(batch_tokens)
+        assert batch_tokens <= max(12, num_decodes)  # decodes always run; prompts fill up to the bound
+    assert max(sizes) == 12 and len(sizes) > 4 * 40 // 12
+
+    unbounded = make(max_seqs=4, budget=64)
+    for i in range(4):
+        unbounded.add(seq(40, BATCH, max_tokens=6, first=10 * i))
+    assert sum(c.num_tokens for c in step(unbounded).chunks) == 64
+
+
+def test_batch_step_tokens_and_the_share_together_take_the_smaller_bound():
+    sched = make(max_seqs=4, budget=64, batch_max_share=0.5, batch_step_tokens=8)
+    sched.add(seq(8, INTERACTIVE, max_tokens=40))
+    step(sched)
+    sched.add(seq(40, BATCH, max_tokens=4))
+    sizes = [sum(c.num_tokens for c in step(sched).chunks if c.seq.is_batch) for _ in range(3)]
+    assert sizes == [8, 8, 8]  # not 0.5 of 64
+
+
+def test_batch_step_tokens_is_a_live_tunable():
+    from tokenops.plugin_manager import get_tunables
+
+    tunable = get_tunables()["engine.batch_step_tokens"]
+    assert tunable.live and tunable.default == 0
+
+    class Engine:
+        config = EngineConfig()
+
+    assert apply_engine_tunables(Engine, {"batch_step_tokens": 128}) == {"engine.batch_step_tokens": 128}
+    assert Engine.config.batch_step_tokens == 128
+    with pytest.raises(ValueError, match="batch_step_tokens"):
+        EngineConfig(batch_step_tokens=-1)

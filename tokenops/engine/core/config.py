@@ -83,6 +83,17 @@ class EngineConfig:
         help="Share (0..1) of the running slots and step tokens batch requests may hold while "
         "interactive ones are present (1: all the capacity they leave idle).",
     )
+    #: Bounds the step an interactive request that arrives waits for: on a CPU a step's time grows
+    #: with its tokens, and a batch running alone would otherwise fill every step with prompts.
+    batch_step_tokens: int = _knob(
+        0,
+        tunable="live",
+        searchable=False,
+        minimum=0,
+        maximum=65536,
+        help="Most tokens batch requests compute in one engine step, also when nothing interactive "
+        "runs (0: no bound but max_num_batched_tokens).",
+    )
     torch_threads: int | None = _knob(
         None,
         tunable="restart",
@@ -189,6 +200,7 @@ class EngineConfig:
         share = self.batch_max_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
             raise ValueError(f"engine batch_max_share must be a number in [0, 1], not {share!r}")
+        _check_int("batch_step_tokens", self.batch_step_tokens, 0)
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError("engine enable_prefix_caching must be true or false")
         _check_int("seed", self.seed, None)

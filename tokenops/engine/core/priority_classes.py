@@ -27,16 +27,19 @@ class BatchCap:
 def batch_cap(
     config: EngineConfig, running: list[Sequence], waiting: list[Sequence], num_batch_tokens: int
 ) -> BatchCap | None:
-    """What batch sequences may still take this step while interactive work is present
-    (``batch_max_share`` of the slots and of the step's tokens, ``num_batch_tokens`` of which
-    they have taken already); None: nothing interactive is there, no bound."""
+    """What batch sequences may still take this step (``num_batch_tokens`` of it they have taken
+    already): while interactive work is present, ``batch_max_share`` of the slots and of the step's
+    tokens; always, at most ``batch_step_tokens`` tokens (when set). None: no bound."""
+    step_tokens = config.batch_step_tokens or config.max_num_batched_tokens
     if all(s.is_batch for s in running) and all(s.is_batch for s in waiting):
-        return None
+        if step_tokens >= config.max_num_batched_tokens:
+            return None
+        return BatchCap(config.max_num_seqs, max(0, step_tokens - num_batch_tokens))
     share = config.batch_max_share
     num_batch_seqs = sum(1 + s.num_pending_forks for s in running if s.is_batch)
     return BatchCap(
         max(0, int(share * config.max_num_seqs) - num_batch_seqs),
-        max(0, int(share * config.max_num_batched_tokens) - num_batch_tokens),
+        max(0, min(int(share * config.max_num_batched_tokens), step_tokens) - num_batch_tokens),
     )
 
 
