@@ -106,7 +106,7 @@ def _call(client, kind, model, extra):
 @pytest.mark.parametrize("kind", ["chat", "completion"])
 def test_bundled_engine_rejects_what_it_does_not_do(served, kind):
     _, client = served
-    rejected = [f.name for f in TABLES[kind] if f.is_rejected] + ["min_p"]  # min_p: a vLLM field unknown here
+    rejected = [f.name for f in TABLES[kind] if f.is_rejected] + ["typical_p"]  # typical_p: a llama.cpp field unknown here
     for name in rejected:
         with pytest.raises(openai.BadRequestError) as e:
             _call(client, kind, "demo", {name: SAMPLES.get(name, 0.1)})
