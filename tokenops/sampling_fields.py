@@ -67,6 +67,19 @@ REGISTRY: tuple[SamplingField, ...] = (
         "acts (extension, as vLLM)",
         engine_param="top_k",
     ),
+    SamplingField(
+        "min_p",
+        float | None,
+        Field(
+            None,
+            ge=0,
+            lt=1,
+            description="Extension (vLLM, llama.cpp): drop tokens less likely than min_p times the likeliest (0: off).",
+        ),
+        "acts (extension, as vLLM and llama.cpp): tokens less likely than `min_p` times the likeliest are "
+        "dropped; in [0, 1); unset, the model's default (docs/serve.md, sampling defaults)",
+        engine_param="min_p",
+    ),
     SamplingField("n", _int(1, 16), Field(1), "acts (1-16)"),
     SamplingField("stop", str | list[str] | None, Field(None), "acts", typed=_stop),
     SamplingField(
@@ -145,6 +158,7 @@ class SamplingFields:
     temperature: float | None = None  # None: the model's recommended default
     top_p: float | None = None  # nucleus sampling mass
     top_k: int | None = None  # the ``top_k`` extension (vLLM's); 0 or None: off
+    min_p: float | None = None  # the ``min_p`` extension (vLLM's, llama.cpp's): relative probability floor
     seed: int | None = None  # a per-request seed for reproducible sampling
     stop: tuple[str, ...] = ()  # stop strings (a single string becomes one)
     ignore_eos: bool = False  # the ``ignore_eos`` extension: generate up to max_tokens
