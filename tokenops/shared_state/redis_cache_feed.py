@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 def encode_entry(entry: SharedEntry) -> dict[str, bytes | str]:
     response = entry.response
-    body = dataclasses.asdict(response) if dataclasses.is_dataclass(response) else {"text": str(response)}
+    is_object = dataclasses.is_dataclass(response) and not isinstance(response, type)
+    body = dataclasses.asdict(response) if is_object else {"text": str(response)}
     meta = {
         "partition": list(entry.partition),
         "exact_key": entry.exact_key,

@@ -13,10 +13,12 @@ collide with another or reach into another tenant's keys):
 - ``P:mem:lru`` (sorted set, score = last use), ``P:mem:bytes`` (hash, bytes per session) and
   ``P:mem:total``: the process-wide budgets of the embedded default, kept across replicas by one
   Lua script that also drops expired and least recently used sessions;
-- ``P:mem:ids`` (entry ids) and ``P:mem:stats`` (merged / expired / evicted counters).
+- ``P:mem:stats`` (merged / expired / evicted counters).
 
-A turn is a read-modify-write of its session under ``WATCH``: two replicas storing turns of one
-session at the same time retry instead of losing one. Same semantics as the embedded default,
+A turn is a read-modify-write of its session in two round trips: ``GET``, then one script that
+writes only if the session's version is still the one read (compare-and-set; the value starts
+with ``<version>:``): two replicas storing turns of one session at the same time retry instead of
+losing one. Same semantics as the embedded default,
 checked by one scenario run against both (tests/shared_state/test_memory_conformance.py).
 Not for Redis Cluster (the script touches keys it is not handed).
 """
@@ -33,34 +35,49 @@ import numpy as np
 
 from tokenops.memory.memory_store import MemoryEntry, split_chunks
 
-#: Drops expired sessions, then least recently used ones while over either budget; keeps the
-#: per-session byte hash and the total in step. KEYS: lru, sizes, total, stats.
-#: ARGV: member, size, now, expire_before, max_total, max_sessions, blob key prefix.
-_ACCOUNT = """
-local member, size, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local old = tonumber(redis.call('HGET', KEYS[2], member) or '0')
+#: One write of a session, atomic: compare its version with the one read (-1: another replica wrote
+#: it meanwhile, read again), store the new value (or delete it), keep the per-session byte hash and
+#: the total in step, count merges and evictions, drop expired sessions, then least recently used
+#: ones while over either budget. KEYS: the session, lru, sizes, total, stats. ARGV: version read,
+#: new value, its lifetime ms, member, size, now, expire before, max total bytes, max sessions, the
+#: session keys' prefix, merged, expired, evicted.
+_WRITE = """
+local cur = redis.call('GET', KEYS[1])
+local version = 0
+if cur then version = tonumber(string.match(cur, '^(%d+):')) or 0 end
+if version ~= tonumber(ARGV[1]) then return -1 end
+local member, size, now = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 if size > 0 then
-  redis.call('HSET', KEYS[2], member, size)
-  redis.call('ZADD', KEYS[1], now, member)
+  redis.call('SET', KEYS[1], (version + 1) .. ':' .. ARGV[2], 'PX', ARGV[3])
 else
-  redis.call('HDEL', KEYS[2], member)
-  redis.call('ZREM', KEYS[1], member)
+  redis.call('DEL', KEYS[1])
 end
-redis.call('INCRBY', KEYS[3], size - old)
+local old = tonumber(redis.call('HGET', KEYS[3], member) or '0')
+if size > 0 then
+  redis.call('HSET', KEYS[3], member, size)
+  redis.call('ZADD', KEYS[2], now, member)
+else
+  redis.call('HDEL', KEYS[3], member)
+  redis.call('ZREM', KEYS[2], member)
+end
+redis.call('INCRBY', KEYS[4], size - old)
+for i, name in ipairs({'merged', 'expired', 'evicted'}) do
+  if tonumber(ARGV[10 + i]) > 0 then redis.call('HINCRBY', KEYS[5], name, ARGV[10 + i]) end
+end
 local function drop(m)
-  local s = tonumber(redis.call('HGET', KEYS[2], m) or '0')
-  redis.call('DEL', ARGV[7] .. m)
-  redis.call('HDEL', KEYS[2], m)
-  redis.call('ZREM', KEYS[1], m)
-  redis.call('INCRBY', KEYS[3], -s)
+  local s = tonumber(redis.call('HGET', KEYS[3], m) or '0')
+  redis.call('DEL', ARGV[10] .. m)
+  redis.call('HDEL', KEYS[3], m)
+  redis.call('ZREM', KEYS[2], m)
+  redis.call('INCRBY', KEYS[4], -s)
 end
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[4])) do
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[7])) do
   drop(m)
 end
 local evicted = 0
-while redis.call('ZCARD', KEYS[1]) > 1 and (tonumber(redis.call('GET', KEYS[3]) or '0') > tonumber(ARGV[5])
-    or redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[6])) do
-  drop(redis.call('ZRANGE', KEYS[1], 0, 0)[1])
+while redis.call('ZCARD', KEYS[2]) > 1 and (tonumber(redis.call('GET', KEYS[4]) or '0') > tonumber(ARGV[8])
+    or redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[9])) do
+  drop(redis.call('ZRANGE', KEYS[2], 0, 0)[1])
   evicted = evicted + 1
 end
 return evicted
@@ -77,12 +94,22 @@ def _names(member: str) -> tuple[str, str]:
 
 
 def encode_entries(entries: list[MemoryEntry]) -> bytes:
+    """The stored value less its ``<version>:`` prefix (the write script adds it)."""
     meta = [[e.id, e.role, e.text, e.created_at, e.last_seen, e.num_seen] for e in entries]
     vectors = b"".join(np.asarray(e.vector, dtype=np.float32).tobytes() for e in entries)
     return json.dumps(meta, separators=(",", ":")).encode() + b"\x00" + vectors
 
 
+def split_version(blob: bytes | None) -> tuple[int, bytes]:
+    """``(version, rest)`` of a stored value (0 and nothing when there is none)."""
+    if not blob:
+        return 0, b""
+    version, _, rest = blob.partition(b":")
+    return int(version), rest
+
+
 def decode_entries(blob: bytes | None) -> list[MemoryEntry]:
+    """The entries of a value as :func:`encode_entries` made it (no version prefix)."""
     if not blob:
         return []
     meta_bytes, _, vector_bytes = blob.partition(b"\x00")
@@ -124,7 +151,7 @@ class RedisSessionMemory:
         self.merge_threshold = merge_threshold
         self.clock = clock
         self._p = f"{prefix}:mem:"
-        self._account = client.register_script(_ACCOUNT)
+        self._script = client.register_script(_WRITE)
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> vector, newest last
 
     def _blob_key(self, member: str) -> str:
@@ -133,23 +160,20 @@ class RedisSessionMemory:
     # -- formation and evolution -----------------------------------------------------
 
     def remember(self, tenant: str, session: str, turns: list[tuple[str, str]]) -> int:
-        """Store ``(role, text)`` turns; returns how many new entries were made."""
-        import redis
-
+        """Store ``(role, text)`` turns; returns how many new entries were made. Two round trips:
+        read the session, write it back if no other replica wrote it meanwhile (else again)."""
         chunks = list(dict.fromkeys((r, piece) for r, text in turns for piece in split_chunks(text, self.chunk_chars)))
         member = _member(tenant, session)
-        key = self._blob_key(member)
         while True:
-            with self.client.pipeline() as pipe:
-                try:
-                    pipe.watch(key)
-                    return self._update(pipe, member, key, chunks)
-                except redis.WatchError:
-                    continue  # another replica wrote this session meanwhile: read it again
+            num_new = self._update(member, chunks)
+            if num_new is not None:
+                return num_new
 
-    def _update(self, pipe: Any, member: str, key: str, chunks: list[tuple[str, str]]) -> int:
+    def _update(self, member: str, chunks: list[tuple[str, str]]) -> int | None:
+        """One read-modify-write of the session; None when another replica won the race."""
         now = self.clock()
-        entries, num_expired = self._live(decode_entries(pipe.get(key)), now)
+        version, blob = split_version(self.client.get(self._blob_key(member)))
+        entries, num_expired = self._live(decode_entries(blob), now)
         known = {(e.role, e.text): e for e in entries}
         fresh = [c for c in chunks if c not in known]
         for c in chunks:
@@ -157,10 +181,10 @@ class RedisSessionMemory:
                 entry = known[c]
                 entry.last_seen, entry.num_seen = now, entry.num_seen + 1
         if not fresh and not entries:
-            pipe.unwatch()
             return 0
-        vectors = self._embed([text for _, text in fresh]) if fresh else []
+        vectors: Any = self._embed([text for _, text in fresh]) if fresh else []
         num_new = num_merged = 0
+        next_id = max((e.id for e in entries), default=0) + 1  # ids order a session's entries
         for (role, text), vector in zip(fresh, vectors):
             twin = self._near_duplicate(entries, role, text, vector)
             if twin is not None:
@@ -169,35 +193,25 @@ class RedisSessionMemory:
                 twin.last_seen, twin.num_seen = now, twin.num_seen + 1
                 num_merged += 1
                 continue
-            entries.append(MemoryEntry(0, role, text, vector, now, now))
+            entries.append(MemoryEntry(next_id, role, text, vector, now, now))
+            next_id += 1
             num_new += 1
         num_evicted = self._fit_budget(entries)
-        if num_new:
-            last = int(pipe.execute_command("INCRBY", f"{self._p}ids", num_new))
-            ids = iter(range(last - num_new + 1, last + 1))
-            for e in entries:
-                if e.id == 0:
-                    e.id = next(ids)
-        size = sum(e.num_bytes for e in entries)
-        pipe.multi()
-        if entries:
-            pipe.set(key, encode_entries(entries), px=max(1, int(self.ttl_s * 1000)))
-        else:
-            pipe.delete(key)
-        self._account_call(pipe, member, size, now)
-        stats = f"{self._p}stats"
-        for name, n in (("merged", num_merged), ("expired", num_expired), ("evicted", num_evicted)):
-            if n:
-                pipe.hincrby(stats, name, n)
-        pipe.execute()
+        counts = (num_merged, num_expired, num_evicted)
+        if self._write(member, version, entries, now, counts) < 0:
+            return None
         return num_new
 
-    def _account_call(self, pipe: Any, member: str, size: int, now: float) -> None:
-        self._account(
-            keys=[f"{self._p}lru", f"{self._p}bytes", f"{self._p}total", f"{self._p}stats"],
-            args=[member, size, now, now - self.ttl_s, self.max_total_bytes, self.max_sessions, f"{self._p}s:"],
-            client=pipe,
-        )
+    def _write(self, member: str, version: int, entries: list[MemoryEntry], now: float, counts=(0, 0, 0)) -> int:
+        """Store ``entries`` as the session (none: delete it) if it is still at ``version``; -1
+        when it is not, else how many sessions the budgets dropped."""
+        p = self._p
+        size = sum(e.num_bytes for e in entries)
+        value = encode_entries(entries) if entries else b""
+        args = [version, value, max(1, int(self.ttl_s * 1000)), member, size, now, now - self.ttl_s]
+        args += [self.max_total_bytes, self.max_sessions, f"{p}s:", *counts]
+        keys = [self._blob_key(member), f"{p}lru", f"{p}bytes", f"{p}total", f"{p}stats"]
+        return int(self._script(keys=keys, args=args))
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         """``embed`` with the last few texts' vectors kept (remember() then recall() of the same
@@ -239,7 +253,8 @@ class RedisSessionMemory:
         return alive, len(entries) - len(alive)
 
     def _read(self, tenant: str, session: str) -> list[MemoryEntry]:
-        return self._live(decode_entries(self.client.get(self._blob_key(_member(tenant, session)))), self.clock())[0]
+        blob = split_version(self.client.get(self._blob_key(_member(tenant, session))))[1]
+        return self._live(decode_entries(blob), self.clock())[0]
 
     # -- retrieval ---------------------------------------------------------------------
 
@@ -265,7 +280,7 @@ class RedisSessionMemory:
         now = self.clock()
         out = []
         for member, blob in zip(members, blobs):
-            entries = self._live(decode_entries(blob), now)[0]
+            entries = self._live(decode_entries(split_version(blob)[1]), now)[0]
             if entries:
                 name_tenant, name_session = _names(member)
                 out.append(
@@ -285,13 +300,10 @@ class RedisSessionMemory:
 
     def delete_session(self, tenant: str, session: str) -> int:
         member = _member(tenant, session)
-        key = self._blob_key(member)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.get(key)
-            pipe.delete(key)
-            self._account_call(pipe, member, 0, self.clock())
-            blob = pipe.execute()[0]
-        return len(decode_entries(blob))
+        while True:
+            version, blob = split_version(self.client.get(self._blob_key(member)))
+            if self._write(member, version, [], self.clock()) >= 0:
+                return len(decode_entries(blob))
 
     def delete_tenant(self, tenant: str) -> int:
         return sum(self.delete_session(*_names(m)) for m in self._members(tenant))
@@ -302,7 +314,7 @@ class RedisSessionMemory:
         counters = {k.decode(): int(v) for k, v in self.client.hgetall(f"{self._p}stats").items()}
         return {
             "sessions": sum(1 for b in blobs if b),
-            "entries": sum(len(decode_entries(b)) for b in blobs),
+            "entries": sum(len(decode_entries(split_version(b)[1])) for b in blobs),
             "bytes": int(self.client.get(f"{self._p}total") or 0),
             "merged": counters.get("merged", 0),
             "expired": counters.get("expired", 0),
