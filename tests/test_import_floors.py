@@ -40,6 +40,7 @@ FLOOR_OF = {
     "tokenops.type_reference": "contract",
     "tokenops.json_types": "contract",  # JSON Schema's integers for pydantic fields (request schemas, the sampling registry)
     "tokenops.sampling_fields": "contract",  # the sampling-field registry: schema, typed field, table row, cache key
+    "tokenops.decision_keys": "contract",  # the declared decision keys: the core's and the plugins'
     "tokenops.errors": "contract",
     "tokenops.hookspecs": "contract",
     "tokenops.tunables": "contract",

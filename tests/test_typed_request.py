@@ -1,5 +1,5 @@
-"""The typed request: sampling fields read once from the body, and every decision key the core and
-the built-in plugins write declared (with its type) in ``tokenops.types.Decisions``."""
+"""The typed request: sampling fields read once from the body, and every decision key declared with
+its type: the core's in ``tokenops.types.Decisions``, a plugin's by the plugin (``tokenops_register_decisions``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tokenops.gateway.openai.schemas import chat_request, completion_request
@@ -46,11 +47,57 @@ def _names_decisions(node: ast.AST) -> bool:
 
 
 def test_every_decision_is_written_through_decide_with_a_declared_key():
+    """The core's keys are declared in Decisions; a plugin's only by the plugin (tokenops_register_decisions)."""
+    from tokenops import decision_keys
+    from tokenops.plugin_manager import get_plugin_manager
+
+    get_plugin_manager()  # the built-in plugins declare their keys as they load
     written, by_hand = _decision_writes()
     assert {"route", "cache", "replica", "retries", "fallbacks", "rate_limit"} <= set(written)  # the scan works
-    undeclared = {k: v for k, v in written.items() if k not in Decisions.__annotations__}
+    core = {k: v for k, v in written.items() if not v.startswith("tokenops_plugins")}
+    by_plugins = {k: v for k, v in written.items() if v.startswith("tokenops_plugins")}
+    undeclared = {k: v for k, v in core.items() if k not in Decisions.__annotations__}
     assert not undeclared, f"declare these in tokenops.types.Decisions: {undeclared}"
+    undeclared = {k: v for k, v in by_plugins.items() if k not in decision_keys.declared()}
+    assert not undeclared, f"declare these in the plugin's tokenops_register_decisions: {undeclared}"
+    in_core = {k: v for k, v in by_plugins.items() if k in Decisions.__annotations__ and k not in core}
+    assert not in_core, f"only the plugin that writes these declares them, not tokenops.types.Decisions: {in_core}"
     assert not by_hand, f"write decisions through GatewayRequest.decide / add_decision: {by_hand}"
+
+
+def test_a_plugin_declares_its_decision_keys_and_gets_them_checked(register_plugin):
+    from tokenops import hookimpl
+    from tokenops.plugin_manager import PluginLoadError
+
+    class Mine:
+        @hookimpl
+        def tokenops_register_decisions(self, register):
+            register("my_score", float)
+            register("my_notes", dict[str, Any])
+
+    req = GatewayRequest(kind="chat", model="m", body={"messages": []}, messages=[])
+    with pytest.raises(DecisionError, match="'my_score' is not declared"):
+        req.decide("my_score", 0.5)
+    register_plugin(Mine(), "mine")
+    req.decide("my_score", 1)
+    req.decide("my_notes", {"a": 1})
+    with pytest.raises(DecisionError, match="'my_score' takes int | float, got str"):
+        req.decide("my_score", "high")
+
+    class Thief:  # a core key, or another plugin's key with another type: refused at load, in one line
+        @hookimpl
+        def tokenops_register_decisions(self, register):
+            register("cache", str)
+
+    class Rival:
+        @hookimpl
+        def tokenops_register_decisions(self, register):
+            register("my_score", str)
+
+    for plugin, words in ((Thief(), "which the core owns"), (Rival(), "with another type than mine")):
+        with pytest.raises(PluginLoadError, match=words):
+            register_plugin(plugin, type(plugin).__name__.lower())
+    req.decide("my_score", 2.0)  # the rival's refusal left the first declaration alone
 
 
 def test_decide_refuses_an_unknown_key_and_a_value_of_the_wrong_type():

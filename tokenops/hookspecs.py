@@ -128,6 +128,25 @@ def tokenops_register_tunables(register: Callable[[Tunable], None]) -> None:
 
 @hookspec
 @_layer("setup")
+def tokenops_register_decisions(register: Callable[[str, Any], None]) -> None:
+    """Declare the decision keys this plugin writes into ``GatewayRequest.decisions`` (with
+    ``request.decide(key, value)`` or ``add_decision``) and their types. The core declares only its
+    own keys (``tokenops.types.Decisions``); a key nobody declared, or a value of another type, is
+    refused when written (``DecisionError``), so a typo fails the first request, not the report.
+
+    Called once, when the plugin is registered (before any request can write its keys); a key the
+    core owns, or one another plugin declared with other types, fails the load with one line.
+
+    Runs on: build time. In the thread that loads the plugins (the CLI main thread, or a test's).
+
+    :param register: ``register(key, type)``: ``key`` a name, ``type`` an annotation of its values
+        (``str``, ``float``, ``dict[str, Any]``, ``str | dict[str, float]``, a TypedDict); a
+        ``dict``/TypedDict value is checked as a dict, ``float`` takes an int, ``Any`` anything.
+    """
+
+
+@hookspec
+@_layer("setup")
 def tokenops_tunable_values(config: EngineConfig) -> dict[str, Any] | None:
     """The values this plugin's tunables have in one running bundled engine.
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pluggy
 
-from tokenops import hookspecs
+from tokenops import decision_keys, hookspecs
 from tokenops.blocking import MAY_BLOCK_HOOKS, blocking_mark
 from tokenops.config import GatewaySettings, replaceable_plugins
 from tokenops.engine.core.config import engine_tunables
@@ -79,25 +79,23 @@ def _check(pm: pluggy.PluginManager, name: str, plugin: Any) -> None:
         spec_caller = getattr(pm.hook, attr, None)
         if spec_caller is None or spec_caller.spec is None:
             raise PluginLoadError(f"plugin {name!r} implements unknown hook {attr!r}; see docs/hooks.md")
-        allowed = set(spec_caller.spec.argnames)
+        allowed, names = set(spec_caller.spec.argnames), ", ".join(spec_caller.spec.argnames)
         mark = blocking_mark(impl)
         if mark is not None and attr not in MAY_BLOCK_HOOKS:
+            movable = ", ".join(sorted(MAY_BLOCK_HOOKS))
             raise PluginLoadError(
-                f"plugin {name!r} marks {attr!r} @may_block, but only "
-                f"{', '.join(sorted(MAY_BLOCK_HOOKS))} can move off the event loop; see docs/hooks.md"
+                f"plugin {name!r} marks {attr!r} @may_block, but only {movable} can move off the "
+                "event loop; see docs/hooks.md"
             )
         if mark is not None and mark.argnames is not None and not set(mark.argnames) <= allowed:
+            unknown = ", ".join(sorted(set(mark.argnames) - allowed))
             raise PluginLoadError(
-                f"plugin {name!r} hook {attr!r}: the @may_block(when=...) predicate takes "
-                f"{', '.join(sorted(set(mark.argnames) - allowed))}; allowed: "
-                f"{', '.join(spec_caller.spec.argnames)}"
+                f"plugin {name!r} hook {attr!r}: the @may_block(when=...) predicate takes {unknown}; allowed: {names}"
             )
-        params = [p for p in inspect.signature(impl).parameters if p != "self"]
-        extra = [p for p in params if p not in allowed]
+        extra = [p for p in inspect.signature(impl).parameters if p != "self" and p not in allowed]
         if extra:
             raise PluginLoadError(
-                f"plugin {name!r} hook {attr!r} takes unknown argument(s) {', '.join(extra)}; "
-                f"allowed: {', '.join(spec_caller.spec.argnames)}"
+                f"plugin {name!r} hook {attr!r} takes unknown argument(s) {', '.join(extra)}; allowed: {names}"
             )
 
 
@@ -106,8 +104,10 @@ def _register(pm: pluggy.PluginManager, plugin: Any, name: str, source: str, ver
         _classes[name], plugin = plugin, plugin()
     _check(pm, name, plugin)
     try:
+        decision_keys.declare_plugin(name, plugin)  # its decision keys (tokenops_register_decisions)
         pm.register(plugin, name=name)
-    except pluggy.PluginValidationError as e:
+    except (pluggy.PluginValidationError, decision_keys.DecisionError) as e:
+        decision_keys.forget(name)
         raise PluginLoadError(f"plugin {name!r} failed to load: {e}") from None
     _sources[name] = (source, version, plugin)
 
@@ -134,8 +134,7 @@ def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
 
 
 def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
-    dist = ep.dist
-    name = (dist.metadata["Name"] if dist is not None else None) or ""
+    name = (ep.dist.metadata["Name"] if ep.dist is not None else None) or ""
     return name.lower().replace("_", "-")
 
 
@@ -282,6 +281,7 @@ def unregister_plugin(name: str) -> None:
             pm.unregister(name=name)
         _sources.pop(name, None)
         _classes.pop(name, None)
+        decision_keys.forget(name)
         _reset_tunables()
 
 
@@ -292,6 +292,7 @@ def reset() -> None:
         _pm = None
         _sources.clear()
         _classes.clear()
+        decision_keys.forget()
         _extra_files.clear()
         replaceable_plugins.clear()
         _reset_tunables()

@@ -5,8 +5,6 @@ written. :mod:`tokenops.types` re-exports them; backends and plugins read these,
 
 from __future__ import annotations
 
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -94,26 +92,23 @@ Hop = TypedDict("Hop", {"from": str, "to": str, "error": str, "reason": str}, to
 
 
 class Decisions(TypedDict, total=False):
-    """What each step decided for one request: the keys the core and the built-in plugins write
-    into ``GatewayRequest.decisions`` and their types. A plain dict, so the store's ``decisions``
-    JSON keeps its shape (old rows included); every writer goes through
-    ``GatewayRequest.decide`` (or ``add_decision`` for the lists), which refuses a key not
-    declared here or a value of the wrong basic type, and a type checker holds the readers to
-    these names and types."""
+    """What each step of the core decided for one request: the keys the core writes into
+    ``GatewayRequest.decisions`` and their types. Plugins declare their own keys through
+    ``tokenops_register_decisions`` (:mod:`tokenops.decision_keys`), built-ins as third-party ones.
+    A plain dict, so the store's ``decisions`` JSON keeps its shape (old rows included); every
+    writer goes through ``GatewayRequest.decide`` (or ``add_decision`` for the lists), which
+    refuses an undeclared key or a value of the wrong basic type."""
 
     api: str  # "messages" | "responses": the wire API the client spoke (absent: chat/completions)
     admit: dict[str, str]  # {"rejected": code} when admission refused
-    rate_limit: str  # "admitted" | "queued:<s>s" | "rejected:<why>"
-    budget: str | dict[str, float]  # "refused:<scope>" or {"reserved_usd": estimate}
+    rate_limit: str  # "admitted" | "queued:<s>s" | "rejected:<why>" (the rate limiter, tokenops.ratelimit)
+    budget: str | dict[str, float]  # "refused:<scope>" or {"reserved_usd": estimate} (tokenops.keys)
     budget_warning: str  # a soft budget was passed (also a response header)
     cache: str  # "hit" | "miss"
-    semantic_cache: dict[str, Any]  # the semantic cache's lookup: result, similarity, ...
     route: RouteRecord
     memory: Any  # what session memory did to the context (tokenops.memory.fit)
     replica: str  # the replica chosen
     replica_policy: str  # why the selector chose it
-    breaker: dict[str, Any]  # {"excluded": [replicas an open breaker kept out]}
-    degraded: Hop  # sent to a smaller model while the asked one is down
     fallbacks: list[Hop]  # models tried after a failure (tokenops_fallback)
     retries: list[Hop]  # replicas retried after a failure
     validate: float  # the lowest validator score
@@ -122,46 +117,6 @@ class Decisions(TypedDict, total=False):
     cascade: dict[str, Any]  # {"min_score", "steps": [{"model", "score"}]}
     ensemble: dict[str, Any]  # members, method, failures, member costs, follow-up
     reasoning_budget: dict[str, Any]  # the thinking budget given (max_thinking_tokens, suppress, reason)
-    reasoning_features: dict[str, Any]  # what the adaptive budget policy saw
     thinking: dict[str, list[Any]]  # per choice: closed_by, first_pass, spent
     stop_sequence: str  # the stop string that ended choice 0 (Anthropic's stop_sequence)
     image: dict[str, Any]  # an image request's plan and sizes
-
-
-class DecisionError(TypeError):
-    """A decision key that :class:`Decisions` does not declare, or a value of the wrong type."""
-
-
-def _runtime_types(hint: Any) -> tuple[type, ...]:
-    """The basic run-time types of an annotation: ``dict[str, Any]`` and a TypedDict are dict,
-    ``float`` takes an int too, ``Any`` anything."""
-    if hint is Any:
-        return (object,)
-    if hint is float:
-        return (int, float)
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return tuple(t for arg in typing.get_args(hint) for t in _runtime_types(arg))
-    if hint is type(None):
-        return (type(None),)
-    if typing.is_typeddict(hint):
-        return (dict,)
-    return (origin or hint,)
-
-
-#: key -> the run-time types its value may have (from :class:`Decisions`' annotations)
-DECISION_TYPES: dict[str, tuple[type, ...]] = {
-    key: _runtime_types(hint) for key, hint in typing.get_type_hints(Decisions).items()
-}
-
-
-def check_decision(key: str, value: object) -> None:
-    """Raise :class:`DecisionError` unless ``key`` is declared in :class:`Decisions` and ``value``
-    has its basic type (a bool is no number)."""
-    allowed = DECISION_TYPES.get(key)
-    if allowed is None:
-        raise DecisionError(f"decision {key!r} is not declared in tokenops.types.Decisions")
-    is_number_key = (int in allowed or float in allowed) and bool not in allowed
-    if not isinstance(value, allowed) or (is_number_key and isinstance(value, bool)):
-        names = " | ".join(t.__name__ for t in allowed)
-        raise DecisionError(f"decision {key!r} takes {names}, got {type(value).__name__}")

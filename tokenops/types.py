@@ -7,13 +7,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-# the typed request fields and the decision record live in tokenops/request_fields.py; named here too
-from tokenops.request_fields import DecisionError as DecisionError
+# the typed request fields and the decision record live in tokenops/request_fields.py, the
+# declared decision keys (the core's and the plugins') in tokenops/decision_keys.py; named here too
+from tokenops.decision_keys import DecisionError as DecisionError
+from tokenops.decision_keys import check_decision
 from tokenops.request_fields import Decisions as Decisions
 from tokenops.request_fields import Hop as Hop
 from tokenops.request_fields import OutputFields as OutputFields
 from tokenops.request_fields import RouteRecord as RouteRecord
-from tokenops.request_fields import check_decision
 from tokenops.sampling_fields import SamplingFields as SamplingFields
 
 
@@ -110,7 +111,8 @@ class GatewayRequest:
 
     def decide(self, key: str, value: Any) -> None:
         """Record what a step decided: ``decisions[key] = value``, refused (``DecisionError``)
-        when :class:`Decisions` does not declare ``key`` or ``value`` is not of its type."""
+        when neither :class:`Decisions` nor a loaded plugin (``tokenops_register_decisions``)
+        declares ``key``, or ``value`` is not of its type."""
         check_decision(key, value)
         cast(dict[str, Any], self.decisions)[key] = value  # checked against Decisions just above
 

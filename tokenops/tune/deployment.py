@@ -2,9 +2,9 @@
 target, so the tuner searches only tunables that can change it.
 
 A tunable declares ``relevant(deployment)`` (and ``needs``, the words for what it
-needs); the cascade threshold needs a cascade, router knobs a router in use, replica
-policies a model with two or more replicas, diffusion knobs an images workload on a
-diffusion model. The same facts come from every way the tuner reaches its target: a
+needs); the cascade threshold needs a cascade, router knobs a router in use (predicates the
+plugins own), replica policies a model with two or more replicas, diffusion knobs an images
+workload on a diffusion model (predicates on the deployment's facts, here). The same facts come from every way the tuner reaches its target: a
 server of this folder (its store channel's ``hello``), a server given by ``--url`` (the
 ``deployment`` object of ``GET /admin/tunables``, built by the same function) and a
 launched engine. A fact the tuner could not learn (a URL that is not a tokenops server)
@@ -89,16 +89,13 @@ def work_of(endpoint: str) -> set[str]:
     return {WORK_OF_ENDPOINT.get(endpoint, "text")}
 
 
-# -- predicates plugins attach to their tunables ------------------------------------
+# -- predicates on the deployment's own facts (replicas, backend kinds, workload) that plugins attach
+# to their tunables; a predicate on a plugin's own configuration lives in that plugin (cascade.py's
+# has_cascade, the routers' router_in_use), as a third-party plugin's would ----------------------
 
 
 def has_replicated_model(d: Deployment) -> bool:
     return d.max_replicas is None or d.max_replicas >= 2
-
-
-def has_cascade(d: Deployment) -> bool:
-    models = d.plugin_setting("cascade", "models", [])
-    return models is ... or (isinstance(models, list) and len(models) >= 2)
 
 
 def has_backend(kind: str):
@@ -129,14 +126,6 @@ DIFFUSION = {
     "relevant": serves_work("images", "diffusion"),
     "needs": 'images in the workload, served by a diffusion model ([[models]] backend = "diffusion")',
 }
-
-
-def router_in_use(name: str):
-    def relevant(d: Deployment) -> bool:
-        use = d.plugin_setting("router", "use")
-        return use is ... or use == name
-
-    return relevant
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ jittered backoff stay with the gateway.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from tokenops import hookimpl
 from tokenops.resilience.breaker import BreakerConfig
@@ -86,6 +87,14 @@ def disable() -> None:
     if prober is not None:
         prober.stop()
     health = prober = None
+
+
+@hookimpl
+def tokenops_register_decisions(register):
+    from tokenops.types import Hop
+
+    register("breaker", dict[str, Any])  # {"excluded": [replicas an open breaker kept out]}
+    register("degraded", Hop)  # sent to a smaller model while the asked one is down
 
 
 @hookimpl

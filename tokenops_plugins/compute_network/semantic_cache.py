@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Any
 
 from tokenops import hookimpl, may_block
 from tokenops.semcache.cache import CacheConfig, SemanticCache
@@ -61,6 +62,11 @@ def disable() -> None:
         _feed.close()
         _feed = None
     cache = None
+
+
+@hookimpl
+def tokenops_register_decisions(register):
+    register("semantic_cache", dict[str, Any])  # the lookup: result, similarity, match, ...
 
 
 @hookimpl

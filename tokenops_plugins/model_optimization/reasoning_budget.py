@@ -77,6 +77,11 @@ _TUNABLE_KEYS = {
 
 
 @hookimpl
+def tokenops_register_decisions(register):
+    register("reasoning_features", dict[str, Any])  # what the adaptive budget policy saw
+
+
+@hookimpl
 def tokenops_register_tunables(register):
     for effort in ("low", "medium", "high"):
         register(

@@ -33,6 +33,17 @@ def section(name: str | None = None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def router_in_use(name: str) -> Any:
+    """Relevance of router ``name``'s tunables: a deployment whose ``[plugins.router] use`` is that
+    router (unknown configuration: kept). The routers own this fact; the tuner only calls it."""
+
+    def relevant(deployment: Any) -> bool:
+        use = deployment.plugin_setting("router", "use")
+        return use is ... or use == name
+
+    return relevant
+
+
 def is_active(router: str, request: Any) -> bool:
     conf = section()
     return conf.get("use") == router and request.model == conf.get("alias", "auto")

@@ -29,10 +29,15 @@ _DEFAULTS = {"alias": "cascade", "models": [], "threshold": 0.6}
 _conf: dict = dict(_DEFAULTS)
 
 
+def has_cascade(deployment) -> bool:
+    """Relevance of the cascade's tunables: a deployment whose ``[plugins.cascade] models`` has 2+
+    tiers (unknown configuration: kept). The cascade owns this fact; the tuner only calls it."""
+    models = deployment.plugin_setting("cascade", "models", [])
+    return models is ... or (isinstance(models, list) and len(models) >= 2)
+
+
 @hookimpl
 def tokenops_register_tunables(register):
-    from tokenops.tune.deployment import has_cascade
-
     register(
         Tunable(
             "cascade.threshold",

@@ -65,8 +65,6 @@ def decide(p_strong: float, threshold: float, strong: str, weak: str) -> RouteDe
 
 @hookimpl
 def tokenops_register_tunables(register):
-    from tokenops.tune.deployment import router_in_use
-
     register(
         Tunable(
             "router.threshold",
@@ -76,7 +74,7 @@ def tokenops_register_tunables(register):
             live=True,
             minimum=0.0,
             maximum=1.0,
-            relevant=router_in_use("threshold"),
+            relevant=rc.router_in_use("threshold"),
             needs='the threshold router ([plugins.router] use = "threshold")',
         )
     )

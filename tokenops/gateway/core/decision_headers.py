@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from tokenops.gateway.observability.records import RequestRecord
 
@@ -24,7 +24,8 @@ def _header(value: Any) -> str:
 
 
 def cache_result(rec: RequestRecord) -> str:
-    semantic = rec.decisions.get("semantic_cache")
+    # a plugin's key (declared by the semantic cache, not in Decisions): read as a plain mapping
+    semantic = cast(Mapping[str, Any], rec.decisions).get("semantic_cache")
     if isinstance(semantic, dict):
         result = semantic.get("result")
         if result == "hit":
