@@ -241,3 +241,27 @@ def test_forced_call_grammars_write_the_native_format(parser, parallel, good, ba
     assert not all(refused.accept(t) for t in demo.encode(bad, add_special_tokens=False))
     calls = {"llama3_json": parse_llama3_calls, "mistral": parse_mistral_calls}[parser](good)
     assert calls and all(json.loads(a)["city"] for _, a in calls)
+
+
+@pytest.mark.parametrize("piece", [1, 4, 1000])
+@pytest.mark.parametrize("text", [
+    # Qwen2.5-Coder's way with tool_choice auto: a fenced JSON block (or two, or an array), not <tool_call>
+    '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```',
+    '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n```json\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n```',
+    '[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+])
+def test_free_hermes_answers_read_fenced_and_bare_json_calls(text, piece):
+    _, content, calls, stream = _stream("hermes", text, piece)
+    assert content == "" and stream.num_calls == len(calls) >= 1
+    assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
+
+
+def test_free_hermes_code_and_prose_stay_content():
+    code = '```json\n{"city": "Paris", "temperature": 22}\n```'
+    _, content, calls, _ = _stream("hermes", code, 3)
+    assert calls == {} and content == code  # JSON, but not a call
+    early, content, calls, _ = _stream("hermes", "```python\nprint(1)\n```", 3)
+    assert calls == {} and content == "```python\nprint(1)\n```"
+    early, content, calls, _ = _stream("hermes", "Hello there, friend.", 2)
+    assert calls == {} and early == content == "Hello there, friend."

@@ -24,91 +24,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from typing import Any
 
-from tokenops.backends.tool_parsers import ToolCallParser, ToolCallStream, new_call_id, register_tool_call_parser
+from tokenops.backends.tool_parsers import (
+    Call,
+    LeadingCallsStream,
+    ToolCallParser,
+    ToolCallStream,
+    call_of,
+    json_values,
+    register_tool_call_parser,
+)
 
 #: Arguments written as the templates' ``tojson`` writes them (``", "``, ``": "``).
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 LLAMA_MARKER, MISTRAL_MARKER = "<|python_tag|>", "[TOOL_CALLS]"
-Call = tuple[str, str]  # (name, arguments JSON text)
-
-
-class LeadingCallsStream(ToolCallStream):
-    """A :class:`ToolCallStream` for a format whose calls are the answer's whole text:
-    ``openers`` are how such an answer can start, ``parse`` reads the calls (None: not calls)."""
-
-    def __init__(self, openers: tuple[str, ...], parse: Callable[[str], list[Call] | None]) -> None:
-        super().__init__(openers[0], "", is_constrained=False)
-        self.openers = openers
-        self.parse = parse
-        self._is_content = False
-
-    def push(self, text: str) -> tuple[str, list[dict[str, Any]]]:
-        if self._is_content:
-            return text, []
-        self._buf += text
-        head = self._buf.lstrip()
-        if not head or any(head.startswith(o) or o.startswith(head) for o in self.openers):
-            return "", []  # may be a call: held until the end
-        self._is_content = True
-        content, self._buf = self._buf, ""
-        return content, []
-
-    def finish(self) -> tuple[str, list[dict[str, Any]]]:
-        text, self._buf = self._buf, ""
-        if self._is_content or not text.strip():
-            return text, []
-        calls = self.parse(text)
-        if calls is None:
-            return text, []
-        pieces = []
-        for name, arguments in calls:
-            fn = {"name": name, "arguments": arguments}
-            pieces.append({"index": self.num_calls, "id": new_call_id(), "type": "function", "function": fn})
-            self.num_calls += 1
-        return "", pieces
-
-
-def _call_of(obj: Any, args_keys: tuple[str, ...]) -> Call | None:
-    """``(name, arguments)`` of one decoded call object, or None when it is not one."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return None
-    key = next((k for k in args_keys if k in obj), None)
-    args = obj[key] if key is not None else {}
-    if isinstance(args, str):  # arguments as a JSON string, as OpenAI writes them
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    if not isinstance(args, dict):
-        return None
-    return obj["name"], json.dumps(args, ensure_ascii=False)
-
-
-def _json_values(text: str, separators: str) -> list[Any] | None:
-    """The JSON values that make up ``text`` (between them only whitespace and ``separators``)."""
-    decoder, at = json.JSONDecoder(), 0
-    values: list[Any] = []
-    while True:
-        while at < len(text) and (text[at].isspace() or text[at] in separators):
-            at += 1
-        if at == len(text):
-            return values or None
-        try:
-            value, at = decoder.raw_decode(text, at)
-        except ValueError:
-            return None
-        values.append(value)
 
 
 def parse_llama3_calls(text: str) -> list[Call] | None:
     """The calls of a ``llama3_json`` answer, or None when it is not only calls."""
     body = text.strip()
     body = body[len(LLAMA_MARKER) :] if body.startswith(LLAMA_MARKER) else body
-    values = _json_values(body, ";")
-    calls = [_call_of(v, ("parameters", "arguments")) for v in values or []]
+    values = json_values(body, ";")
+    calls = [call_of(v, ("parameters", "arguments")) for v in values or []]
     return [c for c in calls if c is not None] if calls and None not in calls else None
 
 
@@ -116,11 +54,11 @@ def parse_mistral_calls(text: str) -> list[Call] | None:
     """The calls of a ``mistral`` answer, or None when it is not only calls."""
     body = text.strip()
     body = body[len(MISTRAL_MARKER) :] if body.startswith(MISTRAL_MARKER) else body
-    values = _json_values(body, "")
+    values = json_values(body, "")
     if values is None or len(values) != 1:
         return None
     items = values[0] if isinstance(values[0], list) else [values[0]]
-    calls = [_call_of(v, ("arguments", "parameters")) for v in items]
+    calls = [call_of(v, ("arguments", "parameters")) for v in items]
     return [c for c in calls if c is not None] if calls and None not in calls else None
 
 

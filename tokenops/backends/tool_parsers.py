@@ -12,7 +12,9 @@ chosen per model with ``[[models]] tool_call_parser = "hermes"``. It gives
 
 ``hermes`` (Hermes 2 Pro, Qwen 2.5/3, the demo models): each call is
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, whitespace around the
-JSON allowed. A call whose JSON does not parse is left in the content, as text.
+JSON allowed. A call whose JSON does not parse is left in the content, as text. A free answer
+(``tool_choice`` auto) that starts as a JSON call, bare or in a fenced code block, as
+Qwen2.5-Coder writes them, is read as calls when it is nothing else (:class:`FreeHermesStream`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+Call = tuple[str, str]  # (name, arguments JSON text)
 _NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGS = re.compile(r'"arguments"\s*:\s*')
 
@@ -191,6 +194,128 @@ def _parse_call(body: str) -> tuple[str, str] | None:
     return obj["name"], json.dumps(args, ensure_ascii=False)
 
 
+class LeadingCallsStream(ToolCallStream):
+    """A :class:`ToolCallStream` for a format whose calls are the answer's whole text:
+    ``openers`` are how such an answer can start, ``parse`` reads the calls (None: not calls)."""
+
+    def __init__(self, openers: tuple[str, ...], parse: Callable[[str], list[Call] | None]) -> None:
+        super().__init__(openers[0], "", is_constrained=False)
+        self.openers = openers
+        self.parse = parse
+        self._is_content = False
+
+    def push(self, text: str) -> tuple[str, list[dict[str, Any]]]:
+        if self._is_content:
+            return text, []
+        self._buf += text
+        head = self._buf.lstrip()
+        if not head or any(head.startswith(o) or o.startswith(head) for o in self.openers):
+            return "", []  # may be a call: held until the end
+        self._is_content = True
+        content, self._buf = self._buf, ""
+        return content, []
+
+    def finish(self) -> tuple[str, list[dict[str, Any]]]:
+        text, self._buf = self._buf, ""
+        if self._is_content or not text.strip():
+            return text, []
+        calls = self.parse(text)
+        if calls is None:
+            return text, []
+        pieces = []
+        for name, arguments in calls:
+            fn = {"name": name, "arguments": arguments}
+            pieces.append({"index": self.num_calls, "id": new_call_id(), "type": "function", "function": fn})
+            self.num_calls += 1
+        return "", pieces
+
+
+def call_of(obj: Any, args_keys: tuple[str, ...]) -> Call | None:
+    """``(name, arguments)`` of one decoded call object, or None when it is not one."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    key = next((k for k in args_keys if k in obj), None)
+    args = obj[key] if key is not None else {}
+    if isinstance(args, str):  # arguments as a JSON string, as OpenAI writes them
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return obj["name"], json.dumps(args, ensure_ascii=False)
+
+
+def json_values(text: str, separators: str) -> list[Any] | None:
+    """The JSON values that make up ``text`` (between them only whitespace and ``separators``)."""
+    decoder, at = json.JSONDecoder(), 0
+    values: list[Any] = []
+    while True:
+        while at < len(text) and (text[at].isspace() or text[at] in separators):
+            at += 1
+        if at == len(text):
+            return values or None
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return None
+        values.append(value)
+
+
+#: How a free Hermes-format answer may hold its calls other than in ``<tool_call>`` tags: Qwen2.5-Coder
+#: writes them as a fenced JSON block (`````json {"name": ..., "arguments": ...} `````), or bare.
+_FENCE = "```"
+
+
+def parse_fenced_calls(text: str) -> list[Call] | None:
+    """The calls of an answer that is only call objects (or arrays of them), bare or in fenced
+    code blocks (`````json``); None when anything else is in it."""
+    body = re.sub(r"```(?:json)?", " ", text)
+    items: list[Any] = []
+    for value in json_values(body, ",") or []:
+        items += value if isinstance(value, list) else [value]
+    calls = [call_of(v, ("arguments", "parameters")) for v in items]
+    return [c for c in calls if c is not None] if calls and None not in calls else None
+
+
+class FreeHermesStream(ToolCallStream):
+    """A free (unconstrained) answer in the ``hermes`` format: calls in ``<tool_call>`` tags, or an
+    answer that starts as a fenced or bare JSON call (:func:`parse_fenced_calls`, held to the end)."""
+
+    def __init__(self) -> None:
+        super().__init__(HermesToolCallParser.open_tag, HermesToolCallParser.close_tag, is_constrained=False)
+        self._head = ""  # the start of the answer, until it shows which way it goes
+        self._inner: ToolCallStream | None = None
+
+    def push(self, text: str) -> tuple[str, list[dict[str, Any]]]:
+        if self._inner is None:
+            self._head += text
+            head = self._head.lstrip()
+            if not head or _FENCE.startswith(head) or self.open_tag.startswith(head):
+                return "", []  # too short to tell
+            is_json = head.startswith((_FENCE, "{", "["))
+            self._inner = (
+                LeadingCallsStream((_FENCE, "{", "["), parse_fenced_calls)
+                if is_json
+                else ToolCallStream(self.open_tag, self.close_tag, is_constrained=False)
+            )
+            text, self._head = self._head, ""
+        content, pieces = self._inner.push(text)
+        self.num_calls = self._inner.num_calls
+        return content, pieces
+
+    def finish(self) -> tuple[str, list[dict[str, Any]]]:
+        if self._inner is None:
+            self._inner = ToolCallStream(self.open_tag, self.close_tag, is_constrained=False)
+            head, self._head = self._head, ""
+            content, pieces = self._inner.push(head)
+        else:
+            content, pieces = "", []
+        more, more_pieces = self._inner.finish()
+        self.num_calls = self._inner.num_calls
+        return content + more, pieces + more_pieces
+
+
 class ToolCallParser:
     """A named tool-call format (see the module docstring)."""
 
@@ -235,7 +360,7 @@ class HermesToolCallParser(ToolCallParser):
         return f"start: call{more}{other}\ncall: {call}\n"
 
     def stream(self, is_constrained: bool) -> ToolCallStream:
-        return ToolCallStream(self.open_tag, self.close_tag, is_constrained)
+        return ToolCallStream(self.open_tag, self.close_tag, is_constrained) if is_constrained else FreeHermesStream()
 
     def shortest(self, functions: list[dict[str, Any]]) -> str:
         """The longest of the functions' shortest calls (for the budget-aware close)."""
