@@ -22,7 +22,8 @@ def test_every_package_folder_is_listed():
 
 
 def test_every_builtin_plugin_module_is_an_entry_point():
-    targets = set(PYPROJECT["project"]["entry-points"]["tokenops"].values())
+    entry_points = set(PYPROJECT["project"]["entry-points"]["tokenops"].values())
+    targets = {ep.partition(":")[0] for ep in entry_points}  # "module" or "module:PluginClass" (docs/plugins.md)
     modules = set()
     for path in (ROOT / "tokenops_plugins").rglob("*.py"):
         if path.name.startswith("_"):  # __init__ and private helper modules are not plugins
@@ -30,5 +31,7 @@ def test_every_builtin_plugin_module_is_an_entry_point():
         rel = path.relative_to(ROOT / "tokenops_plugins").with_suffix("")
         modules.add(".".join(["tokenops_plugins", *rel.parts]))
     assert modules - targets == set(), "register these plugin modules under [project.entry-points.tokenops]"
-    for target in targets:
-        importlib.import_module(target)
+    for ep in entry_points:
+        module, _, attr = ep.partition(":")
+        loaded = importlib.import_module(module)
+        assert not attr or isinstance(getattr(loaded, attr), type), f"{ep}: an entry point names a module or a class"
