@@ -58,7 +58,15 @@ GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
         "Gemma3ForCausalLM", "gemma3_text", permuted_qk=False, hf_config=(("hidden_activation", "gelu_pytorch_tanh"),)
     ),
     "phi3": GGUFArchitecture("Phi3ForCausalLM", "phi3", permuted_qk=False),
+    # mixture-of-experts: llama.cpp writes Mixtral as "llama" with an expert count (see gguf_architecture)
+    "qwen2moe": GGUFArchitecture("Qwen2MoeForCausalLM", "qwen2_moe", permuted_qk=False),
+    "qwen3moe": GGUFArchitecture("Qwen3MoeForCausalLM", "qwen3_moe", permuted_qk=False),
 }
+_MIXTRAL = GGUFArchitecture("MixtralForCausalLM", "mixtral", permuted_qk=True)
+# whether the top-k routing weights are renormalised, where the file does not say
+# (``{arch}.expert_weights_norm``): as llama.cpp runs each family
+_NORM_TOPK = {"mixtral": True, "qwen2_moe": False, "qwen3_moe": True}
+_SOFTMAX_GATING = 1  # llama.cpp's expert_gating_func for softmax over the router logits
 
 
 def is_gguf(path: str | Path) -> bool:
@@ -200,7 +208,9 @@ def gguf_architecture(file: GGUFFile) -> tuple[str, GGUFArchitecture]:
     row = GGUF_ARCHITECTURES.get(name)
     if row is None:
         raise GGUFError(f"GGUF architecture {name!r} is not supported; supported: {', '.join(GGUF_ARCHITECTURES)}")
-    if name == "llama" and "mistral" in str(file.get("general.name", "")).lower():
+    if name == "llama" and file.arch_key("expert_count"):
+        row = _MIXTRAL
+    elif name == "llama" and "mistral" in str(file.get("general.name", "")).lower():
         row = GGUFArchitecture("MistralForCausalLM", "mistral", permuted_qk=True)
     return name, row
 
@@ -231,7 +241,8 @@ def hf_config(file: GGUFFile) -> dict[str, Any]:
         "model_type": row.model_type,
         "vocab_size": int(vocab),
         "hidden_size": hidden,
-        "intermediate_size": int(need("feed_forward_length")),
+        # a MoE file may have no dense layer, and then no dense width
+        "intermediate_size": int(key("feed_forward_length", 0) if key("expert_count") else need("feed_forward_length")),
         "num_hidden_layers": int(need("block_count")),
         "num_attention_heads": num_heads,
         "num_key_value_heads": int(num_kv),
@@ -261,7 +272,44 @@ def hf_config(file: GGUFFile) -> dict[str, Any]:
         cfg.update(_gemma_config(file, arch_name, cfg))
     elif arch_name == "phi3":
         cfg.update(_phi3_config(file, cfg))
+    if key("expert_count"):
+        cfg.update(_moe_config(file, arch_name, cfg))
     return cfg
+
+
+def _moe_config(file: GGUFFile, arch_name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The experts: counts and widths from the metadata (else the tensors' shapes), which layers
+    are sparse (those with a router, ``ffn_gate_inp``), and the routing llama.cpp applies."""
+    key = file.arch_key
+    layers = range(cfg["num_hidden_layers"])
+    sparse = [i for i in layers if file.has_tensor(f"blk.{i}.ffn_gate_inp.weight")]
+    if not sparse:
+        raise GGUFError(f"GGUF {arch_name} file has {arch_name}.expert_count but no router tensor blk.N.ffn_gate_inp")
+    gating = key("expert_gating_func")
+    if gating is not None and int(gating) != _SOFTMAX_GATING:
+        raise GGUFError(f"GGUF {arch_name}.expert_gating_func {gating} is not supported (only softmax, 1)")
+    scale = key("expert_weights_scale")
+    if scale is not None and float(scale) != 1.0:
+        raise GGUFError(f"GGUF {arch_name}.expert_weights_scale {scale} is not supported (only 1.0)")
+    used = key("expert_used_count")
+    if not used:
+        raise GGUFError(f"GGUF metadata lacks {arch_name}.expert_used_count")
+
+    def width(meta: str, tensor: str, default: int) -> int:
+        name = f"blk.{sparse[0]}.{tensor}.weight"
+        shape = file.tensors[name].shape if file.has_tensor(name) else None
+        return int(key(meta) or (shape[1] if shape is not None and len(shape) > 1 else default))
+
+    norm = key("expert_weights_norm")
+    model_type = cfg["model_type"]
+    return {
+        "num_experts": int(key("expert_count")),
+        "num_experts_per_tok": int(used),
+        "moe_intermediate_size": width("expert_feed_forward_length", "ffn_gate_exps", cfg["intermediate_size"]),
+        "shared_expert_intermediate_size": width("expert_shared_feed_forward_length", "ffn_gate_shexp", 0),
+        "norm_topk_prob": _NORM_TOPK.get(model_type, True) if norm is None else bool(norm),
+        "mlp_only_layers": [i for i in layers if i not in sparse],
+    }
 
 
 def _gemma_config(file: GGUFFile, arch_name: str, cfg: dict[str, Any]) -> dict[str, Any]:

@@ -16,12 +16,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from tokenops.engine.gguf.gguf_experts import attach_experts
 from tokenops.engine.gguf.gguf_quants import TRANSCODED_TO_Q8_0, dequantize, quant_type
 from tokenops.engine.gguf.gguf_reader import GGUFError, GGUFFile, gguf_architecture, gguf_model_args
 from tokenops.engine.gguf.gguf_transcode import Q8_0, transcode_rows
+from tokenops.engine.kernels.quantized_linear import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, pack_weights
 from tokenops.engine.models.args import ModelArgs
 from tokenops.engine.models.llama import CausalLM
-from tokenops.engine.kernels.quantized_linear import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, pack_weights
+from tokenops.engine.models.moe import SparseMoeBlock
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,6 @@ def load_gguf_model(path: Path, dtype: torch.dtype, device: torch.device) -> tup
     file = GGUFFile(path)
     try:
         args, cfg = gguf_model_args(file)
-        if args.is_moe:
-            raise GGUFError("GGUF mixture-of-experts models are not supported yet")
         _, row = gguf_architecture(file)
         # On CPU the dense linear weights are created uninitialised (never touched, so never resident)
         # and replaced below; the meta device would cost ~50 MiB of torch's Python meta kernels.
@@ -118,11 +118,16 @@ def _type_counts(file: GGUFFile) -> dict[str, int]:
 
 
 def _stacked(
-    file: GGUFFile, names: list[str], device: torch.device, permute_heads: list[int | None]
+    file: GGUFFile,
+    names: list[str],
+    device: torch.device,
+    permute_heads: list[int | None],
+    rows: list[slice] | None = None,
 ) -> list[QuantizedWeight]:
-    """The weights ``names`` stacked along their rows, one :class:`QuantizedWeight` per run of
-    neighbours in the same encoding: each is copied once from the file mapping into its final
-    buffer (no transient copies, which would stay in the allocator's heap and inflate the RSS)."""
+    """The weights ``names`` (only ``rows[i]`` of each, when given: one expert of a 3-D tensor)
+    stacked along their rows, one :class:`QuantizedWeight` per run of neighbours in the same
+    encoding: each is copied once from the file mapping into its final buffer (no transient
+    copies, which would stay in the allocator's heap and inflate the RSS)."""
     for name in names:
         if not file.has_tensor(name):
             raise GGUFError(f"GGUF file lacks tensor {name!r}")
@@ -137,7 +142,7 @@ def _stacked(
     for group in groups:
         first = names[group[0]]
         columns = int(file.tensors[first].shape[0])
-        views = [file.raw_view(names[i]) for i in group]
+        views = [file.raw_view(names[i])[rows[i] if rows else slice(None)] for i in group]
         if len({int(file.tensors[names[i]].shape[0]) for i in group}) != 1:
             raise GGUFError(f"GGUF tensors {', '.join(names[i] for i in group)} differ in row length")
         row_bytes = quant_type(kept[group[0]], first).row_bytes(columns)
@@ -183,7 +188,13 @@ def _attach_weights(
     heads = {"attn_q": args.num_heads, "attn_k": args.num_kv_heads} if permuted_qk else {}
     linears = _FUSED_LINEARS if file.has_tensor("blk.0.attn_qkv.weight") else _LAYER_LINEARS
     for i, layer in enumerate(model.model.layers):
+        if isinstance(layer.mlp, SparseMoeBlock):
+            attach_experts(
+                layer.mlp, file, i, lambda names, rows: _stacked(file, names, device, [None] * len(names), rows)
+            )
         for ours, theirs in linears.items():
+            if ours.startswith("mlp.") and isinstance(layer.mlp, SparseMoeBlock):
+                continue
             names = [f"blk.{i}.{part}.weight" for part in theirs]
             parts = _stacked(file, names, device, [heads.get(part) for part in theirs])
             biases = [f"blk.{i}.{part}.bias" for part in theirs]
