@@ -236,3 +236,24 @@ def test_docs_hooks_md_is_the_generated_reference():
     finally:
         sys.path.pop(0)
     assert (root / "docs" / "hooks.md").read_text() == render(), "docs/hooks.md is stale: run scripts/gen_hooks_doc.py"
+
+
+def test_may_block_predicate_of_a_plugin_class_takes_its_instance(register_plugin):
+    """A class plugin's ``@may_block(when=...)`` predicate may take ``self``: whether this instance blocks."""
+    from tokenops.gateway.core.hooks import is_blocking
+
+    class Store:
+        def __init__(self) -> None:
+            self.is_embedding = False
+
+        @hookimpl
+        @may_block(when=lambda self, request: self.is_embedding and request is not None)
+        def tokenops_cache_store(self, request, response):
+            return None
+
+    plugin = Store()
+    register_plugin(plugin, "store-test")
+    assert not is_blocking("tokenops_cache_store", request=object(), response=None)
+    plugin.is_embedding = True
+    assert is_blocking("tokenops_cache_store", request=object(), response=None)
+    assert not is_blocking("tokenops_cache_store", request=None, response=None)

@@ -29,12 +29,15 @@ class BlockingMark:
     when: Callable[..., bool] | None = None
     argnames: tuple[str, ...] | None = None  # None: ``when`` takes **kwargs (every argument)
 
-    def applies(self, kwargs: Mapping[str, Any]) -> bool:
+    def applies(self, kwargs: Mapping[str, Any], plugin: Any = None) -> bool:
+        """Whether this call may block; ``plugin``: the instance of a class plugin, handed to a
+        predicate that takes ``self`` (a method of the plugin's class)."""
         if self.when is None:
             return True
         if self.argnames is None:
             return bool(self.when(**kwargs))
-        return bool(self.when(**{k: kwargs[k] for k in self.argnames if k in kwargs}))
+        given = {"self": plugin, **kwargs}
+        return bool(self.when(**{k: given[k] for k in self.argnames if k in given}))
 
 
 def may_block(impl: F | None = None, *, when: Callable[..., bool] | None = None) -> Any:
@@ -48,7 +51,8 @@ def may_block(impl: F | None = None, *, when: Callable[..., bool] | None = None)
 
     ``when`` narrows it to the calls that block: a predicate taking any subset of the
     hook's arguments by name (like an implementation) and returning True when this call
-    may block, e.g. ``@may_block(when=lambda request: router_is_active(request))``. It runs
+    may block, e.g. ``@may_block(when=lambda request: router_is_active(request))``; in a plugin
+    class it may also take ``self`` (the instance: ``when=lambda self: self.is_semantic``). It runs
     on the event loop for every call of the hook, so it must itself be cheap.
 
     Use as ``@hookimpl`` + ``@may_block`` or ``@may_block(when=...)``, in either order.

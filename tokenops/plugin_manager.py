@@ -87,8 +87,8 @@ def _check(pm: pluggy.PluginManager, name: str, plugin: Any) -> None:
                 f"plugin {name!r} marks {attr!r} @may_block, but only {movable} can move off the "
                 "event loop; see docs/hooks.md"
             )
-        if mark is not None and mark.argnames is not None and not set(mark.argnames) <= allowed:
-            unknown = ", ".join(sorted(set(mark.argnames) - allowed))
+        if mark is not None and mark.argnames is not None and not set(mark.argnames) <= allowed | {"self"}:
+            unknown = ", ".join(sorted(set(mark.argnames) - allowed - {"self"}))
             raise PluginLoadError(
                 f"plugin {name!r} hook {attr!r}: the @may_block(when=...) predicate takes {unknown}; allowed: {names}"
             )

@@ -117,27 +117,20 @@ async def test_rate_limit_429_carries_retry_after():
 
 
 async def test_semantic_cache_through_the_gateway():
-    from tokenops.semcache.cache import CacheConfig
-    from tokenops.semcache.embedders import LexicalEmbedder
-    from tokenops_plugins.compute_network import semantic_cache
-
-    semantic_cache.configure(CacheConfig(), embedder=LexicalEmbedder())
     backend = FakeBackend("big", "big#0", reply="forty two")
-    try:
-        async with gateway_client([backend]) as client:
-            body = {"model": "big", "messages": [{"role": "user", "content": "What is the answer to everything?"}]}
-            first = await client.post("/v1/chat/completions", json=body)
-            again = await client.post("/v1/chat/completions", json={**body, "messages": [
-                {"role": "user", "content": "what is the answer to everything"}]})
-            body_opt_out = await client.post("/v1/chat/completions", json={**body, "cache": False})
-            assert first.status_code == again.status_code == body_opt_out.status_code == 200
-            assert again.json()["choices"][0]["message"]["content"].strip() == "forty two"
-            assert len(backend.requests) == 2  # the first, and the opted-out one
-            rows = (await client.get("/admin/requests", headers={"Authorization": "Bearer test-admin-key"})).json()
-            hits = [r for r in rows["requests"] if r.get("cache_hit")]
-            assert len(hits) == 1
-    finally:
-        semantic_cache.disable()
+    settings = Settings(plugins={"semantic_cache": {"embedder": "lexical"}})  # the gateway's own cache
+    async with gateway_client([backend], settings) as client:
+        body = {"model": "big", "messages": [{"role": "user", "content": "What is the answer to everything?"}]}
+        first = await client.post("/v1/chat/completions", json=body)
+        again = await client.post("/v1/chat/completions", json={**body, "messages": [
+            {"role": "user", "content": "what is the answer to everything"}]})
+        body_opt_out = await client.post("/v1/chat/completions", json={**body, "cache": False})
+        assert first.status_code == again.status_code == body_opt_out.status_code == 200
+        assert again.json()["choices"][0]["message"]["content"].strip() == "forty two"
+        assert len(backend.requests) == 2  # the first, and the opted-out one
+        rows = (await client.get("/admin/requests", headers={"Authorization": "Bearer test-admin-key"})).json()
+        hits = [r for r in rows["requests"] if r.get("cache_hit")]
+        assert len(hits) == 1
 
 
 async def test_prefix_aware_routing_through_the_gateway():

@@ -54,14 +54,14 @@ def test_defaults_change_nothing_but_breakers_on_replica_sets():
 
 @pytest.fixture
 def restore():
-    from tokenops_plugins.compute_network import circuit_breaker, load_balance, semantic_cache
+    from tokenops_plugins.compute_network import circuit_breaker, load_balance
     from tokenops.ratelimit.config import RateLimitConfig
 
     yield
     load_balance.apply({"routing.replica_policy": "round_robin"})
     load_balance.selector.tracker.reset()
     get_plugin_manager().get_plugin("rate_limit").configure(RateLimitConfig())
-    semantic_cache.disable()
+    get_plugin_manager().get_plugin("semantic_cache").disable()
     circuit_breaker.disable()
 
 
@@ -81,7 +81,7 @@ def test_policy_tunable_switches_selection_live(restore):
 
 
 def test_configure_from_settings(restore):
-    from tokenops_plugins.compute_network import circuit_breaker, load_balance, semantic_cache
+    from tokenops_plugins.compute_network import circuit_breaker, load_balance
 
     settings = Settings(plugins={
         "load_balance": {"policy": "prefix_aware", "prefix_load_weight": 0.25},
@@ -95,8 +95,8 @@ def test_configure_from_settings(restore):
     assert load_balance.selector.config.policy == "prefix_aware"
     limiter = get_plugin_manager().get_plugin("rate_limit").limiter  # the process-wide instance (no gateway)
     assert limiter is not None and limiter.config.burst_s == 1.0
-    assert semantic_cache.cache is not None and semantic_cache.cache.config.ttl_s == 60
-    assert semantic_cache.cache.embedder.name == "lexical"
+    cache = get_plugin_manager().get_plugin("semantic_cache").cache
+    assert cache is not None and cache.config.ttl_s == 60 and cache.embedder.name == "lexical"
     assert circuit_breaker.degrade_to == {"big": "small"} and circuit_breaker.health.outliers.config.factor == 4.0
     with pytest.raises(ConfigError, match="rate_limit"):
         get_plugin_manager().get_plugin("rate_limit").tokenops_configure(

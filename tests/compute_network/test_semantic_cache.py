@@ -237,8 +237,9 @@ def test_get_embedder():
 
 @pytest.fixture
 def cache_plugin():
-    from tokenops_plugins.compute_network import semantic_cache
+    from tokenops.plugin_manager import get_plugin_manager
 
+    semantic_cache = get_plugin_manager().get_plugin("semantic_cache")  # the process-wide instance (no gateway)
     semantic_cache.configure(CacheConfig(), embedder=LexicalEmbedder())
     try:
         yield semantic_cache

@@ -9,7 +9,9 @@ tunable is switched on.
 
 A request opts out with the header ``x-tokenops-cache: off`` or ``"cache": false``
 in its body (neither looked up nor stored). The outcome goes to
-``request.decisions["semantic_cache"]``.
+``request.decisions["semantic_cache"]`` (a key this plugin declares).
+
+Each gateway has its own :class:`SemanticCachePlugin` instance, and so its own cache.
 """
 
 from __future__ import annotations
@@ -29,10 +31,6 @@ TOKENOPS_SETTINGS = {
     "semantic_cache": ("enabled", "embedder", "semantic", *(f.name for f in dataclasses.fields(CacheConfig)))
 }
 
-cache: SemanticCache | None = None
-_embedder_name = "auto"
-_shared = None  # [shared] of the settings: a redis_url feeds the cache across replicas
-_feed = None
 _FIELDS = {
     "cache.semantic_threshold": "threshold",
     "cache.ttl_s": "ttl_s",
@@ -43,55 +41,129 @@ _FIELDS = {
 _OFF = ("off", "false", "0", "no", "no-cache", "no-store", "bypass")
 
 
-def configure(config: CacheConfig | None = None, embedder=None, **kw) -> SemanticCache:
-    """Install a cache (tests pass an embedder and clock); returns it. With ``[shared] redis_url``
-    it is fed from and to the other gateway replicas (tokenops/shared_state/redis_cache_feed.py)."""
-    global cache, _feed
-    disable()
-    cache = SemanticCache(embedder or get_embedder(_embedder_name), config or CacheConfig(), **kw)
-    if _shared is not None:
-        from tokenops.shared_state import open_cache_feed
+class SemanticCachePlugin:
+    """One gateway's semantic cache and its configuration."""
 
-        _feed = open_cache_feed(_shared, cache)
-    return cache
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
+
+    def __init__(self) -> None:
+        self.cache: SemanticCache | None = None
+        self._embedder_name = "auto"
+        self._shared: Any = None  # [shared] of the settings: a redis_url feeds the cache across replicas
+        self._feed: Any = None
+
+    def configure(self, config: CacheConfig | None = None, embedder=None, **kw) -> SemanticCache:
+        """Install a cache (tests pass an embedder and clock); returns it. With ``[shared] redis_url``
+        it is fed from and to the other gateway replicas (tokenops/shared_state/redis_cache_feed.py)."""
+        self.disable()
+        self.cache = SemanticCache(embedder or get_embedder(self._embedder_name), config or CacheConfig(), **kw)
+        if self._shared is not None:
+            from tokenops.shared_state import open_cache_feed
+
+            self._feed = open_cache_feed(self._shared, self.cache)
+        return self.cache
+
+    def disable(self) -> None:
+        if self._feed is not None:
+            self._feed.close()
+            self._feed = None
+        self.cache = None
+
+    @hookimpl
+    def tokenops_register_decisions(self, register):
+        register("semantic_cache", dict[str, Any])  # the lookup: result, similarity, match, ...
+
+    @hookimpl
+    def tokenops_configure(self, settings):
+        self._shared = getattr(settings, "shared", None)
+        raw = dict(settings.plugin_settings("semantic_cache"))
+        if not raw or not raw.pop("enabled", True):
+            return
+        self._embedder_name = str(raw.pop("embedder", "auto"))
+        if "semantic" in raw:
+            raw["is_semantic"] = bool(raw.pop("semantic"))
+        try:
+            installed = self.configure(CacheConfig(**raw))
+        except (TypeError, ValueError) as e:
+            from tokenops.config import ConfigError
+
+            raise ConfigError(f"[plugins.semantic_cache]: {e}") from None
+        load = getattr(installed.embedder, "load", None)
+        if load is not None:  # load the model off the request path
+            threading.Thread(target=load, name="semantic-cache-embedder", daemon=True).start()
+
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register_tunables(register)
+
+    @hookimpl
+    def tokenops_apply_tunables(self, values):
+        mine = {k: v for k, v in values.items() if k.startswith("cache.")}
+        if not mine:
+            return
+        if mine.get("cache.enabled") is False:
+            self.disable()
+            return
+        current = self.cache.config if self.cache is not None else CacheConfig()
+        try:
+            changes = {_FIELDS[k]: v for k, v in mine.items() if k in _FIELDS}
+            if changes.get("threshold") == 0:
+                changes["threshold"] = None
+            config = dataclasses.replace(current, **changes)
+        except (TypeError, ValueError) as e:
+            raise TunableError(str(e)) from None
+        if self.cache is not None:
+            self.cache.set_config(config)
+        elif mine.get("cache.enabled"):
+            self.configure(config)
+
+    @hookimpl
+    def tokenops_tenant_deleted(self, tenant, store):
+        """A deleted tenant's cached answers are dropped."""
+        return None if self.cache is None else {"semantic_cache_entries": self.cache.delete_tenant(tenant)}
+
+    @hookimpl
+    def tokenops_cache_lookup(self, request):
+        cache = self.cache
+        if cache is None:
+            return None
+        if not _is_cacheable(request):
+            request.decide("semantic_cache", {"result": "off"})
+            return None
+        response, decision = cache.lookup(request)
+        request.decide("semantic_cache", decision)
+        if response is None:
+            return None
+        return dataclasses.replace(response, backend="cache", extra={**response.extra, "cache": decision})
+
+    def embeds_on_store(self) -> bool:
+        return self.cache is not None and self.cache.config.is_semantic
+
+    @hookimpl
+    @may_block(when=lambda self: self.embeds_on_store())  # a semantic cache embeds the question: stored off the loop
+    def tokenops_cache_store(self, request, response):
+        cache = self.cache
+        if cache is None or not _is_cacheable(request) or response.backend == "cache":
+            return
+        if response.finish_reason not in ("stop", "length") or not response.text:
+            return
+        cache.store(request, dataclasses.replace(response, extra=dict(response.extra)))
 
 
-def disable() -> None:
-    global cache, _feed
-    if _feed is not None:
-        _feed.close()
-        _feed = None
-    cache = None
+def is_opted_out(request) -> bool:
+    for name, value in (request.headers or {}).items():
+        if name.lower() == "x-tokenops-cache" and str(value).strip().lower() in _OFF:
+            return True
+    flag = request.body.get("cache")
+    return flag is False or (isinstance(flag, str) and flag.lower() in _OFF)
 
 
-@hookimpl
-def tokenops_register_decisions(register):
-    register("semantic_cache", dict[str, Any])  # the lookup: result, similarity, match, ...
+def _is_cacheable(request) -> bool:
+    return (request.sampling.n or 1) == 1 and not is_opted_out(request)
 
 
-@hookimpl
-def tokenops_configure(settings):
-    global _embedder_name, _shared
-    _shared = getattr(settings, "shared", None)
-    raw = dict(settings.plugin_settings("semantic_cache"))
-    if not raw or not raw.pop("enabled", True):
-        return
-    _embedder_name = str(raw.pop("embedder", "auto"))
-    if "semantic" in raw:
-        raw["is_semantic"] = bool(raw.pop("semantic"))
-    try:
-        installed = configure(CacheConfig(**raw))
-    except (TypeError, ValueError) as e:
-        from tokenops.config import ConfigError
-
-        raise ConfigError(f"[plugins.semantic_cache]: {e}") from None
-    load = getattr(installed.embedder, "load", None)
-    if load is not None:  # load the model off the request path
-        threading.Thread(target=load, name="semantic-cache-embedder", daemon=True).start()
-
-
-@hookimpl
-def tokenops_register_tunables(register):
+def register_tunables(register) -> None:
     register(
         Tunable(
             "cache.enabled",
@@ -161,71 +233,3 @@ def tokenops_register_tunables(register):
             searchable=False,
         )
     )
-
-
-@hookimpl
-def tokenops_apply_tunables(values):
-    mine = {k: v for k, v in values.items() if k.startswith("cache.")}
-    if not mine:
-        return
-    if mine.get("cache.enabled") is False:
-        disable()
-        return
-    current = cache.config if cache is not None else CacheConfig()
-    try:
-        changes = {_FIELDS[k]: v for k, v in mine.items() if k in _FIELDS}
-        if changes.get("threshold") == 0:
-            changes["threshold"] = None
-        config = dataclasses.replace(current, **changes)
-    except (TypeError, ValueError) as e:
-        raise TunableError(str(e)) from None
-    if cache is not None:
-        cache.set_config(config)
-    elif mine.get("cache.enabled"):
-        configure(config)
-
-
-@hookimpl
-def tokenops_tenant_deleted(tenant, store):
-    """A deleted tenant's cached answers are dropped."""
-    return None if cache is None else {"semantic_cache_entries": cache.delete_tenant(tenant)}
-
-
-def is_opted_out(request) -> bool:
-    for name, value in (request.headers or {}).items():
-        if name.lower() == "x-tokenops-cache" and str(value).strip().lower() in _OFF:
-            return True
-    flag = request.body.get("cache")
-    return flag is False or (isinstance(flag, str) and flag.lower() in _OFF)
-
-
-def _is_cacheable(request) -> bool:
-    return (request.sampling.n or 1) == 1 and not is_opted_out(request)
-
-
-@hookimpl
-def tokenops_cache_lookup(request):
-    if cache is None:
-        return None
-    if not _is_cacheable(request):
-        request.decide("semantic_cache", {"result": "off"})
-        return None
-    response, decision = cache.lookup(request)
-    request.decide("semantic_cache", decision)
-    if response is None:
-        return None
-    return dataclasses.replace(response, backend="cache", extra={**response.extra, "cache": decision})
-
-
-def _embeds_on_store() -> bool:
-    return cache is not None and cache.config.is_semantic
-
-
-@hookimpl
-@may_block(when=_embeds_on_store)  # a semantic cache embeds the question: the gateway stores in a worker thread
-def tokenops_cache_store(request, response):
-    if cache is None or not _is_cacheable(request) or response.backend == "cache":
-        return
-    if response.finish_reason not in ("stop", "length") or not response.text:
-        return
-    cache.store(request, dataclasses.replace(response, extra=dict(response.extra)))

@@ -26,7 +26,7 @@ def is_blocking(hook_name: str, **kwargs: Any) -> bool:
     A few microseconds; a thread hop costs tens."""
     for impl in getattr(hook(), hook_name).get_hookimpls():
         mark = blocking_mark(impl.function)
-        if mark is not None and mark.applies(kwargs):
+        if mark is not None and mark.applies(kwargs, getattr(impl.function, "__self__", None)):
             return True
     return False
 
