@@ -217,8 +217,8 @@ def test_capture_config_and_min_confidence_at_capture(monkeypatch):
                 {"min_confidence": 0.5, "logprobs": False}):
         with pytest.raises(ConfigError, match=r"\[plugins.distill_capture\]"):
             capture.parse_config({"models": ["m"], "tenants": ["t"], **bad})
-    cfg = capture.parse_config({"models": ["m"], "tenants": ["t"], "min_confidence": 0.5})
-    monkeypatch.setattr(capture, "_config", cfg)
+    plugin = capture.DistillCapture()  # an instance carries its own config
+    plugin.config = capture.parse_config({"models": ["m"], "tenants": ["t"], "min_confidence": 0.5})
     recorded = []
 
     class _Hook:
@@ -230,19 +230,20 @@ def test_capture_config_and_min_confidence_at_capture(monkeypatch):
 
     monkeypatch.setattr("tokenops.plugin_manager.get_plugin_manager", lambda: _PM())
     request = GatewayRequest(kind="chat", model="m", tenant="t", messages=[{"role": "user", "content": "q"}], body={})
-    assert capture.tokenops_wants_logprobs(request=request, model="m")
+    assert plugin.tokenops_wants_logprobs(request=request, model="m")
     other_model = GatewayRequest(kind="chat", model="x", tenant="t", messages=request.messages, body={})
     other_tenant = GatewayRequest(kind="chat", model="m", tenant="u", messages=request.messages, body={})
-    assert not capture.tokenops_wants_logprobs(request=other_model, model="x")
-    assert not capture.tokenops_wants_logprobs(request=other_tenant, model="m")
-    capture.tokenops_cache_store(request, GatewayResponse("low", "m", token_logprobs=[math.log(0.2)] * 3))
-    capture.tokenops_cache_store(request, GatewayResponse("high", "m", token_logprobs=[math.log(0.8)] * 3))
-    capture.tokenops_cache_store(request, GatewayResponse("none", "m"))  # no logprobs: kept
+    assert not plugin.tokenops_wants_logprobs(request=other_model, model="x")
+    assert not plugin.tokenops_wants_logprobs(request=other_tenant, model="m")
+    plugin.tokenops_cache_store(request, GatewayResponse("low", "m", token_logprobs=[math.log(0.2)] * 3))
+    plugin.tokenops_cache_store(request, GatewayResponse("high", "m", token_logprobs=[math.log(0.8)] * 3))
+    plugin.tokenops_cache_store(request, GatewayResponse("none", "m"))  # no logprobs: kept
     assert [r["answer"] for r in recorded] == ["high", "none"]
     assert recorded[0]["mean_logprob"] == pytest.approx(math.log(0.8)) and recorded[0]["num_logprobs"] == 3
     assert recorded[1]["mean_logprob"] is None and recorded[1]["finish_reason"] == "stop"
-    monkeypatch.setattr(capture, "_config", capture.parse_config({"models": ["m"], "tenants": ["t"], "logprobs": False}))
-    assert not capture.tokenops_wants_logprobs(request=request, model="m")
+    assert (plugin.num_captured, plugin.num_below_confidence) == (2, 1)
+    plugin.config = capture.parse_config({"models": ["m"], "tenants": ["t"], "logprobs": False})
+    assert not plugin.tokenops_wants_logprobs(request=request, model="m")
 
 
 def test_kd_loss_rows_mask():

@@ -67,9 +67,68 @@ class CaptureConfig:
         return self.enabled and bool(self.models) and bool(self.tenants)
 
 
-_config = CaptureConfig()
-num_captured = 0
-num_below_confidence = 0  # answers not kept: mean token probability under min_confidence
+class DistillCapture:
+    """One gateway's capture settings and counts (each gateway has its own instance)."""
+
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
+
+    def __init__(self) -> None:
+        self.config = CaptureConfig()
+        self.num_captured = 0
+        self.num_below_confidence = 0  # answers not kept: mean token probability under min_confidence
+
+    @hookimpl
+    def tokenops_configure(self, settings):
+        self.config = parse_config(dict(settings.plugin_settings("distill_capture")))
+
+    @hookimpl
+    def tokenops_wants_logprobs(self, request, model):
+        """The teacher's token logprobs for a pair that will be captured (its confidence)."""
+        return self.config.logprobs and _is_candidate(self.config, request, model)
+
+    @hookimpl
+    def tokenops_cache_store(self, request, response):
+        cfg = self.config
+        if not should_capture(cfg, request, response):
+            return
+        from tokenops.plugin_manager import hook
+        from tokenops.types import TelemetryEvent
+
+        mean = mean_logprob(response.token_logprobs)
+        if mean is not None and math.exp(mean) < cfg.min_confidence:
+            self.num_below_confidence += 1
+            return
+        model = response.model if response.model in cfg.models else request.model
+        row = {
+            "id": request.id,
+            "tenant": request.tenant,
+            "model": model,
+            "messages": json.dumps(request.messages),
+            "answer": response.text,
+            "prompt_tokens": response.prompt_tokens,
+            "completion_tokens": response.completion_tokens,
+            "finish_reason": response.finish_reason,
+            "mean_logprob": mean,
+            "num_logprobs": len(response.token_logprobs or ()) or None,
+        }
+        hook().tokenops_record(event=TelemetryEvent("distill_pairs", row, ts=request.arrival))
+        self.num_captured += 1
+
+    @hookimpl
+    def tokenops_tenant_deleted(self, tenant, store):
+        """A deleted tenant's captured pairs go with it (captured earlier, whatever the config says now)."""
+        if store is None:
+            return None
+        from tokenops.store.distill_pairs import delete
+
+        return {"distill_pairs": delete(store, tenant=tenant)}
+
+    @hookimpl
+    def tokenops_register_commands(self, app):
+        from ._cli import register
+
+        register(app)
 
 
 def parse_config(raw: dict) -> CaptureConfig:
@@ -79,16 +138,6 @@ def parse_config(raw: dict) -> CaptureConfig:
         return CaptureConfig(**raw)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"[plugins.distill_capture]: {e}") from None
-
-
-def current_config() -> CaptureConfig:
-    return _config
-
-
-@hookimpl
-def tokenops_configure(settings):
-    global _config
-    _config = parse_config(dict(settings.plugin_settings("distill_capture")))
 
 
 def _is_candidate(cfg: CaptureConfig, request, model: str) -> bool:
@@ -109,56 +158,3 @@ def mean_logprob(values: list[float] | None) -> float | None:
     """The mean token logprob of an answer (``exp`` of it: the mean token probability, geometric)."""
     finite = [v for v in values or () if math.isfinite(v)]
     return sum(finite) / len(finite) if finite else None
-
-
-@hookimpl
-def tokenops_wants_logprobs(request, model):
-    """The teacher's token logprobs for a pair that will be captured (its confidence)."""
-    return _config.logprobs and _is_candidate(_config, request, model)
-
-
-@hookimpl
-def tokenops_cache_store(request, response):
-    global num_captured
-    if not should_capture(_config, request, response):
-        return
-    from tokenops.plugin_manager import hook
-    from tokenops.types import TelemetryEvent
-
-    global num_below_confidence
-    mean = mean_logprob(response.token_logprobs)
-    if mean is not None and math.exp(mean) < _config.min_confidence:
-        num_below_confidence += 1
-        return
-    model = response.model if response.model in _config.models else request.model
-    row = {
-        "id": request.id,
-        "tenant": request.tenant,
-        "model": model,
-        "messages": json.dumps(request.messages),
-        "answer": response.text,
-        "prompt_tokens": response.prompt_tokens,
-        "completion_tokens": response.completion_tokens,
-        "finish_reason": response.finish_reason,
-        "mean_logprob": mean,
-        "num_logprobs": len(response.token_logprobs or ()) or None,
-    }
-    hook().tokenops_record(event=TelemetryEvent("distill_pairs", row, ts=request.arrival))
-    num_captured += 1
-
-
-@hookimpl
-def tokenops_tenant_deleted(tenant, store):
-    """A deleted tenant's captured pairs go with it (captured earlier, whatever the config says now)."""
-    if store is None:
-        return None
-    from tokenops.store.distill_pairs import delete
-
-    return {"distill_pairs": delete(store, tenant=tenant)}
-
-
-@hookimpl
-def tokenops_register_commands(app):
-    from ._cli import register
-
-    register(app)
