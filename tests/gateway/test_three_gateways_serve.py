@@ -226,3 +226,20 @@ def test_a_conversation_goes_on_after_a_gateway_is_killed(gateways):
     items = client.responses.input_items.list(fourth.id, order="asc", limit=100).data
     users = [i.content[0].text for i in items if i.type == "message" and i.role == "user"]
     assert users == ["My name is Ada.", "What is my name?", "Say it again.", "Done."]
+
+
+def test_one_report_reads_every_gateway_store(gateways):
+    """``tokenops report`` with each gateway's store: the two still running are read through their
+    store channel, the killed one's file directly."""
+    from typer.testing import CliRunner
+
+    from tokenops.cli import build_app
+
+    args = ["report", "--since", "all", "--json"]
+    for srv in gateways:
+        args += ["--store", str(srv.store_path)]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    per_store = [s["requests"] for s in data["stores"]]
+    assert len(per_store) == 3 and all(n > 0 for n in per_store) and data["requests"] == sum(per_store)

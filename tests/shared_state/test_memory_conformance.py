@@ -147,3 +147,11 @@ def test_entries_round_trip_through_their_encoding():
     assert [(e.text, e.role, e.vector.tolist()) for e in back] == [
         (e.text, e.role, e.vector.tolist()) for _, e in entries
     ]
+
+
+def test_without_redis_a_turn_goes_on_without_memory():
+    from tokenops.testing_serve import free_port
+
+    mem = RedisSessionMemory(LexicalEmbedder().embed, redis_client(f"redis://127.0.0.1:{free_port()}/0", 0.5))
+    assert mem.remember("t", "s", [("user", "My locker code is 4417.")]) == 0
+    assert mem.recall("t", "s", "locker") == [] and mem.num_unavailable == 2

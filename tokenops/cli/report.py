@@ -14,48 +14,73 @@ from typing import Annotated, Any
 
 import typer
 
-from tokenops.cli.options import ConfigOpt, JsonOpt, StoreOpt
+from tokenops.cli.options import ConfigOpt, JsonOpt
 
 SinceOpt = Annotated[
     str, typer.Option("--since", help="Start of the window: 7d, 24h, 30m, a date (2026-11-01), an ISO time, or all.")
 ]
 
 
-def _store_path(store: str | None, config: str | None) -> str:
+StoresOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--store",
+        help="DuckDB store file; repeat it to read several gateway replicas' stores as one (docs/deploy.md).",
+        envvar="TOKENOPS_STORE",
+    ),
+]
+
+
+def _store_path(store: list[str] | None, config: str | None) -> str | list[str]:
     if store:
-        return store
+        return store[0] if len(store) == 1 else store
     from tokenops.config import load_settings
 
     return load_settings(config).store.path
 
 
-def collect_report(path: str, since: str, by: str | None = None) -> dict[str, Any]:
-    """The report's data; ``requests`` is 0 when nothing was recorded in the window.
+def collect_report(path: str | list[str], since: str, by: str | None = None) -> dict[str, Any]:
+    """The report's data; ``requests`` is 0 when nothing was recorded in the window. Several
+    paths (gateway replicas' stores) are read as one (:mod:`tokenops.store.merged_telemetry`).
 
     :raises StoreError: the file is in use by a server or has an old schema.
     """
     from tokenops.store import open_store, parse_since
 
+    paths = [path] if isinstance(path, str) else list(path)
     start = parse_since(since)
-    report: dict[str, Any] = {"store": path, "since": start.isoformat(), "requests": 0, "requests_all_time": 0}
-    if not Path(path).exists():
+    report: dict[str, Any] = {"store": paths[0], "since": start.isoformat(), "requests": 0, "requests_all_time": 0}
+    if len(paths) > 1:
+        from tokenops.store.merged_telemetry import merged_requests
+
+        report["store"] = paths
+        merged, report["stores"] = merged_requests(paths, start)
+        with merged:  # the window's rows only: "all time" is the window here
+            _fill(report, merged, start, by)
+            report["requests_all_time"] = report["requests"]
         return report
-    with open_store(path, read_only=True) as store:  # through the server when one holds the file
+    if not Path(paths[0]).exists():
+        return report
+    with open_store(paths[0], read_only=True) as store:  # through the server when one holds the file
         report["requests_all_time"] = store.execute("SELECT count(*) FROM requests").fetchone()[0]
-        totals = store.execute(
-            "SELECT count(*), coalesce(sum(tokens_in), 0), coalesce(sum(tokens_out), 0), coalesce(sum(cost_usd), 0.0) "
-            "FROM requests WHERE ts >= ?",
-            [start],
-        ).fetchone()
-        report["requests"], report["tokens_in"], report["tokens_out"], report["cost_usd"] = totals
-        report["usage_by_model_day"] = store.run_query("usage_by_model_day", since=start)
-        report["usage_by_class"] = _usage_by_class(store, start)
-        report["cache_hit_rates"] = store.run_query("cache_hit_rates", since=start)
-        report["route_reasons"] = store.run_query("route_reasons", since=start)
-        report["bench_runs"] = store.run_query("bench_runs", since=start, limit=10)
-        if by is not None:  # spend per API key or tenant (and model)
-            report[f"spend_by_{by}"] = store.run_query(f"spend_by_{by}", since=start)
+        _fill(report, store, start, by)
     return report
+
+
+def _fill(report: dict[str, Any], store: Any, start: Any, by: str | None) -> None:
+    totals = store.execute(
+        "SELECT count(*), coalesce(sum(tokens_in), 0), coalesce(sum(tokens_out), 0), coalesce(sum(cost_usd), 0.0) "
+        "FROM requests WHERE ts >= ?",
+        [start],
+    ).fetchone()
+    report["requests"], report["tokens_in"], report["tokens_out"], report["cost_usd"] = totals
+    report["usage_by_model_day"] = store.run_query("usage_by_model_day", since=start)
+    report["usage_by_class"] = _usage_by_class(store, start)
+    report["cache_hit_rates"] = store.run_query("cache_hit_rates", since=start)
+    report["route_reasons"] = store.run_query("route_reasons", since=start)
+    report["bench_runs"] = store.run_query("bench_runs", since=start, limit=10)
+    if by is not None:  # spend per API key or tenant (and model)
+        report[f"spend_by_{by}"] = store.run_query(f"spend_by_{by}", since=start)
 
 
 _BY_CLASS_COLUMNS = ("class", "requests", "batches", "errors", "tokens_in", "tokens_out", "cost_usd", "ttft_p95")
@@ -111,6 +136,8 @@ def _print_tables(report: dict[str, Any]) -> None:
         f"[bold]{report['requests']}[/] requests since {report['since']} UTC: "
         f"{report['tokens_in']} tokens in, {report['tokens_out']} tokens out, ${report['cost_usd']:.4f}"
     )
+    if "stores" in report:  # several gateway replicas read as one
+        console.print("  " + ", ".join(f"{s['store']}: {s['requests']}" for s in report["stores"]))
     console.print(_usage_table(report["usage_by_model_day"]))
     by_class = report.get("usage_by_class") or {"rows": []}
     if any(row[0] == "batch" for row in by_class["rows"]):  # only when batches ran: no empty table otherwise
@@ -229,12 +256,13 @@ def _bench_runs_table(runs: dict[str, Any]) -> Any:
 def report_command(
     since: SinceOpt = "7d",
     as_json: JsonOpt = False,
-    store: StoreOpt = None,
+    store: StoresOpt = None,
     config: ConfigOpt = None,
     by: ByOpt = None,
 ) -> None:
     """Tokens, cost, requests and TTFT/E2E percentiles by model and day; cache hit rates;
-    with --by key|tenant, spend per API key or tenant and model."""
+    with --by key|tenant, spend per API key or tenant and model. Several --store: one report
+    of all the gateway replicas' stores."""
     from tokenops.store import StoreError
 
     path = _store_path(store, config)
@@ -245,7 +273,8 @@ def report_command(
         raise typer.Exit(2) from None
     if report["requests"] == 0:
         if report["requests_all_time"] == 0:
-            report["message"] = f"no requests recorded yet in {path}"
+            where = path if isinstance(path, str) else ", ".join(path)
+            report["message"] = f"no requests recorded yet in {where}"
         else:
             report["message"] = (
                 f"no requests since {report['since']} UTC ({report['requests_all_time']} older); widen --since"

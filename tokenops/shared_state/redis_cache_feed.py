@@ -74,6 +74,7 @@ class RedisCacheFeed:
         self.last_id = "0-0"
         self.num_received = 0
         self.num_published = 0
+        self.num_unpublished = 0
         self._stop = threading.Event()
         self._caught_up = threading.Event()
         cache.on_store = self.publish
@@ -82,17 +83,30 @@ class RedisCacheFeed:
         self._thread.start()
 
     def publish(self, entry: SharedEntry) -> None:
+        """Tell the other replicas (Redis away: this replica keeps the entry, the others miss it)."""
+        import redis
+
         fields = {"o": self.origin, "t": "put", **encode_entry(entry)}
         # MINID trims what has outlived the TTL (stream ids are Redis' clock in ms)
         oldest = int((time.time() - self.cache.config.ttl_s) * 1000)
-        with self.client.pipeline(transaction=False) as pipe:
-            pipe.xadd(self.stream, fields, maxlen=self.max_entries, approximate=True)
-            pipe.xtrim(self.stream, minid=f"{max(0, oldest)}-0", approximate=True)
-            pipe.execute()
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.xadd(self.stream, fields, maxlen=self.max_entries, approximate=True)
+                pipe.xtrim(self.stream, minid=f"{max(0, oldest)}-0", approximate=True)
+                pipe.execute()
+        except redis.RedisError as e:
+            self.num_unpublished += 1
+            log.warning("semantic cache feed: not published (%s)", e)
+            return
         self.num_published += 1
 
     def publish_delete_tenant(self, tenant: str) -> None:
-        self.client.xadd(self.stream, {"o": self.origin, "t": "delete_tenant", "tenant": tenant})
+        import redis
+
+        try:
+            self.client.xadd(self.stream, {"o": self.origin, "t": "delete_tenant", "tenant": tenant})
+        except redis.RedisError as e:
+            log.warning("semantic cache feed: tenant deletion not published (%s)", e)
 
     def wait_caught_up(self, timeout_s: float = 10.0) -> bool:
         """True once the stream as it was at start has been read."""

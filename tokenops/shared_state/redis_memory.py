@@ -20,12 +20,15 @@ writes only if the session's version is still the one read (compare-and-set; the
 with ``<version>:``): two replicas storing turns of one session at the same time retry instead of
 losing one. Same semantics as the embedded default,
 checked by one scenario run against both (tests/shared_state/test_memory_conformance.py).
-Not for Redis Cluster (the script touches keys it is not handed).
+Not for Redis Cluster (the script touches keys it is not handed). When Redis does not answer, a
+turn goes on without memory (nothing remembered or recalled; logged and counted), as a request
+without a session does.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -34,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from tokenops.memory.memory_store import MemoryEntry, split_chunks
+
+log = logging.getLogger(__name__)
 
 #: One write of a session, atomic: compare its version with the one read (-1: another replica wrote
 #: it meanwhile, read again), store the new value (or delete it), keep the per-session byte hash and
@@ -153,6 +158,7 @@ class RedisSessionMemory:
         self._p = f"{prefix}:mem:"
         self._script = client.register_script(_WRITE)
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> vector, newest last
+        self.num_unavailable = 0  # turns served without memory because Redis did not answer
 
     def _blob_key(self, member: str) -> str:
         return f"{self._p}s:{member}"
@@ -162,12 +168,25 @@ class RedisSessionMemory:
     def remember(self, tenant: str, session: str, turns: list[tuple[str, str]]) -> int:
         """Store ``(role, text)`` turns; returns how many new entries were made. Two round trips:
         read the session, write it back if no other replica wrote it meanwhile (else again)."""
+        import redis
+
         chunks = list(dict.fromkeys((r, piece) for r, text in turns for piece in split_chunks(text, self.chunk_chars)))
         member = _member(tenant, session)
-        while True:
-            num_new = self._update(member, chunks)
-            if num_new is not None:
-                return num_new
+        try:
+            while True:
+                num_new = self._update(member, chunks)
+                if num_new is not None:
+                    return num_new
+        except redis.RedisError as e:  # Redis away: the request goes on without memory
+            self._unavailable(e)
+            return 0
+
+    def _unavailable(self, error: Exception) -> None:
+        self.num_unavailable += 1
+        if self.num_unavailable in (1, 10, 100) or self.num_unavailable % 1000 == 0:
+            log.warning(
+                "session memory: Redis unavailable (%s); %d turns served without it", error, self.num_unavailable
+            )
 
     def _update(self, member: str, chunks: list[tuple[str, str]]) -> int | None:
         """One read-modify-write of the session; None when another replica won the race."""
@@ -260,8 +279,15 @@ class RedisSessionMemory:
 
     def recall(self, tenant: str, session: str, query: str) -> list[tuple[float, MemoryEntry]]:
         """The session's entries, most similar to ``query`` first."""
+        import redis
+
         vector = self._embed([query])[0]
-        scored = [(float(e.vector @ vector), e) for e in self._read(tenant, session)]
+        try:
+            entries = self._read(tenant, session)
+        except redis.RedisError as e:
+            self._unavailable(e)
+            return []
+        scored = [(float(e.vector @ vector), e) for e in entries]
         scored.sort(key=lambda x: (-x[0], x[1].id))
         return scored
 
