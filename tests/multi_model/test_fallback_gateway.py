@@ -5,19 +5,14 @@ import socket
 
 from tokenops.config import ModelConfig, Settings
 from tokenops.testing_gateway import FakeBackend, gateway_client
-from tokenops_plugins.multi_model import fallback
 
 
 def configure(chains) -> Settings:
-    """Settings with ``[plugins.fallback.chains]``, as tokenops.toml would give them."""
+    """Settings with ``[plugins.fallback.chains]``, as tokenops.toml would give them (the gateway
+    built from them configures its own fallback plugin)."""
     s = Settings()
     s.plugins["fallback"] = {"chains": chains}
-    fallback.tokenops_configure(s)
     return s
-
-
-def teardown_function():
-    fallback.tokenops_configure(Settings())
 
 
 def dead_url() -> str:
@@ -42,7 +37,7 @@ async def test_killed_backend_falls_back_to_the_next_model():
         assert rec.model_served == "small" and rec.route_reason.startswith("fallback:")
         assert rec.decisions["fallbacks"][0]["from"] == "big"
         # Without a chain the failure reaches the client as an OpenAI-style 5xx.
-        fallback.tokenops_configure(Settings())
+        c.gateway.plugins.get_plugin("fallback").tokenops_configure(Settings())
         r = await c.post("/v1/chat/completions", json={"model": "big", "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code >= 500 and "error" in r.json()
 

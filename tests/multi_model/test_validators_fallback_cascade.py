@@ -4,7 +4,9 @@ import pytest
 
 from tokenops.config import Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
-from tokenops_plugins.multi_model import cascade, fallback, validators
+from tokenops_plugins.multi_model import validators
+from tokenops_plugins.multi_model.cascade import Cascade
+from tokenops_plugins.multi_model.fallback import Fallback
 from tokenops_plugins.multi_model._profiles import dump_profile, load_profiles, save_profile, wilson
 
 
@@ -17,7 +19,6 @@ def settings():
     s = Settings()
     yield s
     validators.tokenops_configure(Settings())
-    fallback.tokenops_configure(Settings())
 
 
 def test_logprob_confidence_is_geometric_mean_probability():
@@ -48,6 +49,7 @@ def test_validate_hook_takes_the_lowest_applicable_score(settings):
 
 
 def test_fallback_follows_chain_and_skips_tried(settings):
+    fallback = Fallback()  # an instance of its own: its chains are its own
     settings.plugins["fallback"] = {"chains": {"big": ["medium", "small"]}}
     fallback.tokenops_configure(settings)
     r = req(model="big")
@@ -60,19 +62,18 @@ def test_fallback_follows_chain_and_skips_tried(settings):
 
 
 def test_cascade_route_decision(settings):
+    cascade = Cascade()
     settings.plugins["cascade"] = {"models": ["small", "big"], "threshold": 0.7}
     cascade.tokenops_configure(settings)
-    try:
-        d = cascade.tokenops_route(req(model="cascade"), ["small", "big"], {})
-        assert (d.model, d.escalate_to, d.min_score) == ("small", ("big",), 0.7)
-        assert cascade.tokenops_route(req(model="small"), ["small", "big"], {}) is None
-        cascade.tokenops_apply_tunables({"cascade.threshold": 0.2})
-        assert cascade.tokenops_route(req(model="cascade"), ["small", "big"], {}).min_score == 0.2
-        settings.plugins["cascade"] = {"models": ["small"]}
-        with pytest.raises(ValueError, match="at least two"):
-            cascade.tokenops_configure(settings)
-    finally:
-        cascade._conf.update({"alias": "cascade", "models": [], "threshold": 0.6})
+    d = cascade.tokenops_route(req(model="cascade"), ["small", "big"], {})
+    assert (d.model, d.escalate_to, d.min_score) == ("small", ("big",), 0.7)
+    assert cascade.tokenops_route(req(model="small"), ["small", "big"], {}) is None
+    cascade.tokenops_apply_tunables({"cascade.threshold": 0.2})
+    assert cascade.tokenops_route(req(model="cascade"), ["small", "big"], {}).min_score == 0.2
+    assert Cascade().tokenops_route(req(model="cascade"), ["small", "big"], {}) is None  # another one: unconfigured
+    settings.plugins["cascade"] = {"models": ["small"]}
+    with pytest.raises(ValueError, match="at least two"):
+        cascade.tokenops_configure(settings)
 
 
 def test_wilson_interval():

@@ -26,7 +26,6 @@ TOKENOPS_LAYER = "multi_model"
 TOKENOPS_SETTINGS = {"cascade": ("alias", "models", "threshold")}
 
 _DEFAULTS = {"alias": "cascade", "models": [], "threshold": 0.6}
-_conf: dict = dict(_DEFAULTS)
 
 
 def has_cascade(deployment) -> bool:
@@ -36,52 +35,59 @@ def has_cascade(deployment) -> bool:
     return models is ... or (isinstance(models, list) and len(models) >= 2)
 
 
-@hookimpl
-def tokenops_register_tunables(register):
-    register(
-        Tunable(
-            "cascade.threshold",
-            "float",
-            0.6,
-            "Cascade: minimum validator score to accept a cheaper tier's answer.",
-            live=True,
-            minimum=0.0,
-            maximum=1.0,
-            relevant=has_cascade,
-            needs="a cascade ([plugins.cascade] models with 2+ tiers)",
+class Cascade:
+    """One gateway's cascade: its alias, tiers (cheapest first) and threshold."""
+
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
+
+    def __init__(self) -> None:
+        self.conf: dict = dict(_DEFAULTS)
+
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register(
+            Tunable(
+                "cascade.threshold",
+                "float",
+                0.6,
+                "Cascade: minimum validator score to accept a cheaper tier's answer.",
+                live=True,
+                minimum=0.0,
+                maximum=1.0,
+                relevant=has_cascade,
+                needs="a cascade ([plugins.cascade] models with 2+ tiers)",
+            )
         )
-    )
 
+    @hookimpl
+    def tokenops_apply_tunables(self, values):
+        if "cascade.threshold" in values:
+            self.conf["threshold"] = float(values["cascade.threshold"])
 
-@hookimpl
-def tokenops_apply_tunables(values):
-    if "cascade.threshold" in values:
-        _conf["threshold"] = float(values["cascade.threshold"])
+    @hookimpl
+    def tokenops_configure(self, settings):
+        conf = settings.plugin_settings("cascade")
+        if conf:  # a configured section replaces the whole cascade: keys it leaves out take their defaults
+            self.conf.update(_DEFAULTS)
+        for key in ("alias", "models", "threshold"):
+            if key in conf:
+                self.conf[key] = conf[key]
+        if conf and len(self.conf["models"]) < 2:
+            raise ValueError("[plugins.cascade] models needs at least two models, cheapest first")
 
-
-@hookimpl
-def tokenops_configure(settings):
-    conf = settings.plugin_settings("cascade")
-    if conf:  # a configured section replaces the whole cascade: keys it leaves out take their defaults
-        _conf.update(_DEFAULTS)
-    for key in ("alias", "models", "threshold"):
-        if key in conf:
-            _conf[key] = conf[key]
-    if conf and len(_conf["models"]) < 2:
-        raise ValueError("[plugins.cascade] models needs at least two models, cheapest first")
-
-
-@hookimpl(tryfirst=True)
-def tokenops_route(request, candidates, profiles):
-    if request.model != _conf["alias"] or not _conf["models"]:
-        return None
-    tiers = [m for m in _conf["models"] if m in candidates]
-    if not tiers:
-        return None
-    return RouteDecision(
-        tiers[0],
-        f"cascade: tier 1 of {len(tiers)}",
-        router="cascade",
-        escalate_to=tuple(tiers[1:]),
-        min_score=float(_conf["threshold"]),
-    )
+    @hookimpl(tryfirst=True)
+    def tokenops_route(self, request, candidates, profiles):
+        conf = self.conf
+        if request.model != conf["alias"] or not conf["models"]:
+            return None
+        tiers = [m for m in conf["models"] if m in candidates]
+        if not tiers:
+            return None
+        return RouteDecision(
+            tiers[0],
+            f"cascade: tier 1 of {len(tiers)}",
+            router="cascade",
+            escalate_to=tuple(tiers[1:]),
+            min_score=float(conf["threshold"]),
+        )

@@ -23,28 +23,34 @@ TOKENOPS_LAYER = "multi_model"
 TOKENOPS_SETTINGS = {"fallback": ("chains", "on")}
 DEFAULT_ON = ("error", "timeout", "overload", "context_length", "unavailable")
 
-_conf: dict = {"chains": {}, "on": DEFAULT_ON}
 
+class Fallback:
+    """One gateway's fallback chains and the error kinds that follow them."""
 
-@hookimpl
-def tokenops_configure(settings):
-    conf = settings.plugin_settings("fallback")
-    _conf["chains"] = dict(conf.get("chains", {}))
-    _conf["on"] = tuple(conf.get("on", DEFAULT_ON))
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
+    def __init__(self) -> None:
+        self.chains: dict[str, list[str]] = {}
+        self.on: tuple[str, ...] = DEFAULT_ON
 
-def next_model(attempts: list[str], error_kind: str) -> str | None:
-    """The next untried model of the chain of the first model tried (the routed one)."""
-    if error_kind not in _conf["on"]:
+    @hookimpl
+    def tokenops_configure(self, settings):
+        conf = settings.plugin_settings("fallback")
+        self.chains = dict(conf.get("chains", {}))
+        self.on = tuple(conf.get("on", DEFAULT_ON))
+
+    def next_model(self, attempts: list[str], error_kind: str) -> str | None:
+        """The next untried model of the chain of the first model tried (the routed one)."""
+        if error_kind not in self.on:
+            return None
+        for model in self.chains.get(attempts[0], []):
+            if model not in attempts:
+                return model
         return None
-    for model in _conf["chains"].get(attempts[0], []):
-        if model not in attempts:
-            return model
-    return None
 
-
-@hookimpl
-def tokenops_fallback(request, error):
-    if not request.attempts:
-        return None
-    return next_model(request.attempts, getattr(error, "kind", "error"))
+    @hookimpl
+    def tokenops_fallback(self, request, error):
+        if not request.attempts:
+            return None
+        return self.next_model(request.attempts, getattr(error, "kind", "error"))
