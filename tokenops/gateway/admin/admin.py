@@ -162,7 +162,8 @@ def apply_when_ready(gw: Any, values: dict[str, Any], actor: str, timeout_s: flo
         while not gw.is_ready and time.monotonic() < deadline:
             time.sleep(0.2)
         try:
-            apply_tunables(gw, values, actor)
+            with gw.scope():  # a thread of its own: this gateway's plugin instances take the values
+                apply_tunables(gw, values, actor)
         except Exception as e:
             log.error("profile tunables %s not applied: %s", ", ".join(values), getattr(e, "message", e))
 
