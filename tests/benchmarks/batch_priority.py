@@ -21,7 +21,7 @@ TTFT/TPOT p95 within 10% of interactive-only while the batch takes >= 80% of the
 The batch is cancelled after each run (the next starts on an idle engine).
 
     .venv/bin/python tests/benchmarks/batch_priority.py [--seconds 60] [--load 0.5] [--share 1.0]
-        [--step-tokens 0] [--repeat 1]
+        [--step-tokens 0[,64...]] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -67,15 +67,13 @@ def engine_stats(srv: ServeProcess) -> dict[str, Any]:
     return next(iter(engines.values()))
 
 
-def set_priority_classes(srv: ServeProcess, on: bool) -> None:
+def set_priority_classes(srv: ServeProcess, on: bool, step_tokens: int | None = None) -> None:
     import httpx
 
-    r = httpx.patch(
-        srv.url + "/admin/tunables",
-        headers=srv.admin_headers,
-        json={"values": {"engine.priority_classes": on}},
-        timeout=60,
-    )
+    values: dict[str, Any] = {"engine.priority_classes": on}
+    if step_tokens is not None:
+        values["engine.batch_step_tokens"] = step_tokens
+    r = httpx.patch(srv.url + "/admin/tunables", headers=srv.admin_headers, json={"values": values}, timeout=60)
     r.raise_for_status()
 
 
@@ -214,7 +212,7 @@ def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dic
     print(f"capacity: {capacity:.0f} generated tok/s (the most seen; a batch alone at {MAX_NUM_SEQS} slots: "
           f"{cap_tps:.0f}), {cap_rps:.2f} interactive req/s at {MAX_NUM_SEQS} in flight; interactive at "
           f"{rate:.2f} req/s")
-    head = (f"{'run':<22}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
+    head = (f"{'run':<34}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
             f"{'inter tok/s':>12}{'batch tok/s':>12}{'total':>7}{'idle used':>10}{'preempt':>8}")
     print(head)
     print("-" * len(head))
@@ -222,7 +220,7 @@ def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dic
         ttft, tpot = r["ttft_p95_s"], r["tpot_p95_s"]
         share = idle_used(capacity, r)
         used = "-" if share is None else f"{share:.0%}"
-        print(f"{name:<22}{(ttft or math.nan) * 1000:>8.0f}ms{ratio(ttft, alone['ttft_p95_s']):>9}"
+        print(f"{name:<34}{(ttft or math.nan) * 1000:>8.0f}ms{ratio(ttft, alone['ttft_p95_s']):>9}"
               f"{(tpot or math.nan) * 1000:>8.1f}ms{ratio(tpot, alone['tpot_p95_s']):>9}"
               f"{r['interactive_tps']:>12.0f}{(r['batch_tps'] if r['batch_lines'] else 0):>12.0f}"
               f"{r['interactive_tps'] + (r['batch_tps'] if r['batch_lines'] else 0):>7.0f}{used:>10}"
@@ -240,11 +238,13 @@ async def bench(srv: ServeProcess, args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.repeat):  # the three kinds in turn, so the box's load drifts over all of them
         runs: dict[str, dict[str, Any]] = {}
         runs["interactive only"] = await interactive_run(srv, rate, args.seconds, 0)
-        set_priority_classes(srv, True)
-        runs["+ batch, priority on"] = await interactive_run(srv, rate, args.seconds, lines)
+        for step_tokens in args.step_tokens:  # live: the same server, the same capacity, in turn
+            set_priority_classes(srv, True, step_tokens)
+            name = "+ batch, priority on" + (f", step {step_tokens}" if len(args.step_tokens) > 1 else "")
+            runs[name] = await interactive_run(srv, rate, args.seconds, lines)
         set_priority_classes(srv, False)
         runs["+ batch, priority off"] = await interactive_run(srv, rate, args.seconds, lines)
-        set_priority_classes(srv, True)
+        set_priority_classes(srv, True, args.step_tokens[0])
         repeats.append(runs)
     return {"capacity_tps": cap_tps, "capacity_rps": cap_rps, "rate": rate, "batch_lines": lines,
             "runs": median_runs(repeats), "repeats": repeats}
@@ -255,7 +255,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0, help="length of each interactive run")
     ap.add_argument("--load", type=float, default=0.5, help="interactive request rate / measured capacity")
     ap.add_argument("--share", type=float, default=1.0, help="engine batch_max_share")
-    ap.add_argument("--step-tokens", type=int, default=0, help="engine batch_step_tokens (0: no bound)")
+    ap.add_argument("--step-tokens", type=lambda v: [int(x) for x in v.split(",")], default=[0],
+                    help="engine batch_step_tokens (0: no bound); several, comma-separated: a priority-on run "
+                         "for each, set live in turn")  # fmt: skip
     ap.add_argument("--batch-lines", type=int, default=0, help="lines of the batch (0: enough to outlast a run)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each kind (the table shows medians)")
     ap.add_argument("--json", action="store_true")
@@ -264,7 +266,7 @@ def main() -> None:
     from tests import real_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = server_config(str(real_model.gguf_path()), args.share, args.step_tokens)
+        config = server_config(str(real_model.gguf_path()), args.share, args.step_tokens[0])
         with ServeProcess(tmp, config=config, env=real_model.SERVE_ENV) as srv:
             out = asyncio.run(bench(srv, args))
     if args.json:

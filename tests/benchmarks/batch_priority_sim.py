@@ -1,0 +1,160 @@
+"""Issue 55's idle-priority goal in virtual time: the real scheduler (priority classes, preemption,
+``batch_max_share``, ``batch_step_tokens``), no model, a step costing ``--step-ms`` plus ``--token-ms``
+per token it computes (a CPU's step grows with its tokens; the defaults are SmolLM2-135M on 2 cores).
+
+A shared box makes wall-clock latency too noisy to tell one scheduling rule from another; here the
+same arrivals meet each rule on the same clock. Interactive requests arrive Poisson at ``--load``
+of the engine's request capacity (prompts 16..384 tokens, answers 8..96, seeded); a batch keeps
+``--batch-lines`` lines in the engine (a finished one is replaced, as the runner does). For each
+setting: interactive TTFT p95 and TPOT p95 against interactive-only, the batch's generated tokens/s,
+and the share of the idle capacity it took: batch tokens/s over (capacity - that run's interactive
+tokens/s), capacity being the most generated tokens/s any run made (never above 100%).
+
+    .venv/bin/python tests/benchmarks/batch_priority_sim.py [--seconds 600] [--settings 1.0:0,0.1:0,0.1:64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+MAX_NUM_SEQS = 16
+
+
+@dataclass
+class Run:
+    ttft: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    interactive_tokens: int = 0
+    batch_tokens: int = 0
+    num_batch_preemptions: int = 0
+    seconds: float = 0.0
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))] if s else float("nan")
+
+
+def simulate(args: argparse.Namespace, rate: float, batch: bool, share: float, step_tokens: int, classes: bool) -> Run:
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS
+    from tokenops.engine.core.scheduler import Scheduler
+    from tokenops.engine.core.sequence import BATCH, INTERACTIVE, Sequence
+    from tokenops.engine.sampling.sampling import SamplingParams
+
+    config = EngineConfig(
+        max_num_seqs=MAX_NUM_SEQS, priority_classes=classes, batch_max_share=share, batch_step_tokens=step_tokens
+    )
+    sched = Scheduler(config, config.num_kv_blocks, BUILTIN_SCHEDULE_ORDERS)
+    rng, brng = random.Random(args.seed), random.Random(args.seed + 1)
+    arrivals, t = [], 0.0
+    while rate > 0 and t < args.seconds:
+        t += rng.expovariate(rate)
+        arrivals.append((t, rng.randint(16, 384), rng.randint(8, 96)))
+    run, now, i, n = Run(), 0.0, 0, 0
+    first: dict[str, float] = {}
+    born: dict[str, float] = {}
+
+    def add(cls: str, prompt: int, answer: int, at: float) -> None:
+        nonlocal n
+        n += 1
+        ids = [(n * 31 + j) % 30000 + 1 for j in range(prompt)]  # no prefix shared between requests
+        seq = Sequence(f"{cls}{n}", ids, SamplingParams(max_tokens=answer), arrival_time=at, priority_class=cls)
+        born[seq.request_id] = at
+        sched.add(seq)
+
+    def add_line() -> None:
+        add(BATCH, brng.randint(16, 384), brng.randint(8, 96), now)
+
+    for _ in range(args.batch_lines if batch else 0):
+        add_line()
+    while now < args.seconds:
+        while i < len(arrivals) and arrivals[i][0] <= now:
+            add(INTERACTIVE, arrivals[i][1], arrivals[i][2], arrivals[i][0])
+            i += 1
+        out = sched.schedule()
+        if out.is_empty:
+            now = arrivals[i][0] if i < len(arrivals) else args.seconds
+            continue
+        now += (args.step_ms + args.token_ms * out.num_batched_tokens) / 1000
+        sched.update_computed(out)
+        for chunk in out.chunks:
+            seq = chunk.seq
+            if not chunk.is_last:
+                continue
+            seq.token_ids.append(7)
+            rid = seq.request_id
+            if seq.is_batch:
+                run.batch_tokens += 1
+            else:
+                run.interactive_tokens += 1
+                first.setdefault(rid, now)
+            if seq.num_output_tokens >= seq.params.max_tokens:
+                sched.finish(seq)
+                if seq.is_batch:
+                    add_line()
+                elif seq.num_output_tokens > 1:
+                    run.ttft.append(first[rid] - born[rid])
+                    run.tpot.append((now - first[rid]) / (seq.num_output_tokens - 1))
+    run.seconds = now
+    run.num_batch_preemptions = sched.num_batch_preemptions
+    return run
+
+
+def request_capacity(args: argparse.Namespace) -> float:
+    """Interactive requests/s the engine finishes with interactive work alone, saturated."""
+    probe = simulate(args, 50.0, False, 1.0, 0, True)
+    return len(probe.ttft) / probe.seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=600.0, help="virtual seconds per run")
+    ap.add_argument("--load", type=float, default=0.5)
+    ap.add_argument("--step-ms", type=float, default=15.0, help="a step's fixed cost")
+    ap.add_argument("--token-ms", type=float, default=0.6, help="cost per token a step computes")
+    ap.add_argument("--batch-lines", type=int, default=64)
+    ap.add_argument("--settings", default="1.0:0,0.25:0,0.1:0,1.0:128,0.1:128,0.1:64",
+                    help="batch_max_share:batch_step_tokens pairs, one priority-on run each")  # fmt: skip
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+
+    rate = args.load * request_capacity(args)
+    runs: dict[str, Run] = {"interactive only": simulate(args, rate, False, 1.0, 0, True)}
+    runs["batch alone"] = simulate(args, 0.0, True, 1.0, 0, True)
+    for pair in args.settings.split(","):
+        share, step_tokens = pair.split(":")
+        runs[f"on, share {share}, step {step_tokens}"] = simulate(
+            args, rate, True, float(share), int(step_tokens), True
+        )
+    runs["off (first come)"] = simulate(args, rate, True, 1.0, 0, False)
+    tps = {k: (r.interactive_tokens / r.seconds, r.batch_tokens / r.seconds) for k, r in runs.items()}
+    capacity = max(a + b for a, b in tps.values())
+    alone = runs["interactive only"]
+    print(
+        f"virtual time, {args.step_ms} ms + {args.token_ms} ms/token a step; interactive {rate:.2f} req/s "
+        f"({args.load:.0%} of capacity); capacity {capacity:.0f} generated tok/s (the most any run made)"
+    )
+    head = f"{'run':<28}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}{'batch tok/s':>12}{'idle used':>10}{'preempt':>9}"
+    print(head)
+    print("-" * len(head))
+    for name, r in runs.items():
+        inter, btps = tps[name]
+        idle = capacity - inter
+        used = f"{btps / idle:.0%}" if r.batch_tokens and idle > 0 else "-"
+        ttft, tpot = pct(r.ttft, 95), pct(r.tpot, 95)
+        base_ttft, base_tpot = pct(alone.ttft, 95), pct(alone.tpot, 95)
+        print(
+            f"{name:<28}{ttft * 1000:>8.0f}ms{ttft / base_ttft:>8.2f}x{tpot * 1000:>8.1f}ms{tpot / base_tpot:>8.2f}x"
+            f"{btps:>12.0f}{used:>10}{r.num_batch_preemptions:>9}"
+        )
+
+
+if __name__ == "__main__":
+    main()
