@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -226,6 +227,17 @@ def test_a_conversation_goes_on_after_a_gateway_is_killed(gateways):
     items = client.responses.input_items.list(fourth.id, order="asc", limit=100).data
     users = [i.content[0].text for i in items if i.type == "message" and i.role == "user"]
     assert users == ["My name is Ada.", "What is my name?", "Say it again.", "Done."]
+    # the dashboard's list (GET /admin/gateways on any replica): B goes quiet, so it reads as down
+    deadline = time.monotonic() + 30
+    while True:
+        listed = httpx.get(f"{a.url}/admin/gateways", headers=a.admin_headers, timeout=10).json()["gateways"]
+        health = {g["url"].rsplit(":", 1)[1]: g["health"] for g in listed}
+        if health.get(str(b.port)) == "down":
+            break
+        assert time.monotonic() < deadline, listed
+        time.sleep(0.5)
+    assert health == {str(a.port): "up", str(b.port): "down", str(c.port): "up"}
+    assert listed[0]["is_self"] and listed[0]["url"].endswith(str(a.port))
 
 
 def test_one_report_reads_every_gateway_store(gateways):

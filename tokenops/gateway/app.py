@@ -23,6 +23,7 @@ from tokenops.backends.base import Replica
 from tokenops.config import Settings
 from tokenops.gateway.admin.admin import router as admin_router
 from tokenops.gateway.admin.distill_admin import router as distill_admin_router
+from tokenops.gateway.admin.gateways_admin import start_registry, stop_registry
 from tokenops.gateway.anthropic.messages_api import router as messages_router
 from tokenops.gateway.batches import router as batches_router
 from tokenops.gateway.batches.batch_state import batch_runner
@@ -80,6 +81,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         gateway.begin()  # models load in the background; /health answers meanwhile
+        start_registry(app, gateway)  # this replica in the service's list (GET /admin/gateways)
         if gateway.store is not None:  # batches left unfinished by the last run resume once models load
             with gateway.scope():  # its task runs with this gateway's plugins
                 batch_runner(app).start()  # (without a store it starts with the first batch)
@@ -90,6 +92,7 @@ def create_app(
                 await app.state.batch_runner.stop()  # they run again after a restart
             await gateway.drain(drain_timeout_s)
             await gateway.stop()
+            stop_registry(app)
 
     app = FastAPI(
         title="tokenops",

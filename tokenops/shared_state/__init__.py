@@ -72,3 +72,12 @@ def open_cache_feed(shared: SharedSettings, cache: Any) -> Any:
 
     # XREAD blocks up to 0.5 s: the socket waits longer than that
     return RedisCacheFeed(cache, redis_client(shared.redis_url, timeout_s=5.0))
+
+
+def open_gateway_registry(shared: SharedSettings, url: str, status: Callable[[], dict[str, Any]]) -> Any:
+    """The list of this service's gateway replicas (:mod:`tokenops.shared_state.gateway_registry`):
+    every replica's heartbeat in Redis with ``[shared] redis_url``, else this replica alone."""
+    from tokenops.shared_state.gateway_registry import GatewayRegistry
+
+    client = redis_client(shared.redis_url) if shared.redis_url is not None else None
+    return GatewayRegistry(url, status, client)

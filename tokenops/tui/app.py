@@ -21,6 +21,7 @@ from tokenops.tui.screens.base import DashboardScreen
 from tokenops.tui.screens.batch_view import BatchesScreen
 from tokenops.tui.screens.engine import EngineScreen
 from tokenops.tui.screens.experts import ExpertsScreen
+from tokenops.tui.screens.gateways_view import GatewaysScreen
 from tokenops.tui.screens.history import HistoryScreen
 from tokenops.tui.screens.models import ModelsScreen
 from tokenops.tui.screens.overview import OverviewScreen
@@ -48,6 +49,7 @@ class DashboardApp(App[None]):
         "tuning": TuningScreen,
         "history": HistoryScreen,
         "batches": BatchesScreen,
+        "gateways": GatewaysScreen,
     }
     DEFAULT_MODE = "overview"
     ENABLE_COMMAND_PALETTE = False
@@ -59,6 +61,7 @@ class DashboardApp(App[None]):
         Binding("5", "switch_mode('tuning')", "Tuning"),
         Binding("6", "switch_mode('history')", "History"),
         Binding("b", "switch_mode('batches')", "Batches"),
+        Binding("g", "switch_mode('gateways')", "Gateways", show=False),  # named in the screen's title bar
         Binding("p", "toggle_pause", "Pause", show=False),
         Binding("q", "quit", "Quit"),
     ]

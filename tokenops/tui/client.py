@@ -30,6 +30,7 @@ class Client(Protocol):
     def patch_tunables(self, values: dict[str, Any], actor: str = "dashboard") -> dict[str, Any]: ...
     def query(self, name: str, **params: Any) -> dict[str, Any]: ...
     def batches(self) -> dict[str, Any]: ...
+    def gateways(self) -> dict[str, Any]: ...
 
 
 class AdminClient:
@@ -84,6 +85,10 @@ class AdminClient:
     def batches(self) -> dict[str, Any]:
         """``GET /admin/batches``: every tenant's batches (progress, rates, ETA) and interactive latency."""
         return self._request("GET", "/admin/batches")
+
+    def gateways(self) -> dict[str, Any]:
+        """``GET /admin/gateways``: the service's gateway replicas with their health."""
+        return self._request("GET", "/admin/gateways")
 
 
 def _error_message(response: httpx.Response) -> str:

@@ -287,6 +287,9 @@ router.include_router(_keys_router)
 from tokenops.gateway.admin.admin_memory import router as _memory_router  # noqa: E402  (/admin/memory)
 
 router.include_router(_memory_router)
+from tokenops.gateway.admin.gateways_admin import router as _gateways_router  # noqa: E402  (/admin/gateways)
+
+router.include_router(_gateways_router)
 from tokenops.gateway.admin.admin_lora import router as _lora_router  # noqa: E402  (/admin/lora)
 
 router.include_router(_lora_router)
