@@ -127,8 +127,10 @@ def test_metadata_maps_to_the_families_routing(tmp_path):
     }
 
 
-def _rewrite(src, dst, drop: str = "", metadata: dict | None = None):
-    """``src`` copied to ``dst`` without tensor ``drop`` and with ``metadata`` (key -> int) added."""
+def _rewrite(src, dst, drop: str = "", metadata: dict | None = None, split_experts: bool = False):
+    """``src`` copied to ``dst`` without tensor ``drop``, with ``metadata`` (key -> int) added and
+    (``split_experts``) each stacked expert tensor written as one tensor per expert, as llama.cpp's
+    converter wrote Mixtral before April 2024 (``blk.N.ffn_gate.E.weight``)."""
     import gguf
 
     reader = gguf.GGUFReader(str(src))
@@ -144,7 +146,10 @@ def _rewrite(src, dst, drop: str = "", metadata: dict | None = None):
     for key, value in (metadata or {}).items():
         w.add_uint32(key, value)
     for t in reader.tensors:
-        if t.name != drop:
+        if split_experts and t.name.endswith("_exps.weight"):
+            for e, data in enumerate(np.array(t.data)):
+                w.add_tensor(t.name.replace("_exps.weight", f".{e}.weight"), data, raw_dtype=t.tensor_type)
+        elif t.name != drop:
             w.add_tensor(t.name, np.array(t.data), raw_shape=None, raw_dtype=t.tensor_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -164,3 +169,16 @@ def test_missing_expert_tensor_and_unsupported_gating_are_one_line_errors(tmp_pa
     sigmoid = _rewrite(path, tmp_path / "sigmoid.gguf", metadata={"qwen3moe.expert_gating_func": 2})
     with pytest.raises(UnsupportedModelError, match=r"qwen3moe.expert_gating_func 2 is not supported"):
         _runner(sigmoid)
+
+
+@torch.no_grad()
+def test_older_mixtral_files_with_one_tensor_per_expert(tmp_path):
+    import gguf
+
+    path, hf = write_moe_gguf("mixtral", tmp_path / "stacked.gguf", "Q8_0", "Q8_0")
+    older = _rewrite(path, tmp_path / "per-expert.gguf", split_experts=True)
+    assert "blk.0.ffn_down.3.weight" in {t.name for t in gguf.GGUFReader(str(older)).tensors}
+    ids = list(range(40, 51))
+    ref = hf(torch.tensor([ids])).logits[0, -1]
+    logits = _runner(older).execute([ChunkInput(ids, 0, list(range(8)))])[0]
+    torch.testing.assert_close(logits, ref, atol=1e-5 * max(ref.abs().max().item(), 1.0), rtol=1e-4)

@@ -31,41 +31,39 @@ def attach_experts(block: SparseMoeBlock, file: GGUFFile, layer: int, stack: Sta
     :raises GGUFError: for a missing tensor or one whose shape differs from the metadata's.
     """
     p = f"blk.{layer}."
-    hidden = block.gate.in_features
+    hidden, num_experts = block.gate.in_features, block.num_experts
     inter = block.w_gate_up.shape[1] // 2
-    block.gate = _checked(
-        QuantizedLinear(stack([p + "ffn_gate_inp.weight"], [_ALL])), block.num_experts, hidden, p + "ffn_gate_inp"
-    )  # type: ignore[assignment]
-    gate_up, down = [], []
-    for e in range(block.num_experts):
-        (gate, gate_rows), (up, up_rows) = (
-            _expert_rows(file, p, part, e, inter, block.num_experts) for part in ("gate", "up")
-        )
-        gate_up.append(
-            _checked(
-                QuantizedLinear(stack([gate, up], [gate_rows, up_rows])),
-                2 * inter,
-                hidden,
-                f"{gate} and {up[len(p) :]} expert {e}",
+
+    def linear(names: list[str], rows: list[slice], out_features: int, in_features: int) -> QuantizedLinear:
+        made = QuantizedLinear(stack(names, rows))
+        if (made.out_features, made.in_features) != (out_features, in_features):
+            raise GGUFError(
+                f"GGUF {' and '.join(names)}: shape {(made.out_features, made.in_features)} "
+                f"does not match the metadata's {(out_features, in_features)}"
             )
+        return made
+
+    block.gate = linear([p + "ffn_gate_inp.weight"], [_ALL], num_experts, hidden)  # type: ignore[assignment]
+    gate_up: list[nn.Module] = []
+    down: list[nn.Module] = []
+    for e in range(num_experts):
+        (gate, gate_rows), (up, up_rows) = (
+            _expert_rows(file, p, part, e, inter, num_experts) for part in ("gate", "up")
         )
-        name, rows = _expert_rows(file, p, "down", e, hidden, block.num_experts)
-        down.append(_checked(QuantizedLinear(stack([name], [rows])), hidden, inter, f"{name} expert {e}"))
+        gate_up.append(linear([gate, up], [gate_rows, up_rows], 2 * inter, hidden))
+        name, rows = _expert_rows(file, p, "down", e, hidden, num_experts)
+        down.append(linear([name], [rows], hidden, inter))
     block.set_experts(ExpertLayers(gate_up, down))
-    if block.shared_expert is not None:
-        shared = block.shared_expert
+    shared = block.shared_expert
+    if shared is not None:
         width = shared.gate_up_proj.out_features // 2
         names = [p + "ffn_gate_shexp.weight", p + "ffn_up_shexp.weight"]
-        shared.gate_up_proj = _checked(
-            QuantizedLinear(stack(names, [_ALL, _ALL])), 2 * width, hidden, " and ".join(names)
-        )  # type: ignore[assignment]
-        shared.down_proj = _checked(
-            QuantizedLinear(stack([p + "ffn_down_shexp.weight"], [_ALL])), hidden, width, p + "ffn_down_shexp"
-        )  # type: ignore[assignment]
-        gate = QuantizedLinear(stack([p + "ffn_gate_inp_shexp.weight"], [_ALL]))  # ggml [H] or [H, 1]: one row
-        block.shared_expert_gate = _checked(gate, 1, hidden, p + "ffn_gate_inp_shexp")  # type: ignore[assignment]
+        shared.gate_up_proj = linear(names, [_ALL, _ALL], 2 * width, hidden)  # type: ignore[assignment]
+        shared.down_proj = linear([p + "ffn_down_shexp.weight"], [_ALL], hidden, width)  # type: ignore[assignment]
+        # ggml [H] (or [H, 1]): one row either way
+        block.shared_expert_gate = linear([p + "ffn_gate_inp_shexp.weight"], [_ALL], 1, hidden)  # type: ignore[assignment]
     elif file.has_tensor(p + "ffn_gate_shexp.weight"):
-        raise GGUFError(f"GGUF layer {layer} has a shared expert, which the {block.num_experts}-expert model lacks")
+        raise GGUFError(f"GGUF layer {layer} has a shared expert, which its metadata does not describe")
 
 
 def _expert_rows(file: GGUFFile, p: str, part: str, expert: int, rows: int, num_experts: int) -> tuple[str, slice]:
@@ -81,12 +79,3 @@ def _expert_rows(file: GGUFFile, p: str, part: str, expert: int, rows: int, num_
     if file.has_tensor(single):
         return single, _ALL
     raise GGUFError(f"GGUF file lacks tensor {stacked!r}")
-
-
-def _checked(linear: QuantizedLinear, out_features: int, in_features: int, what: str) -> nn.Module:
-    if (linear.out_features, linear.in_features) != (out_features, in_features):
-        raise GGUFError(
-            f"GGUF {what}: shape {(linear.out_features, linear.in_features)} "
-            f"does not match the metadata's {(out_features, in_features)}"
-        )
-    return linear
