@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,18 +54,16 @@ def _instrument(source: str) -> str:
 
 
 def phases(runner, context: int, threads: int, num_rows: int = 1, steps: int = 200) -> None:
-    from tokenops.engine.kernels import fused_decode
     from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.kernels.c_header import CSRC, bind, read
 
     with tempfile.TemporaryDirectory() as tmp:
-        src, lib_path = Path(tmp) / "fd.c", Path(tmp) / "fd.so"
-        src.write_text(_instrument(fused_decode._SOURCE))
+        shutil.copytree(CSRC, Path(tmp) / "csrc")
+        src, lib_path = Path(tmp) / "csrc" / "fused_decode.c", Path(tmp) / "fd.so"
+        src.write_text(_instrument(src.read_text()))
         subprocess.run(["cc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", str(src), "-o",
                         str(lib_path), "-lm"], check=True)
-        lib = ctypes.CDLL(str(lib_path))
-    p = ctypes.c_void_p
-    lib.fused_decode_f32.argtypes = [p, p, ctypes.c_float, ctypes.c_float, p, p, p, p, p, p, p, ctypes.c_int]
-    lib.fused_decode_f32.restype = ctypes.c_int
+        lib = bind(ctypes.CDLL(str(lib_path)), read("fused_decode.h"))
     decoder = runner.fused_decode
     decoder._fn = lib.fused_decode_f32
     width = context // runner.block_size + 1  # num_rows decodes at the same context, each its own blocks
@@ -123,7 +122,6 @@ def products(threads: int, sizes: list[int]) -> None:
     model's five weight shapes, at each row count: GFLOP/s over all five, best of 10 calls each,
     the two interleaved per shape."""
     import torch
-
     from tokenops.engine.kernels import fused_decode, panels
 
     lib = fused_decode._library()
@@ -165,7 +163,6 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,4,8,16,24,48,96")
     args = ap.parse_args()
     import torch
-
     from engine_throughput import PEER_MODEL_CONFIG, build_model
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.engine import LLMEngine

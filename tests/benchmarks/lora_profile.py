@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,24 +29,29 @@ os.environ["TOKENOPS_DEFAULT_MODEL"] = ""
 import torch  # noqa: E402
 from lora_mixed import make_adapter  # noqa: E402
 from tests.real_model import gguf_path  # noqa: E402
-from tokenops.engine.kernels import fused_library  # noqa: E402
 from tokenops.engine.core.batch import ChunkInput  # noqa: E402
 from tokenops.engine.core.config import EngineConfig  # noqa: E402
 from tokenops.engine.core.engine import LLMEngine  # noqa: E402
+from tokenops.engine.kernels import fused_library  # noqa: E402
 
 CONTEXT, BLOCK = 32, 16
-#: the first line of each half's body in tokenops/engine/lora/_lora_c.py: a variant returns right there
+#: the first line of each half's body in tokenops/engine/csrc/lora.c: a variant returns right there
 _CUTS = {"a_only": ["/*lora_b*/"], "none": ["/*lora_a*/", "/*lora_b*/"]}
 
 
 def patch(variant: str) -> None:
-    """Make the halves named by ``variant`` return at once, in the source the library is built from."""
-    source = fused_library._SOURCE
+    """Make the halves named by ``variant`` return at once, in a copy of the sources the library is
+    then built from (``fused_library.FOLDER``)."""
+    folder = Path(tempfile.mkdtemp()) / "csrc"
+    shutil.copytree(fused_library.FOLDER, folder)
+    lora = folder / "lora.c"
+    source = lora.read_text()
     for marker in _CUTS.get(variant, []):
         if marker not in source:
             raise SystemExit(f"marker {marker} not in the fused source")
         source = source.replace(marker, marker + " return;")
-    fused_library._SOURCE = source
+    lora.write_text(source)
+    fused_library.FOLDER = folder
 
 
 def step_cpu(engine: LLMEngine, reps: int, rows: int = 48) -> dict:

@@ -1,4 +1,4 @@
-"""The fused step's tiled LoRA products (tokenops/engine/lora/_lora_c.py) against plain torch.
+"""The fused step's tiled LoRA products (tokenops/engine/csrc/lora.c) against plain torch.
 
 Rows of several adapters and of the base, in any order, grouped into tiles of one adapter by
 :class:`NativeLora`: every adapter row must get ``x @ A.T @ B.T * scale`` on its adapter's columns
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenops.engine.kernels import fused_library
-from tokenops.engine.lora._lora_c import LORA_SOURCE
 from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.kernels import fused_library
+from tokenops.engine.kernels.c_header import CSRC
 from tokenops.engine.lora.lora_adapters import LoraAdapter, LoraWeights
 from tokenops.engine.lora.lora_native import TILE, NativeLora, apply_products, tiles
 
@@ -68,7 +68,8 @@ def lib():
 
 
 def test_tiles_group_rows_by_adapter():
-    assert f"#define TK_LORA_TILE {TILE} " in LORA_SOURCE  # the C loops hold a tile's rows in TK_LORA_TILE slots
+    # the C loops hold a tile's rows in TK_LORA_TILE slots: Python reads it from the header
+    assert f"#define TK_LORA_TILE {TILE} " in (CSRC / "fused_decode.h").read_text()
     tile, rows = tiles([0, -1, 0, 1, 0, 0, 0, -1])
     assert sorted(rows) == list(range(8))
     groups = [rows[tile[i] : tile[i + 1]] for i in range(len(tile) - 1)]

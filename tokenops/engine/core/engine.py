@@ -27,10 +27,10 @@ from tokenops.engine.core.execute import execute_chunks
 from tokenops.engine.core.output_processor import OutputProcessor, RequestState
 from tokenops.engine.core.outputs import RequestOutput
 from tokenops.engine.core.policies import EnginePolicies, builtin_kv_policy
-from tokenops.engine.sampling.prompt_logprobs import record_prompt_logprobs
-from tokenops.engine.sampling.sampling import SampledToken, Sampler, SamplingParams
 from tokenops.engine.core.scheduler import Scheduler, SchedulerOutput
 from tokenops.engine.core.sequence import INTERACTIVE, PRIORITY_CLASSES, Sequence, SequenceStatus
+from tokenops.engine.sampling.prompt_logprobs import record_prompt_logprobs
+from tokenops.engine.sampling.sampling import SampledToken, Sampler, SamplingParams
 
 
 class PromptTooLongError(ValueError):

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tokenops.engine.kernels.attention import AttentionMetadata
 from tokenops.engine.core.batch import ChunkInput
-from tokenops.engine.kernels.fused_decode import make_fused_decoder
+from tokenops.engine.core.tokenizer import Tokenizer
 from tokenops.engine.gguf.gguf_reader import reusing_headers
-from tokenops.engine.models.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
+from tokenops.engine.kernels.attention import AttentionMetadata
+from tokenops.engine.kernels.fused_decode import make_fused_decoder
+from tokenops.engine.kernels.panels import PanelDtypeUnavailable, hugepage_arena
+from tokenops.engine.kernels.weight_layout import pack_linear_weights
 from tokenops.engine.lora.lora_adapters import AdapterError, LoraAdapter, LoraSet, load_adapter
 from tokenops.engine.lora.lora_native import NativeLora
-from tokenops.engine.kernels.panels import PanelDtypeUnavailable, hugepage_arena
-from tokenops.engine.core.tokenizer import Tokenizer
-from tokenops.engine.kernels.weight_layout import pack_linear_weights
+from tokenops.engine.models.loader import load_model, load_tokenizer, parse_dtype, resolve_model_dir
 
 if TYPE_CHECKING:
     from tokenops.engine.core.config import EngineConfig

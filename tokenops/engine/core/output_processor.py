@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenops.engine.core.outputs import CompletionOutput, RequestOutput
-from tokenops.engine.sampling.sampling import SampledToken, SamplingParams
 from tokenops.engine.core.sequence import Sequence
+from tokenops.engine.sampling.sampling import SampledToken, SamplingParams
 
 
 def new_detokenizer(tokenizer: Any) -> Any:

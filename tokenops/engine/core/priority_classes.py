@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tokenops.engine.kv.block_manager import BlockManager
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.sequence import Sequence
+    from tokenops.engine.kv.block_manager import BlockManager
 
 
 @dataclass(slots=True)

@@ -28,10 +28,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tokenops.engine.kv.block_manager import BlockManager
 from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS, fcfs_order
 from tokenops.engine.core.priority_classes import BatchCap, batch_cap, make_room_for_interactive
 from tokenops.engine.core.sequence import Sequence, SequenceStatus
+from tokenops.engine.kv.block_manager import BlockManager
 
 if TYPE_CHECKING:
     from tokenops.engine.core.config import EngineConfig

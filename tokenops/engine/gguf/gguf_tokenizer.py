@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenops.engine.gguf.gguf_reader import GGUFError, GGUFFile
 from tokenops.engine.core.tokenizer import Tokenizer
+from tokenops.engine.gguf.gguf_reader import GGUFError, GGUFFile
 
 # llama.cpp's token types (llama_token_type)
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6

@@ -56,13 +56,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tokenops.engine.kernels._fused_decode_c import SOURCE as _SOURCE  # noqa: F401  (the benchmark instruments it)
-from tokenops.engine.kernels.fused_library import LayerRecord, QkWeight, dense_linear_bytes, ineligible_reason, is_quantized
+from tokenops.engine.kernels import fused_library
+from tokenops.engine.kernels.fused_library import LayerRecord, QkWeight, ineligible_reason, is_quantized
 from tokenops.engine.kernels.fused_library import library as _library
 from tokenops.engine.kernels.fused_library import weight_of as _weight
+from tokenops.engine.kernels.panels import PANEL_DTYPES, PanelWeight, pack_arena
 from tokenops.engine.models.layers import Linear, rope_cos_sin
 from tokenops.engine.models.llama import CausalLM
-from tokenops.engine.kernels.panels import PANEL_DTYPES, PanelWeight, pack_arena
 
 if TYPE_CHECKING:
     from tokenops.engine.core.batch import ChunkInput
@@ -381,7 +381,7 @@ def make_fused_decoder(
     if mode == "torch":
         return None
     why = ineligible_reason(model, kv_cache, device)
-    copy_bytes = dense_linear_bytes(model) if why is None else 0
+    copy_bytes = fused_library.dense_linear_bytes(model) if why is None else 0
     if mode == "auto" and copy_bytes > AUTO_MAX_EXTRA_BYTES:
         why = (
             f"its weight copy ({copy_bytes / 2**20:.0f} MiB) would exceed "

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from tokenops.engine.kernels._fused_decode_c import SOURCE as _SOURCE
+from tokenops.engine.kernels.c_header import CSRC, bind, check_struct, read
 from tokenops.engine.models.layers import Linear
 from tokenops.engine.models.llama import CausalLM
 
@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class QkWeight(ctypes.Structure):
-    """``qk_weight`` of the quantized kernels' C source: a GGUF-encoded weight as the fused step reads it."""
+    """``qk_weight`` of ``csrc/quant.h``: a GGUF-encoded weight as the fused step reads it (checked
+    against the header when the library loads)."""
 
     _fields_ = [
         ("data", ctypes.c_void_p),
@@ -33,6 +34,8 @@ class QkWeight(ctypes.Structure):
 
 
 class LayerRecord(ctypes.Structure):
+    """``tk_layer`` of ``csrc/fused_decode.h`` (checked against the header when the library loads)."""
+
     _fields_ = [
         (name, ctypes.c_void_p)
         for name in (
@@ -54,6 +57,14 @@ class LayerRecord(ctypes.Structure):
     ] + [("window", ctypes.c_int64)]
 
 
+#: panel dtype -> the build's defines and the library's name
+_VARIANTS: dict[str, tuple[list[str], str]] = {
+    "float32": ([], "fused_decode"),
+    "bfloat16": (["TK_PANEL_BF16=1"], "fused_decode_bf16"),
+    "gguf": (["TK_QUANT=1"], "fused_decode_gguf"),  # the products from GGUF blocks (quant.c built in)
+}
+#: where the sources are built from (a benchmark points it at a patched copy)
+FOLDER = CSRC
 _lock = threading.Lock()
 _libs: dict[str, ctypes.CDLL | None] = {}  # panel dtype (+ "-kvbf16") -> library (None: could not be built)
 
@@ -68,41 +79,19 @@ def library(panel_dtype: str = "float32", kv_bf16: bool = False) -> ctypes.CDLL 
 
             from tokenops.engine.kernels.native import build_library
 
-            source, stem = _SOURCE, "fused_decode"
-            if panel_dtype == "bfloat16":
-                source, stem = "#define TK_PANEL_BF16 1\n" + _SOURCE, "fused_decode_bf16"
-            elif panel_dtype == "gguf":  # the products from GGUF blocks (quant_kernels' source, TK_QUANT)
-                from tokenops.engine.kernels.quant_kernels import SOURCE as quant_source
-
-                source, stem = quant_source + "#define TK_QUANT 1\n" + _SOURCE, "fused_decode_gguf"
+            defines, stem = _VARIANTS[panel_dtype]
             if kv_bf16:
-                source, stem = "#define TK_KV_BF16 1\n" + source, stem + "_kvbf16"
+                defines, stem = [*defines, "TK_KV_BF16=1"], stem + "_kvbf16"
             lib = None
             try:
-                lib = ctypes.CDLL(str(build_library(source=source, stem=stem)))
-                p = ctypes.c_void_p
-                lib.fused_decode_f32.argtypes = [
-                    p,
-                    p,
-                    ctypes.c_float,
-                    ctypes.c_float,
-                    p,
-                    p,
-                    p,
-                    p,
-                    p,
-                    p,
-                    p,
-                    ctypes.c_int,
-                ]
-                lib.fused_decode_f32.restype = ctypes.c_int
-                i64 = ctypes.c_int64
-                lib.linear_panels.argtypes = [p, i64, p, p, p, i64, i64, ctypes.c_int]
-                lib.linear_panels.restype = ctypes.c_int
-                lib.fused_draft_f32.argtypes = [*lib.fused_decode_f32.argtypes, i64, p, i64, ctypes.c_float, p, p, p]
-                lib.fused_decode_lora_f32.argtypes = [*lib.fused_decode_f32.argtypes, p]
-                lib.fused_decode_lora_f32.restype = ctypes.c_int
-                lib.fused_draft_f32.restype = ctypes.c_int
+                check_struct(LayerRecord, "tk_layer", "fused_decode.h")
+                check_struct(QkWeight, "qk_weight", "quant.h")
+                lib = bind(
+                    ctypes.CDLL(str(build_library(main="fused_decode.c", stem=stem, defines=defines, folder=FOLDER))),
+                    read("fused_decode.h"),
+                )
+                if panel_dtype == "gguf":  # the quantized kernels are built in: their switches too
+                    bind(lib, read("quant.h"))
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 log.warning("fused decode step unavailable, decodes use the PyTorch path: %s", e)
                 lib = None

@@ -1,5 +1,5 @@
 """Weights packed in panels of 16 output features, the layout the fused decode step's products
-stream (:mod:`tokenops.engine.kernels.fused_decode`, C source in :mod:`tokenops.engine.kernels._fused_decode_c`):
+stream (:mod:`tokenops.engine.kernels.fused_decode`, C source in ``tokenops/engine/csrc/fused_decode.c``):
 ``[N/16][K][16]`` in float32, or in bfloat16 with each panel row's features reordered for the C
 side's widening. Also the huge-page arena they live in (the CPU KV cache is allocated the same
 way), and :class:`PanelWeight`, which lets a PyTorch linear layer multiply through them."""

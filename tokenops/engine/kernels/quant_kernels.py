@@ -24,10 +24,9 @@ a single decode would). ``TOKENOPS_QUANT_EXACT=1`` (:attr:`Method.EXACT`) multip
 activations instead, through the GEMM: the products of a float32 reference, for parity checks
 against another implementation.
 
-The C source (:mod:`._quant_formats_c`, :mod:`._quant_gemv_c`, :mod:`._quant_packed_c`,
-:mod:`._quant_packed_k_c`, :mod:`._quant_avx512_c`, :mod:`._quant_amx_c`, :mod:`._quant_gemm_c`) is compiled at
-first use by :func:`tokenops.engine.kernels.native.build_library` with ``-march=native``, into a cache keyed
-by the source and the CPU's feature flags, so the instructions used are the ones this CPU has (the
+The C source (``tokenops/engine/csrc/quant.c`` and its parts ``quant_*.c``, declared in ``quant.h``) is
+compiled at first use by :func:`tokenops.engine.kernels.native.build_library` with ``-march=native``, into a
+cache keyed by the sources and the CPU's feature flags, so the instructions used are the ones this CPU has (the
 run-time check). A CPU without AVX2 gets the plain-C GEMM for every path (on rounded activations
 but for ``EXACT``); ``TK_PLAIN`` builds that fallback on any CPU, and the tests run it. With no C
 compiler (or ``TOKENOPS_NATIVE_ATTENTION=0``) :func:`linear` falls back to ``gguf``'s numpy decoder
@@ -50,15 +49,7 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from tokenops.engine.kernels import (
-    _quant_amx_c,
-    _quant_avx512_c,
-    _quant_formats_c,
-    _quant_gemm_c,
-    _quant_gemv_c,
-    _quant_packed_c,
-    _quant_packed_k_c,
-)
+from tokenops.engine.kernels.c_header import bind, read
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +68,6 @@ GEMV_MAX_ROWS = 8
 weight takes the integer path at every row count: four rows per pass over a group of eight weight
 rows out-run the float32 GEMM (docs/engine-optimizations.md has the figures)."""
 
-SOURCE = (
-    _quant_formats_c.SOURCE
-    + _quant_gemv_c.SOURCE
-    + _quant_packed_c.SOURCE
-    + _quant_packed_k_c.SOURCE
-    + _quant_avx512_c.SOURCE
-    + _quant_amx_c.SOURCE
-    + _quant_gemm_c.SOURCE
-)
-
 
 class Method(enum.IntEnum):
     """Which product :meth:`QuantKernels.linear` runs (the C side's ``method``). All but ``EXACT``
@@ -103,7 +84,7 @@ class Method(enum.IntEnum):
 @dataclass(frozen=True, slots=True)
 class PackedWeight:
     """A weight repacked by :meth:`QuantKernels.pack`: ``data`` is uint8 ``[ceil(out_features / 8),
-    group_bytes]``, groups of eight rows interleaved (see :mod:`._quant_packed_c`, :mod:`._quant_packed_k_c`)."""
+    group_bytes]``, groups of eight rows interleaved (see ``csrc/quant_packed.c``, ``csrc/quant_packed_k.c``)."""
 
     data: torch.Tensor
     qtype: int
@@ -116,32 +97,7 @@ class QuantKernels:
 
     def __init__(self, path: Path, plain: bool = False) -> None:
         self.path, self.plain = path, plain
-        self.lib = ctypes.CDLL(str(path))
-        p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-        self.lib.qk_linear.argtypes = [i32, i32, i32, p, i64, p, i64, p, i64, i64, i32]
-        self.lib.qk_dequantize.argtypes = [i32, p, i64, p, i64, i64]
-        self.lib.qk_pack.argtypes = [i32, p, i64, i64, i64, p]
-        self.lib.qk_unpack_rows.argtypes = [i32, p, i64, p, i64, i64, p]
-        self.lib.qk_group_bytes.argtypes = [i32, i64]
-        self.lib.qk_group_bytes.restype = i64
-        for fn in (
-            self.lib.qk_linear,
-            self.lib.qk_dequantize,
-            self.lib.qk_features,
-            self.lib.qk_block_values,
-            self.lib.qk_block_bytes,
-            self.lib.qk_pack,
-            self.lib.qk_packable,
-            self.lib.qk_unpack_rows,
-        ):
-            fn.restype = i32
-        self.lib.qk_set_avx512.argtypes = [i32]
-        self.lib.qk_set_avx512.restype = i32
-        self.lib.qk_avx512_active.restype = i32
-        self.lib.qk_set_amx.argtypes = [i32]
-        self.lib.qk_set_amx.restype = i32
-        self.lib.qk_amx_active.restype = i32
-        self.lib.qk_amx_min_rows.restype = i32
+        self.lib = bind(ctypes.CDLL(str(path)), read("quant.h"))
         features = self.lib.qk_features()
         self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
         self.has_avx512 = bool(features & 4)
@@ -327,10 +283,9 @@ def get_kernels(plain: bool = False) -> QuantKernels | None:
             kernels = None
             if not disabled():
                 try:
-                    source = ("#define TK_PLAIN 1\n" if plain else "") + SOURCE
-                    kernels = QuantKernels(
-                        build_library(source=source, stem="quant_plain" if plain else "quant"), plain
-                    )
+                    defines = ["TK_PLAIN=1"] if plain else []
+                    path = build_library(main="quant.c", stem="quant_plain" if plain else "quant", defines=defines)
+                    kernels = QuantKernels(path, plain)
                 except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                     log.warning("quantized linear kernels unavailable, dequantizing with numpy: %s", e)
             _loaded[plain] = kernels

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tokenops.engine.kernels import quant_kernels
 from tokenops.engine.gguf.gguf_quants import QuantType, dequantize, quant_type
+from tokenops.engine.kernels import quant_kernels
 from tokenops.engine.kernels.quant_kernels import PackedWeight
 
 #: ``kernel(x, raw, qtype, in_features) -> y`` for the types it handles, or None (see :func:`set_kernel`).

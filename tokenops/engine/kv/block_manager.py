@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tokenops.engine.kv.offload_index import OffloadIndex, TransferOp
     from tokenops.engine.core.sequence import Sequence
+    from tokenops.engine.kv.offload_index import OffloadIndex, TransferOp
 
 
 class Block:

@@ -1,4 +1,4 @@
-"""LoRA adapter rows on the fused native step (the products are in :mod:`tokenops.engine.lora._lora_c`).
+"""LoRA adapter rows on the fused native step (the products are in ``tokenops/engine/csrc/lora.c``).
 
 Without this, a step holding one adapter row left the fused step for the PyTorch forward — on the
 default GGUF model several times slower per step than the fused step, whatever the adapter costs
@@ -18,16 +18,17 @@ from typing import Any
 import torch
 
 from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.kernels.c_header import check_struct, read
 from tokenops.engine.lora.lora_adapters import LoraAdapter
 
 #: our module -> the projection index the C step passes to ``lora_add``
 PROJECTIONS = {"self_attn.qkv_proj": 0, "self_attn.o_proj": 1, "mlp.gate_up_proj": 2, "mlp.down_proj": 3}
 _i64, _p = ctypes.c_int64, ctypes.c_void_p
-#: rows per tile of the C products (``TK_LORA_TILE`` in :mod:`tokenops.engine.lora._lora_c`)
-TILE = 4
+#: rows per tile of the C products (``TK_LORA_TILE`` in ``csrc/fused_decode.h``)
+TILE = read("fused_decode.h").defines["TK_LORA_TILE"]
 
 
-class _Part(ctypes.Structure):
+class _Part(ctypes.Structure):  # the structures of csrc/fused_decode.h (checked when NativeLora is built)
     _fields_ = [("a", _p), ("b", _p), ("r", _i64), ("n", _i64), ("off", _i64), ("t", _i64)]
 
 
@@ -85,6 +86,8 @@ class NativeLora:
     """Builds the fused step's ``tk_lora`` for a step's rows."""
 
     def __init__(self, num_layers: int) -> None:
+        for cls, name in ((_Part, "tk_lora_part"), (_Adapter, "tk_lora_adapter"), (_Step, "tk_lora")):
+            check_struct(cls, name, "fused_decode.h")
         self.num_layers = num_layers
         self._records: dict[str, _Record] = {}
         self._t = torch.empty(0)
@@ -143,7 +146,4 @@ def apply_products(lib: ctypes.CDLL, step: int, layer: int, projection: int, x: 
     for t in (x, y):
         if t.dtype != torch.float32 or not t.is_contiguous():
             raise ValueError("apply_products reads contiguous float32 rows")
-    fn = lib.lora_apply_f32
-    fn.argtypes = [_p, _i64, ctypes.c_int, _p, _i64, _p, _i64]
-    fn.restype = ctypes.c_int
-    fn(step, layer, projection, x.data_ptr(), x.shape[1], y.data_ptr(), y.shape[1])
+    lib.lora_apply_f32(step, layer, projection, x.data_ptr(), x.shape[1], y.data_ptr(), y.shape[1])

@@ -31,11 +31,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tokenops.engine.sampling.logits_processors import needs_processing
 from tokenops.engine.core.protocols import Proposal, Proposer
-from tokenops.engine.spec.rejection import verify_greedy, verify_proposal
-from tokenops.engine.sampling.sampling import SampledToken
 from tokenops.engine.core.sequence import SequenceStatus
+from tokenops.engine.sampling.logits_processors import needs_processing
+from tokenops.engine.sampling.sampling import SampledToken
+from tokenops.engine.spec.rejection import verify_greedy, verify_proposal
 
 if TYPE_CHECKING:
     import torch

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokenops.engine.spec.proposers import NgramProposer
 from tokenops.engine.core.protocols import Proposal
+from tokenops.engine.spec.proposers import NgramProposer
 from tokenops.engine.spec.suffix_index import Continuation, MatchHint, SuffixIndex
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class AcceptanceTables:
 DEFAULT_ROW_COST = 0.25
 DEFAULT_ROUND_COST = 0.1
 #: What one step verifying j = 1..8 proposals costs in plain decode steps (before the round cost) where
-#: the quantized matrices run on the AMX tiles from 3 rows (``_quant_amx_c``), by torch threads (2 for
+#: the quantized matrices run on the AMX tiles from 3 rows (``csrc/quant_amx.c``), by torch threads (2 for
 #: more): the default model's Q4_1 GGUF on Sapphire Rapids (``speculative.py --verify-cost --threads
 #: N``, thirteenth session). Not linear: 4-8 rows cost ~0.1 step a row more, a 9th row a second pass
 #: over the weights. 2 threads: the mean of three runs (1.14, 1.15, 1.20, ...) + 0.05, since a round's
@@ -188,8 +188,8 @@ def default_verify_costs(config: EngineConfig) -> tuple[float, ...]:
     :data:`DEFAULT_ROW_COST`."""
     import torch
 
-    from tokenops.engine.kernels import quant_kernels
     from tokenops.engine.gguf.gguf_reader import is_gguf
+    from tokenops.engine.kernels import quant_kernels
     from tokenops.engine.models.loader import resolve_model_dir
 
     if config.device not in ("cpu", "auto") or (config.device == "auto" and torch.cuda.is_available()):

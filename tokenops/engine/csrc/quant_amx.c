@@ -1,37 +1,40 @@
-"""C source, part 7 of the quantized linear kernels: Intel AMX tiles for packed integer products of
-three rows or more (Q8_0, Q4_0, Q4_1).
-
-Why: the 512-bit kernel (:mod:`._quant_avx512_c`) multiplies four activation bytes into sixteen
-weight rows per ``vpdpbusd``, one activation row at a time, so each row of a step costs its own 16
-``vpdpbusd`` per pair of groups and block. One AMX ``tdpbsud`` multiplies one block (32 values) of up
-to eight activation rows by the block's codes of a pair of groups (16 weight rows), whatever the rows;
-what still grows with the rows is the float epilogue. Measured (docs/engine-optimizations.md, "AMX
-tiles for six rows and more"): 0.70-0.92x the 512-bit kernel's time from 6 rows on for one large
-matrix alone; over a whole step of the default model (every matrix, thirteenth session) the tiles
-already win from 3 rows (0.96x the step at 3 rows, 0.90x at 4, 0.83x at 5) and lose at 2, so fewer
-rows keep the 512-bit kernel (``TK_AMX_MIN_ROWS``, or ``TOKENOPS_QUANT_AMX_MIN_ROWS`` for another CPU).
-
-The integer sums are exact, and each row's float epilogue is the 512-bit kernel's, operation for
-operation (block scale products, then ``acc += f * d``, then the offset term), so a row gives the same
-floats on either path, whatever the number of rows beside it: a verify row still equals the row
-decoded alone. Tiles: 0-2 the int32 sums of up to three pairs of groups (each activation row's ``q``
-and ``q2`` sums on two tile rows), 3 one block's ``q`` and ``q2`` bytes of the rows (straight from
-the scratch, where they lie ``K`` apart), 4-6 each pair's codes of the block as unsigned bytes
-(nibbles unpacked; Q8_0's codes are stored as ``w + 128``).
-
-Selected at run time: compiled only where the compiler targets AMX-INT8 (the ``-march=native``
-build on a CPU that has it), used when the CPU reports AMX-TILE and AMX-INT8, Linux grants the
-process the tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM)``) and ``TOKENOPS_QUANT_AMX`` is not ``0``
-(:meth:`QuantKernels.set_amx` switches it for tests). Each product loads the tile configuration on
-every thread that takes part and releases the tiles at its end, so nothing else in the thread (a
-oneDNN kernel of PyTorch) finds them configured."""
-
-SOURCE = r"""
+/*
+ * C source, part 7 of the quantized linear kernels: Intel AMX tiles for packed integer products of
+ * three rows or more (Q8_0, Q4_0, Q4_1).
+ *
+ * Why: the 512-bit kernel (:mod:`._quant_avx512_c`) multiplies four activation bytes into sixteen
+ * weight rows per `vpdpbusd`, one activation row at a time, so each row of a step costs its own 16
+ * `vpdpbusd` per pair of groups and block. One AMX `tdpbsud` multiplies one block (32 values) of up
+ * to eight activation rows by the block's codes of a pair of groups (16 weight rows), whatever the rows;
+ * what still grows with the rows is the float epilogue. Measured (docs/engine-optimizations.md, "AMX
+ * tiles for six rows and more"): 0.70-0.92x the 512-bit kernel's time from 6 rows on for one large
+ * matrix alone; over a whole step of the default model (every matrix, thirteenth session) the tiles
+ * already win from 3 rows (0.96x the step at 3 rows, 0.90x at 4, 0.83x at 5) and lose at 2, so fewer
+ * rows keep the 512-bit kernel (`TK_AMX_MIN_ROWS`, or `EngineConfig.quant_amx_min_rows` for another CPU).
+ *
+ * The integer sums are exact, and each row's float epilogue is the 512-bit kernel's, operation for
+ * operation (block scale products, then `acc += f * d`, then the offset term), so a row gives the same
+ * floats on either path, whatever the number of rows beside it: a verify row still equals the row
+ * decoded alone. Tiles: 0-2 the int32 sums of up to three pairs of groups (each activation row's `q`
+ * and `q2` sums on two tile rows), 3 one block's `q` and `q2` bytes of the rows (straight from
+ * the scratch, where they lie `K` apart), 4-6 each pair's codes of the block as unsigned bytes
+ * (nibbles unpacked; Q8_0's codes are stored as `w + 128`).
+ *
+ * Selected at run time: compiled only where the compiler targets AMX-INT8 (the `-march=native`
+ * build on a CPU that has it), used when the CPU reports AMX-TILE and AMX-INT8, Linux grants the
+ * process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`) and `EngineConfig.quant_amx` is on
+ * (:meth:`QuantKernels.set_amx` switches it for tests). Each product loads the tile configuration on
+ * every thread that takes part and releases the tiles at its end, so nothing else in the thread (a
+ * oneDNN kernel of PyTorch) finds them configured.
+ */
+/* Part of the quantized kernels' library: quant.c includes the parts in order (this one: amx). */
+#include "quant.h"
 #if defined(TK_AVX512) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #define TK_AMX 1
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+long syscall(long number, ...);  /* unistd.h declares it only with _DEFAULT_SOURCE, not under -std=c11 */
 #endif
 
 #define TK_AMX_MIN_ROWS 3  /* fewer rows stay on the 512-bit kernel: it is faster there (docs) */
@@ -40,14 +43,10 @@ SOURCE = r"""
 static int tk_amx_state = -1;  /* -1: not decided yet, 0: off, 1: on */
 static int tk_amx_rows = 0;    /* 0: not read yet; else the fewest rows a product takes the tiles for */
 
-/* TK_AMX_MIN_ROWS, or TOKENOPS_QUANT_AMX_MIN_ROWS (a positive integer) where it is set: read once */
+/* TK_AMX_MIN_ROWS, or what qk_set_amx_min_rows set (EngineConfig.quant_amx_min_rows) */
 static int tk_amx_min_rows(void) {
     int r = __atomic_load_n(&tk_amx_rows, __ATOMIC_RELAXED);
-    if (r > 0) return r;
-    const char *env = getenv("TOKENOPS_QUANT_AMX_MIN_ROWS");
-    r = env && atoi(env) > 0 ? atoi(env) : TK_AMX_MIN_ROWS;
-    __atomic_store_n(&tk_amx_rows, r, __ATOMIC_RELAXED);
-    return r;
+    return r > 0 ? r : TK_AMX_MIN_ROWS;
 }
 
 /* the CPU has AMX-TILE and AMX-INT8 and the kernel lets this process use the tile data */
@@ -68,13 +67,12 @@ static int tk_amx_allowed(void) {
 static int tk_use_amx(void) {
     int s = __atomic_load_n(&tk_amx_state, __ATOMIC_RELAXED);
     if (s >= 0) return s;
-    const char *env = getenv("TOKENOPS_QUANT_AMX");
-    s = tk_amx_allowed() && !(env && env[0] == '0');
+    s = tk_amx_allowed();
     __atomic_store_n(&tk_amx_state, s, __ATOMIC_RELAXED);
     return s;
 }
 
-/* force the AMX path on (where it can run) or off, or (on < 0) back to the environment's choice;
+/* force the AMX path on (where it can run) or off, or (on < 0) back to the default (on where it can run);
    returns whether it is now on. Not while a product runs. */
 int qk_set_amx(int on) {
     __atomic_store_n(&tk_amx_state, -1, __ATOMIC_RELAXED);
@@ -85,6 +83,11 @@ int qk_set_amx(int on) {
 }
 int qk_amx_active(void) { return tk_use_amx(); }
 int qk_amx_min_rows(void) { return tk_amx_min_rows(); }
+/* the fewest rows a packed product takes the tiles for (rows <= 0: TK_AMX_MIN_ROWS); returns it */
+int qk_set_amx_min_rows(int rows) {
+    __atomic_store_n(&tk_amx_rows, rows > 0 ? rows : 0, __ATOMIC_RELAXED);
+    return tk_amx_min_rows();
+}
 
 /* the types the tiles take (the K-quants keep the 512-bit kernel: 16-value sub-blocks, 6-bit scales) */
 static inline int tk_amx_type(int t) { return t == TK_Q8_0 || t == TK_Q4_0 || t == TK_Q4_1; }
@@ -194,4 +197,3 @@ static void amx_pairs_any(int t, int U, int64_t M, const uint8_t *g0, int64_t rb
 #undef TK_AMX_CASE
 }
 #endif
-"""

@@ -1,16 +1,18 @@
-"""C source, part 3 of the quantized linear kernels: the GEMM for many rows (prefill chunks, batched
-decode steps) and the entry point that picks a path.
-
-The GEMM decodes a panel of 24 weight rows to float32 once (at most 24 x K x 4 bytes: 147 KiB for
-K = 1536, an L2-sized tile) and runs every input row against it, four rows by three weight rows at a
-time: twelve accumulators, twelve independent FMA chains, the x rows in L1 and the panel in L2. The
-cost of decoding a weight is paid once per call, whatever the number of rows, so from a few dozen
-rows on the step runs at the float32 FMA rate. Threads share out the panels.
-
-The same loop with plain-C tiles is the whole of a build without AVX2 (``TK_PLAIN`` forces one on any
-CPU, so that the fallback stays tested)."""
-
-SOURCE = r"""
+/*
+ * C source, part 3 of the quantized linear kernels: the GEMM for many rows (prefill chunks, batched
+ * decode steps) and the entry point that picks a path.
+ *
+ * The GEMM decodes a panel of 24 weight rows to float32 once (at most 24 x K x 4 bytes: 147 KiB for
+ * K = 1536, an L2-sized tile) and runs every input row against it, four rows by three weight rows at a
+ * time: twelve accumulators, twelve independent FMA chains, the x rows in L1 and the panel in L2. The
+ * cost of decoding a weight is paid once per call, whatever the number of rows, so from a few dozen
+ * rows on the step runs at the float32 FMA rate. Threads share out the panels.
+ *
+ * The same loop with plain-C tiles is the whole of a build without AVX2 (`TK_PLAIN` forces one on any
+ * CPU, so that the fallback stays tested).
+ */
+/* Part of the quantized kernels' library: quant.c includes the parts in order (this one: gemm). */
+#include "quant.h"
 #define TK_PANEL 24
 
 /* t[r * 3 + c] = x row r . panel row c, R <= 4 rows (xs apart) and C <= 3 panel rows (K apart) */
@@ -54,9 +56,10 @@ TK_INLINE void qk_tile_avx2(const int R, const int C, const float *x, int64_t xs
 
 static void qk_tile(int simd, int R, int C, const float *x, int64_t xs, const float *w, int64_t K, float *t) {
 #ifdef TK_AVX2
-#define QK_TILE(R_, C_) case R_ * 4 + C_: if (simd) qk_tile_avx2(R_, C_, x, xs, w, K, t); \
-                                          else qk_tile_plain(R_, C_, x, xs, w, K, t); break;
+#define QK_TILE(R_, C_) case R_ * 4 + C_: { if (simd) qk_tile_avx2(R_, C_, x, xs, w, K, t); \
+                                            else qk_tile_plain(R_, C_, x, xs, w, K, t); } break;
 #else
+    (void)simd;
 #define QK_TILE(R_, C_) case R_ * 4 + C_: qk_tile_plain(R_, C_, x, xs, w, K, t); break;
 #endif
     switch (R * 4 + C) {
@@ -67,12 +70,7 @@ static void qk_tile(int simd, int R, int C, const float *x, int64_t xs, const fl
 #undef QK_TILE
 }
 
-/* A weight as the products read it: format t, rb bytes per row (packed: per group of 8 rows). */
-typedef struct {
-    const uint8_t *data;
-    int64_t rb, N, K;
-    int32_t t, packed;
-} qk_weight;
+/* qk_weight: see quant.h */
 
 /* y row m's outputs [n0, n0 + nn) (+)= v (+ bias) */
 static inline void qk_put(float *restrict y, const float *restrict v, const float *restrict b, int64_t n0, int64_t nn,
@@ -309,4 +307,3 @@ int qk_dequantize(int t, const uint8_t *W, int64_t rb, float *y, int64_t nn, int
     for (int64_t i = 0; i < nn; i++) dequant_row(t, W + i * rb, y + i * K, K);
     return 0;
 }
-"""

@@ -1,15 +1,17 @@
-"""C source, part 2 of the quantized linear kernels: the integer GEMV for a few rows (decode and
-verify steps), AVX2 only (the plain-C build leaves it out and takes the dequantizing path).
-
-Each weight block is unpacked once into 32 unsigned bytes (its 4-, 5- or 6-bit codes, or |q| for
-Q8_0) and multiplied against up to four rows of activations (both bytes of each) with ``maddubs`` + ``madd`` (or one
-``dpbusd`` where the CPU has AVX-VNNI): 32 multiply-adds in two instructions, integer-exact. The
-block's scale turns the 8 int32 lanes into float once per block; the formats' offsets (Q4_0's -8,
-Q4_1's min, the K-quants' mins, Q6_K's -32) become one scalar product per block with the activation
-block's sum, which :c:func:`quantize_act` kept. This is llama.cpp's ``vec_dot`` scheme; the rows
-share each unpacked block, so a step of four rows costs little more than one."""
-
-SOURCE = r"""
+/*
+ * C source, part 2 of the quantized linear kernels: the integer GEMV for a few rows (decode and
+ * verify steps), AVX2 only (the plain-C build leaves it out and takes the dequantizing path).
+ *
+ * Each weight block is unpacked once into 32 unsigned bytes (its 4-, 5- or 6-bit codes, or |q| for
+ * Q8_0) and multiplied against up to four rows of activations (both bytes of each) with `maddubs` + `madd` (or one
+ * `dpbusd` where the CPU has AVX-VNNI): 32 multiply-adds in two instructions, integer-exact. The
+ * block's scale turns the 8 int32 lanes into float once per block; the formats' offsets (Q4_0's -8,
+ * Q4_1's min, the K-quants' mins, Q6_K's -32) become one scalar product per block with the activation
+ * block's sum, which :c:func:`quantize_act` kept. This is llama.cpp's `vec_dot` scheme; the rows
+ * share each unpacked block, so a step of four rows costs little more than one.
+ */
+/* Part of the quantized kernels' library: quant.c includes the parts in order (this one: gemv). */
+#include "quant.h"
 #ifdef TK_AVX2
 #if defined(__AVXVNNI__)
 #define TK_DPBUSD(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
@@ -172,4 +174,3 @@ static tk_gemv_fn gemv_fn(int t) {
     }
 }
 #endif
-"""

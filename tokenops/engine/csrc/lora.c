@@ -1,25 +1,26 @@
-"""C source of the fused step's LoRA products (:mod:`tokenops.engine.lora.lora_native`), compiled into the
-fused decode library (:mod:`tokenops.engine.kernels._fused_decode_c` places it after ``dot1``).
-
-For each of a layer's four products (q/k/v, o, gate/up, down) and each row that uses an adapter, the
-step adds ``(x A^T) B^T`` (B already scaled) to the part of the output the adapter targets, in two
-halves folded into the step's existing per-row loops, so the adapters add no synchronisation between
-the threads (on a busy 2-core box each barrier of the step costs far more than the arithmetic):
-``lora_a`` right after the rows' input is made (``T = x A^T``, rank values per part) and ``lora_b``
-in the first per-row loop after the base product (``y += T B^T``, along the output features).
-
-Those loops run over *tiles*: up to ``TK_LORA_TILE`` rows of one adapter (or of the base), listed
-by :class:`~tokenops.engine.lora.lora_native.NativeLora` in any order of the step's rows (no reordering
-of the chunks, nor of the logits after). The products are register-blocked over a tile: ``T = x
-A^T`` takes four ranks against every row of the tile per pass down ``K`` (each load of A serves all
-the tile's rows, each load of x four ranks), and ``y += T B^T`` takes four vectors of outputs of
-every row per step down the rank (each load of B serves all the tile's rows). A tile's matrices are
-thus read once per tile from cache, not once per row (the segment-grouped product of Punica's SGMV),
-and the arithmetic is vectorised with 16-lane (AVX-512) or 8-lane (AVX2) vectors, written with GCC's
-vector extensions; float32 throughout. Base rows are untouched."""
-
-LORA_SOURCE = r"""
-#define TK_LORA_TILE 4    /* rows per tile: 4 x 4 accumulators in T = x A^T, 4 x 4 in y += T B^T */
+/*
+ * C source of the fused step's LoRA products (:mod:`tokenops.engine.lora.lora_native`), compiled into the
+ * fused decode library (:mod:`tokenops.engine.kernels._fused_decode_c` places it after `dot1`).
+ *
+ * For each of a layer's four products (q/k/v, o, gate/up, down) and each row that uses an adapter, the
+ * step adds `(x A^T) B^T` (B already scaled) to the part of the output the adapter targets, in two
+ * halves folded into the step's existing per-row loops, so the adapters add no synchronisation between
+ * the threads (on a busy 2-core box each barrier of the step costs far more than the arithmetic):
+ * `lora_a` right after the rows' input is made (`T = x A^T`, rank values per part) and `lora_b`
+ * in the first per-row loop after the base product (`y += T B^T`, along the output features).
+ *
+ * Those loops run over *tiles*: up to `TK_LORA_TILE` rows of one adapter (or of the base), listed
+ * by :class:`~tokenops.engine.lora.lora_native.NativeLora` in any order of the step's rows (no reordering
+ * of the chunks, nor of the logits after). The products are register-blocked over a tile: `T = x
+ * A^T` takes four ranks against every row of the tile per pass down `K` (each load of A serves all
+ * the tile's rows, each load of x four ranks), and `y += T B^T` takes four vectors of outputs of
+ * every row per step down the rank (each load of B serves all the tile's rows). A tile's matrices are
+ * thus read once per tile from cache, not once per row (the segment-grouped product of Punica's SGMV),
+ * and the arithmetic is vectorised with 16-lane (AVX-512) or 8-lane (AVX2) vectors, written with GCC's
+ * vector extensions; float32 throughout. Base rows are untouched.
+ */
+/* Part of the fused decode library: fused_decode.c includes it after dot1. */
+#include "fused_decode.h"
 #if defined(__AVX512F__)
 #define TK_VW 16
 #elif defined(__AVX2__)
@@ -31,26 +32,7 @@ LORA_SOURCE = r"""
 typedef float tk_vf __attribute__((vector_size(TK_VW * 4), aligned(4), may_alias));
 #define TK_LORA_INLINE static inline __attribute__((always_inline))
 
-typedef struct {          /* one part of one projection of one adapter: y[:, off:off+n] += (x A^T) B^T */
-    const float *a;       /* A [r, K] */
-    const float *b;       /* B transposed, [r, n], scaling folded in */
-    int64_t r, n, off, t; /* rank, output features, first output column, first column of the row's T */
-} tk_lora_part;
-
-typedef struct {          /* one adapter: (layer l, projection p) has parts[start[4l+p] .. start[4l+p+1]) */
-    const tk_lora_part *parts;
-    const int64_t *start; /* [layers * 4 + 1]; p: 0 q/k/v, 1 o, 2 gate/up, 3 down */
-} tk_lora_adapter;
-
-typedef struct {          /* one step: row m uses adapters[ad[m]] (ad[m] < 0: the base) */
-    const tk_lora_adapter *adapters;
-    const int64_t *ad;
-    float *t;             /* scratch [M, tw]: a row's T, from lora_a to the lora_b after the product */
-    int64_t tw;
-    int64_t ntiles;       /* tile i: rows[tile[i] .. tile[i+1]), at most TK_LORA_TILE, one adapter */
-    const int64_t *tile;  /* [ntiles + 1] */
-    const int64_t *rows;  /* [M]: every row of the step once */
-} tk_lora;
+/* tk_lora_part, tk_lora_adapter and tk_lora: see fused_decode.h */
 
 /* the tiles the per-row loops run over: lo's, or (no adapters) one row each */
 static inline int64_t lora_ntiles(const tk_lora *lo, int64_t M) { return lo ? lo->ntiles : M; }
@@ -214,4 +196,3 @@ int lora_apply_f32(const tk_lora *lo, int64_t l, int p, const float *x, int64_t 
     }
     return 0;
 }
-"""

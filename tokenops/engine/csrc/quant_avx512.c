@@ -1,19 +1,21 @@
-"""C source, part 6 of the quantized linear kernels: the 512-bit path for packed weights (every
-packed type; AVX-512 F + BW + VNNI), two groups of eight rows per instruction.
-
-The packed GEMV (:mod:`._quant_packed_c`) fills a 256-bit register with four code bytes of each of a
-group's eight rows; here two adjacent groups' chunks share one 512-bit register, so one ``vpdpbusd``
-multiplies four activation bytes into sixteen rows' sums, and the nibble masks, scale conversions and
-float epilogue are paid once for sixteen rows instead of twice for eight. The products and their
-order are the 256-bit VNNI path's, lane for lane, so both give the same floats.
-
-Selected at run time: the source is compiled only where the compiler targets AVX-512 VNNI (the build
-is ``-march=native``, cached per CPU flags), and the library also asks the CPU
-(``__builtin_cpu_supports``) before the first product. ``TOKENOPS_QUANT_AVX512=0`` (or
-:meth:`QuantKernels.set_avx512`) keeps the 256-bit path, which stays the fallback and is tested
-against this one. An odd last group and the maddubs method take the 256-bit kernels."""
-
-SOURCE = r"""
+/*
+ * C source, part 6 of the quantized linear kernels: the 512-bit path for packed weights (every
+ * packed type; AVX-512 F + BW + VNNI), two groups of eight rows per instruction.
+ *
+ * The packed GEMV (:mod:`._quant_packed_c`) fills a 256-bit register with four code bytes of each of a
+ * group's eight rows; here two adjacent groups' chunks share one 512-bit register, so one `vpdpbusd`
+ * multiplies four activation bytes into sixteen rows' sums, and the nibble masks, scale conversions and
+ * float epilogue are paid once for sixteen rows instead of twice for eight. The products and their
+ * order are the 256-bit VNNI path's, lane for lane, so both give the same floats.
+ *
+ * Selected at run time: the source is compiled only where the compiler targets AVX-512 VNNI (the build
+ * is `-march=native`, cached per CPU flags), and the library also asks the CPU
+ * (`__builtin_cpu_supports`) before the first product. `EngineConfig.quant_avx512 = False` (or
+ * :meth:`QuantKernels.set_avx512`) keeps the 256-bit path, which stays the fallback and is tested
+ * against this one. An odd last group and the maddubs method take the 256-bit kernels.
+ */
+/* Part of the quantized kernels' library: quant.c includes the parts in order (this one: avx512). */
+#include "quant.h"
 #if defined(TK_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define TK_AVX512 1
 #endif
@@ -21,14 +23,13 @@ SOURCE = r"""
 static int tk_avx512_state = -1;  /* -1: not decided yet, 0: 256-bit kernels, 1: the 512-bit ones */
 
 /* whether the packed products use the 512-bit kernels: the build has them, the CPU says it runs them,
-   and TOKENOPS_QUANT_AVX512 is not 0 (decided once, at the first product) */
+   (decided once, at the first product; qk_set_avx512 turns it off: EngineConfig.quant_avx512) */
 static int tk_use_avx512(void) {
     int s = __atomic_load_n(&tk_avx512_state, __ATOMIC_RELAXED);
     if (s >= 0) return s;
 #ifdef TK_AVX512
-    const char *env = getenv("TOKENOPS_QUANT_AVX512");
     __builtin_cpu_init();
-    s = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && !(env && env[0] == '0');
+    s = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
 #else
     s = 0;
 #endif
@@ -36,7 +37,7 @@ static int tk_use_avx512(void) {
     return s;
 }
 
-/* force the 512-bit path on (where it can run) or off, or (on < 0) back to the environment's choice;
+/* force the 512-bit path on (where it can run) or off, or (on < 0) back to the default (on where it can run);
    returns whether it is now on. Not while a product runs. */
 int qk_set_avx512(int on) {
     __atomic_store_n(&tk_avx512_state, -1, __ATOMIC_RELAXED);
@@ -232,4 +233,3 @@ static tk_pair512_fn pair512_fn(int t) {
     }
 }
 #endif
-"""

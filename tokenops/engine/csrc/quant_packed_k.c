@@ -1,30 +1,32 @@
-"""C source, part 5 of the quantized linear kernels: the K-quants (Q4_K, Q5_K, Q6_K) repacked at load
-into groups of eight interleaved rows, and the integer GEMV over them (the same scheme as
-:mod:`._quant_packed_c` for the 32-value formats: eight int32 lanes of one ``dpbusd`` are the eight
-rows' sums against four broadcast activation bytes).
-
-A K-quant super-block is 256 values in eight sub-blocks of 32 (Q6_K: sixteen of 16), each with its
-own scale (and min), which in GGUF's layout are packed into 12 bytes of 6-bit fields that every row
-decodes again per block. Packed, per super-block and group of eight rows (all offsets in bytes):
-
-======= ===== ====================================================================================
-type    bytes layout
-======= ===== ====================================================================================
-Q4_K    1184  d[8] f16 | dmin[8] f16 | sc[8 sub][8 rows] u8 | mn[8][8] u8 | codes: 4 pairs of
-              sub-blocks x 8 chunks x 32 bytes, chunk c of pair i = bytes 4c-4c+3 of the row's
-              q[32i..32i+31] for each row (low nibbles: sub-block 2i, high: 2i+1)
-Q5_K    1440  as Q4_K, with qh between the mins and the codes: 8 chunks x 32 bytes (chunk c = bytes
-              4c-4c+3 of each row's qh; bit j of a byte is bit 4 of that value in sub-block j)
-Q6_K    1680  d[8] f16 | sc[16][8] i8 | ql: 4 segments of 32 bytes x 8 chunks | qh: 2 x 8 chunks
-======= ===== ====================================================================================
-
-The 6-bit scales and mins are held one byte each (so a group reads them with one ``vpmovzxbd``):
-Q4_K and Q5_K take 4 bytes more per row and super-block than the file (2.8% / 2.3%); Q6_K the same
-bytes. The activations' blocks of 32 line up with the sub-blocks, so per sub-block the kernel is the
-Q4_1 one: integer sums of both activation bytes, one float scale per row (``d * sc``), the offset
-(``dmin * mn``, Q6_K's ``32 d sc``) times the activation block's sum."""
-
-SOURCE = r"""
+/*
+ * C source, part 5 of the quantized linear kernels: the K-quants (Q4_K, Q5_K, Q6_K) repacked at load
+ * into groups of eight interleaved rows, and the integer GEMV over them (the same scheme as
+ * :mod:`._quant_packed_c` for the 32-value formats: eight int32 lanes of one `dpbusd` are the eight
+ * rows' sums against four broadcast activation bytes).
+ *
+ * A K-quant super-block is 256 values in eight sub-blocks of 32 (Q6_K: sixteen of 16), each with its
+ * own scale (and min), which in GGUF's layout are packed into 12 bytes of 6-bit fields that every row
+ * decodes again per block. Packed, per super-block and group of eight rows (all offsets in bytes):
+ *
+ * ======= ===== ====================================================================================
+ * type    bytes layout
+ * ======= ===== ====================================================================================
+ * Q4_K    1184  d[8] f16 | dmin[8] f16 | sc[8 sub][8 rows] u8 | mn[8][8] u8 | codes: 4 pairs of
+ *               sub-blocks x 8 chunks x 32 bytes, chunk c of pair i = bytes 4c-4c+3 of the row's
+ *               q[32i..32i+31] for each row (low nibbles: sub-block 2i, high: 2i+1)
+ * Q5_K    1440  as Q4_K, with qh between the mins and the codes: 8 chunks x 32 bytes (chunk c = bytes
+ *               4c-4c+3 of each row's qh; bit j of a byte is bit 4 of that value in sub-block j)
+ * Q6_K    1680  d[8] f16 | sc[16][8] i8 | ql: 4 segments of 32 bytes x 8 chunks | qh: 2 x 8 chunks
+ * ======= ===== ====================================================================================
+ *
+ * The 6-bit scales and mins are held one byte each (so a group reads them with one `vpmovzxbd`):
+ * Q4_K and Q5_K take 4 bytes more per row and super-block than the file (2.8% / 2.3%); Q6_K the same
+ * bytes. The activations' blocks of 32 line up with the sub-blocks, so per sub-block the kernel is the
+ * Q4_1 one: integer sums of both activation bytes, one float scale per row (`d * sc`), the offset
+ * (`dmin * mn`, Q6_K's `32 d sc`) times the activation block's sum.
+ */
+/* Part of the quantized kernels' library: quant.c includes the parts in order (this one: packed_k). */
+#include "quant.h"
 static int pk_header(int t) { return t == TK_Q6_K ? 144 : t == TK_Q5_K ? 416 : 160; }
 
 /* one row (raw, K values) into slot r of its group's super-blocks (pb bytes each) */
@@ -188,4 +190,3 @@ static tk_gemv_packed_fn gemv_packed_fn(int t) {
     }
 }
 #endif
-"""

@@ -1,21 +1,23 @@
-"""C source, part 4 of the quantized linear kernels: weights repacked at load into groups of eight
-interleaved rows (Q8_0, Q4_0, Q4_1), and the GEMV over them.
-
-In GGUF's own layout every output row is a separate dot product: its int32 lanes must be summed
-across the register and its fp16 scales are read one at a time. Repacked, one group of eight rows
-keeps, per block of 32 values, the eight rows' scales side by side (one ``vcvtph2ps`` reads them) and
-their codes interleaved four bytes at a time, so that a 32-byte load holds four values of each of the
-eight rows; multiplied by the activations' four matching bytes broadcast to every lane, the eight
-int32 lanes *are* the eight rows' partial sums. A block for eight rows then costs about as many
-instructions as one row's block did unpacked. The packed bytes are exactly as many as the original
-ones (plus zero rows to fill the last group); llama.cpp calls this layout ``q4_0_8x8``.
-
-Per block and group: Q4_0 ``d[8]`` (fp16), codes; Q4_1 ``d[8]``, ``m[8]``, codes; Q8_0 ``d[8]``,
-codes. Q4 codes are 4 chunks of 32 bytes, chunk j holding bytes 4j-4j+3 of each row (low nibbles:
-values 4j-4j+3, high nibbles: values 16+4j-16+4j+3); Q8_0 codes are 8 such chunks of one byte each,
-stored plus 128 (unsigned), so the integer products take them as the unsigned operand as they are."""
-
-SOURCE = r"""
+/*
+ * C source, part 4 of the quantized linear kernels: weights repacked at load into groups of eight
+ * interleaved rows (Q8_0, Q4_0, Q4_1), and the GEMV over them.
+ *
+ * In GGUF's own layout every output row is a separate dot product: its int32 lanes must be summed
+ * across the register and its fp16 scales are read one at a time. Repacked, one group of eight rows
+ * keeps, per block of 32 values, the eight rows' scales side by side (one `vcvtph2ps` reads them) and
+ * their codes interleaved four bytes at a time, so that a 32-byte load holds four values of each of the
+ * eight rows; multiplied by the activations' four matching bytes broadcast to every lane, the eight
+ * int32 lanes *are* the eight rows' partial sums. A block for eight rows then costs about as many
+ * instructions as one row's block did unpacked. The packed bytes are exactly as many as the original
+ * ones (plus zero rows to fill the last group); llama.cpp calls this layout `q4_0_8x8`.
+ *
+ * Per block and group: Q4_0 `d[8]` (fp16), codes; Q4_1 `d[8]`, `m[8]`, codes; Q8_0 `d[8]`,
+ * codes. Q4 codes are 4 chunks of 32 bytes, chunk j holding bytes 4j-4j+3 of each row (low nibbles:
+ * values 4j-4j+3, high nibbles: values 16+4j-16+4j+3); Q8_0 codes are 8 such chunks of one byte each,
+ * stored plus 128 (unsigned), so the integer products take them as the unsigned operand as they are.
+ */
+/* Part of the quantized kernels' library: quant.c includes the parts in order (this one: packed). */
+#include "quant.h"
 static int qk_packed_bytes(int t) {  /* bytes per block of a group of 8 rows (0: not packable) */
     switch (t) {
         case TK_Q8_0: return 8 * 34;
@@ -139,6 +141,7 @@ TK_INLINE __m256i dot_acc(__m256i acc, __m256i u, __m256i s, const int vnni) {
 #elif TK_HAVE_VNNI
     if (vnni) return _mm256_dpbusd_epi32(acc, u, s);
 #endif
+    (void)vnni;  /* a build without VNNI: always maddubs */
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
 
@@ -228,4 +231,3 @@ TK_GEMV_P(TK_Q8_0, gemv_group) TK_GEMV_P(TK_Q4_0, gemv_group) TK_GEMV_P(TK_Q4_1,
 
 typedef void (*tk_gemv_packed_fn)(int, int, const uint8_t *, int64_t, const tk_act *, __m256 *);
 #endif
-"""

@@ -1,22 +1,25 @@
-"""C source of the fused decode step (:mod:`tokenops.engine.kernels.fused_decode`), compiled at first use by
-:func:`tokenops.engine.kernels.native.build_library` (``cc -O3 -march=native -fopenmp``): AVX2 products and
-exp where the CPU has them, plain C with ``omp simd`` otherwise. The LoRA products
-(:mod:`tokenops.engine.lora._lora_c`) are placed after ``dot1``."""
-
-from tokenops.engine.lora._lora_c import LORA_SOURCE
-
-SOURCE = r"""
+/*
+ * C source of the fused decode step (:mod:`tokenops.engine.kernels.fused_decode`), compiled at first use by
+ * :func:`tokenops.engine.kernels.native.build_library` (`cc -O3 -march=native -fopenmp`): AVX2 products and
+ * exp where the CPU has them, plain C with `omp simd` otherwise. The LoRA products
+ * (:mod:`tokenops.engine.lora._lora_c`) are placed after `dot1`.
+ */
+#include "fused_decode.h"
+#ifdef TK_QUANT  /* the products from GGUF blocks: the quantized kernels, built in */
+#include "quant.c"
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
 
-/* Weight panels (below) hold float32, or bfloat16 when compiled with TK_PANEL_BF16: the top 16 bits
+/* panel_t, kv_t and tk_layer are declared in fused_decode.h.
+
+   Weight panels (below) hold float32, or bfloat16 when compiled with TK_PANEL_BF16: the top 16 bits
    of the float32, half the bytes to stream, products still in float32. A bfloat16 panel row stores
    its 16 features in the order 0-3, 8-11, 4-7, 12-15, so that interleaving it with zeros (one
    in-lane unpack per 8 features) gives features 0-7 and 8-15 in order. */
 #ifdef TK_PANEL_BF16
-typedef uint16_t panel_t;
 static inline float panel_at(const panel_t *row, int j) {  /* feature j of a panel row */
     uint32_t u = (uint32_t)row[(j & 3) | ((j & 4) << 1) | ((j & 8) >> 1)] << 16;
     float f;
@@ -24,7 +27,6 @@ static inline float panel_at(const panel_t *row, int j) {  /* feature j of a pan
     return f;
 }
 #else
-typedef float panel_t;
 static inline float panel_at(const panel_t *row, int j) { return row[j]; }
 #endif
 
@@ -33,7 +35,6 @@ static inline float panel_at(const panel_t *row, int j) { return row[j]; }
    nearest even, as torch's .to(torch.bfloat16) rounds, so this step and the PyTorch forward fill
    the cache with the same bits; scores and sums stay float32. */
 #ifdef TK_KV_BF16
-typedef uint16_t kv_t;
 static inline float kv_at(const kv_t *p, int64_t i) {
     uint32_t u = (uint32_t)p[i] << 16;
     float f;
@@ -48,24 +49,9 @@ static inline void kv_store(kv_t *dst, const float *src, int64_t n) {
     }
 }
 #else
-typedef float kv_t;
 static inline float kv_at(const kv_t *p, int64_t i) { return p[i]; }
 static inline void kv_store(kv_t *dst, const float *src, int64_t n) { memcpy(dst, src, sizeof(float) * (size_t)n); }
 #endif
-
-typedef struct {
-    const float *in_norm, *post_norm, *q_norm, *k_norm;
-    const panel_t *wqkv;
-    const float *bqkv;
-    const panel_t *wo;
-    const float *bo;
-    const panel_t *wgu;
-    const float *bgu;
-    const panel_t *wd;
-    const float *bd;
-    kv_t *kc, *vc;           /* this layer's cache, [num_blocks, BS, KVH, D] */
-    int64_t window;          /* 0: full attention */
-} tk_layer;
 
 /* dot products of one weight row w (K floats) with M input rows x (xs apart) into out[0..M). */
 #if defined(__AVX2__) && defined(__FMA__)
@@ -99,11 +85,8 @@ static inline float dot1(const float *w, const float *x, int64_t K) {
     return s;
 }
 #endif
-"""
+#include "lora.c"
 
-SOURCE += (
-    LORA_SOURCE
-    + r"""
 /* Linear weights are packed in panels of 16 output features: P[N/16][K][16] (the last panel
    zero-padded), so one step down K reads 16 consecutive weights (one cache line in float32). tile_RP computes R
    input rows against P consecutive panels (R * P <= 6): 2RP accumulators of 8 lanes, the register
@@ -451,6 +434,7 @@ static void attend_part(const float *q, int64_t qs, int64_t R, const int64_t *lo
                         float *parts, int64_t pstride, float *scores, int64_t H, int64_t KVH, int64_t D,
                         int64_t BS, float scale) {
     int64_t n = b - a, G = H / KVH, H8 = (TK_VEC && D % 8 == 0) ? H / 8 * 8 : 0;
+    (void)H8;  /* a build without AVX2 has no 8-head loops */
     for (int64_t i = 0; i < n; i++) {
         int64_t p = a + i, blk = tab[p / BS];
         const kv_t *row = blk < 0 ? NULL : kc + (blk * BS + p % BS) * KVH * D;
@@ -811,5 +795,3 @@ int fused_draft_f32(const tk_layer *layers, const int64_t *meta, float eps, floa
     free(next);
     return rc;
 }
-"""
-)

@@ -1,25 +1,26 @@
-"""C source, part 1 of the quantized linear kernels (:mod:`tokenops.engine.kernels.quant_kernels`): the GGUF
-block formats, decoded to float32 (the GEMM path and the plain-C fallback) and the two-byte quantization
-of activations that the integer GEMV path multiplies against.
-
-Block layouts are ggml's, byte for byte (``gguf.quants`` decodes the same bytes in numpy):
-
-===== ====== ===== ===========================================================================
-type  values bytes layout
-===== ====== ===== ===========================================================================
-Q8_0  32     34    f16 d, int8 q[32]; v = d*q
-Q4_0  32     18    f16 d, q[16] nibbles (low: values 0-15, high: 16-31); v = d*(q-8)
-Q4_1  32     20    f16 d, f16 m, nibbles as Q4_0; v = d*q + m
-Q4_K  256    144   f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) for 8 sub-blocks of 32, q[128]
-                   nibbles (32 bytes per two sub-blocks: low nibbles the first); v = d*sc*q - dmin*mn
-Q5_K  256    176   as Q4_K plus qh[32] before q: bit 2i / 2i+1 of qh[l] is bit 4 of value l of
-                   sub-block 2i / 2i+1
-Q6_K  256    210   ql[128] low nibbles, qh[64] 2-bit highs, int8 scales[16] (one per 16 values),
-                   f16 d; v = d*sc*(q-32)
-===== ====== ===== ===========================================================================
-"""
-
-SOURCE = r"""
+/*
+ * C source, part 1 of the quantized linear kernels (:mod:`tokenops.engine.kernels.quant_kernels`): the GGUF
+ * block formats, decoded to float32 (the GEMM path and the plain-C fallback) and the two-byte quantization
+ * of activations that the integer GEMV path multiplies against.
+ *
+ * Block layouts are ggml's, byte for byte (`gguf.quants` decodes the same bytes in numpy):
+ *
+ * ===== ====== ===== ===========================================================================
+ * type  values bytes layout
+ * ===== ====== ===== ===========================================================================
+ * Q8_0  32     34    f16 d, int8 q[32]; v = d*q
+ * Q4_0  32     18    f16 d, q[16] nibbles (low: values 0-15, high: 16-31); v = d*(q-8)
+ * Q4_1  32     20    f16 d, f16 m, nibbles as Q4_0; v = d*q + m
+ * Q4_K  256    144   f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) for 8 sub-blocks of 32, q[128]
+ *                    nibbles (32 bytes per two sub-blocks: low nibbles the first); v = d*sc*q - dmin*mn
+ * Q5_K  256    176   as Q4_K plus qh[32] before q: bit 2i / 2i+1 of qh[l] is bit 4 of value l of
+ *                    sub-block 2i / 2i+1
+ * Q6_K  256    210   ql[128] low nibbles, qh[64] 2-bit highs, int8 scales[16] (one per 16 values),
+ *                    f16 d; v = d*sc*(q-32)
+ * ===== ====== ===== ===========================================================================
+ */
+/* Part of the quantized kernels' library: quant.c includes the parts in order (this one: formats). */
+#include "quant.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -201,6 +202,7 @@ static void round_act(const float *restrict x, int64_t K, float *restrict y) {
     }
 }
 
+__attribute__((unused))  /* the plain build (TK_PLAIN) multiplies float32 activations only */
 static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
 #ifdef TK_AVX2
     /* the same arithmetic 8 lanes at a time (cvtps rounds half to even, as lrintf does) */
@@ -265,4 +267,3 @@ static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
     }
 #endif
 }
-"""
