@@ -6,7 +6,7 @@ that sends each request to the next gateway and skips a dead one.
 - session memory follows the session: a turn made on A is recalled into the prompt on B;
 - the semantic cache: an entry written on A hits on B, and a repeated workload over three gateways
   hits within 5 points of one gateway's rate (printed);
-- rate limits stay exact across the three;
+- rate limits and a key's budget stay exact across the three;
 - openai-agents runs whose model calls land on different gateways, chained by the SDK's
   ``previous_response_id``;
 - a three-turn ``previous_response_id`` conversation goes on after the gateway that served its
@@ -48,6 +48,8 @@ api_keys = {{ {keys} }}
 name = "up"
 backend = "openai"
 url = "{upstream_url}"
+cost_input_per_1m = 1000.0
+cost_output_per_1m = 2000.0
 
 [[models]]
 name = "demo"
@@ -175,6 +177,34 @@ def test_rate_limits_stay_exact_across_three(gateways):
     # 6 per minute with 120 s of burst: a bucket of 12, refilled by under one in the test's seconds
     assert outcomes.count("ok") == 12 and outcomes[:12] == ["ok"] * 12, outcomes
     assert len(set(balancer.ports)) == 3
+
+
+#: The upstream answers every chat request with 11 prompt and 17 completion tokens.
+COST_PER_REQUEST = (11 * 1000.0 + 17 * 2000.0) / 1e6
+
+
+def test_a_budget_stays_exact_across_three(gateways):
+    """Keys and budgets share Redis (``[plugins.rate_limit] redis_url`` serves ``[plugins.keys]`` too):
+    a key with a budget of ten requests gets exactly ten, spread over the three gateways."""
+    a = gateways[0]
+    admin = httpx.Client(base_url=a.url, headers=a.admin_headers, timeout=30)
+    assert admin.put("/admin/tenants/budgeted", json={}).status_code in (200, 201)
+    key = admin.post("/admin/keys", json={"tenant": "budgeted", "budget_usd": 10 * COST_PER_REQUEST,
+                                           "budget_period": "daily"}).json()
+    client, balancer = _balanced(gateways, key["key"])
+    outcomes = []
+    for i in range(15):
+        try:
+            client.chat.completions.create(model="up", messages=[{"role": "user", "content": f"spend {i}"}],
+                                           max_tokens=4, extra_headers={"x-tokenops-cache": "off"})
+            outcomes.append("ok")
+        except openai.RateLimitError as e:
+            outcomes.append(e.body["code"])
+    assert outcomes == ["ok"] * 10 + ["budget_exceeded"] * 5, outcomes
+    assert len(set(balancer.ports)) == 3
+    for srv in gateways:  # one ledger: every gateway sees the same spend
+        usage = httpx.get(f"{srv.url}/admin/keys/{key['id']}", headers=srv.admin_headers, timeout=30).json()["usage"]
+        assert usage["spent_usd"] == pytest.approx(10 * COST_PER_REQUEST)
 
 
 def test_agent_runs_whose_turns_land_on_different_gateways(gateways):
