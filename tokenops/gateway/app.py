@@ -82,7 +82,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         gateway.begin()  # models load in the background; /health answers meanwhile
         start_registry(app, gateway)  # this replica in the service's list (GET /admin/gateways)
-        if gateway.store is not None:  # batches left unfinished by the last run resume once models load
+        if gateway.store is not None or gateway.settings.shared.postgres_url:  # unfinished batches resume once models load
             with gateway.scope():  # its task runs with this gateway's plugins
                 batch_runner(app).start()  # (without a store it starts with the first batch)
         try:

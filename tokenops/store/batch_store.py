@@ -39,7 +39,10 @@ def unix(ts: datetime | None) -> int | None:
 
 
 class BatchStore:
-    """Files and batches of one store (a :class:`tokenops.store.Store`)."""
+    """Files and batches of one store (a :class:`tokenops.store.Store`): the embedded default of
+    :class:`tokenops.shared_state.batch_protocol.BatchState` (one process)."""
+
+    is_shared = False
 
     def __init__(self, store: Any, files_dir: str | Path) -> None:
         self.store = store
@@ -49,6 +52,9 @@ class BatchStore:
         self._columns: list[str] | None = None
 
     def path(self, file_id: str) -> Path:
+        return self._local(file_id)
+
+    def _local(self, file_id: str) -> Path:
         assert file_id.startswith("file-") and "/" not in file_id and "\\" not in file_id
         return self.files_dir / f"{file_id}.jsonl"
 
@@ -109,7 +115,7 @@ class BatchStore:
             self.store.execute("DELETE FROM files WHERE tenant = ?", [tenant])
             self.store.execute("DELETE FROM batches WHERE tenant = ?", [tenant])
         for file_id in {*file_ids, *(f for b in batch_ids for f in output_ids(b))}:
-            self.path(file_id).unlink(missing_ok=True)
+            self._local(file_id).unlink(missing_ok=True)
         return {"files": len(file_ids), "batches": len(batch_ids)}
 
     # -- batches --------------------------------------------------------------
@@ -164,6 +170,10 @@ class BatchStore:
             [*ACTIVE_STATES, limit],
         ).fetchall()
         return [_decode(dict(zip(self.batch_columns, r))) for r in rows]
+
+    def claim(self, batch_id: str, owner: str, ttl_s: float) -> bool:
+        """One process runs every batch of this store: always True."""
+        return True
 
     def update_batch(self, batch_id: str, **fields: Any) -> None:
         if not fields:

@@ -15,18 +15,21 @@ Stopping the server cancels the lines in flight without writing them: they run a
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import logging
+import os
+import socket
 import time
+import uuid
 from datetime import timedelta
 from typing import Any
 
 from tokenops.batch_settings import BatchSettings
 from tokenops.gateway.batches.batch_input import parse_line, raw_lines
 from tokenops.gateway.batches.batch_lines import build_call, num_generated, num_tokens, run_call
-from tokenops.gateway.batches.batch_output import DurableAppender, output_line, recover
+from tokenops.gateway.batches.batch_output import output_line, recover
+from tokenops.gateway.batches.batch_run import BatchRun
 from tokenops.gateway.errors import APIError
 from tokenops.prometheus_text import PREFIX
 from tokenops.store.batch_store import BatchStore, output_ids
@@ -37,32 +40,8 @@ log = logging.getLogger("tokenops.batches")
 _RETRY_STATUSES = (429, 503)
 _RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0)
 _COUNTS_EVERY_S = 0.25
-
-
-class _Run:
-    """One batch while it runs: its files, live counts, lines in flight, whether it was cancelled."""
-
-    def __init__(self, row: dict[str, Any], store: BatchStore) -> None:
-        self.row = row
-        self.id: str = row["id"]
-        out, err = output_ids(self.id)
-        self.paths = (store.path(out), store.path(err))
-        self.appender = DurableAppender(*self.paths)
-        self.num_completed = 0
-        self.num_failed = 0
-        self.in_flight: set[asyncio.Task] = set()
-        self.is_cancelled = False
-        self.counts_written_at = 0.0
-        #: (monotonic time, generated tokens) of each line this process finished: the recent rate
-        self.finished: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
-        self.started = time.monotonic()
-
-    def rate(self, window_s: float = 30.0) -> dict[str, float]:
-        """Lines/s and generated tokens/s over the last ``window_s`` (or since this process took it up)."""
-        now = time.monotonic()
-        span = max(1e-3, min(window_s, now - self.started))
-        recent = [n for t, n in self.finished if t >= now - span]
-        return {"lines_per_s": len(recent) / span, "tokens_per_s": sum(recent) / span}
+#: a claim on a batch lasts this long unless renewed (each second or five while it runs)
+_CLAIM_TTL_S = 30.0
 
 
 class BatchRunner:
@@ -72,7 +51,7 @@ class BatchRunner:
         self.gw = gw
         self.store = store
         self.settings = settings
-        self.runs: dict[str, _Run] = {}
+        self.runs: dict[str, BatchRun] = {}
         self.num_lines = {"completed": 0, "failed": 0, "expired": 0}
         self.num_tokens = 0
         self._tasks: dict[str, asyncio.Task] = {}
@@ -82,6 +61,8 @@ class BatchRunner:
         self._event_loop: asyncio.AbstractEventLoop | None = None
         #: batches stopped for good (their tenant deleted): never taken up again
         self._dropped: set[str] = set()
+        #: who runs a batch, where several gateway replicas share the state (BatchState.claim)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -150,23 +131,45 @@ class BatchRunner:
     async def _loop(self) -> None:
         assert self._wakeup is not None
         await self.gw.wait_started()
+        # shared state: other replicas may cancel or take up batches, so look each second
+        period = 1.0 if getattr(self.store, "is_shared", False) else 5.0
         while True:
             self._wakeup.clear()
             try:
-                for row in await asyncio.to_thread(self.store.active_batches):
-                    if row["id"] not in self._tasks and row["id"] not in self._dropped:
-                        task = asyncio.get_running_loop().create_task(self._run(row), name=f"batch-{row['id']}")
-                        self._tasks[row["id"]] = task
-                        task.add_done_callback(self._forget)
+                await asyncio.to_thread(self._take_up)
             except Exception:
                 log.exception("batch runner: reading the store failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), 5.0)
+                await asyncio.wait_for(self._wakeup.wait(), period)
+
+    def _take_up(self) -> None:
+        """(worker thread) Start the batches with work left that this process may run; renew the
+        claims of those it runs, and stop those another replica cancelled."""
+        loop = self._event_loop
+        assert loop is not None
+        for batch_id, run in list(self.runs.items()):
+            self.store.claim(batch_id, self.owner, _CLAIM_TTL_S)
+            if self.store.is_shared and not run.is_cancelled:
+                row = self.store.batch(None, batch_id)
+                if row is None or row["status"] == "cancelling":
+                    loop.call_soon_threadsafe(self.cancel, batch_id)
+        for row in self.store.active_batches():
+            batch_id = row["id"]
+            if batch_id in self._tasks or batch_id in self._dropped:
+                continue
+            if self.store.claim(batch_id, self.owner, _CLAIM_TTL_S):
+                loop.call_soon_threadsafe(self._start_run, row)
+
+    def _start_run(self, row: dict[str, Any]) -> None:
+        if row["id"] not in self._tasks:
+            task = asyncio.get_running_loop().create_task(self._run(row), name=f"batch-{row['id']}")
+            self._tasks[row["id"]] = task
+            task.add_done_callback(self._forget)
 
     # -- one batch ----------------------------------------------------------
 
     async def _run(self, row: dict[str, Any]) -> None:
-        run = self.runs[row["id"]] = _Run(row, self.store)
+        run = self.runs[row["id"]] = BatchRun(row, self.store)
         try:
             if row["status"] == "validating" and not await self._validate(run):
                 return
@@ -196,7 +199,7 @@ class BatchRunner:
             run.appender.close()
             self.runs.pop(run.id, None)
 
-    async def _validate(self, run: _Run) -> bool:
+    async def _validate(self, run: BatchRun) -> bool:
         """Every line's url is the batch's endpoint; else the batch is ``failed`` naming the lines."""
         endpoint = run.row["endpoint"]
 
@@ -227,7 +230,7 @@ class BatchRunner:
         await self._update(run, num_total=total)
         return True
 
-    async def _feed(self, run: _Run) -> None:
+    async def _feed(self, run: BatchRun) -> None:
         assert self._slots is not None
         found = await asyncio.to_thread(recover, *run.paths)
         run.num_completed, run.num_failed = found.num_completed, found.num_failed
@@ -257,12 +260,12 @@ class BatchRunner:
                 await asyncio.gather(*list(run.in_flight), return_exceptions=True)
         await self._write_counts(run, force=True)
 
-    def _line_done(self, run: _Run, task: asyncio.Task) -> None:
+    def _line_done(self, run: BatchRun, task: asyncio.Task) -> None:
         run.in_flight.discard(task)
         assert self._slots is not None
         self._slots.release()
 
-    async def _line(self, run: _Run, custom_id: str, url: str, body: dict[str, Any]) -> None:
+    async def _line(self, run: BatchRun, custom_id: str, url: str, body: dict[str, Any]) -> None:
         request_id, status, answer, error = None, 200, None, None
         for delay in (*_RETRY_DELAYS_S, None):
             try:
@@ -296,7 +299,7 @@ class BatchRunner:
             self.num_tokens += num_tokens(answer or {})
         await self._write_counts(run)
 
-    async def _finish(self, run: _Run, final: str) -> None:
+    async def _finish(self, run: BatchRun, final: str) -> None:
         """``finalizing``, then ``final``: lines that never ran are written when expired; the
         output and error files become files of the tenant (when they hold lines)."""
         await run.appender.drain()  # lines cancelled while being written are in the files first
@@ -329,11 +332,11 @@ class BatchRunner:
         run.num_completed, run.num_failed = ids["num_completed"], ids["num_failed"]
         await self._update(run, status=final, **{f"{final}_at": utcnow()}, **ids)
 
-    async def _update(self, run: _Run, **fields: Any) -> None:
+    async def _update(self, run: BatchRun, **fields: Any) -> None:
         await asyncio.shield(asyncio.to_thread(self.store.update_batch, run.id, **fields))
         run.row.update(fields)
 
-    async def _write_counts(self, run: _Run, force: bool = False) -> None:
+    async def _write_counts(self, run: BatchRun, force: bool = False) -> None:
         now = time.monotonic()
         if force or now - run.counts_written_at >= _COUNTS_EVERY_S:
             run.counts_written_at = now

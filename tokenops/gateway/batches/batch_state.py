@@ -34,20 +34,28 @@ def window_seconds(value: Any) -> float:
 
 
 def batch_store(app: Any) -> BatchStore:
-    """The app's files and batches (created on first use)."""
+    """The app's files and batches (created on first use): in PostgreSQL, shared by every gateway
+    replica, when ``[shared] postgres_url`` is set (this process's copies of file bytes beside its
+    store, or in a temporary folder); else in the gateway's store."""
     found = getattr(app.state, "batch_store", None)
     if found is None:
         gw = app.state.gateway
         store = gw.store
         path = getattr(store, "path", None)
-        if store is None or path in (None, ":memory:"):
-            if store is None:
-                from tokenops.store import Store
+        in_memory = store is None or path in (None, ":memory:")
+        folder = (
+            Path(tempfile.mkdtemp(prefix="tokenops-files-")) if in_memory else Path(path).expanduser().parent / "files"
+        )
+        url = gw.settings.shared.sqlalchemy_url
+        if url is not None:
+            from tokenops.shared_state.postgres_batches import PostgresBatchStore
 
-                store = app.state.batch_memory_store = Store.open(":memory:")
-            folder = Path(tempfile.mkdtemp(prefix="tokenops-files-"))
-        else:
-            folder = Path(path).expanduser().parent / "files"
+            found = app.state.batch_store = PostgresBatchStore(url, folder)
+            return found
+        if store is None:
+            from tokenops.store import Store
+
+            store = app.state.batch_memory_store = Store.open(":memory:")
         found = app.state.batch_store = BatchStore(store, folder)
     return found
 

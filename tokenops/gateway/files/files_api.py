@@ -191,7 +191,7 @@ async def delete_file(request: Request, file_id: str) -> Response:
 )
 async def file_content(request: Request, file_id: str) -> Response:
     _, row = await tenant_row(request, "file", file_id)
-    path = batch_store(request.app).path(file_id)
+    path = await asyncio.to_thread(batch_store(request.app).path, file_id)  # fetched when another replica wrote it
     if not path.exists():
         raise not_found("file", file_id)
     return FileResponse(path, media_type="application/jsonl", filename=row["filename"] or f"{file_id}.jsonl")
