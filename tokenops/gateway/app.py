@@ -82,7 +82,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         gateway.begin()  # models load in the background; /health answers meanwhile
         start_registry(app, gateway)  # this replica in the service's list (GET /admin/gateways)
-        if gateway.store is not None or gateway.settings.shared.postgres_url:  # unfinished batches resume once models load
+        # unfinished batches resume once models load (shared state: batches of the other replicas too)
+        if gateway.store is not None or gateway.settings.shared.postgres_url:
             with gateway.scope():  # its task runs with this gateway's plugins
                 batch_runner(app).start()  # (without a store it starts with the first batch)
         try:

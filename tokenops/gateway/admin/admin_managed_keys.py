@@ -125,9 +125,9 @@ async def put_tenant(request: Request, name: str) -> Response:
 async def delete_tenant(request: Request, name: str) -> Response:
     gw = _gateway(request)
     config_tenants = set(gw.settings.gateway.api_keys.values())
+    from tokenops.gateway.batches.batch_state import purge_tenant as purge_batches
     from tokenops.gateway.core import hooks
     from tokenops.gateway.responses.responses_api import purge_tenant as purge_responses
-    from tokenops.gateway.batches.batch_state import purge_tenant as purge_batches
 
     return _json(
         await _run(
