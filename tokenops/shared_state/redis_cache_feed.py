@@ -2,9 +2,11 @@
 :class:`~tokenops.semcache.cache.SemanticCache` (its own vector index, so a lookup never leaves the
 process), and every answer one replica stores is appended to a Redis stream that all replicas read.
 
-- **write**: :meth:`RedisCacheFeed.publish` (the cache's ``on_store``) appends the entry — keys,
-  question, the response as JSON, the question's float32 vector, the seconds it has left — with
-  ``XADD``, trimmed to ``max_entries`` and to the entries younger than the cache's TTL;
+- **write**: :meth:`RedisCacheFeed.publish` (the cache's ``on_store``) queues the entry — keys,
+  question, the response as JSON, the question's float32 vector, the seconds it has left — and a
+  publisher thread appends what has queued with ``XADD`` in one round trip, trimmed to
+  ``max_entries`` and to the entries younger than the cache's TTL (no round trip on the request's
+  path);
 - **read**: a daemon thread blocks on ``XREAD`` from the last id it saw and hands other replicas'
   entries to :meth:`SemanticCache.add_shared` (nothing is embedded again). A replica that starts
   (or restarts after a crash) reads the stream from its start, so it comes up with the service's
@@ -22,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -79,40 +82,51 @@ class RedisCacheFeed:
         self._caught_up = threading.Event()
         cache.on_store = self.publish
         cache.on_delete_tenant = self.publish_delete_tenant
+        self._outbox: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="semantic-cache-feed", daemon=True)
         self._thread.start()
+        self._sender = threading.Thread(target=self._send_loop, name="semantic-cache-publish", daemon=True)
+        self._sender.start()
 
     def publish(self, entry: SharedEntry) -> None:
-        """Tell the other replicas (Redis away: this replica keeps the entry, the others miss it)."""
-        import redis
-
-        fields = {"o": self.origin, "t": "put", **encode_entry(entry)}
-        # MINID trims what has outlived the TTL (stream ids are Redis' clock in ms)
-        oldest = int((time.time() - self.cache.config.ttl_s) * 1000)
-        try:
-            with self.client.pipeline(transaction=False) as pipe:
-                pipe.xadd(self.stream, fields, maxlen=self.max_entries, approximate=True)
-                pipe.xtrim(self.stream, minid=f"{max(0, oldest)}-0", approximate=True)
-                pipe.execute()
-        except redis.RedisError as e:
-            self.num_unpublished += 1
-            log.warning("semantic cache feed: not published (%s)", e)
-            return
-        self.num_published += 1
+        """Tell the other replicas: queued here, sent by the publisher thread (off the request's
+        path; what queued meanwhile goes in one round trip)."""
+        self._outbox.put({"o": self.origin, "t": "put", **encode_entry(entry)})
 
     def publish_delete_tenant(self, tenant: str) -> None:
+        self._outbox.put({"o": self.origin, "t": "delete_tenant", "tenant": tenant})
+
+    def _send_loop(self) -> None:
         import redis
 
-        try:
-            self.client.xadd(self.stream, {"o": self.origin, "t": "delete_tenant", "tenant": tenant})
-        except redis.RedisError as e:
-            log.warning("semantic cache feed: tenant deletion not published (%s)", e)
+        while True:
+            batch = [self._outbox.get()]
+            while len(batch) < 256 and not self._outbox.empty():
+                batch.append(self._outbox.get())
+            fields = [f for f in batch if f is not None]
+            if fields:
+                # MINID trims what has outlived the TTL (stream ids are Redis' clock in ms)
+                oldest = int((time.time() - self.cache.config.ttl_s) * 1000)
+                try:
+                    with self.client.pipeline(transaction=False) as pipe:
+                        for f in fields:
+                            pipe.xadd(self.stream, f, maxlen=self.max_entries, approximate=True)
+                        pipe.xtrim(self.stream, minid=f"{max(0, oldest)}-0", approximate=True)
+                        pipe.execute()
+                    self.num_published += len(fields)
+                except redis.RedisError as e:  # Redis away: this replica keeps its entries, the others miss them
+                    self.num_unpublished += len(fields)
+                    log.warning("semantic cache feed: %d not published (%s)", len(fields), e)
+            if len(fields) < len(batch):  # close() asked to stop
+                return
 
     def wait_caught_up(self, timeout_s: float = 10.0) -> bool:
         """True once the stream as it was at start has been read."""
         return self._caught_up.wait(timeout_s)
 
     def close(self) -> None:
+        self._outbox.put(None)  # what was queued is sent first
+        self._sender.join(timeout=5)
         self._stop.set()
         self._thread.join(timeout=5)
         if self.cache.on_store == self.publish:
