@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -159,6 +160,8 @@ class RedisSessionMemory:
         self._script = client.register_script(_WRITE)
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> vector, newest last
         self.num_unavailable = 0  # turns served without memory because Redis did not answer
+        self._written: dict[str, tuple[float, list[MemoryEntry]]] = {}  # member -> (when, entries)
+        self._lock = threading.Lock()
 
     def _blob_key(self, member: str) -> str:
         return f"{self._p}s:{member}"
@@ -219,6 +222,10 @@ class RedisSessionMemory:
         counts = (num_merged, num_expired, num_evicted)
         if self._write(member, version, entries, now, counts) < 0:
             return None
+        with self._lock:  # what the turn's recall reads, if it comes at once (a round trip saved)
+            self._written[member] = (time.monotonic(), list(entries))
+            while len(self._written) > 256:
+                self._written.pop(next(iter(self._written)))
         return num_new
 
     def _write(self, member: str, version: int, entries: list[MemoryEntry], now: float, counts=(0, 0, 0)) -> int:
@@ -271,6 +278,15 @@ class RedisSessionMemory:
         alive = [e for e in entries if now - e.last_seen <= self.ttl_s]
         return alive, len(entries) - len(alive)
 
+    def _just_written(self, member: str) -> list[MemoryEntry] | None:
+        """The session as this replica wrote it under a second ago (the remember() of the same
+        turn), else None: read it from Redis."""
+        with self._lock:
+            written = self._written.get(member)
+        if written is None or time.monotonic() - written[0] > 1.0:
+            return None
+        return self._live(written[1], self.clock())[0]
+
     def _read(self, tenant: str, session: str) -> list[MemoryEntry]:
         blob = split_version(self.client.get(self._blob_key(_member(tenant, session))))[1]
         return self._live(decode_entries(blob), self.clock())[0]
@@ -283,7 +299,7 @@ class RedisSessionMemory:
 
         vector = self._embed([query])[0]
         try:
-            entries = self._read(tenant, session)
+            entries = self._just_written(_member(tenant, session)) or self._read(tenant, session)
         except redis.RedisError as e:
             self._unavailable(e)
             return []
@@ -326,6 +342,8 @@ class RedisSessionMemory:
 
     def delete_session(self, tenant: str, session: str) -> int:
         member = _member(tenant, session)
+        with self._lock:
+            self._written.pop(member, None)
         while True:
             version, blob = split_version(self.client.get(self._blob_key(member)))
             if self._write(member, version, [], self.clock()) >= 0:
