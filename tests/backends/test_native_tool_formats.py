@@ -265,3 +265,23 @@ def test_free_hermes_code_and_prose_stay_content():
     assert calls == {} and content == "```python\nprint(1)\n```"
     early, content, calls, _ = _stream("hermes", "Hello there, friend.", 2)
     assert calls == {} and early == content == "Hello there, friend."
+
+
+@pytest.mark.parametrize(("parser", "text"), [
+    ("hermes", '```json\n{"name": "get_author", "arguments": {"book_title": "Hamlet"}}\n```'),
+    ("hermes", '<tool_call>\n{"name": "get_author", "arguments": {"book_title": "Hamlet"}}\n</tool_call>'),
+    ("llama3_json", '{"name": "get_author", "parameters": {"book_title": "Hamlet"}}'),
+    ("mistral", '[{"name": "get_author", "arguments": {"book_title": "Hamlet"}}]'),
+])
+def test_a_free_call_of_a_tool_the_request_does_not_offer_stays_text(parser, text):
+    """Qwen2.5-Coder asked "Who wrote Hamlet?" beside a weather tool invents get_author: no client can run it."""
+    plan = plan_request(OutputFields.from_body({"tools": [WEATHER]}), parser)
+    stream = plan.new_stream()
+    assert stream is not None and stream.names == {"get_weather"}
+    content, pieces = stream.push(text)
+    more, more_pieces = stream.finish()
+    assert pieces + more_pieces == [] and content + more == text and stream.num_calls == 0
+    offered = plan_request(OutputFields.from_body({"tools": [WEATHER]}), parser).new_stream()
+    assert offered is not None
+    _, early = offered.push(text.replace("get_author", "get_weather").replace("book_title", "city"))
+    assert early + offered.finish()[1] and offered.num_calls == 1

@@ -52,9 +52,15 @@ class StructuredPlan:
     generic_tools: list[dict[str, Any]] | None = None
     #: The model's tool-call parser (its name): how earlier calls reach the template.
     parser_name: str = ""
+    #: The functions the request offers: a free call of another one stays text.
+    call_names: frozenset[str] | None = None
 
     def new_stream(self) -> ToolCallStream | None:
-        return self.parser.stream(self.is_call_constrained) if self.parser is not None else None
+        if self.parser is None:
+            return None
+        stream = self.parser.stream(self.is_call_constrained)
+        stream.names = self.call_names
+        return stream
 
     def prompt_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` as the chat template gets them (the generic format adds the tools; Llama 3.x
@@ -90,6 +96,7 @@ def plan_request(
     else:
         plan.template_kwargs["tools"] = tools
     functions = [t["function"] for t in tools if t.get("type", "function") == "function"]
+    plan.call_names = frozenset(str(f.get("name")) for f in functions)
     parallel = fields.parallel_tool_calls is True
     answer: str | None = None
     shortest = ""

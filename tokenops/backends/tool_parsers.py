@@ -54,6 +54,12 @@ class ToolCallStream:
         self._sent_name = False
         self._sent_args = 0
         self._blank = ""  # whitespace-only content, held: around calls it is dropped
+        #: the functions the request offers (None: any name): a free call of another one is text
+        self.names: frozenset[str] | None = None
+
+    def is_known(self, name: str) -> bool:
+        """Whether a free call of ``name`` is a call (a model that invents a tool answers in text)."""
+        return self.is_constrained or self.names is None or name in self.names
 
     def push(self, text: str) -> tuple[str, list[dict[str, Any]]]:
         content, pieces = self._push(text)
@@ -93,7 +99,7 @@ class ToolCallStream:
             body, self._buf = self._buf[:end], self._buf[end + len(self.close_tag) :]
             self._in_call = False
             call = _parse_call(body)
-            if call is None:  # not a call after all: it stays text
+            if call is None or not self.is_known(call[0]):  # not a call after all: it stays text
                 content.append(self.open_tag + body + self.close_tag)
                 continue
             pieces += self._finish_call(body, call)
@@ -114,7 +120,7 @@ class ToolCallStream:
             return rest, []
         self._in_call = False
         call = _parse_call(rest)
-        if call is not None:
+        if call is not None and self.is_known(call[0]):
             return "", self._finish_call(rest, call)
         if self._sent_name:  # a constrained call cut short (max_tokens): keep what was sent
             self.num_calls += 1
@@ -220,7 +226,7 @@ class LeadingCallsStream(ToolCallStream):
         if self._is_content or not text.strip():
             return text, []
         calls = self.parse(text)
-        if calls is None:
+        if calls is None or not all(self.is_known(name) for name, _ in calls):
             return text, []
         pieces = []
         for name, arguments in calls:
@@ -299,6 +305,7 @@ class FreeHermesStream(ToolCallStream):
                 if is_json
                 else ToolCallStream(self.open_tag, self.close_tag, is_constrained=False)
             )
+            self._inner.names = self.names
             text, self._head = self._head, ""
         content, pieces = self._inner.push(text)
         self.num_calls = self._inner.num_calls
@@ -307,6 +314,7 @@ class FreeHermesStream(ToolCallStream):
     def finish(self) -> tuple[str, list[dict[str, Any]]]:
         if self._inner is None:
             self._inner = ToolCallStream(self.open_tag, self.close_tag, is_constrained=False)
+            self._inner.names = self.names
             head, self._head = self._head, ""
             content, pieces = self._inner.push(head)
         else:
