@@ -42,10 +42,10 @@ def batch_store(app: Any) -> BatchStore:
         gw = app.state.gateway
         store = gw.store
         path = getattr(store, "path", None)
-        in_memory = store is None or path in (None, ":memory:")
-        folder = (
-            Path(tempfile.mkdtemp(prefix="tokenops-files-")) if in_memory else Path(path).expanduser().parent / "files"
-        )
+        if store is None or path is None or path == ":memory:":
+            folder = Path(tempfile.mkdtemp(prefix="tokenops-files-"))
+        else:
+            folder = Path(path).expanduser().parent / "files"
         url = gw.settings.shared.sqlalchemy_url
         if url is not None:
             from tokenops.shared_state.postgres_batches import PostgresBatchStore
