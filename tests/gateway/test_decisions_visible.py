@@ -10,7 +10,6 @@ import pytest
 from tokenops.config import Settings
 from tokenops.gateway.observability import tracing
 from tokenops.testing_gateway import FakeBackend, gateway_client
-from tokenops_plugins.multi_model import ensemble
 
 MSG = [{"role": "user", "content": "What is 6*7?"}]
 
@@ -61,18 +60,11 @@ async def test_decision_headers_on_by_default_off_by_option():
                 assert "tokenops" not in r.text, path
 
 
-@pytest.fixture
-def ensemble_conf():
-    s = Settings()
-    s.plugins["ensemble"] = {"members": ["small", "big"], "aggregator": "big", "samples": 3}
-    ensemble.tokenops_configure(s)
-    yield
-    ensemble._conf.update({"members": [], "samples": 5, "judge": None, "aggregator": None})
-
-
-async def test_ensemble_usage_is_every_billed_call_and_model_the_one_that_answered(ensemble_conf):
+async def test_ensemble_usage_is_every_billed_call_and_model_the_one_that_answered():
     small, big = FakeBackend("small", reply="42"), FakeBackend("big", reply="Combined 42")
-    async with gateway_client({"small": [small], "big": [big]}) as c:
+    s = Settings()  # the gateway's own ensemble plugin reads it
+    s.plugins["ensemble"] = {"members": ["small", "big"], "aggregator": "big", "samples": 3}
+    async with gateway_client({"small": [small], "big": [big]}, s) as c:
         r = await c.post("/v1/chat/completions", json={"model": "ensemble:vote", "messages": MSG})
         body, rec = r.json(), c.gateway.recent[-1]
         assert len(small.requests) == 3 and body["model"] == "small"

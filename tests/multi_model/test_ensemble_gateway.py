@@ -2,7 +2,6 @@
 
 from tokenops.config import Settings
 from tokenops.testing_gateway import FakeBackend, gateway_client
-from tokenops_plugins.multi_model import ensemble
 
 MSG = [{"role": "user", "content": "What is 6*7?"}]
 
@@ -19,20 +18,17 @@ class Judge(FakeBackend):
         return ["41"]
 
 
-def configure(**conf):
+def configure(**conf) -> Settings:
+    """``[plugins.ensemble]`` as tokenops.toml gives it: the gateway built from it configures its own plugin."""
     s = Settings()
     s.plugins["ensemble"] = {"members": ["small", "big"], "judge": "big", "aggregator": "big", "samples": 3, **conf}
-    ensemble.tokenops_configure(s)
-
-
-def teardown_function():
-    ensemble._conf.update({"members": [], "samples": 5, "judge": None, "aggregator": None})
+    return s
 
 
 async def test_best_of_n_runs_the_judge_and_returns_its_pick():
-    configure()
+    settings = configure()
     small, big = FakeBackend("small", reply="42"), Judge("big")
-    async with gateway_client({"small": [small], "big": [big]}) as c:
+    async with gateway_client({"small": [small], "big": [big]}, settings) as c:
         r = await c.post("/v1/chat/completions", json={"model": "ensemble:best_of_n", "messages": MSG})
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["message"]["content"].strip() == "41"  # the judge picked candidate 2 (big's answer)
@@ -43,9 +39,9 @@ async def test_best_of_n_runs_the_judge_and_returns_its_pick():
 
 
 async def test_moa_aggregator_writes_final_answer_and_vote_takes_majority():
-    configure()
+    settings = configure()
     small, big = FakeBackend("small", reply="42"), Judge("big")
-    async with gateway_client({"small": [small], "big": [big]}) as c:
+    async with gateway_client({"small": [small], "big": [big]}, settings) as c:
         r = await c.post("/v1/chat/completions", json={"model": "ensemble:moa", "messages": MSG})
         assert r.json()["choices"][0]["message"]["content"].strip() == "Combined: 42"
         r = await c.post("/v1/chat/completions", json={"model": "ensemble:vote", "messages": MSG})

@@ -5,6 +5,7 @@ import pytest
 from tokenops.config import Settings
 from tokenops.types import BackendError, GatewayRequest, GatewayResponse
 from tokenops_plugins.multi_model import validators
+from tokenops_plugins.multi_model.validators import Validators
 from tokenops_plugins.multi_model.cascade import Cascade
 from tokenops_plugins.multi_model.fallback import Fallback
 from tokenops_plugins.multi_model._profiles import dump_profile, load_profiles, save_profile, wilson
@@ -16,9 +17,7 @@ def req(body=None, model="m"):
 
 @pytest.fixture
 def settings():
-    s = Settings()
-    yield s
-    validators.tokenops_configure(Settings())
+    return Settings()
 
 
 def test_logprob_confidence_is_geometric_mean_probability():
@@ -35,6 +34,7 @@ def test_json_validator_with_schema():
 
 
 def test_validate_hook_takes_the_lowest_applicable_score(settings):
+    validators = Validators()  # an instance of its own: its choice of validators is its own
     settings.plugins["validators"] = {"regex": r"^\d+$"}
     validators.tokenops_configure(settings)
     resp = GatewayResponse(text="42", model="m", token_logprobs=[math.log(0.9)] * 3)

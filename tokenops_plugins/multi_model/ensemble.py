@@ -34,39 +34,7 @@ TOKENOPS_LAYER = "multi_model"
 TOKENOPS_SETTINGS = {"ensemble": ("members", "samples", "temperature", "judge", "aggregator")}
 METHODS = ("vote", "best_of_n", "moa")
 
-_conf: dict = {"members": [], "samples": 5, "temperature": 0.8, "judge": None, "aggregator": None}
-
-
-@hookimpl
-def tokenops_configure(settings):
-    conf = settings.plugin_settings("ensemble")
-    for key in _conf:
-        if key in conf:
-            _conf[key] = conf[key]
-
-
-@hookimpl(tryfirst=True)
-def tokenops_route(request, candidates, profiles):
-    if not request.model.startswith("ensemble:"):
-        return None
-    method = request.model.split(":", 1)[1]
-    if method not in METHODS:
-        raise ValueError(
-            f"unknown ensemble {request.model!r}; use one of " + ", ".join(f"ensemble:{m}" for m in METHODS)
-        )
-    members = [m for m in _conf["members"] if m in candidates]
-    if not members:
-        raise ValueError("[plugins.ensemble] members lists no configured model")
-    if method == "vote":
-        members = [members[0]] * int(_conf["samples"])
-        # Self-consistency needs diverse samples: sample unless the client chose a temperature.
-        if not request.sampling.temperature:
-            request.override_sampling(temperature=float(_conf["temperature"]), seed=None)
-        else:
-            request.override_sampling(seed=None)
-    return RouteDecision(
-        members[0], f"ensemble: {method} over {len(members)}", router="ensemble", members=tuple(members), method=method
-    )
+_DEFAULTS: dict = {"members": [], "samples": 5, "temperature": 0.8, "judge": None, "aggregator": None}
 
 
 def majority(responses: list[GatewayResponse]) -> GatewayResponse:
@@ -107,34 +75,77 @@ def aggregate_prompt(question: str, responses: list[GatewayResponse]) -> list[di
     ]
 
 
-@hookimpl(trylast=True)
-def tokenops_ensemble(request, responses):
-    method = request.model.split(":", 1)[1] if request.model.startswith("ensemble:") else "vote"
-    if method == "vote":
-        return majority(responses)
-    question = request.prompt_text()
-    usage = (sum(r.prompt_tokens for r in responses), sum(r.completion_tokens for r in responses))
+class Ensemble:
+    """One gateway's ensemble members, sampling and judge/aggregator models."""
 
-    def billed(final: GatewayResponse, follow_up: GatewayResponse) -> GatewayResponse:
-        """Usage of every member plus the judge's or aggregator's own call."""
-        final.prompt_tokens = usage[0] + follow_up.prompt_tokens
-        final.completion_tokens = usage[1] + follow_up.completion_tokens
-        return final
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
-    if method == "best_of_n":
-        judge = _conf["judge"] or responses[-1].model
-        return EnsembleFollowUp(
-            judge,
-            judge_prompt(question, responses),
-            lambda verdict: billed(pick_judged(responses, verdict.text), verdict),
-            8,
+    def __init__(self) -> None:
+        self.conf: dict = dict(_DEFAULTS)
+
+    @hookimpl
+    def tokenops_configure(self, settings):
+        conf = settings.plugin_settings("ensemble")
+        for key in self.conf:
+            if key in conf:
+                self.conf[key] = conf[key]
+
+    @hookimpl(tryfirst=True)
+    def tokenops_route(self, request, candidates, profiles):
+        if not request.model.startswith("ensemble:"):
+            return None
+        method = request.model.split(":", 1)[1]
+        if method not in METHODS:
+            raise ValueError(
+                f"unknown ensemble {request.model!r}; use one of " + ", ".join(f"ensemble:{m}" for m in METHODS)
+            )
+        members = [m for m in self.conf["members"] if m in candidates]
+        if not members:
+            raise ValueError("[plugins.ensemble] members lists no configured model")
+        if method == "vote":
+            members = [members[0]] * int(self.conf["samples"])
+            # Self-consistency needs diverse samples: sample unless the client chose a temperature.
+            if not request.sampling.temperature:
+                request.override_sampling(temperature=float(self.conf["temperature"]), seed=None)
+            else:
+                request.override_sampling(seed=None)
+        return RouteDecision(
+            members[0],
+            f"ensemble: {method} over {len(members)}",
+            router="ensemble",
+            members=tuple(members),
+            method=method,
         )
-    aggregator = _conf["aggregator"] or responses[-1].model
-    # the final answer is the aggregator's: it gets the client's token limit (members already had it)
-    asked = request.max_tokens if request.sampling.is_max_tokens_sent else None
-    return EnsembleFollowUp(
-        aggregator,
-        aggregate_prompt(question, responses),
-        lambda answer: billed(answer, answer),
-        asked if asked else 256,
-    )
+
+    @hookimpl(trylast=True)
+    def tokenops_ensemble(self, request, responses):
+        method = request.model.split(":", 1)[1] if request.model.startswith("ensemble:") else "vote"
+        if method == "vote":
+            return majority(responses)
+        question = request.prompt_text()
+        usage = (sum(r.prompt_tokens for r in responses), sum(r.completion_tokens for r in responses))
+
+        def billed(final: GatewayResponse, follow_up: GatewayResponse) -> GatewayResponse:
+            """Usage of every member plus the judge's or aggregator's own call."""
+            final.prompt_tokens = usage[0] + follow_up.prompt_tokens
+            final.completion_tokens = usage[1] + follow_up.completion_tokens
+            return final
+
+        if method == "best_of_n":
+            judge = self.conf["judge"] or responses[-1].model
+            return EnsembleFollowUp(
+                judge,
+                judge_prompt(question, responses),
+                lambda verdict: billed(pick_judged(responses, verdict.text), verdict),
+                8,
+            )
+        aggregator = self.conf["aggregator"] or responses[-1].model
+        # the final answer is the aggregator's: it gets the client's token limit (members already had it)
+        asked = request.max_tokens if request.sampling.is_max_tokens_sent else None
+        return EnsembleFollowUp(
+            aggregator,
+            aggregate_prompt(question, responses),
+            lambda answer: billed(answer, answer),
+            asked if asked else 256,
+        )

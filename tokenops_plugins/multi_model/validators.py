@@ -24,8 +24,6 @@ TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
 TOKENOPS_SETTINGS = {"validators": ("use", "regex")}
 
-_conf: dict = {"use": None, "regex": None}
-
 
 def logprob_confidence(token_logprobs: list[float] | None) -> float | None:
     if not token_logprobs:
@@ -85,27 +83,35 @@ def agreement(samples: list[str]) -> float | None:
     return counts.most_common(1)[0][1] / len(samples)
 
 
-def _on(name: str) -> bool:
-    return _conf["use"] is None or name in _conf["use"]
+class Validators:
+    """One gateway's validator choice (``use``) and ``regex``."""
 
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
-@hookimpl
-def tokenops_configure(settings):
-    conf = settings.plugin_settings("validators")
-    _conf["use"] = conf.get("use")
-    _conf["regex"] = re.compile(conf["regex"]) if conf.get("regex") else None
+    def __init__(self) -> None:
+        self.use: list[str] | None = None  # None: every validator
+        self.regex: re.Pattern[str] | None = None
 
+    def is_on(self, name: str) -> bool:
+        return self.use is None or name in self.use
 
-@hookimpl
-def tokenops_validate(request, response):
-    scores: list[float | None] = []
-    if _on("logprob"):
-        scores.append(logprob_confidence(response.token_logprobs))
-    if _on("json"):
-        scores.append(json_validity(response.text, request.output.response_format))
-    if _on("regex") and _conf["regex"] is not None:
-        scores.append(1.0 if _conf["regex"].search(response.text) else 0.0)
-    if _on("consistency"):
-        scores.append(agreement(response.extra.get("samples") or []))
-    known = [s for s in scores if s is not None]
-    return min(known) if known else None
+    @hookimpl
+    def tokenops_configure(self, settings):
+        conf = settings.plugin_settings("validators")
+        self.use = conf.get("use")
+        self.regex = re.compile(conf["regex"]) if conf.get("regex") else None
+
+    @hookimpl
+    def tokenops_validate(self, request, response):
+        scores: list[float | None] = []
+        if self.is_on("logprob"):
+            scores.append(logprob_confidence(response.token_logprobs))
+        if self.is_on("json"):
+            scores.append(json_validity(response.text, request.output.response_format))
+        if self.is_on("regex") and self.regex is not None:
+            scores.append(1.0 if self.regex.search(response.text) else 0.0)
+        if self.is_on("consistency"):
+            scores.append(agreement(response.extra.get("samples") or []))
+        known = [s for s in scores if s is not None]
+        return min(known) if known else None
