@@ -64,3 +64,14 @@ def pytest_collection_modifyitems(config, items):
             seen[path] = rel in _SECONDS or any(s in text for s in _SPAWNS)
         if seen[path]:
             item.add_marker(pytest.mark.full_only)
+
+
+@pytest.fixture(autouse=True)
+def _kernel_switches_restored():
+    """An engine built in a test hands its kernel switches (quant_exact, native_kernels, ...) to the
+    process-wide kernels (tokenops/engine/kernels/switches.py): each test starts from the defaults."""
+    from tokenops.engine.kernels import switches
+
+    yield
+    if switches.current != switches.KernelSwitches():
+        switches.apply(switches.KernelSwitches())

@@ -9,10 +9,11 @@ decoding (chunked prefill + paged decode) gives the same tokens.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
-
 from tiny_gguf import GGUF_ARCHS, QTYPES, load_hf_gguf, write_tiny_gguf
 from tokenops.engine.core.batch import ChunkInput
 
@@ -60,7 +61,8 @@ def test_rounded_activations_stay_close(pair, monkeypatch):
     _, qtype, runner, _, _ = pair
     ids = _prompt()
     exact = runner.execute([ChunkInput(ids, 0, list(range(8)))])[0]
-    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
+    assert runner.switches.quant_exact  # the module's TOKENOPS_QUANT_EXACT=1, read when its config was made
+    monkeypatch.setattr(runner, "switches", replace(runner.switches, quant_exact=False))
     rounded = runner.execute([ChunkInput(ids, 0, list(range(8)))])[0]
     err = (rounded - exact).abs().max().item() / exact.abs().max().item()
     assert err < 1e-3
@@ -107,7 +109,6 @@ def test_weights_stay_quantized(pair):
 @pytest.mark.parametrize("qtype", QTYPES)
 def test_dequantize_matches_gguf_reference(qtype):
     import gguf
-
     from tokenops.engine.gguf.gguf_quants import QUANT_TYPES, dequantize
 
     qt = next(t for t in QUANT_TYPES.values() if t.name == qtype)
@@ -122,8 +123,8 @@ def test_dequantize_matches_gguf_reference(qtype):
 
 
 def test_quantized_rows_of_an_embedding_are_the_dequantized_rows():
-    from tokenops.engine.kernels.quantized_linear import QuantizedEmbedding, QuantizedWeight
     from tiny_gguf import _encode
+    from tokenops.engine.kernels.quantized_linear import QuantizedEmbedding, QuantizedWeight
 
     rng = np.random.default_rng(4)
     raw, raw_type = _encode(rng.standard_normal((40, 256)).astype(np.float32), "Q4_K", rng)
@@ -136,8 +137,8 @@ def test_unsupported_tensor_type_is_one_line_error(tmp_path):
     """A type the engine does not implement (TQ2_0, a ternary type, here) is refused at load, naming
     tensor and type."""
     from tokenops.engine.core.config import EngineConfig
-    from tokenops.engine.models.loader import UnsupportedModelError
     from tokenops.engine.core.model_runner import ModelRunner
+    from tokenops.engine.models.loader import UnsupportedModelError
 
     write_tiny_gguf(tmp_path / "tq2.gguf", "llama", "Q8_0", tensor_types={"blk.1.ffn_up.weight": "TQ2_0"})
     with pytest.raises(UnsupportedModelError) as err:
@@ -169,11 +170,10 @@ def test_native_decode_kernel_runs_quantized_weights(tmp_path, monkeypatch):
 
 def test_unsupported_architecture_and_non_gguf_files_are_one_line_errors(tmp_path):
     import gguf
-
     from tokenops.config import ConfigError
     from tokenops.engine.core.config import EngineConfig
-    from tokenops.engine.models.loader import UnsupportedModelError
     from tokenops.engine.core.model_runner import ModelRunner
+    from tokenops.engine.models.loader import UnsupportedModelError
     from tokenops.gateway.server import model_from_arg
 
     w = gguf.GGUFWriter(str(tmp_path / "phi.gguf"), "mamba")  # an architecture the engine does not run

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from tokenops.engine.kernels import native
-from tokenops.engine.kernels.attention import AttentionMetadata, paged_attention
 from tokenops.engine.core.batch import ChunkInput
 from tokenops.engine.core.config import EngineConfig
 from tokenops.engine.core.engine import LLMEngine
+from tokenops.engine.kernels import native, switches
+from tokenops.engine.kernels.attention import AttentionMetadata, paged_attention
 from tokenops.engine.sampling.sampling import SamplingParams
 
 kernel = native.get_kernel()
@@ -86,10 +85,10 @@ def test_backend_validation(tiny_llama_dir):
 
 def test_disabled_by_environment_or_missing_compiler(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_kernel", False)
-    monkeypatch.setenv("TOKENOPS_NATIVE_ATTENTION", "0")
-    assert native.get_kernel() is None
+    monkeypatch.setattr(switches, "current", switches.KernelSwitches(native_kernels=False))
+    assert native.get_kernel() is None and native.disabled()
+    monkeypatch.setattr(switches, "current", switches.KernelSwitches())
     monkeypatch.setattr(native, "_kernel", False)
-    monkeypatch.delenv("TOKENOPS_NATIVE_ATTENTION")
     monkeypatch.setenv("TOKENOPS_NATIVE_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     assert native.get_kernel() is None  # logged, and the engine keeps the PyTorch path

@@ -5,11 +5,14 @@ build and in the plain-C fallback build."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from gguf import GGMLQuantizationType as QT
 from quant_blocks import K_QUANTS, quantize_activations, random_raw
-from tokenops.engine.kernels import quant_kernels
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.kernels import quant_kernels, switches
 from tokenops.engine.kernels.quant_kernels import Method, QuantKernels
 
 QTYPES = [QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
@@ -69,13 +72,13 @@ def test_linear_matches_reference(kernels: QuantKernels, qtype: QT, threads: int
     print(f"{qtype.name}: max relative error of the two-byte-activation paths vs float32: {worst:.2e}")
 
 
-def test_exact_env_switches_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_exact_switch_changes_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     kernels = _kernels(False)
     raw = random_raw(QT.Q4_K, 16, 256)
     x = torch.randn(2, 256)
     exact = x.double() @ quant_kernels.dequantize_reference(raw, QT.Q4_K, 256).double().T
     assert _rel_err(kernels.linear(x, raw, QT.Q4_K, 256), exact) > 1e-7
-    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "1")
+    monkeypatch.setattr(switches, "current", replace(switches.current, quant_exact=True))
     assert _rel_err(kernels.linear(x, raw, QT.Q4_K, 256), exact) < 1e-5
 
 
@@ -191,38 +194,56 @@ def test_amx_tiles_give_the_512_bit_kernels_floats(qtype: QT) -> None:
 
 
 @pytest.mark.parametrize(
-    ("variable", "active", "available"),
-    [("TOKENOPS_QUANT_AVX512", "avx512_active", "has_avx512"), ("TOKENOPS_QUANT_AMX", "amx_active", "has_amx")],
+    ("field", "active", "available"),
+    [("quant_avx512", "avx512_active", "has_avx512"), ("quant_amx", "amx_active", "has_amx")],
     ids=["avx512", "amx"],
 )
-def test_env_switch_keeps_the_narrower_path(variable: str, active: str, available: str) -> None:
-    """``TOKENOPS_QUANT_AVX512=0`` keeps the 256-bit kernels, ``TOKENOPS_QUANT_AMX=0`` the vector ones
-    (each read once, at the first product)."""
-    import os
-    import subprocess
-    import sys
-
+def test_config_switch_keeps_the_narrower_path(field: str, active: str, available: str) -> None:
+    """``quant_avx512 = False`` keeps the 256-bit kernels, ``quant_amx = False`` the vector ones: the
+    engine's switches reach every loaded library."""
     kernels = _kernels(False)
-    code = (
-        "import torch; from tokenops.engine.kernels.quant_kernels import get_kernels; k = get_kernels(); "
-        f"print(int(k.{active}))"
+    try:
+        for on, expect in ((False, False), (True, getattr(kernels, available))):
+            switches.apply(replace(switches.current, **{field: on}))
+            assert getattr(kernels, active) is expect, on
+    finally:
+        switches.apply(switches.KernelSwitches())
+    assert getattr(kernels, active) is getattr(kernels, available)
+
+
+def test_the_environment_is_a_default_read_at_config_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TOKENOPS_QUANT_AVX512=0`` (and the other variables) still work: as the defaults of the
+    ``EngineConfig`` fields, read when a config is made, never by the kernels."""
+    for variable, value in (
+        ("TOKENOPS_QUANT_AVX512", "0"),
+        ("TOKENOPS_QUANT_AMX", "0"),
+        ("TOKENOPS_QUANT_EXACT", "1"),
+        ("TOKENOPS_NATIVE_ATTENTION", "0"),
+        ("TOKENOPS_QUANT_AMX_MIN_ROWS", "6"),
+    ):
+        monkeypatch.setenv(variable, value)
+    config = EngineConfig()
+    assert (config.quant_avx512, config.quant_amx, config.quant_exact, config.native_kernels) == (False,) * 2 + (
+        True,
+        False,
     )
-    for value, expect in (("0", False), ("1", getattr(kernels, available))):
-        env = {**os.environ, variable: value}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        assert out.stdout.strip() == str(int(expect)), (value, out.stderr)
+    assert config.quant_amx_min_rows == 6
+    monkeypatch.setenv("TOKENOPS_QUANT_AVX512", "1")
+    assert config.quant_avx512 is False and EngineConfig().quant_avx512 is True  # read at load, not later
+    monkeypatch.setenv("TOKENOPS_QUANT_AMX_MIN_ROWS", "zero")
+    assert EngineConfig().quant_amx_min_rows == 0  # not a positive integer: the build's default
+    with pytest.raises(ValueError, match="quant_exact must be true or false"):
+        EngineConfig(quant_exact="yes")
 
 
-def test_amx_min_rows_reads_its_variable() -> None:
-    """The tiles start at 3 rows (measured on the default model's whole step); ``TOKENOPS_QUANT_AMX_MIN_ROWS``
-    moves that for another CPU, and a value that is not a positive integer keeps 3."""
-    import os
-    import subprocess
-    import sys
-
-    assert _kernels(False).amx_min_rows == 3 or "TOKENOPS_QUANT_AMX_MIN_ROWS" in os.environ
-    code = "from tokenops.engine.kernels.quant_kernels import get_kernels; print(get_kernels().amx_min_rows)"
-    for value, expect in (("6", "6"), ("zero", "3"), ("-2", "3")):
-        env = {**os.environ, "TOKENOPS_QUANT_AMX_MIN_ROWS": value}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        assert out.stdout.strip() == expect, (value, out.stderr)
+def test_amx_min_rows_is_a_switch() -> None:
+    """The tiles start at 3 rows (measured on the default model's whole step); ``quant_amx_min_rows``
+    moves that for another CPU, and 0 keeps 3."""
+    kernels = _kernels(False)
+    assert kernels.amx_min_rows == 3
+    try:
+        switches.apply(replace(switches.current, quant_amx_min_rows=6))
+        assert kernels.amx_min_rows == 6
+    finally:
+        switches.apply(switches.KernelSwitches())
+    assert kernels.amx_min_rows == 3

@@ -73,7 +73,7 @@ def test_fused_step_greedy_equals_dequantized_float32(tmp_path, monkeypatch, qty
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K"])
 def test_avx512_and_avx2_products_agree_in_the_engine(tmp_path, monkeypatch, qtype: str) -> None:
     """The same model's logits with the 512-bit packed kernels and with the 256-bit ones (the
-    switch ``TOKENOPS_QUANT_AVX512=0``), in the PyTorch forward that calls this library."""
+    switch ``quant_avx512 = False``), in the PyTorch forward that calls this library."""
     _needs_kernels()
     kernels = quant_kernels.get_kernels()
     assert kernels is not None
@@ -95,7 +95,7 @@ def test_avx512_and_avx2_products_agree_in_the_engine(tmp_path, monkeypatch, qty
         assert not kernels.set_avx512(False)
         narrow = runner.execute([chunk])
     finally:
-        kernels.set_avx512(None)  # back to TOKENOPS_QUANT_AVX512's choice
+        kernels.set_avx512(None)  # back to the engine's quant_avx512
     assert torch.equal(wide, narrow)
 
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
+from tokenops.engine.kernels.switches import env_flag, env_int
+
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -179,6 +181,13 @@ class EngineConfig:
     kv_offload_disk_mb: float = 0.0
     kv_offload_disk_blocks: int = 0
     kv_offload_disk_path: str | None = None  # None: a temporary folder
+    # The native kernels' switches (tokenops/engine/kernels/switches.py): defaults from the environment,
+    # read here, when the config is made; the model runner hands them to the kernels.
+    native_kernels: bool = field(default_factory=lambda: env_flag("TOKENOPS_NATIVE_ATTENTION", True))
+    quant_exact: bool = field(default_factory=lambda: env_flag("TOKENOPS_QUANT_EXACT", False))
+    quant_avx512: bool = field(default_factory=lambda: env_flag("TOKENOPS_QUANT_AVX512", True))
+    quant_amx: bool = field(default_factory=lambda: env_flag("TOKENOPS_QUANT_AMX", True))
+    quant_amx_min_rows: int = field(default_factory=lambda: env_int("TOKENOPS_QUANT_AMX_MIN_ROWS", 0))
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -234,6 +243,10 @@ class EngineConfig:
             raise ValueError(f"engine kv_window_tokens must be 0 (off) or >= 2 blocks ({2 * self.block_size})")
         if self.kv_window_tokens and self.speculative == "draft":
             raise ValueError("engine kv_window_tokens (sink + window eviction) does not work with the draft proposer")
+        for name in ("native_kernels", "quant_exact", "quant_avx512", "quant_amx"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"engine {name} must be true or false, not {getattr(self, name)!r}")
+        _check_int("quant_amx_min_rows", self.quant_amx_min_rows, 0)
         _check_offload(self)
 
     @property

@@ -17,6 +17,7 @@ import torch
 from tokenops.engine.core.batch import ChunkInput
 from tokenops.engine.core.tokenizer import Tokenizer
 from tokenops.engine.gguf.gguf_reader import reusing_headers
+from tokenops.engine.kernels import switches
 from tokenops.engine.kernels.attention import AttentionMetadata
 from tokenops.engine.kernels.fused_decode import make_fused_decoder
 from tokenops.engine.kernels.panels import PanelDtypeUnavailable, hugepage_arena
@@ -65,6 +66,10 @@ class ModelRunner:
     ) -> None:
         start = time.perf_counter()
         self.config = config
+        #: the kernel switches of this runner's config: applied before any kernel loads or packs a weight,
+        #: and again by a step that finds another runner's in force (they are process-wide)
+        self.switches = switches.KernelSwitches.of(config)
+        switches.apply(self.switches)
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         self.device = pick_device(config.device)
@@ -233,6 +238,8 @@ class ModelRunner:
 
         A chunk with ``num_logits = m > 1`` contributes the rows of its last ``m``
         tokens instead (in position order), so the result has ``sum(num_logits)`` rows."""
+        if switches.current is not self.switches:
+            switches.apply(self.switches)
         if not chunks:
             return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
         for c in chunks:

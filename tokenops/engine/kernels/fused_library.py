@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from tokenops.engine.kernels import switches
 from tokenops.engine.kernels.c_header import CSRC, bind, check_struct, read
 from tokenops.engine.models.layers import Linear
 from tokenops.engine.models.llama import CausalLM
@@ -91,7 +92,7 @@ def library(panel_dtype: str = "float32", kv_bf16: bool = False) -> ctypes.CDLL 
                     read("fused_decode.h"),
                 )
                 if panel_dtype == "gguf":  # the quantized kernels are built in: their switches too
-                    bind(lib, read("quant.h"))
+                    switches.register(bind(lib, read("quant.h")))
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 log.warning("fused decode step unavailable, decodes use the PyTorch path: %s", e)
                 lib = None
@@ -104,7 +105,7 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
     from tokenops.engine.kernels.native import disabled
 
     if disabled():
-        return "native kernels are disabled (TOKENOPS_NATIVE_ATTENTION=0)"
+        return "native kernels are disabled (TOKENOPS_NATIVE_ATTENTION=0, native_kernels)"
     if device.type != "cpu":
         return "it is for CPU"
     if not isinstance(model, CausalLM):
@@ -168,7 +169,7 @@ def _quantized_reason(model: CausalLM, linears: Sequence[torch.nn.Module]) -> st
     if kernels is None or not kernels.has_avx2:
         return "the quantized kernels need AVX2 and a C compiler"
     if quant_kernels.exact():
-        return "TOKENOPS_QUANT_EXACT asks for float32 activations"
+        return "TOKENOPS_QUANT_EXACT (quant_exact) asks for float32 activations"
     embed = model.model.embed_tokens
     if not isinstance(embed, QuantizedEmbedding) or embed.dtype != torch.float32:
         return "its embedding is not quantized"

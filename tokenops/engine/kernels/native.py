@@ -15,7 +15,7 @@ the CPU, and loaded with :mod:`ctypes` (which releases the GIL during the call; 
 from the header, :mod:`tokenops.engine.kernels.c_header`). :func:`build_library` builds the other
 libraries of ``csrc`` the same way. Nothing
 needs Python or torch headers, so building takes well under a second. When no compiler
-is available, or ``TOKENOPS_NATIVE_ATTENTION=0`` is set, :func:`get_kernel` returns
+is available, or the engine's ``native_kernels`` is off (``TOKENOPS_NATIVE_ATTENTION=0``), :func:`get_kernel` returns
 ``None`` and the engine keeps the PyTorch path; both paths are tested to agree.
 
 Supported: float32 and bfloat16 caches (queries and outputs float32 or the cache's
@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from tokenops.engine.kernels import switches
 from tokenops.engine.kernels.c_header import CSRC, bind, read, sources
 
 log = logging.getLogger(__name__)
@@ -187,22 +188,22 @@ class PagedDecodeKernel:
 
 
 def disabled() -> bool:
-    """Whether ``TOKENOPS_NATIVE_ATTENTION=0`` (or false/no/off) turns the native kernels off (this
-    one and the fused decode step of :mod:`tokenops.engine.kernels.fused_decode`)."""
-    return os.environ.get("TOKENOPS_NATIVE_ATTENTION", "1").strip().lower() in ("0", "false", "no", "off")
+    """Whether the engine's ``native_kernels`` switch is off (default from ``TOKENOPS_NATIVE_ATTENTION``,
+    see :mod:`tokenops.engine.kernels.switches`): no native kernel runs, this one, the fused decode step
+    of :mod:`tokenops.engine.kernels.fused_decode` or the quantized products."""
+    return not switches.current.native_kernels
 
 
 def get_kernel() -> PagedDecodeKernel | None:
     """The compiled kernel, or ``None`` (disabled, or no compiler: logged once)."""
     global _kernel
+    if disabled():
+        return None
     if _kernel is not False:
         return _kernel  # type: ignore[return-value]  # never True: the flag is False or the result
     with _lock:
         if _kernel is not False:
             return _kernel
-        if disabled():
-            _kernel = None
-            return None
         try:
             _kernel = PagedDecodeKernel(build_library())
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:

@@ -10,7 +10,7 @@ bytes. Two paths, picked by the number of rows:
   ``q d + q2 d2``: an int8 code and an int8 remainder on a 254x finer scale) and multiplied against
   the weight blocks with integer byte products (AVX2 ``maddubs``, or AVX-VNNI ``dpbusd``; on weights
   packed by :func:`pack`, 512-bit ``vpdpbusd`` over two row groups where the CPU has AVX-512 VNNI,
-  checked at run time, ``TOKENOPS_QUANT_AVX512=0`` to keep the 256-bit kernels), as
+  checked at run time, ``quant_avx512 = False`` to keep the 256-bit kernels), as
   llama.cpp does with one byte; up to four rows share each unpacked weight block. The error is
   ~3e-5 of the largest output (one byte, llama.cpp's Q8 activations: ~7e-3, enough to flip
   near-tied greedy tokens of a real model).
@@ -20,7 +20,7 @@ bytes. Two paths, picked by the number of rows:
 
 Both multiply the activations rounded the same way, so which path a row count picks does
 not change a row's result beyond float32 rounding (a batched or speculative step yields the tokens
-a single decode would). ``TOKENOPS_QUANT_EXACT=1`` (:attr:`Method.EXACT`) multiplies the float32
+a single decode would). The engine's ``quant_exact`` (:attr:`Method.EXACT`) multiplies the float32
 activations instead, through the GEMM: the products of a float32 reference, for parity checks
 against another implementation.
 
@@ -29,7 +29,7 @@ compiled at first use by :func:`tokenops.engine.kernels.native.build_library` wi
 cache keyed by the sources and the CPU's feature flags, so the instructions used are the ones this CPU has (the
 run-time check). A CPU without AVX2 gets the plain-C GEMM for every path (on rounded activations
 but for ``EXACT``); ``TK_PLAIN`` builds that fallback on any CPU, and the tests run it. With no C
-compiler (or ``TOKENOPS_NATIVE_ATTENTION=0``) :func:`linear` falls back to ``gguf``'s numpy decoder
+compiler (or with ``native_kernels`` off) :func:`linear` falls back to ``gguf``'s numpy decoder
 and ``torch``'s matmul on the float32 activations.
 """
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 import ctypes
 import enum
 import logging
-import os
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
+from tokenops.engine.kernels import switches
 from tokenops.engine.kernels.c_header import bind, read
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,7 @@ class QuantKernels:
     def __init__(self, path: Path, plain: bool = False) -> None:
         self.path, self.plain = path, plain
         self.lib = bind(ctypes.CDLL(str(path)), read("quant.h"))
+        switches.register(self.lib)
         features = self.lib.qk_features()
         self.has_avx2, self.has_vnni = bool(features & 1), bool(features & 2)
         self.has_avx512 = bool(features & 4)
@@ -105,10 +106,10 @@ class QuantKernels:
 
     def set_avx512(self, on: bool | None) -> bool:
         """Use the 512-bit kernels for packed products (where the build and the CPU
-        have AVX-512 VNNI) or the 256-bit ones (``None``: as ``TOKENOPS_QUANT_AVX512`` says, on unless
-        ``0``); returns whether the 512-bit ones are now used. This library only: the fused step's
-        own build reads the variable itself. Not while a product runs."""
-        return bool(self.lib.qk_set_avx512(-1 if on is None else int(on)))
+        have AVX-512 VNNI) or the 256-bit ones (``None``: as the engine's ``quant_avx512`` says, see
+        :mod:`tokenops.engine.kernels.switches`); returns whether the 512-bit ones are now used. This
+        library only (the switches reach every library). Not while a product runs."""
+        return bool(self.lib.qk_set_avx512(int(switches.current.quant_avx512 if on is None else on)))
 
     @property
     def avx512_active(self) -> bool:
@@ -116,21 +117,30 @@ class QuantKernels:
         return bool(self.lib.qk_avx512_active())
 
     def set_amx(self, on: bool | None) -> bool:
-        """Use AMX tiles for packed products of three or more rows (Q8_0, Q4_0, Q4_1; where the build,
-        the CPU and the OS allow them) or not (``None``: as ``TOKENOPS_QUANT_AMX`` says, on unless
-        ``0``); returns whether they are now used. The same floats either way. This library only: the
-        fused step's own build reads the variable itself. Not while a product runs."""
-        return bool(self.lib.qk_set_amx(-1 if on is None else int(on)))
+        """Use AMX tiles for packed products of :attr:`amx_min_rows` or more rows (Q8_0, Q4_0, Q4_1;
+        where the build, the CPU and the OS allow them) or not (``None``: as the engine's ``quant_amx``
+        says); returns whether they are now used. The same floats either way. This library only. Not
+        while a product runs."""
+        return bool(self.lib.qk_set_amx(int(switches.current.quant_amx if on is None else on)))
 
     @property
     def amx_min_rows(self) -> int:
-        """The fewest rows a packed product takes the tiles for (3, or ``TOKENOPS_QUANT_AMX_MIN_ROWS``)."""
+        """The fewest rows a packed product takes the tiles for (3, or the engine's ``quant_amx_min_rows``)."""
         return int(self.lib.qk_amx_min_rows())
 
     @property
     def amx_active(self) -> bool:
-        """Whether packed products of three or more rows (``TOKENOPS_QUANT_AMX_MIN_ROWS``) run on AMX tiles."""
+        """Whether packed products of :attr:`amx_min_rows` or more rows run on AMX tiles."""
         return bool(self.lib.qk_amx_active())
+
+    @property
+    def isa(self) -> str:
+        """What packed products run on now: ``"avx512-vnni"``, ``"avx2-vnni"``, ``"avx2"`` (``+amx`` where
+        tiles take the many-row products) or ``"plain"``; the engine stats show it as ``quant_kernels``."""
+        if self.plain or not self.has_avx2:
+            return "plain"
+        name = "avx512-vnni" if self.avx512_active else "avx2-vnni" if self.has_vnni else "avx2"
+        return name + "+amx" if self.amx_active else name
 
     def row_bytes(self, qtype: int, in_features: int) -> int:
         """Bytes of one encoded row of ``in_features`` values (ValueError if it cannot be encoded)."""
@@ -263,8 +273,9 @@ class QuantKernels:
 
 
 def exact() -> bool:
-    """Whether ``TOKENOPS_QUANT_EXACT`` asks for float32 activations (see the module docstring)."""
-    return os.environ.get("TOKENOPS_QUANT_EXACT", "0").strip().lower() in ("1", "true", "yes", "on")
+    """Whether the engine's ``quant_exact`` asks for float32 activations (see the module docstring;
+    default from ``TOKENOPS_QUANT_EXACT``)."""
+    return switches.current.quant_exact
 
 
 _lock = threading.Lock()
@@ -274,22 +285,29 @@ _loaded: dict[bool, QuantKernels | None] = {}
 def get_kernels(plain: bool = False) -> QuantKernels | None:
     """The compiled kernels (``plain``: the no-SIMD fallback build), or ``None`` when disabled or no
     compiler is available (logged once)."""
+    if not switches.current.native_kernels:
+        return None
     if plain in _loaded:
         return _loaded[plain]
     with _lock:
         if plain not in _loaded:
-            from tokenops.engine.kernels.native import build_library, disabled
+            from tokenops.engine.kernels.native import build_library
 
             kernels = None
-            if not disabled():
-                try:
-                    defines = ["TK_PLAIN=1"] if plain else []
-                    path = build_library(main="quant.c", stem="quant_plain" if plain else "quant", defines=defines)
-                    kernels = QuantKernels(path, plain)
-                except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-                    log.warning("quantized linear kernels unavailable, dequantizing with numpy: %s", e)
+            try:
+                defines = ["TK_PLAIN=1"] if plain else []
+                path = build_library(main="quant.c", stem="quant_plain" if plain else "quant", defines=defines)
+                kernels = QuantKernels(path, plain)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                log.warning("quantized linear kernels unavailable, dequantizing with numpy: %s", e)
             _loaded[plain] = kernels
     return _loaded[plain]
+
+
+def loaded_isa() -> str | None:
+    """:attr:`QuantKernels.isa` of the SIMD build when it is loaded (never builds it), else None."""
+    kernels = _loaded.get(False)
+    return kernels.isa if kernels is not None else None
 
 
 def dequantize_reference(raw: torch.Tensor, qtype: int, in_features: int) -> torch.Tensor:
