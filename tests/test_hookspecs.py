@@ -202,8 +202,10 @@ async def test_unmarked_hooks_stay_on_the_loop_and_marked_ones_move(register_plu
 def test_semantic_router_is_blocking_only_when_it_routes():
     from tokenops.config import Settings
     from tokenops.gateway.core import hooks
+    from tokenops.plugin_manager import get_plugin_manager
     from tokenops.types import GatewayRequest
-    from tokenops_plugins.multi_model import semantic_router
+
+    semantic_router = get_plugin_manager().get_plugin("semantic_router")  # the process-wide instance
 
     def request(model: str) -> GatewayRequest:
         return GatewayRequest(kind="chat", model=model, body={}, messages=[{"role": "user", "content": "hi"}])

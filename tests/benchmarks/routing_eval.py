@@ -193,8 +193,9 @@ def main() -> None:
         "use": "rules", "alias": "auto", "default": "cheap",
         "rules": {"rules": [{"regex": r"(?i)compute|python function", "model": "strong"}]},
     }
-    rc.configure(settings)
-    rules_router.tokenops_configure(settings)
+    config = rc.RouterConfig(settings)  # the prices the profile router orders candidates by
+    router = rules_router.RulesRouter()  # an instance, as a gateway holds one
+    router.tokenops_configure(settings)
 
     def as_request(task: Task) -> GatewayRequest:
         return GatewayRequest(kind="chat", model="auto", body={}, messages=[{"role": "user", "content": task.prompt}])
@@ -208,10 +209,10 @@ def main() -> None:
     q_cheap, c_cheap, _ = evaluate(test, runner.single("cheap"), args.seed)
     rows.append(("all-strong", q_strong, c_strong, 1.0))
     rows.append(("all-cheap", q_cheap, c_cheap, 0.0))
-    q, c, s = evaluate(test, runner.routed(lambda t: rules_router.tokenops_route(as_request(t), ["cheap", "strong"], {}).model), args.seed)
+    q, c, s = evaluate(test, runner.routed(lambda t: router.tokenops_route(as_request(t), ["cheap", "strong"], {}).model), args.seed)
     rows.append(("rules router", q, c, s))
     for thr in (0.9, 0.93):
-        q, c, s = evaluate(test, runner.routed(lambda t, thr=thr: profile_choose(t.prompt, ["cheap", "strong"], profiles, thr).model), args.seed)
+        q, c, s = evaluate(test, runner.routed(lambda t, thr=thr: profile_choose(t.prompt, ["cheap", "strong"], profiles, thr, config=config).model), args.seed)
         rows.append((f"profile router (score >= {thr})", q, c, s))
 
     curves = {"threshold router": [], "cascade (logprob)": []}

@@ -132,6 +132,7 @@ def test_plain_serve_profile_router_uses_the_shipped_ladder_profiles_and_prices(
     from tokenops.config import Settings
     from tokenops_plugins.multi_model import _router_config as rc
     from tokenops_plugins.multi_model._profiles import load_profiles
+    from tokenops_plugins.multi_model._router_config import RouterConfig
     from tokenops_plugins.multi_model._suites import make_suite
     from tokenops_plugins.multi_model.profile_router import choose
 
@@ -139,11 +140,11 @@ def test_plain_serve_profile_router_uses_the_shipped_ladder_profiles_and_prices(
     ladder = ["tokenops-ladder-large", "tokenops-ladder-small"]
     if not set(ladder) <= set(profiles):
         pytest.skip("the ladder profiles are not in this checkout")
-    rc.configure(Settings())
+    config = RouterConfig(Settings())
     rc._state["defaults"] = None
     try:
-        assert rc.by_cost(ladder) == ["tokenops-ladder-small", "tokenops-ladder-large"]
-        pick = lambda d: choose(make_suite(d, 1, seed=42)[0].prompt, ladder, profiles, 0.9).model  # noqa: E731
+        assert config.by_cost(ladder) == ["tokenops-ladder-small", "tokenops-ladder-large"]
+        pick = lambda d: choose(make_suite(d, 1, seed=42)[0].prompt, ladder, profiles, 0.9, config=config).model  # noqa: E731
         assert pick("classification") == "tokenops-ladder-small"  # both 1.00: the cheaper one
         assert pick("extraction") == "tokenops-ladder-large"  # small 0.03, large 1.00
     finally:

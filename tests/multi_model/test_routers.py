@@ -2,8 +2,10 @@ import pytest
 
 from tokenops.config import ModelConfig, Settings
 from tokenops.types import GatewayRequest
-from tokenops_plugins.multi_model import _router_config as rc
-from tokenops_plugins.multi_model import profile_router, rules_router, threshold_router
+from tokenops_plugins.multi_model import profile_router, threshold_router
+from tokenops_plugins.multi_model.profile_router import ProfileRouter
+from tokenops_plugins.multi_model.rules_router import RulesRouter
+from tokenops_plugins.multi_model.threshold_router import ThresholdRouter
 from tokenops_plugins.multi_model._suites import DIMENSIONS, make_mixed, make_suite
 from tokenops_plugins.multi_model._text_model import Logistic
 
@@ -12,10 +14,14 @@ def request(text, model="auto", tenant="default"):
     return GatewayRequest(kind="chat", model=model, body={}, messages=[{"role": "user", "content": text}], tenant=tenant)
 
 
+#: One instance of each router, as a gateway holds them (configured per test by ``configure``).
+rules_router, router_by_profile, router_by_threshold = RulesRouter(), ProfileRouter(), ThresholdRouter()
+
+
 def configure(router_conf, models=("small", "big")):
     settings = Settings(models=[ModelConfig("small", cost_output_per_1m=0.6), ModelConfig("big", cost_output_per_1m=10.0)])
     settings.plugins["router"] = router_conf
-    for plugin in (rules_router, profile_router, threshold_router):
+    for plugin in (rules_router, router_by_profile, router_by_threshold):
         plugin.tokenops_configure(settings)
     return settings
 
@@ -23,8 +29,9 @@ def configure(router_conf, models=("small", "big")):
 @pytest.fixture(autouse=True)
 def reset_router():
     yield
-    rc.configure(None)
-    threshold_router._live.clear()
+    for plugin in (rules_router, router_by_profile, router_by_threshold):
+        plugin.tokenops_configure(Settings())
+    router_by_threshold.live_threshold = None
 
 
 def test_rules_router_first_matching_rule_wins():
@@ -73,18 +80,18 @@ def test_profile_router_picks_cheapest_model_that_clears_threshold():
     profiles = {"small": profile({"math": 0.5, "classification": 0.95}), "big": profile({"math": 0.96, "classification": 0.97})}
     math_prompt = make_suite("math", 1, seed=5)[0].prompt
     cls_prompt = make_suite("classification", 1, seed=5)[0].prompt
-    d = profile_router.tokenops_route(request(math_prompt), ["small", "big"], profiles)
+    d = router_by_profile.tokenops_route(request(math_prompt), ["small", "big"], profiles)
     assert d.model == "big" and d.reason.startswith("profile: math")
-    d = profile_router.tokenops_route(request(cls_prompt), ["small", "big"], profiles)
+    d = router_by_profile.tokenops_route(request(cls_prompt), ["small", "big"], profiles)
     assert d.model == "small" and "classification" in d.reason
     # With the Wilson lower bound the small model no longer clears 0.93.
     configure({"use": "profile", "profile": {"threshold": 0.93, "lower_bound": True}})
-    assert profile_router.tokenops_route(request(cls_prompt), ["small", "big"], profiles).model == "big"
+    assert router_by_profile.tokenops_route(request(cls_prompt), ["small", "big"], profiles).model == "big"
 
 
 def test_profile_router_without_profiles_uses_default():
     configure({"use": "profile", "default": "small"})
-    d = profile_router.tokenops_route(request("2+2?"), ["small", "big"], {})
+    d = router_by_profile.tokenops_route(request("2+2?"), ["small", "big"], {})
     assert d.model == "small" and "no profiles" in d.reason
 
 
@@ -97,11 +104,11 @@ def test_threshold_router_predictor_and_live_threshold(tmp_path, monkeypatch):
     cands = ["small", "big"]
     hard_prompt = make_suite("code", 1, seed=7)[0].prompt
     easy_prompt = make_suite("extraction", 1, seed=7)[0].prompt
-    d = threshold_router.tokenops_route(request(hard_prompt), cands, {})
+    d = router_by_threshold.tokenops_route(request(hard_prompt), cands, {})
     assert d.model == "big" and d.score > 0.5 and d.router == "threshold"
-    assert threshold_router.tokenops_route(request(easy_prompt), cands, {}).model == "small"
-    threshold_router.tokenops_apply_tunables({"router.threshold": 0.999})
-    assert threshold_router.tokenops_route(request(hard_prompt), cands, {}).model == "small"
+    assert router_by_threshold.tokenops_route(request(easy_prompt), cands, {}).model == "small"
+    router_by_threshold.tokenops_apply_tunables({"router.threshold": 0.999})
+    assert router_by_threshold.tokenops_route(request(hard_prompt), cands, {}).model == "small"
 
 
 def test_calibrate_hits_requested_share():
@@ -128,13 +135,13 @@ def test_running_error_rate_steers_profile_router_away():
     prompt = make_suite("classification", 1, seed=5)[0].prompt
     profile_telemetry.reset()
     try:
-        assert profile_router.tokenops_route(request(prompt), ["small", "big"], profiles).model == "small"
+        assert router_by_profile.tokenops_route(request(prompt), ["small", "big"], profiles).model == "small"
         for _ in range(10):
             profile_telemetry.tokenops_record(TelemetryEvent("requests", {"model_served": "small", "status": "error", "e2e_s": 1.0,
                                                                           "decisions": '{"validate": 0.1}'}))
         stats = profile_telemetry.running_stats("small")
         assert stats["error_rate"] > 0.8 and stats["validator_pass_rate"] < 0.2
-        assert profile_router.tokenops_route(request(prompt), ["small", "big"], profiles).model == "big"
+        assert router_by_profile.tokenops_route(request(prompt), ["small", "big"], profiles).model == "big"
     finally:
         profile_telemetry.reset()
 

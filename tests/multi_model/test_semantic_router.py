@@ -2,8 +2,7 @@ import pytest
 
 from tokenops.config import Settings
 from tokenops.types import GatewayRequest
-from tokenops_plugins.multi_model import _router_config as rc
-from tokenops_plugins.multi_model import semantic_router
+from tokenops_plugins.multi_model.semantic_router import SemanticRouter
 
 ROUTES = [
     {"model": "big", "examples": ["Prove that there are infinitely many prime numbers.",
@@ -24,9 +23,10 @@ def configured(request):
     s = Settings()
     s.plugins["router"] = {"use": "semantic", "default": "small", "semantic": {"routes": ROUTES, "embedder": request.param, "min_similarity": 0.2}}
     semantic_router.tokenops_configure(s)
-    yield request.param
-    rc.configure(None)
-    semantic_router._index["index"] = None
+    return request.param
+
+
+semantic_router = SemanticRouter()  # an instance, as a gateway holds one
 
 
 def test_routes_to_nearest_examples(configured):

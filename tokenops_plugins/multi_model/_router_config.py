@@ -17,20 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-_state: dict[str, Any] = {"settings": None}
-
-
-def configure(settings: Any) -> None:
-    _state["settings"] = settings
-
-
-def section(name: str | None = None) -> dict[str, Any]:
-    settings = _state["settings"]
-    conf = settings.plugin_settings("router") if settings is not None else {}
-    if name is None:
-        return conf
-    value = conf.get(name, {})
-    return value if isinstance(value, dict) else {}
+#: The models a plain ``serve`` runs when none are configured (read once: static, not configuration).
+_state: dict[str, Any] = {"defaults": None}
 
 
 def router_in_use(name: str) -> Any:
@@ -44,37 +32,51 @@ def router_in_use(name: str) -> Any:
     return relevant
 
 
-def is_active(router: str, request: Any) -> bool:
-    conf = section()
-    return conf.get("use") == router and request.model == conf.get("alias", "auto")
+class RouterConfig:
+    """``[plugins.router]`` as one router plugin instance was configured with (each gateway's
+    router instances hold their own)."""
 
+    __slots__ = ("settings",)
 
-def default_model(candidates: list[str]) -> str | None:
-    model = section().get("default")
-    return model if model in candidates else None
+    def __init__(self, settings: Any = None) -> None:
+        self.settings = settings
 
+    def configure(self, settings: Any) -> None:
+        self.settings = settings
 
-def _model_configs() -> list[Any]:
-    """The served models' configs: ``[[models]]``, or the defaults a plain ``serve`` runs
-    (the demo models and the priced ladder) when none are configured."""
-    settings = _state["settings"]
-    models = list(getattr(settings, "models", []) or [])
-    if models or settings is None:
-        return models
-    if _state.get("defaults") is None:
-        from tokenops.backends.registry import default_model_configs
+    def section(self, name: str | None = None) -> dict[str, Any]:
+        conf = self.settings.plugin_settings("router") if self.settings is not None else {}
+        if name is None:
+            return conf
+        value = conf.get(name, {})
+        return value if isinstance(value, dict) else {}
 
-        _state["defaults"] = default_model_configs()
-    return _state["defaults"]
+    def is_active(self, router: str, request: Any) -> bool:
+        conf = self.section()
+        return conf.get("use") == router and request.model == conf.get("alias", "auto")
 
+    def default_model(self, candidates: list[str]) -> str | None:
+        model = self.section().get("default")
+        return model if model in candidates else None
 
-def model_cost(name: str) -> float:
-    """Blended price per 1M tokens (input + 3x output, a typical chat mix)."""
-    for m in _model_configs():
-        if m.name == name:
-            return m.cost_input_per_1m + 3 * m.cost_output_per_1m
-    return 0.0
+    def _model_configs(self) -> list[Any]:
+        """The served models' configs: ``[[models]]``, or the defaults a plain ``serve`` runs
+        (the demo models and the priced ladder) when none are configured."""
+        models = list(getattr(self.settings, "models", []) or [])
+        if models or self.settings is None:
+            return models
+        if _state.get("defaults") is None:
+            from tokenops.backends.registry import default_model_configs
 
+            _state["defaults"] = default_model_configs()
+        return _state["defaults"]
 
-def by_cost(candidates: list[str]) -> list[str]:
-    return sorted(candidates, key=lambda m: (model_cost(m), m))
+    def model_cost(self, name: str) -> float:
+        """Blended price per 1M tokens (input + 3x output, a typical chat mix)."""
+        for m in self._model_configs():
+            if m.name == name:
+                return m.cost_input_per_1m + 3 * m.cost_output_per_1m
+        return 0.0
+
+    def by_cost(self, candidates: list[str]) -> list[str]:
+        return sorted(candidates, key=lambda m: (self.model_cost(m), m))

@@ -22,8 +22,8 @@ from functools import lru_cache
 from tokenops import hookimpl, may_block
 from tokenops.types import RouteDecision
 
-from . import _router_config as rc
 from ._profiles import dimension_score
+from ._router_config import RouterConfig
 from ._suites import make_mixed
 from ._text_model import NaiveBayes
 
@@ -45,12 +45,18 @@ def choose(
     threshold: float,
     lower_bound: bool = False,
     max_error_rate: float = 1.0,
+    config: RouterConfig | None = None,
 ) -> RouteDecision | None:
+    """The cheapest candidate (prices of ``config``'s models) whose profile clears ``threshold``
+    on the prompt's dimension, else the best scored one; None without profiles."""
     from .profile_telemetry import running_stats
 
     dimension = dimension_classifier().predict(text)
     healthy = [m for m in candidates if running_stats(m).get("error_rate", 0.0) <= max_error_rate] or candidates
-    maybe_scored = [(m, dimension_score(profiles.get(m), dimension, lower_bound)) for m in rc.by_cost(healthy)]
+    maybe_scored = [
+        (m, dimension_score(profiles.get(m), dimension, lower_bound))
+        for m in (config or RouterConfig()).by_cost(healthy)
+    ]
     scored = [(m, s) for m, s in maybe_scored if s is not None]
     if not scored:
         return None
@@ -68,31 +74,37 @@ def choose(
     )
 
 
-@hookimpl
-def tokenops_configure(settings):
-    rc.configure(settings)
+class ProfileRouter:
+    """The profile router of one gateway (its own ``[plugins.router]``)."""
 
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
-def _is_active(request) -> bool:
-    return rc.is_active("profile", request)
+    def __init__(self) -> None:
+        self.rc = RouterConfig()
 
+    @hookimpl
+    def tokenops_configure(self, settings):
+        self.rc.configure(settings)
 
-@hookimpl
-@may_block(
-    when=_is_active
-)  # classifies the prompt (about 0.8 ms per KB of text, on a 2-core CPU): routed in a worker thread
-def tokenops_route(request, candidates, profiles):
-    if not _is_active(request):
-        return None
-    conf = rc.section("profile")
-    decision = choose(
-        request.prompt_text(),
-        candidates,
-        profiles,
-        float(conf.get("threshold", 0.9)),
-        bool(conf.get("lower_bound", False)),
-        float(conf.get("max_error_rate", 0.2)),
-    )
-    if decision is None and (default := rc.default_model(candidates)):
-        return RouteDecision(default, "profile: no profiles loaded, default", router="profile")
-    return decision
+    def is_active(self, request) -> bool:
+        return self.rc.is_active("profile", request)
+
+    @hookimpl
+    @may_block(when=lambda self, request: self.is_active(request))  # classifies the prompt (~0.8 ms per KB)
+    def tokenops_route(self, request, candidates, profiles):
+        if not self.is_active(request):
+            return None
+        conf = self.rc.section("profile")
+        decision = choose(
+            request.prompt_text(),
+            candidates,
+            profiles,
+            float(conf.get("threshold", 0.9)),
+            bool(conf.get("lower_bound", False)),
+            float(conf.get("max_error_rate", 0.2)),
+            self.rc,
+        )
+        if decision is None and (default := self.rc.default_model(candidates)):
+            return RouteDecision(default, "profile: no profiles loaded, default", router="profile")
+        return decision

@@ -28,7 +28,7 @@ import re
 from tokenops import hookimpl
 from tokenops.types import RouteDecision
 
-from . import _router_config as rc
+from ._router_config import RouterConfig
 
 TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
@@ -54,25 +54,35 @@ def _describe(i: int, rule: dict) -> str:
     return f"rule #{i + 1} ({conds or 'always'})"
 
 
-@hookimpl
-def tokenops_configure(settings):
-    rc.configure(settings)
-    for i, rule in enumerate(rc.section("rules").get("rules", [])):
-        if "model" not in rule:
-            raise ValueError(f"[plugins.router.rules] rule #{i + 1} has no model")
-        if "regex" in rule:
-            re.compile(rule["regex"])
+class RulesRouter:
+    """The rules router of one gateway (its own ``[plugins.router]``)."""
 
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
-@hookimpl
-def tokenops_route(request, candidates, profiles):
-    if not rc.is_active("rules", request):
-        return None
-    text = request.prompt_text()
-    for i, rule in enumerate(rc.section("rules").get("rules", [])):
-        if rule["model"] in candidates and _matches(rule, request, text):
-            return RouteDecision(model=rule["model"], reason=f"rules: {_describe(i, rule)}", router="rules")
-    default = rc.default_model(candidates)
-    if default is None:
-        return None
-    return RouteDecision(model=default, reason="rules: no rule matched, default", router="rules")
+    def __init__(self) -> None:
+        self.rc = RouterConfig()
+
+    @hookimpl
+    def tokenops_configure(self, settings):
+        rules = RouterConfig(settings).section("rules").get("rules", [])
+        for i, rule in enumerate(rules):
+            if "model" not in rule:
+                raise ValueError(f"[plugins.router.rules] rule #{i + 1} has no model")
+            if "regex" in rule:
+                re.compile(rule["regex"])
+        self.rc.configure(settings)
+
+    @hookimpl
+    def tokenops_route(self, request, candidates, profiles):
+        rc = self.rc
+        if not rc.is_active("rules", request):
+            return None
+        text = request.prompt_text()
+        for i, rule in enumerate(rc.section("rules").get("rules", [])):
+            if rule["model"] in candidates and _matches(rule, request, text):
+                return RouteDecision(model=rule["model"], reason=f"rules: {_describe(i, rule)}", router="rules")
+        default = rc.default_model(candidates)
+        if default is None:
+            return None
+        return RouteDecision(model=default, reason="rules: no rule matched, default", router="rules")

@@ -26,7 +26,7 @@ import numpy as np
 from tokenops import hookimpl, may_block
 from tokenops.types import RouteDecision
 
-from . import _router_config as rc
+from ._router_config import RouterConfig
 
 TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
@@ -56,44 +56,50 @@ class ExampleIndex:
         return best, float(max(sims[i] for i in top if self.labels[i] == best))
 
 
-_index: dict[str, ExampleIndex | None] = {"index": None}
-_lock = threading.Lock()
+class SemanticRouter:
+    """The semantic router of one gateway: its ``[plugins.router]`` and its example index."""
 
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
-def get_index() -> ExampleIndex:
-    with _lock:
-        index = _index["index"]
-        if index is None:
-            conf = rc.section("semantic")
-            index = _index["index"] = ExampleIndex(conf.get("routes", []), conf.get("embedder", "auto"))
-        return index
+    def __init__(self) -> None:
+        self.rc = RouterConfig()
+        self.index: ExampleIndex | None = None
+        self._lock = threading.Lock()
 
+    def get_index(self) -> ExampleIndex:
+        with self._lock:
+            if self.index is None:
+                conf = self.rc.section("semantic")
+                self.index = ExampleIndex(conf.get("routes", []), conf.get("embedder", "auto"))
+            return self.index
 
-@hookimpl
-def tokenops_configure(settings):
-    rc.configure(settings)
-    _index["index"] = None
+    @hookimpl
+    def tokenops_configure(self, settings):
+        self.rc.configure(settings)
+        self.index = None
 
+    def is_active(self, request) -> bool:
+        return self.rc.is_active("semantic", request)
 
-def _is_active(request) -> bool:
-    return rc.is_active("semantic", request)
-
-
-@hookimpl
-@may_block(when=_is_active)  # embeds the prompt (MiniLM: milliseconds of CPU): the gateway routes in a worker thread
-def tokenops_route(request, candidates, profiles):
-    if not _is_active(request):
-        return None
-    conf = rc.section("semantic")
-    model, sim = get_index().nearest(request.prompt_text(), int(conf.get("k", 3)))
-    threshold = float(conf.get("min_similarity", 0.35))
-    if sim >= threshold and model in candidates:
+    @hookimpl
+    @may_block(when=lambda self, request: self.is_active(request))  # embeds the prompt: routed in a worker thread
+    def tokenops_route(self, request, candidates, profiles):
+        if not self.is_active(request):
+            return None
+        conf = self.rc.section("semantic")
+        model, sim = self.get_index().nearest(request.prompt_text(), int(conf.get("k", 3)))
+        threshold = float(conf.get("min_similarity", 0.35))
+        if sim >= threshold and model in candidates:
+            return RouteDecision(
+                model, f"semantic: nearest examples -> {model} (similarity {sim:.2f})", router="semantic", score=sim
+            )
+        default = self.rc.default_model(candidates)
+        if default is None:
+            return None
         return RouteDecision(
-            model, f"semantic: nearest examples -> {model} (similarity {sim:.2f})", router="semantic", score=sim
+            default,
+            f"semantic: no example within {threshold:.2f} (best {sim:.2f}), default",
+            router="semantic",
+            score=sim,
         )
-    default = rc.default_model(candidates)
-    if default is None:
-        return None
-    return RouteDecision(
-        default, f"semantic: no example within {threshold:.2f} (best {sim:.2f}), default", router="semantic", score=sim
-    )

@@ -27,17 +27,13 @@ from tokenops import hookimpl, may_block
 from tokenops.tunables import Tunable
 from tokenops.types import RouteDecision
 
-from . import _router_config as rc
+from ._router_config import RouterConfig, router_in_use
 from ._text_model import Logistic
 
 TOKENOPS_LAYER = "multi_model"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
 TOKENOPS_SETTINGS = {"router": ("use", "alias", "default", "threshold")}
 CALIBRATION_FILE = Path("profiles/routers/threshold.toml")
-
-_live: dict[str, float] = {}
-#: The threshold of CALIBRATION_FILE, read once when the plugin is configured (None: no file).
-_calibrated: float | None = None
 
 
 @lru_cache(maxsize=4)
@@ -47,43 +43,12 @@ def load_predictor(path: str) -> Logistic:
     return Logistic.load(path)
 
 
-def current_threshold() -> float:
-    if "router.threshold" in _live:
-        return _live["router.threshold"]
-    if _calibrated is not None:
-        return _calibrated
-    return float(rc.section("threshold").get("threshold", 0.5))
-
-
 def decide(p_strong: float, threshold: float, strong: str, weak: str) -> RouteDecision:
     model = strong if p_strong >= threshold else weak
     side = ">=" if model == strong else "<"
     return RouteDecision(
         model, f"threshold: p(strong needed)={p_strong:.2f} {side} {threshold:.2f}", router="threshold", score=p_strong
     )
-
-
-@hookimpl
-def tokenops_register_tunables(register):
-    register(
-        Tunable(
-            "router.threshold",
-            "float",
-            0.5,
-            "Threshold router: route to the strong model when p >= this.",
-            live=True,
-            minimum=0.0,
-            maximum=1.0,
-            relevant=rc.router_in_use("threshold"),
-            needs='the threshold router ([plugins.router] use = "threshold")',
-        )
-    )
-
-
-@hookimpl
-def tokenops_apply_tunables(values):
-    if "router.threshold" in values:
-        _live["router.threshold"] = float(values["router.threshold"])
 
 
 def read_calibration(path: Path = CALIBRATION_FILE) -> float | None:
@@ -98,30 +63,70 @@ def read_calibration(path: Path = CALIBRATION_FILE) -> float | None:
         ) from None
 
 
-@hookimpl
-def tokenops_configure(settings):
-    global _calibrated
-    rc.configure(settings)
-    # once, when this router is the one in use: a new calibration applies at the next start
-    _calibrated = read_calibration() if rc.section().get("use") == "threshold" else None
+class ThresholdRouter:
+    """The threshold router of one gateway: its ``[plugins.router]``, calibrated and live threshold."""
 
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
-def _is_active(request) -> bool:
-    return rc.is_active("threshold", request)
+    def __init__(self) -> None:
+        self.rc = RouterConfig()
+        #: ``router.threshold`` as last patched live (None: not patched)
+        self.live_threshold: float | None = None
+        #: The threshold of CALIBRATION_FILE, read once when the plugin is configured (None: no file).
+        self.calibrated: float | None = None
 
+    def current_threshold(self) -> float:
+        if self.live_threshold is not None:
+            return self.live_threshold
+        if self.calibrated is not None:
+            return self.calibrated
+        return float(self.rc.section("threshold").get("threshold", 0.5))
 
-@hookimpl
-@may_block(when=_is_active)  # scores the prompt with the win predictor: routed in a worker thread
-def tokenops_route(request, candidates, profiles):
-    if not _is_active(request):
-        return None
-    conf = rc.section("threshold")
-    strong, weak = conf.get("strong"), conf.get("weak")
-    if strong not in candidates or weak not in candidates:
-        raise ValueError(f"[plugins.router.threshold] strong/weak must be configured models, got {strong!r}/{weak!r}")
-    assert isinstance(strong, str) and isinstance(weak, str)  # candidates are model names
-    predictor = load_predictor(conf.get("predictor", "profiles/routers/win_predictor.json"))
-    return decide(predictor.predict(request.prompt_text()), current_threshold(), strong, weak)
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register(
+            Tunable(
+                "router.threshold",
+                "float",
+                0.5,
+                "Threshold router: route to the strong model when p >= this.",
+                live=True,
+                minimum=0.0,
+                maximum=1.0,
+                relevant=router_in_use("threshold"),
+                needs='the threshold router ([plugins.router] use = "threshold")',
+            )
+        )
+
+    @hookimpl
+    def tokenops_apply_tunables(self, values):
+        if "router.threshold" in values:
+            self.live_threshold = float(values["router.threshold"])
+
+    @hookimpl
+    def tokenops_configure(self, settings):
+        self.rc.configure(settings)
+        # once, when this router is the one in use: a new calibration applies at the next start
+        self.calibrated = read_calibration() if self.rc.section().get("use") == "threshold" else None
+
+    def is_active(self, request) -> bool:
+        return self.rc.is_active("threshold", request)
+
+    @hookimpl
+    @may_block(when=lambda self, request: self.is_active(request))  # scores the prompt: routed in a worker thread
+    def tokenops_route(self, request, candidates, profiles):
+        if not self.is_active(request):
+            return None
+        conf = self.rc.section("threshold")
+        strong, weak = conf.get("strong"), conf.get("weak")
+        if strong not in candidates or weak not in candidates:
+            raise ValueError(
+                f"[plugins.router.threshold] strong/weak must be configured models, got {strong!r}/{weak!r}"
+            )
+        assert isinstance(strong, str) and isinstance(weak, str)  # candidates are model names
+        predictor = load_predictor(conf.get("predictor", "profiles/routers/win_predictor.json"))
+        return decide(predictor.predict(request.prompt_text()), self.current_threshold(), strong, weak)
 
 
 def calibrate(scores: list[float], strong_share: float) -> float:
