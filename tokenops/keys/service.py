@@ -35,6 +35,7 @@ in_use: ContextVar[KeyService | None] = ContextVar("tokenops_key_service", defau
 def active() -> KeyService | None:
     return in_use.get()
 
+
 #: How often an open server (no key known yet) asks Redis whether a key was created elsewhere.
 OPEN_RECHECK_S = 1.0
 
