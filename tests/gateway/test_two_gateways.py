@@ -96,3 +96,34 @@ async def test_requests_of_two_gateways_at_once_see_their_own_plugins():
         assert codes_a == [200, 200, 429, 429] and codes_b == [200] * 4
         assert a.gateway.plugins.get_plugin("rate_limit").limiter.stats.rejected == 2
         assert b.gateway.plugins.get_plugin("rate_limit").limiter is None
+
+
+async def test_router_and_cascade_config_stay_with_their_gateway():
+    """[plugins.router] and [plugins.cascade] of one gateway do not route the other's requests."""
+    routed = Settings(
+        plugins={
+            "router": {
+                "use": "rules",
+                "alias": "auto",
+                "default": "small",
+                "rules": {"rules": [{"keywords": ["prove"], "model": "big"}]},
+            },
+            "cascade": {"models": ["small", "big"], "threshold": 0.0},
+        }
+    )
+
+    def backends() -> dict:
+        return {"small": [FakeBackend("small", reply="small says")], "big": [FakeBackend("big", reply="big says")]}
+
+    async with gateway_client(backends(), routed) as a, gateway_client(backends(), Settings()) as b:
+        for model, text, served in (
+            ("auto", "prove it", "big"),
+            ("auto", "hello", "small"),
+            ("cascade", "hi", "small"),
+        ):
+            body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 4}
+            r = await a.post("/v1/chat/completions", json=body)
+            assert r.status_code == 200 and r.headers["x-tokenops-model"] == served, (model, text, r.text)
+            assert (await b.post("/v1/chat/completions", json=body)).status_code == 404  # no such model there
+        assert a.gateway.plugins.get_plugin("rules_router").rc.section().get("use") == "rules"
+        assert b.gateway.plugins.get_plugin("rules_router").rc.section() == {}
