@@ -9,7 +9,14 @@ A case is right when the calls made are exactly the expected ones: same tool nam
 Calls whose ``arguments`` do not parse are counted apart ("invalid JSON"): the grammar should make
 that 0. ``--peer URL`` runs the same cases against another OpenAI-compatible server (``--peer-model``).
 
-Run: .venv/bin/python tests/benchmarks/tool_calls.py [--cases 200] [--concurrency 8] [--peer URL]
+``--model PATH`` serves a GGUF file instead (tokenops serve ``--model PATH``; Qwen2.5-Coder's template
+renders tools: its native ``hermes`` format). ``--llamacpp`` runs the same cases through llama.cpp's
+``llama-server --jinja`` on the same GGUF file (the default model's when no ``--model``), after
+tokenops, one server at a time, and prints both tables and one side by side. The ``llama-server``
+binary: ``$TOKENOPS_LLAMA_SERVER``, else the one tests/benchmarks/llamacpp_peer.py builds or finds.
+
+Run: .venv/bin/python tests/benchmarks/tool_calls.py [--cases 200] [--concurrency 8] [--model GGUF]
+     [--llamacpp] [--peer URL]
 """
 
 from __future__ import annotations
@@ -110,33 +117,119 @@ def print_table(title: str, table: dict[str, list[int]], wall_s: float) -> None:
             print(f"{kind:>12}  {right:>3}/{total:<3}  {right / total:>6.0%}  {invalid:>18}")
 
 
+def llamacpp_server(gguf: Path, parallel: int, threads: int, ctx_per_slot: int = 4096) -> Any:
+    """``llama-server --jinja`` on ``gguf`` (a context manager that yields its /v1 URL)."""
+    import contextlib
+    import os
+    import subprocess
+    import urllib.request
+
+    from tests.benchmarks.llamacpp_peer import free_port, llama_server
+
+    @contextlib.contextmanager
+    def serve() -> Any:
+        binary = os.environ.get("TOKENOPS_LLAMA_SERVER") or str(llama_server())
+        port = free_port()
+        cmd = [
+            binary,
+            "-m",
+            str(gguf),
+            "--jinja",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-np",
+            str(parallel),
+            "-c",
+            str(ctx_per_slot * parallel),
+            "-t",
+            str(threads),
+            "-tb",
+            str(threads),
+            "--no-webui",
+        ]
+        with tempfile.TemporaryFile("w+") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                deadline = time.monotonic() + 300
+                while True:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        log.seek(0)
+                        raise SystemExit(f"llama-server did not start: {log.read()[-2000:]}")
+                    try:
+                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                            if r.status == 200:
+                                break
+                    except OSError:
+                        time.sleep(0.5)
+                yield f"http://127.0.0.1:{port}/v1"
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    return serve()
+
+
+def side_by_side(tables: dict[str, dict[str, list[int]]]) -> None:
+    names = list(tables)
+    print(f"\n{'kind':>12}  " + "  ".join(f"{n:>22}" for n in names))
+    for kind in KINDS:
+        cells = []
+        for name in names:
+            right, total, invalid = tables[name][kind]
+            cells.append(f"{right:>3}/{total:<3} {right / max(total, 1):>4.0%} ({invalid} bad JSON)")
+        print(f"{kind:>12}  " + "  ".join(f"{c:>22}" for c in cells))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=200, help="cases in all (a quarter per kind)")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--model", help="a GGUF file tokenops serves (default: the default model, SmolLM2)")
     ap.add_argument("--url", help="an already running tokenops serve (its /v1); default: start one")
+    ap.add_argument("--llamacpp", action="store_true", help="also run llama-server --jinja on the same GGUF")
+    ap.add_argument("--no-tokenops", action="store_true", help="run the peers only (--llamacpp, --peer)")
+    ap.add_argument("--threads", type=int, default=2, help="llama-server's -t")
     ap.add_argument("--peer", help="another OpenAI-compatible server's /v1 to run the same cases against")
     ap.add_argument("--peer-model", default="default")
     args = ap.parse_args()
     cases = generate(max(1, args.cases // 4))
-    from tests.real_model import MODEL, SERVE_ENV
+    from tests.real_model import MODEL, SERVE_ENV, gguf_path
 
-    if args.url:
+    gguf = Path(args.model).expanduser() if args.model else gguf_path()
+    model = gguf.stem if args.model else MODEL
+    tables: dict[str, dict[str, list[int]]] = {}
+
+    def measure(label: str, base_url: str, name: str) -> None:
         start = time.monotonic()
-        table = run(args.url, MODEL, cases, args.concurrency, args.max_tokens)
-        print_table(f"tokenops serve, {MODEL}, {len(cases)} cases", table, time.monotonic() - start)
+        tables[label] = run(base_url, name, cases, args.concurrency, args.max_tokens)
+        print_table(f"{label}, {name}, {len(cases)} cases", tables[label], time.monotonic() - start)
+
+    if args.no_tokenops:
+        pass
+    elif args.url:
+        measure("tokenops serve", args.url, model)
     else:
         from tokenops.testing_serve import ServeProcess
 
-        with tempfile.TemporaryDirectory() as tmp, ServeProcess(tmp, env=SERVE_ENV, store=False) as srv:
-            start = time.monotonic()
-            table = run(srv.base_url, MODEL, cases, args.concurrency, args.max_tokens)
-            print_table(f"tokenops serve, {MODEL}, {len(cases)} cases", table, time.monotonic() - start)
+        serve_args = ["--model", str(gguf)] if args.model else []
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            ServeProcess(tmp, args=serve_args, env=SERVE_ENV, store=False, ready_timeout_s=600) as srv,
+        ):
+            measure("tokenops serve", srv.base_url, model)
+    if args.llamacpp:
+        with llamacpp_server(gguf, args.concurrency, args.threads) as url:
+            measure("llama-server --jinja", url, model)
     if args.peer:
-        start = time.monotonic()
-        table = run(args.peer, args.peer_model, cases, args.concurrency, args.max_tokens)
-        print_table(f"peer {args.peer}, {args.peer_model}", table, time.monotonic() - start)
+        measure(f"peer {args.peer}", args.peer, args.peer_model)
+    if len(tables) > 1:
+        side_by_side(tables)
 
 
 if __name__ == "__main__":
