@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -188,7 +187,6 @@ def run_server(name: str, make, args, work: dict) -> Figures:
 def workload(file: Path, args, text: str, chat_texts: list[str]) -> dict:
     from gguf_parity import chat_prompts, windows
     from gguf_peer import filled
-
     from tokenops.engine.gguf.gguf_reader import GGUFFile
     from tokenops.engine.gguf.gguf_tokenizer import gguf_tokenizer
 
@@ -239,7 +237,6 @@ def print_table(rows: list[tuple[str, Figures, Figures]]) -> None:
 def main() -> None:
     import llamacpp_peer as lp
     from gguf_parity import held_out_texts
-
     from tokenops.testing_serve import ServeProcess
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

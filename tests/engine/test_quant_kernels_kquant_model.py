@@ -136,3 +136,4 @@ def test_kquant_gguf_served_through_the_fused_step(tmp_path) -> None:
         stats = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers, timeout=30).json()["engines"]["q6k#0"]
         assert stats["weight_format"].startswith("gguf Q6_K") and stats["forward"] == "fused"
         assert stats["panel_dtype"] == "gguf" and stats["fused_decode_steps"] > 0
+        assert stats["quant_kernels"].split("+")[0] in ("avx512-vnni", "avx2-vnni", "avx2"), stats["quant_kernels"]

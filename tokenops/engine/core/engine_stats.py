@@ -56,6 +56,8 @@ def run_settings(engine: LLMEngine) -> dict[str, Any]:
 
 def engine_stats(engine: LLMEngine) -> dict[str, Any]:
     """The engine's counters and how it runs its model (``LLMEngine.stats``)."""
+    from tokenops.engine.kernels.quant_kernels import loaded_isa
+
     bm = engine.scheduler.block_manager
     expert_load = getattr(engine.runner, "expert_load", None)
     return {
@@ -91,6 +93,7 @@ def engine_stats(engine: LLMEngine) -> dict[str, Any]:
             {
                 "weight_format": engine.runner.weight_format,
                 "forward": "fused" if getattr(engine.runner, "fused_decode", None) is not None else "torch",
+                "quant_kernels": loaded_isa(),  # the instruction set the quantized products run on
             }
             if getattr(engine.runner, "weight_format", None)
             else {}
