@@ -238,7 +238,7 @@ class ModelRunner:
 
         A chunk with ``num_logits = m > 1`` contributes the rows of its last ``m``
         tokens instead (in position order), so the result has ``sum(num_logits)`` rows."""
-        if switches.current is not self.switches:
+        if switches.current != self.switches:  # another runner's (models of one server should share them)
             switches.apply(self.switches)
         if not chunks:
             return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)

@@ -13,6 +13,9 @@ The switches are process-wide (the libraries are loaded once per process): :func
 :data:`current` and passes it to every loaded library (``qk_set_avx512``, ``qk_set_amx``,
 ``qk_set_amx_min_rows`` of ``csrc/quant.h``); a library loaded later gets it at load
 (:func:`register`). The hot paths read :data:`current`, a frozen dataclass: no environment lookups.
+Models served by one process should share their switches: a runner whose step finds another runner's
+in force applies its own again (the products give the same floats on either SIMD path, but
+``quant_exact`` and ``native_kernels`` change what a step computes).
 """
 
 from __future__ import annotations
