@@ -134,31 +134,25 @@ async def test_semantic_cache_through_the_gateway():
 
 
 async def test_prefix_aware_routing_through_the_gateway():
-    from tokenops_plugins.compute_network import load_balance
-
     backends = [FakeBackend("big", f"big#{i}", reply="ok") for i in range(3)]
-    load_balance.apply({"routing.replica_policy": "prefix_aware"})
-    try:
-        async with gateway_client(backends) as client:
-            served: dict[int, list[str]] = {s: [] for s in range(3)}
-            for turn in range(3):
-                for session in range(3):
-                    system = f"You are assistant number {session} of a large online shop. " * 8
-                    history = f"Conversation {session}: my order {session * 111} is late, please help. " * (turn + 1) * 3
-                    body = {"model": "big", "messages": [{"role": "system", "content": system},
-                                                         {"role": "user", "content": history}]}
-                    r = await client.post("/v1/chat/completions", json=body)
-                    assert r.status_code == 200
-                    served[session].append(next(b.name for b in backends if b.requests and
-                                                 b.requests[-1].messages == body["messages"]))
-            # equal conversations spread over the replicas and stay with the one holding their prefix
-            assert len({names[0] for names in served.values()}) == 3, served
-            assert all(len(set(names)) == 1 for names in served.values()), served
-            assert all(v["in_flight"] == 0 for v in load_balance.selector.tracker.snapshot().values())
-    finally:
-        load_balance.apply({"routing.replica_policy": "round_robin"})
-        load_balance.selector.tracker.reset()
-        load_balance.selector.prefix_index.clear()
+    settings = Settings(plugins={"load_balance": {"policy": "prefix_aware"}})  # the gateway's own selector
+    async with gateway_client(backends, settings) as client:
+        load_balance = client.gateway.plugins.get_plugin("load_balance")
+        served: dict[int, list[str]] = {s: [] for s in range(3)}
+        for turn in range(3):
+            for session in range(3):
+                system = f"You are assistant number {session} of a large online shop. " * 8
+                history = f"Conversation {session}: my order {session * 111} is late, please help. " * (turn + 1) * 3
+                body = {"model": "big", "messages": [{"role": "system", "content": system},
+                                                     {"role": "user", "content": history}]}
+                r = await client.post("/v1/chat/completions", json=body)
+                assert r.status_code == 200
+                served[session].append(next(b.name for b in backends if b.requests and
+                                             b.requests[-1].messages == body["messages"]))
+        # equal conversations spread over the replicas and stay with the one holding their prefix
+        assert len({names[0] for names in served.values()}) == 3, served
+        assert all(len(set(names)) == 1 for names in served.values()), served
+        assert all(v["in_flight"] == 0 for v in load_balance.selector.tracker.snapshot().values())
 
 
 async def test_rate_limit_queue_mode_waits_in_the_gateway_instead_of_refusing():

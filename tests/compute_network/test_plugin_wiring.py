@@ -54,10 +54,11 @@ def test_defaults_change_nothing_but_breakers_on_replica_sets():
 
 @pytest.fixture
 def restore():
-    from tokenops_plugins.compute_network import circuit_breaker, load_balance
+    from tokenops_plugins.compute_network import circuit_breaker
     from tokenops.ratelimit.config import RateLimitConfig
 
     yield
+    load_balance = get_plugin_manager().get_plugin("load_balance")  # the process-wide instance (no gateway)
     load_balance.apply({"routing.replica_policy": "round_robin"})
     load_balance.selector.tracker.reset()
     get_plugin_manager().get_plugin("rate_limit").configure(RateLimitConfig())
@@ -66,7 +67,7 @@ def restore():
 
 
 def test_policy_tunable_switches_selection_live(restore):
-    from tokenops_plugins.compute_network import load_balance
+    load_balance = get_plugin_manager().get_plugin("load_balance")
 
     hook().tokenops_apply_tunables(values={"routing.replica_policy": "sticky", "routing.sticky_load_factor": 1.5})
     assert load_balance.selector.config.policy == "sticky" and load_balance.selector.config.sticky_load_factor == 1.5
@@ -81,8 +82,9 @@ def test_policy_tunable_switches_selection_live(restore):
 
 
 def test_configure_from_settings(restore):
-    from tokenops_plugins.compute_network import circuit_breaker, load_balance
+    from tokenops_plugins.compute_network import circuit_breaker
 
+    load_balance = get_plugin_manager().get_plugin("load_balance")
     settings = Settings(plugins={
         "load_balance": {"policy": "prefix_aware", "prefix_load_weight": 0.25},
         "rate_limit": {"tenant": {"requests_per_min": 60}, "burst_s": 1.0},

@@ -38,8 +38,6 @@ FIELDS = {
     "routing.prefix_max_blocks": "prefix_max_blocks",
 }
 
-selector = ReplicaSelector()
-
 
 def _replicated() -> dict:
     from tokenops.tune.deployment import has_replicated_model
@@ -47,8 +45,61 @@ def _replicated() -> dict:
     return {"relevant": has_replicated_model, "needs": "a model with 2+ replicas to balance"}
 
 
-@hookimpl
-def tokenops_register_tunables(register):
+class LoadBalance:
+    """One gateway's replica selector: its policy and what it tracks (loads, prefixes, sessions)."""
+
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
+
+    def __init__(self) -> None:
+        self.selector = ReplicaSelector()
+
+    def apply(self, values: dict) -> dict:
+        """Apply ``{tunable or field name: value}``; returns what changed. Raises TunableError."""
+        changes = {}
+        for name, value in values.items():
+            field = FIELDS.get(name) or FIELDS.get(f"routing.{name}") or (name if name in FIELDS.values() else None)
+            if field is not None:
+                changes[field] = value
+        if not changes:
+            return {}
+        try:
+            config = dataclasses.replace(self.selector.config, **changes)
+        except (TypeError, ValueError) as e:
+            raise TunableError(f"load_balance: {e}") from None
+        if config.prefix_block_chars != self.selector.config.prefix_block_chars:
+            self.selector.prefix_index.clear()
+        self.selector.prefix_index.max_blocks = self.selector.kv_index.max_blocks = config.prefix_max_blocks
+        self.selector.config = config
+        return changes
+
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register_tunables(register)
+
+    @hookimpl
+    def tokenops_configure(self, settings):
+        try:
+            self.apply(settings.plugin_settings("load_balance"))
+        except TunableError as e:
+            from tokenops.config import ConfigError
+
+            raise ConfigError(f"[plugins.load_balance]: {e}") from None
+
+    @hookimpl
+    def tokenops_apply_tunables(self, values):
+        self.apply({k: v for k, v in values.items() if k in FIELDS})
+
+    @hookimpl
+    def tokenops_select_replica(self, request, replicas):
+        return self.selector.select(request, replicas)
+
+    @hookimpl
+    def tokenops_backend_outcome(self, backend, outcome):
+        self.selector.finished(backend, outcome.prompt_tokens, outcome.completion_tokens)
+
+
+def register_tunables(register) -> None:
     replicated = _replicated()
     register(
         Tunable(
@@ -124,48 +175,3 @@ def tokenops_register_tunables(register):
             **replicated,
         )
     )
-
-
-def apply(values: dict) -> dict:
-    """Apply ``{tunable or field name: value}``; returns what changed. Raises TunableError."""
-    changes = {}
-    for name, value in values.items():
-        field = FIELDS.get(name) or FIELDS.get(f"routing.{name}") or (name if name in FIELDS.values() else None)
-        if field is not None:
-            changes[field] = value
-    if not changes:
-        return {}
-    try:
-        config = dataclasses.replace(selector.config, **changes)
-    except (TypeError, ValueError) as e:
-        raise TunableError(f"load_balance: {e}") from None
-    if config.prefix_block_chars != selector.config.prefix_block_chars:
-        selector.prefix_index.clear()
-    selector.prefix_index.max_blocks = selector.kv_index.max_blocks = config.prefix_max_blocks
-    selector.config = config
-    return changes
-
-
-@hookimpl
-def tokenops_configure(settings):
-    try:
-        apply(settings.plugin_settings("load_balance"))
-    except TunableError as e:
-        from tokenops.config import ConfigError
-
-        raise ConfigError(f"[plugins.load_balance]: {e}") from None
-
-
-@hookimpl
-def tokenops_apply_tunables(values):
-    apply({k: v for k, v in values.items() if k in FIELDS})
-
-
-@hookimpl
-def tokenops_select_replica(request, replicas):
-    return selector.select(request, replicas)
-
-
-@hookimpl
-def tokenops_backend_outcome(backend, outcome):
-    selector.finished(backend, outcome.prompt_tokens, outcome.completion_tokens)
