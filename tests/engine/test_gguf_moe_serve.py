@@ -13,7 +13,7 @@ import torch
 from tiny_gguf_moe import write_moe_gguf
 from tokenops.testing_serve import ServeProcess
 
-pytestmark = pytest.mark.slow  # a server start and a transformers load: ~55 s on the loaded 2-core box
+pytestmark = pytest.mark.slow  # a server start and a transformers load: 55-100 s on the loaded 2-core box
 
 NUM_NEW = 6
 PROMPT = "the quick brown"
