@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from tiny_gguf import _encode, _llama_permute
 from tiny_gguf_hf import _add_tokenizer
 from tiny_models import VOCAB_SIZE, tiny_tokenizer
