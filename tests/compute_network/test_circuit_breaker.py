@@ -95,8 +95,9 @@ def test_outlier_ejection_is_capped():
 
 @pytest.fixture
 def breaker_plugin(clock):
-    from tokenops_plugins.compute_network import circuit_breaker
+    from tokenops.plugin_manager import get_plugin_manager
 
+    circuit_breaker = get_plugin_manager().get_plugin("circuit_breaker")  # the process-wide instance (no gateway)
     circuit_breaker.configure(BreakerConfig(consecutive_failures=2, cooldown_s=5), degrade={"big": "small"},
                               clock=clock)
     try:
@@ -178,8 +179,9 @@ def test_health_probe_opens_breaker(clock):
 
 
 def test_overloaded_model_degrades(clock):
-    from tokenops_plugins.compute_network import circuit_breaker
+    from tokenops_plugins.compute_network.circuit_breaker import BreakerPlugin
 
+    circuit_breaker = BreakerPlugin()  # an instance of its own
     circuit_breaker.configure(BreakerConfig(), degrade={"big": "small"}, max_in_flight=2, clock=clock)
     try:
         big = [FakeReplica("big#0", model="big"), FakeReplica("big#1", model="big")]

@@ -7,7 +7,6 @@ import time
 import pytest
 
 from tokenops.config import Settings
-from tokenops.resilience.breaker import BreakerConfig
 from tokenops.testing_gateway import FakeBackend, gateway_client
 from tokenops.types import BackendError
 
@@ -28,15 +27,9 @@ def _body(model="big", **kw):
     return {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4, **kw}
 
 
-@pytest.fixture
-def breaker():
-    from tokenops_plugins.compute_network import circuit_breaker
-
-    circuit_breaker.configure(BreakerConfig(consecutive_failures=3, cooldown_s=30), degrade={"big": "small"})
-    try:
-        yield circuit_breaker
-    finally:
-        circuit_breaker.disable()
+#: [plugins.circuit_breaker] of the gateways below: each configures its own breaker plugin from it
+BREAKER = Settings(plugins={"circuit_breaker": {"consecutive_failures": 3, "cooldown_s": 30,
+                                                "degrade_to": {"big": "small"}}})
 
 
 async def _load(client, seconds, on_tick=None, concurrency=6):
@@ -60,7 +53,7 @@ async def _load(client, seconds, on_tick=None, concurrency=6):
     return results
 
 
-async def test_errors_stop_within_two_seconds_when_a_replica_dies(breaker):
+async def test_errors_stop_within_two_seconds_when_a_replica_dies():
     backends = [KillableBackend("big", f"big#{i}", reply="ok then", delay_s=0.002) for i in range(3)]
     kill_at = 0.5
 
@@ -68,7 +61,8 @@ async def test_errors_stop_within_two_seconds_when_a_replica_dies(breaker):
         if t >= kill_at:
             backends[1].is_dead = True
 
-    async with gateway_client(backends) as client:
+    async with gateway_client(backends, BREAKER) as client:
+        breaker = client.gateway.plugins.get_plugin("circuit_breaker")
         # keep every record: the retried requests come early and a fast machine makes more than `recent` holds
         client.gateway.recent = collections.deque()
         results = await _load(client, 3.0, tick)
@@ -83,7 +77,7 @@ async def test_errors_stop_within_two_seconds_when_a_replica_dies(breaker):
     assert breaker.health.breaker("big#1").current_state() == "open"
 
 
-async def test_traffic_degrades_to_the_smaller_model_when_all_replicas_die(breaker):
+async def test_traffic_degrades_to_the_smaller_model_when_all_replicas_die():
     big = [KillableBackend("big", f"big#{i}", reply="big answer", delay_s=0.002) for i in range(2)]
     small = FakeBackend("small", "small#0", reply="small answer", delay_s=0.002)
     kill_at = 0.5
@@ -93,7 +87,7 @@ async def test_traffic_degrades_to_the_smaller_model_when_all_replicas_die(break
             for b in big:
                 b.is_dead = True
 
-    async with gateway_client([*big, small]) as client:
+    async with gateway_client([*big, small], BREAKER) as client:
         results = await _load(client, 2.5, tick, concurrency=4)
     errors = [t for t, status, _ in results if status >= 400]
     late = [(status, model) for t, status, model in results if t > kill_at + 1.0]

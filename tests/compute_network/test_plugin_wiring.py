@@ -28,8 +28,7 @@ def test_plugins_are_registered_with_their_tunables():
 def test_defaults_change_nothing_but_breakers_on_replica_sets():
     """Unconfigured, the layer-4 plugins pass: round robin, no cache, no limits; breakers
     watch models with two or more replicas only (issue 17: a dead replica costs no errors)."""
-    from tokenops_plugins.compute_network import circuit_breaker
-
+    circuit_breaker = get_plugin_manager().get_plugin("circuit_breaker")  # the process-wide instance (no gateway)
     circuit_breaker.disable()
     circuit_breaker.tokenops_configure(Settings())
     try:
@@ -54,7 +53,6 @@ def test_defaults_change_nothing_but_breakers_on_replica_sets():
 
 @pytest.fixture
 def restore():
-    from tokenops_plugins.compute_network import circuit_breaker
     from tokenops.ratelimit.config import RateLimitConfig
 
     yield
@@ -63,7 +61,7 @@ def restore():
     load_balance.selector.tracker.reset()
     get_plugin_manager().get_plugin("rate_limit").configure(RateLimitConfig())
     get_plugin_manager().get_plugin("semantic_cache").disable()
-    circuit_breaker.disable()
+    get_plugin_manager().get_plugin("circuit_breaker").disable()
 
 
 def test_policy_tunable_switches_selection_live(restore):
@@ -82,9 +80,8 @@ def test_policy_tunable_switches_selection_live(restore):
 
 
 def test_configure_from_settings(restore):
-    from tokenops_plugins.compute_network import circuit_breaker
-
     load_balance = get_plugin_manager().get_plugin("load_balance")
+    circuit_breaker = get_plugin_manager().get_plugin("circuit_breaker")
     settings = Settings(plugins={
         "load_balance": {"policy": "prefix_aware", "prefix_load_weight": 0.25},
         "rate_limit": {"tenant": {"requests_per_min": 60}, "burst_s": 1.0},

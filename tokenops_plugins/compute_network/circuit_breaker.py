@@ -42,14 +42,6 @@ TOKENOPS_SETTINGS = {
     )
 }
 
-health: ReplicaHealth | None = None
-prober: HealthProber | None = None
-degrade_to: dict[str, str] = {}
-overload_in_flight: int | None = None
-#: Breakers also filter single-replica models (only when configured explicitly).
-every_model = False
-#: Replicas of multi-replica models (the ones breakers watch by default).
-_watched: set[str] = set()
 _TUNABLES = {
     "breaker.failure_rate": "failure_rate",
     "breaker.consecutive_failures": "consecutive_failures",
@@ -58,78 +50,178 @@ _TUNABLES = {
 }
 
 
-def configure(
-    breaker: BreakerConfig | None = None,
-    outlier: OutlierConfig | None = None,
-    degrade: dict[str, str] | None = None,
-    probe_interval_s: float = 0.0,
-    max_in_flight: int | None = None,
-    all_models: bool = True,
-    **kw,
-) -> ReplicaHealth:
-    """Install the breaker (tests pass a clock); returns the health board. ``all_models=False``
-    leaves models with one replica unfiltered (the default deployment)."""
-    global health, prober, degrade_to, overload_in_flight, every_model
-    if prober is not None:
-        prober.stop()
-    health = ReplicaHealth(breaker or BreakerConfig(), outlier, **kw)
-    # always: half-open trials of HTTP replicas are background probes; routine probes only when asked
-    prober = HealthProber(health, probe_interval_s)
-    degrade_to = dict(degrade or {})
-    overload_in_flight = max_in_flight
-    every_model = all_models
-    _watched.clear()
-    return health
+class BreakerPlugin:
+    """One gateway's circuit breakers: its health board, prober, degradation map and the
+    replicas it watches (each gateway has its own instance)."""
+
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
+
+    def __init__(self) -> None:
+        self.health: ReplicaHealth | None = None
+        self.prober: HealthProber | None = None
+        self.degrade_to: dict[str, str] = {}
+        self.overload_in_flight: int | None = None
+        #: Breakers also filter single-replica models (only when configured explicitly).
+        self.every_model = False
+        #: Replicas of multi-replica models (the ones breakers watch by default).
+        self.watched: set[str] = set()
+
+    def configure(
+        self,
+        breaker: BreakerConfig | None = None,
+        outlier: OutlierConfig | None = None,
+        degrade: dict[str, str] | None = None,
+        probe_interval_s: float = 0.0,
+        max_in_flight: int | None = None,
+        all_models: bool = True,
+        **kw,
+    ) -> ReplicaHealth:
+        """Install the breaker (tests pass a clock); returns the health board. ``all_models=False``
+        leaves models with one replica unfiltered (the default deployment)."""
+        if self.prober is not None:
+            self.prober.stop()
+        self.health = ReplicaHealth(breaker or BreakerConfig(), outlier, **kw)
+        # always: half-open trials of HTTP replicas are background probes; routine probes only when asked
+        self.prober = HealthProber(self.health, probe_interval_s)
+        self.degrade_to = dict(degrade or {})
+        self.overload_in_flight = max_in_flight
+        self.every_model = all_models
+        self.watched.clear()
+        return self.health
+
+    def disable(self) -> None:
+        if self.prober is not None:
+            self.prober.stop()
+        self.health = self.prober = None
+
+    @hookimpl
+    def tokenops_register_decisions(self, register):
+        from tokenops.types import Hop
+
+        register("breaker", dict[str, Any])  # {"excluded": [replicas an open breaker kept out]}
+        register("degraded", Hop)  # sent to a smaller model while the asked one is down
+
+    @hookimpl
+    def tokenops_configure(self, settings):
+        raw = dict(settings.plugin_settings("circuit_breaker"))
+        if not raw:
+            if self.health is None:  # the default: breakers for multi-replica models (a board set up already stays)
+                self.configure(all_models=False)
+            return
+        if not raw.pop("enabled", True):
+            self.disable()
+            return
+        outlier = None
+        if raw.pop("outlier", False):
+            outlier = OutlierConfig(
+                **{k.removeprefix("outlier_"): raw.pop(k) for k in list(raw) if k.startswith("outlier_")}
+            )
+        try:
+            self.configure(
+                BreakerConfig(**{k: raw.pop(k) for k in list(raw) if k in BreakerConfig.__slots__}),
+                outlier,
+                degrade=raw.pop("degrade_to", {}),
+                probe_interval_s=float(raw.pop("health_probe_interval_s", 0)),
+                max_in_flight=raw.pop("overload_in_flight", None),
+            )
+            if raw:
+                raise ValueError(f"unknown key(s) {', '.join(sorted(raw))}")
+        except (TypeError, ValueError) as e:
+            from tokenops.config import ConfigError
+
+            raise ConfigError(f"[plugins.circuit_breaker]: {e}") from None
+
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register_tunables(register)
+
+    @hookimpl
+    def tokenops_apply_tunables(self, values):
+        mine = {k: v for k, v in values.items() if k.startswith("breaker.")}
+        if not mine:
+            return
+        if mine.get("breaker.enabled") is False:
+            self.disable()
+            return
+        base = self.health.breaker_config if self.health is not None else BreakerConfig()
+        try:
+            config = dataclasses.replace(base, **{_TUNABLES[k]: v for k, v in mine.items() if k in _TUNABLES})
+        except (TypeError, ValueError) as e:
+            raise TunableError(str(e)) from None
+        if config.max_cooldown_s < config.cooldown_s:
+            config.max_cooldown_s = config.cooldown_s
+        if self.health is None:
+            if mine.get("breaker.enabled"):
+                self.configure(config, degrade=self.degrade_to)
+            return
+        self.health.set_breaker_config(config)
+
+    @hookimpl(wrapper=True)
+    def tokenops_select_replica(self, request, replicas):
+        health = self.health
+        if health is None or (len(replicas) < 2 and not self.every_model):
+            return (yield)
+        self.watched.update(r.name for r in replicas)
+        if self.prober is not None:
+            self.prober.watch(replicas)
+        allowed = health.available(replicas)
+        if len(allowed) == len(replicas):
+            chosen = yield
+        else:
+            excluded = [r.name for r in replicas if r not in allowed]
+            request.decide("breaker", {"excluded": excluded})
+            original = list(replicas)
+            replicas[:] = allowed  # the selectors below see only replicas that may be called
+            try:
+                chosen = yield
+            finally:
+                replicas[:] = original
+        if chosen is not None:
+            health.on_selected(chosen.name)
+        return chosen
+
+    @hookimpl(wrapper=True)
+    def tokenops_route(self, request, candidates, profiles):
+        decision = yield
+        health = self.health
+        if health is None or decision is None or not self.degrade_to:
+            return decision
+        target = self.degrade_to.get(decision.model)
+        if not target or target not in candidates or health.is_model_down(target):
+            return decision
+        why = None
+        if health.is_model_down(decision.model):
+            why = "replicas_open"
+        elif self.overload_in_flight and health.is_model_overloaded(decision.model, self.overload_in_flight):
+            why = "overloaded"
+        if why is None:
+            return decision
+        request.decide("degraded", {"from": decision.model, "to": target, "reason": why})
+        return dataclasses.replace(decision, model=target, reason=f"degraded:{why}")
+
+    @hookimpl(tryfirst=True)
+    def tokenops_fallback(self, request, error):
+        if self.health is None or getattr(error, "kind", None) in CLIENT_ERRORS:
+            return None
+        failed = request.attempts[-1] if request.attempts else request.model
+        target = self.degrade_to.get(failed)
+        if target and target not in request.attempts:
+            request.decide("degraded", {"from": failed, "to": target, "reason": getattr(error, "kind", "error")})
+            return target
+        return None
+
+    @hookimpl
+    def tokenops_replica_states(self):
+        return self.health.states() if self.health is not None else None
+
+    @hookimpl
+    def tokenops_backend_outcome(self, backend, outcome):
+        if self.health is not None and (self.every_model or backend in self.watched):
+            self.health.record(backend, outcome)
 
 
-def disable() -> None:
-    global health, prober
-    if prober is not None:
-        prober.stop()
-    health = prober = None
-
-
-@hookimpl
-def tokenops_register_decisions(register):
-    from tokenops.types import Hop
-
-    register("breaker", dict[str, Any])  # {"excluded": [replicas an open breaker kept out]}
-    register("degraded", Hop)  # sent to a smaller model while the asked one is down
-
-
-@hookimpl
-def tokenops_configure(settings):
-    raw = dict(settings.plugin_settings("circuit_breaker"))
-    if not raw:
-        if health is None:  # the default: breakers for multi-replica models (a board set up already stays)
-            configure(all_models=False)
-        return
-    if not raw.pop("enabled", True):
-        disable()
-        return
-    outlier = None
-    if raw.pop("outlier", False):
-        outlier = OutlierConfig(
-            **{k.removeprefix("outlier_"): raw.pop(k) for k in list(raw) if k.startswith("outlier_")}
-        )
-    try:
-        configure(
-            BreakerConfig(**{k: raw.pop(k) for k in list(raw) if k in BreakerConfig.__slots__}),
-            outlier,
-            degrade=raw.pop("degrade_to", {}),
-            probe_interval_s=float(raw.pop("health_probe_interval_s", 0)),
-            max_in_flight=raw.pop("overload_in_flight", None),
-        )
-        if raw:
-            raise ValueError(f"unknown key(s) {', '.join(sorted(raw))}")
-    except (TypeError, ValueError) as e:
-        from tokenops.config import ConfigError
-
-        raise ConfigError(f"[plugins.circuit_breaker]: {e}") from None
-
-
-@hookimpl
-def tokenops_register_tunables(register):
+def register_tunables(register) -> None:
     register(
         Tunable(
             "breaker.enabled",
@@ -189,91 +281,3 @@ def tokenops_register_tunables(register):
             searchable=False,
         )
     )
-
-
-@hookimpl
-def tokenops_apply_tunables(values):
-    mine = {k: v for k, v in values.items() if k.startswith("breaker.")}
-    if not mine:
-        return
-    if mine.get("breaker.enabled") is False:
-        disable()
-        return
-    base = health.breaker_config if health is not None else BreakerConfig()
-    try:
-        config = dataclasses.replace(base, **{_TUNABLES[k]: v for k, v in mine.items() if k in _TUNABLES})
-    except (TypeError, ValueError) as e:
-        raise TunableError(str(e)) from None
-    if config.max_cooldown_s < config.cooldown_s:
-        config.max_cooldown_s = config.cooldown_s
-    if health is None:
-        if mine.get("breaker.enabled"):
-            configure(config, degrade=degrade_to)
-        return
-    health.set_breaker_config(config)
-
-
-@hookimpl(wrapper=True)
-def tokenops_select_replica(request, replicas):
-    if health is None or (len(replicas) < 2 and not every_model):
-        return (yield)
-    _watched.update(r.name for r in replicas)
-    if prober is not None:
-        prober.watch(replicas)
-    allowed = health.available(replicas)
-    if len(allowed) == len(replicas):
-        chosen = yield
-    else:
-        excluded = [r.name for r in replicas if r not in allowed]
-        request.decide("breaker", {"excluded": excluded})
-        original = list(replicas)
-        replicas[:] = allowed  # the selectors below see only replicas that may be called
-        try:
-            chosen = yield
-        finally:
-            replicas[:] = original
-    if chosen is not None:
-        health.on_selected(chosen.name)
-    return chosen
-
-
-@hookimpl(wrapper=True)
-def tokenops_route(request, candidates, profiles):
-    decision = yield
-    if health is None or decision is None or not degrade_to:
-        return decision
-    target = degrade_to.get(decision.model)
-    if not target or target not in candidates or health.is_model_down(target):
-        return decision
-    why = None
-    if health.is_model_down(decision.model):
-        why = "replicas_open"
-    elif overload_in_flight and health.is_model_overloaded(decision.model, overload_in_flight):
-        why = "overloaded"
-    if why is None:
-        return decision
-    request.decide("degraded", {"from": decision.model, "to": target, "reason": why})
-    return dataclasses.replace(decision, model=target, reason=f"degraded:{why}")
-
-
-@hookimpl(tryfirst=True)
-def tokenops_fallback(request, error):
-    if health is None or getattr(error, "kind", None) in CLIENT_ERRORS:
-        return None
-    failed = request.attempts[-1] if request.attempts else request.model
-    target = degrade_to.get(failed)
-    if target and target not in request.attempts:
-        request.decide("degraded", {"from": failed, "to": target, "reason": getattr(error, "kind", "error")})
-        return target
-    return None
-
-
-@hookimpl
-def tokenops_replica_states():
-    return health.states() if health is not None else None
-
-
-@hookimpl
-def tokenops_backend_outcome(backend, outcome):
-    if health is not None and (every_model or backend in _watched):
-        health.record(backend, outcome)
