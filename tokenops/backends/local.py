@@ -338,8 +338,10 @@ class LocalBackend:
         """A matcher for ``spec``, compiled off the event loop and the engine thread."""
         from tokenops.engine.sampling.grammar import COMPILE_TIMEOUT_S, GrammarError
 
+        compiler = self.engine.grammar_compiler
+        await compiler.warm_async()  # once per tokenizer (seconds for a large vocabulary): not the schema's time
         try:
-            return await asyncio.wait_for(self.engine.grammar_compiler.compile_async(spec), COMPILE_TIMEOUT_S)
+            return await asyncio.wait_for(compiler.compile_async(spec), COMPILE_TIMEOUT_S)
         except GrammarError as e:
             raise BackendError(str(e), kind="bad_request", status=400, backend=self.name) from None
         except TimeoutError:  # llguidance's fuel limits bound it; this bounds what they let through
