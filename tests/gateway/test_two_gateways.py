@@ -127,3 +127,20 @@ async def test_router_and_cascade_config_stay_with_their_gateway():
             assert (await b.post("/v1/chat/completions", json=body)).status_code == 404  # no such model there
         assert a.gateway.plugins.get_plugin("rules_router").rc.section().get("use") == "rules"
         assert b.gateway.plugins.get_plugin("rules_router").rc.section() == {}
+
+
+def test_the_lifecycle_moves_one_way():
+    """built -> starting -> serving -> draining -> stopped; a drain begun while models load keeps draining."""
+    import pytest
+
+    from tokenops.gateway.lifecycle import Lifecycle, LifecycleError
+
+    lifecycle = Lifecycle()
+    lifecycle.move(Phase.STARTING)
+    assert lifecycle.move_if_allowed(Phase.DRAINING) and lifecycle.is_draining
+    assert not lifecycle.move_if_allowed(Phase.SERVING)  # the start finishing late does not reopen it
+    with pytest.raises(LifecycleError, match="from draining to serving"):
+        lifecycle.move(Phase.SERVING)
+    lifecycle.move(Phase.STOPPED)
+    lifecycle.move(Phase.STOPPED)  # stopping twice is one stop
+    assert lifecycle.history == [Phase.BUILT, Phase.STARTING, Phase.DRAINING, Phase.STOPPED]

@@ -150,7 +150,8 @@ class Gateway:
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
         """What this gateway owns, in force for the block and the tasks it starts: its plugin set,
-        schema budget, span builder and key service (the edge middleware wraps every request)."""
+        schema budget, span builder, key service and session-memory slot (the edge middleware wraps
+        every request)."""
         with (
             self.plugins.activate(),
             in_force(self.schema_budget),
