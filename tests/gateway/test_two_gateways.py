@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tokenops.config import Settings
-from tokenops.gateway.lifecycle import Phase
+from tokenops.gateway.lifecycle import Lifecycle, LifecycleError, Phase
 from tokenops.plugin_manager import get_plugin_manager
 from tokenops.testing_gateway import FakeBackend, gateway_client
 
@@ -131,10 +133,6 @@ async def test_router_and_cascade_config_stay_with_their_gateway():
 
 def test_the_lifecycle_moves_one_way():
     """built -> starting -> serving -> draining -> stopped; a drain begun while models load keeps draining."""
-    import pytest
-
-    from tokenops.gateway.lifecycle import Lifecycle, LifecycleError
-
     lifecycle = Lifecycle()
     lifecycle.move(Phase.STARTING)
     assert lifecycle.move_if_allowed(Phase.DRAINING) and lifecycle.is_draining
