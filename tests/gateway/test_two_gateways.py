@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from tokenops.config import Settings
 from tokenops.gateway.lifecycle import Lifecycle, LifecycleError, Phase
 from tokenops.plugin_manager import get_plugin_manager
