@@ -31,6 +31,7 @@ import asyncio
 import io
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -168,6 +169,7 @@ async def interactive_run(srv: ServeProcess, rate: float, seconds: float, batch_
         "interactive_tps": interactive_tokens / duration,
         "batch_tps": batch_tokens / duration,
         "batch_preemptions": stats["num_batch_preemptions"] - preempted0,
+        "load_avg": os.getloadavg()[0],  # the box's 1-minute load at the run's end (2 cores: above 2 is contention)
         "batch_lines": counts,
     }
 
@@ -213,7 +215,7 @@ def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dic
           f"{cap_tps:.0f}), {cap_rps:.2f} interactive req/s at {MAX_NUM_SEQS} in flight; interactive at "
           f"{rate:.2f} req/s")
     head = (f"{'run':<34}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
-            f"{'inter tok/s':>12}{'batch tok/s':>12}{'total':>7}{'idle used':>10}{'preempt':>8}")
+            f"{'inter tok/s':>12}{'batch tok/s':>12}{'total':>7}{'idle used':>10}{'preempt':>8}{'load':>6}")
     print(head)
     print("-" * len(head))
     for name, r in runs.items():
@@ -224,7 +226,7 @@ def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dic
               f"{(tpot or math.nan) * 1000:>8.1f}ms{ratio(tpot, alone['tpot_p95_s']):>9}"
               f"{r['interactive_tps']:>12.0f}{(r['batch_tps'] if r['batch_lines'] else 0):>12.0f}"
               f"{r['interactive_tps'] + (r['batch_tps'] if r['batch_lines'] else 0):>7.0f}{used:>10}"
-              f"{r['batch_preemptions']:>8.0f}")
+              f"{r['batch_preemptions']:>8.0f}{r.get('load_avg', math.nan):>6.1f}")
 
 
 async def bench(srv: ServeProcess, args: argparse.Namespace) -> dict[str, Any]:
@@ -273,6 +275,9 @@ def main() -> None:
         print(json.dumps(out, indent=2, default=str))
         return
     print_table(out["capacity_tps"], out["capacity_rps"], out["rate"], out["runs"])
+    for i, runs in enumerate(out["repeats"] if len(out["repeats"]) > 1 else []):
+        print(f"\nrepeat {i + 1}:")
+        print_table(out["capacity_tps"], out["capacity_rps"], out["rate"], runs)
     done = [f"{r['batch_lines']['completed']}/{r['batch_lines']['total']}" for rs in out["repeats"]
             for r in rs.values() if r["batch_lines"]]
     print(f"batch: {out['batch_lines']} lines submitted with each batched run, cancelled after it "
