@@ -177,7 +177,48 @@ TK_INLINE void gemv_group_k(const int T, const int R, const int vnni, const uint
     for (int r = 0; r < R; r++) out[r] = acc[r];
 }
 
-TK_GEMV_P(TK_Q4_K, gemv_group_k) TK_GEMV_P(TK_Q5_K, gemv_group_k) TK_GEMV_P(TK_Q6_K, gemv_group_k)
+#include "quant_packed_kv.c"
+
+TK_GEMV_P(TK_Q5_K, gemv_group_k)
+
+/* Q4_K (every row count) and Q6_K (one row) take the shared-load kernels where VNNI multiplies */
+static void gemv_packed_TK_Q4_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
+#if TK_HAVE_VNNI
+    if (vnni) {
+        switch (R) {
+            case 1: gemv_group_q4k_v(1, g, nb, a, out); break;
+            case 2: gemv_group_q4k_v(2, g, nb, a, out); break;
+            case 3: gemv_group_q4k_v(3, g, nb, a, out); break;
+            default: gemv_group_q4k_v(4, g, nb, a, out); break;
+        }
+        return;
+    }
+#endif
+    switch (R) {
+        case 1: gemv_group_k(TK_Q4_K, 1, 0, g, nb, a, out); break;
+        case 2: gemv_group_k(TK_Q4_K, 2, 0, g, nb, a, out); break;
+        case 3: gemv_group_k(TK_Q4_K, 3, 0, g, nb, a, out); break;
+        default: gemv_group_k(TK_Q4_K, 4, 0, g, nb, a, out); break;
+    }
+}
+static void gemv_packed_TK_Q6_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
+#if TK_HAVE_VNNI
+    if (vnni && R == 1) {
+        gemv_group_q6k_v1(g, nb, a, out);
+        return;
+    }
+#endif
+    switch (R * 2 + vnni) {
+        case 2: gemv_group_k(TK_Q6_K, 1, 0, g, nb, a, out); break;
+        case 4: gemv_group_k(TK_Q6_K, 2, 0, g, nb, a, out); break;
+        case 6: gemv_group_k(TK_Q6_K, 3, 0, g, nb, a, out); break;
+        case 8: gemv_group_k(TK_Q6_K, 4, 0, g, nb, a, out); break;
+        case 3: gemv_group_k(TK_Q6_K, 1, TK_HAVE_VNNI, g, nb, a, out); break;
+        case 5: gemv_group_k(TK_Q6_K, 2, TK_HAVE_VNNI, g, nb, a, out); break;
+        case 7: gemv_group_k(TK_Q6_K, 3, TK_HAVE_VNNI, g, nb, a, out); break;
+        default: gemv_group_k(TK_Q6_K, 4, TK_HAVE_VNNI, g, nb, a, out); break;
+    }
+}
 
 static tk_gemv_packed_fn gemv_packed_fn(int t) {
     switch (t) {

@@ -1,6 +1,7 @@
-"""The 512-bit shared-load K-quant kernels (``tokenops/engine/csrc/quant_avx512_k.c``: Q4_K at every row
-count, Q6_K at one row, the batch-1 decode product) against the dequantized reference, and equal to the
-256-bit kernels (which assemble each code first), at model-sized and ragged shapes, one and two threads."""
+"""The shared-load K-quant kernels (``tokenops/engine/csrc/quant_avx512_k.c``, 512-bit, and their 256-bit
+VNNI twins in ``quant_packed_kv.c``: Q4_K at every row count, Q6_K at one row, the batch-1 decode
+product) against the dequantized reference, and equal to each other and to the ``maddubs`` kernels
+(which assemble each code before its products), at model-sized and ragged shapes, one and two threads."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def test_shared_load_kernels_match_the_reference(qtype: QT, shape: tuple[int, in
     kernels = quant_kernels.get_kernels(plain=False)
     if kernels is None:
         pytest.skip("no C compiler: the kernels cannot be built")
-    if not kernels.has_avx512:
-        pytest.skip("this CPU (or build) has no AVX-512 VNNI")
+    if not kernels.has_vnni:
+        pytest.skip("this CPU (or build) has no VNNI")
     out_features, in_features = shape
     raw = random_raw(qtype, out_features, in_features, seed=out_features + in_features)
     packed = kernels.pack(raw, qtype, in_features)
@@ -30,12 +31,16 @@ def test_shared_load_kernels_match_the_reference(qtype: QT, shape: tuple[int, in
     for num_rows, threads in ((1, 1), (1, 2), (2, 2), (5, 1)):
         x = torch.randn(num_rows, in_features, generator=torch.Generator().manual_seed(num_rows + threads))
         try:
-            assert kernels.set_avx512(True)
-            wide = kernels.linear(x, None, qtype, in_features, Method.GEMV, threads, packed)
+            wide = None
+            if kernels.has_avx512:
+                assert kernels.set_avx512(True)
+                wide = kernels.linear(x, None, qtype, in_features, Method.GEMV, threads, packed)
             assert not kernels.set_avx512(False)
             narrow = kernels.linear(x, None, qtype, in_features, Method.GEMV, threads, packed)
+            maddubs = kernels.linear(x, None, qtype, in_features, Method.GEMV_MADDUBS, threads, packed)
         finally:
             kernels.set_avx512(None)
         ref = quantize_activations(x).double() @ w.T
-        assert float((wide.double() - ref).abs().max() / ref.abs().max()) < 1e-5, (num_rows, threads)
-        assert torch.equal(wide, narrow), (num_rows, threads)
+        assert float((narrow.double() - ref).abs().max() / ref.abs().max()) < 1e-5, (num_rows, threads)
+        assert torch.equal(narrow, maddubs), (num_rows, threads)
+        assert wide is None or torch.equal(wide, narrow), (num_rows, threads)
