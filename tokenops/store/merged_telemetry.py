@@ -12,8 +12,8 @@ Only the window asked for is copied. Rows keep their own ids (UUIDs), so replica
 from __future__ import annotations
 
 import os
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import duckdb
