@@ -147,6 +147,7 @@ class LlamaServer:
                "-b", str(self.batch), "-ub", str(self.batch), "--no-webui", "-cb"]
         if not self.repack:  # builds that crash repacking quantized weights at load
             cmd.append("--no-repack")
+        cache_dir().mkdir(parents=True, exist_ok=True)
         self.log = open(cache_dir() / "llama-server.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120

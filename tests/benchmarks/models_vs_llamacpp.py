@@ -234,6 +234,16 @@ def print_table(rows: list[tuple[str, Figures, Figures]]) -> None:
           "greedy: mean share of identical leading tokens (identical continuations)")
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so the server a run has started is stopped with it."""
+    import signal
+
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main() -> None:
     import llamacpp_peer as lp
     from gguf_parity import held_out_texts
@@ -254,6 +264,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="1 chunk, 3 prompts, 1 repeat, 32 output tokens")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args()
+    _exit_on_sigterm()
     if args.quick:
         args.chunks, args.prompts, args.output_tokens = 1, 3, 32
     if args.only != "tokenops":
