@@ -285,3 +285,26 @@ def test_a_free_call_of_a_tool_the_request_does_not_offer_stays_text(parser, tex
     assert offered is not None
     _, early = offered.push(text.replace("get_author", "get_weather").replace("book_title", "city"))
     assert early + offered.finish()[1] and offered.num_calls == 1
+
+
+def test_a_forced_hermes_call_works_where_the_tag_is_an_added_token():
+    """Qwen2.5's ``<tool_call>`` is an added token that is not special: llguidance masked the grammar's
+    first step to that token alone and then refused to consume it (a 400 at a forced call's first token)."""
+    from pathlib import Path
+
+    import torch
+    from tokenizers import AddedToken
+    from tokenops.engine.sampling.grammar import GrammarCompiler
+
+    tok = Tokenizer.from_dir(Path(__file__).resolve().parents[2] / "tokenops" / "demo_models" / "target")
+    tok.backend.add_tokens([AddedToken("<tool_call>", special=False, normalized=False)])
+    tag = tok.backend.token_to_id("<tool_call>")
+    vocab = tok.backend.get_vocab_size(with_added_tokens=True)
+    plan = plan_request(OutputFields.from_body({"tools": [WEATHER], "tool_choice": "required"}), "hermes")
+    matcher = GrammarCompiler.for_tokenizer(tok, vocab).compile(plan.grammar)
+    mask = torch.zeros((1, (vocab + 31) // 32), dtype=torch.int32)
+    matcher.fill_bitmask(mask, 0)
+    allowed = [i for i in range(vocab) if (int(mask[0, i // 32]) >> (i % 32)) & 1]
+    assert allowed and all("<tool_call>".startswith(tok.token_text(i)) for i in allowed)
+    ids = tok.encode('<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris"}}\n</tool_call>', add_special_tokens=False)
+    assert tag in ids and all(matcher.accept(i) for i in ids) and matcher.is_finished

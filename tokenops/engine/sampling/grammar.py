@@ -124,6 +124,24 @@ class GrammarMatcher:
         return self._m.get_error() if self._m.is_error() else None
 
 
+def _plain_added_tokens(tokenizer_json: str) -> str:
+    """``tokenizer_json`` with its added tokens that are not special (Qwen2.5's ``<tool_call>`` and
+    ``</tool_call>``) moved into the model's vocabulary. llguidance treats every added token as a
+    special one, except when it forces literal text: the text ``<tool_call>`` a grammar writes was
+    masked to that token alone, which consuming it then refused (a forced Hermes call on
+    Qwen2.5-Coder failed at its first token). As plain tokens their text is theirs throughout."""
+    data = json.loads(tokenizer_json)
+    vocab = (data.get("model") or {}).get("vocab")
+    added = data.get("added_tokens") or []
+    if not isinstance(vocab, dict) or all(t.get("special") for t in added):
+        return tokenizer_json
+    for token in added:
+        if not token.get("special"):
+            vocab.setdefault(token["content"], token["id"])
+    data["added_tokens"] = [t for t in added if t.get("special")]
+    return json.dumps(data, ensure_ascii=False)
+
+
 class GrammarCompiler:
     """Compiles :class:`GrammarSpec` for one tokenizer, off the engine thread, with a cache.
 
@@ -149,7 +167,7 @@ class GrammarCompiler:
     def for_tokenizer(cls, tokenizer: Any, vocab_size: int) -> GrammarCompiler:
         """From a :class:`tokenops.engine.core.tokenizer.Tokenizer` (its ``tokenizers`` backend)."""
         eos = sorted(getattr(tokenizer, "eos_token_ids", ()) or ())
-        return cls(tokenizer.backend.to_str(), vocab_size, eos)
+        return cls(_plain_added_tokens(tokenizer.backend.to_str()), vocab_size, eos)
 
     def _tokenizer(self) -> Any:
         if self._lltok is None:  # ~50 ms: built on first use, not at engine start
