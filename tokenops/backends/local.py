@@ -129,9 +129,11 @@ class LocalBackend:
             start()
         self.max_model_len = self.engine.max_model_len
         tokenizer = getattr(self.engine, "tokenizer", None)
-        if tokenizer is not None:  # measured once, off the loop: check_prompt_fits needs it per request
-            await asyncio.to_thread(max_token_chars, tokenizer)
+        if tokenizer is not None:
+            # before the first await: the engine counts as loaded (/ready, the model card) from here on
             self._choose_tool_format(tokenizer)
+            # measured once, off the loop: check_prompt_fits needs it per request
+            await asyncio.to_thread(max_token_chars, tokenizer)
 
     def _choose_tool_format(self, tokenizer: Any) -> None:
         """Native calls when the chat template renders tools, else the generic format
