@@ -89,7 +89,8 @@ def tokenops_config(gguf: Path, args) -> str:
     return (f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{gguf}"\n\n[engine]\n'
             f"max_num_seqs = {args.concurrency}\nmax_num_batched_tokens = {max(512, args.ctx)}\n"
             f"kv_cache_tokens = {args.concurrency * CTX_PER_SLOT}\ntorch_threads = {args.threads}\n"
-            f'\n[plugins.kv_policy]\ncache_dtype = "bfloat16"\n')
+            + ("quant_avx512 = false\n" if args.avx2 else "")
+            + '\n[plugins.kv_policy]\ncache_dtype = "bfloat16"\n')
 
 
 def serve_perplexity(url: str, wins: list[list[int]]) -> float:
@@ -260,6 +261,8 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--greedy-tokens", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--avx2", action="store_true",
+                   help="tokenops on its 256-bit kernels (engine quant_avx512 = false); llama.cpp is built native")
     p.add_argument("--only", choices=["tokenops", "llama.cpp"], default=None)
     p.add_argument("--quick", action="store_true", help="1 chunk, 3 prompts, 1 repeat, 32 output tokens")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
