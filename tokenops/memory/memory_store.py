@@ -83,6 +83,54 @@ def split_chunks(text: str, chunk_chars: int) -> list[str]:
     return pieces
 
 
+class RecentVectors:
+    """The last few texts' embeddings (``remember()`` then ``recall()`` of the same last message
+    embeds it once); thread-safe. Both session memories, in process and in Redis, keep one."""
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], size: int = 64) -> None:
+        self.embed = embed
+        self.size = size
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> vector, newest last
+        self._lock = threading.Lock()
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            found = {t: self._recent[t] for t in texts if t in self._recent}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            found.update(zip(missing, self.embed(missing)))
+            with self._lock:
+                for text in missing:
+                    self._recent[text] = found[text]
+                while len(self._recent) > self.size:
+                    self._recent.popitem(last=False)
+        return np.stack([found[t] for t in texts])
+
+
+def near_duplicate(entries: list[MemoryEntry], role: str, vector: np.ndarray, threshold: float) -> MemoryEntry | None:
+    """The entry of ``role`` most similar to ``vector`` at cosine ``threshold`` or more, else None."""
+    best, best_score = None, threshold
+    for e in entries:
+        if e.role == role:
+            score = float(e.vector @ vector)
+            if score >= best_score:
+                best, best_score = e, score
+    return best
+
+
+def evict_to_budget(entries: list[MemoryEntry], max_bytes: int) -> int:
+    """Drop the least recently seen entries until the rest fit ``max_bytes``; how many went."""
+    total = sum(e.num_bytes for e in entries)
+    num_evicted = 0
+    for e in sorted(entries, key=lambda e: (e.last_seen, e.id)):
+        if total <= max_bytes:
+            break
+        entries.remove(e)
+        total -= e.num_bytes
+        num_evicted += 1
+    return num_evicted
+
+
 class SessionMemory:
     """All sessions' entries; thread-safe (the gateway calls it from worker threads)."""
 
@@ -112,7 +160,7 @@ class SessionMemory:
         self._sessions: OrderedDict[tuple[str, str], list[MemoryEntry]] = OrderedDict()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> vector, newest last
+        self._embed = RecentVectors(embed)
         self.num_merged = 0
         self.num_expired = 0
         self.num_evicted = 0
@@ -167,42 +215,13 @@ class SessionMemory:
         if size:
             self._bytes[key] = size
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        """``embed`` with the last few texts' vectors kept (remember() then recall() of the
-        same last message embeds it once)."""
-        with self._lock:
-            found = {t: self._recent[t] for t in texts if t in self._recent}
-        missing = [t for t in dict.fromkeys(texts) if t not in found]
-        if missing:
-            found.update(zip(missing, self.embed(missing)))
-            with self._lock:
-                for text in missing:
-                    self._recent[text] = found[text]
-                while len(self._recent) > 64:
-                    self._recent.popitem(last=False)
-        return np.stack([found[t] for t in texts])
-
     def _near_duplicate(
         self, entries: list[MemoryEntry], role: str, text: str, vector: np.ndarray
     ) -> MemoryEntry | None:
-        best, best_score = None, self.merge_threshold
-        for e in entries:
-            if e.role == role:
-                score = float(e.vector @ vector)
-                if score >= best_score:
-                    best, best_score = e, score
-        return best
+        return near_duplicate(entries, role, vector, self.merge_threshold)
 
     def _fit_budget(self, entries: list[MemoryEntry]) -> None:
-        total = sum(e.num_bytes for e in entries)
-        if total <= self.max_session_bytes:
-            return
-        for e in sorted(entries, key=lambda e: (e.last_seen, e.id)):
-            if total <= self.max_session_bytes:
-                break
-            entries.remove(e)
-            total -= e.num_bytes
-            self.num_evicted += 1
+        self.num_evicted += evict_to_budget(entries, self.max_session_bytes)
 
     def _live(self, key: tuple[str, str], now: float) -> list[MemoryEntry]:
         """The session's entries with the expired ones dropped (call under the lock)."""

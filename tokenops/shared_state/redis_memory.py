@@ -31,13 +31,12 @@ import json
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from tokenops.memory.memory_store import MemoryEntry, split_chunks
+from tokenops.memory.memory_store import MemoryEntry, RecentVectors, evict_to_budget, near_duplicate, split_chunks
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +157,7 @@ class RedisSessionMemory:
         self.clock = clock
         self._p = f"{prefix}:mem:"
         self._script = client.register_script(_WRITE)
-        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> vector, newest last
+        self._embed = RecentVectors(embed)
         self.num_unavailable = 0  # turns served without memory because Redis did not answer
         self._written: dict[str, tuple[float, list[MemoryEntry]]] = {}  # member -> (when, entries)
         self._lock = threading.Lock()
@@ -239,40 +238,13 @@ class RedisSessionMemory:
         keys = [self._blob_key(member), f"{p}lru", f"{p}bytes", f"{p}total", f"{p}stats"]
         return int(self._script(keys=keys, args=args))
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        """``embed`` with the last few texts' vectors kept (remember() then recall() of the same
-        last message embeds it once)."""
-        found = {t: self._recent[t] for t in texts if t in self._recent}
-        missing = [t for t in dict.fromkeys(texts) if t not in found]
-        if missing:
-            found.update(zip(missing, self.embed(missing)))
-            for text in missing:
-                self._recent[text] = found[text]
-            while len(self._recent) > 64:
-                self._recent.popitem(last=False)
-        return np.stack([found[t] for t in texts])
-
     def _near_duplicate(
         self, entries: list[MemoryEntry], role: str, text: str, vector: np.ndarray
     ) -> MemoryEntry | None:
-        best, best_score = None, self.merge_threshold
-        for e in entries:
-            if e.role == role:
-                score = float(e.vector @ vector)
-                if score >= best_score:
-                    best, best_score = e, score
-        return best
+        return near_duplicate(entries, role, vector, self.merge_threshold)
 
     def _fit_budget(self, entries: list[MemoryEntry]) -> int:
-        total = sum(e.num_bytes for e in entries)
-        num_evicted = 0
-        for e in sorted(entries, key=lambda e: (e.last_seen, e.id)):
-            if total <= self.max_session_bytes:
-                break
-            entries.remove(e)
-            total -= e.num_bytes
-            num_evicted += 1
-        return num_evicted
+        return evict_to_budget(entries, self.max_session_bytes)
 
     def _live(self, entries: list[MemoryEntry], now: float) -> tuple[list[MemoryEntry], int]:
         alive = [e for e in entries if now - e.last_seen <= self.ttl_s]
