@@ -72,6 +72,7 @@ def test_every_variant_compiles_warning_free_for_this_cpu():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 32 optimised builds: minutes on a loaded 2-core box
 @needs_cc
 def test_every_variant_compiles_warning_free_optimised_and_for_other_cpus():
     marches = ["native", *(m for m in OTHER_MARCH if _march_supported(m))]
@@ -229,6 +230,7 @@ def _asan_runtime() -> str | None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # sanitized builds and the kernel tests under them: tens of minutes on a loaded box
 def test_kernel_tests_pass_under_address_and_undefined_behaviour_sanitizers(tmp_path):
     """The kernel tests in a process whose libraries are built with ``-fsanitize=address,undefined``
     (``TOKENOPS_NATIVE_SANITIZE=1``): an out-of-bounds access or undefined behaviour fails them."""
@@ -268,7 +270,7 @@ def test_kernel_tests_pass_under_address_and_undefined_behaviour_sanitizers(tmp_
         env=env,
         capture_output=True,
         text=True,
-        timeout=3000,
+        timeout=3400,
     )
     tail = (r.stdout + r.stderr)[-6000:]
     assert r.returncode == 0, tail
