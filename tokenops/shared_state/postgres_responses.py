@@ -29,7 +29,7 @@ from sqlmodel import create_engine
 
 from tokenops.errors import APIError
 from tokenops.store.migrations import utcnow
-from tokenops.store.stored_responses import ChainHead, Limits, StoredResponse
+from tokenops.store.stored_responses import CHAIN_SQL, SWEEP_SQL, ChainHead, Limits, StoredResponse
 from tokenops.store.table_models import StoredResponseRow
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -37,31 +37,9 @@ _LOCK = 0x746F6B5F72657370  # pg_advisory_xact_lock key of every writer ("tok_re
 _TABLE: sa.Table = StoredResponseRow.__table__  # type: ignore[attr-defined]
 _INDEX = sa.Index("stored_responses_tenant", _TABLE.c.tenant, _TABLE.c.created_at)
 
-# tokenops/store/stored_responses.py's _CHAIN and _SWEEP in PostgreSQL's dialect (named
-# parameters; the json operators where DuckDB has json_extract).
-_CHAIN = sa.text("""
-WITH RECURSIVE chain(id, prev, is_whole, depth) AS (
-    SELECT id, previous_response_id, is_whole, 0 FROM stored_responses WHERE id = :id AND tenant = :tenant
-    UNION ALL
-    SELECT r.id, r.previous_response_id, r.is_whole, c.depth + 1
-    FROM stored_responses r JOIN chain c ON r.id = c.prev
-    WHERE r.tenant = :tenant AND NOT coalesce(c.is_whole, false)
-)
-SELECT s.input_items, (s.response::json -> 'output')::text, c.depth
-FROM chain c JOIN stored_responses s ON s.id = c.id ORDER BY c.depth DESC
-""")
-_SWEEP = sa.text("""
-DELETE FROM stored_responses WHERE is_hidden AND id NOT IN (
-    WITH RECURSIVE keep(id, tenant, prev, is_whole) AS (
-        SELECT id, tenant, previous_response_id, is_whole FROM stored_responses WHERE NOT is_hidden
-        UNION
-        SELECT r.id, r.tenant, r.previous_response_id, r.is_whole
-        FROM stored_responses r JOIN keep k ON r.id = k.prev AND r.tenant = k.tenant
-        WHERE NOT coalesce(k.is_whole, false)
-    )
-    SELECT id FROM keep
-)
-""")
+# the chain and the sweep of tokenops/store/stored_responses.py, in PostgreSQL's dialect
+_CHAIN = sa.text(CHAIN_SQL.format(id=":id", tenant=":tenant", output="(s.response::json -> 'output')::text"))
+_SWEEP = sa.text(SWEEP_SQL)
 _INSERT = sa.text("""
 INSERT INTO stored_responses (id, tenant, created_at, model, previous_response_id, input_items, response,
     num_bytes, chain_bytes, chain_items, is_whole, is_hidden)

@@ -78,19 +78,22 @@ class Limits:
 
 # The ids of a chain, newest first, by its links (one query; the walk stops at a row that holds
 # the whole conversation itself). Depth is bounded by [gateway] max_messages: a turn adds items.
-_CHAIN = """
+#: The chain's SQL for both stores: the parameters and the JSON access are each dialect's
+#: (DuckDB here, PostgreSQL in tokenops/shared_state/postgres_responses.py).
+CHAIN_SQL = """
 WITH RECURSIVE chain(id, prev, is_whole, depth) AS (
-    SELECT id, previous_response_id, is_whole, 0 FROM stored_responses WHERE id = ? AND tenant = ?
+    SELECT id, previous_response_id, is_whole, 0 FROM stored_responses WHERE id = {id} AND tenant = {tenant}
     UNION ALL
     SELECT r.id, r.previous_response_id, r.is_whole, c.depth + 1
     FROM stored_responses r JOIN chain c ON r.id = c.prev
-    WHERE r.tenant = ? AND NOT coalesce(c.is_whole, false)
+    WHERE r.tenant = {tenant} AND NOT coalesce(c.is_whole, false)
 )
-SELECT s.input_items, json_extract(s.response, '$.output'), c.depth
+SELECT s.input_items, {output}, c.depth
 FROM chain c JOIN stored_responses s ON s.id = c.id ORDER BY c.depth DESC
 """
+_CHAIN = CHAIN_SQL.format(id="$id", tenant="$tenant", output="json_extract(s.response, '$.output')")
 # Hidden rows no visible row of their tenant still reaches through its links.
-_SWEEP = """
+SWEEP_SQL = """
 DELETE FROM stored_responses WHERE is_hidden AND id NOT IN (
     WITH RECURSIVE keep(id, tenant, prev, is_whole) AS (
         SELECT id, tenant, previous_response_id, is_whole FROM stored_responses WHERE NOT is_hidden
@@ -167,7 +170,7 @@ class ResponseStore:
             [tenant, tenant, self.limits.max_per_tenant],
         ).fetchone()[0]
         if expired or surplus:
-            self.store.execute(_SWEEP)
+            self.store.execute(SWEEP_SQL)
 
     def _head(self, tenant: str, response_id: str, oldest: datetime | None) -> ChainHead | None:
         """The row ``response_id`` (hidden links too unless ``oldest`` asks for a servable one)."""
@@ -199,7 +202,7 @@ class ResponseStore:
         """Every item of the chain ending at ``response_id``, oldest first: each turn's input items
         and output (``with_output=False``: without the last response's own output)."""
         items: list[dict[str, Any]] = []
-        for own, output, depth in self.store.execute(_CHAIN, [response_id, tenant, tenant]).fetchall():
+        for own, output, depth in self.store.execute(_CHAIN, {"id": response_id, "tenant": tenant}).fetchall():
             items += json.loads(own or "[]")
             if depth > 0 or with_output:
                 items += json.loads(output or "[]")
@@ -233,7 +236,7 @@ class ResponseStore:
                 [response_id, tenant],
             ).fetchone()[0]
             if found:
-                self.store.execute(_SWEEP)
+                self.store.execute(SWEEP_SQL)
         return bool(found)
 
     def purge_tenant(self, tenant: str) -> int:
