@@ -49,7 +49,8 @@ _FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
 #: builds every library with AddressSanitizer and UndefinedBehaviorSanitizer; the process must preload
 #: the ASan runtime.
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g"]
-if os.environ.get("TOKENOPS_NATIVE_SANITIZE", "").strip().lower() in ("1", "true", "yes", "on"):
+SANITIZE = os.environ.get("TOKENOPS_NATIVE_SANITIZE", "").strip().lower() in ("1", "true", "yes", "on")
+if SANITIZE:
     _FLAGS = [*_FLAGS, *SANITIZE_FLAGS]
 
 _lock = threading.Lock()
@@ -102,7 +103,8 @@ def build_library(
     with compiling(stem, out_dir), tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp_lib = Path(tmp) / lib.name
         command = [cc, *_FLAGS, *define_flags, f"-I{folder}", str(folder / main), "-o", str(tmp_lib), "-lm"]
-        r = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        # minutes on a loaded box for the quantized kernels; longer still with the sanitizers
+        r = subprocess.run(command, capture_output=True, text=True, timeout=900 if SANITIZE else 300)
         if r.returncode != 0:
             raise RuntimeError(f"{cc} failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
         os.replace(tmp_lib, lib)  # atomic: concurrent builders each install a complete file
