@@ -251,7 +251,7 @@ def _listing() -> tuple[int, Listing]:
 
 def new_plugin_set() -> PluginSet:
     """A gateway's own plugin set: fresh instances of the class plugins, module plugins shared."""
-    return PluginSet(_listing)
+    return PluginSet(_listing, lambda: _generation)
 
 
 def add_plugin_file(path: str) -> None:

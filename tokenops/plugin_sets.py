@@ -32,6 +32,8 @@ from tokenops import hookspecs
 Listing = list[tuple[str, Any, type | None]]
 #: () -> (generation of the process-wide manager, its plugins)
 Source = Callable[[], tuple[int, Listing]]
+#: () -> the generation alone (cheap: read on every hook call)
+Generation = Callable[[], int]
 
 _active: ContextVar[PluginSet | None] = ContextVar("tokenops_plugin_set", default=None)
 
@@ -60,8 +62,9 @@ def trace_if_asked(pm: pluggy.PluginManager) -> None:
 class PluginSet:
     """A pluggy manager holding one gateway's instances of the class plugins (module plugins shared)."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, generation: Generation) -> None:
         self._source = source
+        self._current_generation = generation
         self._pm = pluggy.PluginManager("tokenops")
         self._pm.add_hookspecs(hookspecs)
         trace_if_asked(self._pm)
@@ -72,6 +75,8 @@ class PluginSet:
         self._sync()
 
     def _sync(self) -> None:
+        if self._current_generation() == self._generation:  # the common case: nothing changed
+            return
         generation, listing = self._source()
         with self._lock:
             if generation == self._generation:
