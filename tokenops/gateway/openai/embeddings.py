@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tokenops.gateway.core import hooks
 from tokenops.gateway.core.capability import choose_capable_replica
-from tokenops.json_types import INTEGRAL_FLOAT
 from tokenops.gateway.errors import APIError
+from tokenops.json_types import INTEGRAL_FLOAT
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest
 
 #: OpenAI's limit on inputs per request.

@@ -34,9 +34,9 @@ from starlette.responses import Response
 
 from tokenops.gateway.core import hooks
 from tokenops.gateway.core.capability import choose_capable_replica
-from tokenops.json_types import INTEGRAL_FLOAT
 from tokenops.gateway.errors import APIError
 from tokenops.gateway.intake import caller, read_caller_body, stamp
+from tokenops.json_types import INTEGRAL_FLOAT
 from tokenops.types import BackendError, BackendOutcome, GatewayRequest, TelemetryEvent
 
 MAX_IMAGES = 10
