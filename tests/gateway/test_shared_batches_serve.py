@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -104,3 +106,32 @@ def test_a_batch_created_on_a_is_cancelled_through_b(gateways):
     counts = done.request_counts.completed
     time.sleep(2)
     assert b.batches.retrieve(batch.id).request_counts.completed == counts  # nothing ran after the cancel
+
+
+@pytest.mark.slow  # a claim lapses after 30 s: the takeover takes that long by design
+def test_a_batch_whose_gateway_is_killed_is_finished_by_the_other(tmp_path):
+    """kill -9 of the gateway running a batch: the other takes it up once the claim lapses and
+    finishes it, every line once in the output (the lines the dead one had finished run again)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(postgres_server())
+        except PostgresUnavailable as e:
+            pytest.skip(str(e))
+        config = _config(url)
+        a = stack.enter_context(ServeProcess(tmp_path / "a", config=config))
+        a_client = _client(a)
+        uploaded = a_client.files.create(file=("in.jsonl", io.BytesIO(_jsonl(120, "kill", 8))), purpose="batch")
+        batch = a_client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        seen = _until(
+            lambda: (x := a_client.batches.retrieve(batch.id)).request_counts.completed >= 5 and x, "A to run lines"
+        )
+        os.kill(a.proc.pid, signal.SIGKILL)  # A's claim is not renewed any more
+        assert seen.status == "in_progress" and seen.request_counts.completed < 120, seen
+        a.proc.wait(30)
+        b = stack.enter_context(ServeProcess(tmp_path / "b", config=config))
+        b_client = _client(b)
+        done = _until(lambda: (x := b_client.batches.retrieve(batch.id)).status == "completed" and x, "B to finish")
+        out = [json.loads(line) for line in b_client.files.content(done.output_file_id).text.splitlines()]
+        assert sorted(line["custom_id"] for line in out) == sorted(f"kill-{i}" for i in range(120))  # each once
