@@ -139,13 +139,30 @@ def reasoning_budget(request: GatewayRequest, model: str) -> ReasoningBudget | N
 
 def plugin_calls() -> PluginCalls:
     """What the backends ask the loaded plugins (:mod:`tokenops.backends.plugin_calls`), passed
-    in by the plugin that builds them."""
+    in by the plugin that builds them; each call reaches the plugin set of the gateway active here."""
     from tokenops.backends.plugin_calls import PluginCalls
     from tokenops.diffusion.plan import get_plan
 
     return PluginCalls(
-        configure_engine=configure_engine,
-        build_engine=lambda config: build_engine(config, configured=True),
-        reasoning_budget=reasoning_budget,
-        diffusion_plan=get_plan,
+        configure_engine=_in_set(configure_engine),
+        # the engine is built on a thread of its own, where no gateway's set is active
+        build_engine=_in_set(lambda config: build_engine(config, configured=True)),
+        reasoning_budget=_in_set(reasoning_budget),
+        diffusion_plan=_in_set(get_plan),
     )
+
+
+def _in_set(call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` run with the plugin set active now (the gateway building the backend): its hooks
+    reach that gateway's plugin instances from any thread (the engine thread has no context)."""
+    from tokenops.plugin_sets import active
+
+    plugins = active()
+    if plugins is None:
+        return call
+
+    def in_set(*args: Any, **kwargs: Any) -> Any:
+        with plugins.activate():
+            return call(*args, **kwargs)
+
+    return in_set

@@ -21,12 +21,13 @@ DEMO = ROOT / "tokenops" / "demo_models" / "target"
 
 
 def run(model, batch: int, max_tokens: int, threads: int, compiled: bool) -> tuple[float, float]:
-    import tokenops_plugins.compute_model.compile as compile_plugin
     from tokenops.engine.core.config import EngineConfig
     from tokenops.policy_hooks import build_engine  # the plugins transform and compile, as in serve
     from tokenops.engine.sampling.sampling import SamplingParams
+    from tokenops.plugin_manager import get_plugin
 
-    compile_plugin._conf["enabled"] = compiled
+    compile_plugin = get_plugin("compile")  # the process's instance: what build_engine's hooks call
+    compile_plugin.conf["enabled"] = compiled
     try:
         engine = build_engine(EngineConfig(model=model, device="cpu", torch_threads=threads, max_num_seqs=batch,
                                         kv_cache_tokens=8192))
@@ -39,7 +40,7 @@ def run(model, batch: int, max_tokens: int, threads: int, compiled: bool) -> tup
         outs = engine.generate(prompts, params)
         rate = sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - start)
     finally:
-        compile_plugin._conf["enabled"] = False
+        compile_plugin.conf["enabled"] = False
     return rate, warmup
 
 

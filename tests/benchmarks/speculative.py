@@ -197,9 +197,9 @@ def compare(model: Path, prompts, batch: int, max_tokens: int, threads: int, ign
 
 def _set_plugin_settings(**values) -> None:
     """The ``[plugins.speculative]`` settings build_engine's proposers read (as serve sets them)."""
-    import tokenops_plugins.model_optimization.ngram_proposer as settings_plugin
+    from tokenops.plugin_manager import get_plugin
 
-    settings_plugin._conf.update(values)
+    get_plugin("ngram_proposer").conf.update(values)  # the process's instance: what build_engine's hooks call
 
 
 def _print_row(label: str, batch: int, rates, same: bool, stats, num_tokens: int) -> None:

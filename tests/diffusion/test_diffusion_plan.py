@@ -42,12 +42,14 @@ def test_prompt_without_a_class_is_refused(prompt):
 
 @pytest.fixture
 def plugin_conf():
-    from tokenops_plugins.model_optimization import diffusion_sampler, step_cache
+    from tokenops.plugin_manager import get_plugin
 
-    saved = dict(diffusion_sampler._conf), dict(step_cache._conf)
+    # the process's instances (hook() reaches them outside a gateway)
+    diffusion_sampler, step_cache = get_plugin("diffusion_sampler"), get_plugin("step_cache")
+    saved = dict(diffusion_sampler.conf), dict(step_cache.conf)
     yield diffusion_sampler, step_cache
-    diffusion_sampler._conf.update(saved[0])
-    step_cache._conf.update(saved[1])
+    diffusion_sampler.conf.update(saved[0])
+    step_cache.conf.update(saved[1])
 
 
 def test_plugins_set_the_plan_and_follow_live_tunables(plugin_conf):
@@ -84,4 +86,4 @@ def test_plugin_config_is_validated(plugin_conf):
     with pytest.raises(ValueError, match="threshold must be a number"):
         step_cache.tokenops_configure(Settings({"step_cache": {"threshold": -1}}))
     step_cache.tokenops_configure(Settings({"step_cache": {"threshold": 0.25, "warmup_steps": 2}}))
-    assert step_cache._conf["threshold"] == 0.25 and step_cache._conf["warmup_steps"] == 2
+    assert step_cache.conf["threshold"] == 0.25 and step_cache.conf["warmup_steps"] == 2

@@ -125,13 +125,14 @@ def test_sink_window_with_ngram_speculation_and_int8(tiny_llama_dir):
 
 
 def test_kv_plugin_settings_reach_the_engine_config():
-    import tokenops_plugins.model_optimization.kv_policy as plugin
+    from tokenops_plugins.model_optimization.kv_policy import KvPolicy
+    plugin = KvPolicy()
 
     class Settings:
         def plugin_settings(self, name):
             return {"sink_tokens": 4, "window_tokens": 64, "cache_dtype": "int8"} if name == "kv_policy" else {}
 
-    saved = dict(plugin._conf)
+    saved = dict(plugin.conf)
     try:
         plugin.tokenops_configure(Settings())
         config = EngineConfig()
@@ -143,5 +144,5 @@ def test_kv_plugin_settings_reach_the_engine_config():
         assert (policy.num_sink_tokens, policy.window) == (4, 64)
         assert builtin_kv_policy(EngineConfig()) is None
     finally:
-        plugin._conf.clear()
-        plugin._conf.update(saved)
+        plugin.conf.clear()
+        plugin.conf.update(saved)

@@ -183,14 +183,15 @@ def test_greedy_output_identical_with_and_without_the_tier(tiny_llama_dir, tmp_p
 
 
 def test_plugin_settings_reach_the_engine_config():
-    import tokenops_plugins.model_optimization.kv_offload as plugin
+    from tokenops_plugins.model_optimization.kv_offload import KvOffload
+    plugin = KvOffload()
 
     from tokenops.config import Settings as RealSettings
 
     def Settings(conf):  # the real settings with only [plugins.kv_offload]
         return RealSettings(plugins={"kv_offload": conf})
 
-    saved = dict(plugin._conf)
+    saved = dict(plugin.conf)
     try:
         plugin.tokenops_configure(Settings({}))
         config = EngineConfig()
@@ -205,5 +206,5 @@ def test_plugin_settings_reach_the_engine_config():
         with pytest.raises(ValueError, match="host_mb"):
             plugin.tokenops_configure(Settings({"enabled": True, "host_mb": -2}))
     finally:
-        plugin._conf.clear()
-        plugin._conf.update(saved)
+        plugin.conf.clear()
+        plugin.conf.update(saved)

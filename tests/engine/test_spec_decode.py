@@ -263,9 +263,10 @@ class Settings:
 
 
 def test_plugin_settings_enable_speculation():
-    import tokenops_plugins.model_optimization.ngram_proposer as plugin
+    from tokenops_plugins.model_optimization.ngram_proposer import NgramSettings
+    plugin = NgramSettings()  # a gateway's own instance
 
-    saved = dict(plugin._conf)
+    saved = dict(plugin.conf)
     try:
         plugin.tokenops_configure(Settings({"method": "ngram", "num_tokens": 3, "max_ngram": 2}))
         config = EngineConfig()
@@ -285,8 +286,8 @@ def test_plugin_settings_enable_speculation():
         with pytest.raises(ValueError, match="draft_model"):
             plugin.tokenops_configure(Settings({"method": "draft"}))
     finally:
-        plugin._conf.clear()
-        plugin._conf.update(saved)
+        plugin.conf.clear()
+        plugin.conf.update(saved)
 
 
 def test_async_engine_streams_speculative_tokens(tiny_llama_dir):
@@ -362,18 +363,20 @@ def test_demo_models_greedy_identical(method):
 
 
 def test_draft_min_confidence_cuts_proposals_and_stays_exact(tiny_llama_dir, draft_dir):
-    import tokenops_plugins.model_optimization.ngram_proposer as settings_plugin
+    from tokenops.plugin_manager import get_plugin
+
+    settings_plugin = get_plugin("ngram_proposer")  # the process's instance: what hook() calls here
 
     base = _greedy(_engine(tiny_llama_dir))
-    saved = settings_plugin._conf["draft_min_confidence"]
-    settings_plugin._conf["draft_min_confidence"] = 0.3
+    saved = settings_plugin.conf["draft_min_confidence"]
+    settings_plugin.conf["draft_min_confidence"] = 0.3
     try:  # the plugin's setting reaches the engine the way serve builds one
         from tokenops.policy_hooks import build_engine
 
         engine = build_engine(EngineConfig(**{**_config_values(tiny_llama_dir), "speculative": "draft",
                                               "draft_model": str(draft_dir)}))
     finally:
-        settings_plugin._conf["draft_min_confidence"] = saved
+        settings_plugin.conf["draft_min_confidence"] = saved
     assert engine.spec_decoder.proposer.min_confidence == 0.3
     assert _greedy(engine) == base
     stats = engine.stats()["spec_decode"]
@@ -402,9 +405,10 @@ def test_disable_by_batch_size_stops_proposals_in_large_batches_only(tiny_llama_
 
 
 def test_plugin_disable_by_batch_size_setting():
-    import tokenops_plugins.model_optimization.ngram_proposer as plugin
+    from tokenops_plugins.model_optimization.ngram_proposer import NgramSettings
+    plugin = NgramSettings()  # a gateway's own instance
 
-    saved = dict(plugin._conf)
+    saved = dict(plugin.conf)
     try:
         plugin.tokenops_configure(Settings({"method": "ngram", "disable_by_batch_size": 4}))
         config = EngineConfig()
@@ -413,5 +417,5 @@ def test_plugin_disable_by_batch_size_setting():
         with pytest.raises(ValueError, match="disable_by_batch_size"):
             plugin.tokenops_configure(Settings({"method": "ngram", "disable_by_batch_size": -2}))
     finally:
-        plugin._conf.clear()
-        plugin._conf.update(saved)
+        plugin.conf.clear()
+        plugin.conf.update(saved)

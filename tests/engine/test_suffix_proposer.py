@@ -221,7 +221,8 @@ def test_suffix_speculation_keeps_the_greedy_output(tmp_path, tiny_llama_dir):
 
 
 def test_plugin_settings_pick_the_corpus_and_check_it(tmp_path, tiny_llama_dir):
-    import tokenops_plugins.model_optimization.ngram_proposer as plugin
+    from tokenops_plugins.model_optimization.ngram_proposer import NgramSettings
+    plugin = NgramSettings()  # a gateway's own instance
 
     class Settings:
         def __init__(self, conf):
@@ -231,7 +232,7 @@ def test_plugin_settings_pick_the_corpus_and_check_it(tmp_path, tiny_llama_dir):
             return self.conf if name == "speculative" else {}
 
     corpus, _ = _toy_corpus(tmp_path, tiny_llama_dir, [[5, 6, 7, 2]] * 4)
-    saved = dict(plugin._conf)
+    saved = dict(plugin.conf)
     try:
         plugin.tokenops_configure(Settings({"method": "suffix", "corpus": str(corpus), "num_tokens": 6}))
         config = EngineConfig(model=str(tiny_llama_dir), device="cpu")
@@ -255,8 +256,8 @@ def test_plugin_settings_pick_the_corpus_and_check_it(tmp_path, tiny_llama_dir):
         with pytest.raises(ValueError, match="needs the token file"):
             registered["suffix"](config)
     finally:
-        plugin._conf.clear()
-        plugin._conf.update(saved)
+        plugin.conf.clear()
+        plugin.conf.update(saved)
 
 
 def test_a_match_hint_gives_the_same_walks_as_a_fresh_search():

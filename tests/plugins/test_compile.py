@@ -2,7 +2,9 @@ import pytest
 import torch
 
 from tokenops.config import Settings
-from tokenops_plugins.compute_model import compile as compile_plugin
+from tokenops_plugins.compute_model.compile import CompileModel
+
+compile_plugin = CompileModel()  # one gateway's instance
 
 
 @pytest.fixture
@@ -11,7 +13,7 @@ def enabled():
     s.plugins["compile"] = {"enabled": True}
     compile_plugin.tokenops_configure(s)
     yield
-    compile_plugin._conf.update({"enabled": False, "mode": "default", "dynamic": True, "scope": "mlp"})
+    compile_plugin.conf.update({"enabled": False, "mode": "default", "dynamic": True, "scope": "mlp"})
 
 
 def test_off_by_default():
@@ -42,7 +44,7 @@ def test_mlp_scope_compiles_only_stable_modules(enabled):
 
 @pytest.mark.slow
 def test_compiled_forward_matches_eager(enabled):
-    compile_plugin._conf["scope"] = "model"
+    compile_plugin.conf["scope"] = "model"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     x = torch.randn(3, 8)

@@ -7,10 +7,11 @@ import pytest
 
 from tokenops.backends.reasoning_control import decide_budget, reflection_token_ids, requested_budget_fields
 from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser, split_reasoning
+from tokenops.plugin_manager import get_plugin_manager
 from tokenops.types import BackendError, GatewayRequest, OutputFields, ReasoningBudget
-from tokenops_plugins.model_optimization import reasoning_budget as policy
 from tokenops_plugins.model_optimization._adaptive_budget import BudgetTable, features, learn
 from tokenops_plugins.model_optimization._reasoning_tasks import make_reasoning_suite
+from tokenops_plugins.model_optimization.reasoning_budget import ReasoningBudgetPolicy
 
 THINK = get_reasoning_parser("think")
 
@@ -58,6 +59,8 @@ def test_budget_fields_on_a_model_without_parser_are_400s():
 
 
 def test_policy_precedence_and_tunables():
+    get_plugin_manager()  # the loaded plugins declare their decision keys (reasoning_features)
+    policy = ReasoningBudgetPolicy()  # one gateway's instance
     policy.reset()
     try:
         assert policy.tokenops_reasoning_budget(chat(), "m") is None  # off by default: unlimited, no mask
@@ -92,6 +95,7 @@ def test_adaptive_table_learns_the_smallest_budget_that_keeps_accuracy(tmp_path)
     path = tmp_path / "t.json"
     path.write_text(__import__("json").dumps(table.to_json()))
     assert BudgetTable.from_json(table.to_json()).budgets == table.budgets
+    policy = ReasoningBudgetPolicy()
     policy.reset()
     try:
         policy.configure(adaptive=True, adaptive_table=str(path))

@@ -33,40 +33,46 @@ SCOPES = ("mlp", "model")
 #: Module class names compiled with ``scope = "mlp"``.
 STABLE_MODULES = ("GatedMLP", "SparseMoeBlock", "RMSNorm")
 
-_conf: dict[str, Any] = {"enabled": False, "mode": "default", "dynamic": True, "scope": "mlp"}
 
+class CompileModel:
+    """One gateway's ``[plugins.compile]`` (each gateway has its own instance)."""
 
-@hookimpl
-def tokenops_register_tunables(register):
-    register(Tunable("compile.enabled", "bool", False, "torch.compile the model forward (restart).", searchable=False))
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
+    def __init__(self) -> None:
+        self.conf: dict[str, Any] = {"enabled": False, "mode": "default", "dynamic": True, "scope": "mlp"}
 
-@hookimpl
-def tokenops_configure(settings):
-    conf = settings.plugin_settings("compile")
-    if "mode" in conf and conf["mode"] not in MODES:
-        raise ValueError(f"[plugins.compile] mode must be one of {MODES}")
-    if "scope" in conf and conf["scope"] not in SCOPES:
-        raise ValueError(f"[plugins.compile] scope must be one of {SCOPES}")
-    _conf.update({k: conf[k] for k in ("enabled", "mode", "dynamic", "scope") if k in conf})
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register(
+            Tunable("compile.enabled", "bool", False, "torch.compile the model forward (restart).", searchable=False)
+        )
 
+    @hookimpl
+    def tokenops_configure(self, settings):
+        conf = settings.plugin_settings("compile")
+        if "mode" in conf and conf["mode"] not in MODES:
+            raise ValueError(f"[plugins.compile] mode must be one of {MODES}")
+        if "scope" in conf and conf["scope"] not in SCOPES:
+            raise ValueError(f"[plugins.compile] scope must be one of {SCOPES}")
+        self.conf.update({k: conf[k] for k in ("enabled", "mode", "dynamic", "scope") if k in conf})
 
-@hookimpl
-def tokenops_tunable_values(config):
-    return {"compile.enabled": bool(_conf["enabled"])}
+    @hookimpl
+    def tokenops_tunable_values(self, config):
+        return {"compile.enabled": bool(self.conf["enabled"])}
 
+    @hookimpl
+    def tokenops_compile_model(self, model):
+        if not self.conf["enabled"]:
+            return None
+        import torch
 
-@hookimpl
-def tokenops_compile_model(model):
-    if not _conf["enabled"]:
-        return None
-    import torch
-
-    # Compile forwards in place so modules keep their attributes (kv caches, counters).
-    if _conf["scope"] == "model":
-        targets = [model]
-    else:
-        targets = [m for m in model.modules() if type(m).__name__ in STABLE_MODULES]
-    for module in targets:
-        module.forward = torch.compile(module.forward, mode=_conf["mode"], dynamic=_conf["dynamic"])
-    return model
+        # Compile forwards in place so modules keep their attributes (kv caches, counters).
+        if self.conf["scope"] == "model":
+            targets = [model]
+        else:
+            targets = [m for m in model.modules() if type(m).__name__ in STABLE_MODULES]
+        for module in targets:
+            module.forward = torch.compile(module.forward, mode=self.conf["mode"], dynamic=self.conf["dynamic"])
+        return model

@@ -28,63 +28,73 @@ TOKENOPS_LAYER = "model_optimization"
 TOKENOPS_SETTINGS = {"diffusion_sampler": ("sampler", "steps")}
 
 CHOICES = ("default", "ddpm", "ddim", "dpm")
-_conf: dict[str, Any] = {"sampler": "dpm", "steps": 10}
 
 
-@hookimpl
-def tokenops_register_tunables(register):
-    from tokenops.tune.deployment import DIFFUSION
+class DiffusionSampler:
+    """One gateway's diffusion sampler and step count (each gateway has its own instance)."""
 
-    register(
-        Tunable(
-            "diffusion.sampler",
-            "str",
-            _conf["sampler"],
-            "Diffusion sampler: default (the model's own), ddpm, ddim or dpm (DPM-Solver++).",
-            live=True,
-            choices=CHOICES,
-            **DIFFUSION,
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
+
+    def __init__(self) -> None:
+        self.conf: dict[str, Any] = {"sampler": "dpm", "steps": 10}
+
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        from tokenops.tune.deployment import DIFFUSION
+
+        register(
+            Tunable(
+                "diffusion.sampler",
+                "str",
+                self.conf["sampler"],
+                "Diffusion sampler: default (the model's own), ddpm, ddim or dpm (DPM-Solver++).",
+                live=True,
+                choices=CHOICES,
+                **DIFFUSION,
+            )
         )
-    )
-    register(
-        Tunable(
-            "diffusion.steps",
-            "int",
-            _conf["steps"],
-            "Denoising steps per image, 0 = the model's default.",
-            live=True,
-            minimum=0,
-            maximum=1000,
-            **DIFFUSION,
+        register(
+            Tunable(
+                "diffusion.steps",
+                "int",
+                self.conf["steps"],
+                "Denoising steps per image, 0 = the model's default.",
+                live=True,
+                minimum=0,
+                maximum=1000,
+                **DIFFUSION,
+            )
         )
-    )
 
+    def _set(self, values: dict[str, Any]) -> None:
+        if "sampler" in values:
+            if values["sampler"] not in CHOICES:
+                raise ValueError(f"[plugins.diffusion_sampler] sampler must be one of {', '.join(CHOICES)}")
+            self.conf["sampler"] = values["sampler"]
+        if "steps" in values:
+            steps = values["steps"]
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+                raise ValueError("[plugins.diffusion_sampler] steps must be an integer >= 0")
+            self.conf["steps"] = steps
 
-def _set(values: dict[str, Any]) -> None:
-    if "sampler" in values:
-        if values["sampler"] not in CHOICES:
-            raise ValueError(f"[plugins.diffusion_sampler] sampler must be one of {', '.join(CHOICES)}")
-        _conf["sampler"] = values["sampler"]
-    if "steps" in values:
-        steps = values["steps"]
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError("[plugins.diffusion_sampler] steps must be an integer >= 0")
-        _conf["steps"] = steps
+    @hookimpl
+    def tokenops_configure(self, settings):
+        self._set(settings.plugin_settings("diffusion_sampler"))
 
+    @hookimpl
+    def tokenops_apply_tunables(self, values):
+        self._set(
+            {
+                k.removeprefix("diffusion."): v
+                for k, v in values.items()
+                if k in ("diffusion.sampler", "diffusion.steps")
+            }
+        )
 
-@hookimpl
-def tokenops_configure(settings):
-    _set(settings.plugin_settings("diffusion_sampler"))
-
-
-@hookimpl
-def tokenops_apply_tunables(values):
-    _set({k.removeprefix("diffusion."): v for k, v in values.items() if k in ("diffusion.sampler", "diffusion.steps")})
-
-
-@hookimpl
-def tokenops_diffusion_plan(model, plan):
-    if _conf["sampler"] != "default":
-        plan.sampler = _conf["sampler"]
-    if _conf["steps"]:
-        plan.num_steps = _conf["steps"]
+    @hookimpl
+    def tokenops_diffusion_plan(self, model, plan):
+        if self.conf["sampler"] != "default":
+            plan.sampler = self.conf["sampler"]
+        if self.conf["steps"]:
+            plan.num_steps = self.conf["steps"]

@@ -34,73 +34,79 @@ _DEFAULTS: dict[str, Any] = {
     "disk_blocks": 0,
     "disk_path": None,
 }
-_conf: dict[str, Any] = dict(_DEFAULTS)
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
 TOKENOPS_SETTINGS = {"kv_offload": tuple(_DEFAULTS)}
 
 
-@hookimpl
-def tokenops_register_tunables(register):
-    register(
-        Tunable(
-            "kv_offload.host_mb",
-            "float",
-            0.0,
-            "KV offload tier in host memory, MB; 0 = off (restart; [plugins.kv_offload]).",
-            minimum=0.0,
-            maximum=1_048_576.0,
-            searchable=False,
+class KvOffload:
+    """One gateway's ``[plugins.kv_offload]`` tiers (each gateway has its own instance)."""
+
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
+
+    def __init__(self) -> None:
+        self.conf: dict[str, Any] = dict(_DEFAULTS)
+
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register(
+            Tunable(
+                "kv_offload.host_mb",
+                "float",
+                0.0,
+                "KV offload tier in host memory, MB; 0 = off (restart; [plugins.kv_offload]).",
+                minimum=0.0,
+                maximum=1_048_576.0,
+                searchable=False,
+            )
         )
-    )
-    register(
-        Tunable(
-            "kv_offload.disk_mb",
-            "float",
-            0.0,
-            "KV offload disk tier behind the host tier, MB; 0 = none (restart).",
-            minimum=0.0,
-            maximum=1_048_576.0,
-            searchable=False,
+        register(
+            Tunable(
+                "kv_offload.disk_mb",
+                "float",
+                0.0,
+                "KV offload disk tier behind the host tier, MB; 0 = none (restart).",
+                minimum=0.0,
+                maximum=1_048_576.0,
+                searchable=False,
+            )
         )
-    )
 
+    @hookimpl
+    def tokenops_configure(self, settings):
+        values = settings.plugin_settings("kv_offload", _DEFAULTS)
+        if not isinstance(values["enabled"], bool):
+            raise ValueError("[plugins.kv_offload] enabled must be true or false")
+        for key in ("host_mb", "disk_mb"):
+            value = values[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(f"[plugins.kv_offload] {key} must be a number of MB >= 0")
+            values[key] = float(value)
+        for key in ("host_blocks", "disk_blocks"):
+            if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 0:
+                raise ValueError(f"[plugins.kv_offload] {key} must be an integer >= 0")
+        if values["disk_path"] is not None and not isinstance(values["disk_path"], str):
+            raise ValueError("[plugins.kv_offload] disk_path must be a folder path")
+        if values["enabled"] and not (values["host_mb"] or values["host_blocks"]):
+            raise ValueError("[plugins.kv_offload] enabled needs host_mb or host_blocks > 0")
+        self.conf.update(values)
 
-@hookimpl
-def tokenops_configure(settings):
-    values = settings.plugin_settings("kv_offload", _DEFAULTS)
-    if not isinstance(values["enabled"], bool):
-        raise ValueError("[plugins.kv_offload] enabled must be true or false")
-    for key in ("host_mb", "disk_mb"):
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise ValueError(f"[plugins.kv_offload] {key} must be a number of MB >= 0")
-        values[key] = float(value)
-    for key in ("host_blocks", "disk_blocks"):
-        if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 0:
-            raise ValueError(f"[plugins.kv_offload] {key} must be an integer >= 0")
-    if values["disk_path"] is not None and not isinstance(values["disk_path"], str):
-        raise ValueError("[plugins.kv_offload] disk_path must be a folder path")
-    if values["enabled"] and not (values["host_mb"] or values["host_blocks"]):
-        raise ValueError("[plugins.kv_offload] enabled needs host_mb or host_blocks > 0")
-    _conf.update(values)
+    @hookimpl
+    def tokenops_tunable_values(self, config):
+        """The tiers the engine runs with (tiers sized in blocks instead of MB show as 0 MB here and as
+        blocks in the engine's ``kv_offload`` stats)."""
+        return {
+            "kv_offload.host_mb": float(config.kv_offload_host_mb),
+            "kv_offload.disk_mb": float(config.kv_offload_disk_mb),
+        }
 
-
-@hookimpl
-def tokenops_tunable_values(config):
-    """The tiers the engine runs with (tiers sized in blocks instead of MB show as 0 MB here and as
-    blocks in the engine's ``kv_offload`` stats)."""
-    return {
-        "kv_offload.host_mb": float(config.kv_offload_host_mb),
-        "kv_offload.disk_mb": float(config.kv_offload_disk_mb),
-    }
-
-
-@hookimpl
-def tokenops_engine_config(config):
-    if not _conf["enabled"] or config.kv_offload_host_blocks or config.kv_offload_host_mb:
-        return  # off, or set per model ([[models]] engine = {...}), which wins
-    config.kv_offload_host_mb = _conf["host_mb"]
-    config.kv_offload_host_blocks = _conf["host_blocks"]
-    config.kv_offload_disk_mb = _conf["disk_mb"]
-    config.kv_offload_disk_blocks = _conf["disk_blocks"]
-    config.kv_offload_disk_path = _conf["disk_path"]
+    @hookimpl
+    def tokenops_engine_config(self, config):
+        conf = self.conf
+        if not conf["enabled"] or config.kv_offload_host_blocks or config.kv_offload_host_mb:
+            return  # off, or set per model ([[models]] engine = {...}), which wins
+        config.kv_offload_host_mb = conf["host_mb"]
+        config.kv_offload_host_blocks = conf["host_blocks"]
+        config.kv_offload_disk_mb = conf["disk_mb"]
+        config.kv_offload_disk_blocks = conf["disk_blocks"]
+        config.kv_offload_disk_path = conf["disk_path"]

@@ -40,53 +40,58 @@ from tokenops import hookimpl
 from tokenops.engine.core.policies import SinkWindowPolicy
 from tokenops.tunables import Tunable
 
-__all__ = ["SinkWindowPolicy"]
+__all__ = ["KvPolicy", "SinkWindowPolicy"]
 
 TOKENOPS_LAYER = "model_optimization"
 #: The [plugins.<section>] tables this plugin reads and their keys: serve and tune refuse any other.
 TOKENOPS_SETTINGS = {"kv_policy": ("sink_tokens", "window_tokens", "cache_dtype")}
 
-_conf: dict[str, Any] = {"sink_tokens": 0, "window_tokens": 0, "cache_dtype": "auto"}
 
+class KvPolicy:
+    """One gateway's ``[plugins.kv_policy]`` (each gateway has its own instance)."""
 
-@hookimpl
-def tokenops_register_tunables(register):
-    register(
-        Tunable(
-            "kv_policy.window_tokens",
-            "int",
-            0,
-            "Sink + window KV eviction window, 0 = off (restart).",
-            minimum=0,
-            searchable=False,
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
+
+    def __init__(self) -> None:
+        self.conf: dict[str, Any] = {"sink_tokens": 0, "window_tokens": 0, "cache_dtype": "auto"}
+
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register(
+            Tunable(
+                "kv_policy.window_tokens",
+                "int",
+                0,
+                "Sink + window KV eviction window, 0 = off (restart).",
+                minimum=0,
+                searchable=False,
+            )
         )
-    )
 
+    @hookimpl
+    def tokenops_configure(self, settings):
+        conf = settings.plugin_settings("kv_policy")
+        for key in ("sink_tokens", "window_tokens"):
+            if key in conf:
+                value = conf[key]
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ValueError(f"[plugins.kv_policy] {key} must be an integer >= 0")
+                self.conf[key] = value
+        if "cache_dtype" in conf:
+            if conf["cache_dtype"] not in ("auto", "bfloat16", "int8"):
+                raise ValueError("[plugins.kv_policy] cache_dtype must be 'auto', 'bfloat16' or 'int8'")
+            self.conf["cache_dtype"] = conf["cache_dtype"]
 
-@hookimpl
-def tokenops_configure(settings):
-    conf = settings.plugin_settings("kv_policy")
-    for key in ("sink_tokens", "window_tokens"):
-        if key in conf:
-            value = conf[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"[plugins.kv_policy] {key} must be an integer >= 0")
-            _conf[key] = value
-    if "cache_dtype" in conf:
-        if conf["cache_dtype"] not in ("auto", "bfloat16", "int8"):
-            raise ValueError("[plugins.kv_policy] cache_dtype must be 'auto', 'bfloat16' or 'int8'")
-        _conf["cache_dtype"] = conf["cache_dtype"]
+    @hookimpl
+    def tokenops_tunable_values(self, config):
+        return {"kv_policy.window_tokens": config.kv_window_tokens}
 
-
-@hookimpl
-def tokenops_tunable_values(config):
-    return {"kv_policy.window_tokens": config.kv_window_tokens}
-
-
-@hookimpl
-def tokenops_engine_config(config):
-    if _conf["cache_dtype"] != "auto" and getattr(config, "kv_cache_dtype", "auto") == "auto":
-        config.kv_cache_dtype = _conf["cache_dtype"]
-    if _conf["window_tokens"] and not getattr(config, "kv_window_tokens", 0):
-        config.kv_window_tokens = _conf["window_tokens"]
-        config.kv_sink_tokens = _conf["sink_tokens"]
+    @hookimpl
+    def tokenops_engine_config(self, config):
+        conf = self.conf
+        if conf["cache_dtype"] != "auto" and getattr(config, "kv_cache_dtype", "auto") == "auto":
+            config.kv_cache_dtype = conf["cache_dtype"]
+        if conf["window_tokens"] and not getattr(config, "kv_window_tokens", 0):
+            config.kv_window_tokens = conf["window_tokens"]
+            config.kv_sink_tokens = conf["sink_tokens"]

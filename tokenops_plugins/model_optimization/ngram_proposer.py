@@ -67,135 +67,149 @@ METHODS = ("ngram", "suffix", "draft")
 #: 16-29% of the time there, too rarely to pay for it (tests/benchmarks/speculative_replay.py;
 #: docs/engine-optimizations.md, "On the real default model").
 NGRAM_SIZES = (2, 4)
-_conf: dict[str, Any] = {
-    "method": None,
-    "num_tokens": 4,
-    "min_ngram": None,  # None: the method's default (NGRAM_SIZES, or the suffix proposer's own)
-    "max_ngram": None,
-    "corpus": None,
-    "verify_costs": None,  # None: suffix_proposer.default_verify_costs for the engine's model
-    "draft_model": None,
-    "draft_min_confidence": 0.0,
-    "disable_by_batch_size": 0,
-}
 
 
 def settings() -> dict[str, Any]:
-    """The ``[plugins.speculative]`` settings in effect (shared with the draft proposer)."""
-    return dict(_conf)
+    """The ``[plugins.speculative]`` settings of the running gateway (the process's outside one),
+    shared with the draft proposer; empty when this plugin is not loaded."""
+    from tokenops.plugin_manager import get_plugin
+
+    plugin = get_plugin("ngram_proposer")
+    return plugin.settings() if isinstance(plugin, NgramSettings) else {}
 
 
-@hookimpl
-def tokenops_register_tunables(register):
-    register(
-        Tunable(
-            "speculative.method",
-            "str",
-            "off",
-            f"Speculative decoding proposer: off, {', '.join(METHODS)} or one a plugin registers (restart).",
-            searchable=False,
-        )
-    )
-    register(
-        Tunable(
-            "speculative.num_tokens",
-            "int",
-            4,
-            "Most proposed tokens per decode step (restart).",
-            minimum=1,
-            maximum=8,
-            searchable=False,
-        )
-    )
+class NgramSettings:
+    """One gateway's ``[plugins.speculative]``: its proposer and sizes (each gateway has its own instance)."""
 
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
-@hookimpl
-def tokenops_configure(settings):
-    conf = settings.plugin_settings("speculative")
-    method = conf.get("method")
-    if method is not None and (not isinstance(method, str) or not method):
-        raise ValueError(
-            f"[plugins.speculative] method must be 'off' or a proposer name such as "
-            f"{' or '.join(METHODS)}, not {method!r}"
-        )
-    for key in ("num_tokens", "min_ngram", "max_ngram"):
-        value = conf.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"[plugins.speculative] {key} must be an integer >= 1, not {value!r}")
-    low, high = conf.get("min_ngram", _conf["min_ngram"]), conf.get("max_ngram", _conf["max_ngram"])
-    if low is not None and high is not None and low > high:
-        raise ValueError("[plugins.speculative] min_ngram must be <= max_ngram")
-    if method == "draft" and not (conf.get("draft_model") or _conf["draft_model"]):
-        raise ValueError("[plugins.speculative] method = 'draft' needs draft_model (a local model folder)")
-    disable = conf.get("disable_by_batch_size", 0)
-    if isinstance(disable, bool) or not isinstance(disable, int) or disable < 0:
-        raise ValueError(
-            f"[plugins.speculative] disable_by_batch_size must be an integer >= 0 (0: never), not {disable!r}"
-        )
-    corpus = conf.get("corpus")
-    if corpus is not None and (not isinstance(corpus, str) or not corpus):
-        raise ValueError(f"[plugins.speculative] corpus must be a file path or 'none', not {corpus!r}")
-    if conf.get("verify_costs") is not None:
-        try:
-            check_verify_costs(conf["verify_costs"])
-        except ValueError as e:
-            raise ValueError(f"[plugins.speculative] {e}") from None
-    confidence = conf.get("draft_min_confidence", 0.0)
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:
-        raise ValueError("[plugins.speculative] draft_min_confidence must be a number in [0, 1)")
-    _conf.update(
-        {
-            k: conf[k]
-            for k in (
-                "num_tokens",
-                "min_ngram",
-                "max_ngram",
-                "corpus",
-                "verify_costs",
-                "draft_model",
-                "draft_min_confidence",
-                "disable_by_batch_size",
-            )
-            if k in conf
+    def __init__(self) -> None:
+        self.conf: dict[str, Any] = {
+            "method": None,
+            "num_tokens": 4,
+            "min_ngram": None,  # None: the method's default (NGRAM_SIZES, or the suffix proposer's own)
+            "max_ngram": None,
+            "corpus": None,
+            "verify_costs": None,  # None: suffix_proposer.default_verify_costs for the engine's model
+            "draft_model": None,
+            "draft_min_confidence": 0.0,
+            "disable_by_batch_size": 0,
         }
-    )
-    _conf["method"] = None if method in (None, "off") else method
 
+    def settings(self) -> dict[str, Any]:
+        """This gateway's ``[plugins.speculative]`` settings (shared with the draft proposer)."""
+        return dict(self.conf)
 
-@hookimpl
-def tokenops_engine_config(config):
-    """Apply ``[plugins.speculative]`` to an engine whose config leaves speculation unset."""
-    if _conf["method"] is None or getattr(config, "speculative", None) is not None:
-        return
-    config.speculative = _conf["method"]
-    config.num_speculative_tokens = int(_conf["num_tokens"])
-    config.speculative_disable_by_batch_size = int(_conf["disable_by_batch_size"])
-    if _conf["draft_model"] and not config.draft_model:
-        config.draft_model = _conf["draft_model"]
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        register(
+            Tunable(
+                "speculative.method",
+                "str",
+                "off",
+                f"Speculative decoding proposer: off, {', '.join(METHODS)} or one a plugin registers (restart).",
+                searchable=False,
+            )
+        )
+        register(
+            Tunable(
+                "speculative.num_tokens",
+                "int",
+                4,
+                "Most proposed tokens per decode step (restart).",
+                minimum=1,
+                maximum=8,
+                searchable=False,
+            )
+        )
 
+    @hookimpl
+    def tokenops_configure(self, settings):
+        conf = settings.plugin_settings("speculative")
+        method = conf.get("method")
+        if method is not None and (not isinstance(method, str) or not method):
+            raise ValueError(
+                f"[plugins.speculative] method must be 'off' or a proposer name such as "
+                f"{' or '.join(METHODS)}, not {method!r}"
+            )
+        for key in ("num_tokens", "min_ngram", "max_ngram"):
+            value = conf.get(key, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"[plugins.speculative] {key} must be an integer >= 1, not {value!r}")
+        low, high = conf.get("min_ngram", self.conf["min_ngram"]), conf.get("max_ngram", self.conf["max_ngram"])
+        if low is not None and high is not None and low > high:
+            raise ValueError("[plugins.speculative] min_ngram must be <= max_ngram")
+        if method == "draft" and not (conf.get("draft_model") or self.conf["draft_model"]):
+            raise ValueError("[plugins.speculative] method = 'draft' needs draft_model (a local model folder)")
+        disable = conf.get("disable_by_batch_size", 0)
+        if isinstance(disable, bool) or not isinstance(disable, int) or disable < 0:
+            raise ValueError(
+                f"[plugins.speculative] disable_by_batch_size must be an integer >= 0 (0: never), not {disable!r}"
+            )
+        corpus = conf.get("corpus")
+        if corpus is not None and (not isinstance(corpus, str) or not corpus):
+            raise ValueError(f"[plugins.speculative] corpus must be a file path or 'none', not {corpus!r}")
+        if conf.get("verify_costs") is not None:
+            try:
+                check_verify_costs(conf["verify_costs"])
+            except ValueError as e:
+                raise ValueError(f"[plugins.speculative] {e}") from None
+        confidence = conf.get("draft_min_confidence", 0.0)
+        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence < 1:
+            raise ValueError("[plugins.speculative] draft_min_confidence must be a number in [0, 1)")
+        self.conf.update(
+            {
+                k: conf[k]
+                for k in (
+                    "num_tokens",
+                    "min_ngram",
+                    "max_ngram",
+                    "corpus",
+                    "verify_costs",
+                    "draft_model",
+                    "draft_min_confidence",
+                    "disable_by_batch_size",
+                )
+                if k in conf
+            }
+        )
+        self.conf["method"] = None if method in (None, "off") else method
 
-@hookimpl
-def tokenops_tunable_values(config):
-    """What runs: the engine's proposer (from this table or the model's own ``engine = {...}``)."""
-    return {"speculative.method": config.speculative or "off", "speculative.num_tokens": config.num_speculative_tokens}
+    @hookimpl
+    def tokenops_engine_config(self, config):
+        """Apply ``[plugins.speculative]`` to an engine whose config leaves speculation unset."""
+        if self.conf["method"] is None or getattr(config, "speculative", None) is not None:
+            return
+        config.speculative = self.conf["method"]
+        config.num_speculative_tokens = int(self.conf["num_tokens"])
+        config.speculative_disable_by_batch_size = int(self.conf["disable_by_batch_size"])
+        if self.conf["draft_model"] and not config.draft_model:
+            config.draft_model = self.conf["draft_model"]
 
+    @hookimpl
+    def tokenops_tunable_values(self, config):
+        """What runs: the engine's proposer (from this table or the model's own ``engine = {...}``)."""
+        return {
+            "speculative.method": config.speculative or "off",
+            "speculative.num_tokens": config.num_speculative_tokens,
+        }
 
-@hookimpl
-def tokenops_register_proposers(register):
-    register("ngram", lambda config: NgramProposer(*ngram_sizes()))
-    register(
-        "suffix",
-        lambda config: build_suffix_proposer(
-            config, _conf["corpus"], _conf["min_ngram"], _conf["max_ngram"], _conf["verify_costs"]
-        ),
-    )
+    @hookimpl
+    def tokenops_register_proposers(self, register):
+        register("ngram", lambda config: NgramProposer(*self.ngram_sizes()))
+        register(
+            "suffix",
+            lambda config: build_suffix_proposer(
+                config, self.conf["corpus"], self.conf["min_ngram"], self.conf["max_ngram"], self.conf["verify_costs"]
+            ),
+        )
 
-
-def ngram_sizes() -> tuple[int, int]:
-    """The ``ngram`` proposer's match sizes: the settings, else :data:`NGRAM_SIZES`."""
-    low, high = _conf["min_ngram"], _conf["max_ngram"]
-    if low is None:
-        low = NGRAM_SIZES[0] if high is None else min(NGRAM_SIZES[0], high)
-    if high is None:
-        high = max(NGRAM_SIZES[1], low)
-    return int(low), int(high)
+    def ngram_sizes(self) -> tuple[int, int]:
+        """The ``ngram`` proposer's match sizes: the settings, else :data:`NGRAM_SIZES`."""
+        low, high = self.conf["min_ngram"], self.conf["max_ngram"]
+        if low is None:
+            low = NGRAM_SIZES[0] if high is None else min(NGRAM_SIZES[0], high)
+        if high is None:
+            high = max(NGRAM_SIZES[1], low)
+        return int(low), int(high)

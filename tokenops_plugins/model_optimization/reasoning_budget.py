@@ -66,7 +66,6 @@ DEFAULTS: dict[str, Any] = {
     "reflection_words": ("Wait", "Hmm"),
     "record_features": True,
 }
-_conf: dict[str, Any] = dict(DEFAULTS)
 _TUNABLE_KEYS = {
     "reasoning.budget_low": "low",
     "reasoning.budget_medium": "medium",
@@ -76,126 +75,127 @@ _TUNABLE_KEYS = {
 }
 
 
-@hookimpl
-def tokenops_register_decisions(register):
-    register("reasoning_features", dict[str, Any])  # what the adaptive budget policy saw
-
-
-@hookimpl
-def tokenops_register_tunables(register):
-    for effort in ("low", "medium", "high"):
-        register(
-            Tunable(
-                f"reasoning.budget_{effort}",
-                "int",
-                DEFAULTS[effort],
-                f"Thinking tokens a request with reasoning_effort={effort} may spend before the engine "
-                "closes the thinking block; -1 = unlimited.",
-                live=True,
-                minimum=-1,
-                maximum=1 << 20,
-                searchable=False,
-            )
-        )
-    register(
-        Tunable(
-            "reasoning.adaptive",
-            "bool",
-            False,
-            "Requests that name no budget get the difficulty-"
-            "adaptive budget learned by a calibration run (profiles/reasoning/<model>.json).",
-            live=True,
-            searchable=False,
-        )
-    )
-    register(
-        Tunable(
-            "reasoning.suppress_reflection",
-            "bool",
-            False,
-            "Mask reflection words (reasoning reflection_words, default Wait/Hmm) while a reasoning model thinks.",
-            live=True,
-            searchable=False,
-        )
-    )
-
-
-def _set(values: dict[str, Any]) -> None:
-    for key in ("low", "medium", "high"):
-        if key in values:
-            v = values[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < -1:
-                raise ValueError(f"[plugins.reasoning_budget] {key} must be an integer >= -1 (-1 = unlimited)")
-            _conf[key] = v
-    for key in ("adaptive", "suppress_reflection", "record_features"):
-        if key in values:
-            if not isinstance(values[key], bool):
-                raise ValueError(f"[plugins.reasoning_budget] {key} must be true or false")
-            _conf[key] = values[key]
-    if "reflection_words" in values:
-        words = values["reflection_words"]
-        if not isinstance(words, (list, tuple)) or not all(isinstance(w, str) and w.strip() for w in words):
-            raise ValueError("[plugins.reasoning_budget] reflection_words must be a list of words")
-        _conf["reflection_words"] = tuple(w.strip() for w in words)
-    if "adaptive_table" in values:
-        _conf["adaptive_table"] = values["adaptive_table"]
-
-
-def configure(**values: Any) -> None:
-    """Set options in-process (tests, benchmarks); ``reset()`` restores the defaults."""
-    _set(values)
-
-
-def reset() -> None:
-    _conf.clear()
-    _conf.update(DEFAULTS)
-
-
-@hookimpl
-def tokenops_configure(settings):
-    reset()
-    _set(dict(settings.plugin_settings("reasoning_budget")))
-
-
-@hookimpl
-def tokenops_apply_tunables(values):
-    _set({_TUNABLE_KEYS[k]: v for k, v in values.items() if k in _TUNABLE_KEYS})
-
-
 def _limit(value: int) -> int | None:
     return None if value < 0 else value
 
 
-@hookimpl
-def tokenops_register_commands(app):
-    from ._reasoning_cli import reasoning_app
+class ReasoningBudgetPolicy:
+    """One gateway's reasoning budget policy and its options (each gateway has its own instance)."""
 
-    app.add_typer(reasoning_app, name="reasoning")
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+    TOKENOPS_SETTINGS = TOKENOPS_SETTINGS
 
+    def __init__(self) -> None:
+        self.conf: dict[str, Any] = dict(DEFAULTS)
 
-@hookimpl(trylast=True)
-def tokenops_reasoning_budget(request, model):
-    fields = request.output
-    feats = None
-    if _conf["record_features"] or _conf["adaptive"]:
-        from ._adaptive_budget import features
+    @hookimpl
+    def tokenops_register_decisions(self, register):
+        register("reasoning_features", dict[str, Any])  # what the adaptive budget policy saw
 
-        feats = features(request.prompt_text())
-        if _conf["record_features"]:
-            request.decide("reasoning_features", {"dimension": feats[0], "words": feats[1]})
-    suppress = tuple(_conf["reflection_words"]) if _conf["suppress_reflection"] else ()
-    if fields.max_thinking_tokens is not None:
-        limit = fields.max_thinking_tokens
-        return ReasoningBudget(limit, suppress, f"max_thinking_tokens={limit}")
-    effort = fields.reasoning_effort
-    if effort is not None:
-        limit = 0 if effort in ("none", "minimal") else _limit(_conf[effort])
-        return ReasoningBudget(limit, suppress, f"reasoning_effort={effort}")
-    if _conf["adaptive"]:
-        from ._adaptive_budget import load_table
+    @hookimpl
+    def tokenops_register_tunables(self, register):
+        for effort in ("low", "medium", "high"):
+            register(
+                Tunable(
+                    f"reasoning.budget_{effort}",
+                    "int",
+                    DEFAULTS[effort],
+                    f"Thinking tokens a request with reasoning_effort={effort} may spend before the engine "
+                    "closes the thinking block; -1 = unlimited.",
+                    live=True,
+                    minimum=-1,
+                    maximum=1 << 20,
+                    searchable=False,
+                )
+            )
+        register(
+            Tunable(
+                "reasoning.adaptive",
+                "bool",
+                False,
+                "Requests that name no budget get the difficulty-"
+                "adaptive budget learned by a calibration run (profiles/reasoning/<model>.json).",
+                live=True,
+                searchable=False,
+            )
+        )
+        register(
+            Tunable(
+                "reasoning.suppress_reflection",
+                "bool",
+                False,
+                "Mask reflection words (reasoning reflection_words, default Wait/Hmm) while a reasoning model thinks.",
+                live=True,
+                searchable=False,
+            )
+        )
 
-        table = load_table(Path(_conf["adaptive_table"] or f"profiles/reasoning/{model}.json"))
-        if table is not None:
-            limit, why = table.budget_for(request.prompt_text(), feats)
-            return ReasoningBudget(limit, suppress, f"adaptive: {why}")
-    return ReasoningBudget(None, suppress, "unlimited") if suppress else None
+    def _set(self, values: dict[str, Any]) -> None:
+        for key in ("low", "medium", "high"):
+            if key in values:
+                v = values[key]
+                if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+                    raise ValueError(f"[plugins.reasoning_budget] {key} must be an integer >= -1 (-1 = unlimited)")
+                self.conf[key] = v
+        for key in ("adaptive", "suppress_reflection", "record_features"):
+            if key in values:
+                if not isinstance(values[key], bool):
+                    raise ValueError(f"[plugins.reasoning_budget] {key} must be true or false")
+                self.conf[key] = values[key]
+        if "reflection_words" in values:
+            words = values["reflection_words"]
+            if not isinstance(words, (list, tuple)) or not all(isinstance(w, str) and w.strip() for w in words):
+                raise ValueError("[plugins.reasoning_budget] reflection_words must be a list of words")
+            self.conf["reflection_words"] = tuple(w.strip() for w in words)
+        if "adaptive_table" in values:
+            self.conf["adaptive_table"] = values["adaptive_table"]
+
+    def configure(self, **values: Any) -> None:
+        """Set options in-process (tests, benchmarks); ``reset()`` restores the defaults."""
+        self._set(values)
+
+    def reset(self) -> None:
+        self.conf.clear()
+        self.conf.update(DEFAULTS)
+
+    @hookimpl
+    def tokenops_configure(self, settings):
+        self.reset()
+        self._set(dict(settings.plugin_settings("reasoning_budget")))
+
+    @hookimpl
+    def tokenops_apply_tunables(self, values):
+        self._set({_TUNABLE_KEYS[k]: v for k, v in values.items() if k in _TUNABLE_KEYS})
+
+    @hookimpl
+    def tokenops_register_commands(self, app):
+        from ._reasoning_cli import reasoning_app
+
+        app.add_typer(reasoning_app, name="reasoning")
+
+    @hookimpl(trylast=True)
+    def tokenops_reasoning_budget(self, request, model):
+        fields = request.output
+        feats = None
+        if self.conf["record_features"] or self.conf["adaptive"]:
+            from ._adaptive_budget import features
+
+            feats = features(request.prompt_text())
+            if self.conf["record_features"]:
+                request.decide("reasoning_features", {"dimension": feats[0], "words": feats[1]})
+        suppress = tuple(self.conf["reflection_words"]) if self.conf["suppress_reflection"] else ()
+        if fields.max_thinking_tokens is not None:
+            limit = fields.max_thinking_tokens
+            return ReasoningBudget(limit, suppress, f"max_thinking_tokens={limit}")
+        effort = fields.reasoning_effort
+        if effort is not None:
+            limit = 0 if effort in ("none", "minimal") else _limit(self.conf[effort])
+            return ReasoningBudget(limit, suppress, f"reasoning_effort={effort}")
+        if self.conf["adaptive"]:
+            from ._adaptive_budget import load_table
+
+            table = load_table(Path(self.conf["adaptive_table"] or f"profiles/reasoning/{model}.json"))
+            if table is not None:
+                limit, why = table.budget_for(request.prompt_text(), feats)
+                return ReasoningBudget(limit, suppress, f"adaptive: {why}")
+        return ReasoningBudget(None, suppress, "unlimited") if suppress else None
