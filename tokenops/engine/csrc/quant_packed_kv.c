@@ -7,11 +7,17 @@
 #if TK_HAVE_VNNI
 TK_INLINE __m256i dot_vnni(__m256i acc, __m256i u, __m256i s) { return dot_acc(acc, u, s, 1); }
 
+/* super-blocks ahead the one-row Q6_K kernel prefetches (see quant_avx512_k.c's TK_Q6K_PREFETCH) */
+#define TK_Q6K_PREFETCH_256 4
+
 TK_INLINE void gemv_group_q6k_v1(const uint8_t *restrict g, int64_t nb, const tk_act *a, __m256 *out) {
     const __m256i mlo = _mm256_set1_epi8(0x0F), mhi = _mm256_set1_epi8((char)0xF0);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = g + b * 1680;
+        if (b + TK_Q6K_PREFETCH_256 < nb)
+            for (int l = 0; l < 1680; l += 64)
+                _mm_prefetch((const char *)(p + TK_Q6K_PREFETCH_256 * 1680 + l), _MM_HINT_T0);
         __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
         for (int n = 0; n < 2; n++) {
             __m256 f0[4];
