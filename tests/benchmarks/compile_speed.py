@@ -22,9 +22,9 @@ DEMO = ROOT / "tokenops" / "demo_models" / "target"
 
 def run(model, batch: int, max_tokens: int, threads: int, compiled: bool) -> tuple[float, float]:
     from tokenops.engine.core.config import EngineConfig
-    from tokenops.policy_hooks import build_engine  # the plugins transform and compile, as in serve
     from tokenops.engine.sampling.sampling import SamplingParams
     from tokenops.plugin_manager import get_plugin
+    from tokenops.policy_hooks import build_engine  # the plugins transform and compile, as in serve
 
     compile_plugin = get_plugin("compile")  # the process's instance: what build_engine's hooks call
     compile_plugin.conf["enabled"] = compiled

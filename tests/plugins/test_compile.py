@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from tokenops.config import Settings
 from tokenops_plugins.compute_model.compile import CompileModel
 

@@ -4,7 +4,6 @@ the adaptive table and the reflection-token lookup."""
 import random
 
 import pytest
-
 from tokenops.backends.reasoning_control import decide_budget, reflection_token_ids, requested_budget_fields
 from tokenops.backends.reasoning_parsers import ReasoningSplitter, get_reasoning_parser, split_reasoning
 from tokenops.plugin_manager import get_plugin_manager
