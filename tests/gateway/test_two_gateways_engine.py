@@ -41,7 +41,15 @@ INT8 = {
 async def test_each_gateway_builds_its_engine_with_its_own_engine_plugins():
     async with gateway_client(None, _settings(WINDOWED)) as a, gateway_client(None, _settings(INT8)) as b:
         # one instance per gateway for each engine-level plugin, neither the process's
-        for name in ("kv_policy", "ngram_proposer", "reasoning_budget", "kv_offload", "step_cache", "compile"):
+        for name in (
+            "kv_policy",
+            "ngram_proposer",
+            "reasoning_budget",
+            "kv_offload",
+            "step_cache",
+            "compile",
+            "profile_telemetry",
+        ):
             mine = a.gateway.plugins.get_plugin(name), b.gateway.plugins.get_plugin(name)
             assert len({id(mine[0]), id(mine[1]), id(get_plugin_manager().get_plugin(name))}) == 3, name
         assert a.gateway.plugins.get_plugin("kv_policy").conf["window_tokens"] == 64
@@ -90,3 +98,9 @@ async def test_each_gateway_builds_its_engine_with_its_own_engine_plugins():
             )
             answers.append(r)
         assert [r.usage.completion_tokens for r in answers] == [6, 6]
+
+        # each gateway's running profile learned from its own request only
+        running = [client.gateway.plugins.get_plugin("profile_telemetry").running_stats("m") for client in (a, b)]
+        assert all(stats.get("error_rate") == 0.0 for stats in running), running
+        a.gateway.plugins.get_plugin("profile_telemetry").reset()
+        assert b.gateway.plugins.get_plugin("profile_telemetry").running_stats("m") == running[1]

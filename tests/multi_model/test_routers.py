@@ -127,8 +127,10 @@ def test_suite_checkers_accept_reference_and_reject_wrong(dimension):
 
 
 def test_running_error_rate_steers_profile_router_away():
+    from tokenops.plugin_manager import get_plugin
     from tokenops.types import TelemetryEvent
-    from tokenops_plugins.multi_model import profile_telemetry
+
+    profile_telemetry = get_plugin("profile_telemetry")  # the process's instance: what the router reads here
 
     configure({"use": "profile", "profile": {"threshold": 0.9, "max_error_rate": 0.2}})
     profiles = {"small": profile({"classification": 0.95}), "big": profile({"classification": 0.97})}

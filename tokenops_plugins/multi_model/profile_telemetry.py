@@ -19,35 +19,60 @@ from ._profiling import update_from_telemetry
 TOKENOPS_LAYER = "multi_model"
 VALIDATOR_PASS = 0.5
 
-_running: dict[str, dict[str, Any]] = {}
-_lock = threading.Lock()
-
 
 def running_stats(model: str) -> dict[str, float]:
-    with _lock:
-        return dict(_running.get(model, {}).get("running", {}))
+    """``model``'s running stats as the running gateway's instance has them (the process's outside
+    one); empty when the plugin is not loaded."""
+    plugin = _instance()
+    return plugin.running_stats(model) if plugin is not None else {}
 
 
 def reset() -> None:
-    with _lock:
-        _running.clear()
+    """Forget the running stats of the running gateway's instance (the process's outside one)."""
+    plugin = _instance()
+    if plugin is not None:
+        plugin.reset()
 
 
-@hookimpl
-def tokenops_record(event):
-    if event.kind != "requests":
-        return
-    rows = event.data if isinstance(event.data, list) else [event.data]
-    for row in rows:
-        model = row.get("model_served")
-        if not model or row.get("cache_hit"):
-            continue
-        decisions = row.get("decisions") or {}
-        if isinstance(decisions, str):
-            decisions = json.loads(decisions)
-        score = decisions.get("validate")
-        passed = None if score is None else float(score >= VALIDATOR_PASS)
-        with _lock:
-            _running[model] = update_from_telemetry(
-                _running.get(model, {}), float(row.get("status") == "error"), row.get("e2e_s"), passed
-            )
+def _instance() -> ProfileTelemetry | None:
+    from tokenops.plugin_manager import get_plugin
+
+    plugin = get_plugin("profile_telemetry")
+    return plugin if isinstance(plugin, ProfileTelemetry) else None
+
+
+class ProfileTelemetry:
+    """One gateway's running profiles (each gateway has its own instance: it learns from its own traffic)."""
+
+    TOKENOPS_LAYER = TOKENOPS_LAYER
+
+    def __init__(self) -> None:
+        self._running: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def running_stats(self, model: str) -> dict[str, float]:
+        with self._lock:
+            return dict(self._running.get(model, {}).get("running", {}))
+
+    def reset(self) -> None:
+        with self._lock:
+            self._running.clear()
+
+    @hookimpl
+    def tokenops_record(self, event):
+        if event.kind != "requests":
+            return
+        rows = event.data if isinstance(event.data, list) else [event.data]
+        for row in rows:
+            model = row.get("model_served")
+            if not model or row.get("cache_hit"):
+                continue
+            decisions = row.get("decisions") or {}
+            if isinstance(decisions, str):
+                decisions = json.loads(decisions)
+            score = decisions.get("validate")
+            passed = None if score is None else float(score >= VALIDATOR_PASS)
+            with self._lock:
+                self._running[model] = update_from_telemetry(
+                    self._running.get(model, {}), float(row.get("status") == "error"), row.get("e2e_s"), passed
+                )
