@@ -18,6 +18,7 @@ import openai
 import pytest
 from tokenops.testing_serve import ServeProcess
 
+pytestmark = pytest.mark.slow  # a 0.5B model loads and answers in ~2 min on the shared box
 GGUF = Path(os.environ.get("TOKENOPS_GGUF_DIR", Path.home() / ".cache" / "tokenops" / "ggufs")) / (
     "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 )
