@@ -37,7 +37,8 @@ def install_example(tmp_path_factory):
 
 
 #: What makes a test module leave the process: it starts ``tokenops serve`` or another program.
-_SPAWNS = ("ServeProcess", "subprocess", "Popen", "multiprocessing", "install_example", "run_test(")
+_SPAWNS = ("ServeProcess", "subprocess", "Popen", "multiprocessing", "install_example", "run_test(", "redis_server(",
+           "postgres_server(")
 #: Modules that stay in this process but take seconds each (measured: ``--durations=0`` summed per file):
 #: CLI commands that build stores and tunes, the fused C step compiled and run per architecture, model
 #: loads, dashboard snapshots (3-25 s each, serially, on the 2-core box).
@@ -47,7 +48,11 @@ _SECONDS = {"tests/tune/test_tune_cli.py", "tests/engine/test_fused_decode.py", 
             "tests/tui/test_snapshots.py", "tests/bench/test_bench_cli.py", "tests/engine/test_gguf_tokenizer.py",
             "tests/engine/test_gguf_header.py", "tests/bench/test_bench_loadgen.py", "tests/keys/test_keys_serve.py",
             "tests/test_demo_models.py", "tests/store/test_store_channel.py",
-            "tests/engine/test_quant_kernels_model.py", "tests/keys/test_keys_redis.py"}
+            "tests/engine/test_quant_kernels_model.py", "tests/keys/test_keys_redis.py",
+            # tiny MoE models built with transformers and written as GGUF (~20 s); two real engines (~8 s)
+            "tests/engine/test_gguf_moe.py", "tests/gateway/test_two_gateways_engine.py",
+            # every packed kernel against the reference, and the model families against transformers (~8 s each)
+            "tests/engine/test_quant_kernels.py", "tests/engine/test_models_parity.py"}
 
 
 def pytest_collection_modifyitems(config, items):
