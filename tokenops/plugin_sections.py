@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from tokenops.config import ConfigError
@@ -40,7 +41,9 @@ def known_sections() -> dict[str, Section]:
     sections: dict[str, Section] = {}
     for plugin_name, plugin in get_plugin_manager().list_name_plugin():
         declared = getattr(plugin, "TOKENOPS_SETTINGS", None)
-        if declared is None and str(getattr(plugin, "__name__", "")).startswith("tokenops_plugins."):
+        # a module plugin, or an instance of a class plugin: where it was written
+        origin = plugin.__name__ if isinstance(plugin, ModuleType) else str(getattr(plugin, "__module__", ""))
+        if declared is None and origin.startswith("tokenops_plugins."):
             continue  # a built-in that declares nothing reads nothing
         if declared is None:
             own = plugin_name.removeprefix("file:")
