@@ -204,6 +204,10 @@ class FakeAdminClient:
         self._check()
         return self.batches_view
 
+    def gateways(self) -> dict[str, Any]:
+        self._check()
+        return {"gateways": []}  # one gateway without [shared] redis_url: no registry, an empty list
+
     def _check(self) -> None:
         if self.is_down:
             raise ServerUnreachable(f"{self.url}: ConnectError: [Errno 111] Connection refused")
