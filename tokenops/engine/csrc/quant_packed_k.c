@@ -183,6 +183,7 @@ TK_GEMV_P(TK_Q5_K, gemv_group_k)
 
 /* Q4_K (every row count) and Q6_K (one row) take the shared-load kernels where VNNI multiplies */
 static void gemv_packed_TK_Q4_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
+    (void)vnni; /* read only where the build has VNNI */
 #if TK_HAVE_VNNI
     if (vnni) {
         switch (R) {
