@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from tokenops.gateway.batches.batch_state import batch_object, batch_runner, batch_store
 from tokenops.gateway.batches.tenant_rows import dumps
-from tokenops.gateway.observability.metrics_window import percentile
+from tokenops.gateway.observability.metrics_window import percentile, slo_targets
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
@@ -73,19 +73,7 @@ def interactive_latency(gw: Any, now: float | None = None) -> dict[str, Any]:
         "itl": [r.tpot_s for r in recs if r.tpot_s is not None],
         "e2e": [r.e2e_s for r in recs if r.e2e_s is not None],
     }
-    targets = []
-    for slo in window.slos:
-        value = percentile(series[slo.metric], slo.percentile)
-        targets.append(
-            {
-                "label": slo.label,
-                "metric": slo.metric,
-                "percentile": slo.percentile,
-                "threshold_s": slo.threshold_s,
-                "value_s": value,
-                "met": None if value is None else slo.is_met(value),
-            }
-        )
+    targets = slo_targets(window.slos, series)
     return {
         "window_s": window.window_s,
         "num_requests": len(recs),

@@ -172,19 +172,7 @@ class MetricsWindow:
             "e2e": [s.e2e for s in ok if s.e2e is not None],
         }
         latency = {m: {f"p{p}": percentile(v, p) for p in PERCENTILES} for m, v in series.items()}
-        targets = []
-        for slo in self.slos:
-            value = percentile(series[slo.metric], slo.percentile)
-            targets.append(
-                {
-                    "label": slo.label,
-                    "metric": slo.metric,
-                    "percentile": slo.percentile,
-                    "threshold_s": slo.threshold_s,
-                    "value_s": value,
-                    "met": None if value is None else slo.is_met(value),
-                }
-            )
+        targets = slo_targets(self.slos, series)
         return {
             "window_s": span,
             "requests": {
@@ -216,3 +204,21 @@ class MetricsWindow:
         first = self._first_second if self._first_second is not None else now_sec
         start = max(now_sec - self.history_s, first)
         return [(by_t.get(t) or _Second(t)).point() for t in range(start, now_sec)]
+
+
+def slo_targets(slos: list[SLO], series: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """Each SLO with the value its metric's percentile has in ``series`` and whether it is met."""
+    targets = []
+    for slo in slos:
+        value = percentile(series[slo.metric], slo.percentile)
+        targets.append(
+            {
+                "label": slo.label,
+                "metric": slo.metric,
+                "percentile": slo.percentile,
+                "threshold_s": slo.threshold_s,
+                "value_s": value,
+                "met": None if value is None else slo.is_met(value),
+            }
+        )
+    return targets
