@@ -1,7 +1,7 @@
 """Priority classes through a real ``tokenops serve`` (the demo chat model, two engine slots): a batch
 submitted with the openai SDK's Batch API saturates the engine, then an interactive chat request
 (the openai SDK, streamed) finishes before the batch lines that were queued before it, by preempting
-a running batch line; /metrics and /admin/stats show the classes apart. With ``priority_classes``
+a running batch line; /metrics and /admin/stats show the classes apart (/admin/stats: interactive figures, batch lines in their own block). With ``priority_classes``
 switched off live (one first-come queue) the same interactive request waits behind them."""
 
 from __future__ import annotations
@@ -126,6 +126,32 @@ def test_an_interactive_request_finishes_before_the_batch_lines_queued_before_it
     preempted = [ln for ln in metrics.splitlines() if ln.startswith("tokenops:num_batch_preemptions_total{")]
     assert preempted and float(preempted[0].rsplit(" ", 1)[1]) >= 1
     _finish(client, served, batch.id)
+
+
+def _stats(served) -> dict:
+    return httpx.get(served.url + "/admin/stats", headers=served.admin_headers, timeout=30).json()
+
+
+def test_admin_stats_shows_batch_lines_apart(served, client):
+    """/admin/stats's latency and counts are interactive traffic's; batch lines have their own block."""
+    before = _stats(served)
+    lines = [
+        {"custom_id": f"apart-{i}", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": MODEL, "messages": [{"role": "user", "content": f"Count to {i}"}], "max_tokens": 6}}
+        for i in range(3)
+    ]  # fmt: skip
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    uploaded = client.files.create(file=("apart.jsonl", io.BytesIO(data)), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    deadline = time.monotonic() + 180
+    while client.batches.retrieve(batch.id).status != "completed":
+        assert time.monotonic() < deadline, "the batch did not complete"
+        time.sleep(0.2)
+    assert _interactive(client)
+    after = _stats(served)
+    assert after["batch"]["requests"]["total"] - before["batch"]["requests"]["total"] == 3
+    assert after["requests"]["total"] - before["requests"]["total"] == 1  # the interactive request only
+    assert after["batch"]["latency"]["ttft"]["p95"] is not None and after["batch"]["tokens"]["total_output"] > 0
 
 
 def test_the_batch_share_is_a_live_tunable_and_a_bad_value_is_a_400_naming_it(served):

@@ -2,7 +2,8 @@
 and the interactive traffic's latency and SLO beside them (what the dashboard's batch view shows).
 
 The interactive figures are this process's requests of the last ``window_s`` (``/admin/stats``'s
-window) that were not batch lines: ``/admin/stats`` counts both classes together."""
+window) that were not batch lines (as ``/admin/stats``'s figures, which keep batch lines in their
+own ``batch`` block)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """Sliding-window request metrics for ``GET /admin/stats``: rates and latency
 percentiles over the last ``window_s`` seconds, and a per-second history ring
-(the last ``history_s`` seconds) for the dashboard's charts."""
+(the last ``history_s`` seconds) for the dashboard's charts.
+
+Batch API lines (``priority_class == "batch"``) are kept apart: the figures, counts and history are
+interactive traffic's, and the lines of batches have their own block (``batch``: counts, tokens and
+latency percentiles, no SLO or history), so a running batch never moves the interactive latency."""
 
 from __future__ import annotations
 
@@ -73,8 +77,12 @@ class _Second:
 class MetricsWindow:
     """Thread-safe; ``add`` is O(1), ``snapshot`` sorts the window's values."""
 
-    def __init__(self, window_s: float = 60.0, history_s: int = 300, slos: list[SLO] | None = None) -> None:
+    def __init__(
+        self, window_s: float = 60.0, history_s: int = 300, slos: list[SLO] | None = None, *, is_batch: bool = False
+    ) -> None:
         assert window_s > 0 and history_s > 0
+        #: the window of batch lines (None in that window itself)
+        self.batch: MetricsWindow | None = None if is_batch else MetricsWindow(window_s, 1, is_batch=True)
         self.window_s = window_s
         self.history_s = history_s
         self.slos = list(slos or [])
@@ -97,6 +105,9 @@ class MetricsWindow:
         return all((value := values[s.metric]) is None or value <= s.threshold_s for s in self.slos)
 
     def add(self, rec: RequestRecord, now: float | None = None) -> None:
+        if self.batch is not None and rec.priority_class == "batch":
+            self.batch.add(rec, now)
+            return
         now = time.time() if now is None else now
         outcome = rec.outcome
         is_error = outcome == "error"
@@ -196,7 +207,15 @@ class MetricsWindow:
                 "attainment": (sum(1 for s in samples if s.is_slo_met) / len(samples)) if samples else None,
             },
             "history": self._history(seconds, int(now)),
+            **({} if self.batch is None else {"batch": self._batch_block(now)}),
         }
+
+    def _batch_block(self, now: float) -> dict[str, Any]:
+        """The ``batch`` part: batch lines' counts, tokens and latency over the same window."""
+        assert self.batch is not None
+        snap = self.batch.snapshot(now=now)
+        requests = {k: v for k, v in snap["requests"].items() if k != "in_flight"}
+        return {"requests": requests, "tokens": snap["tokens"], "latency": snap["latency"]}
 
     def _history(self, seconds: list[_Second], now_sec: int) -> list[dict[str, Any]]:
         """One point per second (empty seconds included) up to the last complete second."""
