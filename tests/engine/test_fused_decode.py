@@ -14,7 +14,7 @@ from tokenops.engine.core.engine import LLMEngine
 from tokenops.engine.sampling.sampling import SamplingParams
 
 needs_lib = pytest.mark.skipif(fused_decode._library() is None, reason="no C compiler: decodes use the PyTorch path")
-DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "qwen3_hd128", "mistral", "mistral_h12", "phi3")
+DENSE = ("llama", "qwen2", "qwen2_sliding", "qwen3", "qwen3_hd128", "mistral", "mistral_h12", "phi3", "gemma", "gemma2", "gemma3")
 
 
 def _prefill(runner, prompts, tables):

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tokenops.engine.kernels import fused_library
-from tokenops.engine.kernels.fused_library import LayerRecord, QkWeight, ineligible_reason, is_quantized
+from tokenops.engine.kernels.fused_library import QkWeight, ineligible_reason, is_quantized, layer_records
 from tokenops.engine.kernels.fused_library import library as _library
 from tokenops.engine.kernels.fused_library import weight_of as _weight
 from tokenops.engine.kernels.panels import PANEL_DTYPES, PanelWeight, pack_arena
@@ -110,7 +110,8 @@ class FusedDecoder:
         self.block_size = block_size
         self.max_rows = max_rows
         self.eps = float(args.rms_norm_eps)
-        self.scale = float(args.head_dim**-0.5)
+        self.scale = float(args.attn_scale)  # Gemma 2/3: query_pre_attn_scalar ** -0.5
+        self._model_record = fused_library.model_record(model)
         self._keep: list[torch.Tensor] = []  # small tensors the native side points into
         stack = model.model
         big = [
@@ -131,14 +132,14 @@ class FusedDecoder:
         self._linear_fn = lib.linear_panels
 
         ptr = self._pointer_fn(copies)
-        self._layers = self._layer_records(ptr, kv_cache)
+        self._layers = layer_records(model, ptr, kv_cache)
         if quantized:
             self._embed = copies[id(stack.embed_tokens.weight_q)]
         else:
             embed = stack.embed_tokens.weight.detach()  # rows, as they are (a tied lm_head's panels are a copy)
             self._keep.append(embed)
             self._embed = embed.data_ptr()
-        self._final_norm = ptr(stack.norm.weight)
+        self._final_norm = ptr(fused_library.norm_scale(stack.norm, args.norm_offset))
         self._lm_head = ptr(_weight(model.lm_head))
         self._init_buffers(args, block_size)
 
@@ -157,31 +158,6 @@ class FusedDecoder:
             return t.data_ptr()
 
         return ptr
-
-    def _layer_records(self, ptr: Any, kv_cache: torch.Tensor) -> Any:
-        """The C step's per-layer records: norms, products (+ biases), the layer's cache, its window."""
-        stack = self.model.model
-        layers = (LayerRecord * self.args.num_layers)()
-        for i, layer in enumerate(stack.layers):
-            attn, mlp = layer.self_attn, layer.dense_mlp
-            layers[i] = LayerRecord(
-                ptr(layer.input_layernorm.weight),
-                ptr(layer.post_attention_layernorm.weight),
-                ptr(attn.q_norm.weight if attn.q_norm is not None else None),
-                ptr(attn.k_norm.weight if attn.k_norm is not None else None),
-                ptr(_weight(attn.qkv_proj)),
-                ptr(attn.qkv_proj.bias),
-                ptr(_weight(attn.o_proj)),
-                ptr(attn.o_proj.bias),
-                ptr(_weight(mlp.gate_up_proj)),
-                ptr(mlp.gate_up_proj.bias),
-                ptr(_weight(mlp.down_proj)),
-                ptr(mlp.down_proj.bias),
-                kv_cache[0, i].data_ptr(),
-                kv_cache[1, i].data_ptr(),
-                int(attn.window or 0),
-            )
-        return layers
 
     def _init_buffers(self, args: Any, block_size: int) -> None:
         """The step's work area (grown per call), the fixed part of its meta and the rotary tables (grown per call)."""
@@ -248,14 +224,19 @@ class FusedDecoder:
 
     def _rope_tables(self, max_pos: int) -> None:
         """cos/sin rows for positions [0, max_pos] (grown by doubling; the same function and
-        arithmetic the PyTorch forward uses per step)."""
+        arithmetic the PyTorch forward uses per step); Gemma 3's local layers read a second table after
+        the first (their records' ``rope_off``)."""
         if max_pos < self._rope_len:
             return
         n = max(256, self._rope_len * 2)
         while n <= max_pos:
             n *= 2
-        cos, sin = rope_cos_sin(self.model.inv_freq, torch.arange(n), torch.float32)
-        self._cos, self._sin = cos.reshape(n, -1).contiguous(), sin.reshape(n, -1).contiguous()
+        local = self.model.inv_freq_local
+        tables = [rope_cos_sin(f, torch.arange(n), torch.float32) for f in (self.model.inv_freq, local) if f is not None]
+        self._cos = torch.cat([cos.reshape(n, -1) for cos, _ in tables]).contiguous()
+        self._sin = torch.cat([sin.reshape(n, -1) for _, sin in tables]).contiguous()
+        for i, layer in enumerate(self.model.model.layers):
+            self._layers[i].rope_off = n * self.args.head_dim if layer.self_attn.rope_kind == "local" else 0
         self._rope_len = n
 
     def accepts(self, chunks: list[ChunkInput]) -> bool:
@@ -318,6 +299,7 @@ class FusedDecoder:
             logits.data_ptr(),
             self._work.data_ptr(),
             torch.get_num_threads(),
+            ctypes.addressof(self._model_record),
         )
 
     @torch.inference_mode()

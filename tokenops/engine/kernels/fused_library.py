@@ -44,6 +44,8 @@ class LayerRecord(ctypes.Structure):
             "post_norm",
             "q_norm",
             "k_norm",
+            "pre_ff_norm",
+            "post_ff_norm",
             "wqkv",
             "bqkv",
             "wo",
@@ -55,7 +57,72 @@ class LayerRecord(ctypes.Structure):
             "kc",
             "vc",
         )
-    ] + [("window", ctypes.c_int64)]
+    ] + [("window", ctypes.c_int64), ("rope_off", ctypes.c_int64)]
+
+
+class ModelRecord(ctypes.Structure):
+    """``tk_model`` of ``csrc/fused_decode.h``: what the Gemma family adds to the Llama block, model wide."""
+
+    _fields_ = [
+        ("embed_scale", ctypes.c_float),
+        ("attn_softcap", ctypes.c_float),
+        ("final_softcap", ctypes.c_float),
+        ("gelu", ctypes.c_int32),
+    ]
+
+
+#: the gated MLP's activations the step computes: SiLU, and GELU's tanh approximation (Gemma)
+ACTIVATIONS = {"silu": 0, "swish": 0, "gelu_pytorch_tanh": 1, "gelu_new": 1}
+
+
+def model_record(model: CausalLM) -> ModelRecord:
+    """The step's ``tk_model`` for ``model`` (for a Llama-shaped model: scale 1, no caps, SiLU)."""
+    args = model.args
+    return ModelRecord(
+        float(args.embed_scale),
+        float(args.attn_softcap or 0.0),
+        float(args.final_softcap or 0.0),
+        ACTIVATIONS[args.hidden_act],
+    )
+
+
+def norm_scale(norm: torch.nn.Module | None, offset: float) -> torch.Tensor | None:
+    """What the step multiplies a norm's output by: its weight, or Gemma's ``offset + weight`` computed
+    once (in float32, as the PyTorch forward computes it every step)."""
+    if norm is None:
+        return None
+    weight = norm.weight.detach()
+    return weight if not offset else (offset + weight.float()).contiguous()
+
+
+def layer_records(model: CausalLM, ptr: Any, kv_cache: torch.Tensor) -> Any:
+    """The C step's per-layer records: norms, products (+ biases), the layer's cache, its window (the rotary
+    table offsets are set by the decoder as its tables grow). ``ptr(t)``: where the step reads ``t``."""
+    args = model.args
+    layers = (LayerRecord * args.num_layers)()
+    for i, layer in enumerate(model.model.layers):
+        attn, mlp = layer.self_attn, layer.dense_mlp
+        norms = [layer.input_layernorm, layer.post_attention_layernorm, attn.q_norm, attn.k_norm]
+        if layer.is_sandwich:
+            norms += [layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm]
+        else:
+            norms += [None, None]
+        layers[i] = LayerRecord(
+            *(ptr(norm_scale(n, args.norm_offset)) for n in norms),
+            ptr(weight_of(attn.qkv_proj)),
+            ptr(attn.qkv_proj.bias),
+            ptr(weight_of(attn.o_proj)),
+            ptr(attn.o_proj.bias),
+            ptr(weight_of(mlp.gate_up_proj)),
+            ptr(mlp.gate_up_proj.bias),
+            ptr(weight_of(mlp.down_proj)),
+            ptr(mlp.down_proj.bias),
+            kv_cache[0, i].data_ptr(),
+            kv_cache[1, i].data_ptr(),
+            int(attn.window or 0),
+            0,
+        )
+    return layers
 
 
 #: panel dtype -> the build's defines and the library's name
@@ -67,11 +134,12 @@ _VARIANTS: dict[str, tuple[list[str], str]] = {
 #: where the sources are built from (a benchmark points it at a patched copy)
 FOLDER = CSRC
 _lock = threading.Lock()
-_libs: dict[str, ctypes.CDLL | None] = {}  # panel dtype (+ "-kvbf16") -> library (None: could not be built)
+_libs: dict[str, ctypes.CDLL | None] = {}  # panel dtype (+ "-kvbf16", + cpu_isa) -> library (None: could not be built)
 
 
 def library(panel_dtype: str = "float32", kv_bf16: bool = False) -> ctypes.CDLL | None:
-    key = panel_dtype + ("-kvbf16" if kv_bf16 else "")
+    isa = switches.current.cpu_isa
+    key = panel_dtype + ("-kvbf16" if kv_bf16 else "") + ("" if isa == "native" else "-" + isa)
     if key in _libs:
         return _libs[key]
     with _lock:
@@ -86,9 +154,10 @@ def library(panel_dtype: str = "float32", kv_bf16: bool = False) -> ctypes.CDLL 
             lib = None
             try:
                 check_struct(LayerRecord, "tk_layer", "fused_decode.h")
+                check_struct(ModelRecord, "tk_model", "fused_decode.h")
                 check_struct(QkWeight, "qk_weight", "quant.h")
                 lib = bind(
-                    ctypes.CDLL(str(build_library(main="fused_decode.c", stem=stem, defines=defines, folder=FOLDER))),
+                    ctypes.CDLL(str(build_library(main="fused_decode.c", stem=stem, defines=defines, folder=FOLDER, isa=isa))),
                     read("fused_decode.h"),
                 )
                 if panel_dtype == "gguf":  # the quantized kernels are built in: their switches too
@@ -115,8 +184,8 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "the model has mixture-of-experts layers"
     if kv_cache.dtype not in (torch.float32, torch.bfloat16):
         return "it needs a float32 or bfloat16 KV cache"
-    if args.hidden_act not in ("silu", "swish"):
-        return f"activation {args.hidden_act!r} (only SiLU)"
+    if args.hidden_act not in ACTIVATIONS:
+        return f"activation {args.hidden_act!r} (only SiLU and GELU's tanh approximation)"
     layers = [
         m
         for layer in model.model.layers
@@ -139,17 +208,13 @@ def ineligible_reason(model: torch.nn.Module, kv_cache: torch.Tensor, device: to
         return "it needs float32 weights"
     if args.num_heads % args.num_kv_heads:
         return "query heads are not a multiple of KV heads"
-    # what the C step does not compute (Gemma 2/3, Phi-3 variants): such models keep the PyTorch forward
-    if args.norm_offset or args.embed_scale != 1.0 or args.sandwich_norms:
-        return "Gemma-style norms and embedding scale"
-    if args.attn_softcap is not None or args.final_softcap is not None:
-        return "soft-capped attention scores or logits"
+    # what the C step does not compute (Phi-3 variants): such models keep the PyTorch forward. Gemma's
+    # norms, embedding scale, sandwich norms, soft caps, attention scale and local rotary table it does.
     if args.rotary_dim != args.head_dim:
         return "partial rotary embeddings"
-    if args.local_rope_theta is not None or args.rope_spec().attention_factor() != 1.0 or args.rope_spec().is_longrope:
-        return "per-layer or LongRoPE rotary tables"
-    if args.query_pre_attn_scalar is not None and args.attn_scale != args.head_dim**-0.5:
-        return "an attention scale other than head_dim ** -0.5"
+    specs = [args.rope_spec()] + ([args.rope_spec(local=True)] if args.local_rope_theta is not None else [])
+    if any(spec.attention_factor() != 1.0 or spec.is_longrope for spec in specs):
+        return "LongRoPE rotary tables"
     return None
 
 
