@@ -123,6 +123,7 @@ def test_two_replicas_share_sessions_and_concurrent_turns_are_all_kept(url):
     prefix = f"t{next(_prefixes)}"
     a, b = (RedisSessionMemory(embed, redis_client(url), prefix=prefix) for _ in range(2))
     a.remember("t", "s", [("user", "My locker code is 4417.")])
+    assert a.flush()  # the write lands after remember() returns (write-behind), before the answer does
     assert "4417" in b.recall("t", "s", "locker code")[0][1].text  # made on A, recalled on B
 
     def turns(mem, side):
@@ -134,6 +135,7 @@ def test_two_replicas_share_sessions_and_concurrent_turns_are_all_kept(url):
         t.start()
     for t in threads:
         t.join()
+    assert b.flush()
     texts = {e["text"] for e in a.entries("t", "busy")}
     assert len(texts) == 30  # no turn lost to the other replica's write
     assert a.stats() == b.stats()

@@ -15,10 +15,15 @@ collide with another or reach into another tenant's keys):
   Lua script that also drops expired and least recently used sessions;
 - ``P:mem:stats`` (merged / expired / evicted counters).
 
-A turn is a read-modify-write of its session in two round trips: ``GET``, then one script that
-writes only if the session's version is still the one read (compare-and-set; the value starts
-with ``<version>:``): two replicas storing turns of one session at the same time retry instead of
-losing one. Same semantics as the embedded default,
+A turn is a read-modify-write of its session (:class:`~tokenops.shared_state.write_behind.WatchedKey`):
+``WATCH`` and ``GET`` sent together on the request's path, then, on a write-behind thread while the
+request goes on, ``MULTI``, the session's ``SET``, the bookkeeping script and ``EXEC``, which Redis
+refuses when another replica wrote the session meanwhile (optimistic locking; the turn is then
+merged into the newer value): two replicas storing turns of one session at the same time retry
+instead of losing one. The write lands about a millisecond after :meth:`RedisSessionMemory.remember`
+returns, long before the answer does; a later turn of the session on this replica, and the admin
+views, wait for it (``flush``). A gateway killed -9 in that millisecond loses that turn's memory.
+Same semantics as the embedded default,
 checked by one scenario run against both (tests/shared_state/test_memory_conformance.py).
 Not for Redis Cluster (the script touches keys it is not handed). When Redis does not answer, a
 turn goes on without memory (nothing remembered or recalled; logged and counted), as a request
@@ -37,52 +42,45 @@ from typing import Any
 import numpy as np
 
 from tokenops.memory.memory_store import MemoryEntry, RecentVectors, evict_to_budget, near_duplicate, split_chunks
+from tokenops.shared_state.write_behind import WatchedKey, WriteBehind
 
 log = logging.getLogger(__name__)
 
-#: One write of a session, atomic: compare its version with the one read (-1: another replica wrote
-#: it meanwhile, read again), store the new value (or delete it), keep the per-session byte hash and
-#: the total in step, count merges and evictions, drop expired sessions, then least recently used
-#: ones while over either budget. KEYS: the session, lru, sizes, total, stats. ARGV: version read,
-#: new value, its lifetime ms, member, size, now, expire before, max total bytes, max sessions, the
-#: session keys' prefix, merged, expired, evicted.
-_WRITE = """
-local cur = redis.call('GET', KEYS[1])
-local version = 0
-if cur then version = tonumber(string.match(cur, '^(%d+):')) or 0 end
-if version ~= tonumber(ARGV[1]) then return -1 end
-local member, size, now = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+#: The bookkeeping of one write of a session, run inside the write's MULTI after the session's own
+#: ``SET`` (or ``DEL``): keep the per-session byte hash and the total in step, count merges and
+#: evictions, drop expired sessions, then least recently used ones while over either budget. The
+#: session's value never passes through the script (a 64 KB string handed to Lua and back costs
+#: Redis ~0.3 ms; a plain SET of it ~0.01 ms). KEYS: lru, sizes, total, stats. ARGV: member, size,
+#: now, expire before, max total bytes, max sessions, the session keys' prefix, merged, expired,
+#: evicted.
+_BOOKKEEP = """
+local member, size, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local old = tonumber(redis.call('HGET', KEYS[2], member) or '0')
 if size > 0 then
-  redis.call('SET', KEYS[1], (version + 1) .. ':' .. ARGV[2], 'PX', ARGV[3])
+  redis.call('HSET', KEYS[2], member, size)
+  redis.call('ZADD', KEYS[1], now, member)
 else
-  redis.call('DEL', KEYS[1])
+  redis.call('HDEL', KEYS[2], member)
+  redis.call('ZREM', KEYS[1], member)
 end
-local old = tonumber(redis.call('HGET', KEYS[3], member) or '0')
-if size > 0 then
-  redis.call('HSET', KEYS[3], member, size)
-  redis.call('ZADD', KEYS[2], now, member)
-else
-  redis.call('HDEL', KEYS[3], member)
-  redis.call('ZREM', KEYS[2], member)
-end
-redis.call('INCRBY', KEYS[4], size - old)
+redis.call('INCRBY', KEYS[3], size - old)
 for i, name in ipairs({'merged', 'expired', 'evicted'}) do
-  if tonumber(ARGV[10 + i]) > 0 then redis.call('HINCRBY', KEYS[5], name, ARGV[10 + i]) end
+  if tonumber(ARGV[7 + i]) > 0 then redis.call('HINCRBY', KEYS[4], name, ARGV[7 + i]) end
 end
 local function drop(m)
-  local s = tonumber(redis.call('HGET', KEYS[3], m) or '0')
-  redis.call('DEL', ARGV[10] .. m)
-  redis.call('HDEL', KEYS[3], m)
-  redis.call('ZREM', KEYS[2], m)
-  redis.call('INCRBY', KEYS[4], -s)
+  local s = tonumber(redis.call('HGET', KEYS[2], m) or '0')
+  redis.call('DEL', ARGV[7] .. m)
+  redis.call('HDEL', KEYS[2], m)
+  redis.call('ZREM', KEYS[1], m)
+  redis.call('INCRBY', KEYS[3], -s)
 end
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[7])) do
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[4])) do
   drop(m)
 end
 local evicted = 0
-while redis.call('ZCARD', KEYS[2]) > 1 and (tonumber(redis.call('GET', KEYS[4]) or '0') > tonumber(ARGV[8])
-    or redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[9])) do
-  drop(redis.call('ZRANGE', KEYS[2], 0, 0)[1])
+while redis.call('ZCARD', KEYS[1]) > 1 and (tonumber(redis.call('GET', KEYS[3]) or '0') > tonumber(ARGV[5])
+    or redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[6])) do
+  drop(redis.call('ZRANGE', KEYS[1], 0, 0)[1])
   evicted = evicted + 1
 end
 return evicted
@@ -99,22 +97,14 @@ def _names(member: str) -> tuple[str, str]:
 
 
 def encode_entries(entries: list[MemoryEntry]) -> bytes:
-    """The stored value less its ``<version>:`` prefix (the write script adds it)."""
+    """A session's stored value."""
     meta = [[e.id, e.role, e.text, e.created_at, e.last_seen, e.num_seen] for e in entries]
     vectors = b"".join(np.asarray(e.vector, dtype=np.float32).tobytes() for e in entries)
     return json.dumps(meta, separators=(",", ":")).encode() + b"\x00" + vectors
 
 
-def split_version(blob: bytes | None) -> tuple[int, bytes]:
-    """``(version, rest)`` of a stored value (0 and nothing when there is none)."""
-    if not blob:
-        return 0, b""
-    version, _, rest = blob.partition(b":")
-    return int(version), rest
-
-
 def decode_entries(blob: bytes | None) -> list[MemoryEntry]:
-    """The entries of a value as :func:`encode_entries` made it (no version prefix)."""
+    """The entries of a value as :func:`encode_entries` made it."""
     if not blob:
         return []
     meta_bytes, _, vector_bytes = blob.partition(b"\x00")
@@ -156,11 +146,11 @@ class RedisSessionMemory:
         self.merge_threshold = merge_threshold
         self.clock = clock
         self._p = f"{prefix}:mem:"
-        self._script = client.register_script(_WRITE)
         self._embed = RecentVectors(embed)
         self.num_unavailable = 0  # turns served without memory because Redis did not answer
         self._written: dict[str, tuple[float, list[MemoryEntry]]] = {}  # member -> (when, entries)
         self._lock = threading.Lock()
+        self._writes = WriteBehind("session-memory-write")
 
     def _blob_key(self, member: str) -> str:
         return f"{self._p}s:{member}"
@@ -168,20 +158,53 @@ class RedisSessionMemory:
     # -- formation and evolution -----------------------------------------------------
 
     def remember(self, tenant: str, session: str, turns: list[tuple[str, str]]) -> int:
-        """Store ``(role, text)`` turns; returns how many new entries were made. Two round trips:
-        read the session, write it back if no other replica wrote it meanwhile (else again)."""
+        """Store ``(role, text)`` turns; returns how many new entries were made. One round trip on
+        the caller's path (``WATCH`` + ``GET`` of the session); the write (``MULTI`` ... ``EXEC``,
+        refused if another replica wrote the session meanwhile, then done again from a fresh read)
+        runs on the write-behind thread while the request goes on. A later turn of the same
+        session on this replica waits for it first."""
         import redis
 
         chunks = list(dict.fromkeys((r, piece) for r, text in turns for piece in split_chunks(text, self.chunk_chars)))
         member = _member(tenant, session)
+        self._writes.wait_key(member)
+        now = self.clock()
+        txn = None
         try:
-            while True:
-                num_new = self._update(member, chunks)
-                if num_new is not None:
-                    return num_new
+            txn = WatchedKey(self.client, self._blob_key(member))
+            change = self._merge(txn.read(), chunks, now)
+            if change is None:
+                txn.close()
+                return 0
+            entries, num_new, counts = change
+            self._keep_written(member, entries)
+            self._writes.submit(member, lambda: self._finish(txn, member, chunks, entries, now, counts))
+            return num_new
         except redis.RedisError as e:  # Redis away: the request goes on without memory
+            if txn is not None:
+                txn.close(failed=True)
             self._unavailable(e)
             return 0
+
+    def _finish(
+        self,
+        txn: WatchedKey,
+        member: str,
+        chunks: list[tuple[str, str]],
+        entries: list[MemoryEntry],
+        now: float,
+        counts: tuple[int, int, int],
+    ) -> None:
+        """The write-behind half of :meth:`remember`."""
+        import redis
+
+        try:
+            with txn:
+                done = txn.commit(self._write(member, entries, now, counts)) is not None
+            while not done:  # another replica wrote the session after our read: merge into theirs
+                done = self._update(member, chunks, now) is not None
+        except redis.RedisError as e:
+            self._unavailable(e)
 
     def _unavailable(self, error: Exception) -> None:
         self.num_unavailable += 1
@@ -190,10 +213,11 @@ class RedisSessionMemory:
                 "session memory: Redis unavailable (%s); %d turns served without it", error, self.num_unavailable
             )
 
-    def _update(self, member: str, chunks: list[tuple[str, str]]) -> int | None:
-        """One read-modify-write of the session; None when another replica won the race."""
-        now = self.clock()
-        version, blob = split_version(self.client.get(self._blob_key(member)))
+    def _merge(
+        self, blob: bytes | None, chunks: list[tuple[str, str]], now: float
+    ) -> tuple[list[MemoryEntry], int, tuple[int, int, int]] | None:
+        """The session ``blob`` with ``chunks`` added: (entries, new, (merged, expired, evicted)),
+        or None when there is nothing to write."""
         entries, num_expired = self._live(decode_entries(blob), now)
         known = {(e.role, e.text): e for e in entries}
         fresh = [c for c in chunks if c not in known]
@@ -202,7 +226,32 @@ class RedisSessionMemory:
                 entry = known[c]
                 entry.last_seen, entry.num_seen = now, entry.num_seen + 1
         if not fresh and not entries:
-            return 0
+            return None
+        num_new, num_merged = self._add(entries, fresh, now)
+        return entries, num_new, (num_merged, num_expired, self._fit_budget(entries))
+
+    def _update(self, member: str, chunks: list[tuple[str, str]], now: float) -> int | None:
+        """One read-modify-write of the session, both round trips here; None when another replica
+        won the race."""
+        with WatchedKey(self.client, self._blob_key(member)) as txn:
+            change = self._merge(txn.read(), chunks, now)
+            if change is None:
+                return 0
+            entries, num_new, counts = change
+            if txn.commit(self._write(member, entries, now, counts)) is None:
+                return None
+        self._keep_written(member, entries)
+        return num_new
+
+    def _keep_written(self, member: str, entries: list[MemoryEntry]) -> None:
+        with self._lock:  # what the turn's recall reads, if it comes at once (a round trip saved)
+            self._written[member] = (time.monotonic(), list(entries))
+            while len(self._written) > 256:
+                self._written.pop(next(iter(self._written)))
+
+    def _add(self, entries: list[MemoryEntry], fresh: list[tuple[str, str]], now: float) -> tuple[int, int]:
+        """Append the ``fresh`` chunks to ``entries``, a near-duplicate merged into its twin;
+        returns (new, merged)."""
         vectors: Any = self._embed([text for _, text in fresh]) if fresh else []
         num_new = num_merged = 0
         next_id = max((e.id for e in entries), default=0) + 1  # ids order a session's entries
@@ -217,26 +266,20 @@ class RedisSessionMemory:
             entries.append(MemoryEntry(next_id, role, text, vector, now, now))
             next_id += 1
             num_new += 1
-        num_evicted = self._fit_budget(entries)
-        counts = (num_merged, num_expired, num_evicted)
-        if self._write(member, version, entries, now, counts) < 0:
-            return None
-        with self._lock:  # what the turn's recall reads, if it comes at once (a round trip saved)
-            self._written[member] = (time.monotonic(), list(entries))
-            while len(self._written) > 256:
-                self._written.pop(next(iter(self._written)))
-        return num_new
+        return num_new, num_merged
 
-    def _write(self, member: str, version: int, entries: list[MemoryEntry], now: float, counts=(0, 0, 0)) -> int:
-        """Store ``entries`` as the session (none: delete it) if it is still at ``version``; -1
-        when it is not, else how many sessions the budgets dropped."""
-        p = self._p
+    def _write(
+        self, member: str, entries: list[MemoryEntry], now: float, counts: tuple[int, int, int] = (0, 0, 0)
+    ) -> list[tuple[Any, ...]]:
+        """The commands that store ``entries`` as the session (none: delete it) and keep the
+        budgets (the script's reply: how many sessions they dropped)."""
+        p, key = self._p, self._blob_key(member)
         size = sum(e.num_bytes for e in entries)
-        value = encode_entries(entries) if entries else b""
-        args = [version, value, max(1, int(self.ttl_s * 1000)), member, size, now, now - self.ttl_s]
-        args += [self.max_total_bytes, self.max_sessions, f"{p}s:", *counts]
-        keys = [self._blob_key(member), f"{p}lru", f"{p}bytes", f"{p}total", f"{p}stats"]
-        return int(self._script(keys=keys, args=args))
+        store: tuple[Any, ...] = ("DEL", key)
+        if entries:
+            store = ("SET", key, encode_entries(entries), "PX", max(1, int(self.ttl_s * 1000)))
+        args = [member, size, now, now - self.ttl_s, self.max_total_bytes, self.max_sessions, f"{p}s:", *counts]
+        return [store, ("EVAL", _BOOKKEEP, 4, f"{p}lru", f"{p}bytes", f"{p}total", f"{p}stats", *args)]
 
     def _near_duplicate(
         self, entries: list[MemoryEntry], role: str, text: str, vector: np.ndarray
@@ -260,7 +303,7 @@ class RedisSessionMemory:
         return self._live(written[1], self.clock())[0]
 
     def _read(self, tenant: str, session: str) -> list[MemoryEntry]:
-        blob = split_version(self.client.get(self._blob_key(_member(tenant, session))))[1]
+        blob = self.client.get(self._blob_key(_member(tenant, session)))
         return self._live(decode_entries(blob), self.clock())[0]
 
     # -- retrieval ---------------------------------------------------------------------
@@ -270,8 +313,12 @@ class RedisSessionMemory:
         import redis
 
         vector = self._embed([query])[0]
+        member = _member(tenant, session)
         try:
-            entries = self._just_written(_member(tenant, session)) or self._read(tenant, session)
+            entries = self._just_written(member)
+            if entries is None:
+                self._writes.wait_key(member)  # this replica's writes of the session first
+                entries = self._read(tenant, session)
         except redis.RedisError as e:
             self._unavailable(e)
             return []
@@ -281,7 +328,12 @@ class RedisSessionMemory:
 
     # -- admin -------------------------------------------------------------------------
 
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until this replica's queued writes reached Redis; False on timeout."""
+        return self._writes.flush(timeout_s)
+
     def _members(self, tenant: str | None) -> list[str]:
+        self.flush()
         members = [m.decode() for m in self.client.zrange(f"{self._p}lru", 0, -1)]
         if tenant is None:
             return members
@@ -294,7 +346,7 @@ class RedisSessionMemory:
         now = self.clock()
         out = []
         for member, blob in zip(members, blobs):
-            entries = self._live(decode_entries(split_version(blob)[1]), now)[0]
+            entries = self._live(decode_entries(blob), now)[0]
             if entries:
                 name_tenant, name_session = _names(member)
                 out.append(
@@ -309,17 +361,20 @@ class RedisSessionMemory:
         return out
 
     def entries(self, tenant: str, session: str) -> list[dict[str, Any]] | None:
+        self._writes.wait_key(_member(tenant, session))
         entries = self._read(tenant, session)
         return [e.view() for e in sorted(entries, key=lambda e: e.id)] if entries else None
 
     def delete_session(self, tenant: str, session: str) -> int:
         member = _member(tenant, session)
+        self._writes.wait_key(member)
         with self._lock:
             self._written.pop(member, None)
         while True:
-            version, blob = split_version(self.client.get(self._blob_key(member)))
-            if self._write(member, version, [], self.clock()) >= 0:
-                return len(decode_entries(blob))
+            with WatchedKey(self.client, self._blob_key(member)) as txn:
+                blob = txn.read()
+                if txn.commit(self._write(member, [], self.clock())) is not None:
+                    return len(decode_entries(blob))
 
     def delete_tenant(self, tenant: str) -> int:
         return sum(self.delete_session(*_names(m)) for m in self._members(tenant))
@@ -330,7 +385,7 @@ class RedisSessionMemory:
         counters = {k.decode(): int(v) for k, v in self.client.hgetall(f"{self._p}stats").items()}
         return {
             "sessions": sum(1 for b in blobs if b),
-            "entries": sum(len(decode_entries(split_version(b)[1])) for b in blobs),
+            "entries": sum(len(decode_entries(b)) for b in blobs),
             "bytes": int(self.client.get(f"{self._p}total") or 0),
             "merged": counters.get("merged", 0),
             "expired": counters.get("expired", 0),
