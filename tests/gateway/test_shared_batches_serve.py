@@ -7,6 +7,7 @@ Each gateway keeps its own DuckDB store (its own work folder): only PostgreSQL i
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import json
@@ -108,10 +109,33 @@ def test_a_batch_created_on_a_is_cancelled_through_b(gateways):
     assert b.batches.retrieve(batch.id).request_counts.completed == counts  # nothing ran after the cancel
 
 
+def _batch_requests(srv: ServeProcess, batch_id: str) -> list[str]:
+    """The ids of the requests this gateway's pipeline ran for ``batch_id``'s lines."""
+    rows = httpx.get(f"{srv.url}/admin/requests?limit=500", headers=srv.admin_headers, timeout=30).json()["requests"]
+    return [r["id"] for r in rows if r.get("batch_id") == batch_id]
+
+
+def _saved_lines(url: str, batch_id: str) -> int:
+    """Finished lines the runner saved to PostgreSQL for a takeover (dropped once the batch is done)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as con:
+            found = con.execute(
+                sa.text("SELECT count(*) FROM batch_line_results WHERE batch_id = :b"), {"b": batch_id}
+            ).scalar()
+        return int(found or 0)
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.slow  # a claim lapses after 30 s: the takeover takes that long by design
-def test_a_batch_whose_gateway_is_killed_is_finished_by_the_other(tmp_path):
+def test_a_batch_whose_gateway_is_killed_is_finished_by_the_other_without_rerunning_a_line(tmp_path):
     """kill -9 of the gateway running a batch: the other takes it up once the claim lapses and
-    finishes it, every line once in the output (the lines the dead one had finished run again)."""
+    finishes it, every line once in the output; the lines the dead one had finished were saved to
+    PostgreSQL as they finished and are not run again: every request the second gateway ran for the
+    batch is the output line of its custom_id, and the first one's lines are in the output as it wrote them."""
     with contextlib.ExitStack() as stack:
         try:
             url = stack.enter_context(postgres_server())
@@ -130,8 +154,20 @@ def test_a_batch_whose_gateway_is_killed_is_finished_by_the_other(tmp_path):
         os.kill(a.proc.pid, signal.SIGKILL)  # A's claim is not renewed any more
         assert seen.status == "in_progress" and seen.request_counts.completed < 120, seen
         a.proc.wait(30)
+        num_saved = _saved_lines(url, batch.id)
+        # a line is counted once saved: at least the lines A had counted were saved, and not all were done
+        assert seen.request_counts.completed <= num_saved < 120, (seen.request_counts, num_saved)
         b = stack.enter_context(ServeProcess(tmp_path / "b", config=config))
         b_client = _client(b)
         done = _until(lambda: (x := b_client.batches.retrieve(batch.id)).status == "completed" and x, "B to finish")
+        assert done.request_counts.completed == 120 and done.request_counts.failed == 0
         out = [json.loads(line) for line in b_client.files.content(done.output_file_id).text.splitlines()]
         assert sorted(line["custom_id"] for line in out) == sorted(f"kill-{i}" for i in range(120))  # each once
+        ran_on_b = _batch_requests(b, batch.id)
+        by_request = {line["response"]["request_id"]: line["custom_id"] for line in out}
+        # how often each line reached B's engine: once for the lines A had not finished, never for A's
+        reached = collections.Counter(by_request.get(rid, "not in the output") for rid in ran_on_b)
+        assert reached and set(reached.values()) == {1} and "not in the output" not in reached, reached
+        from_a = [line for line in out if line["response"]["request_id"] not in set(ran_on_b)]
+        assert len(from_a) == num_saved and len(ran_on_b) == 120 - num_saved, (len(from_a), num_saved)
+        assert _saved_lines(url, batch.id) == 0  # dropped once the batch finished

@@ -8,7 +8,9 @@ the rows and the file bytes in PostgreSQL, so every gateway replica of a service
 files and batches; each keeps a local copy of the bytes it reads). Both are per tenant (another
 tenant's file or batch reads as missing). A batch runs on one replica at a time: the runner
 :meth:`~BatchState.claim`\\ s it first and renews the claim while it runs; a cancel written on any
-replica is seen by the one running it (``is_shared``: it reads the batch's state each second).
+replica is seen by the one running it (``is_shared``: it reads the batch's state each second), and
+each finished line is saved as it finishes (:meth:`~BatchState.save_lines`) so the replica that
+takes over a batch whose runner died runs only the lines not finished.
 
 Every call blocks (DuckDB work, or a round trip to PostgreSQL): the gateway runs them in a
 worker thread.
@@ -68,6 +70,20 @@ class BatchState(Protocol):
     def recent_batches(self, limit: int = 50) -> list[dict[str, Any]]: ...
 
     def update_batch(self, batch_id: str, **fields: Any) -> None: ...
+
+    def save_lines(self, batch_id: str, lines: list[tuple[str, bool, bytes]]) -> None:
+        """Record finished lines (``custom_id``, is an error, the output line) as they finish, so a
+        replica that takes the batch over (its runner died) skips them; the first line of a
+        ``custom_id`` stays. A no-op where one process keeps the state (its files are the record)."""
+        ...
+
+    def saved_lines(self, batch_id: str) -> list[tuple[str, bool, bytes]]:
+        """What :meth:`save_lines` recorded for ``batch_id``, in any order."""
+        ...
+
+    def forget_lines(self, batch_id: str) -> None:
+        """Drop a finished batch's saved lines (its output and error files hold them)."""
+        ...
 
     def claim(self, batch_id: str, owner: str, ttl_s: float) -> bool:
         """Take (or renew) the right to run ``batch_id`` for ``ttl_s`` seconds; False while another

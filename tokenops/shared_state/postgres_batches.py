@@ -5,7 +5,9 @@ The ``files`` and ``batches`` tables are the store's own SQLModel classes
 (:mod:`tokenops.store.batch_tables`), created on first use; file bytes go to ``batch_file_bytes``
 when a file is recorded (an upload once checked, a batch's output and error files when it
 finishes), and each replica keeps a local copy of what it reads under ``files_dir`` (fetched the
-first time). ``batch_claims`` says which replica runs a batch: a claim lasts ``ttl_s`` and the
+first time). Each finished line of a running batch goes to ``batch_line_results`` as it finishes
+(a few at a time), so the replica that takes a batch over skips the lines already done; they are
+dropped once the batch is finished. ``batch_claims`` says which replica runs a batch: a claim lasts ``ttl_s`` and the
 runner renews it while it runs, so a batch runs on one replica at a time. The queries are the
 embedded store's (:class:`tokenops.store.batch_store.BatchStore`, which this class extends) where
 the two dialects agree, PostgreSQL's own where they do not. A database that cannot be reached is
@@ -41,6 +43,14 @@ _CLAIMS = sa.Table(
     sa.Column("batch_id", sa.String, primary_key=True),
     sa.Column("owner", sa.String, nullable=False),
     sa.Column("until_at", sa.DateTime, nullable=False),
+)
+_LINES = sa.Table(
+    "batch_line_results",
+    sa.MetaData(),
+    sa.Column("batch_id", sa.String, primary_key=True),
+    sa.Column("custom_id", sa.String, primary_key=True),
+    sa.Column("is_error", sa.Boolean, nullable=False),
+    sa.Column("line", sa.LargeBinary, nullable=False),
 )
 _CLAIM = (
     "INSERT INTO batch_claims (batch_id, owner, until_at) VALUES (%s, %s, %s) ON CONFLICT (batch_id) DO UPDATE "
@@ -92,7 +102,7 @@ class _Connection:
                 return
             with self.engine.begin() as con:  # one replica at a time creates them
                 con.execute(sa.text("SELECT pg_advisory_xact_lock(7631084012)"))
-                for table in (FileRow.__table__, BatchRow.__table__, _BYTES, _CLAIMS):  # type: ignore[attr-defined]
+                for table in (FileRow.__table__, BatchRow.__table__, _BYTES, _CLAIMS, _LINES):  # type: ignore[attr-defined]
                     table.create(con, checkfirst=True)
             self._is_ready = True
 
@@ -151,7 +161,28 @@ class PostgresBatchStore(BatchStore):
         self.store.execute("DELETE FROM batch_file_bytes WHERE tenant = ?", [tenant])
         for batch_id in batch_ids:
             self.store.execute("DELETE FROM batch_claims WHERE batch_id = ?", [batch_id])
+            self.forget_lines(batch_id)
         return counts
+
+    def save_lines(self, batch_id: str, lines: list[tuple[str, bool, bytes]]) -> None:
+        if not lines:
+            return
+        values = ", ".join("(?, ?, ?, ?)" for _ in lines)
+        params = [v for custom_id, is_error, line in lines for v in (batch_id, custom_id, is_error, line)]
+        self.store.execute(
+            f"INSERT INTO batch_line_results (batch_id, custom_id, is_error, line) VALUES {values} "
+            "ON CONFLICT (batch_id, custom_id) DO NOTHING",
+            params,
+        )
+
+    def saved_lines(self, batch_id: str) -> list[tuple[str, bool, bytes]]:
+        rows = self.store.execute(
+            "SELECT custom_id, is_error, line FROM batch_line_results WHERE batch_id = ?", [batch_id]
+        ).fetchall()
+        return [(r[0], bool(r[1]), bytes(r[2])) for r in rows]
+
+    def forget_lines(self, batch_id: str) -> None:
+        self.store.execute("DELETE FROM batch_line_results WHERE batch_id = ?", [batch_id])
 
     def claim(self, batch_id: str, owner: str, ttl_s: float) -> bool:
         now = utcnow()

@@ -175,6 +175,20 @@ class BatchStore:
         """One process runs every batch of this store: always True."""
         return True
 
+    # -- finished lines, for a takeover -------------------------------------
+
+    def save_lines(self, batch_id: str, lines: list[tuple[str, bool, bytes]]) -> None:
+        """Record finished lines (``custom_id``, is an error, the output line) where a replica that
+        takes the batch over reads them. One process: its output and error files on disk are that
+        record already, nothing to do."""
+
+    def saved_lines(self, batch_id: str) -> list[tuple[str, bool, bytes]]:
+        """The lines :meth:`save_lines` recorded (none here)."""
+        return []
+
+    def forget_lines(self, batch_id: str) -> None:
+        """The batch is finished (its output files recorded): its saved lines are not needed."""
+
     def update_batch(self, batch_id: str, **fields: Any) -> None:
         if not fields:
             return

@@ -5,7 +5,8 @@ store). A batch is ``validating`` (every line's ``url`` must be its endpoint; el
 with the lines named), then ``in_progress``: its lines not yet in its output or error file
 run through the same pipeline as API requests (:mod:`.batch_lines`), marked
 ``priority_class = "batch"``, at most ``[batches] max_in_flight`` at once over all batches.
-Each finished line is appended durably (:mod:`.batch_output`) before it is counted. Then
+Each finished line is appended durably (:mod:`.batch_output`), and saved to the shared state
+where replicas share it (:mod:`.batch_run`), before it is counted. Then
 ``finalizing`` -> ``completed``. A cancel stops feeding and cancels the lines in flight
 (``cancelling`` -> ``cancelled``); past its ``completion_window`` a batch stops the same way
 and its lines that did not run go to the error file as ``batch_expired`` (``expired``).
@@ -82,7 +83,7 @@ class BatchRunner:
             with contextlib.suppress(BaseException):
                 await task
         for run in list(self.runs.values()):
-            await run.appender.drain()
+            await run.drain()
             run.appender.close()
         self._main = None
 
@@ -195,7 +196,7 @@ class BatchRunner:
                 run, status="failed", failed_at=utcnow(), errors_json=_errors([(None, "internal_error", str(e))])
             )
         finally:
-            await run.appender.drain()  # a line being written when the server stops is written whole
+            await run.drain()  # a line being written when the server stops is written (and saved) whole
             run.appender.close()
             self.runs.pop(run.id, None)
 
@@ -232,7 +233,7 @@ class BatchRunner:
 
     async def _feed(self, run: BatchRun) -> None:
         assert self._slots is not None
-        found = await asyncio.to_thread(recover, *run.paths)
+        found = await asyncio.to_thread(run.recover)  # after a takeover, the lines the other one finished
         run.num_completed, run.num_failed = found.num_completed, found.num_failed
         await self._write_counts(run)
         with open(self.store.path(run.row["input_file_id"]), "rb") as f:
@@ -288,7 +289,7 @@ class BatchRunner:
                 error = {"code": "internal_error", "message": f"{type(e).__name__}: {e}"}
                 break
         is_error = status >= 400
-        await run.appender.append(is_error, output_line(custom_id, status, request_id, answer, error))
+        await run.record(custom_id, is_error, output_line(custom_id, status, request_id, answer, error))
         if is_error:
             run.num_failed += 1
             self.num_lines["failed"] += 1
@@ -302,7 +303,7 @@ class BatchRunner:
     async def _finish(self, run: BatchRun, final: str) -> None:
         """``finalizing``, then ``final``: lines that never ran are written when expired; the
         output and error files become files of the tenant (when they hold lines)."""
-        await run.appender.drain()  # lines cancelled while being written are in the files first
+        await run.drain()  # lines cancelled while being written are in the files first
         await self._update(run, status="finalizing", finalizing_at=utcnow())
 
         def files() -> dict[str, Any]:
@@ -331,6 +332,7 @@ class BatchRunner:
         ids = await asyncio.to_thread(files)
         run.num_completed, run.num_failed = ids["num_completed"], ids["num_failed"]
         await self._update(run, status=final, **{f"{final}_at": utcnow()}, **ids)
+        await run.forget_saved()
 
     async def _update(self, run: BatchRun, **fields: Any) -> None:
         await asyncio.shield(asyncio.to_thread(self.store.update_batch, run.id, **fields))
