@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,10 +23,15 @@ def _seconds(ts: dt.datetime | float | str) -> float:
     return float(ts)
 
 
-def load_recorded(store: str, limit: int) -> list[tuple[float, int, int]]:
-    """(time, tokens_in, tokens_out) of the first ``limit`` successful recorded requests."""
+def load_recorded(store: str | list[str], limit: int) -> list[tuple[float, int, int]]:
+    """(time, tokens_in, tokens_out) of the first ``limit`` successful recorded requests; several
+    stores (gateway replicas') are read as one (:mod:`tokenops.store.merged_telemetry`)."""
     import duckdb
 
+    if not isinstance(store, str):
+        if len(store) != 1:
+            return _load_merged(store, limit)
+        store = store[0]
     if not Path(store).is_file():
         raise WorkloadError(f"store {store} does not exist; pass --store PATH of a tokenops store")
     con: duckdb.DuckDBPyConnection | RemoteStore
@@ -41,6 +46,23 @@ def load_recorded(store: str, limit: int) -> list[tuple[float, int, int]]:
         if remote is None:
             raise WorkloadError(f"cannot open store {store}: {e}") from None
         con = remote
+    return _select_recorded(con, store, limit)
+
+
+def _load_merged(stores: list[str], limit: int) -> list[tuple[float, int, int]]:
+    from tokenops.store.errors import StoreError
+    from tokenops.store.merged_telemetry import merged_requests
+    from tokenops.store.queries import parse_since
+
+    try:
+        merged, _ = merged_requests(stores, parse_since("all"))
+    except StoreError as e:
+        raise WorkloadError(f"cannot read the stores to replay: {e}") from None
+    return _select_recorded(merged, " + ".join(stores), limit)
+
+
+def _select_recorded(con: Any, store: str, limit: int) -> list[tuple[float, int, int]]:
+    """The recorded requests of ``con`` (closed after)."""
     try:
         cols = {
             r[0]
@@ -63,10 +85,10 @@ def load_recorded(store: str, limit: int) -> list[tuple[float, int, int]]:
 
 
 def replay(
-    num_requests: int, seed: int = 0, store: str | None = None, time_scale: float = 1.0, **_: object
+    num_requests: int, seed: int = 0, store: str | list[str] | None = None, time_scale: float = 1.0, **_: object
 ) -> list[BenchRequest]:
-    """Up to ``num_requests`` recorded requests; gaps are multiplied by ``time_scale``
-    (0.5 replays twice as fast)."""
+    """Up to ``num_requests`` recorded requests (of several stores, read as one, when ``store``
+    is a list); gaps are multiplied by ``time_scale`` (0.5 replays twice as fast)."""
     if not time_scale > 0:
         raise WorkloadError(f"time_scale must be positive, got {time_scale}")
     store = store or os.environ.get("TOKENOPS_STORE") or "store/tokenops.duckdb"

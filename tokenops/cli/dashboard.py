@@ -113,6 +113,14 @@ def register(app: typer.Typer) -> None:
         config: ConfigOpt = None,
         store: StoreOpt = None,
         interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between refreshes.")] = 1.0,
+        history_store: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--history-store",
+                help="History screen: read these stores (repeat it: gateway replicas' files) as one "
+                "instead of the server's own (docs/deploy.md).",
+            ),
+        ] = None,
     ) -> None:
         """Live dashboard of a running server: throughput, latency/SLO, engines, routing, experts, live tuning, history.
 
@@ -131,7 +139,12 @@ def register(app: typer.Typer) -> None:
         from tokenops.tui.client import AdminClient
 
         client = AdminClient(base_url, key)
+        history = None
+        if history_store:
+            from tokenops.tui.merged_history import MergedHistory
+
+            history = MergedHistory(history_store)
         try:
-            DashboardApp(client, poll_interval_s=interval, prewarm_screens=True).run()
+            DashboardApp(client, poll_interval_s=interval, prewarm_screens=True, history=history).run()
         finally:
             client.close()

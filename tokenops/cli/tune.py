@@ -41,6 +41,7 @@ def tune(
     admin_key: AdminKeyOpt = None,
     workload: to.WorkloadOpt = "synthetic",
     dataset: to.DatasetOpt = None,
+    history_store: to.HistoryStoreOpt = None,
     input_len: to.InputLenOpt = 128,
     output_len: to.OutputLenOpt = 64,
     length_dist: bo.LengthDistOpt = "fixed",
@@ -147,10 +148,7 @@ def _plan(o: dict[str, Any], slo: list[str], local: Any) -> Any:
             launcher_args=split_args(o["launcher_arg"] or []),
             ready_timeout_s=o["ready_timeout"],
             workload=o["workload"],
-            workload_options={
-                k: o[k]
-                for k in ("input_len", "output_len", "length_dist", "max_input_len", "max_output_len", "dataset")
-            },
+            workload_options=_workload_options(o),
             seed=o["seed"],
             only=o["only"] or [],
             exclude=o["exclude"] or [],
@@ -164,6 +162,23 @@ def _plan(o: dict[str, Any], slo: list[str], local: Any) -> Any:
         )
     except (TuneError, ValueError) as e:
         raise UserError(str(e)) from None
+
+
+def _workload_options(o: dict[str, Any]) -> dict[str, Any]:
+    """The workload's options; the replay workload reads ``--history-store`` (several: as one), else
+    ``--store``."""
+    from tokenops.cli import UserError
+
+    options = {
+        k: o[k] for k in ("input_len", "output_len", "length_dist", "max_input_len", "max_output_len", "dataset")
+    }
+    if o.get("history_store") and o["workload"] != "replay":
+        raise UserError("--history-store is read by --workload replay only")
+    if o["workload"] == "replay":
+        from tokenops.store import default_path
+
+        options["store"] = o.get("history_store") or [o.get("store") or default_path()]
+    return options
 
 
 def _search(plan: Any, as_json: bool, say: Any) -> tuple[Any, Any]:

@@ -58,6 +58,14 @@ WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", help="Workload nam
 DatasetOpt = Annotated[
     str | None, typer.Option("--dataset", help="file workload: JSON Lines of requests (see tokenops bench).")
 ]
+HistoryStoreOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--history-store",
+        help="replay workload: the stores whose recorded requests it replays; repeat it to read several "
+        "gateway replicas' stores as one (docs/deploy.md). Default: --store.",
+    ),
+]
 InputLenOpt = Annotated[int, typer.Option("--input-len", help="Synthetic prompt tokens.")]
 OutputLenOpt = Annotated[int, typer.Option("--output-len", help="Synthetic answer tokens.")]
 MaxInputLenOpt = Annotated[int, typer.Option("--max-input-len", help="ShareGPT prompt cap (tokens).")]

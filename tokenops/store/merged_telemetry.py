@@ -1,6 +1,8 @@
-"""One picture of several gateway replicas: their ``requests`` rows read into one in-memory store,
-so ``tokenops report --store a.duckdb --store b.duckdb`` (and every named query) sees the
-service, not one replica (docs/deploy.md).
+"""One picture of several gateway replicas: their ``requests`` rows (and ``image_requests``, for
+the dashboard's History screen) read into one in-memory store, so ``tokenops report --store
+a.duckdb --store b.duckdb``, ``tokenops dashboard --history-store ...``, ``tokenops tune
+--workload replay --history-store ...`` (and every named query on those tables) see the service,
+not one replica (docs/deploy.md).
 
 Each replica keeps writing its own DuckDB file, off the request path, as one process does; the
 merge happens when someone asks. A file no process holds is attached read-only and copied in one
@@ -23,14 +25,17 @@ from tokenops.store.remote import open_store
 from tokenops.store.store import Store
 
 
-def merged_requests(paths: Sequence[str | os.PathLike[str]], since: datetime) -> tuple[Store, list[dict[str, Any]]]:
-    """An in-memory :class:`Store` with the ``requests`` rows since ``since`` of every store in
-    ``paths``, and per store ``{"store", "requests"}`` (rows copied). Close the store after use.
+def merged_requests(
+    paths: Sequence[str | os.PathLike[str]], since: datetime, tables: Sequence[str] = ("requests",)
+) -> tuple[Store, list[dict[str, Any]]]:
+    """An in-memory :class:`Store` with the rows since ``since`` of ``tables`` (each with a ``ts``
+    column) of every store in ``paths``, and per store ``{"store", "requests"}`` (``requests``
+    rows copied). Close the store after use.
 
     :raises StoreError: a store is missing or cannot be read.
     """
     merged = Store.open(":memory:")
-    columns = [r[0] for r in merged.execute("SELECT * FROM requests LIMIT 0").description]
+    columns = {t: [r[0] for r in merged.execute(f"SELECT * FROM {t} LIMIT 0").description] for t in tables}
     counts = []
     try:
         for n, path in enumerate(paths):
@@ -53,28 +58,37 @@ def _count(store: Store) -> int:
     return int(row[0]) if row else 0
 
 
-def _attach_copy(merged: Store, path: str, alias: str, columns: list[str], since: datetime) -> None:
+def _attach_copy(merged: Store, path: str, alias: str, columns: dict[str, list[str]], since: datetime) -> None:
     con = merged.connection
     con.execute(f"ATTACH '{path.replace(chr(39), chr(39) * 2)}' AS {alias} (READ_ONLY)")
     try:
-        theirs = {r[0] for r in con.execute(f"SELECT * FROM {alias}.requests LIMIT 0").description}
-        shared = [c for c in columns if c in theirs]  # an older schema lacks the newest columns
-        names = ", ".join(f'"{c}"' for c in shared)
-        con.execute(f"INSERT INTO requests ({names}) SELECT {names} FROM {alias}.requests WHERE ts >= ?", [since])
+        present = {
+            r[0]
+            for r in con.execute(f"SELECT table_name FROM duckdb_tables() WHERE database_name = '{alias}'").fetchall()
+        }
+        for table, ours in columns.items():
+            if table not in present:  # a store older than the table has none of its rows
+                continue
+            theirs = {r[0] for r in con.execute(f"SELECT * FROM {alias}.{table} LIMIT 0").description}
+            shared = [c for c in ours if c in theirs]  # an older schema lacks the newest columns
+            names = ", ".join(f'"{c}"' for c in shared)
+            con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {alias}.{table} WHERE ts >= ?", [since])
     finally:
         con.execute(f"DETACH {alias}")
 
 
-def _channel_copy(merged: Store, path: str, columns: list[str], since: datetime) -> None:
+def _channel_copy(merged: Store, path: str, columns: dict[str, list[str]], since: datetime) -> None:
     with open_store(path, read_only=True) as store:
-        result = store.execute("SELECT * FROM requests WHERE ts >= ?", [since])
-        theirs = [d[0] for d in result.description]
-        rows = result.fetchall()
-    shared = [c for c in theirs if c in columns]
-    index = [theirs.index(c) for c in shared]
-    if rows:
-        names = ", ".join(f'"{c}"' for c in shared)
-        marks = ", ".join("?" for _ in shared)
-        merged.connection.executemany(
-            f"INSERT INTO requests ({names}) VALUES ({marks})", [[row[i] for i in index] for row in rows]
-        )
+        results = {}
+        for table in columns:
+            result = store.execute(f"SELECT * FROM {table} WHERE ts >= ?", [since])
+            results[table] = ([d[0] for d in result.description], result.fetchall())
+    for table, (theirs, rows) in results.items():
+        shared = [c for c in theirs if c in columns[table]]
+        index = [theirs.index(c) for c in shared]
+        if rows:
+            names = ", ".join(f'"{c}"' for c in shared)
+            marks = ", ".join("?" for _ in shared)
+            merged.connection.executemany(
+                f"INSERT INTO {table} ({names}) VALUES ({marks})", [[row[i] for i in index] for row in rows]
+            )

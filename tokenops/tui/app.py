@@ -67,9 +67,17 @@ class DashboardApp(App[None]):
     ]
 
     def __init__(
-        self, client: Client, poll_interval_s: float = 1.0, max_backoff_s: float = 16.0, prewarm_screens: bool = False
+        self,
+        client: Client,
+        poll_interval_s: float = 1.0,
+        max_backoff_s: float = 16.0,
+        prewarm_screens: bool = False,
+        history: Any = None,
     ) -> None:
         super().__init__()
+        #: A :class:`tokenops.tui.merged_history.MergedHistory` (``--history-store``): the History
+        #: screen reads the replicas' stores as one instead of the server's ``/admin/query``.
+        self.history = history
         #: Build every screen once at start-up: a screen's first visit costs a full CSS pass
         #: (~0.2-0.4 s of CPU in Textual 8), which would otherwise land mid-session.
         self.prewarm_screens = prewarm_screens

@@ -1,5 +1,7 @@
 """History: named store queries (tokens and cost by model per day, latency percentiles per hour,
-image requests' denoising steps and step-cache reuse per hour)."""
+image requests' denoising steps and step-cache reuse per hour), from the server's store, or with
+``--history-store`` from several gateway replicas' stores read as one
+(:class:`tokenops.tui.merged_history.MergedHistory`)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ class HistoryScreen(DashboardScreen):
     BINDINGS = [Binding("u", "reload", "Reload")]
 
     def compose_body(self) -> ComposeResult:
+        merged = getattr(self.app, "history", None)
+        if merged is not None:
+            yield Static(f"read from {merged.label}: {', '.join(merged.paths)}", id="history-source")
         with VerticalScroll(id="history"):
             for name, title in QUERIES:
                 table: DataTable[Any] = DataTable(id=name, cursor_type="row", zebra_stripes=True)
@@ -46,6 +51,10 @@ class HistoryScreen(DashboardScreen):
 
     @work(thread=True, exclusive=True, group="history-load")
     def load(self) -> None:
+        merged = getattr(self.app, "history", None)  # --history-store: the replicas' stores as one
+        if merged is not None:
+            self.post_message(HistoryLoaded(merged.queries([name for name, _ in QUERIES])))
+            return
         results: dict[str, dict | str] = {}
         for name, _ in QUERIES:
             try:
