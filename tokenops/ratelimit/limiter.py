@@ -22,6 +22,7 @@ from typing import Any
 
 from tokenops.ratelimit.config import RateLimitConfig
 from tokenops.ratelimit.fair_share import FairShare
+from tokenops.ratelimit.redis_fallback import FallbackStore
 from tokenops.ratelimit.stores import Charge, LocalStore, RedisStore, Slot, Verdict
 from tokenops.routing.estimate import estimate_request_tokens
 from tokenops.types import Rejection
@@ -70,7 +71,7 @@ class RateLimiter:
         stale_after_s: float = 900.0,
     ) -> None:
         self.config = config
-        self.store = store or (RedisStore(config.redis_url) if config.redis_url else LocalStore())
+        self.store = store or (FallbackStore(RedisStore(config.redis_url)) if config.redis_url else LocalStore())
         self.clock = clock
         self.sleep = sleep
         self.stale_after_s = stale_after_s
