@@ -35,5 +35,8 @@ int qk_set_amx(int on);
 int qk_amx_active(void);
 int qk_set_amx_min_rows(int rows);
 int qk_amx_min_rows(void);
+/* bytes per activation value in the integer products: 2 (q + q2, the default) or 1 (llama.cpp's one byte);
+   another n only reads it. Returns the bytes now. */
+int qk_set_act_bytes(int n);
 
 #endif

@@ -69,7 +69,7 @@ TK_INLINE __m512i bcast4_512(const int8_t *q) {
 }
 
 /* y rows r < R, 16 outputs each: lanes 0-7 group g0's rows, 8-15 the next group's (rb bytes on) */
-TK_INLINE void gemv_pair512(const int T, const int R, const uint8_t *restrict g0, int64_t rb, int64_t nb,
+TK_INLINE void gemv_pair512(const int H2, const int T, const int R, const uint8_t *restrict g0, int64_t rb, int64_t nb,
                             const tk_act *a, __m512 *out) {
     const int pb = T == TK_Q8_0 ? 272 : T == TK_Q4_0 ? 144 : 160, hdr = T == TK_Q4_1 ? 32 : 16;
     const __m512i m15 = _mm512_set1_epi8(15);
@@ -89,7 +89,7 @@ TK_INLINE void gemv_pair512(const int T, const int R, const uint8_t *restrict g0
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < R; r++) {
                     s[r] = _mm512_dpbusd_epi32(s[r], u, bcast4_512(a[r].q + b * 32 + 4 * j));
-                    s2[r] = _mm512_dpbusd_epi32(s2[r], u, bcast4_512(a[r].q2 + b * 32 + 4 * j));
+                    if (H2) s2[r] = _mm512_dpbusd_epi32(s2[r], u, bcast4_512(a[r].q2 + b * 32 + 4 * j));
                 }
             }
         } else {
@@ -101,8 +101,8 @@ TK_INLINE void gemv_pair512(const int T, const int R, const uint8_t *restrict g0
                 for (int r = 0; r < R; r++) {
                     s[r] = _mm512_dpbusd_epi32(s[r], lo, bcast4_512(a[r].q + b * 32 + 4 * j));
                     s[r] = _mm512_dpbusd_epi32(s[r], hi, bcast4_512(a[r].q + b * 32 + 16 + 4 * j));
-                    s2[r] = _mm512_dpbusd_epi32(s2[r], lo, bcast4_512(a[r].q2 + b * 32 + 4 * j));
-                    s2[r] = _mm512_dpbusd_epi32(s2[r], hi, bcast4_512(a[r].q2 + b * 32 + 16 + 4 * j));
+                    if (H2) s2[r] = _mm512_dpbusd_epi32(s2[r], lo, bcast4_512(a[r].q2 + b * 32 + 4 * j));
+                    if (H2) s2[r] = _mm512_dpbusd_epi32(s2[r], hi, bcast4_512(a[r].q2 + b * 32 + 16 + 4 * j));
                 }
             }
         }
@@ -110,8 +110,8 @@ TK_INLINE void gemv_pair512(const int T, const int R, const uint8_t *restrict g0
                                  : _mm512_mul_ps(dv, _mm512_set1_ps(T == TK_Q8_0 ? -128.f : -8.f));
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[r]), _mm512_set1_ps(a[r].d2[b]),
-                                       _mm512_mul_ps(_mm512_cvtepi32_ps(s[r]), _mm512_set1_ps(a[r].d[b])));
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[r]), _mm512_set1_ps(a[r].d[b]));
+            if (H2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[r]), _mm512_set1_ps(a[r].d2[b]), f);
             acc[r] = _mm512_fmadd_ps(f, dv, acc[r]);
             acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(a[r].s32[b]), acc[r]);
         }
@@ -126,7 +126,8 @@ TK_INLINE __m512 scales512(__m512 d, const uint8_t *s0, const uint8_t *s1, const
 }
 
 /* the K-quants' packed kernel (gemv_group_k) two groups at a time: the same products in the same order */
-TK_INLINE void gemv_pair512_k(const int T, const int R, const uint8_t *restrict g0, int64_t rb, int64_t nb,
+TK_INLINE void gemv_pair512_k(const int H2, const int T, const int R, const uint8_t *restrict g0, int64_t rb,
+                              int64_t nb,
                               const tk_act *a, __m512 *out) {
     const int pb = T == TK_Q4_K ? 1184 : T == TK_Q5_K ? 1440 : 1680;
     const __m512i m15 = _mm512_set1_epi8(15), m1 = _mm512_set1_epi8(1), m3 = _mm512_set1_epi8(3);
@@ -155,15 +156,15 @@ TK_INLINE void gemv_pair512_k(const int T, const int R, const uint8_t *restrict 
                         _Pragma("GCC unroll 4")
                         for (int r = 0; r < R; r++) {
                             s[r] = _mm512_dpbusd_epi32(s[r], u, bcast4_512(a[r].q + c32 * 32 + 4 * c));
-                            s2[r] = _mm512_dpbusd_epi32(s2[r], u, bcast4_512(a[r].q2 + c32 * 32 + 4 * c));
+                            if (H2) s2[r] = _mm512_dpbusd_epi32(s2[r], u, bcast4_512(a[r].q2 + c32 * 32 + 4 * c));
                         }
                     }
                     int so = 16 + 8 * (8 * n + 2 * j + hh);
                     __m512 dsc = scales512(dv, p0 + so, p1 + so, 1);
                     _Pragma("GCC unroll 4")
                     for (int r = 0; r < R; r++) {
-                        __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[r]), _mm512_set1_ps(a[r].d2[c32]),
-                                                   _mm512_mul_ps(_mm512_cvtepi32_ps(s[r]), _mm512_set1_ps(a[r].d[c32])));
+                        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[r]), _mm512_set1_ps(a[r].d[c32]));
+                        if (H2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[r]), _mm512_set1_ps(a[r].d2[c32]), f);
                         f = _mm512_sub_ps(f, _mm512_set1_ps(32.f * a[r].s16[2 * c32 + hh]));
                         acc[r] = _mm512_fmadd_ps(f, dsc, acc[r]);
                     }
@@ -190,15 +191,15 @@ TK_INLINE void gemv_pair512_k(const int T, const int R, const uint8_t *restrict 
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < R; r++) {
                     s[r] = _mm512_dpbusd_epi32(s[r], u, bcast4_512(a[r].q + c32 * 32 + 4 * c));
-                    s2[r] = _mm512_dpbusd_epi32(s2[r], u, bcast4_512(a[r].q2 + c32 * 32 + 4 * c));
+                    if (H2) s2[r] = _mm512_dpbusd_epi32(s2[r], u, bcast4_512(a[r].q2 + c32 * 32 + 4 * c));
                 }
             }
             __m512 dsc = scales512(dv, p0 + 32 + 8 * j, p1 + 32 + 8 * j, 0);
             __m512 dmn = scales512(mv, p0 + 96 + 8 * j, p1 + 96 + 8 * j, 0);
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
-                __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[r]), _mm512_set1_ps(a[r].d2[c32]),
-                                           _mm512_mul_ps(_mm512_cvtepi32_ps(s[r]), _mm512_set1_ps(a[r].d[c32])));
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[r]), _mm512_set1_ps(a[r].d[c32]));
+                if (H2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[r]), _mm512_set1_ps(a[r].d2[c32]), f);
                 acc[r] = _mm512_fmadd_ps(f, dsc, acc[r]);
                 acc[r] = _mm512_fnmadd_ps(dmn, _mm512_set1_ps(a[r].s32[c32]), acc[r]);
             }
@@ -211,25 +212,35 @@ TK_INLINE void gemv_pair512_k(const int T, const int R, const uint8_t *restrict 
 #include "quant_avx512_k.c"
 
 #define TK_PAIR512(T_, KERNEL)                                                                                 \
-static void gemv_pair512_##T_(int R, const uint8_t *g, int64_t rb, int64_t nb, const tk_act *a, __m512 *out) { \
+TK_INLINE void pair512_h_##T_(const int H_, int R, const uint8_t *g, int64_t rb, int64_t nb, const tk_act *a, \
+                               __m512 *out) {                                                            \
     switch (R) {                                                                                        \
-        case 1: KERNEL(T_, 1, g, rb, nb, a, out); break;                                                \
-        case 2: KERNEL(T_, 2, g, rb, nb, a, out); break;                                                \
-        case 3: KERNEL(T_, 3, g, rb, nb, a, out); break;                                                \
-        default: KERNEL(T_, 4, g, rb, nb, a, out); break;                                               \
+        case 1: KERNEL(H_, T_, 1, g, rb, nb, a, out); break;                                            \
+        case 2: KERNEL(H_, T_, 2, g, rb, nb, a, out); break;                                            \
+        case 3: KERNEL(H_, T_, 3, g, rb, nb, a, out); break;                                            \
+        default: KERNEL(H_, T_, 4, g, rb, nb, a, out); break;                                           \
     }                                                                                                   \
+}                                                                                                       \
+static void gemv_pair512_##T_(int R, const uint8_t *g, int64_t rb, int64_t nb, const tk_act *a, __m512 *out) { \
+    if (tk_act_one()) pair512_h_##T_(0, R, g, rb, nb, a, out);                                          \
+    else pair512_h_##T_(1, R, g, rb, nb, a, out);                                                       \
 }
 TK_PAIR512(TK_Q8_0, gemv_pair512) TK_PAIR512(TK_Q4_0, gemv_pair512) TK_PAIR512(TK_Q4_1, gemv_pair512)
 TK_PAIR512(TK_Q4_K, gemv_pair512_q4k) TK_PAIR512(TK_Q5_K, gemv_pair512_k)
 
 /* Q6_K: one activation row (batch-1 decode) takes the shared-load kernel, more rows gemv_pair512_k */
-static void gemv_pair512_TK_Q6_K(int R, const uint8_t *g, int64_t rb, int64_t nb, const tk_act *a, __m512 *out) {
+TK_INLINE void pair512_q6k(const int H_, int R, const uint8_t *g, int64_t rb, int64_t nb, const tk_act *a,
+                            __m512 *out) {
     switch (R) {
-        case 1: gemv_pair512_q6k_r1(g, rb, nb, a, out); break;
-        case 2: gemv_pair512_k(TK_Q6_K, 2, g, rb, nb, a, out); break;
-        case 3: gemv_pair512_k(TK_Q6_K, 3, g, rb, nb, a, out); break;
-        default: gemv_pair512_k(TK_Q6_K, 4, g, rb, nb, a, out); break;
+        case 1: gemv_pair512_q6k_r1(H_, g, rb, nb, a, out); break;
+        case 2: gemv_pair512_k(H_, TK_Q6_K, 2, g, rb, nb, a, out); break;
+        case 3: gemv_pair512_k(H_, TK_Q6_K, 3, g, rb, nb, a, out); break;
+        default: gemv_pair512_k(H_, TK_Q6_K, 4, g, rb, nb, a, out); break;
     }
+}
+static void gemv_pair512_TK_Q6_K(int R, const uint8_t *g, int64_t rb, int64_t nb, const tk_act *a, __m512 *out) {
+    if (tk_act_one()) pair512_q6k(0, R, g, rb, nb, a, out);
+    else pair512_q6k(1, R, g, rb, nb, a, out);
 }
 
 typedef void (*tk_pair512_fn)(int, const uint8_t *, int64_t, int64_t, const tk_act *, __m512 *);

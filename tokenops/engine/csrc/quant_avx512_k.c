@@ -22,7 +22,7 @@
    core of the shared box (~9 GB/s with this; 4 and 8 measured the same; Q4_K gained nothing). */
 #define TK_Q6K_PREFETCH 4
 
-TK_INLINE void gemv_pair512_q6k_r1(const uint8_t *restrict g0, int64_t rb, int64_t nb, const tk_act *a,
+TK_INLINE void gemv_pair512_q6k_r1(const int H2, const uint8_t *restrict g0, int64_t rb, int64_t nb, const tk_act *a,
                                    __m512 *out) {
     const __m512i mlo = _mm512_set1_epi8(0x0F), mhi = _mm512_set1_epi8((char)0xF0);
     __m512 acc = _mm512_setzero_ps();
@@ -53,8 +53,8 @@ TK_INLINE void gemv_pair512_q6k_r1(const uint8_t *restrict g0, int64_t rb, int64
                         __m512i q = bcast4_512(a->q + at), q2 = bcast4_512(a->q2 + at);
                         sl[j] = _mm512_dpbusd_epi32(sl[j], lo, q);
                         sh[j] = _mm512_dpbusd_epi32(sh[j], hi, q);
-                        tl[j] = _mm512_dpbusd_epi32(tl[j], lo, q2);
-                        th[j] = _mm512_dpbusd_epi32(th[j], hi, q2);
+                        if (H2) tl[j] = _mm512_dpbusd_epi32(tl[j], lo, q2);
+                        if (H2) th[j] = _mm512_dpbusd_epi32(th[j], hi, q2);
                     }
                 }
                 _Pragma("GCC unroll 4")
@@ -68,8 +68,8 @@ TK_INLINE void gemv_pair512_q6k_r1(const uint8_t *restrict g0, int64_t rb, int64
                     s = _mm512_add_epi32(s, hs);
                     s2 = _mm512_add_epi32(s2, hs2);
                     int64_t c32 = b * 8 + 4 * n + j;
-                    __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_set1_ps(a->d2[c32]),
-                                               _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(a->d[c32])));
+                    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(a->d[c32]));
+                    if (H2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_set1_ps(a->d2[c32]), f);
                     f = _mm512_sub_ps(f, _mm512_set1_ps(32.f * a->s16[2 * c32 + hh]));
                     if (hh == 0) {
                         f0[j] = f;
@@ -88,7 +88,8 @@ TK_INLINE void gemv_pair512_q6k_r1(const uint8_t *restrict g0, int64_t rb, int64
 /* Q4_K with each 64-byte load of codes serving both sub-blocks of its pair: the high
    nibbles masked in place (16 x the code) and their int32 sums shifted back by 4 (exact). The
    products and the float epilogue are gemv_pair512_k's, in its order. */
-TK_INLINE void gemv_pair512_q4k(const int T, const int R, const uint8_t *restrict g0, int64_t rb, int64_t nb,
+TK_INLINE void gemv_pair512_q4k(const int H2, const int T, const int R, const uint8_t *restrict g0, int64_t rb,
+                                int64_t nb,
                                 const tk_act *a, __m512 *out) {
     const int pb = 1184, codes = 160;
     (void)T;
@@ -112,9 +113,9 @@ TK_INLINE void gemv_pair512_q4k(const int T, const int R, const uint8_t *restric
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < R; r++) {
                     s[r][0] = _mm512_dpbusd_epi32(s[r][0], lo, bcast4_512(a[r].q + e + 4 * c));
-                    s2[r][0] = _mm512_dpbusd_epi32(s2[r][0], lo, bcast4_512(a[r].q2 + e + 4 * c));
+                    if (H2) s2[r][0] = _mm512_dpbusd_epi32(s2[r][0], lo, bcast4_512(a[r].q2 + e + 4 * c));
                     s[r][1] = _mm512_dpbusd_epi32(s[r][1], hi, bcast4_512(a[r].q + o + 4 * c));
-                    s2[r][1] = _mm512_dpbusd_epi32(s2[r][1], hi, bcast4_512(a[r].q2 + o + 4 * c));
+                    if (H2) s2[r][1] = _mm512_dpbusd_epi32(s2[r][1], hi, bcast4_512(a[r].q2 + o + 4 * c));
                 }
             }
             _Pragma("GCC unroll 2")
@@ -127,8 +128,8 @@ TK_INLINE void gemv_pair512_q4k(const int T, const int R, const uint8_t *restric
                 for (int r = 0; r < R; r++) {
                     __m512i si = k ? _mm512_srai_epi32(s[r][1], 4) : s[r][0];
                     __m512i si2 = k ? _mm512_srai_epi32(s2[r][1], 4) : s2[r][0];
-                    __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si2), _mm512_set1_ps(a[r].d2[c32]),
-                                               _mm512_mul_ps(_mm512_cvtepi32_ps(si), _mm512_set1_ps(a[r].d[c32])));
+                    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(si), _mm512_set1_ps(a[r].d[c32]));
+                    if (H2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si2), _mm512_set1_ps(a[r].d2[c32]), f);
                     acc[r] = _mm512_fmadd_ps(f, dsc, acc[r]);
                     acc[r] = _mm512_fnmadd_ps(dmn, _mm512_set1_ps(a[r].s32[c32]), acc[r]);
                 }

@@ -185,15 +185,29 @@ typedef struct {
     float *d, *d2, *s32, *s16;
 } tk_act;
 
+/* Bytes per activation value: 2 (q and q2, the default) or 1 (q alone, q2 = 0 and d2 = 0: llama.cpp's
+   one-byte activations, with a scale per 32 values where its q8_K has one per 256). The kernels
+   specialised for one byte skip the q2 products (half the integer work); every other kernel multiplies
+   the zeros, so any kernel is right in either mode. Set by qk_set_act_bytes (the engine's
+   quant_act_bytes), not while a product runs. */
+static int tk_act_bytes = 2;
+int qk_set_act_bytes(int n) {
+    if (n == 1 || n == 2) __atomic_store_n(&tk_act_bytes, n, __ATOMIC_RELAXED);
+    return __atomic_load_n(&tk_act_bytes, __ATOMIC_RELAXED);
+}
+static inline int tk_act_one(void) { return __atomic_load_n(&tk_act_bytes, __ATOMIC_RELAXED) == 1; }
+
 /* x as the integer GEMV sees it (q d + q2 d2), back in float32: what the GEMM multiplies when its
    results must match the integer GEMV's (to float32 rounding) */
 static void round_act(const float *restrict x, int64_t K, float *restrict y) {
+    const int one = tk_act_one();
     for (int64_t b = 0; b < K / 32; b++) {
         const float *xb = x + b * 32;
         float amax = 0.f;
         _Pragma("omp simd reduction(max:amax)")
         for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(xb[l]));
         float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f, d2 = d / 254.f, id2 = d2 > 0.f ? 1.f / d2 : 0.f;
+        if (one) d2 = id2 = 0.f;
         for (int l = 0; l < 32; l++) {
             float q = (float)lrintf(xb[l] * id), r = xb[l] - q * d;
             float q2 = fminf(fmaxf((float)lrintf(r * id2), -127.f), 127.f);
@@ -204,6 +218,7 @@ static void round_act(const float *restrict x, int64_t K, float *restrict y) {
 
 __attribute__((unused))  /* the plain build (TK_PLAIN) multiplies float32 activations only */
 static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
+    const int one = tk_act_one();  /* one byte: d2 = 0 (id2 = 0 makes q2 = 0) */
 #ifdef TK_AVX2
     /* the same arithmetic 8 lanes at a time (cvtps rounds half to even, as lrintf does) */
     const __m256 sign = _mm256_set1_ps(-0.f);
@@ -220,7 +235,8 @@ static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         float d = _mm_cvtss_f32(m4) / 127.f, id = d > 0.f ? 1.f / d : 0.f, d2 = d / 254.f;
-        float id2 = d2 > 0.f ? 1.f / d2 : 0.f;
+        float id2 = d2 > 0.f && !one ? 1.f / d2 : 0.f;
+        if (one) d2 = 0.f;
         __m256i q[4], q2[4];
         for (int i = 0; i < 4; i++) {
             q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
@@ -249,6 +265,7 @@ static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
         _Pragma("omp simd reduction(max:amax)")
         for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(xb[l]));
         float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f, d2 = d / 254.f, id2 = d2 > 0.f ? 1.f / d2 : 0.f;
+        if (one) d2 = id2 = 0.f;
         int8_t *q = a.q + b * 32, *q2 = a.q2 + b * 32;
         int s[2] = {0, 0}, t[2] = {0, 0};
         for (int l = 0; l < 32; l++) {

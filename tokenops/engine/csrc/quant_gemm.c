@@ -181,8 +181,17 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
                 _Pragma("omp for schedule(dynamic, 2) nowait")
                 for (int64_t u = 0; u < (G + step - 1) / step; u++) {  /* a unit: step groups */
                     int64_t g = u * step, nn = N - g * 8 < 8 * step ? N - g * 8 : 8 * step;
+                    /* several passes over this unit: each asks the caches for a share of the next unit's
+                       bytes, which the first pass over it would otherwise wait for line by line */
+                    int64_t passes = (m1 - m0 + 3) / 4, ub = (g + 2 * step <= G ? step : G - g - step) * rb;
                     for (int64_t m = m0; m < m1; m += 4) {
                         int R = m1 - m < 4 ? (int)(m1 - m) : 4;
+                        if (passes > 1 && ub > 0) {
+                            int64_t pi = (m - m0) / 4;
+                            const char *nx = (const char *)(W + (g + step) * rb);
+                            for (int64_t l = ub * pi / passes & ~(int64_t)63; l < ub * (pi + 1) / passes; l += 64)
+                                _mm_prefetch(nx + l, _MM_HINT_T1);
+                        }
                         float o[16];
 #ifdef TK_AVX512
                         if (nn > 8) {  /* two groups in one 512-bit pass */

@@ -152,7 +152,7 @@ TK_INLINE __m256i bcast4(const int8_t *q) {
 }
 
 /* y rows r < R, 8 outputs each (one group): out[r] lane i = row i of the group . activation row r */
-TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_t *restrict g, int64_t nb,
+TK_INLINE void gemv_group(const int H2, const int T, const int R, const int vnni, const uint8_t *restrict g, int64_t nb,
                           const tk_act *a, __m256 *out) {
     const int pb = T == TK_Q8_0 ? 272 : T == TK_Q4_0 ? 144 : 160, hdr = T == TK_Q4_1 ? 32 : 16;
     const __m256i m15 = _mm256_set1_epi8(15);
@@ -173,7 +173,7 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
                     _Pragma("GCC unroll 4")
                     for (int r = 0; r < R; r++) {
                         s[r] = dot_acc(s[r], u, bcast4(a[r].q + b * 32 + 4 * j), vnni);
-                        s2[r] = dot_acc(s2[r], u, bcast4(a[r].q2 + b * 32 + 4 * j), vnni);
+                        if (H2) s2[r] = dot_acc(s2[r], u, bcast4(a[r].q2 + b * 32 + 4 * j), vnni);
                     }
                 } else {  /* maddubs saturates int16 pairs: |w| x (x sign w), as before */
                     __m256i w = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
@@ -181,7 +181,7 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
                     _Pragma("GCC unroll 4")
                     for (int r = 0; r < R; r++) {
                         s[r] = dot_acc(s[r], u, _mm256_sign_epi8(bcast4(a[r].q + b * 32 + 4 * j), w), vnni);
-                        s2[r] = dot_acc(s2[r], u, _mm256_sign_epi8(bcast4(a[r].q2 + b * 32 + 4 * j), w), vnni);
+                        if (H2) s2[r] = dot_acc(s2[r], u, _mm256_sign_epi8(bcast4(a[r].q2 + b * 32 + 4 * j), w), vnni);
                     }
                 }
             }
@@ -194,8 +194,8 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
                 for (int r = 0; r < R; r++) {
                     s[r] = dot_acc(s[r], lo, bcast4(a[r].q + b * 32 + 4 * j), vnni);
                     s[r] = dot_acc(s[r], hi, bcast4(a[r].q + b * 32 + 16 + 4 * j), vnni);
-                    s2[r] = dot_acc(s2[r], lo, bcast4(a[r].q2 + b * 32 + 4 * j), vnni);
-                    s2[r] = dot_acc(s2[r], hi, bcast4(a[r].q2 + b * 32 + 16 + 4 * j), vnni);
+                    if (H2) s2[r] = dot_acc(s2[r], lo, bcast4(a[r].q2 + b * 32 + 4 * j), vnni);
+                    if (H2) s2[r] = dot_acc(s2[r], hi, bcast4(a[r].q2 + b * 32 + 16 + 4 * j), vnni);
                 }
             }
         }
@@ -204,8 +204,8 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
                                  : _mm256_mul_ps(dv, _mm256_set1_ps(T == TK_Q8_0 ? -128.f : -8.f));
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2[r]), _mm256_set1_ps(a[r].d2[b]),
-                                       _mm256_mul_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(a[r].d[b])));
+            __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(a[r].d[b]));
+            if (H2) f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2[r]), _mm256_set1_ps(a[r].d2[b]), f);
             acc[r] = _mm256_fmadd_ps(f, dv, acc[r]);
             if (T != TK_Q8_0 || vnni) acc[r] = _mm256_fmadd_ps(mv, _mm256_set1_ps(a[r].s32[b]), acc[r]);
         }
@@ -215,17 +215,22 @@ TK_INLINE void gemv_group(const int T, const int R, const int vnni, const uint8_
 }
 
 #define TK_GEMV_P(T_, KERNEL)                                                                           \
-static void gemv_packed_##T_(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) { \
+TK_INLINE void packed_h_##T_(const int H_, int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, \
+                              __m256 *out) {                                                            \
     switch (R * 2 + vnni) {                                                                             \
-        case 2: KERNEL(T_, 1, 0, g, nb, a, out); break;                                                 \
-        case 4: KERNEL(T_, 2, 0, g, nb, a, out); break;                                                 \
-        case 6: KERNEL(T_, 3, 0, g, nb, a, out); break;                                                 \
-        case 8: KERNEL(T_, 4, 0, g, nb, a, out); break;                                                 \
-        case 3: KERNEL(T_, 1, TK_HAVE_VNNI, g, nb, a, out); break;                                      \
-        case 5: KERNEL(T_, 2, TK_HAVE_VNNI, g, nb, a, out); break;                                      \
-        case 7: KERNEL(T_, 3, TK_HAVE_VNNI, g, nb, a, out); break;                                      \
-        default: KERNEL(T_, 4, TK_HAVE_VNNI, g, nb, a, out); break;                                     \
+        case 2: KERNEL(H_, T_, 1, 0, g, nb, a, out); break;                                                 \
+        case 4: KERNEL(H_, T_, 2, 0, g, nb, a, out); break;                                                 \
+        case 6: KERNEL(H_, T_, 3, 0, g, nb, a, out); break;                                                 \
+        case 8: KERNEL(H_, T_, 4, 0, g, nb, a, out); break;                                                 \
+        case 3: KERNEL(H_, T_, 1, TK_HAVE_VNNI, g, nb, a, out); break;                                      \
+        case 5: KERNEL(H_, T_, 2, TK_HAVE_VNNI, g, nb, a, out); break;                                      \
+        case 7: KERNEL(H_, T_, 3, TK_HAVE_VNNI, g, nb, a, out); break;                                      \
+        default: KERNEL(H_, T_, 4, TK_HAVE_VNNI, g, nb, a, out); break;                                     \
     }                                                                                                   \
+}                                                                                                       \
+static void gemv_packed_##T_(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) { \
+    if (tk_act_one()) packed_h_##T_(0, R, vnni, g, nb, a, out);                                         \
+    else packed_h_##T_(1, R, vnni, g, nb, a, out);                                                      \
 }
 TK_GEMV_P(TK_Q8_0, gemv_group) TK_GEMV_P(TK_Q4_0, gemv_group) TK_GEMV_P(TK_Q4_1, gemv_group)
 

@@ -97,7 +97,8 @@ TK_INLINE __m256 row_scales(__m256 d, const uint8_t *sc, const int is_signed) {
 }
 
 /* y rows r < R, 8 outputs each (one group), for a packed Q4_K / Q5_K / Q6_K weight of nb super-blocks */
-TK_INLINE void gemv_group_k(const int T, const int R, const int vnni, const uint8_t *restrict g, int64_t nb,
+TK_INLINE void gemv_group_k(const int H2, const int T, const int R, const int vnni, const uint8_t *restrict g,
+                            int64_t nb,
                             const tk_act *a, __m256 *out) {
     const int pb = T == TK_Q4_K ? 1184 : T == TK_Q5_K ? 1440 : 1680;
     const __m256i m15 = _mm256_set1_epi8(15), m1 = _mm256_set1_epi8(1), m3 = _mm256_set1_epi8(3);
@@ -127,14 +128,14 @@ TK_INLINE void gemv_group_k(const int T, const int R, const int vnni, const uint
                         _Pragma("GCC unroll 4")
                         for (int r = 0; r < R; r++) {
                             s[r] = dot_acc(s[r], u, bcast4(a[r].q + c32 * 32 + 4 * c), vnni);
-                            s2[r] = dot_acc(s2[r], u, bcast4(a[r].q2 + c32 * 32 + 4 * c), vnni);
+                            if (H2) s2[r] = dot_acc(s2[r], u, bcast4(a[r].q2 + c32 * 32 + 4 * c), vnni);
                         }
                     }
                     __m256 dsc = row_scales(dv, p + 16 + 8 * (8 * n + 2 * j + hh), 1);
                     _Pragma("GCC unroll 4")
                     for (int r = 0; r < R; r++) {  /* v = d sc (q - 32): 32 x the 16 values' sum comes off */
-                        __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2[r]), _mm256_set1_ps(a[r].d2[c32]),
-                                                   _mm256_mul_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(a[r].d[c32])));
+                        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(a[r].d[c32]));
+                        if (H2) f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2[r]), _mm256_set1_ps(a[r].d2[c32]), f);
                         f = _mm256_sub_ps(f, _mm256_set1_ps(32.f * a[r].s16[2 * c32 + hh]));
                         acc[r] = _mm256_fmadd_ps(f, dsc, acc[r]);
                     }
@@ -160,14 +161,14 @@ TK_INLINE void gemv_group_k(const int T, const int R, const int vnni, const uint
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < R; r++) {
                     s[r] = dot_acc(s[r], u, bcast4(a[r].q + c32 * 32 + 4 * c), vnni);
-                    s2[r] = dot_acc(s2[r], u, bcast4(a[r].q2 + c32 * 32 + 4 * c), vnni);
+                    if (H2) s2[r] = dot_acc(s2[r], u, bcast4(a[r].q2 + c32 * 32 + 4 * c), vnni);
                 }
             }
             __m256 dsc = row_scales(dv, p + 32 + 8 * j, 0), dmn = row_scales(mv, p + 96 + 8 * j, 0);
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
-                __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2[r]), _mm256_set1_ps(a[r].d2[c32]),
-                                           _mm256_mul_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(a[r].d[c32])));
+                __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(a[r].d[c32]));
+                if (H2) f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2[r]), _mm256_set1_ps(a[r].d2[c32]), f);
                 acc[r] = _mm256_fmadd_ps(f, dsc, acc[r]);
                 acc[r] = _mm256_fnmadd_ps(dmn, _mm256_set1_ps(a[r].s32[c32]), acc[r]);
             }
@@ -182,43 +183,52 @@ TK_INLINE void gemv_group_k(const int T, const int R, const int vnni, const uint
 TK_GEMV_P(TK_Q5_K, gemv_group_k)
 
 /* Q4_K (every row count) and Q6_K (one row) take the shared-load kernels where VNNI multiplies */
-static void gemv_packed_TK_Q4_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
+TK_INLINE void packed_q4k(const int H_, int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
     (void)vnni; /* read only where the build has VNNI */
 #if TK_HAVE_VNNI
     if (vnni) {
         switch (R) {
-            case 1: gemv_group_q4k_v(1, g, nb, a, out); break;
-            case 2: gemv_group_q4k_v(2, g, nb, a, out); break;
-            case 3: gemv_group_q4k_v(3, g, nb, a, out); break;
-            default: gemv_group_q4k_v(4, g, nb, a, out); break;
+            case 1: gemv_group_q4k_v(H_, 1, g, nb, a, out); break;
+            case 2: gemv_group_q4k_v(H_, 2, g, nb, a, out); break;
+            case 3: gemv_group_q4k_v(H_, 3, g, nb, a, out); break;
+            default: gemv_group_q4k_v(H_, 4, g, nb, a, out); break;
         }
         return;
     }
 #endif
     switch (R) {
-        case 1: gemv_group_k(TK_Q4_K, 1, 0, g, nb, a, out); break;
-        case 2: gemv_group_k(TK_Q4_K, 2, 0, g, nb, a, out); break;
-        case 3: gemv_group_k(TK_Q4_K, 3, 0, g, nb, a, out); break;
-        default: gemv_group_k(TK_Q4_K, 4, 0, g, nb, a, out); break;
+        case 1: gemv_group_k(H_, TK_Q4_K, 1, 0, g, nb, a, out); break;
+        case 2: gemv_group_k(H_, TK_Q4_K, 2, 0, g, nb, a, out); break;
+        case 3: gemv_group_k(H_, TK_Q4_K, 3, 0, g, nb, a, out); break;
+        default: gemv_group_k(H_, TK_Q4_K, 4, 0, g, nb, a, out); break;
     }
 }
-static void gemv_packed_TK_Q6_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
+TK_INLINE void packed_q6k(const int H_, int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
 #if TK_HAVE_VNNI
     if (vnni && R == 1) {
-        gemv_group_q6k_v1(g, nb, a, out);
+        gemv_group_q6k_v1(H_, g, nb, a, out);
         return;
     }
 #endif
     switch (R * 2 + vnni) {
-        case 2: gemv_group_k(TK_Q6_K, 1, 0, g, nb, a, out); break;
-        case 4: gemv_group_k(TK_Q6_K, 2, 0, g, nb, a, out); break;
-        case 6: gemv_group_k(TK_Q6_K, 3, 0, g, nb, a, out); break;
-        case 8: gemv_group_k(TK_Q6_K, 4, 0, g, nb, a, out); break;
-        case 3: gemv_group_k(TK_Q6_K, 1, TK_HAVE_VNNI, g, nb, a, out); break;
-        case 5: gemv_group_k(TK_Q6_K, 2, TK_HAVE_VNNI, g, nb, a, out); break;
-        case 7: gemv_group_k(TK_Q6_K, 3, TK_HAVE_VNNI, g, nb, a, out); break;
-        default: gemv_group_k(TK_Q6_K, 4, TK_HAVE_VNNI, g, nb, a, out); break;
+        case 2: gemv_group_k(H_, TK_Q6_K, 1, 0, g, nb, a, out); break;
+        case 4: gemv_group_k(H_, TK_Q6_K, 2, 0, g, nb, a, out); break;
+        case 6: gemv_group_k(H_, TK_Q6_K, 3, 0, g, nb, a, out); break;
+        case 8: gemv_group_k(H_, TK_Q6_K, 4, 0, g, nb, a, out); break;
+        case 3: gemv_group_k(H_, TK_Q6_K, 1, TK_HAVE_VNNI, g, nb, a, out); break;
+        case 5: gemv_group_k(H_, TK_Q6_K, 2, TK_HAVE_VNNI, g, nb, a, out); break;
+        case 7: gemv_group_k(H_, TK_Q6_K, 3, TK_HAVE_VNNI, g, nb, a, out); break;
+        default: gemv_group_k(H_, TK_Q6_K, 4, TK_HAVE_VNNI, g, nb, a, out); break;
     }
+}
+/* each with the activations' one or two bytes (tk_act_one) */
+static void gemv_packed_TK_Q4_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
+    if (tk_act_one()) packed_q4k(0, R, vnni, g, nb, a, out);
+    else packed_q4k(1, R, vnni, g, nb, a, out);
+}
+static void gemv_packed_TK_Q6_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
+    if (tk_act_one()) packed_q6k(0, R, vnni, g, nb, a, out);
+    else packed_q6k(1, R, vnni, g, nb, a, out);
 }
 
 static tk_gemv_packed_fn gemv_packed_fn(int t) {

@@ -10,7 +10,7 @@ TK_INLINE __m256i dot_vnni(__m256i acc, __m256i u, __m256i s) { return dot_acc(a
 /* super-blocks ahead the one-row Q6_K kernel prefetches (see quant_avx512_k.c's TK_Q6K_PREFETCH) */
 #define TK_Q6K_PREFETCH_256 4
 
-TK_INLINE void gemv_group_q6k_v1(const uint8_t *restrict g, int64_t nb, const tk_act *a, __m256 *out) {
+TK_INLINE void gemv_group_q6k_v1(const int H2, const uint8_t *restrict g, int64_t nb, const tk_act *a, __m256 *out) {
     const __m256i mlo = _mm256_set1_epi8(0x0F), mhi = _mm256_set1_epi8((char)0xF0);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -39,8 +39,8 @@ TK_INLINE void gemv_group_q6k_v1(const uint8_t *restrict g, int64_t nb, const tk
                         __m256i q = bcast4(a->q + at), q2 = bcast4(a->q2 + at);
                         sl[j] = dot_vnni(sl[j], lo, q);
                         sh[j] = dot_vnni(sh[j], hi, q);
-                        tl[j] = dot_vnni(tl[j], lo, q2);
-                        th[j] = dot_vnni(th[j], hi, q2);
+                        if (H2) tl[j] = dot_vnni(tl[j], lo, q2);
+                        if (H2) th[j] = dot_vnni(th[j], hi, q2);
                     }
                 }
                 _Pragma("GCC unroll 4")
@@ -54,8 +54,8 @@ TK_INLINE void gemv_group_q6k_v1(const uint8_t *restrict g, int64_t nb, const tk
                     s = _mm256_add_epi32(s, hs);
                     s2 = _mm256_add_epi32(s2, hs2);
                     int64_t c32 = b * 8 + 4 * n + j;
-                    __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), _mm256_set1_ps(a->d2[c32]),
-                                               _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a->d[c32])));
+                    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a->d[c32]));
+                    if (H2) f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), _mm256_set1_ps(a->d2[c32]), f);
                     f = _mm256_sub_ps(f, _mm256_set1_ps(32.f * a->s16[2 * c32 + hh]));
                     if (hh == 0) {
                         f0[j] = f;
@@ -71,7 +71,8 @@ TK_INLINE void gemv_group_q6k_v1(const uint8_t *restrict g, int64_t nb, const tk
     out[0] = acc;
 }
 
-TK_INLINE void gemv_group_q4k_v(const int R, const uint8_t *restrict g, int64_t nb, const tk_act *a, __m256 *out) {
+TK_INLINE void gemv_group_q4k_v(const int H2, const int R, const uint8_t *restrict g, int64_t nb, const tk_act *a,
+                                __m256 *out) {
     const int pb = 1184, codes = 160;
     const __m256i mlo = _mm256_set1_epi8(0x0F), mhi = _mm256_set1_epi8((char)0xF0);
     __m256 acc[4];
@@ -94,9 +95,9 @@ TK_INLINE void gemv_group_q4k_v(const int R, const uint8_t *restrict g, int64_t 
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < R; r++) {
                     s[r][0] = dot_vnni(s[r][0], lo, bcast4(a[r].q + e + 4 * c));
-                    s2[r][0] = dot_vnni(s2[r][0], lo, bcast4(a[r].q2 + e + 4 * c));
+                    if (H2) s2[r][0] = dot_vnni(s2[r][0], lo, bcast4(a[r].q2 + e + 4 * c));
                     s[r][1] = dot_vnni(s[r][1], hi, bcast4(a[r].q + o + 4 * c));
-                    s2[r][1] = dot_vnni(s2[r][1], hi, bcast4(a[r].q2 + o + 4 * c));
+                    if (H2) s2[r][1] = dot_vnni(s2[r][1], hi, bcast4(a[r].q2 + o + 4 * c));
                 }
             }
             _Pragma("GCC unroll 2")
@@ -109,8 +110,8 @@ TK_INLINE void gemv_group_q4k_v(const int R, const uint8_t *restrict g, int64_t 
                 for (int r = 0; r < R; r++) {
                     __m256i si = k ? _mm256_srai_epi32(s[r][1], 4) : s[r][0];
                     __m256i si2 = k ? _mm256_srai_epi32(s2[r][1], 4) : s2[r][0];
-                    __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si2), _mm256_set1_ps(a[r].d2[c32]),
-                                               _mm256_mul_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(a[r].d[c32])));
+                    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(a[r].d[c32]));
+                    if (H2) f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si2), _mm256_set1_ps(a[r].d2[c32]), f);
                     acc[r] = _mm256_fmadd_ps(f, dsc, acc[r]);
                     acc[r] = _mm256_fnmadd_ps(dmn, _mm256_set1_ps(a[r].s32[c32]), acc[r]);
                 }

@@ -123,6 +123,19 @@ class QuantKernels:
         while a product runs."""
         return bool(self.lib.qk_set_amx(int(switches.current.quant_amx if on is None else on)))
 
+    def set_act_bytes(self, n: int | None) -> int:
+        """Round the activations of the integer products to ``n`` bytes per value: 2 (``q d + q2 d2``, the
+        default) or 1 (``q d``, llama.cpp's one byte with a scale per 32 values: half the integer work,
+        ~7e-3 of the largest output instead of ~3e-5); ``None``: as the engine's ``quant_act_bytes`` says.
+        Returns the bytes now. This library only (the switches reach every library). Not while a
+        product runs."""
+        return int(self.lib.qk_set_act_bytes(int(getattr(switches.current, "quant_act_bytes", 2) if n is None else n)))
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per activation value in the integer products (:meth:`set_act_bytes`)."""
+        return int(self.lib.qk_set_act_bytes(0))
+
     @property
     def amx_min_rows(self) -> int:
         """The fewest rows a packed product takes the tiles for (3, or the engine's ``quant_amx_min_rows``)."""

@@ -1,0 +1,88 @@
+"""One-byte activations (``quant_act_bytes = 1``, :meth:`QuantKernels.set_act_bytes`): every integer path
+(512-bit, 256-bit VNNI, AVX2 ``maddubs`` without VNNI; packed and GGUF-layout weights; the GEMM on the
+rounded activations) multiplies ``q d`` (one int8 code per value, a scale per block of 32) against the
+dequantized weight, the 512- and 256-bit kernels give the same floats, and two bytes come back unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as QT
+from quant_blocks import K_QUANTS, quantize_activations, random_raw
+from tokenops.engine.kernels import quant_kernels
+from tokenops.engine.kernels.quant_kernels import Method, QuantKernels
+
+QTYPES = [QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+ROWS = [1, 2, 3, 4, 7, 16, 70]
+
+
+def one_byte(x: torch.Tensor) -> torch.Tensor:
+    """``x`` rounded as the one-byte products see it: per block of 32, ``q d`` with ``d = max|x| / 127``
+    and ``q = round(x / d)`` (half to even)."""
+    num_rows, k = x.shape
+    xb = x.reshape(num_rows, k // 32, 32)
+    d = xb.abs().amax(-1, keepdim=True) / 127.0
+    inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+    return (torch.round(xb * inv) * d).reshape(num_rows, k)
+
+
+def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.double() - ref).abs().max() / ref.abs().max())
+
+
+@pytest.fixture
+def kernels() -> Iterator[QuantKernels]:
+    k = quant_kernels.get_kernels()
+    if k is None or not k.has_avx2:
+        pytest.skip("no SIMD build of the kernels here")
+    assert k.set_act_bytes(1) == 1
+    try:
+        yield k
+    finally:
+        k.set_act_bytes(None)
+        k.set_avx512(None)
+
+
+@pytest.mark.parametrize("qtype", QTYPES, ids=lambda t: t.name)
+def test_one_byte_paths_match_the_reference(kernels: QuantKernels, qtype: QT) -> None:
+    """Every path and row count equals ``one_byte(x) @ W.T`` to float32 rounding (a wrong code, scale,
+    offset or a dropped second byte would show), and the 512-bit kernels give the 256-bit ones' floats."""
+    width = 512 if qtype in K_QUANTS else 256
+    for out_features in (8, 43):
+        raw = random_raw(qtype, out_features, width, seed=out_features)
+        packed = kernels.pack(raw, qtype, width)
+        assert packed is not None
+        w = quant_kernels.dequantize_reference(raw, qtype, width).double()
+        for num_rows in ROWS:
+            x = torch.randn(num_rows, width, generator=torch.Generator().manual_seed(num_rows))
+            ref = one_byte(x).double() @ w.T
+            results = {}
+            for wide in (True, False):
+                kernels.set_avx512(wide)
+                for method in (Method.GEMV, Method.GEMV_MADDUBS):
+                    results[wide, method] = kernels.linear(x, None, qtype, width, method, 2, packed)
+            for key, y in results.items():
+                assert _rel_err(y, ref) < 1e-5, (out_features, num_rows, key)
+            assert torch.equal(results[True, Method.GEMV], results[False, Method.GEMV])
+            for method in (Method.GEMV, Method.GEMM):  # GGUF's layout: the row-wise GEMV, the GEMM
+                assert _rel_err(kernels.linear(x, raw, qtype, width, method, 1), ref) < 1e-5, (num_rows, method)
+
+
+def test_two_bytes_come_back_unchanged(kernels: QuantKernels) -> None:
+    """Switching to one byte and back leaves the two-byte products' floats as they were; one byte is
+    further from the float32 product than two, within llama.cpp's one-byte error."""
+    raw = random_raw(QT.Q4_K, 64, 1536, seed=3)
+    packed = kernels.pack(raw, QT.Q4_K, 1536)
+    w = quant_kernels.dequantize_reference(raw, QT.Q4_K, 1536).double()
+    x = torch.randn(5, 1536, generator=torch.Generator().manual_seed(5))
+    y1 = kernels.linear(x, None, QT.Q4_K, 1536, Method.GEMV, 1, packed)
+    assert kernels.set_act_bytes(2) == 2 and kernels.act_bytes == 2
+    y2 = kernels.linear(x, None, QT.Q4_K, 1536, Method.GEMV, 1, packed)
+    assert _rel_err(y2, quantize_activations(x).double() @ w.T) < 1e-5
+    assert kernels.set_act_bytes(3) == 2, "another value only reads the setting"
+    assert kernels.set_act_bytes(1) == 1
+    assert torch.equal(kernels.linear(x, None, QT.Q4_K, 1536, Method.GEMV, 1, packed), y1)
+    exact = x.double() @ w.T
+    assert _rel_err(y2, exact) < _rel_err(y1, exact) < 2e-2
