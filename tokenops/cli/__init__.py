@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
         from tokenops.engine.kernels.openmp_wait import apply_spin_setting
 
         apply_spin_setting()  # TOKENOPS_OMP_SPIN, before any command imports torch (and libgomp): see openmp_wait.py
+        from tokenops.engine.kernels.switches import limit_torch_isa
+
+        limit_torch_isa()  # TOKENOPS_CPU=avx2: PyTorch's own kernels too, before it is imported (switches.py)
         build_app()(args=argv, standalone_mode=True)
     except known as e:
         if os.environ.get("TOKENOPS_DEBUG"):

@@ -39,8 +39,8 @@ class StartProgress:
     def on_demand(self, label: str, detail: str) -> None:
         self._say(f"{label} ({detail}): loads on its first request")
 
-    def loaded(self, label: str, seconds: float) -> None:
-        self._end(label, f"loaded {label} in {seconds:.1f} s")
+    def loaded(self, label: str, seconds: float, kernels: str = "") -> None:
+        self._end(label, f"loaded {label} in {seconds:.1f} s" + (f" (kernels {kernels})" if kernels else ""))
 
     def failed(self, label: str, seconds: float) -> None:
         self._end(label, f"{label} failed after {seconds:.1f} s", is_ok=False)

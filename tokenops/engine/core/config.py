@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
-from tokenops.engine.kernels.switches import env_flag, env_int
+from tokenops.engine.kernels.switches import CPU_ISAS, env_flag, env_int, env_isa
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -188,6 +188,8 @@ class EngineConfig:
     quant_avx512: bool = field(default_factory=lambda: env_flag("TOKENOPS_QUANT_AVX512", True))
     quant_amx: bool = field(default_factory=lambda: env_flag("TOKENOPS_QUANT_AMX", True))
     quant_amx_min_rows: int = field(default_factory=lambda: env_int("TOKENOPS_QUANT_AMX_MIN_ROWS", 0))
+    #: the C libraries' target: "native" (this CPU) or "avx2" (a Haswell-class CPU: no AVX-512, VNNI or AMX)
+    cpu_isa: str = field(default_factory=env_isa)
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -247,6 +249,11 @@ class EngineConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"engine {name} must be true or false, not {getattr(self, name)!r}")
         _check_int("quant_amx_min_rows", self.quant_amx_min_rows, 0)
+        if self.cpu_isa not in CPU_ISAS:
+            raise ValueError(
+                f"engine cpu_isa (default from TOKENOPS_CPU) must be one of {', '.join(map(repr, CPU_ISAS))}, "
+                f"not {self.cpu_isa!r}"
+            )
         _check_offload(self)
 
     @property

@@ -51,6 +51,7 @@ def run_settings(engine: LLMEngine) -> dict[str, Any]:
         "kv_dtype": str(getattr(runner, "dtype", config.dtype)).removeprefix("torch.") if kv == "auto" else kv,
         "speculative": config.speculative or "off",
         "compiled": bool(getattr(runner, "is_compiled", False)),
+        "cpu_isa": getattr(config, "cpu_isa", "native"),  # the C kernels' target (TOKENOPS_CPU)
     }
 
 

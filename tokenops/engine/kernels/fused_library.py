@@ -157,7 +157,9 @@ def library(panel_dtype: str = "float32", kv_bf16: bool = False) -> ctypes.CDLL 
                 check_struct(ModelRecord, "tk_model", "fused_decode.h")
                 check_struct(QkWeight, "qk_weight", "quant.h")
                 lib = bind(
-                    ctypes.CDLL(str(build_library(main="fused_decode.c", stem=stem, defines=defines, folder=FOLDER, isa=isa))),
+                    ctypes.CDLL(
+                        str(build_library(main="fused_decode.c", stem=stem, defines=defines, folder=FOLDER, isa=isa))
+                    ),
                     read("fused_decode.h"),
                 )
                 if panel_dtype == "gguf":  # the quantized kernels are built in: their switches too

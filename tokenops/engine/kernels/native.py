@@ -9,7 +9,8 @@ mask tensor and no copy: one pass computes the scores of all query heads that sh
 a KV head, a second accumulates the values.
 
 The source (``tokenops/engine/csrc/paged_decode.c``, declared in ``paged_decode.h``) is compiled on
-first use with the system C compiler (``cc``, ``-O3 -march=native``) into a per-user cache folder
+first use with the system C compiler (``cc``, ``-O3 -march=native``; ``-march=haswell`` where the engine's
+``cpu_isa`` is ``"avx2"``, see :data:`ISA_FLAGS`) into a per-user cache folder
 keyed by the text of the source and every header it includes, the variant's defines, the flags and
 the CPU, and loaded with :mod:`ctypes` (which releases the GIL during the call; the signatures come
 from the header, :mod:`tokenops.engine.kernels.c_header`). :func:`build_library` builds the other
@@ -44,7 +45,10 @@ from tokenops.engine.kernels.c_header import CSRC, bind, read, sources
 
 log = logging.getLogger(__name__)
 
-_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+_FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+#: the compiler's target for each ``cpu_isa`` (:mod:`tokenops.engine.kernels.switches`): ``avx2`` is a
+#: Haswell-class CPU (AVX2, FMA, F16C; no AVX-512, VNNI or AMX), whatever this one has
+ISA_FLAGS = {"native": ["-march=native"], "avx2": ["-march=haswell", "-mtune=haswell"]}
 #: ``TOKENOPS_NATIVE_SANITIZE=1`` (read once, at import: a debugging build, see tests/engine/test_csrc.py)
 #: builds every library with AddressSanitizer and UndefinedBehaviorSanitizer; the process must preload
 #: the ASan runtime.
@@ -54,7 +58,7 @@ if SANITIZE:
     _FLAGS = [*_FLAGS, *SANITIZE_FLAGS]
 
 _lock = threading.Lock()
-_kernel: PagedDecodeKernel | None | bool = False  # False: not tried yet
+_kernels: dict[str, PagedDecodeKernel | None] = {}  # cpu_isa -> the kernel (None: could not be built)
 
 
 def _cpu_signature() -> str:
@@ -81,20 +85,24 @@ def build_library(
     stem: str = "paged_decode",
     defines: Sequence[str] = (),
     folder: Path = CSRC,
+    isa: str | None = None,
 ) -> Path:
     """Compile ``main`` of ``folder`` (``tokenops/engine/csrc``) with ``-D`` ``defines`` (a variant), or
     find it compiled, and return the shared library's path. The cache key covers the text of ``main``
-    and of every file it includes, so an edit to any source or header builds anew."""
+    and of every file it includes, so an edit to any source or header builds anew. ``isa``: the target
+    (a key of :data:`ISA_FLAGS`; ``None``: the engine's ``cpu_isa``), a name of its own in the cache."""
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise RuntimeError("no C compiler (cc/gcc) on PATH")
+    isa = isa or switches.current.cpu_isa
+    flags = [_FLAGS[0], *ISA_FLAGS[isa], *_FLAGS[1:]]  # native: the flags (and cache keys) of old
     texts = [f"{path.name}\0{path.read_text()}" for path in sources(main, folder)]
     define_flags = [f"-D{d}" for d in defines]
     key = hashlib.sha256(
-        "\0".join([*texts, " ".join(define_flags), " ".join(_FLAGS), cc, platform.machine(), _cpu_signature()]).encode()
+        "\0".join([*texts, " ".join(define_flags), " ".join(flags), cc, platform.machine(), _cpu_signature()]).encode()
     ).hexdigest()[:16]
     out_dir = _cache_dir()
-    lib = out_dir / f"{stem}-{key}.so"
+    lib = out_dir / f"{stem}{'' if isa == 'native' else '-' + isa}-{key}.so"
     if lib.is_file():
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -102,7 +110,7 @@ def build_library(
 
     with compiling(stem, out_dir), tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp_lib = Path(tmp) / lib.name
-        command = [cc, *_FLAGS, *define_flags, f"-I{folder}", str(folder / main), "-o", str(tmp_lib), "-lm"]
+        command = [cc, *flags, *define_flags, f"-I{folder}", str(folder / main), "-o", str(tmp_lib), "-lm"]
         # minutes on a loaded box for the quantized kernels; longer still with the sanitizers
         r = subprocess.run(command, capture_output=True, text=True, timeout=900 if SANITIZE else 300)
         if r.returncode != 0:
@@ -197,18 +205,17 @@ def disabled() -> bool:
 
 
 def get_kernel() -> PagedDecodeKernel | None:
-    """The compiled kernel, or ``None`` (disabled, or no compiler: logged once)."""
-    global _kernel
+    """The compiled kernel for the engine's ``cpu_isa``, or ``None`` (disabled, or no compiler: logged once)."""
     if disabled():
         return None
-    if _kernel is not False:
-        return _kernel  # type: ignore[return-value]  # never True: the flag is False or the result
+    isa = switches.current.cpu_isa
+    if isa in _kernels:
+        return _kernels[isa]
     with _lock:
-        if _kernel is not False:
-            return _kernel
-        try:
-            _kernel = PagedDecodeKernel(build_library())
-        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-            log.warning("native decode attention unavailable, using the PyTorch path: %s", e)
-            _kernel = None
-    return _kernel
+        if isa not in _kernels:
+            try:
+                _kernels[isa] = PagedDecodeKernel(build_library(isa=isa))
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                log.warning("native decode attention unavailable, using the PyTorch path: %s", e)
+                _kernels[isa] = None
+    return _kernels[isa]

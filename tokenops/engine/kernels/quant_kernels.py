@@ -292,34 +292,38 @@ def exact() -> bool:
 
 
 _lock = threading.Lock()
-_loaded: dict[bool, QuantKernels | None] = {}
+_loaded: dict[tuple[bool, str], QuantKernels | None] = {}  # (plain, cpu_isa) -> the library
 
 
 def get_kernels(plain: bool = False) -> QuantKernels | None:
-    """The compiled kernels (``plain``: the no-SIMD fallback build), or ``None`` when disabled or no
-    compiler is available (logged once)."""
+    """The compiled kernels (``plain``: the no-SIMD fallback build) for the engine's ``cpu_isa``, or
+    ``None`` when disabled or no compiler is available (logged once)."""
     if not switches.current.native_kernels:
         return None
-    if plain in _loaded:
-        return _loaded[plain]
+    key = (plain, switches.current.cpu_isa)
+    if key in _loaded:
+        return _loaded[key]
     with _lock:
-        if plain not in _loaded:
+        if key not in _loaded:
             from tokenops.engine.kernels.native import build_library
 
             kernels = None
             try:
                 defines = ["TK_PLAIN=1"] if plain else []
-                path = build_library(main="quant.c", stem="quant_plain" if plain else "quant", defines=defines)
+                path = build_library(
+                    main="quant.c", stem="quant_plain" if plain else "quant", defines=defines, isa=key[1]
+                )
                 kernels = QuantKernels(path, plain)
             except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                 log.warning("quantized linear kernels unavailable, dequantizing with numpy: %s", e)
-            _loaded[plain] = kernels
-    return _loaded[plain]
+            _loaded[key] = kernels
+    return _loaded[key]
 
 
 def loaded_isa() -> str | None:
-    """:attr:`QuantKernels.isa` of the SIMD build when it is loaded (never builds it), else None."""
-    kernels = _loaded.get(False)
+    """:attr:`QuantKernels.isa` of the SIMD build for the engine's ``cpu_isa`` when it is loaded (never
+    builds it), else None."""
+    kernels = _loaded.get((False, switches.current.cpu_isa))
     return kernels.isa if kernels is not None else None
 
 

@@ -6,7 +6,13 @@ when a model runner is built, never read from the environment by the kernels.
 - ``quant_exact`` (``TOKENOPS_QUANT_EXACT``): quantized products on float32 activations;
 - ``quant_avx512`` (``TOKENOPS_QUANT_AVX512``): off, the 256-bit packed kernels;
 - ``quant_amx`` (``TOKENOPS_QUANT_AMX``): off, no AMX tiles;
-- ``quant_amx_min_rows`` (``TOKENOPS_QUANT_AMX_MIN_ROWS``): the fewest rows on the tiles (0: the build's 3).
+- ``quant_amx_min_rows`` (``TOKENOPS_QUANT_AMX_MIN_ROWS``): the fewest rows on the tiles (0: the build's 3);
+- ``cpu_isa`` (``TOKENOPS_CPU``): ``"native"`` builds the C libraries for this CPU (``-march=native``),
+  ``"avx2"`` for a Haswell-class one (``-march=haswell``: AVX2 + FMA + F16C, no AVX-512, no VNNI, no AMX;
+  its own cache entry), so the kernels run as they would on such a machine: the packed products take the
+  AVX2 ``maddubs`` path. PyTorch's own kernels follow only the environment variable, read before torch is
+  imported (:func:`limit_torch_isa`, called by the CLI): ``ATEN_CPU_CAPABILITY=avx2`` and
+  ``ONEDNN_MAX_CPU_ISA=AVX2``.
 
 The environment is read when an ``EngineConfig`` is made (its fields' defaults), once per config.
 The switches are process-wide (the libraries are loaded once per process): :func:`apply` sets
@@ -23,7 +29,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +41,28 @@ def env_flag(name: str, default: bool, environ: Mapping[str, str] | None = None)
     """``name`` from the environment as a boolean (unset or unreadable: ``default``)."""
     value = (os.environ if environ is None else environ).get(name, "").strip().lower()
     return False if value in _OFF else True if value in _ON else default
+
+
+def env_isa(environ: Mapping[str, str] | None = None) -> str:
+    """``TOKENOPS_CPU`` (lower case; unset or empty: ``"native"``); the config checks it is one of :data:`CPU_ISAS`."""
+    return (os.environ if environ is None else environ).get("TOKENOPS_CPU", "").strip().lower() or "native"
+
+
+#: the values of ``cpu_isa``: the compiler's target for the C libraries
+CPU_ISAS = ("native", "avx2")
+#: what PyTorch is told for each ``cpu_isa`` (environment variables it reads once, at its first use)
+TORCH_ISA_ENV: dict[str, dict[str, str]] = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+
+
+def limit_torch_isa(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Hold PyTorch's own kernels to ``TOKENOPS_CPU``'s instruction set (``avx2``: no AVX-512 in ATen or
+    oneDNN either) by setting the variables it reads, unless already set; call before torch is imported.
+    Returns what it set."""
+    env = os.environ if environ is None else environ
+    wanted = TORCH_ISA_ENV.get(env_isa(env), {})
+    added = {name: value for name, value in wanted.items() if name not in env}
+    env.update(added)
+    return added
 
 
 def env_int(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
@@ -50,6 +78,7 @@ class KernelSwitches:
     quant_avx512: bool = True
     quant_amx: bool = True
     quant_amx_min_rows: int = 0
+    cpu_isa: str = "native"
 
     @classmethod
     def of(cls, config: Any) -> KernelSwitches:

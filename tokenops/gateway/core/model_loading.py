@@ -22,7 +22,7 @@ class StartReport(Protocol):
 
     def on_demand(self, label: str, detail: str) -> None: ...
 
-    def loaded(self, label: str, seconds: float) -> None: ...
+    def loaded(self, label: str, seconds: float, kernels: str = "") -> None: ...
 
     def failed(self, label: str, seconds: float) -> None: ...
 
@@ -41,6 +41,19 @@ def describe(backend: Any, config: Any) -> str:
     if kind == "openai":
         return f"upstream {source}" if source else "upstream"
     return f"{kind}, {source}" if source else str(kind)
+
+
+def kernels_of(backend: Any) -> str:
+    """The CPU kernels a bundled engine runs, from its stats: ``avx512-vnni, cpu_isa native`` (the
+    quantized products' instruction set and the ``cpu_isa`` switch); ``""`` for other backends."""
+    try:
+        stats = backend.stats() if callable(getattr(backend, "stats", None)) else None
+    except Exception:  # a backend's stats must never fail its start
+        return ""
+    if not isinstance(stats, dict) or not stats.get("cpu_isa"):
+        return ""
+    chosen = [str(stats["quant_kernels"])] if stats.get("quant_kernels") else []
+    return ", ".join([*chosen, f"cpu_isa {stats['cpu_isa']}"])
 
 
 def is_on_demand(backend: Any, config: Any) -> bool:
@@ -70,7 +83,7 @@ async def start_backends(
                 report.failed(label, time.monotonic() - began)
             return e
         if report is not None and not on_demand:
-            report.loaded(label, time.monotonic() - began)
+            report.loaded(label, time.monotonic() - began, kernels_of(backend))
         return None
 
     starts = [

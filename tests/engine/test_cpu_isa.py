@@ -1,0 +1,119 @@
+"""``cpu_isa = "avx2"`` (``TOKENOPS_CPU=avx2``): the C libraries built for a Haswell-class CPU
+(tokenops/engine/kernels/native.py ``ISA_FLAGS``) hold no AVX-512, VNNI or AMX instruction, whatever
+this CPU has, and compute what the native build computes.
+
+The instruction check disassembles the libraries (``objdump``): an EVEX-encoded instruction (AVX-512,
+any register width) starts with the byte 0x62 in 64-bit code, which is nothing else there; VEX VNNI
+(AVX-VNNI) and AMX are named by their mnemonics. Without ``objdump`` the compiler's own target macros
+are checked instead."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as QT
+from quant_blocks import random_raw
+from tokenops.engine.kernels import native, quant_kernels
+from tokenops.engine.kernels.quant_kernels import Method, QuantKernels
+
+CC = shutil.which("cc") or shutil.which("gcc")
+OBJDUMP = shutil.which("objdump")
+needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler")
+needs_objdump = pytest.mark.skipif(OBJDUMP is None, reason="no objdump")
+
+#: VEX-encoded VNNI (AVX-VNNI) and AMX, which an EVEX check does not see
+_MNEMONICS = re.compile(
+    r"\b(vpdpbusds?|vpdpwssds?|ldtilecfg|sttilecfg|tileloadd\w*|tilestored|tilezero|tilerelease|tdp\w+)\b"
+)
+_LINE = re.compile(r"^\s*[0-9a-f]+:\t((?:[0-9a-f]{2} )+)\s*\t(.*)$")
+_PREFIXES = {"26", "2e", "36", "3e", "64", "65", "67"}  # segment and address-size: may precede an EVEX prefix
+
+
+def forbidden_instructions(lib: Path) -> list[str]:
+    """The AVX-512 (EVEX), VNNI and AMX instructions of ``lib``'s code, as ``objdump -d`` prints them."""
+    text = subprocess.run([OBJDUMP, "-d", "--no-addresses", str(lib)], capture_output=True, text=True).stdout
+    if "\t" not in text:  # an objdump without --no-addresses
+        text = subprocess.run([OBJDUMP, "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in text.splitlines():
+        match = _LINE.match(line) or re.match(r"^\s*((?:[0-9a-f]{2} )+)\s*\t(.*)$", line)
+        if not match or not match.group(2).strip():
+            continue
+        raw, asm = match.group(1).split(), match.group(2)
+        first = next((b for b in raw if b not in _PREFIXES), "")
+        if first == "62" or "zmm" in asm or _MNEMONICS.search(asm):
+            found.append(asm.strip())
+    return found
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        return f" {flag}" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@needs_cc
+def test_the_avx2_target_defines_no_avx512_vnni_or_amx() -> None:
+    macros = subprocess.run(
+        [CC, *native.ISA_FLAGS["avx2"], "-dM", "-E", "-x", "c", "-"],
+        input="",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    defined = set(re.findall(r"#define (__\w+__) 1", macros))
+    assert {"__AVX2__", "__FMA__", "__F16C__"} <= defined
+    assert not {m for m in defined if m.startswith(("__AVX512", "__AVXVNNI", "__AMX"))}, defined
+
+
+@needs_cc
+@needs_objdump
+@pytest.mark.parametrize(
+    "main,stem,defines",
+    [
+        ("quant.c", "quant", []),
+        ("paged_decode.c", "paged_decode", []),
+        pytest.param("fused_decode.c", "fused_decode_gguf", ["TK_QUANT=1"], marks=pytest.mark.slow),
+    ],
+    ids=["quant", "paged_decode", "fused_decode_gguf"],
+)
+def test_avx2_libraries_hold_no_avx512_vnni_or_amx_instruction(main: str, stem: str, defines: list[str]) -> None:
+    lib = native.build_library(main=main, stem=stem, defines=defines, isa="avx2")
+    assert "-avx2-" in lib.name  # cached apart from the native build
+    assert forbidden_instructions(lib) == []
+    if main == "quant.c" and _cpu_has("avx512_vnni"):  # the check sees them where they are
+        native_lib = native.build_library(main=main, stem=stem, defines=defines, isa="native")
+        assert native_lib != lib and forbidden_instructions(native_lib)
+
+
+@needs_cc
+def test_the_avx2_build_computes_what_the_native_build_does() -> None:
+    ours = quant_kernels.get_kernels()
+    assert ours is not None
+    avx2 = QuantKernels(native.build_library(main="quant.c", stem="quant", isa="avx2"))
+    assert (avx2.has_avx2, avx2.has_vnni, avx2.has_avx512, avx2.has_amx) == (True, False, False, False)
+    assert avx2.isa == "avx2"
+    out_features, in_features = 40, 512
+    for qtype in (QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K):
+        raw = random_raw(qtype, out_features, in_features, seed=int(qtype))
+        packed_native, packed_avx2 = ours.pack(raw, qtype, in_features), avx2.pack(raw, qtype, in_features)
+        assert packed_native is not None and packed_avx2 is not None
+        assert torch.equal(packed_native.data, packed_avx2.data), qtype.name  # one layout for both
+        for num_rows in (1, 3, 12):
+            x = torch.randn(num_rows, in_features, generator=torch.Generator().manual_seed(num_rows))
+            got = avx2.linear(x, None, qtype, in_features, Method.GEMV, 2, packed_avx2)
+            # the same method (maddubs, the one AVX2 has) gives the same floats on either build
+            want = ours.linear(x, None, qtype, in_features, Method.GEMV_MADDUBS, 2, packed_native)
+            assert torch.equal(got, want), (qtype.name, num_rows)
+            # this CPU's own (VNNI) products: the same to float32 rounding (Q8_0's epilogue sums in another order)
+            want = ours.linear(x, None, qtype, in_features, Method.GEMV, 2, packed_native)
+            assert float((got - want).abs().max()) <= 1e-6 * float(want.abs().max()), (qtype.name, num_rows)
+            want = ours.linear(x, raw, qtype, in_features, Method.GEMM, 2)
+            got = avx2.linear(x, raw, qtype, in_features, Method.GEMM, 2)
+            assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max()), (qtype.name, num_rows)
