@@ -86,20 +86,59 @@ def in_process(url: str, turns: int) -> dict[str, float]:
             "ping_p50_ms": statistics.median(pings) * 1000}
 
 
-def through_serve(url: str, turns: int, workdir: Path) -> dict[str, float]:
-    import openai
+def round_robin(url: str, turns: int) -> dict[str, float]:
+    """Session memory only, each turn of a session on the other of two replicas (as a round-robin
+    balancer sends them): no turn finds its session as this replica last wrote it."""
+    embed = LexicalEmbedder()
+    embedded = SessionMemory(embed.embed)
+    replicas = [RedisSessionMemory(embed.embed, redis_client(url), prefix="bench-rr") for _ in range(2)]
 
+    def turn(memory: Any, i: int) -> float:
+        text = f"Question {i}: how many boats were in the harbour on day {i}?"
+        started = time.perf_counter()
+        memory.remember("t", f"s{i % 20}", [("user", text)])
+        memory.recall("t", f"s{i % 20}", text)
+        return time.perf_counter() - started
+
+    for i in range(20):
+        turn(embedded, -1 - i)
+        turn(replicas[i % 2], -1 - i)
+    local_s, shared_s = [], []
+    for i in range(turns):
+        local_s.append(turn(embedded, i))
+        replicas[(i // 20) % 2].flush()  # the other replica's write landed (the client read its answer)
+        shared_s.append(turn(replicas[(i // 20 + 1) % 2], i))
+    return _summary(local_s, shared_s)
+
+
+def through_serve(url: str, turns: int, workdir: Path, keys: bool = False) -> dict[str, float]:
+    """``keys``: also a managed key with a budget and a tenant rate limit (Redis-backed on the
+    shared gateway: one budget reserve and one rate-limit script per request)."""
+    import httpx
+    import openai
     from tests.gateway.openai_upstream import Upstream
     from tokenops.testing_serve import ServeProcess
 
     with Upstream() as up:
-        base = (f'[[models]]\nname = "up"\nbackend = "openai"\nurl = "{up.url}"\n\n'
+        base = (f'[[models]]\nname = "up"\nbackend = "openai"\nurl = "{up.url}"\ncost_input_per_1m = 1.0\n\n'
                 '[plugins.session_memory]\nenabled = true\nembedder = "lexical"\n\n'
                 '[plugins.semantic_cache]\nenabled = true\nembedder = "lexical"\n')
+        limits = '\n[plugins.rate_limit]\nenabled = true\n{}[plugins.rate_limit.tenant]\nrequests_per_min = 1000000\n'
+        embedded_config = base + (limits.format("") if keys else "")
         shared_config = base + f'\n[shared]\nredis_url = "{url}"\n'
-        with ServeProcess(workdir / "embedded", config=base) as a, ServeProcess(workdir / "shared",
-                                                                                config=shared_config) as b:
-            clients = [openai.OpenAI(base_url=s.base_url, api_key="x", max_retries=0) for s in (a, b)]
+        if keys:
+            shared_config += limits.format(f'redis_url = "{url}"\n')
+        tag = "keys-" if keys else ""
+        with ServeProcess(workdir / f"{tag}embedded", config=embedded_config) as a, ServeProcess(
+                workdir / f"{tag}shared", config=shared_config) as b:
+            api_keys = ["x", "x"]
+            if keys:  # a managed key with a budget on each (the shared one's ledger is in Redis)
+                for n, srv in enumerate((a, b)):
+                    admin = httpx.Client(base_url=srv.url, headers=srv.admin_headers, timeout=30)
+                    admin.put("/admin/tenants/bench", json={}).raise_for_status()
+                    created = admin.post("/admin/keys", json={"tenant": "bench", "budget_usd": 1000.0})
+                    api_keys[n] = created.raise_for_status().json()["key"]
+            clients = [openai.OpenAI(base_url=s.base_url, api_key=k, max_retries=0) for s, k in zip((a, b), api_keys)]
 
             def ask(client: openai.OpenAI, i: int) -> float:
                 started = time.perf_counter()
@@ -130,11 +169,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--turns", type=int, default=400)
     ap.add_argument("--serve", action="store_true", help="also through two real tokenops serve processes")
+    ap.add_argument("--keys", action="store_true", help="with --serve: also a row with a managed key's budget "
+                    "and a tenant rate limit (in Redis on the shared gateway)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp, redis_server(tmp) as url:
         rows = {"in process (memory + cache calls of a turn)": in_process(url, args.turns)}
+        rows["in process, turns alternating over 2 replicas"] = round_robin(url, args.turns)
         if args.serve:
             rows["through serve (openai SDK, end to end)"] = through_serve(url, args.turns, Path(tmp))
+        if args.serve and args.keys:
+            rows["through serve + key budget + rate limit"] = through_serve(url, args.turns, Path(tmp), keys=True)
     print(f"{args.turns} turns, Redis on loopback; p50 per request")
     print(f"{'':46} {'embedded':>10} {'shared':>10} {'added':>10}")
     for name, r in rows.items():

@@ -38,7 +38,8 @@ from tokenops.types import GatewayResponse
 log = logging.getLogger(__name__)
 
 
-def encode_entry(entry: SharedEntry) -> dict[str, bytes | str]:
+def encode_entry(entry: SharedEntry, expires_at: float | None = None) -> dict[str, bytes | str]:
+    """The stream fields of ``entry`` (``expires_at``: when it was stored plus its TTL; default now)."""
     response = entry.response
     is_object = dataclasses.is_dataclass(response) and not isinstance(response, type)
     body = dataclasses.asdict(response) if is_object else {"text": str(response)}
@@ -48,7 +49,7 @@ def encode_entry(entry: SharedEntry) -> dict[str, bytes | str]:
         "context_key": entry.context_key,
         "question": entry.question,
         "response": body,
-        "expires_at": time.time() + entry.ttl_s,
+        "expires_at": (time.time() if expires_at is None else expires_at) + entry.ttl_s,
     }
     vector = b"" if entry.vector is None else np.asarray(entry.vector, dtype=np.float32).tobytes()
     return {"m": json.dumps(meta, default=str), "v": vector}
@@ -82,16 +83,16 @@ class RedisCacheFeed:
         self._caught_up = threading.Event()
         cache.on_store = self.publish
         cache.on_delete_tenant = self.publish_delete_tenant
-        self._outbox: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[dict[str, Any] | tuple[SharedEntry, float] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="semantic-cache-feed", daemon=True)
         self._thread.start()
         self._sender = threading.Thread(target=self._send_loop, name="semantic-cache-publish", daemon=True)
         self._sender.start()
 
     def publish(self, entry: SharedEntry) -> None:
-        """Tell the other replicas: queued here, sent by the publisher thread (off the request's
-        path; what queued meanwhile goes in one round trip)."""
-        self._outbox.put({"o": self.origin, "t": "put", **encode_entry(entry)})
+        """Tell the other replicas: queued here, encoded and sent by the publisher thread (off the
+        request's path; what queued meanwhile goes in one round trip)."""
+        self._outbox.put((entry, time.time()))
 
     def publish_delete_tenant(self, tenant: str) -> None:
         self._outbox.put({"o": self.origin, "t": "delete_tenant", "tenant": tenant})
@@ -103,7 +104,11 @@ class RedisCacheFeed:
             batch = [self._outbox.get()]
             while len(batch) < 256 and not self._outbox.empty():
                 batch.append(self._outbox.get())
-            fields = [f for f in batch if f is not None]
+            fields = [
+                {"o": self.origin, "t": "put", **encode_entry(*f)} if isinstance(f, tuple) else f
+                for f in batch
+                if f is not None
+            ]
             if fields:
                 # MINID trims what has outlived the TTL (stream ids are Redis' clock in ms)
                 oldest = int((time.time() - self.cache.config.ttl_s) * 1000)
