@@ -118,14 +118,16 @@ class Tokenizer:
     ) -> str:
         """Render ``messages`` with the model's chat template (or the fallback).
 
-        Extra keyword arguments (``tools``, ``enable_thinking``...) reach the template.
+        Extra keyword arguments (``tools``, ``enable_thinking``...) reach the template. As in
+        transformers' ``apply_chat_template``, ``tools`` and ``documents`` are defined (``None``)
+        when not given: a template testing ``tools is not none`` (Mistral's) adds no tools block.
         :raises ChatTemplateError: when the template calls ``raise_exception`` or fails.
         """
         import jinja2
 
         if self._template is None:
             self._template = _compile(self.chat_template or FALLBACK_CHAT_TEMPLATE)
-        variables = {**self.special_tokens, **kwargs}
+        variables = {"tools": None, "documents": None, **self.special_tokens, **kwargs}
         try:
             return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **variables)
         except ChatTemplateError:
