@@ -10,7 +10,9 @@ setting: interactive TTFT p95 and TPOT p95 against interactive-only, the batch's
 and the share of the idle capacity it took: batch tokens/s over (capacity - that run's interactive
 tokens/s), capacity being the most generated tokens/s any run made (never above 100%).
 
-    .venv/bin/python tests/benchmarks/batch_priority_sim.py [--seconds 600] [--settings 1.0:0,0.1:0,0.1:64]
+    .venv/bin/python tests/benchmarks/batch_priority_sim.py [--seconds 600] [--settings 1.0:0,0.1:64,1.0:64:0.08]
+
+(``share:step_tokens[:overhead]``: ``batch_max_share``, ``batch_step_tokens``, ``batch_step_overhead``.)
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class Run:
     batch_tokens: int = 0
     num_batch_preemptions: int = 0
     seconds: float = 0.0
+    interactive_s: float = 0.0  # virtual seconds of steps that computed interactive work
+    interactive_step_s: float = 0.0  # what those steps would have cost without their batch tokens
 
 
 def pct(values: list[float], q: float) -> float:
@@ -41,7 +45,15 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))] if s else float("nan")
 
 
-def simulate(args: argparse.Namespace, rate: float, batch: bool, share: float, step_tokens: int, classes: bool) -> Run:
+def simulate(
+    args: argparse.Namespace,
+    rate: float,
+    batch: bool,
+    share: float,
+    step_tokens: int,
+    classes: bool,
+    overhead: float = 0.0,
+) -> Run:
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS
     from tokenops.engine.core.scheduler import Scheduler
@@ -49,7 +61,11 @@ def simulate(args: argparse.Namespace, rate: float, batch: bool, share: float, s
     from tokenops.engine.sampling.sampling import SamplingParams
 
     config = EngineConfig(
-        max_num_seqs=MAX_NUM_SEQS, priority_classes=classes, batch_max_share=share, batch_step_tokens=step_tokens
+        max_num_seqs=MAX_NUM_SEQS,
+        priority_classes=classes,
+        batch_max_share=share,
+        batch_step_tokens=step_tokens,
+        batch_step_overhead=overhead,
     )
     sched = Scheduler(config, config.num_kv_blocks, BUILTIN_SCHEDULE_ORDERS)
     rng, brng = random.Random(args.seed), random.Random(args.seed + 1)
@@ -82,7 +98,12 @@ def simulate(args: argparse.Namespace, rate: float, batch: bool, share: float, s
         if out.is_empty:
             now = arrivals[i][0] if i < len(arrivals) else args.seconds
             continue
-        now += (args.step_ms + args.token_ms * out.num_batched_tokens) / 1000
+        cost = step_ms(args, out.chunks)
+        now += cost / 1000
+        sched.step_cost.observe_chunks(out.chunks, cost / 1000)  # the engine feeds its fit the same way
+        if any(not c.seq.is_batch for c in out.chunks):
+            run.interactive_s += cost / 1000
+            run.interactive_step_s += step_ms(args, [c for c in out.chunks if not c.seq.is_batch]) / 1000
         sched.update_computed(out)
         for chunk in out.chunks:
             seq = chunk.seq
@@ -107,6 +128,14 @@ def simulate(args: argparse.Namespace, rate: float, batch: bool, share: float, s
     return run
 
 
+def step_ms(args: argparse.Namespace, chunks: list) -> float:
+    """A step's virtual cost: fixed, per decode row, per prompt token."""
+    rows = sum(1 for c in chunks if c.num_tokens == 1 and c.start_pos > 0)
+    tokens = sum(c.num_tokens for c in chunks) - rows
+    row_ms = args.token_ms if args.row_ms is None else args.row_ms
+    return args.step_ms + row_ms * rows + args.token_ms * tokens
+
+
 def request_capacity(args: argparse.Namespace) -> float:
     """Interactive requests/s the engine finishes with interactive work alone, saturated."""
     probe = simulate(args, 50.0, False, 1.0, 0, True)
@@ -118,42 +147,75 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=600.0, help="virtual seconds per run")
     ap.add_argument("--load", type=float, default=0.5)
     ap.add_argument("--step-ms", type=float, default=15.0, help="a step's fixed cost")
-    ap.add_argument("--token-ms", type=float, default=0.6, help="cost per token a step computes")
+    ap.add_argument("--token-ms", type=float, default=0.6, help="cost per prompt token a step computes")
+    ap.add_argument("--row-ms", type=float, default=None, help="cost per decode row (default: --token-ms)")
+    ap.add_argument("--budget", type=float, default=0.1, help="latency budget of the bound (0.1: within 10%%)")
     ap.add_argument("--batch-lines", type=int, default=64)
     ap.add_argument("--settings", default="1.0:0,0.25:0,0.1:0,1.0:128,0.1:128,0.1:64",
-                    help="batch_max_share:batch_step_tokens pairs, one priority-on run each")  # fmt: skip
+                    help="batch_max_share:batch_step_tokens[:batch_step_overhead], one priority-on run each")  # fmt: skip
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
 
     rate = args.load * request_capacity(args)
     runs: dict[str, Run] = {"interactive only": simulate(args, rate, False, 1.0, 0, True)}
     runs["batch alone"] = simulate(args, 0.0, True, 1.0, 0, True)
-    for pair in args.settings.split(","):
-        share, step_tokens = pair.split(":")
-        runs[f"on, share {share}, step {step_tokens}"] = simulate(
-            args, rate, True, float(share), int(step_tokens), True
-        )
+    for setting in args.settings.split(","):
+        share, step_tokens, overhead = (setting.split(":") + ["0"])[:3]
+        name = f"on, {share}:{step_tokens}" + (f", overhead {overhead}" if float(overhead) else "")
+        runs[name] = simulate(args, rate, True, float(share), int(step_tokens), True, float(overhead))
     runs["off (first come)"] = simulate(args, rate, True, 1.0, 0, False)
+    report(args, rate, runs)
+
+
+def idle_bound(args: argparse.Namespace, runs: dict[str, Run], capacity: float) -> tuple[float, float, float]:
+    """(f, the batch tok/s bound, the bound on "idle used"). f: the share of time the engine computes
+    interactive work when it runs alone. A batch gets at most the other (1 - f) at its batch-alone rate,
+    plus, in interactive steps, ``--budget`` of their time at its marginal cost per generated token (its
+    prompt and decode tokens, no fixed cost: the step pays that); more would lengthen the interactive
+    steps by more than the budget. An estimate, not a theorem: a p95 tolerates more in a few steps."""
+    alone, batch = runs["interactive only"], runs["batch alone"]
+    f = alone.interactive_s / alone.seconds
+    row_ms = args.token_ms if args.row_ms is None else args.row_ms
+    mean_prompt, mean_answer = (16 + 384) / 2, (8 + 96) / 2
+    marginal_ms = (mean_prompt * args.token_ms + mean_answer * row_ms) / mean_answer
+    bound = (1 - f) * batch.batch_tokens / batch.seconds + args.budget * f * 1000 / marginal_ms
+    return f, bound, bound / (capacity - alone.interactive_tokens / alone.seconds)
+
+
+def report(args: argparse.Namespace, rate: float, runs: dict[str, Run]) -> None:
     tps = {k: (r.interactive_tokens / r.seconds, r.batch_tokens / r.seconds) for k, r in runs.items()}
     capacity = max(a + b for a, b in tps.values())
     alone = runs["interactive only"]
+    f, bound, bound_used = idle_bound(args, runs, capacity)
+    idle_time_tps = (1 - f) * tps["batch alone"][1]  # the batch-alone rate over the time nothing interactive runs
+    row_ms = args.token_ms if args.row_ms is None else args.row_ms
     print(
-        f"virtual time, {args.step_ms} ms + {args.token_ms} ms/token a step; interactive {rate:.2f} req/s "
-        f"({args.load:.0%} of capacity); capacity {capacity:.0f} generated tok/s (the most any run made)"
+        f"virtual time, {args.step_ms} ms + {row_ms} ms/decode row + {args.token_ms} ms/prompt token a step; "
+        f"interactive {rate:.2f} req/s ({args.load:.0%} of capacity); capacity {capacity:.0f} generated tok/s "
+        f"(the most any run made); interactive work {f:.0%} of the time alone"
     )
-    head = f"{'run':<28}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}{'batch tok/s':>12}{'idle used':>10}{'preempt':>9}"
+    head = (
+        f"{'run':<28}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}{'batch tok/s':>12}"
+        f"{'idle used':>10}{'idle time':>10}{'preempt':>9}"
+    )
     print(head)
     print("-" * len(head))
     for name, r in runs.items():
         inter, btps = tps[name]
         idle = capacity - inter
         used = f"{btps / idle:.0%}" if r.batch_tokens and idle > 0 else "-"
+        used_time = f"{btps / idle_time_tps:.0%}" if r.batch_tokens and name != "batch alone" else "-"
         ttft, tpot = pct(r.ttft, 95), pct(r.tpot, 95)
         base_ttft, base_tpot = pct(alone.ttft, 95), pct(alone.tpot, 95)
         print(
             f"{name:<28}{ttft * 1000:>8.0f}ms{ttft / base_ttft:>8.2f}x{tpot * 1000:>8.1f}ms{tpot / base_tpot:>8.2f}x"
-            f"{btps:>12.0f}{used:>10}{r.num_batch_preemptions:>9}"
+            f"{btps:>12.0f}{used:>10}{used_time:>10}{r.num_batch_preemptions:>9}"
         )
+    print(
+        f"bound with both latencies within {args.budget:.0%}: about {bound:.0f} batch tok/s, {bound_used:.0%} of the "
+        f"idle capacity (idle used); idle time: the batch over its batch-alone rate times the {1 - f:.0%} of the "
+        "time interactive work leaves the engine empty"
+    )
 
 
 if __name__ == "__main__":

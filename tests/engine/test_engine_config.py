@@ -24,7 +24,8 @@ def test_registered_tunables_are_generated_from_the_fields():
     engine_names = {t.name for t in registry if t.name.startswith("engine.")}
     assert engine_names == {f"engine.{n}" for n in tunable_names()}
     assert set(tunable_names("live")) == {"max_num_batched_tokens", "max_num_seqs", "enable_prefix_caching",
-                                          "schedule_policy", "priority_classes", "batch_max_share", "batch_step_tokens"}
+                                          "schedule_policy", "priority_classes", "batch_max_share", "batch_step_tokens",
+                                          "batch_step_overhead"}
     for name in tunable_names():
         tunable = registry[f"engine.{name}"]
         assert tunable.live == (name in tunable_names("live")), name

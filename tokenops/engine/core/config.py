@@ -96,6 +96,19 @@ class EngineConfig:
         help="Most tokens batch requests compute in one engine step, also when nothing interactive "
         "runs (0: no bound but max_num_batched_tokens).",
     )
+    #: Sizes the batch work beside interactive work from the engine's measured step-time curve
+    #: (tokenops/engine/core/step_cost.py): batch decode rows past the allowance wait that step with
+    #: their KV kept, taken in turn.
+    batch_step_overhead: float = _knob(
+        0.0,
+        tunable="live",
+        searchable=False,
+        minimum=0.0,
+        maximum=1.0,
+        help="While interactive work is in a step, the most time (a share of that work's own, by the "
+        "engine's step-time fit) batch work may add to it (0: off; 0.05 to 0.1 keeps interactive latency "
+        "within about 5 to 10%).",
+    )
     torch_threads: int | None = _knob(
         None,
         tunable="restart",
@@ -212,6 +225,9 @@ class EngineConfig:
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
             raise ValueError(f"engine batch_max_share must be a number in [0, 1], not {share!r}")
         _check_int("batch_step_tokens", self.batch_step_tokens, 0)
+        overhead = self.batch_step_overhead
+        if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead <= 1:
+            raise ValueError(f"engine batch_step_overhead must be a number in [0, 1], not {overhead!r}")
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError("engine enable_prefix_caching must be true or false")
         _check_int("seed", self.seed, None)

@@ -225,6 +225,7 @@ class LLMEngine:
         self.num_steps += 1
         self.last_batch_tokens = num_batched_tokens
         self.last_step_time_s = time.perf_counter() - start
+        self.scheduler.step_cost.observe_chunks(batch.chunks, self.last_step_time_s)  # batch_step_overhead
         for state in touched.values():
             outputs.append(self.output_processor.make_output(state))
             if state.is_finished:

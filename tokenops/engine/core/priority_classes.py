@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.sequence import Sequence
+    from tokenops.engine.core.step_cost import StepCost
     from tokenops.engine.kv.block_manager import BlockManager
 
 
@@ -73,3 +74,40 @@ def make_room_for_interactive(
             return  # it waits for interactive work to finish: preempting batch work would not help
         while batch and (len(running) + num_seqs > config.max_num_seqs or num_blocks > bm.num_free_blocks):
             preempt(batch.pop())
+
+
+@dataclass(slots=True)
+class Allowance:
+    """The batch work a step may carry beside its interactive work (``batch_step_overhead``):
+    ``seconds`` of it, a decode row costing ``row_s`` and a prompt token ``token_s``."""
+
+    seconds: float
+    row_s: float
+    token_s: float
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.seconds / self.row_s)
+
+    def num_tokens(self, num_rows: int) -> int:
+        """Batch prompt tokens left once ``num_rows`` batch decode rows are in the step."""
+        return max(0, int((self.seconds - num_rows * self.row_s) / self.token_s))
+
+
+def overhead_allowance(
+    config: EngineConfig, cost: StepCost, running: list[Sequence], waiting: list[Sequence]
+) -> Allowance | None:
+    """``batch_step_overhead`` of the time the step's interactive work takes by itself (``cost``, the
+    engine's step-time fit), spent on batch decode rows first, then batch prompt tokens. None: off, or
+    nothing interactive to protect. The interactive part is estimated before the step is built: its
+    decodes, and the prompt tokens of its running and waiting prompts up to the step's token budget."""
+    if not config.batch_step_overhead:
+        return None
+    num_rows = sum(1 for s in running if not s.is_batch and not s.is_prefill)
+    num_tokens = sum(s.num_uncomputed_tokens for s in running if not s.is_batch and s.is_prefill)
+    num_tokens += sum(s.num_uncomputed_tokens for s in waiting if not s.is_batch)
+    if not num_rows and not num_tokens:
+        return None
+    num_tokens = min(num_tokens, max(0, config.max_num_batched_tokens - num_rows))
+    _, row_s, token_s = cost.coefficients()
+    return Allowance(config.batch_step_overhead * cost.estimate(num_rows, num_tokens), row_s, token_s)

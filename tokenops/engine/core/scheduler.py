@@ -17,7 +17,10 @@ of KV preempts batch sequences before interactive ones. While interactive work i
 (waiting or running), batch sequences are admitted up to ``batch_max_share`` of ``max_num_seqs``
 and take at most that share of each step's tokens; while interactive work waits, the batch
 sequences above that share are preempted. A preempted batch sequence waits at the head of
-the batch class and resumes as soon as room returns.
+the batch class and resumes as soon as room returns. With ``batch_step_overhead`` (live), a
+step with interactive work carries batch work worth at most that share of the interactive work's
+own time, by the step-time fit the engine feeds (:mod:`.step_cost`): batch decodes past that sit
+the step out with their KV kept (in turn, so each advances), then batch prompts fill the rest.
 The config object is read every step, so live tunable changes apply on the next one.
 """
 
@@ -29,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS, fcfs_order
-from tokenops.engine.core.priority_classes import BatchCap, batch_cap, make_room_for_interactive
+from tokenops.engine.core.priority_classes import BatchCap, batch_cap, make_room_for_interactive, overhead_allowance
 from tokenops.engine.core.sequence import Sequence, SequenceStatus
+from tokenops.engine.core.step_cost import StepCost
 from tokenops.engine.kv.block_manager import BlockManager
 
 if TYPE_CHECKING:
@@ -97,6 +101,9 @@ class Scheduler:
         #: Speculative decoding: how many proposed tokens to budget for a decoding
         #: sequence (None = off). Set by the engine.
         self.num_spec_tokens_fn: Callable[[Sequence], int] | None = None
+        #: The step-time fit the engine feeds after each step (``batch_step_overhead`` reads it).
+        self.step_cost = StepCost()
+        self._batch_turn = 0  # round robin over batch decodes when not all fit the allowance
 
     @property
     def num_waiting(self) -> int:
@@ -140,7 +147,9 @@ class Scheduler:
             interactive = self._order([s for s in self.waiting if not s.is_batch])
             make_room_for_interactive(config, self.block_manager, self.running, interactive, preempt)
         prefills = [s for s in self.running if s.is_prefill]
-        budget, is_short = self._schedule_decodes(out, classes)
+        allowance = overhead_allowance(config, self.step_cost, self.running, self.waiting) if classes else None
+        paused = self._paused_batch_decodes(allowance.num_rows) if allowance is not None else set()
+        budget, is_short = self._schedule_decodes(out, classes, paused)
         may_admit = not is_short and bool(self.waiting)
         if not classes:
             budget = self._schedule_prefills(prefills, budget, out)
@@ -157,6 +166,10 @@ class Scheduler:
             # time to first token is its own prefill (and the decodes), not a batch prompt's too
             return out
         cap = batch_cap(config, self.running, self.waiting, sum(c.num_tokens for c in out.chunks if c.seq.is_batch))
+        if allowance is not None:
+            num_rows = sum(1 for c in out.chunks if c.seq.is_batch)
+            cap = cap or BatchCap(config.max_num_seqs, config.max_num_batched_tokens)
+            cap.num_tokens = min(cap.num_tokens, allowance.num_tokens(num_rows))
         budget = self._schedule_prefills([s for s in prefills if s.is_batch], budget, out, cap)
         if may_admit and not any(not s.is_batch for s in self.waiting):
             self._admit(self._order(self.waiting), budget, out, cap)
@@ -166,10 +179,22 @@ class Scheduler:
         # the engine validates names when built and when the tunable changes: fcfs is only a guard
         return self.schedule_orders.get(self.config.schedule_policy, fcfs_order)(list(waiting))
 
-    def _schedule_decodes(self, out: SchedulerOutput, classes: bool) -> tuple[int, bool]:
-        """One token per running decode; returns the budget left and whether KV ran short."""
+    def _paused_batch_decodes(self, num_rows: int) -> set[int]:
+        """The batch decodes (seq ids) that sit this step out, their KV kept: all but ``num_rows``,
+        taken in turn so that each advances."""
+        decodes = [s.seq_id for s in self.running if s.is_batch and not s.is_prefill]
+        if len(decodes) <= num_rows:
+            return set()
+        start = self._batch_turn % len(decodes)
+        self._batch_turn += max(1, num_rows)
+        kept = {decodes[(start + k) % len(decodes)] for k in range(num_rows)}
+        return set(decodes) - kept
+
+    def _schedule_decodes(self, out: SchedulerOutput, classes: bool, paused: set[int]) -> tuple[int, bool]:
+        """One token per running decode (but the ``paused`` ones); returns the budget left and
+        whether KV ran short."""
         bm, budget = self.block_manager, self.config.max_num_batched_tokens
-        decodes = [s for s in self.running if not s.is_prefill]
+        decodes = [s for s in self.running if not s.is_prefill and s.seq_id not in paused]
         scheduled: set[int] = set()  # seq ids; victims are the latest-arrived of the others
         is_short = False
         for i, seq in enumerate(decodes):
@@ -178,7 +203,8 @@ class Scheduler:
             if budget == 0:
                 # budget < running decodes: the skipped ones go first next step, so none starves
                 skipped = [s for s in decodes[i:] if s.status is SequenceStatus.RUNNING]
-                self.running = skipped + [s for s in self.running if s.seq_id in scheduled or s.is_prefill]
+                kept = scheduled | paused
+                self.running = skipped + [s for s in self.running if s.seq_id in kept or s.is_prefill]
                 break
             while not bm.can_append(seq):
                 candidates = [s for s in self.running if s is not seq and s.seq_id not in scheduled]

@@ -1,0 +1,103 @@
+"""``batch_step_overhead`` in the scheduler alone (plain Python, no model, a fixed step-time fit): a
+step with interactive work carries batch work worth at most that share of the interactive work's own
+time; batch decodes past it sit the step out with their KV kept (no preemption), in turn, so each
+advances; batch prompts take what is left; with nothing interactive the batch runs unbounded. And the
+step-time fit itself (:class:`tokenops.engine.core.step_cost.StepCost`)."""
+
+import pytest
+
+from tests.engine.test_priority_classes import make, seq, step
+from tokenops.engine.core.config import EngineConfig
+from tokenops.engine.core.engine_stats import apply_engine_tunables
+from tokenops.engine.core.sequence import BATCH, INTERACTIVE
+from tokenops.engine.core.step_cost import StepCost
+
+
+def fixed_cost(fixed_s=0.010, row_s=0.001, token_s=0.0005) -> StepCost:
+    cost = StepCost(prior=(fixed_s, row_s, token_s))
+    cost.num_steps = -(10**9)  # never leaves the prior: the allowance is exact
+    return cost
+
+
+def test_the_fit_recovers_a_linear_step_time_from_varied_steps():
+    cost = StepCost(prior=(0.05, 0.01, 0.01))  # a wrong prior: the steps correct it
+    for i in range(400):
+        rows, tokens = 1 + i % 16, (i * 37) % 300 if i % 3 == 0 else 0
+        cost.observe(rows, tokens, 0.015 + 0.0004 * rows + 0.0006 * tokens)
+    fixed, row, token = cost.coefficients()
+    assert fixed == pytest.approx(0.015, rel=0.02) and row == pytest.approx(0.0004, rel=0.05)
+    assert token == pytest.approx(0.0006, rel=0.02)
+    assert StepCost().coefficients() == StepCost().prior  # no steps yet: the prior
+
+
+def test_steps_all_alike_still_give_finite_positive_slopes():
+    cost = StepCost()
+    for _ in range(100):
+        cost.observe(1, 0, 0.02)  # only one-row decodes: rows and the fixed cost cannot be told apart
+    fixed, row, token = cost.coefficients()
+    assert fixed + row == pytest.approx(0.02, rel=0.05) and row > 0 and token == pytest.approx(StepCost().prior[2])
+
+
+def _decoding(sched, n, cls, first=0, max_tokens=60):
+    seqs = [seq(4, cls, max_tokens=max_tokens, first=first + 10 * i) for i in range(n)]
+    for s in seqs:
+        sched.add(s)
+    while any(s.is_prefill for s in sched.running) or sched.waiting:
+        step(sched)
+    return seqs
+
+
+def test_batch_decodes_past_the_allowance_sit_out_with_their_kv_and_take_turns():
+    sched = make(max_seqs=8, budget=64, batch_step_overhead=0.25)
+    sched.step_cost = fixed_cost()  # one interactive row alone: 11 ms; a quarter of it: 2 batch rows
+    batch = _decoding(sched, 6, BATCH)
+    _decoding(sched, 1, INTERACTIVE, first=100)
+    tables = {s.seq_id: list(s.block_table) for s in batch}
+    advanced = {s.seq_id: 0 for s in batch}
+    for _ in range(6):
+        out = step(sched)
+        rows = [c for c in out.chunks if c.seq.is_batch]
+        assert len(rows) == 2 and sum(1 for c in out.chunks if not c.seq.is_batch) == 1
+        for c in rows:
+            advanced[c.seq.seq_id] += 1
+    assert set(advanced.values()) == {2}  # in turn: each advanced twice in six steps
+    assert sched.num_batch_preemptions == 0 and all(s in sched.running for s in batch)
+    assert all(s.block_table[: len(tables[s.seq_id])] == tables[s.seq_id] for s in batch)  # KV kept
+
+
+def test_what_the_rows_leave_goes_to_batch_prompts_and_nothing_interactive_means_no_bound():
+    sched = make(max_seqs=8, budget=64, batch_step_overhead=0.5)
+    sched.step_cost = fixed_cost()  # 1 interactive row: 11 ms, half: 5.5 ms = 1 batch row + 9 prompt tokens
+    _decoding(sched, 1, BATCH)
+    inter = _decoding(sched, 1, INTERACTIVE, first=100, max_tokens=8)[0]
+    sched.add(seq(40, BATCH, max_tokens=4, first=200))
+    out = step(sched)
+    assert sorted((c.seq.priority_class, c.num_tokens) for c in out.chunks) == [
+        (BATCH, 1), (BATCH, 9), (INTERACTIVE, 1),
+    ]  # fmt: skip
+    while not inter.is_finished:
+        step(sched)
+    sched.add(seq(40, BATCH, max_tokens=4, first=13))
+    out = step(sched)  # the batch alone: every decode, prompts up to the budget
+    assert sum(c.num_tokens for c in out.chunks if c.seq.is_batch) == sum(c.num_tokens for c in out.chunks)
+    assert max(c.num_tokens for c in out.chunks) == 40
+
+
+def test_off_by_default_and_a_live_tunable_checked_on_the_config():
+    from tokenops.plugin_manager import get_tunables
+
+    tunable = get_tunables()["engine.batch_step_overhead"]
+    assert tunable.live and tunable.default == 0.0
+    sched = make(max_seqs=8, budget=64)
+    sched.step_cost = fixed_cost()
+    _decoding(sched, 6, BATCH)
+    _decoding(sched, 1, INTERACTIVE, first=100)
+    assert sum(1 for c in step(sched).chunks if c.seq.is_batch) == 6  # off: every batch decode runs
+
+    class Engine:
+        config = sched.config
+
+    assert apply_engine_tunables(Engine, {"batch_step_overhead": 0.25}) == {"engine.batch_step_overhead": 0.25}
+    assert sum(1 for c in step(sched).chunks if c.seq.is_batch) == 2  # the next step already
+    with pytest.raises(ValueError, match="batch_step_overhead"):
+        EngineConfig(batch_step_overhead=1.5)

@@ -1,0 +1,90 @@
+"""The engine's step-time model, fit online from the steps it ran: a step costs about
+``fixed + row_s * decode rows + token_s * prompt tokens``. On a CPU a step's time grows with what it
+computes; on a GPU the slopes are near zero while the step is memory-bound. The scheduler sizes the
+batch work it puts beside interactive work with it (``batch_step_overhead``,
+:func:`tokenops.engine.core.priority_classes.overhead_allowance`).
+
+Exponentially weighted least squares over the recent steps (about the last ``1 / (1 - decay)``),
+pulled lightly toward a prior so that steps that all look alike (only decodes of one width, say)
+still give finite slopes: the prior is about SmolLM2-135M on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+_PRIOR = (0.015, 0.0006, 0.0006)  # seconds: fixed, per decode row, per prompt token
+_MIN_STEPS = 8  # the prior alone until this many steps were seen
+
+
+class StepCost:
+    """``observe`` each step, ``coefficients`` for the current fit (seconds)."""
+
+    def __init__(self, prior: tuple[float, float, float] = _PRIOR, decay: float = 0.995, pull: float = 0.02) -> None:
+        self.prior = prior
+        self.decay = decay
+        self.pull = pull
+        self.num_steps = 0
+        self._xtx = [[0.0] * 3 for _ in range(3)]
+        self._xty = [0.0] * 3
+        self._fit: tuple[float, float, float] | None = None
+
+    def observe(self, num_rows: int, num_tokens: int, seconds: float) -> None:
+        x = (1.0, float(num_rows), float(num_tokens))
+        for i in range(3):
+            self._xty[i] = self.decay * self._xty[i] + x[i] * seconds
+            for j in range(3):
+                self._xtx[i][j] = self.decay * self._xtx[i][j] + x[i] * x[j]
+        self.num_steps += 1
+        self._fit = None
+
+    def observe_chunks(self, chunks: Iterable[Any], seconds: float) -> None:
+        """A step's scheduled chunks (``num_tokens``, ``start_pos``): decode rows and prompt tokens."""
+        rows = tokens = 0
+        for c in chunks:
+            if c.num_tokens == 1 and c.start_pos > 0:
+                rows += 1
+            else:
+                tokens += c.num_tokens
+        self.observe(rows, tokens, seconds)
+
+    def coefficients(self) -> tuple[float, float, float]:
+        """(fixed, per decode row, per prompt token) in seconds, each > 0."""
+        if self.num_steps < _MIN_STEPS:
+            return self.prior
+        if self._fit is None:
+            a = [row[:] for row in self._xtx]
+            b = self._xty[:]
+            for i in range(3):  # ridge toward the prior
+                a[i][i] += self.pull
+                b[i] += self.pull * self.prior[i]
+            fit = _solve(a, b)
+            floors = (1e-5, 1e-7, 1e-7)
+            self._fit = (
+                self.prior if fit is None else (max(floors[0], fit[0]), max(floors[1], fit[1]), max(floors[2], fit[2]))
+            )
+        return self._fit
+
+    def estimate(self, num_rows: int, num_tokens: int) -> float:
+        fixed, row, token = self.coefficients()
+        return fixed + row * num_rows + token * num_tokens
+
+
+def _solve(a: list[list[float]], b: list[float]) -> tuple[float, float, float] | None:
+    """Gaussian elimination with partial pivoting, 3x3; None when singular."""
+    n = 3
+    m = [a[i][:] + [b[i]] for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-12:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            for c in range(col, n + 1):
+                m[r][c] -= f * m[col][c]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][c] * x[c] for c in range(r + 1, n))) / m[r][r]
+    return x[0], x[1], x[2]
