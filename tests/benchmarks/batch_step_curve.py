@@ -94,7 +94,6 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     from real_model import gguf_path
-
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.engine import LLMEngine
 

@@ -5,7 +5,6 @@ advances; batch prompts take what is left; with nothing interactive the batch ru
 step-time fit itself (:class:`tokenops.engine.core.step_cost.StepCost`)."""
 
 import pytest
-
 from tests.engine.test_priority_classes import make, seq, step
 from tokenops.engine.core.config import EngineConfig
 from tokenops.engine.core.engine_stats import apply_engine_tunables
