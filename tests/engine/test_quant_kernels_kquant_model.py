@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_gguf import load_hf_gguf, write_tiny_gguf
-
-from tokenops.engine.kernels import quant_kernels
 from tokenops.engine.core.batch import ChunkInput
+from tokenops.engine.kernels import quant_kernels
 
 NUM_NEW = 12
 
@@ -105,7 +104,6 @@ def test_kquant_gguf_served_through_the_fused_step(tmp_path) -> None:
     transformers' on the same file dequantized to float32."""
     import httpx
     import openai
-
     from tokenops.engine.models.loader import load_tokenizer
     from tokenops.testing_serve import ServeProcess
 
@@ -137,3 +135,37 @@ def test_kquant_gguf_served_through_the_fused_step(tmp_path) -> None:
         assert stats["weight_format"].startswith("gguf Q6_K") and stats["forward"] == "fused"
         assert stats["panel_dtype"] == "gguf" and stats["fused_decode_steps"] > 0
         assert stats["quant_kernels"].split("+")[0] in ("avx512-vnni", "avx2-vnni", "avx2"), stats["quant_kernels"]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("act_bytes", [2, 1])
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_fused_step_chains_a_qkv_of_mixed_encodings(tmp_path, monkeypatch, arch: str, act_bytes: int) -> None:
+    """A q/k/v whose v is stored in another format (as llama.cpp's Q4_K_M files keep v in Q6_K) is a
+    chain of qk_weight records in the fused step (the activations quantized once for its parts, qwen2's
+    bias split with them): the step runs such a model, its logits those of the PyTorch forward, which
+    multiplies part by part, with two- and one-byte activations (one: within a code step of rounding)."""
+    _needs_kernels()
+    path = write_tiny_gguf(tmp_path / "m.gguf", arch, "Q4_K", seed=6, tensor_types={"blk.0.attn_v.weight": "Q8_0"})
+    runner = _runner(path, monkeypatch)
+    qkv = runner.model.model.layers[0].self_attn.qkv_proj
+    assert [p.qtype.name for p in qkv.parts] == ["Q4_K", "Q8_0"]  # q and k in one part
+    assert runner.fused_decode is not None
+    kernels = quant_kernels.get_kernels()
+    assert kernels is not None
+    from fused_checks import fused_and_reference
+    from tokenops.engine.kernels import switches
+
+    ids = torch.randint(0, 256, (21,), generator=torch.Generator().manual_seed(7)).tolist()
+    table = list(range(32))
+    try:
+        for lib in switches._libraries:  # the fused library and the kernels' own: both multiply
+            lib.qk_set_act_bytes(act_bytes)
+        for chunk in (ChunkInput(ids, 0, table, num_logits=len(ids)), ChunkInput(ids[-1:], len(ids), table)):
+            fused, reference, _ = fused_and_reference(runner, [chunk])
+            err = ((fused - reference).abs().amax(-1) / reference.abs().amax(-1)).max().item()
+            # one byte: a float32 rounding apart between the two forwards can move an activation's code by one
+            assert err < (1e-4 if act_bytes == 2 else 2e-3), (chunk.start_pos, err)
+    finally:
+        for lib in switches._libraries:
+            lib.qk_set_act_bytes(2)

@@ -7,11 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A weight as the products read it: format t, rb bytes per row (packed: per group of 8 rows). */
-typedef struct {
+/* A weight as the products read it: format t, rb bytes per row (packed: per group of 8 rows). next: the
+   weight's next part (NULL: none), N rows more of the same K in its own format, whose outputs follow
+   (a fused q/k/v whose v is stored in another format): the activations are quantized once for all. */
+typedef struct qk_weight_s {
     const uint8_t *data;
     int64_t rb, N, K;
     int32_t t, packed;
+    const struct qk_weight_s *next;
 } qk_weight;
 
 /* y[M, N] = x[M, K] . W^T; method 1 GEMV (VNNI where the CPU has it), 2 GEMV with maddubs, 3 exact

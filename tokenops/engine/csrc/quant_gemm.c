@@ -145,8 +145,9 @@ static void qk_product_amx(const qk_weight *w, int vnni, tk_gemv_packed_fn fn, c
     tk_amx_end();
 }
 #endif
-static void qk_product(const qk_weight *w, int method, const float *x, int64_t xs, int64_t M, const float *b,
-                       float *y, int64_t ys, int acc, void *scratch, float *panel) {
+/* one part of w (ready: the activations are already quantized, or rounded, in scratch) */
+static void qk_product_one(const qk_weight *w, int method, const float *x, int64_t xs, int64_t M, const float *b,
+                           float *y, int64_t ys, int acc, void *scratch, float *panel, int ready) {
     const int64_t N = w->N, K = w->K, rb = w->rb;
     const int t = w->t;
     const uint8_t *W = w->data;
@@ -154,10 +155,12 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
     if (method == 1 || method == 2) {
         int vnni = method == 1 && TK_HAVE_VNNI;
         tk_act *a = (tk_act *)scratch;
-        _Pragma("omp for schedule(static)")
-        for (int64_t m = 0; m < M; m++) {
-            a[m] = qk_act_at(scratch, M, K, m);
-            quantize_act(x + m * xs, K, a[m]);
+        if (!ready) {
+            _Pragma("omp for schedule(static)")
+            for (int64_t m = 0; m < M; m++) {
+                a[m] = qk_act_at(scratch, M, K, m);
+                quantize_act(x + m * xs, K, a[m]);
+            }
         }
         if (w->packed) {
             int64_t G = (N + 7) / 8, nb = K / qk_block(t);
@@ -235,8 +238,10 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
 #endif
     if (method != 3) {  /* the rounded activations (1/2 in a plain build, 4) */
         float *xr = (float *)scratch;
-        _Pragma("omp for schedule(static)")
-        for (int64_t m = 0; m < M; m++) round_act(x + m * xs, K, xr + m * K);
+        if (!ready) {
+            _Pragma("omp for schedule(static)")
+            for (int64_t m = 0; m < M; m++) round_act(x + m * xs, K, xr + m * K);
+        }
         x = xr;
         xs = K;
     }
@@ -257,6 +262,15 @@ static void qk_product(const qk_weight *w, int method, const float *x, int64_t x
                 for (int r = 0; r < R; r++) qk_put(y + (m + r) * ys, tt + r * 3, b, n0 + c, C, acc);
             }
         }
+    }
+}
+
+static void qk_product(const qk_weight *w, int method, const float *x, int64_t xs, int64_t M, const float *b,
+                       float *y, int64_t ys, int acc, void *scratch, float *panel) {
+    for (int ready = 0; w; w = w->next, ready = 1) {  /* each part's outputs after the last's */
+        qk_product_one(w, method, x, xs, M, b, y, ys, acc, scratch, panel, ready);
+        y += w->N;
+        if (b) b += w->N;
     }
 }
 
@@ -293,7 +307,7 @@ int64_t qk_group_bytes(int t, int64_t K) { return K % qk_block(t) ? 0 : K / qk_b
 int qk_linear(int t, int packed, int method, const float *x, int64_t M, const uint8_t *W, int64_t rb, float *y,
               int64_t N, int64_t K, int nt) {
     if (!qk_bytes(t) || K % qk_block(t) || (packed && !qk_packed_bytes(t)) || method < 1 || method > 4) return -2;
-    qk_weight w = {W, rb, N, K, t, packed};
+    qk_weight w = {W, rb, N, K, t, packed, NULL};
     int gemm_path = method >= 3 || !(qk_features() & 1);
     void *scratch = method == 3 ? NULL : malloc(qk_scratch_bytes(M, K));
     if (method != 3 && !scratch) return -1;

@@ -183,19 +183,25 @@ class FusedDecoder:
         loader put them), or its panels in a new huge-page arena. Returns id(weight) -> address."""
         copies: dict[int, int] = {}
         if quantized:  # the weights stay where the loader put them; the step reads qk_weight records
-            self._qweights = [
-                QkWeight(
-                    w.raw.data_ptr(),
-                    w.raw.shape[1],
-                    w.out_features,
-                    w.in_features,
-                    w.ggml_type,
-                    int(w.packed is not None),
-                )
-                for w in {id(w): w for w in big}.values()
-            ]
-            for w, rec in zip({id(w): w for w in big}.values(), self._qweights):
-                copies[id(w)] = ctypes.addressof(rec)
+            self._qweights = []
+            for w in {id(w): w for w in big}.values():
+                parts = list(w) if isinstance(w, torch.nn.ModuleList) else [w]  # parts: a chain of records
+                recs = [
+                    QkWeight(
+                        p.raw.data_ptr(),
+                        p.raw.shape[1],
+                        p.out_features,
+                        p.in_features,
+                        p.ggml_type,
+                        int(p.packed is not None),
+                        None,
+                    )
+                    for p in parts
+                ]
+                for rec, nxt in zip(recs, recs[1:]):
+                    rec.next = ctypes.addressof(nxt)
+                self._qweights += recs
+                copies[id(w)] = ctypes.addressof(recs[0])
         else:
             self._arena_buf, self.arena, copies = pack_arena(big, PANEL_DTYPES[panel_dtype])
         return copies

@@ -31,6 +31,7 @@ class QkWeight(ctypes.Structure):
         ("K", ctypes.c_int64),
         ("t", ctypes.c_int32),
         ("packed", ctypes.c_int32),
+        ("next", ctypes.c_void_p),  # the weight's next part (another format, same K), or None
     ]
 
 
@@ -241,18 +242,20 @@ def _quantized_reason(model: CausalLM, linears: Sequence[torch.nn.Module]) -> st
     if not isinstance(embed, QuantizedEmbedding) or embed.dtype != torch.float32:
         return "its embedding is not quantized"
     for module in [*linears, embed]:
-        weights = [embed.weight_q] if module is embed else getattr(module, "parts", [])
-        if not isinstance(module, (QuantizedLinear, QuantizedEmbedding)) or len(weights) != 1:
-            return f"a layer mixes encodings or is not quantized ({type(module).__name__})"
-        if weights[0].ggml_type not in quant_kernels.SUPPORTED:
-            return f"no kernel for {weights[0].qtype.name} weights"
+        weights = [embed.weight_q] if module is embed else list(getattr(module, "parts", []))
+        if not isinstance(module, (QuantizedLinear, QuantizedEmbedding)) or not weights:
+            return f"a layer is not quantized ({type(module).__name__})"
+        for weight in weights:  # a layer of parts in several encodings (q/k/v) chains their qk_weights
+            if weight.ggml_type not in quant_kernels.SUPPORTED:
+                return f"no kernel for {weight.qtype.name} weights"
     return None
 
 
 def weight_of(linear: torch.nn.Module) -> Any:
-    """What the fused step multiplies by: a Linear's weight, a QuantizedLinear's one QuantizedWeight."""
+    """What the fused step multiplies by: a Linear's weight, a QuantizedLinear's one QuantizedWeight (its
+    parts, a QuantizedWeights, when it has several: the step chains their qk_weight records)."""
     parts = getattr(linear, "parts", None)
-    return parts[0] if parts is not None else linear.weight
+    return (parts[0] if len(parts) == 1 else parts) if parts is not None else linear.weight
 
 
 def dense_linear_bytes(model: torch.nn.Module) -> int:
