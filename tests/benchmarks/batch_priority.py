@@ -21,7 +21,7 @@ TTFT/TPOT p95 within 10% of interactive-only while the batch takes >= 80% of the
 The batch is cancelled after each run (the next starts on an idle engine).
 
     .venv/bin/python tests/benchmarks/batch_priority.py [--seconds 60] [--load 0.5] [--share 1.0]
-        [--step-tokens 0[,64...]] [--repeat 1]
+        [--step-tokens 0[,64[:overhead[:share]]...]] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -68,12 +68,16 @@ def engine_stats(srv: ServeProcess) -> dict[str, Any]:
     return next(iter(engines.values()))
 
 
-def set_priority_classes(srv: ServeProcess, on: bool, step_tokens: int | None = None) -> None:
+def set_priority_classes(srv: ServeProcess, on: bool, setting: tuple[int, float, float | None] | None = None) -> None:
+    """Priority classes on or off; ``setting``: (``batch_step_tokens``, ``batch_step_overhead``,
+    ``batch_max_share`` or None: as the server started)."""
     import httpx
 
     values: dict[str, Any] = {"engine.priority_classes": on}
-    if step_tokens is not None:
-        values["engine.batch_step_tokens"] = step_tokens
+    if setting is not None:
+        values["engine.batch_step_tokens"], values["engine.batch_step_overhead"], share = setting
+        if share is not None:
+            values["engine.batch_max_share"] = share
     r = httpx.patch(srv.url + "/admin/tunables", headers=srv.admin_headers, json={"values": values}, timeout=60)
     r.raise_for_status()
 
@@ -101,8 +105,7 @@ def token_capacity(srv: ServeProcess, seconds: float, lines: int) -> float:
     batch_id = submit_batch(srv, lines)
     deadline = time.monotonic() + 600
     # steady state: the first wave of prompts (all prefill, few generated tokens) is done
-    while ((counts := client.batches.retrieve(batch_id).request_counts) is None
-           or counts.completed < MAX_NUM_SEQS):
+    while (counts := client.batches.retrieve(batch_id).request_counts) is None or counts.completed < MAX_NUM_SEQS:
         assert time.monotonic() < deadline, "the batch did not reach a steady state"
         time.sleep(0.2)
     start, generated0 = time.monotonic(), engine_stats(srv)["total_generation_tokens"]
@@ -121,15 +124,19 @@ def submit_batch(srv: ServeProcess, n: int) -> str:
             "custom_id": f"line-{i}",
             "method": "POST",
             "url": "/v1/chat/completions",
-            "body": {"model": MODEL, "messages": req.messages, "max_tokens": req.max_tokens, "ignore_eos": True,
-                     "temperature": 0},
+            "body": {
+                "model": MODEL,
+                "messages": req.messages,
+                "max_tokens": req.max_tokens,
+                "ignore_eos": True,
+                "temperature": 0,
+            },
         }
         for i, req in enumerate(sharegpt(n, seed=2, **SHAPE))
     ]
     data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
     uploaded = client.files.create(file=("lines.jsonl", io.BytesIO(data)), purpose="batch")
-    return client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
-                                 completion_window="24h").id
+    return client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h").id
 
 
 def stop_batch(srv: ServeProcess, batch_id: str) -> dict[str, int]:
@@ -211,22 +218,28 @@ def idle_used(capacity: float, run: dict[str, Any]) -> float | None:
 def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dict[str, Any]]) -> None:
     alone = runs["interactive only"]
     capacity = idle_capacity(cap_tps, runs)
-    print(f"capacity: {capacity:.0f} generated tok/s (the most seen; a batch alone at {MAX_NUM_SEQS} slots: "
-          f"{cap_tps:.0f}), {cap_rps:.2f} interactive req/s at {MAX_NUM_SEQS} in flight; interactive at "
-          f"{rate:.2f} req/s")
-    head = (f"{'run':<34}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
-            f"{'inter tok/s':>12}{'batch tok/s':>12}{'total':>7}{'idle used':>10}{'preempt':>8}{'load':>6}")
+    print(
+        f"capacity: {capacity:.0f} generated tok/s (the most seen; a batch alone at {MAX_NUM_SEQS} slots: "
+        f"{cap_tps:.0f}), {cap_rps:.2f} interactive req/s at {MAX_NUM_SEQS} in flight; interactive at "
+        f"{rate:.2f} req/s"
+    )
+    head = (
+        f"{'run':<34}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
+        f"{'inter tok/s':>12}{'batch tok/s':>12}{'total':>7}{'idle used':>10}{'preempt':>8}{'load':>6}"
+    )
     print(head)
     print("-" * len(head))
     for name, r in runs.items():
         ttft, tpot = r["ttft_p95_s"], r["tpot_p95_s"]
         share = idle_used(capacity, r)
         used = "-" if share is None else f"{share:.0%}"
-        print(f"{name:<34}{(ttft or math.nan) * 1000:>8.0f}ms{ratio(ttft, alone['ttft_p95_s']):>9}"
-              f"{(tpot or math.nan) * 1000:>8.1f}ms{ratio(tpot, alone['tpot_p95_s']):>9}"
-              f"{r['interactive_tps']:>12.0f}{(r['batch_tps'] if r['batch_lines'] else 0):>12.0f}"
-              f"{r['interactive_tps'] + (r['batch_tps'] if r['batch_lines'] else 0):>7.0f}{used:>10}"
-              f"{r['batch_preemptions']:>8.0f}{r.get('load_avg', math.nan):>6.1f}")
+        print(
+            f"{name:<34}{(ttft or math.nan) * 1000:>8.0f}ms{ratio(ttft, alone['ttft_p95_s']):>9}"
+            f"{(tpot or math.nan) * 1000:>8.1f}ms{ratio(tpot, alone['tpot_p95_s']):>9}"
+            f"{r['interactive_tps']:>12.0f}{(r['batch_tps'] if r['batch_lines'] else 0):>12.0f}"
+            f"{r['interactive_tps'] + (r['batch_tps'] if r['batch_lines'] else 0):>7.0f}{used:>10}"
+            f"{r['batch_preemptions']:>8.0f}{r.get('load_avg', math.nan):>6.1f}"
+        )
 
 
 async def bench(srv: ServeProcess, args: argparse.Namespace) -> dict[str, Any]:
@@ -240,16 +253,43 @@ async def bench(srv: ServeProcess, args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.repeat):  # the three kinds in turn, so the box's load drifts over all of them
         runs: dict[str, dict[str, Any]] = {}
         runs["interactive only"] = await interactive_run(srv, rate, args.seconds, 0)
-        for step_tokens in args.step_tokens:  # live: the same server, the same capacity, in turn
-            set_priority_classes(srv, True, step_tokens)
-            name = "+ batch, priority on" + (f", step {step_tokens}" if len(args.step_tokens) > 1 else "")
+        for setting in args.step_tokens:  # live: the same server, the same capacity, in turn
+            set_priority_classes(srv, True, (setting[0], setting[1], args.share if setting[2] is None else setting[2]))
+            name = "+ batch, priority on" + (f", {_setting_name(setting)}" if len(args.step_tokens) > 1 else "")
             runs[name] = await interactive_run(srv, rate, args.seconds, lines)
         set_priority_classes(srv, False)
         runs["+ batch, priority off"] = await interactive_run(srv, rate, args.seconds, lines)
-        set_priority_classes(srv, True, args.step_tokens[0])
+        first = args.step_tokens[0]
+        set_priority_classes(srv, True, (first[0], first[1], args.share if first[2] is None else first[2]))
         repeats.append(runs)
-    return {"capacity_tps": cap_tps, "capacity_rps": cap_rps, "rate": rate, "batch_lines": lines,
-            "runs": median_runs(repeats), "repeats": repeats}
+    return {
+        "capacity_tps": cap_tps,
+        "capacity_rps": cap_rps,
+        "rate": rate,
+        "batch_lines": lines,
+        "runs": median_runs(repeats),
+        "repeats": repeats,
+    }
+
+
+def _setting_name(setting: tuple[int, float, float | None]) -> str:
+    step_tokens, overhead, share = setting
+    return (
+        (f"share {share:g}, " if share is not None else "")
+        + f"step {step_tokens}"
+        + (f", overhead {overhead:g}" if overhead else "")
+    )
+
+
+def _settings(value: str) -> list[tuple[int, float, float | None]]:
+    """``64,64:0.1,64:0.1:1.0``: batch_step_tokens, each with an optional batch_step_overhead and
+    batch_max_share (else --share's)."""
+    out: list[tuple[int, float, float | None]] = []
+    for item in value.split(","):
+        parts = item.split(":")
+        share = float(parts[2]) if len(parts) > 2 else None
+        out.append((int(parts[0]), float(parts[1]) if len(parts) > 1 else 0.0, share))
+    return out
 
 
 def main() -> None:
@@ -257,9 +297,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0, help="length of each interactive run")
     ap.add_argument("--load", type=float, default=0.5, help="interactive request rate / measured capacity")
     ap.add_argument("--share", type=float, default=1.0, help="engine batch_max_share")
-    ap.add_argument("--step-tokens", type=lambda v: [int(x) for x in v.split(",")], default=[0],
-                    help="engine batch_step_tokens (0: no bound); several, comma-separated: a priority-on run "
-                         "for each, set live in turn")  # fmt: skip
+    ap.add_argument("--step-tokens", type=_settings, default=[(0, 0.0, None)],
+                    help="engine batch_step_tokens (0: no bound), each with an optional :batch_step_overhead "
+                         "and :batch_max_share (64:0.1:1.0); several, comma-separated: a priority-on run for "
+                         "each, set live in turn")  # fmt: skip
     ap.add_argument("--batch-lines", type=int, default=0, help="lines of the batch (0: enough to outlast a run)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each kind (the table shows medians)")
     ap.add_argument("--json", action="store_true")
@@ -268,7 +309,7 @@ def main() -> None:
     from tests import real_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = server_config(str(real_model.gguf_path()), args.share, args.step_tokens[0])
+        config = server_config(str(real_model.gguf_path()), args.share, args.step_tokens[0][0])
         with ServeProcess(tmp, config=config, env=real_model.SERVE_ENV) as srv:
             out = asyncio.run(bench(srv, args))
     if args.json:
@@ -278,10 +319,16 @@ def main() -> None:
     for i, runs in enumerate(out["repeats"] if len(out["repeats"]) > 1 else []):
         print(f"\nrepeat {i + 1}:")
         print_table(out["capacity_tps"], out["capacity_rps"], out["rate"], runs)
-    done = [f"{r['batch_lines']['completed']}/{r['batch_lines']['total']}" for rs in out["repeats"]
-            for r in rs.values() if r["batch_lines"]]
-    print(f"batch: {out['batch_lines']} lines submitted with each batched run, cancelled after it "
-          f"(lines done per run, on/off in turn: {', '.join(done)}); medians of {len(out['repeats'])} repeat(s)")
+    done = [
+        f"{r['batch_lines']['completed']}/{r['batch_lines']['total']}"
+        for rs in out["repeats"]
+        for r in rs.values()
+        if r["batch_lines"]
+    ]
+    print(
+        f"batch: {out['batch_lines']} lines submitted with each batched run, cancelled after it "
+        f"(lines done per run, on/off in turn: {', '.join(done)}); medians of {len(out['repeats'])} repeat(s)"
+    )
 
 
 if __name__ == "__main__":

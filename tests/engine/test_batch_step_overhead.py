@@ -100,3 +100,30 @@ def test_off_by_default_and_a_live_tunable_checked_on_the_config():
     assert sum(1 for c in step(sched).chunks if c.seq.is_batch) == 2  # the next step already
     with pytest.raises(ValueError, match="batch_step_overhead"):
         EngineConfig(batch_step_overhead=1.5)
+
+
+def test_the_engine_feeds_the_fit_each_step_and_the_bound_changes_no_output(tiny_llama_dir):
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
+
+    def run(**kw):
+        engine = LLMEngine(
+            EngineConfig(model=str(tiny_llama_dir), device="cpu", block_size=4, kv_cache_tokens=512,
+                         max_num_batched_tokens=32, max_num_seqs=8, torch_threads=1, **kw)
+        )  # fmt: skip
+        params = SamplingParams(temperature=0, max_tokens=12)
+        for i in range(4):
+            engine.add_request(f"b{i}", [3 + i, 4, 5, 6, 7], params, priority_class=BATCH)
+        engine.add_request("i0", [9, 10, 11, 12], params)
+        outs: dict[str, list[int]] = {}
+        while engine.has_unfinished():
+            for out in engine.step():
+                if out.finished:
+                    outs[out.request_id] = out.outputs[0].token_ids
+        return engine, outs
+
+    plain, expected = run()
+    bounded, got = run(batch_step_overhead=0.05)
+    assert got == expected
+    assert bounded.scheduler.step_cost.num_steps == bounded.num_steps >= plain.num_steps  # batch rows waited
+    assert bounded.scheduler.step_cost.coefficients()[0] > 0
