@@ -54,12 +54,13 @@ def test_fused_step_matches_pytorch_forward(arch, tiny_checkpoint, make_runner):
 
 
 @needs_lib
-@pytest.mark.parametrize("arch", ["qwen2_sliding", "mistral_h12"])
+@pytest.mark.parametrize("arch", ["qwen2_sliding", "mistral_h12", "gemma2", "gemma3"])
 def test_fused_step_runs_verify_chunks_causally(arch, tiny_checkpoint, make_runner):
     """Speculative decoding's verify chunks (k + 1 tokens, logits for each) are rows of the fused
     step; each attends to the chunk's earlier tokens only (and within the sliding window), as in
     the PyTorch forward. mistral_h12 has 12 heads on 3 KV heads (heads scored 8 to a vector plus 4
-    alone; a chunk's value pass takes 3 + 1 heads per KV head)."""
+    alone; a chunk's value pass takes 3 + 1 heads per KV head); Gemma 2/3's windows are 5 tokens on
+    layer 0 (with Gemma 2's soft-capped scores, Gemma 3's local rotary table)."""
     runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=512,
                          weight_layout="plain")
     prompts, tables = [list(range(3, 40)), list(range(50, 61))], [list(range(0, 12)), list(range(20, 26))]
@@ -77,7 +78,7 @@ def test_fused_step_runs_verify_chunks_causally(arch, tiny_checkpoint, make_runn
 
 
 @needs_lib
-@pytest.mark.parametrize("arch", ["llama", "qwen2_sliding", "mistral_h12"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2_sliding", "mistral_h12", "gemma2", "gemma3"])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_prefill_chunks_take_the_fused_step(arch, threads, tiny_checkpoint, make_runner):
     """Prefill chunks are rows of the fused step too: the same logits (only the last row of each
@@ -296,15 +297,19 @@ def test_fused_step_skips_evicted_blocks(tiny_llama_dir, make_runner):
 
 
 @needs_lib
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_engine_output_identical_with_and_without_the_fused_step(tiny_llama_dir, threads):
+def test_engine_output_identical_with_and_without_the_fused_step(arch, threads, tiny_llama_dir, tiny_checkpoint):
+    """Greedy tokens and logprobs of the engine, fused step or PyTorch forward, batch of one or three
+    (Gemma 2: soft caps and a 5-token window crossed; Gemma 3: q/k norms and two rotary tables)."""
+    model = tiny_llama_dir if arch == "llama" else tiny_checkpoint(arch)
     torch_threads = torch.get_num_threads()
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=2)
     prompts = [[5, 6, 7, 8, 9], [11, 12, 13], list(range(20, 60))]
     outs, engines = {}, {}
     try:
         for kernel in ("torch", "native"):
-            engine = LLMEngine(EngineConfig(model=str(tiny_llama_dir), device="cpu", decode_kernel=kernel,
+            engine = LLMEngine(EngineConfig(model=str(model), device="cpu", decode_kernel=kernel,
                                             torch_threads=threads, kv_cache_tokens=1024))
             # one at a time (fused, one row), three together (fused, three rows), and with max_rows
             # lowered, three on the PyTorch path
@@ -321,6 +326,55 @@ def test_engine_output_identical_with_and_without_the_fused_step(tiny_llama_dir,
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
         for x, y in zip(a.outputs[0].logprobs, b.outputs[0].logprobs):
             assert x["logprob"] == pytest.approx(y["logprob"], abs=1e-4)
+
+
+@needs_lib
+@pytest.mark.parametrize("arch", ["gemma2_gguf", "gemma3_gguf"])
+def test_fused_step_runs_quantized_gemma_files(arch, tiny_checkpoint, tmp_path, make_runner):
+    """A Gemma 2/3 GGUF (Q8_0, written as llama.cpp's converter writes it: norms stored as 1 + w) takes
+    the fused step with its products from the file's blocks (Gemma 3: five local layers, one global):
+    the same logits as the PyTorch forward through the same quantized products, decodes and a verify
+    chunk past the 5-token windows."""
+    from tiny_gguf_hf import write_gguf_from_hf
+
+    path = write_gguf_from_hf(tiny_checkpoint(arch), tmp_path / f"{arch}.gguf", "Q8_0")
+    runner = make_runner(path, decode_kernel="native", kv_cache_tokens=256)
+    assert runner.fused_decode.panel_dtype == "gguf"
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, runner.vocab_size, (n,), generator=g).tolist() for n in (23, 9)]
+    tables = [list(range(0, 10)), list(range(10, 16))]
+    _prefill(runner, prompts, tables)
+    for chunks in ([ChunkInput([5], 23, tables[0])],
+                   [ChunkInput([6], 9, tables[1]), ChunkInput([7, 8, 9], 24, tables[0], num_logits=3)]):
+        fused, reference = _decode_both(runner, chunks)
+        assert fused.shape == reference.shape == (sum(c.num_logits for c in chunks), runner.vocab_size)
+        torch.testing.assert_close(fused, reference, atol=2e-3, rtol=1e-3)
+        assert fused.argmax(-1).tolist() == reference.argmax(-1).tolist()
+
+
+@needs_lib
+def test_gemma_adapter_rows_on_the_fused_step_match_the_pytorch_forward(tiny_checkpoint, tmp_path):
+    """LoRA rows on a Gemma 3 base (adapters on every projection): the fused step adds o_proj's and
+    down_proj's products before the sandwich norms, as the PyTorch forward's hooks do; a batch mixing
+    adapter and base rows gives the same greedy tokens either way."""
+    pytest.importorskip("peft")
+    from test_lora import ALL, make_adapter
+
+    base = tiny_checkpoint("gemma3")
+    adapter = make_adapter(base, tmp_path / "a", 8, 16, ALL, False, 1)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [11, 12, 13]]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    outs, engines = {}, {}
+    for kernel in ("torch", "native"):
+        engine = LLMEngine(EngineConfig(model=str(base), device="cpu", decode_kernel=kernel, torch_threads=1,
+                                        kv_cache_tokens=512))
+        engine.load_lora("a", str(adapter))
+        got = engine.generate(prompts * 2, params, loras=["a", "a", None, None])
+        outs[kernel] = [o.outputs[0].token_ids for o in got]
+        engines[kernel] = engine
+    assert engines["native"].stats()["lora"]["fused_steps"] > 0
+    assert outs["native"] == outs["torch"]
+    assert outs["torch"][:2] != outs["torch"][2:]  # the adapter changes the tokens
 
 
 def test_auto_declines_and_native_refuses_what_it_cannot_run(tiny_checkpoint, make_runner):
@@ -355,19 +409,20 @@ PROMPT_40 = [(7 * i) % 50 + 5 for i in range(40)]
 
 
 @needs_lib
-@pytest.mark.parametrize("panel_dtype", [None, "bfloat16"])
-def test_serve_decodes_through_the_fused_step(tmp_path, tiny_llama_dir, panel_dtype):
+@pytest.mark.parametrize(("arch", "panel_dtype"), [("llama", None), ("llama", "bfloat16"), ("gemma3", None)])
+def test_serve_decodes_through_the_fused_step(tmp_path, tiny_llama_dir, tiny_checkpoint, arch, panel_dtype):
     """A default ``tokenops serve`` streams a lone request through the fused step, every step of it
     (a 40-token prompt: a prefill whose attention is split by rows), and answers exactly what the
-    PyTorch forward generates; with ``[engine] panel_dtype = "bfloat16"`` what the engine with
-    bfloat16 panels generates."""
-    config = local_model("tiny", tiny_llama_dir)
+    PyTorch forward generates (a Gemma 3 too); with ``[engine] panel_dtype = "bfloat16"`` what the
+    engine with bfloat16 panels generates."""
+    model = tiny_llama_dir if arch == "llama" else tiny_checkpoint(arch)
+    config = local_model("tiny", model)
     if panel_dtype:
         config = serve_config(config, section("engine", panel_dtype=panel_dtype))
     if panel_dtype:  # the same engine in process: the rounded weights, through the fused step
-        reference_config = EngineConfig(model=str(tiny_llama_dir), device="cpu", panel_dtype=panel_dtype)
+        reference_config = EngineConfig(model=str(model), device="cpu", panel_dtype=panel_dtype)
     else:
-        reference_config = EngineConfig(model=str(tiny_llama_dir), device="cpu", decode_kernel="torch")
+        reference_config = EngineConfig(model=str(model), device="cpu", decode_kernel="torch")
     text, stats, reference = serve_and_generate(tmp_path, config, PROMPT_40, reference_config)
     engines = [e for e in stats["engines"].values() if "fused_decode_steps" in e]
     assert engines and engines[0]["fused_decode_steps"] == engines[0]["num_steps"] >= 16, stats["engines"]

@@ -43,9 +43,11 @@ more than ``max_rows`` tokens (a token budget over :data:`MAX_ROWS`) take the Py
 stays the reference: greedy output is the same either way in the tests, and logits and K/V agree
 to float32 rounding (the sums run in another order).
 
-Eligible: a dense (not MoE) model in float32 on CPU, SiLU MLP, float32 or bfloat16 KV cache, no weight
-transform (quantized layers) and no compiled forward (the runner drops the decoder when a
-compile plugin returns a model).
+Eligible: a dense (not MoE) model in float32 on CPU, SiLU or GELU-tanh MLP, float32 or bfloat16 KV
+cache, no weight transform (quantized layers) and no compiled forward (the runner drops the decoder
+when a compile plugin returns a model). Gemma 1/2/3 take it (``tk_model`` and the layer records carry
+their additions: scaled embeddings, ``1 + w`` norms folded at setup, sandwich norms, GELU, soft caps,
+a second rotary table for Gemma 3's local layers); Phi-3's partial rotation and LongRoPE do not.
 """
 
 from __future__ import annotations
