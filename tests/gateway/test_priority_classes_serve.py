@@ -165,6 +165,23 @@ def test_the_batch_share_is_a_live_tunable_and_a_bad_value_is_a_400_naming_it(se
     httpx.patch(url, headers=headers, json={"values": {"engine.batch_max_share": 1.0}}, timeout=30)
 
 
+def test_batch_step_overhead_is_a_live_tunable_and_interactive_work_still_goes_first(served, client):
+    url, headers = served.url + "/admin/tunables", served.admin_headers
+    bad = httpx.patch(url, headers=headers, json={"values": {"engine.batch_step_overhead": 2}}, timeout=30)
+    assert bad.status_code == 400 and "engine.batch_step_overhead" in bad.text, bad.text
+    good = httpx.patch(url, headers=headers, json={"values": {"engine.batch_step_overhead": 0.1}}, timeout=30)
+    assert good.status_code == 200, good.text
+    try:
+        batch = _submit(client, 4, "overhead")
+        _saturated(served, 4)
+        assert _interactive(client)  # it took a slot from the batch and ran with batch rows held back
+        after = _engine(served)
+        assert after["num_running_batch"] + after["num_waiting_batch"] >= 2, after
+        _finish(client, served, batch.id)
+    finally:
+        httpx.patch(url, headers=headers, json={"values": {"engine.batch_step_overhead": 0.0}}, timeout=30)
+
+
 @pytest.mark.slow
 def test_without_priority_classes_the_same_request_waits_behind_the_batch(served, client):
     patch = httpx.patch(
