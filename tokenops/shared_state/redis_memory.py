@@ -32,9 +32,7 @@ without a session does.
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,80 +40,11 @@ from typing import Any
 import numpy as np
 
 from tokenops.memory.memory_store import MemoryEntry, RecentVectors, evict_to_budget, near_duplicate, split_chunks
+from tokenops.shared_state.session_copies import SessionCopies
+from tokenops.shared_state.session_layout import _BOOKKEEP, _member, _names, decode_entries, encode_entries
 from tokenops.shared_state.write_behind import WatchedKey, WriteBehind
 
 log = logging.getLogger(__name__)
-
-#: The bookkeeping of one write of a session, run inside the write's MULTI after the session's own
-#: ``SET`` (or ``DEL``): keep the per-session byte hash and the total in step, count merges and
-#: evictions, drop expired sessions, then least recently used ones while over either budget. The
-#: session's value never passes through the script (a 64 KB string handed to Lua and back costs
-#: Redis ~0.3 ms; a plain SET of it ~0.01 ms). KEYS: lru, sizes, total, stats. ARGV: member, size,
-#: now, expire before, max total bytes, max sessions, the session keys' prefix, merged, expired,
-#: evicted.
-_BOOKKEEP = """
-local member, size, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local old = tonumber(redis.call('HGET', KEYS[2], member) or '0')
-if size > 0 then
-  redis.call('HSET', KEYS[2], member, size)
-  redis.call('ZADD', KEYS[1], now, member)
-else
-  redis.call('HDEL', KEYS[2], member)
-  redis.call('ZREM', KEYS[1], member)
-end
-redis.call('INCRBY', KEYS[3], size - old)
-for i, name in ipairs({'merged', 'expired', 'evicted'}) do
-  if tonumber(ARGV[7 + i]) > 0 then redis.call('HINCRBY', KEYS[4], name, ARGV[7 + i]) end
-end
-local function drop(m)
-  local s = tonumber(redis.call('HGET', KEYS[2], m) or '0')
-  redis.call('DEL', ARGV[7] .. m)
-  redis.call('HDEL', KEYS[2], m)
-  redis.call('ZREM', KEYS[1], m)
-  redis.call('INCRBY', KEYS[3], -s)
-end
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[4])) do
-  drop(m)
-end
-local evicted = 0
-while redis.call('ZCARD', KEYS[1]) > 1 and (tonumber(redis.call('GET', KEYS[3]) or '0') > tonumber(ARGV[5])
-    or redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[6])) do
-  drop(redis.call('ZRANGE', KEYS[1], 0, 0)[1])
-  evicted = evicted + 1
-end
-return evicted
-"""
-
-
-def _member(tenant: str, session: str) -> str:
-    return f"{tenant.encode().hex()}:{session.encode().hex()}"
-
-
-def _names(member: str) -> tuple[str, str]:
-    tenant, session = member.split(":")
-    return bytes.fromhex(tenant).decode(), bytes.fromhex(session).decode()
-
-
-def encode_entries(entries: list[MemoryEntry]) -> bytes:
-    """A session's stored value."""
-    meta = [[e.id, e.role, e.text, e.created_at, e.last_seen, e.num_seen] for e in entries]
-    vectors = b"".join(np.asarray(e.vector, dtype=np.float32).tobytes() for e in entries)
-    return json.dumps(meta, separators=(",", ":")).encode() + b"\x00" + vectors
-
-
-def decode_entries(blob: bytes | None) -> list[MemoryEntry]:
-    """The entries of a value as :func:`encode_entries` made it."""
-    if not blob:
-        return []
-    meta_bytes, _, vector_bytes = blob.partition(b"\x00")
-    meta = json.loads(meta_bytes)
-    if not meta:
-        return []
-    vectors = np.frombuffer(vector_bytes, dtype=np.float32).reshape(len(meta), -1)
-    return [
-        MemoryEntry(int(i), role, text, vectors[n].copy(), created, seen, int(num))
-        for n, (i, role, text, created, seen, num) in enumerate(meta)
-    ]
 
 
 class RedisSessionMemory:
@@ -148,36 +77,50 @@ class RedisSessionMemory:
         self._p = f"{prefix}:mem:"
         self._embed = RecentVectors(embed)
         self.num_unavailable = 0  # turns served without memory because Redis did not answer
-        self._written: dict[str, tuple[float, list[MemoryEntry]]] = {}  # member -> (when, entries)
-        self._lock = threading.Lock()
         self._writes = WriteBehind("session-memory-write")
+        self._copies = SessionCopies(client, f"{prefix}:mem:changed")
 
     def _blob_key(self, member: str) -> str:
         return f"{self._p}s:{member}"
 
+    def _version_key(self, member: str) -> str:
+        """How many times the session was written (bumped in each write's ``MULTI``)."""
+        return f"{self._p}v:{member}"
+
     # -- formation and evolution -----------------------------------------------------
 
     def remember(self, tenant: str, session: str, turns: list[tuple[str, str]]) -> int:
-        """Store ``(role, text)`` turns; returns how many new entries were made. One round trip on
-        the caller's path (``WATCH`` + ``GET`` of the session); the write (``MULTI`` ... ``EXEC``,
-        refused if another replica wrote the session meanwhile, then done again from a fresh read)
-        runs on the write-behind thread while the request goes on. A later turn of the same
-        session on this replica waits for it first."""
+        """Store ``(role, text)`` turns; returns how many new entries were made. On the caller's
+        path: nothing sent when this replica holds a live copy of the session
+        (:mod:`tokenops.shared_state.session_copies`), else one round trip (``WATCH`` + ``GET``).
+        The write (``MULTI`` ... ``EXEC``, refused if another replica wrote the session meanwhile,
+        then done again from a fresh read) runs on the write-behind thread while the request goes
+        on; a later turn of the same session on this replica waits for it first."""
         import redis
 
         chunks = list(dict.fromkeys((r, piece) for r, text in turns for piece in split_chunks(text, self.chunk_chars)))
         member = _member(tenant, session)
         self._writes.wait_key(member)
-        now = self.clock()
+        now, seq = self.clock(), self._copies.seq
+        copy = self._copies.get(member)
+        if copy is not None:
+            base, stored = copy
+            change = self._merge(stored, chunks, now)
+            if change is None:
+                return 0
+            mine, num_mine, my_counts = change
+            self._copies.put(member, mine, seq, -1)  # its version: when the write lands
+            self._writes.submit(member, lambda: self._finish(base, member, chunks, mine, now, my_counts))
+            return num_mine
         txn = None
         try:
             txn = WatchedKey(self.client, self._blob_key(member))
-            change = self._merge(txn.read(), chunks, now)
+            change = self._merge(decode_entries(txn.read()[0]), chunks, now)
             if change is None:
                 txn.close()
                 return 0
             entries, num_new, counts = change
-            self._keep_written(member, entries)
+            self._copies.put(member, entries, seq, -1)  # its version: when the write lands
             self._writes.submit(member, lambda: self._finish(txn, member, chunks, entries, now, counts))
             return num_new
         except redis.RedisError as e:  # Redis away: the request goes on without memory
@@ -188,22 +131,30 @@ class RedisSessionMemory:
 
     def _finish(
         self,
-        txn: WatchedKey,
+        read: WatchedKey | int,
         member: str,
         chunks: list[tuple[str, str]],
         entries: list[MemoryEntry],
         now: float,
         counts: tuple[int, int, int],
     ) -> None:
-        """The write-behind half of :meth:`remember`."""
+        """The write-behind half of :meth:`remember`. ``read``: the transaction whose read it
+        merged, or the version of this replica's copy it merged: written as merged if the session
+        is still at that version (``WATCH`` + a ``GET`` of the version, not of the value)."""
         import redis
 
         try:
+            txn = read if isinstance(read, WatchedKey) else WatchedKey(self.client, self._blob_key(member))
             with txn:
-                done = txn.commit(self._write(member, entries, now, counts)) is not None
+                done = isinstance(read, WatchedKey) or int(txn.read(self._version_key(member))[0] or 0) == read
+                replies = txn.commit(self._write(member, entries, now, counts)) if done else None
+            if replies is not None:
+                self._copies.set_version(member, int(replies[-1]))
+            done = replies is not None
             while not done:  # another replica wrote the session after our read: merge into theirs
                 done = self._update(member, chunks, now) is not None
         except redis.RedisError as e:
+            self._copies.drop(member)  # it holds a turn Redis does not
             self._unavailable(e)
 
     def _unavailable(self, error: Exception) -> None:
@@ -214,11 +165,11 @@ class RedisSessionMemory:
             )
 
     def _merge(
-        self, blob: bytes | None, chunks: list[tuple[str, str]], now: float
+        self, stored: list[MemoryEntry], chunks: list[tuple[str, str]], now: float
     ) -> tuple[list[MemoryEntry], int, tuple[int, int, int]] | None:
-        """The session ``blob`` with ``chunks`` added: (entries, new, (merged, expired, evicted)),
-        or None when there is nothing to write."""
-        entries, num_expired = self._live(decode_entries(blob), now)
+        """The session's ``stored`` entries (changed in place) with ``chunks`` added: (entries,
+        new, (merged, expired, evicted)), or None when there is nothing to write."""
+        entries, num_expired = self._live(stored, now)
         known = {(e.role, e.text): e for e in entries}
         fresh = [c for c in chunks if c not in known]
         for c in chunks:
@@ -233,21 +184,17 @@ class RedisSessionMemory:
     def _update(self, member: str, chunks: list[tuple[str, str]], now: float) -> int | None:
         """One read-modify-write of the session, both round trips here; None when another replica
         won the race."""
+        seq = self._copies.seq
         with WatchedKey(self.client, self._blob_key(member)) as txn:
-            change = self._merge(txn.read(), chunks, now)
+            change = self._merge(decode_entries(txn.read()[0]), chunks, now)
             if change is None:
                 return 0
             entries, num_new, counts = change
-            if txn.commit(self._write(member, entries, now, counts)) is None:
+            replies = txn.commit(self._write(member, entries, now, counts))
+            if replies is None:
                 return None
-        self._keep_written(member, entries)
+        self._copies.put(member, entries, seq, int(replies[-1]))
         return num_new
-
-    def _keep_written(self, member: str, entries: list[MemoryEntry]) -> None:
-        with self._lock:  # what the turn's recall reads, if it comes at once (a round trip saved)
-            self._written[member] = (time.monotonic(), list(entries))
-            while len(self._written) > 256:
-                self._written.pop(next(iter(self._written)))
 
     def _add(self, entries: list[MemoryEntry], fresh: list[tuple[str, str]], now: float) -> tuple[int, int]:
         """Append the ``fresh`` chunks to ``entries``, a near-duplicate merged into its twin;
@@ -272,14 +219,17 @@ class RedisSessionMemory:
         self, member: str, entries: list[MemoryEntry], now: float, counts: tuple[int, int, int] = (0, 0, 0)
     ) -> list[tuple[Any, ...]]:
         """The commands that store ``entries`` as the session (none: delete it) and keep the
-        budgets (the script's reply: how many sessions they dropped)."""
+        budgets (the last reply: the session's new version, 0 when deleted)."""
         p, key = self._p, self._blob_key(member)
         size = sum(e.num_bytes for e in entries)
-        store: tuple[Any, ...] = ("DEL", key)
+        ttl_ms, version = max(1, int(self.ttl_s * 1000)), self._version_key(member)
+        store: tuple[Any, ...] = ("DEL", key, version)
         if entries:
-            store = ("SET", key, encode_entries(entries), "PX", max(1, int(self.ttl_s * 1000)))
+            store = ("SET", key, encode_entries(entries), "PX", ttl_ms)
         args = [member, size, now, now - self.ttl_s, self.max_total_bytes, self.max_sessions, f"{p}s:", *counts]
-        return [store, ("EVAL", _BOOKKEEP, 4, f"{p}lru", f"{p}bytes", f"{p}total", f"{p}stats", *args)]
+        keys = (f"{p}lru", f"{p}bytes", f"{p}total", f"{p}stats", f"{p}versions", version)
+        script = ("EVAL", _BOOKKEEP, len(keys), *keys, *args, self._copies.channel, f"{p}v:", ttl_ms)
+        return [store, self._copies.message(member), script]
 
     def _near_duplicate(
         self, entries: list[MemoryEntry], role: str, text: str, vector: np.ndarray
@@ -293,18 +243,11 @@ class RedisSessionMemory:
         alive = [e for e in entries if now - e.last_seen <= self.ttl_s]
         return alive, len(entries) - len(alive)
 
-    def _just_written(self, member: str) -> list[MemoryEntry] | None:
-        """The session as this replica wrote it under a second ago (the remember() of the same
-        turn), else None: read it from Redis."""
-        with self._lock:
-            written = self._written.get(member)
-        if written is None or time.monotonic() - written[0] > 1.0:
-            return None
-        return self._live(written[1], self.clock())[0]
-
-    def _read(self, tenant: str, session: str) -> list[MemoryEntry]:
-        blob = self.client.get(self._blob_key(_member(tenant, session)))
-        return self._live(decode_entries(blob), self.clock())[0]
+    def _read(self, tenant: str, session: str) -> tuple[int, list[MemoryEntry]]:
+        """(version, live entries) of the session, read at once."""
+        member = _member(tenant, session)
+        blob, version = self.client.mget([self._blob_key(member), self._version_key(member)])
+        return int(version or 0), self._live(decode_entries(blob), self.clock())[0]
 
     # -- retrieval ---------------------------------------------------------------------
 
@@ -315,10 +258,13 @@ class RedisSessionMemory:
         vector = self._embed([query])[0]
         member = _member(tenant, session)
         try:
-            entries = self._just_written(member)
-            if entries is None:
+            copy = self._copies.get(member)  # as this replica last wrote or read it, if still true
+            if copy is None:
                 self._writes.wait_key(member)  # this replica's writes of the session first
-                entries = self._read(tenant, session)
+                seq = self._copies.seq
+                copy = self._read(tenant, session)
+                self._copies.put(member, copy[1], seq, copy[0])
+            entries = self._live(copy[1], self.clock())[0]
         except redis.RedisError as e:
             self._unavailable(e)
             return []
@@ -361,18 +307,17 @@ class RedisSessionMemory:
         return out
 
     def entries(self, tenant: str, session: str) -> list[dict[str, Any]] | None:
-        self._writes.wait_key(_member(tenant, session))
-        entries = self._read(tenant, session)
+        self.flush()  # this replica's writes first (one of them may have dropped this session)
+        entries = self._read(tenant, session)[1]
         return [e.view() for e in sorted(entries, key=lambda e: e.id)] if entries else None
 
     def delete_session(self, tenant: str, session: str) -> int:
         member = _member(tenant, session)
         self._writes.wait_key(member)
-        with self._lock:
-            self._written.pop(member, None)
+        self._copies.drop(member)
         while True:
             with WatchedKey(self.client, self._blob_key(member)) as txn:
-                blob = txn.read()
+                blob = txn.read()[0]
                 if txn.commit(self._write(member, [], self.clock())) is not None:
                     return len(decode_entries(blob))
 

@@ -37,8 +37,9 @@ class WatchedKey:
         self.conn.send_packed_command(self.conn.pack_commands(commands))
         return [self.conn.read_response() for _ in commands]
 
-    def read(self) -> bytes | None:
-        return self._send([("WATCH", self.key), ("GET", self.key)])[1]
+    def read(self, *keys: str) -> list[bytes | None]:
+        """The values of ``keys`` (default: the watched key), read at once with ``MGET``."""
+        return list(self._send([("WATCH", self.key), ("MGET", *(keys or (self.key,)))])[1])
 
     def commit(self, commands: list[tuple[Any, ...]]) -> list[Any] | None:
         """The replies of ``commands``; None when another client wrote the key (nothing was run)."""
