@@ -8,13 +8,18 @@ tests/benchmarks/shared_chain_reads.py):
   question, cache ``store`` of the answer) — the embedded default (:class:`SessionMemory`, a
   cache of this process) against ``[shared] redis_url`` (:class:`RedisSessionMemory`, the cache
   fed through a Redis stream). Turns alternate between the two so load on the box hits both alike;
-  the figure is the p50 of the per-turn difference.
+  the figure is the p50 of the per-turn difference. One replica serves every turn, so its copies
+  of the sessions (tokenops/shared_state/session_copies.py) are live;
+- **in process, round robin**: session memory only, each turn on the other of two replicas (as a
+  round-robin balancer sends them), so every turn reads its session from Redis;
 - **through serve** (``--serve``): two real ``tokenops serve`` processes with the same config but
   for ``[shared] redis_url`` (an echo upstream behind both), the openai SDK sending the same turns
-  to each in alternation; p50 end-to-end per request and the p50 of the paired difference.
+  to each in alternation; p50 end-to-end per request and the p50 of the paired difference;
+  ``--keys`` adds a row where both also check a managed key with a budget and a tenant rate limit
+  (in Redis on the shared one: ``[plugins.rate_limit] redis_url``, which the keys follow).
 
     .venv/bin/python tests/benchmarks/shared_state_latency.py --turns 400
-    .venv/bin/python tests/benchmarks/shared_state_latency.py --turns 300 --serve
+    .venv/bin/python tests/benchmarks/shared_state_latency.py --turns 300 --serve --keys
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ def in_process(url: str, turns: int) -> dict[str, float]:
         shared_s.append(_turn(*shared, i))
     commands = server.info("stats")["total_commands_processed"] - commands - 1
     feed.close()
+    shared[0].close()
     pings = []
     for _ in range(turns):
         started = time.perf_counter()
@@ -108,6 +114,8 @@ def round_robin(url: str, turns: int) -> dict[str, float]:
         local_s.append(turn(embedded, i))
         replicas[(i // 20) % 2].flush()  # the other replica's write landed (the client read its answer)
         shared_s.append(turn(replicas[(i // 20 + 1) % 2], i))
+    for replica in replicas:
+        replica.close()
     return _summary(local_s, shared_s)
 
 

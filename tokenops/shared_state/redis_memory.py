@@ -278,6 +278,11 @@ class RedisSessionMemory:
         """Wait until this replica's queued writes reached Redis; False on timeout."""
         return self._writes.flush(timeout_s)
 
+    def close(self) -> None:
+        """Land the queued writes and stop listening for other replicas' writes."""
+        self.flush()
+        self._copies.close()
+
     def _members(self, tenant: str | None) -> list[str]:
         self.flush()
         members = [m.decode() for m in self.client.zrange(f"{self._p}lru", 0, -1)]
