@@ -84,11 +84,11 @@ def test_backend_validation(tiny_llama_dir):
 
 
 def test_disabled_by_environment_or_missing_compiler(monkeypatch, tmp_path):
-    monkeypatch.setattr(native, "_kernel", False)
+    monkeypatch.setattr(native, "_kernels", {})
     monkeypatch.setattr(switches, "current", switches.KernelSwitches(native_kernels=False))
     assert native.get_kernel() is None and native.disabled()
     monkeypatch.setattr(switches, "current", switches.KernelSwitches())
-    monkeypatch.setattr(native, "_kernel", False)
+    monkeypatch.setattr(native, "_kernels", {})
     monkeypatch.setenv("TOKENOPS_NATIVE_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     assert native.get_kernel() is None  # logged, and the engine keeps the PyTorch path
