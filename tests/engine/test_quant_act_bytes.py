@@ -86,3 +86,28 @@ def test_two_bytes_come_back_unchanged(kernels: QuantKernels) -> None:
     assert torch.equal(kernels.linear(x, None, QT.Q4_K, 1536, Method.GEMV, 1, packed), y1)
     exact = x.double() @ w.T
     assert _rel_err(y2, exact) < _rel_err(y1, exact) < 2e-2
+
+
+def test_the_engine_switch_reaches_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``quant_act_bytes`` is an ``EngineConfig`` field (default 2, from ``TOKENOPS_QUANT_ACT_BYTES``), checked
+    at config load, handed to every loaded library by :func:`switches.apply`."""
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.kernels import switches
+
+    k = quant_kernels.get_kernels()
+    if k is None:
+        pytest.skip("no C compiler: the kernels cannot be built")
+    monkeypatch.delenv("TOKENOPS_QUANT_ACT_BYTES", raising=False)
+    assert EngineConfig().quant_act_bytes == 2
+    monkeypatch.setenv("TOKENOPS_QUANT_ACT_BYTES", "1")
+    config = EngineConfig()
+    assert config.quant_act_bytes == 1
+    with pytest.raises(ValueError, match="quant_act_bytes .* must be 1 or 2"):
+        EngineConfig(quant_act_bytes=3)
+    saved = switches.current
+    try:
+        switches.apply(switches.KernelSwitches.of(config))
+        assert k.act_bytes == 1
+    finally:
+        switches.apply(saved)
+    assert k.act_bytes == saved.quant_act_bytes

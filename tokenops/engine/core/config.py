@@ -201,6 +201,8 @@ class EngineConfig:
     quant_avx512: bool = field(default_factory=lambda: env_flag("TOKENOPS_QUANT_AVX512", True))
     quant_amx: bool = field(default_factory=lambda: env_flag("TOKENOPS_QUANT_AMX", True))
     quant_amx_min_rows: int = field(default_factory=lambda: env_int("TOKENOPS_QUANT_AMX_MIN_ROWS", 0))
+    #: bytes per activation value in the quantized integer products: 2, or 1 as llama.cpp (kernels/switches.py)
+    quant_act_bytes: int = field(default_factory=lambda: env_int("TOKENOPS_QUANT_ACT_BYTES", 2))
     #: the C libraries' target: "native" (this CPU) or "avx2" (a Haswell-class CPU: no AVX-512, VNNI or AMX)
     cpu_isa: str = field(default_factory=env_isa)
 
@@ -265,6 +267,10 @@ class EngineConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"engine {name} must be true or false, not {getattr(self, name)!r}")
         _check_int("quant_amx_min_rows", self.quant_amx_min_rows, 0)
+        if self.quant_act_bytes not in (1, 2):
+            raise ValueError(
+                f"engine quant_act_bytes (default from TOKENOPS_QUANT_ACT_BYTES) must be 1 or 2, not {self.quant_act_bytes!r}"
+            )
         if self.cpu_isa not in CPU_ISAS:
             raise ValueError(
                 f"engine cpu_isa (default from TOKENOPS_CPU) must be one of {', '.join(map(repr, CPU_ISAS))}, "

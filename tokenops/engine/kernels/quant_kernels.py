@@ -129,7 +129,7 @@ class QuantKernels:
         ~7e-3 of the largest output instead of ~3e-5); ``None``: as the engine's ``quant_act_bytes`` says.
         Returns the bytes now. This library only (the switches reach every library). Not while a
         product runs."""
-        return int(self.lib.qk_set_act_bytes(int(getattr(switches.current, "quant_act_bytes", 2) if n is None else n)))
+        return int(self.lib.qk_set_act_bytes(int(switches.current.quant_act_bytes if n is None else n)))
 
     @property
     def act_bytes(self) -> int:

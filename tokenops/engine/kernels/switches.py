@@ -7,6 +7,8 @@ when a model runner is built, never read from the environment by the kernels.
 - ``quant_avx512`` (``TOKENOPS_QUANT_AVX512``): off, the 256-bit packed kernels;
 - ``quant_amx`` (``TOKENOPS_QUANT_AMX``): off, no AMX tiles;
 - ``quant_amx_min_rows`` (``TOKENOPS_QUANT_AMX_MIN_ROWS``): the fewest rows on the tiles (0: the build's 3);
+- ``quant_act_bytes`` (``TOKENOPS_QUANT_ACT_BYTES``): bytes per activation value in the integer products, 2
+  (the default: ``q d + q2 d2``) or 1 (llama.cpp's one byte: half the integer work, ~7e-3 of the largest output);
 - ``cpu_isa`` (``TOKENOPS_CPU``): ``"native"`` builds the C libraries for this CPU (``-march=native``),
   ``"avx2"`` for a Haswell-class one (``-march=haswell``: AVX2 + FMA + F16C, no AVX-512, no VNNI, no AMX;
   its own cache entry), so the kernels run as they would on such a machine: the packed products take the
@@ -79,6 +81,7 @@ class KernelSwitches:
     quant_amx: bool = True
     quant_amx_min_rows: int = 0
     cpu_isa: str = "native"
+    quant_act_bytes: int = 2
 
     @classmethod
     def of(cls, config: Any) -> KernelSwitches:
@@ -96,6 +99,7 @@ def _push(lib: ctypes.CDLL, switches: KernelSwitches) -> None:
     lib.qk_set_avx512(int(switches.quant_avx512))
     lib.qk_set_amx(int(switches.quant_amx))
     lib.qk_set_amx_min_rows(int(switches.quant_amx_min_rows))
+    lib.qk_set_act_bytes(int(switches.quant_act_bytes))
 
 
 def register(lib: ctypes.CDLL) -> None:
