@@ -224,7 +224,7 @@ def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dic
         f"{rate:.2f} req/s"
     )
     head = (
-        f"{'run':<34}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
+        f"{'run':<50}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
         f"{'inter tok/s':>12}{'batch tok/s':>12}{'total':>7}{'idle used':>10}{'preempt':>8}{'load':>6}"
     )
     print(head)
@@ -234,7 +234,7 @@ def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dic
         share = idle_used(capacity, r)
         used = "-" if share is None else f"{share:.0%}"
         print(
-            f"{name:<34}{(ttft or math.nan) * 1000:>8.0f}ms{ratio(ttft, alone['ttft_p95_s']):>9}"
+            f"{name:<50}{(ttft or math.nan) * 1000:>8.0f}ms{ratio(ttft, alone['ttft_p95_s']):>9}"
             f"{(tpot or math.nan) * 1000:>8.1f}ms{ratio(tpot, alone['tpot_p95_s']):>9}"
             f"{r['interactive_tps']:>12.0f}{(r['batch_tps'] if r['batch_lines'] else 0):>12.0f}"
             f"{r['interactive_tps'] + (r['batch_tps'] if r['batch_lines'] else 0):>7.0f}{used:>10}"
