@@ -277,7 +277,7 @@ def test_a_free_call_of_a_tool_the_request_does_not_offer_stays_text(parser, tex
     """Qwen2.5-Coder asked "Who wrote Hamlet?" beside a weather tool invents get_author: no client can run it."""
     plan = plan_request(OutputFields.from_body({"tools": [WEATHER]}), parser)
     stream = plan.new_stream()
-    assert stream is not None and stream.names == {"get_weather"}
+    assert stream is not None and list(stream.offered or {}) == ["get_weather"]
     content, pieces = stream.push(text)
     more, more_pieces = stream.finish()
     assert pieces + more_pieces == [] and content + more == text and stream.num_calls == 0
@@ -308,3 +308,20 @@ def test_a_forced_hermes_call_works_where_the_tag_is_an_added_token():
     assert allowed and all("<tool_call>".startswith(tok.token_text(i)) for i in allowed)
     ids = tok.encode('<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris"}}\n</tool_call>', add_special_tokens=False)
     assert tag in ids and all(matcher.accept(i) for i in ids) and matcher.is_finished
+
+
+@pytest.mark.parametrize(("parser", "text"), [
+    ("hermes", '```json\n{"name": "get_weather", "arguments": {}}\n```'),
+    ("hermes", '```json\n{"name": "get_weather", "arguments": {"location": "your city"}}\n```'),
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": 7}}\n</tool_call>'),
+    ("llama3_json", '{"name": "get_weather", "parameters": {}}'),
+    ("mistral", '[{"name": "get_weather", "arguments": {"town": "Paris"}}]'),
+])
+def test_a_free_call_whose_arguments_the_schema_refuses_stays_text(parser, text):
+    """Qwen2.5-Coder greeted with "Hello!" beside a weather tool calls it with no city: a call no client
+    could run as sent (a required argument missing, an unknown one, a wrong type) is the model's text."""
+    stream = plan_request(OutputFields.from_body({"tools": [WEATHER]}), parser).new_stream()
+    assert stream is not None
+    content, pieces = stream.push(text)
+    more, more_pieces = stream.finish()
+    assert pieces + more_pieces == [] and content + more == text and stream.num_calls == 0

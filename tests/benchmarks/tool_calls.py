@@ -15,18 +15,22 @@ renders tools: its native ``hermes`` format). ``--llamacpp`` runs the same cases
 tokenops, one server at a time, and prints both tables and one side by side. The ``llama-server``
 binary: ``$TOKENOPS_LLAMA_SERVER``, else the one tests/benchmarks/llamacpp_peer.py builds or finds.
 
+``--answers FILE`` appends every answer (calls and text content, right or not) to a JSON-lines
+file as it arrives: what a model wrote where it was wrong, and a partial run's answers.
+
 Run: .venv/bin/python tests/benchmarks/tool_calls.py [--cases 200] [--concurrency 8] [--model GGUF]
-     [--llamacpp] [--peer URL]
+     [--llamacpp] [--threads 1] [--peer URL] [--answers FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +84,8 @@ def score(case: ToolCase, calls: list[tuple[str, str]]) -> tuple[bool, int]:
     return True, invalid
 
 
-def ask(client: openai.OpenAI, model: str, case: ToolCase, max_tokens: int) -> list[tuple[str, str]]:
+def ask(client: openai.OpenAI, model: str, case: ToolCase, max_tokens: int) -> tuple[list[tuple[str, str]], str]:
+    """(the calls made: name and ``arguments`` text, the answer's text content)."""
     extra = {"parallel_tool_calls": True} if case.kind == "parallel" else {}
     out = client.chat.completions.create(
         model=model,
@@ -91,21 +96,41 @@ def ask(client: openai.OpenAI, model: str, case: ToolCase, max_tokens: int) -> l
         max_tokens=max_tokens,
         **extra,
     )
-    return [(c.function.name, c.function.arguments) for c in out.choices[0].message.tool_calls or []]
+    message = out.choices[0].message
+    return [(c.function.name, c.function.arguments) for c in message.tool_calls or []], message.content or ""
 
 
-def run(base_url: str, model: str, cases: list[ToolCase], concurrency: int, max_tokens: int) -> dict[str, list[int]]:
-    """Per kind: [right, total, invalid-JSON calls]."""
+def run(
+    base_url: str, model: str, cases: list[ToolCase], concurrency: int, max_tokens: int, answers: Path | None = None
+) -> dict[str, list[int]]:
+    """Per kind: [right, total, invalid-JSON calls]. ``answers``: a JSON-lines file that gets each
+    case's answer as it arrives (kind, prompt, tools offered, expected and made calls, content, right)."""
     client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=1800)
-    with ThreadPoolExecutor(concurrency) as pool:
-        answers = list(pool.map(lambda c: ask(client, model, c, max_tokens), cases))
     table = {kind: [0, 0, 0] for kind in KINDS}
-    for case, calls in zip(cases, answers):
-        right, invalid = score(case, calls)
-        row = table[case.kind]
-        row[0] += right
-        row[1] += 1
-        row[2] += invalid
+    with ThreadPoolExecutor(concurrency) as pool, contextlib.ExitStack() as stack:
+        log = stack.enter_context(answers.open("a", encoding="utf-8")) if answers else None
+        futures = {pool.submit(ask, client, model, c, max_tokens): c for c in cases}
+        for future in as_completed(futures):
+            case = futures[future]
+            calls, content = future.result()
+            right, invalid = score(case, calls)
+            row = table[case.kind]
+            row[0] += right
+            row[1] += 1
+            row[2] += invalid
+            if log is not None:
+                entry = {
+                    "server": base_url,
+                    "kind": case.kind,
+                    "prompt": case.prompt,
+                    "tools": [t["function"]["name"] for t in case.tools],
+                    "expected": case.expected,
+                    "calls": calls,
+                    "content": content,
+                    "right": right,
+                }
+                log.write(json.dumps(entry) + "\n")
+                log.flush()
     return table
 
 
@@ -119,7 +144,6 @@ def print_table(title: str, table: dict[str, list[int]], wall_s: float) -> None:
 
 def llamacpp_server(gguf: Path, parallel: int, threads: int, ctx_per_slot: int = 4096) -> Any:
     """``llama-server --jinja`` on ``gguf`` (a context manager that yields its /v1 URL)."""
-    import contextlib
     import os
     import subprocess
     import urllib.request
@@ -197,6 +221,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="llama-server's -t")
     ap.add_argument("--peer", help="another OpenAI-compatible server's /v1 to run the same cases against")
     ap.add_argument("--peer-model", default="default")
+    ap.add_argument("--answers", type=Path, help="append each case's answer to this JSON-lines file as it arrives")
     args = ap.parse_args()
     cases = generate(max(1, args.cases // 4))
     from tests.real_model import MODEL, SERVE_ENV, gguf_path
@@ -207,7 +232,7 @@ def main() -> None:
 
     def measure(label: str, base_url: str, name: str) -> None:
         start = time.monotonic()
-        tables[label] = run(base_url, name, cases, args.concurrency, args.max_tokens)
+        tables[label] = run(base_url, name, cases, args.concurrency, args.max_tokens, args.answers)
         print_table(f"{label}, {name}, {len(cases)} cases", tables[label], time.monotonic() - start)
 
     if args.no_tokenops:

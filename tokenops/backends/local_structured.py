@@ -52,14 +52,15 @@ class StructuredPlan:
     generic_tools: list[dict[str, Any]] | None = None
     #: The model's tool-call parser (its name): how earlier calls reach the template.
     parser_name: str = ""
-    #: The functions the request offers: a free call of another one stays text.
-    call_names: frozenset[str] | None = None
+    #: The functions the request offers (name -> ``parameters``): a free call of another one, or
+    #: with arguments its schema refuses, stays text.
+    offered: dict[str, Any] | None = None
 
     def new_stream(self) -> ToolCallStream | None:
         if self.parser is None:
             return None
         stream = self.parser.stream(self.is_call_constrained)
-        stream.names = self.call_names
+        stream.offered = self.offered
         return stream
 
     def prompt_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -96,7 +97,7 @@ def plan_request(
     else:
         plan.template_kwargs["tools"] = tools
     functions = [t["function"] for t in tools if t.get("type", "function") == "function"]
-    plan.call_names = frozenset(str(f.get("name")) for f in functions)
+    plan.offered = {str(f.get("name")): f.get("parameters") for f in functions}
     parallel = fields.parallel_tool_calls is True
     answer: str | None = None
     shortest = ""

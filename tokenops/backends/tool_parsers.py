@@ -11,11 +11,10 @@ chosen per model with ``[[models]] tool_call_parser = "hermes"``. It gives
   ``function.name``, then ``function.arguments`` fragments).
 
 ``hermes`` (Hermes 2 Pro, Qwen 2.5/3, the demo models): each call is
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, whitespace around the
-JSON allowed. A call whose JSON does not parse is left in the content, as text. A free answer
-(``tool_choice`` auto) that starts as a JSON call, bare or in a fenced code block, as
-Qwen2.5-Coder writes them, is read as calls when it is nothing else (:class:`FreeHermesStream`).
-"""
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, whitespace around the JSON allowed.
+A call whose JSON does not parse, or a free one (``tool_choice`` auto) of a function not offered or
+with arguments its schema refuses, is left in the content. A free answer that is only JSON calls,
+bare or fenced as Qwen2.5-Coder writes them, is read as calls (:class:`FreeHermesStream`)."""
 
 from __future__ import annotations
 
@@ -24,6 +23,8 @@ import re
 import uuid
 from collections.abc import Callable
 from typing import Any
+
+from tokenops.backends.tool_arguments import arguments_match
 
 Call = tuple[str, str]  # (name, arguments JSON text)
 _NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -54,12 +55,14 @@ class ToolCallStream:
         self._sent_name = False
         self._sent_args = 0
         self._blank = ""  # whitespace-only content, held: around calls it is dropped
-        #: the functions the request offers (None: any name): a free call of another one is text
-        self.names: frozenset[str] | None = None
+        self.offered: dict[str, Any] | None = None  # name -> ``parameters`` of the offered functions
 
-    def is_known(self, name: str) -> bool:
-        """Whether a free call of ``name`` is a call (a model that invents a tool answers in text)."""
-        return self.is_constrained or self.names is None or name in self.names
+    def is_known(self, name: str, arguments: str) -> bool:
+        """Whether a free call is a call: of an offered function, with arguments valid for its schema
+        (else it stays text: a model that invents a tool, or its arguments, answers in text)."""
+        if self.is_constrained or self.offered is None:
+            return True
+        return name in self.offered and arguments_match(arguments, self.offered[name])
 
     def push(self, text: str) -> tuple[str, list[dict[str, Any]]]:
         content, pieces = self._push(text)
@@ -99,7 +102,7 @@ class ToolCallStream:
             body, self._buf = self._buf[:end], self._buf[end + len(self.close_tag) :]
             self._in_call = False
             call = _parse_call(body)
-            if call is None or not self.is_known(call[0]):  # not a call after all: it stays text
+            if call is None or not self.is_known(*call):  # not a call after all: it stays text
                 content.append(self.open_tag + body + self.close_tag)
                 continue
             pieces += self._finish_call(body, call)
@@ -120,7 +123,7 @@ class ToolCallStream:
             return rest, []
         self._in_call = False
         call = _parse_call(rest)
-        if call is not None and self.is_known(call[0]):
+        if call is not None and self.is_known(*call):
             return "", self._finish_call(rest, call)
         if self._sent_name:  # a constrained call cut short (max_tokens): keep what was sent
             self.num_calls += 1
@@ -226,7 +229,7 @@ class LeadingCallsStream(ToolCallStream):
         if self._is_content or not text.strip():
             return text, []
         calls = self.parse(text)
-        if calls is None or not all(self.is_known(name) for name, _ in calls):
+        if calls is None or not all(self.is_known(*c) for c in calls):
             return text, []
         pieces = []
         for name, arguments in calls:
@@ -305,7 +308,7 @@ class FreeHermesStream(ToolCallStream):
                 if is_json
                 else ToolCallStream(self.open_tag, self.close_tag, is_constrained=False)
             )
-            self._inner.names = self.names
+            self._inner.offered = self.offered
             text, self._head = self._head, ""
         content, pieces = self._inner.push(text)
         self.num_calls = self._inner.num_calls
@@ -314,7 +317,7 @@ class FreeHermesStream(ToolCallStream):
     def finish(self) -> tuple[str, list[dict[str, Any]]]:
         if self._inner is None:
             self._inner = ToolCallStream(self.open_tag, self.close_tag, is_constrained=False)
-            self._inner.names = self.names
+            self._inner.offered = self.offered
             head, self._head = self._head, ""
             content, pieces = self._inner.push(head)
         else:
