@@ -120,3 +120,19 @@ def test_no_copy_is_used_while_the_subscription_is_down(url, monkeypatch):
     assert len(reads) == 1  # read from Redis again
     a.flush()
     assert len(a.entries("t", "s")) == 2
+
+
+def test_a_dropped_memory_stops_its_threads(url):
+    """A reconfigured gateway replaces its memory: the old one's listener and writer go with it."""
+    import gc
+
+    (a,) = _replicas(url, n=1)
+    a.remember("t", "s", [("user", "Something to write.")])
+    a.flush()
+    threads = [a._copies._thread, a._writes._thread]
+    assert all(t.is_alive() for t in threads)
+    del a
+    gc.collect()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)

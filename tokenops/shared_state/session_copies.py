@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import threading
 import uuid
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -44,7 +45,10 @@ class SessionCopies:
         self._lock = threading.Lock()
         self._live = threading.Event()  # subscribed: copies may be used
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._listen, name="session-memory-invalidate", daemon=True)
+        # the thread holds this object weakly: a memory replaced by a reconfiguration stops it
+        self._thread = threading.Thread(
+            target=_listen, args=(weakref.ref(self), self._stop), name="session-memory-invalidate", daemon=True
+        )
         self._thread.start()
 
     def message(self, member: str) -> tuple[str, str, str]:
@@ -105,32 +109,6 @@ class SessionCopies:
         self._live.clear()
         self._thread.join(timeout=5)
 
-    def _listen(self) -> None:
-        while not self._stop.is_set():
-            pubsub = None
-            try:
-                pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(self.channel)
-                self._clear()  # what was copied before this subscription may have missed a message
-                self._live.set()
-                while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=1.0)
-                    if message is not None:
-                        self._apply(message.get("data"))
-            except Exception as e:  # Redis away: no copy is trusted until the subscription is back
-                if self._live.is_set():
-                    log.warning("session memory: invalidations lost (%s); reading sessions from Redis", e)
-                self._live.clear()
-                self._clear()
-                self._stop.wait(1.0)
-            finally:
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:  # closing a broken connection: nothing left to do
-                        pass
-        self._live.clear()
-
     def _apply(self, data: Any) -> None:
         text = data.decode() if isinstance(data, bytes) else str(data)
         origin, _, member = text.partition(":")
@@ -143,3 +121,41 @@ class SessionCopies:
     def wait_live(self, timeout_s: float = 5.0) -> bool:
         """True once the subscription is up (tests)."""
         return self._live.wait(timeout_s)
+
+
+def _listen(ref: weakref.ref[SessionCopies], stop: threading.Event) -> None:
+    """The subscriber: applies other replicas' messages to the copies while they exist."""
+    while not stop.is_set():
+        copies, pubsub = ref(), None
+        if copies is None:
+            return
+        try:
+            pubsub = copies.client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(copies.channel)
+            copies._clear()  # what was copied before this subscription may have missed a message
+            copies._live.set()
+            del copies
+            while not stop.is_set():
+                message = pubsub.get_message(timeout=1.0)
+                copies = ref()
+                if copies is None:
+                    return
+                if message is not None:
+                    copies._apply(message.get("data"))
+                del copies
+        except Exception as e:  # Redis away: no copy is trusted until the subscription is back
+            copies = ref()
+            if copies is None:
+                return
+            if copies._live.is_set():
+                log.warning("session memory: invalidations lost (%s); reading sessions from Redis", e)
+            copies._live.clear()
+            copies._clear()
+            del copies
+            stop.wait(1.0)
+        finally:
+            if pubsub is not None:
+                try:
+                    pubsub.close()
+                except Exception:  # closing a broken connection: nothing left to do
+                    pass

@@ -78,9 +78,10 @@ class WriteBehind:
         self._jobs: queue.SimpleQueue[tuple[str, Callable[[], None]]] = queue.SimpleQueue()
         self._pending: dict[str, int] = {}
         self._idle = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
         ref = weakref.ref(self)
+        # the thread holds this object weakly: one dropped (a reconfigured memory) stops it
+        self._thread = threading.Thread(target=_run, args=(ref, self._jobs), name=name, daemon=True)
+        self._thread.start()
         atexit.register(lambda: (w := ref()) is not None and w.flush(timeout_s=5.0))
 
     def submit(self, key: str, job: Callable[[], None]) -> None:
@@ -88,18 +89,12 @@ class WriteBehind:
             self._pending[key] = self._pending.get(key, 0) + 1
         self._jobs.put((key, job))
 
-    def _run(self) -> None:
-        while True:
-            key, job = self._jobs.get()
-            try:
-                job()
-            except Exception:  # a job handles its own errors: this is a bug, say so and go on
-                log.exception("write-behind job failed")
-            with self._idle:
-                left = self._pending.pop(key) - 1
-                if left:
-                    self._pending[key] = left
-                self._idle.notify_all()
+    def _done(self, key: str) -> None:
+        with self._idle:
+            left = self._pending.pop(key) - 1
+            if left:
+                self._pending[key] = left
+            self._idle.notify_all()
 
     def wait_key(self, key: str, timeout_s: float = 10.0) -> bool:
         """Wait until the writes submitted for ``key`` have run; False on timeout."""
@@ -110,3 +105,23 @@ class WriteBehind:
         """Wait until every submitted write has run; False on timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: not self._pending, timeout=timeout_s)
+
+
+def _run(ref: weakref.ref[WriteBehind], jobs: queue.SimpleQueue[tuple[str, Callable[[], None]]]) -> None:
+    """The thread: runs the jobs in order while its :class:`WriteBehind` exists (a job holds its
+    object alive until it ran)."""
+    while True:
+        try:
+            key, job = jobs.get(timeout=1.0)
+        except queue.Empty:
+            if ref() is None:
+                return
+            continue
+        try:
+            job()
+        except Exception:  # a job handles its own errors: this is a bug, say so and go on
+            log.exception("write-behind job failed")
+        writes = ref()
+        if writes is not None:
+            writes._done(key)
+        del job, writes
