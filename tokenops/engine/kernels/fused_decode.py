@@ -187,7 +187,7 @@ class FusedDecoder:
         if quantized:  # the weights stay where the loader put them; the step reads qk_weight records
             self._qweights = []
             for w in {id(w): w for w in big}.values():
-                parts = list(w) if isinstance(w, torch.nn.ModuleList) else [w]  # parts: a chain of records
+                parts: list[Any] = list(w) if isinstance(w, torch.nn.ModuleList) else [w]  # a chain of records
                 recs = [
                     QkWeight(
                         p.raw.data_ptr(),
@@ -240,7 +240,9 @@ class FusedDecoder:
         while n <= max_pos:
             n *= 2
         local = self.model.inv_freq_local
-        tables = [rope_cos_sin(f, torch.arange(n), torch.float32) for f in (self.model.inv_freq, local) if f is not None]
+        tables = [
+            rope_cos_sin(f, torch.arange(n), torch.float32) for f in (self.model.inv_freq, local) if f is not None
+        ]
         self._cos = torch.cat([cos.reshape(n, -1) for cos, _ in tables]).contiguous()
         self._sin = torch.cat([sin.reshape(n, -1) for _, sin in tables]).contiguous()
         for i, layer in enumerate(self.model.model.layers):

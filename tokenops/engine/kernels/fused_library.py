@@ -92,7 +92,9 @@ def norm_scale(norm: torch.nn.Module | None, offset: float) -> torch.Tensor | No
     once (in float32, as the PyTorch forward computes it every step)."""
     if norm is None:
         return None
-    weight = norm.weight.detach()
+    weight = norm.weight
+    assert isinstance(weight, torch.Tensor)
+    weight = weight.detach()
     return weight if not offset else (offset + weight.float()).contiguous()
 
 
