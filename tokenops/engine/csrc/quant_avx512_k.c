@@ -139,3 +139,99 @@ TK_INLINE void gemv_pair512_q4k(const int H2, const int T, const int R, const ui
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) out[r] = acc[r];
 }
+
+/* Q6_K over many rows (prefill chunks, batched steps): gemv_pair512_k assembles each 6-bit code from
+   its ql and qh bits again in every 4-row pass (six shifts and masks per 64 codes against four
+   products). Here a unit's codes are assembled once, into a thread's buffer of 4 KiB per super-block
+   (at most 140 KiB: it stays in L2), laid out as gemv_pair512_k forms them (super-block, sub-block,
+   chunk: 64 bytes), and every pass reads them as they are. The integer sums and the float epilogue are
+   gemv_pair512_k's in its order: the same floats. */
+#define TK_Q6K_CODES 4096  /* bytes of one super-block's assembled codes for two groups */
+
+static void q6k_pair_codes(const uint8_t *restrict g0, int64_t rb, int64_t nb, uint8_t *restrict codes) {
+    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p0 = g0 + b * 1680, *p1 = g0 + rb + b * 1680;
+        for (int sb = 0; sb < 8; sb++) {
+            const int n = sb / 4, j = sb % 4, ql = 144 + 256 * (2 * n + (j & 1)), qh = 144 + 1024 + 256 * n;
+            for (int c = 0; c < 8; c++) {
+                __m512i lv = cat256(p0 + ql + 32 * c, p1 + ql + 32 * c);
+                __m512i hv = cat256(p0 + qh + 32 * c, p1 + qh + 32 * c);
+                if (j >= 2) lv = _mm512_srli_epi16(lv, 4);
+                __m512i u = _mm512_or_si512(_mm512_and_si512(lv, m15),
+                                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hv, 2 * j), m3), 4));
+                _mm512_storeu_si512((void *)(codes + b * TK_Q6K_CODES + (sb * 8 + c) * 64), u);
+            }
+        }
+    }
+}
+
+TK_INLINE void gemv_pair512_q6k_codes(const int H2, const int R, const uint8_t *restrict g0, int64_t rb,
+                                      int64_t nb, const uint8_t *restrict codes, const tk_act *a, __m512 *out) {
+    __m512 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p0 = g0 + b * 1680, *p1 = g0 + rb + b * 1680;
+        __m512 dv = halves_ph(p0, p1);
+        for (int sb = 0; sb < 8; sb++) {
+            const int n = sb / 4, j = sb % 4;
+            int64_t c32 = b * 8 + sb;
+            for (int hh = 0; hh < 2; hh++) {
+                __m512i s[4], s2[4];
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < 4; r++) s[r] = s2[r] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4")
+                for (int c = 4 * hh; c < 4 * hh + 4; c++) {
+                    __m512i u = _mm512_loadu_si512((const void *)(codes + b * TK_Q6K_CODES + (sb * 8 + c) * 64));
+                    _Pragma("GCC unroll 4")
+                    for (int r = 0; r < R; r++) {
+                        s[r] = _mm512_dpbusd_epi32(s[r], u, bcast4_512(a[r].q + c32 * 32 + 4 * c));
+                        if (H2) s2[r] = _mm512_dpbusd_epi32(s2[r], u, bcast4_512(a[r].q2 + c32 * 32 + 4 * c));
+                    }
+                }
+                int so = 16 + 8 * (8 * n + 2 * j + hh);
+                __m512 dsc = scales512(dv, p0 + so, p1 + so, 1);
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < R; r++) {
+                    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[r]), _mm512_set1_ps(a[r].d[c32]));
+                    if (H2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[r]), _mm512_set1_ps(a[r].d2[c32]), f);
+                    f = _mm512_sub_ps(f, _mm512_set1_ps(32.f * a[r].s16[2 * c32 + hh]));
+                    acc[r] = _mm512_fmadd_ps(f, dsc, acc[r]);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++) out[r] = acc[r];
+}
+
+TK_INLINE void q6k_codes_h(const int H_, int R, const uint8_t *g, int64_t rb, int64_t nb, const uint8_t *codes,
+                           const tk_act *a, __m512 *out) {
+    switch (R) {
+        case 1: gemv_pair512_q6k_codes(H_, 1, g, rb, nb, codes, a, out); break;
+        case 2: gemv_pair512_q6k_codes(H_, 2, g, rb, nb, codes, a, out); break;
+        case 3: gemv_pair512_q6k_codes(H_, 3, g, rb, nb, codes, a, out); break;
+        default: gemv_pair512_q6k_codes(H_, 4, g, rb, nb, codes, a, out); break;
+    }
+}
+/* R <= 4 rows of a pair of Q6_K groups whose codes q6k_pair_codes assembled */
+static void gemv_pair512_q6k_from(int R, const uint8_t *g, int64_t rb, int64_t nb, const uint8_t *codes,
+                                  const tk_act *a, __m512 *out) {
+    if (tk_act_one()) q6k_codes_h(0, R, g, rb, nb, codes, a, out);
+    else q6k_codes_h(1, R, g, rb, nb, codes, a, out);
+}
+
+/* this thread's buffer for a unit's assembled codes (grown as needed, kept for the thread's life;
+   NULL when it cannot grow: the caller keeps the assembling kernel) */
+static uint8_t *q6k_codes_buffer(int64_t nb) {
+    static __thread uint8_t *buf;
+    static __thread int64_t cap;
+    if (nb * TK_Q6K_CODES > cap) {
+        uint8_t *grown = (uint8_t *)realloc(buf, (size_t)(nb * TK_Q6K_CODES));
+        if (!grown) return NULL;
+        buf = grown;
+        cap = nb * TK_Q6K_CODES;
+    }
+    return buf;
+}

@@ -187,6 +187,11 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
                     /* several passes over this unit: each asks the caches for a share of the next unit's
                        bytes, which the first pass over it would otherwise wait for line by line */
                     int64_t passes = (m1 - m0 + 3) / 4, ub = (g + 2 * step <= G ? step : G - g - step) * rb;
+#ifdef TK_AVX512
+                    /* Q6_K, several passes over a pair: its codes assembled once (quant_avx512_k.c) */
+                    uint8_t *codes = fn512 && nn > 8 && t == TK_Q6_K && passes > 1 ? q6k_codes_buffer(nb) : NULL;
+                    if (codes) q6k_pair_codes(W + g * rb, rb, nb, codes);
+#endif
                     for (int64_t m = m0; m < m1; m += 4) {
                         int R = m1 - m < 4 ? (int)(m1 - m) : 4;
                         if (passes > 1 && ub > 0) {
@@ -199,7 +204,8 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
 #ifdef TK_AVX512
                         if (nn > 8) {  /* two groups in one 512-bit pass */
                             __m512 out[4];
-                            fn512(R, W + g * rb, rb, nb, a + m, out);
+                            if (codes) gemv_pair512_q6k_from(R, W + g * rb, rb, nb, codes, a + m, out);
+                            else fn512(R, W + g * rb, rb, nb, a + m, out);
                             for (int r = 0; r < R; r++) {
                                 _mm512_storeu_ps(o, out[r]);
                                 qk_put(y + (m + r) * ys, o, b, g * 8, nn, acc);
