@@ -288,7 +288,7 @@ def main() -> None:
     texts = held_out_texts(args.offset, 600)
     chat_texts = [t for t in texts if len(t) < 400]
     text = "\n\n".join(texts[200:])
-    files = args.files or default_files()
+    files = [f.resolve() for f in args.files] or default_files()  # serve runs in a folder of its own
     print(f"models vs llama.cpp: {len(files)} files; {args.threads} threads per server, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}; llama-server {os.environ.get('TOKENOPS_LLAMA_SERVER')} (-np "
           f"{args.concurrency}, -c {CTX_PER_SLOT} per slot); perplexity {args.chunks} x {args.ctx} tokens"

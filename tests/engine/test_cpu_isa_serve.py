@@ -1,5 +1,5 @@
 """``TOKENOPS_CPU=avx2`` through a running ``tokenops serve`` on the default model (SmolLM2 Q4_1): the
-"loaded" line on stderr names the kernels (``avx2, cpu_isa avx2``), the engine stats say the same,
+"loaded" line on stderr names the kernels (``kernels avx2, cpu_isa avx2``), the engine stats say the same,
 PyTorch is held to AVX2 too, and the openai SDK gets an answer; the default start names this CPU's
 kernels the same way (issue 50, Build 2: the kernel choice in the engine stats and on the start-up line)."""
 

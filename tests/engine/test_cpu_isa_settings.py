@@ -52,13 +52,13 @@ class _Backend:
 
 
 def test_the_loaded_line_names_the_kernels() -> None:
-    assert kernels_of(_Backend({"cpu_isa": "avx2", "quant_kernels": "avx2"})) == "avx2, cpu_isa avx2"
+    assert kernels_of(_Backend({"cpu_isa": "avx2", "quant_kernels": "avx2"})) == "kernels avx2, cpu_isa avx2"
     assert kernels_of(_Backend({"cpu_isa": "native"})) == "cpu_isa native"  # float weights: no quantized products
     assert kernels_of(_Backend(None)) == kernels_of(_Backend(RuntimeError("x"))) == kernels_of(object()) == ""
     out = io.StringIO()
     progress = StartProgress(out, is_tty=False)
     try:
-        progress.loaded("qwen", 2.25, "avx512-vnni+amx, cpu_isa native")
+        progress.loaded("qwen", 2.25, "kernels avx512-vnni+amx, cpu_isa native")
         progress.loaded("upstream", 0.5)
     finally:
         progress.detach()

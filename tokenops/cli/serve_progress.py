@@ -40,7 +40,8 @@ class StartProgress:
         self._say(f"{label} ({detail}): loads on its first request")
 
     def loaded(self, label: str, seconds: float, kernels: str = "") -> None:
-        self._end(label, f"loaded {label} in {seconds:.1f} s" + (f" (kernels {kernels})" if kernels else ""))
+        """``kernels``: what :func:`tokenops.gateway.core.model_loading.kernels_of` says, shown in brackets."""
+        self._end(label, f"loaded {label} in {seconds:.1f} s" + (f" ({kernels})" if kernels else ""))
 
     def failed(self, label: str, seconds: float) -> None:
         self._end(label, f"{label} failed after {seconds:.1f} s", is_ok=False)

@@ -44,15 +44,16 @@ def describe(backend: Any, config: Any) -> str:
 
 
 def kernels_of(backend: Any) -> str:
-    """The CPU kernels a bundled engine runs, from its stats: ``avx512-vnni, cpu_isa native`` (the
-    quantized products' instruction set and the ``cpu_isa`` switch); ``""`` for other backends."""
+    """The CPU kernels a bundled engine runs, from its stats: ``kernels avx512-vnni, cpu_isa native`` (the
+    quantized products' instruction set, for GGUF weights kept quantized, and the ``cpu_isa`` switch);
+    ``""`` for other backends."""
     try:
         stats = backend.stats() if callable(getattr(backend, "stats", None)) else None
     except Exception:  # a backend's stats must never fail its start
         return ""
     if not isinstance(stats, dict) or not stats.get("cpu_isa"):
         return ""
-    chosen = [str(stats["quant_kernels"])] if stats.get("quant_kernels") else []
+    chosen = [f"kernels {stats['quant_kernels']}"] if stats.get("quant_kernels") else []
     return ", ".join([*chosen, f"cpu_isa {stats['cpu_isa']}"])
 
 
