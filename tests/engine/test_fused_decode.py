@@ -251,12 +251,13 @@ def _draft_token_by_token(decoder, chunks, want, min_confidence):
 
 
 @needs_lib
-def test_greedy_drafting_in_one_call_matches_token_by_token(tiny_checkpoint, make_runner):
+@pytest.mark.parametrize("arch", ["qwen2_sliding", "gemma2"])
+def test_greedy_drafting_in_one_call_matches_token_by_token(arch, tiny_checkpoint, make_runner):
     """A draft model's proposals in one native call (speculative decoding's draft steps) are the
     tokens, and the steps, of one fused call per token: chunks of 1-3 tokens (a catch-up after an
     accepted round), each with its own count, across block boundaries, with and without the
-    confidence stop."""
-    runner = make_runner(tiny_checkpoint("qwen2_sliding"), decode_kernel="native", block_size=4, kv_cache_tokens=512)
+    confidence stop (Gemma 2: its probabilities from the soft-capped logits)."""
+    runner = make_runner(tiny_checkpoint(arch), decode_kernel="native", block_size=4, kv_cache_tokens=512)
     decoder = runner.fused_decode
     prompts = [list(range(3, 40)), list(range(50, 61)), list(range(70, 79))]
     tables = [list(range(0, 12)), list(range(20, 26)), list(range(30, 36))]
