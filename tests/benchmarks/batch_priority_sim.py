@@ -179,7 +179,7 @@ def idle_bound(args: argparse.Namespace, runs: dict[str, Run], capacity: float) 
     mean_prompt, mean_answer = (16 + 384) / 2, (8 + 96) / 2
     marginal_ms = (mean_prompt * args.token_ms + mean_answer * row_ms) / mean_answer
     bound = (1 - f) * batch.batch_tokens / batch.seconds + args.budget * f * 1000 / marginal_ms
-    return f, bound, bound / (capacity - alone.interactive_tokens / alone.seconds)
+    return f, bound, min(1.0, bound / (capacity - alone.interactive_tokens / alone.seconds))
 
 
 def report(args: argparse.Namespace, rate: float, runs: dict[str, Run]) -> None:
