@@ -1,0 +1,116 @@
+"""Two-byte against one-byte activations in the quantized integer products (``quant_act_bytes``, issue 50).
+
+Products: packed Q4_K / Q6_K weights of Qwen2.5-1.5B's shapes (random blocks), one thread, the calling
+thread's CPU time per call (best of ``--repeat``: robust on a shared box), at 1 / 16 / 64 rows, with
+two bytes and with one. ``--engine FILE``: that GGUF in the engine (the fused step where it runs), one
+thread, process CPU time: perplexity over ``--windows`` held-out windows of 512 tokens (the texts of
+``models_vs_llamacpp.py``), the best 512-token prefill and the median batch-1 decode step, two bytes
+then one.
+
+Run: ``.venv/bin/python tests/benchmarks/quant_act_bytes.py [--rows 1,16,64] [--engine FILE --windows 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from gguf import GGMLQuantizationType as QT
+from tokenops.engine.kernels.quant_kernels import Method, get_kernels
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quant_blocks import random_raw  # noqa: E402
+
+SHAPES = {"qkv": (2048, 1536), "o": (1536, 1536), "gate_up": (17920, 1536), "down": (1536, 8960)}
+
+
+def best_cpu(fn: Callable[[], object], repeat: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - t0)
+    return best
+
+
+def products(rows: list[int], repeat: int) -> None:
+    k = get_kernels()
+    assert k is not None and k.has_avx2, "needs the SIMD kernels"
+    print(f"packed products, {k.isa}, 1 thread, CPU ms per call (best of {repeat}), two bytes / one byte:")
+    for qtype in (QT.Q4_K, QT.Q6_K):
+        for name, (n, kk) in SHAPES.items():
+            packed = k.pack(random_raw(qtype, n, kk), qtype, kk)
+            assert packed is not None
+            cells = []
+            for r in rows:
+                x = torch.randn(r, kk)
+                t = []
+                call = lambda x=x, q=qtype, kk=kk, p=packed: k.linear(x, None, q, kk, Method.GEMV, 1, p)  # noqa: E731
+                for ab in (2, 1):
+                    k.set_act_bytes(ab)
+                    t.append(best_cpu(call, repeat))
+                cells.append(f"{r} rows {t[0] * 1e3:.3f} / {t[1] * 1e3:.3f} ({t[1] / t[0]:.2f}x)")
+            print(f"  {qtype.name} {name} {n}x{kk}: " + ", ".join(cells), flush=True)
+    k.set_act_bytes(None)
+
+
+def engine(file: Path, windows_n: int) -> None:
+    from gguf_parity import held_out_texts, windows
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
+    from tokenops.engine.kernels import switches
+
+    text = "\n\n".join(held_out_texts(15000, 600)[200:])
+    wins, _, _ = windows(file, text, 512, windows_n)
+    config = EngineConfig(model=str(file), device="cpu", block_size=16, kv_cache_tokens=2048, torch_threads=1)
+    runner = ModelRunner(config)
+    print(f"{file.name}: fused step {runner.fused_decode is not None}, 1 thread, process CPU time", flush=True)
+    table = list(range(600 // 16 + 2))
+    for ab in (2, 1):
+        switches.apply(switches.KernelSwitches.of(EngineConfig(quant_act_bytes=ab)))
+        nll, count, prefill = 0.0, 0, []
+        for ids in wins:
+            t0 = time.process_time()
+            logits = runner.execute([ChunkInput(ids, 0, table, num_logits=len(ids))])
+            prefill.append(time.process_time() - t0)
+            lp = torch.log_softmax(logits.double(), -1)
+            for i in range(len(ids) // 2, len(ids) - 1):
+                nll -= float(lp[i, ids[i + 1]])
+                count += 1
+        seq = list(wins[0][:64])
+        logits = runner.execute([ChunkInput(seq, 0, table)])[0]
+        steps = []
+        for _ in range(12):
+            seq.append(int(logits.argmax()))
+            t0 = time.process_time()
+            logits = runner.execute([ChunkInput(seq[-1:], len(seq) - 1, table)])[0]
+            steps.append(time.process_time() - t0)
+        print(
+            f"  {ab} byte(s): perplexity {math.exp(nll / count):.4f} ({windows_n} x 512), 512-token prefill "
+            f"{min(prefill):.2f} s, decode step {sorted(steps)[len(steps) // 2] * 1e3:.1f} ms",
+            flush=True,
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="1,16,64")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--engine", type=Path, default=None, help="a GGUF file: also the engine's figures")
+    ap.add_argument("--windows", type=int, default=2)
+    args = ap.parse_args()
+    products([int(r) for r in args.rows.split(",")], args.repeat)
+    if args.engine is not None:
+        engine(args.engine.expanduser(), args.windows)
+
+
+if __name__ == "__main__":
+    main()
