@@ -5,7 +5,9 @@ prefill). Loads ``LLMEngine`` on SmolLM2-135M (GGUF, ``max_num_seqs`` 16, 2 torc
 ``batch_priority.py`` serves it) and times ``engine.step()`` with ``time.perf_counter`` and
 ``time.process_time``: on a shared box the minimum of a point's steps is the figure least disturbed by
 other jobs (the median is printed beside it), and CPU-ms per step moves less than wall time.
-Prints each point, then the least-squares fit ``step = fixed + row_ms * decode rows`` and
+With ``--threads 1`` on a loaded box the CPU-ms are steady (no OpenMP thread spinning while
+descheduled, which inflates them with 2 threads), and the fit over them gives the curve's shape.
+Prints each point, then the least-squares fits ``step = fixed + row_ms * decode rows`` and
 ``+ token_ms * prompt tokens``: the inputs of ``batch_priority_sim.py --step-ms --row-ms --token-ms``.
 
 Run: ``.venv/bin/python tests/benchmarks/batch_step_curve.py [--steps 12] [--rows 1,2,4,8,16]
@@ -111,15 +113,20 @@ def main() -> None:
         rows.append((f"1 row + prompt {n}", 1, n, prompt_point(engine, n, max(3, args.steps // 3), True)))
     print(f"{'step':<24}{'wall min':>10}{'wall med':>10}{'CPU-ms min':>12}{'CPU-ms med':>12}")
     mins: list[tuple[float, float, float]] = []
+    cpu_mins: list[tuple[float, float, float]] = []
     for name, num_rows, tokens, samples in rows:
         walls, cpus = [1000 * w for w, _ in samples], [1000 * c for _, c in samples]
         mins.append((num_rows, tokens, min(walls)))
+        cpu_mins.append((num_rows, tokens, min(cpus)))
         print(
             f"{name:<24}{min(walls):>8.1f}ms{statistics.median(walls):>8.1f}ms"
             f"{min(cpus):>12.1f}{statistics.median(cpus):>12.1f}"
         )
-    a, b, c = fit(mins)
-    print(f"fit over the minima: step = {a:.1f} ms + {b:.2f} ms per decode row + {c:.3f} ms per prompt token")
+    for what, points in (("wall", mins), ("CPU", cpu_mins)):
+        a, b, c = fit(points)
+        print(
+            f"fit over the {what} minima: step = {a:.1f} ms + {b:.2f} ms per decode row + {c:.3f} ms per prompt token"
+        )
 
 
 if __name__ == "__main__":
