@@ -108,7 +108,11 @@ def build_library(
     out_dir.mkdir(parents=True, exist_ok=True)
     from tokenops.engine.kernels.compile_notice import compiling
 
-    with compiling(stem, out_dir), tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+    # an avx2 build is named so on serve's start lines ("the quantized kernels (quant_avx2)")
+    with (
+        compiling(stem if isa == "native" else f"{stem}_{isa}", out_dir),
+        tempfile.TemporaryDirectory(dir=out_dir) as tmp,
+    ):
         tmp_lib = Path(tmp) / lib.name
         command = [cc, *flags, *define_flags, f"-I{folder}", str(folder / main), "-o", str(tmp_lib), "-lm"]
         # minutes on a loaded box for the quantized kernels; longer still with the sanitizers
