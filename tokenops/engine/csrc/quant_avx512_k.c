@@ -85,7 +85,8 @@ TK_INLINE void gemv_pair512_q6k_r1(const int H2, const uint8_t *restrict g0, int
     out[0] = acc;
 }
 
-/* Q4_K with each 64-byte load of codes serving both sub-blocks of its pair: the high
+/* Q4_K with each 64-byte load of codes serving both sub-blocks of its pair (up to 8 rows: the 5-8 row
+   passes are taken with one-byte activations only, whose 16 integer sums fit the registers): the high
    nibbles masked in place (16 x the code) and their int32 sums shifted back by 4 (exact). The
    products and the float epilogue are gemv_pair512_k's, in its order. */
 TK_INLINE void gemv_pair512_q4k(const int H2, const int T, const int R, const uint8_t *restrict g0, int64_t rb,
@@ -94,23 +95,23 @@ TK_INLINE void gemv_pair512_q4k(const int H2, const int T, const int R, const ui
     const int pb = 1184, codes = 160;
     (void)T;
     const __m512i mlo = _mm512_set1_epi8(0x0F), mhi = _mm512_set1_epi8((char)0xF0);
-    __m512 acc[4];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    __m512 acc[8];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p0 = g0 + b * pb, *p1 = g0 + rb + b * pb;
         __m512 dv = halves_ph(p0, p1), mv = halves_ph(p0 + 16, p1 + 16);
         for (int i = 0; i < 4; i++) {  /* the pair of sub-blocks 2i (low nibbles), 2i + 1 (high) */
-            __m512i s[4][2], s2[4][2];
-            _Pragma("GCC unroll 4")
-            for (int r = 0; r < 4; r++) s[r][0] = s[r][1] = s2[r][0] = s2[r][1] = _mm512_setzero_si512();
+            __m512i s[8][2], s2[8][2];
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < 8; r++) s[r][0] = s[r][1] = s2[r][0] = s2[r][1] = _mm512_setzero_si512();
             const int64_t e = (b * 8 + 2 * i) * 32, o = e + 32;
             _Pragma("GCC unroll 8")
             for (int c = 0; c < 8; c++) {
                 int at = codes + 256 * i + 32 * c;
                 __m512i raw = cat256(p0 + at, p1 + at);
                 __m512i lo = _mm512_and_si512(raw, mlo), hi = _mm512_and_si512(raw, mhi);
-                _Pragma("GCC unroll 4")
+                _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) {
                     s[r][0] = _mm512_dpbusd_epi32(s[r][0], lo, bcast4_512(a[r].q + e + 4 * c));
                     if (H2) s2[r][0] = _mm512_dpbusd_epi32(s2[r][0], lo, bcast4_512(a[r].q2 + e + 4 * c));
@@ -124,7 +125,7 @@ TK_INLINE void gemv_pair512_q4k(const int H2, const int T, const int R, const ui
                 const int64_t c32 = b * 8 + j;
                 __m512 dsc = scales512(dv, p0 + 32 + 8 * j, p1 + 32 + 8 * j, 0);
                 __m512 dmn = scales512(mv, p0 + 96 + 8 * j, p1 + 96 + 8 * j, 0);
-                _Pragma("GCC unroll 4")
+                _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) {
                     __m512i si = k ? _mm512_srai_epi32(s[r][1], 4) : s[r][0];
                     __m512i si2 = k ? _mm512_srai_epi32(s2[r][1], 4) : s2[r][0];
@@ -136,7 +137,7 @@ TK_INLINE void gemv_pair512_q4k(const int H2, const int T, const int R, const ui
             }
         }
     }
-    _Pragma("GCC unroll 4")
+    _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) out[r] = acc[r];
 }
 
@@ -234,4 +235,18 @@ static uint8_t *q6k_codes_buffer(int64_t nb) {
         cap = nb * TK_Q6K_CODES;
     }
     return buf;
+}
+
+/* R <= 8 rows of a pair of Q4_K groups with one-byte activations: half the passes over the pair */
+static void gemv_pair512_q4k_8(int R, const uint8_t *g, int64_t rb, int64_t nb, const tk_act *a, __m512 *out) {
+    switch (R) {
+        case 1: gemv_pair512_q4k(0, TK_Q4_K, 1, g, rb, nb, a, out); break;
+        case 2: gemv_pair512_q4k(0, TK_Q4_K, 2, g, rb, nb, a, out); break;
+        case 3: gemv_pair512_q4k(0, TK_Q4_K, 3, g, rb, nb, a, out); break;
+        case 4: gemv_pair512_q4k(0, TK_Q4_K, 4, g, rb, nb, a, out); break;
+        case 5: gemv_pair512_q4k(0, TK_Q4_K, 5, g, rb, nb, a, out); break;
+        case 6: gemv_pair512_q4k(0, TK_Q4_K, 6, g, rb, nb, a, out); break;
+        case 7: gemv_pair512_q4k(0, TK_Q4_K, 7, g, rb, nb, a, out); break;
+        default: gemv_pair512_q4k(0, TK_Q4_K, 8, g, rb, nb, a, out); break;
+    }
 }

@@ -179,6 +179,10 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
             /* rows in blocks of TK_ROW_TILE (a multiple of 4: the same 4-row calls, the same results):
                one block's rounded activations stay in L2 while every weight group passes over them;
                a prefill chunk's 512 rows (1.5 MB at K = 1536) were re-read from L3 for every group */
+            int rs = 4;  /* rows per pass: 8 for Q4_K on one-byte activations (gemv_pair512_q4k_8) */
+#ifdef TK_AVX512
+            if (fn512 && t == TK_Q4_K && tk_act_one()) rs = 8;
+#endif
             for (int64_t m0 = 0; m0 < M; m0 += TK_ROW_TILE) {
                 int64_t m1 = M - m0 < TK_ROW_TILE ? M : m0 + TK_ROW_TILE;
                 _Pragma("omp for schedule(dynamic, 2) nowait")
@@ -186,16 +190,16 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
                     int64_t g = u * step, nn = N - g * 8 < 8 * step ? N - g * 8 : 8 * step;
                     /* several passes over this unit: each asks the caches for a share of the next unit's
                        bytes, which the first pass over it would otherwise wait for line by line */
-                    int64_t passes = (m1 - m0 + 3) / 4, ub = (g + 2 * step <= G ? step : G - g - step) * rb;
+                    int64_t passes = (m1 - m0 + rs - 1) / rs, ub = (g + 2 * step <= G ? step : G - g - step) * rb;
 #ifdef TK_AVX512
                     /* Q6_K, several passes over a pair: its codes assembled once (quant_avx512_k.c) */
                     uint8_t *codes = fn512 && nn > 8 && t == TK_Q6_K && passes > 1 ? q6k_codes_buffer(nb) : NULL;
                     if (codes) q6k_pair_codes(W + g * rb, rb, nb, codes);
 #endif
-                    for (int64_t m = m0; m < m1; m += 4) {
-                        int R = m1 - m < 4 ? (int)(m1 - m) : 4;
+                    for (int64_t m = m0; m < m1; m += rs) {
+                        int R = m1 - m < rs ? (int)(m1 - m) : rs;
                         if (passes > 1 && ub > 0) {
-                            int64_t pi = (m - m0) / 4;
+                            int64_t pi = (m - m0) / rs;
                             const char *nx = (const char *)(W + (g + step) * rb);
                             for (int64_t l = ub * pi / passes & ~(int64_t)63; l < ub * (pi + 1) / passes; l += 64)
                                 _mm_prefetch(nx + l, _MM_HINT_T1);
@@ -203,8 +207,9 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
                         float o[16];
 #ifdef TK_AVX512
                         if (nn > 8) {  /* two groups in one 512-bit pass */
-                            __m512 out[4];
-                            if (codes) gemv_pair512_q6k_from(R, W + g * rb, rb, nb, codes, a + m, out);
+                            __m512 out[8];
+                            if (rs == 8) gemv_pair512_q4k_8(R, W + g * rb, rb, nb, a + m, out);
+                            else if (codes) gemv_pair512_q6k_from(R, W + g * rb, rb, nb, codes, a + m, out);
                             else fn512(R, W + g * rb, rb, nb, a + m, out);
                             for (int r = 0; r < R; r++) {
                                 _mm512_storeu_ps(o, out[r]);
@@ -213,11 +218,14 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
                             continue;
                         }
 #endif
-                        __m256 out[4];
-                        fn(R, vnni, W + g * rb, nb, a + m, out);
-                        for (int r = 0; r < R; r++) {
-                            _mm256_storeu_ps(o, out[r]);
-                            qk_put(y + (m + r) * ys, o, b, g * 8, nn, acc);
+                        for (int h = 0; h < R; h += 4) {  /* the 256-bit kernel: 4 rows a call */
+                            __m256 out[4];
+                            int Rh = R - h < 4 ? R - h : 4;
+                            fn(Rh, vnni, W + g * rb, nb, a + m + h, out);
+                            for (int r = 0; r < Rh; r++) {
+                                _mm256_storeu_ps(o, out[r]);
+                                qk_put(y + (m + h + r) * ys, o, b, g * 8, nn, acc);
+                            }
                         }
                     }
                 }
