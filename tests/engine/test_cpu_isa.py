@@ -80,8 +80,9 @@ def test_the_avx2_target_defines_no_avx512_vnni_or_amx() -> None:
         ("quant.c", "quant", []),
         ("paged_decode.c", "paged_decode", []),
         pytest.param("fused_decode.c", "fused_decode_gguf", ["TK_QUANT=1"], marks=pytest.mark.slow),
+        pytest.param("fused_decode.c", "fused_decode_bf16", ["TK_PANEL_BF16=1"], marks=pytest.mark.slow),
     ],
-    ids=["quant", "paged_decode", "fused_decode_gguf"],
+    ids=["quant", "paged_decode", "fused_decode_gguf", "fused_decode_bf16"],
 )
 def test_avx2_libraries_hold_no_avx512_vnni_or_amx_instruction(main: str, stem: str, defines: list[str]) -> None:
     lib = native.build_library(main=main, stem=stem, defines=defines, isa="avx2")
