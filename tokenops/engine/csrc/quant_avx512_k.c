@@ -169,9 +169,9 @@ static void q6k_pair_codes(const uint8_t *restrict g0, int64_t rb, int64_t nb, u
 
 TK_INLINE void gemv_pair512_q6k_codes(const int H2, const int R, const uint8_t *restrict g0, int64_t rb,
                                       int64_t nb, const uint8_t *restrict codes, const tk_act *a, __m512 *out) {
-    __m512 acc[4];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    __m512 acc[8];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p0 = g0 + b * 1680, *p1 = g0 + rb + b * 1680;
         __m512 dv = halves_ph(p0, p1);
@@ -179,13 +179,13 @@ TK_INLINE void gemv_pair512_q6k_codes(const int H2, const int R, const uint8_t *
             const int n = sb / 4, j = sb % 4;
             int64_t c32 = b * 8 + sb;
             for (int hh = 0; hh < 2; hh++) {
-                __m512i s[4], s2[4];
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < 4; r++) s[r] = s2[r] = _mm512_setzero_si512();
+                __m512i s[8], s2[8];
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < 8; r++) s[r] = s2[r] = _mm512_setzero_si512();
                 _Pragma("GCC unroll 4")
                 for (int c = 4 * hh; c < 4 * hh + 4; c++) {
                     __m512i u = _mm512_loadu_si512((const void *)(codes + b * TK_Q6K_CODES + (sb * 8 + c) * 64));
-                    _Pragma("GCC unroll 4")
+                    _Pragma("GCC unroll 8")
                     for (int r = 0; r < R; r++) {
                         s[r] = _mm512_dpbusd_epi32(s[r], u, bcast4_512(a[r].q + c32 * 32 + 4 * c));
                         if (H2) s2[r] = _mm512_dpbusd_epi32(s2[r], u, bcast4_512(a[r].q2 + c32 * 32 + 4 * c));
@@ -193,7 +193,7 @@ TK_INLINE void gemv_pair512_q6k_codes(const int H2, const int R, const uint8_t *
                 }
                 int so = 16 + 8 * (8 * n + 2 * j + hh);
                 __m512 dsc = scales512(dv, p0 + so, p1 + so, 1);
-                _Pragma("GCC unroll 4")
+                _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) {
                     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[r]), _mm512_set1_ps(a[r].d[c32]));
                     if (H2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[r]), _mm512_set1_ps(a[r].d2[c32]), f);
@@ -203,7 +203,7 @@ TK_INLINE void gemv_pair512_q6k_codes(const int H2, const int R, const uint8_t *
             }
         }
     }
-    _Pragma("GCC unroll 4")
+    _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++) out[r] = acc[r];
 }
 
@@ -216,11 +216,16 @@ TK_INLINE void q6k_codes_h(const int H_, int R, const uint8_t *g, int64_t rb, in
         default: gemv_pair512_q6k_codes(H_, 4, g, rb, nb, codes, a, out); break;
     }
 }
-/* R <= 4 rows of a pair of Q6_K groups whose codes q6k_pair_codes assembled */
+/* R <= 4 rows (R <= 8 with one-byte activations) of a pair of Q6_K groups whose codes q6k_pair_codes
+   assembled */
 static void gemv_pair512_q6k_from(int R, const uint8_t *g, int64_t rb, int64_t nb, const uint8_t *codes,
                                   const tk_act *a, __m512 *out) {
-    if (tk_act_one()) q6k_codes_h(0, R, g, rb, nb, codes, a, out);
-    else q6k_codes_h(1, R, g, rb, nb, codes, a, out);
+    if (!tk_act_one()) q6k_codes_h(1, R, g, rb, nb, codes, a, out);
+    else if (R <= 4) q6k_codes_h(0, R, g, rb, nb, codes, a, out);
+    else if (R == 5) gemv_pair512_q6k_codes(0, 5, g, rb, nb, codes, a, out);
+    else if (R == 6) gemv_pair512_q6k_codes(0, 6, g, rb, nb, codes, a, out);
+    else if (R == 7) gemv_pair512_q6k_codes(0, 7, g, rb, nb, codes, a, out);
+    else gemv_pair512_q6k_codes(0, 8, g, rb, nb, codes, a, out);
 }
 
 /* this thread's buffer for a unit's assembled codes (grown as needed, kept for the thread's life;

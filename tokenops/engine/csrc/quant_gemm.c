@@ -179,9 +179,9 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
             /* rows in blocks of TK_ROW_TILE (a multiple of 4: the same 4-row calls, the same results):
                one block's rounded activations stay in L2 while every weight group passes over them;
                a prefill chunk's 512 rows (1.5 MB at K = 1536) were re-read from L3 for every group */
-            int rs = 4;  /* rows per pass: 8 for Q4_K on one-byte activations (gemv_pair512_q4k_8) */
+            int rs = 4;  /* rows per pass: 8 for Q4_K and Q6_K on one-byte activations (quant_avx512_k.c) */
 #ifdef TK_AVX512
-            if (fn512 && t == TK_Q4_K && tk_act_one()) rs = 8;
+            if (fn512 && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = 8;
 #endif
             for (int64_t m0 = 0; m0 < M; m0 += TK_ROW_TILE) {
                 int64_t m1 = M - m0 < TK_ROW_TILE ? M : m0 + TK_ROW_TILE;
@@ -208,9 +208,11 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
 #ifdef TK_AVX512
                         if (nn > 8) {  /* two groups in one 512-bit pass */
                             __m512 out[8];
-                            if (rs == 8) gemv_pair512_q4k_8(R, W + g * rb, rb, nb, a + m, out);
+                            if (rs == 8 && t == TK_Q4_K) gemv_pair512_q4k_8(R, W + g * rb, rb, nb, a + m, out);
                             else if (codes) gemv_pair512_q6k_from(R, W + g * rb, rb, nb, codes, a + m, out);
-                            else fn512(R, W + g * rb, rb, nb, a + m, out);
+                            else  /* 4 rows a call */
+                                for (int h = 0; h < R; h += 4)
+                                    fn512(R - h < 4 ? R - h : 4, W + g * rb, rb, nb, a + m + h, out + h);
                             for (int r = 0; r < R; r++) {
                                 _mm512_storeu_ps(o, out[r]);
                                 qk_put(y + (m + r) * ys, o, b, g * 8, nn, acc);
