@@ -111,3 +111,32 @@ def test_the_engine_switch_reaches_the_kernels(monkeypatch: pytest.MonkeyPatch) 
     finally:
         switches.apply(saved)
     assert k.act_bytes == saved.quant_act_bytes
+
+
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_K, QT.Q6_K], ids=lambda t: t.name)
+def test_one_byte_on_the_avx2_build(qtype: QT) -> None:
+    """The Haswell-class build (``cpu_isa = "avx2"``: ``maddubs``, no VNNI, no 512-bit kernels) with one
+    byte: the one-byte reference, and the native build's ``maddubs`` floats exactly."""
+    import shutil
+
+    from tokenops.engine.kernels import native
+
+    ours = quant_kernels.get_kernels()
+    if ours is None or shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the kernels cannot be built")
+    avx2 = QuantKernels(native.build_library(main="quant.c", stem="quant", isa="avx2"))
+    assert avx2.isa == "avx2"
+    raw = random_raw(qtype, 40, 512, seed=9)
+    w = quant_kernels.dequantize_reference(raw, qtype, 512).double()
+    packed = avx2.pack(raw, qtype, 512)
+    assert packed is not None
+    try:
+        assert avx2.set_act_bytes(1) == 1 and ours.set_act_bytes(1) == 1
+        for num_rows in (1, 5, 70):
+            x = torch.randn(num_rows, 512, generator=torch.Generator().manual_seed(num_rows))
+            got = avx2.linear(x, None, qtype, 512, Method.GEMV, 2, packed)
+            assert _rel_err(got, one_byte(x).double() @ w.T) < 1e-5, num_rows
+            assert torch.equal(got, ours.linear(x, None, qtype, 512, Method.GEMV_MADDUBS, 2, packed)), num_rows
+    finally:
+        avx2.set_act_bytes(2)
+        ours.set_act_bytes(None)
