@@ -66,16 +66,16 @@ def engine(file: Path, windows_n: int) -> None:
     from tokenops.engine.core.batch import ChunkInput
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.model_runner import ModelRunner
-    from tokenops.engine.kernels import switches
 
     text = "\n\n".join(held_out_texts(15000, 600)[200:])
     wins, _, _ = windows(file, text, 512, windows_n)
-    config = EngineConfig(model=str(file), device="cpu", block_size=16, kv_cache_tokens=2048, torch_threads=1)
-    runner = ModelRunner(config)
-    print(f"{file.name}: fused step {runner.fused_decode is not None}, 1 thread, process CPU time", flush=True)
     table = list(range(600 // 16 + 2))
-    for ab in (2, 1):
-        switches.apply(switches.KernelSwitches.of(EngineConfig(quant_act_bytes=ab)))
+    for ab in (2, 1):  # a runner per setting: a runner applies its own config's switches at each step
+        config = EngineConfig(
+            model=str(file), device="cpu", block_size=16, kv_cache_tokens=2048, torch_threads=1, quant_act_bytes=ab
+        )
+        runner = ModelRunner(config)
+        print(f"{file.name}: fused step {runner.fused_decode is not None}, 1 thread, process CPU time", flush=True)
         nll, count, prefill = 0.0, 0, []
         for ids in wins:
             t0 = time.process_time()
@@ -98,6 +98,7 @@ def engine(file: Path, windows_n: int) -> None:
             f"{min(prefill):.2f} s, decode step {sorted(steps)[len(steps) // 2] * 1e3:.1f} ms",
             flush=True,
         )
+        del runner, logits
 
 
 def main() -> None:
