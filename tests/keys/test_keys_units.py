@@ -86,6 +86,27 @@ def test_local_ledger_refuses_at_the_limit_and_charges_all_or_nothing():
     assert ledger.committed(["key"]) == [pytest.approx(0.4)]
 
 
+@pytest.mark.parametrize("ledger_kind", ["local", "redis"])
+def test_ten_requests_of_cost_c_fill_a_budget_of_ten_c_whatever_the_rounding(ledger_kind, request):
+    """Estimates reserved, then settled as ``cost - estimate``: the bucket's float sum ends a
+    hair under ``10 * c`` (the CI failure of the three-gateway budget test); an eleventh is refused."""
+    if ledger_kind == "redis":
+        import redis
+
+        ledger = RedisLedger(redis.Redis.from_url(request.getfixturevalue("redis_url")))
+        key = "tol:key"
+    else:
+        ledger, key = LocalLedger(), "key"
+    cost, estimate = (11 * 1000.0 + 17 * 2000.0) / 1e6, (40 * 1000.0 + 4 * 2000.0) / 1e6
+    entries = [((key,), 10 * cost)]
+    for _ in range(10):
+        assert ledger.reserve(entries, estimate)[0] == -1
+        ledger.adjust([key], cost - estimate)
+        if ledger_kind == "redis":
+            ledger.flush()
+    assert ledger.reserve(entries, estimate)[0] == 0
+
+
 def test_local_ledger_forgets_buckets_after_their_ttl():
     now = [1000.0]
     ledger = LocalLedger(clock=lambda: now[0])

@@ -24,6 +24,16 @@ log = logging.getLogger("tokenops.keys")
 #: (bucket keys summed, oldest first - the last is charged -, hard limit in USD or None)
 Entry = tuple[Sequence[str], "float | None"]
 
+#: Spend within this fraction of a limit counts as reaching it: a bucket is a sum of
+#: estimates and settlements (``+estimate``, then ``cost - estimate``) whose floating-point
+#: rounding depends on the order they land in, so ten requests of cost ``c`` may sum to a
+#: hair under ``10 * c`` and let an eleventh through. The Lua script uses the same rule.
+LIMIT_TOLERANCE = 1e-9
+
+
+def reached(spent: float, limit: float) -> bool:
+    return spent >= limit * (1 - LIMIT_TOLERANCE)
+
 
 class LocalLedger:
     """The ledger in this process. Buckets are forgotten ``ttl_s`` after their last write
@@ -56,7 +66,7 @@ class LocalLedger:
                 self._prune()
             sums = [sum(self._spent.get(k, 0.0) for k in keys) for keys, _ in entries]
             for i, ((_, limit), value) in enumerate(zip(entries, sums)):
-                if limit is not None and value >= limit:
+                if limit is not None and reached(value, limit):
                     return i, sums
             for keys, _ in entries:
                 self._spent[keys[-1]] = self._spent.get(keys[-1], 0.0) + amount
@@ -98,7 +108,7 @@ for i = 1, n do
   local s = 0
   for j = pos, pos + count - 1 do s = s + tonumber(redis.call('GET', KEYS[j]) or '0') end
   sums[i] = s
-  if limit >= 0 and s >= limit then return {i, string.format('%.17g', s)} end
+  if limit >= 0 and s >= limit * (1 - 1e-9) then return {i, string.format('%.17g', s)} end
   pos = pos + count
 end
 local out = {}
