@@ -157,3 +157,22 @@ def test_without_redis_a_turn_goes_on_without_memory():
     mem = RedisSessionMemory(LexicalEmbedder().embed, redis_client(f"redis://127.0.0.1:{free_port()}/0", 0.5))
     assert mem.remember("t", "s", [("user", "My locker code is 4417.")]) == 0
     assert mem.recall("t", "s", "locker") == [] and mem.num_unavailable == 2
+
+
+def test_a_replaced_redis_memory_lands_its_writes_and_stops_listening(url):
+    """The session-memory plugin swaps memories on reconfiguration and the gateway clears its slot when it
+    stops: the one let go is closed, its queued writes in Redis and its listener thread ended."""
+    from tokenops.memory.memory_store import get_session_memory, set_session_memory
+
+    embed = LexicalEmbedder().embed
+    prefix = f"t{next(_prefixes)}"
+    mem = RedisSessionMemory(embed, redis_client(url), prefix=prefix)
+    set_session_memory(mem)
+    try:
+        mem.remember("t", "s", [("user", "The gate code is 8812.")])
+    finally:
+        set_session_memory(None)
+    assert get_session_memory() is None and not mem._copies._thread.is_alive()
+    other = RedisSessionMemory(embed, redis_client(url), prefix=prefix)
+    assert "8812" in other.recall("t", "s", "gate code")[0][1].text
+    other.close()

@@ -272,6 +272,12 @@ class Gateway:
         await self.engine_telemetry.stop()
         await asyncio.to_thread(tracing.shutdown, self.tracer)  # flushes queued spans, bounded by its timeout
         self.tracer = None
+        memory, self.memory_slot.memory = self.memory_slot.memory, None
+        if memory is not None and hasattr(memory, "close"):  # Redis session memory: lands its queued writes
+            try:
+                await asyncio.to_thread(memory.close)
+            except Exception as e:
+                log.warning("closing the session memory failed: %s", e)
         if getattr(self, "profile_source", None) is not None:
             await self.profile_source.stop()
         for rs in self.replicas.values():

@@ -337,4 +337,10 @@ def get_session_memory() -> SessionMemoryStore | None:
 
 
 def set_session_memory(memory: SessionMemoryStore | None) -> None:
-    (slot_in_use.get() or _PROCESS_SLOT).memory = memory
+    """Serve from ``memory``; the one it replaces is closed when it can be (Redis session memory
+    lands its queued writes and stops listening for other replicas')."""
+    slot = slot_in_use.get() or _PROCESS_SLOT
+    old, slot.memory = slot.memory, memory
+    close = getattr(old, "close", None)
+    if old is not None and old is not memory and close is not None:
+        close()
