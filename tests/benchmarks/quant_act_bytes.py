@@ -7,12 +7,16 @@ thread, process CPU time: perplexity over ``--windows`` held-out windows of 512 
 ``models_vs_llamacpp.py``), the best 512-token prefill and the median batch-1 decode step, two bytes
 then one.
 
-Run: ``.venv/bin/python tests/benchmarks/quant_act_bytes.py [--rows 1,16,64] [--engine FILE --windows 2]``.
+Run: ``.venv/bin/python tests/benchmarks/quant_act_bytes.py [--rows 1,16,64] [--bytes 2,1] [--lm-head]
+[--engine FILE --windows 2]``. ``TOKENOPS_CPU=avx2`` in the environment measures the Haswell-class build (no
+VNNI, no AVX-512: the ``maddubs`` kernels); the first line printed names the build. ``--lm-head`` adds
+Qwen2.5-1.5B's Q6_K output layer (151936 x 1536, 191 MB: products from memory, not the caches).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -21,6 +25,7 @@ from pathlib import Path
 
 import torch
 from gguf import GGMLQuantizationType as QT
+from tokenops.engine.kernels import switches
 from tokenops.engine.kernels.quant_kernels import Method, get_kernels
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
@@ -28,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quant_blocks import random_raw  # noqa: E402
 
 SHAPES = {"qkv": (2048, 1536), "o": (1536, 1536), "gate_up": (17920, 1536), "down": (1536, 8960)}
+LM_HEAD = (151936, 1536)
 
 
 def best_cpu(fn: Callable[[], object], repeat: int) -> float:
@@ -40,12 +46,15 @@ def best_cpu(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
-def products(rows: list[int], repeat: int) -> None:
+def products(rows: list[int], repeat: int, act_bytes: list[int], lm_head: bool) -> None:
+    switches.apply(dataclasses.replace(switches.current, cpu_isa=switches.env_isa()))  # TOKENOPS_CPU
     k = get_kernels()
     assert k is not None and k.has_avx2, "needs the SIMD kernels"
-    print(f"packed products, {k.isa}, 1 thread, CPU ms per call (best of {repeat}), two bytes / one byte:")
+    names = " / ".join(f"{ab} byte(s)" for ab in act_bytes)
+    print(f"packed products, {k.isa}, 1 thread, CPU ms per call (best of {repeat}), {names}:")
     for qtype in (QT.Q4_K, QT.Q6_K):
-        for name, (n, kk) in SHAPES.items():
+        shapes = dict(SHAPES, lm_head=LM_HEAD) if lm_head and qtype == QT.Q6_K else SHAPES
+        for name, (n, kk) in shapes.items():
             packed = k.pack(random_raw(qtype, n, kk), qtype, kk)
             assert packed is not None
             cells = []
@@ -53,15 +62,16 @@ def products(rows: list[int], repeat: int) -> None:
                 x = torch.randn(r, kk)
                 t = []
                 call = lambda x=x, q=qtype, kk=kk, p=packed: k.linear(x, None, q, kk, Method.GEMV, 1, p)  # noqa: E731
-                for ab in (2, 1):
+                for ab in act_bytes:
                     k.set_act_bytes(ab)
                     t.append(best_cpu(call, repeat))
-                cells.append(f"{r} rows {t[0] * 1e3:.3f} / {t[1] * 1e3:.3f} ({t[1] / t[0]:.2f}x)")
+                ratio = f" ({t[-1] / t[0]:.2f}x)" if len(t) > 1 else ""
+                cells.append(f"{r} rows " + " / ".join(f"{v * 1e3:.3f}" for v in t) + ratio)
             print(f"  {qtype.name} {name} {n}x{kk}: " + ", ".join(cells), flush=True)
     k.set_act_bytes(None)
 
 
-def engine(file: Path, windows_n: int) -> None:
+def engine(file: Path, windows_n: int, act_bytes: list[int]) -> None:
     from gguf_parity import held_out_texts, windows
     from tokenops.engine.core.batch import ChunkInput
     from tokenops.engine.core.config import EngineConfig
@@ -70,7 +80,7 @@ def engine(file: Path, windows_n: int) -> None:
     text = "\n\n".join(held_out_texts(15000, 600)[200:])
     wins, _, _ = windows(file, text, 512, windows_n)
     table = list(range(600 // 16 + 2))
-    for ab in (2, 1):  # a runner per setting: a runner applies its own config's switches at each step
+    for ab in act_bytes:  # a runner per setting: a runner applies its own config's switches at each step
         config = EngineConfig(
             model=str(file), device="cpu", block_size=16, kv_cache_tokens=2048, torch_threads=1, quant_act_bytes=ab
         )
@@ -107,10 +117,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--engine", type=Path, default=None, help="a GGUF file: also the engine's figures")
     ap.add_argument("--windows", type=int, default=2)
+    ap.add_argument("--bytes", default="2,1", help="activation bytes to measure, in order")
+    ap.add_argument("--lm-head", action="store_true", help="also the Q6_K lm_head shape (151936 x 1536)")
     args = ap.parse_args()
-    products([int(r) for r in args.rows.split(",")], args.repeat)
+    act_bytes = [int(b) for b in args.bytes.split(",")]
+    products([int(r) for r in args.rows.split(",")], args.repeat, act_bytes, args.lm_head)
     if args.engine is not None:
-        engine(args.engine.expanduser(), args.windows)
+        engine(args.engine.expanduser(), args.windows, act_bytes)
 
 
 if __name__ == "__main__":

@@ -140,3 +140,73 @@ def test_one_byte_on_the_avx2_build(qtype: QT) -> None:
     finally:
         avx2.set_act_bytes(2)
         ours.set_act_bytes(None)
+
+
+def _avx2_kernels() -> QuantKernels:
+    import shutil
+
+    from tokenops.engine.kernels import native
+
+    if quant_kernels.get_kernels() is None or shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the kernels cannot be built")
+    return QuantKernels(native.build_library(main="quant.c", stem="quant", isa="avx2"))
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=lambda t: t.name)
+def test_avx2_one_byte_k_quants_every_row_count(qtype: QT) -> None:
+    """The AVX2 one-byte K-quant kernels (``csrc/quant_packed_km.c``: one-row Q6_K, passes of up to 8 rows,
+    a last pass of 1-7): every row count 1-70, three super-blocks, a last group of 3 rows, equal the
+    one-byte reference, one activation row's outputs do not depend on the rows beside it, and the
+    native build's ``maddubs`` method gives the same floats."""
+    avx2, ours = _avx2_kernels(), quant_kernels.get_kernels()
+    assert ours is not None
+    out_features, width = 19, 768
+    raw = random_raw(qtype, out_features, width, seed=int(qtype))
+    w = quant_kernels.dequantize_reference(raw, qtype, width).double()
+    packed = avx2.pack(raw, qtype, width)
+    assert packed is not None
+    x_all = torch.randn(70, width, generator=torch.Generator().manual_seed(70))
+    try:
+        assert avx2.set_act_bytes(1) == 1 and ours.set_act_bytes(1) == 1
+        alone = avx2.linear(x_all[:1], None, qtype, width, Method.GEMV, 1, packed)
+        for num_rows in range(1, 71):
+            x = x_all[:num_rows]
+            got = avx2.linear(x, None, qtype, width, Method.GEMV, 1 + num_rows % 2, packed)
+            assert _rel_err(got, one_byte(x).double() @ w.T) < 1e-5, num_rows
+            assert torch.equal(got[:1], alone), num_rows
+            if num_rows in (1, 7, 8, 9, 16, 70):
+                assert torch.equal(got, ours.linear(x, None, qtype, width, Method.GEMV_MADDUBS, 2, packed)), num_rows
+    finally:
+        avx2.set_act_bytes(2)
+        ours.set_act_bytes(None)
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=lambda t: t.name)
+def test_avx2_one_byte_sums_at_the_int16_bound(qtype: QT) -> None:
+    """The AVX2 one-byte kernels add ``maddubs`` pairs in int16 (Q4_K: a sub-block's 8 chunks, Q6_K: 2):
+    with every code at its largest (15, 63) and every activation at +-127, the sums reach 30480 / 32004
+    of int16's 32767 and must not saturate: the outputs still equal the reference."""
+    avx2 = _avx2_kernels()
+    out_features, width = 16, 512
+    raw = random_raw(qtype, out_features, width, seed=5).clone()
+    nb, bb = width // 256, raw.shape[1] // (width // 256)
+    blocks = raw.view(out_features, nb, bb)
+    if qtype == QT.Q4_K:
+        blocks[:, :, 16:] = 0xFF  # every nibble 15
+    else:
+        blocks[:, :, :192] = 0xFF  # ql and qh: every code 63 (scales and d kept)
+    w = quant_kernels.dequantize_reference(raw, qtype, width).double()
+    packed = avx2.pack(raw, qtype, width)
+    assert packed is not None
+    signs = torch.ones(8, width)
+    signs[1] = -1.0
+    signs[2, ::2] = -1.0
+    x = signs * torch.linspace(1.0, 2.0, 8)[:, None]  # one value per row: every q +-127
+    try:
+        assert avx2.set_act_bytes(1) == 1
+        for num_rows in (1, 3, 8):
+            ref = one_byte(x[:num_rows]).double() @ w.T
+            got = avx2.linear(x[:num_rows], None, qtype, width, Method.GEMV, 1, packed)
+            assert _rel_err(got, ref) < 1e-5, num_rows
+    finally:
+        avx2.set_act_bytes(2)

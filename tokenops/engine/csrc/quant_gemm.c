@@ -179,7 +179,10 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
             /* rows in blocks of TK_ROW_TILE (a multiple of 4: the same 4-row calls, the same results):
                one block's rounded activations stay in L2 while every weight group passes over them;
                a prefill chunk's 512 rows (1.5 MB at K = 1536) were re-read from L3 for every group */
-            int rs = 4;  /* rows per pass: 8 for Q4_K and Q6_K on one-byte activations (quant_avx512_k.c) */
+            /* rows per pass: 8 for Q4_K and Q6_K on one-byte activations (quant_avx512_k.c, and without
+               VNNI quant_packed_km.c, whose calls take all 8: hs rows per call of fn) */
+            int rs = 4, hs = 4;
+            if (!(vnni && TK_HAVE_VNNI) && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = hs = TK_M_ROWS;
 #ifdef TK_AVX512
             if (fn512 && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = 8;
 #endif
@@ -220,9 +223,9 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
                             continue;
                         }
 #endif
-                        for (int h = 0; h < R; h += 4) {  /* the 256-bit kernel: 4 rows a call */
-                            __m256 out[4];
-                            int Rh = R - h < 4 ? R - h : 4;
+                        for (int h = 0; h < R; h += hs) {  /* the 256-bit kernel: hs rows a call */
+                            __m256 out[TK_M_ROWS];
+                            int Rh = R - h < hs ? R - h : hs;
                             fn(Rh, vnni, W + g * rb, nb, a + m + h, out);
                             for (int r = 0; r < Rh; r++) {
                                 _mm256_storeu_ps(o, out[r]);

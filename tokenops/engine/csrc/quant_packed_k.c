@@ -179,6 +179,7 @@ TK_INLINE void gemv_group_k(const int H2, const int T, const int R, const int vn
 }
 
 #include "quant_packed_kv.c"
+#include "quant_packed_km.c"
 
 TK_GEMV_P(TK_Q5_K, gemv_group_k)
 
@@ -221,13 +222,16 @@ TK_INLINE void packed_q6k(const int H_, int R, int vnni, const uint8_t *g, int64
         default: gemv_group_k(H_, TK_Q6_K, 4, TK_HAVE_VNNI, g, nb, a, out); break;
     }
 }
-/* each with the activations' one or two bytes (tk_act_one) */
+/* each with the activations' one or two bytes (tk_act_one); one byte without VNNI: quant_packed_km.c's
+   kernels, up to TK_M_ROWS rows a call (R <= 4 on every other path) */
 static void gemv_packed_TK_Q4_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
-    if (tk_act_one()) packed_q4k(0, R, vnni, g, nb, a, out);
+    if (tk_act_one() && !(vnni && TK_HAVE_VNNI)) gemv_packed_km(TK_Q4_K, R, g, nb, a, out);
+    else if (tk_act_one()) packed_q4k(0, R, vnni, g, nb, a, out);
     else packed_q4k(1, R, vnni, g, nb, a, out);
 }
 static void gemv_packed_TK_Q6_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
-    if (tk_act_one()) packed_q6k(0, R, vnni, g, nb, a, out);
+    if (tk_act_one() && !(vnni && TK_HAVE_VNNI)) gemv_packed_km(TK_Q6_K, R, g, nb, a, out);
+    else if (tk_act_one()) packed_q6k(0, R, vnni, g, nb, a, out);
     else packed_q6k(1, R, vnni, g, nb, a, out);
 }
 

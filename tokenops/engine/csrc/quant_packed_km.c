@@ -1,0 +1,183 @@
+/* The AVX2 `maddubs` kernels (no VNNI) for packed Q4_K and Q6_K on one-byte activations (included by
+ * quant_packed_k.c inside its TK_AVX2 block): up to TK_M_ROWS activation rows per pass over a group of
+ * eight weight rows, so one unpacking of a chunk of codes serves them all (the 512-bit path's 8-row
+ * passes, on 256-bit registers).
+ *
+ * `maddubs` adds byte products into int16 with saturation, so `gemv_group_k` widens every chunk's
+ * pairs to int32 (`madd` by ones) and adds them there: three instructions per chunk and row. One byte
+ * per activation value is |q| <= 127, which bounds the int16 sums so that none saturates:
+ * - Q4_K: codes 0-15, a `maddubs` lane <= 2 * 15 * 127 = 3810, eight chunks of a sub-block <= 30480:
+ *   they add in int16 and widen once per sub-block (the integer sums and the float epilogue are
+ *   gemv_group_k's, so the floats are the same bit for bit);
+ * - Q6_K: codes 0-63, a lane <= 2 * 63 * 127 = 16002, two chunks <= 32004: pairs of chunks add in
+ *   int16, and `madd` by the eight rows' int8 scales (each row's two int16 lanes times its scale)
+ *   widens and scales them at once; a sub-block of 32 values is then one int32 per row, and one
+ *   float epilogue (its two halves' -32 offsets against the activations' sums per 16) where
+ *   gemv_group_k had two.
+ * The one-row Q6_K kernel (batch-1 decode, from memory) unpacks a chunk's four sub-blocks at once (its
+ * low bits, high bits and their 2-bit fields each loaded once) and prefetches ahead. */
+/* Part of the quantized kernels' library (this one: the AVX2 one-byte K-quant kernels). */
+#include "quant.h"
+#define TK_M_ROWS 8
+/* super-blocks ahead the one-row Q6_K kernel prefetches */
+#define TK_Q6K_PREFETCH_M 4
+
+/* the eight rows' int8 scales at sc as int16 pairs (lanes 2i, 2i + 1: row i), for `madd` */
+TK_INLINE __m256i scale_pairs(const uint8_t *sc) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)sc);
+    return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(b, b));
+}
+
+/* Q6_K's codes of sub-block j (0-3) of a half, chunk at lv (low bits) and hv (2-bit fields) */
+TK_INLINE __m256i q6k_code(const int j, __m256i lv, __m256i hv) {
+    const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(0x30);
+    /* bits 2j, 2j + 1 of hv's bytes to bits 4, 5: word shifts, what crosses a byte is masked off */
+    __m256i h = j == 0 ? _mm256_slli_epi16(hv, 4) : j == 1 ? _mm256_slli_epi16(hv, 2)
+              : j == 2 ? hv : _mm256_srli_epi16(hv, 2);
+    __m256i l = j >= 2 ? _mm256_srli_epi16(lv, 4) : lv;
+    return _mm256_or_si256(_mm256_and_si256(l, m15), _mm256_and_si256(h, m48));
+}
+
+/* y rows r < R (R <= TK_M_ROWS), 8 outputs each: a packed Q4_K group of nb super-blocks, one byte */
+TK_INLINE void gemv_group_q4k_m(const int R, const uint8_t *restrict g, int64_t nb, const tk_act *a, __m256 *out) {
+    const __m256i m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256 acc[TK_M_ROWS];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < TK_M_ROWS; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = g + b * 1184;
+        __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+        for (int j = 0; j < 8; j++) {  /* sub-block j: the low (j even) or high nibbles of pair j / 2 */
+            const uint8_t *q = p + 160 + 256 * (j / 2);
+            const int64_t c32 = b * 8 + j;
+            __m256i s[TK_M_ROWS];
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < TK_M_ROWS; r++) s[r] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < 8; c++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+                __m256i u = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(raw, 4) : raw, m15);
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < R; r++)
+                    s[r] = _mm256_add_epi16(s[r], _mm256_maddubs_epi16(u, bcast4(a[r].q + c32 * 32 + 4 * c)));
+            }
+            __m256 dsc = row_scales(dv, p + 32 + 8 * j, 0), dmn = row_scales(mv, p + 96 + 8 * j, 0);
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < R; r++) {  /* gemv_group_k's epilogue, in its order */
+                __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s[r], ones)),
+                                         _mm256_set1_ps(a[r].d[c32]));
+                acc[r] = _mm256_fmadd_ps(f, dsc, acc[r]);
+                acc[r] = _mm256_fnmadd_ps(dmn, _mm256_set1_ps(a[r].s32[c32]), acc[r]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) out[r] = acc[r];
+}
+
+/* acc[r] += sub-block c32's float sum for row r: s the int32 sum of sc * code * q over its 32 values */
+TK_INLINE __m256 q6k_epilogue(__m256 acc, __m256i s, __m256 dv, __m256 dsc0, __m256 dsc1, const tk_act *a,
+                              int64_t c32) {
+    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a->d[c32]));
+    acc = _mm256_fmadd_ps(f, dv, acc);  /* v = d sc (q - 32): 32 d sc x each half's sum comes off */
+    acc = _mm256_fnmadd_ps(dsc0, _mm256_set1_ps(32.f * a->s16[2 * c32]), acc);
+    return _mm256_fnmadd_ps(dsc1, _mm256_set1_ps(32.f * a->s16[2 * c32 + 1]), acc);
+}
+
+/* as gemv_group_q4k_m for a packed Q6_K group */
+TK_INLINE void gemv_group_q6k_m(const int R, const uint8_t *restrict g, int64_t nb, const tk_act *a, __m256 *out) {
+    __m256 acc[TK_M_ROWS];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < TK_M_ROWS; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = g + b * 1680;
+        __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        for (int sb = 0; sb < 8; sb++) {  /* sub-block sb = 4n + j: 32 values, two scales */
+            const int n = sb / 4, j = sb % 4;
+            const uint8_t *ql = p + 144 + 256 * (2 * n + (j & 1)), *qh = p + 144 + 1024 + 256 * n;
+            const int64_t c32 = b * 8 + sb;
+            __m256i s[TK_M_ROWS];
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < TK_M_ROWS; r++) s[r] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 8; c += 2) {  /* chunk pairs: c / 4 is the half, its scale */
+                __m256i sc = scale_pairs(p + 16 + 8 * (8 * n + 2 * j + c / 4));
+                __m256i u0 = q6k_code(j, _mm256_loadu_si256((const __m256i *)(ql + 32 * c)),
+                                      _mm256_loadu_si256((const __m256i *)(qh + 32 * c)));
+                __m256i u1 = q6k_code(j, _mm256_loadu_si256((const __m256i *)(ql + 32 * c + 32)),
+                                      _mm256_loadu_si256((const __m256i *)(qh + 32 * c + 32)));
+                _Pragma("GCC unroll 8")
+                for (int r = 0; r < R; r++) {
+                    const int8_t *x = a[r].q + c32 * 32 + 4 * c;
+                    __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(u0, bcast4(x)),
+                                                 _mm256_maddubs_epi16(u1, bcast4(x + 4)));
+                    s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(t, sc));
+                }
+            }
+            const uint8_t *so = p + 16 + 8 * (8 * n + 2 * j);
+            __m256 dsc0 = row_scales(dv, so, 1), dsc1 = row_scales(dv, so + 8, 1);
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < R; r++) acc[r] = q6k_epilogue(acc[r], s[r], dv, dsc0, dsc1, a + r, c32);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) out[r] = acc[r];
+}
+
+/* one activation row: each chunk's ql / qh loaded once for the four sub-blocks of a half */
+TK_INLINE void gemv_group_q6k_m1(const uint8_t *restrict g, int64_t nb, const tk_act *a, __m256 *out) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = g + b * 1680;
+        if (b + TK_Q6K_PREFETCH_M < nb)
+            for (int l = 0; l < 1680; l += 64)
+                _mm_prefetch((const char *)(p + TK_Q6K_PREFETCH_M * 1680 + l), _MM_HINT_T0);
+        __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        for (int n = 0; n < 2; n++) {
+            __m256i s[4];
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) s[j] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 8; c += 2) {
+                const uint8_t *l0 = p + 144 + 512 * n + 32 * c, *h = p + 144 + 1024 + 256 * n + 32 * c;
+                __m256i la[2] = {_mm256_loadu_si256((const __m256i *)l0), _mm256_loadu_si256((const __m256i *)(l0 + 32))};
+                __m256i lb[2] = {_mm256_loadu_si256((const __m256i *)(l0 + 256)),
+                                 _mm256_loadu_si256((const __m256i *)(l0 + 288))};
+                __m256i hv[2] = {_mm256_loadu_si256((const __m256i *)h), _mm256_loadu_si256((const __m256i *)(h + 32))};
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < 4; j++) {
+                    const int8_t *x = a->q + (b * 8 + 4 * n + j) * 32 + 4 * c;
+                    __m256i u0 = q6k_code(j, j & 1 ? lb[0] : la[0], hv[0]);
+                    __m256i u1 = q6k_code(j, j & 1 ? lb[1] : la[1], hv[1]);
+                    __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(u0, bcast4(x)),
+                                                 _mm256_maddubs_epi16(u1, bcast4(x + 4)));
+                    __m256i sc = scale_pairs(p + 16 + 8 * (8 * n + 2 * j + c / 4));
+                    s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(t, sc));
+                }
+            }
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) {
+                const uint8_t *so = p + 16 + 8 * (8 * n + 2 * j);
+                acc = q6k_epilogue(acc, s[j], dv, row_scales(dv, so, 1), row_scales(dv, so + 8, 1), a,
+                                   b * 8 + 4 * n + j);
+            }
+        }
+    }
+    out[0] = acc;
+}
+
+/* the packed Q4_K / Q6_K products on one byte without VNNI: R <= TK_M_ROWS rows */
+static void gemv_packed_km(int t, int R, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
+    if (t == TK_Q6_K && R == 1) {
+        gemv_group_q6k_m1(g, nb, a, out);
+        return;
+    }
+#define TK_KM_CASE(R_) case R_: { if (t == TK_Q4_K) gemv_group_q4k_m(R_, g, nb, a, out); \
+                                  else gemv_group_q6k_m(R_, g, nb, a, out); } break;
+    switch (R) {
+        TK_KM_CASE(1) TK_KM_CASE(2) TK_KM_CASE(3) TK_KM_CASE(4) TK_KM_CASE(5) TK_KM_CASE(6) TK_KM_CASE(7)
+        default: TK_KM_CASE(8)
+    }
+#undef TK_KM_CASE
+}
