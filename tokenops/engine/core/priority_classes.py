@@ -76,14 +76,23 @@ def make_room_for_interactive(
             preempt(batch.pop())
 
 
+#: The most unspent allowance a step carries to the next, in batch decode rows: with one row's worth
+#: banked, a step whose own share is smaller than a row still runs one; more would let the batch
+#: burst several rows into one interactive step.
+CREDIT_ROWS = 1.0
+
+
 @dataclass(slots=True)
 class Allowance:
     """The batch work a step may carry beside its interactive work (``batch_step_overhead``):
-    ``seconds`` of it, a decode row costing ``row_s`` and a prompt token ``token_s``."""
+    ``seconds`` of it (this step's share plus the credit carried from the steps before), a decode
+    row costing ``row_s`` and a prompt token ``token_s``; at most ``cap_s`` of what is left unspent
+    carries over to the next step."""
 
     seconds: float
     row_s: float
     token_s: float
+    cap_s: float = 0.0
 
     @property
     def num_rows(self) -> int:
@@ -93,14 +102,28 @@ class Allowance:
         """Batch prompt tokens left once ``num_rows`` batch decode rows are in the step."""
         return max(0, int((self.seconds - num_rows * self.row_s) / self.token_s))
 
+    def carry(self, num_rows: int, num_tokens: int) -> float:
+        """The credit for the next step once this one carries ``num_rows`` batch decode rows and
+        ``num_tokens`` batch prompt tokens: what they leave unspent, at most ``cap_s``."""
+        return min(self.cap_s, max(0.0, self.seconds - num_rows * self.row_s - num_tokens * self.token_s))
+
 
 def overhead_allowance(
-    config: EngineConfig, cost: StepCost, running: list[Sequence], waiting: list[Sequence]
+    config: EngineConfig,
+    cost: StepCost,
+    running: list[Sequence],
+    waiting: list[Sequence],
+    credit: float = 0.0,
+    credit_rows: float = CREDIT_ROWS,
 ) -> Allowance | None:
     """``batch_step_overhead`` of the time the step's interactive work takes by itself (``cost``, the
-    engine's step-time fit), spent on batch decode rows first, then batch prompt tokens. None: off, or
-    nothing interactive to protect. The interactive part is estimated before the step is built: its
-    decodes, and the prompt tokens of its running and waiting prompts up to the step's token budget."""
+    engine's step-time fit), plus ``credit`` (the allowance earlier steps left unspent), spent on batch
+    decode rows first, then batch prompt tokens; up to ``credit_rows`` batch rows' worth of what is
+    left carries over. So where one step's share is less than a row (one interactive decode on a
+    CPU), a row runs every few steps and the added time stays at the share over the run. None: off,
+    or nothing interactive to protect. The interactive part is estimated before the step is built:
+    its decodes, and the prompt tokens of its running and waiting prompts up to the step's token
+    budget."""
     if not config.batch_step_overhead:
         return None
     num_rows = sum(1 for s in running if not s.is_batch and not s.is_prefill)
@@ -110,4 +133,5 @@ def overhead_allowance(
         return None
     num_tokens = min(num_tokens, max(0, config.max_num_batched_tokens - num_rows))
     _, row_s, token_s = cost.coefficients()
-    return Allowance(config.batch_step_overhead * cost.estimate(num_rows, num_tokens), row_s, token_s)
+    seconds = config.batch_step_overhead * cost.estimate(num_rows, num_tokens) + max(0.0, credit)
+    return Allowance(seconds, row_s, token_s, credit_rows * row_s)

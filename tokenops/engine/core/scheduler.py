@@ -20,7 +20,9 @@ sequences above that share are preempted. A preempted batch sequence waits at th
 the batch class and resumes as soon as room returns. With ``batch_step_overhead`` (live), a
 step with interactive work carries batch work worth at most that share of the interactive work's
 own time, by the step-time fit the engine feeds (:mod:`.step_cost`): batch decodes past that sit
-the step out with their KV kept (in turn, so each advances), then batch prompts fill the rest.
+the step out with their KV kept (in turn, so each advances), then batch prompts fill the rest; what a
+step leaves unspent carries over (up to one batch row's cost), so that beside interactive work
+smaller than a row's share a batch row still runs every few steps.
 The config object is read every step, so live tunable changes apply on the next one.
 """
 
@@ -32,7 +34,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS, fcfs_order
-from tokenops.engine.core.priority_classes import BatchCap, batch_cap, make_room_for_interactive, overhead_allowance
+from tokenops.engine.core.priority_classes import (
+    CREDIT_ROWS,
+    Allowance,
+    BatchCap,
+    batch_cap,
+    make_room_for_interactive,
+    overhead_allowance,
+)
 from tokenops.engine.core.sequence import Sequence, SequenceStatus
 from tokenops.engine.core.step_cost import StepCost
 from tokenops.engine.kv.block_manager import BlockManager
@@ -104,6 +113,10 @@ class Scheduler:
         #: The step-time fit the engine feeds after each step (``batch_step_overhead`` reads it).
         self.step_cost = StepCost()
         self._batch_turn = 0  # round robin over batch decodes when not all fit the allowance
+        #: ``batch_step_overhead``'s allowance the last step left unspent (seconds; 0 while nothing
+        #: interactive runs), and the most of it carried over, in batch decode rows.
+        self.batch_credit = 0.0
+        self.credit_rows = CREDIT_ROWS
 
     @property
     def num_waiting(self) -> int:
@@ -146,8 +159,19 @@ class Scheduler:
 
             interactive = self._order([s for s in self.waiting if not s.is_batch])
             make_room_for_interactive(config, self.block_manager, self.running, interactive, preempt)
+        allowance = None
+        if classes:
+            allowance = overhead_allowance(
+                config, self.step_cost, self.running, self.waiting, self.batch_credit, self.credit_rows
+            )
+        self._build(out, classes, allowance)
+        self.batch_credit = 0.0 if allowance is None else _carry(allowance, out.chunks)
+        return out
+
+    def _build(self, out: SchedulerOutput, classes: bool, allowance: Allowance | None) -> None:
+        """The step's chunks, once interactive sequences have their room: decodes, then prompts."""
+        config = self.config
         prefills = [s for s in self.running if s.is_prefill]
-        allowance = overhead_allowance(config, self.step_cost, self.running, self.waiting) if classes else None
         paused = self._paused_batch_decodes(allowance.num_rows) if allowance is not None else set()
         budget, is_short = self._schedule_decodes(out, classes, paused)
         may_admit = not is_short and bool(self.waiting)
@@ -155,7 +179,7 @@ class Scheduler:
             budget = self._schedule_prefills(prefills, budget, out)
             if may_admit:
                 self._admit(self._order(self.waiting), budget, out)
-            return out
+            return
         # interactive work first; batch work takes what is left, within its share
         num_chunks = len(out.chunks)
         budget = self._schedule_prefills([s for s in prefills if not s.is_batch], budget, out)
@@ -164,7 +188,7 @@ class Scheduler:
         if len(out.chunks) > num_chunks:
             # a step that computes an interactive prompt carries no batch prompt: the prompt's
             # time to first token is its own prefill (and the decodes), not a batch prompt's too
-            return out
+            return
         cap = batch_cap(config, self.running, self.waiting, sum(c.num_tokens for c in out.chunks if c.seq.is_batch))
         if allowance is not None:
             num_rows = sum(1 for c in out.chunks if c.seq.is_batch)
@@ -173,7 +197,6 @@ class Scheduler:
         budget = self._schedule_prefills([s for s in prefills if s.is_batch], budget, out, cap)
         if may_admit and not any(not s.is_batch for s in self.waiting):
             self._admit(self._order(self.waiting), budget, out, cap)
-        return out
 
     def _order(self, waiting: list[Sequence]) -> list[Sequence]:
         # the engine validates names when built and when the tunable changes: fcfs is only a guard
@@ -186,7 +209,7 @@ class Scheduler:
         if len(decodes) <= num_rows:
             return set()
         start = self._batch_turn % len(decodes)
-        self._batch_turn += max(1, num_rows)
+        self._batch_turn += num_rows  # a step that runs none (its credit banks) moves no turn
         kept = {decodes[(start + k) % len(decodes)] for k in range(num_rows)}
         return set(decodes) - kept
 
@@ -331,3 +354,10 @@ class Scheduler:
         for seq in seqs:
             self.finish(seq)
         return seqs
+
+
+def _carry(allowance: Allowance, chunks: list[ScheduledChunk]) -> float:
+    """The credit the step leaves for the next: its allowance less the batch rows and prompt tokens in it."""
+    batch = [c for c in chunks if c.seq.is_batch]
+    num_rows = sum(1 for c in batch if not c.seq.is_prefill)
+    return allowance.carry(num_rows, sum(c.num_tokens for c in batch if c.seq.is_prefill))
