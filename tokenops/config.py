@@ -53,6 +53,10 @@ class ModelConfig:
     #: Bundled engine: the format the model writes tool calls in (tokenops/backends/tool_parsers.py);
     #: "auto": the one its chat template renders calls in (tokenops/backends/tool_format.py).
     tool_call_parser: str = "auto"
+    #: Bundled engine: a free call (``tool_choice`` auto) whose name or first argument-value tokens the
+    #: model chose with a lower probability is answered again in text (tokenops/backends/tool_confidence.py);
+    #: 0 turns the gate off; unset: the measured default for a native tool format, off for the generic one.
+    tool_call_min_confidence: float | None = None
     #: Bundled engine: how the model marks its thinking (tokenops/backends/reasoning_parsers.py):
     #: "think" sends <think>…</think> as reasoning_content. None: no reasoning parser.
     reasoning_parser: str | None = None
@@ -91,6 +95,9 @@ class ModelConfig:
             raise ConfigError(f"model {self.name!r}: a lora adapter cannot have the base model's name")
         if self.backend == "openai" and not (self.url or self.urls):
             raise ConfigError(f"model {self.name!r}: backend 'openai' needs url or urls")
+        conf = self.tool_call_min_confidence
+        if conf is not None and (isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 <= conf <= 1):
+            raise ConfigError(f"model {self.name!r}: tool_call_min_confidence must be a number from 0 to 1 (0: off)")
         if self.replicas < 1:
             raise ConfigError(f"model {self.name!r}: replicas must be >= 1")
 

@@ -119,4 +119,5 @@ class Decisions(TypedDict, total=False):
     reasoning_budget: dict[str, Any]  # the thinking budget given (max_thinking_tokens, suppress, reason)
     thinking: dict[str, list[Any]]  # per choice: closed_by, first_pass, spent
     stop_sequence: str  # the stop string that ended choice 0 (Anthropic's stop_sequence)
+    tool_call_gate: dict[str, Any]  # the free-call confidence gate: threshold, judged calls, answered again
     image: dict[str, Any]  # an image request's plan and sizes

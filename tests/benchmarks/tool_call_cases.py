@@ -21,6 +21,9 @@ CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Berlin", "Madrid", "Toront
 CURRENCIES = ["USD", "EUR", "JPY", "GBP", "CHF"]
 SYMBOLS = ["AAPL", "MSFT", "GOOG", "TSLA", "AMZN"]
 LANGUAGES = ["French", "German", "Spanish", "Italian", "Japanese"]
+#: what ``translate`` wants (its schema says so): the ISO 639-1 code, as a model writing "es" for
+#: "Spanish" does (before s19 the expected value was the English name, which counted those answers wrong)
+ISO_639_1 = {"French": "fr", "German": "de", "Spanish": "es", "Italian": "it", "Japanese": "ja"}
 WORDS = ["hello", "thank you", "good night", "water", "friend"]
 
 
@@ -49,7 +52,10 @@ TOOLS = {
     "translate": _fn(
         "translate",
         "Translate a text into another language",
-        {"text": {"type": "string"}, "language": {"type": "string"}},
+        {
+            "text": {"type": "string"},
+            "language": {"type": "string", "description": "the target language's ISO 639-1 code, such as 'es'"},
+        },
     ),
     "set_timer": _fn("set_timer", "Set a timer for a number of minutes", {"minutes": {"type": "integer"}}),
 }
@@ -89,7 +95,7 @@ def _request(rng: random.Random) -> tuple[str, str, dict[str, Any]]:
         return prompt, tool, {"amount": amount, "from_currency": src, "to_currency": dst}
     if tool == "translate":
         word, language = rng.choice(WORDS), rng.choice(LANGUAGES)
-        return f"Translate '{word}' into {language}.", tool, {"text": word, "language": language}
+        return f"Translate '{word}' into {language}.", tool, {"text": word, "language": ISO_639_1[language]}
     minutes = rng.randint(2, 60)
     return (
         rng.choice(["Set a timer for {m} minutes.", "Start a {m} minute timer."]).format(m=minutes),

@@ -16,10 +16,13 @@ tokenops, one server at a time, and prints both tables and one side by side. The
 binary: ``$TOKENOPS_LLAMA_SERVER``, else the one tests/benchmarks/llamacpp_peer.py builds or finds.
 
 ``--answers FILE`` appends every answer (calls and text content, right or not) to a JSON-lines
-file as it arrives: what a model wrote where it was wrong, and a partial run's answers.
+file as it arrives: what a model wrote where it was wrong, and a partial run's answers. With
+``--confidence`` each tokenops answer also carries its calls' confidence, computed from the
+answer's logprobs by the free-call gate's rule (tokenops/backends/tool_confidence.py): run it against
+a server with ``tool_call_min_confidence = 0`` (``--url``) to choose the gate's threshold.
 
 Run: .venv/bin/python tests/benchmarks/tool_calls.py [--cases 200] [--concurrency 8] [--model GGUF]
-     [--llamacpp] [--threads 1] [--peer URL] [--answers FILE]
+     [--llamacpp] [--threads 1] [--peer URL] [--answers FILE [--confidence]]
 """
 
 from __future__ import annotations
@@ -84,9 +87,14 @@ def score(case: ToolCase, calls: list[tuple[str, str]]) -> tuple[bool, int]:
     return True, invalid
 
 
-def ask(client: openai.OpenAI, model: str, case: ToolCase, max_tokens: int) -> tuple[list[tuple[str, str]], str]:
-    """(the calls made: name and ``arguments`` text, the answer's text content)."""
-    extra = {"parallel_tool_calls": True} if case.kind == "parallel" else {}
+def ask(
+    client: openai.OpenAI, model: str, case: ToolCase, max_tokens: int, confidence: bool = False
+) -> tuple[list[tuple[str, str]], str, list[float | None]]:
+    """(the calls made: name and ``arguments`` text, the answer's text content, and with ``confidence``
+    each call's confidence by the gate's rule (tokenops/backends/tool_confidence.py) from the logprobs)."""
+    extra: dict[str, Any] = {"parallel_tool_calls": True} if case.kind == "parallel" else {}
+    if confidence:
+        extra["logprobs"] = True
     out = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": case.prompt}],
@@ -97,11 +105,25 @@ def ask(client: openai.OpenAI, model: str, case: ToolCase, max_tokens: int) -> t
         **extra,
     )
     message = out.choices[0].message
-    return [(c.function.name, c.function.arguments) for c in message.tool_calls or []], message.content or ""
+    calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
+    confidences: list[float | None] = []
+    if confidence and out.choices[0].logprobs is not None:
+        from tokenops.backends.tool_confidence import CallConfidence
+
+        judge = CallConfidence(threshold=0.0)
+        judge.add([e.model_dump() for e in out.choices[0].logprobs.content or []])
+        confidences = [judge.confidence(name, arguments) for name, arguments in calls]
+    return calls, message.content or "", confidences
 
 
 def run(
-    base_url: str, model: str, cases: list[ToolCase], concurrency: int, max_tokens: int, answers: Path | None = None
+    base_url: str,
+    model: str,
+    cases: list[ToolCase],
+    concurrency: int,
+    max_tokens: int,
+    answers: Path | None = None,
+    confidence: bool = False,
 ) -> dict[str, list[int]]:
     """Per kind: [right, total, invalid-JSON calls]. ``answers``: a JSON-lines file that gets each
     case's answer as it arrives (kind, prompt, tools offered, expected and made calls, content, right)."""
@@ -109,10 +131,10 @@ def run(
     table = {kind: [0, 0, 0] for kind in KINDS}
     with ThreadPoolExecutor(concurrency) as pool, contextlib.ExitStack() as stack:
         log = stack.enter_context(answers.open("a", encoding="utf-8")) if answers else None
-        futures = {pool.submit(ask, client, model, c, max_tokens): c for c in cases}
+        futures = {pool.submit(ask, client, model, c, max_tokens, confidence): c for c in cases}
         for future in as_completed(futures):
             case = futures[future]
-            calls, content = future.result()
+            calls, content, confidences = future.result()
             right, invalid = score(case, calls)
             row = table[case.kind]
             row[0] += right
@@ -129,6 +151,8 @@ def run(
                     "content": content,
                     "right": right,
                 }
+                if confidence:
+                    entry["confidence"] = confidences
                 log.write(json.dumps(entry) + "\n")
                 log.flush()
     return table
@@ -222,6 +246,11 @@ def main() -> None:
     ap.add_argument("--peer", help="another OpenAI-compatible server's /v1 to run the same cases against")
     ap.add_argument("--peer-model", default="default")
     ap.add_argument("--answers", type=Path, help="append each case's answer to this JSON-lines file as it arrives")
+    ap.add_argument(
+        "--confidence",
+        action="store_true",
+        help="tokenops: ask for logprobs and write each call's confidence (the gate's rule) to --answers",
+    )
     args = ap.parse_args()
     cases = generate(max(1, args.cases // 4))
     from tests.real_model import MODEL, SERVE_ENV, gguf_path
@@ -232,7 +261,15 @@ def main() -> None:
 
     def measure(label: str, base_url: str, name: str) -> None:
         start = time.monotonic()
-        tables[label] = run(base_url, name, cases, args.concurrency, args.max_tokens, args.answers)
+        tables[label] = run(
+            base_url,
+            name,
+            cases,
+            args.concurrency,
+            args.max_tokens,
+            args.answers,
+            args.confidence and label == "tokenops serve",
+        )
         print_table(f"{label}, {name}, {len(cases)} cases", tables[label], time.monotonic() - start)
 
     if args.no_tokenops:

@@ -48,6 +48,9 @@ class GenericToolCallStream(ToolCallStream):
         self._reply_rest = ""
         self._reply_started = False
 
+    def is_known(self, name: str, arguments: str) -> bool:
+        return name == NO_CALL_NAME or super().is_known(name, arguments)  # the reply preamble is never gated
+
     def _push(self, text: str) -> tuple[str, list[dict[str, Any]]]:
         if self.is_reply:
             return self._reply_text(text), []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -25,6 +26,7 @@ from tokenops.backends.plugin_calls import PluginCalls, builtin_calls
 from tokenops.backends.prompt_bound import check_prompt_fits, max_token_chars
 from tokenops.backends.reasoning_control import decide_budget, thinking_control
 from tokenops.backends.reasoning_parsers import get_reasoning_parser
+from tokenops.backends.tool_confidence import min_confidence, text_only_grammar
 from tokenops.backends.tool_format import AUTO, GENERIC, tool_format_of
 from tokenops.backends.tool_parsers import get_tool_call_parser
 from tokenops.config import ModelConfig, Settings
@@ -77,6 +79,8 @@ class LocalBackend:
         #: the parser in use: the configured one, or (``auto``) the one the template's calls are in, found at load
         self.tool_call_parser = model.tool_call_parser if model.tool_call_parser != AUTO else "hermes"
         self.model_tool_call_parser = model.tool_call_parser
+        #: the confidence gate for free calls (tokenops/backends/tool_confidence.py; 0: off)
+        self.tool_call_min_confidence = model.tool_call_min_confidence
         #: native | generic, decided when the engine loads (None before)
         self.tool_format: str | None = None
         #: what unset temperature / top_p / top_k become (the model's recommendation, else llama.cpp's)
@@ -277,7 +281,41 @@ class LocalBackend:
     async def _stream(self, request: GatewayRequest, lora: str | None) -> AsyncIterator[Delta]:
         plan, prompt_ids, params = await self._prepare(request)
         streams = ChoiceStreams(request, prompt_ids, params, plan, self.reasoning_parser, self.engine.tokenizer)
+        threshold = min_confidence(self.tool_call_min_confidence, self.tool_call_parser)
+        if plan is not None and plan.is_free and threshold > 0 and params.n == 1:
+            streams.gate_threshold = threshold
+            streams.show_logprobs = params.logprobs is not None
+            params.logprobs = 0 if params.logprobs is None else params.logprobs  # the chosen tokens' only
         last = None
+        async for out in self._generate(request, prompt_ids, params, lora):
+            last = out
+            for delta in streams.deltas(out):
+                yield delta
+        if last is None:
+            raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
+        streams.gate_decision(retried=bool(streams.gated))
+        if streams.gated:  # the gate refused the only call: answer again, in text (tool_confidence.py)
+            first, last = sum(streams.seen.values()), None
+            tok = self.engine.tokenizer
+            again_ids = prompt_ids + tok.encode(streams.sent_text.get(0, ""), add_special_tokens=False)
+            params = self._sampling(request, len(again_ids))
+            params.logprobs = params.logprobs if streams.show_logprobs else None
+            params.grammar = await self._compile(text_only_grammar(self.tool_call_parser, plan.parser))
+            plan = dataclasses.replace(plan, grammar=None, is_free=False)
+            streams = ChoiceStreams(request, prompt_ids, params, plan, self.reasoning_parser, tok)
+            async for out in self._generate(request, again_ids, params, lora):
+                last = out
+                for delta in streams.deltas(out):
+                    yield delta
+            streams.seen[-1] = first  # usage counts both answers' tokens
+        usage = streams.usage(last)
+        usage.prompt_tokens = len(prompt_ids)
+        yield usage
+
+    async def _generate(
+        self, request: GatewayRequest, prompt_ids: list[int], params: Any, lora: str | None
+    ) -> AsyncIterator[Any]:
+        """The engine's outputs for one prompt, its failures as :class:`BackendError` s."""
         gen = self.engine.generate(
             prompt_ids,
             params,
@@ -290,9 +328,7 @@ class LocalBackend:
         try:
             async with contextlib.aclosing(gen):
                 async for out in gen:
-                    last = out
-                    for delta in streams.deltas(out):
-                        yield delta
+                    yield out
         except BackendError:
             raise
         except ValueError as e:  # PromptTooLongError and sampling errors from the engine
@@ -302,9 +338,6 @@ class LocalBackend:
             raise
         except Exception as e:
             raise engine_failure(self.name, e) from None
-        if last is None:
-            raise BackendError(f"{self.name}: the engine produced no output", "error", 500, self.name)
-        yield streams.usage(last)
 
     def _thinking(self, request: GatewayRequest, prompt_ids: list[int]) -> Any:
         """The engine's thinking control for this request (budget from the policy hook), or None."""

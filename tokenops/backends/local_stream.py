@@ -17,6 +17,7 @@ from typing import Any
 from tokenops.backends.base import Delta
 from tokenops.backends.local_fields import echo_delta
 from tokenops.backends.reasoning_parsers import ReasoningParser, ReasoningSplitter
+from tokenops.backends.tool_confidence import CallConfidence
 from tokenops.types import BackendError, GatewayRequest
 
 log = logging.getLogger("tokenops.backends")
@@ -39,6 +40,12 @@ class ChoiceStreams:
     tool_streams: dict[int, Any] = field(default_factory=dict)  # ToolCallStream (when tools are on)
     #: completions' ``echo``: the choices whose prompt was sent (None: no echo)
     echoed: set[int] | None = None
+    #: the confidence gate for free calls (tokenops/backends/tool_confidence.py): its threshold (0: off)
+    gate_threshold: float = 0.0
+    show_logprobs: bool = True  # False: the engine's logprobs are the gate's, not the client's
+    confidences: dict[int, CallConfidence] = field(default_factory=dict)
+    gated: set[int] = field(default_factory=set)  # choices whose only calls were gated: answered again
+    sent_text: dict[int, str] = field(default_factory=dict)  # content sent per choice
 
     def __post_init__(self) -> None:
         if self.request.kind == "completion" and self.request.output.echo:
@@ -65,6 +72,9 @@ class ChoiceStreams:
         if num_new <= 0 and not new_finish:
             return None
         self.seen[c.index] = len(c.token_ids)
+        if c.index in self.gated:  # the rest of a gated answer: never sent (the backend answers again)
+            self.sent_finish.add(c.index)
+            return None
         if new_finish:
             self.sent_finish.add(c.index)
             if c.index == 0 and isinstance(c.stop_reason, str):  # Anthropic's stop_sequence
@@ -73,22 +83,52 @@ class ChoiceStreams:
         reasoning, text = self._split_reasoning(c, c.delta_text or "", new_finish)
         calls = None
         if self.plan is not None and self.plan.parser is not None:
-            split = self.tool_streams.get(c.index) or self.tool_streams.setdefault(c.index, self.plan.new_stream())
+            split = self.tool_streams.get(c.index) or self.tool_streams.setdefault(c.index, self._new_stream(c.index))
+            if c.index in self.confidences and c.logprobs:
+                self.confidences[c.index].add(c.logprobs[start:])
             text, calls = split.push(text)
+            if split.gated and not split.num_calls:
+                return self._gate(c.index, text, num_new)
             if new_finish:
                 more_text, more_calls = split.finish()
                 text, calls = text + more_text, calls + more_calls
+                if split.gated and not split.num_calls:
+                    return self._gate(c.index, text, num_new)
                 if split.num_calls and reason == "stop":
                     reason = "tool_calls"
+        self.sent_text[c.index] = self.sent_text.get(c.index, "") + text
         return Delta(
             index=c.index,
             text=text,
             num_tokens=max(num_new, 0),
             finish_reason=reason if new_finish else None,
-            logprobs=openai_logprobs(self.request.kind, c.logprobs[start:] if c.logprobs else None),
+            logprobs=openai_logprobs(
+                self.request.kind, c.logprobs[start:] if c.logprobs and self.show_logprobs else None
+            ),
             tool_calls=calls or None,
             extra={"reasoning_content": reasoning} if reasoning else None,
         )
+
+    def _new_stream(self, index: int) -> Any:
+        stream = self.plan.new_stream()
+        if self.gate_threshold > 0 and self.plan.is_free:
+            self.confidences[index] = CallConfidence(self.gate_threshold)
+            stream.gate = self.confidences[index].passes
+        return stream
+
+    def _gate(self, index: int, text: str, num_new: int) -> Delta | None:
+        """A choice whose call the gate refused: the content before the call still goes out, then nothing."""
+        self.gated.add(index)
+        self.sent_text[index] = self.sent_text.get(index, "") + text
+        return Delta(index=index, text=text, num_tokens=max(num_new, 0)) if text else None
+
+    def gate_decision(self, retried: bool) -> None:
+        """Record what the gate judged (the request's ``tool_call_gate`` decision), when it judged a call."""
+        judged = [j for conf in self.confidences.values() for j in conf.judged]
+        if judged:
+            self.request.decide(
+                "tool_call_gate", {"min_confidence": self.gate_threshold, "calls": judged, "answered_again": retried}
+            )
 
     def _split_reasoning(self, c: Any, text: str, new_finish: bool) -> tuple[str, str]:
         """(reasoning, answer text) of a choice's new text; all answer without a thinking control."""

@@ -55,6 +55,9 @@ class StructuredPlan:
     #: The functions the request offers (name -> ``parameters``): a free call of another one, or
     #: with arguments its schema refuses, stays text.
     offered: dict[str, Any] | None = None
+    #: ``tool_choice`` auto with no ``response_format``: the model chose to call, so its calls go
+    #: through the confidence gate (tokenops/backends/tool_confidence.py); forced calls never do.
+    is_free: bool = False
 
     def new_stream(self) -> ToolCallStream | None:
         if self.parser is None:
@@ -111,11 +114,12 @@ def plan_request(
                 schema = {**schema, "x-guidance": {"whitespace_flexible": False}}
             answer, shortest = f"%json {json.dumps(schema)}", answer_spec.shortest
         elif is_generic:
-            answer = TEXT_REPLY
+            answer, plan.is_free = TEXT_REPLY, True
             # a small model calls the tool it just got results from again and again: not offered this turn
             answered = answered_calls(messages or [])
             functions = [f for f in functions if f.get("name") not in answered]
         else:
+            plan.is_free = True
             return plan  # a native format with auto: the model is free, its calls parsed
     functions = _closed_functions(functions)
     grammar = plan.parser.grammar(functions, parallel=parallel, answer=answer)

@@ -24,9 +24,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tokenops.backends.tool_arguments import arguments_match
+from tokenops.backends.tool_arguments import Call, arguments_match, call_of, json_values
 
-Call = tuple[str, str]  # (name, arguments JSON text)
 _NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGS = re.compile(r'"arguments"\s*:\s*')
 
@@ -56,15 +55,23 @@ class ToolCallStream:
         self._sent_args = 0
         self._blank = ""  # whitespace-only content, held: around calls it is dropped
         self.offered: dict[str, Any] | None = None  # name -> ``parameters`` of the offered functions
+        #: The confidence gate (tokenops/backends/tool_confidence.py; name, arguments, valid -> passes): a
+        #: free call it refuses is dropped with all that follows (``gated``); the backend answers again in text.
+        self.gate: Callable[[str, str, bool], bool] | None = None
+        self.gated = False
 
     def is_known(self, name: str, arguments: str) -> bool:
         """Whether a free call is a call: of an offered function, with arguments valid for its schema
         (else it stays text: a model that invents a tool, or its arguments, answers in text)."""
-        if self.is_constrained or self.offered is None:
-            return True
-        return name in self.offered and arguments_match(arguments, self.offered[name])
+        offered = None if self.is_constrained else self.offered
+        valid = offered is None or (name in offered and arguments_match(arguments, offered[name]))
+        # with the gate on, an invalid free call is answered again in text too, not left as raw JSON
+        self.gated = self.gate is not None and not self.gate(name, arguments, valid)
+        return valid and not self.gated
 
     def push(self, text: str) -> tuple[str, list[dict[str, Any]]]:
+        if self.gated:
+            return "", []
         content, pieces = self._push(text)
         return self._hold_blank(content), pieces
 
@@ -94,7 +101,7 @@ class ToolCallStream:
                 continue
             end = self._buf.find(self.close_tag)
             if end < 0:
-                if self.is_constrained:  # less what may be the start of the closing tag
+                if self.is_constrained and self.gate is None:  # less what may be the start of the closing tag
                     pieces += self._stream_partial(
                         self._buf[: len(self._buf) - _partial_suffix(self._buf, self.close_tag)]
                     )
@@ -103,6 +110,9 @@ class ToolCallStream:
             self._in_call = False
             call = _parse_call(body)
             if call is None or not self.is_known(*call):  # not a call after all: it stays text
+                if self.gated:
+                    self._buf = ""
+                    break
                 content.append(self.open_tag + body + self.close_tag)
                 continue
             pieces += self._finish_call(body, call)
@@ -111,6 +121,8 @@ class ToolCallStream:
     def finish(self) -> tuple[str, list[dict[str, Any]]]:
         """The end of the text: an unclosed call is returned as content (if nothing of it
         was streamed as a call) or completed from what arrived."""
+        if self.gated:
+            return "", []
         content, pieces = self._finish()
         content = self._hold_blank(content)
         if not self.num_calls:
@@ -125,6 +137,8 @@ class ToolCallStream:
         call = _parse_call(rest)
         if call is not None and self.is_known(*call):
             return "", self._finish_call(rest, call)
+        if self.gated:
+            return "", []
         if self._sent_name:  # a constrained call cut short (max_tokens): keep what was sent
             self.num_calls += 1
             return "", []
@@ -230,45 +244,13 @@ class LeadingCallsStream(ToolCallStream):
             return text, []
         calls = self.parse(text)
         if calls is None or not all(self.is_known(*c) for c in calls):
-            return text, []
+            return ("", []) if self.gated else (text, [])
         pieces = []
         for name, arguments in calls:
             fn = {"name": name, "arguments": arguments}
             pieces.append({"index": self.num_calls, "id": new_call_id(), "type": "function", "function": fn})
             self.num_calls += 1
         return "", pieces
-
-
-def call_of(obj: Any, args_keys: tuple[str, ...]) -> Call | None:
-    """``(name, arguments)`` of one decoded call object, or None when it is not one."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return None
-    key = next((k for k in args_keys if k in obj), None)
-    args = obj[key] if key is not None else {}
-    if isinstance(args, str):  # arguments as a JSON string, as OpenAI writes them
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    if not isinstance(args, dict):
-        return None
-    return obj["name"], json.dumps(args, ensure_ascii=False)
-
-
-def json_values(text: str, separators: str) -> list[Any] | None:
-    """The JSON values that make up ``text`` (between them only whitespace and ``separators``)."""
-    decoder, at = json.JSONDecoder(), 0
-    values: list[Any] = []
-    while True:
-        while at < len(text) and (text[at].isspace() or text[at] in separators):
-            at += 1
-        if at == len(text):
-            return values or None
-        try:
-            value, at = decoder.raw_decode(text, at)
-        except ValueError:
-            return None
-        values.append(value)
 
 
 #: How a free Hermes-format answer may hold its calls other than in ``<tool_call>`` tags: Qwen2.5-Coder
@@ -308,23 +290,23 @@ class FreeHermesStream(ToolCallStream):
                 if is_json
                 else ToolCallStream(self.open_tag, self.close_tag, is_constrained=False)
             )
-            self._inner.offered = self.offered
+            self._inner.offered, self._inner.gate = self.offered, self.gate
             text, self._head = self._head, ""
         content, pieces = self._inner.push(text)
-        self.num_calls = self._inner.num_calls
+        self.num_calls, self.gated = self._inner.num_calls, self._inner.gated
         return content, pieces
 
     def finish(self) -> tuple[str, list[dict[str, Any]]]:
         if self._inner is None:
             self._inner = ToolCallStream(self.open_tag, self.close_tag, is_constrained=False)
-            self._inner.offered = self.offered
+            self._inner.offered, self._inner.gate = self.offered, self.gate
             head, self._head = self._head, ""
             content, pieces = self._inner.push(head)
         else:
             content, pieces = "", []
         more, more_pieces = self._inner.finish()
-        self.num_calls = self._inner.num_calls
-        return content + more, pieces + more_pieces
+        self.num_calls, self.gated = self._inner.num_calls, self._inner.gated
+        return ("", []) if self.gated else (content + more, pieces + more_pieces)
 
 
 class ToolCallParser:
