@@ -199,6 +199,9 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
                     uint8_t *codes = fn512 && nn > 8 && t == TK_Q6_K && passes > 1 ? q6k_codes_buffer(nb) : NULL;
                     if (codes) q6k_pair_codes(W + g * rb, rb, nb, codes);
 #endif
+                    /* the same without VNNI, one group (quant_packed_km.c) */
+                    uint8_t *kcodes = hs == TK_M_ROWS && t == TK_Q6_K && passes > 1 ? km_codes_buffer(nb) : NULL;
+                    if (kcodes) q6k_group_codes(W + g * rb, nb, kcodes);
                     for (int64_t m = m0; m < m1; m += rs) {
                         int R = m1 - m < rs ? (int)(m1 - m) : rs;
                         if (passes > 1 && ub > 0) {
@@ -226,7 +229,8 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
                         for (int h = 0; h < R; h += hs) {  /* the 256-bit kernel: hs rows a call */
                             __m256 out[TK_M_ROWS];
                             int Rh = R - h < hs ? R - h : hs;
-                            fn(Rh, vnni, W + g * rb, nb, a + m + h, out);
+                            if (kcodes) gemv_packed_km(t, Rh, W + g * rb, kcodes, nb, a + m + h, out);
+                            else fn(Rh, vnni, W + g * rb, nb, a + m + h, out);
                             for (int r = 0; r < Rh; r++) {
                                 _mm256_storeu_ps(o, out[r]);
                                 qk_put(y + (m + h + r) * ys, o, b, g * 8, nn, acc);

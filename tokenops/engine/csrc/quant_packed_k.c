@@ -225,12 +225,12 @@ TK_INLINE void packed_q6k(const int H_, int R, int vnni, const uint8_t *g, int64
 /* each with the activations' one or two bytes (tk_act_one); one byte without VNNI: quant_packed_km.c's
    kernels, up to TK_M_ROWS rows a call (R <= 4 on every other path) */
 static void gemv_packed_TK_Q4_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
-    if (tk_act_one() && !(vnni && TK_HAVE_VNNI)) gemv_packed_km(TK_Q4_K, R, g, nb, a, out);
+    if (tk_act_one() && !(vnni && TK_HAVE_VNNI)) gemv_packed_km(TK_Q4_K, R, g, NULL, nb, a, out);
     else if (tk_act_one()) packed_q4k(0, R, vnni, g, nb, a, out);
     else packed_q4k(1, R, vnni, g, nb, a, out);
 }
 static void gemv_packed_TK_Q6_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
-    if (tk_act_one() && !(vnni && TK_HAVE_VNNI)) gemv_packed_km(TK_Q6_K, R, g, nb, a, out);
+    if (tk_act_one() && !(vnni && TK_HAVE_VNNI)) gemv_packed_km(TK_Q6_K, R, g, NULL, nb, a, out);
     else if (tk_act_one()) packed_q6k(0, R, vnni, g, nb, a, out);
     else packed_q6k(1, R, vnni, g, nb, a, out);
 }

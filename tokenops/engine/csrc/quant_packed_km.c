@@ -19,7 +19,7 @@
 /* Part of the quantized kernels' library (this one: the AVX2 one-byte K-quant kernels). */
 #include "quant.h"
 #define TK_M_ROWS 8
-/* super-blocks ahead the one-row Q6_K kernel prefetches */
+/* super-blocks ahead the one-row kernels prefetch */
 #define TK_Q6K_PREFETCH_M 4
 
 /* the eight rows' int8 scales at sc as int16 pairs (lanes 2i, 2i + 1: row i), for `madd` */
@@ -76,17 +76,94 @@ TK_INLINE void gemv_group_q4k_m(const int R, const uint8_t *restrict g, int64_t 
     for (int r = 0; r < R; r++) out[r] = acc[r];
 }
 
-/* acc[r] += sub-block c32's float sum for row r: s the int32 sum of sc * code * q over its 32 values */
-TK_INLINE __m256 q6k_epilogue(__m256 acc, __m256i s, __m256 dv, __m256 dsc0, __m256 dsc1, const tk_act *a,
-                              int64_t c32) {
-    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(a->d[c32]));
-    acc = _mm256_fmadd_ps(f, dv, acc);  /* v = d sc (q - 32): 32 d sc x each half's sum comes off */
-    acc = _mm256_fnmadd_ps(dsc0, _mm256_set1_ps(32.f * a->s16[2 * c32]), acc);
-    return _mm256_fnmadd_ps(dsc1, _mm256_set1_ps(32.f * a->s16[2 * c32 + 1]), acc);
+/* one activation row of a Q4_K group: each chunk of codes loaded once for its two sub-blocks (the
+   floats of gemv_group_q4k_m's row), the group's next super-blocks prefetched */
+TK_INLINE void gemv_group_q4k_m1(const uint8_t *restrict g, int64_t nb, const tk_act *a, __m256 *out) {
+    const __m256i m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = g + b * 1184;
+        if (b + TK_Q6K_PREFETCH_M < nb)
+            for (int l = 0; l < 1184; l += 64)
+                _mm_prefetch((const char *)(p + TK_Q6K_PREFETCH_M * 1184 + l), _MM_HINT_T0);
+        __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+        for (int i = 0; i < 4; i++) {  /* sub-blocks 2i (low nibbles) and 2i + 1 (high) */
+            const uint8_t *q = p + 160 + 256 * i;
+            const int8_t *x = a->q + (b * 8 + 2 * i) * 32;
+            __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < 8; c++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_and_si256(raw, m15), bcast4(x + 4 * c)));
+                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m15),
+                                                               bcast4(x + 32 + 4 * c)));
+            }
+            _Pragma("GCC unroll 2")
+            for (int k = 0; k < 2; k++) {
+                const int j = 2 * i + k;
+                const int64_t c32 = b * 8 + j;
+                __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(k ? s1 : s0, ones)),
+                                         _mm256_set1_ps(a->d[c32]));
+                acc = _mm256_fmadd_ps(f, row_scales(dv, p + 32 + 8 * j, 0), acc);
+                acc = _mm256_fnmadd_ps(row_scales(mv, p + 96 + 8 * j, 0), _mm256_set1_ps(a->s32[c32]), acc);
+            }
+        }
+    }
+    out[0] = acc;
 }
 
-/* as gemv_group_q4k_m for a packed Q6_K group */
-TK_INLINE void gemv_group_q6k_m(const int R, const uint8_t *restrict g, int64_t nb, const tk_act *a, __m256 *out) {
+/* acc[r] += sub-block c32's float sum for row r: s the int32 sum of sc * code * q over its 32 values;
+   o0, o1 the eight rows' 32 sc of its halves (v = d sc (q - 32): 32 sc x each half's sum comes off) */
+TK_INLINE __m256 q6k_epilogue(__m256 acc, __m256i s, __m256 dv, __m256 o0, __m256 o1, const tk_act *a,
+                              int64_t c32) {
+    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(a->d + c32));
+    f = _mm256_fnmadd_ps(o0, _mm256_broadcast_ss(a->s16 + 2 * c32), f);
+    f = _mm256_fnmadd_ps(o1, _mm256_broadcast_ss(a->s16 + 2 * c32 + 1), f);
+    return _mm256_fmadd_ps(f, dv, acc);
+}
+
+/* 32 x the eight rows' int8 scales at sc, as floats */
+TK_INLINE __m256 q6k_offsets(const uint8_t *sc) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)sc);
+    return _mm256_mul_ps(_mm256_set1_ps(32.f), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)));
+}
+
+/* a packed Q6_K group's codes (0-63), unpacked once for several passes: per super-block, sub-block
+   sb's chunk c at (sb * 8 + c) * 32 */
+#define TK_KM_CODES 2048
+static void q6k_group_codes(const uint8_t *restrict g, int64_t nb, uint8_t *restrict codes) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = g + b * 1680;
+        for (int sb = 0; sb < 8; sb++) {
+            const int n = sb / 4, j = sb % 4;
+            const uint8_t *ql = p + 144 + 256 * (2 * n + (j & 1)), *qh = p + 144 + 1024 + 256 * n;
+            for (int c = 0; c < 8; c++) {
+                __m256i u = q6k_code(j, _mm256_loadu_si256((const __m256i *)(ql + 32 * c)),
+                                     _mm256_loadu_si256((const __m256i *)(qh + 32 * c)));
+                _mm256_storeu_si256((__m256i *)(codes + b * TK_KM_CODES + (sb * 8 + c) * 32), u);
+            }
+        }
+    }
+}
+
+/* this thread's buffer for a group's codes (grown as needed, kept for the thread's life; NULL when it
+   cannot grow: the caller keeps the unpacking kernel) */
+static uint8_t *km_codes_buffer(int64_t nb) {
+    static __thread uint8_t *buf;
+    static __thread int64_t cap;
+    if (nb * TK_KM_CODES > cap) {
+        uint8_t *grown = (uint8_t *)realloc(buf, (size_t)(nb * TK_KM_CODES));
+        if (!grown) return NULL;
+        buf = grown;
+        cap = nb * TK_KM_CODES;
+    }
+    return buf;
+}
+
+/* as gemv_group_q4k_m for a packed Q6_K group; codes: q6k_group_codes' (NULL: unpacked here) */
+TK_INLINE void gemv_group_q6k_m(const int R, const uint8_t *restrict g, const uint8_t *restrict codes, int64_t nb,
+                                const tk_act *a, __m256 *out) {
     __m256 acc[TK_M_ROWS];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < TK_M_ROWS; r++) acc[r] = _mm256_setzero_ps();
@@ -103,10 +180,17 @@ TK_INLINE void gemv_group_q6k_m(const int R, const uint8_t *restrict g, int64_t 
             _Pragma("GCC unroll 4")
             for (int c = 0; c < 8; c += 2) {  /* chunk pairs: c / 4 is the half, its scale */
                 __m256i sc = scale_pairs(p + 16 + 8 * (8 * n + 2 * j + c / 4));
-                __m256i u0 = q6k_code(j, _mm256_loadu_si256((const __m256i *)(ql + 32 * c)),
-                                      _mm256_loadu_si256((const __m256i *)(qh + 32 * c)));
-                __m256i u1 = q6k_code(j, _mm256_loadu_si256((const __m256i *)(ql + 32 * c + 32)),
-                                      _mm256_loadu_si256((const __m256i *)(qh + 32 * c + 32)));
+                __m256i u0, u1;
+                if (codes) {
+                    const uint8_t *u = codes + b * TK_KM_CODES + (sb * 8 + c) * 32;
+                    u0 = _mm256_loadu_si256((const __m256i *)u);
+                    u1 = _mm256_loadu_si256((const __m256i *)(u + 32));
+                } else {
+                    u0 = q6k_code(j, _mm256_loadu_si256((const __m256i *)(ql + 32 * c)),
+                                  _mm256_loadu_si256((const __m256i *)(qh + 32 * c)));
+                    u1 = q6k_code(j, _mm256_loadu_si256((const __m256i *)(ql + 32 * c + 32)),
+                                  _mm256_loadu_si256((const __m256i *)(qh + 32 * c + 32)));
+                }
                 _Pragma("GCC unroll 8")
                 for (int r = 0; r < R; r++) {
                     const int8_t *x = a[r].q + c32 * 32 + 4 * c;
@@ -116,9 +200,9 @@ TK_INLINE void gemv_group_q6k_m(const int R, const uint8_t *restrict g, int64_t 
                 }
             }
             const uint8_t *so = p + 16 + 8 * (8 * n + 2 * j);
-            __m256 dsc0 = row_scales(dv, so, 1), dsc1 = row_scales(dv, so + 8, 1);
+            __m256 o0 = q6k_offsets(so), o1 = q6k_offsets(so + 8);
             _Pragma("GCC unroll 8")
-            for (int r = 0; r < R; r++) acc[r] = q6k_epilogue(acc[r], s[r], dv, dsc0, dsc1, a + r, c32);
+            for (int r = 0; r < R; r++) acc[r] = q6k_epilogue(acc[r], s[r], dv, o0, o1, a + r, c32);
         }
     }
     _Pragma("GCC unroll 8")
@@ -159,22 +243,27 @@ TK_INLINE void gemv_group_q6k_m1(const uint8_t *restrict g, int64_t nb, const tk
             _Pragma("GCC unroll 4")
             for (int j = 0; j < 4; j++) {
                 const uint8_t *so = p + 16 + 8 * (8 * n + 2 * j);
-                acc = q6k_epilogue(acc, s[j], dv, row_scales(dv, so, 1), row_scales(dv, so + 8, 1), a,
-                                   b * 8 + 4 * n + j);
+                acc = q6k_epilogue(acc, s[j], dv, q6k_offsets(so), q6k_offsets(so + 8), a, b * 8 + 4 * n + j);
             }
         }
     }
     out[0] = acc;
 }
 
-/* the packed Q4_K / Q6_K products on one byte without VNNI: R <= TK_M_ROWS rows */
-static void gemv_packed_km(int t, int R, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
-    if (t == TK_Q6_K && R == 1) {
+/* the packed Q4_K / Q6_K products on one byte without VNNI: R <= TK_M_ROWS rows (Q6_K codes: see
+   gemv_group_q6k_m) */
+static void gemv_packed_km(int t, int R, const uint8_t *g, const uint8_t *codes, int64_t nb, const tk_act *a,
+                           __m256 *out) {
+    if (t == TK_Q6_K && R == 1 && !codes) {
         gemv_group_q6k_m1(g, nb, a, out);
         return;
     }
+    if (t == TK_Q4_K && R == 1) {
+        gemv_group_q4k_m1(g, nb, a, out);
+        return;
+    }
 #define TK_KM_CASE(R_) case R_: { if (t == TK_Q4_K) gemv_group_q4k_m(R_, g, nb, a, out); \
-                                  else gemv_group_q6k_m(R_, g, nb, a, out); } break;
+                                  else gemv_group_q6k_m(R_, g, codes, nb, a, out); } break;
     switch (R) {
         TK_KM_CASE(1) TK_KM_CASE(2) TK_KM_CASE(3) TK_KM_CASE(4) TK_KM_CASE(5) TK_KM_CASE(6) TK_KM_CASE(7)
         default: TK_KM_CASE(8)
