@@ -83,9 +83,8 @@ TK_INLINE void gemv_group_q4k_m1(const uint8_t *restrict g, int64_t nb, const tk
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = g + b * 1184;
-        if (b + TK_Q6K_PREFETCH_M < nb)
-            for (int l = 0; l < 1184; l += 64)
-                _mm_prefetch((const char *)(p + TK_Q6K_PREFETCH_M * 1184 + l), _MM_HINT_T0);
+        for (int l = 0; l < 1184; l += 64)  /* past the group: the next group's (a prefetch never faults) */
+            _mm_prefetch((const char *)(p + TK_Q6K_PREFETCH_M * 1184 + l), _MM_HINT_T0);
         __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
         __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
         for (int i = 0; i < 4; i++) {  /* sub-blocks 2i (low nibbles) and 2i + 1 (high) */
@@ -214,9 +213,8 @@ TK_INLINE void gemv_group_q6k_m1(const uint8_t *restrict g, int64_t nb, const tk
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = g + b * 1680;
-        if (b + TK_Q6K_PREFETCH_M < nb)
-            for (int l = 0; l < 1680; l += 64)
-                _mm_prefetch((const char *)(p + TK_Q6K_PREFETCH_M * 1680 + l), _MM_HINT_T0);
+        for (int l = 0; l < 1680; l += 64)  /* past the group: the next group's (a prefetch never faults) */
+            _mm_prefetch((const char *)(p + TK_Q6K_PREFETCH_M * 1680 + l), _MM_HINT_T0);
         __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
         for (int n = 0; n < 2; n++) {
             __m256i s[4];
