@@ -46,6 +46,7 @@ TK_INLINE void gemv_group_q4k_m(const int R, const uint8_t *restrict g, int64_t 
     for (int r = 0; r < TK_M_ROWS; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = g + b * 1184;
+        for (int l = 0; l < 1184; l += 64) _mm_prefetch((const char *)(p + TK_Q6K_PREFETCH_M * 1184 + l), _MM_HINT_T0);
         __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
         __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
         for (int j = 0; j < 8; j++) {  /* sub-block j: the low (j even) or high nibbles of pair j / 2 */
@@ -168,6 +169,8 @@ TK_INLINE void gemv_group_q6k_m(const int R, const uint8_t *restrict g, const ui
     for (int r = 0; r < TK_M_ROWS; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = g + b * 1680;
+        if (!codes)
+            for (int l = 0; l < 1680; l += 64) _mm_prefetch((const char *)(p + TK_Q6K_PREFETCH_M * 1680 + l), _MM_HINT_T0);
         __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
         for (int sb = 0; sb < 8; sb++) {  /* sub-block sb = 4n + j: 32 values, two scales */
             const int n = sb / 4, j = sb % 4;
