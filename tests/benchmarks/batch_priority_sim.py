@@ -12,7 +12,8 @@ tokens/s), capacity being the most generated tokens/s any run made (never above 
 
     .venv/bin/python tests/benchmarks/batch_priority_sim.py [--seconds 600] [--settings 1.0:0,0.1:64,1.0:64:0.08]
 
-(``share:step_tokens[:overhead]``: ``batch_max_share``, ``batch_step_tokens``, ``batch_step_overhead``.)
+(``share:step_tokens[:overhead[:nc]]``: ``batch_max_share``, ``batch_step_tokens``, ``batch_step_overhead``;
+``nc``: without the credit, each step's own allowance only, as before it.)
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def simulate(
     step_tokens: int,
     classes: bool,
     overhead: float = 0.0,
+    flags: str = "",
 ) -> Run:
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.policies import BUILTIN_SCHEDULE_ORDERS
@@ -68,6 +70,8 @@ def simulate(
         batch_step_overhead=overhead,
     )
     sched = Scheduler(config, config.num_kv_blocks, BUILTIN_SCHEDULE_ORDERS)
+    if "nc" in flags:
+        sched.credit_rows = 0  # each step's own allowance only, as before the credit
     rng, brng = random.Random(args.seed), random.Random(args.seed + 1)
     arrivals, t = [], 0.0
     while rate > 0 and t < args.seconds:
@@ -152,7 +156,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.1, help="latency budget of the bound (0.1: within 10%%)")
     ap.add_argument("--batch-lines", type=int, default=64)
     ap.add_argument("--settings", default="1.0:0,0.25:0,0.1:0,1.0:128,0.1:128,0.1:64",
-                    help="batch_max_share:batch_step_tokens[:batch_step_overhead], one priority-on run each")  # fmt: skip
+                    help="batch_max_share:batch_step_tokens[:batch_step_overhead[:nc]], one priority-on run each")  # fmt: skip
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
 
@@ -160,25 +164,30 @@ def main() -> None:
     runs: dict[str, Run] = {"interactive only": simulate(args, rate, False, 1.0, 0, True)}
     runs["batch alone"] = simulate(args, 0.0, True, 1.0, 0, True)
     for setting in args.settings.split(","):
-        share, step_tokens, overhead = (setting.split(":") + ["0"])[:3]
+        parts = setting.split(":")
+        share, step_tokens = parts[:2]
+        overhead, flags = (parts[2] if len(parts) > 2 else "0"), (parts[3] if len(parts) > 3 else "")
         name = f"on, {share}:{step_tokens}" + (f", overhead {overhead}" if float(overhead) else "")
-        runs[name] = simulate(args, rate, True, float(share), int(step_tokens), True, float(overhead))
+        name += ", no credit" if "nc" in flags else ""
+        runs[name] = simulate(args, rate, True, float(share), int(step_tokens), True, float(overhead), flags)
     runs["off (first come)"] = simulate(args, rate, True, 1.0, 0, False)
     report(args, rate, runs)
 
 
 def idle_bound(args: argparse.Namespace, runs: dict[str, Run], capacity: float) -> tuple[float, float, float]:
     """(f, the batch tok/s bound, the bound on "idle used"). f: the share of time the engine computes
-    interactive work when it runs alone. A batch gets at most the other (1 - f) at its batch-alone rate,
-    plus, in interactive steps, ``--budget`` of their time at its marginal cost per generated token (its
-    prompt and decode tokens, no fixed cost: the step pays that); more would lengthen the interactive
-    steps by more than the budget. An estimate, not a theorem: a p95 tolerates more in a few steps."""
+    interactive work when it runs alone. In interactive steps a batch gets at most ``--budget`` of their
+    time, at its marginal cost per generated token (its prompt and decode tokens, no fixed cost: the
+    step pays that); more would lengthen them by more than the budget. That budget lengthens them, so
+    interactive work then holds the engine ``f * (1 + budget)`` of the time, and the batch gets the
+    rest at its batch-alone rate. An estimate, not a theorem: a p95 tolerates more in a few steps."""
     alone, batch = runs["interactive only"], runs["batch alone"]
     f = alone.interactive_s / alone.seconds
     row_ms = args.token_ms if args.row_ms is None else args.row_ms
     mean_prompt, mean_answer = (16 + 384) / 2, (8 + 96) / 2
     marginal_ms = (mean_prompt * args.token_ms + mean_answer * row_ms) / mean_answer
-    bound = (1 - f) * batch.batch_tokens / batch.seconds + args.budget * f * 1000 / marginal_ms
+    busy = min(1.0, f * (1 + args.budget))
+    bound = (1 - busy) * batch.batch_tokens / batch.seconds + args.budget * f * 1000 / marginal_ms
     return f, bound, min(1.0, bound / (capacity - alone.interactive_tokens / alone.seconds))
 
 
@@ -195,7 +204,7 @@ def report(args: argparse.Namespace, rate: float, runs: dict[str, Run]) -> None:
         f"(the most any run made); interactive work {f:.0%} of the time alone"
     )
     head = (
-        f"{'run':<28}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}{'batch tok/s':>12}"
+        f"{'run':<40}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}{'batch tok/s':>12}"
         f"{'idle used':>10}{'idle time':>10}{'preempt':>9}"
     )
     print(head)
@@ -208,7 +217,7 @@ def report(args: argparse.Namespace, rate: float, runs: dict[str, Run]) -> None:
         ttft, tpot = pct(r.ttft, 95), pct(r.tpot, 95)
         base_ttft, base_tpot = pct(alone.ttft, 95), pct(alone.tpot, 95)
         print(
-            f"{name:<28}{ttft * 1000:>8.0f}ms{ttft / base_ttft:>8.2f}x{tpot * 1000:>8.1f}ms{tpot / base_tpot:>8.2f}x"
+            f"{name:<40}{ttft * 1000:>8.0f}ms{ttft / base_ttft:>8.2f}x{tpot * 1000:>8.1f}ms{tpot / base_tpot:>8.2f}x"
             f"{btps:>12.0f}{used:>10}{used_time:>10}{r.num_batch_preemptions:>9}"
         )
     print(
