@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: The default ``[[models]] tool_call_min_confidence`` (see the module docstring and docs/serve.md).
-DEFAULT_MIN_CONFIDENCE = 0.5
+DEFAULT_MIN_CONFIDENCE = 0.9
 
 
 @dataclass
