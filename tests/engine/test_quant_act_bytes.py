@@ -157,7 +157,7 @@ def test_avx2_one_byte_k_quants_every_row_count(qtype: QT) -> None:
     """The AVX2 one-byte K-quant kernels (``csrc/quant_packed_km.c``: one-row Q6_K, passes of up to 8 rows,
     a last pass of 1-7): every row count 1-70, three super-blocks, a last group of 3 rows, equal the
     one-byte reference, one activation row's outputs do not depend on the rows beside it, and the
-    native build's ``maddubs`` method gives the same floats."""
+    native build's ``maddubs`` method gives the same floats; two bytes still equal their reference."""
     avx2, ours = _avx2_kernels(), quant_kernels.get_kernels()
     assert ours is not None
     out_features, width = 19, 768
@@ -176,6 +176,10 @@ def test_avx2_one_byte_k_quants_every_row_count(qtype: QT) -> None:
             assert torch.equal(got[:1], alone), num_rows
             if num_rows in (1, 7, 8, 9, 16, 70):
                 assert torch.equal(got, ours.linear(x, None, qtype, width, Method.GEMV_MADDUBS, 2, packed)), num_rows
+        assert avx2.set_act_bytes(2) == 2  # two bytes: the older kernels, still right
+        for num_rows in (1, 9, 70):
+            got = avx2.linear(x_all[:num_rows], None, qtype, width, Method.GEMV, 2, packed)
+            assert _rel_err(got, quantize_activations(x_all[:num_rows]).double() @ w.T) < 1e-5, num_rows
     finally:
         avx2.set_act_bytes(2)
         ours.set_act_bytes(None)
