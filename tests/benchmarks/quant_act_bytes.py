@@ -8,7 +8,7 @@ thread, process CPU time: perplexity over ``--windows`` held-out windows of 512 
 then one.
 
 Run: ``.venv/bin/python tests/benchmarks/quant_act_bytes.py [--rows 1,16,64] [--bytes 2,1] [--lm-head]
-[--engine FILE --windows 2]``. ``TOKENOPS_CPU=avx2`` in the environment measures the Haswell-class build (no
+[--engine FILE --windows 2 [--batch 16]]``. ``TOKENOPS_CPU=avx2`` in the environment measures the Haswell-class build (no
 VNNI, no AVX-512: the ``maddubs`` kernels); the first line printed names the build. ``--lm-head`` adds
 Qwen2.5-1.5B's Q6_K output layer (151936 x 1536, 191 MB: products from memory, not the caches).
 """
@@ -71,7 +71,7 @@ def products(rows: list[int], repeat: int, act_bytes: list[int], lm_head: bool) 
     k.set_act_bytes(None)
 
 
-def engine(file: Path, windows_n: int, act_bytes: list[int]) -> None:
+def engine(file: Path, windows_n: int, act_bytes: list[int], batch: int = 0) -> None:
     from gguf_parity import held_out_texts, windows
     from tokenops.engine.core.batch import ChunkInput
     from tokenops.engine.core.config import EngineConfig
@@ -108,7 +108,27 @@ def engine(file: Path, windows_n: int, act_bytes: list[int]) -> None:
             f"{min(prefill):.2f} s, decode step {sorted(steps)[len(steps) // 2] * 1e3:.1f} ms",
             flush=True,
         )
+        if batch > 1:
+            print(f"  {ab} byte(s): decode step of {batch} sequences {batch_step(runner, wins[0], batch) * 1e3:.1f} ms")
         del runner, logits
+
+
+def batch_step(runner: object, ids: list[int], batch: int) -> float:
+    """The median process CPU time of a decode step of ``batch`` sequences (64-token prompts, 8 steps)."""
+    from tokenops.engine.core.batch import ChunkInput
+
+    blocks = 64 // 16 + 2  # blocks per sequence: the prompt and the steps
+    tables = [list(range(i * blocks, (i + 1) * blocks)) for i in range(batch)]
+    seqs = [list(ids[i : i + 64]) for i in range(batch)]
+    logits = runner.execute([ChunkInput(s, 0, t) for s, t in zip(seqs, tables, strict=True)])  # type: ignore[attr-defined]
+    steps = []
+    for _ in range(8):
+        for s, row in zip(seqs, logits, strict=True):
+            s.append(int(row.argmax()))
+        t0 = time.process_time()
+        logits = runner.execute([ChunkInput(s[-1:], len(s) - 1, t) for s, t in zip(seqs, tables, strict=True)])  # type: ignore[attr-defined]
+        steps.append(time.process_time() - t0)
+    return sorted(steps)[len(steps) // 2]
 
 
 def main() -> None:
@@ -117,13 +137,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--engine", type=Path, default=None, help="a GGUF file: also the engine's figures")
     ap.add_argument("--windows", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=0, help="with --engine: also a decode step of this many sequences")
     ap.add_argument("--bytes", default="2,1", help="activation bytes to measure, in order")
     ap.add_argument("--lm-head", action="store_true", help="also the Q6_K lm_head shape (151936 x 1536)")
     args = ap.parse_args()
     act_bytes = [int(b) for b in args.bytes.split(",")]
     products([int(r) for r in args.rows.split(",")], args.repeat, act_bytes, args.lm_head)
     if args.engine is not None:
-        engine(args.engine.expanduser(), args.windows, act_bytes)
+        engine(args.engine.expanduser(), args.windows, act_bytes, args.batch)
 
 
 if __name__ == "__main__":
