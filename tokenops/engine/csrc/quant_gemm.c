@@ -199,8 +199,9 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
                     uint8_t *codes = fn512 && nn > 8 && t == TK_Q6_K && passes > 1 ? q6k_codes_buffer(nb) : NULL;
                     if (codes) q6k_pair_codes(W + g * rb, rb, nb, codes);
 #endif
-                    /* the same without VNNI, one group (quant_packed_km.c) */
-                    uint8_t *kcodes = hs == TK_M_ROWS && t == TK_Q6_K && passes > 1 ? km_codes_buffer(nb) : NULL;
+                    /* the same without VNNI, one group (quant_packed_km.c), from three passes (at two, unpacking
+                       in each pass, with its prefetch, was as fast or faster) */
+                    uint8_t *kcodes = hs == TK_M_ROWS && t == TK_Q6_K && passes > 2 ? km_codes_buffer(nb) : NULL;
                     if (kcodes) q6k_group_codes(W + g * rb, nb, kcodes);
                     for (int64_t m = m0; m < m1; m += rs) {
                         int R = m1 - m < rs ? (int)(m1 - m) : rs;
