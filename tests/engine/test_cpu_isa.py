@@ -154,3 +154,43 @@ def test_the_default_model_decodes_the_same_tokens_on_the_avx2_build() -> None:
         del runner
     assert tokens["avx2"] == tokens["native"]
     assert float((logits["avx2"] - logits["native"]).abs().max()) < 1e-3 * float(logits["native"].abs().max())
+
+
+@needs_cc
+@torch.no_grad()
+def test_a_q4_k_m_shaped_model_on_the_avx2_build_with_one_byte(tmp_path, monkeypatch) -> None:
+    """A tiny Q4_K model whose v is Q6_K (llama.cpp's Q4_K_M layout) on ``cpu_isa = "avx2"`` with one-byte
+    activations: the fused step (its Haswell build, the AVX2 one-byte K-quant kernels: passes of 8 rows,
+    the one-row kernels) gives this CPU's build's logits within one-byte rounding, for a prefill chunk of
+    21 tokens and a decode step of 10 sequences."""
+    from tiny_gguf import write_tiny_gguf
+    from tokenops.engine.core.batch import ChunkInput
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.model_runner import ModelRunner
+
+    monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
+    path = write_tiny_gguf(tmp_path / "m.gguf", "qwen2", "Q4_K", seed=6, tensor_types={"blk.0.attn_v.weight": "Q6_K"})
+    ids = torch.randint(0, 256, (21,), generator=torch.Generator().manual_seed(7)).tolist()
+    tables = [list(range(8 * i, 8 * i + 8)) for i in range(10)]
+    logits = {}
+    for isa in ("native", "avx2"):
+        config = EngineConfig(
+            model=str(path),
+            device="cpu",
+            block_size=4,
+            kv_cache_tokens=512,
+            torch_threads=2,
+            cpu_isa=isa,
+            quant_act_bytes=1,
+        )
+        runner = ModelRunner(config)
+        assert runner.fused_decode is not None
+        prefill = runner.fused_decode([ChunkInput(ids, 0, tables[0], num_logits=len(ids))])
+        for i in range(1, 10):
+            runner.fused_decode([ChunkInput(ids[i:], 0, tables[i])])
+        step = runner.fused_decode([ChunkInput([ids[i]], len(ids) - i, tables[i]) for i in range(10)])
+        logits[isa] = (prefill, step)
+        del runner
+    for ours, theirs in zip(logits["avx2"], logits["native"], strict=True):
+        err = ((ours - theirs).abs().amax(-1) / theirs.abs().amax(-1)).max().item()
+        assert err < 2e-3, err
