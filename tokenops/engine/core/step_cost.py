@@ -6,7 +6,11 @@ batch work it puts beside interactive work with it (``batch_step_overhead``,
 
 Exponentially weighted least squares over the recent steps (about the last ``1 / (1 - decay)``),
 pulled lightly toward a prior so that steps that all look alike (only decodes of one width, say)
-still give finite slopes: the prior is about SmolLM2-135M on 2 CPU cores.
+still give finite slopes: the prior is about SmolLM2-135M on 2 CPU cores. Each coefficient is held
+at least at a small floor (the others fit again without it), and a step counts at most ``_CLIP``
+times its estimate. The pull is light: on a box shared with other jobs, steps of one or two shapes
+with noisy times can still leave the split between the fixed cost and the row cost wrong (the
+estimate of the steps seen stays within their times).
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from typing import Any
 
 _PRIOR = (0.015, 0.0006, 0.0006)  # seconds: fixed, per decode row, per prompt token
 _MIN_STEPS = 8  # the prior alone until this many steps were seen
+#: A step's time counts at most this many times the fit's estimate for it: on a box shared with
+#: other jobs a step now and then takes seconds (the threads descheduled), and one such step would
+#: otherwise pull the fixed cost up tenfold and the slopes to their floors (no bound on the batch).
+_CLIP = 3.0
 
 
 class StepCost:
@@ -31,6 +39,8 @@ class StepCost:
         self._fit: tuple[float, float, float] | None = None
 
     def observe(self, num_rows: int, num_tokens: int, seconds: float) -> None:
+        if self.num_steps >= _MIN_STEPS:
+            seconds = min(seconds, _CLIP * self.estimate(num_rows, num_tokens))
         x = (1.0, float(num_rows), float(num_tokens))
         for i in range(3):
             self._xty[i] = self.decay * self._xty[i] + x[i] * seconds
@@ -59,11 +69,7 @@ class StepCost:
             for i in range(3):  # ridge toward the prior
                 a[i][i] += self.pull
                 b[i] += self.pull * self.prior[i]
-            fit = _solve(a, b)
-            floors = (1e-5, 1e-7, 1e-7)
-            self._fit = (
-                self.prior if fit is None else (max(floors[0], fit[0]), max(floors[1], fit[1]), max(floors[2], fit[2]))
-            )
+            self._fit = _fit_with_floors(a, b) or self.prior
         return self._fit
 
     def estimate(self, num_rows: int, num_tokens: int) -> float:
@@ -71,9 +77,34 @@ class StepCost:
         return fixed + row * num_rows + token * num_tokens
 
 
-def _solve(a: list[list[float]], b: list[float]) -> tuple[float, float, float] | None:
-    """Gaussian elimination with partial pivoting, 3x3; None when singular."""
-    n = 3
+_FLOORS = (1e-5, 1e-7, 1e-7)  # seconds: fixed, per row, per token
+
+
+def _fit_with_floors(a: list[list[float]], b: list[float]) -> tuple[float, float, float] | None:
+    """The least-squares fit (normal equations ``a x = b``) with each coefficient at least its floor:
+    a coefficient the free fit puts below its floor is held at the floor and the others are fit
+    again without it (clamping it alone would keep the others' compensation for its negative value:
+    with noisy steps, a negative row slope came with a fixed cost many times any step's time)."""
+    held: dict[int, float] = {}
+    for _ in range(4):  # each pass holds one more, and with all held the last returns
+        free = [i for i in range(3) if i not in held]
+        sub_a = [[a[i][j] for j in free] for i in free]
+        sub_b = [b[i] - sum(a[i][j] * v for j, v in held.items()) for i in free]
+        sub = _solve(sub_a, sub_b) if free else []
+        if sub is None:
+            return None
+        x = dict(held)
+        x.update(zip(free, sub, strict=True))
+        low = [i for i in free if x[i] < _FLOORS[i]]
+        if not low:
+            return x[0], x[1], x[2]
+        held.update((i, _FLOORS[i]) for i in low)
+    return _FLOORS
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting (n x n, n <= 3); None when singular."""
+    n = len(a)
     m = [a[i][:] + [b[i]] for i in range(n)]
     for col in range(n):
         pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
@@ -87,4 +118,4 @@ def _solve(a: list[list[float]], b: list[float]) -> tuple[float, float, float] |
     x = [0.0] * n
     for r in range(n - 1, -1, -1):
         x[r] = (m[r][n] - sum(m[r][c] * x[c] for c in range(r + 1, n))) / m[r][r]
-    return x[0], x[1], x[2]
+    return x
