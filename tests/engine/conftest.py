@@ -52,3 +52,21 @@ def isolated_cache(tmp_path, monkeypatch) -> Path:
     """Point ``TOKENOPS_CACHE`` at a fresh folder (the random default model goes there)."""
     monkeypatch.setenv("TOKENOPS_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def two_byte_activations():
+    """The kernels with two-byte activations (``q d + q2 d2``) for this test, whatever the engines built
+    before it set: for tests whose reference is the two-byte rounding (``quant_blocks.quantize_activations``)
+    or whose tolerance is the float32 path's. The default is one byte (tests/engine/test_quant_act_bytes.py
+    checks every path against the one-byte reference)."""
+    from dataclasses import replace
+
+    from tokenops.engine.kernels import switches
+
+    saved = switches.current
+    switches.apply(replace(saved, quant_act_bytes=2))
+    try:
+        yield
+    finally:
+        switches.apply(saved)

@@ -89,7 +89,7 @@ def test_two_bytes_come_back_unchanged(kernels: QuantKernels) -> None:
 
 
 def test_the_engine_switch_reaches_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``quant_act_bytes`` is an ``EngineConfig`` field (default 2, from ``TOKENOPS_QUANT_ACT_BYTES``), checked
+    """``quant_act_bytes`` is an ``EngineConfig`` field (default 1, from ``TOKENOPS_QUANT_ACT_BYTES``), checked
     at config load, handed to every loaded library by :func:`switches.apply`."""
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.kernels import switches
@@ -98,16 +98,16 @@ def test_the_engine_switch_reaches_the_kernels(monkeypatch: pytest.MonkeyPatch) 
     if k is None:
         pytest.skip("no C compiler: the kernels cannot be built")
     monkeypatch.delenv("TOKENOPS_QUANT_ACT_BYTES", raising=False)
-    assert EngineConfig().quant_act_bytes == 2
-    monkeypatch.setenv("TOKENOPS_QUANT_ACT_BYTES", "1")
+    assert EngineConfig().quant_act_bytes == 1 and switches.KernelSwitches().quant_act_bytes == 1
+    monkeypatch.setenv("TOKENOPS_QUANT_ACT_BYTES", "2")
     config = EngineConfig()
-    assert config.quant_act_bytes == 1
+    assert config.quant_act_bytes == 2
     with pytest.raises(ValueError, match="quant_act_bytes .* must be 1 or 2"):
         EngineConfig(quant_act_bytes=3)
     saved = switches.current
     try:
         switches.apply(switches.KernelSwitches.of(config))
-        assert k.act_bytes == 1
+        assert k.act_bytes == 2
     finally:
         switches.apply(saved)
     assert k.act_bytes == saved.quant_act_bytes

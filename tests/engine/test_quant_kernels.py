@@ -15,6 +15,9 @@ from tokenops.engine.core.config import EngineConfig
 from tokenops.engine.kernels import quant_kernels, switches
 from tokenops.engine.kernels.quant_kernels import Method, QuantKernels
 
+#: the references here are the two-byte rounding (one byte: tests/engine/test_quant_act_bytes.py)
+pytestmark = pytest.mark.usefixtures("two_byte_activations")
+
 QTYPES = [QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
 ROWS = [1, 3, 7, 16, 64]
 OUT_FEATURES = 43  # not a multiple of 8 (a packed group) nor of 3 / 24 (the GEMM's tile and panel)

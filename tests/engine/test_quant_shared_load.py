@@ -12,6 +12,9 @@ from quant_blocks import quantize_activations, random_raw
 from tokenops.engine.kernels import quant_kernels
 from tokenops.engine.kernels.quant_kernels import Method
 
+#: the references here are the two-byte rounding (one byte: tests/engine/test_quant_act_bytes.py)
+pytestmark = pytest.mark.usefixtures("two_byte_activations")
+
 # (out, in): one pair of groups; ragged with an odd last group; Qwen2.5-1.5B's k/v and down shapes
 SHAPES = [(16, 256), (40, 768), (256, 1536), (72, 2560)]
 

@@ -202,7 +202,7 @@ class EngineConfig:
     quant_amx: bool = field(default_factory=lambda: env_flag("TOKENOPS_QUANT_AMX", True))
     quant_amx_min_rows: int = field(default_factory=lambda: env_int("TOKENOPS_QUANT_AMX_MIN_ROWS", 0))
     #: bytes per activation value in the quantized integer products: 2, or 1 as llama.cpp (kernels/switches.py)
-    quant_act_bytes: int = field(default_factory=lambda: env_int("TOKENOPS_QUANT_ACT_BYTES", 2))
+    quant_act_bytes: int = field(default_factory=lambda: env_int("TOKENOPS_QUANT_ACT_BYTES", 1))
     #: the C libraries' target: "native" (this CPU) or "avx2" (a Haswell-class CPU: no AVX-512, VNNI or AMX)
     cpu_isa: str = field(default_factory=env_isa)
 
