@@ -130,7 +130,8 @@ def test_kquant_gguf_served_through_the_fused_step(tmp_path) -> None:
     stop = [i for i, t in enumerate(new) if t in tokenizer.eos_token_ids]
     expected = tokenizer.decode(new[: stop[0]] if stop else new)
     assert expected
-    env = {"TOKENOPS_ENGINE__TORCH_THREADS": "1", "TOKENOPS_QUANT_EXACT": "0"}
+    # two bytes: one byte (the default, llama.cpp's rounding) flips near-tied tokens of this random model
+    env = {"TOKENOPS_ENGINE__TORCH_THREADS": "1", "TOKENOPS_QUANT_EXACT": "0", "TOKENOPS_QUANT_ACT_BYTES": "2"}
     with ServeProcess(tmp_path / "serve", args=["--model", f"q6k={path}"], env=env, store=False) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused")
         r = client.completions.create(model="q6k", prompt="the then there", max_tokens=NUM_NEW, temperature=0)
