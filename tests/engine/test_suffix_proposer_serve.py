@@ -28,6 +28,9 @@ CONFIG = re.search(
 #: not a ShareGPT prompt (the corpus holds answers to ShareGPT prompts), a common kind of request
 QUESTION = "What are some tips for staying productive while working from home?"
 MAX_TOKENS = 64
+#: two-byte activations on both sides: with one byte (the default) a verify chunk's float rounding can
+#: move an activation's one-byte code, and the greedy answers part (docs/engine-optimizations.md)
+ENV = {**SERVE_ENV, "TOKENOPS_QUANT_ACT_BYTES": "2"}
 
 
 def _greedy_without_speculation(messages: list[dict]) -> str:
@@ -35,7 +38,9 @@ def _greedy_without_speculation(messages: list[dict]) -> str:
     from tokenops.engine.core.engine import LLMEngine
     from tokenops.engine.sampling.sampling import SamplingParams
 
-    engine = LLMEngine(EngineConfig(model=str(gguf_path()), device="cpu", kv_cache_tokens=1024, torch_threads=1))
+    engine = LLMEngine(
+        EngineConfig(model=str(gguf_path()), device="cpu", kv_cache_tokens=1024, torch_threads=1, quant_act_bytes=2)
+    )
     text = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     prompt = engine.tokenizer.encode(text, add_special_tokens=False)
     return engine.generate([prompt], SamplingParams(temperature=0, max_tokens=MAX_TOKENS))[0].outputs[0].text
@@ -44,7 +49,7 @@ def _greedy_without_speculation(messages: list[dict]) -> str:
 def test_suffix_speculation_serves_chat_with_corpus_drafts(tmp_path):
     assert 'method = "suffix"' in CONFIG
     messages = [{"role": "user", "content": QUESTION}]
-    with ServeProcess(tmp_path, config=CONFIG, args=serve_args(), env=SERVE_ENV, store=False) as srv:
+    with ServeProcess(tmp_path, config=CONFIG, args=serve_args(), env=ENV, store=False) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
         stream = client.chat.completions.create(
             model=MODEL, temperature=0, max_tokens=MAX_TOKENS, messages=messages, stream=True

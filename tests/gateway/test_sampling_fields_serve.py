@@ -124,7 +124,9 @@ def test_echo_scores_the_prompt_as_transformers_does(client, hf_model):
     with torch.no_grad():
         want = model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
     for i in range(1, len(ids)):
-        assert lp.token_logprobs[i] == pytest.approx(want[i - 1, ids[i]].item(), abs=2e-3)
+        # one-byte activations (the default, llama.cpp's rounding) move a logprob by up to ~0.02 here;
+        # scoring the wrong position would be off by nats
+        assert lp.token_logprobs[i] == pytest.approx(want[i - 1, ids[i]].item(), abs=5e-2)
         assert len(lp.top_logprobs[i]) == 2 and max(lp.top_logprobs[i].values()) >= lp.token_logprobs[i] - 1e-6
 
 
