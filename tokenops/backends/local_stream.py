@@ -45,7 +45,7 @@ class ChoiceStreams:
     show_logprobs: bool = True  # False: the engine's logprobs are the gate's, not the client's
     confidences: dict[int, CallConfidence] = field(default_factory=dict)
     gated: set[int] = field(default_factory=set)  # choices whose only calls were gated: answered again
-    sent_text: dict[int, str] = field(default_factory=dict)  # content sent per choice
+    sent_text: dict[int, str] = field(default_factory=dict)  # content sent per gated-capable choice
 
     def __post_init__(self) -> None:
         if self.request.kind == "completion" and self.request.output.echo:
@@ -96,7 +96,8 @@ class ChoiceStreams:
                     return self._gate(c.index, text, num_new)
                 if split.num_calls and reason == "stop":
                     reason = "tool_calls"
-        self.sent_text[c.index] = self.sent_text.get(c.index, "") + text
+        if c.index in self.confidences:  # kept only while the gate may answer again from it
+            self.sent_text[c.index] = self.sent_text.get(c.index, "") + text
         return Delta(
             index=c.index,
             text=text,
