@@ -132,7 +132,8 @@ class TunableRegistry:
 
 def gateway_tunables(d: Any) -> list[Tunable]:
     """The ``[gateway]`` settings that are live tunables (``gateway.<name>``, shown in ``/admin/tunables``);
-    ``d`` is a default ``GatewaySettings`` (declared once there, on a floor above this one)."""
+    ``d`` is a default ``GatewaySettings`` (declared once there, on a floor above this one); and
+    ``[batches] upstream_ttft_slo_ms`` (``batches.upstream_ttft_slo_ms``: the upstream batch meter's SLO)."""
     return [
         Tunable("gateway.max_queued_requests", "int", d.max_queued_requests,
                 "Requests that may wait for a model's slots; past it a 429 with Retry-After.",
@@ -146,4 +147,7 @@ def gateway_tunables(d: Any) -> list[Tunable]:
         Tunable("gateway.drain_timeout_s", "float", d.drain_timeout_s,
                 "On SIGTERM: how long requests in flight may finish before they are cancelled.",
                 live=True, minimum=0.0, maximum=3600.0, searchable=False),
+        Tunable("batches.upstream_ttft_slo_ms", "float", 0.0,
+                "Upstream engines: interactive time to first token (ms) batch lines are metered to keep under (0: off).",
+                live=True, minimum=0.0, maximum=3_600_000.0, searchable=False),
     ]  # fmt: skip

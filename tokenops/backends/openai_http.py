@@ -98,7 +98,7 @@ class OpenAIBackend:
         #: Batch lines: sent with vLLM's ``priority`` = 1 when the upstream takes it, and held back
         #: while interactive requests are in flight (tokenops/backends/openai_http_meter.py).
         self.priority_field = model.priority_field
-        self.meter = BatchMeter(model.batch_max_in_flight_upstream)
+        self.meter = BatchMeter(model.batch_max_in_flight_upstream, settings.batches.upstream_ttft_slo_ms / 1000)
 
     @property
     def ready(self) -> bool:
@@ -202,6 +202,11 @@ class OpenAIBackend:
 
     def apply_tunables(self, values: dict[str, Any]) -> dict[str, Any]:
         return {}
+
+    def apply_batch_tunables(self, values: dict[str, Any]) -> None:
+        """``batches.upstream_ttft_slo_ms`` (live): the meter's SLO, set on its own event loop."""
+        if "batches.upstream_ttft_slo_ms" in values:
+            self.meter.set_slo_from_thread(float(values["batches.upstream_ttft_slo_ms"]) / 1000)
 
     # -- requests ---------------------------------------------------------
 
@@ -336,8 +341,9 @@ class OpenAIBackend:
         return answer_of(data, request.kind, self.model, self.name)
 
     async def stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:
-        async with self.meter.hold(request.priority_class):
+        async with self.meter.hold(request.priority_class) as slot:
             async for delta in self._stream(request):
+                slot.first_token()  # the meter's SLO is on the time to first token
                 yield delta
 
     async def _stream(self, request: GatewayRequest) -> AsyncIterator[Delta]:

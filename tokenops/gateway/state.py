@@ -380,5 +380,7 @@ class Gateway:
                     value = configured
             elif t.name.startswith("gateway.") and hasattr(self.settings.gateway, t.name[len("gateway.") :]):
                 value = getattr(self.settings.gateway, t.name[len("gateway.") :])
+            elif t.name.startswith("batches.") and hasattr(self.settings.batches, t.name[len("batches.") :]):
+                value = getattr(self.settings.batches, t.name[len("batches.") :])
             values[t.name] = value
         return values

@@ -39,6 +39,7 @@ def apply_everywhere(
                 except TunableError as e:
                     raise TunableError(f"{replica.name}: {e}") from None
                 done.append(replica)
+        batch_meter(replicas, {k: v for k, v in values.items() if k.startswith("batches.")})
         apply_plugins(values)
     except BaseException:
         for replica in done:
@@ -46,8 +47,18 @@ def apply_everywhere(
                 replica.backend.apply_tunables(old_engine)
             except Exception as e:  # the previous values were accepted once; refusing them now is a bug to see
                 log.error("rolling back tunables on %s failed: %s", replica.name, e)
+        batch_meter(replicas, {k: previous[k] for k in values if k.startswith("batches.")})
         try:
             apply_plugins({k: previous[k] for k in values})
         except Exception as e:
             log.error("rolling back plugin tunables failed: %s", e)
         raise
+
+
+def batch_meter(replicas: Iterable[Any], values: dict[str, Any]) -> None:
+    """``batches.*`` values to the upstream backends' batch meters (validated already: they cannot refuse)."""
+    if values:
+        for replica in replicas:
+            apply = getattr(replica.backend, "apply_batch_tunables", None)
+            if apply is not None:
+                apply(values)
