@@ -18,6 +18,7 @@ worker thread.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,12 +36,17 @@ class BatchState(Protocol):
         ...
 
     def add_file(
-        self, file_id: str, tenant: str, purpose: str, filename: str | None, num_lines: int, batch_id: str | None = None
-    ) -> dict[str, Any]:
-        """Record the file written at :meth:`path` (its bytes go with it where the state is shared)."""
+        self, file_id: str, tenant: str, purpose: str, filename: str | None, num_lines: int,
+        batch_id: str | None = None, expires_after_s: int | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Record the file written at :meth:`path` (its bytes go with it where the state is shared);
+        it expires ``expires_after_s`` after its ``created_at`` (None: never)."""
         ...
 
-    def file(self, tenant: str, file_id: str) -> dict[str, Any] | None: ...
+    def file(self, tenant: str, file_id: str) -> dict[str, Any] | None:
+        """The tenant's file; None when it has none or the file has expired (reads of files and lists
+        leave expired files out, to the second, before they are swept)."""
+        ...
 
     def files(
         self, tenant: str, purpose: str | None = None, after: str | None = None, limit: int = 10000,
@@ -50,6 +56,10 @@ class BatchState(Protocol):
     def num_files(self, tenant: str) -> int: ...
 
     def delete_file(self, tenant: str, file_id: str) -> bool: ...
+
+    def expired_files(self, now: datetime) -> list[tuple[str, str]]:
+        """``(tenant, file id)`` of every file expired at ``now`` (naive UTC), for the sweep to delete."""
+        ...
 
     def purge_tenant(self, tenant: str) -> dict[str, int]:
         """Delete every file and batch of ``tenant``, bytes too; ``{"files": n, "batches": m}``."""

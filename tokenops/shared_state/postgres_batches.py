@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlmodel import create_engine
 
 from tokenops.errors import APIError
-from tokenops.store.batch_store import _FILE_COLUMNS, BatchStore
+from tokenops.store.batch_store import _FILE_COLUMNS, BatchStore, file_row, page_query
 from tokenops.store.batch_tables import BatchRow, FileRow
 from tokenops.store.migrations import utcnow
 
@@ -56,6 +56,12 @@ _CLAIM = (
     "INSERT INTO batch_claims (batch_id, owner, until_at) VALUES (%s, %s, %s) ON CONFLICT (batch_id) DO UPDATE "
     "SET owner = excluded.owner, until_at = excluded.until_at "
     "WHERE batch_claims.owner = excluded.owner OR batch_claims.until_at < %s RETURNING owner"
+)
+#: columns added since the tables were first created here: a database made by an older tokenops
+#: lacks them (``create(checkfirst=True)`` leaves an existing table as it is)
+_ADDED_COLUMNS = (
+    "ALTER TABLE files ADD COLUMN IF NOT EXISTS expires_at TIMESTAMP WITHOUT TIME ZONE",
+    "ALTER TABLE batches ADD COLUMN IF NOT EXISTS output_expires_s INTEGER",
 )
 
 
@@ -104,6 +110,8 @@ class _Connection:
                 con.execute(sa.text("SELECT pg_advisory_xact_lock(7631084012)"))
                 for table in (FileRow.__table__, BatchRow.__table__, _BYTES, _CLAIMS, _LINES):  # type: ignore[attr-defined]
                     table.create(con, checkfirst=True)
+                for statement in _ADDED_COLUMNS:
+                    con.execute(sa.text(statement))
             self._is_ready = True
 
 
@@ -129,11 +137,19 @@ class PostgresBatchStore(BatchStore):
         return local
 
     def add_file(
-        self, file_id: str, tenant: str, purpose: str, filename: str | None, num_lines: int, batch_id: str | None = None
+        self,
+        file_id: str,
+        tenant: str,
+        purpose: str,
+        filename: str | None,
+        num_lines: int,
+        batch_id: str | None = None,
+        expires_after_s: int | None = None,
     ) -> dict[str, Any]:
         local = self._local(file_id)
-        row = [file_id, tenant, purpose, filename, os.path.getsize(local), num_lines, utcnow(), batch_id]
+        row = file_row(file_id, tenant, purpose, filename, os.path.getsize(local), num_lines, batch_id, expires_after_s)
         columns = ", ".join(_FILE_COLUMNS)
+        marks = ", ".join("?" for _ in _FILE_COLUMNS)
         updates = ", ".join(f"{c} = excluded.{c}" for c in _FILE_COLUMNS[1:])
         self.store.execute(
             "INSERT INTO batch_file_bytes (id, tenant, data) VALUES (?, ?, ?) "
@@ -141,7 +157,7 @@ class PostgresBatchStore(BatchStore):
             [file_id, tenant, local.read_bytes()],
         )
         self.store.execute(
-            f"INSERT INTO files ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET {updates}",
+            f"INSERT INTO files ({columns}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE SET {updates}",
             row,
         )
         return dict(zip(_FILE_COLUMNS, row))
@@ -198,12 +214,9 @@ class PostgresBatchStore(BatchStore):
         limit: int,
         newest_first: bool,
         where: tuple[str, str | None],
+        live_at: datetime | None = None,
     ) -> list[dict[str, Any]]:
-        sql = f"SELECT {', '.join(columns)} FROM {table} WHERE tenant = ?"
-        params: list[Any] = [tenant]
-        if where[1] is not None:
-            sql += f" AND {where[0]} = ?"
-            params.append(where[1])
+        sql, params = page_query(table, columns, tenant, where, live_at)
         if after:
             op = "<" if newest_first else ">"
             sql += f" AND (created_at, id) {op} (SELECT created_at, id FROM {table} WHERE id = ? AND tenant = ?)"

@@ -1,9 +1,11 @@
-"""The Batch API's state (``files`` and ``batches`` tables, migration 11) and file bytes.
+"""The Batch API's state (``files`` and ``batches`` tables, migrations 11 and 12) and file bytes.
 
 File bytes live on disk in ``<store folder>/files/<id>.jsonl`` (an uploaded input, or the
 output and error files a batch appends to); their metadata and every batch's state in the
-store. Every read takes the tenant: another tenant's file or batch reads as missing. Calls
-are blocking DuckDB work: the gateway runs them in a worker thread.
+store. Every read takes the tenant: another tenant's file or batch reads as missing, and so
+does a file past its ``expires_at`` (to the second, before the gateway's sweep deletes it:
+:mod:`tokenops.gateway.batches.file_expiry`). Calls are blocking DuckDB work: the gateway runs
+them in a worker thread.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import os
 import threading
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,11 @@ from tokenops.store.migrations import utcnow
 
 #: batch states that still have work (the runner resumes them after a restart)
 ACTIVE_STATES = ("validating", "in_progress", "finalizing", "cancelling")
-_FILE_COLUMNS = ("id", "tenant", "purpose", "filename", "num_bytes", "num_lines", "created_at", "batch_id")
+_FILE_COLUMNS = (
+    "id", "tenant", "purpose", "filename", "num_bytes", "num_lines", "created_at", "batch_id", "expires_at",
+)  # fmt: skip
+#: the condition of a file that has not expired (its one parameter: now)
+IS_LIVE = "(expires_at IS NULL OR expires_at > ?)"
 
 
 def new_id(prefix: str) -> str:
@@ -31,6 +37,16 @@ def output_ids(batch_id: str) -> tuple[str, str]:
     """The output and error file ids of a batch (fixed at creation: the files are appended to)."""
     suffix = batch_id.removeprefix("batch_")
     return f"file-{suffix}-output", f"file-{suffix}-errors"
+
+
+def file_row(
+    file_id: str, tenant: str, purpose: str, filename: str | None, size: int, num_lines: int,
+    batch_id: str | None, expires_after_s: int | None,
+) -> list[Any]:  # fmt: skip
+    """A ``files`` row in :data:`_FILE_COLUMNS` order, created now (and expiring ``expires_after_s`` later)."""
+    now = utcnow()
+    expires_at = None if expires_after_s is None else now + timedelta(seconds=expires_after_s)
+    return [file_id, tenant, purpose, filename, size, num_lines, now, batch_id, expires_at]
 
 
 def unix(ts: datetime | None) -> int | None:
@@ -68,18 +84,21 @@ class BatchStore:
         filename: str | None,
         num_lines: int,
         batch_id: str | None = None,
+        expires_after_s: int | None = None,
     ) -> dict[str, Any]:
+        """Record the file written at :meth:`path`; it expires ``expires_after_s`` after now (None: never)."""
         size = os.path.getsize(self.path(file_id))
-        row = [file_id, tenant, purpose, filename, size, num_lines, utcnow(), batch_id]
+        row = file_row(file_id, tenant, purpose, filename, size, num_lines, batch_id, expires_after_s)
+        marks = ", ".join("?" for _ in _FILE_COLUMNS)
         with self._lock:
-            self.store.execute(
-                f"INSERT OR REPLACE INTO files ({', '.join(_FILE_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row
-            )
+            self.store.execute(f"INSERT OR REPLACE INTO files ({', '.join(_FILE_COLUMNS)}) VALUES ({marks})", row)
         return dict(zip(_FILE_COLUMNS, row))
 
     def file(self, tenant: str, file_id: str) -> dict[str, Any] | None:
+        """The tenant's file ``file_id``; None when it has none, or it has expired."""
         row = self.store.execute(
-            f"SELECT {', '.join(_FILE_COLUMNS)} FROM files WHERE id = ? AND tenant = ?", [file_id, tenant]
+            f"SELECT {', '.join(_FILE_COLUMNS)} FROM files WHERE id = ? AND tenant = ? AND {IS_LIVE}",
+            [file_id, tenant, utcnow()],
         ).fetchone()
         return None if row is None else dict(zip(_FILE_COLUMNS, row))
 
@@ -91,11 +110,21 @@ class BatchStore:
         limit: int = 10000,
         newest_first: bool = True,
     ) -> list[dict[str, Any]]:
-        """The tenant's files, newest first (or oldest), those past ``after`` (a file id)."""
-        return self._page("files", _FILE_COLUMNS, tenant, after, limit, newest_first, ("purpose", purpose))
+        """The tenant's files that have not expired, newest first (or oldest), those past ``after`` (a file id)."""
+        where = ("purpose", purpose)
+        return self._page("files", _FILE_COLUMNS, tenant, after, limit, newest_first, where, live_at=utcnow())
 
     def num_files(self, tenant: str) -> int:
-        return int(self.store.execute("SELECT count(*) FROM files WHERE tenant = ?", [tenant]).fetchone()[0])
+        """How many files the tenant holds (those expired, not yet swept, are not counted)."""
+        row = self.store.execute(f"SELECT count(*) FROM files WHERE tenant = ? AND {IS_LIVE}", [tenant, utcnow()])
+        return int(row.fetchone()[0])
+
+    def expired_files(self, now: datetime) -> list[tuple[str, str]]:
+        """``(tenant, file id)`` of every file whose ``expires_at`` is at or before ``now`` (naive UTC)."""
+        rows = self.store.execute(
+            "SELECT tenant, id FROM files WHERE expires_at <= ? ORDER BY expires_at, id", [now]
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
 
     def delete_file(self, tenant: str, file_id: str) -> bool:
         with self._lock:
@@ -207,12 +236,9 @@ class BatchStore:
         limit: int,
         newest_first: bool,
         where: tuple[str, str | None],
+        live_at: datetime | None = None,
     ) -> list[dict[str, Any]]:
-        sql = f"SELECT {', '.join(columns)} FROM {table} WHERE tenant = ?"
-        params: list[Any] = [tenant]
-        if where[1] is not None:
-            sql += f" AND {where[0]} = ?"
-            params.append(where[1])
+        sql, params = page_query(table, columns, tenant, where, live_at)
         op = "<" if newest_first else ">"
         if after:
             sql += f" AND (created_at, id) {op} (SELECT (created_at, id) FROM {table} WHERE id = ? AND tenant = ?)"
@@ -221,6 +247,22 @@ class BatchStore:
         sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
         params.append(limit)
         return [dict(zip(columns, r)) for r in self.store.execute(sql, params).fetchall()]
+
+
+def page_query(
+    table: str, columns: Any, tenant: str, where: tuple[str, str | None], live_at: datetime | None
+) -> tuple[str, list[Any]]:
+    """The start of a page's query: the tenant's rows (``where``'s column equal to its value when
+    that is not None; files not expired at ``live_at`` when given)."""
+    sql = f"SELECT {', '.join(columns)} FROM {table} WHERE tenant = ?"
+    params: list[Any] = [tenant]
+    if where[1] is not None:
+        sql += f" AND {where[0]} = ?"
+        params.append(where[1])
+    if live_at is not None:
+        sql += f" AND {IS_LIVE}"
+        params.append(live_at)
+    return sql, params
 
 
 def purge_tenant_batches(store: Any, tenant: str) -> dict[str, int]:

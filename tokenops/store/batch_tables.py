@@ -1,4 +1,4 @@
-"""SQLModel classes of the Batch API's tables (``files``, ``batches``; migration 11): the
+"""SQLModel classes of the Batch API's tables (``files``, ``batches``; migrations 11 and 12): the
 metadata of uploaded and written JSONL files and the state of each batch. File bytes live on
 disk beside the store file (:mod:`tokenops.store.batch_store`). Timestamps are naive UTC, as
 everywhere in the store; the API shows them as unix seconds."""
@@ -33,6 +33,8 @@ class FileRow(SQLModel, table=True):
     num_lines: int | None = _col(INT)
     created_at: datetime = _col(TS, nullable=False)
     batch_id: str | None = _col(STR)  # the batch that wrote it (outputs and errors)
+    #: past it the file reads as missing, and the gateway's sweep deletes it (migration 12)
+    expires_at: datetime | None = _col(TS)
 
 
 class BatchRow(SQLModel, table=True):
@@ -66,3 +68,6 @@ class BatchRow(SQLModel, table=True):
     expired_at: datetime | None = _col(TS)
     cancelling_at: datetime | None = _col(TS)
     cancelled_at: datetime | None = _col(TS)
+    #: ``output_expires_after.seconds``: the output and error files expire this long after they are
+    #: recorded (migration 12)
+    output_expires_s: int | None = _col(INT)

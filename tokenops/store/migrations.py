@@ -170,6 +170,11 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (9, "stored responses of /v1/responses", _STORED_RESPONSES),
     (10, "stored responses linked by previous_response_id", _LINKED_RESPONSES),
     (11, "batch api files and batches", _BATCHES),
+    (
+        12,
+        "files that expire, and the expiry of a batch's output files",
+        "ALTER TABLE files ADD COLUMN expires_at TIMESTAMP; ALTER TABLE batches ADD COLUMN output_expires_s INTEGER",
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -31,6 +31,7 @@ from tokenops.gateway.batches.batch_input import parse_line, raw_lines
 from tokenops.gateway.batches.batch_lines import build_call, num_generated, num_tokens, run_call
 from tokenops.gateway.batches.batch_output import output_line, recover
 from tokenops.gateway.batches.batch_run import BatchRun
+from tokenops.gateway.batches.file_expiry import FileSweeper
 from tokenops.gateway.errors import APIError
 from tokenops.prometheus_text import PREFIX
 from tokenops.store.batch_store import BatchStore, output_ids
@@ -64,6 +65,7 @@ class BatchRunner:
         self._dropped: set[str] = set()
         #: who runs a batch, where several gateway replicas share the state (BatchState.claim)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.sweeper = FileSweeper(store)  # expired files go from this loop too
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -140,6 +142,7 @@ class BatchRunner:
                 await asyncio.to_thread(self._take_up)
             except Exception:
                 log.exception("batch runner: reading the store failed")
+            await self.sweeper.maybe_sweep()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), period)
 
@@ -324,8 +327,8 @@ class BatchRunner:
                 (("output_file_id", run.paths[0]), ("error_file_id", run.paths[1])), output_ids(run.id)
             ):
                 if path.exists() and path.stat().st_size > 0:
-                    purpose = "batch_output"
-                    self.store.add_file(file_id, run.row["tenant"], purpose, path.name, _num_lines(path), run.id)
+                    tenant, expires_s = run.row["tenant"], run.row.get("output_expires_s")
+                    self.store.add_file(file_id, tenant, "batch_output", path.name, _num_lines(path), run.id, expires_s)
                     ids[name] = file_id
             return ids
 

@@ -92,7 +92,7 @@ def file_object(row: dict[str, Any]) -> dict[str, Any]:
         "filename": row["filename"],
         "purpose": row["purpose"],
         "status": "processed",
-        "expires_at": None,
+        "expires_at": unix(row.get("expires_at")),
         "status_details": None,
     }
 

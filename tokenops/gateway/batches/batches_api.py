@@ -14,6 +14,7 @@ from starlette.responses import Response
 from tokenops.gateway.batches.batch_lines import ENDPOINTS
 from tokenops.gateway.batches.batch_runner import expiry
 from tokenops.gateway.batches.batch_state import batch_object, batch_runner, batch_store, window_seconds
+from tokenops.gateway.batches.file_expiry import ExpiresAfter
 from tokenops.gateway.batches.tenant_rows import dumps, error_response, list_page, not_found, tenant_of, tenant_row
 from tokenops.gateway.edge.body import parse_json, read_body
 from tokenops.gateway.errors import APIError
@@ -35,7 +36,8 @@ class CreateBatch(BaseModel):
     #: "24h" (OpenAI); tokenops also takes <N>h, <N>m and <N>s (docs/batches.md)
     completion_window: str
     metadata: Metadata | None = None
-    output_expires_after: dict[str, Any] | None = None  # accepted, not acted on: files do not expire here
+    #: the output and error files expire ``seconds`` after they are recorded (:mod:`.file_expiry`)
+    output_expires_after: ExpiresAfter | None = None
 
 
 def _create_body() -> dict[str, Any]:
@@ -82,6 +84,7 @@ async def create_batch(request: Request) -> Response:
         "input_file_id": body.input_file_id, "completion_window": body.completion_window, "window_s": window_s,
         "status": "validating", "metadata_json": body.metadata, "num_total": found["num_lines"],
         "num_completed": 0, "num_failed": 0, "created_at": now, "expires_at": expiry(now, window_s),
+        "output_expires_s": body.output_expires_after.seconds if body.output_expires_after else None,
     }  # fmt: skip
     created = await asyncio.to_thread(store.add_batch, row)
     runner = batch_runner(request.app)

@@ -2,7 +2,9 @@
 "batch"``: the JSONL is checked line by line as it is stored, :mod:`tokenops.gateway.batches.batch_input`),
 ``GET /v1/files``, ``GET /v1/files/{id}``, ``DELETE /v1/files/{id}``, ``GET /v1/files/{id}/content``.
 Per tenant: another tenant's file is a 404. An upload is bounded by ``[batches] max_file_bytes``
-(413 while it arrives) and ``max_lines``; a tenant keeps at most ``max_files_per_tenant`` files."""
+(413 while it arrives) and ``max_lines``; a tenant keeps at most ``max_files_per_tenant`` files.
+An upload may expire (``expires_after[anchor]`` and ``expires_after[seconds]``, OpenAI's form
+fields: :mod:`tokenops.gateway.batches.file_expiry`); any other form field is a 400 naming it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,14 @@ from starlette.datastructures import UploadFile
 from starlette.responses import FileResponse, Response
 
 from tokenops.gateway.batches.batch_input import check_file
-from tokenops.gateway.batches.batch_state import batch_store, file_object
+from tokenops.gateway.batches.batch_state import batch_runner, batch_store, file_object
+from tokenops.gateway.batches.file_expiry import (
+    ANCHOR_FIELD,
+    MAX_EXPIRES_S,
+    MIN_EXPIRES_S,
+    SECONDS_FIELD,
+    upload_expiry,
+)
 from tokenops.gateway.batches.tenant_rows import dumps, error_response, list_page, not_found, tenant_of, tenant_row
 from tokenops.gateway.errors import APIError
 from tokenops.store.batch_store import new_id
@@ -25,6 +34,7 @@ router = APIRouter()
 #: multipart headers and the purpose field, beside the file itself
 _FORM_OVERHEAD_BYTES = 64 * 1024
 _READ_RATE_BYTES_S = 1024 * 1024  # an upload may take body_timeout_s plus a second per MB
+_FIELDS = ("file", "purpose", ANCHOR_FIELD, SECONDS_FIELD)
 
 
 async def _form(request: Request, limit: int, timeout_s: float) -> Any:
@@ -72,6 +82,13 @@ _UPLOAD = {
                     "properties": {
                         "file": {"type": "string", "format": "binary", "description": "JSONL, one request a line"},
                         "purpose": {"type": "string", "enum": ["batch"]},
+                        ANCHOR_FIELD: {"type": "string", "enum": ["created_at"]},
+                        SECONDS_FIELD: {
+                            "type": "integer",
+                            "minimum": MIN_EXPIRES_S,
+                            "maximum": MAX_EXPIRES_S,
+                            "description": "the file expires this long after its created_at (with the anchor)",
+                        },  # fmt: skip
                     },
                 }
             }
@@ -91,6 +108,8 @@ async def upload_file(request: Request) -> Response:
     settings = gw.settings.batches
     form = await _form(request, settings.max_file_bytes + _FORM_OVERHEAD_BYTES, gw.settings.gateway.body_timeout_s)
     try:
+        _check_fields(form)
+        expires_after_s = upload_expiry(form)
         purpose, upload = form.get("purpose"), form.get("file")
         if purpose != "batch":
             raise APIError(
@@ -115,14 +134,40 @@ async def upload_file(request: Request) -> Response:
                 code="too_many_files",
             )
         file_id = new_id("file-")
-        row = await asyncio.to_thread(_store_checked, gw, store, file_id, tenant, upload.file, upload.filename)
+        row = await asyncio.to_thread(
+            _store_checked, gw, store, file_id, tenant, upload.file, upload.filename, expires_after_s
+        )
     finally:
         await form.close()
+    if expires_after_s is not None:
+        batch_runner(request.app).start()  # its loop sweeps expired files (started already with a store)
     return dumps(file_object(row))
 
 
+def _check_fields(form: Any) -> None:
+    """Every form field is one this route acts on, given once: else the 400 naming it."""
+    seen: set[str] = set()
+    for name, _ in form.multi_items():
+        if name not in _FIELDS:
+            shown = name[:200]
+            hint = f" (send {ANCHOR_FIELD} and {SECONDS_FIELD})" if name.startswith("expires_after") else ""
+            raise APIError(
+                400, f"{shown}: unknown form field; this route takes {', '.join(_FIELDS)}{hint}",
+                code="invalid_value", param=shown,
+            )  # fmt: skip
+        if name in seen:
+            raise APIError(400, f"{name}: the form field is given more than once", code="invalid_value", param=name)
+        seen.add(name)
+
+
 def _store_checked(
-    gw: Any, store: Any, file_id: str, tenant: str, stream: IO[bytes], filename: str | None
+    gw: Any,
+    store: Any,
+    file_id: str,
+    tenant: str,
+    stream: IO[bytes],
+    filename: str | None,
+    expires_after_s: int | None = None,
 ) -> dict[str, Any]:
     """Check and copy the upload to its place; only a file that passed is kept (and recorded)."""
     final = store.path(file_id)
@@ -136,7 +181,7 @@ def _store_checked(
     finally:
         with contextlib.suppress(FileNotFoundError):
             part.unlink()
-    return store.add_file(file_id, tenant, "batch", filename, num_lines)
+    return store.add_file(file_id, tenant, "batch", filename, num_lines, expires_after_s=expires_after_s)
 
 
 @router.get("/v1/files", tags=["files"], summary="This tenant's files")
