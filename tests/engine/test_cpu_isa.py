@@ -1,6 +1,8 @@
 """``cpu_isa = "avx2"`` (``TOKENOPS_CPU=avx2``): the C libraries built for a Haswell-class CPU
 (tokenops/engine/kernels/native.py ``ISA_FLAGS``) hold no AVX-512, VNNI or AMX instruction, whatever
-this CPU has, and compute what the native build computes.
+this CPU has, and compute what the native build computes (with two-byte activations; with one byte a
+build without VNNI has a scale per 256 values where one with VNNI has one per 32: that build's own
+reference, tests/engine/test_quant_act_bytes.py, and its fused step against its PyTorch forward, below).
 
 The instruction check disassembles the libraries (``objdump``): an EVEX-encoded instruction (AVX-512,
 any register width) starts with the byte 0x62 in 64-bit code, which is nothing else there; VEX VNNI
@@ -100,6 +102,14 @@ def test_the_avx2_build_computes_what_the_native_build_does() -> None:
     avx2 = QuantKernels(native.build_library(main="quant.c", stem="quant", isa="avx2"))
     assert (avx2.has_avx2, avx2.has_vnni, avx2.has_avx512, avx2.has_amx) == (True, False, False, False)
     assert avx2.isa == "avx2"
+    assert ours.set_act_bytes(2) == 2 and avx2.set_act_bytes(2) == 2  # two bytes: one rounding on both builds
+    try:
+        _same_products(ours, avx2)
+    finally:
+        ours.set_act_bytes(None)
+
+
+def _same_products(ours: QuantKernels, avx2: QuantKernels) -> None:
     out_features, in_features = 40, 512
     for qtype in (QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K):
         raw = random_raw(qtype, out_features, in_features, seed=int(qtype))
@@ -124,8 +134,8 @@ def test_the_avx2_build_computes_what_the_native_build_does() -> None:
 @torch.no_grad()
 def test_the_default_model_decodes_the_same_tokens_on_the_avx2_build() -> None:
     """SmolLM2 (Q4_1 + Q8_0, packed, the fused step) greedy on ``cpu_isa = "avx2"`` and on this CPU's
-    build: the same tokens (its products are the same integer sums; PyTorch's kernels stay this
-    process's on both)."""
+    build, two-byte activations: the same tokens (its products are the same integer sums; PyTorch's
+    kernels stay this process's on both)."""
     from tokenops.engine.core.batch import ChunkInput
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.model_runner import ModelRunner
@@ -138,7 +148,13 @@ def test_the_default_model_decodes_the_same_tokens_on_the_avx2_build() -> None:
     for isa in ("native", "avx2"):
         runner = ModelRunner(
             EngineConfig(
-                model=str(path), device="cpu", block_size=16, kv_cache_tokens=256, torch_threads=1, cpu_isa=isa
+                model=str(path),
+                device="cpu",
+                block_size=16,
+                kv_cache_tokens=256,
+                torch_threads=1,
+                cpu_isa=isa,
+                quant_act_bytes=2,
             )
         )
         assert runner.fused_decode is not None and quant_kernels.loaded_isa() == (
@@ -160,9 +176,12 @@ def test_the_default_model_decodes_the_same_tokens_on_the_avx2_build() -> None:
 @torch.no_grad()
 def test_a_q4_k_m_shaped_model_on_the_avx2_build_with_one_byte(tmp_path, monkeypatch) -> None:
     """A tiny Q4_K model whose v is Q6_K (llama.cpp's Q4_K_M layout) on ``cpu_isa = "avx2"`` with one-byte
-    activations: the fused step (its Haswell build, the AVX2 one-byte K-quant kernels: passes of 8 rows,
-    the one-row kernels) gives this CPU's build's logits within one-byte rounding, for a prefill chunk of
-    21 tokens and a decode step of 10 sequences."""
+    activations (a scale per 256 values there): the fused step (its Haswell build, the AVX2 one-byte
+    K-quant kernels: passes of 8 rows, the one-row kernels) gives the logits of the PyTorch forward on
+    that build's products, within a code step of rounding, for a prefill chunk of 21 tokens and a decode
+    step of 10 sequences. (Against this CPU's build the logits differ: a random model this small moves
+    by more than its logits between one byte per 32 and per 256 values, as between one byte and two.)"""
+    from fused_checks import fused_and_reference
     from tiny_gguf import write_tiny_gguf
     from tokenops.engine.core.batch import ChunkInput
     from tokenops.engine.core.config import EngineConfig
@@ -172,25 +191,22 @@ def test_a_q4_k_m_shaped_model_on_the_avx2_build_with_one_byte(tmp_path, monkeyp
     path = write_tiny_gguf(tmp_path / "m.gguf", "qwen2", "Q4_K", seed=6, tensor_types={"blk.0.attn_v.weight": "Q6_K"})
     ids = torch.randint(0, 256, (21,), generator=torch.Generator().manual_seed(7)).tolist()
     tables = [list(range(8 * i, 8 * i + 8)) for i in range(10)]
-    logits = {}
-    for isa in ("native", "avx2"):
-        config = EngineConfig(
-            model=str(path),
-            device="cpu",
-            block_size=4,
-            kv_cache_tokens=512,
-            torch_threads=2,
-            cpu_isa=isa,
-            quant_act_bytes=1,
-        )
-        runner = ModelRunner(config)
-        assert runner.fused_decode is not None
-        prefill = runner.fused_decode([ChunkInput(ids, 0, tables[0], num_logits=len(ids))])
-        for i in range(1, 10):
-            runner.fused_decode([ChunkInput(ids[i:], 0, tables[i])])
-        step = runner.fused_decode([ChunkInput([ids[i]], len(ids) - i, tables[i]) for i in range(10)])
-        logits[isa] = (prefill, step)
-        del runner
-    for ours, theirs in zip(logits["avx2"], logits["native"], strict=True):
-        err = ((ours - theirs).abs().amax(-1) / theirs.abs().amax(-1)).max().item()
+    config = EngineConfig(
+        model=str(path),
+        device="cpu",
+        block_size=4,
+        kv_cache_tokens=512,
+        torch_threads=2,
+        cpu_isa="avx2",
+        quant_act_bytes=1,
+    )
+    runner = ModelRunner(config)
+    assert runner.fused_decode is not None and quant_kernels.loaded_isa() == "avx2"
+    assert quant_kernels.get_kernels().act_bytes == 1 and not quant_kernels.get_kernels().has_vnni
+    prefill = fused_and_reference(runner, [ChunkInput(ids, 0, tables[0], num_logits=len(ids))])
+    for i in range(1, 10):
+        runner.fused_decode([ChunkInput(ids[i:], 0, tables[i])])
+    step = fused_and_reference(runner, [ChunkInput([ids[i]], len(ids) - i, tables[i]) for i in range(10)])
+    for fused, reference, _ in (prefill, step):
+        err = ((fused - reference).abs().amax(-1) / reference.abs().amax(-1)).max().item()
         assert err < 2e-3, err

@@ -1,7 +1,8 @@
 """One-byte activations (``quant_act_bytes = 1``, :meth:`QuantKernels.set_act_bytes`): every integer path
 (512-bit, 256-bit VNNI, AVX2 ``maddubs`` without VNNI; packed and GGUF-layout weights; the GEMM on the
-rounded activations) multiplies ``q d`` (one int8 code per value, a scale per block of 32) against the
-dequantized weight, the 512- and 256-bit kernels give the same floats, and two bytes come back unchanged."""
+rounded activations) multiplies ``q d`` (one int8 code per value; a scale per block of 32 with VNNI, per
+256 values without: llama.cpp's q8_K) against the dequantized weight, the 512- and 256-bit kernels give the
+same floats, and two bytes come back unchanged."""
 
 from __future__ import annotations
 
@@ -18,14 +19,21 @@ QTYPES = [QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
 ROWS = [1, 2, 3, 4, 7, 16, 70]
 
 
-def one_byte(x: torch.Tensor) -> torch.Tensor:
-    """``x`` rounded as the one-byte products see it: per block of 32, ``q d`` with ``d = max|x| / 127``
-    and ``q = round(x / d)`` (half to even)."""
-    num_rows, k = x.shape
-    xb = x.reshape(num_rows, k // 32, 32)
-    d = xb.abs().amax(-1, keepdim=True) / 127.0
-    inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
-    return (torch.round(xb * inv) * d).reshape(num_rows, k)
+def one_byte(x: torch.Tensor, block: int) -> torch.Tensor:
+    """``x`` rounded as the one-byte products see it: per ``block`` values (a last part of fewer its own),
+    ``q d`` with ``d = max|x| / 127`` and ``q = round(x / d)`` (half to even)."""
+    parts = []
+    for start in range(0, x.shape[1], block):
+        xb = x[:, start : start + block]
+        d = xb.abs().amax(-1, keepdim=True) / 127.0
+        inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+        parts.append(torch.round(xb * inv) * d)
+    return torch.cat(parts, 1)
+
+
+def block_of(k: QuantKernels) -> int:
+    """Values per activation scale at one byte: 32 on a build with VNNI, 256 without (``TK_ACT_K256``)."""
+    return 32 if k.has_vnni else 256
 
 
 def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -57,7 +65,7 @@ def test_one_byte_paths_match_the_reference(kernels: QuantKernels, qtype: QT) ->
         w = quant_kernels.dequantize_reference(raw, qtype, width).double()
         for num_rows in ROWS:
             x = torch.randn(num_rows, width, generator=torch.Generator().manual_seed(num_rows))
-            ref = one_byte(x).double() @ w.T
+            ref = one_byte(x, block_of(kernels)).double() @ w.T
             results = {}
             for wide in (True, False):
                 kernels.set_avx512(wide)
@@ -116,7 +124,8 @@ def test_the_engine_switch_reaches_the_kernels(monkeypatch: pytest.MonkeyPatch) 
 @pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_K, QT.Q6_K], ids=lambda t: t.name)
 def test_one_byte_on_the_avx2_build(qtype: QT) -> None:
     """The Haswell-class build (``cpu_isa = "avx2"``: ``maddubs``, no VNNI, no 512-bit kernels) with one
-    byte: the one-byte reference, and the native build's ``maddubs`` floats exactly."""
+    byte: the one-byte reference with a scale per 256 values, its GEMM (on the rounded activations) the
+    same, and a native build without VNNI gives the same floats."""
     import shutil
 
     from tokenops.engine.kernels import native
@@ -135,8 +144,11 @@ def test_one_byte_on_the_avx2_build(qtype: QT) -> None:
         for num_rows in (1, 5, 70):
             x = torch.randn(num_rows, 512, generator=torch.Generator().manual_seed(num_rows))
             got = avx2.linear(x, None, qtype, 512, Method.GEMV, 2, packed)
-            assert _rel_err(got, one_byte(x).double() @ w.T) < 1e-5, num_rows
-            assert torch.equal(got, ours.linear(x, None, qtype, 512, Method.GEMV_MADDUBS, 2, packed)), num_rows
+            ref = one_byte(x, 256).double() @ w.T
+            assert _rel_err(got, ref) < 1e-5, num_rows
+            assert _rel_err(avx2.linear(x, raw, qtype, 512, Method.GEMM, 1), ref) < 1e-5, num_rows
+            if not ours.has_vnni:
+                assert torch.equal(got, ours.linear(x, None, qtype, 512, Method.GEMV_MADDUBS, 2, packed)), num_rows
     finally:
         avx2.set_act_bytes(2)
         ours.set_act_bytes(None)
@@ -154,10 +166,11 @@ def _avx2_kernels() -> QuantKernels:
 
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=lambda t: t.name)
 def test_avx2_one_byte_k_quants_every_row_count(qtype: QT) -> None:
-    """The AVX2 one-byte K-quant kernels (``csrc/quant_packed_km.c``: one-row Q6_K, passes of up to 8 rows,
-    a last pass of 1-7): every row count 1-70, three super-blocks, a last group of 3 rows, equal the
-    one-byte reference, one activation row's outputs do not depend on the rows beside it, and the
-    native build's ``maddubs`` method gives the same floats; two bytes still equal their reference."""
+    """The AVX2 one-byte K-quant kernels (``csrc/quant_packed_km.c``: one-row kernels, passes of up to 8
+    rows, a last pass of 1-7): every row count 1-70, three super-blocks, a last group of 3 rows, equal the
+    one-byte reference (a scale per 256 values), one activation row's outputs do not depend on the rows
+    beside it, the GEMM on the rounded activations agrees, and a native build without VNNI gives the
+    same floats; two bytes still equal their reference."""
     avx2, ours = _avx2_kernels(), quant_kernels.get_kernels()
     assert ours is not None
     out_features, width = 19, 768
@@ -172,10 +185,14 @@ def test_avx2_one_byte_k_quants_every_row_count(qtype: QT) -> None:
         for num_rows in range(1, 71):
             x = x_all[:num_rows]
             got = avx2.linear(x, None, qtype, width, Method.GEMV, 1 + num_rows % 2, packed)
-            assert _rel_err(got, one_byte(x).double() @ w.T) < 1e-5, num_rows
+            ref = one_byte(x, 256).double() @ w.T
+            assert _rel_err(got, ref) < 1e-5, num_rows
             assert torch.equal(got[:1], alone), num_rows
             if num_rows in (1, 7, 8, 9, 16, 70):
-                assert torch.equal(got, ours.linear(x, None, qtype, width, Method.GEMV_MADDUBS, 2, packed)), num_rows
+                assert _rel_err(avx2.linear(x, raw, qtype, width, Method.GEMM, 1), ref) < 1e-5, num_rows
+                if not ours.has_vnni:
+                    want = ours.linear(x, None, qtype, width, Method.GEMV_MADDUBS, 2, packed)
+                    assert torch.equal(got, want), num_rows
         assert avx2.set_act_bytes(2) == 2  # two bytes: the older kernels, still right
         for num_rows in (1, 9, 70):
             got = avx2.linear(x_all[:num_rows], None, qtype, width, Method.GEMV, 2, packed)
@@ -185,20 +202,24 @@ def test_avx2_one_byte_k_quants_every_row_count(qtype: QT) -> None:
         ours.set_act_bytes(None)
 
 
+@pytest.mark.parametrize("scales", ["kept", "largest"])
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K], ids=lambda t: t.name)
-def test_avx2_one_byte_sums_at_the_int16_bound(qtype: QT) -> None:
+def test_avx2_one_byte_sums_at_the_int16_bound(qtype: QT, scales: str) -> None:
     """The AVX2 one-byte kernels add ``maddubs`` pairs in int16 (Q4_K: a sub-block's 8 chunks, Q6_K: 2):
     with every code at its largest (15, 63) and every activation at +-127, the sums reach 30480 / 32004
-    of int16's 32767 and must not saturate: the outputs still equal the reference."""
+    of int16's 32767 and must not saturate; with every scale and min at its largest too (Q4_K's 63,
+    Q6_K's -128) a super-block's int32 sums reach 30.7M / 262M: the outputs still equal the reference."""
     avx2 = _avx2_kernels()
     out_features, width = 16, 512
     raw = random_raw(qtype, out_features, width, seed=5).clone()
     nb, bb = width // 256, raw.shape[1] // (width // 256)
     blocks = raw.view(out_features, nb, bb)
     if qtype == QT.Q4_K:
-        blocks[:, :, 16:] = 0xFF  # every nibble 15
+        blocks[:, :, 4 if scales == "largest" else 16 :] = 0xFF  # every nibble 15 (and 6-bit scale, min 63)
     else:
-        blocks[:, :, :192] = 0xFF  # ql and qh: every code 63 (scales and d kept)
+        blocks[:, :, :192] = 0xFF  # ql and qh: every code 63
+        if scales == "largest":
+            blocks[:, :, 192:208] = 0x80  # every int8 scale -128
     w = quant_kernels.dequantize_reference(raw, qtype, width).double()
     packed = avx2.pack(raw, qtype, width)
     assert packed is not None
@@ -208,9 +229,36 @@ def test_avx2_one_byte_sums_at_the_int16_bound(qtype: QT) -> None:
     x = signs * torch.linspace(1.0, 2.0, 8)[:, None]  # one value per row: every q +-127
     try:
         assert avx2.set_act_bytes(1) == 1
-        for num_rows in (1, 3, 8):
-            ref = one_byte(x[:num_rows]).double() @ w.T
-            got = avx2.linear(x[:num_rows], None, qtype, width, Method.GEMV, 1, packed)
+        for num_rows in (1, 3, 8, 17):
+            xr = x[torch.arange(num_rows) % 8]
+            ref = one_byte(xr, 256).double() @ w.T
+            got = avx2.linear(xr, None, qtype, width, Method.GEMV, 1, packed)
             assert _rel_err(got, ref) < 1e-5, num_rows
+    finally:
+        avx2.set_act_bytes(2)
+
+
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
+def test_avx2_one_byte_a_last_part_of_fewer_than_256_values(qtype: QT) -> None:
+    """K = 352 and 608 on the AVX2 build (no VNNI) with one byte: the last 96 values take a scale of their
+    own, every path (packed, GGUF's layout, the GEMM) equals that reference, which is not the one with
+    a scale per 32 values."""
+    avx2 = _avx2_kernels()
+    try:
+        assert avx2.set_act_bytes(1) == 1
+        for width in (352, 608):
+            raw = random_raw(qtype, 20, width, seed=width)
+            w = quant_kernels.dequantize_reference(raw, qtype, width).double()
+            packed = avx2.pack(raw, qtype, width)
+            assert packed is not None
+            for num_rows in (1, 4, 9):
+                x = torch.randn(num_rows, width, generator=torch.Generator().manual_seed(num_rows))
+                x[:, 256:] *= 0.01  # a part far smaller than the first: its own scale shows
+                ref = one_byte(x, 256).double() @ w.T
+                for method in (Method.GEMV, Method.GEMV_MADDUBS):
+                    assert _rel_err(avx2.linear(x, None, qtype, width, method, 1, packed), ref) < 1e-5
+                for method in (Method.GEMV, Method.GEMM):
+                    assert _rel_err(avx2.linear(x, raw, qtype, width, method, 1), ref) < 1e-5, (width, method)
+                assert _rel_err(one_byte(x, 32).double() @ w.T, ref) > 1e-4
     finally:
         avx2.set_act_bytes(2)

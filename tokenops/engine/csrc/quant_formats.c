@@ -179,16 +179,30 @@ static void dequant_row(int t, const uint8_t *restrict w, float *restrict y, int
    0.4%: on SmolLM2-135M that moved logits by ~3% of the largest and flipped near-tied greedy
    tokens. Each product is then two integer dot products (q and q2 against the same weight bytes).
    The block's sums are kept scaled (s32 per 32 values, s16 per 16): the formats' offsets, v = scale
-   * code + offset, need sum(x) over a block, and Q6_K's scales cover 16 values. */
+   * code + offset, need sum(x) over a block, and Q6_K's scales cover 16 values.
+   * One byte on a build without VNNI (TK_ACT_K256): one scale per 256 values, llama.cpp's q8_K; d is
+   * still filled per 32 (each block of a super-block has its scale), and b16 / b32 are the integer
+   * sums of q per 16 / 32 values (its bsums; |b32| <= 32 * 127), which the kernels that apply the
+   * weights' sub-block scales in integer need (quant_packed_km.c). Elsewhere b16 / b32 are not filled. */
 typedef struct {
     int8_t *q, *q2;
     float *d, *d2, *s32, *s16;
+    int16_t *b16, *b32;
 } tk_act;
 
+/* One byte per 256 values where the kernels for one byte multiply with `maddubs` (no VNNI): a scale per
+   32 values costs those kernels a float epilogue per 32 values and row (a quarter of their work), a
+   scale per 256 one per 256. With VNNI (and the plain build) one byte keeps a scale per 32. */
+#if defined(TK_AVX2) && !defined(__AVXVNNI__) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define TK_ACT_K256 1
+#else
+#define TK_ACT_K256 0
+#endif
+
 /* Bytes per activation value: 2 (q and q2, the default) or 1 (q alone, q2 = 0 and d2 = 0: llama.cpp's
-   one-byte activations, with a scale per 32 values where its q8_K has one per 256). The kernels
-   specialised for one byte skip the q2 products (half the integer work); every other kernel multiplies
-   the zeros, so any kernel is right in either mode. Set by qk_set_act_bytes (the engine's
+   one-byte activations, with a scale per 32 values, or per 256 as its q8_K where TK_ACT_K256). The
+   kernels specialised for one byte skip the q2 products (half the integer work); every other kernel
+   multiplies the zeros, so any kernel is right in either mode. Set by qk_set_act_bytes (the engine's
    quant_act_bytes), not while a product runs. */
 static int tk_act_bytes = 2;
 int qk_set_act_bytes(int n) {
@@ -201,6 +215,18 @@ static inline int tk_act_one(void) { return __atomic_load_n(&tk_act_bytes, __ATO
    results must match the integer GEMV's (to float32 rounding) */
 static void round_act(const float *restrict x, int64_t K, float *restrict y) {
     const int one = tk_act_one();
+#if TK_ACT_K256
+    if (one) {  /* quantize_act_k256's q d */
+        for (int64_t s0 = 0; s0 < K; s0 += 256) {
+            const int64_t n = K - s0 < 256 ? K - s0 : 256;
+            float amax = 0.f;
+            for (int64_t l = 0; l < n; l++) amax = fmaxf(amax, fabsf(x[s0 + l]));
+            float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+            for (int64_t l = 0; l < n; l++) y[s0 + l] = (float)lrintf(x[s0 + l] * id) * d;
+        }
+        return;
+    }
+#endif
     for (int64_t b = 0; b < K / 32; b++) {
         const float *xb = x + b * 32;
         float amax = 0.f;
@@ -216,9 +242,57 @@ static void round_act(const float *restrict x, int64_t K, float *restrict y) {
     }
 }
 
+#if TK_ACT_K256
+static inline int qk_hsum8i(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
+}
+
+/* one byte, one scale per 256 values (a last part of K % 256 values has its own): d = max|x| / 127 over
+   them, q = round(x / d); per block of 32 the same d, q2 = 0, d2 = 0, the sums as quantize_act keeps
+   them and as integers (b16, b32) */
+static void quantize_act_k256(const float *restrict x, int64_t K, tk_act a) {
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t s0 = 0; s0 < K; s0 += 256) {
+        const int64_t n = K - s0 < 256 ? K - s0 : 256;
+        __m256 mx = _mm256_setzero_ps();
+        for (int64_t l = 0; l < n; l += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + s0 + l)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float d = _mm_cvtss_f32(m4) / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+        for (int64_t b = s0 / 32; b < (s0 + n) / 32; b++) {
+            __m256i q[4];
+            for (int i = 0; i < 4; i++)
+                q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + b * 32 + 8 * i), _mm256_set1_ps(id)));
+            int s16a = qk_hsum8i(_mm256_add_epi32(q[0], q[1])), s16b = qk_hsum8i(_mm256_add_epi32(q[2], q[3]));
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(a.q + b * 32), _mm256_permutevar8x32_epi32(p, order));
+            _mm256_storeu_si256((__m256i *)(a.q2 + b * 32), _mm256_setzero_si256());
+            a.d[b] = d;
+            a.d2[b] = 0.f;
+            a.s16[2 * b] = d * (float)s16a;
+            a.s16[2 * b + 1] = d * (float)s16b;
+            a.s32[b] = d * (float)(s16a + s16b);
+            a.b16[2 * b] = (int16_t)s16a;
+            a.b16[2 * b + 1] = (int16_t)s16b;
+            a.b32[b] = (int16_t)(s16a + s16b);
+        }
+    }
+}
+#endif
+
 __attribute__((unused))  /* the plain build (TK_PLAIN) multiplies float32 activations only */
 static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
     const int one = tk_act_one();  /* one byte: d2 = 0 (id2 = 0 makes q2 = 0) */
+#if TK_ACT_K256
+    if (one) {
+        quantize_act_k256(x, K, a);
+        return;
+    }
+#endif
 #ifdef TK_AVX2
     /* the same arithmetic 8 lanes at a time (cvtps rounds half to even, as lrintf does) */
     const __m256 sign = _mm256_set1_ps(-0.f);

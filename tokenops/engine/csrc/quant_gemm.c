@@ -86,7 +86,7 @@ static inline void qk_put(float *restrict y, const float *restrict v, const floa
 size_t qk_scratch_bytes(int64_t M, int64_t K) {
     /* + TK_AMX_ROWS rows past the last: an AMX tile of a last short pass reads (and ignores) them */
     size_t ints = sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * (K / 32) * 5) +
-                  (size_t)(2 * (M + TK_AMX_ROWS) * K);
+                  (size_t)(2 * (M + TK_AMX_ROWS) * K) + sizeof(int16_t) * (size_t)(M * (K / 32) * 3);
     size_t floats = sizeof(float) * (size_t)(M * K);
     return ints > floats ? ints : floats;
 }
@@ -94,8 +94,10 @@ static inline tk_act qk_act_at(void *scratch, int64_t M, int64_t K, int64_t m) {
     int64_t nbk = K / 32;
     char *mem = (char *)scratch;
     float *f = (float *)(mem + sizeof(tk_act) * (size_t)M) + m * nbk * 5;
-    int8_t *q = (int8_t *)(mem + sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * nbk * 5)) + 2 * m * K;
-    tk_act a = {q, q + K, f, f + nbk, f + 2 * nbk, f + 3 * nbk};  /* q q2 | d d2 s32 s16 (2 per block) */
+    int8_t *q0 = (int8_t *)(mem + sizeof(tk_act) * (size_t)M + sizeof(float) * (size_t)(M * nbk * 5)), *q = q0 + 2 * m * K;
+    int16_t *bs = (int16_t *)(q0 + 2 * (M + TK_AMX_ROWS) * K) + m * nbk * 3;
+    /* q q2 | d d2 s32 s16 (2 per block) | b16 (2 per block) b32 */
+    tk_act a = {q, q + K, f, f + nbk, f + 2 * nbk, f + 3 * nbk, bs, bs + 2 * nbk};
     return a;
 }
 
@@ -179,10 +181,10 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
             /* rows in blocks of TK_ROW_TILE (a multiple of 4: the same 4-row calls, the same results):
                one block's rounded activations stay in L2 while every weight group passes over them;
                a prefill chunk's 512 rows (1.5 MB at K = 1536) were re-read from L3 for every group */
-            /* rows per pass: 8 for Q4_K and Q6_K on one-byte activations (quant_avx512_k.c, and without
-               VNNI quant_packed_km.c, whose calls take all 8: hs rows per call of fn) */
+            /* rows per pass: 8 for Q4_K and Q6_K on one-byte activations (quant_avx512_k.c, and on a build
+               without VNNI quant_packed_km.c, whose calls take all 8: hs rows per call of fn) */
             int rs = 4, hs = 4;
-            if (!(vnni && TK_HAVE_VNNI) && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = hs = TK_M_ROWS;
+            if (TK_ACT_K256 && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = hs = TK_M_ROWS;
 #ifdef TK_AVX512
             if (fn512 && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = 8;
 #endif
@@ -201,8 +203,10 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
 #endif
                     /* the same without VNNI, one group (quant_packed_km.c), from three passes (at two, unpacking
                        in each pass, with its prefetch, was as fast or faster) */
+#if TK_ACT_K256
                     uint8_t *kcodes = hs == TK_M_ROWS && t == TK_Q6_K && passes > 2 ? km_codes_buffer(nb) : NULL;
                     if (kcodes) q6k_group_codes(W + g * rb, nb, kcodes);
+#endif
                     for (int64_t m = m0; m < m1; m += rs) {
                         int R = m1 - m < rs ? (int)(m1 - m) : rs;
                         if (passes > 1 && ub > 0) {
@@ -230,8 +234,11 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
                         for (int h = 0; h < R; h += hs) {  /* the 256-bit kernel: hs rows a call */
                             __m256 out[TK_M_ROWS];
                             int Rh = R - h < hs ? R - h : hs;
+#if TK_ACT_K256
                             if (kcodes) gemv_packed_km(t, Rh, W + g * rb, kcodes, nb, a + m + h, out);
-                            else fn(Rh, vnni, W + g * rb, nb, a + m + h, out);
+                            else
+#endif
+                            fn(Rh, vnni, W + g * rb, nb, a + m + h, out);
                             for (int r = 0; r < Rh; r++) {
                                 _mm256_storeu_ps(o, out[r]);
                                 qk_put(y + (m + h + r) * ys, o, b, g * 8, nn, acc);

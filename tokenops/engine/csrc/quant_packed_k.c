@@ -179,7 +179,13 @@ TK_INLINE void gemv_group_k(const int H2, const int T, const int R, const int vn
 }
 
 #include "quant_packed_kv.c"
+#define TK_M_ROWS 8  /* rows per call of quant_packed_km.c's kernels */
+#if TK_ACT_K256 == TK_HAVE_VNNI
+#error "one byte per 256 values is for the kernels without VNNI (quant_formats.c, quant_gemv.c)"
+#endif
+#if TK_ACT_K256
 #include "quant_packed_km.c"
+#endif
 
 TK_GEMV_P(TK_Q5_K, gemv_group_k)
 
@@ -222,16 +228,27 @@ TK_INLINE void packed_q6k(const int H_, int R, int vnni, const uint8_t *g, int64
         default: gemv_group_k(H_, TK_Q6_K, 4, TK_HAVE_VNNI, g, nb, a, out); break;
     }
 }
-/* each with the activations' one or two bytes (tk_act_one); one byte without VNNI: quant_packed_km.c's
-   kernels, up to TK_M_ROWS rows a call (R <= 4 on every other path) */
+/* each with the activations' one or two bytes (tk_act_one); one byte on a build without VNNI (a scale
+   per 256 values, TK_ACT_K256): quant_packed_km.c's kernels, up to TK_M_ROWS rows a call (R <= 4 on
+   every other path; a VNNI build with VNNI switched off has a scale per 32: gemv_group_k's maddubs) */
 static void gemv_packed_TK_Q4_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
-    if (tk_act_one() && !(vnni && TK_HAVE_VNNI)) gemv_packed_km(TK_Q4_K, R, g, NULL, nb, a, out);
-    else if (tk_act_one()) packed_q4k(0, R, vnni, g, nb, a, out);
+#if TK_ACT_K256
+    if (tk_act_one()) {
+        gemv_packed_km(TK_Q4_K, R, g, NULL, nb, a, out);
+        return;
+    }
+#endif
+    if (tk_act_one()) packed_q4k(0, R, vnni, g, nb, a, out);
     else packed_q4k(1, R, vnni, g, nb, a, out);
 }
 static void gemv_packed_TK_Q6_K(int R, int vnni, const uint8_t *g, int64_t nb, const tk_act *a, __m256 *out) {
-    if (tk_act_one() && !(vnni && TK_HAVE_VNNI)) gemv_packed_km(TK_Q6_K, R, g, NULL, nb, a, out);
-    else if (tk_act_one()) packed_q6k(0, R, vnni, g, nb, a, out);
+#if TK_ACT_K256
+    if (tk_act_one()) {
+        gemv_packed_km(TK_Q6_K, R, g, NULL, nb, a, out);
+        return;
+    }
+#endif
+    if (tk_act_one()) packed_q6k(0, R, vnni, g, nb, a, out);
     else packed_q6k(1, R, vnni, g, nb, a, out);
 }
 
