@@ -42,7 +42,20 @@ class CreateBatch(BaseModel):
 
 def _create_body() -> dict[str, Any]:
     schema = CreateBatch.model_json_schema()
+    schema = _inline(schema, schema.pop("$defs", {}))  # a "#/$defs/..." ref does not resolve in the OpenAPI document
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    """``node`` with each ``{"$ref": "#/$defs/X"}`` replaced by ``defs["X"]``."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inline(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
 
 
 def _parse(raw: bytes) -> CreateBatch:

@@ -90,6 +90,8 @@ _UPLOAD = {
                             "description": "the file expires this long after its created_at (with the anchor)",
                         },  # fmt: skip
                     },
+                    "additionalProperties": False,
+                    "dependentRequired": {ANCHOR_FIELD: [SECONDS_FIELD], SECONDS_FIELD: [ANCHOR_FIELD]},
                 }
             }
         },
