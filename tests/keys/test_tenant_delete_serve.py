@@ -137,7 +137,7 @@ def test_delete_tenant_on_the_store_when_no_server_runs(tmp_path):
     res = cli("keys", "delete-tenant", "acme", "--yes", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert len(out["revoked_keys"]) == 1 and out["purged"] == {"distill_pairs": 1, "stored_responses": 0}
+    assert len(out["revoked_keys"]) == 1 and out["purged"] == {"distill_pairs": 1, "stored_responses": 0, "files": 0, "batches": 0}
     with Store.open(env["TOKENOPS_STORE"]) as s:
         assert s.execute("SELECT tenant FROM distill_pairs").fetchall() == [("other",)]
         assert s.execute("SELECT count(*) FROM tenants WHERE name = 'acme'").fetchone()[0] == 0
