@@ -252,4 +252,5 @@ def test_the_slo_sizes_the_batch_lines_at_an_upstream_and_switches_off_live(tmp_
     # with the SLO the upstream ran a few batch lines when interactive requests came; without, all 16
     assert seen_with and statistics.median(seen_with) <= 5, seen_with
     assert seen_without and max(seen_without) >= 12, seen_without
-    assert statistics.median(with_slo) < statistics.median(without), (with_slo, without)
+    # the client's first tokens: with the SLO about a third of the one behind 16 lines (1.65 s at the upstream)
+    assert statistics.median(with_slo) < max(without) / 2, (with_slo, without)
