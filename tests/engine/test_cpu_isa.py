@@ -1,8 +1,9 @@
 """``cpu_isa = "avx2"`` (``TOKENOPS_CPU=avx2``): the C libraries built for a Haswell-class CPU
 (tokenops/engine/kernels/native.py ``ISA_FLAGS``) hold no AVX-512, VNNI or AMX instruction, whatever
-this CPU has, and compute what the native build computes (with two-byte activations; with one byte a
-build without VNNI has a scale per 256 values where one with VNNI has one per 32: that build's own
-reference, tests/engine/test_quant_act_bytes.py, and its fused step against its PyTorch forward, below).
+this CPU has, and compute what the native build computes (with one-byte activations a build without
+VNNI takes a scale per 256 values for the K-quants where one with VNNI takes one per 32: there that
+build's own reference, tests/engine/test_quant_act_bytes.py, and its fused step against its PyTorch
+forward, below).
 
 The instruction check disassembles the libraries (``objdump``): an EVEX-encoded instruction (AVX-512,
 any register width) starts with the byte 0x62 in 64-bit code, which is nothing else there; VEX VNNI
@@ -134,8 +135,8 @@ def _same_products(ours: QuantKernels, avx2: QuantKernels) -> None:
 @torch.no_grad()
 def test_the_default_model_decodes_the_same_tokens_on_the_avx2_build() -> None:
     """SmolLM2 (Q4_1 + Q8_0, packed, the fused step) greedy on ``cpu_isa = "avx2"`` and on this CPU's
-    build, two-byte activations: the same tokens (its products are the same integer sums; PyTorch's
-    kernels stay this process's on both)."""
+    build: the same tokens (its products are the same integer sums, a scale per 32 values on both
+    builds; PyTorch's kernels stay this process's on both)."""
     from tokenops.engine.core.batch import ChunkInput
     from tokenops.engine.core.config import EngineConfig
     from tokenops.engine.core.model_runner import ModelRunner
@@ -148,13 +149,7 @@ def test_the_default_model_decodes_the_same_tokens_on_the_avx2_build() -> None:
     for isa in ("native", "avx2"):
         runner = ModelRunner(
             EngineConfig(
-                model=str(path),
-                device="cpu",
-                block_size=16,
-                kv_cache_tokens=256,
-                torch_threads=1,
-                cpu_isa=isa,
-                quant_act_bytes=2,
+                model=str(path), device="cpu", block_size=16, kv_cache_tokens=256, torch_threads=1, cpu_isa=isa
             )
         )
         assert runner.fused_decode is not None and quant_kernels.loaded_isa() == (
@@ -174,13 +169,15 @@ def test_the_default_model_decodes_the_same_tokens_on_the_avx2_build() -> None:
 
 @needs_cc
 @torch.no_grad()
-def test_a_q4_k_m_shaped_model_on_the_avx2_build_with_one_byte(tmp_path, monkeypatch) -> None:
-    """A tiny Q4_K model whose v is Q6_K (llama.cpp's Q4_K_M layout) on ``cpu_isa = "avx2"`` with one-byte
-    activations (a scale per 256 values there): the fused step (its Haswell build, the AVX2 one-byte
-    K-quant kernels: passes of 8 rows, the one-row kernels) gives the logits of the PyTorch forward on
-    that build's products, within a code step of rounding, for a prefill chunk of 21 tokens and a decode
-    step of 10 sequences. (Against this CPU's build the logits differ: a random model this small moves
-    by more than its logits between one byte per 32 and per 256 values, as between one byte and two.)"""
+@pytest.mark.parametrize("v_type", ["Q6_K", "Q8_0"])
+def test_a_q4_k_m_shaped_model_on_the_avx2_build_with_one_byte(tmp_path, monkeypatch, v_type: str) -> None:
+    """A tiny Q4_K model whose v is Q6_K (llama.cpp's Q4_K_M layout) or Q8_0 on ``cpu_isa = "avx2"`` with
+    one-byte activations (a scale per 256 values for the K-quants there, per 32 for Q8_0: a q/k/v chain
+    quantizes again for its Q8_0 part): the fused step (its Haswell build, the AVX2 one-byte K-quant
+    kernels: passes of 8 rows, the one-row kernels) gives the logits of the PyTorch forward on that
+    build's products, within a code step of rounding, for a prefill chunk of 21 tokens and a decode step
+    of 10 sequences. (Against this CPU's build the logits differ: a random model this small moves by
+    more than its logits between a scale per 32 and per 256 values, as between one byte and two.)"""
     from fused_checks import fused_and_reference
     from tiny_gguf import write_tiny_gguf
     from tokenops.engine.core.batch import ChunkInput
@@ -188,7 +185,7 @@ def test_a_q4_k_m_shaped_model_on_the_avx2_build_with_one_byte(tmp_path, monkeyp
     from tokenops.engine.core.model_runner import ModelRunner
 
     monkeypatch.setenv("TOKENOPS_QUANT_EXACT", "0")
-    path = write_tiny_gguf(tmp_path / "m.gguf", "qwen2", "Q4_K", seed=6, tensor_types={"blk.0.attn_v.weight": "Q6_K"})
+    path = write_tiny_gguf(tmp_path / "m.gguf", "qwen2", "Q4_K", seed=6, tensor_types={"blk.0.attn_v.weight": v_type})
     ids = torch.randint(0, 256, (21,), generator=torch.Generator().manual_seed(7)).tolist()
     tables = [list(range(8 * i, 8 * i + 8)) for i in range(10)]
     config = EngineConfig(
@@ -202,6 +199,8 @@ def test_a_q4_k_m_shaped_model_on_the_avx2_build_with_one_byte(tmp_path, monkeyp
     )
     runner = ModelRunner(config)
     assert runner.fused_decode is not None and quant_kernels.loaded_isa() == "avx2"
+    qkv = runner.model.model.layers[0].self_attn.qkv_proj
+    assert [p.qtype.name for p in qkv.parts] == ["Q4_K", v_type]  # a chain of two parts
     assert quant_kernels.get_kernels().act_bytes == 1 and not quant_kernels.get_kernels().has_vnni
     prefill = fused_and_reference(runner, [ChunkInput(ids, 0, tables[0], num_logits=len(ids))])
     for i in range(1, 10):

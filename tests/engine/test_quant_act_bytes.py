@@ -1,8 +1,8 @@
 """One-byte activations (``quant_act_bytes = 1``, :meth:`QuantKernels.set_act_bytes`): every integer path
 (512-bit, 256-bit VNNI, AVX2 ``maddubs`` without VNNI; packed and GGUF-layout weights; the GEMM on the
-rounded activations) multiplies ``q d`` (one int8 code per value; a scale per block of 32 with VNNI, per
-256 values without: llama.cpp's q8_K) against the dequantized weight, the 512- and 256-bit kernels give the
-same floats, and two bytes come back unchanged."""
+rounded activations) multiplies ``q d`` (one int8 code per value, a scale per block of 32; without VNNI,
+for a K-quant weight, a scale per 256 values: llama.cpp's q8_K) against the dequantized weight, the 512-
+and 256-bit kernels give the same floats, and two bytes come back unchanged."""
 
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ def one_byte(x: torch.Tensor, block: int) -> torch.Tensor:
     return torch.cat(parts, 1)
 
 
-def block_of(k: QuantKernels) -> int:
-    """Values per activation scale at one byte: 32 on a build with VNNI, 256 without (``TK_ACT_K256``)."""
-    return 32 if k.has_vnni else 256
+def block_of(k: QuantKernels, qtype: QT) -> int:
+    """Values per activation scale at one byte: 256 for a K-quant on a build without VNNI (``TK_ACT_K256``,
+    llama.cpp's q8_K), else 32 (its q8_0)."""
+    return 256 if qtype in K_QUANTS and not k.has_vnni else 32
 
 
 def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -65,7 +66,7 @@ def test_one_byte_paths_match_the_reference(kernels: QuantKernels, qtype: QT) ->
         w = quant_kernels.dequantize_reference(raw, qtype, width).double()
         for num_rows in ROWS:
             x = torch.randn(num_rows, width, generator=torch.Generator().manual_seed(num_rows))
-            ref = one_byte(x, block_of(kernels)).double() @ w.T
+            ref = one_byte(x, block_of(kernels, qtype)).double() @ w.T
             results = {}
             for wide in (True, False):
                 kernels.set_avx512(wide)
@@ -124,8 +125,9 @@ def test_the_engine_switch_reaches_the_kernels(monkeypatch: pytest.MonkeyPatch) 
 @pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_K, QT.Q6_K], ids=lambda t: t.name)
 def test_one_byte_on_the_avx2_build(qtype: QT) -> None:
     """The Haswell-class build (``cpu_isa = "avx2"``: ``maddubs``, no VNNI, no 512-bit kernels) with one
-    byte: the one-byte reference with a scale per 256 values, its GEMM (on the rounded activations) the
-    same, and a native build without VNNI gives the same floats."""
+    byte: the one-byte reference (a scale per 256 values for the K-quants, per 32 for Q8_0), its GEMM (on
+    the rounded activations) the same, and the native build's ``maddubs`` the same floats where both
+    round alike (Q8_0, or a native build without VNNI)."""
     import shutil
 
     from tokenops.engine.kernels import native
@@ -144,10 +146,10 @@ def test_one_byte_on_the_avx2_build(qtype: QT) -> None:
         for num_rows in (1, 5, 70):
             x = torch.randn(num_rows, 512, generator=torch.Generator().manual_seed(num_rows))
             got = avx2.linear(x, None, qtype, 512, Method.GEMV, 2, packed)
-            ref = one_byte(x, 256).double() @ w.T
+            ref = one_byte(x, block_of(avx2, qtype)).double() @ w.T
             assert _rel_err(got, ref) < 1e-5, num_rows
             assert _rel_err(avx2.linear(x, raw, qtype, 512, Method.GEMM, 1), ref) < 1e-5, num_rows
-            if not ours.has_vnni:
+            if block_of(ours, qtype) == block_of(avx2, qtype):
                 assert torch.equal(got, ours.linear(x, None, qtype, 512, Method.GEMV_MADDUBS, 2, packed)), num_rows
     finally:
         avx2.set_act_bytes(2)
@@ -239,10 +241,10 @@ def test_avx2_one_byte_sums_at_the_int16_bound(qtype: QT, scales: str) -> None:
 
 
 @pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0, QT.Q4_1], ids=lambda t: t.name)
-def test_avx2_one_byte_a_last_part_of_fewer_than_256_values(qtype: QT) -> None:
-    """K = 352 and 608 on the AVX2 build (no VNNI) with one byte: the last 96 values take a scale of their
-    own, every path (packed, GGUF's layout, the GEMM) equals that reference, which is not the one with
-    a scale per 32 values."""
+def test_avx2_one_byte_keeps_a_scale_per_32_for_the_32_value_formats(qtype: QT) -> None:
+    """The 32-value formats on the AVX2 build (no VNNI) with one byte keep a scale per 32 values (llama.cpp's
+    q8_0 for them; q8_K is for the K-quants), K = 352 and 608 (not multiples of 256): every path (packed,
+    GGUF's layout, the GEMM) equals that reference, which is not the one with a scale per 256."""
     avx2 = _avx2_kernels()
     try:
         assert avx2.set_act_bytes(1) == 1
@@ -253,12 +255,12 @@ def test_avx2_one_byte_a_last_part_of_fewer_than_256_values(qtype: QT) -> None:
             assert packed is not None
             for num_rows in (1, 4, 9):
                 x = torch.randn(num_rows, width, generator=torch.Generator().manual_seed(num_rows))
-                x[:, 256:] *= 0.01  # a part far smaller than the first: its own scale shows
-                ref = one_byte(x, 256).double() @ w.T
+                x[:, 256:] *= 0.01  # a part far smaller than the first: its scales show
+                ref = one_byte(x, 32).double() @ w.T
                 for method in (Method.GEMV, Method.GEMV_MADDUBS):
                     assert _rel_err(avx2.linear(x, None, qtype, width, method, 1, packed), ref) < 1e-5
                 for method in (Method.GEMV, Method.GEMM):
                     assert _rel_err(avx2.linear(x, raw, qtype, width, method, 1), ref) < 1e-5, (width, method)
-                assert _rel_err(one_byte(x, 32).double() @ w.T, ref) > 1e-4
+                assert _rel_err(one_byte(x, 256).double() @ w.T, ref) > 1e-4
     finally:
         avx2.set_act_bytes(2)

@@ -180,10 +180,11 @@ static void dequant_row(int t, const uint8_t *restrict w, float *restrict y, int
    tokens. Each product is then two integer dot products (q and q2 against the same weight bytes).
    The block's sums are kept scaled (s32 per 32 values, s16 per 16): the formats' offsets, v = scale
    * code + offset, need sum(x) over a block, and Q6_K's scales cover 16 values.
-   * One byte on a build without VNNI (TK_ACT_K256): one scale per 256 values, llama.cpp's q8_K; d is
-   * still filled per 32 (each block of a super-block has its scale), and b16 / b32 are the integer
-   * sums of q per 16 / 32 values (its bsums; |b32| <= 32 * 127), which the kernels that apply the
-   * weights' sub-block scales in integer need (quant_packed_km.c). Elsewhere b16 / b32 are not filled. */
+   * One byte on a build without VNNI (TK_ACT_K256), for a product with a K-quant weight: one scale per
+   * 256 values, llama.cpp's q8_K; d is still filled per 32 (each block of a super-block has its
+   * scale), and b16 / b32 are the integer sums of q per 16 / 32 values (its bsums; |b32| <= 32 * 127),
+   * which the kernels that apply the weights' sub-block scales in integer need (quant_packed_km.c).
+   * Elsewhere b16 / b32 are not filled. */
 typedef struct {
     int8_t *q, *q2;
     float *d, *d2, *s32, *s16;
@@ -191,8 +192,10 @@ typedef struct {
 } tk_act;
 
 /* One byte per 256 values where the kernels for one byte multiply with `maddubs` (no VNNI): a scale per
-   32 values costs those kernels a float epilogue per 32 values and row (a quarter of their work), a
-   scale per 256 one per 256. With VNNI (and the plain build) one byte keeps a scale per 32. */
+   32 values costs the K-quant kernels a float epilogue per 32 values and row (a quarter of their work),
+   a scale per 256 one per 256. As llama.cpp's: q8_K for the products with a K-quant weight, q8_0 (a
+   scale per 32) for the 32-value formats (qk_act_k256). With VNNI (and the plain build) one byte keeps
+   a scale per 32 for all. */
 #if defined(TK_AVX2) && !defined(__AVXVNNI__) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
 #define TK_ACT_K256 1
 #else
@@ -212,11 +215,11 @@ int qk_set_act_bytes(int n) {
 static inline int tk_act_one(void) { return __atomic_load_n(&tk_act_bytes, __ATOMIC_RELAXED) == 1; }
 
 /* x as the integer GEMV sees it (q d + q2 d2), back in float32: what the GEMM multiplies when its
-   results must match the integer GEMV's (to float32 rounding) */
-static void round_act(const float *restrict x, int64_t K, float *restrict y) {
+   results must match the integer GEMV's (to float32 rounding); k256 as for quantize_act */
+static void round_act(const float *restrict x, int64_t K, float *restrict y, int k256) {
     const int one = tk_act_one();
 #if TK_ACT_K256
-    if (one) {  /* quantize_act_k256's q d */
+    if (one && k256) {  /* quantize_act_k256's q d */
         for (int64_t s0 = 0; s0 < K; s0 += 256) {
             const int64_t n = K - s0 < 256 ? K - s0 : 256;
             float amax = 0.f;
@@ -226,6 +229,8 @@ static void round_act(const float *restrict x, int64_t K, float *restrict y) {
         }
         return;
     }
+#else
+    (void)k256;
 #endif
     for (int64_t b = 0; b < K / 32; b++) {
         const float *xb = x + b * 32;
@@ -284,14 +289,17 @@ static void quantize_act_k256(const float *restrict x, int64_t K, tk_act a) {
 }
 #endif
 
+/* k256: one byte takes a scale per 256 values (where TK_ACT_K256; qk_act_k256) */
 __attribute__((unused))  /* the plain build (TK_PLAIN) multiplies float32 activations only */
-static void quantize_act(const float *restrict x, int64_t K, tk_act a) {
+static void quantize_act(const float *restrict x, int64_t K, tk_act a, int k256) {
     const int one = tk_act_one();  /* one byte: d2 = 0 (id2 = 0 makes q2 = 0) */
 #if TK_ACT_K256
-    if (one) {
+    if (one && k256) {
         quantize_act_k256(x, K, a);
         return;
     }
+#else
+    (void)k256;
 #endif
 #ifdef TK_AVX2
     /* the same arithmetic 8 lanes at a time (cvtps rounds half to even, as lrintf does) */

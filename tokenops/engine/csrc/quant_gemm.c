@@ -147,7 +147,13 @@ static void qk_product_amx(const qk_weight *w, int vnni, tk_gemv_packed_fn fn, c
     tk_amx_end();
 }
 #endif
-/* one part of w (ready: the activations are already quantized, or rounded, in scratch) */
+/* whether a part's one-byte activations take a scale per 256 values: on a TK_ACT_K256 build, for a
+   K-quant (quant_packed_km.c's kernels need it; llama.cpp's q8_K), not for the 32-value formats (its
+   q8_0, a scale per 32) */
+static inline int qk_act_k256(const qk_weight *w) { return TK_ACT_K256 && qk_block(w->t) == 256; }
+
+/* one part of w (ready: the activations are already quantized, or rounded, in scratch, as this part
+   takes them) */
 static void qk_product_one(const qk_weight *w, int method, const float *x, int64_t xs, int64_t M, const float *b,
                            float *y, int64_t ys, int acc, void *scratch, float *panel, int ready) {
     const int64_t N = w->N, K = w->K, rb = w->rb;
@@ -161,7 +167,7 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
             _Pragma("omp for schedule(static)")
             for (int64_t m = 0; m < M; m++) {
                 a[m] = qk_act_at(scratch, M, K, m);
-                quantize_act(x + m * xs, K, a[m]);
+                quantize_act(x + m * xs, K, a[m], qk_act_k256(w));
             }
         }
         if (w->packed) {
@@ -271,7 +277,7 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
         float *xr = (float *)scratch;
         if (!ready) {
             _Pragma("omp for schedule(static)")
-            for (int64_t m = 0; m < M; m++) round_act(x + m * xs, K, xr + m * K);
+            for (int64_t m = 0; m < M; m++) round_act(x + m * xs, K, xr + m * K, qk_act_k256(w));
         }
         x = xr;
         xs = K;
@@ -298,7 +304,11 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
 
 static void qk_product(const qk_weight *w, int method, const float *x, int64_t xs, int64_t M, const float *b,
                        float *y, int64_t ys, int acc, void *scratch, float *panel) {
-    for (int ready = 0; w; w = w->next, ready = 1) {  /* each part's outputs after the last's */
+    /* each part's outputs after the last's; the activations quantized once for the parts that take them
+       alike (a part that takes another scale, qk_act_k256, after every thread is done with the last's:
+       each product ends at a barrier) */
+    for (const qk_weight *last = NULL; w; last = w, w = w->next) {
+        int ready = last && qk_act_k256(last) == qk_act_k256(w);
         qk_product_one(w, method, x, xs, M, b, y, ys, acc, scratch, panel, ready);
         y += w->N;
         if (b) b += w->N;
