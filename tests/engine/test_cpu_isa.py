@@ -209,3 +209,35 @@ def test_a_q4_k_m_shaped_model_on_the_avx2_build_with_one_byte(tmp_path, monkeyp
     for fused, reference, _ in (prefill, step):
         err = ((fused - reference).abs().amax(-1) / reference.abs().amax(-1)).max().item()
         assert err < 2e-3, err
+
+
+@needs_cc
+def test_a_k_quant_gguf_served_on_the_avx2_build_with_one_byte(tmp_path) -> None:
+    """``tokenops serve`` with ``TOKENOPS_CPU=avx2`` and one-byte activations on a tiny Q4_K model whose v is
+    Q6_K, driven by the openai SDK: the greedy completion is the in-process engine's on the same settings
+    (the AVX2 one-byte K-quant kernels, a scale per 256 values), and ``/admin/stats`` names the AVX2
+    kernels and the fused step."""
+    import httpx
+    import openai
+    from tiny_gguf import write_tiny_gguf
+    from tokenops.engine.core.config import EngineConfig
+    from tokenops.engine.core.engine import LLMEngine
+    from tokenops.engine.sampling.sampling import SamplingParams
+    from tokenops.testing_serve import ServeProcess
+
+    path = write_tiny_gguf(tmp_path / "m.gguf", "qwen2", "Q4_K", seed=6, tensor_types={"blk.0.attn_v.weight": "Q6_K"})
+    prompt, num_new = "the then there", 12
+    env = {"TOKENOPS_CPU": "avx2", "TOKENOPS_QUANT_ACT_BYTES": "1", "TOKENOPS_QUANT_EXACT": "0"}
+    env["TOKENOPS_ENGINE__TORCH_THREADS"] = "1"
+    with ServeProcess(tmp_path / "serve", args=["--model", f"km={path}"], env=env, store=False) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        r = client.completions.create(
+            model="km", prompt=prompt, max_tokens=num_new, temperature=0, extra_body={"ignore_eos": True}
+        )
+        served = r.choices[0].text
+        stats = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers, timeout=30).json()["engines"]["km#0"]
+    assert stats["quant_kernels"] == "avx2" and stats["forward"] == "fused", stats
+    config = EngineConfig(model=str(path), device="cpu", torch_threads=1, cpu_isa="avx2", quant_act_bytes=1)
+    engine = LLMEngine(config)
+    want = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=num_new, ignore_eos=True))[0]
+    assert served and served == want.outputs[0].text
