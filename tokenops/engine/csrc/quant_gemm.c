@@ -178,6 +178,14 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
             tk_pair512_fn fn512 = vnni && tk_use_avx512() ? pair512_fn(t) : NULL;
             if (fn512) step = 2;
 #endif
+            /* rows per pass: 8 for Q4_K and Q6_K on one-byte activations (quant_avx512_k.c, and on a build
+               without VNNI quant_packed_km.c, whose calls take all 8: hs rows per call of fn) */
+            int rs = 4, hs = 4;
+            if (TK_ACT_K256 && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = hs = TK_M_ROWS;
+#ifdef TK_AVX512
+            if (fn512 && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = 8;
+#endif
+            /* (declared before the AMX branch: its `else` takes the loop below as its body) */
 #ifdef TK_AMX
             /* TK_AMX_MIN_ROWS rows or more: AMX tiles (the same floats as fn512) */
             if (fn512 && M >= tk_amx_min_rows() && tk_amx_type(t) && tk_use_amx()) {
@@ -187,13 +195,6 @@ static void qk_product_one(const qk_weight *w, int method, const float *x, int64
             /* rows in blocks of TK_ROW_TILE (a multiple of 4: the same 4-row calls, the same results):
                one block's rounded activations stay in L2 while every weight group passes over them;
                a prefill chunk's 512 rows (1.5 MB at K = 1536) were re-read from L3 for every group */
-            /* rows per pass: 8 for Q4_K and Q6_K on one-byte activations (quant_avx512_k.c, and on a build
-               without VNNI quant_packed_km.c, whose calls take all 8: hs rows per call of fn) */
-            int rs = 4, hs = 4;
-            if (TK_ACT_K256 && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = hs = TK_M_ROWS;
-#ifdef TK_AVX512
-            if (fn512 && (t == TK_Q4_K || t == TK_Q6_K) && tk_act_one()) rs = 8;
-#endif
             for (int64_t m0 = 0; m0 < M; m0 += TK_ROW_TILE) {
                 int64_t m1 = M - m0 < TK_ROW_TILE ? M : m0 + TK_ROW_TILE;
                 _Pragma("omp for schedule(dynamic, 2) nowait")
