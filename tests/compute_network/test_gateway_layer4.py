@@ -4,8 +4,6 @@ import asyncio
 import collections
 import time
 
-import pytest
-
 from tokenops.config import Settings
 from tokenops.testing_gateway import FakeBackend, gateway_client
 from tokenops.types import BackendError
@@ -32,19 +30,24 @@ BREAKER = Settings(plugins={"circuit_breaker": {"consecutive_failures": 3, "cool
                                                 "degrade_to": {"big": "small"}}})
 
 
-async def _load(client, seconds, on_tick=None, concurrency=6):
-    """Closed-loop load; returns [(start offset, status, model)]."""
+async def _load(client, seconds, on_tick=None, concurrency=6, until=None):
+    """Closed-loop load for `seconds`, and on past them (up to a minute) while `until(results)` is false, so that
+    a stall of a loaded machine cannot leave a late window empty; returns [(start offset, status, model)]."""
     results = []
     t0 = time.monotonic()
 
+    def going():
+        elapsed = time.monotonic() - t0
+        return elapsed < seconds or (until is not None and not until(results) and elapsed < 60.0)
+
     async def worker():
-        while time.monotonic() - t0 < seconds:
+        while going():
             start = time.monotonic() - t0
             r = await client.post("/v1/chat/completions", json=_body())
             results.append((start, r.status_code, r.json().get("model") if r.status_code == 200 else None))
 
     async def ticker():
-        while time.monotonic() - t0 < seconds:
+        while going():
             if on_tick:
                 on_tick(time.monotonic() - t0)
             await asyncio.sleep(0.01)
@@ -65,7 +68,8 @@ async def test_errors_stop_within_two_seconds_when_a_replica_dies():
         breaker = client.gateway.plugins.get_plugin("circuit_breaker")
         # keep every record: the retried requests come early and a fast machine makes more than `recent` holds
         client.gateway.recent = collections.deque()
-        results = await _load(client, 3.0, tick)
+        late = lambda rs: sum(1 for t, status, _ in rs if status == 200 and t > kill_at + 2.0) >= 6  # noqa: E731
+        results = await _load(client, 3.0, tick, until=late)
         retried = [r for r in client.gateway.recent if r.decisions.get("retries")]
     errors = [t for t, status, _ in results if status >= 500]
     ok_after = [t for t, status, _ in results if status == 200 and t > kill_at + 2.0]
@@ -88,7 +92,8 @@ async def test_traffic_degrades_to_the_smaller_model_when_all_replicas_die():
                 b.is_dead = True
 
     async with gateway_client([*big, small], BREAKER) as client:
-        results = await _load(client, 2.5, tick, concurrency=4)
+        results = await _load(client, 2.5, tick, concurrency=4,
+                              until=lambda rs: sum(1 for t, *_ in rs if t > kill_at + 1.0) >= 4)
     errors = [t for t, status, _ in results if status >= 400]
     late = [(status, model) for t, status, model in results if t > kill_at + 1.0]
     assert all(t - kill_at < 2.0 for t in errors), errors
