@@ -97,8 +97,9 @@ async def request_capacity(srv: ServeProcess, seconds: float) -> float:
     return sum(1 for r in results if r.is_ok) / duration
 
 
-def token_capacity(srv: ServeProcess, seconds: float, lines: int) -> float:
-    """Generated tokens/s of the engine saturated by a batch alone (what there is to share)."""
+def token_capacity(srv: ServeProcess, seconds: float, lines: int) -> tuple[float, float]:
+    """Generated tokens/s of the engine saturated by a batch alone (what there is to share), and the
+    seconds a batch token adds to a shared step (:func:`marginal_s`)."""
     import openai
 
     client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120)
@@ -110,9 +111,20 @@ def token_capacity(srv: ServeProcess, seconds: float, lines: int) -> float:
         time.sleep(0.2)
     start, generated0 = time.monotonic(), engine_stats(srv)["total_generation_tokens"]
     time.sleep(seconds)
-    tps = (engine_stats(srv)["total_generation_tokens"] - generated0) / (time.monotonic() - start)
+    stats = engine_stats(srv)
+    tps = (stats["total_generation_tokens"] - generated0) / (time.monotonic() - start)
     stop_batch(srv, batch_id)
-    return tps
+    return tps, marginal_s(stats["step_cost"], lines)
+
+
+def marginal_s(step_cost: list[float], lines: int) -> float:
+    """Seconds a batch line's generated token adds to a step it shares, by the engine's step-time fit
+    (fixed, per decode row, per prompt token): the line's prompt and decode tokens over its answer,
+    no fixed cost (the step pays that)."""
+    _, row_s, token_s = step_cost
+    reqs = sharegpt(lines, seed=2, **SHAPE)
+    prompt, answer = (statistics.mean(getattr(r, k) for r in reqs) for k in ("num_prompt_tokens", "max_tokens"))
+    return (prompt * token_s + answer * row_s) / answer
 
 
 def submit_batch(srv: ServeProcess, n: int) -> str:
@@ -158,8 +170,8 @@ async def interactive_run(srv: ServeProcess, rate: float, seconds: float, batch_
     num = max(4, int(rate * seconds))
     spec = LoadSpec(srv.url, MODEL, arrival=ArrivalSpec(rate, seed=3), ignore_eos=True)
     requests = sharegpt(num, seed=4, **SHAPE)
-    generated0 = engine_stats(srv)["total_generation_tokens"]
-    preempted0 = engine_stats(srv)["num_batch_preemptions"]
+    before = engine_stats(srv)
+    generated0, preempted0 = before["total_generation_tokens"], before["num_batch_preemptions"]
     batch_id = submit_batch(srv, batch_lines) if batch_lines else None
     results, duration = await run_load(requests, spec)
     stats = engine_stats(srv)
@@ -176,6 +188,9 @@ async def interactive_run(srv: ServeProcess, rate: float, seconds: float, batch_
         "interactive_tps": interactive_tokens / duration,
         "batch_tps": batch_tokens / duration,
         "batch_preemptions": stats["num_batch_preemptions"] - preempted0,
+        # shares of the run's time the engine computed steps, and steps with interactive work
+        "busy": (stats["busy_s"] - before["busy_s"]) / duration,
+        "interactive_busy": (stats["interactive_busy_s"] - before["interactive_busy_s"]) / duration,
         "load_avg": os.getloadavg()[0],  # the box's 1-minute load at the run's end (2 cores: above 2 is contention)
         "batch_lines": counts,
     }
@@ -215,17 +230,32 @@ def idle_used(capacity: float, run: dict[str, Any]) -> float | None:
     return run["batch_tps"] / idle if run["batch_lines"] and idle > 0 else None
 
 
-def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dict[str, Any]]) -> None:
+def idle_bound(cap_tps: float, marginal: float, alone: dict[str, Any], budget: float = 0.1) -> tuple[float, float]:
+    """(the batch tok/s the engine can give a batch with both latencies within ``budget``, about; the
+    batch-alone rate over the time interactive work leaves the engine empty). Interactive work holds
+    the engine ``f`` of the time (the interactive-only run's steps with it); in those steps a batch may
+    add ``budget`` of their time at ``marginal`` seconds a token, and it has the rest of the time, less
+    what that adds, at its batch-alone rate. An estimate, not a theorem: a p95 tolerates more in a few
+    steps."""
+    f = alone["interactive_busy"]
+    bound = (1 - min(1.0, f * (1 + budget))) * cap_tps + budget * f / marginal
+    return bound, (1 - f) * cap_tps
+
+
+def print_table(out: dict[str, Any], runs: dict[str, dict[str, Any]]) -> None:
+    cap_tps, cap_rps, rate = out["capacity_tps"], out["capacity_rps"], out["rate"]
     alone = runs["interactive only"]
     capacity = idle_capacity(cap_tps, runs)
+    bound, idle_time_tps = idle_bound(cap_tps, out["marginal_s"], alone)
     print(
         f"capacity: {capacity:.0f} generated tok/s (the most seen; a batch alone at {MAX_NUM_SEQS} slots: "
         f"{cap_tps:.0f}), {cap_rps:.2f} interactive req/s at {MAX_NUM_SEQS} in flight; interactive at "
-        f"{rate:.2f} req/s"
+        f"{rate:.2f} req/s, in the engine's steps {alone['interactive_busy']:.0%} of the time alone"
     )
     head = (
         f"{'run':<50}{'TTFT p95':>10}{'vs alone':>9}{'TPOT p95':>10}{'vs alone':>9}"
-        f"{'inter tok/s':>12}{'batch tok/s':>12}{'total':>7}{'idle used':>10}{'preempt':>8}{'load':>6}"
+        f"{'inter tok/s':>12}{'batch tok/s':>12}{'total':>7}{'idle used':>10}{'idle time':>10}{'preempt':>8}"
+        f"{'busy':>6}{'load':>6}"
     )
     print(head)
     print("-" * len(head))
@@ -233,20 +263,28 @@ def print_table(cap_tps: float, cap_rps: float, rate: float, runs: dict[str, dic
         ttft, tpot = r["ttft_p95_s"], r["tpot_p95_s"]
         share = idle_used(capacity, r)
         used = "-" if share is None else f"{share:.0%}"
+        used_time = f"{r['batch_tps'] / idle_time_tps:.0%}" if r["batch_lines"] and idle_time_tps > 0 else "-"
         print(
             f"{name:<50}{(ttft or math.nan) * 1000:>8.0f}ms{ratio(ttft, alone['ttft_p95_s']):>9}"
             f"{(tpot or math.nan) * 1000:>8.1f}ms{ratio(tpot, alone['tpot_p95_s']):>9}"
             f"{r['interactive_tps']:>12.0f}{(r['batch_tps'] if r['batch_lines'] else 0):>12.0f}"
-            f"{r['interactive_tps'] + (r['batch_tps'] if r['batch_lines'] else 0):>7.0f}{used:>10}"
-            f"{r['batch_preemptions']:>8.0f}{r.get('load_avg', math.nan):>6.1f}"
+            f"{r['interactive_tps'] + (r['batch_tps'] if r['batch_lines'] else 0):>7.0f}{used:>10}{used_time:>10}"
+            f"{r['batch_preemptions']:>8.0f}{r['busy']:>6.0%}{r.get('load_avg', math.nan):>6.1f}"
         )
+    idle = capacity - alone["interactive_tps"]
+    print(
+        f"bound with both latencies within 10%: about {bound:.0f} batch tok/s, {min(1.0, bound / idle):.0%} of the idle "
+        f"capacity (a batch token adds {out['marginal_s'] * 1000:.2f} ms to a step it shares, by the engine's fit); "
+        f"idle time: the batch over its batch-alone rate times the {1 - alone['interactive_busy']:.0%} of the time "
+        "interactive work leaves the engine empty; busy: the share of the run the engine computed steps"
+    )
 
 
 async def bench(srv: ServeProcess, args: argparse.Namespace) -> dict[str, Any]:
     await request_capacity(srv, 10)  # warm-up: weights paged in, prefix cache and allocator settled
     cap_rps = await request_capacity(srv, args.seconds / 2)
     wait_idle(srv)
-    cap_tps = token_capacity(srv, args.seconds, 8 * MAX_NUM_SEQS)
+    cap_tps, marginal = token_capacity(srv, args.seconds, 8 * MAX_NUM_SEQS)
     rate = args.load * cap_rps
     lines = args.batch_lines or int(2 * cap_tps * args.seconds / SHAPE["max_output_len"]) + MAX_NUM_SEQS
     repeats = []
@@ -264,6 +302,7 @@ async def bench(srv: ServeProcess, args: argparse.Namespace) -> dict[str, Any]:
         repeats.append(runs)
     return {
         "capacity_tps": cap_tps,
+        "marginal_s": marginal,
         "capacity_rps": cap_rps,
         "rate": rate,
         "batch_lines": lines,
@@ -315,10 +354,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return
-    print_table(out["capacity_tps"], out["capacity_rps"], out["rate"], out["runs"])
+    print_table(out, out["runs"])
     for i, runs in enumerate(out["repeats"] if len(out["repeats"]) > 1 else []):
         print(f"\nrepeat {i + 1}:")
-        print_table(out["capacity_tps"], out["capacity_rps"], out["rate"], runs)
+        print_table(out, runs)
     done = [
         f"{r['batch_lines']['completed']}/{r['batch_lines']['total']}"
         for rs in out["repeats"]

@@ -216,3 +216,10 @@ def test_the_engine_feeds_the_fit_each_step_and_the_bound_changes_no_output(tiny
     assert got == expected
     assert bounded.scheduler.step_cost.num_steps == bounded.num_steps >= plain.num_steps  # batch rows waited
     assert bounded.scheduler.step_cost.coefficients()[0] > 0
+    # the engine's time, in all and with the interactive request in the step (it came with the batch
+    # lines and finished before the last of them: the batch had the last steps alone)
+    cost = bounded.scheduler.step_cost
+    assert 0 < cost.interactive_busy_s < cost.busy_s
+    stats = bounded.stats()
+    assert stats["busy_s"] == cost.busy_s and stats["interactive_busy_s"] == cost.interactive_busy_s
+    assert stats["step_cost"] == list(cost.coefficients())

@@ -20,7 +20,7 @@ import json
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 MODEL_ID = "upstream-org/Real-Model-7B-Instruct"
 #: The tool calls every request with ``tools`` gets: (id, name, argument pieces).
@@ -213,7 +213,8 @@ def build_app(bodies: list[dict[str, Any]], responses: bool = False, headers: li
 
 
 class Upstream:
-    """The upstream running in a thread: ``with Upstream() as up: up.url, up.bodies``."""
+    """The upstream running in a thread: ``with Upstream() as up: up.url, up.bodies``. A subclass may
+    serve another app (``make_app``), e.g. :func:`holding` around :func:`build_app`'s."""
 
     def __init__(self, port: int | None = None, responses: bool = False) -> None:
         import socket
@@ -225,18 +226,21 @@ class Upstream:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
         self.port = port
+        self.responses = responses
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []  # each chat request's headers (a forwarded traceparent)
-        self.server = uvicorn.Server(uvicorn.Config(build_app(self.bodies, responses, self.headers), host="127.0.0.1",
-                                                    port=self.port,
+        self.server = uvicorn.Server(uvicorn.Config(self.make_app(), host="127.0.0.1", port=self.port,
                                                     log_level="error", access_log=False, lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def make_app(self) -> Any:
+        return build_app(self.bodies, self.responses, self.headers)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "Upstream":
+    def __enter__(self) -> Self:
         self.thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:
@@ -247,3 +251,30 @@ class Upstream:
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=20)
+
+
+def holding(inner: Any, hold: Any) -> Any:
+    """``inner`` (an ASGI app) with each POST held first: its body is read whole and ``hold(body)``
+    (an async context manager) entered; ``inner`` answers inside it, from the body read."""
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await inner(scope, receive, send)
+        raw, more = b"", True
+        while more:
+            message = await receive()
+            raw += message.get("body", b"")
+            more = message.get("more_body", False)
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await receive()
+
+        async with hold(raw):
+            await inner(scope, replay, send)
+
+    return app

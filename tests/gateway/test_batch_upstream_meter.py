@@ -7,6 +7,7 @@ batch sent with the openai SDK's Batch API and the interactive request with the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import threading
@@ -17,13 +18,12 @@ from typing import Any
 
 import openai
 import pytest
-
-from tests.gateway.openai_upstream import build_app
+from tests.gateway.openai_upstream import Upstream, build_app, holding
 from tests.serve_configs import config as serve_config
 from tests.serve_configs import section
 from tokenops.backends.openai_http_meter import BatchMeter
 from tokenops.config import ConfigError, ModelConfig
-from tokenops.testing_serve import ServeProcess, free_port
+from tokenops.testing_serve import ServeProcess
 
 API_KEY = "meter-api-key-1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,63 +70,23 @@ def test_the_settings_are_checked():
         ModelConfig(name="m", backend="openai", url="http://x", priority_field="yes")
 
 
-class SlowUpstream:
+class SlowUpstream(Upstream):
     """The fake upstream of openai_upstream.py, holding each request a while and noting when each
     kind ("interactive" or "batch", from the message text) starts and ends."""
 
-    def __init__(self) -> None:
-        import uvicorn
-
-        self.port = free_port()
-        self.bodies: list[dict[str, Any]] = []
+    def make_app(self) -> Any:
         self.events: list[tuple[float, str, str]] = []  # (time, "+" or "-", kind)
-        inner = build_app(self.bodies)
+        return holding(build_app(self.bodies), self.hold)
 
-        async def app(scope, receive, send):
-            if scope["type"] != "http" or scope["method"] != "POST":
-                return await inner(scope, receive, send)
-            raw, more = b"", True
-            while more:
-                message = await receive()
-                raw += message.get("body", b"")
-                more = message.get("more_body", False)
-            kind = "batch" if "batch-line" in raw.decode() else "interactive"
-            self.events.append((time.monotonic(), "+", kind))
+    @contextlib.asynccontextmanager
+    async def hold(self, raw: bytes):
+        kind = "batch" if b"batch-line" in raw else "interactive"
+        self.events.append((time.monotonic(), "+", kind))
+        try:
             await asyncio.sleep(BATCH_S if kind == "batch" else INTERACTIVE_S)
-            replayed = False
-
-            async def replay():
-                nonlocal replayed
-                if not replayed:
-                    replayed = True
-                    return {"type": "http.request", "body": raw, "more_body": False}
-                return await receive()
-
-            try:
-                await inner(scope, replay, send)
-            finally:
-                self.events.append((time.monotonic(), "-", kind))
-
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", access_log=False,
-                                lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> SlowUpstream:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the slow upstream did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
+            yield
+        finally:
+            self.events.append((time.monotonic(), "-", kind))
 
     def max_batch_in_flight_during_interactive(self) -> int:
         num = {"batch": 0, "interactive": 0}
@@ -161,21 +121,41 @@ def test_batch_lines_yield_to_interactive_ones_at_an_upstream_engine(tmp_path):
         with ServeProcess(tmp_path, config=config) as srv:
             client = openai.OpenAI(base_url=srv.base_url, api_key=API_KEY, max_retries=0, timeout=120)
             answer: list[str] = []
-            interactive = threading.Thread(target=lambda: answer.append(client.chat.completions.create(
-                model=name, messages=[{"role": "user", "content": "interactive hello"}], max_tokens=8,
-            ).choices[0].message.content or ""))
+            interactive = threading.Thread(
+                target=lambda: answer.append(
+                    client.chat.completions.create(
+                        model=name,
+                        messages=[{"role": "user", "content": "interactive hello"}],
+                        max_tokens=8,
+                    )
+                    .choices[0]
+                    .message.content
+                    or ""
+                )
+            )
             interactive.start()
             deadline = time.monotonic() + 60
             while not any(kind == "interactive" for _, _, kind in up.events):
                 assert time.monotonic() < deadline, "the interactive request never reached the upstream"
                 time.sleep(0.02)
-            lines = [{"custom_id": f"l{i}", "method": "POST", "url": "/v1/chat/completions",
-                      "body": {"model": name, "messages": [{"role": "user", "content": f"batch-line {i}"}],
-                               "max_tokens": 8}} for i in range(6)]
+            lines = [
+                {
+                    "custom_id": f"l{i}",
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {
+                        "model": name,
+                        "messages": [{"role": "user", "content": f"batch-line {i}"}],
+                        "max_tokens": 8,
+                    },
+                }
+                for i in range(6)
+            ]
             data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
             uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
-            batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
-                                          completion_window="24h")
+            batch = client.batches.create(
+                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
             interactive.join(timeout=120)
             while (batch := client.batches.retrieve(batch.id)).status != "completed":
                 assert time.monotonic() < deadline + 120, batch

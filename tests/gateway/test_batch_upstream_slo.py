@@ -8,10 +8,10 @@ chat), the SLO set in the config and then switched off live."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import statistics
-import threading
 import time
 import tomllib
 from pathlib import Path
@@ -20,12 +20,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from tests.gateway.openai_upstream import build_app
+from tests.gateway.openai_upstream import Upstream, build_app, holding
 from tests.serve_configs import config as serve_config
 from tests.serve_configs import openai_model, section
 from tokenops.backends.openai_http_meter import BatchMeter
 from tokenops.batch_settings import BatchSettings
-from tokenops.testing_serve import ServeProcess, free_port
+from tokenops.testing_serve import ServeProcess
 
 API_KEY = "slo-api-key-1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,64 +123,28 @@ def test_the_setting_is_checked():
             BatchSettings(upstream_ttft_slo_ms=bad)
 
 
-class BusyUpstream:
+class BusyUpstream(Upstream):
     """The fake upstream of openai_upstream.py, whose first token comes later the more batch lines it
     runs; notes how many it ran when each interactive request arrived."""
 
-    def __init__(self) -> None:
-        import uvicorn
-
-        self.port = free_port()
+    def make_app(self) -> Any:
         self.num_batch = 0
         self.batch_at_interactive: list[tuple[float, int]] = []  # (time, batch lines running)
-        inner = build_app([])
+        return holding(build_app([]), self.hold)
 
-        async def app(scope, receive, send):
-            if scope["type"] != "http" or scope["method"] != "POST":
-                return await inner(scope, receive, send)
-            raw, more = b"", True
-            while more:
-                message = await receive()
-                raw += message.get("body", b"")
-                more = message.get("more_body", False)
-            batch = "batch-line" in raw.decode()
+    @contextlib.asynccontextmanager
+    async def hold(self, raw: bytes):
+        batch = b"batch-line" in raw
+        if batch:
+            self.num_batch += 1
+        else:
+            self.batch_at_interactive.append((time.monotonic(), self.num_batch))
+        try:
+            await asyncio.sleep(BATCH_S if batch else BASE_S + PER_LINE_S * self.num_batch)
+        finally:
             if batch:
-                self.num_batch += 1
-            else:
-                self.batch_at_interactive.append((time.monotonic(), self.num_batch))
-            try:
-                await asyncio.sleep(BATCH_S if batch else BASE_S + PER_LINE_S * self.num_batch)
-            finally:
-                if batch:
-                    self.num_batch -= 1
-            sent = False
-
-            async def replay():
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": raw, "more_body": False}
-                return await receive()
-
-            await inner(scope, replay, send)
-
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="error", access_log=False, lifespan="off"
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> BusyUpstream:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the upstream did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
+                self.num_batch -= 1
+        yield
 
 
 def documented_block() -> dict[str, Any]:

@@ -125,6 +125,10 @@ def test_an_interactive_request_finishes_before_the_batch_lines_queued_before_it
     assert "tokenops:num_batch_requests_waiting{" in metrics
     preempted = [ln for ln in metrics.splitlines() if ln.startswith("tokenops:num_batch_preemptions_total{")]
     assert preempted and float(preempted[0].rsplit(" ", 1)[1]) >= 1
+    # the engine's time: the batch had it alone before the request came, then shared it
+    assert 0 < after["interactive_busy_s"] < after["busy_s"], after
+    busy = [ln for ln in metrics.splitlines() if ln.startswith("tokenops:engine_interactive_busy_seconds_total{")]
+    assert busy and float(busy[0].rsplit(" ", 1)[1]) > 0
     _finish(client, served, batch.id)
 
 

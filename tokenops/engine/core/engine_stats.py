@@ -80,6 +80,11 @@ def engine_stats(engine: LLMEngine) -> dict[str, Any]:
         "total_prompt_tokens": engine.total_prompt_tokens,
         "total_generation_tokens": engine.total_generation_tokens,
         "num_steps": engine.num_steps,
+        # seconds in steps, in all and with interactive work in them, and the step-time fit (seconds:
+        # fixed, per decode row, per prompt token) that sizes batch work beside interactive work
+        "busy_s": engine.scheduler.step_cost.busy_s,
+        "interactive_busy_s": engine.scheduler.step_cost.interactive_busy_s,
+        "step_cost": list(engine.scheduler.step_cost.coefficients()),
         "expert_load": expert_load() if callable(expert_load) else None,
         **({"spec_decode": _spec_decode_stats(engine.spec_decoder)} if engine.spec_decoder is not None else {}),
         **(

@@ -37,6 +37,10 @@ class StepCost:
         self._xtx = [[0.0] * 3 for _ in range(3)]
         self._xty = [0.0] * 3
         self._fit: tuple[float, float, float] | None = None
+        #: Seconds the engine spent in steps, in all and in steps with interactive work in them (what
+        #: an engine's interactive traffic keeps of its time; a batch has the rest to itself).
+        self.busy_s = 0.0
+        self.interactive_busy_s = 0.0
 
     def observe(self, num_rows: int, num_tokens: int, seconds: float) -> None:
         if self.num_steps >= _MIN_STEPS:
@@ -50,13 +54,19 @@ class StepCost:
         self._fit = None
 
     def observe_chunks(self, chunks: Iterable[Any], seconds: float) -> None:
-        """A step's scheduled chunks (``num_tokens``, ``start_pos``): decode rows and prompt tokens."""
+        """A step's scheduled chunks (``num_tokens``, ``start_pos``, ``seq.is_batch``): decode rows and
+        prompt tokens, and whether the step held interactive work."""
         rows = tokens = 0
+        interactive = False
         for c in chunks:
             if c.num_tokens == 1 and c.start_pos > 0:
                 rows += 1
             else:
                 tokens += c.num_tokens
+            interactive = interactive or not c.seq.is_batch
+        self.busy_s += seconds
+        if interactive:
+            self.interactive_busy_s += seconds
         self.observe(rows, tokens, seconds)
 
     def coefficients(self) -> tuple[float, float, float]:

@@ -180,6 +180,11 @@ _ENGINE_COUNTERS = {
         "num_batch_preemptions",
         "Of the preemptions, those of batch-class requests (most to make room for interactive ones).",
     ),
+    "engine_busy_seconds_total": ("busy_s", "Seconds the engine spent computing steps."),
+    "engine_interactive_busy_seconds_total": (
+        "interactive_busy_s",
+        "Of those, the seconds in steps with interactive (non-batch) requests in them.",
+    ),
     # speculative decoding (engines with speculative set; nested under stats["spec_decode"])
     "spec_decode_num_drafts_total": ("spec_decode.num_drafts", "Number of spec decoding drafts."),
     "spec_decode_num_draft_tokens_total": ("spec_decode.num_draft_tokens", "Number of draft tokens."),
