@@ -117,7 +117,7 @@ def overhead_allowance(
     credit_rows: float = CREDIT_ROWS,
 ) -> Allowance | None:
     """``batch_step_overhead`` of the time the step's interactive work takes by itself (``cost``, the
-    engine's step-time fit), plus ``credit`` (the allowance earlier steps left unspent), spent on batch
+    engine's step-time fit, or its measured decode curve for a decode-only step), plus ``credit`` (the allowance earlier steps left unspent), spent on batch
     decode rows first, then batch prompt tokens; up to ``credit_rows`` batch rows' worth of what is
     left carries over. So where one step's share is less than a row (one interactive decode on a
     CPU), a row runs every few steps and the added time stays at the share over the run. None: off,
@@ -132,6 +132,9 @@ def overhead_allowance(
     if not num_rows and not num_tokens:
         return None
     num_tokens = min(num_tokens, max(0, config.max_num_batched_tokens - num_rows))
-    _, row_s, token_s = cost.coefficients()
-    seconds = config.batch_step_overhead * cost.estimate(num_rows, num_tokens) + max(0.0, credit)
+    _, _, token_s = cost.coefficients()
+    alone = cost.decode_s(num_rows) if not num_tokens else None  # the measured curve where it has the width
+    alone = alone if alone is not None else cost.estimate(num_rows, num_tokens)
+    row_s = cost.row_s_beside(num_rows)
+    seconds = config.batch_step_overhead * alone + max(0.0, credit)
     return Allowance(seconds, row_s, token_s, credit_rows * row_s)

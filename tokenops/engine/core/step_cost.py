@@ -11,6 +11,15 @@ at least at a small floor (the others fit again without it), and a step counts a
 times its estimate. The pull is light: on a box shared with other jobs, steps of one or two shapes
 with noisy times can still leave the split between the fixed cost and the row cost wrong (the
 estimate of the steps seen stays within their times).
+
+Beside the fit, the decode curve as measured: the time of decode-only steps of each width, an
+exponential average per width. On a CPU that curve is not a line: measured through serve on the
+default model (2 cores), one decode row 5.9 ms, two 8.0, three 9.7, sixteen about 29: a row beside one
+or two costs about 2 ms where the line through all widths says 1.2, and its fixed cost says 6.4 ms
+for one row. Priced by the line, a batch row beside a single interactive decode cost 35% of that
+step, not the 20% the line said, and the batch took twice its share (TPOT p95 1.2-1.3x at
+``batch_step_overhead = 0.1``). So where both widths were seen often enough, a decode step's time
+and a row's cost beside ``k`` rows are read off the curve (:meth:`decode_s`, :meth:`row_s_beside`).
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ _MIN_STEPS = 8  # the prior alone until this many steps were seen
 #: other jobs a step now and then takes seconds (the threads descheduled), and one such step would
 #: otherwise pull the fixed cost up tenfold and the slopes to their floors (no bound on the batch).
 _CLIP = 3.0
+_CURVE_DECAY = 0.98  # the decode curve's average per width: about the last 50 steps of that width
+_CURVE_MIN_STEPS = 20  # a width is read off the curve once this many steps of it were seen
 
 
 class StepCost:
@@ -41,6 +52,8 @@ class StepCost:
         #: an engine's interactive traffic keeps of its time; a batch has the rest to itself).
         self.busy_s = 0.0
         self.interactive_busy_s = 0.0
+        #: decode-only steps by width: [exponential average of their seconds, steps seen]
+        self._curve: dict[int, list[float]] = {}
 
     def observe(self, num_rows: int, num_tokens: int, seconds: float) -> None:
         if self.num_steps >= _MIN_STEPS:
@@ -67,7 +80,33 @@ class StepCost:
         self.busy_s += seconds
         if interactive:
             self.interactive_busy_s += seconds
+        if rows and not tokens:
+            self._observe_decode(rows, seconds)
         self.observe(rows, tokens, seconds)
+
+    def _observe_decode(self, rows: int, seconds: float) -> None:
+        point = self._curve.get(rows)
+        if point is None:
+            self._curve[rows] = [seconds, 1]
+            return
+        seconds = min(seconds, _CLIP * point[0])  # a descheduled step moves the average little
+        weight = max(1.0 / (point[1] + 1), 1.0 - _CURVE_DECAY)  # a plain mean over the first steps
+        point[0] += weight * (seconds - point[0])
+        point[1] += 1
+
+    def decode_s(self, num_rows: int) -> float | None:
+        """The measured time of a decode-only step of ``num_rows`` rows; None until seen often enough."""
+        point = self._curve.get(num_rows)
+        return point[0] if point is not None and point[1] >= _CURVE_MIN_STEPS else None
+
+    def row_s_beside(self, num_rows: int) -> float:
+        """What one more decode row adds to a step of ``num_rows`` decode rows: the measured curve's
+        step from ``num_rows`` to ``num_rows + 1`` where both were seen often enough and it rises,
+        else the fit's per-row cost."""
+        here, there = self.decode_s(num_rows), self.decode_s(num_rows + 1)
+        if here is not None and there is not None and there > here:
+            return there - here
+        return self.coefficients()[1]
 
     def coefficients(self) -> tuple[float, float, float]:
         """(fixed, per decode row, per prompt token) in seconds, each > 0."""
