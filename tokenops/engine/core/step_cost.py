@@ -12,14 +12,15 @@ times its estimate. The pull is light: on a box shared with other jobs, steps of
 with noisy times can still leave the split between the fixed cost and the row cost wrong (the
 estimate of the steps seen stays within their times).
 
-Beside the fit, the decode curve as measured: the time of decode-only steps of each width, an
-exponential average per width. On a CPU that curve is not a line: measured through serve on the
-default model (2 cores), one decode row 5.9 ms, two 8.0, three 9.7, sixteen about 29: a row beside one
-or two costs about 2 ms where the line through all widths says 1.2, and its fixed cost says 6.4 ms
-for one row. Priced by the line, a batch row beside a single interactive decode cost 35% of that
-step, not the 20% the line said, and the batch took twice its share (TPOT p95 1.2-1.3x at
-``batch_step_overhead = 0.1``). So where both widths were seen often enough, a decode step's time
-and a row's cost beside ``k`` rows are read off the curve (:meth:`decode_s`, :meth:`row_s_beside`).
+Beside the fit, decode steps as measured: the time of decode-only steps by their interactive
+rows ``k`` and batch rows ``b``, an exponential average per ``(k, b)``. On a CPU a step's time is not a
+line in its rows: measured through serve on the default model (2 cores), one interactive decode
+5.9 ms and 8.0 with a batch row beside it (+2.05 ms), two 8.0 and 9.7 (+1.7), where the line through
+every step the engine ran said 7.6 ms for one row and 1.2 ms a row. Priced by the line, the batch took
+about twice its share of an interactive step's time (TPOT p95 1.21-1.34x at ``batch_step_overhead =
+0.1``). So where they were seen often enough, the interactive step's own time is ``(k, 0)``'s and a
+batch row's cost beside it ``(k, 1)``'s less ``(k, 0)``'s (:meth:`decode_s`, :meth:`row_s_beside`):
+the very thing the allowance prices, measured at the widths the engine runs.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ _MIN_STEPS = 8  # the prior alone until this many steps were seen
 #: other jobs a step now and then takes seconds (the threads descheduled), and one such step would
 #: otherwise pull the fixed cost up tenfold and the slopes to their floors (no bound on the batch).
 _CLIP = 3.0
-_CURVE_DECAY = 0.98  # the decode curve's average per width: about the last 50 steps of that width
-_CURVE_MIN_STEPS = 20  # a width is read off the curve once this many steps of it were seen
+_CURVE_DECAY = 0.98  # the average per (interactive rows, batch rows): about the last 50 such steps
+_CURVE_MIN_STEPS = 20  # a shape is read off the measured steps once this many of it were seen
 
 
 class StepCost:
@@ -52,8 +53,8 @@ class StepCost:
         #: an engine's interactive traffic keeps of its time; a batch has the rest to itself).
         self.busy_s = 0.0
         self.interactive_busy_s = 0.0
-        #: decode-only steps by width: [exponential average of their seconds, steps seen]
-        self._curve: dict[int, list[float]] = {}
+        #: decode-only steps by (interactive rows, batch rows): [average seconds, steps seen]
+        self._curve: dict[tuple[int, int], list[float]] = {}
 
     def observe(self, num_rows: int, num_tokens: int, seconds: float) -> None:
         if self.num_steps >= _MIN_STEPS:
@@ -69,11 +70,12 @@ class StepCost:
     def observe_chunks(self, chunks: Iterable[Any], seconds: float) -> None:
         """A step's scheduled chunks (``num_tokens``, ``start_pos``, ``seq.is_batch``): decode rows and
         prompt tokens, and whether the step held interactive work."""
-        rows = tokens = 0
+        rows = tokens = batch_rows = 0
         interactive = False
         for c in chunks:
             if c.num_tokens == 1 and c.start_pos > 0:
                 rows += 1
+                batch_rows += c.seq.is_batch
             else:
                 tokens += c.num_tokens
             interactive = interactive or not c.seq.is_batch
@@ -81,31 +83,32 @@ class StepCost:
         if interactive:
             self.interactive_busy_s += seconds
         if rows and not tokens:
-            self._observe_decode(rows, seconds)
+            self._observe_decode((rows - batch_rows, batch_rows), seconds)
         self.observe(rows, tokens, seconds)
 
-    def _observe_decode(self, rows: int, seconds: float) -> None:
-        point = self._curve.get(rows)
+    def _observe_decode(self, shape: tuple[int, int], seconds: float) -> None:
+        point = self._curve.get(shape)
         if point is None:
-            self._curve[rows] = [seconds, 1]
+            self._curve[shape] = [seconds, 1]
             return
         seconds = min(seconds, _CLIP * point[0])  # a descheduled step moves the average little
         weight = max(1.0 / (point[1] + 1), 1.0 - _CURVE_DECAY)  # a plain mean over the first steps
         point[0] += weight * (seconds - point[0])
         point[1] += 1
 
-    def decode_s(self, num_rows: int) -> float | None:
-        """The measured time of a decode-only step of ``num_rows`` rows; None until seen often enough."""
-        point = self._curve.get(num_rows)
+    def decode_s(self, num_rows: int, num_batch_rows: int = 0) -> float | None:
+        """The measured time of a decode-only step of ``num_rows`` interactive and ``num_batch_rows``
+        batch rows; None until seen often enough."""
+        point = self._curve.get((num_rows, num_batch_rows))
         return point[0] if point is not None and point[1] >= _CURVE_MIN_STEPS else None
 
     def row_s_beside(self, num_rows: int) -> float:
-        """What one more decode row adds to a step of ``num_rows`` decode rows: the measured curve's
-        step from ``num_rows`` to ``num_rows + 1`` where both were seen often enough and it rises,
-        else the fit's per-row cost."""
-        here, there = self.decode_s(num_rows), self.decode_s(num_rows + 1)
-        if here is not None and there is not None and there > here:
-            return there - here
+        """What one batch decode row adds to a step of ``num_rows`` interactive decode rows: the
+        measured steps with one beside them less those without, where both were seen often enough and
+        it is positive, else the fit's per-row cost."""
+        alone, beside = self.decode_s(num_rows), self.decode_s(num_rows, 1)
+        if alone is not None and beside is not None and beside > alone:
+            return beside - alone
         return self.coefficients()[1]
 
     def coefficients(self) -> tuple[float, float, float]:
