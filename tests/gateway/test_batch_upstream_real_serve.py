@@ -1,0 +1,89 @@
+"""The upstream batch meter in front of a real engine: a second ``tokenops serve`` on the real default model
+(SmolLM2-135M GGUF) is the upstream of a gateway whose model is ``backend = "openai"`` with
+``batch_max_in_flight_upstream = 1``. While an interactive request streams through the gateway (the
+openai SDK), the upstream engine runs at most one batch line beside it; once it is done the batch runs
+``[batches] max_in_flight`` lines there at once; every line is answered once. The fake upstream's tests
+(test_batch_upstream_meter.py, test_batch_upstream_slo.py) check the meter's rules exactly; this one that
+a real engine behind it sees them."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+
+import httpx
+import openai
+from tests import real_model
+from tests.serve_configs import config as serve_config
+from tests.serve_configs import openai_model, section
+from tokenops.testing_serve import ServeProcess
+
+MAX_IN_FLIGHT = 4
+NUM_LINES = 16
+
+
+def _engine(srv: ServeProcess) -> dict:
+    engines = httpx.get(srv.url + "/admin/stats", headers=srv.admin_headers, timeout=30).json()["engines"]
+    return next(iter(engines.values()))
+
+
+def test_a_real_upstream_engine_runs_one_batch_line_beside_a_streaming_request(tmp_path):
+    upstream_config = (
+        f'[[models]]\nname = "{real_model.MODEL}"\nbackend = "local"\npath = "{real_model.gguf_path()}"\n'
+        "engine = { max_num_seqs = 8 }\n"
+    )
+    (tmp_path / "up").mkdir()
+    (tmp_path / "gw").mkdir()
+    with ServeProcess(tmp_path / "up", config=upstream_config, env=real_model.SERVE_ENV) as up:
+        gateway_config = serve_config(
+            openai_model("edge", up.base_url, served_model=real_model.MODEL, batch_max_in_flight_upstream=1),
+            section("batches", max_in_flight=MAX_IN_FLIGHT),
+        )
+        with ServeProcess(tmp_path / "gw", config=gateway_config) as gw:
+            client = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0, timeout=120)
+            streamed: list[str] = []
+            first = threading.Event()
+
+            def interactive() -> None:
+                stream = client.chat.completions.create(
+                    model="edge", messages=[{"role": "user", "content": "Tell me a long story."}],
+                    max_tokens=150, stream=True, extra_body={"ignore_eos": True},
+                )  # fmt: skip
+                for chunk in stream:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        streamed.append(chunk.choices[0].delta.content)
+                        first.set()
+
+            talker = threading.Thread(target=interactive)
+            talker.start()
+            assert first.wait(120), "the interactive request never streamed"
+            lines = [
+                {"custom_id": f"line-{i}", "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": "edge", "messages": [{"role": "user", "content": f"Count to {i + 3}."}],
+                          "max_tokens": 64, "ignore_eos": True}}
+                for i in range(NUM_LINES)
+            ]  # fmt: skip
+            data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+            uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
+            batch = client.batches.create(
+                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+            beside, after = [], []  # the upstream engine's running requests, while it streams and after
+            deadline = time.monotonic() + 300
+            while (batch := client.batches.retrieve(batch.id)).status not in ("completed", "failed", "cancelled"):
+                assert time.monotonic() < deadline, batch
+                running = _engine(up)["num_running"]
+                (beside if talker.is_alive() else after).append(running)
+                time.sleep(0.02)
+            talker.join(timeout=120)
+            output = client.files.content(batch.output_file_id).text
+    assert batch.status == "completed" and batch.request_counts.completed == NUM_LINES, batch
+    ids = [json.loads(line)["custom_id"] for line in output.splitlines()]
+    assert sorted(ids) == sorted(f"line-{i}" for i in range(NUM_LINES))  # each line answered once
+    assert len(streamed) > 50  # the interactive request streamed to its end
+    # beside the streaming request the upstream ran it and at most one batch line; the meter's bound,
+    # not the runner's: once it was done the lines ran up to [batches] max_in_flight at once
+    assert beside and max(beside) <= 2, beside
+    assert after and max(after) > 2, after
