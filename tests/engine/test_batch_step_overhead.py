@@ -225,7 +225,7 @@ def test_the_engine_feeds_the_fit_each_step_and_the_bound_changes_no_output(tiny
     assert 0 < cost.interactive_busy_s < cost.busy_s
     stats = bounded.stats()
     assert stats["busy_s"] == cost.busy_s and stats["interactive_busy_s"] == cost.interactive_busy_s
-    assert stats["step_cost"] == list(cost.coefficients())
+    assert stats["step_cost"] == list(cost.coefficients()) and stats["decode_steps"] == cost.decode_steps()
 
 
 def _chunks(rows: int, batch: int = 0) -> list[SimpleNamespace]:
@@ -258,6 +258,8 @@ def test_a_decode_steps_time_and_a_batch_rows_cost_are_read_off_the_measured_ste
     assert cost.decode_s(1) == pytest.approx(0.0059) and cost.decode_s(0, 16) == pytest.approx(0.029)
     assert cost.row_s_beside(1) == pytest.approx(0.00205) and cost.row_s_beside(2) == pytest.approx(0.0017)
     assert cost.row_s_beside(3) == row  # never seen with a batch row beside: the fit's
+    assert cost.decode_steps() == pytest.approx({"0+16": 0.029, "1+0": 0.0059, "1+1": 0.00795, "2+0": 0.008,
+                                                 "2+1": 0.0097, "3+0": 0.0097})  # fmt: skip
     cost.observe_chunks(_chunks(1), 5.0)  # the threads descheduled once: counted at most 3x the average
     assert cost.decode_s(1) < 0.0059 * 1.1
     for _ in range(100):  # the box got slower: the average follows within about 50 steps of a shape

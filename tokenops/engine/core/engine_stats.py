@@ -85,6 +85,7 @@ def engine_stats(engine: LLMEngine) -> dict[str, Any]:
         "busy_s": engine.scheduler.step_cost.busy_s,
         "interactive_busy_s": engine.scheduler.step_cost.interactive_busy_s,
         "step_cost": list(engine.scheduler.step_cost.coefficients()),
+        "decode_steps": engine.scheduler.step_cost.decode_steps(),  # measured: "k+b" rows -> seconds
         "expert_load": expert_load() if callable(expert_load) else None,
         **({"spec_decode": _spec_decode_stats(engine.spec_decoder)} if engine.spec_decoder is not None else {}),
         **(

@@ -102,6 +102,10 @@ class StepCost:
         point = self._curve.get((num_rows, num_batch_rows))
         return point[0] if point is not None and point[1] >= _CURVE_MIN_STEPS else None
 
+    def decode_steps(self) -> dict[str, float]:
+        """The measured decode-only steps seen often enough, ``"k+b"`` (interactive + batch rows) -> seconds."""
+        return {f"{k}+{b}": point[0] for (k, b), point in sorted(self._curve.items()) if point[1] >= _CURVE_MIN_STEPS}
+
     def row_s_beside(self, num_rows: int) -> float:
         """What one batch decode row adds to a step of ``num_rows`` interactive decode rows: the
         measured steps with one beside them less those without, where both were seen often enough and
