@@ -71,12 +71,16 @@ class ModelConfig:
     #: to this many in flight while interactive requests are (0: no bound).
     priority_field: bool = False
     batch_max_in_flight_upstream: int = 0
+    #: ... and hold batch lines while the upstream's /metrics shows requests waiting there
+    #: (tokenops/backends/upstream_queue.py).
+    batch_upstream_queue: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("[[models]] entry without a name")
-        if not isinstance(self.priority_field, bool):
-            raise ConfigError(f"model {self.name!r}: priority_field must be true or false")
+        for flag in ("priority_field", "batch_upstream_queue"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"model {self.name!r}: {flag} must be true or false")
         limit = self.batch_max_in_flight_upstream
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ConfigError(

@@ -12,14 +12,18 @@ import io
 import json
 import threading
 import time
+import tomllib
+from pathlib import Path
 
 import httpx
 import openai
 from tests import real_model
 from tests.serve_configs import config as serve_config
 from tests.serve_configs import openai_model, section
+from tokenops.backends.upstream_queue import waiting_requests
 from tokenops.testing_serve import ServeProcess
 
+ROOT = Path(__file__).resolve().parents[2]
 MAX_IN_FLIGHT = 4
 NUM_LINES = 16
 
@@ -87,3 +91,56 @@ def test_a_real_upstream_engine_runs_one_batch_line_beside_a_streaming_request(t
     # not the runner's: once it was done the lines ran up to [batches] max_in_flight at once
     assert beside and max(beside) <= 2, beside
     assert after and max(after) > 2, after
+
+
+def documented_queue_model() -> dict:
+    """docs/batches.md's ``batch_upstream_queue`` block, copied from the page."""
+    from tests.test_docs_examples import blocks
+
+    page = ROOT / "docs" / "batches.md"
+    code = next(b.code for b in blocks(page) if b.language == "toml" and "batch_upstream_queue" in b.code)
+    return tomllib.loads(code)["models"][0]
+
+
+def test_batch_lines_wait_while_the_real_upstream_reports_a_queue(tmp_path):
+    model = documented_queue_model()
+    assert model["batch_upstream_queue"] is True
+    upstream_config = (
+        f'[[models]]\nname = "{real_model.MODEL}"\nbackend = "local"\npath = "{real_model.gguf_path()}"\n'
+        "engine = { max_num_seqs = 2 }\n"
+    )
+    (tmp_path / "up").mkdir()
+    (tmp_path / "gw").mkdir()
+    with ServeProcess(tmp_path / "up", config=upstream_config, env=real_model.SERVE_ENV) as up:
+        gateway_config = serve_config(
+            openai_model(model["name"], up.base_url, served_model=real_model.MODEL,
+                         batch_upstream_queue=model["batch_upstream_queue"]),
+            section("batches", max_in_flight=8),
+        )  # fmt: skip
+        with ServeProcess(tmp_path / "gw", config=gateway_config) as gw:
+            client = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0, timeout=120)
+            lines = [
+                {"custom_id": f"q-{i}", "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": model["name"], "messages": [{"role": "user", "content": f"Count to {i + 3}."}],
+                          "max_tokens": 48, "ignore_eos": True}}
+                for i in range(8)
+            ]  # fmt: skip
+            data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+            uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
+            batch = client.batches.create(
+                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+            waiting, running = [], []
+            deadline = time.monotonic() + 300
+            while (batch := client.batches.retrieve(batch.id)).status not in ("completed", "failed", "cancelled"):
+                assert time.monotonic() < deadline, batch
+                running.append(_engine(up)["num_running"])
+                waiting.append(waiting_requests(httpx.get(up.url + "/metrics", timeout=30).text))  # all it queues
+                time.sleep(0.02)
+            output = client.files.content(batch.output_file_id).text
+    assert batch.status == "completed" and batch.request_counts.completed == 8, batch
+    assert sorted(json.loads(line)["custom_id"] for line in output.splitlines()) == sorted(f"q-{i}" for i in range(8))
+    # the upstream's two slots were kept busy, and its queue short: lines went in as it reported room
+    # (one reading's worth may overshoot: the lines in flight double per reading of zero)
+    assert max(running) == 2, running
+    assert max(waiting) <= 2, waiting

@@ -99,6 +99,8 @@ class OpenAIBackend:
         #: while interactive requests are in flight (tokenops/backends/openai_http_meter.py).
         self.priority_field = model.priority_field
         self.meter = BatchMeter(model.batch_max_in_flight_upstream, settings.batches.upstream_ttft_slo_ms / 1000)
+        if model.batch_upstream_queue:  # and on the upstream's own queue (its /metrics)
+            self.meter.watch_queue(lambda: self.send("GET", "/metrics"))
 
     @property
     def ready(self) -> bool:

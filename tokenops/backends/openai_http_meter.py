@@ -15,7 +15,9 @@ there. What it can do is hold back batch lines, in one of two ways:
   whose slowest first token is between 0.8 and 1 times the SLO holds it; a time over the SLO halves
   the lines in flight, once per window (the lines already upstream take a while to drain). The
   fixed bound, when set, is the allowance's ceiling. With nothing interactive in flight one line always may run,
-  so a batch never stalls on an allowance of 0.
+  so a batch never stalls on an allowance of 0;
+- and, with ``[[models]] batch_upstream_queue = true``, **the upstream's own queue** as its
+  ``/metrics`` reports it (:mod:`tokenops.backends.upstream_queue`): no line while requests wait there.
 
 Batch lines already running are never cancelled; the next ones wait until there is room and are
 then let in oldest first. Plain asyncio, one event loop: no lock is needed.
@@ -27,7 +29,10 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from tokenops.backends.upstream_queue import QueueWatch
 
 BATCH = "batch"
 #: the allowance's ceiling with an SLO and no fixed bound
@@ -75,6 +80,21 @@ class BatchMeter:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it meters on (seen at the first request)
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        #: The upstream's waiting requests at the last reading (batch_upstream_queue); None: not read
+        self.upstream_waiting: int | None = None
+        self.watch: QueueWatch | None = None
+        self._burst = 1  # lines that may start until the next reading (after one of zero)
+        self._let_in = 0  # lines started since the last reading
+
+    def watch_queue(self, fetch: Callable[[], Awaitable[Any]], interval_s: float = 0.25) -> None:
+        """Hold batch lines on the upstream's own queue, read with ``fetch`` (its ``/metrics``)."""
+        self.watch = QueueWatch(fetch, self._on_reading, interval_s)
+        self.upstream_waiting = 0  # until the first reading: one line
+
+    def _on_reading(self, waiting: int | None) -> None:
+        self.upstream_waiting = waiting
+        self._burst, self._let_in = max(1, self.num_batch), 0
+        self._wake()
 
     @property
     def ceiling(self) -> int:
@@ -125,6 +145,8 @@ class BatchMeter:
         self._halved, self._worst = False, 0.0
 
     def _has_room(self) -> bool:
+        if self.upstream_waiting is not None and (self.upstream_waiting > 0 or self._let_in >= self._burst):
+            return False  # requests wait at the upstream, or this reading's lines have gone in
         if self.slo_s > 0:
             self._advance()
             return self.num_batch < (self.allowance if self.num_interactive else max(self.allowance, 1))
@@ -149,8 +171,11 @@ class BatchMeter:
             self._leave_batch()
 
     async def _enter_batch(self) -> None:
+        if self.watch is not None:
+            self.watch.ensure_running(lambda: self.num_batch > 0 or bool(self._waiters))
         if not self._waiters and self._has_room():
             self.num_batch += 1
+            self._let_in += 1
             return
         self.num_held += 1
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -175,6 +200,7 @@ class BatchMeter:
             future = self._waiters.popleft()
             if not future.done():
                 self.num_batch += 1
+                self._let_in += 1
                 future.set_result(None)
         self._arm()
 

@@ -37,6 +37,9 @@ async def metrics(request: Request) -> Response:
     stats = gw.engine_stats()
     for model, rs in gw.replicas.items():
         per_model[model] = [stats[r.name] for r in rs if r.name in stats]
+    for model, queue in gw.pipeline.admission.stats().items():
+        if queue["waiting"]:  # in the admission queue, not yet in an engine: waiting too, as vLLM counts them
+            per_model.setdefault(model, []).append({"num_waiting": queue["waiting"]})
     text = gw.prometheus.render({m: s for m, s in per_model.items() if s}, gw.replicas)
     text += breaker_metrics(replica_states(gw.replicas))
     return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -163,7 +163,10 @@ _COUNTERS = {
 }
 _ENGINE_GAUGES = {
     "num_requests_running": ("num_running", "Number of requests in model execution batches."),
-    "num_requests_waiting": ("num_waiting", "Number of requests waiting to be processed."),
+    "num_requests_waiting": (
+        "num_waiting",
+        "Number of requests waiting to be processed (in the engine's queue or the gateway's admission queue).",
+    ),
     "kv_cache_usage_perc": ("kv_cache_usage", "KV-cache usage. 1 means 100 percent usage."),
     # priority classes: of the two above, the batch work (Batch API lines)
     "num_batch_requests_running": ("num_running_batch", "Of the running requests, the batch-class ones."),
