@@ -116,10 +116,10 @@ def overhead_allowance(
     credit: float = 0.0,
     credit_rows: float = CREDIT_ROWS,
 ) -> Allowance | None:
-    """``batch_step_overhead`` of the time the step's interactive work takes by itself (``cost``, the
-    engine's step-time fit, or its measured decode curve for a decode-only step), plus ``credit`` (the allowance earlier steps left unspent), spent on batch
-    decode rows first, then batch prompt tokens; up to ``credit_rows`` batch rows' worth of what is
-    left carries over. So where one step's share is less than a row (one interactive decode on a
+    """``batch_step_overhead`` of the time the step's interactive work takes by itself (``cost``: the
+    engine's measured decode steps for a decode-only step, else its step-time fit), plus ``credit``
+    (the allowance earlier steps left unspent), spent on batch decode rows first, then batch prompt
+    tokens; up to ``credit_rows`` batch rows' worth of what is left carries over. So where one step's share is less than a row (one interactive decode on a
     CPU), a row runs every few steps and the added time stays at the share over the run. None: off,
     or nothing interactive to protect. The interactive part is estimated before the step is built:
     its decodes, and the prompt tokens of its running and waiting prompts up to the step's token
@@ -133,7 +133,7 @@ def overhead_allowance(
         return None
     num_tokens = min(num_tokens, max(0, config.max_num_batched_tokens - num_rows))
     _, _, token_s = cost.coefficients()
-    alone = cost.decode_s(num_rows) if not num_tokens else None  # the measured curve where it has the width
+    alone = cost.decode_s(num_rows) if not num_tokens else None  # measured, where that shape was seen enough
     alone = alone if alone is not None else cost.estimate(num_rows, num_tokens)
     row_s = cost.row_s_beside(num_rows)
     seconds = config.batch_step_overhead * alone + max(0.0, credit)
