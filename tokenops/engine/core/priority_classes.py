@@ -119,8 +119,9 @@ def overhead_allowance(
     """``batch_step_overhead`` of the time the step's interactive work takes by itself (``cost``: the
     engine's measured decode steps for a decode-only step, else its step-time fit), plus ``credit``
     (the allowance earlier steps left unspent), spent on batch decode rows first, then batch prompt
-    tokens; up to ``credit_rows`` batch rows' worth of what is left carries over. So where one step's share is less than a row (one interactive decode on a
-    CPU), a row runs every few steps and the added time stays at the share over the run. None: off,
+    tokens; up to ``credit_rows`` batch rows' worth of what is left carries over. So where one step's
+    share is less than a row (one interactive decode on a CPU), a row runs every few steps and the
+    added time stays at the share over the run. None: off,
     or nothing interactive to protect. The interactive part is estimated before the step is built:
     its decodes, and the prompt tokens of its running and waiting prompts up to the step's token
     budget."""
