@@ -33,14 +33,20 @@ def _engine(srv: ServeProcess) -> dict:
     return next(iter(engines.values()))
 
 
-def test_a_real_upstream_engine_runs_one_batch_line_beside_a_streaming_request(tmp_path):
-    upstream_config = (
-        f'[[models]]\nname = "{real_model.MODEL}"\nbackend = "local"\npath = "{real_model.gguf_path()}"\n'
-        "engine = { max_num_seqs = 8 }\n"
-    )
+def _upstream(tmp_path: Path, max_num_seqs: int) -> ServeProcess:
+    """The upstream: ``tokenops serve`` on the real default model with ``max_num_seqs`` slots (the
+    gateway runs in ``tmp_path / "gw"``)."""
     (tmp_path / "up").mkdir()
     (tmp_path / "gw").mkdir()
-    with ServeProcess(tmp_path / "up", config=upstream_config, env=real_model.SERVE_ENV) as up:
+    config = (
+        f'[[models]]\nname = "{real_model.MODEL}"\nbackend = "local"\npath = "{real_model.gguf_path()}"\n'
+        f"engine = {{ max_num_seqs = {max_num_seqs} }}\n"
+    )
+    return ServeProcess(tmp_path / "up", config=config, env=real_model.SERVE_ENV)
+
+
+def test_a_real_upstream_engine_runs_one_batch_line_beside_a_streaming_request(tmp_path):
+    with _upstream(tmp_path, max_num_seqs=8) as up:
         gateway_config = serve_config(
             openai_model("edge", up.base_url, served_model=real_model.MODEL, batch_max_in_flight_upstream=1),
             section("batches", max_in_flight=MAX_IN_FLIGHT),
@@ -105,13 +111,7 @@ def documented_queue_model() -> dict:
 def test_batch_lines_wait_while_the_real_upstream_reports_a_queue(tmp_path):
     model = documented_queue_model()
     assert model["batch_upstream_queue"] is True
-    upstream_config = (
-        f'[[models]]\nname = "{real_model.MODEL}"\nbackend = "local"\npath = "{real_model.gguf_path()}"\n'
-        "engine = { max_num_seqs = 2 }\n"
-    )
-    (tmp_path / "up").mkdir()
-    (tmp_path / "gw").mkdir()
-    with ServeProcess(tmp_path / "up", config=upstream_config, env=real_model.SERVE_ENV) as up:
+    with _upstream(tmp_path, max_num_seqs=2) as up:
         gateway_config = serve_config(
             openai_model(model["name"], up.base_url, served_model=real_model.MODEL,
                          batch_upstream_queue=model["batch_upstream_queue"]),
