@@ -26,6 +26,7 @@ from tokenops.testing_serve import ServeProcess
 ROOT = Path(__file__).resolve().parents[2]
 MAX_IN_FLIGHT = 4
 NUM_LINES = 16
+QUEUE_LINES = 12
 
 
 def _engine(srv: ServeProcess) -> dict:
@@ -85,7 +86,10 @@ def test_a_real_upstream_engine_runs_one_batch_line_beside_a_streaming_request(t
             while (batch := client.batches.retrieve(batch.id)).status not in ("completed", "failed", "cancelled"):
                 assert time.monotonic() < deadline, batch
                 running = _engine(up)["num_running"]
-                (beside if talker.is_alive() else after).append(running)
+                if len(streamed) < 140:  # the upstream is still generating it: it is in flight at the meter
+                    beside.append(running)
+                elif not talker.is_alive():
+                    after.append(running)
                 time.sleep(0.02)
             talker.join(timeout=120)
             output = client.files.content(batch.output_file_id).text
@@ -115,7 +119,7 @@ def test_batch_lines_wait_while_the_real_upstream_reports_a_queue(tmp_path):
         gateway_config = serve_config(
             openai_model(model["name"], up.base_url, served_model=real_model.MODEL,
                          batch_upstream_queue=model["batch_upstream_queue"]),
-            section("batches", max_in_flight=8),
+            section("batches", max_in_flight=QUEUE_LINES),
         )  # fmt: skip
         with ServeProcess(tmp_path / "gw", config=gateway_config) as gw:
             client = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0, timeout=120)
@@ -123,7 +127,7 @@ def test_batch_lines_wait_while_the_real_upstream_reports_a_queue(tmp_path):
                 {"custom_id": f"q-{i}", "method": "POST", "url": "/v1/chat/completions",
                  "body": {"model": model["name"], "messages": [{"role": "user", "content": f"Count to {i + 3}."}],
                           "max_tokens": 48, "ignore_eos": True}}
-                for i in range(8)
+                for i in range(QUEUE_LINES)
             ]  # fmt: skip
             data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
             uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
@@ -138,9 +142,11 @@ def test_batch_lines_wait_while_the_real_upstream_reports_a_queue(tmp_path):
                 waiting.append(waiting_requests(httpx.get(up.url + "/metrics", timeout=30).text))  # all it queues
                 time.sleep(0.02)
             output = client.files.content(batch.output_file_id).text
-    assert batch.status == "completed" and batch.request_counts.completed == 8, batch
-    assert sorted(json.loads(line)["custom_id"] for line in output.splitlines()) == sorted(f"q-{i}" for i in range(8))
+    assert batch.status == "completed" and batch.request_counts.completed == QUEUE_LINES, batch
+    ids = sorted(json.loads(line)["custom_id"] for line in output.splitlines())
+    assert ids == sorted(f"q-{i}" for i in range(QUEUE_LINES))
     # the upstream's two slots were kept busy, and its queue short: lines went in as it reported room
-    # (one reading's worth may overshoot: the lines in flight double per reading of zero)
+    # (the lines in flight double per reading of zero: 2 waiting at most, measured; 4 allows a slow
+    # reading on a loaded machine; without the gate QUEUE_LINES - 2 = 10 wait)
     assert max(running) == 2, running
-    assert max(waiting) <= 2, waiting
+    assert max(waiting) <= 4, waiting
