@@ -46,6 +46,19 @@ def _upstream(tmp_path: Path, max_num_seqs: int) -> ServeProcess:
     return ServeProcess(tmp_path / "up", config=config, env=real_model.SERVE_ENV)
 
 
+def _submit(client: openai.OpenAI, model: str, tag: str, n: int, max_tokens: int):
+    """A batch of ``n`` chat lines (``{tag}-{i}``, ``max_tokens`` each, ignore_eos) through the Batch API."""
+    lines = [
+        {"custom_id": f"{tag}-{i}", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": model, "messages": [{"role": "user", "content": f"Count to {i + 3}."}],
+                  "max_tokens": max_tokens, "ignore_eos": True}}
+        for i in range(n)
+    ]  # fmt: skip
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
+    return client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+
+
 def test_a_real_upstream_engine_runs_one_batch_line_beside_a_streaming_request(tmp_path):
     with _upstream(tmp_path, max_num_seqs=8) as up:
         gateway_config = serve_config(
@@ -70,17 +83,7 @@ def test_a_real_upstream_engine_runs_one_batch_line_beside_a_streaming_request(t
             talker = threading.Thread(target=interactive)
             talker.start()
             assert first.wait(120), "the interactive request never streamed"
-            lines = [
-                {"custom_id": f"line-{i}", "method": "POST", "url": "/v1/chat/completions",
-                 "body": {"model": "edge", "messages": [{"role": "user", "content": f"Count to {i + 3}."}],
-                          "max_tokens": 64, "ignore_eos": True}}
-                for i in range(NUM_LINES)
-            ]  # fmt: skip
-            data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
-            uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
-            batch = client.batches.create(
-                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-            )
+            batch = _submit(client, "edge", "line", NUM_LINES, max_tokens=64)
             beside, after = [], []  # the upstream engine's running requests, while it streams and after
             deadline = time.monotonic() + 300
             while (batch := client.batches.retrieve(batch.id)).status not in ("completed", "failed", "cancelled"):
@@ -123,17 +126,7 @@ def test_batch_lines_wait_while_the_real_upstream_reports_a_queue(tmp_path):
         )  # fmt: skip
         with ServeProcess(tmp_path / "gw", config=gateway_config) as gw:
             client = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0, timeout=120)
-            lines = [
-                {"custom_id": f"q-{i}", "method": "POST", "url": "/v1/chat/completions",
-                 "body": {"model": model["name"], "messages": [{"role": "user", "content": f"Count to {i + 3}."}],
-                          "max_tokens": 48, "ignore_eos": True}}
-                for i in range(QUEUE_LINES)
-            ]  # fmt: skip
-            data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
-            uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
-            batch = client.batches.create(
-                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-            )
+            batch = _submit(client, model["name"], "q", QUEUE_LINES, max_tokens=48)
             waiting, running = [], []
             deadline = time.monotonic() + 300
             while (batch := client.batches.retrieve(batch.id)).status not in ("completed", "failed", "cancelled"):

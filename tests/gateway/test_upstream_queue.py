@@ -67,11 +67,10 @@ async def test_no_batch_line_goes_in_while_requests_wait_upstream_and_lines_doub
     assert started == [0]  # before any reading: one line
     await _until(lambda: len(started) == 8)  # readings of zero: 1, then 1 more, 2, 4 ... as the lines in flight
     assert upstream.num_reads >= 3
-    release.clear()
 
     upstream.waiting = 3  # the upstream's slots are full: requests wait there
-    meter_reads = upstream.num_reads
-    await _until(lambda: upstream.num_reads > meter_reads + 1)
+    reads = upstream.num_reads
+    await _until(lambda: upstream.num_reads > reads + 1)
     release.set()  # the 8 finish ...
     await asyncio.gather(*lines)
     release.clear()
