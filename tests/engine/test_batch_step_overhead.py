@@ -278,3 +278,32 @@ def test_beside_one_interactive_decode_the_allowance_is_priced_from_the_measured
     # with the credit a batch row runs about every 3.5 steps: 10% of the interactive step's time; the
     # line fit through serve (6.4 ms + 1.2 ms a row) ran one every 1.6 steps, each adding 2.05 ms: 22%
     assert round(allowance.row_s / allowance.seconds, 1) == 3.5
+
+
+def test_a_fit_with_its_row_cost_at_the_floor_still_gets_the_measured_prices():
+    """As through serve on the default model: a running batch makes every step one interactive and three
+    batch decodes, the fit's row cost sits at its floor, and priced by it every batch row would join every
+    step, so the shapes the allowance prices would never be seen. Its probes run them: no batch row
+    until one decode alone was measured 20 times, then exactly one until that was, then the prices."""
+    sched = make(max_seqs=8, budget=64, batch_step_overhead=0.1)
+    cost = StepCost()
+    for _ in range(40):
+        cost.observe_chunks(_chunks(4, 3), 0.0135)
+    assert cost.coefficients()[1] < 1e-6  # the row slope at its floor
+    _decoding(sched, 1, INTERACTIVE, max_tokens=200)
+
+    def rows_allowed() -> int:
+        allowance = overhead_allowance(sched.config, cost, sched.running, sched.waiting)
+        assert allowance is not None
+        return allowance.num_rows
+
+    seen = []
+    for _ in range(20):
+        seen.append(rows_allowed())
+        cost.observe_chunks(_chunks(1), 0.0059)
+    for _ in range(20):
+        seen.append(rows_allowed())
+        cost.observe_chunks(_chunks(2, 1), 0.00795)
+    assert seen == [0] * 20 + [1] * 20
+    assert cost.probe(1) is None and cost.row_s_beside(1) == pytest.approx(0.00205)
+    assert rows_allowed() == 0  # 10% of 5.9 ms buys no 2.05 ms row: the credit carries it to a later step

@@ -137,5 +137,8 @@ def overhead_allowance(
     alone = cost.decode_s(num_rows) if not num_tokens else None  # measured, where that shape was seen enough
     alone = alone if alone is not None else cost.estimate(num_rows, num_tokens)
     row_s = cost.row_s_beside(num_rows)
+    probe = cost.probe(num_rows) if not num_tokens else None
+    if probe is not None:  # a step that measures a missing price: exactly that many batch rows, no prompt,
+        return Allowance(probe * row_s, row_s, token_s)  # nothing banked (about 20 such steps per width)
     seconds = config.batch_step_overhead * alone + max(0.0, credit)
     return Allowance(seconds, row_s, token_s, credit_rows * row_s)

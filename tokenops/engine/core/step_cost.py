@@ -102,6 +102,19 @@ class StepCost:
         point = self._curve.get((num_rows, num_batch_rows))
         return point[0] if point is not None and point[1] >= _CURVE_MIN_STEPS else None
 
+    def probe(self, num_rows: int) -> int | None:
+        """The batch rows a decode-only step beside ``num_rows`` interactive decode rows carries to
+        measure a price the allowance lacks: 0 while ``(num_rows, 0)`` is unmeasured, then 1 while
+        ``(num_rows, 1)`` is; None once both are (or while the fit runs on its prior alone). Without it
+        a fit whose row cost sat at its floor (steps of one shape, as a running batch makes them) let
+        every batch row into every step, so neither shape was ever seen: measured through serve on the
+        default model, only ``1+3`` steps with the row priced at 1e-7 s."""
+        if self.num_steps < _MIN_STEPS:
+            return None
+        if self.decode_s(num_rows) is None:
+            return 0
+        return 1 if self.decode_s(num_rows, 1) is None else None
+
     def decode_steps(self) -> dict[str, float]:
         """The measured decode-only steps seen often enough, ``"k+b"`` (interactive + batch rows) -> seconds."""
         return {f"{k}+{b}": point[0] for (k, b), point in sorted(self._curve.items()) if point[1] >= _CURVE_MIN_STEPS}
