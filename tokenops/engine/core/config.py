@@ -106,8 +106,8 @@ class EngineConfig:
         minimum=0.0,
         maximum=1.0,
         help="While interactive work is in a step, the most time (a share of that work's own, by the "
-        "engine's measured step times) batch work may add to it (0: off; on a CPU 0.05 kept interactive "
-        "TTFT and TPOT p95 within 10%, 0.1 put TPOT p95 near 1.2x: docs/batches.md).",
+        "engine's measured step times) batch work may add to it (0: off; on a CPU 0.05 put interactive "
+        "TPOT p95 at 1.07-1.19x, 0.1 at 1.19-1.29x: docs/batches.md).",
     )
     torch_threads: int | None = _knob(
         None,
